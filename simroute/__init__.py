@@ -1,0 +1,6 @@
+"""simroute: a discrete-event cluster simulator of cross-instance attention, calibrated by hardware probes.
+
+Layers (arrows point down only): model -> calib -> network -> workload -> sim -> study -> cli.
+"""
+
+__version__ = "0.1.0"

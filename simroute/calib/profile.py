@@ -1,0 +1,214 @@
+"""Loading, composing and writing calibration profiles; turning them into the model's CostParams."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from simroute.calib.schema import Constant, FabricSpec, ProfileFile
+from simroute.errors import ConfigurationError, UnknownNameError
+from simroute.ioutil import load_yaml, write_text_atomic
+from simroute.model.cost import CostParams, FabricParams
+from simroute.model.geometry import get_model
+
+# Constants the cost model cannot do without, with the unit each must be given in.
+REQUIRED_CONSTANTS: dict[str, str] = {
+    "splice_ms": "points over chunk_tokens",
+    "holder_compute_dense_us": "points over requesters",
+    "holder_sparse_premium": "points over topk",
+    "merge_us": "value",
+    "prefill_us_per_token_layer": "value",
+    "gather_base_ms_per_layer": "value",
+    "gather_per_holder_ms_per_layer": "value",
+    "host_fixed_ms": "value",
+    "host_per_row_us": "value",
+}
+
+
+def shipped_dir() -> Path:
+    """The calibration profiles shipped with the package (`calib/` of the repository)."""
+    return Path(__file__).resolve().parent.parent / "data" / "calib"
+
+
+def default_profile_path() -> Path:
+    return shipped_dir() / "h100-ibgda.yaml"
+
+
+def resolve_profile_path(name_or_path: str | Path) -> Path:
+    """A path, or the name of a shipped profile (`paper-h100`, `fabrics/h100-ibgda`)."""
+    p = Path(name_or_path)
+    if p.exists():
+        return p
+    for cand in (shipped_dir() / f"{name_or_path}.yaml", shipped_dir() / str(name_or_path)):
+        if cand.exists():
+            return cand
+    raise ConfigurationError("profile not found (neither a file nor a shipped profile name; "
+                             "see `simroute calib list`)", file=p)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A composed, validated profile: fabrics and constants, each with provenance."""
+
+    name: str
+    description: str
+    box: str | None
+    fabrics: dict[str, FabricSpec]
+    constants: dict[str, Constant]
+    files: tuple[str, ...] = ()
+    origin: dict[str, str] = field(default_factory=dict)   # "fabric:X" / "const:Y" -> file it came from
+
+    def fabric(self, name: str) -> FabricSpec:
+        try:
+            return self.fabrics[name]
+        except KeyError:
+            raise UnknownNameError("fabric", name, list(self.fabrics)) from None
+
+    def constant(self, name: str) -> Constant:
+        try:
+            return self.constants[name]
+        except KeyError:
+            raise ConfigurationError(f"profile '{self.name}' lacks constant '{name}'", file=self.files[0]
+                                     if self.files else None, field=f"constants.{name}") from None
+
+    def fabric_params(self, name: str) -> FabricParams:
+        f = self.fabric(name)
+        return FabricParams(name=name, t_probe_s=f.t_probe_us.value * 1e-6,
+                            single_block_Bps=f.single_block_GBps.value * 1e9,
+                            bulk_Bps=f.link_peak_GBps.value * 1e9,
+                            turnaround_s=(f.turnaround_us.value * 1e-6) if f.turnaround_us else 0.0)
+
+    def check_complete(self) -> None:
+        """Raise if a constant the cost model needs is missing or of the wrong shape."""
+        for key, shape in REQUIRED_CONSTANTS.items():
+            c = self.constant(key)
+            if shape.startswith("points") and c.points is None:
+                raise ConfigurationError(f"must be a curve ({shape})", file=self.origin.get(f"const:{key}"),
+                                         field=f"constants.{key}")
+            if shape == "value" and c.value is None:
+                raise ConfigurationError("must be a scalar 'value'", file=self.origin.get(f"const:{key}"),
+                                         field=f"constants.{key}")
+        if not self.fabrics:
+            raise ConfigurationError(f"profile '{self.name}' defines no fabric",
+                                     file=self.files[0] if self.files else None, field="fabrics")
+
+    def cost_params(self, model: str = "deepseek-v2-lite", *, route_exchanges: str = "per-layer",
+                    prefill_us: float | None = None, cache_dtype: str = "bf16", **switches: Any) -> CostParams:
+        """The model's CostParams for `model` on every fabric of this profile."""
+        self.check_complete()
+        if route_exchanges not in ("per-layer", "once"):
+            raise UnknownNameError("route_exchanges", route_exchanges, ["per-layer", "once"])
+        c = self.constants
+        splice = c["splice_ms"].points
+        holder = c["holder_compute_dense_us"].points
+        prem = c["holder_sparse_premium"].points
+        geom = get_model(model)
+        if cache_dtype != geom.cache_dtype:
+            geom = geom.with_cache_dtype(cache_dtype)
+        return CostParams(
+            geometry=geom,
+            fabrics=tuple(self.fabric_params(n) for n in self.fabrics),
+            splice_ct=tuple(x for x, _ in splice), splice_s=tuple(y * 1e-3 for _, y in splice),
+            holder_n=tuple(x for x, _ in holder), holder_s=tuple(y * 1e-6 for _, y in holder),
+            sparse_k=tuple(x for x, _ in prem), sparse_premium=tuple(y for _, y in prem),
+            merge_s=c["merge_us"].value * 1e-6,
+            prefill_s_per_token_layer=(prefill_us if prefill_us is not None
+                                       else c["prefill_us_per_token_layer"].value) * 1e-6,
+            gather_base_s=c["gather_base_ms_per_layer"].value * 1e-3,
+            gather_per_holder_s=c["gather_per_holder_ms_per_layer"].value * 1e-3,
+            route_exchanges=route_exchanges,  # type: ignore[arg-type]
+            host_fixed_s=c["host_fixed_ms"].value * 1e-3,
+            host_per_row_s=c["host_per_row_us"].value * 1e-6,
+            **switches,
+        )
+
+
+def _loc(err: dict) -> str:
+    return ".".join(str(x) for x in err["loc"] if not str(x).startswith("function-after"))
+
+
+def _parse(path: Path) -> ProfileFile:
+    raw = load_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigurationError("a profile must be a YAML mapping", file=path)
+    try:
+        return ProfileFile.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "missing":
+            msg = "missing"
+        elif "input" in err and err["type"] not in ("value_error",):
+            msg = f"{msg} (got {err['input']!r})"
+        more = f" (+{len(exc.errors()) - 1} more problems)" if len(exc.errors()) > 1 else ""
+        raise ConfigurationError(msg + more, file=path, field=_loc(err)) from None
+
+
+def load_profile(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> Profile:
+    """Load a profile, resolving `include:` relative to the including file (later entries override)."""
+    path = resolve_profile_path(path).resolve()
+    if path in _seen:
+        raise ConfigurationError("include cycle", file=path, field="include")
+    pf = _parse(path)
+    fabrics: dict[str, FabricSpec] = {}
+    constants: dict[str, Constant] = {}
+    origin: dict[str, str] = {}
+    files: list[str] = [str(path)]
+    box = pf.box.name if pf.box else None
+    for inc in pf.include:
+        inc_path = (path.parent / inc)
+        if not inc_path.exists():
+            raise ConfigurationError(f"included file '{inc}' not found", file=path, field="include")
+        sub = load_profile(inc_path, _seen=_seen + (path,))
+        fabrics.update(sub.fabrics)
+        constants.update(sub.constants)
+        origin.update(sub.origin)
+        files.extend(sub.files)
+        box = box or sub.box
+    for n, f in pf.fabrics.items():
+        fabrics[n] = f
+        origin[f"fabric:{n}"] = str(path)
+    for n, c in pf.constants.items():
+        constants[n] = c
+        origin[f"const:{n}"] = str(path)
+    return Profile(name=pf.name, description=pf.description, box=box, fabrics=fabrics, constants=constants,
+                   files=tuple(files), origin=origin)
+
+
+def write_profile(data: dict[str, Any], path: str | Path) -> Path:
+    """Validate a profile dict and write it as YAML atomically (the calibrate pipeline's writer)."""
+    path = Path(path)
+    try:
+        ProfileFile.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigurationError(err["msg"], file=path, field=_loc(err)) from None
+    write_text_atomic(path, yaml.safe_dump(data, sort_keys=False, width=120))
+    return path
+
+
+def flatten(profile: Profile) -> dict[str, tuple[str, str]]:
+    """'fabrics.X.t_probe_us' / 'constants.Y' -> (value text, provenance text): for show and diff."""
+    out: dict[str, tuple[str, str]] = {}
+
+    def fmt(c: Constant) -> tuple[str, str]:
+        v = f"{c.value:g}" if c.value is not None else " ".join(f"({x:g},{y:g})" for x, y in c.points or [])
+        if c.range:
+            v += f" [{c.range[0]:g}..{c.range[1]:g}]"
+        p = c.provenance
+        prov = p.kind + (f": {p.ref}" if p.ref else "") + (f" on {p.box}" if p.box else "")
+        return v, prov
+
+    for fname, f in profile.fabrics.items():
+        for key in ("t_probe_us", "single_block_GBps", "link_peak_GBps", "turnaround_us", "mape_amortised",
+                    "mape_full"):
+            c = getattr(f, key)
+            if c is not None:
+                out[f"fabrics.{fname}.{key}"] = fmt(c)
+    for cname, c in profile.constants.items():
+        out[f"constants.{cname}"] = fmt(c)
+    return out

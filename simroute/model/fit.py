@@ -1,0 +1,75 @@
+"""Affine fit of round-trip samples to (T_probe, BW) (paper §4.3, Table 2): the routine the probes feed.
+
+Method of the paper: T_probe is the payload-free signal round trip (sig_rt) when it is measured, and BW is
+the slope of the full round trip against bytes in the amortised regime (Mq >= 512). What the intercept holds
+beyond the probe is the fixed kernel turnaround (~9 us on H100 IBGDA). Without sig_rt samples, the fitted
+intercept is the probe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from simroute.errors import ConfigurationError
+
+
+@dataclass(frozen=True)
+class AffineFit:
+    t_probe_s: float
+    bw_Bps: float
+    turnaround_s: float
+    mape_amortised: float     # fraction, over points with Mq >= amortised_min_mq (nan if none)
+    mape_full: float          # fraction, over every point
+    n_points: int
+    amortised_min_mq: int
+
+    @property
+    def intercept_s(self) -> float:
+        return self.t_probe_s + self.turnaround_s
+
+    def predict_s(self, nbytes) -> np.ndarray:
+        """Round trip of a payload of `nbytes` (query out + partial back)."""
+        return self.intercept_s + np.asarray(nbytes, dtype=float) / self.bw_Bps
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def _mape(pred: np.ndarray, meas: np.ndarray) -> float:
+    if meas.size == 0:
+        return float("nan")
+    return float(np.mean(np.abs(pred - meas) / meas))
+
+
+def fit_affine(mq, rt_s, row_bytes, *, probe_s=None, amortised_min_mq: int = 512) -> AffineFit:
+    """Fit rt = T_probe + turnaround + Mq x row_bytes / BW.
+
+    mq: query rows per sample; rt_s: measured full round trips (s); row_bytes: q+p per row (scalar or per
+    sample, so a payload sweep fits too); probe_s: optional sig_rt samples (s).
+    """
+    mq = np.asarray(mq, dtype=float).ravel()
+    rt = np.asarray(rt_s, dtype=float).ravel()
+    x = mq * np.broadcast_to(np.asarray(row_bytes, dtype=float), mq.shape)
+    if mq.size != rt.size:
+        raise ConfigurationError(f"{mq.size} Mq values but {rt.size} round trips", field="samples")
+    if mq.size < 2 or np.unique(x).size < 2:
+        raise ConfigurationError("an affine fit needs at least two distinct payload sizes", field="samples")
+    if np.any(rt <= 0) or np.any(~np.isfinite(rt)):
+        raise ConfigurationError("round trips must be positive and finite", field="samples")
+    amort = mq >= amortised_min_mq
+    use = amort if np.unique(x[amort]).size >= 2 else np.ones_like(amort)
+    slope, intercept = np.polyfit(x[use], rt[use], 1)
+    if slope <= 0:
+        raise ConfigurationError("round trip does not grow with payload: no bandwidth to fit", field="samples")
+    bw = 1.0 / slope
+    if probe_s is not None and np.size(probe_s) > 0:
+        t_probe = float(np.median(np.asarray(probe_s, dtype=float)))
+        turnaround = max(float(intercept) - t_probe, 0.0)
+    else:
+        t_probe, turnaround = max(float(intercept), 0.0), 0.0
+    pred = t_probe + turnaround + x / bw
+    return AffineFit(t_probe_s=t_probe, bw_Bps=float(bw), turnaround_s=turnaround,
+                     mape_amortised=_mape(pred[amort], rt[amort]), mape_full=_mape(pred, rt),
+                     n_points=int(mq.size), amortised_min_mq=amortised_min_mq)

@@ -1,0 +1,83 @@
+"""The closed-form route / fetch / local predicate (paper §5.1): argmin of the three costs per (chunk, request).
+
+`decide` is the function the simulator calls per decision batch, so it is a fused, vectorised evaluation of
+the three totals (the same arithmetic as `cost.costs`, which a property test checks) without building the
+per-term dictionaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simroute.model.cost import (PRIMITIVES, CostParams, Shape, _fabric_arrays, holder_compute_s, splice_s)
+
+ROUTE, FETCH, LOCAL = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Decision:
+    """choice: int8 array of indices into PRIMITIVES; cost_s: (3, n) totals in seconds."""
+
+    choice: np.ndarray
+    cost_s: np.ndarray
+
+    def names(self) -> np.ndarray:
+        return np.asarray(PRIMITIVES)[self.choice]
+
+
+def totals(shape: Shape, p: CostParams) -> np.ndarray:
+    """(3, n) array of route, fetch, local totals over the 1 + R step horizon."""
+    g = p.geometry
+    mq = np.asarray(shape.mq, dtype=np.float64)
+    ct = np.asarray(shape.ct, dtype=np.float64)
+    topk = np.asarray(shape.topk)
+    steps = 1.0 + np.asarray(shape.reuse, dtype=np.float64)
+    tp = np.maximum(np.asarray(shape.tp, dtype=np.float64), 1.0)
+    cached = np.asarray(shape.cached, dtype=bool)
+    probe_s, single, bulk = _fabric_arrays(shape.fabric, p)
+    per_step = steps * float(p.exchanges)
+    L = float(g.layers)
+    any_sparse = bool(np.any(topk > 0))
+
+    compute = holder_compute_s(mq, ct, topk, p) if any_sparse else _dense_compute(mq, ct, p)
+    attend = per_step * compute
+    if p.host_overhead and p.holder_amortisation:
+        compute = holder_compute_s(mq * p.dispatch_batch, ct, topk, p) / p.dispatch_batch
+    ret_extra = 2.0 * probe_s if (p.host_overhead and not p.collapsed_response) else 0.0
+    wire_s = mq * (g.qp_bytes / single) / tp
+    route = per_step * (probe_s + wire_s + compute + ret_extra + p.merge_s)
+    fetch_host = 0.0
+    if p.host_overhead:
+        div = p.dispatch_batch if p.dispatcher_batching else 1
+        route = route + steps * (p.host_fixed_s + p.host_per_row_s * mq) / div
+        fetch_host = steps * p.host_fixed_s / div
+    kv_layer = g.token_fraction * g.b_kv * L
+    if any_sparse:
+        sparse = topk > 0
+        holders = np.maximum(np.asarray(shape.holders), 1)
+        gather = steps * L * (p.gather_base_s * topk / p.gather_k_ref + p.gather_per_holder_s * holders)
+        fetch_move = np.where(sparse, gather,
+                              ct * kv_layer / tp / bulk + np.where(cached, 0.0, splice_s(ct, p)))
+    else:
+        fetch_move = ct * (kv_layer / bulk) / tp + np.where(cached, 0.0, splice_s(ct, p))
+    fetch = fetch_move + attend + fetch_host
+    local = ct * (L * p.prefill_s_per_token_layer) + attend
+    n = np.broadcast(route, fetch, local).shape
+    out = np.empty((3,) + n)
+    out[ROUTE], out[FETCH], out[LOCAL] = route, fetch, local
+    return out
+
+
+def _dense_compute(mq: np.ndarray, ct: np.ndarray, p: CostParams) -> np.ndarray:
+    """holder_compute_s specialised to dense attention (no selection premium): one interpolation."""
+    from simroute.model.cost import _interp_extrap
+    scale = p.geometry.token_fraction / (p.holder_heads_ref * p.holder_ct_ref)
+    return _interp_extrap(np.maximum(mq * ct * scale, 1e-9), p.holder_n, p.holder_s)
+
+
+def decide(shape: Shape, p: CostParams) -> Decision:
+    """Pick the cheapest primitive per shape; ties go to route, then fetch (fewest moved bytes first)."""
+    t = totals(shape, p)
+    return Decision(choice=np.argmin(t, axis=0).astype(np.int8), cost_s=t)

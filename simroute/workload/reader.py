@@ -1,0 +1,60 @@
+"""Streaming trace readers: validated at open, request rows delivered one row group at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from simroute.errors import ConfigurationError
+from simroute.workload.schema import CHUNKS_FILE, REQUESTS_FILE, validate_schema
+
+
+def _open(path: str | Path, name: str, table: str) -> tuple[pq.ParquetFile, dict[str, Any]]:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigurationError("trace not found", file=path)
+    if not path.is_dir():
+        raise ConfigurationError(f"a trace is a directory holding {REQUESTS_FILE} and {CHUNKS_FILE}",
+                                 file=path)
+    file = path / name
+    if not file.exists():
+        raise ConfigurationError(f"missing {name}", file=path)
+    try:
+        pf = pq.ParquetFile(file)
+    except (pa.ArrowException, OSError) as exc:
+        raise ConfigurationError(f"not a readable Parquet file: {exc}", file=file) from None
+    meta = validate_schema(pf.schema_arrow, file, table)
+    return pf, meta
+
+
+def read_trace_meta(path: str | Path) -> dict[str, Any]:
+    """Producer metadata (generator/importer, params, seed, source sha256) plus row counts."""
+    pf, meta = _open(path, REQUESTS_FILE, "requests")
+    cf, _ = _open(path, CHUNKS_FILE, "chunks")
+    return {**meta, "requests": pf.metadata.num_rows, "chunks": cf.metadata.num_rows}
+
+
+def iter_request_batches(path: str | Path, batch_rows: int = 65_536,
+                         columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """Yield the requests in arrival order as RecordBatches of at most `batch_rows` rows.
+
+    Memory is bounded by one row group plus one batch, whatever the trace size.
+    """
+    pf, _ = _open(path, REQUESTS_FILE, "requests")
+    yield from pf.iter_batches(batch_size=batch_rows, columns=list(columns) if columns else None)
+
+
+def read_chunks(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
+    """The whole chunk table (one row per chunk, sorted by chunk_id)."""
+    pf, _ = _open(path, CHUNKS_FILE, "chunks")
+    return pf.read(columns=list(columns) if columns else None)
+
+
+def read_requests(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
+    """All requests at once: for small traces and tests only (large traces: iter_request_batches)."""
+    pf, _ = _open(path, REQUESTS_FILE, "requests")
+    return pf.read(columns=list(columns) if columns else None)

@@ -27,6 +27,7 @@ app = typer.Typer(
 # Modules under simroute/cli/ that define `register(app: typer.Typer) -> None`.
 COMMAND_MODULES: list[str] = [
     "model_cmd",
+    "calib_cmd",
 ]
 
 

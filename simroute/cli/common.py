@@ -1,0 +1,52 @@
+"""Options and output helpers shared by the CLI modules."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+
+CALIB_HELP = "Calibration profile: a YAML path or a shipped name (see `simroute calib list`)."
+
+
+def console():
+    import sys
+    from rich.console import Console
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+def table(title: str, columns: list[str], rows: list[list[Any]]) -> None:
+    from rich.table import Table
+    t = Table(title=title, title_justify="left")
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i == 0 else "right")
+    for r in rows:
+        t.add_row(*[str(x) for x in r])
+    console().print(t)
+
+
+def echo_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=2, sort_keys=False, default=_default))
+
+
+def _default(o: Any) -> Any:
+    import numpy as np
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(type(o))
+
+
+def fmt_us(seconds: float) -> str:
+    us = seconds * 1e6
+    return f"{us:,.1f}" if us < 1e5 else f"{us:,.0f}"
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:,.1f} {unit}" if unit != "B" else f"{n:,.0f} B"
+        n /= 1000.0
+    return str(n)

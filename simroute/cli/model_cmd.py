@@ -1,0 +1,201 @@
+"""`simroute predict` and `simroute model ...`: the closed-form model from the command line."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+
+import typer
+
+from simroute.cli.common import CALIB_HELP, echo_json, fmt_bytes, fmt_us, table
+
+
+class Offset(str, Enum):
+    cached = "cached"
+    rehome = "rehome"
+
+
+class Exchanges(str, Enum):
+    per_layer = "per-layer"
+    once = "once"
+
+
+def _params(calib: str, model: str, exchanges: Exchanges, prefill_us: float | None, host: bool = False,
+            collapsed: bool = False, amortise: bool = False, batching: bool = False, cache_dtype: str = "bf16"):
+    from simroute.calib import load_profile
+    return load_profile(calib).cost_params(model, route_exchanges=exchanges.value, prefill_us=prefill_us,
+                                           cache_dtype=cache_dtype, host_overhead=host, collapsed_response=collapsed,
+                                           holder_amortisation=amortise, dispatcher_batching=batching)
+
+
+def predict(
+    model: str = typer.Option("deepseek-v2-lite", help="Model geometry (see `simroute model list`)."),
+    fabric: str = typer.Option("h100-ibgda", help="Fabric of the requester-holder path (a profile fabric)."),
+    mq: int = typer.Option(256, "--mq", min=1, help="Routed query rows Mq (sequences x query heads)."),
+    ct: int = typer.Option(2048, "--ct", min=1, help="Chunk tokens."),
+    holders: int = typer.Option(1, min=1, help="Holders M a sparse selection spans."),
+    topk: int = typer.Option(0, min=0, help="Selection budget k (0 = dense attention)."),
+    reuse: int = typer.Option(0, min=0, help="Later steps R that would reuse a fetched copy."),
+    offset: Offset = typer.Option(Offset.rehome, help="cached: a true prefix (splice elides); rehome: moved."),
+    tp: int = typer.Option(1, min=1, help="Tensor-parallel degree (rank-paired routing, per-rank bytes / N)."),
+    calib: str = typer.Option("h100-ibgda", help=CALIB_HELP),
+    route_exchanges: Exchanges = typer.Option(Exchanges.per_layer, help="per-layer (exact) or once (paper §5.4)."),
+    prefill_us: float = typer.Option(None, help="Re-prefill cost c per token-layer (us); profile value if unset."),
+    cache_dtype: str = typer.Option("bf16", help="Cache dtype: bf16 or fp8."),
+    host_overhead: bool = typer.Option(False, help="The Python-client host-overhead regime of paper §5.3."),
+    collapsed_response: bool = typer.Option(False, help="Reduction: one put for (o, m, l)."),
+    holder_amortisation: bool = typer.Option(False, help="Reduction: holder compute shared by a dispatch batch."),
+    dispatcher_batching: bool = typer.Option(False, help="Reduction: host cost paid once per dispatch batch."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+) -> None:
+    """Cost of route, fetch and local for one request shape, term by term, and the predicate's choice.
+
+    Example: simroute predict --model deepseek-v2-lite --fabric h100-ibgda --mq 256 --ct 2048
+    """
+    from simroute.model import PRIMITIVES, Shape, costs_scalar, decide
+    from simroute.model.cost import TERMS
+
+    p = _params(calib, model, route_exchanges, prefill_us, host_overhead, collapsed_response,
+                holder_amortisation, dispatcher_batching, cache_dtype)
+    shape = Shape(mq=mq, ct=ct, fabric=p.fabric_id(fabric), holders=holders, topk=topk, reuse=reuse,
+                  cached=offset is Offset.cached, tp=tp)
+    c = costs_scalar(shape, p)
+    choice = PRIMITIVES[int(decide(shape, p).choice.reshape(-1)[0])]
+    if json_out:
+        echo_json({"choice": choice,
+                   "cost_us": {k: c[k]["total"] * 1e6 for k in PRIMITIVES},
+                   "wire_bytes": {k: c[k]["wire_bytes"] for k in PRIMITIVES},
+                   "terms_us": {k: {t: c[k][t] * 1e6 for t in TERMS[k]} for k in PRIMITIVES},
+                   "inputs": {"model": model, "fabric": fabric, "mq": mq, "ct": ct, "holders": holders, "topk": topk,
+                              "reuse": reuse, "offset": offset.value, "tp": tp, "calib": calib,
+                              "route_exchanges": route_exchanges.value, "host_overhead": host_overhead}})
+        return
+    g = p.geometry
+    typer.echo(f"{model} on {fabric}: q+p = {g.qp_bytes} B/row, b_KV = {g.b_kv} B/token-layer, L = {g.layers}; "
+               f"Mq = {mq}, ct = {ct}, k = {topk or 'dense'}, M = {holders}, R = {reuse}, offset = {offset.value}, "
+               f"route exchanges = {route_exchanges.value}")
+    for prim in PRIMITIVES:
+        rows = [[t, fmt_us(c[prim][t])] for t in TERMS[prim]]
+        rows.append(["total", fmt_us(c[prim]["total"])])
+        rows.append(["wire bytes", fmt_bytes(c[prim]["wire_bytes"])])
+        table(f"{prim}" + ("  <- chosen" if prim == choice else ""), ["term", "us"], rows)
+    typer.echo(f"choice: {choice}")
+
+
+model_app = typer.Typer(help="The closed-form model's figures (paper Figs 1b, 3b, 6a) and model catalogue.",
+                        no_args_is_help=True)
+
+
+@model_app.command("list")
+def model_list() -> None:
+    """The model catalogue with derived payload sizes and each dimension's source."""
+    from simroute.model import MODELS
+    table("models", ["model", "d_qk", "d_v", "layers", "h_q", "top-k", "q B", "p B", "b_KV B", "sources"],
+          [[m.name, m.d_qk, m.d_v, m.layers, m.heads_q, m.index_topk or "-", m.q_bytes, m.p_bytes, m.b_kv,
+            "; ".join(f"{k}: {v}" for k, v in m.sources.items() if k in ("layers", "heads_q", "index_topk"))]
+           for m in MODELS.values()])
+
+
+@model_app.command("crossover")
+def model_crossover(
+    out: Path = typer.Option(..., "-o", "--out", help="Output directory (CSV + PNG)."),
+    model: str = typer.Option("deepseek-v2-lite"), calib: str = typer.Option("h100-ibgda", help=CALIB_HELP),
+) -> None:
+    """Wire-byte winner map over (Mq, ct) (paper Fig 3b).
+
+    Example: simroute model crossover -o figs/
+    """
+    import numpy as np
+    from simroute.model.sweeps import crossover_map
+    from simroute.plotting import pyplot, save_png, write_csv
+    p = _params(calib, model, Exchanges.per_layer, None)
+    mq, ct = 2.0 ** np.arange(0, 14), 2.0 ** np.arange(4, 15)
+    data = crossover_map(p, mq, ct)
+    write_csv(data, out / "crossover.csv")
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    z = (100 * data["route_saving"]).reshape(len(mq), len(ct))
+    im = ax.pcolormesh(ct, mq, z, cmap="RdYlGn", vmin=-100, vmax=100, shading="nearest")
+    ax.plot(ct, ct * p.geometry.b_kv * p.geometry.token_fraction / p.geometry.qp_bytes, "k--", label="break-even")
+    ax.set(xscale="log", yscale="log", xlabel="chunk tokens ct", ylabel="query rows Mq",
+           title=f"route wire-byte saving (%), {model}", ylim=(mq[0], mq[-1]))
+    ax.legend(loc="lower right")
+    fig.colorbar(im, ax=ax)
+    save_png(fig, out / "crossover.png")
+    typer.echo(f"wrote {out / 'crossover.csv'} and {out / 'crossover.png'}")
+
+
+@model_app.command("chunk")
+def model_chunk(
+    out: Path = typer.Option(..., "-o", "--out", help="Output directory (CSV + PNG)."),
+    model: str = typer.Option("deepseek-v2-lite"), fabric: str = typer.Option("h100-ibgda"),
+    mq: int = typer.Option(256, "--mq"), bw_gbps: float = typer.Option(70.0, help="Bandwidth (Fig 1b used 70 GB/s)."),
+    calib: str = typer.Option("h100-ibgda", help=CALIB_HELP),
+    route_exchanges: Exchanges = typer.Option(Exchanges.once, help="Fig 1b uses the paper's accounting (once)."),
+) -> None:
+    """Cost of the three primitives vs chunk tokens (paper Fig 1b).
+
+    Example: simroute model chunk -o figs/ --mq 256
+    """
+    import numpy as np
+    from simroute.model.sweeps import cost_vs_chunk, fetch_local_crossover_ct
+    from simroute.plotting import pyplot, save_png, write_csv
+    p = _params(calib, model, route_exchanges, None)
+    f = p.fabric_id(fabric)
+    ct = np.unique(np.round(2.0 ** np.linspace(4, 13, 64)))
+    d = cost_vs_chunk(p, ct, mq=mq, fabric=f, bw_Bps=bw_gbps * 1e9)
+    write_csv(d, out / "chunk.csv")
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    ax.fill_between(ct, d["local_lo_s"] * 1e6, d["local_hi_s"] * 1e6, color="purple", alpha=0.2,
+                    label="local band (c 0.5-1.5 us)")
+    for prim, col in (("route", "green"), ("fetch", "red"), ("local", "purple")):
+        ax.plot(ct, d[f"{prim}_s"] * 1e6, color=col, label=prim)
+    ax.set(xscale="log", yscale="log", xlabel="chunk tokens ct", ylabel="cost (us)",
+           title=f"cost vs chunk size, Mq = {mq}, {bw_gbps:g} GB/s")
+    ax.legend()
+    save_png(fig, out / "chunk.png")
+    from dataclasses import replace
+    q = replace(p, fabrics=tuple(p.fabrics))
+    lo = fetch_local_crossover_ct(q, mq=mq, fabric=f, prefill_us=1.5)
+    hi = fetch_local_crossover_ct(q, mq=mq, fabric=f, prefill_us=0.5)
+    typer.echo(f"fetch beats local above ct ~ {lo:.0f}-{hi:.0f} tokens (c = 1.5..0.5 us); "
+               f"wrote {out / 'chunk.csv'} and {out / 'chunk.png'}")
+
+
+@model_app.command("bandwidth")
+def model_bandwidth(
+    out: Path = typer.Option(..., "-o", "--out", help="Output directory (CSV + PNG)."),
+    model: str = typer.Option("deepseek-v2-lite"), fabric: str = typer.Option("h100-ibgda"),
+    mq: int = typer.Option(256, "--mq"), ct: int = typer.Option(2048, "--ct"),
+    calib: str = typer.Option("h100-ibgda", help=CALIB_HELP),
+    route_exchanges: Exchanges = typer.Option(Exchanges.once, help="Fig 6a uses the paper's accounting (once)."),
+) -> None:
+    """Cost of the three primitives vs effective bandwidth (paper Fig 6a).
+
+    Example: simroute model bandwidth -o figs/
+    """
+    import numpy as np
+    from simroute.model.cost import route_loses_below_bw
+    from simroute.model.sweeps import cost_vs_bandwidth
+    from simroute.plotting import pyplot, save_png, write_csv
+    p = _params(calib, model, route_exchanges, None)
+    bw = 10.0 ** np.linspace(-1, 3, 41) * 1e9
+    d = cost_vs_bandwidth(p, bw, mq=mq, ct=ct, fabric=p.fabric_id(fabric))
+    write_csv(d, out / "bandwidth.csv")
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    for prim, col in (("route", "green"), ("fetch", "red"), ("local", "purple")):
+        ax.plot(d["bw_GBps"], d[f"{prim}_s"] * 1e6, color=col, label=prim)
+    ax.set(xscale="log", yscale="log", xlabel="effective bandwidth (GB/s)", ylabel="cost (us)",
+           title=f"cost vs bandwidth, Mq = {mq}, ct = {ct}")
+    ax.legend()
+    save_png(fig, out / "bandwidth.png")
+    bw_star = float(route_loses_below_bw(mq, ct, p))
+    typer.echo(f"route's byte term exceeds fetch's splice below {bw_star / 1e9:.2f} GB/s (Mq (q+p) / T_splice); "
+               f"wrote {out / 'bandwidth.csv'} and {out / 'bandwidth.png'}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("predict")(predict)
+    app.add_typer(model_app, name="model")

@@ -53,6 +53,14 @@ def _column(field: pa.Field, value: Any, n: int) -> pa.Array:
     return arr.cast(field.type)
 
 
+def _take(value: Any, order: np.ndarray) -> Any:
+    if isinstance(value, (pa.Array, pa.ChunkedArray)):
+        return value.take(pa.array(order))
+    if np.isscalar(value) or value is None:
+        return value
+    return np.asarray(value)[order]
+
+
 def _table(fields: list[pa.Field], schema: pa.Schema, defaults: dict[str, Any],
            cols: dict[str, Any], n: int) -> pa.Table:
     unknown = set(cols) - {f.name for f in fields}
@@ -161,8 +169,7 @@ class TraceWriter:
         order = np.argsort(ids, kind="stable")
         if len(ids) and np.any(np.diff(ids[order]) == 0):
             raise ValueError("duplicate chunk ids in the chunk table")
-        cols = {k: (np.asarray(v)[order] if not np.isscalar(v) and not isinstance(v, str) else v)
-                for k, v in chunks.items()}
+        cols = {k: _take(v, order) for k, v in chunks.items()}
         cols.setdefault("chunk_id", ids)
         cols.setdefault("tokens", np.zeros(0, np.int32))
         table = _table(CHUNK_FIELDS, self._chunk_schema, CHUNK_DEFAULTS, cols, len(ids))

@@ -1,0 +1,150 @@
+"""Scenario generators: registry, parameter parsing, shared samplers, and `generate()`.
+
+Each scenario (agents, corpus, sparse, disagg) is a frozen params dataclass plus a function that
+streams batches into a TraceWriter from one `numpy.random.default_rng(seed)`. Batches have a fixed
+size (GEN_BATCH), so the same seed gives the same rows and, through the writer, the same bytes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import yaml
+
+from simroute import __version__
+from simroute.errors import ConfigurationError, UnknownNameError
+from simroute.workload.writer import TraceWriter, open_trace_writer
+
+GEN_BATCH = 65_536
+
+GeneratorFn = Callable[[TraceWriter, Any, np.random.Generator], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Generator:
+    name: str
+    params: type
+    fn: GeneratorFn
+    doc: str
+
+
+GENERATORS: dict[str, Generator] = {}
+
+
+def register(name: str, params: type, doc: str) -> Callable[[GeneratorFn], GeneratorFn]:
+    def deco(fn: GeneratorFn) -> GeneratorFn:
+        GENERATORS[name] = Generator(name, params, fn, doc)
+        return fn
+    return deco
+
+
+def _load_all() -> None:
+    # Import for the side effect of registering (kept out of module import to avoid cycles).
+    from simroute.workload import generators_agents, generators_corpus, generators_disagg  # noqa: F401
+
+
+def get_generator(kind: str) -> Generator:
+    _load_all()
+    if kind not in GENERATORS:
+        raise UnknownNameError("trace generator", kind, list(GENERATORS))
+    return GENERATORS[kind]
+
+
+def _coerce(value: Any, typ: Any, name: str, kind: str) -> Any:
+    """Turn a CLI/YAML value into the declared field type (int, float, bool, str or a Literal)."""
+    if isinstance(value, str) and typ is not str and typing.get_origin(typ) is not typing.Literal:
+        value = yaml.safe_load(value)
+    try:
+        if typing.get_origin(typ) is typing.Literal:
+            choices = typing.get_args(typ)
+            if str(value) not in choices:
+                raise ValueError(f"must be one of {', '.join(choices)}")
+            return str(value)
+        if typ is bool:
+            if not isinstance(value, bool):
+                raise ValueError("must be true or false")
+            return value
+        if typ is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError("must be an integer")
+            return int(value)
+        return typ(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"bad value {value!r}: {exc}", field=f"{kind}.{name}") from None
+
+
+def make_params(kind: str, overrides: dict[str, Any] | None = None) -> Any:
+    """Build the validated params dataclass of `kind` from defaults plus `overrides`."""
+    gen = get_generator(kind)
+    fields = typing.get_type_hints(gen.params)
+    values = {}
+    for key, value in (overrides or {}).items():
+        key = key.replace("-", "_")
+        if key not in fields:
+            raise UnknownNameError(f"parameter of generator '{kind}'", key, list(fields))
+        values[key] = _coerce(value, fields[key], key, kind)
+    try:
+        return gen.params(**values)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc), field=kind) from None
+
+
+def generate(kind: str, output: str | Path, *, seed: int = 0, params: dict[str, Any] | None = None,
+             row_group_rows: int | None = None) -> Path:
+    """Generate a `kind` trace into the dataset directory `output` (atomically); returns the path."""
+    gen = get_generator(kind)
+    p = make_params(kind, params)
+    meta = {"producer": "generator", "name": kind, "params": dataclasses.asdict(p), "seed": int(seed),
+            "source_sha256": None, "simroute_version": __version__}
+    kwargs = {"row_group_rows": row_group_rows} if row_group_rows else {}
+    with open_trace_writer(output, meta, **kwargs) as writer:
+        gen.fn(writer, p, np.random.default_rng(seed))
+    return Path(output)
+
+
+# -- shared helpers for the scenario modules ---------------------------------------------------
+
+def check(cond: bool, message: str) -> None:
+    """Params validation in __post_init__: a ValueError becomes a ConfigurationError in make_params."""
+    if not cond:
+        raise ValueError(message)
+
+
+def lengths(rng: np.random.Generator, n: int, median: float, sigma: float, lo: int, hi: int) -> np.ndarray:
+    """Log-normal token counts (sigma 0 gives the median exactly), clipped to [lo, hi]."""
+    if sigma <= 0:
+        return np.full(n, int(np.clip(round(median), lo, hi)), dtype=np.int32)
+    x = rng.lognormal(np.log(max(median, 1e-9)), sigma, size=n)
+    return np.clip(np.rint(x), lo, hi).astype(np.int32)
+
+
+def poisson_arrivals(rng: np.random.Generator, n: int, qps: float, start: float) -> np.ndarray:
+    """Open-loop Poisson arrivals continuing from `start`."""
+    return start + np.cumsum(rng.exponential(1.0 / qps, size=n))
+
+
+def dict_strings(indices: np.ndarray, names: list[str]) -> pa.DictionaryArray:
+    """A dictionary-encoded string column from integer codes (no per-row Python strings)."""
+    return pa.DictionaryArray.from_arrays(pa.array(indices.astype(np.int32)), pa.array(names, pa.string()))
+
+
+def tenant_names(k: int) -> list[str]:
+    return [f"t{i}" for i in range(k)]
+
+
+def dedupe_rows(rows: np.ndarray, values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Drop repeated values within each row of a CSR list; rows sorted, values ascending per row."""
+    order = np.lexsort((values, rows))
+    r, v = rows[order], values[order]
+    keep = np.ones(len(v), dtype=bool)
+    keep[1:] = (r[1:] != r[:-1]) | (v[1:] != v[:-1])
+    r, v = r[keep], v[keep]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(r, minlength=n), out=offsets[1:])
+    return offsets, v

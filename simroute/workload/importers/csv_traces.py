@@ -1,0 +1,119 @@
+"""CSV traces without prefix ids: Azure LLM inference (2023 and 2024) and BurstGPT.
+
+Both are read in chunks of BATCH_LINES rows (pandas C parser); every request's prompt is its own
+(no chunks). Line numbers count the header as line 1.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from simroute.errors import ConfigurationError
+from simroute.workload.importers.common import BATCH_LINES, ImportOptions, check_int_range, check_nonneg
+from simroute.workload.writer import TraceWriter
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _header(file: Path, required: dict[str, str], optional: dict[str, str]) -> dict[str, str]:
+    """Map canonical names to the file's column names; a missing required column is an error."""
+    try:
+        cols = pd.read_csv(file, nrows=0).columns
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"not a CSV file: {exc}", file=file, line=1) from None
+    by_norm = {_norm(c): c for c in cols}
+    found = {}
+    for key, norm in {**required, **optional}.items():
+        if norm in by_norm:
+            found[key] = by_norm[norm]
+        elif key in required:
+            raise ConfigurationError(f"missing column (header has: {', '.join(map(str, cols))})",
+                                     file=file, line=1, field=key)
+    return found
+
+
+def _chunks(file: Path, usecols: list[str]) -> Iterator[tuple[pd.DataFrame, np.ndarray]]:
+    """CSV chunks with the file line of every row; tokenizer errors become ConfigurationErrors."""
+    start = 2
+    try:
+        reader = pd.read_csv(file, usecols=usecols, dtype=str, chunksize=BATCH_LINES,
+                             skip_blank_lines=False, keep_default_na=False)
+        for df in reader:
+            yield df, np.arange(start, start + len(df))
+            start += len(df)
+    except pd.errors.ParserError as exc:
+        m = re.search(r"line (\d+)", str(exc))
+        raise ConfigurationError(f"unparsable CSV line: {exc}", file=file,
+                                 line=int(m.group(1)) if m else None) from None
+
+
+def _numbers(s: pd.Series, name: str, file: Path, lines: np.ndarray, *, integer: bool) -> np.ndarray:
+    v = pd.to_numeric(s.str.strip(), errors="coerce").to_numpy(dtype=np.float64)
+    if np.any(np.isnan(v)):
+        i = int(np.flatnonzero(np.isnan(v))[0])
+        raise ConfigurationError(f"{name} is not a number: {s.iloc[i]!r}", file=file, line=int(lines[i]),
+                                 field=name)
+    if integer:
+        check_int_range(v, name, file, lines)
+        if np.any(v != np.floor(v)):
+            i = int(np.flatnonzero(v != np.floor(v))[0])
+            raise ConfigurationError(f"{name} is not an integer: {s.iloc[i]!r}", file=file,
+                                     line=int(lines[i]), field=name)
+    return v
+
+
+def import_azure(writer: TraceWriter, files: list[Path], opts: ImportOptions) -> None:
+    """Azure 2023/2024: TIMESTAMP (datetime, naive = UTC), ContextTokens, GeneratedTokens."""
+    file = files[0]
+    names = _header(file, {"TIMESTAMP": "timestamp", "ContextTokens": "contexttokens",
+                           "GeneratedTokens": "generatedtokens"}, {})
+    origin: int | None = None
+    for df, lines in _chunks(file, list(names.values())):
+        raw = df[names["TIMESTAMP"]].str.strip()
+        ts = pd.to_datetime(raw, format="ISO8601", utc=True, errors="coerce")
+        if ts.isna().any():
+            i = int(np.flatnonzero(ts.isna().to_numpy())[0])
+            raise ConfigurationError(f"unparsable TIMESTAMP {raw.iloc[i]!r}", file=file, line=int(lines[i]),
+                                     field="TIMESTAMP")
+        ns = ts.astype("int64").to_numpy()
+        if origin is None:
+            origin = int(ns[0])
+        ctx = _numbers(df[names["ContextTokens"]], "ContextTokens", file, lines, integer=True)
+        gen = _numbers(df[names["GeneratedTokens"]], "GeneratedTokens", file, lines, integer=True)
+        writer.add_requests({"arrival_s": opts.arrivals((ns - origin) / 1e9), "tenant": "azure",
+                             "prompt_tokens": ctx.astype(np.int32), "output_tokens": gen.astype(np.int32)},
+                            lines=lines)
+    writer.finish({})
+
+
+def import_burstgpt(writer: TraceWriter, files: list[Path], opts: ImportOptions) -> None:
+    """BurstGPT: Timestamp (s), Request tokens, Response tokens; optional Session ID, Model."""
+    file = files[0]
+    names = _header(file, {"Timestamp": "timestamp", "Request tokens": "requesttokens",
+                           "Response tokens": "responsetokens"},
+                    {"Session ID": "sessionid", "Model": "model"})
+    for df, lines in _chunks(file, list(names.values())):
+        ts = _numbers(df[names["Timestamp"]], "Timestamp", file, lines, integer=False)
+        check_nonneg(ts, "Timestamp", file, lines)
+        req = _numbers(df[names["Request tokens"]], "Request tokens", file, lines, integer=True)
+        resp = _numbers(df[names["Response tokens"]], "Response tokens", file, lines, integer=True)
+        cols = {"arrival_s": opts.arrivals(ts), "prompt_tokens": req.astype(np.int32),
+                "output_tokens": resp.astype(np.int32), "tenant": "burstgpt"}
+        if "Model" in names:
+            cols["tenant"] = pa.array(df[names["Model"]].str.strip().to_numpy(dtype=object), pa.string())
+        if "Session ID" in names:
+            sid = df[names["Session ID"]].str.strip()
+            num = pd.to_numeric(sid, errors="coerce")
+            hashed = sid.map(lambda x: zlib.crc32(x.encode()) & 0x7FFFFFFF)  # non-numeric ids: stable hash
+            cols["session"] = np.where(num.isna(), hashed, num.fillna(-1)).astype(np.int64)
+        writer.add_requests(cols, lines=lines)
+    writer.finish({})

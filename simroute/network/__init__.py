@@ -1,0 +1,33 @@
+"""Network layer: topologies, equal-cost paths, a max-min flow engine with ECMP / ARK, telemetry.
+
+Knows nothing of LLMs: flows have bytes, paths and optional rate caps; messages have bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simroute.network.engine import ROUTINGS, FlowEngine, FlowRecord
+from simroute.network.maxmin import maxmin_rates
+from simroute.network.telemetry import Telemetry
+from simroute.network.topology import TIERS, Link, Topology, load_topology
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "topologies"
+
+
+def default_topology_path() -> Path:
+    """The shipped default topology (fattree.yaml), found inside the installed package."""
+    return DATA_DIR / "fattree.yaml"
+
+
+def shipped_topology(name: str) -> Path:
+    """Path of a shipped topology by name (`fattree`, `paper-testbed`, `ark-leafspine`, `fattree-1024`)."""
+    from simroute.errors import UnknownNameError
+    p = DATA_DIR / f"{name.removesuffix('.yaml')}.yaml"
+    if not p.exists():
+        raise UnknownNameError("topology", name, sorted(x.stem for x in DATA_DIR.glob("*.yaml")))
+    return p
+
+
+__all__ = ["FlowEngine", "FlowRecord", "Link", "ROUTINGS", "TIERS", "Telemetry", "Topology",
+           "default_topology_path", "load_topology", "maxmin_rates", "shipped_topology"]

@@ -1,0 +1,135 @@
+"""Max-min fair rates by progressive filling.
+
+`maxmin_rates` is the plain textbook reference (used by tests to check the engine's incremental
+solver). `fill` is the engine's solver: progressive filling of a subset of flow groups over the
+capacity the other groups leave, with a lazy heap of link shares.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+
+INF = math.inf
+
+
+def maxmin_rates(paths: Sequence[Sequence[int]], capacity: Sequence[float],
+                 caps: Sequence[float | None] | None = None) -> list[float]:
+    """Reference max-min rates of flows over links (O(n^2), obvious on purpose).
+
+    paths[i] are the link ids of flow i; caps[i] its own rate cap (a private link) or None.
+    """
+    n = len(paths)
+    rate = [0.0] * n
+    fixed = [False] * n
+    rem = {l: float(capacity[l]) for p in paths for l in p}
+    for i in range(n):
+        if not paths[i] and (caps is None or caps[i] is None):
+            rate[i], fixed[i] = INF, True
+    while not all(fixed):
+        best, who = INF, None
+        for l, r in rem.items():
+            users = [i for i in range(n) if not fixed[i] and l in paths[i]]
+            if users and r / len(users) < best:
+                best, who = r / len(users), users
+        for i in range(n):
+            c = None if caps is None else caps[i]
+            if not fixed[i] and c is not None and c < best:
+                best, who = c, [i]
+        best = max(best, 0.0)
+        for i in who:
+            rate[i], fixed[i] = best, True
+            for l in paths[i]:
+                rem[l] -= best
+    return rate
+
+
+class Group:
+    """Flows with an identical link set and cap: they share one rate (m3 / flowSim grouping).
+
+    Progress is a 'work' clock W (bytes delivered per flow since the group was made); a flow ends when
+    W reaches its finish_work, so one heap per group gives every member's exact completion.
+    """
+
+    __slots__ = ("key", "links", "cap", "n", "rate", "work", "last_t", "flows", "version", "bn",
+                 "new_rate", "new_bn", "mark", "seq")
+
+    def __init__(self, key: tuple, links: tuple[int, ...], cap: float) -> None:
+        self.key, self.links, self.cap = key, links, cap
+        self.n = 0
+        self.rate = 0.0
+        self.work = 0.0
+        self.last_t = 0.0
+        self.flows: list = []          # heap of (finish_work, seq, flow)
+        self.version = 0
+        self.bn = -2                   # bottleneck: link id, -1 = own cap, -2 = none yet
+        self.new_rate = 0.0
+        self.new_bn = -2
+        self.mark = 0
+        self.seq = 0
+
+
+def fill(groups: Sequence[Group], cap: Sequence[float], load: Sequence[float]) -> dict[int, float]:
+    """Progressive filling of `groups` over what the others leave; sets g.new_rate / g.new_bn.
+
+    `load[l]` is the committed load of every group on link l (rate x flows); the groups' own committed
+    share is added back. Returns each bottleneck link's level (the rate its bottlenecked groups got).
+    """
+    rem: dict[int, float] = {}
+    cnt: dict[int, int] = {}
+    on: dict[int, list[Group]] = {}
+    heap: list[tuple[float, int]] = []
+    capped: list[Group] = []
+    for g in groups:
+        g.new_bn = -2
+        own = g.n * g.rate
+        for l in g.links:
+            if l in rem:
+                rem[l] += own
+                cnt[l] += g.n
+                on[l].append(g)
+            else:
+                rem[l] = cap[l] - load[l] + own
+                cnt[l] = g.n
+                on[l] = [g]
+        if g.cap < INF:
+            capped.append(g)
+            heap.append((g.cap, -len(capped)))
+    for l, c in cnt.items():
+        heap.append((rem[l] / c, l))
+    heapq.heapify(heap)
+    level: dict[int, float] = {}
+    left = len(groups)
+    pop, push = heapq.heappop, heapq.heappush
+    while heap and left:
+        share, key = pop(heap)
+        if key >= 0:
+            c = cnt[key]
+            if c == 0 or rem[key] / c != share:
+                continue
+            if share < 0.0:
+                share = 0.0
+            level[key] = share
+            fixing = [g for g in on[key] if g.new_bn == -2]
+            bn = key
+        else:
+            g = capped[-1 - key]
+            if g.new_bn != -2:
+                continue
+            fixing, bn = [g], -1
+        for g in fixing:
+            g.new_rate, g.new_bn = share, bn
+            left -= 1
+            moved = share * g.n
+            for l in g.links:
+                c = cnt[l] - g.n
+                cnt[l] = c
+                r = rem[l] - moved
+                rem[l] = r
+                if c:
+                    push(heap, (r / c, l))
+    for g in groups:   # a group with no links and no cap (cannot happen for real paths)
+        if g.new_bn == -2:
+            g.new_rate, g.new_bn = INF, -1
+    return level

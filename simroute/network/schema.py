@@ -1,0 +1,183 @@
+"""Topology file schema: pydantic at the file boundary, frozen dataclasses inside.
+
+Units in the YAML are the human ones (GB/s as `_GBps`, microseconds as `_us`); the dataclasses
+hold bytes/second and seconds, as everywhere else in the code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from simroute.errors import ConfigurationError
+from simroute.ioutil import load_yaml
+
+GB = 1e9
+US = 1e-6
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class IntraModel(_Strict):
+    kind: Literal["nvlink-mesh", "nvswitch", "pcie"]
+    link_GBps: float = Field(gt=0, description="per GPU pair (mesh) or per GPU port (nvswitch, pcie), per direction")
+    latency_us: float = Field(default=0.5, ge=0)
+    fabric: str = Field(min_length=1)
+    sockets: int = Field(default=1, ge=1, le=8)
+    xsocket_GBps: float | None = Field(default=None, gt=0)
+    xsocket_latency_us: float = Field(default=1.0, ge=0)
+    xsocket_fabric: str | None = None
+
+    @model_validator(mode="after")
+    def _sockets(self) -> "IntraModel":
+        if self.sockets > 1:
+            if self.kind != "pcie":
+                raise ValueError("sockets > 1 needs kind: pcie")
+            if self.xsocket_GBps is None:
+                raise ValueError("xsocket_GBps is required when sockets > 1")
+        return self
+
+
+class HostsModel(_Strict):
+    count: int = Field(ge=1)
+    gpus_per_host: int = Field(ge=1, le=64)
+    gpu: str = "h100"
+    intra: IntraModel
+
+    @model_validator(mode="after")
+    def _even_sockets(self) -> "HostsModel":
+        if self.gpus_per_host % self.intra.sockets:
+            raise ValueError(f"gpus_per_host ({self.gpus_per_host}) must divide evenly over "
+                             f"{self.intra.sockets} sockets")
+        return self
+
+
+class NicModel(_Strict):
+    per: Literal["gpu", "host"]
+    rate_GBps: float = Field(gt=0)
+    latency_us: float = Field(default=1.0, ge=0)
+    fabric: str = Field(min_length=1)
+    pcie_GBps: float = Field(default=64.0, gt=0, description="GPU<->host NIC PCIe link (per: host)")
+
+
+class NetworkModel(_Strict):
+    tiers: Literal[2, 3] = 2
+    hosts_per_leaf: int = Field(ge=1)
+    spines: int | None = Field(default=None, ge=1)
+    k: int | None = Field(default=None, ge=2)
+    uplink_GBps: float | None = Field(default=None, gt=0)
+    oversubscription: float | None = Field(default=None, gt=0)
+    latency_us: float = Field(default=0.6, ge=0)
+
+    @model_validator(mode="after")
+    def _shape(self) -> "NetworkModel":
+        if self.tiers == 2 and self.spines is None:
+            raise ValueError("a 2-tier leaf-spine needs 'spines'")
+        if self.tiers == 3:
+            if self.k is None or self.k % 2:
+                raise ValueError("a 3-tier fat-tree needs an even 'k'")
+            if self.spines is not None:
+                raise ValueError("'spines' is for tiers: 2; a 3-tier fat-tree derives them from k")
+        if self.uplink_GBps is not None and self.oversubscription is not None:
+            raise ValueError("give either uplink_GBps or oversubscription, not both")
+        return self
+
+
+class TopologyModel(_Strict):
+    name: str = Field(min_length=1)
+    description: str = ""
+    hosts: HostsModel
+    nic: NicModel
+    network: NetworkModel | None = None
+
+
+@dataclass(frozen=True)
+class IntraSpec:
+    kind: str
+    link_Bps: float
+    latency_s: float
+    fabric: str
+    sockets: int
+    xsocket_Bps: float | None
+    xsocket_latency_s: float
+    xsocket_fabric: str
+
+
+@dataclass(frozen=True)
+class TopologySpec:
+    """A validated topology description (what the YAML said, in SI units)."""
+
+    name: str
+    description: str
+    hosts: int
+    gpus_per_host: int
+    gpu: str
+    intra: IntraSpec
+    nic_per: str
+    nic_Bps: float
+    nic_latency_s: float
+    nic_fabric: str
+    nic_pcie_Bps: float
+    tiers: int
+    hosts_per_leaf: int
+    spines: int
+    k: int
+    uplink_Bps: float | None
+    oversubscription: float | None
+    switch_latency_s: float
+    source: str = ""
+
+    @property
+    def nics_per_host(self) -> int:
+        return self.gpus_per_host if self.nic_per == "gpu" else 1
+
+
+def _field_of(err: dict) -> str:
+    return ".".join(str(p) for p in err.get("loc", ()))
+
+
+def parse_topology(raw: object, *, file: str | Path = "<topology>") -> TopologySpec:
+    """Validate a parsed YAML document; raise ConfigurationError naming the file and field."""
+    if not isinstance(raw, dict):
+        raise ConfigurationError("a topology file must be a mapping", file=file)
+    try:
+        m = TopologyModel.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise ConfigurationError(err["msg"], file=file, field=_field_of(err) or None) from None
+    h, n, net = m.hosts, m.nic, m.network
+    nics_per_host = h.gpus_per_host if n.per == "gpu" else 1
+    if net is None:
+        if h.count > 1:
+            raise ConfigurationError("more than one host needs a 'network' section", file=file, field="network")
+        net = NetworkModel(tiers=2, hosts_per_leaf=1, spines=1)
+    if net.tiers == 3:
+        half = net.k // 2
+        if net.hosts_per_leaf * nics_per_host > half:
+            raise ConfigurationError(
+                f"hosts_per_leaf x NICs per host = {net.hosts_per_leaf * nics_per_host} exceeds the k/2 = {half} "
+                "down ports of an edge switch", file=file, field="network.hosts_per_leaf")
+        leaves = -(-h.count // net.hosts_per_leaf)
+        if leaves > net.k * half:
+            raise ConfigurationError(f"{leaves} edge switches exceed the k*k/2 = {net.k * half} of a k={net.k} "
+                                     "fat-tree", file=file, field="network.k")
+    i = h.intra
+    intra = IntraSpec(kind=i.kind, link_Bps=i.link_GBps * GB, latency_s=i.latency_us * US, fabric=i.fabric,
+                      sockets=i.sockets, xsocket_Bps=None if i.xsocket_GBps is None else i.xsocket_GBps * GB,
+                      xsocket_latency_s=i.xsocket_latency_us * US, xsocket_fabric=i.xsocket_fabric or i.fabric)
+    return TopologySpec(
+        name=m.name, description=m.description, hosts=h.count, gpus_per_host=h.gpus_per_host, gpu=h.gpu,
+        intra=intra, nic_per=n.per, nic_Bps=n.rate_GBps * GB, nic_latency_s=n.latency_us * US,
+        nic_fabric=n.fabric, nic_pcie_Bps=n.pcie_GBps * GB, tiers=net.tiers, hosts_per_leaf=net.hosts_per_leaf,
+        spines=net.spines or 0, k=net.k or 0,
+        uplink_Bps=None if net.uplink_GBps is None else net.uplink_GBps * GB,
+        oversubscription=net.oversubscription, switch_latency_s=net.latency_us * US, source=str(file))
+
+
+def load_topology_spec(path: str | Path) -> TopologySpec:
+    return parse_topology(load_yaml(path), file=path)

@@ -1,0 +1,126 @@
+"""`simroute trace gen | import | info | list`: thin front over simroute.workload."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from simroute.errors import ConfigurationError
+
+trace_app = typer.Typer(help="Workload traces: generate scenarios, import public traces, summarise.",
+                        no_args_is_help=True)
+
+
+def _warn(msg: str) -> None:
+    typer.secho(f"warning: {msg}", fg=typer.colors.YELLOW, err=True)
+
+
+def _parse_sets(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigurationError(f"expected key=value, got {item!r}", field="--param")
+        key, value = item.split("=", 1)
+        out[key.strip()] = value.strip()
+    return out
+
+
+@trace_app.command("gen")
+def gen(
+    kind: str = typer.Argument(..., help="Scenario: agents, corpus, sparse or disagg (see `simroute trace list`)."),
+    output: Path = typer.Option(None, "-o", "--output", help="Output trace directory, named *.parquet."),
+    seed: int = typer.Option(None, "--seed", help="Seed of numpy default_rng (default 0, or the preset's)."),
+    param: list[str] = typer.Option([], "-p", "--param", help="Generator parameter key=value (repeatable)."),
+    config: Path = typer.Option(None, "--config", help="YAML preset {kind, seed, params} (e.g. workloads/*.yaml)."),
+    show_params: bool = typer.Option(False, "--show-params", help="Print the parameters with their values and exit."),
+) -> None:
+    """Generate a scenario trace.
+
+    Example: simroute trace gen agents -p documents=2 -p subagents=16 -o agents.parquet --seed 1
+    """
+    import dataclasses
+
+    from simroute.ioutil import load_yaml
+    from simroute.workload.generators import generate, make_params
+
+    params: dict[str, Any] = {}
+    if config is not None:
+        preset = load_yaml(config) or {}
+        if not isinstance(preset, dict) or preset.get("kind", kind) != kind:
+            raise ConfigurationError(f"preset is for kind {preset.get('kind') if isinstance(preset, dict) else '?'!r}, "
+                                     f"not {kind!r}", file=config, field="kind")
+        params.update(preset.get("params") or {})
+        seed = preset.get("seed", 0) if seed is None else seed
+    params.update(_parse_sets(param))
+    p = make_params(kind, params)
+    if show_params:
+        for key, value in dataclasses.asdict(p).items():
+            typer.echo(f"{key} = {value}")
+        return
+    if output is None:
+        raise ConfigurationError("missing -o/--output", field="output")
+    path = generate(kind, output, seed=0 if seed is None else seed, params=params)
+    typer.echo(f"wrote {path}")
+
+
+@trace_app.command("import")
+def import_(
+    fmt: str = typer.Argument(..., metavar="FORMAT", help="mooncake, azure, burstgpt or agent."),
+    files: list[Path] = typer.Argument(..., metavar="FILE...", help="Input file(s); agent also takes directories."),
+    output: Path = typer.Option(..., "-o", "--output", help="Output trace directory, named *.parquet."),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="Multiply all times (arrivals, think times)."),
+    load_scale: float = typer.Option(1.0, "--load-scale", help="Multiply the open-loop request rate."),
+    strict: bool = typer.Option(False, "--strict", help="Reject unsorted timestamps instead of sorting them."),
+    block_tokens: int = typer.Option(None, "--block-tokens", help="Tokens per hash block (mooncake 512, agent 64)."),
+) -> None:
+    """Import a public trace (streamed; bad input leaves no output).
+
+    Example: simroute trace import mooncake mooncake_trace.jsonl -o mooncake.parquet
+    """
+    from simroute.workload.importers import import_trace
+
+    path = import_trace(fmt, files, output, time_scale=time_scale, load_scale=load_scale, strict=strict,
+                        block_tokens=block_tokens, warn=_warn)
+    typer.echo(f"wrote {path}")
+
+
+@trace_app.command("info")
+def info(
+    file: Path = typer.Argument(..., help="Trace directory (*.parquet)."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    lru_capacity: int = typer.Option(None, "--lru-capacity", min=0, help="Also replay an LRU of this many tokens."),
+) -> None:
+    """Requests, span, rate, token percentiles, and reuse (unbounded store and LRU).
+
+    Example: simroute trace info mooncake.parquet --lru-capacity 2000000
+    """
+    from simroute.cli.common import echo_json
+    from simroute.workload.stats import format_info, trace_info
+
+    result = trace_info(file, lru_capacity_tokens=lru_capacity)
+    if json_out:
+        echo_json(result.to_dict())
+    else:
+        typer.echo(format_info(result))
+
+
+@trace_app.command("list")
+def list_() -> None:
+    """List the generators (with their parameters) and the import formats."""
+    import dataclasses
+
+    from simroute.workload.generators import GENERATORS, _load_all
+    from simroute.workload.importers import IMPORTERS
+
+    _load_all()
+    for name, g in sorted(GENERATORS.items()):
+        typer.echo(f"{name}: {g.doc}")
+        for f in dataclasses.fields(g.params):
+            typer.echo(f"    {f.name} = {f.default}")
+    typer.echo("import formats: " + ", ".join(IMPORTERS))
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(trace_app, name="trace")

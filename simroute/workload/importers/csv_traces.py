@@ -45,10 +45,11 @@ def _chunks(file: Path, usecols: list[str]) -> Iterator[tuple[pd.DataFrame, np.n
     """CSV chunks with the file line of every row; tokenizer errors become ConfigurationErrors."""
     start = 2
     try:
-        reader = pd.read_csv(file, usecols=usecols, dtype=str, chunksize=BATCH_LINES,
+        # no usecols: with it pandas silently drops extra fields instead of reporting the line
+        reader = pd.read_csv(file, dtype=str, chunksize=BATCH_LINES, index_col=False,
                              skip_blank_lines=False, keep_default_na=False)
         for df in reader:
-            yield df, np.arange(start, start + len(df))
+            yield df[usecols], np.arange(start, start + len(df))
             start += len(df)
     except pd.errors.ParserError as exc:
         m = re.search(r"line (\d+)", str(exc))
@@ -84,7 +85,7 @@ def import_azure(writer: TraceWriter, files: list[Path], opts: ImportOptions) ->
             i = int(np.flatnonzero(ts.isna().to_numpy())[0])
             raise ConfigurationError(f"unparsable TIMESTAMP {raw.iloc[i]!r}", file=file, line=int(lines[i]),
                                      field="TIMESTAMP")
-        ns = ts.astype("int64").to_numpy()
+        ns = ts.dt.as_unit("ns").astype("int64").to_numpy()  # pandas picks us or ns by input
         if origin is None:
             origin = int(ns[0])
         ctx = _numbers(df[names["ContextTokens"]], "ContextTokens", file, lines, integer=True)

@@ -32,11 +32,11 @@ def leftovers(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.name.startswith("."))
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def small_trace():
     return write_small
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def no_leftovers():
     return leftovers

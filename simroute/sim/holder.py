@@ -1,0 +1,102 @@
+"""Holder-side servers: batched partial attention for routed queries and the K-stream staging pool.
+
+Routed queries that reach a holder within the dispatcher's batching window form one batch; its time follows
+the calibrated compute curve (flat to N ~ 8 requesters, then linear; paper §6.3). Callback-driven rather than
+one SimPy process per query, so millions of exchanges stay cheap.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable
+
+import simpy
+
+
+class HolderServer:
+    """Batches routed queries; `submit` returns an event that fires when the query's partial is computed.
+
+    A query carries `work` (its size in reference requesters: rows/16 x ct/2048), a kernel `premium`
+    (sparse selection) and a `weight` (how many exchanges the simulated one stands for: layers x steps).
+    """
+
+    __slots__ = ("env", "inst", "curve", "window", "streams", "queue", "busy", "armed", "batches", "queries",
+                 "max_queue", "samples", "record")
+
+    def __init__(self, env: simpy.Environment, inst: int, curve: Callable[[float], float], window_s: float,
+                 streams: int, record: bool = True) -> None:
+        self.env, self.inst, self.curve = env, inst, curve
+        self.window, self.streams = window_s, streams
+        self.queue: list[tuple[float, float, float, simpy.Event]] = []
+        self.busy = 0
+        self.armed = False
+        self.batches = 0
+        self.queries = 0
+        self.max_queue = 0
+        self.record = record
+        self.samples = (array("d"), array("i"), array("i"))   # time, queue length, batch size (0 = arrival)
+
+    def submit(self, work: float, premium: float, weight: float, delay_s: float = 0.0) -> simpy.Event:
+        """Queue a routed query arriving after `delay_s` (its outbound message)."""
+        done = self.env.event()
+        if delay_s > 0:
+            self.env.timeout(delay_s).callbacks.append(lambda _e: self._arrive(work, premium, weight, done))
+        else:
+            self._arrive(work, premium, weight, done)
+        return done
+
+    def _arrive(self, work: float, premium: float, weight: float, done: simpy.Event) -> None:
+        self.queue.append((work, premium, weight, done))
+        self.queries += 1
+        if len(self.queue) > self.max_queue:
+            self.max_queue = len(self.queue)
+        if self.record:
+            self._sample(0)
+        if not self.armed and self.busy < self.streams:
+            self.armed = True
+            self.env.timeout(self.window).callbacks.append(self._dispatch)
+
+    def _dispatch(self, _e: object = None) -> None:
+        self.armed = False
+        if not self.queue or self.busy >= self.streams:
+            return
+        batch, self.queue = self.queue, []
+        work = sum(b[0] for b in batch)
+        premium = max(b[1] for b in batch)
+        weight = max(b[2] for b in batch)
+        self.busy += 1
+        self.batches += 1
+        if self.record:
+            self._sample(len(batch))
+        t = self.curve(work) * premium * weight
+        self.env.timeout(t).callbacks.append(lambda _e, batch=batch: self._finish(batch))
+
+    def _finish(self, batch: list) -> None:
+        self.busy -= 1
+        for b in batch:
+            b[3].succeed()
+        if self.queue and not self.armed:
+            self._dispatch()
+
+    def _sample(self, batch_size: int) -> None:
+        t, q, b = self.samples
+        t.append(self.env.now)
+        q.append(len(self.queue))
+        b.append(batch_size)
+
+
+class StagingPool:
+    """The holder's pool of K D2D copy streams; beyond the elbow, extra streams add no throughput (§6.2)."""
+
+    def __init__(self, env: simpy.Environment, streams: int, elbow: int, copy_Bps: float) -> None:
+        self.resource = simpy.Resource(env, capacity=max(1, min(streams, elbow)))
+        self.copy_Bps = copy_Bps
+        self.env = env
+        self.max_queue = 0
+
+    def stage(self, nbytes: float):
+        """A SimPy sub-process: wait for a stream, copy, release."""
+        with self.resource.request() as req:
+            self.max_queue = max(self.max_queue, len(self.resource.queue))
+            yield req
+            yield self.env.timeout(nbytes / self.copy_Bps)

@@ -1,0 +1,146 @@
+"""Per-request records, the run summary and the output files (Parquet + summary.json).
+
+Everything a study or report needs is in these files; reports read only them (DESIGN §5).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from array import array
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+PRIMITIVE_NAMES = {0: "route", 1: "fetch", 2: "local", 3: "resident", 4: "first-touch"}
+DROP_REASONS = {0: "", 1: "unfinished at --until", 2: "requester out of range", 3: "unknown chunk id",
+                4: "closed-loop parent dropped"}
+
+
+class Recorder:
+    """Preallocated per-request columns (index = request_id) and a decision log."""
+
+    FLOAT_COLS = ("arrival", "ttft", "tpot", "e2e", "ttft_floor", "bytes_route", "bytes_fetch", "bytes_pd")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        for c in self.FLOAT_COLS:
+            setattr(self, c, np.full(n, np.nan) if c in ("arrival", "ttft", "tpot", "e2e", "ttft_floor")
+                    else np.zeros(n))
+        self.requester = np.full(n, -1, dtype=np.int32)
+        self.output_tokens = np.zeros(n, dtype=np.int32)
+        self.status = np.zeros(n, dtype=np.int8)       # 0 pending, 1 completed, 2 dropped
+        self.drop_reason = np.zeros(n, dtype=np.int8)
+        self.counts = np.zeros((n, 5), dtype=np.int32)  # decisions per primitive code
+        self.dec_req, self.dec_chunk, self.dec_holder, self.dec_prim = array("q"), array("q"), array("i"), array("b")
+
+    def decision(self, r: int, chunk_id: int, holder: int, prim: int) -> None:
+        self.counts[r, prim] += 1
+        self.dec_req.append(r)
+        self.dec_chunk.append(chunk_id)
+        self.dec_holder.append(holder)
+        self.dec_prim.append(prim)
+
+    def drop(self, r: int, reason: int) -> None:
+        self.status[r] = 2
+        self.drop_reason[r] = reason
+
+    def requests_table(self):
+        import pyarrow as pa
+        done = self.status == 1
+        cols = {
+            "request_id": np.arange(self.n, dtype=np.int64), "requester": self.requester,
+            "arrival_s": self.arrival, "ttft_s": self.ttft, "tpot_s": self.tpot, "e2e_s": self.e2e,
+            "ttft_floor_s": self.ttft_floor, "output_tokens": self.output_tokens,
+            "status": np.where(done, "completed", np.where(self.status == 2, "dropped", "pending")),
+            "drop_reason": np.array([DROP_REASONS[int(x)] for x in self.drop_reason]) if self.n < 2_000_000
+            else self.drop_reason,
+        }
+        for code, name in PRIMITIVE_NAMES.items():
+            cols[f"n_{name.replace('-', '_')}"] = self.counts[:, code]
+        cols.update({"bytes_route": self.bytes_route, "bytes_fetch": self.bytes_fetch, "bytes_pd": self.bytes_pd})
+        return pa.table(cols)
+
+    def decisions_table(self):
+        import pyarrow as pa
+        prim = np.frombuffer(self.dec_prim, dtype=np.int8) if len(self.dec_prim) else np.zeros(0, np.int8)
+        names = np.array([PRIMITIVE_NAMES[i] for i in range(5)])
+        return pa.table({"request_id": np.frombuffer(self.dec_req, dtype=np.int64) if len(self.dec_req) else
+                         np.zeros(0, np.int64),
+                         "chunk_id": np.frombuffer(self.dec_chunk, dtype=np.int64) if len(self.dec_chunk) else
+                         np.zeros(0, np.int64),
+                         "holder": np.frombuffer(self.dec_holder, dtype=np.int32) if len(self.dec_holder) else
+                         np.zeros(0, np.int32),
+                         "primitive": names[prim]})
+
+
+def percentiles(x: np.ndarray, scale: float = 1e3) -> dict[str, float | None]:
+    x = x[np.isfinite(x)]
+    if x.size == 0:
+        return {"mean": None, "p50": None, "p95": None, "p99": None, "max": None}
+    q = np.percentile(x, [50, 95, 99]) * scale
+    return {"mean": float(x.mean() * scale), "p50": float(q[0]), "p95": float(q[1]), "p99": float(q[2]),
+            "max": float(x.max() * scale)}
+
+
+def summarise(rec: Recorder, *, config: dict[str, Any], inputs: dict[str, str], sim_time_s: float,
+              extra: dict[str, Any]) -> dict[str, Any]:
+    """The deterministic summary (no wall-clock figures: those go to perf.json)."""
+    import simroute
+    done = rec.status == 1
+    ttft, tpot = rec.ttft[done], rec.tpot[done]
+    slo_t, slo_p = config["slo_ttft_ms"] * 1e-3, config["slo_tpot_ms"] * 1e-3
+    counts = rec.counts.sum(axis=0)
+    reasons: dict[str, int] = {}
+    for code in np.unique(rec.drop_reason[rec.status == 2]):
+        reasons[DROP_REASONS[int(code)]] = int(np.count_nonzero(rec.drop_reason[rec.status == 2] == code))
+    return {
+        "requests": int(rec.n), "completed": int(done.sum()), "dropped": int((rec.status == 2).sum()),
+        "dropped_by_reason": reasons,
+        "ttft_ms": percentiles(ttft), "tpot_ms": percentiles(tpot[rec.output_tokens[done] > 1]),
+        "e2e_ms": percentiles(rec.e2e[done]),
+        "slo": {"ttft_ms": config["slo_ttft_ms"], "tpot_ms": config["slo_tpot_ms"],
+                "attainment": float(np.mean((ttft <= slo_t) & (tpot <= slo_p))) if done.any() else None},
+        "bytes": {"route": float(rec.bytes_route.sum()), "fetch": float(rec.bytes_fetch.sum()), "local": 0.0,
+                  "pd_transfer": float(rec.bytes_pd.sum())},
+        "primitive_counts": {PRIMITIVE_NAMES[i]: int(counts[i]) for i in range(5)},
+        **extra,
+        "sim_time_s": sim_time_s,
+        "seed": config["seed"], "config": config, "inputs": inputs,
+        "versions": {"simroute": simroute.__version__, "python": platform.python_version(),
+                     **_versions("numpy", "simpy", "pyarrow", "networkx")},
+    }
+
+
+def _versions(*mods: str) -> dict[str, str]:
+    import importlib
+    out = {}
+    for m in mods:
+        try:
+            out[m] = importlib.import_module(m).__version__
+        except Exception:
+            out[m] = "?"
+    return out
+
+
+def write_outputs(out_dir: Path, summary: dict[str, Any], tables: dict[str, Any],
+                  perf: dict[str, Any] | None = None) -> None:
+    """Write every output into a temp directory, then rename it into place: all or nothing."""
+    import pyarrow.parquet as pq
+    from simroute.ioutil import atomic_path
+    with atomic_path(out_dir, directory=True) as tmp:
+        for name, table in tables.items():
+            if table is not None:
+                pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=False, default=_jd) + "\n")
+        if perf is not None:   # wall-clock figures: not part of the deterministic outputs
+            (tmp / "perf.json").write_text(json.dumps(perf, indent=2, default=_jd) + "\n")
+
+
+def _jd(o: Any) -> Any:
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(type(o))

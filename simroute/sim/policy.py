@@ -1,0 +1,49 @@
+"""Choosing route / fetch / local per (chunk, request).
+
+`paper` evaluates the closed-form predicate on the calibrated constants over the request's whole horizon:
+the first pass (its own prompt's query rows attend the chunk) plus R = output_tokens - 1 decode steps (one
+query row per head). `adaptive` adds live state: the holder's queue and the requester's free HBM.
+Baselines force one primitive wherever the chunk is remote.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simroute.model.cost import CostParams, Shape, costs
+from simroute.model.predicate import FETCH, LOCAL, ROUTE
+
+FORCED = {"always-route": ROUTE, "always-fetch": FETCH, "always-local": LOCAL}
+
+
+def horizon_costs(p: CostParams, *, mq_first: float, mq_step: float, steps: int, ct: np.ndarray,
+                  fabric: np.ndarray, cached: np.ndarray, topk: int = 0, holders: int = 1) -> np.ndarray:
+    """(3, n) total costs: first pass at mq_first, then `steps` decode steps at mq_step."""
+    first = costs(Shape(mq=mq_first, ct=ct, fabric=fabric, cached=cached, topk=topk, holders=holders), p)
+    step = costs(Shape(mq=mq_step, ct=ct, fabric=fabric, cached=True, topk=topk, holders=holders), p)
+    out = np.empty((3,) + np.shape(first["route"]["total"]))
+    out[ROUTE] = first["route"]["total"] + steps * step["route"]["total"]
+    if topk > 0:   # a selection is re-chosen every step: the gather does not amortise
+        out[FETCH] = first["fetch"]["total"] + steps * step["fetch"]["total"]
+    else:          # a fetched copy is attended locally afterwards
+        out[FETCH] = first["fetch"]["total"] + steps * step["fetch"]["attend"]
+    out[LOCAL] = first["local"]["total"] + steps * step["local"]["attend"]
+    return out
+
+
+def choose(policy: str, p: CostParams, *, mq_first: float, mq_step: float, steps: int, ct: np.ndarray,
+           fabric: np.ndarray, cached: np.ndarray, topk: int = 0, holders: int = 1,
+           holder_wait_s: np.ndarray | None = None, hbm_free: bool = True) -> np.ndarray:
+    """Primitive index per chunk (ROUTE / FETCH / LOCAL)."""
+    n = len(ct)
+    if policy in FORCED:
+        return np.full(n, FORCED[policy], dtype=np.int8)
+    c = horizon_costs(p, mq_first=mq_first, mq_step=mq_step, steps=steps, ct=ct, fabric=fabric, cached=cached,
+                      topk=topk, holders=holders)
+    if policy == "adaptive":
+        if holder_wait_s is not None:   # every routed exchange would wait this long behind the holder's queue
+            c[ROUTE] = c[ROUTE] + holder_wait_s * (1 + steps) * p.exchanges
+        if not hbm_free:                # a copy that cannot stay resident must be re-made every step
+            c[FETCH] = c[FETCH] * (1 + steps) if topk == 0 else c[FETCH]
+            c[LOCAL] = c[LOCAL] * (1 + steps)
+    return np.argmin(c, axis=0).astype(np.int8)

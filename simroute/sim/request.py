@@ -1,0 +1,207 @@
+"""What one request does (DESIGN §2): prefill its own tokens, attend every chunk by route / fetch / local
+(TTFT), then decode, each step attending the chunks again (TPOT). A mixin of `Simulation` (runner.py).
+
+Decode is simulated in macro-steps of S steps (`decode_steps_per_event`): one simulated exchange stands
+for S x exchanges-per-step (L per-layer, or 1) back-to-back exchanges, its probe, bytes and holder
+compute scaled by that weight. S = 1 is exact; larger S trades fidelity of queue dynamics for speed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from simroute.model.predicate import FETCH, LOCAL, ROUTE
+from simroute.sim.policy import choose
+
+RESIDENT, FIRST_TOUCH = 3, 4     # decision codes beside ROUTE / FETCH / LOCAL
+
+
+class RequestFlow:
+    """Request behaviour; expects the attributes that Simulation.__init__ sets."""
+
+    # ---- helpers ------------------------------------------------------------------------------
+    def _prefill(self, inst, tokens: float):
+        """Hold the instance's compute for a prefill of `tokens` tokens (own prompt or a re-prefill)."""
+        if tokens <= 0:
+            return
+        with inst.compute.request() as req:
+            yield req
+            yield self.env.timeout(tokens * self.prefill_s_per_token)
+
+    def _work(self, rows: float, ct: float, topk: int) -> tuple[float, float]:
+        """(work in reference requesters, sparse premium) of a partial over ct tokens / top-k entries."""
+        p = self.params
+        attended = (topk if topk > 0 else ct) * p.geometry.token_fraction
+        work = rows / p.holder_heads_ref * attended / p.holder_ct_ref
+        prem = float(np.interp(topk, p.sparse_k, p.sparse_premium)) if topk > 0 else 1.0
+        return work, prem
+
+    def _exchange(self, req_inst, holder, rows: float, ct: float, topk: int, weight: float):
+        """One routed exchange (x weight): query out, batched partial on the holder, partial back.
+
+        Returns (event to wait for, return-leg delay to add after it, wire bytes).
+        """
+        fab = self.fabric(req_inst, holder)
+        g = self.params.geometry
+        q_bytes = rows * g.q_bytes * weight / self.cfg.tp
+        p_bytes = rows * g.p_bytes * weight / self.cfg.tp
+        out = self.net.message_delay(req_inst.gpu, holder.gpu, q_bytes, t_probe_s=fab.t_probe_s * weight,
+                                     single_block_Bps=fab.single_block_Bps)
+        work, prem = self._work(rows, ct, topk)
+        done = holder.holder.submit(work, prem, weight, delay_s=out)
+        back = self.net.message_delay(holder.gpu, req_inst.gpu, p_bytes,
+                                      t_probe_s=fab.turnaround_s * weight, single_block_Bps=fab.single_block_Bps)
+        return done, back, (q_bytes + p_bytes) * self.cfg.tp
+
+    def _attend_s(self, rows: float, ct: float, topk: int) -> float:
+        """The requester's own attention over a resident copy, per step (all exchanges of the step)."""
+        work, prem = self._work(rows, ct, topk)
+        return self.holder_curve(work) * prem * self.params.exchanges
+
+    def _pick_holder(self, ci: int, req_inst) -> int | None:
+        hs = self.chunks.holders[ci]
+        if not hs:
+            return None
+        if len(hs) == 1:
+            return hs[0]
+        same_host = [h for h in hs if self.instances[h].host == req_inst.host]
+        pool = same_host or hs
+        return min(pool, key=lambda h: (len(self.instances[h].holder.queue), h))
+
+    # ---- primitives at TTFT ------------------------------------------------------------------------
+    def _fetch(self, r: int, ci: int, req_inst, holder, cached: bool):
+        nbytes = float(self.chunks.bytes[ci])
+        yield from holder.staging.stage(nbytes)
+        fab = self.fabric(req_inst, holder)
+        yield self.net.transfer(holder.gpu, req_inst.gpu, nbytes, rate_cap_Bps=fab.bulk_Bps, tag="fetch")
+        if not cached:
+            with req_inst.compute.request() as req:
+                yield req
+                yield self.env.timeout(self.splice_s(float(self.chunks.tokens[ci])))
+        self.chunks.add_copy(ci, req_inst)
+        self.rec.bytes_fetch[r] += nbytes
+
+    def _local(self, ci: int, req_inst, first_touch: bool):
+        key = (ci, req_inst.id)
+        pending = self.chunks.pending.get(key)
+        if pending is not None:          # someone on this instance is already making the copy: wait for it
+            yield pending
+            return
+        ev = self.env.event()
+        self.chunks.pending[key] = ev
+        yield from self._prefill(req_inst, float(self.chunks.tokens[ci]))
+        self.chunks.add_copy(ci, req_inst)
+        del self.chunks.pending[key]
+        ev.succeed()
+
+    def _route_first(self, r: int, ci: int, req_inst, holder, rows: float):
+        done, back, nbytes = self._exchange(req_inst, holder, rows, float(self.chunks.tokens[ci]), 0,
+                                            self.params.exchanges)
+        yield done
+        yield self.env.timeout(back + self.params.merge_s * self.params.exchanges)
+        self.rec.bytes_route[r] += nbytes
+
+    # ---- the request ---------------------------------------------------------------------------------
+    def request(self, r: int, req_inst, prefill_inst, prompt: int, output: int, chunk_idx: list[int],
+                cached: list[bool], topk: int, holders_spanned: int):
+        env, rec, p = self.env, self.rec, self.params
+        t0 = env.now
+        rec.arrival[r] = t0
+        rec.requester[r] = req_inst.id
+        req_inst.active += 1
+        self.active[req_inst.id] += 1
+        heads = p.geometry.heads_q
+        # 1. Own prompt: prefilled locally, or on the prefill instance and shipped (PD disaggregation).
+        if prefill_inst is not None and prefill_inst is not req_inst:
+            yield from self._prefill(prefill_inst, prompt)
+            kv = prompt * self.kv_bytes_per_token
+            fab = self.fabric(prefill_inst, req_inst)
+            yield self.net.transfer(prefill_inst.gpu, req_inst.gpu, kv, rate_cap_Bps=fab.bulk_Bps, tag="pd")
+            rec.bytes_pd[r] += kv
+        else:
+            yield from self._prefill(req_inst, prompt)
+        lb_chunks = 0.0
+        routed: list[tuple[int, int]] = []       # (chunk index, holder) attended by route every step
+        resident: list[int] = []
+        if topk > 0:
+            sel = yield from self._selection_first(r, req_inst, chunk_idx, prompt, output, topk, holders_spanned)
+        else:
+            sel = None
+            ops = []
+            remote, remote_holder, remote_cached = [], [], []
+            for ci, cf in zip(chunk_idx, cached):
+                if self.chunks.resident_on(ci, req_inst.id):
+                    self.chunks.touch(ci, req_inst)
+                    resident.append(ci)
+                    self._decision(r, ci, req_inst.id, RESIDENT)
+                    continue
+                h = self._pick_holder(ci, req_inst)
+                if h is None:                       # nobody holds it: prefill it here (first touch)
+                    ops.append(env.process(self._local(ci, req_inst, True)))
+                    resident.append(ci)
+                    self._decision(r, ci, req_inst.id, FIRST_TOUCH)
+                    lb_chunks = max(lb_chunks, float(self.chunks.tokens[ci]) * self.prefill_s_per_token)
+                    continue
+                remote.append(ci)
+                remote_holder.append(h)
+                remote_cached.append(cf)
+            if remote:
+                ct = self.chunks.tokens[remote].astype(float)
+                fabs = np.array([self.fabric_id(req_inst, self.instances[h]) for h in remote_holder])
+                wait = None
+                if self.cfg.policy == "adaptive":
+                    wait = np.array([len(self.instances[h].holder.queue) * self.holder_curve(1.0)
+                                     for h in remote_holder])
+                choice = choose(self.cfg.policy, p, mq_first=heads * max(prompt, 1), mq_step=heads,
+                                steps=max(output - 1, 0), ct=ct, fabric=fabs, cached=np.array(remote_cached),
+                                holder_wait_s=wait, hbm_free=req_inst.free_bytes > float(ct.sum()) * self.kv_bytes_per_token)
+                for ci, h, cf, c, lb in zip(remote, remote_holder, remote_cached, choice.tolist(),
+                                            self.ttft_floor(heads * max(prompt, 1), ct, fabs, remote_cached)):
+                    lb_chunks = max(lb_chunks, lb)
+                    holder = self.instances[h]
+                    self._decision(r, ci, h, c)
+                    if c == ROUTE:
+                        ops.append(env.process(self._route_first(r, ci, req_inst, holder, heads * max(prompt, 1))))
+                        routed.append((ci, h))
+                    elif c == FETCH:
+                        ops.append(env.process(self._fetch(r, ci, req_inst, holder, cf)))
+                        resident.append(ci)
+                    else:
+                        ops.append(env.process(self._local(ci, req_inst, False)))
+                        resident.append(ci)
+            if ops:
+                yield env.all_of(ops)
+        rec.ttft[r] = env.now - t0
+        rec.ttft_floor[r] = prompt * self.prefill_s_per_token + lb_chunks
+        # 2. Decode: every step attends every chunk again.
+        t1 = env.now
+        steps_left = max(output - 1, 0)
+        attend = sum(self._attend_s(heads, float(self.chunks.tokens[ci]), 0) for ci in resident)
+        base = self.cfg.decode_base_ms * 1e-3
+        S = self.cfg.decode_steps_per_event
+        if sel is not None:
+            yield from self._selection_decode(r, req_inst, sel, steps_left, topk, base)
+        elif not routed:
+            if steps_left:
+                yield env.timeout(steps_left * (base + attend))
+        else:
+            while steps_left > 0:
+                s = min(S, steps_left)
+                w = s * p.exchanges
+                waits, back = [], 0.0
+                for ci, h in routed:
+                    done, b, nbytes = self._exchange(req_inst, self.instances[h], heads,
+                                                     float(self.chunks.tokens[ci]), 0, w)
+                    waits.append(done)
+                    back = max(back, b)
+                    rec.bytes_route[r] += nbytes
+                yield env.all_of(waits)
+                yield env.timeout(back + p.merge_s * w + s * (base + attend))
+                steps_left -= s
+        rec.tpot[r] = (env.now - t1) / (output - 1) if output > 1 else 0.0
+        rec.e2e[r] = env.now - t0
+        rec.status[r] = 1
+        req_inst.active -= 1
+        self.active[req_inst.id] -= 1
+        self.completed += 1
+        self.done_event(r).succeed()

@@ -1,0 +1,359 @@
+"""Build a simulation from (topology, trace, profile, config), run it, and write what happened.
+
+The simulator composes the layers: the model's predicate and constants (via the profile), the network
+engine (flows and messages on real paths), and the workload (streamed request batches).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import simpy
+
+from simroute.calib import load_profile
+from simroute.errors import ConfigurationError
+from simroute.ioutil import sha256_file
+from simroute.model.cost import FabricParams, _interp_extrap, splice_s
+from simroute.network import FlowEngine, load_topology
+from simroute.sim.cluster import ChunkStore, Instance
+from simroute.sim.config import RunConfig
+from simroute.sim.holder import HolderServer, StagingPool
+from simroute.sim.metrics import Recorder, summarise, write_outputs
+from simroute.sim.placement import place
+from simroute.sim.request import RequestFlow
+from simroute.sim.selection import SelectionFlow
+from simroute.workload import iter_request_batches, read_chunks, read_trace_meta
+
+REQ_COLS = ["request_id", "arrival_s", "after_id", "think_s", "requester_hint", "prefill_hint", "prompt_tokens",
+            "output_tokens", "chunk_ids", "chunk_at_cached_offset", "topk", "holders_spanned"]
+
+
+@dataclass
+class RunResult:
+    summary: dict[str, Any]
+    perf: dict[str, Any]
+    tables: dict[str, Any]
+
+
+class Simulation(RequestFlow, SelectionFlow):
+    """One run. `run()` returns a RunResult; `write(dir)` stores it."""
+
+    def __init__(self, cfg: RunConfig, progress: Callable[[int, int], None] | None = None) -> None:
+        self.cfg = cfg
+        self.progress = progress
+        self.topology = load_topology(cfg.topology)
+        self.profile = load_profile(cfg.calib)
+        self.params = self.profile.cost_params(cfg.model, route_exchanges=cfg.route_exchanges,
+                                               prefill_us=cfg.prefill_us)
+        p = self.params
+        self.env = simpy.Environment()
+        self.net = FlowEngine(self.env, self.topology, routing=cfg.routing, seed=cfg.seed,
+                              record_series=cfg.link_series, keep_records=cfg.telemetry)
+        g = p.geometry
+        self.kv_bytes_per_token = g.b_kv * g.layers * g.token_fraction
+        self.prefill_s_per_token = g.layers * p.prefill_s_per_token_layer
+        self.holder_curve = lambda n: float(_interp_extrap(np.asarray(n, dtype=float), p.holder_n, p.holder_s))
+        self.splice_s = lambda ct: float(splice_s(ct, p))
+        self._build_instances()
+        self._fabric_cache: dict[tuple[int, int], int] = {}
+        self.meta = read_trace_meta(cfg.trace)
+        self._build_chunks()
+        n = int(self.meta["requests"])
+        if cfg.max_requests is not None:
+            n = min(n, cfg.max_requests)
+        self.n_requests = n
+        self.rec = Recorder(n)
+        self.active = np.zeros(len(self.instances), dtype=np.int64)
+        self._done: dict[int, simpy.Event] = {}
+        self.completed = 0
+        self._rr = 0
+
+    # ---- construction -------------------------------------------------------------------------------
+    def _build_instances(self) -> None:
+        cfg, topo = self.cfg, self.topology
+        gpus = topo.gpus
+        per_host = len(gpus) // max(1, len({topo.host_of(x) for x in gpus}))
+        if per_host % cfg.tp:
+            raise ConfigurationError(f"tp = {cfg.tp} does not divide the {per_host} GPUs of a host", field="tp")
+        elbow = int(self.profile.constants["staging_elbow_streams"].value) \
+            if "staging_elbow_streams" in self.profile.constants else 8
+        self.instances: list[Instance] = []
+        for i, gpu in enumerate(gpus[::cfg.tp]):
+            env = self.env
+            self.instances.append(Instance(
+                id=i, gpu=gpu, host=topo.host_of(gpu), capacity_bytes=cfg.hbm_gb * 1e9,
+                compute=simpy.Resource(env, capacity=1),
+                holder=HolderServer(env, i, self.holder_curve, cfg.batch_window_us * 1e-6, cfg.holder_streams,
+                                    record=cfg.telemetry),
+                staging=StagingPool(env, cfg.staging_streams, elbow, cfg.staging_copy_GBps * 1e9)))
+
+    def _build_chunks(self) -> None:
+        t = read_chunks(self.cfg.trace)
+        col = lambda name: t.column(name).to_numpy(zero_copy_only=False)
+        self.chunks = ChunkStore(col("chunk_id").astype(np.int64), col("tokens").astype(np.int64),
+                                 col("cached_offset").astype(np.int64), col("canonical").astype(bool),
+                                 col("holder_hint").astype(np.int64), self.kv_bytes_per_token)
+        pop = None
+        if self.cfg.placement == "popularity":
+            pop = self._popularity()
+        res = place(self.cfg.placement, self.chunks.ids, self.chunks.bytes, self.chunks.canonical,
+                    self.chunks.holder_hint, len(self.instances), self.cfg.hbm_gb * 1e9, seed=self.cfg.seed,
+                    popularity=pop, replicas=self.cfg.replicas, hot_fraction=self.cfg.hot_fraction)
+        self.placement = res
+        for ci, hs in enumerate(res.holders):
+            self.chunks.holders[ci] = list(hs)
+        for inst, used in zip(self.instances, res.used_bytes):
+            inst.pinned_bytes = float(used)
+
+    def _popularity(self) -> np.ndarray:
+        """How often each chunk is attended in the trace (a streamed pre-pass)."""
+        counts = np.zeros(len(self.chunks.ids), dtype=np.int64)
+        ids = self.chunks.ids
+        order = np.argsort(ids)
+        for b in iter_request_batches(self.cfg.trace, columns=["chunk_ids"]):
+            flat = b.column(0).flatten().to_numpy()
+            pos = np.searchsorted(ids, flat, sorter=order)
+            ok = (pos < len(ids)) & (ids[order[np.minimum(pos, len(ids) - 1)]] == flat)
+            np.add.at(counts, order[pos[ok]], 1)
+        return counts
+
+    # ---- lookups the request flow uses -----------------------------------------------------------------
+    def fabric_id(self, a: Instance, b: Instance) -> int:
+        key = (a.id, b.id)
+        fid = self._fabric_cache.get(key)
+        if fid is None:
+            name = self.topology.fabric_between(a.gpu, b.gpu)
+            if name not in self.params.fabric_index:
+                raise ConfigurationError(
+                    f"the topology's path {a.gpu} -> {b.gpu} is of fabric '{name}', which profile "
+                    f"'{self.profile.name}' lacks (it has: {', '.join(self.params.fabric_index)})",
+                    file=self.cfg.calib, field="fabrics")
+            fid = self._fabric_cache[key] = self.params.fabric_index[name]
+        return fid
+
+    def fabric(self, a: Instance, b: Instance) -> FabricParams:
+        return self.params.fabrics[self.fabric_id(a, b)]
+
+    def ttft_floor(self, mq: float, ct: np.ndarray, fabs: np.ndarray, cached: list[bool]) -> list[float]:
+        """Closed-form lower bound of each remote chunk's first pass: the cheapest primitive, no queueing."""
+        from simroute.model.cost import Shape, costs
+        c = costs(Shape(mq=mq, ct=ct, fabric=fabs, cached=np.array(cached)), self.params)
+        route = c["route"]["total"] - c["route"]["compute"] + 0.0
+        fetch = c["fetch"]["pull"] + c["fetch"]["splice"]
+        local = c["local"]["prefill"]
+        return np.minimum(np.minimum(route, fetch), local).tolist()
+
+    def _decision(self, r: int, ci: int, holder: int, prim: int) -> None:
+        self.rec.decision(r, int(self.chunks.ids[ci]), holder, prim)
+
+    def done_event(self, r: int) -> simpy.Event:
+        ev = self._done.get(r)
+        if ev is None:
+            ev = self._done[r] = self.env.event()
+        return ev
+
+    def _requester(self, hint: int, chunk_idx: list[int]) -> Instance | None:
+        n = len(self.instances)
+        router = self.cfg.router
+        if router == "hint" and hint >= 0:
+            return self.instances[hint] if hint < n else None
+        if router == "round-robin":
+            self._rr = (self._rr + 1) % n
+            return self.instances[self._rr]
+        if router == "locality" and chunk_idx:
+            score = np.zeros(n)
+            for ci in chunk_idx:
+                for h in self.chunks.holders[ci]:
+                    score[h] += self.chunks.tokens[ci]
+            if score.max() > 0:
+                best = np.flatnonzero(score == score.max())
+                return self.instances[int(best[np.argmin(self.active[best])])]
+        return self.instances[int(np.argmin(self.active))]
+
+    # ---- arrivals ------------------------------------------------------------------------------------
+    def _feeder(self):
+        """Stream request batches; open-loop requests start at arrival_s, closed-loop ones after their parent."""
+        env, n = self.env, self.n_requests
+        seen = 0
+        until = self.cfg.until_s
+        for batch in iter_request_batches(self.cfg.trace, columns=REQ_COLS):
+            if seen >= n:
+                break
+            cols = {name: batch.column(name) for name in REQ_COLS}
+            ids = cols["request_id"].to_numpy()
+            arrival = cols["arrival_s"].to_numpy()
+            after = cols["after_id"].to_numpy()
+            think = cols["think_s"].to_numpy()
+            hint = cols["requester_hint"].to_numpy()
+            pf_hint = cols["prefill_hint"].to_numpy()
+            prompt = cols["prompt_tokens"].to_numpy()
+            output = cols["output_tokens"].to_numpy()
+            topk = cols["topk"].to_numpy()
+            spanned = cols["holders_spanned"].to_numpy()
+            offs = cols["chunk_ids"].offsets.to_numpy()
+            flat_ids = cols["chunk_ids"].flatten().to_numpy()
+            flat_cached = cols["chunk_at_cached_offset"].flatten().to_numpy(zero_copy_only=False)
+            index = self.chunks.index
+            for j in range(len(ids)):
+                if seen >= n:
+                    break
+                r = int(ids[j])
+                if r >= n:
+                    seen += 1
+                    continue
+                seen += 1
+                self.rec.output_tokens[r] = output[j]
+                if until is not None and arrival[j] > until and after[j] < 0:
+                    self.rec.drop(r, 1)
+                    continue
+                a, b = offs[j], offs[j + 1]
+                try:
+                    chunk_idx = [index[c] for c in flat_ids[a:b].tolist()]
+                except KeyError:
+                    self.rec.drop(r, 3)
+                    continue
+                args = (r, int(hint[j]), int(pf_hint[j]), int(prompt[j]), int(output[j]), chunk_idx,
+                        flat_cached[a:b].tolist(), int(topk[j]), int(spanned[j]))
+                if after[j] >= 0 and after[j] < n:
+                    env.process(self._closed_loop(int(after[j]), float(think[j]), args))
+                    continue
+                wait = float(arrival[j]) - env.now
+                if wait > 0:
+                    yield env.timeout(wait)
+                self._start(*args)
+            if self.progress:
+                self.progress(seen, n)
+
+    def _closed_loop(self, parent: int, think_s: float, args: tuple):
+        yield self.done_event(parent)
+        if self.rec.status[parent] == 2:
+            self.rec.drop(args[0], 4)
+            self.done_event(args[0]).succeed()
+            return
+        if think_s > 0:
+            yield self.env.timeout(think_s)
+        if self.cfg.until_s is not None and self.env.now > self.cfg.until_s:
+            self.rec.drop(args[0], 1)
+            self.done_event(args[0]).succeed()
+            return
+        self._start(*args)
+
+    def _start(self, r: int, hint: int, pf_hint: int, prompt: int, output: int, chunk_idx: list[int],
+               cached: list[bool], topk: int, spanned: int) -> None:
+        req = self._requester(hint, chunk_idx)
+        if req is None:
+            self.rec.drop(r, 2)
+            self.done_event(r).succeed()
+            return
+        pf = None
+        if pf_hint >= 0:
+            if pf_hint >= len(self.instances):
+                self.rec.drop(r, 2)
+                self.done_event(r).succeed()
+                return
+            pf = self.instances[pf_hint]
+        self.env.process(self.request(r, req, pf, prompt, output, chunk_idx, cached, topk, spanned))
+
+    # ---- run and outputs ---------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        t0 = time.perf_counter()
+        self.env.process(self._feeder())
+        self.env.run(until=self.cfg.until_s)
+        wall = time.perf_counter() - t0
+        rec = self.rec
+        pending = np.flatnonzero(rec.status == 0)
+        for r in pending:
+            if not np.isnan(rec.arrival[r]) or self.cfg.until_s is not None:
+                rec.drop(int(r), 1)
+        return self._result(wall)
+
+    def _result(self, wall: float) -> RunResult:
+        cfg = self.cfg
+        inputs = {"topology": sha256_file(cfg.topology), "trace": sha256_file(cfg.trace),
+                  "calib": ",".join(sha256_file(f)[:16] for f in self.profile.files)}
+        holders = self.instances
+        extra = {
+            "instances": len(holders), "gpus": len(self.topology.gpus),
+            "placement": {"policy": cfg.placement, "overflow_chunks": self.placement.overflow_chunks,
+                          "overflow_bytes": self.placement.overflow_bytes,
+                          "replicated_chunks": self.placement.replicated_chunks},
+            "holders": {"batches": int(sum(h.holder.batches for h in holders)),
+                        "routed_queries": int(sum(h.holder.queries for h in holders)),
+                        "mean_batch": (sum(h.holder.queries for h in holders) /
+                                       max(1, sum(h.holder.batches for h in holders))),
+                        "max_queue": int(max((h.holder.max_queue for h in holders), default=0)),
+                        "max_staging_queue": int(max((h.staging.max_queue for h in holders), default=0)),
+                        "evictions": int(sum(h.evictions for h in holders)),
+                        "copies_refused": int(sum(h.refused for h in holders))},
+            "network": self._network_summary(),
+        }
+        summary = summarise(self.rec, config=cfg.as_dict(), inputs=inputs, sim_time_s=float(self.env.now),
+                            extra=extra)
+        perf = {"wall_s": wall, "sim_s_per_wall_s": self.env.now / wall if wall > 0 else None,
+                "requests_per_wall_s": summary["completed"] / wall if wall > 0 else None,
+                "routed_queries_per_wall_s": extra["holders"]["routed_queries"] / wall if wall > 0 else None}
+        tables = {"requests": self.rec.requests_table(), "decisions": self.rec.decisions_table(),
+                  "holders": self._holder_table() if cfg.telemetry else None}
+        tables.update(self._network_tables())
+        return RunResult(summary, perf, tables)
+
+    def _network_summary(self) -> dict[str, Any]:
+        tel = self.net.telemetry
+        s: dict[str, Any] = {"routing": self.cfg.routing, "flows": int(tel.n_done)}
+        links = tel.links_frame()
+        total = links["bulk_bytes"] + links["message_bytes"]
+        s["bytes_by_tier"] = {str(k): float(v) for k, v in total.groupby(links["tier"]).sum().items()}
+        s["max_link_utilisation"] = float(links["mean_utilisation"].max()) if len(links) else 0.0
+        peaks: dict[str, int] = {}
+        for _t, spine, c in tel.spine_series:
+            peaks[spine] = max(peaks.get(spine, 0), c)
+        s["peak_spine_concurrency"] = dict(sorted(peaks.items()))
+        if tel.records:
+            a = np.array([r.end - r.start for r in tel.records])
+            s["fct_ms"] = {"mean": float(a.mean() * 1e3), "p95": float(np.percentile(a, 95) * 1e3)}
+            for tag in ("fetch", "pd", "gather"):
+                t = np.array([r.end - r.start for r in tel.records if r.tag == tag])
+                if t.size:
+                    s[f"fct_ms_{tag}"] = {"mean": float(t.mean() * 1e3), "p95": float(np.percentile(t, 95) * 1e3),
+                                          "flows": int(t.size)}
+        return s
+
+    def _network_tables(self) -> dict[str, Any]:
+        if not self.cfg.telemetry:
+            return {}
+        import pandas as pd
+        import pyarrow as pa
+        tel = self.net.telemetry
+        frames = {"net_links": tel.links_frame(), "net_flows": tel.flows_frame(),
+                  "net_spines": pd.DataFrame(tel.spine_series, columns=["t_s", "spine", "active_flows"])}
+        if tel.record_series:
+            frames["net_link_series"] = pd.DataFrame(tel.series, columns=["link", "t0_s", "t1_s", "utilisation"])
+        return {k: pa.Table.from_pandas(v, preserve_index=False) for k, v in frames.items()}
+
+    def _holder_table(self):
+        import pyarrow as pa
+        t, q, b, h = [], [], [], []
+        for inst in self.instances:
+            ts, qs, bs = inst.holder.samples
+            if len(ts):
+                t.append(np.frombuffer(ts, dtype=np.float64))
+                q.append(np.frombuffer(qs, dtype=np.int32))
+                b.append(np.frombuffer(bs, dtype=np.int32))
+                h.append(np.full(len(ts), inst.id, dtype=np.int32))
+        cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)
+        return pa.table({"holder": cat(h, np.int32), "time_s": cat(t, np.float64), "queue": cat(q, np.int32),
+                         "batch_size": cat(b, np.int32)})
+
+
+def simulate(cfg: RunConfig, out_dir: str | Path | None = None,
+             progress: Callable[[int, int], None] | None = None) -> RunResult:
+    """Run one configuration; write its outputs atomically if `out_dir` is given."""
+    sim = Simulation(cfg, progress=progress)
+    res = sim.run()
+    if out_dir is not None:
+        write_outputs(Path(out_dir), res.summary, res.tables, res.perf)
+    return res

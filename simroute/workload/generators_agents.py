@@ -12,11 +12,10 @@ import dataclasses
 from typing import Literal
 
 import numpy as np
-
-from simroute.workload.generators import (check, dict_strings, lengths, register, tenant_names)
-from simroute.workload.writer import TraceWriter, list_array
-
 import pyarrow as pa
+
+from simroute.workload.generators import check, dict_strings, lengths, register, tenant_names
+from simroute.workload.writer import TraceWriter, list_array
 
 
 @dataclasses.dataclass(frozen=True)

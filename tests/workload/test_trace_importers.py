@@ -67,6 +67,13 @@ def test_mooncake_bad_input(tmp_path, no_leftovers, raw, line, reason):
     assert not (tmp_path / "out.parquet").exists() and no_leftovers(tmp_path) == []
 
 
+def test_empty_input_is_an_error(tmp_path):
+    (tmp_path / "e.jsonl").write_text("\n")
+    with pytest.raises(ConfigurationError, match="no requests"):
+        import_trace("mooncake", tmp_path / "e.jsonl", tmp_path / "e.parquet")
+    assert not (tmp_path / "e.parquet").exists()
+
+
 def test_unsorted_sorted_with_warning_or_rejected_strict(tmp_path):
     rows = [MOON[1], MOON[0], MOON[2]]
     src = _jsonl(tmp_path / "u.jsonl", rows)

@@ -80,4 +80,6 @@ def import_trace(fmt: str, inputs: str | Path | Sequence[str | Path], output: st
     }
     with open_trace_writer(output, meta, strict=strict, source=files[0], warn=warn) as writer:
         registry[fmt](writer, files, opts)
+        if writer.n_requests == 0:
+            raise ConfigurationError("no requests in the input", file=files[0])
     return Path(output)

@@ -1,0 +1,98 @@
+"""The calibrate pipeline as a library call: capability -> probes (each in a subprocess) -> fits ->
+profile + raw samples, written atomically. The CLI (`simroute calibrate`) only prints what this returns."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simroute.errors import UnknownNameError
+from simroute.probes.capability import Capability, detect
+from simroute.probes.framework import Probe, ProbeOutcome, requirement_gap, run_probe
+from simroute.probes.registry import HOST_TRANSPORT, PROBES
+
+SAMPLES_NAME = "samples.parquet"
+
+
+def default_out(hostname: str | None = None) -> Path:
+    return Path("calib") / "measured" / (hostname or socket.gethostname()) / "profile.yaml"
+
+
+def select(only: Iterable[str] | None) -> list[Probe]:
+    """The probes to run: all visible ones, or those named (hidden self-tests only by name)."""
+    if not only:
+        return [p for p in PROBES.values() if not p.hidden]
+    out = []
+    for name in only:
+        if name not in PROBES:
+            raise UnknownNameError("probe", name, [n for n, p in PROBES.items() if not p.hidden])
+        out.append(PROBES[name])
+    return out
+
+
+@dataclass
+class Calibration:
+    capability: Capability
+    outcomes: list[ProbeOutcome]
+    profile_path: Path | None = None
+    samples_path: Path | None = None
+    profile: Any = None
+    notes: list[str] = field(default_factory=list)
+
+    def measured(self) -> list[str]:
+        return [o.probe.name for o in self.outcomes if o.ok]
+
+    def not_measured(self) -> list[tuple[str, str]]:
+        return [(o.probe.name, f"{o.status}: {o.message}") for o in self.outcomes if not o.ok]
+
+
+def run_probes(probes: list[Probe], cap: Capability, *, quick: bool = False, pes: int = 1,
+               timeout_s: float | None = None, on_done: Callable[[ProbeOutcome], None] | None = None,
+               extra_args: dict[str, Any] | None = None) -> list[ProbeOutcome]:
+    """Run each probe that this machine can run; skip the rest with the reason. Never stops early."""
+    outcomes = []
+    for p in probes:
+        gap = requirement_gap(p.needs, cap.gpus, pes, hosts_with_nic=bool(cap.infiniband) and pes >= 2)
+        if gap:
+            o = ProbeOutcome(p, "skipped", gap, 0.0)
+        else:
+            args = {"quick": quick, "pes": pes, "box": cap.box, **(extra_args or {})}
+            if p.name in HOST_TRANSPORT:
+                args["transport"] = HOST_TRANSPORT[p.name]
+            o = run_probe(p, args, timeout_s=timeout_s)
+            for s in o.samples:
+                s.setdefault("probe", p.name)
+        outcomes.append(o)
+        if on_done:
+            on_done(o)
+    return outcomes
+
+
+def calibrate(out: Path | None = None, *, only: Iterable[str] | None = None, quick: bool = False, pes: int = 1,
+              timeout_s: float | None = None, on_done: Callable[[ProbeOutcome], None] | None = None,
+              cap: Capability | None = None, write: bool = True) -> Calibration:
+    """Run the probes and (if anything was measured) write the profile and its samples beside it."""
+    from simroute.calib.writer import write_profile_checked, write_samples
+    from simroute.probes.assemble import build_profile
+    cap = cap or detect()
+    probes = select(only)
+    outcomes = run_probes(probes, cap, quick=quick, pes=pes, timeout_s=timeout_s, on_done=on_done)
+    cal = Calibration(cap, outcomes)
+    if not write:
+        return cal
+    if not cal.measured():
+        cal.notes.append("nothing was measured: no profile written")
+        return cal
+    out = Path(out) if out else default_out(cap.hostname)
+    samples = [s for o in outcomes for s in o.samples]
+    data = build_profile(outcomes, cap, out, SAMPLES_NAME)
+    samples_path = out.parent / SAMPLES_NAME
+    # The profile is checked (loads back, gives cost_params) before the samples and it are renamed into place.
+    cal.profile = write_profile_checked(data, out, before_commit=lambda: write_samples(
+        samples, samples_path, metadata={"simroute.box": cap.box, "simroute.profile": out.name}))
+    cal.samples_path = samples_path
+    cal.profile_path = out
+    return cal

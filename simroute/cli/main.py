@@ -28,6 +28,7 @@ app = typer.Typer(
 COMMAND_MODULES: list[str] = [
     "model_cmd",
     "calib_cmd",
+    "run_cmd",
     "calibrate_cmd",
     "trace_cmd",
 ]

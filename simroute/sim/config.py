@@ -14,6 +14,11 @@ PLACEMENTS = ("hash", "consistent-hash", "popularity")
 ROUTERS = ("hint", "round-robin", "least-loaded", "locality")
 
 
+def default_trace_path() -> Path:
+    """The shipped default trace (an agentic scenario), found inside the installed package."""
+    return Path(__file__).resolve().parent.parent / "data" / "traces" / "agents-default.parquet"
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything a run depends on besides the input files' contents (which are hashed into the summary).

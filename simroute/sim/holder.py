@@ -21,7 +21,7 @@ class HolderServer:
     """
 
     __slots__ = ("env", "inst", "curve", "window", "streams", "queue", "busy", "armed", "batches", "queries",
-                 "max_queue", "samples", "record")
+                 "max_queue", "samples", "record", "batch_compute_s")
 
     def __init__(self, env: simpy.Environment, inst: int, curve: Callable[[float], float], window_s: float,
                  streams: int, record: bool = True) -> None:
@@ -35,6 +35,7 @@ class HolderServer:
         self.max_queue = 0
         self.record = record
         self.samples = (array("d"), array("i"), array("i"))   # time, queue length, batch size (0 = arrival)
+        self.batch_compute_s = array("d")                      # one exchange's compute per batch (unweighted)
 
     def submit(self, work: float, premium: float, weight: float, delay_s: float = 0.0) -> simpy.Event:
         """Queue a routed query arriving after `delay_s` (its outbound message)."""
@@ -54,7 +55,8 @@ class HolderServer:
             self._sample(0)
         if not self.armed and self.busy < self.streams:
             self.armed = True
-            self.env.timeout(self.window).callbacks.append(self._dispatch)
+            # A weighted query stands for `weight` exchanges in dilated time: dilate the window with it.
+            self.env.timeout(self.window * weight).callbacks.append(self._dispatch)
 
     def _dispatch(self, _e: object = None) -> None:
         self.armed = False
@@ -68,7 +70,10 @@ class HolderServer:
         self.batches += 1
         if self.record:
             self._sample(len(batch))
-        t = self.curve(work) * premium * weight
+        one = self.curve(work) * premium
+        if self.record:
+            self.batch_compute_s.append(one)
+        t = one * weight
         self.env.timeout(t).callbacks.append(lambda _e, batch=batch: self._finish(batch))
 
     def _finish(self, batch: list) -> None:

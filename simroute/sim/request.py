@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from simroute.model.predicate import FETCH, LOCAL, ROUTE
+from simroute.sim.placement import mix64
 from simroute.sim.policy import choose
 
 RESIDENT, FIRST_TOUCH = 3, 4     # decision codes beside ROUTE / FETCH / LOCAL
@@ -66,7 +67,8 @@ class RequestFlow:
             return hs[0]
         same_host = [h for h in hs if self.instances[h].host == req_inst.host]
         pool = same_host or hs
-        return min(pool, key=lambda h: (len(self.instances[h].holder.queue), h))
+        # Least-queued replica; ties spread requesters over replicas by a hash (not all onto the lowest id).
+        return min(pool, key=lambda h: (len(self.instances[h].holder.queue), mix64(h * 1_000_003 + req_inst.id)))
 
     # ---- primitives at TTFT ------------------------------------------------------------------------
     def _fetch(self, r: int, ci: int, req_inst, holder, cached: bool):

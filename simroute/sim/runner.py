@@ -350,10 +350,13 @@ class Simulation(RequestFlow, SelectionFlow):
 
 
 def simulate(cfg: RunConfig, out_dir: str | Path | None = None,
-             progress: Callable[[int, int], None] | None = None) -> RunResult:
-    """Run one configuration; write its outputs atomically if `out_dir` is given."""
+             progress: Callable[[int, int], None] | None = None, timeline: str | Path | None = None) -> RunResult:
+    """Run one configuration; write its outputs atomically if `out_dir` is given (and a timeline if asked)."""
     sim = Simulation(cfg, progress=progress)
     res = sim.run()
     if out_dir is not None:
         write_outputs(Path(out_dir), res.summary, res.tables, res.perf)
+    if timeline is not None:
+        from simroute.sim.timeline import write_timeline
+        write_timeline(timeline, res.tables)
     return res

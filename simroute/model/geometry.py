@@ -29,6 +29,8 @@ class ModelGeometry:
     index_topk: int = 0            # selection budget of the sparse indexer (0 = dense)
     token_compression: tuple[int, ...] = ()   # per-layer m:1 token-axis ratios, interleaved (V4)
     cache_dtype: str = "bf16"
+    kv_heads: int = 1              # cached heads per token-layer: 1 latent for MLA, n_kv_heads for GQA
+    kv_tensors: int = 1            # 1 for MLA (the latent serves K and V), 2 for GQA (K and V)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -47,8 +49,8 @@ class ModelGeometry:
 
     @property
     def b_kv(self) -> int:
-        """Cached c_KV bytes per token per layer (1152 B for V2-Lite in bf16)."""
-        return self.d_qk * CACHE_DTYPE_BYTES[self.cache_dtype]
+        """Cached c_KV bytes per token per layer (1152 B for V2-Lite in bf16; 2 x kv_heads x d for GQA)."""
+        return self.kv_heads * self.kv_tensors * self.d_qk * CACHE_DTYPE_BYTES[self.cache_dtype]
 
     @property
     def token_fraction(self) -> float:
@@ -89,6 +91,11 @@ MODELS: dict[str, ModelGeometry] = {m.name: m for m in [
     ModelGeometry("glm-5.1", 576, 512, 61, 128, index_topk=2048, sources={
         **_MLA, "layers": "assumed 61 (not in the reference sheet)", "heads_q": "128 (REFERENCE §1: GLM-5.x)",
         "index_topk": "2048 DSA (paper §5.4)"}),
+    # A dense GQA model for the prefill -> decode (ARK) scenario, whose KV transfers are the elephants of the ARK
+    # paper; a routed "row" is one query head (d = 128), the cache holds K and V of 8 KV heads.
+    ModelGeometry("llama-3.1-70b", 128, 128, 80, 64, rope_dims=128, kv_heads=8, kv_tensors=2, sources={
+        "d_qk": "head_dim 128 (Llama 3.1 70B " + _CFG + ")", "d_v": "head_dim 128", "layers": "80 (" + _CFG + ")",
+        "heads_q": "64 (" + _CFG + ")", "kv_heads": "8 (GQA, " + _CFG + ")"}),
     ModelGeometry("kimi-k2", 576, 512, 61, 64, sources={
         **_MLA, "layers": "61 (Kimi K2 " + _CFG + ")", "heads_q": "64 (Kimi K2 " + _CFG + ")"}),
 ]}

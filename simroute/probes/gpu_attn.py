@@ -135,6 +135,8 @@ def pick_kernel(prefer: str | None = None) -> _Kernel:
 
 
 def _to_np(x: Any) -> np.ndarray:
+    if isinstance(x, np.ndarray):
+        return x
     if hasattr(x, "detach"):
         return x.detach().float().cpu().numpy()
     import cupy as cp

@@ -92,3 +92,21 @@ def test_gpu_holder_and_staging_probes_run() -> None:
     for name in ("holder", "staging"):
         o = run_probe(PROBES[name], {"quick": True})
         assert o.ok, f"{name}: {o.message}"
+
+
+def test_fallback_attention_kernel_math_on_numpy() -> None:
+    """The cupy fallback kernel is written against the numpy-compatible API: run it with numpy as `cp`
+    and it must pass the same correctness check the GPU run does before timing."""
+    from simroute.probes import gpu_attn
+    kern = object.__new__(gpu_attn._Cupy)
+    kern.cp = np
+    assert gpu_attn.check_kernel(kern) < 1e-3
+    rng = np.random.default_rng(0)
+    store = rng.standard_normal((4096, 576)).astype(np.float32)
+    sel = np.sort(np.stack([rng.choice(4096, 64, replace=False) for _ in range(3)]), axis=1)
+    q = rng.standard_normal((3, 1, 16, 576)).astype(np.float32)
+    out, lse = kern.prepare(store, 3, 16, sel=sel, q=q)()
+    for r in range(3):                       # sparse: each requester attends only its own selection
+        want, want_lse = ref.attention(q[r, 0], store[sel[r]])
+        np.testing.assert_allclose(out[r], want, atol=1e-5)
+        np.testing.assert_allclose(lse[r], want_lse, rtol=1e-5)

@@ -102,3 +102,18 @@ def test_bad_profile_is_never_half_written(tmp_path: Path, quick_cal) -> None:
         write_profile_checked(good, target, before_commit=fail)
     assert target.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["profile.yaml"]      # no temp files left
+
+
+def test_simroute_run_on_the_measured_profile(quick_cal, tmp_path: Path, capsys) -> None:
+    """calibrate -> profile -> simulate: a topology whose paths are the measured host fabrics."""
+    topo_src = Path(__file__).resolve().parents[2] / "topologies" / "paper-testbed.yaml"
+    if not topo_src.exists():
+        pytest.skip("paper-testbed topology not present")
+    text = topo_src.read_text().replace("fabric: h100-nvlink4", "fabric: host-shm").replace(
+        "fabric: h100-ibgda", "fabric: host-tcp")
+    topo = tmp_path / "host-fabrics.yaml"
+    topo.write_text(text)
+    out = tmp_path / "run"
+    rc = main(["run", "--topology", str(topo), "--calib", str(quick_cal.profile_path), "-o", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    assert (out / "summary.json").exists()

@@ -12,6 +12,7 @@ import numpy as np
 
 from simroute.model.cost import CostParams, Shape, costs
 from simroute.model.predicate import FETCH, LOCAL, ROUTE
+from simroute.model.scalar import ScalarModel
 
 FORCED = {"always-route": ROUTE, "always-fetch": FETCH, "always-local": LOCAL}
 
@@ -31,6 +32,17 @@ def horizon_costs(p: CostParams, *, mq_first: float, mq_step: float, steps: int,
     return out
 
 
+def horizon_costs_scalar(m: ScalarModel, *, mq_first: float, mq_step: float, steps: int, ct: float,
+                         fabric: int, cached: bool, topk: int = 0, holders: int = 1) -> tuple[float, float, float]:
+    """`horizon_costs` for one chunk, in plain floats (the simulator's per-request path)."""
+    r1, _, m1, a1, pre = m.step(mq_first, ct, fabric, cached, topk, holders)
+    rs, _, ms, as_, _ = m.step(mq_step, ct, fabric, True, topk, holders)
+    route = r1 + steps * rs
+    fetch = m1 + a1 + steps * ((ms + as_) if topk > 0 else as_)
+    local = pre + a1 + steps * as_
+    return route, fetch, local
+
+
 def choose(policy: str, p: CostParams, *, mq_first: float, mq_step: float, steps: int, ct: np.ndarray,
            fabric: np.ndarray, cached: np.ndarray, topk: int = 0, holders: int = 1,
            holder_wait_s: np.ndarray | None = None, hbm_free: bool = True) -> np.ndarray:
@@ -47,3 +59,19 @@ def choose(policy: str, p: CostParams, *, mq_first: float, mq_step: float, steps
             c[FETCH] = c[FETCH] * (1 + steps) if topk == 0 else c[FETCH]
             c[LOCAL] = c[LOCAL] * (1 + steps)
     return np.argmin(c, axis=0).astype(np.int8)
+
+
+def choose_scalar(policy: str, m: ScalarModel, *, mq_first: float, mq_step: float, steps: int, ct: float,
+                  fabric: int, cached: bool, holder_wait_s: float = 0.0, hbm_free: bool = True) -> int:
+    """`choose` for one dense chunk (the simulator's per-request path)."""
+    forced = FORCED.get(policy)
+    if forced is not None:
+        return forced
+    route, fetch, local = horizon_costs_scalar(m, mq_first=mq_first, mq_step=mq_step, steps=steps, ct=ct,
+                                               fabric=fabric, cached=cached)
+    if policy == "adaptive":
+        route += holder_wait_s * (1 + steps) * m.exch
+        if not hbm_free:
+            fetch *= 1 + steps
+            local *= 1 + steps
+    return ROUTE if route <= fetch and route <= local else (FETCH if fetch <= local else LOCAL)

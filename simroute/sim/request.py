@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from simroute.model.predicate import FETCH, LOCAL, ROUTE
+from simroute.model.scalar import _interp
 from simroute.sim.placement import mix64
-from simroute.sim.policy import choose
+from simroute.sim.policy import choose_scalar
 
 RESIDENT, FIRST_TOUCH = 3, 4     # decision codes beside ROUTE / FETCH / LOCAL
 
@@ -34,7 +35,8 @@ class RequestFlow:
         p = self.params
         attended = (topk if topk > 0 else ct) * p.geometry.token_fraction
         work = rows / p.holder_heads_ref * attended / p.holder_ct_ref
-        prem = float(np.interp(topk, p.sparse_k, p.sparse_premium)) if topk > 0 else 1.0
+        prem = _interp(min(max(topk, p.sparse_k[0]), p.sparse_k[-1]), p.sparse_k, p.sparse_premium) if topk > 0 \
+            else 1.0
         return work, prem
 
     def _exchange(self, req_inst, holder, rows: float, ct: float, topk: int, weight: float):
@@ -148,26 +150,26 @@ class RequestFlow:
                 remote_holder.append(h)
                 remote_cached.append(cf)
             if remote:
-                ct = self.chunks.tokens[remote].astype(float)
-                fabs = np.array([self.fabric_id(req_inst, self.instances[h]) for h in remote_holder])
-                wait = None
-                if self.cfg.policy == "adaptive":
-                    wait = np.array([len(self.instances[h].holder.queue) * self.holder_curve(1.0)
-                                     for h in remote_holder])
-                choice = choose(self.cfg.policy, p, mq_first=heads * max(prompt, 1), mq_step=heads,
-                                steps=max(output - 1, 0), ct=ct, fabric=fabs, cached=np.array(remote_cached),
-                                holder_wait_s=wait, hbm_free=req_inst.free_bytes > float(ct.sum()) * self.kv_bytes_per_token)
-                for ci, h, cf, c, lb in zip(remote, remote_holder, remote_cached, choice.tolist(),
-                                            self.ttft_floor(heads * max(prompt, 1), ct, fabs, remote_cached)):
-                    lb_chunks = max(lb_chunks, lb)
+                mq_first = heads * max(prompt, 1)
+                free = req_inst.free_bytes
+                for ci, h, cf in zip(remote, remote_holder, remote_cached):
                     holder = self.instances[h]
+                    ct = float(self.chunks.tokens[ci])
+                    fab = self.fabric_id(req_inst, holder)
+                    c = choose_scalar(self.cfg.policy, self.scalar, mq_first=mq_first, mq_step=heads,
+                                      steps=max(output - 1, 0), ct=ct, fabric=fab, cached=cf,
+                                      holder_wait_s=len(holder.holder.queue) * self.holder_curve(1.0),
+                                      hbm_free=free > float(self.chunks.bytes[ci]))
+                    r1, _, m1, _, pre = self.floor_model.step(mq_first, ct, fab, cf)
+                    lb_chunks = max(lb_chunks, min(r1, m1, pre))
                     self._decision(r, ci, h, c)
                     if c == ROUTE:
-                        ops.append(env.process(self._route_first(r, ci, req_inst, holder, heads * max(prompt, 1))))
+                        ops.append(env.process(self._route_first(r, ci, req_inst, holder, mq_first)))
                         routed.append((ci, h))
                     elif c == FETCH:
                         ops.append(env.process(self._fetch(r, ci, req_inst, holder, cf)))
                         resident.append(ci)
+                        free -= float(self.chunks.bytes[ci])
                     else:
                         ops.append(env.process(self._local(ci, req_inst, False)))
                         resident.append(ci)

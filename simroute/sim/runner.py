@@ -7,7 +7,7 @@ engine (flows and messages on real paths), and the workload (streamed request ba
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,7 +17,8 @@ import simpy
 from simroute.calib import load_profile
 from simroute.errors import ConfigurationError
 from simroute.ioutil import sha256_file
-from simroute.model.cost import FabricParams, _interp_extrap, splice_s
+from simroute.model.cost import FabricParams
+from simroute.model.scalar import ScalarModel, _interp
 from simroute.network import FlowEngine, load_topology
 from simroute.sim.cluster import ChunkStore, Instance
 from simroute.sim.config import RunConfig
@@ -56,8 +57,10 @@ class Simulation(RequestFlow, SelectionFlow):
         g = p.geometry
         self.kv_bytes_per_token = g.b_kv * g.layers * g.token_fraction
         self.prefill_s_per_token = g.layers * p.prefill_s_per_token_layer
-        self.holder_curve = lambda n: float(_interp_extrap(np.asarray(n, dtype=float), p.holder_n, p.holder_s))
-        self.splice_s = lambda ct: float(splice_s(ct, p))
+        self.holder_curve = lambda n: _interp(n, p.holder_n, p.holder_s)
+        self.splice_s = lambda ct: _interp(ct, p.splice_ct, p.splice_s)
+        self.scalar = ScalarModel(p)
+        self.floor_model = ScalarModel(replace(p, host_overhead=False))   # the simulator charges no host overhead
         self._build_instances()
         self._fabric_cache: dict[tuple[int, int], int] = {}
         self.meta = read_trace_meta(cfg.trace)
@@ -137,15 +140,6 @@ class Simulation(RequestFlow, SelectionFlow):
 
     def fabric(self, a: Instance, b: Instance) -> FabricParams:
         return self.params.fabrics[self.fabric_id(a, b)]
-
-    def ttft_floor(self, mq: float, ct: np.ndarray, fabs: np.ndarray, cached: list[bool]) -> list[float]:
-        """Closed-form lower bound of each remote chunk's first pass: the cheapest primitive, no queueing."""
-        from simroute.model.cost import Shape, costs
-        c = costs(Shape(mq=mq, ct=ct, fabric=fabs, cached=np.array(cached)), self.params)
-        route = c["route"]["total"] - c["route"]["compute"] + 0.0
-        fetch = c["fetch"]["pull"] + c["fetch"]["splice"]
-        local = c["local"]["prefill"]
-        return np.minimum(np.minimum(route, fetch), local).tolist()
 
     def _decision(self, r: int, ci: int, holder: int, prim: int) -> None:
         self.rec.decision(r, int(self.chunks.ids[ci]), holder, prim)

@@ -67,3 +67,17 @@ def test_vectorised_equals_elementwise_and_blocked():
         one = Shape(mq=shape.mq[i], ct=shape.ct[i], fabric=int(shape.fabric[i]), reuse=int(shape.reuse[i]),
                     cached=bool(shape.cached[i]), topk=int(shape.topk[i]), holders=int(shape.holders[i]))
         assert int(decide(one, P).choice[()]) == int(d.choice[i])
+
+
+@settings(max_examples=200, deadline=None)
+@given(shapes, st.sampled_from([P, P_ONCE, P.with_(host_overhead=True), P.with_(host_overhead=True,
+       collapsed_response=True, holder_amortisation=True, dispatcher_batching=True)]), st.integers(0, 500))
+def test_scalar_fast_path_equals_vectorised(s, p, steps):
+    from simroute.model.scalar import ScalarModel
+    from simroute.sim.policy import horizon_costs, horizon_costs_scalar
+    m = ScalarModel(p)
+    kw = dict(mq_first=float(s["mq"]), mq_step=16.0, steps=steps, topk=s["topk"], holders=s["holders"])
+    vec = horizon_costs(p, ct=np.array([float(s["ct"])]), fabric=np.array([s["fabric"]]),
+                        cached=np.array([s["cached"]]), **kw)[:, 0]
+    sca = horizon_costs_scalar(m, ct=float(s["ct"]), fabric=s["fabric"], cached=s["cached"], **kw)
+    assert np.allclose(vec, sca, rtol=1e-9, atol=0)

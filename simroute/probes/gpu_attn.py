@@ -23,7 +23,10 @@ class _Kernel:
 
     name = "?"
 
-    def prepare(self, kv: np.ndarray, n: int, h: int, sel: np.ndarray | None = None) -> Callable[[], Any]:
+    def prepare(self, kv: np.ndarray, n: int, h: int, sel: np.ndarray | None = None,
+                q: np.ndarray | None = None) -> Callable[[], Any]:
+        """A no-argument callable running one batch: kv [ct, 576] held (or a store `sel` indexes per
+        requester [n, k]); q [n, 1, h, 576] given for the correctness check, random otherwise."""
         raise NotImplementedError
 
 

@@ -2,7 +2,8 @@
 
 `maxmin_rates` is the plain textbook reference (used by tests to check the engine's incremental
 solver). `fill` is the engine's solver: progressive filling of a subset of flow groups over the
-capacity the other groups leave, with a lazy heap of link shares.
+capacity the other groups leave, with a lazy heap of link shares (a link's share never drops
+while flows are fixed, so a popped key is a lower bound: re-queue it if it grew, fix its flows if not).
 """
 
 from __future__ import annotations
@@ -69,6 +70,14 @@ class Group:
         self.mark = 0
         self.seq = 0
 
+    def __hash__(self) -> int:
+        # Deterministic (the key holds ints and a float, whose hashes are not salted), so sets of groups
+        # iterate in the same order on every run: ties between equal completion times break the same way.
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
 
 def fill(groups: Sequence[Group], cap: Sequence[float], load: Sequence[float]) -> dict[int, float]:
     """Progressive filling of `groups` over what the others leave; sets g.new_rate / g.new_bn.
@@ -106,7 +115,11 @@ def fill(groups: Sequence[Group], cap: Sequence[float], load: Sequence[float]) -
         share, key = pop(heap)
         if key >= 0:
             c = cnt[key]
-            if c == 0 or rem[key] / c != share:
+            if c == 0:
+                continue
+            cur = rem[key] / c
+            if cur != share:          # shares only grow as flows are fixed: re-queue the lower bound
+                push(heap, (cur, key))
                 continue
             if share < 0.0:
                 share = 0.0
@@ -123,12 +136,8 @@ def fill(groups: Sequence[Group], cap: Sequence[float], load: Sequence[float]) -
             left -= 1
             moved = share * g.n
             for l in g.links:
-                c = cnt[l] - g.n
-                cnt[l] = c
-                r = rem[l] - moved
-                rem[l] = r
-                if c:
-                    push(heap, (r / c, l))
+                cnt[l] -= g.n
+                rem[l] -= moved
     for g in groups:   # a group with no links and no cap (cannot happen for real paths)
         if g.new_bn == -2:
             g.new_rate, g.new_bn = INF, -1

@@ -166,7 +166,10 @@ class Simulation(RequestFlow, SelectionFlow):
             if score.max() > 0:
                 best = np.flatnonzero(score == score.max())
                 return self.instances[int(best[np.argmin(self.active[best])])]
-        return self.instances[int(np.argmin(self.active))]
+        # Least-loaded; ties rotate round-robin so an idle cluster still spreads its requests.
+        least = np.flatnonzero(self.active == self.active.min())
+        self._rr += 1
+        return self.instances[int(least[self._rr % len(least)])]
 
     # ---- arrivals ------------------------------------------------------------------------------------
     def _feeder(self):

@@ -1,0 +1,86 @@
+"""Placement, routers, replicas and the ARK scenario end to end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simroute.calib import default_profile_path
+from simroute.network import default_topology_path
+from simroute.sim import RunConfig, Simulation, simulate
+from simroute.sim.ark import ark_sweep
+from simroute.sim.placement import place
+from simroute.workload import generate
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return generate("corpus", tmp_path_factory.mktemp("t") / "c.parquet", seed=2,
+                    params={"requests": 300, "chunks": 200, "instances": 64, "output_tokens": 32})
+
+
+def _cfg(trace, **kw):
+    return RunConfig(topology=str(default_topology_path()), trace=str(trace), calib=str(default_profile_path()), **kw)
+
+
+@pytest.mark.parametrize("kind", ["hash", "consistent-hash", "popularity"])
+def test_placement_respects_capacity_and_reports_overflow(kind):
+    n = 1000
+    ids = np.arange(n, dtype=np.int64)
+    size = np.full(n, 10.0)
+    pop = np.arange(n)[::-1].astype(float)
+    res = place(kind, ids, size, np.ones(n, bool), np.full(n, -1), 8, 1000.0, seed=1, popularity=pop,
+                replicas=3, hot_fraction=0.05)
+    assert res.used_bytes.max() <= 1000.0
+    placed = sum(1 for h in res.holders if h)
+    assert placed + res.overflow_chunks == n and res.overflow_chunks > 0   # 8 x 100 slots < 1000 chunks
+    if kind == "popularity":
+        assert res.replicated_chunks == 50
+        assert all(len(res.holders[i]) == 3 for i in range(10))            # the hottest get 3 distinct replicas
+        assert all(len(set(h)) == len(h) for h in res.holders)
+
+
+def test_placement_spreads_load():
+    n = 20_000
+    res = place("hash", np.arange(n), np.ones(n), np.ones(n, bool), np.full(n, -1), 64, 1e9, seed=0)
+    counts = np.bincount([h[0] for h in res.holders], minlength=64)
+    assert counts.min() > 0.7 * n / 64 and counts.max() < 1.3 * n / 64
+
+
+def test_overflowing_chunks_are_prefilled_on_first_touch(corpus):
+    res = simulate(_cfg(corpus, hbm_gb=0.1))   # one 64 MB chunk per instance
+    s = res.summary
+    assert s["placement"]["overflow_chunks"] > 0
+    assert s["primitive_counts"]["first-touch"] > 0 and s["completed"] == 300
+
+
+@pytest.mark.parametrize("router", ["round-robin", "least-loaded", "locality"])
+def test_routers_spread_requests(corpus, router):
+    sim = Simulation(_cfg(corpus, router=router))
+    res = sim.run()
+    req = res.tables["requests"].to_pandas()
+    assert res.summary["completed"] == 300
+    assert req.requester.nunique() > 10
+    if router == "locality":   # locality puts requesters where their chunks are: more resident hits
+        base = simulate(_cfg(corpus, router="round-robin")).summary["primitive_counts"]["resident"]
+        assert res.summary["primitive_counts"]["resident"] > base
+
+
+def test_replicas_relieve_a_hot_holder(tmp_path):
+    from simroute.sim.scenarios import fanin_trace
+    trace = fanin_trace(tmp_path / "f.parquet", 32, holder=-1)
+    one = simulate(_cfg(trace, policy="always-route", decode_steps_per_event=4))
+    four = simulate(_cfg(trace, policy="always-route", decode_steps_per_event=4, placement="popularity",
+                         replicas=4, hot_fraction=1.0))
+    assert four.summary["placement"]["replicated_chunks"] == 1
+    assert four.summary["tpot_ms"]["mean"] < one.summary["tpot_ms"]["mean"]
+    assert four.summary["holders"]["max_queue"] < one.summary["holders"]["max_queue"]
+
+
+def test_ark_lowers_fct_and_balances_spines():
+    pts = ark_sweep([25.0], duration_s=120.0, seed=1)
+    ecmp, ark = pts
+    assert ecmp.routing == "ecmp" and ark.routing == "ark" and ecmp.requests == ark.requests > 2000
+    assert ark.fct_mean_ms < ecmp.fct_mean_ms and ark.fct_p95_ms < ecmp.fct_p95_ms
+    assert ark.peak_spine_flows < ecmp.peak_spine_flows
+    assert ark.ttft_mean_ms < ecmp.ttft_mean_ms

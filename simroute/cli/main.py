@@ -26,6 +26,7 @@ app = typer.Typer(
 
 # Modules under simroute/cli/ that define `register(app: typer.Typer) -> None`.
 COMMAND_MODULES: list[str] = [
+    "topo_cmd",
     "model_cmd",
     "calib_cmd",
     "run_cmd",

@@ -69,13 +69,15 @@ class FlowEngine:
 
     def __init__(self, env: simpy.Environment, topology: Topology, routing: str = "ecmp", seed: int = 0, *,
                  elephant_bytes: float = 16e6, ark_hash_s: float = ARK_HASH_S, ark_lookup_s: float = ARK_LOOKUP_S,
-                 port_search: int = 16384, record_series: bool = False, keep_records: bool = True) -> None:
+                 port_search: int = 16384, record_series: bool = False, keep_records: bool = True,
+                 rate_tolerance: float = 0.0) -> None:
         if routing not in ROUTINGS:
             raise UnknownNameError("routing", routing, ROUTINGS)
         self.env, self.topology, self.routing, self.seed = env, topology, routing, int(seed)
         self.elephant_bytes = float(elephant_bytes)
         self.ark_delay_s = ark_hash_s + ark_lookup_s
         self.port_search = int(port_search)
+        self.rate_tolerance = max(float(rate_tolerance), _EPS)
         self._rng = np.random.default_rng(seed)
         self._ports: list[int] = []
         n = len(topology.links)
@@ -110,12 +112,12 @@ class FlowEngine:
         ev = env.event()
         self._fid += 1
         nbytes = float(nbytes)
-        choices = topo.path_choices(ia, ib)
+        n_choices = topo.n_choices(ia, ib)
         sport = self._sport()
         delay, reserved, idx = 0.0, None, 0
-        if len(choices) > 1 and nbytes > 0:
-            idx, sport, reserved, delay = self._route(ia, ib, nbytes, sport, choices)
-        links, spine = choices[idx]
+        if n_choices > 1 and nbytes > 0:
+            idx, sport, reserved, delay = self._route(ia, ib, nbytes, sport)
+        links, spine = topo.path_ids(ia, ib, idx)
         f = _Flow(fid=self._fid, src=src, dst=dst, nbytes=nbytes, start=env.now, links=links, spine=spine,
                   sport=sport, tag=tag, event=ev, latency=sum(self._lat[l] for l in links), reserved=reserved,
                   cap=INF if rate_cap_Bps is None else float(rate_cap_Bps), finish_work=0.0)
@@ -132,7 +134,7 @@ class FlowEngine:
             self._ports = self._rng.integers(SPORT_MIN, SPORT_MAX + 1, size=4096).tolist()
         return self._ports.pop()
 
-    def _route(self, ia: int, ib: int, nbytes: float, sport: int, choices: list) -> tuple[int, int, Any, float]:
+    def _route(self, ia: int, ib: int, nbytes: float, sport: int) -> tuple[int, int, Any, float]:
         topo = self.topology
         if self.routing == "ecmp" or (self.routing == "ark" and nbytes < self.elephant_bytes):
             return topo.ecmp_choice(ia, ib, flow_key(ia, ib, sport), self.seed), sport, None, 0.0
@@ -253,7 +255,7 @@ class FlowEngine:
             g.mark = st
             tent[g] = (g.rate, g.bn)
             check.update(g.links)
-        cap, load, lgroups = self.cap, self.load, self._lgroups
+        cap, load, lgroups, tol = self.cap, self.load, self._lgroups, self.rate_tolerance
         while True:
             level = fill(A, cap, load) if A else {}
             self.rerates += 1
@@ -273,16 +275,13 @@ class FlowEngine:
                     tot += r * g.n
                     if r > mx:
                         mx = r
-                sat = tot >= cap[l] * (1 - _EPS)
+                sat = tot >= cap[l] * (1 - tol)
                 lv = level.get(l)
                 for g in gs:
                     if g.mark == st:
                         continue
-                    if g.bn == l:
-                        if not sat or g.rate < mx * (1 - _EPS):
-                            g.mark = st
-                            grow.append(g)
-                    elif sat and lv is not None and g.rate > lv * (1 + _EPS) + 1e-6:
+                    if (g.bn == l and (not sat or g.rate < mx * (1 - tol))) or \
+                            (sat and lv is not None and g.rate > lv * (1 + tol) + 1e-6):
                         g.mark = st
                         grow.append(g)
             if not grow:

@@ -184,53 +184,85 @@ class Topology:
         return it.xsocket_fabric if (ia % G) // per_socket != (ib % G) // per_socket else it.fabric
 
     # ---- paths --------------------------------------------------------------------------------
+    def _tables(self) -> None:
+        """Integer link tables so a middle path is a few list lookups (no strings, no graph search)."""
+        L, sp = self._lid, self.spec
+        if sp.tiers == 2:
+            self._lsp = [[L[(f"leaf{l}", f"spine{s}")] for s in range(sp.spines)] for l in range(self.n_leaves)]
+            self._spl = [[L[(f"spine{s}", f"leaf{l}")] for s in range(sp.spines)] for l in range(self.n_leaves)]
+        else:
+            half = sp.k // 2
+            self._lsp = [[L[(f"leaf{l}", f"agg{l // half}.{x}")] for x in range(half)] for l in range(self.n_leaves)]
+            self._spl = [[L[(f"agg{l // half}.{x}", f"leaf{l}")] for x in range(half)] for l in range(self.n_leaves)]
+            self._ac = [[[L[(f"agg{p}.{x}", f"core{x * half + c}")] for c in range(half)] for x in range(half)]
+                        for p in range(self.n_pods)]
+            self._ca = [[[L[(f"core{x * half + c}", f"agg{p}.{x}")] for c in range(half)] for x in range(half)]
+                        for p in range(self.n_pods)]
+
+    def n_middle(self, src_leaf: int, dst_leaf: int) -> int:
+        """How many equal-cost switch paths join two leaves."""
+        if src_leaf == dst_leaf:
+            return 1
+        if self.spec.tiers == 2:
+            return self.spec.spines
+        half = self.spec.k // 2
+        return half if src_leaf // half == dst_leaf // half else half * half
+
+    def middle_at(self, la: int, lb: int, i: int) -> tuple[tuple[int, ...], str | None]:
+        """The i-th equal-cost switch path between leaves la and lb: (link ids, spine node)."""
+        if la == lb:
+            return (), None
+        if not hasattr(self, "_lsp"):
+            self._tables()
+        if self.spec.tiers == 2:
+            return (self._lsp[la][i], self._spl[lb][i]), f"spine{i}"
+        half = self.spec.k // 2
+        pa, pb = la // half, lb // half
+        if pa == pb:
+            return (self._lsp[la][i], self._spl[lb][i]), f"agg{pa}.{i}"
+        x, c = divmod(i, half)
+        return (self._lsp[la][x], self._ac[pa][x][c], self._ca[pb][x][c], self._spl[lb][x]), f"core{i}"
+
     def middle(self, src_leaf: int, dst_leaf: int) -> list[tuple[tuple[int, ...], str | None]]:
-        """Equal-cost switch paths between two leaves, each (link ids, spine node or None); cached."""
+        """All equal-cost switch paths between two leaves, each (link ids, spine node or None); cached."""
         key = (src_leaf, dst_leaf)
         m = self._middle.get(key)
-        if m is not None:
-            return m
-        L = self._lid
-        a, b = f"leaf{src_leaf}", f"leaf{dst_leaf}"
-        if src_leaf == dst_leaf:
-            m = [((), None)]
-        elif self.spec.tiers == 2:
-            m = [((L[(a, f"spine{s}")], L[(f"spine{s}", b)]), f"spine{s}") for s in range(self.spec.spines)]
-        else:
-            half = self.spec.k // 2
-            pa, pb = src_leaf // half, dst_leaf // half
-            if pa == pb:
-                m = [((L[(a, f"agg{pa}.{x}")], L[(f"agg{pa}.{x}", b)]), f"agg{pa}.{x}") for x in range(half)]
-            else:
-                m = []
-                for x in range(half):
-                    for c in range(half):
-                        core = f"core{x * half + c}"
-                        m.append(((L[(a, f"agg{pa}.{x}")], L[(f"agg{pa}.{x}", core)], L[(core, f"agg{pb}.{x}")],
-                                   L[(f"agg{pb}.{x}", b)]), core))
-        self._middle[key] = m
+        if m is None:
+            m = [self.middle_at(src_leaf, dst_leaf, i) for i in range(self.n_middle(src_leaf, dst_leaf))]
+            self._middle[key] = m
         return m
 
     def n_paths(self, src: str, dst: str) -> int:
-        return len(self.path_choices(self.index(src), self.index(dst)))
+        return self.n_choices(self.index(src), self.index(dst))
 
-    def path_choices(self, ia: int, ib: int) -> list[tuple[tuple[int, ...], str | None]]:
-        """All equal-cost paths between GPU indices as (link ids, spine) — intra-host paths have one."""
+    def n_choices(self, ia: int, ib: int) -> int:
+        """Number of equal-cost paths between GPU indices (1 inside a host or behind one NIC)."""
         G = self.spec.gpus_per_host
-        if ia == ib:
-            return [((), None)]
         ha, hb = ia // G, ib // G
-        if ha == hb:
-            return [(self._intra(ha, ia % G, ib % G), None)]
-        la, lb = ha // self.spec.hosts_per_leaf, hb // self.spec.hosts_per_leaf
-        up, down = self._up[ia], self._down[ib]
-        if self._nic_of[ia] == self._nic_of[ib]:
-            return [(up + down, None)]
-        return [(up + mid + down, spine) for mid, spine in self.middle(la, lb)]
+        if ha == hb or self._nic_of[ia] == self._nic_of[ib]:
+            return 1
+        hpl = self.spec.hosts_per_leaf
+        return self.n_middle(ha // hpl, hb // hpl)
 
     def path_ids(self, ia: int, ib: int, choice: int = 0) -> tuple[tuple[int, ...], str | None]:
-        ch = self.path_choices(ia, ib)
-        return ch[choice % len(ch)]
+        """Links (ids) and spine of one equal-cost path between GPU indices; choice wraps modulo the count."""
+        G = self.spec.gpus_per_host
+        if ia == ib:
+            return (), None
+        ha, hb = ia // G, ib // G
+        if ha == hb:
+            return self._intra(ha, ia % G, ib % G), None
+        up, down = self._up[ia], self._down[ib]
+        if self._nic_of[ia] == self._nic_of[ib]:
+            return up + down, None
+        hpl = self.spec.hosts_per_leaf
+        la, lb = ha // hpl, hb // hpl
+        mid, spine = self.middle_at(la, lb, choice % self.n_middle(la, lb))
+        return up + mid + down, spine
+
+    def path_choices(self, ia: int, ib: int) -> list[tuple[tuple[int, ...], str | None]]:
+        """All equal-cost paths between GPU indices as (link ids, spine)."""
+        return [self.path_ids(ia, ib, i) for i in range(self.n_choices(ia, ib))]
 
     def _intra(self, h: int, a: int, b: int) -> tuple[int, ...]:
         kind, L = self.spec.intra.kind, self._lid

@@ -139,11 +139,14 @@ class FlowEngine:
         if self.routing == "ecmp" or (self.routing == "ark" and nbytes < self.elephant_bytes):
             return topo.ecmp_choice(ia, ib, flow_key(ia, ib, sport), self.seed), sport, None, 0.0
         mids = [m for m, _ in topo.middle(topo.leaf_of(ia), topo.leaf_of(ib))]
-        table = self._reserved if self.routing == "ark" else self.link_n
+        table = self._reserved          # ARK: reserved elephants; least-loaded: every routed, unfinished flow
         scores = [(max(table[l] for l in m), sum(table[l] for l in m)) for m in mids]
         best = min(scores)
         if self.routing == "least-loaded":
-            return scores.index(best), sport, None, 0.0
+            idx = scores.index(best)
+            for l in mids[idx]:
+                table[l] += 1
+            return idx, sport, mids[idx], 0.0
         targets = {i for i, s in enumerate(scores) if s == best}
         span = SPORT_MAX - SPORT_MIN + 1
         idx = topo.ecmp_choice(ia, ib, flow_key(ia, ib, sport), self.seed)

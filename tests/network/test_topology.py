@@ -1,0 +1,120 @@
+"""Topology files: schema validation, shipped copies, paths, fabrics, summary."""
+
+from __future__ import annotations
+
+import filecmp
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simroute.errors import ConfigurationError
+from simroute.network import default_topology_path, load_topology, shipped_topology
+
+from conftest import TOPO_DIR
+
+SHIPPED = ["fattree", "paper-testbed", "ark-leafspine", "fattree-1024"]
+
+
+def test_package_copies_identical_to_user_copies():
+    """topologies/ (user-facing) and simroute/data/topologies/ (in the wheel) must not drift."""
+    pkg = default_topology_path().parent
+    names = sorted(p.name for p in TOPO_DIR.glob("*.yaml"))
+    assert names == sorted(p.name for p in pkg.glob("*.yaml"))
+    for n in names:
+        assert filecmp.cmp(TOPO_DIR / n, pkg / n, shallow=False), n
+    assert default_topology_path().name == "fattree.yaml"
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_topologies_load(name):
+    t = load_topology(shipped_topology(name))
+    s = t.summary()
+    assert s["gpus"] == len(t.gpus) and s["bisection_GBps"] > 0
+    assert sum(s["links_per_tier"].values()) == len(t.links) == t.graph.number_of_edges()
+    assert set(s["links_per_tier"]) <= {"nvlink", "pcie", "xsocket", "nic-leaf", "leaf-spine", "spine-core"}
+
+
+def test_paper_testbed_shape():
+    t = load_topology(TOPO_DIR / "paper-testbed.yaml")
+    assert len(t.gpus) == 8 and t.host_of("h1.g3") == 1
+    assert t.fabric_between("h0.g0", "h0.g3") == "h100-nvlink4"
+    assert t.fabric_between("h0.g0", "h1.g0") == "h100-ibgda"
+    nv = t.path("h0.g0", "h0.g1")
+    assert [l.tier for l in nv] == ["nvlink"] and nv[0].capacity_Bps == 125e9
+    cross = t.path("h0.g0", "h1.g2")
+    assert [l.tier for l in cross] == ["nic-leaf", "nic-leaf"] and cross[0].capacity_Bps == 25e9
+    assert t.n_paths("h0.g0", "h1.g2") == 1          # same leaf: no spine
+
+
+def test_fat_tree_1024_paths():
+    t = load_topology(TOPO_DIR / "fattree-1024.yaml")
+    assert len(t.gpus) == 1024 and t.summary()["oversubscription"] == pytest.approx(1.0)
+    inter_pod = t.paths("h0.g0", "h127.g7")
+    assert len(inter_pod) == 64
+    assert [l.tier for l in inter_pod[5]] == ["nic-leaf", "leaf-spine", "spine-core", "spine-core",
+                                             "leaf-spine", "nic-leaf"]
+    assert len({tuple(l.id for l in p) for p in inter_pod}) == 64
+    assert len(t.paths("h0.g0", "h1.g0")) == 8       # same pod: one per aggregation switch
+    for p in inter_pod[:3]:                           # consecutive, directed links
+        assert all(a.dst == b.src for a, b in zip(p, p[1:]))
+        assert p[0].src == "h0.g0" and p[-1].dst == "h127.g7"
+
+
+def _write(tmp_path: Path, doc: dict) -> Path:
+    p = tmp_path / "t.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def _base() -> dict:
+    return yaml.safe_load((TOPO_DIR / "paper-testbed.yaml").read_text())
+
+
+def test_pcie_sockets_and_host_nic(tmp_path):
+    doc = _base()
+    doc["hosts"]["intra"] = {"kind": "pcie", "link_GBps": 25, "fabric": "a40-pcie4", "sockets": 2,
+                             "xsocket_GBps": 20, "xsocket_fabric": "a40-pcie4-xsocket"}
+    doc["nic"]["per"] = "host"
+    t = load_topology(_write(tmp_path, doc))
+    assert [l.tier for l in t.path("h0.g0", "h0.g3")] == ["pcie", "xsocket", "pcie"]
+    assert t.fabric_between("h0.g0", "h0.g3") == "a40-pcie4-xsocket"
+    assert t.fabric_between("h0.g0", "h0.g1") == "a40-pcie4"
+    assert [l.tier for l in t.path("h0.g3", "h1.g3")] == ["pcie", "xsocket", "pcie", "nic-leaf", "nic-leaf",
+                                                          "pcie", "xsocket", "pcie"]
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda d: d["hosts"].__setitem__("count", 0), "hosts.count"),
+    (lambda d: d["nic"].__setitem__("rate_GBps", -1), "nic.rate_GBps"),
+    (lambda d: d["hosts"]["intra"].__setitem__("kind", "carrier-pigeon"), "hosts.intra.kind"),
+    (lambda d: d["network"].pop("spines"), "network"),
+    (lambda d: d["network"].__setitem__("colour", "blue"), "network.colour"),
+    (lambda d: d["nic"].pop("fabric"), "nic.fabric"),
+    (lambda d: d.pop("network"), "network"),
+])
+def test_malformed_yaml_names_file_and_field(tmp_path, mutate, field):
+    doc = _base()
+    mutate(doc)
+    p = _write(tmp_path, doc)
+    with pytest.raises(ConfigurationError) as ei:
+        load_topology(p)
+    assert ei.value.file == str(p) and ei.value.field == field
+    assert str(p) in str(ei.value) and field in str(ei.value)
+
+
+def test_not_yaml_and_missing_file(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("hosts: [1, 2\n")
+    with pytest.raises(ConfigurationError, match="bad.yaml"):
+        load_topology(p)
+    with pytest.raises(ConfigurationError, match="file not found"):
+        load_topology(tmp_path / "none.yaml")
+
+
+def test_fat_tree_too_many_hosts_per_edge(tmp_path):
+    doc = yaml.safe_load((TOPO_DIR / "fattree-1024.yaml").read_text())
+    doc["network"]["hosts_per_leaf"] = 2
+    with pytest.raises(ConfigurationError) as ei:
+        load_topology(_write(tmp_path, doc))
+    assert ei.value.field == "network.hosts_per_leaf"

@@ -32,6 +32,7 @@ COMMAND_MODULES: list[str] = [
     "run_cmd",
     "calibrate_cmd",
     "trace_cmd",
+    "study_cmd",
 ]
 
 

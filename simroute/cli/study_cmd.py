@@ -1,0 +1,65 @@
+"""`simroute sweep` and `simroute report`: thin layers over simroute.study."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from simroute.cli.common import console
+
+
+def sweep(
+    study_file: Path = typer.Argument(..., help="Study YAML (see docs/STUDIES.md and studies/)."),
+    out: Path = typer.Option(None, "-o", "--out", help="Study directory (default: results/studies/<name>)."),
+    quick: bool = typer.Option(False, "--quick", help="Apply the study's `quick:` overrides (small variant)."),
+    jobs: int = typer.Option(None, "-j", "--jobs", help="Local worker processes (default: all cores; 1: inline)."),
+    ray_address: str = typer.Option(None, help="Run on Ray: auto | ray://host:port | local (a private 2-CPU Ray)."),
+    max_points: int = typer.Option(None, help="Stop after this many new points (rerun to continue)."),
+    retry_failed: bool = typer.Option(True, help="Rerun points stored as failed."),
+    report: bool = typer.Option(False, "--report", help="Write the HTML report when done."),
+    progress: bool = typer.Option(None, help="Progress bar with ETA (default: when stderr is a terminal)."),
+) -> None:
+    """Run a study (grid or SLO search) resumably: finished points are stored and skipped on rerun.
+
+    Example: simroute sweep studies/ark-ecmp-vs-ark.yaml --quick -o results/ark && simroute report results/ark
+    """
+    from simroute.study import load_study, run_study
+    study = load_study(study_file, quick=quick)
+    out = out or Path("results") / "studies" / (study.name + ("-quick" if quick else ""))
+    run = run_study(study, out, jobs=jobs, ray_address=ray_address, max_points=max_points,
+                    retry_failed=retry_failed, progress=progress)
+    c = console()
+    c.print(f"study {study.name}: {run.executed} run ({run.failed} failed), {run.skipped} already stored, "
+            f"in {run.wall_s:.1f} s -> {run.out_dir}" + ("; stopped at --max-points, rerun to continue"
+                                                          if run.stopped else ""))
+    for s in run.searches:
+        c.print(f"  {s['goal']} {s['field']} with {' and '.join(s['slo'])} at {s['labels'] or 'base'}: "
+                f"{s['answer']} ({s['status']})")
+    if report:
+        from simroute.study.report import write_report
+        c.print(f"report: {write_report(run.out_dir)}")
+    if run.failed:
+        raise typer.Exit(1)
+
+
+def report(
+    directory: Path = typer.Argument(..., help="A study directory (from sweep) or a run directory (from run)."),
+    fmt: str = typer.Option("html", "--format", help="html (PNG plots + one self-contained page) | md (stdout)."),
+    out: Path = typer.Option(None, "-o", "--out", help="Report directory (default: DIR/report)."),
+) -> None:
+    """Tables and plots of a study or a run, from its output files only."""
+    from simroute.errors import ConfigurationError
+    from simroute.study.report import write_report
+    if fmt not in ("html", "md"):
+        raise ConfigurationError("must be html or md", field="--format")
+    res = write_report(directory, out=out, fmt=fmt)
+    if fmt == "md":
+        typer.echo(res)
+    else:
+        console().print(f"report: {res}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sweep")(sweep)
+    app.command("report")(report)

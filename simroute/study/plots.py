@@ -1,0 +1,192 @@
+"""The report's figures, each a function of DataFrames read from output files, saved as PNG (Agg backend).
+
+Every function returns the PNG path, or None when its data is absent (e.g. no spine ever carried a flow),
+so a report never embeds an empty picture.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simroute.plotting import pyplot, save_png
+
+NET_TIERS = ("leaf-spine", "spine-core", "nic-leaf")
+
+
+def _xs(values: pd.Series) -> tuple[np.ndarray, list[str] | None]:
+    """Numeric x as is; categories as positions with tick labels."""
+    try:
+        return values.astype(float).to_numpy(), None
+    except (TypeError, ValueError):
+        cats = list(dict.fromkeys(values.astype(str)))
+        return np.array([cats.index(v) for v in values.astype(str)], dtype=float), cats
+
+
+def latency_vs_load(agg: pd.DataFrame, x: str, out: Path) -> Path | None:
+    """TTFT and TPOT p50 (dashed) and p99 (solid) against x, one colour per series, 95% CI over seeds."""
+    if agg.empty:
+        return None
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, metric, title in zip(axes, ("ttft_ms", "tpot_ms"), ("TTFT", "TPOT")):
+        for i, (series, g) in enumerate(agg.groupby("series", sort=False)):
+            g = g.sort_values(x, key=lambda s: pd.to_numeric(s, errors="coerce") if s.dtype == object else s)
+            xs, cats = _xs(g[x])
+            colour = f"C{i % 10}"
+            for stat, style in (("p50", "--"), ("p99", "-")):
+                col = f"{metric}_{stat}"
+                ax.errorbar(xs, g[col], yerr=g[f"{col}_ci"].fillna(0), fmt=style + "o", color=colour, ms=3,
+                            capsize=2, label=f"{series} {stat}" if series else stat)
+            if cats:
+                ax.set_xticks(range(len(cats)), cats, rotation=30, ha="right")
+        ax.set_xlabel(x)
+        ax.set_ylabel(f"{title} (ms)")
+        ax.set_title(f"{title} p50 / p99 vs {x}")
+        ax.grid(alpha=0.3)
+    axes[1].legend(fontsize=7, loc="best")
+    return save_png(fig, out)
+
+
+def frontier(agg: pd.DataFrame, x: str, slo: list[str], searches: list[dict[str, Any]], out: Path) -> Path | None:
+    """The SLO frontier: a search's answer per group, or SLO attainment against x with the last x that meets it."""
+    plt = pyplot()
+    if searches:
+        labels = [", ".join(f"{k}={v}" for k, v in s["labels"].items()) or "base" for s in searches]
+        vals = [np.nan if s["answer"] is None else float(s["answer"]) for s in searches]
+        fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(vals) + 2), 4))
+        bars = ax.bar(range(len(vals)), np.nan_to_num(vals), color="C0")
+        for b, s in zip(bars, searches):
+            ax.annotate(s["status"] if s["answer"] is None else f"{s['answer']}",
+                        (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(vals)), labels, rotation=30, ha="right", fontsize=8)
+        s0 = searches[0]
+        ax.set_ylabel(f"{s0['goal']} {s0['field']}")
+        ax.set_title(f"{s0['goal']} {s0['field']} meeting {' and '.join(s0['slo'])}")
+        return save_png(fig, out)
+    if agg.empty or agg["slo_attainment"].isna().all():
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for i, (series, g) in enumerate(agg.groupby("series", sort=False)):
+        xs, cats = _xs(g[x])
+        order = np.argsort(xs)
+        ax.plot(xs[order], g["slo_attainment"].to_numpy()[order], "o-", color=f"C{i % 10}", label=series or "all")
+        if "meets" in g and g["meets"].any():
+            last = xs[order][g["meets"].to_numpy()[order]].max()
+            ax.axvline(last, color=f"C{i % 10}", ls=":", lw=1)
+        if cats:
+            ax.set_xticks(range(len(cats)), cats, rotation=30, ha="right")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel(x)
+    ax.set_ylabel("SLO attainment (TTFT and TPOT)")
+    ax.set_title("SLO frontier" + (f" (dotted: last {x} meeting {' and '.join(slo)})" if slo else ""), fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return save_png(fig, out)
+
+
+def bytes_per_primitive(agg: pd.DataFrame, label_col: str, out: Path) -> Path | None:
+    """Stacked bytes moved per primitive (route messages, fetch copies, PD transfers) per configuration."""
+    cols = [("bytes_route", "route"), ("bytes_fetch", "fetch"), ("bytes_pd_transfer", "pd transfer")]
+    if agg.empty or not agg[[c for c, _ in cols]].fillna(0).to_numpy().any():
+        return None
+    plt = pyplot()
+    agg = agg.head(60)
+    fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(agg) + 2), 4))
+    bottom = np.zeros(len(agg))
+    for i, (c, name) in enumerate(cols):
+        v = agg[c].fillna(0).to_numpy() / 1e9
+        ax.bar(range(len(agg)), v, bottom=bottom, label=name, color=f"C{i}")
+        bottom += v
+    ax.set_xticks(range(len(agg)), agg[label_col], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("GB (mean over seeds)")
+    ax.set_title("bytes per primitive")
+    ax.legend(fontsize=8)
+    return save_png(fig, out)
+
+
+def link_heatmap(links: dict[str, pd.DataFrame], out: Path) -> Path | None:
+    """Mean utilisation of every network link (rows: runs; columns: links, grouped by tier)."""
+    frames = {k: v for k, v in links.items() if v is not None and len(v)}
+    if not frames:
+        return None
+    first = next(iter(frames.values()))
+    tiers = [t for t in NET_TIERS if (first["tier"] == t).any()] or sorted(first["tier"].unique())
+    sel = first[first["tier"].isin(tiers)].sort_values(["tier", "src", "dst"])
+    ids = sel["link"].to_numpy()
+    mat = np.array([f.set_index("link").reindex(ids)["mean_utilisation"].to_numpy(dtype=float)
+                    for f in frames.values()])
+    if not np.isfinite(mat).any():
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(min(16, 3 + 0.05 * len(ids)), 1.2 + 0.4 * len(frames)))
+    im = ax.imshow(mat, aspect="auto", cmap="viridis", interpolation="nearest", vmin=0)
+    ax.set_yticks(range(len(frames)), list(frames), fontsize=7)
+    bounds = np.flatnonzero(sel["tier"].to_numpy()[1:] != sel["tier"].to_numpy()[:-1]) + 0.5
+    for b in bounds:
+        ax.axvline(b, color="w", lw=0.8)
+    ax.set_xlabel("link (" + " | ".join(t for t in sel["tier"].unique()) + ")")
+    ax.set_title("mean link utilisation")
+    fig.colorbar(im, ax=ax, fraction=0.03)
+    return save_png(fig, out)
+
+
+def spine_matrix(spines: pd.DataFrame, bins: int = 120) -> tuple[np.ndarray, list[str], float] | None:
+    """Max concurrent flows per spine per time bin, from the step series (t, spine, active_flows)."""
+    if spines is None or spines.empty:
+        return None
+    names = sorted(spines["spine"].unique(), key=lambda s: (len(str(s)), str(s)))
+    t_end = float(spines["t_s"].max()) or 1.0
+    edges = np.linspace(0.0, t_end, bins + 1)
+    mat = np.zeros((len(names), bins))
+    for i, name in enumerate(names):
+        g = spines[spines["spine"] == name].sort_values("t_s", kind="stable")
+        t, v = g["t_s"].to_numpy(float), g["active_flows"].to_numpy(float)
+        start = np.searchsorted(t, edges[:-1], side="right") - 1
+        base = np.where(start >= 0, v[np.maximum(start, 0)], 0.0)
+        idx = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
+        inbin = np.zeros(bins)
+        np.maximum.at(inbin, idx, v)
+        mat[i] = np.maximum(base, inbin)
+    return mat, [str(n) for n in names], t_end
+
+
+def spine_heatmap(spines: dict[str, pd.DataFrame], out: Path) -> Path | None:
+    """Per-spine concurrent flows over time, one panel per run (the ARK paper's Fig 3)."""
+    mats = {k: m for k, v in spines.items() if (m := spine_matrix(v)) is not None}
+    if not mats:
+        return None
+    plt = pyplot()
+    vmax = max(m[0].max() for m in mats.values()) or 1
+    fig, axes = plt.subplots(len(mats), 1, figsize=(9, 0.6 + 1.6 * len(mats)), squeeze=False,
+                             constrained_layout=True)
+    for ax, (label, (mat, names, t_end)) in zip(axes[:, 0], mats.items()):
+        im = ax.imshow(mat, aspect="auto", cmap="magma", interpolation="nearest", vmin=0, vmax=vmax,
+                       extent=(0, t_end, len(names) - 0.5, -0.5))
+        ax.set_yticks(range(len(names)), names, fontsize=7)
+        ax.set_title(label, fontsize=8)
+    axes[-1, 0].set_xlabel("simulated time (s)")
+    fig.colorbar(im, ax=axes[:, 0].tolist(), fraction=0.02, label="concurrent flows")
+    return save_png(fig, out)
+
+
+def latency_cdf(requests: pd.DataFrame, out: Path) -> Path | None:
+    """A single run's TTFT and TPOT distributions (CDFs over completed requests)."""
+    done = requests[requests["status"] == "completed"]
+    if done.empty:
+        return None
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for ax, col, title in zip(axes, ("ttft_s", "tpot_s"), ("TTFT", "TPOT")):
+        v = np.sort(done[col].dropna().to_numpy() * 1e3)
+        if v.size:
+            ax.plot(v, np.arange(1, v.size + 1) / v.size)
+            for q in (50, 99):
+                ax.axvline(np.percentile(v, q), ls=":", color="grey")
+        ax.set_xlabel(f"{title} (ms)")
+        ax.set_ylabel("fraction of requests")
+        ax.grid(alpha=0.3)
+    return save_png(fig, out)

@@ -1,0 +1,255 @@
+"""`simroute report DIR`: tables and PNG plots of a study (or a single run) plus one self-contained HTML page.
+
+Reads only output files: a study's study.json, points/*.parquet, search.json and runs/<key>/net_*.parquet; a
+run's summary.json and its Parquet tables. Images are embedded as base64, so the page travels alone.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from simroute.errors import ConfigurationError
+from simroute.ioutil import write_text_atomic
+from simroute.study import plots
+from simroute.study.search import meets
+from simroute.study.store import Store
+
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
+CI_COLS = [f"{m}_{s}" for m in ("ttft_ms", "tpot_ms") for s in ("p50", "p99")]
+MEAN_COLS = CI_COLS + ["slo_attainment", "bytes_route", "bytes_fetch", "bytes_pd_transfer", "completed",
+                       "requests", "n_route", "n_fetch", "n_local", "max_link_utilisation", "peak_spine_flows",
+                       "fct_pd_mean_ms"]
+
+
+def write_report(directory: str | Path, out: str | Path | None = None, fmt: str = "html") -> Path | str:
+    """Report on a study or run directory. html: writes PNGs + report.html, returns its path; md: returns text."""
+    d = Path(directory)
+    if (d / "study.json").exists() or (d / "points").is_dir():
+        sections, figs, title = _study(d)
+    elif (d / "summary.json").exists():
+        sections, figs, title = _run(d)
+    else:
+        raise ConfigurationError("neither a study directory (study.json, points/) nor a run directory "
+                                 "(summary.json)", file=d)
+    if fmt == "md":
+        return "\n".join([f"# {title}", ""] + [f"## {h}\n\n{_md(t)}\n" for h, t in sections if len(t)])
+    out_dir = Path(out) if out else d / "report"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    pngs = [(cap, p) for cap, fn in figs if (p := fn(out_dir)) is not None]
+    page = out_dir / "report.html"
+    write_text_atomic(page, _html(title, sections, pngs))
+    return page
+
+
+# ---- a study ---------------------------------------------------------------------------------------------
+def axes_of(meta: dict[str, Any]) -> tuple[str | None, list[str]]:
+    """The x axis (load-like) and the series axes of a study, from its report hints or its axes."""
+    names = list(meta.get("axes", {}))
+    if meta.get("search"):
+        names.append(meta["search"]["field"])
+    rep = meta.get("report") or {}
+    x = rep.get("x")
+    if x is None:
+        numeric = [n for n in names if n not in meta.get("cases", {}) and all(
+            isinstance(v, (int, float)) for v in meta["axes"].get(n, [0]))]
+        x = next((n for n in numeric if "qps" in n), numeric[-1] if numeric else (names[-1] if names else None))
+    series = rep.get("series") or [n for n in names if n != x]
+    return x, list(series)
+
+
+def aggregate(df: pd.DataFrame, x: str | None, series: list[str], slo: list[str]) -> pd.DataFrame:
+    """One row per configuration: means over seeds, 95% CIs of the latency percentiles, SLO met by all seeds."""
+    ok = df[df["status"] == "ok"].copy()
+    keys = [f"axis:{n}" for n in series + ([x] if x else []) if f"axis:{n}" in ok]
+    if ok.empty:
+        return pd.DataFrame()
+    if not keys:
+        ok["axis:_"] = "all"
+        keys = ["axis:_"]
+    rows = []
+    for vals, g in ok.groupby(keys, sort=False, dropna=False):
+        vals = vals if isinstance(vals, tuple) else (vals,)
+        r: dict[str, Any] = {k.removeprefix("axis:"): v for k, v in zip(keys, vals)}
+        n = len(g)
+        r["seeds"] = n
+        for c in MEAN_COLS:
+            r[c] = float(g[c].mean())
+        for c in CI_COLS:
+            r[f"{c}_ci"] = T95.get(n - 1, 1.96) * float(g[c].std(ddof=1)) / np.sqrt(n) if n > 1 else np.nan
+        r["meets"] = meets(g.to_dict("records"), tuple(slo)) if slo else None
+        rows.append(r)
+    agg = pd.DataFrame(rows)
+    agg["series"] = [", ".join(f"{s}={r[s]}" for s in series if s in agg) for _, r in agg.iterrows()]
+    agg["config"] = [(f"{r['series']} @ " if r["series"] else "") + (f"{x}={r[x]}" if x in agg else "")
+                     for _, r in agg.iterrows()]
+    if x in agg:
+        rank = {s: i for i, s in enumerate(dict.fromkeys(agg["series"]))}
+        num = pd.to_numeric(agg[x], errors="coerce")
+        agg["_r"], agg["_x"] = agg["series"].map(rank), num if num.notna().all() else agg[x].astype(str)
+        agg = agg.sort_values(["_r", "_x"], kind="stable").drop(columns=["_r", "_x"])
+    return agg.reset_index(drop=True)
+
+
+def _representatives(df: pd.DataFrame, x: str | None, series: list[str], limit: int = 8) -> dict[str, str]:
+    """Per series, the run at its largest x and smallest seed: the heatmaps' rows (label -> key)."""
+    ok = df[df["status"] == "ok"]
+    if ok.empty:
+        return {}
+    cols = [f"axis:{s}" for s in series if f"axis:{s}" in ok]
+    groups = ok.groupby(cols, sort=False) if cols else [((), ok)]
+    out: dict[str, str] = {}
+    for vals, g in groups:
+        vals = vals if isinstance(vals, tuple) else (vals,)
+        if x and f"axis:{x}" in g:
+            num = pd.to_numeric(g[f"axis:{x}"], errors="coerce")
+            g = g[num == num.max()] if num.notna().any() else g
+        g = g.sort_values("seed")
+        label = ", ".join(f"{c.removeprefix('axis:')}={v}" for c, v in zip(cols, vals))
+        if x and f"axis:{x}" in g:
+            label += (" @ " if label else "") + f"{x}={g[f'axis:{x}'].iloc[0]}"
+        out[label or "run"] = g["key"].iloc[0]
+        if len(out) >= limit:
+            break
+    return out
+
+
+def _read_parquet(path: Path) -> pd.DataFrame | None:
+    return pd.read_parquet(path) if path.exists() else None
+
+
+def _study(d: Path):
+    meta = json.loads((d / "study.json").read_text()) if (d / "study.json").exists() else {}
+    df = Store(d).read()
+    searches = json.loads((d / "search.json").read_text()) if (d / "search.json").exists() else []
+    x, series = axes_of(meta) if meta else (None, [])
+    slo = list(meta.get("slo") or (meta.get("search") or {}).get("slo") or [])
+    agg = aggregate(df, x, series, slo)
+    table_cols = ["config", "seeds", *CI_COLS, "slo_attainment", "completed", "bytes_route", "bytes_fetch",
+                  "bytes_pd_transfer", "max_link_utilisation", "peak_spine_flows"]
+    tab = _fmt(agg[[c for c in table_cols if c in agg]], agg) if len(agg) else pd.DataFrame()
+    sections: list[tuple[str, pd.DataFrame]] = [("Configurations (mean over seeds, ± 95% CI)", tab)]
+    if searches:
+        sections.append(("Capacity search", pd.DataFrame([{
+            "group": ", ".join(f"{k}={v}" for k, v in s["labels"].items()) or "base",
+            "answer": s["answer"], "status": s["status"], "SLO": " and ".join(s["slo"]),
+            "probes (value: met)": ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in s["probes"].items())}
+            for s in searches])))
+    elif slo and len(agg) and x in agg:
+        sections.append((f"SLO frontier ({' and '.join(slo)}, all seeds)", pd.DataFrame([{
+            "series": s or "all", f"largest {x} meeting the SLO": (g.loc[g["meets"].astype(bool), x].max()
+                                                                   if g["meets"].any() else "none")}
+            for s, g in agg.groupby("series", sort=False)])))
+    failed = df[df["status"] == "failed"]
+    if len(failed):
+        sections.append(("Failed points", pd.DataFrame({
+            "key": failed["key"], "labels": failed["labels_json"], "seed": failed["seed"],
+            "error": [e.splitlines()[0] if e else "" for e in failed["error"]]})))
+    reps = _representatives(df, x, series)
+    links = {k: _read_parquet(d / "runs" / v / "net_links.parquet") for k, v in reps.items()}
+    spines = {k: _read_parquet(d / "runs" / v / "net_spines.parquet") for k, v in reps.items()}
+    xx = x or "_"
+    figs = [("TTFT and TPOT percentiles vs " + str(x), lambda o: plots.latency_vs_load(agg, xx, o / "latency.png")
+             if x in agg else None),
+            ("SLO frontier", lambda o: plots.frontier(agg, xx, slo, searches, o / "slo_frontier.png")),
+            ("Bytes per primitive", lambda o: plots.bytes_per_primitive(agg, "config", o / "bytes.png")),
+            ("Link utilisation (runs at the largest " + str(x) + ")",
+             lambda o: plots.link_heatmap(links, o / "link_utilisation.png")),
+            ("Per-spine concurrent flows (ARK Fig 3)", lambda o: plots.spine_heatmap(spines, o / "spines.png"))]
+    title = f"simroute study: {meta.get('name', d.name)}"
+    if meta.get("description"):
+        sections.insert(0, ("About", pd.DataFrame({"study": [meta["description"]],
+                                                     "points": [len(df)], "failed": [len(failed)]})))
+    return sections, figs, title
+
+
+def _fmt(t: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
+    """Human units: ms with CI, GB, percentages."""
+    t = t.copy()
+    for c in CI_COLS:
+        if c in t:
+            t[c] = [f"{v:.2f}" + (f" ± {e:.2f}" if np.isfinite(e) else "") for v, e in zip(agg[c], agg[f"{c}_ci"])]
+    for c in ("bytes_route", "bytes_fetch", "bytes_pd_transfer"):
+        if c in t:
+            t[c] = [f"{v / 1e9:.3f} GB" for v in t[c]]
+    if "slo_attainment" in t:
+        t["slo_attainment"] = [f"{100 * v:.1f}%" if np.isfinite(v) else "-" for v in t["slo_attainment"]]
+    return t
+
+
+# ---- a single run ----------------------------------------------------------------------------------------
+def _run(d: Path):
+    s = json.loads((d / "summary.json").read_text())
+    cfg = s["config"]
+    lat = pd.DataFrame([{"metric": m, **{k: v for k, v in s[m].items()}} for m in ("ttft_ms", "tpot_ms", "e2e_ms")])
+    net = s.get("network", {})
+    sections = [
+        ("Run", pd.DataFrame([{"topology": Path(cfg["topology"]).name, "trace": Path(cfg["trace"]).name,
+                               "calib": Path(cfg["calib"]).name, "policy": cfg["policy"], "routing": cfg["routing"],
+                               "seed": s["seed"], "requests": s["requests"], "completed": s["completed"],
+                               "dropped": s["dropped"], "SLO attainment": s["slo"]["attainment"]}])),
+        ("Latency (ms)", lat),
+        ("Primitives per (chunk, request)", pd.DataFrame([s["primitive_counts"]])),
+        ("Bytes (GB)", pd.DataFrame([{k: round(v / 1e9, 4) for k, v in s["bytes"].items()}])),
+        ("Network", pd.DataFrame([{"flows": net.get("flows"), "max link utilisation": net.get("max_link_utilisation"),
+                                   "peak spine flows": max(net.get("peak_spine_concurrency", {}).values(),
+                                                           default=0),
+                                   **{f"{k} bytes (GB)": round(v / 1e9, 4)
+                                      for k, v in net.get("bytes_by_tier", {}).items()}}])),
+    ]
+    b = s["bytes"]
+    agg = pd.DataFrame([{"config": "run", "bytes_route": b["route"], "bytes_fetch": b["fetch"],
+                         "bytes_pd_transfer": b["pd_transfer"]}])
+    req = _read_parquet(d / "requests.parquet")
+    links = {"run": _read_parquet(d / "net_links.parquet")}
+    spines = {"run": _read_parquet(d / "net_spines.parquet")}
+    figs = [("TTFT and TPOT distributions", lambda o: plots.latency_cdf(req, o / "latency.png")
+             if req is not None else None),
+            ("Bytes per primitive", lambda o: plots.bytes_per_primitive(agg, "config", o / "bytes.png")),
+            ("Link utilisation", lambda o: plots.link_heatmap(links, o / "link_utilisation.png")),
+            ("Per-spine concurrent flows (ARK Fig 3)", lambda o: plots.spine_heatmap(spines, o / "spines.png"))]
+    return sections, figs, f"simroute run: {d.name}"
+
+
+# ---- rendering -------------------------------------------------------------------------------------------
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return "-" if not np.isfinite(v) else f"{v:.4g}"
+    return "-" if v is None else str(v)
+
+
+def _md(t: pd.DataFrame) -> str:
+    cols = [str(c) for c in t.columns]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in t.itertuples(index=False):
+        lines.append("| " + " | ".join(_cell(v).replace("|", "\\|").replace("\n", " ") for v in row) + " |")
+    return "\n".join(lines)
+
+
+CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
+       "font-size:13px;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+       "th{background:#f3f3f3}td:first-child{text-align:left}img{max-width:100%;border:1px solid #eee}")
+
+
+def _html(title: str, sections: list[tuple[str, pd.DataFrame]], pngs: list[tuple[str, Path]]) -> str:
+    """One page, no external references: CSS inline, images as data: URIs."""
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+             f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
+    for head, t in sections:
+        if len(t):
+            rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in r) + "</tr>"
+                           for r in t.itertuples(index=False))
+            cols = "".join(f"<th>{html.escape(str(c))}</th>" for c in t.columns)
+            parts.append(f"<h2>{html.escape(head)}</h2><table><tr>{cols}</tr>{rows}</table>")
+    for cap, p in pngs:
+        data = base64.b64encode(p.read_bytes()).decode()
+        parts.append(f"<h2>{html.escape(cap)}</h2><figure><img alt='{html.escape(cap)}' "
+                     f"src='data:image/png;base64,{data}'></figure>")
+    parts.append("</body></html>\n")
+    return "".join(parts)

@@ -1,0 +1,171 @@
+"""Turn a point's study config into a portable payload, a stable key, and (in the worker) a RunConfig.
+
+Inputs travel as shipped names (resolved on the worker, so a Ray node needs no shared disk for them), absolute
+paths, or generator specs (the driver generates them once into the study directory; a worker that cannot see
+that directory regenerates the same bytes into its own cache). The key hashes what the result depends on:
+every run field, the seed, and each input's content hash or generator spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from simroute.errors import ConfigurationError, SimrouteError
+from simroute.ioutil import sha256_file
+
+SHIPPED_TRACES = Path(__file__).resolve().parent.parent / "data" / "traces"
+
+
+def canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def digest(obj: Any, n: int = 16) -> str:
+    return hashlib.sha256(canonical(obj).encode()).hexdigest()[:n]
+
+
+def _is_gen(value: Any) -> bool:
+    return isinstance(value, dict) and "generate" in value
+
+
+def _shipped(name: str, value: str) -> Path | None:
+    """The shipped file a bare name stands for, or None."""
+    try:
+        if name == "topology":
+            from simroute.network import shipped_topology
+            return shipped_topology(value)
+        if name == "calib":
+            from simroute.calib import resolve_profile_path
+            return resolve_profile_path(value)
+        p = SHIPPED_TRACES / f"{value.removesuffix('.parquet')}.parquet"
+        return p if p.exists() else None
+    except SimrouteError:
+        return None
+
+
+def check_input(name: str, value: Any, file: str, where: str) -> None:
+    """Load-time validation of one input (a name, a path or a generator spec)."""
+    fld = f"{where}: {name}"
+    if _is_gen(value):
+        bad = set(value) - {"generate", "params", "seed"}
+        if bad:
+            raise ConfigurationError(f"a generator spec takes generate, params, seed; got {sorted(bad)}", file=file,
+                                     field=fld)
+        params = value.get("params") or {}
+        if not isinstance(params, dict):
+            raise ConfigurationError("params must be a mapping", file=file, field=f"{fld}.params")
+        try:
+            if name == "trace":
+                from simroute.workload import make_params
+                make_params(str(value["generate"]), params)
+            elif name == "topology":
+                from simroute.study.topogen import check_topology_spec
+                check_topology_spec(str(value["generate"]), params)
+            else:
+                raise ConfigurationError("only trace and topology can be generated")
+        except SimrouteError as exc:
+            raise ConfigurationError(str(exc), file=file, field=fld) from None
+        return
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError("must be a shipped name, a path or {generate: ..., params: ...}", file=file,
+                                 field=fld)
+    if _locate(name, value, file) is None:
+        raise ConfigurationError(f"'{value}' is neither a file (relative to the study) nor a shipped {name}",
+                                 file=file, field=fld)
+
+
+def _locate(name: str, value: str, file: str) -> dict[str, str] | None:
+    for cand in (Path(file).parent / value, Path(value)):
+        if cand.exists():
+            return {"kind": "path", "path": str(cand.resolve())}
+    if _shipped(name, value) is not None:
+        return {"kind": "shipped", "name": value}
+    return None
+
+
+def prepare(cfg: dict[str, Any], study_file: str, study_dir: Path) -> tuple[dict[str, Any], str]:
+    """The payload config (inputs as portable specs) and the point's stable key."""
+    payload = {k: v for k, v in cfg.items()}
+    ident: dict[str, Any] = {k: v for k, v in cfg.items() if k not in ("topology", "trace", "calib")}
+    seed = int(cfg.get("seed", 0))
+    for name in ("topology", "trace", "calib"):
+        value = cfg[name]
+        if _is_gen(value):
+            kind, params = str(value["generate"]), dict(value.get("params") or {})
+            if name == "trace":
+                from simroute.workload import make_params
+                params = dataclasses.asdict(make_params(kind, params))
+                gseed = int(value.get("seed", 0)) + seed
+            else:
+                gseed = 0
+            spec = {"generate": kind, "params": params, "seed": gseed}
+            h = digest({name: spec})
+            ext = ".parquet" if name == "trace" else ".yaml"
+            spec.update(kind="generate", path=str(study_dir / "inputs" / f"{name}-{h}{ext}"))
+            payload[name] = spec
+            ident[name] = {"generate": kind, "params": params, "seed": gseed}
+        else:
+            loc = _locate(name, str(value), study_file)
+            if loc is None:
+                raise ConfigurationError(f"'{value}' not found", file=study_file, field=name)
+            payload[name] = loc
+            path = Path(loc["path"]) if loc["kind"] == "path" else _shipped(name, loc["name"])
+            ident[name] = {"sha256": _content_hash(path)}
+    return payload, digest(ident)
+
+
+_HASHES: dict[tuple[str, float], str] = {}
+
+
+def _content_hash(path: Path | None) -> str:
+    """Content hash, cached by (path, mtime): a rerun of a large study hashes each input once."""
+    if path is None:
+        return "?"
+    key = (str(path), path.stat().st_mtime)
+    if key not in _HASHES:
+        _HASHES[key] = sha256_file(path)
+    return _HASHES[key]
+
+
+def materialise(spec: dict[str, Any], name: str) -> Path:
+    """The local file an input spec stands for, generating it if needed (driver or worker)."""
+    kind = spec["kind"]
+    if kind == "path":
+        return Path(spec["path"])
+    if kind == "shipped":
+        p = _shipped(name, spec["name"])
+        if p is None:
+            raise ConfigurationError(f"no shipped {name} '{spec['name']}'", field=name)
+        return p
+    path = Path(spec["path"])
+    if path.exists():
+        return path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        target = path if os.access(path.parent, os.W_OK) else None
+    except OSError:
+        target = None
+    if target is None:   # a remote worker: its own cache, same bytes
+        target = Path(tempfile.gettempdir()) / "simroute-study-inputs" / path.name
+        if target.exists():
+            return target
+    if name == "trace":
+        from simroute.workload import generate
+        return generate(spec["generate"], target, seed=spec["seed"], params=spec["params"])
+    from simroute.study.topogen import write_topology
+    return write_topology(spec["generate"], spec["params"], target)
+
+
+def run_config(payload: dict[str, Any]):
+    """The RunConfig of a payload, materialising its inputs."""
+    from simroute.sim.config import RunConfig
+    kw = dict(payload)
+    for name in ("topology", "trace", "calib"):
+        kw[name] = str(materialise(payload[name], name))
+    return RunConfig(**kw)

@@ -1,0 +1,199 @@
+"""Run a study: expand it into points, skip the stored ones, stream the rest through a backend, store each.
+
+Grid studies submit every point at once. Search studies run in rounds: each round submits the next probe of
+every still-open group (times every seed) together, so the pool stays busy across groups; a rerun replays
+the same bisection and finds every probe already stored.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simroute.ioutil import write_text_atomic
+from simroute.study.backends import Backend, Task, make_backend
+from simroute.study.resolve import materialise, prepare
+from simroute.study.search import Bisection, meets
+from simroute.study.spec import Study, set_dotted
+from simroute.study.store import Store
+
+
+@dataclass
+class Point:
+    key: str
+    labels: dict[str, Any]
+    seed: int
+    config: dict[str, Any]           # the payload (portable inputs)
+    search: dict[str, Any] | None = None
+
+
+@dataclass
+class StudyRun:
+    """What one `run_study` call did."""
+
+    out_dir: Path
+    total: int = 0
+    executed: int = 0
+    skipped: int = 0
+    failed: int = 0
+    stopped: bool = False             # max_points reached before the study was complete
+    wall_s: float = 0.0
+    searches: list[dict[str, Any]] = field(default_factory=list)
+
+
+class _Executor:
+    """Shared by grid and search: caching, the point limit, storing results and the progress bar."""
+
+    def __init__(self, study: Study, store: Store, backend: Backend, run: StudyRun, *, retry_failed: bool,
+                 max_points: int | None, progress: bool | None) -> None:
+        self.study, self.store, self.backend, self.run = study, store, backend, run
+        self.retry_failed, self.max_points = retry_failed, max_points
+        show = sys.stderr.isatty() if progress is None else progress
+        self.bar = None
+        if show:
+            from tqdm import tqdm
+            self.bar = tqdm(total=0, unit="pt", desc=study.name, file=sys.stderr, dynamic_ncols=True)
+
+    def grow(self, n: int) -> None:
+        if self.bar is not None:
+            self.bar.total += n
+            self.bar.refresh()
+
+    def execute(self, points: list[Point]) -> dict[str, dict[str, Any]]:
+        """Run the points not stored yet; returns every point's row (stored or fresh) by key."""
+        rows: dict[str, dict[str, Any]] = {}
+        todo: list[Point] = []
+        for p in points:
+            st = self.store.status(p.key)
+            if st == "ok" or (st == "failed" and not self.retry_failed):
+                rows[p.key] = _row(self.store, p.key)
+                self.run.skipped += 1
+                if self.bar is not None:
+                    self.bar.update(1)
+            else:
+                todo.append(p)
+        if self.max_points is not None:
+            room = max(0, self.max_points - self.run.executed)
+            if len(todo) > room:
+                self.run.stopped = True
+                todo = todo[:room]
+        self._inputs(todo)
+        by_key = {p.key: p for p in todo}
+        tasks: list[Task] = [{"key": p.key, "payload": p.config, "keep": self.study.keep} for p in todo]
+        for res in self.backend.map_unordered(tasks):
+            p = by_key[res["key"]]
+            meta = {"seed": p.seed, "labels": p.labels, "config": p.config, "search": p.search}
+            rows[p.key] = self.store.write(p.key, meta, res)
+            self.run.executed += 1
+            if res.get("error"):
+                self.run.failed += 1
+            if self.bar is not None:
+                self.bar.set_postfix_str(f"failed {self.run.failed}" if self.run.failed else "")
+                self.bar.update(1)
+        return rows
+
+    def _inputs(self, todo: list[Point]) -> None:
+        """Generate each distinct generated input once, here, before the workers need it."""
+        seen: set[str] = set()
+        for p in todo:
+            for name in ("topology", "trace"):
+                spec = p.config[name]
+                if spec["kind"] == "generate" and spec["path"] not in seen:
+                    seen.add(spec["path"])
+                    try:
+                        materialise(spec, name)
+                    except Exception:   # noqa: BLE001 - the point itself will fail and record why
+                        pass
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _row(store: Store, key: str) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+    return pq.read_table(store.point_path(key)).to_pylist()[0]
+
+
+def make_point(study: Study, out_dir: Path, labels: dict[str, Any], seed: int,
+               search: dict[str, Any] | None = None, probe: tuple[str, Any] | None = None) -> Point:
+    cfg = study.config(labels, seed)
+    labels = dict(labels)
+    if probe is not None:
+        set_dotted(cfg, probe[0], probe[1])
+        labels[probe[0]] = probe[1]
+    payload, key = prepare(cfg, study.file, out_dir)
+    return Point(key, labels, seed, payload, search)
+
+
+def run_study(study: Study, out_dir: str | Path, *, jobs: int | None = None, ray_address: str | None = None,
+              backend: Backend | None = None, max_points: int | None = None, retry_failed: bool = True,
+              progress: bool | None = None) -> StudyRun:
+    """Run (or resume) `study` into `out_dir`. `max_points` stops after that many new points (resumable)."""
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    _write_manifest(study, out)
+    run = StudyRun(out)
+    t0 = time.perf_counter()
+    own = backend is None
+    be = backend or make_backend(jobs, ray_address)
+    ex = _Executor(study, Store(out), be, run, retry_failed=retry_failed, max_points=max_points,
+                   progress=progress)
+    try:
+        if study.search is None:
+            points = [make_point(study, out, g, s) for g in study.groups() for s in study.seeds]
+            run.total = len(points)
+            ex.grow(len(points))
+            ex.execute(points)
+        else:
+            _search(study, out, ex, run)
+    finally:
+        ex.close()
+        if own:
+            be.close()
+    run.wall_s = time.perf_counter() - t0
+    return run
+
+
+def _search(study: Study, out: Path, ex: _Executor, run: StudyRun) -> None:
+    sp = study.search
+    assert sp is not None
+    groups = study.groups()
+    states = [Bisection(sp.goal, sp.lo, sp.hi, sp.integer, sp.tolerance) for _ in groups]
+    ex.grow(sum(b.max_probes() for b in states) * len(study.seeds))
+    while not run.stopped:
+        round_points: list[tuple[int, float, list[Point]]] = []
+        for gi, (g, b) in enumerate(zip(groups, states)):
+            for x in b.probes():
+                v = int(x) if sp.integer else x
+                pts = [make_point(study, out, g, s, {"group": gi}, (sp.field, v)) for s in study.seeds]
+                round_points.append((gi, x, pts))
+        if not round_points:
+            break
+        allp = [p for _, _, pts in round_points for p in pts]
+        run.total += len(allp)
+        rows = ex.execute(allp)
+        for gi, x, pts in round_points:
+            got = [rows[p.key] for p in pts if p.key in rows]
+            if len(got) < len(pts):      # stopped by max_points mid-round: resume later
+                continue
+            states[gi].observe(x, meets(got, sp.slo))
+    run.searches = []
+    for g, b in zip(groups, states):
+        ans = None if b.answer is None else (int(b.answer) if sp.integer else b.answer)
+        run.searches.append({"labels": g, "field": sp.field, "goal": sp.goal, "slo": list(sp.slo),
+                             "answer": ans, "status": b.status if b.done else "incomplete",
+                             "probes": {str(int(k) if sp.integer else k): v for k, v in sorted(b.seen.items())}})
+    write_text_atomic(out / "search.json", json.dumps(run.searches, indent=2, default=str) + "\n")
+
+
+def _write_manifest(study: Study, out: Path) -> None:
+    """study.json: what the report needs to know about the study (axes, seeds, SLO, search), no results."""
+    doc = {"name": study.name, "description": study.description, "file": study.file, "axes": study.axes,
+           "cases": study.cases, "seeds": list(study.seeds), "slo": list(study.slo), "report": study.report,
+           "search": None if study.search is None else study.search.__dict__, "base": study.base}
+    write_text_atomic(out / "study.json", json.dumps(doc, indent=2, default=str) + "\n")

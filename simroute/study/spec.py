@@ -1,0 +1,263 @@
+"""Study files: a base run, a grid of axes or an SLO search, and seed repetitions, validated at load.
+
+A study YAML names RunConfig fields. Inputs (topology, trace, calib) may be shipped names, paths relative to the
+study file, or generator specs (`{generate: corpus, params: {...}, seed: N}`) so a study is self-contained.
+Errors name the study file and the offending field, so a typo in a 200-point study fails before any work.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simroute.errors import ConfigurationError, SimrouteError
+from simroute.ioutil import load_yaml
+from simroute.sim.config import RunConfig
+
+RUN_FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
+INPUTS = ("topology", "trace", "calib")
+TOP_KEYS = {"name", "description", "base", "axes", "search", "seeds", "slo", "quick", "report", "keep"}
+DEFAULT_BASE = {"topology": "fattree", "calib": "h100-ibgda", "trace": "agents-default"}
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """Bisection over one field for the extreme value meeting the SLO (Vidur-style capacity search)."""
+
+    field: str
+    goal: str                  # "max" (largest QPS) or "min" (fewest holders / replicas)
+    lo: float
+    hi: float
+    integer: bool
+    tolerance: float
+    slo: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Study:
+    """A validated study: `points()` expands it (grid); `groups()` gives the search's fixed-axis combinations."""
+
+    name: str
+    file: str
+    description: str
+    base: dict[str, Any]
+    axes: dict[str, list[Any]]               # field -> values, or case axis -> {label: overrides}
+    cases: dict[str, dict[str, dict[str, Any]]]
+    seeds: tuple[int, ...]
+    search: SearchSpec | None = None
+    slo: tuple[str, ...] = ()
+    report: dict[str, Any] = field(default_factory=dict)
+    keep: str = "full"                       # "full": every run's output files; "summary": summary.json only
+
+    def groups(self) -> list[dict[str, Any]]:
+        """Every combination of axis labels (the grid without seeds)."""
+        names = list(self.axes)
+        combos = itertools.product(*[self.axes[n] for n in names])
+        return [dict(zip(names, c)) for c in combos]
+
+    def overrides(self, labels: dict[str, Any]) -> dict[str, Any]:
+        """The dotted-field overrides one combination of axis labels stands for."""
+        out: dict[str, Any] = {}
+        for name, value in labels.items():
+            if name in self.cases:
+                out.update(self.cases[name][str(value)])
+            else:
+                out[name] = value
+        return out
+
+    def config(self, labels: dict[str, Any], seed: int) -> dict[str, Any]:
+        """The full run config (before input resolution) of one point."""
+        cfg = copy.deepcopy(self.base)
+        for dotted, value in self.overrides(labels).items():
+            set_dotted(cfg, dotted, value)
+        cfg["seed"] = int(seed)
+        return cfg
+
+
+def set_dotted(cfg: dict[str, Any], dotted: str, value: Any) -> None:
+    """`trace.params.qps = 8` into a nested dict (creating levels as needed)."""
+    parts = dotted.split(".")
+    cur = cfg
+    for p in parts[:-1]:
+        nxt = cur.get(p)
+        if not isinstance(nxt, dict):
+            nxt = cur[p] = {}
+        cur = nxt
+    cur[parts[-1]] = copy.deepcopy(value)
+
+
+def deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """`b` over `a`, recursing into dicts (lists and scalars are replaced): how `quick:` overrides a study."""
+    out = copy.deepcopy(a)
+    for k, v in b.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def load_study(path: str | Path, *, quick: bool = False) -> Study:
+    """Load and validate a study YAML; `quick` applies its `quick:` overrides (the small variant for tests)."""
+    path = Path(path)
+    raw = load_yaml(path)
+    f = str(path)
+    if not isinstance(raw, dict):
+        raise ConfigurationError("a study must be a mapping", file=f)
+    unknown = set(raw) - TOP_KEYS
+    if unknown:
+        raise ConfigurationError(f"unknown key(s) {sorted(unknown)}; valid: {sorted(TOP_KEYS)}", file=f,
+                                 field=sorted(unknown)[0])
+    if quick:
+        q = raw.get("quick") or {}
+        if not isinstance(q, dict):
+            raise ConfigurationError("must be a mapping of overrides", file=f, field="quick")
+        raw = deep_merge(raw, q)
+    name = str(raw.get("name") or path.stem)
+    base = dict(DEFAULT_BASE)
+    b = raw.get("base") or {}
+    if not isinstance(b, dict):
+        raise ConfigurationError("must be a mapping of RunConfig fields", file=f, field="base")
+    base.update(copy.deepcopy(b))
+    for k in base:
+        _check_field(k, f, "base")
+    if "seed" in base:
+        raise ConfigurationError("set repetitions with the top-level 'seeds', not base.seed", file=f, field="base.seed")
+    axes, cases = _axes(raw.get("axes") or {}, f)
+    seeds = _seeds(raw.get("seeds", 1), f)
+    search = _search(raw["search"], f) if raw.get("search") is not None else None
+    if search is not None and search.field in axes:
+        raise ConfigurationError(f"'{search.field}' is both searched and an axis", file=f, field="search.field")
+    slo = _slo_list(raw.get("slo"), f, "slo")
+    keep = str(raw.get("keep", "full"))
+    if keep not in ("full", "summary"):
+        raise ConfigurationError("must be 'full' or 'summary'", file=f, field="keep")
+    report = raw.get("report") or {}
+    if not isinstance(report, dict):
+        raise ConfigurationError("must be a mapping (x, series)", file=f, field="report")
+    study = Study(name=name, file=str(path.resolve()), description=str(raw.get("description", "")), base=base,
+                  axes=axes, cases=cases, seeds=seeds, search=search, slo=slo, report=report, keep=keep)
+    _validate_points(study)
+    return study
+
+
+def _check_field(dotted: str, f: str, where: str) -> None:
+    head = dotted.split(".")[0]
+    if head not in RUN_FIELDS:
+        raise ConfigurationError(f"'{head}' is not a run field; valid: {', '.join(sorted(RUN_FIELDS))}", file=f,
+                                 field=f"{where}.{dotted}")
+    if "." in dotted and head not in ("trace", "topology", "extra"):
+        raise ConfigurationError("only trace, topology and extra have sub-fields", file=f, field=f"{where}.{dotted}")
+    if head == "seed" and where == "axes":
+        raise ConfigurationError("repeat over seeds with the top-level 'seeds'", file=f, field="axes.seed")
+
+
+def _axes(raw: Any, f: str) -> tuple[dict[str, list[Any]], dict[str, dict[str, dict[str, Any]]]]:
+    """Plain axes (field -> values) and case axes (label -> {field: value, ...}, for fields that move together)."""
+    if not isinstance(raw, dict):
+        raise ConfigurationError("must be a mapping field -> list of values", file=f, field="axes")
+    axes: dict[str, list[Any]] = {}
+    cases: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, values in raw.items():
+        name = str(name)
+        if isinstance(values, dict):          # a case axis: each label sets several fields
+            if not values:
+                raise ConfigurationError("a case axis needs at least one case", file=f, field=f"axes.{name}")
+            cases[name] = {}
+            for label, ov in values.items():
+                if not isinstance(ov, dict):
+                    raise ConfigurationError("each case must map fields to values", file=f,
+                                             field=f"axes.{name}.{label}")
+                for k in ov:
+                    _check_field(str(k), f, f"axes.{name}.{label}")
+                cases[name][str(label)] = {str(k): v for k, v in ov.items()}
+            axes[name] = list(cases[name])
+            continue
+        _check_field(name, f, "axes")
+        if not isinstance(values, list) or not values:
+            raise ConfigurationError("must be a non-empty list of values", file=f, field=f"axes.{name}")
+        if len({repr(v) for v in values}) != len(values):
+            raise ConfigurationError("values repeat", file=f, field=f"axes.{name}")
+        axes[name] = list(values)
+    return axes, cases
+
+
+def _seeds(raw: Any, f: str) -> tuple[int, ...]:
+    if isinstance(raw, bool) or not isinstance(raw, (int, list)):
+        raise ConfigurationError("must be a count or a list of integers", file=f, field="seeds")
+    seeds = list(range(raw)) if isinstance(raw, int) else raw
+    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
+        raise ConfigurationError("need at least one non-negative integer seed", file=f, field="seeds")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigurationError("seeds repeat", file=f, field="seeds")
+    return tuple(seeds)
+
+
+def _slo_list(raw: Any, f: str, where: str) -> tuple[str, ...]:
+    from simroute.study.search import parse_slo
+    if raw is None:
+        return ()
+    items = [raw] if isinstance(raw, str) else raw
+    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+        raise ConfigurationError("must be a condition like 'p99 ttft_ms <= 50' or a list of them", file=f,
+                                 field=where)
+    for s in items:
+        try:
+            parse_slo(s)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc), file=f, field=where) from None
+    return tuple(items)
+
+
+def _search(raw: Any, f: str) -> SearchSpec:
+    if not isinstance(raw, dict):
+        raise ConfigurationError("must be a mapping (field, goal, lo, hi, slo)", file=f, field="search")
+    valid = {"field", "goal", "lo", "hi", "integer", "tolerance", "slo"}
+    bad = set(raw) - valid
+    if bad:
+        raise ConfigurationError(f"unknown key(s) {sorted(bad)}; valid: {sorted(valid)}", file=f,
+                                 field=f"search.{sorted(bad)[0]}")
+    for k in ("field", "lo", "hi", "slo"):
+        if k not in raw:
+            raise ConfigurationError("is required", file=f, field=f"search.{k}")
+    fld = str(raw["field"])
+    _check_field(fld, f, "search.field")
+    goal = str(raw.get("goal", "max"))
+    if goal not in ("max", "min"):
+        raise ConfigurationError("must be 'max' (largest value meeting the SLO) or 'min' (fewest)", file=f,
+                                 field="search.goal")
+    lo, hi = raw["lo"], raw["hi"]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (lo, hi)) or not lo < hi:
+        raise ConfigurationError("need numbers lo < hi", file=f, field="search.lo")
+    integer = bool(raw.get("integer", isinstance(lo, int) and isinstance(hi, int)))
+    tol = raw.get("tolerance", 1 if integer else (hi - lo) / 32)
+    if not isinstance(tol, (int, float)) or tol <= 0:
+        raise ConfigurationError("must be > 0", file=f, field="search.tolerance")
+    slo = _slo_list(raw["slo"], f, "search.slo")
+    if not slo:
+        raise ConfigurationError("needs at least one condition", file=f, field="search.slo")
+    return SearchSpec(fld, goal, float(lo), float(hi), integer, float(max(tol, 1) if integer else tol), slo)
+
+
+def _validate_points(study: Study) -> None:
+    """Build every grid point's RunConfig with placeholder inputs: enum / range errors surface at load."""
+    from simroute.study.resolve import check_input
+    probe_values = [study.search.lo, study.search.hi] if study.search else [None]
+    for labels in study.groups():
+        where = "base" if not labels else "axes." + ",".join(f"{k}={v}" for k, v in labels.items())
+        for pv in probe_values:
+            cfg = study.config(labels, study.seeds[0])
+            if study.search is not None:
+                v = int(pv) if study.search.integer else pv
+                set_dotted(cfg, study.search.field, v)
+            for name in INPUTS:
+                check_input(name, cfg.get(name), study.file, where)
+            flat = {k: v for k, v in cfg.items() if k not in INPUTS}
+            try:
+                RunConfig(topology="-", trace="-", calib="-", **flat)
+            except SimrouteError as exc:
+                fld = getattr(exc, "field", None) or getattr(exc, "kind", None)
+                raise ConfigurationError(str(exc), file=study.file, field=f"{where}: {fld}") from None
+            except TypeError as exc:
+                raise ConfigurationError(f"wrong type: {exc}", file=study.file, field=where) from None

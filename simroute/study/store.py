@@ -1,0 +1,106 @@
+"""The study's result store: `points/<key>.parquet`, one single-row file per finished point (the Parquet dataset
+of the study), plus `runs/<key>/` with that run's own output files.
+
+A point's file is written last and atomically, so its existence means the point is done: a killed study
+leaves no half-points and a rerun skips exactly the finished ones. Failed points store their error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from simroute.ioutil import atomic_path
+
+STATS = ("mean", "p50", "p95", "p99", "max")
+METRICS: tuple[str, ...] = (
+    "requests", "completed", "dropped",
+    *[f"{m}_{s}" for m in ("ttft_ms", "tpot_ms", "e2e_ms") for s in STATS],
+    "slo_attainment", "bytes_route", "bytes_fetch", "bytes_local", "bytes_pd_transfer",
+    "n_route", "n_fetch", "n_local", "n_resident", "n_first_touch",
+    "instances", "max_link_utilisation", "peak_spine_flows", "fct_pd_mean_ms", "fct_pd_p95_ms",
+    "fct_fetch_mean_ms", "holder_batches", "holder_mean_batch", "holder_max_queue", "evictions",
+    "copies_refused", "overflow_chunks", "sim_time_s",
+)
+
+
+def flatten(summary: dict[str, Any]) -> dict[str, float]:
+    """The numeric metrics of one run's summary.json as flat columns (NaN where a run has none)."""
+    s = summary
+    row: dict[str, Any] = {"requests": s["requests"], "completed": s["completed"], "dropped": s["dropped"]}
+    for m in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        for st in STATS:
+            row[f"{m}_{st}"] = s[m].get(st)
+    row["slo_attainment"] = s["slo"]["attainment"]
+    for k in ("route", "fetch", "local", "pd_transfer"):
+        row[f"bytes_{k}"] = s["bytes"].get(k, 0.0)
+    for k, v in s["primitive_counts"].items():
+        row[f"n_{k.replace('-', '_')}"] = v
+    net, hold = s.get("network", {}), s.get("holders", {})
+    row["instances"] = s.get("instances")
+    row["max_link_utilisation"] = net.get("max_link_utilisation")
+    row["peak_spine_flows"] = max(net.get("peak_spine_concurrency", {}).values(), default=0)
+    row["fct_pd_mean_ms"] = net.get("fct_ms_pd", {}).get("mean")
+    row["fct_pd_p95_ms"] = net.get("fct_ms_pd", {}).get("p95")
+    row["fct_fetch_mean_ms"] = net.get("fct_ms_fetch", {}).get("mean")
+    row["holder_batches"] = hold.get("batches")
+    row["holder_mean_batch"] = hold.get("mean_batch")
+    row["holder_max_queue"] = hold.get("max_queue")
+    row["evictions"] = hold.get("evictions")
+    row["copies_refused"] = hold.get("copies_refused")
+    row["overflow_chunks"] = s.get("placement", {}).get("overflow_chunks")
+    row["sim_time_s"] = s.get("sim_time_s")
+    return {k: (math.nan if row.get(k) is None else float(row[k])) for k in METRICS}
+
+
+class Store:
+    """Points of one study directory."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.points_dir = self.root / "points"
+        self.runs_dir = self.root / "runs"
+
+    def point_path(self, key: str) -> Path:
+        return self.points_dir / f"{key}.parquet"
+
+    def status(self, key: str) -> str | None:
+        """'ok', 'failed' or None (not run)."""
+        p = self.point_path(key)
+        if not p.exists():
+            return None
+        return pq.read_table(p, columns=["status"]).column(0)[0].as_py()
+
+    def write(self, key: str, meta: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+        """Store a finished point (its run outputs first, then the point row that marks it done)."""
+        ok = result.get("error") is None
+        if ok and result.get("tables") is not None:
+            from simroute.sim.metrics import write_outputs
+            write_outputs(self.runs_dir / key, result["summary"], result["tables"], result.get("perf"))
+        metrics = flatten(result["summary"]) if ok else {k: math.nan for k in METRICS}
+        row = {"key": key, "status": "ok" if ok else "failed", "error": result.get("error") or "",
+               "seed": int(meta["seed"]), "labels_json": json.dumps(meta["labels"], sort_keys=True, default=str),
+               "search_json": json.dumps(meta.get("search"), sort_keys=True, default=str),
+               "config_json": json.dumps(meta["config"], sort_keys=True, default=str),
+               **metrics, "wall_s": float((result.get("perf") or {}).get("wall_s") or math.nan)}
+        table = pa.table({k: [v] for k, v in row.items()})
+        with atomic_path(self.point_path(key)) as tmp:
+            pq.write_table(table, tmp)
+        return row
+
+    def read(self):
+        """Every stored point as a pandas DataFrame (labels expanded into `axis:<name>` columns)."""
+        import pandas as pd
+        files = sorted(self.points_dir.glob("*.parquet")) if self.points_dir.exists() else []
+        if not files:
+            return pd.DataFrame(columns=["key", "status", "error", "seed", "labels_json", *METRICS])
+        df = pa.concat_tables([pq.read_table(f) for f in files], promote_options="permissive").to_pandas()
+        labels = [json.loads(s) for s in df["labels_json"]]
+        for name in sorted({k for d in labels for k in d}):
+            df[f"axis:{name}"] = [d.get(name) for d in labels]
+        return df

@@ -1,0 +1,97 @@
+"""Network engine benchmark: flow start+finish events/s and re-ratings/s at 1k and 10k concurrent flows on
+the 1024-GPU fat-tree, latency-bound messages/s, peak memory. Appends a row to bench/RESULTS.md.
+
+Closed loop: N flows stay in flight (a finishing flow starts a new one between random GPUs, 1-100 MB),
+so every completion is one finish and one start event. `rate_tolerance` > 0 lets the incremental solver
+stop a cascade once every violated bottleneck is within that relative slack (default exact).
+Run: python bench/bench_network.py [--no-record]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import simpy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _common import peak_rss_mb, record  # noqa: E402
+
+from simroute.network import FlowEngine, load_topology, shipped_topology  # noqa: E402
+
+
+def closed_loop(topo, n_concurrent: int, n_finish: int, *, tolerance: float = 0.0, seed: int = 1) -> dict:
+    env = simpy.Environment()
+    eng = FlowEngine(env, topo, keep_records=False, rate_tolerance=tolerance)
+    rng = np.random.default_rng(seed)
+    gpus, done, started = topo.gpus, [0], [0]
+    pairs = rng.integers(0, len(gpus), size=(n_concurrent + n_finish + 10, 2)).tolist()
+    sizes = rng.uniform(1e6, 1e8, n_concurrent + n_finish + 10).tolist()
+
+    def start() -> None:
+        i = started[0]
+        started[0] += 1
+        a, b = pairs[i]
+        eng.transfer(gpus[a], gpus[b], sizes[i]).callbacks.append(finish)
+
+    def finish(_ev) -> None:
+        done[0] += 1
+        start()
+
+    for _ in range(n_concurrent):
+        start()
+    t0 = time.perf_counter()
+    env.run(until=1e-12)                                   # the initial fill of all N flows
+    fill_s = time.perf_counter() - t0
+    while done[0] < n_finish // 10:                        # warm up to the steady state
+        env.step()
+    d0, r0, g0, t0 = done[0], eng.rerates, eng.rerated_groups, time.perf_counter()
+    while done[0] < n_finish:
+        env.step()
+    dt = time.perf_counter() - t0
+    n = done[0] - d0
+    return {"events_per_s": 2 * n / dt, "flows_per_s": n / dt, "rerates_per_s": (eng.rerates - r0) / dt,
+            "groups_per_event": (eng.rerated_groups - g0) / max(1, 2 * n), "initial_fill_s": fill_s}
+
+
+def messages(topo, n: int = 1_000_000, n_bulk: int = 1000) -> float:
+    env = simpy.Environment()
+    eng = FlowEngine(env, topo, keep_records=False)
+    rng = np.random.default_rng(2)
+    gpus = topo.gpus
+    for a, b in rng.integers(0, len(gpus), size=(n_bulk, 2)).tolist():
+        eng.transfer(gpus[a], gpus[b], 1e12)
+    env.run(until=1e-9)
+    pairs = [(gpus[a], gpus[b]) for a, b in rng.integers(0, len(gpus), size=(4096, 2)).tolist()]
+    md = eng.message_delay
+    t0 = time.perf_counter()
+    now = 0.0
+    for i in range(n):
+        s, d = pairs[i & 4095]
+        now += md(s, d, 2184.0, t_probe_s=16e-6, single_block_Bps=25e9, now=now) * 1e-3
+    return n / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    topo = load_topology(shipped_topology("fattree-1024"))
+    r1 = closed_loop(topo, 1000, 6000)
+    r10 = closed_loop(topo, 10_000, 60)
+    r10t = closed_loop(topo, 10_000, 150, tolerance=1e-2)
+    mps = messages(topo)
+    figs = {
+        "1k_events_per_s": round(r1["events_per_s"]), "1k_rerates_per_s": round(r1["rerates_per_s"]),
+        "1k_groups_per_event": round(r1["groups_per_event"], 1),
+        "10k_events_per_s": round(r10["events_per_s"], 1), "10k_rerates_per_s": round(r10["rerates_per_s"]),
+        "10k_groups_per_event": round(r10["groups_per_event"], 1), "10k_initial_fill_s": round(r10["initial_fill_s"], 2),
+        "10k_tol1e-2_events_per_s": round(r10t["events_per_s"], 1),
+        "messages_per_s": round(mps), "peak_rss_mb": round(peak_rss_mb(), 1),
+    }
+    record("network (fattree-1024)", figs, target=">= 5k events/s at 1k flows; >= 200k messages/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,6 +1,10 @@
 """Network layer: topologies, equal-cost paths, a max-min flow engine with ECMP / ARK, telemetry.
 
 Knows nothing of LLMs: flows have bytes, paths and optional rate caps; messages have bytes.
+
+Shipped topologies live twice: `topologies/` (the user-facing copy at the repo root) and
+`simroute/data/topologies/` (inside the wheel, what `default_topology_path()` finds); they are kept
+byte-identical and tests/network/test_topology.py fails if they drift.
 """
 
 from __future__ import annotations

@@ -98,35 +98,17 @@ def check_agents_per_holder(tmp: Path) -> Check:
                  f"N=32 with 4 replicas {t_rep * 1e3:.2f} ms", ok)
 
 
-def route_rt_under_load(k: int, mq: int, *, duration_s: float = 0.02, topology: str = "paper-testbed",
-                        seed: int = 0) -> float:
+def route_rt_under_load(k: int, mq: int, *, topology: str = "paper-testbed") -> float:
     """Mean routed round trip of one requester while k other closed-loop route flows share its NIC uplink."""
-    import simpy
-
     from simroute.calib import load_profile
-    from simroute.network import FlowEngine, load_topology
     from simroute.model import get_model
-    topo = load_topology(shipped_topology(topology))
+    from simroute.network import load_topology
+    from simroute.network.scenarios import closed_loop_rtt
     fab = load_profile(default_profile_path()).fabric_params("h100-ibgda")
     g = get_model("deepseek-v2-lite")
-    env = simpy.Environment()
-    net = FlowEngine(env, topo, seed=seed)
-    rts: list[float] = []
-
-    def loop(dst: str, measure: bool):
-        while env.now < duration_s:
-            t0 = env.now
-            yield env.timeout(net.message_delay("h0.g0", dst, mq * g.q_bytes, t_probe_s=fab.t_probe_s,
-                                                single_block_Bps=fab.single_block_Bps))
-            yield env.timeout(net.message_delay(dst, "h0.g0", mq * g.p_bytes, t_probe_s=fab.turnaround_s,
-                                                single_block_Bps=fab.single_block_Bps))
-            if measure:
-                rts.append(env.now - t0)
-
-    for i in range(k + 1):
-        env.process(loop(f"h1.g{i % 4}", i == 0))
-    env.run()
-    return float(np.mean(rts))
+    return closed_loop_rtt(load_topology(shipped_topology(topology)), k, rows=mq, q_bytes=g.q_bytes,
+                           p_bytes=g.p_bytes, t_probe_s=fab.t_probe_s + fab.turnaround_s,
+                           single_block_Bps=fab.single_block_Bps, compute_s=0.0)
 
 
 def check_congestion(_tmp: Path) -> Check:

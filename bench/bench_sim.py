@@ -82,6 +82,11 @@ SCENARIOS = {"agents": agents, "ark": ark, "zipf": zipf, "azure": azure}
 
 if __name__ == "__main__":
     names = [a for a in sys.argv[1:] if not a.startswith("--")] or list(SCENARIOS)
-    for name in names:
+    flags = [a for a in sys.argv[1:] if a.startswith("--")]
+    if len(names) > 1:   # one process per scenario, so each peak RSS is its own
+        import subprocess
+        for name in names:
+            subprocess.run([sys.executable, __file__, name, *flags], check=True)
+    else:
         with tempfile.TemporaryDirectory() as d:
-            SCENARIOS[name](Path(d))
+            SCENARIOS[names[0]](Path(d))

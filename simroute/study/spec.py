@@ -91,7 +91,8 @@ def set_dotted(cfg: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """`b` over `a`, recursing into dicts (lists and scalars are replaced): how `quick:` overrides a study."""
+    """`b` over `a`, recursing into dicts (lists and scalars are replaced): how `quick:` overrides a study
+    (except `axes`, where each named axis is replaced whole)."""
     out = copy.deepcopy(a)
     for k, v in b.items():
         out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
@@ -113,7 +114,9 @@ def load_study(path: str | Path, *, quick: bool = False) -> Study:
         q = raw.get("quick") or {}
         if not isinstance(q, dict):
             raise ConfigurationError("must be a mapping of overrides", file=f, field="quick")
-        raw = deep_merge(raw, q)
+        axes_q = q.get("axes") or {}
+        raw = deep_merge(raw, {k: v for k, v in q.items() if k != "axes"})
+        raw["axes"] = {**(raw.get("axes") or {}), **axes_q}    # an axis is replaced whole, never merged
     name = str(raw.get("name") or path.stem)
     base = dict(DEFAULT_BASE)
     b = raw.get("base") or {}

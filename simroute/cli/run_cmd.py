@@ -26,7 +26,9 @@ def run(
     router: str = typer.Option("hint", help="hint | round-robin | least-loaded | locality."),
     tp: int = typer.Option(1, help="GPUs per instance (tensor-parallel group)."),
     hbm_gb: float = typer.Option(40.0, help="HBM per instance for chunks and copies (GB)."),
-    batch_window_us: float = typer.Option(10.0, help="Holder dispatcher batching window (us)."),
+    batch_window_us: float = typer.Option(10.0, help="Holder batching window (us)."),
+    dispatch_window_us: float = typer.Option(5.0, help="Requester dispatcher window: same-chunk queries to one "
+                                                       "holder share a message (us; 0 = off)."),
     staging_streams: int = typer.Option(8, help="K streams of the holder staging pool."),
     decode_steps_per_event: int = typer.Option(16, help="Decode steps one simulated macro-step stands for."),
     decode_base_ms: float = typer.Option(0.0, help="Non-attention time per decode step (ms)."),
@@ -55,7 +57,8 @@ def run(
         topology=str(topology or default_topology_path()), trace=str(trace or default_trace_path()),
         calib=str(calib or default_profile_path()), model=model, policy=policy, routing=routing, seed=seed,
         route_exchanges=route_exchanges, placement=placement, replicas=replicas, hot_fraction=hot_fraction,
-        router=router, tp=tp, hbm_gb=hbm_gb, batch_window_us=batch_window_us, staging_streams=staging_streams,
+        router=router, tp=tp, hbm_gb=hbm_gb, batch_window_us=batch_window_us,
+        dispatch_window_us=dispatch_window_us, staging_streams=staging_streams,
         decode_steps_per_event=decode_steps_per_event, decode_base_ms=decode_base_ms, prefill_us=prefill_us,
         max_requests=max_requests, until_s=until, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms,
         telemetry=not no_telemetry or timeline is not None, link_series=link_series)

@@ -40,7 +40,8 @@ class RunConfig:
     router: str = "hint"                   # requester choice when the trace gives no hint: falls back to least-loaded
     tp: int = 1                            # GPUs per instance (tensor-parallel group inside a host)
     hbm_gb: float = 40.0                   # HBM per instance for canonical chunks and fetched copies
-    batch_window_us: float = 10.0          # holder dispatcher batching window
+    batch_window_us: float = 10.0          # holder batching window (routed queries computed as one batch)
+    dispatch_window_us: float = 5.0        # requester dispatcher window (same-chunk queries sent as one message)
     holder_streams: int = 1                # holder batches computed concurrently
     staging_streams: int = 8               # K of the holder's D2D staging pool
     staging_copy_GBps: float = 200.0       # D2D copy rate of one staging stream (default, not measured)
@@ -64,7 +65,7 @@ class RunConfig:
         for name in ("replicas", "tp", "holder_streams", "staging_streams", "decode_steps_per_event"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"must be >= 1, got {getattr(self, name)}", field=name)
-        for name in ("hbm_gb", "batch_window_us", "staging_copy_GBps", "decode_base_ms", "slo_ttft_ms",
+        for name in ("hbm_gb", "batch_window_us", "dispatch_window_us", "staging_copy_GBps", "decode_base_ms", "slo_ttft_ms",
                      "slo_tpot_ms"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(f"must be >= 0, got {getattr(self, name)}", field=name)

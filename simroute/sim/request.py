@@ -40,21 +40,11 @@ class RequestFlow:
         return work, prem
 
     def _exchange(self, req_inst, holder, rows: float, ct: float, topk: int, weight: float):
-        """One routed exchange (x weight): query out, batched partial on the holder, partial back.
-
-        Returns (event to wait for, return-leg delay to add after it, wire bytes).
-        """
-        fab = self.fabric(req_inst, holder)
+        """One routed exchange (x weight) through the requester's dispatcher: query out, batched partial on the
+        holder, partial back. Returns (event that fires when the partial is back, this request's wire bytes)."""
         g = self.params.geometry
-        q_bytes = rows * g.q_bytes * weight / self.cfg.tp
-        p_bytes = rows * g.p_bytes * weight / self.cfg.tp
-        out = self.net.message_delay(req_inst.gpu, holder.gpu, q_bytes, t_probe_s=fab.t_probe_s * weight,
-                                     single_block_Bps=fab.single_block_Bps)
-        work, prem = self._work(rows, ct, topk)
-        done = holder.holder.submit(work, prem, weight, delay_s=out)
-        back = self.net.message_delay(holder.gpu, req_inst.gpu, p_bytes,
-                                      t_probe_s=fab.turnaround_s * weight, single_block_Bps=fab.single_block_Bps)
-        return done, back, (q_bytes + p_bytes) * self.cfg.tp
+        ev = self.dispatchers.submit(req_inst, holder, rows, ct, topk, weight)
+        return ev, rows * g.qp_bytes * weight
 
     def _attend_s(self, rows: float, ct: float, topk: int) -> float:
         """The requester's own attention over a resident copy, per step (all exchanges of the step)."""
@@ -99,10 +89,10 @@ class RequestFlow:
         ev.succeed()
 
     def _route_first(self, r: int, ci: int, req_inst, holder, rows: float):
-        done, back, nbytes = self._exchange(req_inst, holder, rows, float(self.chunks.tokens[ci]), 0,
-                                            self.params.exchanges)
+        done, nbytes = self._exchange(req_inst, holder, rows, float(self.chunks.tokens[ci]), 0,
+                                      self.params.exchanges)
         yield done
-        yield self.env.timeout(back + self.params.merge_s * self.params.exchanges)
+        yield self.env.timeout(self.params.merge_s * self.params.exchanges)
         self.rec.bytes_route[r] += nbytes
 
     # ---- the request ---------------------------------------------------------------------------------
@@ -192,15 +182,14 @@ class RequestFlow:
             while steps_left > 0:
                 s = min(S, steps_left)
                 w = s * p.exchanges
-                waits, back = [], 0.0
+                waits = []
                 for ci, h in routed:
-                    done, b, nbytes = self._exchange(req_inst, self.instances[h], heads,
-                                                     float(self.chunks.tokens[ci]), 0, w)
+                    done, nbytes = self._exchange(req_inst, self.instances[h], heads,
+                                                  float(self.chunks.tokens[ci]), 0, w)
                     waits.append(done)
-                    back = max(back, b)
                     rec.bytes_route[r] += nbytes
                 yield env.all_of(waits)
-                yield env.timeout(back + p.merge_s * w + s * (base + attend))
+                yield env.timeout(p.merge_s * w + s * (base + attend))
                 steps_left -= s
         rec.tpot[r] = (env.now - t1) / (output - 1) if output > 1 else 0.0
         rec.e2e[r] = env.now - t0

@@ -22,6 +22,7 @@ from simroute.model.scalar import ScalarModel, _interp
 from simroute.network import FlowEngine, load_topology
 from simroute.sim.cluster import ChunkStore, Instance
 from simroute.sim.config import RunConfig
+from simroute.sim.dispatcher import Dispatchers
 from simroute.sim.holder import HolderServer, StagingPool
 from simroute.sim.metrics import Recorder, summarise, write_outputs
 from simroute.sim.placement import place
@@ -62,6 +63,7 @@ class Simulation(RequestFlow, SelectionFlow):
         self.scalar = ScalarModel(p)
         self.floor_model = ScalarModel(replace(p, host_overhead=False))   # the simulator charges no host overhead
         self._build_instances()
+        self.dispatchers = Dispatchers(self, cfg.dispatch_window_us * 1e-6)
         self._fabric_cache: dict[tuple[int, int], int] = {}
         self.meta = read_trace_meta(cfg.trace)
         self._build_chunks()
@@ -278,6 +280,7 @@ class Simulation(RequestFlow, SelectionFlow):
             "placement": {"policy": cfg.placement, "overflow_chunks": self.placement.overflow_chunks,
                           "overflow_bytes": self.placement.overflow_bytes,
                           "replicated_chunks": self.placement.replicated_chunks},
+            "dispatcher": {"routed_queries": self.dispatchers.queries, "messages": self.dispatchers.messages},
             "holders": {"batches": int(sum(h.holder.batches for h in holders)),
                         "routed_queries": int(sum(h.holder.queries for h in holders)),
                         "mean_batch": (sum(h.holder.queries for h in holders) /

@@ -52,17 +52,16 @@ class SelectionFlow:
 
     def _route_fanout(self, r: int, req_inst, holders: list[int], rows: float, topk: int, weight: float):
         M = max(len(holders), 1)
-        waits, back = [], 0.0
+        waits = []
         for h in holders:
             if h == req_inst.id:
                 continue
-            done, b, nbytes = self._exchange(req_inst, self.instances[h], rows, 0.0, max(topk // M, 1), weight)
+            done, nbytes = self._exchange(req_inst, self.instances[h], rows, 0.0, max(topk // M, 1), weight)
             waits.append(done)
-            back = max(back, b)
             self.rec.bytes_route[r] += nbytes
         if waits:
             yield self.env.all_of(waits)
-        yield self.env.timeout(back + self.params.merge_s * weight)
+        yield self.env.timeout(self.params.merge_s * weight)
 
     def _selection_first(self, r: int, req_inst, chunk_idx: list[int], prompt: int, output: int, topk: int,
                          M: int):

@@ -3,7 +3,7 @@
 Inputs travel as shipped names (resolved on the worker, so a Ray node needs no shared disk for them), absolute
 paths, or generator specs (the driver generates them once into the study directory; a worker that cannot see
 that directory regenerates the same bytes into its own cache). The key hashes what the result depends on:
-every run field, the seed, and each input's content hash or generator spec.
+every run field, the seed, each input's content hash or generator spec, and the simulator's source.
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ def prepare(cfg: dict[str, Any], study_file: str, study_dir: Path) -> tuple[dict
     """The payload config (inputs as portable specs) and the point's stable key."""
     payload = {k: v for k, v in cfg.items()}
     ident: dict[str, Any] = {k: v for k, v in cfg.items() if k not in ("topology", "trace", "calib")}
+    ident["code"] = code_fingerprint()
     seed = int(cfg.get("seed", 0))
     for name in ("topology", "trace", "calib"):
         value = cfg[name]
@@ -121,6 +122,22 @@ def prepare(cfg: dict[str, Any], study_file: str, study_dir: Path) -> tuple[dict
 
 
 _HASHES: dict[tuple[str, float], str] = {}
+_CODE: list[str] = []
+CODE_PACKAGES = ("model", "calib", "network", "workload", "sim")
+
+
+def code_fingerprint() -> str:
+    """Hash of the simulator's source (the layers a run executes): results stored by an older simulator are
+    not reused after its code changes, since the package version alone does not move with every commit."""
+    if not _CODE:
+        root = Path(__file__).resolve().parent.parent
+        h = hashlib.sha256()
+        for pkg in CODE_PACKAGES:
+            for f in sorted((root / pkg).rglob("*.py")):
+                h.update(f.relative_to(root).as_posix().encode())
+                h.update(f.read_bytes())
+        _CODE.append(h.hexdigest()[:16])
+    return _CODE[0]
 
 
 def _content_hash(path: Path | None) -> str:

@@ -74,3 +74,13 @@ def test_key_changes_with_config_only(grid_file, tmp_path):
     b = make_point(s, tmp_path / "y", {"policy": "paper", "trace.params.qps": 10}, 0)
     c = make_point(s, tmp_path / "x", {"policy": "paper", "trace.params.qps": 10}, 1)
     assert a.key == b.key != c.key           # independent of where the study lives; depends on the seed
+
+
+def test_key_changes_with_simulator_source(grid_file, tmp_path, monkeypatch):
+    """Stored results of an older simulator are not reused: the key covers the simulator's source."""
+    import simroute.study.resolve as resolve
+    from simroute.study.runner import make_point
+    s = load_study(grid_file)
+    before = make_point(s, tmp_path, {"policy": "paper", "trace.params.qps": 10}, 0).key
+    monkeypatch.setattr(resolve, "_CODE", ["another-simulator"])
+    assert make_point(s, tmp_path, {"policy": "paper", "trace.params.qps": 10}, 0).key != before

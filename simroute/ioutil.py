@@ -30,6 +30,10 @@ def atomic_path(target: str | Path, *, directory: bool = False) -> Iterator[Path
         fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         os.close(fd)
         tmp = Path(name)
+    # mkstemp / mkdtemp create 0600 / 0700: give the result the permissions a plain open() would have.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, (0o777 if directory else 0o666) & ~umask)
     try:
         yield tmp
     except BaseException:

@@ -108,9 +108,27 @@ def summarise(rec: Recorder, *, config: dict[str, Any], inputs: dict[str, str], 
         **extra,
         "sim_time_s": sim_time_s,
         "seed": config["seed"], "config": config, "inputs": inputs,
-        "versions": {"simroute": simroute.__version__, "python": platform.python_version(),
+        "versions": {"simroute": simroute.__version__, "simroute_source": source_fingerprint(),
+                     "python": platform.python_version(),
                      **_versions("numpy", "simpy", "pyarrow", "networkx")},
     }
+
+
+_SOURCE_FP: str | None = None
+
+
+def source_fingerprint() -> str:
+    """sha256 (16 hex) of the simroute package's Python sources: ties results to the code that made them."""
+    global _SOURCE_FP
+    if _SOURCE_FP is None:
+        import hashlib
+        root = Path(__file__).resolve().parent.parent
+        h = hashlib.sha256()
+        for f in sorted(root.rglob("*.py")):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+        _SOURCE_FP = h.hexdigest()[:16]
+    return _SOURCE_FP
 
 
 def _versions(*mods: str) -> dict[str, str]:

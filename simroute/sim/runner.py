@@ -277,6 +277,8 @@ class Simulation(RequestFlow, SelectionFlow):
         holders = self.instances
         extra = {
             "instances": len(holders), "gpus": len(self.topology.gpus),
+            "topology": {**self.topology.summary(), "spine_names": sorted(
+                {l.dst for l in self.topology.links if l.dst.startswith(("spine", "core"))}, key=lambda n: (len(n), n))},
             "placement": {"policy": cfg.placement, "overflow_chunks": self.placement.overflow_chunks,
                           "overflow_bytes": self.placement.overflow_bytes,
                           "replicated_chunks": self.placement.replicated_chunks},

@@ -31,8 +31,12 @@ def latency_vs_load(agg: pd.DataFrame, x: str, out: Path) -> Path | None:
     if agg.empty:
         return None
     plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, metric, title in zip(axes, ("ttft_ms", "tpot_ms"), ("TTFT", "TPOT")):
+    # A scenario with no cross-instance attention during decode (and no base step time) has TPOT 0: no panel.
+    metrics = [("ttft_ms", "TTFT")] + ([("tpot_ms", "TPOT")] if agg["tpot_ms_p99"].fillna(0).abs().max() > 0
+                                       else [])
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4), squeeze=False)
+    axes = axes[0]
+    for ax, (metric, title) in zip(axes, metrics):
         for i, (series, g) in enumerate(agg.groupby("series", sort=False)):
             g = g.sort_values(x, key=lambda s: pd.to_numeric(s, errors="coerce") if s.dtype == object else s)
             xs, cats = _xs(g[x])
@@ -47,7 +51,7 @@ def latency_vs_load(agg: pd.DataFrame, x: str, out: Path) -> Path | None:
         ax.set_ylabel(f"{title} (ms)")
         ax.set_title(f"{title} p50 / p99 vs {x}")
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=7, loc="best")
+    axes[-1].legend(fontsize=7, loc="best")
     return save_png(fig, out)
 
 

@@ -29,7 +29,17 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 # import name -> wheel/requirement name installed from the local folder when missing
-GPU_LIBS = {"cupy": "cupy-cuda12x", "nvshmem": "nvshmem4py-cu13", "cuda.core": "cuda-core"}
+# One CUDA major version throughout (cupy and nvshmem4py must share it): the `gpu` extra's CUDA 13 set,
+# or the `gpu-cu12` set when only CUDA 12 wheels are in the wheel folder.
+GPU_LIBS_CU13 = {"cupy": "cupy-cuda13x", "nvshmem": "nvshmem4py-cu13", "cuda.core": "cuda-core"}
+GPU_LIBS_CU12 = {"cupy": "cupy-cuda12x", "nvshmem": "nvshmem4py-cu12", "cuda.core": "cuda-core"}
+
+
+def gpu_libs(wheels: Path) -> dict[str, str]:
+    """The CUDA 12 set if the wheel folder holds CUDA 12 cupy and no CUDA 13 cupy, else the CUDA 13 set."""
+    if wheels.is_dir() and any(wheels.glob("cupy_cuda12x-*.whl")) and not any(wheels.glob("cupy_cuda13x-*.whl")):
+        return GPU_LIBS_CU12
+    return GPU_LIBS_CU13
 BASE_LIBS = {"numpy": "numpy", "yaml": "pyyaml", "pydantic": "pydantic", "pyarrow": "pyarrow", "tqdm": "tqdm",
              "typer": "typer", "rich": "rich"}
 # (probe, share of the budget): the 1-GPU set; shares sum to < 1 to leave room for start-up and writing
@@ -66,7 +76,7 @@ def missing(libs: dict[str, str]) -> list[str]:
 
 def install_plan(wheels: Path) -> tuple[list[str], str]:
     """What would be installed from `wheels`, and a line saying so."""
-    need = missing(BASE_LIBS) + missing(GPU_LIBS)
+    need = missing(BASE_LIBS) + missing(gpu_libs(wheels))
     if not need:
         return [], "all libraries present"
     if not wheels.is_dir():

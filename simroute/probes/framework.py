@@ -27,7 +27,7 @@ Status = Literal["ok", "skipped", "missing-dep", "timeout", "failed"]
 NEEDS_TEXT: dict[str, str] = {"cpu": "CPU only", "gpu1": "1 GPU", "gpus-host": "2+ GPUs on one host",
                               "hosts-nic": "2+ hosts with a NIC"}
 # Where a missing module comes from (what to install).
-INSTALL_HINT: dict[str, str] = {"cupy": "pip install cupy-cuda12x", "nvshmem": "pip install nvshmem4py-cu13",
+INSTALL_HINT: dict[str, str] = {"cupy": "pip install 'simroute[gpu]' (CUDA 13) or 'simroute[gpu-cu12]'", "nvshmem": "pip install 'simroute[gpu]'",
                                 "flash_mla": "build FlashMLA (github.com/deepseek-ai/FlashMLA)",
                                 "numba": "pip install numba numba-cuda", "torch": "pip install torch"}
 

@@ -18,7 +18,7 @@ from simroute.probes.registry import PROBES
 
 def _gpu_available() -> str | None:
     if importlib.util.find_spec("cupy") is None:
-        return "cupy is not installed (pip install cupy-cuda12x)"
+        return "cupy is not installed (pip install 'simroute[gpu]')"
     try:
         import cupy as cp
         if cp.cuda.runtime.getDeviceCount() < 1:

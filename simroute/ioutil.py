@@ -36,22 +36,39 @@ def atomic_path(target: str | Path, *, directory: bool = False) -> Iterator[Path
     os.chmod(tmp, (0o777 if directory else 0o666) & ~umask)
     try:
         yield tmp
+        if target.is_dir() and not directory:
+            raise ConfigurationError("is a directory; give a file path", file=target)
+        if directory and target.exists():
+            old = target.with_name(f".{target.name}.old-{os.getpid()}")
+            os.replace(target, old)
+            os.replace(tmp, target)
+            if old.is_dir():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink(missing_ok=True)
+        else:
+            os.replace(tmp, target)
     except BaseException:
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             tmp.unlink(missing_ok=True)
         raise
-    if directory and target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        os.replace(target, old)
-        os.replace(tmp, target)
-        if old.is_dir():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink(missing_ok=True)
-    else:
-        os.replace(tmp, target)
+
+
+def check_replaceable(target: str | Path, markers: tuple[str, ...], what: str) -> None:
+    """Refuse to replace an existing directory that holds something other than a previous `what`.
+
+    Output directories are replaced whole (atomically); this keeps `-o ~/thesis` from deleting a thesis.
+    """
+    target = Path(target)
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise ConfigurationError(f"exists and is not a directory; choose another path for the {what}", file=target)
+    if any(target.iterdir()) and not any((target / m).exists() for m in markers):
+        raise ConfigurationError(f"exists, is not empty and does not hold a previous {what}: refusing to replace "
+                                 f"it (choose a new or empty directory)", file=target)
 
 
 def write_text_atomic(target: str | Path, text: str) -> None:

@@ -45,6 +45,9 @@ def calibrate(
         plan.append([p.name, NEEDS_TEXT[p.needs], "run" if not gap else f"skip: {gap}"])
     table("plan", ["probe", "needs", "action"], plan)
     target = out or default_out(cap.hostname)
+    if target.is_dir():
+        from simroute.errors import ConfigurationError
+        raise ConfigurationError("is a directory; --out names the profile file (e.g. DIR/profile.yaml)", file=target)
     if dry_run:
         typer.echo(f"dry run: would write {target} and {target.parent / 'samples.parquet'}")
         return

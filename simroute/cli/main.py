@@ -55,7 +55,9 @@ for _name in COMMAND_MODULES:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; user errors print one clear line (no traceback) and exit non-zero."""
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)   # click returns typer.Exit's code here rather than raising
+        if isinstance(rc, int) and rc:
+            return rc
     except SimrouteError as exc:
         typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
         return exc.exit_code
@@ -64,11 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Abort:
         typer.echo("aborted", err=True)
         return 130
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-        if isinstance(exc, click.ClickException):
+    except Exception as exc:
+        # Usage errors (missing argument, bad option value, unknown command) come from the click that typer
+        # uses, which may be typer's bundled copy rather than the `click` package: match them by behaviour.
+        if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
             exc.show()
-            return exc.exit_code
+            return exc.exit_code or 2
         raise
     return 0
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simroute.ioutil import atomic_path
+from simroute.ioutil import atomic_path, check_replaceable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -114,6 +114,7 @@ class Telemetry:
         if self.record_series:
             frames["link_series"] = pd.DataFrame(self.series, columns=["link", "t0_s", "t1_s", "utilisation"])
         directory = Path(directory)
+        check_replaceable(directory, ("flows.parquet", "links.parquet"), "telemetry export")
         with atomic_path(directory, directory=True) as tmp:
             for name, df in frames.items():
                 pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp / f"{name}.parquet")

@@ -71,6 +71,10 @@ class RunConfig:
                 raise ConfigurationError(f"must be >= 0, got {getattr(self, name)}", field=name)
         if not 0 <= self.hot_fraction <= 1:
             raise ConfigurationError("must be within [0, 1]", field="hot_fraction")
+        if self.seed < 0:
+            raise ConfigurationError(f"must be >= 0, got {self.seed}", field="seed")
+        if self.until_s is not None and self.until_s <= 0:
+            raise ConfigurationError(f"must be > 0, got {self.until_s}", field="until_s")
         if self.max_requests is not None and self.max_requests < 0:
             raise ConfigurationError("must be >= 0", field="max_requests")
 

@@ -146,7 +146,8 @@ def write_outputs(out_dir: Path, summary: dict[str, Any], tables: dict[str, Any]
                   perf: dict[str, Any] | None = None) -> None:
     """Write every output into a temp directory, then rename it into place: all or nothing."""
     import pyarrow.parquet as pq
-    from simroute.ioutil import atomic_path
+    from simroute.ioutil import atomic_path, check_replaceable
+    check_replaceable(out_dir, ("summary.json",), "simroute run")
     with atomic_path(out_dir, directory=True) as tmp:
         for name, table in tables.items():
             if table is not None:

@@ -354,6 +354,9 @@ class Simulation(RequestFlow, SelectionFlow):
 def simulate(cfg: RunConfig, out_dir: str | Path | None = None,
              progress: Callable[[int, int], None] | None = None, timeline: str | Path | None = None) -> RunResult:
     """Run one configuration; write its outputs atomically if `out_dir` is given (and a timeline if asked)."""
+    if out_dir is not None:   # fail before simulating, not after
+        from simroute.ioutil import check_replaceable
+        check_replaceable(out_dir, ("summary.json",), "simroute run")
     sim = Simulation(cfg, progress=progress)
     res = sim.run()
     if out_dir is not None:

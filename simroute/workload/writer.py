@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from simroute.errors import ConfigurationError
-from simroute.ioutil import atomic_path
+from simroute.ioutil import atomic_path, check_replaceable
 from simroute.workload.schema import (CHUNK_DEFAULTS, CHUNK_FIELDS, CHUNK_SCHEMA, CHUNKS_FILE,
                                       REQUEST_DEFAULTS, REQUEST_FIELDS, REQUEST_SCHEMA, REQUESTS_FILE,
                                       ROW_GROUP_ROWS, schema_metadata)
@@ -211,6 +211,7 @@ def open_trace_writer(target: str | Path, meta: dict[str, Any], **kwargs: Any) -
     target = Path(target)
     if target.suffix != ".parquet":
         raise ConfigurationError("a trace is a directory named *.parquet", file=target)
+    check_replaceable(target, (REQUESTS_FILE,), "trace")
     with atomic_path(target, directory=True) as tmp:
         writer = TraceWriter(tmp, meta, **kwargs)
         try:

@@ -1,0 +1,51 @@
+"""User mistakes at the command line: one clear message, a non-zero exit, no traceback, nothing lost."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.parametrize("args", [
+    ("predict", "--mq", "abc"), ("predict", "--mq", "0"), ("run", "--bogus"), ("topo", "show"), ("nosuch",),
+    ("trace", "info"), ("sweep",), ("run", "--seed", "-1"), ("run", "--until", "-5"),
+    ("run", "--policy", "magic"), ("calib", "show", "/no/such/profile.yaml"),
+])
+def test_usage_errors_exit_2_without_traceback(cli, args, tmp_path):
+    code, out, err = cli(*args, *(("-o", str(tmp_path / "o")) if args[0] == "run" else ()))
+    assert code == 2, (args, code, out, err)
+    assert "Traceback" not in out + err
+    assert (err or out).strip()
+
+
+def test_run_refuses_to_replace_a_directory_that_is_not_a_run(cli, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "thesis.tex").write_text("years of work")
+    code, _, err = cli("run", "-o", str(home))
+    assert code == 2 and "refusing" in err
+    assert (home / "thesis.tex").read_text() == "years of work"
+    code, _, err = cli("run", "-o", str(tmp_path / "run"))
+    assert code == 0, err
+    code, _, err = cli("run", "-o", str(tmp_path / "run"), "--seed", "2")   # a previous run is replaced
+    assert code == 0, err
+
+
+def test_trace_gen_refuses_to_replace_a_foreign_directory(cli, tmp_path):
+    target = tmp_path / "x.parquet"
+    target.mkdir()
+    (target / "notes.txt").write_text("keep")
+    code, _, err = cli("trace", "gen", "agents", "-o", str(target))
+    assert code == 2 and (target / "notes.txt").exists()
+
+
+def test_validate_exit_code_is_propagated(cli, monkeypatch):
+    from simroute.sim import validate as v
+    monkeypatch.setattr(v, "CHECKS", (lambda _tmp: v.Check("always fails", "x", "y", False),))
+    code, out, _ = cli("validate")
+    assert code == 1 and "NO" in out
+
+
+def test_calibrate_out_directory_is_rejected_before_probing(cli, tmp_path):
+    code, out, err = cli("calibrate", "--quick", "--out", str(tmp_path))
+    assert code == 2 and "is a directory" in err
+    assert list(tmp_path.iterdir()) == []

@@ -29,6 +29,7 @@ from simroute.sim.placement import place
 from simroute.sim.request import RequestFlow
 from simroute.sim.selection import SelectionFlow
 from simroute.workload import iter_request_batches, read_chunks, read_trace_meta
+from simroute.workload.validate import RequestChecker, check_chunks
 
 REQ_COLS = ["request_id", "arrival_s", "after_id", "think_s", "requester_hint", "prefill_hint", "prompt_tokens",
             "output_tokens", "chunk_ids", "chunk_at_cached_offset", "topk", "holders_spanned"]
@@ -98,6 +99,7 @@ class Simulation(RequestFlow, SelectionFlow):
 
     def _build_chunks(self) -> None:
         t = read_chunks(self.cfg.trace)
+        self._sorted_chunk_ids = check_chunks(self.cfg.trace, t)
         col = lambda name: t.column(name).to_numpy(zero_copy_only=False)
         self.chunks = ChunkStore(col("chunk_id").astype(np.int64), col("tokens").astype(np.int64),
                                  col("cached_offset").astype(np.int64), col("canonical").astype(bool),
@@ -179,9 +181,11 @@ class Simulation(RequestFlow, SelectionFlow):
         env, n = self.env, self.n_requests
         seen = 0
         until = self.cfg.until_s
-        for batch in iter_request_batches(self.cfg.trace, columns=REQ_COLS):
+        checker = RequestChecker(self.cfg.trace, self._sorted_chunk_ids)
+        for batch in iter_request_batches(self.cfg.trace, columns=REQ_COLS + ["parent_id"]):
             if seen >= n:
                 break
+            checker.check(batch)
             cols = {name: batch.column(name) for name in REQ_COLS}
             ids = cols["request_id"].to_numpy()
             arrival = cols["arrival_s"].to_numpy()

@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow.compute as pc
 
 from simroute.errors import ConfigurationError
+from simroute.workload.validate import RequestChecker, check_chunks
 from simroute.workload.reader import iter_request_batches, read_chunks, read_trace_meta
 from simroute.workload.schema import REQUESTS_FILE
 
@@ -84,6 +85,7 @@ def trace_info(path: str | Path, *, lru_capacity_tokens: int | None = None,
     """Statistics of a trace in one pass over its request row groups (memory: a few numbers per request)."""
     meta = read_trace_meta(path)
     chunks = read_chunks(path, columns=["chunk_id", "tokens"])
+    check_chunks(path, chunks)
     ids = chunks["chunk_id"].to_numpy()
     tokens = chunks["tokens"].to_numpy().astype(np.int64)
     if len(ids) and np.any(np.diff(ids) <= 0):
@@ -97,13 +99,12 @@ def trace_info(path: str | Path, *, lru_capacity_tokens: int | None = None,
     hit = total = 0
     tenants: set[str] = set()
     cols = ["request_id", "arrival_s", "tenant", "after_id", "prompt_tokens", "output_tokens", "chunk_ids"]
-    for batch in iter_request_batches(path, batch_rows=batch_rows, columns=cols):
+    checker = RequestChecker(path, ids)
+    for batch in iter_request_batches(path, batch_rows=batch_rows, columns=cols + ["think_s", "parent_id"]):
+        checker.check(batch)
         arrival = batch.column("arrival_s").to_numpy()
         if len(arrival) == 0:
             continue
-        if (last is not None and arrival[0] < last) or np.any(np.diff(arrival) < 0):
-            raise ConfigurationError("requests are not sorted by arrival_s", file=Path(path) / REQUESTS_FILE,
-                                     field="arrival_s")
         first = arrival[0] if first is None else first
         last = arrival[-1]
         n += len(arrival)
@@ -115,10 +116,6 @@ def trace_info(path: str | Path, *, lru_capacity_tokens: int | None = None,
         counts = pc.list_value_length(lists).to_numpy(zero_copy_only=False)
         flat = pc.list_flatten(lists).to_numpy()
         idx = np.searchsorted(ids, flat)
-        bad = (idx >= len(ids)) | (ids[np.minimum(idx, len(ids) - 1)] != flat) if len(ids) else flat == flat
-        if np.any(bad):
-            raise ConfigurationError(f"a request attends chunk {flat[np.flatnonzero(bad)[0]]}, which is not in "
-                                     "the chunk table", file=Path(path), field="chunk_ids")
         tok = tokens[idx]
         repeat = np.ones(len(idx), dtype=bool)
         repeat[np.unique(idx, return_index=True)[1]] = False

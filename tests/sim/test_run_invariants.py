@@ -165,3 +165,29 @@ def test_validate_reproduces_the_papers_effects(cli):
     code, out, err = cli("validate")
     assert code == 0, out + err
     assert out.count("yes") == 5
+
+
+@pytest.mark.parametrize("column, value, words", [
+    ("prompt_tokens", -5, "prompt_tokens = -5"), ("arrival_s", "reverse", "not sorted"),
+    ("output_tokens", -1, "output_tokens"), ("after_id", 10_000, "earlier request"),
+])
+def test_bad_trace_values_are_errors_in_run_and_info(tmp_path, column, value, words, cli):
+    import pyarrow as pa
+    src = generate("corpus", tmp_path / "ok.parquet", seed=1, params={"requests": 50, "chunks": 20,
+                                                                      "instances": 8})
+    table = pq.read_table(src / "requests.parquet")
+    col = table.column(column).to_numpy().copy()
+    if value == "reverse":
+        col = col[::-1].copy()
+    else:
+        col[3] = value
+    table = table.set_column(table.column_names.index(column), column, pa.array(col, type=table.schema.field(
+        column).type))
+    bad = tmp_path / "bad.parquet"
+    bad.mkdir()
+    pq.write_table(table, bad / "requests.parquet")
+    (bad / "chunks.parquet").write_bytes((src / "chunks.parquet").read_bytes())
+    with pytest.raises(ConfigurationError, match=words):
+        simulate(_cfg(bad))
+    code, _, err = cli("trace", "info", str(bad))
+    assert code == 2 and words.split()[0] in err and "requests.parquet" in err

@@ -148,12 +148,29 @@ def _parse(path: Path) -> ProfileFile:
         raise ConfigurationError(msg + more, file=path, field=_loc(err)) from None
 
 
+UNIT_OF_SUFFIX = {"_us": "us", "_ms": "ms", "_GBps": "GB/s"}
+
+
+def _check_units(pf: ProfileFile, path: Path) -> None:
+    """A constant's name carries its unit (`t_probe_us`); a `unit:` that says otherwise is an error, not a
+    silent factor of 1000."""
+    items = [(f"fabrics.{n}.{k}", k, getattr(f, k)) for n, f in pf.fabrics.items() for k in type(f).model_fields
+             if isinstance(getattr(f, k), Constant)]
+    items += [(f"constants.{k}", k, c) for k, c in pf.constants.items()]
+    for where, key, c in items:
+        want = next((u for suf, u in UNIT_OF_SUFFIX.items() if key.endswith(suf) or f"{suf}_" in key), None)
+        if c.unit is not None and want is not None and c.unit != want:
+            raise ConfigurationError(f"unit '{c.unit}' contradicts the name, which says {want}", file=path,
+                                     field=f"{where}.unit")
+
+
 def load_profile(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> Profile:
     """Load a profile, resolving `include:` relative to the including file (later entries override)."""
     path = resolve_profile_path(path).resolve()
     if path in _seen:
         raise ConfigurationError("include cycle", file=path, field="include")
     pf = _parse(path)
+    _check_units(pf, path)
     fabrics: dict[str, FabricSpec] = {}
     constants: dict[str, Constant] = {}
     origin: dict[str, str] = {}

@@ -146,3 +146,12 @@ def test_cli_calib_show_and_diff(cli):
     assert code == 0 and "paper: Table 2" in out
     code, out, _ = cli("calib", "diff", "h100-ibgda", "paper-all")
     assert code == 0 and "a100-nvlink3" in out
+
+
+def test_unit_contradicting_the_name_is_an_error(tmp_path):
+    doc = {"schema": "simroute.calib/1", "name": "x", "fabrics": {"x": _fabric(
+        t_probe_us={"value": 16, "unit": "ms", "provenance": {"kind": "paper", "ref": "Table 2"}})}}
+    with pytest.raises(ConfigurationError, match="fabrics.x.t_probe_us.unit"):
+        load_profile(_write(tmp_path, doc))
+    doc["fabrics"]["x"]["t_probe_us"]["unit"] = "us"
+    load_profile(_write(tmp_path, doc, "ok.yaml"))

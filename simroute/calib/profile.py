@@ -177,7 +177,11 @@ def load_profile(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> Profile:
     files: list[str] = [str(path)]
     box = pf.box.name if pf.box else None
     for inc in pf.include:
-        inc_path = (path.parent / inc)
+        # "shipped:NAME" names a profile shipped with simroute (portable across boxes and installs);
+        # anything else is a path relative to the including file.
+        inc_path = shipped_dir() / inc.removeprefix("shipped:") if inc.startswith("shipped:") else path.parent / inc
+        if inc.startswith("shipped:") and inc_path.suffix != ".yaml":
+            inc_path = inc_path.with_suffix(".yaml")
         if not inc_path.exists():
             raise ConfigurationError(f"included file '{inc}' not found", file=path, field="include")
         sub = load_profile(inc_path, _seen=_seen + (path,))

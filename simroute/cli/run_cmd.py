@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Callable
 
 import typer
 
@@ -64,12 +65,12 @@ def run(
         telemetry=not no_telemetry or timeline is not None, link_series=link_series)
     show = sys.stderr.isatty() if progress is None else progress
     bar = None
-    cb = None
+    cb: Callable[[int, int], None] | None = None
     if show:
         from tqdm import tqdm
         bar = tqdm(total=None, unit="req", desc="replaying", file=sys.stderr)
 
-        def cb(done: int, total: int) -> None:
+        def cb(done: int, total: int) -> None:  # noqa: F811 (rebinds the None above)
             bar.total = total
             bar.n = done
             bar.refresh()

@@ -6,7 +6,6 @@ included so the result is complete enough to simulate."""
 from __future__ import annotations
 
 import datetime as dt
-import os
 from pathlib import Path
 from typing import Any
 
@@ -123,17 +122,14 @@ def gpu_constants(o: ProbeOutcome, pv: _Prov) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _rel(target: Path, start: Path) -> str:
-    return os.path.relpath(target.resolve(), start.resolve())
-
-
 def build_profile(outcomes: list[ProbeOutcome], cap: Capability, out_path: Path,
                   samples_name: str = "samples.parquet") -> dict[str, Any]:
-    """The profile dict for `out_path` (includes are relative to it)."""
+    """The profile dict for `out_path` (it includes the shipped shared constants and fabrics by name)."""
     pv = _Prov(cap.box, samples_name)
     base = shipped_dir().resolve()
     fabric_files = sorted((base / "fabrics").glob("*.yaml"))
-    include = [_rel(base / "shared.yaml", out_path.parent)] + [_rel(f, out_path.parent) for f in fabric_files]
+    # By shipped name, not by path: the profile stays valid when copied to another box or reinstalled.
+    include = ["shipped:shared.yaml"] + [f"shipped:{f.relative_to(base).as_posix()}" for f in fabric_files]
     by_name = {o.probe.name: o for o in outcomes}
     fabrics: dict[str, Any] = {}
     for name, o in by_name.items():

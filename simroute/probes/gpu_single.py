@@ -113,7 +113,6 @@ def probe_splice(args: dict[str, Any]) -> dict:
             samples += [{"series": name, "x": float(ct), "value": v, "unit": "s", "layers": LAYERS} for v in xs]
         splice_ms[str(ct)] = summary(t["splice"]) * 1e3
         parts[str(ct)] = {k: summary(v) * 1e6 for k, v in t.items()}
-        del recv, work, pool
     rot_share = float(np.mean([p["rotate"] / p["splice"] for p in parts.values()]))
     gather_us = float(np.median([p["gather"] for p in parts.values()]))
     return {"results": {"splice_ms": splice_ms, "parts_us": parts, "rotation_share": rot_share,

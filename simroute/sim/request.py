@@ -8,9 +8,7 @@ compute scaled by that weight. S = 1 is exact; larger S trades fidelity of queue
 
 from __future__ import annotations
 
-import numpy as np
-
-from simroute.model.predicate import FETCH, LOCAL, ROUTE
+from simroute.model.predicate import FETCH, ROUTE
 from simroute.model.scalar import _interp
 from simroute.sim.placement import mix64
 from simroute.sim.policy import choose_scalar

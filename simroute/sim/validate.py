@@ -6,9 +6,8 @@ built in code, and states a pass criterion that follows the paper's claim.
 
 from __future__ import annotations
 
-import math
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np

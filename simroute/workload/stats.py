@@ -16,10 +16,8 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from simroute.errors import ConfigurationError
 from simroute.workload.validate import RequestChecker, check_chunks
 from simroute.workload.reader import iter_request_batches, read_chunks, read_trace_meta
-from simroute.workload.schema import REQUESTS_FILE
 
 PERCENTILES = (50, 90, 99)
 

@@ -28,6 +28,7 @@ def test_stopped_midway_then_rerun_completes_and_equals_fresh(grid_file, tmp_pat
     rest = run_study(s, tmp_path / "r", jobs=1, progress=False)
     assert (rest.executed, rest.skipped) == (5, 3) and not rest.stopped
     fresh = run_study(s, tmp_path / "f", jobs=1, progress=False)
+    assert fresh.executed == 8 and fresh.failed == 0
     pd.testing.assert_frame_equal(metrics(Store(tmp_path / "r").read()), metrics(Store(tmp_path / "f").read()))
     assert fresh.executed == 8
 

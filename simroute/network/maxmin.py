@@ -4,6 +4,7 @@
 solver). `fill` is the engine's solver: progressive filling of a subset of flow groups over the
 capacity the other groups leave, with a lazy heap of link shares (a link's share never drops
 while flows are fixed, so a popped key is a lower bound: re-queue it if it grew, fix its flows if not).
+`fill_arrays` solves every group at once with NumPy, for large components (see its docstring).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
+
+import numpy as np
 
 INF = math.inf
 
@@ -54,7 +57,7 @@ class Group:
     """
 
     __slots__ = ("key", "links", "cap", "n", "rate", "work", "last_t", "flows", "version", "bn",
-                 "new_rate", "new_bn", "mark", "seq")
+                 "new_rate", "new_bn", "mark", "seq", "slot")
 
     def __init__(self, key: tuple, links: tuple[int, ...], cap: float) -> None:
         self.key, self.links, self.cap = key, links, cap
@@ -69,6 +72,7 @@ class Group:
         self.new_bn = -2
         self.mark = 0
         self.seq = 0
+        self.slot = -1                 # column in the engine's NumPy group arrays (-1 = none)
 
     def __hash__(self) -> int:
         # Deterministic (the key holds ints and a float, whose hashes are not salted), so sets of groups
@@ -142,3 +146,68 @@ def fill(groups: Sequence[Group], cap: Sequence[float], load: Sequence[float]) -
         if g.new_bn == -2:
             g.new_rate, g.new_bn = INF, -1
     return level
+
+
+def fill_arrays(links: np.ndarray, n: np.ndarray, gcap: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Max-min rates of G groups from scratch, vectorised: parallel water-filling in rounds.
+
+    links: (K, G) link ids of each group, padded with the sentinel id len(cap) - 1 (whose capacity must be inf);
+    n: flows per group (float); gcap: each group's own rate cap (inf = none); cap: link capacities + sentinel.
+    Returns (rate, bn): bn is the bottleneck link of each group, -1 where its own cap binds.
+
+    Each round takes every link whose fair share s_l = rem_l / cnt_l is <= the smallest share m_g that any
+    unfixed group g on it sees on its own links (or cap): no group on such a link can be fixed below s_l,
+    so they all get exactly s_l, as sequential progressive filling would give them. Groups whose cap is
+    <= all their link shares are fixed at the cap. Shares only grow as groups are fixed (a fixed group's
+    rate is <= the share of each of its links), so the global minimum is always ready and every round
+    fixes something; the rounds follow chains of bottleneck dependence (tens in a fat-tree), not levels.
+    """
+    K, G = links.shape
+    S = len(cap)
+    rate = np.full(G, INF)
+    bn = np.full(G, -1, dtype=np.intp)
+    if G == 0:
+        return rate, bn
+    capped = bool((gcap < INF).any())
+    rem = np.array(cap, dtype=float)
+    flat = links.ravel()
+    cnt = np.bincount(flat, weights=np.tile(n, K), minlength=S)
+    rows = np.arange(G)
+    lm = np.empty(S)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        while True:
+            s = rem / cnt                       # links no unfixed group uses may be nan/inf: never read
+            np.maximum(s, 0.0, out=s)
+            gs = s.take(links)                  # (K, g): the share each group sees on each of its links
+            ml = gs.min(0)
+            m = np.minimum(ml, gcap) if capped else ml
+            lm.fill(INF)
+            np.minimum.at(lm, flat, np.tile(m, K))   # smallest m of the groups on each link (numpy 2.4
+            #                                          reads garbage if `at` broadcasts m itself: tile it)
+            ready = lm >= s
+            ready[S - 1] = False
+            rdy = ready.take(links)
+            fx = rdy.any(0)
+            if capped:
+                bycap = gcap <= ml
+                fx |= bycap
+            f = np.flatnonzero(fx)
+            if f.size == 0:                     # only groups without links or cap are left: unbounded
+                break
+            mf = m[f]
+            rf = rows[f]
+            rate[rf] = mf
+            lf = links[:, f]
+            b = lf[rdy[:, f].argmax(0), np.arange(f.size)]
+            bn[rf] = np.where(bycap[f], -1, b) if capped else b
+            if f.size == rows.size:
+                break
+            lfr, nf = lf.ravel(), n[f]
+            np.subtract.at(rem, lfr, np.tile(mf * nf, K))
+            np.subtract.at(cnt, lfr, np.tile(nf, K))
+            keep = np.flatnonzero(~fx)
+            rows, links, n = rows[keep], links.take(keep, axis=1), n[keep]
+            flat = links.ravel()
+            if capped:
+                gcap = gcap[keep]
+    return rate, bn

@@ -48,9 +48,9 @@ def agents(tmp: Path) -> None:
 
 
 def ark(tmp: Path) -> None:
-    from simroute.sim.ark import MODEL, disagg_trace
+    from simroute.sim.ark import MODEL, TOPOLOGY, disagg_trace
     trace = disagg_trace(tmp / "ark.parquet", qps=25, duration_s=600, seed=1)
-    cfg = RunConfig(topology=str(shipped_topology("ark-leafspine")), trace=str(trace),
+    cfg = RunConfig(topology=str(shipped_topology(TOPOLOGY)), trace=str(trace),
                     calib=str(default_profile_path()), routing="ark", model=MODEL, prefill_us=0.02,
                     decode_steps_per_event=64)
     _, fig = _run(cfg)

@@ -77,10 +77,11 @@ def test_replicas_relieve_a_hot_holder(tmp_path):
     assert four.summary["holders"]["max_queue"] < one.summary["holders"]["max_queue"]
 
 
-def test_ark_lowers_fct_and_balances_spines():
-    pts = ark_sweep([25.0], duration_s=120.0, seed=1)
-    ecmp, ark = pts
+@pytest.mark.parametrize("seed", [1, 2])
+def test_ark_lowers_fct_and_balances_spines(seed):
+    """The ARK paper at QPS 25: mean / P95 FCT -27% / -34%, per-spine flows 18 vs < 8, TTFT down."""
+    ecmp, ark = ark_sweep([25.0], duration_s=120.0, seed=seed)
     assert ecmp.routing == "ecmp" and ark.routing == "ark" and ecmp.requests == ark.requests > 2000
-    assert ark.fct_mean_ms < ecmp.fct_mean_ms and ark.fct_p95_ms < ecmp.fct_p95_ms
+    assert ark.fct_mean_ms < 0.85 * ecmp.fct_mean_ms and ark.fct_p95_ms < 0.85 * ecmp.fct_p95_ms
     assert ark.peak_spine_flows < ecmp.peak_spine_flows
-    assert ark.ttft_mean_ms < ecmp.ttft_mean_ms
+    assert ark.ttft_mean_ms < 0.9 * ecmp.ttft_mean_ms

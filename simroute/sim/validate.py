@@ -113,8 +113,11 @@ def route_rt_under_load(k: int, mq: int, *, topology: str = "paper-testbed") -> 
 def check_congestion(_tmp: Path) -> Check:
     """Fig 7 / §8: route latency flat while the uplink is under-subscribed, rising once it saturates."""
     rt = [route_rt_under_load(k, 1024) for k in range(5)]
-    flat = rt[1] / rt[0] < 1.1
-    rising = rt[4] / rt[0] > 1.5
+    # K counts the other closed-loop flows on the requester's uplink. Each uses ~40% of it at Mq 1024, so the
+    # FIFO saturates from K = 2 here (the paper's link from K = 3); the rise is smaller than measured (+60%
+    # vs +119% at K = 3): a serialisation queue, not a NIC's.
+    flat = rt[1] / rt[0] < 1.05
+    rising = rt[3] / rt[0] > 1.5 and all(b >= a for a, b in zip(rt, rt[1:]))
     return Check("congestion: route RT flat, then rising at saturation (Mq 1024)",
                  "114 us flat for K = 0-2, 250 us at K = 3 (+119%)",
                  " ".join(f"K={k}: {v * 1e6:.0f}" for k, v in enumerate(rt)) + " us", flat and rising)

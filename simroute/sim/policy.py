@@ -62,8 +62,14 @@ def choose(policy: str, p: CostParams, *, mq_first: float, mq_step: float, steps
 
 
 def choose_scalar(policy: str, m: ScalarModel, *, mq_first: float, mq_step: float, steps: int, ct: float,
-                  fabric: int, cached: bool, holder_wait_s: float = 0.0, hbm_free: bool = True) -> int:
-    """`choose` for one dense chunk (the simulator's per-request path)."""
+                  fabric: int, cached: bool, holder_wait_s: float = 0.0, hbm_free: bool = True,
+                  path_share_Bps: float | None = None) -> int:
+    """`choose` for one dense chunk (the simulator's per-request path).
+
+    `adaptive` adds live state: the holder's queue (every routed exchange waits behind it), the path's
+    current share of its bottleneck link (slows route's messages below the single-block rate and fetch's
+    pull below the link peak) and whether a copy would fit in the requester's HBM.
+    """
     forced = FORCED.get(policy)
     if forced is not None:
         return forced
@@ -71,6 +77,10 @@ def choose_scalar(policy: str, m: ScalarModel, *, mq_first: float, mq_step: floa
                                                fabric=fabric, cached=cached)
     if policy == "adaptive":
         route += holder_wait_s * (1 + steps) * m.exch
+        if path_share_Bps is not None and path_share_Bps > 0:
+            single, bulk = m.single[fabric], m.bulk[fabric]
+            route += m.exch * (mq_first + steps * mq_step) * m.qp * (1 / min(single, path_share_Bps) - 1 / single)
+            fetch += ct * m.frac * m.bkv * m.L * (1 / min(bulk, path_share_Bps) - 1 / bulk)
         if not hbm_free:
             fetch *= 1 + steps
             local *= 1 + steps

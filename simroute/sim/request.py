@@ -140,6 +140,7 @@ class RequestFlow:
             if remote:
                 mq_first = heads * max(prompt, 1)
                 free = req_inst.free_bytes
+                adaptive = self.cfg.policy == "adaptive"
                 for ci, h, cf in zip(remote, remote_holder, remote_cached):
                     holder = self.instances[h]
                     ct = float(self.chunks.tokens[ci])
@@ -147,7 +148,8 @@ class RequestFlow:
                     c = choose_scalar(self.cfg.policy, self.scalar, mq_first=mq_first, mq_step=heads,
                                       steps=max(output - 1, 0), ct=ct, fabric=fab, cached=cf,
                                       holder_wait_s=len(holder.holder.queue) * self.holder_curve(1.0),
-                                      hbm_free=free > float(self.chunks.bytes[ci]))
+                                      hbm_free=free > float(self.chunks.bytes[ci]),
+                                      path_share_Bps=self.path_share(holder, req_inst) if adaptive else None)
                     r1, _, m1, _, pre = self.floor_model.step(mq_first, ct, fab, cf)
                     lb_chunks = max(lb_chunks, min(r1, m1, pre))
                     self._decision(r, ci, h, c)

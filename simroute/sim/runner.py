@@ -142,6 +142,19 @@ class Simulation(RequestFlow, SelectionFlow):
             fid = self._fabric_cache[key] = self.params.fabric_index[name]
         return fid
 
+    def path_share(self, src: Instance, dst: Instance) -> float:
+        """Bytes/s a new transfer src -> dst would get now: the least, over its path's links, of what bulk flows
+        leave (or a fair share among them). Live link state for the adaptive policy."""
+        topo, net = self.topology, self.net
+        links, _ = topo.path_ids(topo.index(src.gpu), topo.index(dst.gpu), 0)
+        share = float("inf")
+        for l in links:
+            cap = net.cap[l]
+            n = net.link_n[l]
+            s = max(cap - net.load[l], cap / (n + 1)) if n else cap
+            share = min(share, s)
+        return share
+
     def fabric(self, a: Instance, b: Instance) -> FabricParams:
         return self.params.fabrics[self.fabric_id(a, b)]
 

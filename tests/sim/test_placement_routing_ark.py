@@ -85,3 +85,25 @@ def test_ark_lowers_fct_and_balances_spines(seed):
     assert ark.fct_mean_ms < 0.85 * ecmp.fct_mean_ms and ark.fct_p95_ms < 0.85 * ecmp.fct_p95_ms
     assert ark.peak_spine_flows < ecmp.peak_spine_flows
     assert ark.ttft_mean_ms < 0.9 * ecmp.ttft_mean_ms
+
+
+def test_adaptive_policy_reacts_to_holder_queue_and_link_state():
+    from simroute.calib import load_profile
+    from simroute.model.scalar import ScalarModel
+    from simroute.sim.policy import choose_scalar
+    m = ScalarModel(load_profile("h100-ibgda").cost_params())
+    f = m.p.fabric_id("h100-ibgda")
+    kw = dict(mq_first=16 * 16, mq_step=16, steps=1, ct=2048.0, fabric=f, cached=False)
+    assert choose_scalar("paper", m, **kw) == choose_scalar("adaptive", m, **kw) == 0          # idle: route
+    assert choose_scalar("adaptive", m, **kw, holder_wait_s=5e-3) != 0                         # a long queue
+    assert choose_scalar("adaptive", m, **kw, path_share_Bps=0.05e9) != 0                      # a crowded link
+    assert choose_scalar("paper", m, **kw, holder_wait_s=5e-3, path_share_Bps=0.05e9) == 0     # paper ignores both
+
+
+def test_path_share_sees_bulk_flows(corpus):
+    sim = Simulation(_cfg(corpus))
+    a, b = sim.instances[0], sim.instances[40]
+    idle = sim.path_share(a, b)
+    sim.net.transfer(a.gpu, b.gpu, 1e12)
+    sim.env.run(until=1e-3)
+    assert sim.path_share(a, b) < idle

@@ -294,8 +294,7 @@ class Simulation(RequestFlow, SelectionFlow):
         holders = self.instances
         extra = {
             "instances": len(holders), "gpus": len(self.topology.gpus),
-            "topology": {**self.topology.summary(), "spine_names": sorted(
-                {l.dst for l in self.topology.links if l.dst.startswith(("spine", "core"))}, key=lambda n: (len(n), n))},
+            "topology": {**self.topology.summary(), "spine_names": self._spine_names()},
             "placement": {"policy": cfg.placement, "overflow_chunks": self.placement.overflow_chunks,
                           "overflow_bytes": self.placement.overflow_bytes,
                           "replicated_chunks": self.placement.replicated_chunks},
@@ -327,10 +326,10 @@ class Simulation(RequestFlow, SelectionFlow):
         total = links["bulk_bytes"] + links["message_bytes"]
         s["bytes_by_tier"] = {str(k): float(v) for k, v in total.groupby(links["tier"]).sum().items()}
         s["max_link_utilisation"] = float(links["mean_utilisation"].max()) if len(links) else 0.0
-        peaks: dict[str, int] = {}
+        peaks: dict[str, int] = {name: 0 for name in self._spine_names()}   # idle spines show as 0
         for _t, spine, c in tel.spine_series:
             peaks[spine] = max(peaks.get(spine, 0), c)
-        s["peak_spine_concurrency"] = dict(sorted(peaks.items()))
+        s["peak_spine_concurrency"] = dict(sorted(peaks.items(), key=lambda kv: (len(kv[0]), kv[0])))
         if tel.records:
             a = np.array([r.end - r.start for r in tel.records])
             s["fct_ms"] = {"mean": float(a.mean() * 1e3), "p95": float(np.percentile(a, 95) * 1e3)}
@@ -347,11 +346,17 @@ class Simulation(RequestFlow, SelectionFlow):
         import pandas as pd
         import pyarrow as pa
         tel = self.net.telemetry
+        # Every spine starts at 0 flows at t = 0, so idle ones appear in the series (and the ARK heatmap).
+        series = [(0.0, name, 0) for name in self._spine_names()] + list(tel.spine_series)
         frames = {"net_links": tel.links_frame(), "net_flows": tel.flows_frame(),
-                  "net_spines": pd.DataFrame(tel.spine_series, columns=["t_s", "spine", "active_flows"])}
+                  "net_spines": pd.DataFrame(series, columns=["t_s", "spine", "active_flows"])}
         if tel.record_series:
             frames["net_link_series"] = pd.DataFrame(tel.series, columns=["link", "t0_s", "t1_s", "utilisation"])
         return {k: pa.Table.from_pandas(v, preserve_index=False) for k, v in frames.items()}
+
+    def _spine_names(self) -> list[str]:
+        return sorted({l.dst for l in self.topology.links if l.dst.startswith(("spine", "core"))},
+                      key=lambda n: (len(n), n))
 
     def _holder_table(self):
         import pyarrow as pa

@@ -55,6 +55,27 @@ def latency_vs_load(agg: pd.DataFrame, x: str, out: Path) -> Path | None:
     return save_png(fig, out)
 
 
+def fct_vs_load(agg: pd.DataFrame, x: str, out: Path) -> Path | None:
+    """Mean (dashed) and P95 (solid) prefill -> decode transfer FCT against x, one colour per series."""
+    if agg.empty or "fct_pd_mean_ms" not in agg or agg["fct_pd_mean_ms"].isna().all():
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for i, (series, g) in enumerate(agg.groupby("series", sort=False)):
+        xs, cats = _xs(g[x])
+        order = np.argsort(xs)
+        for col, style, stat in (("fct_pd_mean_ms", "--o", "mean"), ("fct_pd_p95_ms", "-o", "P95")):
+            if col in g:
+                ax.plot(xs[order], g[col].to_numpy()[order], style, color=f"C{i % 10}", ms=3,
+                        label=f"{series} {stat}" if series else stat)
+        if cats:
+            ax.set_xticks(range(len(cats)), cats, rotation=30, ha="right")
+    ax.set(xlabel=x, ylabel="KV-transfer FCT (ms)", title=f"KV-transfer FCT vs {x}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return save_png(fig, out)
+
+
 def frontier(agg: pd.DataFrame, x: str, slo: list[str], searches: list[dict[str, Any]], out: Path) -> Path | None:
     """The SLO frontier: a search's answer per group, or SLO attainment against x with the last x that meets it."""
     plt = pyplot()

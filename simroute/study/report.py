@@ -25,7 +25,7 @@ T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 
 CI_COLS = [f"{m}_{s}" for m in ("ttft_ms", "tpot_ms") for s in ("p50", "p99")]
 MEAN_COLS = CI_COLS + ["slo_attainment", "bytes_route", "bytes_fetch", "bytes_pd_transfer", "completed",
                        "requests", "n_route", "n_fetch", "n_local", "max_link_utilisation", "peak_spine_flows",
-                       "fct_pd_mean_ms"]
+                       "fct_pd_mean_ms", "fct_pd_p95_ms"]
 
 
 def write_report(directory: str | Path, out: str | Path | None = None, fmt: str = "html") -> Path | str:
@@ -133,6 +133,9 @@ def _study(d: Path):
     agg = aggregate(df, x, series, slo)
     table_cols = ["config", "seeds", *CI_COLS, "slo_attainment", "completed", "bytes_route", "bytes_fetch",
                   "bytes_pd_transfer", "max_link_utilisation", "peak_spine_flows"]
+    has_pd = len(agg) and "bytes_pd_transfer" in agg and float(agg["bytes_pd_transfer"].max()) > 0
+    if has_pd:   # prefill -> decode KV transfers: their FCT is the ARK paper's headline metric
+        table_cols[table_cols.index("bytes_pd_transfer") + 1:1] = ["fct_pd_mean_ms", "fct_pd_p95_ms"]
     tab = _fmt(agg[[c for c in table_cols if c in agg]], agg) if len(agg) else pd.DataFrame()
     sections: list[tuple[str, pd.DataFrame]] = [("Configurations (mean over seeds, ± 95% CI)", tab)]
     if searches:
@@ -162,6 +165,9 @@ def _study(d: Path):
             ("Link utilisation (runs at the largest " + str(x) + ")",
              lambda o: plots.link_heatmap(links, o / "link_utilisation.png")),
             ("Per-spine concurrent flows (ARK Fig 3)", lambda o: plots.spine_heatmap(spines, o / "spines.png"))]
+    if has_pd and x in agg:
+        figs.insert(1, ("KV-transfer FCT vs " + str(x) + " (ARK Fig 2)",
+                        lambda o: plots.fct_vs_load(agg, xx, o / "fct.png")))
     title = f"simroute study: {meta.get('name', d.name)}"
     if meta.get("description"):
         sections.insert(0, ("About", pd.DataFrame({"study": [meta["description"]],
@@ -178,6 +184,9 @@ def _fmt(t: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
     for c in ("bytes_route", "bytes_fetch", "bytes_pd_transfer"):
         if c in t:
             t[c] = [f"{v / 1e9:.3f} GB" for v in t[c]]
+    for c in ("fct_pd_mean_ms", "fct_pd_p95_ms"):
+        if c in t:
+            t[c] = [f"{v:.1f}" if np.isfinite(v) else "-" for v in t[c]]
     if "slo_attainment" in t:
         t["slo_attainment"] = [f"{100 * v:.1f}%" if np.isfinite(v) else "-" for v in t["slo_attainment"]]
     return t

@@ -49,3 +49,24 @@ def test_calibrate_out_directory_is_rejected_before_probing(cli, tmp_path):
     code, out, err = cli("calibrate", "--quick", "--out", str(tmp_path))
     assert code == 2 and "is a directory" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def _leaf_commands():
+    import typer.main
+    from simroute.cli.main import app
+    root = typer.main.get_command(app)
+
+    def walk(cmd, path):
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                yield from walk(sub, path + [name])
+        else:
+            yield path
+    return list(walk(root, []))
+
+
+@pytest.mark.parametrize("path", _leaf_commands(), ids=lambda p: " ".join(p))
+def test_every_command_has_help_with_an_example(cli, path):
+    code, out, err = cli(*path, "--help")
+    assert code == 0 and "example" in out.lower(), (path, out[:400])

@@ -14,7 +14,10 @@ calib_app = typer.Typer(help="Calibration profiles: list, show with provenance, 
 
 @calib_app.command("list")
 def calib_list() -> None:
-    """Shipped profiles (use the name or a path wherever a profile is asked for)."""
+    """Shipped profiles (use the name or a path wherever a profile is asked for).
+
+    Example: simroute calib list
+    """
     from simroute.calib import load_profile, shipped_dir
     rows = []
     for path in sorted(shipped_dir().rglob("*.yaml")):
@@ -41,7 +44,10 @@ def calib_show(profile: str = typer.Argument(..., help="Profile path or shipped 
 
 @calib_app.command("validate")
 def calib_validate(profiles: list[Path] = typer.Argument(..., help="Profile files to validate.")) -> None:
-    """Validate profiles (schema, provenance, completeness for the cost model); exit 2 on the first error."""
+    """Validate profiles (schema, provenance, completeness for the cost model); exit 2 on the first error.
+
+    Example: simroute calib validate calib/measured/mybox/profile.yaml
+    """
     from simroute.calib import load_profile
     for path in profiles:
         prof = load_profile(path)

@@ -88,7 +88,10 @@ model_app = typer.Typer(help="The closed-form model's figures (paper Figs 1b, 3b
 
 @model_app.command("list")
 def model_list() -> None:
-    """The model catalogue with derived payload sizes and each dimension's source."""
+    """The model catalogue with derived payload sizes and each dimension's source.
+
+    Example: simroute model list
+    """
     from simroute.model import MODELS
     table("models", ["model", "d_qk", "d_v", "layers", "h_q", "top-k", "q B", "p B", "b_KV B", "sources"],
           [[m.name, m.d_qk, m.d_v, m.layers, m.heads_q, m.index_topk or "-", m.q_bytes, m.p_bytes, m.b_kv,

@@ -48,7 +48,10 @@ def report(
     fmt: str = typer.Option("html", "--format", help="html (PNG plots + one self-contained page) | md (stdout)."),
     out: Path = typer.Option(None, "-o", "--out", help="Report directory (default: DIR/report)."),
 ) -> None:
-    """Tables and plots of a study or a run, from its output files only."""
+    """Tables and plots of a study or a run, from its output files only.
+
+    Example: simroute report results/ark  (writes results/ark/report/report.html); simroute report results/run --format md
+    """
     from simroute.errors import ConfigurationError
     from simroute.study.report import write_report
     if fmt not in ("html", "md"):

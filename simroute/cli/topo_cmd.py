@@ -62,7 +62,10 @@ def register(app: typer.Typer) -> None:
     @topo.command("show")
     def show(file: Path = typer.Argument(..., help="topology YAML"),
              png: Path | None = typer.Option(None, "--png", help="also draw it into this PNG")) -> None:
-        """Print a summary: GPUs, links per tier, bisection bandwidth, oversubscription."""
+        """Print a summary: GPUs, links per tier, bisection bandwidth, oversubscription.
+
+        Example: simroute topo show topologies/fattree-1024.yaml --png fattree.png
+        """
         from simroute.network import load_topology
         t = load_topology(file)
         s = t.summary()

@@ -108,7 +108,10 @@ def info(
 
 @trace_app.command("list")
 def list_() -> None:
-    """List the generators (with their parameters) and the import formats."""
+    """List the generators (with their parameters) and the import formats.
+
+    Example: simroute trace list
+    """
     import dataclasses
 
     from simroute.workload.generators import GENERATORS, _load_all

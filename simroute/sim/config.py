@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ class RunConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self._check_types()
         for name, value, valid in (("policy", self.policy, POLICIES), ("routing", self.routing, ROUTINGS),
                                    ("placement", self.placement, PLACEMENTS), ("router", self.router, ROUTERS),
                                    ("route_exchanges", self.route_exchanges, ("per-layer", "once"))):
@@ -77,6 +78,23 @@ class RunConfig:
             raise ConfigurationError(f"must be > 0, got {self.until_s}", field="until_s")
         if self.max_requests is not None and self.max_requests < 0:
             raise ConfigurationError("must be >= 0", field="max_requests")
+
+    def _check_types(self) -> None:
+        """Each field has the type its annotation says (ints may stand for floats): a clear error, not a
+        TypeError deep inside the simulator."""
+        simple = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+        for f in fields(self):
+            ann = str(f.type).replace(" ", "")
+            optional = ann.endswith("|None")
+            base = ann.removesuffix("|None")
+            if base not in simple:
+                continue
+            v = getattr(self, f.name)
+            if v is None and optional:
+                continue
+            ok = isinstance(v, simple[base]) and not (base in ("int", "float") and isinstance(v, bool))
+            if not ok:
+                raise ConfigurationError(f"must be {base}{' or null' if optional else ''}, got {v!r}", field=f.name)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -136,9 +136,10 @@ class Simulation(RequestFlow, SelectionFlow):
             name = self.topology.fabric_between(a.gpu, b.gpu)
             if name not in self.params.fabric_index:
                 raise ConfigurationError(
-                    f"the topology's path {a.gpu} -> {b.gpu} is of fabric '{name}', which profile "
-                    f"'{self.profile.name}' lacks (it has: {', '.join(self.params.fabric_index)})",
-                    file=self.cfg.calib, field="fabrics")
+                    f"topology {self.cfg.topology} puts {a.gpu} -> {b.gpu} on fabric '{name}', which profile "
+                    f"'{self.profile.name}' lacks (it has: {', '.join(self.params.fabric_index)}); fix the "
+                    f"topology's fabric names or use a profile that calibrates '{name}'",
+                    file=self.cfg.calib, field=f"fabrics.{name}")
             fid = self._fabric_cache[key] = self.params.fabric_index[name]
         return fid
 
@@ -289,8 +290,10 @@ class Simulation(RequestFlow, SelectionFlow):
 
     def _result(self, wall: float) -> RunResult:
         cfg = self.cfg
+        import hashlib
+        calib = hashlib.sha256("".join(sha256_file(f) for f in self.profile.files).encode()).hexdigest()
         inputs = {"topology": sha256_file(cfg.topology), "trace": sha256_file(cfg.trace),
-                  "calib": ",".join(sha256_file(f)[:16] for f in self.profile.files)}
+                  "calib": calib, "calib_files": [str(f) for f in self.profile.files]}
         holders = self.instances
         extra = {
             "instances": len(holders), "gpus": len(self.topology.gpus),

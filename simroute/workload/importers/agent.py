@@ -112,6 +112,8 @@ def import_agent(writer: TraceWriter, files: list[Path], opts: ImportOptions) ->
         if not isinstance(doc, dict) or "requests" not in doc:
             raise ConfigurationError("expected an object with 'requests'", file=file, field="requests")
         block = opts.block_tokens or int(doc.get("block_size", BLOCK))
+        if block <= 0:
+            raise ConfigurationError(f"block_size must be > 0, got {block}", file=file, field="block_size")
         if block != (opts.block_tokens or BLOCK) and opts.strict:
             raise ConfigurationError(f"block_size {block} != {BLOCK}", file=file, field="block_size")
         scope = doc.get("hash_id_scope", "local")

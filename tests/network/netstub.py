@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simroute.network import Link
+from simroute.network import FlowEngine, Link
 
 
 class StubTopology:
@@ -29,3 +29,14 @@ class StubTopology:
 
     def n_choices(self, ia: int, ib: int) -> int:
         return 1
+
+
+class AlwaysFull(FlowEngine):
+    """Keeps group arrays from the first group on and abandons every cascade: every re-rating is a full solve
+    or a mix of the two paths (the budget lets one or two groups through incrementally)."""
+
+    arrays_on = 1
+    arrays_off = 0
+    budget_base = 1
+    budget_div = 10**9
+    backoff = 2

@@ -7,14 +7,13 @@ import math
 import numpy as np
 import pytest
 import simpy
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simroute.network import FlowEngine, load_topology, maxmin_rates
 from simroute.network.maxmin import fill_arrays
 
 from conftest import TOPO_DIR
-from netstub import StubTopology
 
 
 def assert_maxmin(eng, rel=1e-9):
@@ -61,54 +60,6 @@ def test_fill_arrays_equals_reference(groups, caps):
     assert [rate[i] for i in want_idx] == pytest.approx(ref, rel=1e-9, abs=1e-12)
     for i, (p, _k, c) in enumerate(groups):        # the reported bottleneck is the cap or one of its links
         assert (bn[i] == -1 and c is not None and rate[i] == pytest.approx(c)) or bn[i] in p
-
-
-class _AlwaysFull(FlowEngine):
-    """Keeps group arrays from the first group on and abandons every cascade: every re-rating is a full solve
-    or a mix of the two paths (the budget lets one or two groups through incrementally)."""
-
-    arrays_on = 1
-    arrays_off = 0
-    budget_base = 1
-    budget_div = 10**9
-    backoff = 2
-
-
-flow_st = st.tuples(st.floats(0.0, 5.0), st.floats(1.0, 500.0), st.lists(st.integers(0, 6), min_size=1, max_size=4,
-                                                                         unique=True),
-                    st.one_of(st.none(), st.floats(0.5, 20.0)))
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(flows=st.lists(flow_st, min_size=1, max_size=24), checks=st.lists(st.floats(0.01, 40.0), min_size=1,
-                                                                           max_size=6),
-       caps=st.lists(st.sampled_from([5.0, 10.0, 20.0, 40.0]), min_size=7, max_size=7))
-def test_full_solve_path_equals_recomputation(flows, checks, caps):
-    routes = {(f"s{i}", f"d{i}"): tuple(sorted(p)) for i, (_t, _b, p, _c) in enumerate(flows)}
-    env = simpy.Environment()
-    e = _AlwaysFull(env, StubTopology(caps, routes))
-    events, link_sum = [], [0.0] * len(caps)
-
-    def starter(i, t, nbytes, cap):
-        yield env.timeout(t)
-        events.append(e.transfer(f"s{i}", f"d{i}", nbytes, rate_cap_Bps=cap))
-
-    for i, (t, b, p, c) in enumerate(flows):
-        env.process(starter(i, t, b, c))
-        for l in set(p):
-            link_sum[l] += b
-    for t in sorted(set(checks)):
-        env.run(until=t + 1e-7)
-        active = e.active_flows()
-        ref = maxmin_rates([a[1] for a in active], caps, [None if a[2] == math.inf else a[2] for a in active])
-        got = e.flow_rates()
-        for (fid, _l, _c), r in zip(active, ref):
-            assert got[fid] == approx_rel(r)
-    env.run()
-    assert len(events) == len(flows) and all(ev.triggered for ev in events)
-    e.telemetry.flush()
-    for l, want in enumerate(link_sum):
-        assert e.telemetry.link_bytes[l] == pytest.approx(want, rel=1e-6, abs=1e-6)
 
 
 def approx_rel(r):

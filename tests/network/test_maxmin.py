@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import simpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -9,7 +10,7 @@ from pytest import approx
 
 from simroute.network import FlowEngine, maxmin_rates
 
-from netstub import StubTopology
+from netstub import AlwaysFull, StubTopology
 
 
 def _engine(caps, routes):
@@ -58,14 +59,15 @@ flow_st = st.tuples(st.floats(0.0, 5.0), st.floats(1.0, 500.0), st.lists(st.inte
                     st.one_of(st.none(), st.floats(0.5, 20.0)))
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.parametrize("engine", [FlowEngine, AlwaysFull], ids=["incremental", "full-solve path"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(flows=st.lists(flow_st, min_size=1, max_size=24), checks=st.lists(st.floats(0.01, 40.0), min_size=1,
                                                                            max_size=6),
        caps=st.lists(st.sampled_from([5.0, 10.0, 20.0, 40.0]), min_size=7, max_size=7))
-def test_incremental_equals_full_recomputation(flows, checks, caps):
+def test_incremental_equals_full_recomputation(engine, flows, checks, caps):
     routes = {(f"s{i}", f"d{i}"): tuple(sorted(p)) for i, (_t, _b, p, _c) in enumerate(flows)}
     env = simpy.Environment()
-    e = FlowEngine(env, StubTopology(caps, routes))
+    e = engine(env, StubTopology(caps, routes))
     events, link_sum = [], [0.0] * len(caps)
 
     def starter(i, t, nbytes, cap):

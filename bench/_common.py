@@ -26,8 +26,9 @@ def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                              cwd=Path(__file__).parent, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=Path(__file__).parent).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":(exclude)bench/RESULTS.md"], capture_output=True, text=True,
+                               cwd=Path(__file__).parent.parent).stdout.strip()   # our own appends do not count
         return out + ("+dirty" if dirty else "")
     except Exception:
         return "unknown"

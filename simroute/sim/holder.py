@@ -34,7 +34,8 @@ class HolderServer:
         self.queries = 0
         self.max_queue = 0
         self.record = record
-        self.samples = (array("d"), array("i"), array("i"))   # time, queue length, batch size (0 = arrival)
+        # time, queue length, batch size (0 = an arrival), batch duration (0 for an arrival)
+        self.samples = (array("d"), array("i"), array("i"), array("d"))
         self.batch_compute_s = array("d")                      # one exchange's compute per batch (unweighted)
 
     def submit(self, work: float, premium: float, weight: float, delay_s: float = 0.0) -> simpy.Event:
@@ -68,12 +69,11 @@ class HolderServer:
         weight = max(b[2] for b in batch)
         self.busy += 1
         self.batches += 1
-        if self.record:
-            self._sample(len(batch))
         one = self.curve(work) * premium
-        if self.record:
-            self.batch_compute_s.append(one)
         t = one * weight
+        if self.record:
+            self._sample(len(batch), t)
+            self.batch_compute_s.append(one)
         self.env.timeout(t).callbacks.append(lambda _e, batch=batch: self._finish(batch))
 
     def _finish(self, batch: list) -> None:
@@ -83,11 +83,12 @@ class HolderServer:
         if self.queue and not self.armed:
             self._dispatch()
 
-    def _sample(self, batch_size: int) -> None:
-        t, q, b = self.samples
+    def _sample(self, batch_size: int, duration: float = 0.0) -> None:
+        t, q, b, d = self.samples
         t.append(self.env.now)
         q.append(len(self.queue))
         b.append(batch_size)
+        d.append(duration)
 
 
 class StagingPool:

@@ -363,17 +363,18 @@ class Simulation(RequestFlow, SelectionFlow):
 
     def _holder_table(self):
         import pyarrow as pa
-        t, q, b, h = [], [], [], []
+        t, q, b, d, h = [], [], [], [], []
         for inst in self.instances:
-            ts, qs, bs = inst.holder.samples
+            ts, qs, bs, ds = inst.holder.samples
             if len(ts):
                 t.append(np.frombuffer(ts, dtype=np.float64))
                 q.append(np.frombuffer(qs, dtype=np.int32))
                 b.append(np.frombuffer(bs, dtype=np.int32))
+                d.append(np.frombuffer(ds, dtype=np.float64))
                 h.append(np.full(len(ts), inst.id, dtype=np.int32))
         cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)
         return pa.table({"holder": cat(h, np.int32), "time_s": cat(t, np.float64), "queue": cat(q, np.int32),
-                         "batch_size": cat(b, np.int32)})
+                         "batch_size": cat(b, np.int32), "batch_duration_s": cat(d, np.float64)})
 
 
 def simulate(cfg: RunConfig, out_dir: str | Path | None = None,

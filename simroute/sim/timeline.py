@@ -1,7 +1,7 @@
 """Export one run as Chrome / Perfetto trace JSON (chrome://tracing, ui.perfetto.dev).
 
 Processes: requester instances (each request a slice from arrival to completion, its TTFT an instant),
-network sources (each bulk flow a slice), holders (each batch dispatch an instant with its size).
+network sources (each bulk flow a slice), holders (each batch a slice, its size and the queue left behind it).
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ def build_events(tables: dict[str, Any], max_events: int = 500_000) -> list[dict
         h = holders.to_pandas()
         h = h[h.batch_size > 0]
         for row in h.itertuples(index=False):
-            ev.append({"name": f"batch of {int(row.batch_size)}", "cat": "holder", "ph": "i", "s": "t",
-                       "ts": row.time_s * 1e6, "pid": 3, "tid": int(row.holder)})
+            ev.append({"name": f"batch of {int(row.batch_size)}", "cat": "holder", "ph": "X",
+                       "ts": row.time_s * 1e6, "dur": float(row.batch_duration_s) * 1e6, "pid": 3,
+                       "tid": int(row.holder), "args": {"queue_after": int(row.queue)}})
             if len(ev) >= 3 * max_events:
                 break
     for pid, name in ((1, "requesters"), (2, "network flows"), (3, "holders")):

@@ -94,15 +94,28 @@ class HolderServer:
 class StagingPool:
     """The holder's pool of K D2D copy streams; beyond the elbow, extra streams add no throughput (§6.2)."""
 
-    def __init__(self, env: simpy.Environment, streams: int, elbow: int, copy_Bps: float) -> None:
+    def __init__(self, env: simpy.Environment, streams: int, elbow: int, copy_Bps: float,
+                 record: bool = True) -> None:
         self.resource = simpy.Resource(env, capacity=max(1, min(streams, elbow)))
         self.copy_Bps = copy_Bps
         self.env = env
         self.max_queue = 0
+        self.record = record
+        self.samples = (array("d"), array("i"), array("i"))   # time, copies waiting, copies in flight
 
     def stage(self, nbytes: float):
         """A SimPy sub-process: wait for a stream, copy, release."""
         with self.resource.request() as req:
             self.max_queue = max(self.max_queue, len(self.resource.queue))
+            self._sample()
             yield req
+            self._sample()
             yield self.env.timeout(nbytes / self.copy_Bps)
+        self._sample()
+
+    def _sample(self) -> None:
+        if self.record:
+            t, q, b = self.samples
+            t.append(self.env.now)
+            q.append(len(self.resource.queue))
+            b.append(self.resource.count)

@@ -95,7 +95,8 @@ class Simulation(RequestFlow, SelectionFlow):
                 compute=simpy.Resource(env, capacity=1),
                 holder=HolderServer(env, i, self.holder_curve, cfg.batch_window_us * 1e-6, cfg.holder_streams,
                                     record=cfg.telemetry),
-                staging=StagingPool(env, cfg.staging_streams, elbow, cfg.staging_copy_GBps * 1e9)))
+                staging=StagingPool(env, cfg.staging_streams, elbow, cfg.staging_copy_GBps * 1e9,
+                                    record=cfg.telemetry)))
 
     def _build_chunks(self) -> None:
         t = read_chunks(self.cfg.trace)
@@ -318,7 +319,8 @@ class Simulation(RequestFlow, SelectionFlow):
                 "requests_per_wall_s": summary["completed"] / wall if wall > 0 else None,
                 "routed_queries_per_wall_s": extra["holders"]["routed_queries"] / wall if wall > 0 else None}
         tables = {"requests": self.rec.requests_table(), "decisions": self.rec.decisions_table(),
-                  "holders": self._holder_table() if cfg.telemetry else None}
+                  "holders": self._holder_table() if cfg.telemetry else None,
+                  "staging": self._staging_table() if cfg.telemetry else None}
         tables.update(self._network_tables())
         return RunResult(summary, perf, tables)
 
@@ -357,6 +359,10 @@ class Simulation(RequestFlow, SelectionFlow):
             frames["net_link_series"] = pd.DataFrame(tel.series, columns=["link", "t0_s", "t1_s", "utilisation"])
         return {k: pa.Table.from_pandas(v, preserve_index=False) for k, v in frames.items()}
 
+    def _staging_table(self):
+        """The holders' staging pools over time (DESIGN §3: both holder queues observable)."""
+        return _staging_rows(self.instances)
+
     def _spine_names(self) -> list[str]:
         return sorted({l.dst for l in self.topology.links if l.dst.startswith(("spine", "core"))},
                       key=lambda n: (len(n), n))
@@ -375,6 +381,20 @@ class Simulation(RequestFlow, SelectionFlow):
         cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)
         return pa.table({"holder": cat(h, np.int32), "time_s": cat(t, np.float64), "queue": cat(q, np.int32),
                          "batch_size": cat(b, np.int32), "batch_duration_s": cat(d, np.float64)})
+
+
+def _staging_rows(instances: list[Instance]):
+    import pyarrow as pa
+    cols: dict[str, list] = {"holder": [], "time_s": [], "waiting": [], "copying": []}
+    for inst in instances:
+        ts, qs, bs = inst.staging.samples
+        if len(ts):
+            cols["holder"].append(np.full(len(ts), inst.id, dtype=np.int32))
+            cols["time_s"].append(np.frombuffer(ts, dtype=np.float64))
+            cols["waiting"].append(np.frombuffer(qs, dtype=np.int32))
+            cols["copying"].append(np.frombuffer(bs, dtype=np.int32))
+    types = {"holder": np.int32, "time_s": np.float64, "waiting": np.int32, "copying": np.int32}
+    return pa.table({k: np.concatenate(v) if v else np.zeros(0, types[k]) for k, v in cols.items()})
 
 
 def simulate(cfg: RunConfig, out_dir: str | Path | None = None,

@@ -191,3 +191,13 @@ def test_bad_trace_values_are_errors_in_run_and_info(tmp_path, column, value, wo
         simulate(_cfg(bad))
     code, _, err = cli("trace", "info", str(bad))
     assert code == 2 and words.split()[0] in err and "requests.parquet" in err
+
+
+def test_both_holder_queues_are_observable_over_time(corpus_trace):
+    res = simulate(_cfg(corpus_trace, policy="always-fetch", staging_streams=2))
+    st = res.tables["staging"].to_pandas()
+    assert len(st) > 0 and st.copying.max() <= 2 and st.waiting.min() >= 0
+    assert st.waiting.max() == res.summary["holders"]["max_staging_queue"]
+    routed = simulate(_cfg(corpus_trace, policy="always-route")).tables["holders"].to_pandas()
+    batches = routed[routed.batch_size > 0]
+    assert len(batches) > 0 and (batches.batch_duration_s > 0).all()

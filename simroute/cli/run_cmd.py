@@ -31,7 +31,8 @@ def run(
     dispatch_window_us: float = typer.Option(5.0, help="Requester dispatcher window: same-chunk queries to one "
                                                        "holder share a message (us; 0 = off)."),
     staging_streams: int = typer.Option(8, help="K streams of the holder staging pool."),
-    decode_steps_per_event: int = typer.Option(16, help="Decode steps one simulated macro-step stands for."),
+    decode_steps_per_event: int = typer.Option(4, help="Decode steps one simulated macro-step stands for "
+                                                       "(1 = exact; larger is faster, see docs/MODEL.md)."),
     decode_base_ms: float = typer.Option(0.0, help="Non-attention time per decode step (ms)."),
     prefill_us: float = typer.Option(None, help="Prefill cost per token-layer (us); profile value if unset."),
     max_requests: int = typer.Option(None, help="Replay only the first N requests."),

@@ -171,10 +171,12 @@ def costs(shape: Shape, p: CostParams) -> dict[str, dict[str, np.ndarray]]:
     L = float(g.layers)
     zero = np.zeros(np.broadcast(mq, ct, topk, steps).shape)
 
-    # route: M parallel exchanges per step; the step waits for the slowest (identical here).
-    compute = holder_compute_s(mq, ct, topk, p)
+    # route: M parallel exchanges per step, each holder attending its k/M share of the selection; the step
+    # waits for the slowest (identical here).
+    k_holder = np.where(sparse, np.maximum(topk // holders, 1), 0)
+    compute = holder_compute_s(mq, ct, k_holder, p)
     if p.host_overhead and p.holder_amortisation:
-        compute = holder_compute_s(mq * p.dispatch_batch, ct, topk, p) / p.dispatch_batch
+        compute = holder_compute_s(mq * p.dispatch_batch, ct, k_holder, p) / p.dispatch_batch
     ret_extra = 0.0 if (not p.host_overhead or p.collapsed_response) else 2.0 * probe_s
     per_step = steps * exch
     host = zero

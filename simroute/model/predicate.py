@@ -41,10 +41,16 @@ def totals(shape: Shape, p: CostParams) -> np.ndarray:
     L = float(g.layers)
     any_sparse = bool(np.any(topk > 0))
 
-    compute = holder_compute_s(mq, ct, topk, p) if any_sparse else _dense_compute(mq, ct, p)
-    attend = per_step * compute
+    if any_sparse:   # each of the M holders attends its k/M share; the requester's own attend covers all k
+        holders = np.where(topk > 0, np.maximum(np.asarray(shape.holders), 1), 1)
+        k_holder = np.where(topk > 0, np.maximum(topk // holders, 1), 0)
+        compute = holder_compute_s(mq, ct, k_holder, p)
+        attend = per_step * holder_compute_s(mq, ct, topk, p)
+    else:
+        compute = _dense_compute(mq, ct, p)
+        attend = per_step * compute
     if p.host_overhead and p.holder_amortisation:
-        compute = holder_compute_s(mq * p.dispatch_batch, ct, topk, p) / p.dispatch_batch
+        compute = holder_compute_s(mq * p.dispatch_batch, ct, k_holder if any_sparse else topk, p) / p.dispatch_batch
     ret_extra = 2.0 * probe_s if (p.host_overhead and not p.collapsed_response) else 0.0
     wire_s = mq * (g.qp_bytes / single) / tp
     route = per_step * (probe_s + wire_s + compute + ret_extra + p.merge_s)

@@ -54,10 +54,11 @@ class ScalarModel:
         """(route total, route without holder compute, fetch move, attend, local prefill) for one step."""
         p = self.p
         probe = self.probe[fabric]
-        compute = self.compute(mq, ct, topk)
-        attend = self.exch * compute
+        k_holder = max(topk // max(holders, 1), 1) if topk > 0 else 0   # each holder's share of a selection
+        attend = self.exch * self.compute(mq, ct, topk)
+        compute = self.compute(mq, ct, k_holder)
         if p.host_overhead and p.holder_amortisation:
-            compute = self.compute(mq * p.dispatch_batch, ct, topk) / p.dispatch_batch
+            compute = self.compute(mq * p.dispatch_batch, ct, k_holder) / p.dispatch_batch
         ret_extra = 2.0 * probe if (p.host_overhead and not p.collapsed_response) else 0.0
         wire = mq * self.qp / self.single[fabric] / max(tp, 1)
         no_compute = self.exch * (probe + wire + ret_extra + p.merge_s)

@@ -509,7 +509,7 @@ class FlowEngine:
 
     # ---- latency-bound messages ---------------------------------------------------------------
     def message_delay(self, src: str, dst: str, nbytes: float, *, t_probe_s: float, single_block_Bps: float,
-                      now: float | None = None) -> float:
+                      now: float | None = None, include_latency: bool = True) -> float:
         """Delay of a routed ~KB message: probe + FIFO queueing + bytes over min(single block, fair share).
 
         No re-rating and no event: the caller yields env.timeout(delay). Each directed link keeps a
@@ -532,7 +532,9 @@ class FlowEngine:
             busy[l] = start + nbytes * inv
         c[6] += nbytes
         c[7] += 1
-        return start - now + t_probe_s + nbytes / c[4] + c[1]
+        # A measured probe (a signal round trip) already holds the path's propagation: callers that pass one
+        # can leave the links' latency out rather than count it twice.
+        return start - now + t_probe_s + nbytes / c[4] + (c[1] if include_latency else 0.0)
 
     def _message_path(self, src: str, dst: str) -> list:
         topo = self.topology

@@ -51,6 +51,19 @@ class ChunkStore:
         self.holders: list[list[int]] = [[] for _ in range(len(chunk_ids))]
         self.pinned: list[set[int]] = [set() for _ in range(len(chunk_ids))]
         self.pending: dict[tuple[int, int], simpy.Event] = {}   # (chunk, instance) copies being made
+        self.pins: dict[tuple[int, int], int] = {}               # (chunk, instance) -> requests relying on it
+
+    def pin(self, ci: int, inst: int) -> None:
+        key = (ci, inst)
+        self.pins[key] = self.pins.get(key, 0) + 1
+
+    def unpin(self, ci: int, inst: int) -> None:
+        key = (ci, inst)
+        n = self.pins[key] - 1
+        if n:
+            self.pins[key] = n
+        else:
+            del self.pins[key]
 
     def resident_on(self, ci: int, inst: int) -> bool:
         return inst in self.holders[ci]
@@ -62,14 +75,22 @@ class ChunkStore:
                 inst.copies.move_to_end(ci)
             return True
         size = float(self.bytes[ci])
-        while inst.free_bytes < size and inst.copies:
-            old, old_size = inst.copies.popitem(last=False)
-            inst.copy_bytes -= old_size
-            self.holders[old].remove(inst.id)
-            inst.evictions += 1
         if inst.free_bytes < size:
-            inst.refused += 1
-            return False
+            # Least recently used first; a copy that a running request attends or routes to stays.
+            victims, freed = [], inst.free_bytes
+            for old, old_size in inst.copies.items():
+                if freed >= size:
+                    break
+                if (old, inst.id) not in self.pins:
+                    victims.append(old)
+                    freed += old_size
+            if freed < size:
+                inst.refused += 1     # kept by its request only (transient), not shared, not in the store
+                return False
+            for old in victims:
+                inst.copy_bytes -= inst.copies.pop(old)
+                self.holders[old].remove(inst.id)
+                inst.evictions += 1
         inst.copies[ci] = size
         inst.copy_bytes += size
         self.holders[ci].append(inst.id)

@@ -45,7 +45,7 @@ class RunConfig:
     holder_streams: int = 1                # holder batches computed concurrently
     staging_streams: int = 8               # K of the holder's D2D staging pool
     staging_copy_GBps: float = 200.0       # D2D copy rate of one staging stream (default, not measured)
-    decode_steps_per_event: int = 16       # decode steps one simulated macro-step stands for
+    decode_steps_per_event: int = 4        # decode steps one simulated macro-step stands for (1 = exact)
     decode_base_ms: float = 0.0            # non-attention time of a decode step (model-specific; 0 = attention only)
     prefill_us: float | None = None        # re-prefill cost per token-layer (profile value if None)
     max_requests: int | None = None

@@ -38,14 +38,14 @@ class Dispatcher:
         g = sim.params.geometry
         tp = sim.cfg.tp
         out = sim.net.message_delay(req.gpu, holder.gpu, self.rows * g.q_bytes * w / tp, t_probe_s=fab.t_probe_s * w,
-                                    single_block_Bps=fab.single_block_Bps)
+                                    single_block_Bps=fab.single_block_Bps, include_latency=False)
         work, prem = sim._work(self.rows, self.ct, self.topk)
         done = holder.holder.submit(work, prem, w, delay_s=out)
         rows, events = self.rows, self.events
 
         def back(_e: object) -> None:
-            d = sim.net.message_delay(holder.gpu, req.gpu, rows * g.p_bytes * w / tp,
-                                      t_probe_s=fab.turnaround_s * w, single_block_Bps=fab.single_block_Bps)
+            d = sim.net.message_delay(holder.gpu, req.gpu, rows * g.p_bytes * w / tp, t_probe_s=fab.turnaround_s * w,
+                                      single_block_Bps=fab.single_block_Bps, include_latency=False)
             sim.env.timeout(d).callbacks.append(lambda _e: [ev.succeed() for ev in events])
 
         done.callbacks.append(back)

@@ -20,8 +20,8 @@ class HolderServer:
     (sparse selection) and a `weight` (how many exchanges the simulated one stands for: layers x steps).
     """
 
-    __slots__ = ("env", "inst", "curve", "window", "streams", "queue", "busy", "armed", "batches", "queries",
-                 "max_queue", "samples", "record", "batch_compute_s")
+    __slots__ = ("env", "inst", "curve", "window", "streams", "queue", "busy", "armed", "deadline", "gen",
+                 "batches", "queries", "max_queue", "samples", "record", "batch_compute_s")
 
     def __init__(self, env: simpy.Environment, inst: int, curve: Callable[[float], float], window_s: float,
                  streams: int, record: bool = True) -> None:
@@ -30,6 +30,8 @@ class HolderServer:
         self.queue: list[tuple[float, float, float, simpy.Event]] = []
         self.busy = 0
         self.armed = False
+        self.deadline = 0.0
+        self.gen = 0                      # generation of the armed window timer (older ones are ignored)
         self.batches = 0
         self.queries = 0
         self.max_queue = 0
@@ -54,34 +56,53 @@ class HolderServer:
             self.max_queue = len(self.queue)
         if self.record:
             self._sample(0)
-        if not self.armed and self.busy < self.streams:
-            self.armed = True
-            # A weighted query stands for `weight` exchanges in dilated time: dilate the window with it.
-            self.env.timeout(self.window * weight).callbacks.append(self._dispatch)
+        if self.busy < self.streams:
+            # A weighted query stands for `weight` exchanges in dilated time: the window dilates with it, and
+            # the lightest query queued sets it (a first pass is not held back by a decode macro-step's window).
+            deadline = self.env.now + self.window * weight
+            if not self.armed or deadline < self.deadline:
+                self.armed, self.deadline = True, deadline
+                self.gen += 1
+                gen = self.gen
+                self.env.timeout(deadline - self.env.now).callbacks.append(lambda _e: self._dispatch(gen))
 
-    def _dispatch(self, _e: object = None) -> None:
+    def _dispatch(self, gen: int | None = None) -> None:
+        if gen is not None and gen != self.gen:
+            return                        # a window superseded by an earlier one
         self.armed = False
         if not self.queue or self.busy >= self.streams:
             return
         batch, self.queue = self.queue, []
-        work = sum(b[0] for b in batch)
-        premium = max(b[1] for b in batch)
-        weight = max(b[2] for b in batch)
         self.busy += 1
         self.batches += 1
-        one = self.curve(work) * premium
-        t = one * weight
+        # Queries of different weights share the batch only for as many exchanges as they overlap: segment j
+        # runs (w_j - w_{j-1}) exchanges over the queries still in it, and each query ends with its segment.
+        batch.sort(key=lambda b: b[2])
+        work = sum(b[0] for b in batch)
+        first = self.curve(work) * max(b[1] for b in batch)
+        env, t, prev_w, i, n = self.env, 0.0, 0.0, 0, len(batch)
+        while i < n:
+            w = batch[i][2]
+            rest = batch[i:]
+            t += (w - prev_w) * self.curve(sum(b[0] for b in rest)) * max(b[1] for b in rest)
+            j = i
+            while j < n and batch[j][2] == w:
+                j += 1
+            ending = [b[3] for b in batch[i:j]]
+            last = j == n
+            env.timeout(t).callbacks.append(lambda _e, ending=ending, last=last: self._finish(ending, last))
+            prev_w, i = w, j
         if self.record:
-            self._sample(len(batch), t)
-            self.batch_compute_s.append(one)
-        self.env.timeout(t).callbacks.append(lambda _e, batch=batch: self._finish(batch))
+            self._sample(n, t)
+            self.batch_compute_s.append(first)
 
-    def _finish(self, batch: list) -> None:
-        self.busy -= 1
-        for b in batch:
-            b[3].succeed()
-        if self.queue and not self.armed:
-            self._dispatch()
+    def _finish(self, ending: list[simpy.Event], last: bool) -> None:
+        for ev in ending:
+            ev.succeed()
+        if last:
+            self.busy -= 1
+            if self.queue and not self.armed:
+                self._dispatch()
 
     def _sample(self, batch_size: int, duration: float = 0.0) -> None:
         t, q, b, d = self.samples

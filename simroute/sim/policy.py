@@ -33,10 +33,11 @@ def horizon_costs(p: CostParams, *, mq_first: float, mq_step: float, steps: int,
 
 
 def horizon_costs_scalar(m: ScalarModel, *, mq_first: float, mq_step: float, steps: int, ct: float,
-                         fabric: int, cached: bool, topk: int = 0, holders: int = 1) -> tuple[float, float, float]:
+                         fabric: int, cached: bool, topk: int = 0, holders: int = 1,
+                         tp: int = 1) -> tuple[float, float, float]:
     """`horizon_costs` for one chunk, in plain floats (the simulator's per-request path)."""
-    r1, _, m1, a1, pre = m.step(mq_first, ct, fabric, cached, topk, holders)
-    rs, _, ms, as_, _ = m.step(mq_step, ct, fabric, True, topk, holders)
+    r1, _, m1, a1, pre = m.step(mq_first, ct, fabric, cached, topk, holders, tp)
+    rs, _, ms, as_, _ = m.step(mq_step, ct, fabric, True, topk, holders, tp)
     route = r1 + steps * rs
     fetch = m1 + a1 + steps * ((ms + as_) if topk > 0 else as_)
     local = pre + a1 + steps * as_
@@ -63,7 +64,7 @@ def choose(policy: str, p: CostParams, *, mq_first: float, mq_step: float, steps
 
 def choose_scalar(policy: str, m: ScalarModel, *, mq_first: float, mq_step: float, steps: int, ct: float,
                   fabric: int, cached: bool, holder_wait_s: float = 0.0, hbm_free: bool = True,
-                  path_share_Bps: float | None = None) -> int:
+                  path_share_Bps: float | None = None, tp: int = 1) -> int:
     """`choose` for one dense chunk (the simulator's per-request path).
 
     `adaptive` adds live state: the holder's queue (every routed exchange waits behind it), the path's
@@ -74,7 +75,7 @@ def choose_scalar(policy: str, m: ScalarModel, *, mq_first: float, mq_step: floa
     if forced is not None:
         return forced
     route, fetch, local = horizon_costs_scalar(m, mq_first=mq_first, mq_step=mq_step, steps=steps, ct=ct,
-                                               fabric=fabric, cached=cached)
+                                               fabric=fabric, cached=cached, tp=tp)
     if policy == "adaptive":
         route += holder_wait_s * (1 + steps) * m.exch
         if path_share_Bps is not None and path_share_Bps > 0:

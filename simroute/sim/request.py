@@ -61,30 +61,43 @@ class RequestFlow:
         return min(pool, key=lambda h: (len(self.instances[h].holder.queue), mix64(h * 1_000_003 + req_inst.id)))
 
     # ---- primitives at TTFT ------------------------------------------------------------------------
-    def _fetch(self, r: int, ci: int, req_inst, holder, cached: bool):
-        nbytes = float(self.chunks.bytes[ci])
-        yield from holder.staging.stage(nbytes)
-        fab = self.fabric(req_inst, holder)
-        yield self.net.transfer(holder.gpu, req_inst.gpu, nbytes, rate_cap_Bps=fab.bulk_Bps, tag="fetch")
-        if not cached:
-            with req_inst.compute.request() as req:
-                yield req
-                yield self.env.timeout(self.splice_s(float(self.chunks.tokens[ci])))
-        self.chunks.add_copy(ci, req_inst)
-        self.rec.bytes_fetch[r] += nbytes
-
-    def _local(self, ci: int, req_inst, first_touch: bool):
+    def _copy(self, ci: int, req_inst, make):
+        """Make a resident copy of chunk `ci` on `req_inst` with the generator `make`, unless one is already
+        being made there (then wait for it): two requests on one instance never move or prefill a chunk twice."""
         key = (ci, req_inst.id)
         pending = self.chunks.pending.get(key)
-        if pending is not None:          # someone on this instance is already making the copy: wait for it
+        if pending is not None:
             yield pending
             return
         ev = self.env.event()
         self.chunks.pending[key] = ev
-        yield from self._prefill(req_inst, float(self.chunks.tokens[ci]))
-        self.chunks.add_copy(ci, req_inst)
-        del self.chunks.pending[key]
-        ev.succeed()
+        try:
+            yield from make()
+            self.chunks.add_copy(ci, req_inst)
+        finally:
+            del self.chunks.pending[key]
+            ev.succeed()
+
+    def _fetch(self, r: int, ci: int, req_inst, holder, cached: bool, attend_s: float):
+        nbytes = float(self.chunks.bytes[ci])
+
+        def make():
+            yield from holder.staging.stage(nbytes)
+            fab = self.fabric(req_inst, holder)
+            # Tensor-parallel rank pairs each move 1/tp of the latent in parallel (on their own NICs).
+            yield self.net.transfer(holder.gpu, req_inst.gpu, nbytes / self.cfg.tp, rate_cap_Bps=fab.bulk_Bps,
+                                    tag="fetch")
+            self.rec.bytes_fetch[r] += nbytes
+            if not cached:
+                with req_inst.compute.request() as req:
+                    yield req
+                    yield self.env.timeout(self.splice_s(float(self.chunks.tokens[ci])))
+        yield from self._copy(ci, req_inst, make)
+        yield self.env.timeout(attend_s)       # the first token's attention over the copy, on the requester
+
+    def _local(self, ci: int, req_inst, attend_s: float):
+        yield from self._copy(ci, req_inst, lambda: self._prefill(req_inst, float(self.chunks.tokens[ci])))
+        yield self.env.timeout(attend_s)
 
     def _route_first(self, r: int, ci: int, req_inst, holder, rows: float):
         done, nbytes = self._exchange(req_inst, holder, rows, float(self.chunks.tokens[ci]), 0,
@@ -92,6 +105,10 @@ class RequestFlow:
         yield done
         yield self.env.timeout(self.params.merge_s * self.params.exchanges)
         self.rec.bytes_route[r] += nbytes
+
+    def _pin(self, pins: list, ci: int, inst: int) -> None:
+        self.chunks.pin(ci, inst)
+        pins.append((ci, inst))
 
     # ---- the request ---------------------------------------------------------------------------------
     def request(self, r: int, req_inst, prefill_inst, prompt: int, output: int, chunk_idx: list[int],
@@ -103,18 +120,23 @@ class RequestFlow:
         req_inst.active += 1
         self.active[req_inst.id] += 1
         heads = p.geometry.heads_q
+        tp = self.cfg.tp
         # 1. Own prompt: prefilled locally, or on the prefill instance and shipped (PD disaggregation).
+        lb_pd = 0.0
         if prefill_inst is not None and prefill_inst is not req_inst:
             yield from self._prefill(prefill_inst, prompt)
             kv = prompt * self.kv_bytes_per_token
             fab = self.fabric(prefill_inst, req_inst)
-            yield self.net.transfer(prefill_inst.gpu, req_inst.gpu, kv, rate_cap_Bps=fab.bulk_Bps, tag="pd")
+            yield self.net.transfer(prefill_inst.gpu, req_inst.gpu, kv / tp, rate_cap_Bps=fab.bulk_Bps, tag="pd")
             rec.bytes_pd[r] += kv
+            lb_pd = kv / tp / fab.bulk_Bps
         else:
             yield from self._prefill(req_inst, prompt)
         lb_chunks = 0.0
         routed: list[tuple[int, int]] = []       # (chunk index, holder) attended by route every step
         resident: list[int] = []
+        pins: list[tuple[int, int]] = []         # copies this request relies on: not evicted while it runs
+        mq_first = heads * max(prompt, 1)
         if topk > 0:
             sel = yield from self._selection_first(r, req_inst, chunk_idx, prompt, output, topk, holders_spanned)
         else:
@@ -122,23 +144,29 @@ class RequestFlow:
             ops = []
             remote, remote_holder, remote_cached = [], [], []
             for ci, cf in zip(chunk_idx, cached):
-                if self.chunks.resident_on(ci, req_inst.id):
+                ct = float(self.chunks.tokens[ci])
+                a1 = self._attend_s(mq_first, ct, 0)
+                if self.chunks.resident_on(ci, req_inst.id) or (ci, req_inst.id) in self.chunks.pending:
+                    joining = (ci, req_inst.id) in self.chunks.pending
                     self.chunks.touch(ci, req_inst)
+                    self._pin(pins, ci, req_inst.id)
                     resident.append(ci)
                     self._decision(r, ci, req_inst.id, RESIDENT)
+                    ops.append(env.process(self._local(ci, req_inst, a1)) if joining else env.timeout(a1))
+                    lb_chunks = max(lb_chunks, a1)
                     continue
                 h = self._pick_holder(ci, req_inst)
                 if h is None:                       # nobody holds it: prefill it here (first touch)
-                    ops.append(env.process(self._local(ci, req_inst, True)))
+                    self._pin(pins, ci, req_inst.id)
+                    ops.append(env.process(self._local(ci, req_inst, a1)))
                     resident.append(ci)
                     self._decision(r, ci, req_inst.id, FIRST_TOUCH)
-                    lb_chunks = max(lb_chunks, float(self.chunks.tokens[ci]) * self.prefill_s_per_token)
+                    lb_chunks = max(lb_chunks, ct * self.prefill_s_per_token + a1)
                     continue
                 remote.append(ci)
                 remote_holder.append(h)
                 remote_cached.append(cf)
             if remote:
-                mq_first = heads * max(prompt, 1)
                 free = req_inst.free_bytes
                 adaptive = self.cfg.policy == "adaptive"
                 for ci, h, cf in zip(remote, remote_holder, remote_cached):
@@ -146,27 +174,30 @@ class RequestFlow:
                     ct = float(self.chunks.tokens[ci])
                     fab = self.fabric_id(req_inst, holder)
                     c = choose_scalar(self.cfg.policy, self.scalar, mq_first=mq_first, mq_step=heads,
-                                      steps=max(output - 1, 0), ct=ct, fabric=fab, cached=cf,
+                                      steps=max(output - 1, 0), ct=ct, fabric=fab, cached=cf, tp=tp,
+                                      # per exchange, if the holder's current queue persists
                                       holder_wait_s=len(holder.holder.queue) * self.holder_curve(1.0),
                                       hbm_free=free > float(self.chunks.bytes[ci]),
                                       path_share_Bps=self.path_share(holder, req_inst) if adaptive else None)
-                    r1, _, m1, _, pre = self.floor_model.step(mq_first, ct, fab, cf)
-                    lb_chunks = max(lb_chunks, min(r1, m1, pre))
+                    r1, _, m1, a1, pre = self.floor_model.step(mq_first, ct, fab, cf, tp=tp)
+                    lb_chunks = max(lb_chunks, min(r1, m1 + a1, pre + a1))
                     self._decision(r, ci, h, c)
                     if c == ROUTE:
+                        self._pin(pins, ci, h)
                         ops.append(env.process(self._route_first(r, ci, req_inst, holder, mq_first)))
                         routed.append((ci, h))
-                    elif c == FETCH:
-                        ops.append(env.process(self._fetch(r, ci, req_inst, holder, cf)))
-                        resident.append(ci)
-                        free -= float(self.chunks.bytes[ci])
                     else:
-                        ops.append(env.process(self._local(ci, req_inst, False)))
+                        self._pin(pins, ci, req_inst.id)
                         resident.append(ci)
+                        if c == FETCH:
+                            ops.append(env.process(self._fetch(r, ci, req_inst, holder, cf, a1)))
+                            free -= float(self.chunks.bytes[ci])
+                        else:
+                            ops.append(env.process(self._local(ci, req_inst, a1)))
             if ops:
                 yield env.all_of(ops)
         rec.ttft[r] = env.now - t0
-        rec.ttft_floor[r] = prompt * self.prefill_s_per_token + lb_chunks
+        rec.ttft_floor[r] = prompt * self.prefill_s_per_token + lb_pd + lb_chunks
         # 2. Decode: every step attends every chunk again.
         t1 = env.now
         steps_left = max(output - 1, 0)
@@ -193,6 +224,8 @@ class RequestFlow:
                 steps_left -= s
         rec.tpot[r] = (env.now - t1) / (output - 1) if output > 1 else 0.0
         rec.e2e[r] = env.now - t0
+        for ci, inst in pins:
+            self.chunks.unpin(ci, inst)
         rec.status[r] = 1
         req_inst.active -= 1
         self.active[req_inst.id] -= 1

@@ -29,7 +29,7 @@ class SelectionFlow:
         j = 0
         while M > 0 and len(hs) < min(M, n) and j < 4 * n:   # the trace says the selection spans M holders
             cand = (r * 7919 + j * 104729) % n
-            if cand not in hs:
+            if cand not in hs and cand != req_inst.id:   # M remote holders, as the trace says
                 hs.append(cand)
             j += 1
         return hs[:M] if M > 0 else hs

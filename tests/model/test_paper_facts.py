@@ -96,7 +96,8 @@ def test_sparse_route_flat_in_holders_gather_grows(params):
              for m in range(1, 8)]
     gather = [costs_scalar(Shape(mq=256, ct=2048, fabric=f, topk=2048, holders=m), params)["fetch"]["gather"]
               for m in range(1, 8)]
-    assert max(route) == pytest.approx(min(route))
+    # Route fan-out does not grow with M (each holder attends its k/M share, in parallel), the gather does.
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(route, route[1:])) and route[-1] > 0.5 * route[0]
     assert gather[-1] / gather[0] == pytest.approx(3.9 / 1.3, rel=0.01)
     # No splice under selection.
     assert costs_scalar(Shape(mq=256, ct=2048, fabric=f, topk=2048), params)["fetch"]["splice"] == 0

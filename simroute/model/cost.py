@@ -131,14 +131,15 @@ def splice_s(ct, p: CostParams) -> np.ndarray:
 
 def holder_compute_s(rows, ct, topk, p: CostParams) -> np.ndarray:
     """Partial attention of `rows` query rows over `ct` resident tokens (or top-k selected entries)."""
-    rows = np.asarray(rows, dtype=float)
     topk = np.asarray(topk)
-    attended = np.where(topk > 0, topk, ct) * p.geometry.token_fraction
-    n_eff = np.maximum(rows / p.holder_heads_ref * attended / p.holder_ct_ref, 1e-9)
-    dense = _interp_extrap(n_eff, p.holder_n, p.holder_s)
+    sparse = topk > 0
+    attended = np.where(sparse, topk, ct)
+    scale = p.geometry.token_fraction / (p.holder_heads_ref * p.holder_ct_ref)
+    dense = _interp_extrap(np.maximum(np.asarray(rows, dtype=float) * attended * scale, 1e-9), p.holder_n, p.holder_s)
+    if not np.any(sparse):
+        return dense
     k = np.clip(topk, p.sparse_k[0], p.sparse_k[-1])
-    premium = np.where(topk > 0, _interp_extrap(k, p.sparse_k, p.sparse_premium), 1.0)
-    return dense * premium
+    return dense * np.where(sparse, _interp_extrap(k, p.sparse_k, p.sparse_premium), 1.0)
 
 
 def _fabric_arrays(fabric, p: CostParams) -> tuple[np.ndarray, ...]:
@@ -173,7 +174,7 @@ def costs(shape: Shape, p: CostParams) -> dict[str, dict[str, np.ndarray]]:
 
     # route: M parallel exchanges per step, each holder attending its k/M share of the selection; the step
     # waits for the slowest (identical here).
-    k_holder = np.where(sparse, np.maximum(topk // holders, 1), 0)
+    k_holder = np.where(sparse, np.maximum(topk / holders, 1.0), 0.0)
     compute = holder_compute_s(mq, ct, k_holder, p)
     if p.host_overhead and p.holder_amortisation:
         compute = holder_compute_s(mq * p.dispatch_batch, ct, k_holder, p) / p.dispatch_batch

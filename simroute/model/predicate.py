@@ -42,8 +42,7 @@ def totals(shape: Shape, p: CostParams) -> np.ndarray:
     any_sparse = bool(np.any(topk > 0))
 
     if any_sparse:   # each of the M holders attends its k/M share; the requester's own attend covers all k
-        holders = np.where(topk > 0, np.maximum(np.asarray(shape.holders), 1), 1)
-        k_holder = np.where(topk > 0, np.maximum(topk // holders, 1), 0)
+        k_holder = np.maximum(topk / np.maximum(np.asarray(shape.holders), 1), 1.0) * (topk > 0)
         compute = holder_compute_s(mq, ct, k_holder, p)
         attend = per_step * holder_compute_s(mq, ct, topk, p)
     else:

@@ -38,7 +38,7 @@ class ScalarModel:
         self.bulk = [f.bulk_Bps for f in p.fabrics]
         self.div = p.dispatch_batch if p.dispatcher_batching else 1
 
-    def compute(self, rows: float, ct: float, topk: int = 0) -> float:
+    def compute(self, rows: float, ct: float, topk: float = 0) -> float:
         """Holder (or local) partial attention of `rows` query rows, one exchange."""
         p = self.p
         attended = (topk if topk > 0 else ct) * self.frac
@@ -54,7 +54,7 @@ class ScalarModel:
         """(route total, route without holder compute, fetch move, attend, local prefill) for one step."""
         p = self.p
         probe = self.probe[fabric]
-        k_holder = max(topk // max(holders, 1), 1) if topk > 0 else 0   # each holder's share of a selection
+        k_holder = max(topk / max(holders, 1), 1.0) if topk > 0 else 0   # each holder's share of a selection
         attend = self.exch * self.compute(mq, ct, topk)
         compute = self.compute(mq, ct, k_holder)
         if p.host_overhead and p.holder_amortisation:

@@ -142,6 +142,7 @@ class RequestFlow:
         else:
             sel = None
             ops = []
+            resident_attend = 0.0                # the requester's own attention over copies it already holds
             remote, remote_holder, remote_cached = [], [], []
             for ci, cf in zip(chunk_idx, cached):
                 ct = float(self.chunks.tokens[ci])
@@ -152,7 +153,10 @@ class RequestFlow:
                     self._pin(pins, ci, req_inst.id)
                     resident.append(ci)
                     self._decision(r, ci, req_inst.id, RESIDENT)
-                    ops.append(env.process(self._local(ci, req_inst, a1)) if joining else env.timeout(a1))
+                    if joining:
+                        ops.append(env.process(self._local(ci, req_inst, a1)))
+                    else:
+                        resident_attend += a1
                     lb_chunks = max(lb_chunks, a1)
                     continue
                 h = self._pick_holder(ci, req_inst)
@@ -194,6 +198,8 @@ class RequestFlow:
                             free -= float(self.chunks.bytes[ci])
                         else:
                             ops.append(env.process(self._local(ci, req_inst, a1)))
+            if resident_attend > 0:   # one kernel sequence on the requester's GPU: the copies' attends add up
+                ops.append(env.timeout(resident_attend))
             if ops:
                 yield env.all_of(ops)
         rec.ttft[r] = env.now - t0

@@ -56,7 +56,7 @@ class SelectionFlow:
         for h in holders:
             if h == req_inst.id:
                 continue
-            done, nbytes = self._exchange(req_inst, self.instances[h], rows, 0.0, max(topk // M, 1), weight)
+            done, nbytes = self._exchange(req_inst, self.instances[h], rows, 0.0, max(topk / M, 1.0), weight)
             waits.append(done)
             self.rec.bytes_route[r] += nbytes
         if waits:

@@ -11,9 +11,8 @@ import pytest
 
 from simroute.calib import default_profile_path
 from simroute.errors import ConfigurationError
-from simroute.network import default_topology_path, shipped_topology
+from simroute.network import default_topology_path
 from simroute.sim import RunConfig, Simulation, simulate
-from simroute.sim.config import default_trace_path
 from simroute.sim.scenarios import single_chunk_trace, write_trace
 from simroute.workload import generate
 

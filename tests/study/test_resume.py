@@ -55,6 +55,7 @@ def test_point_raising_is_recorded_and_rerun_retries(grid_file, tmp_path, monkey
     again = run_study(s, tmp_path / "k", jobs=1, progress=False)
     assert (again.executed, again.skipped, again.failed) == (1, 7, 0)
     fresh = run_study(s, tmp_path / "f", jobs=1, progress=False)
+    assert (fresh.executed, fresh.failed) == (8, 0)
     pd.testing.assert_frame_equal(metrics(Store(tmp_path / "k").read()), metrics(Store(tmp_path / "f").read()))
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from simroute.sim.holder import HolderServer, StagingPool
+from simroute.sim.holder import FifoServer, HolderServer, StagingPool
 
 
 @dataclass(eq=False)
@@ -21,7 +21,7 @@ class Instance:
     gpu: str                      # the GPU whose NIC / links carry this instance's traffic
     host: int
     capacity_bytes: float
-    compute: simpy.Resource       # prefill / re-prefill / splice on this instance, one at a time
+    compute: FifoServer           # prefill / re-prefill / splice on this instance, one at a time
     holder: HolderServer
     staging: StagingPool
     pinned_bytes: float = 0.0

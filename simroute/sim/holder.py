@@ -8,6 +8,7 @@ one SimPy process per query, so millions of exchanges stay cheap.
 from __future__ import annotations
 
 from array import array
+from collections import deque
 from collections.abc import Callable
 
 import simpy
@@ -112,31 +113,65 @@ class HolderServer:
         d.append(duration)
 
 
+class FifoServer:
+    """c identical servers with one FIFO queue: `yield from server.hold(seconds)` waits for one, then holds it.
+
+    Lighter than simpy.Resource (no request objects): an idle server is taken without any event, which
+    matters when every fetch and prefill passes through one.
+    """
+
+    __slots__ = ("env", "capacity", "busy", "waiting", "max_waiting", "on_change")
+
+    def __init__(self, env: simpy.Environment, capacity: int, on_change=None) -> None:
+        self.env, self.capacity = env, max(1, capacity)
+        self.busy = 0
+        self.waiting: deque[simpy.Event] = deque()
+        self.max_waiting = 0
+        self.on_change = on_change          # called after every join, start and release (telemetry)
+
+    def hold(self, seconds: float):
+        if self.busy < self.capacity:
+            self.busy += 1
+        else:
+            turn = self.env.event()
+            self.waiting.append(turn)
+            self.max_waiting = max(self.max_waiting, len(self.waiting))
+            if self.on_change:
+                self.on_change()
+            yield turn                      # the releasing holder hands its server over (busy unchanged)
+        if self.on_change:
+            self.on_change()
+        try:
+            yield self.env.timeout(seconds)
+        finally:
+            if self.waiting:
+                self.waiting.popleft().succeed()
+            else:
+                self.busy -= 1
+            if self.on_change:
+                self.on_change()
+
+
 class StagingPool:
     """The holder's pool of K D2D copy streams; beyond the elbow, extra streams add no throughput (§6.2)."""
 
     def __init__(self, env: simpy.Environment, streams: int, elbow: int, copy_Bps: float,
                  record: bool = True) -> None:
-        self.resource = simpy.Resource(env, capacity=max(1, min(streams, elbow)))
+        self.server = FifoServer(env, min(streams, elbow), on_change=self._sample if record else None)
         self.copy_Bps = copy_Bps
         self.env = env
-        self.max_queue = 0
-        self.record = record
         self.samples = (array("d"), array("i"), array("i"))   # time, copies waiting, copies in flight
+
+    @property
+    def max_queue(self) -> int:
+        return self.server.max_waiting
 
     def stage(self, nbytes: float):
         """A SimPy sub-process: wait for a stream, copy, release."""
-        with self.resource.request() as req:
-            self.max_queue = max(self.max_queue, len(self.resource.queue))
-            self._sample()
-            yield req
-            self._sample()
-            yield self.env.timeout(nbytes / self.copy_Bps)
-        self._sample()
+        yield from self.server.hold(nbytes / self.copy_Bps)
 
     def _sample(self) -> None:
-        if self.record:
-            t, q, b = self.samples
-            t.append(self.env.now)
-            q.append(len(self.resource.queue))
-            b.append(self.resource.count)
+        t, q, b = self.samples
+        t.append(self.env.now)
+        q.append(len(self.server.waiting))
+        b.append(self.server.busy)

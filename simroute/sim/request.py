@@ -24,9 +24,7 @@ class RequestFlow:
         """Hold the instance's compute for a prefill of `tokens` tokens (own prompt or a re-prefill)."""
         if tokens <= 0:
             return
-        with inst.compute.request() as req:
-            yield req
-            yield self.env.timeout(tokens * self.prefill_s_per_token)
+        yield from inst.compute.hold(tokens * self.prefill_s_per_token)
 
     def _work(self, rows: float, ct: float, topk: int) -> tuple[float, float]:
         """(work in reference requesters, sparse premium) of a partial over ct tokens / top-k entries."""
@@ -89,9 +87,7 @@ class RequestFlow:
                                     tag="fetch")
             self.rec.bytes_fetch[r] += nbytes
             if not cached:
-                with req_inst.compute.request() as req:
-                    yield req
-                    yield self.env.timeout(self.splice_s(float(self.chunks.tokens[ci])))
+                yield from req_inst.compute.hold(self.splice_s(float(self.chunks.tokens[ci])))
         yield from self._copy(ci, req_inst, make)
         yield self.env.timeout(attend_s)       # the first token's attention over the copy, on the requester
 

@@ -23,7 +23,7 @@ from simroute.network import FlowEngine, load_topology
 from simroute.sim.cluster import ChunkStore, Instance
 from simroute.sim.config import RunConfig
 from simroute.sim.dispatcher import Dispatchers
-from simroute.sim.holder import HolderServer, StagingPool
+from simroute.sim.holder import FifoServer, HolderServer, StagingPool
 from simroute.sim.metrics import Recorder, summarise, write_outputs
 from simroute.sim.placement import place
 from simroute.sim.request import RequestFlow
@@ -92,7 +92,7 @@ class Simulation(RequestFlow, SelectionFlow):
             env = self.env
             self.instances.append(Instance(
                 id=i, gpu=gpu, host=topo.host_of(gpu), capacity_bytes=cfg.hbm_gb * 1e9,
-                compute=simpy.Resource(env, capacity=1),
+                compute=FifoServer(env, 1),
                 holder=HolderServer(env, i, self.holder_curve, cfg.batch_window_us * 1e-6, cfg.holder_streams,
                                     record=cfg.telemetry),
                 staging=StagingPool(env, cfg.staging_streams, elbow, cfg.staging_copy_GBps * 1e9,

@@ -215,14 +215,15 @@ class RequestFlow:
             while steps_left > 0:
                 s = min(S, steps_left)
                 w = s * p.exchanges
-                waits = []
+                # The requester attends its resident copies while the routed partials are on their way.
+                waits = [env.timeout(s * attend)] if attend > 0 else []
                 for ci, h in routed:
                     done, nbytes = self._exchange(req_inst, self.instances[h], heads,
                                                   float(self.chunks.tokens[ci]), 0, w)
                     waits.append(done)
                     rec.bytes_route[r] += nbytes
                 yield env.all_of(waits)
-                yield env.timeout(p.merge_s * w + s * (base + attend))
+                yield env.timeout(p.merge_s * w + s * base)
                 steps_left -= s
         rec.tpot[r] = (env.now - t1) / (output - 1) if output > 1 else 0.0
         rec.e2e[r] = env.now - t0

@@ -27,12 +27,12 @@ class Decision:
         return np.asarray(PRIMITIVES)[self.choice]
 
 
-def totals(shape: Shape, p: CostParams) -> np.ndarray:
-    """(3, n) array of route, fetch, local totals over the 1 + R step horizon."""
+def totals(shape: Shape, p: CostParams, out: np.ndarray | None = None) -> np.ndarray:
+    """(3, n) array of route, fetch, local totals over the 1 + R step horizon (written into `out` if given)."""
     g = p.geometry
     mq = np.asarray(shape.mq, dtype=np.float64)
     ct = np.asarray(shape.ct, dtype=np.float64)
-    topk = np.asarray(shape.topk)
+    topk = np.asarray(shape.topk, dtype=np.float64)
     steps = 1.0 + np.asarray(shape.reuse, dtype=np.float64)
     tp = np.maximum(np.asarray(shape.tp, dtype=np.float64), 1.0)
     cached = np.asarray(shape.cached, dtype=bool)
@@ -42,7 +42,8 @@ def totals(shape: Shape, p: CostParams) -> np.ndarray:
     any_sparse = bool(np.any(topk > 0))
 
     if any_sparse:   # each of the M holders attends its k/M share; the requester's own attend covers all k
-        k_holder = np.maximum(topk / np.maximum(np.asarray(shape.holders), 1), 1.0) * (topk > 0)
+        holders = np.maximum(np.asarray(shape.holders, dtype=np.float64), 1.0)
+        k_holder = np.maximum(topk / holders, 1.0) * (topk > 0)
         compute = holder_compute_s(mq, ct, k_holder, p)
         attend = per_step * holder_compute_s(mq, ct, topk, p)
     else:
@@ -61,7 +62,6 @@ def totals(shape: Shape, p: CostParams) -> np.ndarray:
     kv_layer = g.token_fraction * g.b_kv * L
     if any_sparse:
         sparse = topk > 0
-        holders = np.maximum(np.asarray(shape.holders), 1)
         gather = steps * L * (p.gather_base_s * topk / p.gather_k_ref + p.gather_per_holder_s * holders)
         fetch_move = np.where(sparse, gather,
                               ct * kv_layer / tp / bulk + np.where(cached, 0.0, splice_s(ct, p)))
@@ -69,8 +69,8 @@ def totals(shape: Shape, p: CostParams) -> np.ndarray:
         fetch_move = ct * (kv_layer / bulk) / tp + np.where(cached, 0.0, splice_s(ct, p))
     fetch = fetch_move + attend + fetch_host
     local = ct * (L * p.prefill_s_per_token_layer) + attend
-    n = np.broadcast(route, fetch, local).shape
-    out = np.empty((3,) + n)
+    if out is None:
+        out = np.empty((3,) + np.broadcast(route, fetch, local).shape)
     out[ROUTE], out[FETCH], out[LOCAL] = route, fetch, local
     return out
 
@@ -106,7 +106,5 @@ def decide(shape: Shape, p: CostParams) -> Decision:
     choice = np.empty(n, dtype=np.int8)
     for i in range(0, n, BLOCK):
         part = Shape(**{k: (a[i:i + BLOCK] if a.ndim == 1 else a) for k, a in full.items()})
-        t = totals(part, p)
-        cost[:, i:i + BLOCK] = t
-        choice[i:i + BLOCK] = _argmin3(t)
+        choice[i:i + BLOCK] = _argmin3(totals(part, p, out=cost[:, i:i + BLOCK]))
     return Decision(choice=choice, cost_s=cost)

@@ -359,42 +359,34 @@ class Simulation(RequestFlow, SelectionFlow):
             frames["net_link_series"] = pd.DataFrame(tel.series, columns=["link", "t0_s", "t1_s", "utilisation"])
         return {k: pa.Table.from_pandas(v, preserve_index=False) for k, v in frames.items()}
 
-    def _staging_table(self):
-        """The holders' staging pools over time (DESIGN §3: both holder queues observable)."""
-        return _staging_rows(self.instances)
-
     def _spine_names(self) -> list[str]:
         return sorted({l.dst for l in self.topology.links if l.dst.startswith(("spine", "core"))},
                       key=lambda n: (len(n), n))
 
     def _holder_table(self):
-        import pyarrow as pa
-        t, q, b, d, h = [], [], [], [], []
-        for inst in self.instances:
-            ts, qs, bs, ds = inst.holder.samples
-            if len(ts):
-                t.append(np.frombuffer(ts, dtype=np.float64))
-                q.append(np.frombuffer(qs, dtype=np.int32))
-                b.append(np.frombuffer(bs, dtype=np.int32))
-                d.append(np.frombuffer(ds, dtype=np.float64))
-                h.append(np.full(len(ts), inst.id, dtype=np.int32))
-        cat = lambda xs, dt: np.concatenate(xs) if xs else np.zeros(0, dt)
-        return pa.table({"holder": cat(h, np.int32), "time_s": cat(t, np.float64), "queue": cat(q, np.int32),
-                         "batch_size": cat(b, np.int32), "batch_duration_s": cat(d, np.float64)})
+        """Routed-query queue and batches of every holder over time."""
+        return _samples_table(self.instances, lambda i: i.holder.samples,
+                              (("time_s", np.float64), ("queue", np.int32), ("batch_size", np.int32),
+                               ("batch_duration_s", np.float64)))
+
+    def _staging_table(self):
+        """The holders' staging pools over time (DESIGN §3: both holder queues observable)."""
+        return _samples_table(self.instances, lambda i: i.staging.samples,
+                              (("time_s", np.float64), ("waiting", np.int32), ("copying", np.int32)))
 
 
-def _staging_rows(instances: list[Instance]):
+def _samples_table(instances: list[Instance], samples, columns: tuple[tuple[str, type], ...]):
+    """One table from every instance's parallel sample arrays (array.array buffers), with a holder column."""
     import pyarrow as pa
-    cols: dict[str, list] = {"holder": [], "time_s": [], "waiting": [], "copying": []}
+    parts: dict[str, list] = {"holder": [], **{name: [] for name, _ in columns}}
     for inst in instances:
-        ts, qs, bs = inst.staging.samples
-        if len(ts):
-            cols["holder"].append(np.full(len(ts), inst.id, dtype=np.int32))
-            cols["time_s"].append(np.frombuffer(ts, dtype=np.float64))
-            cols["waiting"].append(np.frombuffer(qs, dtype=np.int32))
-            cols["copying"].append(np.frombuffer(bs, dtype=np.int32))
-    types = {"holder": np.int32, "time_s": np.float64, "waiting": np.int32, "copying": np.int32}
-    return pa.table({k: np.concatenate(v) if v else np.zeros(0, types[k]) for k, v in cols.items()})
+        arrays = samples(inst)
+        if len(arrays[0]):
+            parts["holder"].append(np.full(len(arrays[0]), inst.id, dtype=np.int32))
+            for (name, dt), a in zip(columns, arrays):
+                parts[name].append(np.frombuffer(a, dtype=dt))
+    types = {"holder": np.int32, **dict(columns)}
+    return pa.table({k: np.concatenate(v) if v else np.zeros(0, types[k]) for k, v in parts.items()})
 
 
 def simulate(cfg: RunConfig, out_dir: str | Path | None = None,

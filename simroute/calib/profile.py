@@ -246,7 +246,7 @@ def load_profile(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> Profile:
         constants.update(sub.constants)
         gpus.update(sub.gpus)
         origin.update(sub.origin)
-        files.extend(sub.files)
+        files.extend(f for f in sub.files if f not in files)     # a GPU file two fabrics include, once
         box = box or sub.box
         gpu = gpu or sub.gpu
     for n, f in pf.fabrics.items():

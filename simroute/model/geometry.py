@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from simroute.errors import UnknownNameError
 
@@ -96,7 +97,7 @@ class ModelGeometry:
         """Cached c_KV bytes per token per layer (1152 B for V2-Lite in bf16; 2 x kv_heads x d for GQA)."""
         return self.kv_heads * self.kv_tensors * self.d_qk * CACHE_DTYPE_BYTES[self.cache_dtype]
 
-    @property
+    @cached_property
     def token_fraction(self) -> float:
         """Mean fraction of tokens kept per layer under token-axis compression (1.0 without)."""
         if not self.token_compression:

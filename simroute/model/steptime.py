@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence, Union
 
-from simroute.model.curves import interp_clamped, interp_extrap
+from simroute.model.cost import HOLDER_CT_REF, HOLDER_HEADS_REF, holder_curve_s, holder_work
+from simroute.model.curves import interp_clamped
 from simroute.model.geometry import WEIGHT_BYTES, LinearOp, ModelGeometry
 
 Curve = tuple[tuple[float, ...], tuple[float, ...]]
@@ -153,7 +154,7 @@ class StepTimeModel:
 
     def __init__(self, geometry: ModelGeometry, gpu: GpuSpec, tp: int = 1, *, allreduce_Bps: float = float("inf"),
                  allreduce_latency_s: float = 0.0, holder_curve: Curve | None = None,
-                 holder_ref: tuple[int, int] = (16, 2048)) -> None:
+                 holder_ref: tuple[int, int] = (HOLDER_HEADS_REF, HOLDER_CT_REF)) -> None:
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         self.geometry, self.gpu, self.tp = geometry, gpu, tp
@@ -271,6 +272,5 @@ class StepTimeModel:
         roof = max(keys * self._kv_bytes_token_layer / self._bw, pairs * per_row_pair / self._attn_rate)
         if self.holder_curve is None:
             return roof
-        heads_ref, ct_ref = self.holder_ref
-        n_eff = max(pairs * g.token_fraction / (heads_ref * ct_ref), 1e-9)
-        return max(roof, interp_extrap(n_eff, self.holder_curve[0], self.holder_curve[1]))
+        work = holder_work(pairs, 1.0, g.token_fraction, *self.holder_ref)    # pairs = rows x keys
+        return max(roof, holder_curve_s(work, self.holder_curve[0], self.holder_curve[1]))

@@ -1,7 +1,9 @@
-"""The redistribution cost model (paper §4): T = probe + transfer + compute + return + merge, per primitive.
+"""The redistribution cost model ("Move the Query, Not the Cache" §4): T = probe + transfer + compute + return
++ merge, per primitive.
 
-All functions are vectorised over numpy arrays of request shapes and return each term separately, so
-callers (the predicate, the CLI tables, the simulator's policy) can show where a cost lives. Seconds and bytes.
+The formula lives once, in `step_parts` (one step's pieces) and `holder_compute_s` (the holder curve), written
+over an `Ops` so that it runs on numpy arrays (`ARRAYS`: `costs` term tables, the predicate) and on plain
+floats (`FLOATS`: the simulator's per-request path, `scalar.ScalarModel`). Seconds and bytes.
 
 Modelling choices (documented in docs/MODEL.md):
 - `route_exchanges="per-layer"` pays one routed round trip per layer per decode step (layer l's query needs
@@ -141,7 +143,8 @@ def _where_float(cond, a, b):
 
 def _fabric_row_arrays(p: "CostParams", fabric) -> FabricTables:
     t = p.tables
-    return FabricTables(np.take(t.probe_s, fabric), np.take(t.qp_per_row_s, fabric), np.take(t.kv_per_token_s, fabric))
+    return FabricTables(np.take(t.probe_s, fabric), np.take(t.qp_per_row_s, fabric),
+                        np.take(t.kv_per_token_s, fabric))
 
 
 def _fabric_row_floats(p: "CostParams", fabric: int) -> FabricTables:
@@ -154,7 +157,6 @@ ARRAYS = Ops(maximum=np.maximum, where=np.where, curve=interp_extrap_array, clam
              any_=np.any, all_=np.all, fabric_row=_fabric_row_arrays)
 FLOATS = Ops(maximum=max, where=_where_float, curve=interp_extrap, clamped=interp_clamped, any_=bool, all_=bool,
              fabric_row=_fabric_row_floats)
-
 
 
 HOLDER_HEADS_REF, HOLDER_CT_REF = 16, 2048   # the measured holder curve's h_q and ct (paper §6.3)

@@ -159,17 +159,27 @@ class StepTimeModel:
             raise ValueError(f"tp must be >= 1, got {tp}")
         self.geometry, self.gpu, self.tp = geometry, gpu, tp
         self.allreduce_Bps, self.allreduce_latency_s = allreduce_Bps, allreduce_latency_s
+        self._layers, self._overhead_s = geometry.layers, gpu.iteration_overhead_s
         self.holder_curve, self.holder_ref = holder_curve, holder_ref
         g = geometry
         self._kinds = tuple(_fold(g.linear_ops(tp, kind), n) for kind, n in g.layer_kinds().items() if n > 0)
         head = g.lm_head_op(tp)
         self._head_bytes, self._head_flops = float(head.weight_bytes), 2.0 * head.k * head.n
-        self._bw = gpu.achievable_hbm_Bps
+        self._kind_rows = tuple((k.count, k.dense_weight_bytes, k.expert_weight_bytes, k.experts,
+                                 k.experts_per_token, k.flops_per_token, k.act_bytes_per_token) for k in self._kinds)
+        self._head_act_bytes = -(-g.vocab // tp) * WEIGHT_BYTES          # the logits written per sequence
+        # the hot path's constants, folded once
+        self._peak, self._bw = gpu.peak_flops, gpu.achievable_hbm_Bps
+        self._inv_bw = 1.0 / self._bw
         self._attn_rate = gpu.peak_flops * gpu.attention_efficiency
         self._kv_bytes_token_layer = g.b_kv_per_gpu(tp) * g.token_fraction
         heads_per_gpu = -(-g.heads_q // tp)
         self._attn_flops_pair_layer = 2.0 * heads_per_gpu * (g.d_qk + g.d_v) * g.token_fraction
-        self._ar_bytes_per_token = float(g.hidden * WEIGHT_BYTES)
+        self._attn_s_per_kv_token = self._kv_bytes_token_layer / self._bw
+        self._attn_s_per_pair = self._attn_flops_pair_layer / self._attn_rate
+        ring_steps = 2.0 * (tp - 1)
+        self._ar_latency_s = ALLREDUCES_PER_LAYER * ring_steps * allreduce_latency_s
+        self._ar_s_per_token = ALLREDUCES_PER_LAYER * ring_steps / tp * g.hidden * WEIGHT_BYTES / allreduce_Bps
 
     # ---- sizes ------------------------------------------------------------------------------------------
     @property
@@ -192,41 +202,40 @@ class StepTimeModel:
     # ---- terms ------------------------------------------------------------------------------------------
     def _linear(self, tokens: float) -> tuple[float, float, float]:
         """(seconds over all layers, memory-bound seconds, compute-bound seconds) of the linear ops."""
-        rate = self.gpu.peak_flops * self.gpu.gemm_fraction(tokens)
+        rate = self._peak * self.gpu.gemm_fraction(tokens)
+        inv_bw = self._inv_bw
         total = mem_s = comp_s = 0.0
-        for k in self._kinds:
-            weights = k.dense_weight_bytes + experts_touched(k.experts, k.experts_per_token, tokens) * \
-                k.expert_weight_bytes
-            mem = (weights + tokens * k.act_bytes_per_token) / self._bw
-            comp = tokens * k.flops_per_token / rate
-            total += k.count * max(mem, comp)
+        for count, dense_bytes, expert_bytes, experts, per_token, flops_token, act_token in self._kind_rows:
+            weights = dense_bytes + experts_touched(experts, per_token, tokens) * expert_bytes if experts \
+                else dense_bytes
+            mem = (weights + tokens * act_token) * inv_bw
+            comp = tokens * flops_token / rate
             if mem >= comp:
-                mem_s += k.count * mem
+                mem_s += count * mem
             else:
-                comp_s += k.count * comp
+                comp_s += count * comp
+        total = mem_s + comp_s
         return total, mem_s, comp_s
 
     def _attention(self, kv_read_tokens: float, attention_pairs: float) -> tuple[float, float, float]:
         """(seconds, bytes time, FLOPs time) of one layer's attention kernel."""
-        mem = kv_read_tokens * self._kv_bytes_token_layer / self._bw
-        comp = attention_pairs * self._attn_flops_pair_layer / self._attn_rate
-        return max(mem, comp), mem, comp
+        mem = kv_read_tokens * self._attn_s_per_kv_token
+        comp = attention_pairs * self._attn_s_per_pair
+        return (mem if mem >= comp else comp), mem, comp
 
     def _allreduce(self, tokens: float) -> tuple[float, str]:
         """One layer's all-reduces (ring: 2(tp-1) steps of latency, 2(tp-1)/tp of the bytes per GPU)."""
         if self.tp == 1 or tokens <= 0:
             return 0.0, NONE
-        steps = 2.0 * (self.tp - 1)
-        lat = steps * self.allreduce_latency_s
-        wire = steps / self.tp * tokens * self._ar_bytes_per_token / self.allreduce_Bps
-        return ALLREDUCES_PER_LAYER * (lat + wire), (LATENCY if lat >= wire else BANDWIDTH)
+        lat, wire = self._ar_latency_s, tokens * self._ar_s_per_token
+        return lat + wire, (LATENCY if lat >= wire else BANDWIDTH)
 
     def _lm_head(self, sequences: float) -> tuple[float, str]:
         if sequences <= 0:
             return 0.0, NONE
-        mem = (self._head_bytes + sequences * self.geometry.vocab / self.tp * WEIGHT_BYTES) / self._bw
-        comp = sequences * self._head_flops / (self.gpu.peak_flops * self.gpu.gemm_fraction(sequences))
-        return max(mem, comp), (MEMORY if mem >= comp else COMPUTE)
+        mem = (self._head_bytes + sequences * self._head_act_bytes) * self._inv_bw
+        comp = sequences * self._head_flops / (self._peak * self.gpu.gemm_fraction(sequences))
+        return (mem, MEMORY) if mem >= comp else (comp, COMPUTE)
 
     def iteration(self, batch: BatchShape) -> StepTerms:
         """One iteration's terms and the bound each hit."""
@@ -245,10 +254,9 @@ class StepTimeModel:
 
     def iteration_s(self, new_tokens: float, sequences: float, kv_read_tokens: float, attention_pairs: float) -> float:
         """`iteration(...).iteration_s` on plain floats: the simulator's hot loop."""
-        lin = self._linear(new_tokens)[0]
-        attn = self._attention(kv_read_tokens, attention_pairs)[0]
-        return (lin + self.geometry.layers * (attn + self._allreduce(new_tokens)[0]) + self._lm_head(sequences)[0]
-                + self.gpu.iteration_overhead_s)
+        return (self._linear(new_tokens)[0] + self._layers * (self._attention(kv_read_tokens, attention_pairs)[0]
+                                                              + self._allreduce(new_tokens)[0])
+                + self._lm_head(sequences)[0] + self._overhead_s)
 
     def attention_s(self, kv_read_tokens: float, attention_pairs: float, layers: int | None = None) -> float:
         """One attention kernel's work over a whole context, per layer, times `layers` (all by default)."""

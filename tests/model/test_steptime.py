@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simroute.calib import load_profile
 from simroute.model.geometry import MODELS, get_model
@@ -168,3 +170,39 @@ def test_linear_ops_shapes_for_tp():
     moe = {op.name: op for op in get_model("deepseek-v3").linear_ops(tp=8, kind="moe")}
     assert moe["expert_up"].experts == 256 and moe["expert_up"].active == 8 and moe["expert_up"].n == 2 * 2048 // 8
     assert moe["kv_a"].n == 576       # the latent + rope key, replicated
+
+
+_MODELS = [_model(name, gpu, tp, allreduce_Bps=125e9, allreduce_latency_s=1.2e-6)
+           for name, gpu, tp in (("llama-3.1-8b", "a40", 1), ("deepseek-v3", "h200-sxm", 8),
+                                 ("llama-2-70b", "a100-80gb", 4), ("deepseek-v4-flash", "rtxpro6000", 8))]
+_batches = st.tuples(st.integers(0, 512), st.integers(0, 200_000), st.integers(0, 8192), st.integers(0, 100_000))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(_MODELS), _batches, st.integers(1, 64), st.integers(1, 50_000), st.integers(1, 2048))
+def test_more_load_is_never_faster(m, batch, more_seqs, more_context, more_prefill):
+    seqs, ctx, pre, pre_ctx = batch
+    if seqs + pre == 0:
+        seqs = 1
+    base = m.iteration(BatchShape.uniform(seqs, ctx, pre, pre_ctx)).iteration_s
+    for bigger in (BatchShape.uniform(seqs + more_seqs, ctx, pre, pre_ctx),
+                   BatchShape.uniform(seqs, ctx + more_context, pre, pre_ctx),
+                   BatchShape.uniform(seqs, ctx, pre + more_prefill, pre_ctx),
+                   BatchShape.uniform(seqs, ctx, pre, pre_ctx + more_context)):
+        assert m.iteration(bigger).iteration_s >= base * (1 - 1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(_MODELS), _batches)
+def test_iteration_is_the_sum_of_its_terms_and_each_a_roofline(m, batch):
+    b = BatchShape.uniform(*batch)
+    t = m.iteration(b)
+    assert t.iteration_s >= t.overhead_s > 0
+    mem = b.kv_read_tokens * m.kv_bytes_per_token_per_gpu / m.geometry.layers / m.gpu.achievable_hbm_Bps
+    assert t.attention_s_per_layer >= mem * (1 - 1e-12)
+    if t.bounds["attention"] == "memory":
+        assert t.attention_s_per_layer == pytest.approx(mem, rel=1e-12)
+    else:
+        assert t.attention_s_per_layer > mem
+    assert m.iteration_s(b.new_tokens, b.sequences, b.kv_read_tokens, b.attention_pairs) == \
+        pytest.approx(t.iteration_s, rel=1e-12)

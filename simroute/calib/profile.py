@@ -118,13 +118,15 @@ class Profile:
                                  file=self.files[0] if self.files else None, field="gpu")
 
     def step_model(self, model: str = "deepseek-v2-lite", *, gpu: str | None = None, tp: int = 1,
-                   intra_host_fabric: str | None = None, cache_dtype: str = "bf16") -> StepTimeModel:
+                   intra_host_fabric: str | None = None, cache_dtype: str = "bf16",
+                   gpu_spec: GpuSpec | None = None) -> StepTimeModel:
         """The step-time model of an instance of `tp` GPUs serving `model`. The TP all-reduce runs over
-        `intra_host_fabric` (its bulk rate and probe latency); the GPU is that fabric's unless `gpu` is given."""
+        `intra_host_fabric` (its bulk rate and probe latency); the GPU is that fabric's unless `gpu` is given
+        (or `gpu_spec`, an entry taken from another profile)."""
         geom = get_model(model)
         if cache_dtype != geom.cache_dtype:
             geom = geom.with_cache_dtype(cache_dtype)
-        spec = self.gpu_spec(gpu or self.instance_gpu(intra_host_fabric))
+        spec = gpu_spec or self.gpu_spec(gpu or self.instance_gpu(intra_host_fabric))
         ar_Bps, ar_lat = float("inf"), 0.0
         if intra_host_fabric is not None:
             f = self.fabric_params(intra_host_fabric)

@@ -254,7 +254,7 @@ def step_parts(mq, ct, fabric, topk, holders, tp, cached, p: CostParams, ops=ARR
     pull = splice = None
     if not every_sparse:
         pull = ct * kv_per_token_s if unit_tp else ct * kv_per_token_s / tp
-        splice = ops.where(cached, 0.0, ops.curve(ct, p.splice_ct, p.splice_s))    # = splice_s
+        splice = ops.where(cached, 0.0, splice_s(ct, p, ops))
     wire = mq * qp_per_row_s
     return StepParts(probe, wire if unit_tp else wire / tp, ret_extra, compute, attend, pull, splice, gather,
                      ct * (g.layers * p.prefill_s_per_token_layer), sparse)   # positional: the float path is hot

@@ -46,6 +46,7 @@ class GpuSpec:
     attention_efficiency: float
     iteration_overhead_s: float
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    iteration_overhead_graph_s: float | None = None     # the same iteration under CUDA graphs, when measured
 
     @property
     def achievable_hbm_Bps(self) -> float:
@@ -148,18 +149,21 @@ class StepTimeModel:
 
     allreduce_Bps / allreduce_latency_s: the instance's intra-host fabric (bulk rate and per-hop latency) that
     the ring all-reduce runs over. holder_curve: the profile's measured holder-compute curve ((N, seconds) at
-    holder_ref = (heads, ct) reference requesters), the floor of `holder_partial_s`. Extend by adding terms to
-    `iteration` and `iteration_s` together (a test checks they agree).
+    holder_ref = (heads, ct) reference requesters), the floor of `holder_partial_s`. cuda_graphs: charge the
+    GPU's `iteration_overhead_graph_s` when it has one (iterations replayed as CUDA graphs). Extend by adding
+    terms to `iteration` and `iteration_s` together (a test checks they agree).
     """
 
     def __init__(self, geometry: ModelGeometry, gpu: GpuSpec, tp: int = 1, *, allreduce_Bps: float = float("inf"),
                  allreduce_latency_s: float = 0.0, holder_curve: Curve | None = None,
-                 holder_ref: tuple[int, int] = (HOLDER_HEADS_REF, HOLDER_CT_REF)) -> None:
+                 holder_ref: tuple[int, int] = (HOLDER_HEADS_REF, HOLDER_CT_REF), cuda_graphs: bool = False) -> None:
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         self.geometry, self.gpu, self.tp = geometry, gpu, tp
         self.allreduce_Bps, self.allreduce_latency_s = allreduce_Bps, allreduce_latency_s
-        self._layers, self._overhead_s = geometry.layers, gpu.iteration_overhead_s
+        graph_s = gpu.iteration_overhead_graph_s
+        self._layers = geometry.layers
+        self._overhead_s = graph_s if (cuda_graphs and graph_s is not None) else gpu.iteration_overhead_s
         self.holder_curve, self.holder_ref = holder_curve, holder_ref
         g = geometry
         self._kinds = tuple(_fold(g.linear_ops(tp, kind), n) for kind, n in g.layer_kinds().items() if n > 0)
@@ -244,7 +248,7 @@ class StepTimeModel:
         attn, attn_mem, attn_comp = self._attention(batch.kv_read_tokens, batch.attention_pairs)
         ar, ar_bound = self._allreduce(batch.new_tokens)
         head, head_bound = self._lm_head(batch.sequences)
-        overhead = self.gpu.iteration_overhead_s
+        overhead = self._overhead_s
         total = lin + layers * (attn + ar) + head + overhead
         bounds = {"linear": MEMORY if lin_mem >= lin_comp else COMPUTE,
                   "attention": MEMORY if attn_mem >= attn_comp else COMPUTE,

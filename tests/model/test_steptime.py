@@ -124,6 +124,11 @@ def test_measured_constants_override_datasheet_derived_ones():
     # and through a profile: a measured file overriding the GPU entry wins over the shipped one
     big = StepTimeModel(get_model("llama-3.1-8b"), replace(base, iteration_overhead_s=2e-3)).iteration(b)
     assert big.overhead_s == 2e-3 and big.iteration_s > t0.iteration_s
+    graphs = replace(base, iteration_overhead_graph_s=5e-5)
+    assert StepTimeModel(get_model("llama-3.1-8b"), graphs, cuda_graphs=True).iteration(b).overhead_s == 5e-5
+    assert StepTimeModel(get_model("llama-3.1-8b"), graphs).iteration(b).overhead_s == base.iteration_overhead_s
+    assert StepTimeModel(get_model("llama-3.1-8b"), base, cuda_graphs=True).iteration(b).overhead_s == \
+        base.iteration_overhead_s       # no graph figure measured: the eager one stands
 
 
 def test_moe_reads_only_the_experts_it_touches():

@@ -66,13 +66,17 @@ class BatchShape:
 
     new_tokens: tokens computed (1 per decoding sequence + prefill chunk tokens); sequences: sequences in the
     batch (each samples one position); kv_read_tokens: sum over sequences of the context each attends, its
-    own tokens and resident chunks, read once; attention_pairs: sum over sequences of new_tokens_i x context_i.
+    own tokens and resident chunks, read once; attention_pairs: sum over sequences of new_tokens_i x context_i;
+    prefill_pairs: the part of attention_pairs that prefill chunks contribute (0 = all in decode's form). MLA
+    decode attends in the absorbed form (d_qk + d_v per head), MLA prefill in the expanded one
+    ((qk_nope + rope) + v_head per head, 3.4x fewer FLOPs), as serving engines run them; GQA has one form.
     """
 
     new_tokens: float
     sequences: float
     kv_read_tokens: float
     attention_pairs: float
+    prefill_pairs: float = 0.0
 
     @classmethod
     def uniform(cls, decode_seqs: int = 0, context: int = 0, prefill_tokens: int = 0,
@@ -84,7 +88,7 @@ class BatchShape:
         has_prefill = 1 if prefill_tokens > 0 else 0
         return cls(new_tokens=float(decode_seqs + prefill_tokens), sequences=float(decode_seqs + has_prefill),
                    kv_read_tokens=float(decode_seqs * context + (pre_ctx if has_prefill else 0)),
-                   attention_pairs=float(decode_seqs * context + pre_pairs))
+                   attention_pairs=float(decode_seqs * context + pre_pairs), prefill_pairs=float(pre_pairs))
 
 
 @dataclass(frozen=True)
@@ -179,8 +183,11 @@ class StepTimeModel:
         self._kv_bytes_token_layer = g.b_kv_per_gpu(tp) * g.token_fraction
         heads_per_gpu = -(-g.heads_q // tp)
         self._attn_flops_pair_layer = 2.0 * heads_per_gpu * (g.d_qk + g.d_v) * g.token_fraction
+        expanded = (g.qk_nope_head_dim + g.rope_dims + g.v_head_dim) if g.is_mla else (g.d_qk + g.d_v)
+        self._prefill_flops_pair_layer = 2.0 * heads_per_gpu * expanded * g.token_fraction
         self._attn_s_per_kv_token = self._kv_bytes_token_layer / self._bw
         self._attn_s_per_pair = self._attn_flops_pair_layer / self._attn_rate
+        self._prefill_s_per_pair = self._prefill_flops_pair_layer / self._attn_rate
         ring_steps = 2.0 * (tp - 1)
         self._ar_latency_s = ALLREDUCES_PER_LAYER * ring_steps * allreduce_latency_s
         self._ar_s_per_token = ALLREDUCES_PER_LAYER * ring_steps / tp * g.hidden * WEIGHT_BYTES / allreduce_Bps
@@ -221,10 +228,11 @@ class StepTimeModel:
         total = mem_s + comp_s
         return total, mem_s, comp_s
 
-    def _attention(self, kv_read_tokens: float, attention_pairs: float) -> tuple[float, float, float]:
+    def _attention(self, kv_read_tokens: float, attention_pairs: float,
+                   prefill_pairs: float = 0.0) -> tuple[float, float, float]:
         """(seconds, bytes time, FLOPs time) of one layer's attention kernel."""
         mem = kv_read_tokens * self._attn_s_per_kv_token
-        comp = attention_pairs * self._attn_s_per_pair
+        comp = (attention_pairs - prefill_pairs) * self._attn_s_per_pair + prefill_pairs * self._prefill_s_per_pair
         return (mem if mem >= comp else comp), mem, comp
 
     def _allreduce(self, tokens: float) -> tuple[float, str]:
@@ -245,7 +253,7 @@ class StepTimeModel:
         """One iteration's terms and the bound each hit."""
         layers = self.geometry.layers
         lin, lin_mem, lin_comp = self._linear(batch.new_tokens)
-        attn, attn_mem, attn_comp = self._attention(batch.kv_read_tokens, batch.attention_pairs)
+        attn, attn_mem, attn_comp = self._attention(batch.kv_read_tokens, batch.attention_pairs, batch.prefill_pairs)
         ar, ar_bound = self._allreduce(batch.new_tokens)
         head, head_bound = self._lm_head(batch.sequences)
         overhead = self._overhead_s
@@ -256,16 +264,18 @@ class StepTimeModel:
         return StepTerms(iteration_s=total, linear_s_per_layer=lin / layers, attention_s_per_layer=attn,
                          allreduce_s_per_layer=ar, overhead_s=overhead, lm_head_s=head, layers=layers, bounds=bounds)
 
-    def iteration_s(self, new_tokens: float, sequences: float, kv_read_tokens: float, attention_pairs: float) -> float:
+    def iteration_s(self, new_tokens: float, sequences: float, kv_read_tokens: float, attention_pairs: float,
+                    prefill_pairs: float = 0.0) -> float:
         """`iteration(...).iteration_s` on plain floats: the simulator's hot loop."""
-        return (self._linear(new_tokens)[0] + self._layers * (self._attention(kv_read_tokens, attention_pairs)[0]
-                                                              + self._allreduce(new_tokens)[0])
+        attn = self._attention(kv_read_tokens, attention_pairs, prefill_pairs)[0]
+        return (self._linear(new_tokens)[0] + self._layers * (attn + self._allreduce(new_tokens)[0])
                 + self._lm_head(sequences)[0] + self._overhead_s)
 
-    def attention_s(self, kv_read_tokens: float, attention_pairs: float, layers: int | None = None) -> float:
+    def attention_s(self, kv_read_tokens: float, attention_pairs: float, layers: int | None = None,
+                    prefill_pairs: float = 0.0) -> float:
         """One attention kernel's work over a whole context, per layer, times `layers` (all by default)."""
         n = self.geometry.layers if layers is None else layers
-        return n * self._attention(kv_read_tokens, attention_pairs)[0]
+        return n * self._attention(kv_read_tokens, attention_pairs, prefill_pairs)[0]
 
     def holder_partial_s(self, queries: float, rows_per_query: float | Sequence[float],
                          key_tokens: float | Sequence[float]) -> float:

@@ -64,7 +64,7 @@ def test_terms_add_up_and_hot_path_agrees():
         t = m.iteration(b)
         assert t.iteration_s == pytest.approx(t.layers * (t.linear_s_per_layer + t.attention_s_per_layer +
                                                           t.allreduce_s_per_layer) + t.lm_head_s + t.overhead_s)
-        assert m.iteration_s(b.new_tokens, b.sequences, b.kv_read_tokens, b.attention_pairs) == \
+        assert m.iteration_s(b.new_tokens, b.sequences, b.kv_read_tokens, b.attention_pairs, b.prefill_pairs) == \
             pytest.approx(t.iteration_s, rel=1e-12)
 
 
@@ -209,5 +209,18 @@ def test_iteration_is_the_sum_of_its_terms_and_each_a_roofline(m, batch):
         assert t.attention_s_per_layer == pytest.approx(mem, rel=1e-12)
     else:
         assert t.attention_s_per_layer > mem
-    assert m.iteration_s(b.new_tokens, b.sequences, b.kv_read_tokens, b.attention_pairs) == \
+    assert m.iteration_s(b.new_tokens, b.sequences, b.kv_read_tokens, b.attention_pairs, b.prefill_pairs) == \
         pytest.approx(t.iteration_s, rel=1e-12)
+
+
+def test_mla_prefill_attends_in_the_expanded_form():
+    m = _model("deepseek-v3", "h200-sxm", tp=8)
+    pairs = 8192 * 8193 / 2
+    as_decode = m.attention_s(8192, pairs)
+    as_prefill = m.attention_s(8192, pairs, prefill_pairs=pairs)
+    # compute-bound either way at 8k tokens; absorbed 576 + 512 per head vs expanded (128 + 64) + 128
+    assert as_decode / as_prefill == pytest.approx((576 + 512) / (128 + 64 + 128), rel=1e-9)
+    gqa = _model("llama-3.1-8b")
+    assert gqa.attention_s(8192, pairs) == gqa.attention_s(8192, pairs, prefill_pairs=pairs)
+    b = BatchShape.uniform(4, 1000, prefill_tokens=512, prefill_context=100)
+    assert b.prefill_pairs == 512 * 100 + 512 * 513 / 2 and b.attention_pairs == b.prefill_pairs + 4 * 1000

@@ -84,7 +84,7 @@ class CostParams:
     def __post_init__(self) -> None:
         object.__setattr__(self, "fabric_index", {f.name: i for i, f in enumerate(self.fabrics)})
         g = self.geometry
-        kv_token = g.token_fraction * g.b_kv * g.layers
+        kv_token = g.kv_bytes_per_token
         object.__setattr__(self, "tables", FabricTables(
             probe_s=np.array([f.t_probe_s + f.turnaround_s for f in self.fabrics]),
             qp_per_row_s=np.array([g.qp_bytes / f.single_block_Bps for f in self.fabrics]),
@@ -301,8 +301,8 @@ def costs(shape: Shape, p: CostParams) -> dict[str, dict[str, np.ndarray]]:
              "gather": (zero if s.gather is None else np.where(s.sparse, steps * s.gather, 0.0) + zero),
              "attend": attend,
              "host": steps * host_fetch + zero}
-    chunk_bytes = g.token_fraction * g.b_kv * g.layers
-    fetch["wire_bytes"] = np.where(s.sparse, steps * topk * chunk_bytes, ct * chunk_bytes) + zero
+    kv_token = g.kv_bytes_per_token
+    fetch["wire_bytes"] = np.where(s.sparse, steps * topk * kv_token, ct * kv_token) + zero
     local = {"prefill": s.prefill + zero, "attend": attend, "wire_bytes": zero}
     out = {"route": route, "fetch": fetch, "local": local}
     for prim, terms in out.items():

@@ -104,6 +104,12 @@ class ModelGeometry:
             return 1.0
         return sum(1.0 / r for r in self.token_compression) / len(self.token_compression)
 
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """Cached bytes of one token over all layers (token-axis compression included): the one definition
+        the cost model, the step-time model and the simulator's HBM accounting share."""
+        return self.chunk_bytes(1)
+
     def chunk_bytes(self, tokens: int, layers: int | None = None) -> float:
         """c_KV bytes of a chunk of `tokens` tokens over `layers` layers (all layers by default)."""
         return tokens * self.token_fraction * self.b_kv * (self.layers if layers is None else layers)

@@ -202,8 +202,10 @@ class StepTimeModel:
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
-        """Cached bytes one token costs on one GPU, over all layers."""
-        return self._kv_bytes_token_layer * self.geometry.layers
+        """Cached bytes one token costs on one GPU, over all layers (`geometry.kv_bytes_per_token` on the
+        rank's share of the cached heads)."""
+        g = self.geometry
+        return g.kv_bytes_per_token * g.kv_heads_per_gpu(self.tp) / g.kv_heads
 
     def kv_capacity_tokens(self, hbm_reserved_bytes: float = 0.0) -> int:
         """Tokens of KV that fit beside the weights (and `hbm_reserved_bytes` more, per GPU); 0 if none."""

@@ -7,11 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from simroute.errors import ConfigurationError, UnknownNameError
-
-POLICIES = ("paper", "always-route", "always-fetch", "always-local", "adaptive")
-ROUTINGS = ("ecmp", "ark", "least-loaded")
-PLACEMENTS = ("hash", "consistent-hash", "popularity")
-ROUTERS = ("hint", "round-robin", "least-loaded", "locality")
+from simroute.network.engine import ROUTINGS
+from simroute.sim.placements import PLACEMENTS
+from simroute.sim.policies import POLICIES
+from simroute.sim.routers import ROUTERS
 
 
 def default_trace_path() -> Path:
@@ -62,7 +61,7 @@ class RunConfig:
                                    ("placement", self.placement, PLACEMENTS), ("router", self.router, ROUTERS),
                                    ("route_exchanges", self.route_exchanges, ("per-layer", "once"))):
             if value not in valid:
-                raise UnknownNameError(name, value, valid)
+                raise UnknownNameError(name, value, list(valid))
         for name in ("replicas", "tp", "holder_streams", "staging_streams", "decode_steps_per_event"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"must be >= 1, got {getattr(self, name)}", field=name)

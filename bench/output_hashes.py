@@ -4,6 +4,8 @@ Runs each scenario below, hashes every Parquet table (file bytes) and summary.js
 legitimately differ between code versions removed (`versions`, which holds the source fingerprint), and
 prints one JSON object {scenario: {file: sha256}}. With `--compare BEFORE.json` it reports every scenario
 whose fingerprints differ, and the headline figures of both runs, then exits 1 if any differ.
+`--ignore config.extra` leaves a summary key out on both sides (for a field removed on purpose: the saved
+file keeps every summary, so the summary hash is recomputed without it).
 
     python3 bench/output_hashes.py --save /tmp/before.json           # on the old code
     python3 bench/output_hashes.py --compare /tmp/before.json        # on the new code
@@ -50,16 +52,27 @@ def _run(args: list[str]) -> None:
     subprocess.run([sys.executable, "-m", "simroute", *args], check=True, stdout=subprocess.DEVNULL)
 
 
-def fingerprint(run_dir: Path) -> dict[str, str]:
-    """sha256 of each Parquet file and of the summary without its version fields."""
+def summary_hash(summary: dict, ignore: list[str]) -> str:
+    summary = json.loads(json.dumps(summary))
+    for dotted in ignore:
+        *parents, leaf = dotted.split(".")
+        node = summary
+        for key in parents:
+            node = node.get(key, {})
+        node.pop(leaf, None)
+    return hashlib.sha256(json.dumps(summary, sort_keys=True).encode()).hexdigest()
+
+
+def fingerprint(run_dir: Path) -> tuple[dict[str, str], dict]:
+    """sha256 of each Parquet file and of the summary without its version fields; the summary itself."""
     out = {}
     for path in sorted(run_dir.glob("*.parquet")):
         out[path.name] = hashlib.sha256(path.read_bytes()).hexdigest()
     summary = json.loads((run_dir / "summary.json").read_text())
     for key in DROPPED_SUMMARY_KEYS:
         summary.pop(key, None)
-    out["summary.json"] = hashlib.sha256(json.dumps(summary, sort_keys=True).encode()).hexdigest()
-    return out
+    out["summary.json"] = summary_hash(summary, [])
+    return out, summary
 
 
 def headline(run_dir: Path) -> dict[str, object]:
@@ -74,7 +87,7 @@ def run_all(work: Path, only: list[str] | None) -> tuple[dict, dict]:
         trace = work / f"{name}.parquet"
         if not trace.exists():
             _run(["trace", "gen", kind, "--seed", "1", "-o", str(trace)] + [a for p in params for a in ("-p", p)])
-    prints, heads = {}, {}
+    prints, heads, summaries = {}, {}, {}
     for name, (trace, extra) in SCENARIOS.items():
         if only and name not in only:
             continue
@@ -83,8 +96,9 @@ def run_all(work: Path, only: list[str] | None) -> tuple[dict, dict]:
         if trace is not None:
             args += ["--trace", str(work / f"{trace}.parquet")]
         _run(args)
-        prints[name], heads[name] = fingerprint(out), headline(out)
-    return prints, heads
+        prints[name], summaries[name] = fingerprint(out)
+        heads[name] = headline(out)
+    return prints, heads, summaries
 
 
 def main() -> int:
@@ -93,22 +107,27 @@ def main() -> int:
     ap.add_argument("--save", type=Path, help="write {fingerprints, headlines} here")
     ap.add_argument("--compare", type=Path, help="compare against a file written by --save")
     ap.add_argument("--only", nargs="*", help="scenario names (default: all)")
+    ap.add_argument("--ignore", nargs="*", default=[], help="summary keys (dotted) left out on both sides")
     a = ap.parse_args()
-    prints, heads = run_all(a.work, a.only)
+    prints, heads, summaries = run_all(a.work, a.only)
     if a.save:
-        a.save.write_text(json.dumps({"fingerprints": prints, "headlines": heads}, indent=1) + "\n")
+        a.save.write_text(json.dumps({"fingerprints": prints, "headlines": heads, "summaries": summaries},
+                                     indent=1) + "\n")
     if not a.compare:
         print(json.dumps(prints, indent=1))
         return 0
     before = json.loads(a.compare.read_text())
     changed = 0
     for name, files in prints.items():
-        old = before["fingerprints"].get(name)
+        old = dict(before["fingerprints"].get(name) or {})
+        if a.ignore and name in before.get("summaries", {}):
+            old["summary.json"] = summary_hash(before["summaries"][name], a.ignore)
+            files = {**files, "summary.json": summary_hash(summaries[name], a.ignore)}
         if old == files:
             print(f"{name:24s} identical")
             continue
         changed += 1
-        diff = sorted(k for k in set(files) | set(old or {}) if (old or {}).get(k) != files.get(k))
+        diff = sorted(k for k in set(files) | set(old) if old.get(k) != files.get(k))
         print(f"{name:24s} CHANGED: {', '.join(diff)}")
         print(f"    before {before['headlines'].get(name)}")
         print(f"    after  {heads[name]}")

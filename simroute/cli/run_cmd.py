@@ -75,7 +75,10 @@ def run(
             bar.total = total
             bar.n = done
             bar.refresh()
-    res = simulate(cfg, out, progress=cb, timeline=timeline)
+    res = simulate(cfg, out, progress=cb)
+    if timeline is not None:
+        from simroute.scenarios.timeline import write_timeline
+        write_timeline(timeline, res.tables)
     if bar is not None:
         bar.close()
     if json_out:
@@ -126,7 +129,7 @@ def validate(
 
     Exits 1 if any effect is not reproduced. Example: simroute validate --ark --ark-qps 10,25
     """
-    from simroute.sim.validate import run_checks
+    from simroute.scenarios.validate import run_checks
     if ark:
         _ark_table([float(q) for q in ark_qps.split(",") if q.strip()], ark_duration, seed)
     checks = run_checks()
@@ -137,7 +140,7 @@ def validate(
 
 
 def _ark_table(qps: list[float], duration: float, seed: int) -> None:
-    from simroute.sim.ark import ark_sweep
+    from simroute.scenarios.ark import ark_sweep
     pts = ark_sweep(qps, duration_s=duration, seed=seed)
     rows = []
     for e, a in zip(pts[::2], pts[1::2]):

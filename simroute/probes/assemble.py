@@ -108,11 +108,12 @@ def gpu_constants(o: ProbeOutcome, pv: _Prov) -> dict[str, dict[str, Any]]:
         out["staging_elbow_streams"] = _c(r["elbow_streams"], prov=pv.measured("probe staging: K-stream D2D"))
         out["staging_gain_at_elbow"] = _c(max(r["gain_at_elbow"], 0.0), note="time saved at the elbow vs K = 1",
                                           prov=pv.measured("probe staging: K-stream D2D"))
-        out["d2d_single_block_GBps"] = _c(r["single_block_GBps"], unit="GB/s",
-                                          prov=pv.measured("probe staging: one-CTA copy kernel"))
-        out["d2d_multi_block_GBps"] = _c(r["multi_block_GBps"], unit="GB/s",
-                                         note=f"best over block counts {r.get('blocks')}",
-                                         prov=pv.measured("probe staging: multi-CTA copy kernel"))
+        if "single_block_GBps" in r:                 # absent when the deadline came before the copy sweep
+            out["d2d_single_block_GBps"] = _c(r["single_block_GBps"], unit="GB/s",
+                                              prov=pv.measured("probe staging: one-CTA copy kernel"))
+            out["d2d_multi_block_GBps"] = _c(r["multi_block_GBps"], unit="GB/s",
+                                             note=f"best over block counts {r.get('blocks')}",
+                                             prov=pv.measured("probe staging: multi-CTA copy kernel"))
     elif name == "nvshmem-loopback":
         note = "1-PE put+signal to itself: a software floor, never a fabric constant"
         out["nvshmem_loopback_sig_rt_us"] = _c(r["sig_rt_us"], unit="us", note=note,

@@ -178,7 +178,7 @@ def probe_pes(args: dict[str, Any]) -> dict:
 def probe_loopback(args: dict[str, Any]) -> dict:
     """1 PE put+signal to itself: the software floor (never a fabric constant)."""
     cp = import_cupy()
-    dl = Deadline(float(args.get("timeout_s", 180)) - 5)
+    dl = Deadline.for_probe(args, 180)
     tmp = Path(tempfile.mkdtemp(prefix="nvshmem-1pe-"))
     nvshmem, dev, stream = _init(0, 1, tmp / "uid.pkl", dl)
     nbytes = 64 * 2 ** 20

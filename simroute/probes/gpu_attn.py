@@ -1,4 +1,4 @@
-"""Holder partial attention on one GPU (paper §6.3): N requesters' queries (h_q heads each) over one held
+"""Holder partial attention on one GPU ("Move the Query, Not the Cache" §6.3): N requesters' queries (h_q heads each) over one held
 2048-token chunk, returning (out [., 512], natural-log lse). FlashMLA's dense decode when importable, else a
 torch bf16 absorbed-MLA kernel, else a cupy fp32 one; the kernel used is recorded. Also a sparse top-k variant
 (per-requester gather of k entries then the same kernel) and the online-softmax merge of M partials."""

@@ -1,6 +1,6 @@
 """One-GPU probes: the splice (gather + YaRN delta-rotation of the 64 RoPE dims + scatter into the paged
 pool, all 27 layers, bf16 c_KV) and K-stream device-to-device staging with the single- vs multi-block copy
-rate (paper §6.2, §7; REFERENCE §3). Each kernel is checked against `reference` before it is timed."""
+rate ("Move the Query, Not the Cache" §6.2, §7). Each kernel is checked against `reference` before it is timed."""
 
 from __future__ import annotations
 

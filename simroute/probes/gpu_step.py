@@ -238,7 +238,7 @@ def _decode_call(be: StepBackend, kind: AttentionKind, batch: int, ctx: int, see
         q, kv = be.randn((batch, kind.heads, kind.d_qk), seed), be.randn((batch, ctx, kind.d_qk), seed + 1)
         fm = _flash_mla() if be.measures_gpu else None
         if fm is None:
-            return (lambda: be.mla_decode(q, kv, scale)), "absorbed MLA (matmul + logsumexp), returns (out, lse)"
+            return (lambda: be.mla_decode(q, kv, scale)), f"{be.name}: absorbed MLA (matmul + logsumexp), (out, lse)"
         fwd, meta = fm
         t = be.t                                            # FlashMLA: paged 64, each sequence its own pages
         blocks = ceil_div(ctx, 64)
@@ -254,7 +254,8 @@ def _decode_call(be: StepBackend, kind: AttentionKind, batch: int, ctx: int, see
     q = be.randn((batch, kind.heads, 1, kind.d_qk), seed)
     k = be.randn((batch, kind.kv_heads, ctx, kind.d_qk), seed + 1)
     v = be.randn((batch, kind.kv_heads, ctx, kind.d_v), seed + 2)
-    return (lambda: be.attention(q, k, v, False, scale)), "scaled_dot_product_attention"
+    return (lambda: be.attention(q, k, v, False, scale)), f"{be.name}: " + (
+        "scaled_dot_product_attention" if be.measures_gpu else "softmax(q k^T) v")
 
 
 def _check_attention(be: StepBackend) -> float:

@@ -1,4 +1,4 @@
-"""NVSHMEM probes (nvshmem4py; REFERENCE §7, perftest methodology).
+"""NVSHMEM probes (nvshmem4py; the NVSHMEM perftest methodology).
 
 - `nvshmem-loopback` (1 GPU): one PE puts+signals to itself. A software floor of the put+signal path,
   labelled `loopback`, never a fabric constant.

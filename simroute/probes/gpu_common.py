@@ -81,11 +81,12 @@ class Deadline:
 
     def points(self, what: str, pts: Iterable[T]) -> Iterator[T]:
         """The points of a sweep while time is left, in order; it stops before a point that would not fit
-        (less time left than the previous point took) and records where in `stopped`."""
+        (less time left than twice the previous point took: sweeps grow, mostly by doubling) and records
+        where in `stopped`."""
         pts = list(pts)
         last = 0.0
         for i, p in enumerate(pts):
-            if self.left() <= last:
+            if self.left() <= 2 * last:
                 self.stopped.append(f"{what}: deadline after {i} of {len(pts)} points")
                 return
             t0 = time.monotonic()

@@ -105,7 +105,8 @@ def gpu_constants(o: ProbeOutcome, pv: _Prov) -> dict[str, dict[str, Any]]:
             out["merge_us"] = _c(r["merge_us"], unit="us", note=r.get("merge_note"),
                                  prov=pv.measured("probe holder: merge of partials"))
     elif name == "staging":
-        out["staging_elbow_streams"] = _c(r["elbow_streams"], prov=pv.measured("probe staging: K-stream D2D"))
+        out["staging_elbow_streams"] = _c(r["elbow_streams"], prov=pv.measured(f"probe staging: K-stream D2D "
+                                                                                f"({r.get('backend', 'cupy')})"))
         out["staging_gain_at_elbow"] = _c(max(r["gain_at_elbow"], 0.0), note="time saved at the elbow vs K = 1",
                                           prov=pv.measured("probe staging: K-stream D2D"))
         if "single_block_GBps" in r:                 # absent when the deadline came before the copy sweep

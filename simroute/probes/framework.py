@@ -119,7 +119,7 @@ def run_probe(probe: Probe, args: dict[str, Any], *, timeout_s: float | None = N
     tmp = Path(tempfile.mkdtemp(prefix=f"probe-{probe.name}-", dir=workdir))
     args_path, result_path, log_path = tmp / "args.json", tmp / "result.json", tmp / "log.txt"
     # The probe's own sweeps stop at deadline_unix: its kill time less a margin to write what it measured.
-    deadline = time.time() + timeout - min(5.0, 0.1 * timeout)
+    deadline = time.time() + timeout - min(5.0, max(0.1 * timeout, 2.0), 0.5 * timeout)
     args_path.write_text(json.dumps({**args, "timeout_s": timeout, "deadline_unix": deadline, "probe": probe.name}))
     cmd = [sys.executable, "-m", "simroute.probes.worker", probe.target, str(args_path), str(result_path)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from simroute.probes import reference as ref
-from simroute.probes.gpu_common import Deadline, import_cupy, summary, time_events
+from simroute.probes.gpu_common import Deadline, backend_name, import_cupy, summary, time_events
 
 NS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CT, PAGE = 2048, 64
@@ -220,7 +220,7 @@ def probe_holder(args: dict[str, Any]) -> dict:
     return {"results": {"kernel": kern.name, "check_rel_err": err, "dense_us": dense, "sparse_us": sparse,
                         "sparse_premium": premium, "sparse_kernel": f"per-requester gather of k from {STORE} + "
                         f"{kern.name}", "merge_us": merge_us, "merge_note": "4 partials x 256 rows, cupy elementwise",
-                        "sweep": dl.note()},
+                        "sweep": dl.note(), "backend": backend_name(cp)},
             "samples": samples,
             "message": f"{kern.name}: h_q 16 {shown} (paper H100: 15-37 us at N<=16, <=400 at 256)"
                        + (f"; merge {merge_us:.1f} us" if merge_us is not None else "; merge not reached")}

@@ -52,6 +52,11 @@ def import_cupy() -> Any:
     return cp
 
 
+def backend_name(cp: Any) -> str:
+    """What the cupy probes ran on, for their results and provenance: cupy's version, or the dry run's stand-in."""
+    return getattr(cp, "BACKEND", None) or f"cupy {getattr(cp, '__version__', '?')}"
+
+
 class Deadline:
     """Wall-clock budget of a probe: sweeps stop at it and keep what they measured (never killed mid-write).
 
@@ -104,6 +109,8 @@ def time_events(cp: Any, fn: Callable[[], None], *, warm: int, reps: int, deadli
     stream = stream or cp.cuda.get_current_stream()
     for _ in range(warm):
         fn()
+        if deadline is not None and deadline.expired():
+            break
     stream.synchronize()
     out = []
     for _ in range(reps):

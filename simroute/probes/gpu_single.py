@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from simroute.probes import reference as ref
-from simroute.probes.gpu_common import (BF16_CUDA, Deadline, from_bf16_bits, import_cupy, summary, time_events,
-                                        to_bf16_bits)
+from simroute.probes.gpu_common import (BF16_CUDA, Deadline, backend_name, from_bf16_bits, import_cupy, summary,
+                                        time_events, to_bf16_bits)
 
 LAYERS, D, PAGE = 27, ref.D_QK, 64
 CTS = (55, 1024, 2048, 4096)
@@ -118,7 +118,8 @@ def probe_splice(args: dict[str, Any]) -> dict:
         raise TimeoutError("probe deadline reached before the first chunk size was timed")
     return {"results": {"splice_ms": splice_ms, "parts_us": parts, "rotation_share": rot_share,
                         "gather_us": gather_us, "layers": LAYERS, "delta": delta, "sweep": dl.note(),
-                        "kernel": "cupy RawKernel rope_delta + scatter_pages (bf16 bits, YaRN theta)"},
+                        "backend": backend_name(cp),
+                        "kernel": f"{backend_name(cp)}: RawKernel rope_delta + scatter_pages (bf16 bits, YaRN theta)"},
             "samples": samples,
             "message": "splice " + ", ".join(f"ct {k}: {v:.2f} ms" for k, v in splice_ms.items())
                        + f" (paper H100: 2.77-3.06 ms); rotation {rot_share:.0%}"}
@@ -186,6 +187,7 @@ def probe_staging(args: dict[str, Any]) -> dict:
     copy_line = (f"; copy 1 CTA {rates['1']:.1f} GB/s, best {max(rates.values()):.0f} GB/s" if rates
                  else "; copy sweep not reached")
     return {"results": {"staging_us": staging, "elbow_streams": elbow, "gain_at_elbow": gain, "sweep": dl.note(),
+                        "backend": backend_name(cp),
                         **copy_rates},
             "samples": samples,
             "message": f"staging elbow K={elbow} ({gain:.0%} vs K=1; paper K=8, 7%)" + copy_line}

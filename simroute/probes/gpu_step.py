@@ -231,26 +231,45 @@ def _flash_mla() -> Any:
     return flash_mla_with_kvcache, get_mla_metadata
 
 
-def _decode_call(be: StepBackend, kind: AttentionKind, batch: int, ctx: int, seed: int) -> tuple[Any, str]:
+def _flash_mla_call(be: StepBackend, q: Any, kv: Any, scale: float) -> Any:
+    """FlashMLA's dense decode over each sequence's own pages (page 64): q [B, h, 576], kv [B, C, 576]."""
+    fwd, meta = _flash_mla()
+    t, (batch, heads, d), ctx = be.t, q.shape, kv.shape[1]
+    blocks = ceil_div(ctx, 64)
+    pad = t.zeros(batch * blocks * 64, d, dtype=be.dtype, device=be.dev)
+    pad.view(batch, blocks * 64, d)[:, :ctx] = kv
+    table = t.arange(batch * blocks, dtype=t.int32, device=be.dev).view(batch, blocks)
+    lens = t.full((batch,), ctx, dtype=t.int32, device=be.dev)
+    md, splits = meta(lens, heads, 1)
+    qq = q.reshape(batch, 1, heads, d)
+    return lambda: fwd(qq, pad.view(-1, 64, 1, d), table, lens, 512, md, splits, softmax_scale=scale, causal=False)
+
+
+def _flash_mla_usable(be: StepBackend) -> str:
+    """'' when FlashMLA is importable and agrees with the float64 reference on a small case, else why not."""
+    if not be.measures_gpu or _flash_mla() is None:
+        return "FlashMLA not importable"
+    rng = np.random.default_rng(6)
+    q, kv = rng.standard_normal((2, 16, 576)), rng.standard_normal((2, 130, 576))
+    try:
+        out, _ = _flash_mla_call(be, be.upload(q), be.upload(kv), 0.07)()
+    except Exception as exc:  # an API this code does not know: fall back, saying why
+        return f"FlashMLA failed: {type(exc).__name__}: {exc}"[:200]
+    err = rel_err(be.host(out).reshape(2, 16, 512), NumpyBackend(np.float64).mla_decode(q, kv, 0.07)[0])
+    if err > BF16_TOL:
+        raise AssertionError(f"FlashMLA disagrees with the numpy reference (rel err {err:.3g})")
+    return ""
+
+
+def _decode_call(be: StepBackend, kind: AttentionKind, batch: int, ctx: int, seed: int,
+                 flash_mla: bool = False) -> tuple[Any, str]:
     """A no-argument callable decoding one token per sequence over its own `ctx`-token cache."""
     scale = 1 / math.sqrt(192 if kind.mla else kind.d_qk)
     if kind.mla:
         q, kv = be.randn((batch, kind.heads, kind.d_qk), seed), be.randn((batch, ctx, kind.d_qk), seed + 1)
-        fm = _flash_mla() if be.measures_gpu else None
-        if fm is None:
-            return (lambda: be.mla_decode(q, kv, scale)), f"{be.name}: absorbed MLA (matmul + logsumexp), (out, lse)"
-        fwd, meta = fm
-        t = be.t                                            # FlashMLA: paged 64, each sequence its own pages
-        blocks = ceil_div(ctx, 64)
-        cache = kv.reshape(batch * ctx, kind.d_qk)
-        pad = t.zeros(batch * blocks * 64, kind.d_qk, dtype=be.dtype, device=be.dev)
-        pad.view(batch, blocks * 64, kind.d_qk)[:, :ctx] = cache.view(batch, ctx, kind.d_qk)
-        table = t.arange(batch * blocks, dtype=t.int32, device=be.dev).view(batch, blocks)
-        lens = t.full((batch,), ctx, dtype=t.int32, device=be.dev)
-        md, splits = meta(lens, kind.heads, 1)
-        qq = q.view(batch, 1, kind.heads, kind.d_qk)
-        return (lambda: fwd(qq, pad.view(-1, 64, 1, kind.d_qk), table, lens, 512, md, splits,
-                            softmax_scale=scale, causal=False)), "FlashMLA flash_mla_with_kvcache"
+        if flash_mla:
+            return _flash_mla_call(be, q, kv, scale), "FlashMLA flash_mla_with_kvcache"
+        return (lambda: be.mla_decode(q, kv, scale)), f"{be.name}: absorbed MLA (matmul + logsumexp), (out, lse)"
     q = be.randn((batch, kind.heads, 1, kind.d_qk), seed)
     k = be.randn((batch, kind.kv_heads, ctx, kind.d_qk), seed + 1)
     v = be.randn((batch, kind.kv_heads, ctx, kind.d_v), seed + 2)
@@ -278,12 +297,13 @@ def probe_decode_attention(args: dict[str, Any]) -> dict:
     be, dl = backend_for(args), Deadline.for_probe(args, 90)
     warm, reps = _reps(args)
     err = _check_attention(be)
+    no_flash = _flash_mla_usable(be)
     ctxs, batches = (DECODE_CONTEXTS, DECODE_BATCHES) if be.measures_gpu else ((64, 256), (1, 4))
     points, samples, kernels = [], [], {}
     grid = [(kind, c, b) for kind in decode_kinds() for c in ctxs for b in batches
             if b * c * kind.kv_bytes_per_token() <= DECODE_MAX_BYTES]
     for kind, ctx, batch in dl.points("decode attention", grid):
-        fn, kernels[kind.name] = _decode_call(be, kind, batch, ctx, seed=ctx + batch)
+        fn, kernels[kind.name] = _decode_call(be, kind, batch, ctx, seed=ctx + batch, flash_mla=not no_flash)
         t = summary(be.time(fn, warm, reps, dl))
         nbytes = batch * ctx * kind.kv_bytes_per_token()
         points.append({"kind": kind.name, "context": ctx, "batch": batch, "seconds": t, "kv_bytes": nbytes,
@@ -292,7 +312,8 @@ def probe_decode_attention(args: dict[str, Any]) -> dict:
     if not points:
         raise TimeoutError("probe deadline reached before the first decode point was timed")
     best = max(p["GBps"] for p in points)
-    return {"results": _base(be, dl, check_rel_err=err, points=points, kernels=kernels, best_GBps=best),
+    return {"results": _base(be, dl, check_rel_err=err, points=points, kernels=kernels, best_GBps=best,
+                             flash_mla=no_flash or "used"),
             "samples": samples, "message": f"decode attention: {len(points)}/{len(grid)} points, best cache read "
                                            f"{best:.0f} GB/s ({', '.join(sorted(set(kernels.values())))})"}
 

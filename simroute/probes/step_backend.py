@@ -164,6 +164,8 @@ class NumpyBackend(StepBackend):
     def time(self, fn, warm, reps, dl):
         for _ in range(warm):
             fn()
+            if dl is not None and dl.expired():
+                break
         out = []
         for _ in range(reps):
             t0 = time.perf_counter()
@@ -260,7 +262,7 @@ class TorchBackend(StepBackend):
         c = self.t.cuda
         for _ in range(warm):
             fn()
-        c.synchronize()
+        c.synchronize()                     # GPU warm-ups are short and asynchronous: not cut
         out = []
         for _ in range(reps):
             a, b = c.Event(enable_timing=True), c.Event(enable_timing=True)

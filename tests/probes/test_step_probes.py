@@ -159,3 +159,31 @@ def test_layer_vs_model_weights_the_layer_kinds_like_the_model(tmp_path: Path) -
     assert rows[0]["model_linear_ms"] == pytest.approx(want.linear_s_per_layer * 1e3)
     assert math.isfinite(rows[0]["model_layer_ms"])
     json.dumps(rows)
+
+
+# ---- on a GPU (skipped elsewhere) ---------------------------------------------------------------------------
+def _torch_gpu() -> str | None:
+    import importlib.util
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed"
+    import torch
+    return None if torch.cuda.is_available() else "torch sees no CUDA GPU"
+
+
+NO_TORCH_GPU = _torch_gpu()
+
+
+@pytest.mark.skipif(NO_TORCH_GPU is None, reason="a torch GPU is present: the probes run for real below")
+def test_step_probe_without_torch_or_gpu_says_why() -> None:
+    o = run_probe(PROBES["hbm"], {"quick": True}, timeout_s=60)
+    assert o.status in ("missing-dep", "skipped")
+    assert "torch" in o.message
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(NO_TORCH_GPU is not None, reason=f"needs a CUDA GPU with torch: {NO_TORCH_GPU}")
+@pytest.mark.parametrize("name", sc.STEP_PROBES)
+def test_gpu_step_probe_checks_then_measures(name: str) -> None:
+    o = run_probe(PROBES[name], {"quick": True}, timeout_s=90)
+    assert o.ok, f"{name}: {o.status}: {o.message}"
+    assert o.results["measures_gpu"] is True

@@ -25,9 +25,10 @@ from _common import peak_rss_mb, record  # noqa: E402
 from simroute.network import FlowEngine, load_topology, shipped_topology  # noqa: E402
 
 
-def closed_loop(topo, n_concurrent: int, n_finish: int, *, tolerance: float = 0.0, seed: int = 1) -> dict:
+def closed_loop(topo, n_concurrent: int, n_finish: int, *, tolerance: float = 0.0, seed: int = 1,
+                solver: str = "auto") -> dict:
     env = simpy.Environment()
-    eng = FlowEngine(env, topo, keep_records=False, rate_tolerance=tolerance)
+    eng = FlowEngine(env, topo, keep_records=False, rate_tolerance=tolerance, solver=solver)
     rng = np.random.default_rng(seed)
     gpus, done, started = topo.gpus, [0], [0]
     pairs = rng.integers(0, len(gpus), size=(n_concurrent + n_finish + 10, 2)).tolist()

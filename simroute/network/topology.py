@@ -9,8 +9,11 @@ With one NIC per GPU the NIC is folded into the GPU node (GPUDirect; its PCIe ho
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Protocol
 
 import networkx as nx
 
@@ -34,6 +37,194 @@ class Link:
     fabric: str
 
 
+class EngineTopology(Protocol):
+    """What FlowEngine needs from a topology (the shipped `Topology` implements it; tests use stubs).
+
+    `links[i].capacity_Bps` / `.latency_s` / `.tier`; `index(gpu)` -> int; `n_choices(a, b)` equal-cost paths
+    between GPU indices; `path_ids(a, b, choice)` -> (link ids, spine or None); `ecmp_choice(a, b, key, seed)`
+    the path index a flow key hashes to; for ARK / least-loaded also `leaf_of(index)` and
+    `middle(src_leaf, dst_leaf)`; optional `spine_of(links)`.
+    """
+
+    links: list[Link]
+    gpus: list[str]
+
+    def index(self, gpu: str) -> int: ...
+
+    def n_choices(self, src_index: int, dst_index: int) -> int: ...
+
+    def path_ids(self, src_index: int, dst_index: int, choice: int = 0) -> tuple[tuple[int, ...], str | None]: ...
+
+    def ecmp_choice(self, src_index: int, dst_index: int, flow_key: int, seed: int) -> int: ...
+
+
+class Fabric(ABC):
+    """The switch layers above the leaves: builds their links, enumerates the equal-cost middle paths between
+    two leaves and hashes a flow onto one (hop-by-hop ECMP). One registered class per kind, keyed by the
+    topology file's `network.tiers`; to add one, subclass, set `tiers`, decorate with `@register_fabric`."""
+
+    tiers: ClassVar[int]
+
+    def __init__(self, topology: "Topology") -> None:
+        self.topology = topology
+        self.spec = topology.spec
+
+    @property
+    @abstractmethod
+    def uplinks_per_leaf(self) -> int:
+        """Links from one leaf upward (sets the default uplink rate from the oversubscription)."""
+
+    @abstractmethod
+    def build(self, uplink_Bps: float, latency_s: float, fabric: str) -> None:
+        """Add this fabric's switch links to the topology and set `n_spines`."""
+
+    @abstractmethod
+    def tables(self) -> None:
+        """Integer link tables so a middle path is a few list lookups (called once, lazily)."""
+
+    @abstractmethod
+    def n_middle(self, src_leaf: int, dst_leaf: int) -> int:
+        """How many equal-cost switch paths join two different leaves."""
+
+    @abstractmethod
+    def middle_at(self, src_leaf: int, dst_leaf: int, choice: int) -> tuple[tuple[int, ...], str]:
+        """The choice-th middle path between two different leaves: (link ids, top switch)."""
+
+    @abstractmethod
+    def ecmp_choice(self, src_leaf: int, dst_leaf: int, flow_key: int, seed: int) -> int:
+        """The middle path index the switches' hashes give a flow key."""
+
+    @abstractmethod
+    def bisection_cuts(self, n_leaves: int) -> list[float]:
+        """Per-direction capacities of this fabric's cuts (the topology takes the least)."""
+
+    @abstractmethod
+    def top_switches(self) -> list[str]:
+        """Names of the switches a middle path turns at (spines; cores for a 3-tier fabric)."""
+
+    def hash_at(self, switch: str, flow_key: int, seed: int, ports: int) -> int:
+        """One switch's ECMP hash of a flow key over `ports` next hops."""
+        return mix64(flow_key ^ mix64(seed ^ self.topology.switch_id(switch))) % ports
+
+
+FABRICS: dict[int, type[Fabric]] = {}
+
+
+def register_fabric(cls: type[Fabric]) -> type[Fabric]:
+    if cls.tiers in FABRICS:
+        raise ValueError(f"fabric for {cls.tiers} tiers registered twice")
+    FABRICS[cls.tiers] = cls
+    return cls
+
+
+@register_fabric
+class LeafSpineFabric(Fabric):
+    """2-tier leaf-spine: every leaf joins every spine; a middle path is leaf -> spine s -> leaf."""
+
+    tiers = 2
+
+    @property
+    def uplinks_per_leaf(self) -> int:
+        return self.spec.spines
+
+    def build(self, uplink_Bps: float, latency_s: float, fabric: str) -> None:
+        topo = self.topology
+        topo.n_spines = self.spec.spines
+        for leaf in range(topo.n_leaves):
+            for spine in range(self.spec.spines):
+                topo.add_link(f"leaf{leaf}", f"spine{spine}", uplink_Bps, latency_s, "leaf-spine", fabric)
+
+    def tables(self) -> None:
+        lid, spines, leaves = self.topology.link_ids, range(self.spec.spines), range(self.topology.n_leaves)
+        self._up = [[lid[(f"leaf{leaf}", f"spine{s}")] for s in spines] for leaf in leaves]
+        self._down = [[lid[(f"spine{s}", f"leaf{leaf}")] for s in spines] for leaf in leaves]
+
+    def n_middle(self, src_leaf: int, dst_leaf: int) -> int:
+        return self.spec.spines
+
+    def middle_at(self, src_leaf: int, dst_leaf: int, choice: int) -> tuple[tuple[int, ...], str]:
+        return (self._up[src_leaf][choice], self._down[dst_leaf][choice]), f"spine{choice}"
+
+    def ecmp_choice(self, src_leaf: int, dst_leaf: int, flow_key: int, seed: int) -> int:
+        return self.hash_at(f"leaf{src_leaf}", flow_key, seed, self.spec.spines)
+
+    def bisection_cuts(self, n_leaves: int) -> list[float]:
+        return [n_leaves / 2 * self.spec.spines * self.topology.uplink_Bps] if n_leaves > 1 else []
+
+    def top_switches(self) -> list[str]:
+        return [f"spine{s}" for s in range(self.spec.spines)]
+
+
+@register_fabric
+class FatTreeFabric(Fabric):
+    """3-tier k-ary fat-tree: pods of k/2 edge (leaf) and k/2 aggregation switches, (k/2)^2 cores. Inside a
+    pod a middle path is leaf -> agg a -> leaf (k/2 choices); across pods leaf -> agg a -> core (a, c) ->
+    agg a -> leaf ((k/2)^2 choices, index a * k/2 + c)."""
+
+    tiers = 3
+
+    @property
+    def half(self) -> int:
+        return self.spec.k // 2
+
+    @property
+    def uplinks_per_leaf(self) -> int:
+        return self.half
+
+    def build(self, uplink_Bps: float, latency_s: float, fabric: str) -> None:
+        topo, half = self.topology, self.half
+        topo.n_pods = -(-topo.n_leaves // half)
+        topo.n_spines = half * half
+        for leaf in range(topo.n_leaves):
+            for agg in range(half):
+                topo.add_link(f"leaf{leaf}", f"agg{leaf // half}.{agg}", uplink_Bps, latency_s, "leaf-spine", fabric)
+        for pod in range(topo.n_pods):
+            for agg in range(half):
+                for core in range(half):
+                    topo.add_link(f"agg{pod}.{agg}", f"core{agg * half + core}", uplink_Bps, latency_s,
+                                  "spine-core", fabric)
+
+    def tables(self) -> None:
+        lid, half, topo = self.topology.link_ids, self.half, self.topology
+        leaves, aggs = range(topo.n_leaves), range(half)
+        self._up = [[lid[(f"leaf{leaf}", f"agg{leaf // half}.{a}")] for a in aggs] for leaf in leaves]
+        self._down = [[lid[(f"agg{leaf // half}.{a}", f"leaf{leaf}")] for a in aggs] for leaf in leaves]
+        self._to_core = [[[lid[(f"agg{p}.{a}", f"core{a * half + c}")] for c in aggs] for a in aggs]
+                         for p in range(topo.n_pods)]
+        self._from_core = [[[lid[(f"core{a * half + c}", f"agg{p}.{a}")] for c in aggs] for a in aggs]
+                           for p in range(topo.n_pods)]
+
+    def n_middle(self, src_leaf: int, dst_leaf: int) -> int:
+        half = self.half
+        return half if src_leaf // half == dst_leaf // half else half * half
+
+    def middle_at(self, src_leaf: int, dst_leaf: int, choice: int) -> tuple[tuple[int, ...], str]:
+        half = self.half
+        src_pod, dst_pod = src_leaf // half, dst_leaf // half
+        if src_pod == dst_pod:
+            return (self._up[src_leaf][choice], self._down[dst_leaf][choice]), f"agg{src_pod}.{choice}"
+        agg, core = divmod(choice, half)
+        return (self._up[src_leaf][agg], self._to_core[src_pod][agg][core], self._from_core[dst_pod][agg][core],
+                self._down[dst_leaf][agg]), f"core{choice}"
+
+    def ecmp_choice(self, src_leaf: int, dst_leaf: int, flow_key: int, seed: int) -> int:
+        half = self.half
+        agg = self.hash_at(f"leaf{src_leaf}", flow_key, seed, half)
+        if src_leaf // half == dst_leaf // half:
+            return agg
+        return agg * half + self.hash_at(f"agg{src_leaf // half}.{agg}", flow_key, seed, half)
+
+    def bisection_cuts(self, n_leaves: int) -> list[float]:
+        topo, half = self.topology, self.half
+        cuts = [n_leaves / 2 * half * topo.uplink_Bps] if n_leaves > 1 else []
+        if topo.n_pods > 1:
+            cuts.append(topo.n_pods / 2 * half * half * topo.uplink_Bps)
+        return cuts
+
+    def top_switches(self) -> list[str]:
+        return [f"core{c}" for c in range(self.half * self.half)]
+
+
 class Topology:
     """Hosts, GPUs, directed links and path enumeration (see module docstring)."""
 
@@ -41,11 +232,15 @@ class Topology:
         self.spec = spec
         self.name = spec.name
         self.links: list[Link] = []
-        self._lid: dict[tuple[str, str], int] = {}
+        self.link_ids: dict[tuple[str, str], int] = {}       # (src node, dst node) -> link id
         G, H = spec.gpus_per_host, spec.hosts
         self.gpus: list[str] = [f"h{h}.g{g}" for h in range(H) for g in range(G)]
         self.gpu_index: dict[str, int] = {name: i for i, name in enumerate(self.gpus)}
         self.n_leaves = -(-H // spec.hosts_per_leaf)
+        self.n_spines = 0
+        self.n_pods = 0
+        self.fabric: Fabric = FABRICS[spec.tiers](self)
+        self._tables_ready = False
         self._build_hosts()
         self._build_fabric()
         self._middle: dict[tuple[int, int], list[tuple[tuple[int, ...], str | None]]] = {}
@@ -56,11 +251,12 @@ class Topology:
                                 tier=l.tier, fabric=l.fabric)
 
     # ---- construction -------------------------------------------------------------------------
-    def _add(self, a: str, b: str, cap: float, lat: float, tier: str, fabric: str, *, both: bool = True) -> None:
+    def add_link(self, a: str, b: str, cap: float, lat: float, tier: str, fabric: str, *, both: bool = True) -> None:
+        """Add the directed link a -> b (and b -> a unless both=False)."""
         for s, d in ((a, b), (b, a)) if both else ((a, b),):
             lid = len(self.links)
             self.links.append(Link(lid, s, d, cap, lat, tier, fabric))
-            self._lid[(s, d)] = lid
+            self.link_ids[(s, d)] = lid
 
     def _build_hosts(self) -> None:
         sp, it = self.spec, self.spec.intra
@@ -74,16 +270,16 @@ class Topology:
             if it.kind == "nvlink-mesh":
                 for a in range(G):
                     for b in range(a + 1, G):
-                        self._add(gpus[a], gpus[b], it.link_Bps, it.latency_s, "nvlink", it.fabric)
+                        self.add_link(gpus[a], gpus[b], it.link_Bps, it.latency_s, "nvlink", it.fabric)
             elif it.kind == "nvswitch":
                 for g in gpus:
-                    self._add(g, f"h{h}.nvs", it.link_Bps, it.latency_s / 2, "nvlink", it.fabric)
+                    self.add_link(g, f"h{h}.nvs", it.link_Bps, it.latency_s / 2, "nvlink", it.fabric)
             else:
                 for g in range(G):
-                    self._add(gpus[g], f"h{h}.s{g // per_socket}", it.link_Bps, it.latency_s / 2, "pcie", it.fabric)
+                    self.add_link(gpus[g], f"h{h}.s{g // per_socket}", it.link_Bps, it.latency_s / 2, "pcie", it.fabric)
                 for a in range(it.sockets):
                     for b in range(a + 1, it.sockets):
-                        self._add(f"h{h}.s{a}", f"h{h}.s{b}", it.xsocket_Bps or 0.0, it.xsocket_latency_s,
+                        self.add_link(f"h{h}.s{a}", f"h{h}.s{b}", it.xsocket_Bps or 0.0, it.xsocket_latency_s,
                                   "xsocket", it.xsocket_fabric)
             leaf = f"leaf{h // sp.hosts_per_leaf}"
             if sp.hosts == 1:
@@ -93,27 +289,27 @@ class Topology:
                 continue
             if sp.nic_per == "gpu":
                 for g in gpus:
-                    self._add(g, leaf, sp.nic_Bps, sp.nic_latency_s, "nic-leaf", sp.nic_fabric)
+                    self.add_link(g, leaf, sp.nic_Bps, sp.nic_latency_s, "nic-leaf", sp.nic_fabric)
                     self._nic_of.append(g)
-                    self._up.append((self._lid[(g, leaf)],))
-                    self._down.append((self._lid[(leaf, g)],))
+                    self._up.append((self.link_ids[(g, leaf)],))
+                    self._down.append((self.link_ids[(leaf, g)],))
             else:
                 nic = f"h{h}.nic"
-                self._add(nic, leaf, sp.nic_Bps, sp.nic_latency_s, "nic-leaf", sp.nic_fabric)
+                self.add_link(nic, leaf, sp.nic_Bps, sp.nic_latency_s, "nic-leaf", sp.nic_fabric)
                 attach = None if it.kind != "pcie" else f"h{h}.s0"
                 if attach:
-                    self._add(attach, nic, sp.nic_pcie_Bps, it.latency_s / 2, "pcie", it.fabric)
+                    self.add_link(attach, nic, sp.nic_pcie_Bps, it.latency_s / 2, "pcie", it.fabric)
                 for g in range(G):
                     gname = gpus[g]
                     if attach:
-                        up = self._host_path(h, g, None) + (self._lid[(attach, nic)],)
-                        down = (self._lid[(nic, attach)],) + self._host_path(h, None, g)
+                        up = self._host_path(h, g, None) + (self.link_ids[(attach, nic)],)
+                        down = (self.link_ids[(nic, attach)],) + self._host_path(h, None, g)
                     else:
-                        self._add(gname, nic, sp.nic_pcie_Bps, it.latency_s / 2, "pcie", it.fabric)
-                        up, down = (self._lid[(gname, nic)],), (self._lid[(nic, gname)],)
+                        self.add_link(gname, nic, sp.nic_pcie_Bps, it.latency_s / 2, "pcie", it.fabric)
+                        up, down = (self.link_ids[(gname, nic)],), (self.link_ids[(nic, gname)],)
                     self._nic_of.append(nic)
-                    self._up.append(up + (self._lid[(nic, leaf)],))
-                    self._down.append((self._lid[(leaf, nic)],) + down)
+                    self._up.append(up + (self.link_ids[(nic, leaf)],))
+                    self._down.append((self.link_ids[(leaf, nic)],) + down)
 
     def _host_path(self, h: int, a: int | None, b: int | None) -> tuple[int, ...]:
         """PCIe path inside host h between GPU a and GPU b; None stands for socket 0 (the host NIC)."""
@@ -122,40 +318,24 @@ class Topology:
         sb = 0 if b is None else b // per_socket
         ids: list[int] = []
         if a is not None:
-            ids.append(self._lid[(f"h{h}.g{a}", f"h{h}.s{sa}")])
+            ids.append(self.link_ids[(f"h{h}.g{a}", f"h{h}.s{sa}")])
         if sa != sb:
-            ids.append(self._lid[(f"h{h}.s{sa}", f"h{h}.s{sb}")])
+            ids.append(self.link_ids[(f"h{h}.s{sa}", f"h{h}.s{sb}")])
         if b is not None:
-            ids.append(self._lid[(f"h{h}.s{sb}", f"h{h}.g{b}")])
+            ids.append(self.link_ids[(f"h{h}.s{sb}", f"h{h}.g{b}")])
         return tuple(ids)
 
     def _build_fabric(self) -> None:
         sp = self.spec
         if sp.hosts == 1:
-            self.uplink_Bps, self.n_spines = 0.0, 0
+            self.uplink_Bps = 0.0
             return
         down = sp.hosts_per_leaf * sp.nics_per_host * sp.nic_Bps
-        n_up = sp.spines if sp.tiers == 2 else sp.k // 2
+        n_up = self.fabric.uplinks_per_leaf
         over = sp.oversubscription or 1.0
         self.uplink_Bps = sp.uplink_Bps if sp.uplink_Bps is not None else down / (n_up * over)
         self.oversubscription = down / (n_up * self.uplink_Bps)
-        lat, fab = sp.switch_latency_s, sp.nic_fabric
-        if sp.tiers == 2:
-            self.n_spines = sp.spines
-            for l in range(self.n_leaves):
-                for s in range(sp.spines):
-                    self._add(f"leaf{l}", f"spine{s}", self.uplink_Bps, lat, "leaf-spine", fab)
-        else:
-            half = sp.k // 2
-            self.n_pods = -(-self.n_leaves // half)
-            self.n_spines = half * half
-            for l in range(self.n_leaves):
-                for a in range(half):
-                    self._add(f"leaf{l}", f"agg{l // half}.{a}", self.uplink_Bps, lat, "leaf-spine", fab)
-            for p in range(self.n_pods):
-                for a in range(half):
-                    for c in range(half):
-                        self._add(f"agg{p}.{a}", f"core{a * half + c}", self.uplink_Bps, lat, "spine-core", fab)
+        self.fabric.build(self.uplink_Bps, sp.switch_latency_s, sp.nic_fabric)
 
     # ---- lookups ------------------------------------------------------------------------------
     def index(self, gpu: str) -> int:
@@ -172,7 +352,7 @@ class Topology:
         return (i // self.spec.gpus_per_host) // self.spec.hosts_per_leaf
 
     def link(self, src: str, dst: str) -> Link:
-        return self.links[self._lid[(src, dst)]]
+        return self.links[self.link_ids[(src, dst)]]
 
     def fabric_between(self, a: str, b: str) -> str:
         """The calibration fabric of the path class between two GPUs."""
@@ -184,44 +364,22 @@ class Topology:
         return it.xsocket_fabric if (ia % G) // per_socket != (ib % G) // per_socket else it.fabric
 
     # ---- paths --------------------------------------------------------------------------------
-    def _tables(self) -> None:
-        """Integer link tables so a middle path is a few list lookups (no strings, no graph search)."""
-        L, sp = self._lid, self.spec
-        if sp.tiers == 2:
-            self._lsp = [[L[(f"leaf{l}", f"spine{s}")] for s in range(sp.spines)] for l in range(self.n_leaves)]
-            self._spl = [[L[(f"spine{s}", f"leaf{l}")] for s in range(sp.spines)] for l in range(self.n_leaves)]
-        else:
-            half = sp.k // 2
-            self._lsp = [[L[(f"leaf{l}", f"agg{l // half}.{x}")] for x in range(half)] for l in range(self.n_leaves)]
-            self._spl = [[L[(f"agg{l // half}.{x}", f"leaf{l}")] for x in range(half)] for l in range(self.n_leaves)]
-            self._ac = [[[L[(f"agg{p}.{x}", f"core{x * half + c}")] for c in range(half)] for x in range(half)]
-                        for p in range(self.n_pods)]
-            self._ca = [[[L[(f"core{x * half + c}", f"agg{p}.{x}")] for c in range(half)] for x in range(half)]
-                        for p in range(self.n_pods)]
+    def switch_id(self, name: str) -> int:
+        """A switch's stable integer id (its ECMP hash seed)."""
+        return self._switch_ids[name]
 
     def n_middle(self, src_leaf: int, dst_leaf: int) -> int:
         """How many equal-cost switch paths join two leaves."""
-        if src_leaf == dst_leaf:
-            return 1
-        if self.spec.tiers == 2:
-            return self.spec.spines
-        half = self.spec.k // 2
-        return half if src_leaf // half == dst_leaf // half else half * half
+        return 1 if src_leaf == dst_leaf else self.fabric.n_middle(src_leaf, dst_leaf)
 
     def middle_at(self, la: int, lb: int, i: int) -> tuple[tuple[int, ...], str | None]:
         """The i-th equal-cost switch path between leaves la and lb: (link ids, spine node)."""
         if la == lb:
             return (), None
-        if not hasattr(self, "_lsp"):
-            self._tables()
-        if self.spec.tiers == 2:
-            return (self._lsp[la][i], self._spl[lb][i]), f"spine{i}"
-        half = self.spec.k // 2
-        pa, pb = la // half, lb // half
-        if pa == pb:
-            return (self._lsp[la][i], self._spl[lb][i]), f"agg{pa}.{i}"
-        x, c = divmod(i, half)
-        return (self._lsp[la][x], self._ac[pa][x][c], self._ca[pb][x][c], self._spl[lb][x]), f"core{i}"
+        if not self._tables_ready:
+            self.fabric.tables()
+            self._tables_ready = True
+        return self.fabric.middle_at(la, lb, i)
 
     def middle(self, src_leaf: int, dst_leaf: int) -> list[tuple[tuple[int, ...], str | None]]:
         """All equal-cost switch paths between two leaves, each (link ids, spine node or None); cached."""
@@ -265,7 +423,7 @@ class Topology:
         return [self.path_ids(ia, ib, i) for i in range(self.n_choices(ia, ib))]
 
     def _intra(self, h: int, a: int, b: int) -> tuple[int, ...]:
-        kind, L = self.spec.intra.kind, self._lid
+        kind, L = self.spec.intra.kind, self.link_ids
         if kind == "nvlink-mesh":
             return (L[(f"h{h}.g{a}", f"h{h}.g{b}")],)
         if kind == "nvswitch":
@@ -284,17 +442,26 @@ class Topology:
         """Hop-by-hop ECMP: each upward switch hashes the flow key with its own seed mod its next hops."""
         G, hpl = self.spec.gpus_per_host, self.spec.hosts_per_leaf
         la, lb = ia // G // hpl, ib // G // hpl
-        if la == lb:
-            return 0
-        sw = self._switch_ids
-        if self.spec.tiers == 2:
-            return mix64(flow_key ^ mix64(seed ^ sw[f"leaf{la}"])) % self.spec.spines
-        half = self.spec.k // 2
-        x = mix64(flow_key ^ mix64(seed ^ sw[f"leaf{la}"])) % half
-        if la // half == lb // half:
-            return x
-        c = mix64(flow_key ^ mix64(seed ^ sw[f"agg{la // half}.{x}"])) % half
-        return x * half + c
+        return 0 if la == lb else self.fabric.ecmp_choice(la, lb, flow_key, seed)
+
+    def spine_of(self, links: Sequence[int]) -> str | None:
+        """The top switch a path turns at (None inside a leaf or a host)."""
+        if not links or self.spec.hosts == 1:
+            return None
+        tops = self._top_set()
+        for link in links:
+            if self.links[link].dst in tops:
+                return self.links[link].dst
+        for link in links:                      # a pod-local 3-tier path turns at an aggregation switch
+            if self.links[link].tier == "leaf-spine" and not self.links[link].dst.startswith("leaf"):
+                return self.links[link].dst
+        return None
+
+    def _top_set(self) -> frozenset[str]:
+        tops = getattr(self, "_tops", None)
+        if tops is None:
+            tops = self._tops = frozenset(self.fabric.top_switches())
+        return tops
 
     # ---- summary ------------------------------------------------------------------------------
     def bisection_Bps(self) -> float:
@@ -302,14 +469,7 @@ class Topology:
         sp = self.spec
         if sp.hosts == 1:
             return 0.0
-        cuts = [sp.hosts * sp.nics_per_host * sp.nic_Bps / 2]
-        if self.n_leaves > 1:
-            n_up = sp.spines if sp.tiers == 2 else sp.k // 2
-            cuts.append(self.n_leaves / 2 * n_up * self.uplink_Bps)
-            if sp.tiers == 3 and self.n_pods > 1:
-                half = sp.k // 2
-                cuts.append(self.n_pods / 2 * half * half * self.uplink_Bps)
-        return min(cuts)
+        return min([sp.hosts * sp.nics_per_host * sp.nic_Bps / 2] + self.fabric.bisection_cuts(self.n_leaves))
 
     def summary(self) -> dict[str, object]:
         tiers: dict[str, int] = {}

@@ -5,8 +5,9 @@ Recorded on change only: a link's bulk bytes are integrated when its load change
 at each window boundary (`window_s`, 1 ms by default) every link is integrated up to it and the window's
 bytes (bulk + messages) are kept per link, so utilisation has a stated time base. At most `max_windows`
 windows are kept: beyond that adjacent pairs merge and the window doubles (memory stays bounded).
-Messages count where they are sent: a message's bytes go to every link of its path in the window it
-starts in. Time saturated counts bulk load at capacity (messages ride what bulk flows leave).
+Messages count where they are sent: a message's bytes go to every link of its path in the window it is
+sent in (window utilisation is clipped at 1 for the queue that drains into the next one). Time saturated
+counts bulk load at capacity (messages ride what bulk flows leave).
 """
 
 from __future__ import annotations
@@ -226,7 +227,9 @@ class Telemetry:
         time saturated and bytes. Hottest = highest peak, then highest mean."""
         matrix, durations, window = self.window_matrix(window_s)
         cap = self._cap
-        util = matrix / (durations[:, None] * cap[None, :])
+        # A window's utilisation is clipped at 1: messages count in the window they are sent in, so a queue of
+        # them that drains into the next window would otherwise read as more than the link can carry.
+        util = np.minimum(matrix / (durations[:, None] * cap[None, :]), 1.0)
         span = float(durations.sum())
         messages = self.message_bytes_per_link()
         total_bytes = self.link_bytes + messages

@@ -21,7 +21,6 @@ two short loops over the path's links, two LRU touches; nothing allocated.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -78,15 +77,20 @@ class MessageModel:
 
     def attach(self, engine: "FlowEngine") -> None:
         self.engine = engine
+        self.telemetry = engine.telemetry
+        params = self.params
+        self._contexts_on, self._miss_s, self._miss_factor = (params.nic_contexts, params.nic_miss_s,
+                                                              params.nic_miss_rate_factor)
+        self._slots, self._window_s = params.nic_context_slots, params.nic_active_window_s
         self.busy = [0.0] * len(engine.cap)             # per link: when its message FIFO drains
         self._nic_ids: dict[str, int] = {}
-        self.contexts: list[OrderedDict] = []           # per NIC: active queue pairs -> last use (oldest first)
+        self.contexts: list[dict] = []                  # per NIC: active queue pairs -> last use (oldest first)
 
     def _nic(self, name: str) -> int:
         nic = self._nic_ids.get(name)
         if nic is None:
             nic = self._nic_ids[name] = len(self.contexts)
-            self.contexts.append(OrderedDict())
+            self.contexts.append({})
         return nic
 
     def route(self, src: str, dst: str) -> MessageRoute:
@@ -125,18 +129,22 @@ class MessageModel:
 
     def _context_miss(self, nic: int, pair: tuple[str, str], now: float) -> bool:
         """Touch a queue pair at one NIC; True when the NIC's working set (pairs that used it within the last
-        `nic_active_window_s`) exceeds its context cache, so a cyclic rotation misses on every message."""
+        `nic_active_window_s`) exceeds its context cache, so a cyclic rotation misses on every message.
+        A plain dict keeps last-use order (re-inserting moves a pair to the end); entries are expired only
+        once the set is over the cache size (below it nothing can miss)."""
         active = self.contexts[nic]
         if pair in active:
-            active.move_to_end(pair)
+            del active[pair]
         active[pair] = now
-        horizon = now - self.params.nic_active_window_s
-        while True:
-            oldest, seen_at = next(iter(active.items()))
-            if seen_at >= horizon:
-                break
+        if len(active) <= self._slots:
+            return False
+        horizon = now - self._window_s
+        while len(active) > self._slots:
+            oldest = next(iter(active))
+            if active[oldest] >= horizon:
+                return True
             del active[oldest]
-        return len(active) > self.params.nic_context_slots
+        return False
 
     def send(self, route: MessageRoute, nbytes: float, t_probe_s: float, single_block_Bps: float, now: float,
              include_latency: bool = True) -> float:
@@ -150,20 +158,20 @@ class MessageModel:
             if busy[link] > start:
                 start = busy[link]
         rate = route.rate_Bps
+        hold = nbytes
         extra = 0.0
-        if route.src_nic >= 0 and self.params.nic_contexts:
+        if route.src_nic >= 0 and self._contexts_on:
             missed = self._context_miss(route.src_nic, route.pair, now)
-            missed = self._context_miss(route.dst_nic, route.pair, now) or missed
-            if missed:
+            if self._context_miss(route.dst_nic, route.pair, now) or missed:
                 self.misses += 1
-                extra = self.params.nic_miss_s
-                rate *= self.params.nic_miss_rate_factor
-        hold = nbytes * (route.rate_Bps / rate) if rate < route.rate_Bps else nbytes
+                extra = self._miss_s
+                rate *= self._miss_factor
+                hold = nbytes / self._miss_factor
         for link, wire in route.link_wire:
             busy[link] = start + hold * wire
         route.sent_bytes += nbytes
         route.sent_count += 1
-        telemetry = self.engine.telemetry
+        telemetry = self.telemetry
         if now >= telemetry.window_end:
             telemetry.advance_to(now)
         if route.window != telemetry.window_index:

@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from simroute.network.hashing import SPORT_MAX, SPORT_MIN, flow_key
+from simroute.network.registry import registrar
 
 if TYPE_CHECKING:
     from simroute.network.engine import FlowEngine
@@ -72,11 +73,7 @@ class RoutingStrategy(ABC):
 ROUTING_STRATEGIES: dict[str, type[RoutingStrategy]] = {}
 
 
-def register_routing(cls: type[RoutingStrategy]) -> type[RoutingStrategy]:
-    if cls.name in ROUTING_STRATEGIES:
-        raise ValueError(f"routing strategy {cls.name!r} registered twice")
-    ROUTING_STRATEGIES[cls.name] = cls
-    return cls
+register_routing = registrar(ROUTING_STRATEGIES, lambda cls: cls.name, "routing strategy")
 
 
 @register_routing

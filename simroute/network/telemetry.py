@@ -176,12 +176,14 @@ class Telemetry:
 
     def flows_frame(self) -> "pd.DataFrame":
         import pandas as pd
-        r = self.records
+        records = self.records
         return pd.DataFrame({
-            "fid": [x.fid for x in r], "src": [x.src for x in r], "dst": [x.dst for x in r],
-            "nbytes": [x.nbytes for x in r], "start_s": [x.start for x in r], "end_s": [x.end for x in r],
-            "fct_s": [x.end - x.start for x in r], "spine": [x.spine for x in r], "sport": [x.sport for x in r],
-            "n_links": [len(x.links) for x in r], "tag": [None if x.tag is None else str(x.tag) for x in r]})
+            "fid": [rec.fid for rec in records], "src": [rec.src for rec in records],
+            "dst": [rec.dst for rec in records], "nbytes": [rec.nbytes for rec in records],
+            "start_s": [rec.start for rec in records], "end_s": [rec.end for rec in records],
+            "fct_s": [rec.end - rec.start for rec in records], "spine": [rec.spine for rec in records],
+            "sport": [rec.sport for rec in records], "n_links": [len(rec.links) for rec in records],
+            "tag": [None if rec.tag is None else str(rec.tag) for rec in records]})
 
     def links_frame(self) -> "pd.DataFrame":
         """One row per directed link: bulk and message bytes, mean utilisation (both), time saturated."""

@@ -19,6 +19,7 @@ import networkx as nx
 
 from simroute.errors import UnknownNameError
 from simroute.network.hashing import mix64
+from simroute.network.registry import registrar
 from simroute.network.schema import TopologySpec, load_topology_spec
 
 TIERS = ("nvlink", "pcie", "xsocket", "nic-leaf", "leaf-spine", "spine-core")
@@ -110,11 +111,7 @@ class Fabric(ABC):
 FABRICS: dict[int, type[Fabric]] = {}
 
 
-def register_fabric(cls: type[Fabric]) -> type[Fabric]:
-    if cls.tiers in FABRICS:
-        raise ValueError(f"fabric for {cls.tiers} tiers registered twice")
-    FABRICS[cls.tiers] = cls
-    return cls
+register_fabric = registrar(FABRICS, lambda cls: cls.tiers, "fabric for tiers")
 
 
 @register_fabric
@@ -226,116 +223,126 @@ class FatTreeFabric(Fabric):
 
 
 class Topology:
-    """Hosts, GPUs, directed links and path enumeration (see module docstring)."""
+    """Hosts, GPUs, directed links and path enumeration (see module docstring); implements EngineTopology."""
 
     def __init__(self, spec: TopologySpec) -> None:
         self.spec = spec
         self.name = spec.name
         self.links: list[Link] = []
         self.link_ids: dict[tuple[str, str], int] = {}       # (src node, dst node) -> link id
-        G, H = spec.gpus_per_host, spec.hosts
-        self.gpus: list[str] = [f"h{h}.g{g}" for h in range(H) for g in range(G)]
+        per_host = spec.gpus_per_host
+        self.gpus: list[str] = [f"h{host}.g{gpu}" for host in range(spec.hosts) for gpu in range(per_host)]
         self.gpu_index: dict[str, int] = {name: i for i, name in enumerate(self.gpus)}
-        self.n_leaves = -(-H // spec.hosts_per_leaf)
+        self.n_leaves = -(-spec.hosts // spec.hosts_per_leaf)
         self.n_spines = 0
         self.n_pods = 0
         self.fabric: Fabric = FABRICS[spec.tiers](self)
         self._tables_ready = False
-        self._build_hosts()
+        self._up: list[tuple[int, ...]] = []            # per GPU: links from it to its leaf
+        self._down: list[tuple[int, ...]] = []          # per GPU: links from its leaf to it
+        self._nic_of: list[str] = []                    # per GPU: the NIC node it sends through
+        for host in range(spec.hosts):
+            self._build_host(host)
         self._build_fabric()
         self._middle: dict[tuple[int, int], list[tuple[tuple[int, ...], str | None]]] = {}
-        self._switch_ids = {n: i for i, n in enumerate(sorted({l.src for l in self.links} | {l.dst for l in self.links}))}
+        nodes = sorted({link.src for link in self.links} | {link.dst for link in self.links})
+        self._switch_ids = {node: i for i, node in enumerate(nodes)}
         self.graph = nx.DiGraph()
-        for l in self.links:
-            self.graph.add_edge(l.src, l.dst, id=l.id, capacity_Bps=l.capacity_Bps, latency_s=l.latency_s,
-                                tier=l.tier, fabric=l.fabric)
+        for link in self.links:
+            self.graph.add_edge(link.src, link.dst, id=link.id, capacity_Bps=link.capacity_Bps,
+                                latency_s=link.latency_s, tier=link.tier, fabric=link.fabric)
 
     # ---- construction -------------------------------------------------------------------------
     def add_link(self, a: str, b: str, cap: float, lat: float, tier: str, fabric: str, *, both: bool = True) -> None:
         """Add the directed link a -> b (and b -> a unless both=False)."""
-        for s, d in ((a, b), (b, a)) if both else ((a, b),):
-            lid = len(self.links)
-            self.links.append(Link(lid, s, d, cap, lat, tier, fabric))
-            self.link_ids[(s, d)] = lid
+        for src, dst in ((a, b), (b, a)) if both else ((a, b),):
+            link_id = len(self.links)
+            self.links.append(Link(link_id, src, dst, cap, lat, tier, fabric))
+            self.link_ids[(src, dst)] = link_id
 
-    def _build_hosts(self) -> None:
-        sp, it = self.spec, self.spec.intra
-        G = sp.gpus_per_host
-        per_socket = G // it.sockets
-        self._up: list[tuple[int, ...]] = []
-        self._down: list[tuple[int, ...]] = []
-        self._nic_of: list[str] = []
-        for h in range(sp.hosts):
-            gpus = [f"h{h}.g{g}" for g in range(G)]
-            if it.kind == "nvlink-mesh":
-                for a in range(G):
-                    for b in range(a + 1, G):
-                        self.add_link(gpus[a], gpus[b], it.link_Bps, it.latency_s, "nvlink", it.fabric)
-            elif it.kind == "nvswitch":
-                for g in gpus:
-                    self.add_link(g, f"h{h}.nvs", it.link_Bps, it.latency_s / 2, "nvlink", it.fabric)
-            else:
-                for g in range(G):
-                    self.add_link(gpus[g], f"h{h}.s{g // per_socket}", it.link_Bps, it.latency_s / 2, "pcie", it.fabric)
-                for a in range(it.sockets):
-                    for b in range(a + 1, it.sockets):
-                        self.add_link(f"h{h}.s{a}", f"h{h}.s{b}", it.xsocket_Bps or 0.0, it.xsocket_latency_s,
-                                  "xsocket", it.xsocket_fabric)
-            leaf = f"leaf{h // sp.hosts_per_leaf}"
-            if sp.hosts == 1:
-                self._nic_of.extend([""] * G)
-                self._up.extend([()] * G)
-                self._down.extend([()] * G)
-                continue
-            if sp.nic_per == "gpu":
-                for g in gpus:
-                    self.add_link(g, leaf, sp.nic_Bps, sp.nic_latency_s, "nic-leaf", sp.nic_fabric)
-                    self._nic_of.append(g)
-                    self._up.append((self.link_ids[(g, leaf)],))
-                    self._down.append((self.link_ids[(leaf, g)],))
-            else:
-                nic = f"h{h}.nic"
-                self.add_link(nic, leaf, sp.nic_Bps, sp.nic_latency_s, "nic-leaf", sp.nic_fabric)
-                attach = None if it.kind != "pcie" else f"h{h}.s0"
-                if attach:
-                    self.add_link(attach, nic, sp.nic_pcie_Bps, it.latency_s / 2, "pcie", it.fabric)
-                for g in range(G):
-                    gname = gpus[g]
-                    if attach:
-                        up = self._host_path(h, g, None) + (self.link_ids[(attach, nic)],)
-                        down = (self.link_ids[(nic, attach)],) + self._host_path(h, None, g)
-                    else:
-                        self.add_link(gname, nic, sp.nic_pcie_Bps, it.latency_s / 2, "pcie", it.fabric)
-                        up, down = (self.link_ids[(gname, nic)],), (self.link_ids[(nic, gname)],)
-                    self._nic_of.append(nic)
-                    self._up.append(up + (self.link_ids[(nic, leaf)],))
-                    self._down.append((self.link_ids[(leaf, nic)],) + down)
+    def _build_host(self, host: int) -> None:
+        spec, intra = self.spec, self.spec.intra
+        per_host = spec.gpus_per_host
+        gpus = [f"h{host}.g{gpu}" for gpu in range(per_host)]
+        if intra.kind == "nvlink-mesh":
+            for a in range(per_host):
+                for b in range(a + 1, per_host):
+                    self.add_link(gpus[a], gpus[b], intra.link_Bps, intra.latency_s, "nvlink", intra.fabric)
+        elif intra.kind == "nvswitch":
+            for gpu in gpus:
+                self.add_link(gpu, f"h{host}.nvs", intra.link_Bps, intra.latency_s / 2, "nvlink", intra.fabric)
+        else:
+            per_socket = per_host // intra.sockets
+            for gpu in range(per_host):
+                self.add_link(gpus[gpu], f"h{host}.s{gpu // per_socket}", intra.link_Bps, intra.latency_s / 2,
+                              "pcie", intra.fabric)
+            for a in range(intra.sockets):
+                for b in range(a + 1, intra.sockets):
+                    self.add_link(f"h{host}.s{a}", f"h{host}.s{b}", intra.xsocket_Bps or 0.0,
+                                  intra.xsocket_latency_s, "xsocket", intra.xsocket_fabric)
+        if spec.hosts == 1:
+            self._nic_of.extend([""] * per_host)
+            self._up.extend([()] * per_host)
+            self._down.extend([()] * per_host)
+        elif spec.nic_per == "gpu":
+            self._build_gpu_nics(host, gpus)
+        else:
+            self._build_host_nic(host, gpus)
 
-    def _host_path(self, h: int, a: int | None, b: int | None) -> tuple[int, ...]:
-        """PCIe path inside host h between GPU a and GPU b; None stands for socket 0 (the host NIC)."""
+    def _build_gpu_nics(self, host: int, gpus: list[str]) -> None:
+        """One NIC per GPU, folded into the GPU node (GPUDirect)."""
+        spec, ids = self.spec, self.link_ids
+        leaf = f"leaf{host // spec.hosts_per_leaf}"
+        for gpu in gpus:
+            self.add_link(gpu, leaf, spec.nic_Bps, spec.nic_latency_s, "nic-leaf", spec.nic_fabric)
+            self._nic_of.append(gpu)
+            self._up.append((ids[(gpu, leaf)],))
+            self._down.append((ids[(leaf, gpu)],))
+
+    def _build_host_nic(self, host: int, gpus: list[str]) -> None:
+        """One host NIC, reached over PCIe (through socket 0 on PCIe hosts)."""
+        spec, intra, ids = self.spec, self.spec.intra, self.link_ids
+        leaf, nic = f"leaf{host // spec.hosts_per_leaf}", f"h{host}.nic"
+        self.add_link(nic, leaf, spec.nic_Bps, spec.nic_latency_s, "nic-leaf", spec.nic_fabric)
+        attach = None if intra.kind != "pcie" else f"h{host}.s0"
+        if attach:
+            self.add_link(attach, nic, spec.nic_pcie_Bps, intra.latency_s / 2, "pcie", intra.fabric)
+        for index, gpu in enumerate(gpus):
+            if attach:
+                up = self._host_path(host, index, None) + (ids[(attach, nic)],)
+                down = (ids[(nic, attach)],) + self._host_path(host, None, index)
+            else:
+                self.add_link(gpu, nic, spec.nic_pcie_Bps, intra.latency_s / 2, "pcie", intra.fabric)
+                up, down = (ids[(gpu, nic)],), (ids[(nic, gpu)],)
+            self._nic_of.append(nic)
+            self._up.append(up + (ids[(nic, leaf)],))
+            self._down.append((ids[(leaf, nic)],) + down)
+
+    def _host_path(self, host: int, src_gpu: int | None, dst_gpu: int | None) -> tuple[int, ...]:
+        """PCIe path inside a host between two GPUs (local numbers); None stands for socket 0 (the host NIC)."""
         per_socket = self.spec.gpus_per_host // self.spec.intra.sockets
-        sa = 0 if a is None else a // per_socket
-        sb = 0 if b is None else b // per_socket
-        ids: list[int] = []
-        if a is not None:
-            ids.append(self.link_ids[(f"h{h}.g{a}", f"h{h}.s{sa}")])
-        if sa != sb:
-            ids.append(self.link_ids[(f"h{h}.s{sa}", f"h{h}.s{sb}")])
-        if b is not None:
-            ids.append(self.link_ids[(f"h{h}.s{sb}", f"h{h}.g{b}")])
-        return tuple(ids)
+        src_socket = 0 if src_gpu is None else src_gpu // per_socket
+        dst_socket = 0 if dst_gpu is None else dst_gpu // per_socket
+        path: list[int] = []
+        if src_gpu is not None:
+            path.append(self.link_ids[(f"h{host}.g{src_gpu}", f"h{host}.s{src_socket}")])
+        if src_socket != dst_socket:
+            path.append(self.link_ids[(f"h{host}.s{src_socket}", f"h{host}.s{dst_socket}")])
+        if dst_gpu is not None:
+            path.append(self.link_ids[(f"h{host}.s{dst_socket}", f"h{host}.g{dst_gpu}")])
+        return tuple(path)
 
     def _build_fabric(self) -> None:
-        sp = self.spec
-        if sp.hosts == 1:
+        spec = self.spec
+        if spec.hosts == 1:
             self.uplink_Bps = 0.0
             return
-        down = sp.hosts_per_leaf * sp.nics_per_host * sp.nic_Bps
+        down = spec.hosts_per_leaf * spec.nics_per_host * spec.nic_Bps
         n_up = self.fabric.uplinks_per_leaf
-        over = sp.oversubscription or 1.0
-        self.uplink_Bps = sp.uplink_Bps if sp.uplink_Bps is not None else down / (n_up * over)
+        over = spec.oversubscription or 1.0
+        self.uplink_Bps = spec.uplink_Bps if spec.uplink_Bps is not None else down / (n_up * over)
         self.oversubscription = down / (n_up * self.uplink_Bps)
-        self.fabric.build(self.uplink_Bps, sp.switch_latency_s, sp.nic_fabric)
+        self.fabric.build(self.uplink_Bps, spec.switch_latency_s, spec.nic_fabric)
 
     # ---- lookups ------------------------------------------------------------------------------
     def index(self, gpu: str) -> int:
@@ -348,20 +355,21 @@ class Topology:
         return self.index(gpu) // self.spec.gpus_per_host
 
     def leaf_of(self, gpu: str | int) -> int:
-        i = gpu if isinstance(gpu, int) else self.index(gpu)
-        return (i // self.spec.gpus_per_host) // self.spec.hosts_per_leaf
+        index = gpu if isinstance(gpu, int) else self.index(gpu)
+        return (index // self.spec.gpus_per_host) // self.spec.hosts_per_leaf
 
     def link(self, src: str, dst: str) -> Link:
         return self.links[self.link_ids[(src, dst)]]
 
     def fabric_between(self, a: str, b: str) -> str:
         """The calibration fabric of the path class between two GPUs."""
-        ia, ib = self.index(a), self.index(b)
-        G, it = self.spec.gpus_per_host, self.spec.intra
-        if ia // G != ib // G:
+        src, dst = self.index(a), self.index(b)
+        per_host, intra = self.spec.gpus_per_host, self.spec.intra
+        if src // per_host != dst // per_host:
             return self.spec.nic_fabric
-        per_socket = G // it.sockets
-        return it.xsocket_fabric if (ia % G) // per_socket != (ib % G) // per_socket else it.fabric
+        per_socket = per_host // intra.sockets
+        same_socket = (src % per_host) // per_socket == (dst % per_host) // per_socket
+        return intra.fabric if same_socket else intra.xsocket_fabric
 
     # ---- paths --------------------------------------------------------------------------------
     def switch_id(self, name: str) -> int:
@@ -384,65 +392,66 @@ class Topology:
     def middle(self, src_leaf: int, dst_leaf: int) -> list[tuple[tuple[int, ...], str | None]]:
         """All equal-cost switch paths between two leaves, each (link ids, spine node or None); cached."""
         key = (src_leaf, dst_leaf)
-        m = self._middle.get(key)
-        if m is None:
-            m = [self.middle_at(src_leaf, dst_leaf, i) for i in range(self.n_middle(src_leaf, dst_leaf))]
-            self._middle[key] = m
-        return m
+        paths = self._middle.get(key)
+        if paths is None:
+            paths = [self.middle_at(src_leaf, dst_leaf, i) for i in range(self.n_middle(src_leaf, dst_leaf))]
+            self._middle[key] = paths
+        return paths
 
     def n_paths(self, src: str, dst: str) -> int:
         return self.n_choices(self.index(src), self.index(dst))
 
     def n_choices(self, ia: int, ib: int) -> int:
         """Number of equal-cost paths between GPU indices (1 inside a host or behind one NIC)."""
-        G = self.spec.gpus_per_host
-        ha, hb = ia // G, ib // G
-        if ha == hb or self._nic_of[ia] == self._nic_of[ib]:
+        per_host = self.spec.gpus_per_host
+        src_host, dst_host = ia // per_host, ib // per_host
+        if src_host == dst_host or self._nic_of[ia] == self._nic_of[ib]:
             return 1
-        hpl = self.spec.hosts_per_leaf
-        return self.n_middle(ha // hpl, hb // hpl)
+        per_leaf = self.spec.hosts_per_leaf
+        return self.n_middle(src_host // per_leaf, dst_host // per_leaf)
 
     def path_ids(self, ia: int, ib: int, choice: int = 0) -> tuple[tuple[int, ...], str | None]:
         """Links (ids) and spine of one equal-cost path between GPU indices; choice wraps modulo the count."""
-        G = self.spec.gpus_per_host
+        per_host = self.spec.gpus_per_host
         if ia == ib:
             return (), None
-        ha, hb = ia // G, ib // G
-        if ha == hb:
-            return self._intra(ha, ia % G, ib % G), None
+        src_host, dst_host = ia // per_host, ib // per_host
+        if src_host == dst_host:
+            return self._intra(src_host, ia % per_host, ib % per_host), None
         up, down = self._up[ia], self._down[ib]
         if self._nic_of[ia] == self._nic_of[ib]:
             return up + down, None
-        hpl = self.spec.hosts_per_leaf
-        la, lb = ha // hpl, hb // hpl
-        mid, spine = self.middle_at(la, lb, choice % self.n_middle(la, lb))
-        return up + mid + down, spine
+        per_leaf = self.spec.hosts_per_leaf
+        src_leaf, dst_leaf = src_host // per_leaf, dst_host // per_leaf
+        middle, spine = self.middle_at(src_leaf, dst_leaf, choice % self.n_middle(src_leaf, dst_leaf))
+        return up + middle + down, spine
 
     def path_choices(self, ia: int, ib: int) -> list[tuple[tuple[int, ...], str | None]]:
         """All equal-cost paths between GPU indices as (link ids, spine)."""
         return [self.path_ids(ia, ib, i) for i in range(self.n_choices(ia, ib))]
 
-    def _intra(self, h: int, a: int, b: int) -> tuple[int, ...]:
-        kind, L = self.spec.intra.kind, self.link_ids
+    def _intra(self, host: int, src_gpu: int, dst_gpu: int) -> tuple[int, ...]:
+        kind, ids = self.spec.intra.kind, self.link_ids
+        src, dst = f"h{host}.g{src_gpu}", f"h{host}.g{dst_gpu}"
         if kind == "nvlink-mesh":
-            return (L[(f"h{h}.g{a}", f"h{h}.g{b}")],)
+            return (ids[(src, dst)],)
         if kind == "nvswitch":
-            return (L[(f"h{h}.g{a}", f"h{h}.nvs")], L[(f"h{h}.nvs", f"h{h}.g{b}")])
-        return self._host_path(h, a, b)
+            return (ids[(src, f"h{host}.nvs")], ids[(f"h{host}.nvs", dst)])
+        return self._host_path(host, src_gpu, dst_gpu)
 
     def path(self, a: str, b: str, choice: int = 0) -> list[Link]:
-        ids, _ = self.path_ids(self.index(a), self.index(b), choice)
-        return [self.links[i] for i in ids]
+        path, _spine = self.path_ids(self.index(a), self.index(b), choice)
+        return [self.links[link] for link in path]
 
     def paths(self, a: str, b: str) -> list[list[Link]]:
         """Every equal-cost path between two GPUs."""
-        return [[self.links[i] for i in ids] for ids, _ in self.path_choices(self.index(a), self.index(b))]
+        return [[self.links[link] for link in path] for path, _spine in self.path_choices(self.index(a), self.index(b))]
 
     def ecmp_choice(self, ia: int, ib: int, flow_key: int, seed: int) -> int:
         """Hop-by-hop ECMP: each upward switch hashes the flow key with its own seed mod its next hops."""
-        G, hpl = self.spec.gpus_per_host, self.spec.hosts_per_leaf
-        la, lb = ia // G // hpl, ib // G // hpl
-        return 0 if la == lb else self.fabric.ecmp_choice(la, lb, flow_key, seed)
+        per_host, per_leaf = self.spec.gpus_per_host, self.spec.hosts_per_leaf
+        src_leaf, dst_leaf = ia // per_host // per_leaf, ib // per_host // per_leaf
+        return 0 if src_leaf == dst_leaf else self.fabric.ecmp_choice(src_leaf, dst_leaf, flow_key, seed)
 
     def spine_of(self, links: Sequence[int]) -> str | None:
         """The top switch a path turns at (None inside a leaf or a host)."""
@@ -466,20 +475,20 @@ class Topology:
     # ---- summary ------------------------------------------------------------------------------
     def bisection_Bps(self) -> float:
         """Per-direction bisection bandwidth of the inter-host network (min over the tier cuts)."""
-        sp = self.spec
-        if sp.hosts == 1:
+        spec = self.spec
+        if spec.hosts == 1:
             return 0.0
-        return min([sp.hosts * sp.nics_per_host * sp.nic_Bps / 2] + self.fabric.bisection_cuts(self.n_leaves))
+        return min([spec.hosts * spec.nics_per_host * spec.nic_Bps / 2] + self.fabric.bisection_cuts(self.n_leaves))
 
     def summary(self) -> dict[str, object]:
         tiers: dict[str, int] = {}
-        for l in self.links:
-            tiers[l.tier] = tiers.get(l.tier, 0) + 1
-        sp = self.spec
+        for link in self.links:
+            tiers[link.tier] = tiers.get(link.tier, 0) + 1
+        spec = self.spec
         return {
-            "name": self.name, "hosts": sp.hosts, "gpus": len(self.gpus), "gpus_per_host": sp.gpus_per_host,
-            "intra": sp.intra.kind, "nic_per": sp.nic_per, "nic_GBps": sp.nic_Bps / 1e9,
-            "tiers": sp.tiers if sp.hosts > 1 else 0, "leaves": self.n_leaves if sp.hosts > 1 else 0,
+            "name": self.name, "hosts": spec.hosts, "gpus": len(self.gpus), "gpus_per_host": spec.gpus_per_host,
+            "intra": spec.intra.kind, "nic_per": spec.nic_per, "nic_GBps": spec.nic_Bps / 1e9,
+            "tiers": spec.tiers if spec.hosts > 1 else 0, "leaves": self.n_leaves if spec.hosts > 1 else 0,
             "spines": self.n_spines, "uplink_GBps": self.uplink_Bps / 1e9,
             "links": len(self.links), "links_per_tier": tiers,
             "bisection_GBps": self.bisection_Bps() / 1e9,

@@ -34,7 +34,7 @@ import simpy
 
 from simroute.errors import UnknownNameError
 from simroute.network.hashing import SPORT_MAX, SPORT_MIN, flow_key, mix64
-from simroute.network.kernels import SolverBackend, solver_backend
+from simroute.network.kernels import SolverBackend, compiled_available, solver_backend
 from simroute.network.maxmin import Group, fill
 from simroute.network.messages import MessageModel, MessageRoute
 from simroute.network.routing import (ARK_ELEPHANT_BYTES, ARK_HASH_S, ARK_LOOKUP_S, ROUTING_STRATEGIES, ROUTINGS,
@@ -190,8 +190,13 @@ class FlowEngine:
         self.rate_tolerance = float(rate_tolerance)
         self._slack = max(self.rate_tolerance, _EPS)
         self.strategy = ROUTING_STRATEGIES[routing](self)
-        self.backend: SolverBackend = solver_backend(solver)
-        if self.backend.name == "numpy":
+        if solver not in ("auto", "numba", "numpy"):
+            raise UnknownNameError("solver", solver, ("auto", "numba", "numpy"))
+        self._solver = solver
+        self._backend: SolverBackend | None = None
+        if solver == "numba":
+            self._backend = solver_backend("numba")          # fails now (not mid-run) without numba
+        if solver == "numpy" or (solver == "auto" and not compiled_available()):
             self.arrays_on, self.arrays_off = self.numpy_arrays_on, self.numpy_arrays_off
         self._rng = np.random.default_rng(seed)
         self._ports: list[int] = []
@@ -215,6 +220,8 @@ class FlowEngine:
         self.rerates = 0                     # solver rounds (fill calls and full solves)
         self.rerated_groups = 0
         self.full_solves = 0
+        self.steps = 0                       # engine steps (each: completions due + starts of one instant)
+        self.flow_events = 0                 # flow starts + finishes handled in those steps
         self.max_rate_error = 0.0            # tolerance mode: largest relative rate deviation committed
         self._columns: _GroupColumns | None = None
         self._capacity_padded = np.array(self.cap + [INF])
@@ -222,6 +229,13 @@ class FlowEngine:
                                    window_s=telemetry_window_s)
         self.messages = message_model or MessageModel()
         self.messages.attach(self)
+
+    @property
+    def backend(self) -> SolverBackend:
+        """The solver kernels (resolved on first use: numba is imported only when array mode is reached)."""
+        if self._backend is None:
+            self._backend = solver_backend(self._solver)
+        return self._backend
 
     @property
     def array_mode(self) -> bool:
@@ -330,6 +344,7 @@ class FlowEngine:
         done = [heapq.heappop(flows)[2]]
         while flows and flows[0][0] - work <= _EPS * flows[0][0] + 1e-6:
             done.append(heapq.heappop(flows)[2])
+        self.flow_events += len(done)
         return done
 
     # ---- object mode --------------------------------------------------------------------------
@@ -376,6 +391,8 @@ class FlowEngine:
 
     def _take_pending(self) -> list[_Flow]:
         pending = self._pending
+        self.steps += 1
+        self.flow_events += len(pending)
         self._pending = []
         self._flush_scheduled = False
         return pending

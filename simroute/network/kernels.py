@@ -82,6 +82,13 @@ def compiled_backend() -> SolverBackend | None:
     return _compile()
 
 
+def compiled_available() -> bool:
+    """Whether the numba kernels can be used, without importing numba (a CLI run that never reaches array
+    mode does not pay for it)."""
+    import importlib.util
+    return not os.environ.get("SIMROUTE_NO_NUMBA") and importlib.util.find_spec("numba") is not None
+
+
 def solver_backend(name: str = "auto") -> SolverBackend:
     """`auto`: numba where installed, else NumPy; `numba` (error if missing); `numpy` (the reference)."""
     if name == "numpy":

@@ -70,11 +70,12 @@ class Telemetry:
                     self.series.append((link, float(start), now, float(load / self._cap[link])))
             self._link_t[link] = now
 
-    def touch_links(self, links: np.ndarray, now: float) -> None:
-        """`touch` for many links at once (array mode)."""
+    def touch_links(self, links: np.ndarray, now: float, load: np.ndarray | None = None) -> None:
+        """`touch` for many links at once (array mode, window boundaries); `load` is the engine's per-link
+        load as an array when the caller has it."""
         start = self._link_t[links]
         elapsed = np.maximum(now - start, 0.0)
-        load = np.asarray(self._engine.load)[links]
+        load = (np.asarray(self._engine.load) if load is None else load)[links]
         self.link_bytes[links] += load * elapsed
         cap = self._cap[links]
         self.saturated_s[links] += np.where(load >= cap * _FULL, elapsed, 0.0)
@@ -84,13 +85,20 @@ class Telemetry:
                                    (load[keep] / cap[keep]).tolist()))
         self._link_t[links] = np.maximum(start, now)
 
+    def _integrate_all(self, now: float) -> None:
+        """Integrate every loaded link up to now (an idle link has nothing to add, whatever its clock)."""
+        load = np.asarray(self._engine.load, dtype=float)[:len(self._link_t)]
+        loaded = np.flatnonzero(load)
+        if loaded.size:
+            self.touch_links(loaded, now, load)
+
     def advance_to(self, now: float) -> None:
         """Close every window that ended at or before now."""
         while now >= self.window_end:
             self._close_window(self.window_end)
 
     def _close_window(self, end: float) -> None:
-        self.touch_links(np.arange(len(self._link_t)), end)
+        self._integrate_all(end)
         bulk = self.link_bytes - self._window_mark
         self._window_mark = self.link_bytes.copy()
         messages = self._flush_messages()
@@ -128,8 +136,7 @@ class Telemetry:
 
     def flush(self, now: float | None = None) -> None:
         """Integrate every link up to now (the current window stays open)."""
-        now = self._engine.env.now if now is None else now
-        self.touch_links(np.arange(len(self._link_t)), now)
+        self._integrate_all(self._engine.env.now if now is None else now)
 
     def spine_change(self, spine: str, delta: int, now: float) -> None:
         count = self.spine_active.get(spine, 0) + delta

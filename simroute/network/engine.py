@@ -496,7 +496,12 @@ class FlowEngine:
         limit = now + 1e-12 * max(1.0, now)
         count = len(columns.groups)
         due = columns.due[:count]
-        if count and due.min() <= limit:
+        finishing = count > 0 and due.min() <= limit
+        if not finishing and not self._pending:          # a stale wake-up: nothing changed, nothing to solve
+            if count:
+                self._schedule_wake(float(due.min()), now)
+            return
+        if finishing:
             for slot in sorted(np.flatnonzero(due <= limit).tolist(), reverse=True):
                 self._finish_slot(columns.groups[slot], now)
         for flow in self._take_pending():

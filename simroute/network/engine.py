@@ -592,6 +592,7 @@ class FlowEngine:
             columns.add(group)
         self._columns = columns
         self.load = np.array(list(self.load) + [0.0])      # + the sentinel's slot (never read)
+        self.telemetry.set_array_mode(True)
         self._heap.clear()
         self._wake_t = INF
 
@@ -603,6 +604,7 @@ class FlowEngine:
         columns.write_back()
         self._columns = None
         self.load = self.load[:-1].tolist()
+        self.telemetry.set_array_mode(False)
 
     def _reschedule_all(self, now: float) -> None:
         heap = self._heap

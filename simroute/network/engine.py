@@ -689,8 +689,10 @@ class FlowEngine:
 
         No re-rating and no event: the caller yields env.timeout(delay). See `MessageModel`.
         """
-        return self.messages.send(self.messages.route(src, dst), nbytes, t_probe_s, single_block_Bps,
-                                  self.env.now if now is None else now, include_latency)
+        messages = self.messages
+        route = messages.routes.get((src, dst)) or messages.route(src, dst)
+        return messages.send(route, nbytes, t_probe_s, single_block_Bps, self.env.now if now is None else now,
+                             include_latency)
 
     def send_message(self, route: MessageRoute, nbytes: float, *, t_probe_s: float, single_block_Bps: float,
                      now: float | None = None, include_latency: bool = True) -> float:

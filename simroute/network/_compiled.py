@@ -40,6 +40,11 @@ def sift(heap, pos, key, i, size):
 
 @njit
 def fill_groups_numba(links_by_slot, n, gcap, cap):
+    """Max-min rates and bottlenecks of every group from scratch (same contract as maxmin.fill_arrays).
+
+    Progressive filling with an indexed min-heap of link shares; see kernels.py. One function on purpose:
+    numba compiles it as one loop nest, and splitting it would put calls in the inner loop.
+    """
     n_slots, groups = links_by_slot.shape
     links = links_by_slot.T.copy().T             # (K, G) view of a group-major copy: a group's links adjacent
     n_ids = cap.shape[0]
@@ -129,6 +134,7 @@ def fill_groups_numba(links_by_slot, n, gcap, cap):
 
 @njit
 def commit_rates_numba(now, new_rate, new_bn, links, rate, bn, work, last_t, next_work, due, same, n_links):
+    """Same contract as kernels.commit_rates_numpy: commit the groups whose rate moved, return their links."""
     groups = new_rate.shape[0]
     touched = np.zeros(n_links + 1, dtype=np.bool_)
     count = 0

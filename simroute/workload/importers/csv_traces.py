@@ -16,7 +16,8 @@ import pandas as pd
 import pyarrow as pa
 
 from simroute.errors import ConfigurationError
-from simroute.workload.importers.common import BATCH_LINES, ImportOptions, check_int_range, check_nonneg
+from simroute.workload.importers.common import (BATCH_LINES, ImportOptions, check_int_range, check_nonneg,
+                                                open_input)
 from simroute.workload.writer import TraceWriter
 
 
@@ -26,10 +27,14 @@ def _norm(name: str) -> str:
 
 def _header(file: Path, required: dict[str, str], optional: dict[str, str]) -> dict[str, str]:
     """Map canonical names to the file's column names; a missing required column is an error."""
+    with open_input(file) as f:
+        head = f.read(1 << 16)
+    if b"\x00" in head:
+        raise ConfigurationError("is a binary file, not CSV text", file=file)
     try:
-        cols = pd.read_csv(file, nrows=0).columns
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ConfigurationError(f"not a CSV file: {exc}", file=file, line=1) from None
+        cols = pd.read_csv(file, nrows=0, encoding="utf-8").columns
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigurationError(f"not a CSV file: {_one_line(exc)}", file=file, line=1) from None
     by_norm = {_norm(c): c for c in cols}
     found = {}
     for key, norm in {**required, **optional}.items():
@@ -47,14 +52,20 @@ def _chunks(file: Path, usecols: list[str]) -> Iterator[tuple[pd.DataFrame, np.n
     try:
         # no usecols: with it pandas silently drops extra fields instead of reporting the line
         reader = pd.read_csv(file, dtype=str, chunksize=BATCH_LINES, index_col=False,
-                             skip_blank_lines=False, keep_default_na=False)
+                             skip_blank_lines=False, keep_default_na=False, encoding="utf-8")
         for df in reader:
-            yield df[usecols], np.arange(start, start + len(df))
+            if len(df):
+                yield df[usecols], np.arange(start, start + len(df))
             start += len(df)
-    except pd.errors.ParserError as exc:
+    except (pd.errors.ParserError, ValueError) as exc:   # UnicodeDecodeError is a ValueError
         m = re.search(r"line (\d+)", str(exc))
-        raise ConfigurationError(f"unparsable CSV line: {exc}", file=file,
+        what = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "unparsable CSV line"
+        raise ConfigurationError(f"{what}: {_one_line(exc)}", file=file,
                                  line=int(m.group(1)) if m else None) from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
 
 
 def _numbers(s: pd.Series, name: str, file: Path, lines: np.ndarray, *, integer: bool) -> np.ndarray:
@@ -113,8 +124,10 @@ def import_burstgpt(writer: TraceWriter, files: list[Path], opts: ImportOptions)
             cols["tenant"] = pa.array(df[names["Model"]].str.strip().to_numpy(dtype=object), pa.string())
         if "Session ID" in names:
             sid = df[names["Session ID"]].str.strip()
-            num = pd.to_numeric(sid, errors="coerce")
-            hashed = sid.map(lambda x: zlib.crc32(x.encode()) & 0x7FFFFFFF)  # non-numeric ids: stable hash
-            cols["session"] = np.where(num.isna(), hashed, num.fillna(-1)).astype(np.int64)
+            num = pd.to_numeric(sid, errors="coerce").to_numpy(dtype=np.float64)
+            # ids that are not small non-negative integers (text, 1e30, inf, 3.5): a stable hash of the text
+            integral = np.isfinite(num) & (num >= 0) & (num < 2**53) & (num == np.floor(num))
+            hashed = sid.map(lambda x: zlib.crc32(x.encode()) & 0x7FFFFFFF).to_numpy(dtype=np.int64)
+            cols["session"] = np.where(integral, np.where(integral, num, 0).astype(np.int64), hashed)
         writer.add_requests(cols, lines=lines)
     writer.finish({})

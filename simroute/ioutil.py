@@ -73,11 +73,11 @@ def check_output_path(target: str | Path, *, directory: bool, inputs: Iterable[s
             continue
         source = Path(item).resolve()
         if resolved == source or source in resolved.parents:
-            raise ConfigurationError(f"is or lies inside the input {item}; choose another output path",
-                                     file=target, field=flag)
+            raise ConfigurationError(f"is or lies inside {item}, which this command also uses; choose another "
+                                     f"output path", file=target, field=flag)
         if directory and resolved in source.parents:
-            raise ConfigurationError(f"holds the input {item}; replacing it would delete that input",
-                                     file=target, field=flag)
+            raise ConfigurationError(f"holds {item}, which this command also uses; replacing the directory would "
+                                     f"delete it", file=target, field=flag)
     return target
 
 
@@ -171,14 +171,9 @@ def _release(target: Path, fd: int) -> None:
 
 
 @contextlib.contextmanager
-def claim_output(target: str | Path, *, directory: bool = True, inputs: Iterable[str | Path | None] = (),
-                 flag: str | None = None, what: str = "output") -> Iterator[Path]:
-    """Validate `target`, lock it for this process and (for a directory) check it may be replaced.
-
-    Wrap the whole command in it so a concurrent writer fails before simulating, not after; writes inside
-    (`atomic_path`) reuse the claim. Reentrant within one process.
-    """
-    target = check_output_path(target, directory=directory, inputs=inputs, flag=flag)
+def lock_output(target: str | Path, *, flag: str | None = None) -> Iterator[Path]:
+    """Hold the exclusive lock of `target` (fails fast if another process holds it). Reentrant in a process."""
+    target = Path(target)
     key = str(target.resolve())
     with _CLAIMS_GUARD:
         held = _CLAIMS.get(key)
@@ -190,8 +185,6 @@ def claim_output(target: str | Path, *, directory: bool = True, inputs: Iterable
             except OSError as exc:
                 raise ConfigurationError(f"cannot lock the output: {exc.strerror}", file=target, field=flag) from None
     try:
-        if directory:
-            check_replaceable(target, what=what)
         yield target
     finally:
         with _CLAIMS_GUARD:
@@ -200,6 +193,21 @@ def claim_output(target: str | Path, *, directory: bool = True, inputs: Iterable
             if held[1] == 0:
                 del _CLAIMS[key]
                 _release(target, held[0])
+
+
+@contextlib.contextmanager
+def claim_output(target: str | Path, *, directory: bool = True, inputs: Iterable[str | Path | None] = (),
+                 flag: str | None = None, what: str = "output") -> Iterator[Path]:
+    """Validate `target`, lock it and (for a directory) check it may be replaced, before any work.
+
+    Wrap the whole command in it so a concurrent writer fails before simulating, not after; writes inside
+    (`atomic_path`) reuse the claim.
+    """
+    target = check_output_path(target, directory=directory, inputs=inputs, flag=flag)
+    with lock_output(target, flag=flag):
+        if directory:
+            check_replaceable(target, what=what)
+        yield target
 
 
 # -- atomic writes --------------------------------------------------------------------------------------------

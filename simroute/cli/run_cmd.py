@@ -75,7 +75,11 @@ def run(
             bar.total = total
             bar.n = done
             bar.refresh()
-    res = simulate(cfg, out, progress=cb, timeline=timeline)
+    from simroute.ioutil import check_output_path, claim_output   # paths checked and -o locked before simulating
+    if timeline is not None:
+        check_output_path(timeline, directory=False, inputs=[out, cfg.trace, cfg.topology], flag="--timeline")
+    with claim_output(out, inputs=[cfg.trace, cfg.topology, timeline], flag="--out", what="simroute run"):
+        res = simulate(cfg, out, progress=cb, timeline=timeline)
     if bar is not None:
         bar.close()
     if json_out:

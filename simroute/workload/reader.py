@@ -22,7 +22,7 @@ def _open(path: str | Path, name: str, table: str) -> tuple[pq.ParquetFile, dict
                                  file=path)
     file = path / name
     if not file.is_file():
-        raise ConfigurationError(f"missing {name}" if not file.exists() else f"{name} is not a file", file=path)
+        raise ConfigurationError("missing" if not file.exists() else "is not a file", file=file)
     try:
         pf = pq.ParquetFile(file)
     except (pa.ArrowException, OSError) as exc:

@@ -105,7 +105,7 @@ def test_validation_names_file_and_field(tmp_path):
     with pytest.raises(ConfigurationError, match="not found"):
         read_chunks(tmp_path / "absent.parquet")
     (tmp_path / "c.parquet").mkdir()
-    with pytest.raises(ConfigurationError, match="missing requests.parquet"):
+    with pytest.raises(ConfigurationError, match="requests.parquet: missing"):
         read_trace_meta(tmp_path / "c.parquet")
 
 

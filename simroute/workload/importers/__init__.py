@@ -72,7 +72,7 @@ def import_trace(fmt: str, inputs: str | Path | Sequence[str | Path], output: st
     if isinstance(inputs, (str, Path)):
         inputs = [inputs]
     files = _expand(inputs, fmt)
-    check_output_path(output, directory=True, inputs=files, flag="--output")
+    check_output_path(output, directory=True, inputs=[*files, *inputs], flag="--output")
     opts = ImportOptions(time_scale=time_scale, load_scale=load_scale, strict=strict,
                          block_tokens=block_tokens)
     meta: dict[str, Any] = {

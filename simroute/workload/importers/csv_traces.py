@@ -7,6 +7,7 @@ Both are read in chunks of BATCH_LINES rows (pandas C parser); every request's p
 from __future__ import annotations
 
 import re
+import warnings
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,18 +51,36 @@ def _chunks(file: Path, usecols: list[str]) -> Iterator[tuple[pd.DataFrame, np.n
     """CSV chunks with the file line of every row; tokenizer errors become ConfigurationErrors."""
     start = 2
     try:
-        # no usecols: with it pandas silently drops extra fields instead of reporting the line
-        reader = pd.read_csv(file, dtype=str, chunksize=BATCH_LINES, index_col=False,
-                             skip_blank_lines=False, keep_default_na=False, encoding="utf-8")
-        for df in reader:
-            if len(df):
-                yield df[usecols], np.arange(start, start + len(df))
-            start += len(df)
+        # no usecols: with it pandas silently drops extra fields instead of reporting the line; a row longer
+        # than the header is only a ParserWarning (data dropped), so it is made an error here
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            reader = pd.read_csv(file, dtype=str, chunksize=BATCH_LINES, index_col=False,
+                                 skip_blank_lines=False, keep_default_na=False, encoding="utf-8")
+            for df in reader:
+                if len(df):
+                    yield df[usecols], np.arange(start, start + len(df))
+                start += len(df)
+    except pd.errors.ParserWarning:
+        raise ConfigurationError("a row has more fields than the header", file=file,
+                                 line=_first_ragged_line(file)) from None
     except (pd.errors.ParserError, ValueError) as exc:   # UnicodeDecodeError is a ValueError
         m = re.search(r"line (\d+)", str(exc))
         what = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "unparsable CSV line"
         raise ConfigurationError(f"{what}: {_one_line(exc)}", file=file,
                                  line=int(m.group(1)) if m else None) from None
+
+
+def _first_ragged_line(file: Path) -> int | None:
+    """Slow path, only on error: the first line whose field count differs from the header's."""
+    import csv
+    with file.open(newline="", encoding="utf-8", errors="replace") as f:
+        rows = csv.reader(f)
+        width = len(next(rows, []))
+        for row in rows:
+            if len(row) > width:
+                return rows.line_num
+    return None
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,8 +1,8 @@
 """Holder-side servers: batched partial attention for routed queries and the K-stream staging pool.
 
 Routed queries that reach a holder within the dispatcher's batching window form one batch; its time follows
-the calibrated compute curve (flat to N ~ 8 requesters, then linear; paper §6.3). Callback-driven rather than
-one SimPy process per query, so millions of exchanges stay cheap.
+the calibrated compute curve (flat to N ~ 8 requesters, then linear: Move the Query, Not the Cache, §6.3).
+Callback-driven rather than one SimPy process per query, so millions of exchanges stay cheap.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ class HolderServer:
     (sparse selection) and a `weight` (how many exchanges the simulated one stands for: layers x steps).
     """
 
-    __slots__ = ("env", "inst", "curve", "window", "streams", "queue", "busy", "armed", "deadline", "gen",
+    __slots__ = ("env", "instance", "curve", "window", "streams", "queue", "busy", "armed", "deadline", "gen",
                  "batches", "queries", "max_queue", "samples", "record", "batch_compute_s")
 
-    def __init__(self, env: simpy.Environment, inst: int, curve: Callable[[float], float], window_s: float,
+    def __init__(self, env: simpy.Environment, instance: int, curve: Callable[[float], float], window_s: float,
                  streams: int, record: bool = True) -> None:
-        self.env, self.inst, self.curve = env, inst, curve
+        self.env, self.instance, self.curve = env, instance, curve
         self.window, self.streams = window_s, streams
         self.queue: list[tuple[float, float, float, simpy.Event]] = []
         self.busy = 0

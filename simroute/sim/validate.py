@@ -78,7 +78,7 @@ def check_holder_compute_elbow(tmp: Path) -> Check:
     t = {}
     for n in (1, 8, 16, 32):
         sim = _fanin(tmp, n, batch_window_us=100.0)   # a window wide enough to batch all N requesters
-        bc = np.frombuffer(sim.instances[0].holder.batch_compute_s, dtype=np.float64)
+        bc = np.frombuffer(sim.instances[0].holder_server.batch_compute_s, dtype=np.float64)
         t[n] = float(np.median(bc))
     ok = t[8] / t[1] < 1.1 and t[32] / t[16] > 1.4
     return Check("holder compute: flat to N ~ 8, then linear", "15 us flat to N ~ 8, 37 us at 16, linear past",

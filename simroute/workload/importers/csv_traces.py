@@ -115,7 +115,13 @@ def import_azure(writer: TraceWriter, files: list[Path], opts: ImportOptions) ->
             i = int(np.flatnonzero(ts.isna().to_numpy())[0])
             raise ConfigurationError(f"unparsable TIMESTAMP {raw.iloc[i]!r}", file=file, line=int(lines[i]),
                                      field="TIMESTAMP")
-        ns = ts.dt.as_unit("ns").astype("int64").to_numpy()  # pandas picks us or ns by input
+        try:
+            ns = ts.dt.as_unit("ns").astype("int64").to_numpy()  # pandas picks us or ns by input
+        except (pd.errors.OutOfBoundsDatetime, OverflowError):
+            lo, hi = pd.Timestamp.min.tz_localize("UTC"), pd.Timestamp.max.tz_localize("UTC")
+            i = int(np.flatnonzero(((ts < lo) | (ts > hi)).to_numpy())[0])
+            raise ConfigurationError(f"TIMESTAMP {raw.iloc[i]!r} is outside the years 1677-2262", file=file,
+                                     line=int(lines[i]), field="TIMESTAMP") from None
         if origin is None:
             origin = int(ns[0])
         ctx = _numbers(df[names["ContextTokens"]], "ContextTokens", file, lines, integer=True)

@@ -12,7 +12,7 @@ for fmt in mooncake azure burstgpt agent; do
   while :; do
     left=$(( SECONDS_EACH - ($(date +%s) - start) ))
     [ "$left" -le 5 ] && break
-    python3 fuzz/fuzz_importers.py "$fmt" -max_total_time="$left" -max_len=8192 -rss_limit_mb=4096 \
+    python3 fuzz/fuzz_importers.py "$fmt" -max_total_time="$left" -max_len=8192 -len_control=0 -rss_limit_mb=4096 \
       -artifact_prefix="$OUT/$fmt/art/" "$OUT/$fmt/corpus" > "$OUT/$fmt/log.txt" 2>&1
     rc=$?
     n=$(grep -Eo 'Done [0-9]+ runs' "$OUT/$fmt/log.txt" | grep -Eo '[0-9]+' | tail -1)

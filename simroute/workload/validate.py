@@ -64,6 +64,15 @@ def check_chunks(path: str | Path, table: pa.Table, instances: int | None = None
     return s
 
 
+def check_holder_hints(path: str | Path, holder_hint: np.ndarray, instances: int) -> None:
+    """holder_hint of every chunk within the cluster the run built (e.g. a trace for 64 instances run at tp 2)."""
+    bad = _hint_range(np.asarray(holder_hint), "holder_hint", instances)
+    if bad.size:
+        raise ConfigurationError(f"row {int(bad[0])}: holder_hint = {holder_hint[bad[0]]}, but this run has "
+                                 f"{instances} instances (check --tp and the topology)",
+                                 file=Path(path) / CHUNKS_FILE, field="holder_hint")
+
+
 class RequestChecker:
     """Checks request batches in order; keeps the running state (last arrival, rows seen).
 
@@ -104,7 +113,8 @@ class RequestChecker:
                 v = batch.column(name).to_numpy()
                 bad = _hint_range(v, name, self.instances)
                 if bad.size:
-                    bound = f"-1 or below the {self.instances} instances" if self.instances is not None else ">= -1"
+                    bound = (f"-1 or below the {self.instances} instances of this run (check --tp and the "
+                             f"topology)" if self.instances is not None else ">= -1")
                     self._fail(bad[0], name, f"{name} = {v[bad[0]]} (must be {bound})")
         if "request_id" in names:
             self._references(batch, names)

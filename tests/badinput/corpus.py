@@ -12,9 +12,12 @@ import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
+
+import simroute
 
 
 @dataclass(frozen=True)
@@ -470,6 +473,9 @@ def trace_cases() -> list[Case]:
         names = f"trace.parquet/{file}" if file else "trace.parquet"
         cases.append(Case(f"run-trace-{tag}", ("run", "--trace", "{trace}", "-o", "{d}/out"), names, damage=damage,
                           needs_trace=True))
+    testbed = str(Path(simroute.__file__).parent / "data" / "topologies" / "paper-testbed.yaml")   # 8 GPUs
+    cases += [Case("run-hints-exceed-tp2-instances", ("run", "--trace", "{trace}", "--topology", testbed, "--tp", "2",
+                                                      "-o", "{d}/out"), "holder_hint", needs_trace=True)]
     cases += [Case("trace-info-file", ("trace", "info", "{d}/x.parquet"), "x.parquet", {"x.parquet": "not a dir"}),
               Case("trace-info-missing", ("trace", "info", "{d}/none.parquet"), "none.parquet"),
               Case("trace-info-lru-neg", ("trace", "info", "{trace}", "--lru-capacity", "-1"), "--lru-capacity",

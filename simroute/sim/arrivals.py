@@ -61,7 +61,7 @@ class Arrivals:
         parent (each in its own process)."""
         ctx, n = self.ctx, self.n_requests
         seen = 0
-        checker = RequestChecker(ctx.config.trace, self.sorted_chunk_ids, instances=len(ctx.cluster.instances))
+        checker = RequestChecker(ctx.config.trace, self.sorted_chunk_ids)
         for batch in iter_request_batches(ctx.config.trace, columns=REQUEST_COLUMNS):
             if seen >= n:
                 break

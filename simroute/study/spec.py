@@ -148,13 +148,33 @@ def load_study(path: str | Path, *, quick: bool = False) -> Study:
     keep = str(raw.get("keep", "full"))
     if keep not in ("full", "summary"):
         raise ConfigurationError("must be 'full' or 'summary'", file=f, field="keep")
-    report = raw.get("report") or {}
-    if not isinstance(report, dict):
-        raise ConfigurationError("must be a mapping (x, series)", file=f, field="report")
+    report = _report(raw.get("report") or {}, axes, search, f)
     study = Study(name=name, file=str(path.resolve()), description=str(raw.get("description", "")), base=base,
                   axes=axes, cases=cases, seeds=seeds, search=search, slo=slo, report=report, keep=keep)
     _validate_points(study)
     return study
+
+
+def _report(raw: Any, axes: dict[str, list[Any]], search: SearchSpec | None, f: str) -> dict[str, Any]:
+    """Plot hints: `x` and `series` must name axes of this study (or the searched field), so a typo fails here,
+    not in `report` after the whole sweep."""
+    if not isinstance(raw, dict):
+        raise ConfigurationError("must be a mapping (x, series)", file=f, field="report")
+    bad = set(raw) - {"x", "series"}
+    if bad:
+        raise ConfigurationError(f"unknown key(s) {sorted(map(str, bad))}; valid: x, series", file=f,
+                                 field=f"report.{sorted(map(str, bad))[0]}")
+    names = set(axes) | ({search.field} if search is not None else set())
+    x = raw.get("x")
+    series = raw.get("series", [])
+    series = [series] if isinstance(series, str) else series
+    if not isinstance(series, list):
+        raise ConfigurationError("must be an axis name or a list of them", file=f, field="report.series")
+    for where, name in [("report.x", x)] * (x is not None) + [("report.series", s) for s in series]:
+        if not isinstance(name, str) or name not in names:
+            raise ConfigurationError(f"{name!r} is not an axis of this study; axes: {', '.join(sorted(names)) or '-'}",
+                                     file=f, field=where)
+    return {**raw, "series": series} if "series" in raw else dict(raw)
 
 
 def _check_field(dotted: str, f: str, where: str) -> None:

@@ -126,6 +126,19 @@ def generate(kind: str, output: str | Path, *, seed: int = 0, params: dict[str, 
 
 # -- shared helpers for the scenario modules ---------------------------------------------------
 
+MAX_REQUESTS = 50_000_000      # bounds on what sizes a generator's memory or work (a typo must not hang)
+MAX_CHUNKS = 10_000_000
+MAX_INSTANCES = 131_072
+MAX_TENANTS = 100_000
+
+
+def check_sizes(requests: int, chunks: int = 0, instances: int = 0, tenants: int = 0) -> None:
+    """The totals a params dataclass implies, within the generator bounds (ValueError names the bound)."""
+    for what, value, bound in (("requests", requests, MAX_REQUESTS), ("chunks", chunks, MAX_CHUNKS),
+                               ("instances", instances, MAX_INSTANCES), ("tenants", tenants, MAX_TENANTS)):
+        check(value <= bound, f"{value:,} {what} is more than the {bound:,} a generated trace may hold")
+
+
 def check(cond: bool, message: str) -> None:
     """Params validation in __post_init__: a ValueError becomes a ConfigurationError in make_params."""
     if not cond:

@@ -114,3 +114,57 @@ def test_csv_cells_of_any_kind(tmp_path_factory, fmt, rows):
     header = seeds(fmt)[0].split(b"\n", 1)[0].decode()
     text = header + "\n" + "".join(",".join(c.replace(",", " ").replace("\n", " ") for c in r) + "\n" for r in rows)
     import_once(fmt, text.encode(), tmp_path_factory.mktemp("c"))
+
+
+# structural mutations of the real traces themselves (the experiment): a field deleted, a value's type
+# swapped, a line or row duplicated out of order, on the first lines of each shipped trace
+SWAP = st.sampled_from([None, True, "7", 3.7, -1, float("nan"), float("inf"), 2**64, [], {}])
+
+
+def _real_records(fmt: str) -> tuple[list, str] | None:
+    from seeds import real_seed
+    data = real_seed(fmt, max_bytes=20_000)
+    if data is None:
+        return None
+    if fmt == "mooncake":
+        return [json.loads(x) for x in data.splitlines() if x.strip()], fmt
+    if fmt == "agent":
+        return json.loads(data)["requests"], fmt
+    return [r.split(",") for r in data.decode().splitlines()], fmt
+
+
+def _serialise(fmt: str, records: list) -> bytes:
+    if fmt == "mooncake":
+        return "\n".join(json.dumps(r) for r in records).encode()
+    if fmt == "agent":
+        return json.dumps({"id": "real", "block_size": 64, "requests": records}).encode()
+    return "\n".join(",".join(map(str, r)) for r in records).encode() + b"\n"
+
+
+@pytest.mark.parametrize("fmt", ["mooncake", "agent", "azure"])
+def test_real_traces_with_fields_deleted_or_swapped(fmt, tmp_path, shared_traces):
+    found = _real_records(fmt)
+    assert found is not None
+    records = found[0]
+
+    @FUZZ
+    @given(st.lists(st.tuples(st.sampled_from(["delete", "swap", "duplicate"]), st.integers(0, 10**6),
+                              st.integers(0, 10**6), SWAP), min_size=1, max_size=3))
+    def check(ops):
+        import copy
+        recs = copy.deepcopy(records)
+        for op, row, col, value in ops:
+            i = row % len(recs)
+            rec = recs[i]
+            keys = list(rec) if isinstance(rec, dict) else list(range(len(rec)))
+            if not keys:
+                continue
+            key = keys[col % len(keys)]
+            if op == "delete":
+                rec.pop(key)
+            elif op == "swap":
+                rec[key] = value if isinstance(rec, dict) else str(value)
+            else:
+                recs.insert(max(i - 1, 0), copy.deepcopy(rec))
+        import_once(fmt, _serialise(fmt, recs), tmp_path / "w")
+    check()

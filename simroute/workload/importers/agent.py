@@ -109,26 +109,31 @@ def _stream(conv: _Conv, entries: Any, t0: float, spawner: int, file: Path, ns: 
         prev = me
 
 
+def _read_file(conv: _Conv, file: Path, k: int, opts: ImportOptions) -> str:
+    """Flatten one conversation file into `conv`; returns its corpus name."""
+    doc = load_json(file, what="agent trace (JSON)", max_bytes=MAX_FILE_BYTES)
+    if not isinstance(doc, dict) or "requests" not in doc:
+        raise ConfigurationError("expected an object with 'requests'", file=file, field="requests")
+    block = opts.block_tokens or check_number(doc.get("block_size", BLOCK), "block_size", file=file,
+                                              integer=True, minimum=1, maximum=MAX_BLOCK)
+    if block != (opts.block_tokens or BLOCK) and opts.strict:
+        raise ConfigurationError(f"block_size {block} != {BLOCK}", file=file, field="block_size")
+    scope = doc.get("hash_id_scope", "local")
+    if scope not in ("local", "global"):
+        raise ConfigurationError(f"must be 'local' or 'global', got {scope!r}"[:200], file=file,
+                                 field="hash_id_scope")
+    _stream(conv, doc["requests"], 0.0, -1, file, "global" if scope == "global" else k, block, "requests",
+            model_tenant=False)
+    return str(doc.get("id", file.stem))
+
+
 def import_agent(writer: TraceWriter, files: list[Path], opts: ImportOptions) -> None:
     conv = _Conv()
     corpus_of: list[str] = []
     file_of: list[int] = []
     for k, file in enumerate(files):
-        doc = load_json(file, what="agent trace (JSON)", max_bytes=MAX_FILE_BYTES)
-        if not isinstance(doc, dict) or "requests" not in doc:
-            raise ConfigurationError("expected an object with 'requests'", file=file, field="requests")
-        block = opts.block_tokens or check_number(doc.get("block_size", BLOCK), "block_size", file=file,
-                                                  integer=True, minimum=1, maximum=MAX_BLOCK)
-        if block != (opts.block_tokens or BLOCK) and opts.strict:
-            raise ConfigurationError(f"block_size {block} != {BLOCK}", file=file, field="block_size")
-        scope = doc.get("hash_id_scope", "local")
-        if scope not in ("local", "global"):
-            raise ConfigurationError(f"must be 'local' or 'global', got {scope!r}"[:200], file=file,
-                                     field="hash_id_scope")
-        ns = "global" if scope == "global" else k
-        corpus_of.append(str(doc.get("id", file.stem)))
         before = len(conv.t)
-        _stream(conv, doc["requests"], 0.0, -1, file, ns, block, "requests", model_tenant=False)
+        corpus_of.append(_read_file(conv, file, k, opts))
         file_of.extend([k] * (len(conv.t) - before))
     n = len(conv.t)
     arrival = np.asarray(conv.t, dtype=np.float64)

@@ -339,10 +339,28 @@ def read_text(path: str | Path, *, what: str = "file", max_bytes: int | None = M
         raise ConfigurationError(f"is not UTF-8 text (byte {exc.start})", file=path, line=line) from None
 
 
+MAX_NESTING = 100
+
+
+def _check_nesting(text: str, path: Path) -> None:
+    """Refuse flow collections nested absurdly deep before the parser recurses into them (slow, then a crash)."""
+    if text.count("[") + text.count("{") <= MAX_NESTING:
+        return
+    depth = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise ConfigurationError(f"not valid YAML: nested deeper than {MAX_NESTING} levels", file=path)
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+
+
 def load_yaml(path: str | Path) -> Any:
     """Load a YAML file, turning I/O, encoding and syntax errors into a ConfigurationError naming the file."""
     path = Path(path)
     text = read_text(path, what="YAML file")
+    _check_nesting(text, path)
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -142,3 +142,17 @@ def test_config_files_that_are_not_text_are_one_line_errors(tmp_path):
         assert name in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(ConfigurationError, match="is a directory"):
         load_yaml(tmp_path)
+
+
+def test_notes_added_to_a_previous_run_stop_the_next_run_from_replacing_it(cli, tmp_path):
+    out = tmp_path / "run"
+    code, _, err = cli("run", "--max-requests", "5", "-o", out)
+    assert code == 0, err
+    first = {p.name: p.read_bytes() for p in out.iterdir()}
+    code, _, err = cli("run", "--max-requests", "5", "--seed", "3", "-o", out)     # simroute's own files: replaced
+    assert code == 0, err
+    (out / "my-notes.txt").write_text("what I learned")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    code, _, err = cli("run", "--max-requests", "5", "-o", out)
+    assert code == 2 and "my-notes.txt" in err and len(err.strip().splitlines()) == 1
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before and set(before) == set(first) | {"my-notes.txt"}

@@ -79,7 +79,10 @@ def _run(**options: typing.Any) -> None:
     if timeline is not None:
         check_output_path(timeline, directory=False, inputs=[out, cfg.trace, cfg.topology], flag="--timeline")
     with claim_output(out, inputs=[cfg.trace, cfg.topology, timeline], flag="--out", what="simroute run"):
-        res = simulate(cfg, out, progress=_progress_bar(progress), timeline=timeline)
+        res = simulate(cfg, out, progress=_progress_bar(progress))
+    if timeline is not None:
+        from simroute.scenarios.timeline import write_timeline
+        write_timeline(timeline, res.tables)
     if json_out:
         echo_json(res.summary)
         return
@@ -155,7 +158,7 @@ def validate(
 
     Exits 1 if any effect is not reproduced. Example: simroute validate --ark --ark-qps 10,25
     """
-    from simroute.sim.validate import run_checks
+    from simroute.scenarios.validate import run_checks
     if ark:
         _ark_table([float(q) for q in ark_qps.split(",") if q.strip()], ark_duration, seed)
     checks = run_checks()
@@ -166,7 +169,7 @@ def validate(
 
 
 def _ark_table(qps: list[float], duration: float, seed: int) -> None:
-    from simroute.sim.ark import ark_sweep
+    from simroute.scenarios.ark import ark_sweep
     pts = ark_sweep(qps, duration_s=duration, seed=seed)
     rows = []
     for e, a in zip(pts[::2], pts[1::2]):

@@ -20,7 +20,7 @@ from simroute.network import Topology
 from simroute.network.hashing import mix64
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
-from simroute.sim.holder import FifoServer, HolderServer, StagingPool
+from simroute.sim.holder import STAGING_OVERSUBSCRIPTION_LOSS, FifoServer, HolderServer, StagingPool
 from simroute.sim.placement import ChunkTable, PlacementResult
 from simroute.sim.placements import PLACEMENTS
 
@@ -147,8 +147,11 @@ class Cluster:
         per_host = len(gpus) // max(1, len({topology.host_of(gpu) for gpu in gpus}))
         if per_host % config.tp:
             raise ConfigurationError(f"tp = {config.tp} does not divide the {per_host} GPUs of a host", field="tp")
-        elbow = int(profile.constants["staging_elbow_streams"].value) \
-            if "staging_elbow_streams" in profile.constants else 8
+        constant = lambda name, default: float(profile.constants[name].value) if name in profile.constants \
+            else default
+        staging = dict(elbow=int(constant("staging_elbow_streams", 8)),
+                       gain_at_elbow=constant("staging_gain_at_elbow", 0.07),
+                       oversubscription_loss=constant("staging_oversubscription_loss", STAGING_OVERSUBSCRIPTION_LOSS))
         instances = []
         for i, gpu in enumerate(gpus[::config.tp]):
             instances.append(Instance(
@@ -156,8 +159,8 @@ class Cluster:
                 compute=FifoServer(env, 1),
                 holder_server=HolderServer(env, i, compute.batch_s, config.batch_window_us * 1e-6,
                                            config.holder_streams, record=config.telemetry),
-                staging=StagingPool(env, config.staging_streams, elbow, config.staging_copy_GBps * 1e9,
-                                    record=config.telemetry)))
+                staging=StagingPool(env, config.staging_streams, config.staging_copy_GBps * 1e9,
+                                    record=config.telemetry, **staging)))
         return instances
 
     def _check_fabrics(self) -> None:

@@ -223,8 +223,8 @@ def _samples_table(instances: list[Instance], samples, columns: tuple[tuple[str,
 
 
 def simulate(cfg: RunConfig, out_dir: str | Path | None = None,
-             progress: Callable[[int, int], None] | None = None, timeline: str | Path | None = None) -> RunResult:
-    """Run one configuration; write its outputs atomically if `out_dir` is given (and a timeline if asked)."""
+             progress: Callable[[int, int], None] | None = None) -> RunResult:
+    """Run one configuration; write its outputs atomically if `out_dir` is given."""
     if out_dir is not None:   # fail before simulating, not after
         from simroute.ioutil import check_replaceable
         check_replaceable(out_dir, ("summary.json",), "simroute run")
@@ -232,7 +232,4 @@ def simulate(cfg: RunConfig, out_dir: str | Path | None = None,
     res = sim.run()
     if out_dir is not None:
         write_outputs(Path(out_dir), res.summary, res.tables, res.perf)
-    if timeline is not None:
-        from simroute.sim.timeline import write_timeline
-        write_timeline(timeline, res.tables)
     return res

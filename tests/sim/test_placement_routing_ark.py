@@ -8,7 +8,7 @@ import pytest
 from simroute.calib import default_profile_path
 from simroute.network import default_topology_path
 from simroute.sim import RunConfig, Simulation, simulate
-from simroute.sim.ark import ark_sweep
+from simroute.scenarios.ark import ark_sweep
 from simroute.sim.placement import ChunkTable
 from simroute.sim.placements import PLACEMENTS
 from simroute.workload import generate
@@ -74,7 +74,7 @@ def test_routers_spread_requests(corpus, router):
 
 
 def test_replicas_relieve_a_hot_holder(tmp_path):
-    from simroute.sim.scenarios import fanin_trace
+    from simroute.scenarios.traces import fanin_trace
     trace = fanin_trace(tmp_path / "f.parquet", 32, holder=-1)
     one = simulate(_cfg(trace, policy="always-route", decode_steps_per_event=4))
     four = simulate(_cfg(trace, policy="always-route", decode_steps_per_event=4, placement="popularity",

@@ -13,7 +13,7 @@ from simroute.calib import default_profile_path
 from simroute.errors import ConfigurationError
 from simroute.network import default_topology_path
 from simroute.sim import RunConfig, Simulation, simulate
-from simroute.sim.scenarios import single_chunk_trace, write_trace
+from simroute.scenarios.traces import single_chunk_trace, write_trace
 from simroute.workload import generate
 
 

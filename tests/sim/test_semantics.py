@@ -10,7 +10,7 @@ from simroute.model.scalar import ScalarModel
 from simroute.network import default_topology_path, shipped_topology
 from simroute.sim import RunConfig, Simulation, simulate
 from simroute.sim.config import default_trace_path
-from simroute.sim.scenarios import single_chunk_trace, write_trace
+from simroute.scenarios.traces import single_chunk_trace, write_trace
 
 
 def _testbed(trace, **kw) -> RunConfig:

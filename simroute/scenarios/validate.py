@@ -16,7 +16,7 @@ from simroute.calib import default_profile_path
 from simroute.network import shipped_topology
 from simroute.sim.config import RunConfig
 from simroute.sim.runner import Simulation
-from simroute.sim.scenarios import fanin_trace, selection_trace, single_chunk_trace
+from simroute.scenarios.traces import fanin_trace, selection_trace, single_chunk_trace
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def route_rt_under_load(k: int, mq: int, *, topology: str = "paper-testbed") -> 
     from simroute.calib import load_profile
     from simroute.model import get_model
     from simroute.network import load_topology
-    from simroute.network.scenarios import closed_loop_rtt
+    from simroute.scenarios.network import closed_loop_rtt
     fab = load_profile(default_profile_path()).fabric_params("h100-ibgda")
     g = get_model("deepseek-v2-lite")
     return closed_loop_rtt(load_topology(shipped_topology(topology)), k, rows=mq, q_bytes=g.q_bytes,

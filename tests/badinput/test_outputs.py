@@ -156,3 +156,19 @@ def test_notes_added_to_a_previous_run_stop_the_next_run_from_replacing_it(cli, 
     code, _, err = cli("run", "--max-requests", "5", "-o", out)
     assert code == 2 and "my-notes.txt" in err and len(err.strip().splitlines()) == 1
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before and set(before) == set(first) | {"my-notes.txt"}
+
+
+def test_a_run_timeline_is_json_every_parser_reads(cli, tmp_path):
+    """A flow that crosses no spine has spine NaN in the telemetry: the timeline writes null, not a bare NaN."""
+    trace = tmp_path / "t.parquet"
+    code, _, err = cli("trace", "gen", "corpus", "-p", "requests=10", "-p", "output_tokens=1", "-p",
+                       "output_sigma=0", "-o", trace)
+    assert code == 0, err
+    code, _, err = cli("run", "--trace", trace, "-o", tmp_path / "r", "--timeline", tmp_path / "tl.json")
+    assert code == 0, err
+
+    def refuse(token):
+        raise ValueError(f"non-standard JSON token {token}")
+    doc = json.loads((tmp_path / "tl.json").read_text(), parse_constant=refuse)
+    flows = [e for e in doc["traceEvents"] if e.get("cat") == "flow"]
+    assert flows and any(e["args"]["spine"] is None for e in flows)

@@ -91,11 +91,11 @@ def gpu_constants(o: ProbeOutcome, pv: _Prov) -> dict[str, dict[str, Any]]:
         out["splice_gather_us"] = _c(r["gather_us"], unit="us", prov=pv.measured("probe splice: gather part"))
     elif name == "holder":
         out["holder_compute_dense_us"] = _c(points=_pts(r["dense_us"]["16"]), x="requesters", unit="us",
-                                            note=f"h_q = 16, ct = 2048, kernel {kernel}",
+                                            note=f"h_q = 16, ct = {r.get('ct', 2048)}, kernel {kernel}",
                                             prov=pv.measured(f"probe holder ({kernel})"))
         if "128" in r["dense_us"]:
             out["holder_compute_dense_h128_us"] = _c(points=_pts(r["dense_us"]["128"]), x="requesters", unit="us",
-                                                     note=f"h_q = 128, ct = 2048, kernel {kernel}",
+                                                     note=f"h_q = 128, ct = {r.get('ct', 2048)}, kernel {kernel}",
                                                      prov=pv.measured(f"probe holder ({kernel})"))
         if r.get("sparse_premium"):
             out["holder_sparse_premium"] = _c(points=_pts(r["sparse_premium"]), x="topk",

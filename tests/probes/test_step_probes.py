@@ -187,3 +187,14 @@ def test_gpu_step_probe_checks_then_measures(name: str) -> None:
     o = run_probe(PROBES[name], {"quick": True}, timeout_s=90)
     assert o.ok, f"{name}: {o.status}: {o.message}"
     assert o.results["measures_gpu"] is True
+
+
+def test_deadline_points_stop_before_a_point_that_would_not_fit() -> None:
+    from simroute.probes.gpu_common import Deadline
+    dl = Deadline(0.35)
+    ran = []
+    for p in dl.points("growing", [0.02, 0.08, 0.32, 1.28]):      # each point 4x the last
+        time.sleep(p)
+        ran.append(p)
+    assert ran == [0.02, 0.08] and "deadline after 2 of 4" in dl.note()   # 0.32 predicted, and it would not fit
+    assert dl.left() > 0                                          # stopped early, not overrun

@@ -65,10 +65,9 @@ def probe_hbm(args: dict[str, Any]) -> dict:
     sizes = COPY_MiB if be.measures_gpu else (1, 4, 16)
     rates, samples = {}, []
     for mib in dl.points("copy sizes", sizes):
-        n = mib * 2 ** 20 // 2                              # bf16 elements (numpy float32: twice the bytes)
-        a = be.randn((n,), seed=2)
+        a = be.randn((mib * 2 ** 20 // 2,), seed=2)           # mib MiB of bf16 (numpy's float32: twice)
         b = be.empty_like(a)
-        nbytes = 2 * n * (2 if be.measures_gpu else 4)
+        nbytes = 2 * be.nbytes(a)                             # read + write
         xs = be.time(lambda: be.copy(b, a), warm, reps, dl)
         rates[str(mib)] = nbytes / summary(xs) / 1e9
         samples += [{"series": "d2d_copy", "x": float(mib), "value": v, "unit": "s", "bytes_moved": nbytes}

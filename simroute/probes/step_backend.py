@@ -35,6 +35,9 @@ class StepBackend:
     def empty_like(self, x: Any) -> Any:
         raise NotImplementedError
 
+    def nbytes(self, x: Any) -> int:
+        raise NotImplementedError
+
     def copy(self, dst: Any, src: Any) -> None:
         raise NotImplementedError
 
@@ -111,6 +114,9 @@ class NumpyBackend(StepBackend):
 
     def empty_like(self, x):
         return np.empty_like(x)
+
+    def nbytes(self, x):
+        return int(x.nbytes)
 
     def copy(self, dst, src):
         np.copyto(dst, src)
@@ -213,6 +219,9 @@ class TorchBackend(StepBackend):
 
     def empty_like(self, x):
         return self.t.empty_like(x)
+
+    def nbytes(self, x):
+        return int(x.numel() * x.element_size())
 
     def copy(self, dst, src):
         dst.copy_(src)

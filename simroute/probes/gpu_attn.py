@@ -71,16 +71,16 @@ class _FlashMLA(_Kernel):
 class _Torch(_Kernel):
     name = "torch bf16 absorbed-MLA (matmul + softmax with lse)"
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cuda") -> None:      # "cpu": the tests' check where torch has no GPU
         import torch
-        self.torch = torch
+        self.torch, self.device = torch, device
 
     def prepare(self, kv, n, h, sel=None, q=None):
-        t = self.torch
-        store = t.from_numpy(kv).to("cuda", t.bfloat16)
-        qq = (t.from_numpy(q).to("cuda", t.bfloat16) if q is not None
-              else t.randn(n, 1, h, 576, dtype=t.bfloat16, device="cuda")).view(n, h, 576)
-        idx = None if sel is None else t.from_numpy(sel).to("cuda").long()
+        t, dev = self.torch, self.device
+        store = t.from_numpy(kv).to(dev, t.bfloat16)
+        qq = (t.from_numpy(q).to(dev, t.bfloat16) if q is not None
+              else t.randn(n, 1, h, 576, dtype=t.bfloat16, device=dev)).view(n, h, 576)
+        idx = None if sel is None else t.from_numpy(sel).to(dev).long()
         scale = ref.softmax_scale()
 
         def run():

@@ -277,7 +277,8 @@ def model_step(
     inputs = {"model": model, "gpu": gpu, "tp": tp, "tokens": tokens, "decode_seqs": decode_seqs, "context": context,
               "prefill_context": prefill_context, "allreduce_fabric": fab, "calib": calib}
     sizes = {"weight_GB_per_gpu": m.weight_bytes_per_gpu / 1e9,
-             "kv_bytes_per_token_per_gpu": m.kv_bytes_per_token_per_gpu, "kv_capacity_tokens": m.kv_capacity_tokens()}
+             "kv_bytes_per_token_per_gpu": m.kv_bytes_per_token_per_gpu, "kv_capacity_tokens": m.kv_capacity_tokens(),
+             "weights_fit": m.weight_bytes_per_gpu < m.gpu.hbm_bytes}
     if json_out:
         echo_json({**terms, **sizes, "inputs": inputs, "gpu_sources": m.gpu.sources})
         return
@@ -292,6 +293,9 @@ def model_step(
           f"{terms['layers']} layers", ["term", "ms", "bound"], rows)
     typer.echo(f"weights {sizes['weight_GB_per_gpu']:.1f} GB per GPU; KV {sizes['kv_bytes_per_token_per_gpu']:,.0f} B "
                f"per token per GPU; KV capacity {sizes['kv_capacity_tokens']:,} tokens")
+    if not sizes["weights_fit"]:
+        typer.echo(f"note: the weights do not fit in one {gpu}'s {m.gpu.hbm_bytes / 1e9:.0f} GB at tp = {tp}; "
+                   "the terms are what the iteration would cost if they did")
     table("GPU constants and their sources", ["constant", "source"], [[k, v] for k, v in m.gpu.sources.items()])
 
 

@@ -13,6 +13,7 @@ SPORT_MIN, SPORT_MAX = 49152, 65535
 
 
 def mix64(x: int) -> int:
+    """SplitMix64 finaliser of a Python int (wraps to 64 bits): the one integer hash of simroute."""
     x = (x + 0x9E3779B97F4A7C15) & M64
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64

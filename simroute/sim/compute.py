@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from simroute.model.cost import CostParams
+from simroute.model.cost import FLOATS, CostParams, holder_curve_s, holder_work, sparse_premium
+from simroute.model.cost import splice_s as model_splice_s
 from simroute.model.geometry import ModelGeometry
-from simroute.model.scalar import _interp
 
 
 def kv_bytes_per_token(g: ModelGeometry) -> float:
     """Cached KV bytes of one token over all layers (token-axis compression included)."""
-    return g.b_kv * g.layers * g.token_fraction
+    return g.kv_bytes_per_token
 
 
 class PartialWork(NamedTuple):
@@ -40,16 +40,13 @@ class ComputeModel:
     def partial_work(self, rows: float, ct: float, topk: int | float) -> PartialWork:
         """Work and premium of a partial over `ct` tokens (dense) or `topk` selected entries (sparse)."""
         p = self.params
-        attended = (topk if topk > 0 else ct) * p.geometry.token_fraction
-        work = rows / p.holder_heads_ref * attended / p.holder_ct_ref
-        if topk <= 0:
-            return PartialWork(work, 1.0)
-        budget = min(max(topk, p.sparse_k[0]), p.sparse_k[-1])
-        return PartialWork(work, _interp(budget, p.sparse_k, p.sparse_premium))
+        work = holder_work(rows, topk if topk > 0 else ct, p.geometry.token_fraction, p.holder_heads_ref,
+                           p.holder_ct_ref)      # the model's one holder-work scaling
+        return PartialWork(work, sparse_premium(topk, p, FLOATS) if topk > 0 else 1.0)
 
     def batch_s(self, work: float) -> float:
         """One exchange of a batch of `work` reference requesters on a holder (the calibrated curve)."""
-        return _interp(work, self.params.holder_n, self.params.holder_s)
+        return holder_curve_s(work, self.params.holder_n, self.params.holder_s)
 
     def attend_s(self, rows: float, ct: float, topk: int | float) -> float:
         """The requester's own attention over a resident copy, per step (all exchanges of the step)."""
@@ -61,4 +58,4 @@ class ComputeModel:
 
     def splice_s(self, ct: float) -> float:
         """Re-rotating a fetched copy served at another offset (RoPE splice)."""
-        return _interp(ct, self.params.splice_ct, self.params.splice_s)
+        return model_splice_s(ct, self.params, FLOATS)

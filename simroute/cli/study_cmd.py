@@ -1,4 +1,4 @@
-"""`simroute sweep` and `simroute report`: thin layers over simroute.study."""
+"""`simroute sweep`: a thin layer over simroute.study (`report` lives in report_cmd.py)."""
 
 from __future__ import annotations
 
@@ -43,26 +43,5 @@ def sweep(
         raise typer.Exit(1)
 
 
-def report(
-    directory: Path = typer.Argument(..., help="A study directory (from sweep) or a run directory (from run)."),
-    fmt: str = typer.Option("html", "--format", help="html (PNG plots + one self-contained page) | md (stdout)."),
-    out: Path = typer.Option(None, "-o", "--out", help="Report directory (default: DIR/report)."),
-) -> None:
-    """Tables and plots of a study or a run, from its output files only.
-
-    Example: simroute report results/ark  (writes results/ark/report/report.html); simroute report results/run --format md
-    """
-    from simroute.errors import ConfigurationError
-    from simroute.study.report import write_report
-    if fmt not in ("html", "md"):
-        raise ConfigurationError("must be html or md", field="--format")
-    res = write_report(directory, out=out, fmt=fmt)
-    if fmt == "md":
-        typer.echo(res)
-    else:
-        console().print(f"report: {res}")
-
-
 def register(app: typer.Typer) -> None:
     app.command("sweep")(sweep)
-    app.command("report")(report)

@@ -113,7 +113,7 @@ def frontier(agg: pd.DataFrame, x: str, slo: list[str], searches: list[dict[str,
     return save_png(fig, out)
 
 
-def bytes_per_primitive(agg: pd.DataFrame, label_col: str, out: Path) -> Path | None:
+def bytes_per_primitive(agg: pd.DataFrame, label_col: str, out: Path, *, over_seeds: bool = True) -> Path | None:
     """Stacked bytes moved per primitive (route messages, fetch copies, PD transfers) per configuration."""
     cols = [("bytes_route", "route"), ("bytes_fetch", "fetch"), ("bytes_pd_transfer", "pd transfer")]
     if agg.empty or not agg[[c for c, _ in cols]].fillna(0).to_numpy().any():
@@ -127,34 +127,33 @@ def bytes_per_primitive(agg: pd.DataFrame, label_col: str, out: Path) -> Path | 
         ax.bar(range(len(agg)), v, bottom=bottom, label=name, color=f"C{i}")
         bottom += v
     ax.set_xticks(range(len(agg)), agg[label_col], rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("GB (mean over seeds)")
+    ax.set_ylabel("GB (mean over seeds)" if over_seeds else "GB")
     ax.set_title("bytes per primitive")
     ax.legend(fontsize=8)
     return save_png(fig, out)
 
 
 def link_heatmap(links: dict[str, pd.DataFrame], out: Path) -> Path | None:
-    """Mean utilisation of every network link (rows: runs; columns: links, grouped by tier)."""
+    """Mean utilisation of the busiest network links, named and grouped by tier (rows: runs)."""
+    from simroute.study.figures import _named_links
     frames = {k: v for k, v in links.items() if v is not None and len(v)}
     if not frames:
         return None
-    first = next(iter(frames.values()))
-    tiers = [t for t in NET_TIERS if (first["tier"] == t).any()] or sorted(first["tier"].unique())
-    sel = first[first["tier"].isin(tiers)].sort_values(["tier", "src", "dst"])
+    sel = _named_links(next(iter(frames.values()))).head(96)
     ids = sel["link"].to_numpy()
     mat = np.array([f.set_index("link").reindex(ids)["mean_utilisation"].to_numpy(dtype=float)
                     for f in frames.values()])
-    if not np.isfinite(mat).any():
+    if not len(ids) or not np.isfinite(mat).any():
         return None
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(min(16, 3 + 0.05 * len(ids)), 1.2 + 0.4 * len(frames)))
-    im = ax.imshow(mat, aspect="auto", cmap="viridis", interpolation="nearest", vmin=0)
+    fig, ax = plt.subplots(figsize=(min(18, 4 + 0.16 * len(ids)), 2.6 + 0.4 * len(frames)))
+    im = ax.imshow(mat, aspect="auto", cmap="viridis", interpolation="nearest", vmin=0, vmax=1)
     ax.set_yticks(range(len(frames)), list(frames), fontsize=7)
-    bounds = np.flatnonzero(sel["tier"].to_numpy()[1:] != sel["tier"].to_numpy()[:-1]) + 0.5
-    for b in bounds:
-        ax.axvline(b, color="w", lw=0.8)
-    ax.set_xlabel("link (" + " | ".join(t for t in sel["tier"].unique()) + ")")
-    ax.set_title("mean link utilisation")
+    tiers = sel["tier"].to_numpy()
+    for b in np.flatnonzero(tiers[1:] != tiers[:-1]) + 0.5:
+        ax.axvline(b, color="w", lw=1.5)
+    ax.set_xticks(range(len(ids)), [f"{t}: {n}" for t, n in zip(tiers, sel["name"])], rotation=90, fontsize=5)
+    ax.set_title("mean link utilisation (busiest links per tier, src -> dst)")
     fig.colorbar(im, ax=ax, fraction=0.03)
     return save_png(fig, out)
 
@@ -208,9 +207,12 @@ def latency_cdf(requests: pd.DataFrame, out: Path) -> Path | None:
     for ax, col, title in zip(axes, ("ttft_s", "tpot_s"), ("TTFT", "TPOT")):
         v = np.sort(done[col].dropna().to_numpy() * 1e3)
         if v.size:
-            ax.plot(v, np.arange(1, v.size + 1) / v.size)
-            for q in (50, 99):
-                ax.axvline(np.percentile(v, q), ls=":", color="grey")
+            ax.plot(v, np.arange(1, v.size + 1) / v.size, drawstyle="steps-post", label=f"{title} CDF")
+            for q, style in ((50, "--"), (99, ":")):
+                x = np.percentile(v, q)
+                ax.axvline(x, ls=style, color="grey", label=f"p{q} = {x:.3g} ms")
+            ax.legend(fontsize=7, loc="lower right")
+        ax.ticklabel_format(axis="x", useOffset=False, style="plain")
         ax.set_xlabel(f"{title} (ms)")
         ax.set_ylabel("fraction of requests")
         ax.grid(alpha=0.3)

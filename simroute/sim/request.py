@@ -278,7 +278,7 @@ class DenseRequest(RequestProcess):
             else:
                 ops.append(env.process(self.local(item.chunk, attend(item.chunk))))
         if plan.resident_attend_s > 0:   # one kernel sequence on the requester's GPU: the copies' attends add up
-            ops.append(env.timeout(plan.resident_attend_s))
+            ops.append(env.process(requester.compute.hold(plan.resident_attend_s)))
         return ops
 
     # ---- the three primitives at the first token --------------------------------------------------------
@@ -296,12 +296,13 @@ class DenseRequest(RequestProcess):
             if not cached:
                 yield from requester.compute.hold(ctx.compute.splice_s(float(ctx.cluster.chunks.tokens[chunk])))
         yield from self.make_copy(chunk, make)
-        yield ctx.env.timeout(attend_s)       # the first token's attention over the copy, on the requester
+        # the first token's attention over the copy, on the requester's GPU (in turn with its other attends)
+        yield from requester.compute.hold(attend_s)
 
     def local(self, chunk: int, attend_s: float) -> Steps:
         tokens = float(self.ctx.cluster.chunks.tokens[chunk])
         yield from self.make_copy(chunk, lambda: self.prefill(self.requester, tokens))
-        yield self.ctx.env.timeout(attend_s)
+        yield from self.requester.compute.hold(attend_s)
 
     def route_first(self, chunk: int, holder: Instance) -> Steps:
         ctx = self.ctx

@@ -10,7 +10,8 @@ from simroute.cli.common import console
 
 
 def sweep(
-    study_file: Path = typer.Argument(..., help="Study YAML (see docs/STUDIES.md and studies/)."),
+    study_file: Path = typer.Argument(..., help="Study YAML or a shipped study's name (see docs/STUDIES.md and "
+                                                "studies/)."),
     out: Path = typer.Option(None, "-o", "--out", help="Study directory (default: results/studies/<name>)."),
     quick: bool = typer.Option(False, "--quick", help="Apply the study's `quick:` overrides (small variant)."),
     jobs: int = typer.Option(None, "-j", "--jobs", help="Local worker processes (default: all cores; 1: inline)."),
@@ -24,8 +25,9 @@ def sweep(
 
     Example: simroute sweep studies/ark-ecmp-vs-ark.yaml --quick -o results/ark && simroute report results/ark
     """
+    from simroute.shipped import resolve_input
     from simroute.study import load_study, run_study
-    study = load_study(study_file, quick=quick)
+    study = load_study(Path(resolve_input("study", study_file)), quick=quick)
     out = out or Path("results") / "studies" / (study.name + ("-quick" if quick else ""))
     run = run_study(study, out, jobs=jobs, ray_address=ray_address, max_points=max_points,
                     retry_failed=retry_failed, progress=progress)

@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
         """
         from simroute.network import load_topology
         from simroute.shipped import resolve_input
-        t = load_topology(resolve_input("topology", file))
+        t = load_topology(resolve_input("topology", file, strict=True))
         s = t.summary()
         rows = [("topology", s["name"]), ("hosts x GPUs", f"{s['hosts']} x {s['gpus_per_host']} = {s['gpus']}"),
                 ("intra-host", s["intra"]), ("NIC", f"per {s['nic_per']}, {s['nic_GBps']:g} GB/s"),

@@ -68,9 +68,9 @@ def test_a_broken_message_path_fails_its_rows(monkeypatch, tmp_path):
 
 
 def test_validate_json_cli(cli):
-    code, out, err = cli("validate", "--json", "--only", "table1,wire_byte")
+    code, out, err = cli("validate", "--json", "--strict", "--only", "table1,wire_byte,table2")
     doc = json.loads(out)
-    assert {r["id"] for r in doc["rows"]} >= {"table1-rt-900", "bytes-break-even"}
+    assert {r["id"] for r in doc["rows"]} >= {"table1-rt-900", "bytes-break-even", "table2-decode-rt-intra"}
     assert doc["failed"] == sum(r["verdict"] == "fail" for r in doc["rows"])
     assert code == (1 if doc["failed"] else 0), err
 

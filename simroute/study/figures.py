@@ -9,6 +9,7 @@ document: plotly.js is inlined once, so the page works offline.
 from __future__ import annotations
 
 import html
+import re
 from typing import Any
 
 import numpy as np
@@ -69,22 +70,32 @@ def request_class(requests: pd.DataFrame) -> pd.Series:
     return label.replace("", "own chunks only")
 
 
+def ttft_parts(requests: pd.DataFrame) -> list[str]:
+    """The per-request TTFT components a run wrote (`ttft_<part>_s` columns other than the floor)."""
+    return [c for c in requests.columns if re.fullmatch(r"ttft_[a-z_]+_s", c) and c != "ttft_floor_s"]
+
+
 def ttft_breakdown(requests: pd.DataFrame | None) -> Any:
-    """Mean TTFT per primitive class, stacked: the contention-free floor and what queueing / contention added."""
-    if requests is None or "ttft_floor_s" not in requests:
+    """Mean TTFT per primitive class, stacked by component: the run's own TTFT parts where it wrote them,
+    else the contention-free floor and what queueing and contention added."""
+    if requests is None or not (ttft_parts(requests) or "ttft_floor_s" in requests):
         return None
     done = requests[requests["status"] == "completed"].copy()
     if done.empty:
         return None
     done["class"] = request_class(done)
-    done["floor_ms"] = done["ttft_floor_s"].clip(lower=0) * 1e3
-    done["wait_ms"] = (done["ttft_s"] * 1e3 - done["floor_ms"]).clip(lower=0)
-    g = done.groupby("class", sort=True).agg(floor=("floor_ms", "mean"), wait=("wait_ms", "mean"),
-                                             n=("ttft_s", "size"))
+    parts = ttft_parts(done)
+    if parts:
+        comps = {c.removeprefix("ttft_").removesuffix("_s").replace("_", " "): done[c] * 1e3 for c in parts}
+    else:
+        floor = done["ttft_floor_s"].clip(lower=0) * 1e3
+        comps = {"contention-free floor": floor, "queueing and contention": (done["ttft_s"] * 1e3 - floor).clip(lower=0)}
+    frame = pd.DataFrame(comps).assign(cls=done["class"].to_numpy())
+    g = frame.groupby("cls", sort=True)
+    means, counts = g.mean(), g.size()
     go = _go()
-    labels = [f"{c} ({n} req)" for c, n in zip(g.index, g["n"])]
-    fig = go.Figure([go.Bar(x=labels, y=g["floor"], name="contention-free floor"),
-                     go.Bar(x=labels, y=g["wait"], name="queueing and contention")])
+    labels = [f"{c} ({n} req)" for c, n in zip(means.index, counts)]
+    fig = go.Figure([go.Bar(x=labels, y=means[name], name=name) for name in comps])
     fig.update_layout(barmode="stack", yaxis_title="mean TTFT (ms)", xaxis_title="primitives of the request's chunks")
     return _layout(fig, "TTFT breakdown per primitive")
 

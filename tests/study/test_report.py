@@ -181,3 +181,13 @@ def test_shipped_study_quick_variant_runs_and_reports(name, tmp_path):
     run = run_study(load_study(f, quick=True), tmp_path / name, jobs=2, progress=False)
     assert run.failed == 0 and run.executed > 0
     assert static_plots(write_report(tmp_path / name, png=False)) >= 3
+
+
+def test_ttft_breakdown_stacks_the_runs_own_parts():
+    req = pd.DataFrame({"status": ["completed"] * 3, "ttft_s": [0.003, 0.004, 0.010], "n_route": [1, 1, 0],
+                        "n_fetch": [0, 0, 2], "n_local": [0, 0, 0], "ttft_queueing_s": [0.001, 0.002, 0.004],
+                        "ttft_transfer_s": [0.002, 0.002, 0.006], "ttft_floor_s": [0.002, 0.002, 0.005]})
+    fig = figures.ttft_breakdown(req)
+    assert [t.name for t in fig.data] == ["queueing", "transfer"]
+    assert list(fig.data[0].x) == ["fetch (1 req)", "route (2 req)"]
+    assert list(fig.data[0].y) == pytest.approx([4.0, 1.5]) and list(fig.data[1].y) == pytest.approx([6.0, 2.0])

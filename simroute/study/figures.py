@@ -101,7 +101,7 @@ def ttft_breakdown(requests: pd.DataFrame | None) -> Any:
 
 
 def _named_links(frame: pd.DataFrame) -> pd.DataFrame:
-    """Network links (not host-internal) sorted by tier then busiest first, at most MAX_LINKS_PER_TIER a tier."""
+    """Links sorted by tier (network tiers first) then busiest first, at most MAX_LINKS_PER_TIER a tier."""
     f = frame.copy()
     tiers = [t for t in NET_TIERS if (f["tier"] == t).any()]
     f = f[f["tier"].isin(tiers)]
@@ -140,7 +140,8 @@ def link_heatmap(links: dict[str, pd.DataFrame | None]) -> Any:
 
 
 def spine_matrix(spines: pd.DataFrame | None, bins: int = 120) -> tuple[np.ndarray, list[str], np.ndarray] | None:
-    """Max concurrent flows per spine per time bin, from the step series (t_s, spine, active_flows)."""
+    """Max concurrent flows per spine per time bin (rows: spines; with the bin edges), from the step series
+    (t_s, spine, active_flows); None when no spine ever carried a flow."""
     if spines is None or spines.empty or not (spines["active_flows"] > 0).any():
         return None
     names = sorted(spines["spine"].unique(), key=lambda s: (len(str(s)), str(s)))
@@ -156,7 +157,7 @@ def spine_matrix(spines: pd.DataFrame | None, bins: int = 120) -> tuple[np.ndarr
         inbin = np.zeros(bins)
         np.maximum.at(inbin, idx, v)
         mat[i] = np.maximum(base, inbin)
-    return mat, [str(n) for n in names], (edges[:-1] + edges[1:]) / 2
+    return mat, [str(n) for n in names], edges
 
 
 def spine_heatmap(spines: dict[str, pd.DataFrame | None]) -> Any:
@@ -167,8 +168,8 @@ def spine_heatmap(spines: dict[str, pd.DataFrame | None]) -> Any:
     go = _go()
     vmax = max(m[0].max() for m in mats.values()) or 1
     fig = _subplots(rows=len(mats), cols=1, subplot_titles=list(mats), vertical_spacing=0.12 / max(len(mats), 1))
-    for i, (mat, names, centres) in enumerate(mats.values(), start=1):
-        fig.add_trace(go.Heatmap(z=mat, x=centres, y=names, zmin=0, zmax=vmax, colorscale="Magma",
+    for i, (mat, names, edges) in enumerate(mats.values(), start=1):
+        fig.add_trace(go.Heatmap(z=mat, x=(edges[:-1] + edges[1:]) / 2, y=names, zmin=0, zmax=vmax, colorscale="Magma",
                                  colorbar=dict(title="flows"), showscale=i == 1,
                                  hovertemplate="t %{x:.3f} s<br>%{y}: %{z:.0f} flows<extra></extra>"), i, 1)
     fig.update_xaxes(title_text="simulated time (s)", row=len(mats), col=1)

@@ -14,7 +14,6 @@ import pandas as pd
 
 from simroute.plotting import pyplot, save_png
 
-NET_TIERS = ("leaf-spine", "spine-core", "nic-leaf")
 
 
 def _xs(values: pd.Series) -> tuple[np.ndarray, list[str] | None]:
@@ -158,28 +157,9 @@ def link_heatmap(links: dict[str, pd.DataFrame], out: Path) -> Path | None:
     return save_png(fig, out)
 
 
-def spine_matrix(spines: pd.DataFrame, bins: int = 120) -> tuple[np.ndarray, list[str], float] | None:
-    """Max concurrent flows per spine per time bin, from the step series (t, spine, active_flows)."""
-    if spines is None or spines.empty:
-        return None
-    names = sorted(spines["spine"].unique(), key=lambda s: (len(str(s)), str(s)))
-    t_end = float(spines["t_s"].max()) or 1.0
-    edges = np.linspace(0.0, t_end, bins + 1)
-    mat = np.zeros((len(names), bins))
-    for i, name in enumerate(names):
-        g = spines[spines["spine"] == name].sort_values("t_s", kind="stable")
-        t, v = g["t_s"].to_numpy(float), g["active_flows"].to_numpy(float)
-        start = np.searchsorted(t, edges[:-1], side="right") - 1
-        base = np.where(start >= 0, v[np.maximum(start, 0)], 0.0)
-        idx = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
-        inbin = np.zeros(bins)
-        np.maximum.at(inbin, idx, v)
-        mat[i] = np.maximum(base, inbin)
-    return mat, [str(n) for n in names], t_end
-
-
 def spine_heatmap(spines: dict[str, pd.DataFrame], out: Path) -> Path | None:
     """Per-spine concurrent flows over time, one panel per run (the ARK paper's Fig 3)."""
+    from simroute.study.figures import spine_matrix
     mats = {k: m for k, v in spines.items() if (m := spine_matrix(v)) is not None}
     if not mats:
         return None
@@ -187,9 +167,9 @@ def spine_heatmap(spines: dict[str, pd.DataFrame], out: Path) -> Path | None:
     vmax = max(m[0].max() for m in mats.values()) or 1
     fig, axes = plt.subplots(len(mats), 1, figsize=(9, 0.6 + 1.6 * len(mats)), squeeze=False,
                              constrained_layout=True)
-    for ax, (label, (mat, names, t_end)) in zip(axes[:, 0], mats.items()):
+    for ax, (label, (mat, names, edges)) in zip(axes[:, 0], mats.items()):
         im = ax.imshow(mat, aspect="auto", cmap="magma", interpolation="nearest", vmin=0, vmax=vmax,
-                       extent=(0, t_end, len(names) - 0.5, -0.5))
+                       extent=(0, edges[-1], len(names) - 0.5, -0.5))
         ax.set_yticks(range(len(names)), names, fontsize=7)
         ax.set_title(label, fontsize=8)
     axes[-1, 0].set_xlabel("simulated time (s)")

@@ -49,8 +49,8 @@ class ArkPoint:
 def disagg_trace(path: Path, *, qps: float, duration_s: float, seed: int, prompt_tokens: int = 16_384) -> Path:
     n = max(1, int(qps * duration_s))
     return generate("disagg", path, seed=seed, params={
-        "requests": n, "qps": qps, "prompt_tokens": prompt_tokens, "prompt_sigma": 0.6, "prompt_min": 1024, "prompt_max": 131_072,
-        "output_tokens": 128, "prefill_instances": 40, "decode_instances": 24})
+        "requests": n, "qps": qps, "prompt_tokens": prompt_tokens, "prompt_sigma": 0.6, "prompt_min": 1024,
+        "prompt_max": 131_072, "output_tokens": 128, "prefill_instances": 40, "decode_instances": 24})
 
 
 def ark_point(trace: Path, qps: float, routing: str, seed: int) -> ArkPoint:

@@ -5,8 +5,8 @@ a sink GPU pool; the simulation layer maps requests onto them.
 
 Flow sizes (documented choice): the all-layer KV of a prompt, from the model geometry (default DeepSeek-V2-Lite,
 absorbed MLA: 1152 B per token-layer x 27 layers, "Move the Query, Not the Cache" §2), with tokens lognormal
-(median 4096, sigma 0.5) clipped to [1024, 8192]: 31-255 MB, mean ~140 MB, i.e. 1.3-10 ms alone on a 25 GB/s NIC. The QPS sweep is relative to the fabric
-(ark-leafspine: 800 GB/s from the source leaves, so ~2800 QPS is 50% load); `load` is printed beside it.
+(median 4096, sigma 0.5) clipped to [1024, 8192]: 31-255 MB, mean ~140 MB, i.e. 1.3-10 ms alone on a 25 GB/s
+NIC. The QPS sweep is relative to the fabric (ark-leafspine: 800 GB/s from the source leaves, so ~2800 QPS is 50% load); `load` is printed beside it.
 """
 
 from __future__ import annotations

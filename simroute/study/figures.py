@@ -259,7 +259,8 @@ def fct_vs_load(agg: pd.DataFrame, x: str) -> Any:
     for i, (series, g) in enumerate(agg.groupby("series", sort=False)):
         g = _sorted(g, x)
         for col, dash, stat in (("fct_pd_mean_ms", "dash", "mean"), ("fct_pd_p95_ms", "solid", "P95")):
-            fig.add_trace(go.Scatter(x=g[x], y=g[col], mode="lines+markers", name=f"{series} · FCT {stat}".strip(" ·"),
+            name = f"{series} · FCT {stat}" if series else f"FCT {stat}"
+            fig.add_trace(go.Scatter(x=g[x], y=g[col], mode="lines+markers", name=name,
                                      line=dict(color=PALETTE[i % len(PALETTE)], dash=dash)))
     fig.update_layout(xaxis_title=x, yaxis_title="KV-transfer FCT (ms)")
     return _layout(fig, f"KV-transfer FCT vs {x} (ARK Fig 2)")

@@ -76,7 +76,8 @@ def fct_vs_load(agg: pd.DataFrame, x: str, out: Path) -> Path | None:
 
 
 def frontier(agg: pd.DataFrame, x: str, slo: list[str], searches: list[dict[str, Any]], out: Path) -> Path | None:
-    """The SLO frontier: a search's answer per group, or SLO attainment against x with the last x that meets it."""
+    """The SLO frontier: a search's answer per group, or each SLO condition's metric against x with its
+    threshold (the study's SLO, not each run's own attainment)."""
     plt = pyplot()
     if searches:
         labels = [", ".join(f"{k}={v}" for k, v in s["labels"].items()) or "base" for s in searches]
@@ -91,24 +92,27 @@ def frontier(agg: pd.DataFrame, x: str, slo: list[str], searches: list[dict[str,
         ax.set_ylabel(f"{s0['goal']} {s0['field']}")
         ax.set_title(f"{s0['goal']} {s0['field']} meeting {' and '.join(s0['slo'])}")
         return save_png(fig, out)
-    if agg.empty or agg["slo_attainment"].isna().all():
+    from simroute.study.search import parse_slo
+    conds = [c for c in (parse_slo(t) for t in slo) if c.column in agg]
+    if agg.empty or not conds or x not in agg:
         return None
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for i, (series, g) in enumerate(agg.groupby("series", sort=False)):
-        xs, cats = _xs(g[x])
-        order = np.argsort(xs)
-        ax.plot(xs[order], g["slo_attainment"].to_numpy()[order], "o-", color=f"C{i % 10}", label=series or "all")
-        if "meets" in g and g["meets"].any():
-            last = xs[order][g["meets"].to_numpy()[order]].max()
-            ax.axvline(last, color=f"C{i % 10}", ls=":", lw=1)
-        if cats:
-            ax.set_xticks(range(len(cats)), cats, rotation=30, ha="right")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel(x)
-    ax.set_ylabel("SLO attainment (TTFT and TPOT)")
-    ax.set_title("SLO frontier" + (f" (dotted: last {x} meeting {' and '.join(slo)})" if slo else ""), fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    fig, axes = plt.subplots(1, len(conds), figsize=(6.5 * len(conds), 4), squeeze=False)
+    for ax, c, text in zip(axes[0], conds, slo):
+        for i, (series, g) in enumerate(agg.groupby("series", sort=False)):
+            xs, cats = _xs(g[x])
+            order = np.argsort(xs)
+            y, met = g[c.column].to_numpy(float)[order], g["meets"].astype(bool).to_numpy()[order]
+            ax.plot(xs[order], y, "-", color=f"C{i % 10}", label=f"{series or 'all'} ({c.column})")
+            ax.scatter(xs[order][met], y[met], color=f"C{i % 10}", zorder=3)
+            ax.scatter(xs[order][~met], y[~met], facecolors="none", edgecolors=f"C{i % 10}", zorder=3)
+            if cats:
+                ax.set_xticks(range(len(cats)), cats, rotation=30, ha="right")
+        ax.axhline(c.value, color="black", ls=":", lw=1, label=f"SLO {text}")
+        ax.set_xlabel(x)
+        ax.set_ylabel(c.column)
+        ax.set_title("SLO frontier at the study's SLO (filled: every seed meets it)", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
     return save_png(fig, out)
 
 

@@ -216,6 +216,16 @@ def _study(d: Path) -> Report:
         sections.append(("Failed points", pd.DataFrame({
             "key": failed["key"], "labels": failed["labels_json"], "seed": failed["seed"],
             "error": [e.splitlines()[0] if e else "" for e in failed["error"]]})))
+    figs = _study_figures(d, df, agg, x, series, slo, searches, bool(has_pd), multi_seed)
+    if meta.get("description"):
+        sections.insert(0, ("About", pd.DataFrame({"study": [meta["description"]],
+                                                     "points": [len(df)], "failed": [len(failed)]})))
+    return Report(f"simroute study: {meta.get('name', d.name)}", sections, figs, notes)
+
+
+def _study_figures(d: Path, df: pd.DataFrame, agg: pd.DataFrame, x: str | None, series: list[str], slo: list[str],
+                   searches: list[dict[str, Any]], has_pd: bool, multi_seed: bool) -> list[Figure]:
+    """A study's figures; link and spine figures at the search answers (or each series' largest x)."""
     reps = _answer_runs(df, searches) if searches else _representatives(df, x, series)
     where = "at each search answer" if searches else f"runs at the largest {x}"
     links = {k: _read_parquet(d / "runs" / v / "net_links.parquet") for k, v in reps.items()}
@@ -234,10 +244,7 @@ def _study(d: Path) -> Report:
     if has_pd and x in agg:
         figs.insert(1, Figure(f"KV-transfer FCT vs {x} (ARK Fig 2)", lambda: figures.fct_vs_load(agg, xx),
                               lambda o: plots.fct_vs_load(agg, xx, o / "fct.png")))
-    if meta.get("description"):
-        sections.insert(0, ("About", pd.DataFrame({"study": [meta["description"]],
-                                                     "points": [len(df)], "failed": [len(failed)]})))
-    return Report(f"simroute study: {meta.get('name', d.name)}", sections, figs, notes)
+    return figs
 
 
 def _fmt(t: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:

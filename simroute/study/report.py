@@ -277,12 +277,33 @@ def _run_sections(s: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
         ("Latency (ms)", lat),
         ("Primitives per (chunk, request)", pd.DataFrame([s["primitive_counts"]])),
         ("Bytes (GB)", pd.DataFrame([{k: round(v / 1e9, 4) for k, v in s["bytes"].items()}])),
-        ("Network", pd.DataFrame([{"flows": net.get("flows"), "max link utilisation": net.get("max_link_utilisation"),
+        ("Network", pd.DataFrame([{"flows": net.get("flows"),
+                                   "most saturated tier": (net.get("bottlenecks") or {}).get("most_saturated_tier"),
+                                   "max link mean utilisation": net.get("max_link_utilisation"),
                                    "peak spine flows": max(net.get("peak_spine_concurrency", {}).values(),
                                                            default=0),
                                    **{f"{k} bytes (GB)": round(v / 1e9, 4)
                                       for k, v in net.get("bytes_by_tier", {}).items()}}])),
+        *_bottleneck_sections(net.get("bottlenecks") or {}),
     ]
+
+
+def _bottleneck_sections(b: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
+    """Per-tier utilisation (peak / p99 over the stated window, mean over the run) and the hottest links."""
+    if not b.get("tiers"):
+        return []
+    window = f"{b.get('window_s', 0) * 1e3:g} ms windows over {b.get('span_s', 0):.3g} s"
+    tiers = pd.DataFrame([{"tier": t, "links": v.get("links"), "peak": v.get("peak_utilisation"),
+                           "p99": v.get("p99_utilisation"), "mean": v.get("mean_utilisation"),
+                           "saturated link-s": v.get("saturated_link_s"),
+                           "bulk GB": (v.get("bulk_bytes") or 0) / 1e9, "message GB": (v.get("message_bytes") or 0) / 1e9}
+                          for t, v in b["tiers"].items()])
+    hot = pd.DataFrame([{"tier": h.get("tier"), "link": f"{h.get('src')} -> {h.get('dst')}",
+                         "peak": h.get("peak_utilisation"), "p99": h.get("p99_utilisation"),
+                         "mean": h.get("mean_utilisation"), "saturated s": h.get("saturated_s"),
+                         "bulk GB": (h.get("bulk_bytes") or 0) / 1e9, "message GB": (h.get("message_bytes") or 0) / 1e9}
+                        for h in b.get("hottest_links", [])])
+    return [(f"Utilisation by tier ({window})", tiers), ("Hottest links", hot)]
 
 
 def _hbm_table(d: Path) -> pd.DataFrame | None:

@@ -191,3 +191,12 @@ def test_ttft_breakdown_stacks_the_runs_own_parts():
     assert [t.name for t in fig.data] == ["queueing", "transfer"]
     assert list(fig.data[0].x) == ["fetch (1 req)", "route (2 req)"]
     assert list(fig.data[0].y) == pytest.approx([4.0, 1.5]) and list(fig.data[1].y) == pytest.approx([6.0, 2.0])
+
+
+def test_run_report_names_the_bottleneck(run_dir):
+    md = write_report(run_dir, fmt="md")
+    import json
+    b = json.loads((run_dir / "summary.json").read_text())["network"]["bottlenecks"]
+    assert f"| {b['most_saturated_tier']} |" in md and "## Hottest links" in md
+    hot = b["hottest_links"][0]
+    assert f"{hot['src']} -> {hot['dst']}" in md and "ms windows over" in md

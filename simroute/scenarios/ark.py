@@ -26,10 +26,6 @@ from simroute.workload import generate
 
 MODEL = "llama-3.1-70b"
 TOPOLOGY = "ark-paper"   # spine uplinks at the NIC rate: a collision halves both elephants
-# Prefill per token-layer of a TP-8 H100 instance serving Llama-3.1-70B: ~2 x 70.6e9 FLOP per token at ~50% of
-# 8 x 989 TFLOP/s (datasheet) is ~36 us per token, 0.45 us per layer. With it the KV transfer is about a third
-# of TTFT, so ARK's FCT gain shows in TTFT diluted as the ARK paper reports (TTFT -12.9% for FCT -27.3%).
-PREFILL_US = 0.45
 
 
 @dataclass(frozen=True)
@@ -49,13 +45,13 @@ class ArkPoint:
 def disagg_trace(path: Path, *, qps: float, duration_s: float, seed: int, prompt_tokens: int = 16_384) -> Path:
     n = max(1, int(qps * duration_s))
     return generate("disagg", path, seed=seed, params={
-        "requests": n, "qps": qps, "prompt_tokens": prompt_tokens, "prompt_sigma": 0.6, "prompt_min": 1024,
-        "prompt_max": 131_072, "output_tokens": 128, "prefill_instances": 40, "decode_instances": 24})
+        "requests": n, "qps": qps, "prompt_tokens": prompt_tokens, "prompt_sigma": 0.6, "prompt_min": 1024, "prompt_max": 131_072,
+        "output_tokens": 128, "prefill_instances": 40, "decode_instances": 24})
 
 
 def ark_point(trace: Path, qps: float, routing: str, seed: int) -> ArkPoint:
     cfg = RunConfig(topology=str(shipped_topology(TOPOLOGY)), trace=str(trace),
-                    calib=str(default_profile_path()), routing=routing, seed=seed, model=MODEL, prefill_us=PREFILL_US,
+                    calib=str(default_profile_path()), routing=routing, seed=seed, model=MODEL, prefill_us=0.02,
                     decode_steps_per_event=64, slo_ttft_ms=10_000)
     res = simulate(cfg)
     s, net = res.summary, res.summary["network"]

@@ -124,13 +124,15 @@ def link_heatmap(links: dict[str, pd.DataFrame | None]) -> Any:
         f = f.set_index("link").reindex(sel["link"])
         for col, stat in LINK_METRICS:
             if col in f:
-                rows.append(f"{label} · {stat}" if len(frames) > 1 else stat)
+                rows.append(stat if list(frames) == ["run"] else f"{label} · {stat}")
                 mat.append(f[col].to_numpy(float))
     go = _go()
     tiers = sel["tier"].tolist()
     x = [f"{t} | {n}" for t, n in zip(tiers, sel["name"])]
-    fig = go.Figure(go.Heatmap(z=np.array(mat), x=x, y=rows, colorscale="Viridis", zmin=0, zmax=1,
-                               colorbar=dict(title="utilisation"),
+    z = np.array(mat)
+    top = float(np.nanmax(z)) if np.isfinite(z).any() else 1.0
+    fig = go.Figure(go.Heatmap(z=z, x=x, y=rows, colorscale="Viridis", zmin=0, zmax=min(1.0, max(top, 1e-6)),
+                               colorbar=dict(title=f"utilisation<br>(scale 0-{min(1.0, max(top, 1e-6)):.2g})"),
                                hovertemplate="%{x}<br>%{y}: %{z:.3f}<extra></extra>"))
     for b in np.flatnonzero(np.array(tiers[1:]) != np.array(tiers[:-1])):
         fig.add_vline(x=b + 0.5, line=dict(color="white", width=2))

@@ -1,0 +1,115 @@
+"""Routed exchanges on the requester's critical path, computed analytically once per (macro-)iteration.
+
+An iteration whose sequences route pays, per exchange (per layer under `per-layer`, once per step under
+`once`), the slowest holder's round trip: the query message out (the rows of every sequence of the batch
+bound for that holder, one message), the holder's wait and its partial-attention kernel (one call over one
+query per (request, holder): `StepTimeModel.holder_partial_s`), the partial back, and the merge. Messages
+go through the network engine's `message_delay` (FIFO queueing on links, shares left by bulk flows), once
+per holder per iteration event: the per-layer messages of one iteration see the same network state.
+
+The holder side (`HolderPartials`) is GPU work on the holder: its kernels run between or inside the
+holder's own iterations (`inline`, the default: a kernel waits for the holder's current layer to end, and
+the holder's next iteration is longer by the work) or on a concurrent stream (`stream`: no layer wait,
+the holder's iterations are slowed by `interference` x the work). Kernels of different requesters queue
+on the holder: a fluid M/D/1 wait from the holder's current partial-attention utilisation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simroute.sim.engine.engine import InstanceEngine
+
+HOLDER_MODES = ("inline", "stream")
+MAX_UTILISATION = 0.95          # the fluid queue's wait is capped where rho -> 1 (no unbounded backlog)
+
+
+class HolderPartials:
+    """The partial-attention work a holder does for others, and what it costs its own iterations."""
+
+    __slots__ = ("mode", "interference", "pending_s", "demand", "calls", "queries", "work_s", "charged_s")
+
+    def __init__(self, mode: str = "inline", interference: float = 0.3) -> None:
+        self.mode = mode
+        self.interference = interference
+        self.pending_s = 0.0            # work to charge to the holder's next iteration
+        self.demand: list[tuple[float, float]] = []   # (until, GPU seconds per second) of current requesters
+        self.calls = 0.0                # kernel calls (x exchanges)
+        self.queries = 0.0
+        self.work_s = 0.0
+        self.charged_s = 0.0
+
+    def utilisation(self, now: float) -> float:
+        d = self.demand
+        if d and d[0][0] <= now:
+            d[:] = [x for x in d if x[0] > now]
+        return sum(rate for _, rate in d)
+
+    def wait_s(self, kernel_s: float, now: float, holder_busy: bool, holder_layer_s: float) -> float:
+        """Expected wait of one kernel: behind other requesters' kernels (M/D/1 at the current utilisation)
+        and, inline, for the holder's current layer to end (half a layer on average)."""
+        rho = min(self.utilisation(now), MAX_UTILISATION)
+        wait = kernel_s * rho / (2 * (1 - rho)) if rho > 0 else 0.0
+        if self.mode == "inline" and holder_busy:
+            wait += holder_layer_s / 2
+        return wait
+
+    def add(self, kernel_s: float, calls: float, queries: float, now: float, span_s: float,
+            holder_busy: bool) -> None:
+        work = kernel_s * calls
+        self.calls += calls
+        self.queries += queries * calls
+        self.work_s += work
+        if span_s > 0:
+            self.demand.append((now + span_s, work / span_s))
+        if holder_busy:                 # on an idle holder the kernels use an idle GPU: nobody waits for them
+            self.pending_s += work if self.mode == "inline" else work * self.interference
+
+    def take(self) -> float:
+        """The work to add to the holder's iteration now starting."""
+        w, self.pending_s = self.pending_s, 0.0
+        self.charged_s += w
+        return w
+
+
+class RouteExchange:
+    """Per-iteration exchange time of one requester's batch (see the module docstring).
+
+    `fabric_of(requester, holder)` gives the pair's FabricParams (t_probe_s, single_block_Bps,
+    turnaround_s); `net` is a FlowEngine (or anything with its `message_delay`). Byte sizes are per query row.
+    """
+
+    def __init__(self, net: Any, fabric_of: Callable[[Any, Any], Any], *, q_bytes: float, p_bytes: float,
+                 tp: int, merge_s: float, exchanges_per_step: int) -> None:
+        self.net = net
+        self.fabric_of = fabric_of
+        self.q_bytes, self.p_bytes = q_bytes, p_bytes
+        self.tp = tp
+        self.merge_s = merge_s
+        self.exchanges = exchanges_per_step
+        self.messages = 0.0             # routed messages (queries + partials, x exchanges)
+
+    def iteration(self, engine: "InstanceEngine", groups: dict, k: int, span_s: float) -> tuple[float, float]:
+        """(exchange seconds, of which holder wait) added to each iteration of a k-iteration event.
+
+        `groups` maps a holder engine to [queries, rows, key_tokens] of this batch."""
+        net, now, tp, ex = self.net, engine.env.now, self.tp, self.exchanges
+        worst, worst_wait = 0.0, 0.0
+        for holder, (queries, rows, keys) in groups.items():
+            fab = self.fabric_of(engine, holder)
+            out = net.message_delay(engine.gpu, holder.gpu, rows * self.q_bytes / tp, t_probe_s=fab.t_probe_s,
+                                    single_block_Bps=fab.single_block_Bps, include_latency=False)
+            back = net.message_delay(holder.gpu, engine.gpu, rows * self.p_bytes / tp,
+                                     t_probe_s=fab.turnaround_s, single_block_Bps=fab.single_block_Bps,
+                                     include_latency=False)
+            kernel = holder.step.holder_partial_s(queries, rows / queries, keys / queries)
+            busy = holder.busy
+            wait = holder.partials.wait_s(kernel, now, busy, holder.layer_s)
+            holder.partials.add(kernel, ex * k, queries, now, span_s, busy)
+            rt = out + wait + kernel + back + self.merge_s
+            if rt > worst:
+                worst, worst_wait = rt, wait
+        self.messages += 2 * ex * k * len(groups)
+        return ex * worst, ex * worst_wait

@@ -68,7 +68,7 @@ def agents(tmp: Path) -> None:
 
 
 def ark(tmp: Path) -> None:
-    from simroute.sim.ark import MODEL, TOPOLOGY, disagg_trace
+    from simroute.scenarios.ark import MODEL, TOPOLOGY, disagg_trace
     trace = disagg_trace(tmp / "ark.parquet", qps=25, duration_s=600, seed=1)
     cfg = RunConfig(topology=str(shipped_topology(TOPOLOGY)), trace=str(trace),
                     calib=str(default_profile_path()), routing="ark", model=MODEL, prefill_us=0.02,

@@ -39,7 +39,7 @@ def test_trace_gen_refuses_to_replace_a_foreign_directory(cli, tmp_path):
 
 
 def test_validate_exit_code_is_propagated(cli, monkeypatch):
-    from simroute.sim import validate as v
+    from simroute.scenarios import validate as v
     monkeypatch.setattr(v, "CHECKS", (lambda _tmp: v.Check("always fails", "x", "y", False),))
     code, out, _ = cli("validate")
     assert code == 1 and "NO" in out

@@ -2,49 +2,61 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import sys
+import typing
 from pathlib import Path
 from typing import Callable
 
 import typer
 
-from simroute.cli.common import CALIB_HELP, console, echo_json, table
+from simroute.cli.common import console, echo_json, table
 
 
-def run(
-    topology: Path = typer.Option(None, help="Topology YAML (default: the shipped fattree.yaml)."),
-    trace: Path = typer.Option(None, help="Trace dataset (*.parquet directory; default: the shipped agents trace)."),
-    calib: str = typer.Option(None, help=CALIB_HELP + " Default: h100-ibgda."),
-    policy: str = typer.Option("paper", help="paper | adaptive | always-route | always-fetch | always-local."),
-    routing: str = typer.Option("ecmp", help="Path selection for bulk flows: ecmp | ark | least-loaded."),
-    seed: int = typer.Option(0, help="Seed: a run is a pure function of its inputs and this."),
-    out: Path = typer.Option(Path("results/run"), "-o", "--out", help="Output directory (replaced atomically)."),
-    model: str = typer.Option("deepseek-v2-lite", help="Model geometry."),
-    route_exchanges: str = typer.Option("per-layer", help="per-layer (exact) or once (paper's accounting)."),
-    placement: str = typer.Option("hash", help="hash | consistent-hash | popularity."),
-    replicas: int = typer.Option(1, help="Replicas of hot chunks (popularity placement)."),
-    hot_fraction: float = typer.Option(0.01, help="Share of chunks that are replicated (popularity placement)."),
-    router: str = typer.Option("hint", help="hint | round-robin | least-loaded | locality."),
-    tp: int = typer.Option(1, help="GPUs per instance (tensor-parallel group)."),
-    hbm_gb: float = typer.Option(40.0, help="HBM per instance for chunks and copies (GB)."),
-    batch_window_us: float = typer.Option(10.0, help="Holder batching window (us)."),
-    dispatch_window_us: float = typer.Option(5.0, help="Requester dispatcher window: same-chunk queries to one "
-                                                       "holder share a message (us; 0 = off)."),
-    staging_streams: int = typer.Option(8, help="K streams of the holder staging pool."),
-    decode_steps_per_event: int = typer.Option(4, help="Decode steps one simulated macro-step stands for "
-                                                       "(1 = exact; larger is faster, see docs/MODEL.md)."),
-    decode_base_ms: float = typer.Option(0.0, help="Non-attention time per decode step (ms)."),
-    prefill_us: float = typer.Option(None, help="Prefill cost per token-layer (us); profile value if unset."),
-    max_requests: int = typer.Option(None, help="Replay only the first N requests."),
-    until: float = typer.Option(None, help="Stop at this simulated time (s); unfinished requests are dropped."),
-    slo_ttft_ms: float = typer.Option(500.0, help="TTFT SLO for attainment (ms)."),
-    slo_tpot_ms: float = typer.Option(100.0, help="TPOT SLO for attainment (ms)."),
-    no_telemetry: bool = typer.Option(False, help="Skip per-flow / per-link / holder telemetry tables."),
-    link_series: bool = typer.Option(False, help="Also write per-link utilisation time series."),
-    timeline: Path = typer.Option(None, help="Also export a Chrome/Perfetto trace JSON of the run."),
-    json_out: bool = typer.Option(False, "--json", help="Print summary.json instead of tables."),
-    progress: bool = typer.Option(None, help="Progress bar (default: when stderr is a terminal)."),
-) -> None:
+def run_options() -> list[tuple[str, inspect.Parameter]]:
+    """(RunConfig field, CLI parameter) per field: names, defaults, help and value lists from the field
+    metadata (simroute/sim/config.py), so an option can never drift from the config it fills."""
+    from simroute.sim.config import RunConfig, field_types
+    from simroute.sim.registry import Registry
+    hints = typing.get_type_hints(RunConfig)
+    out = []
+    for f in dataclasses.fields(RunConfig):
+        base, optional = field_types(hints[f.name])
+        meta = f.metadata
+        name = meta["option"] or f.name
+        flag = "--" + name.replace("_", "-")
+        if base is bool:
+            flag = f"{flag}/--no-{name.replace('_', '-')}"
+        choices = meta["choices"]
+        help_text = meta["help"]
+        if isinstance(choices, Registry):
+            help_text += f" {choices.help()}."
+        elif choices is not None:
+            help_text += f" One of: {' | '.join(choices)}."
+        required = f.default is dataclasses.MISSING
+        default = None if required else f.default
+        annotation = typing.Optional[base] if (optional or required) else base
+        out.append((f.name, inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
+                                              default=typer.Option(default, flag, help=help_text))))
+    return out
+
+
+def _cli_only_options() -> list[inspect.Parameter]:
+    kw = inspect.Parameter.KEYWORD_ONLY
+    return [
+        inspect.Parameter("out", kw, annotation=Path, default=typer.Option(
+            Path("results/run"), "-o", "--out", help="Output directory (replaced atomically).")),
+        inspect.Parameter("timeline", kw, annotation=typing.Optional[Path], default=typer.Option(
+            None, help="Also export a Chrome/Perfetto trace JSON of the run.")),
+        inspect.Parameter("json_out", kw, annotation=bool, default=typer.Option(
+            False, "--json", help="Print summary.json instead of tables.")),
+        inspect.Parameter("progress", kw, annotation=typing.Optional[bool], default=typer.Option(
+            None, help="Progress bar (default: when stderr is a terminal).")),
+    ]
+
+
+def _run(**options: typing.Any) -> None:
     """Replay a trace on a topology with the route/fetch/local predicate, holders and congestion.
 
     Example: simroute run --topology topologies/fattree.yaml --trace agents.parquet --calib calib/h100-ibgda.yaml
@@ -55,33 +67,49 @@ def run(
     from simroute.sim import RunConfig, simulate
     from simroute.sim.config import default_trace_path
 
-    cfg = RunConfig(
-        topology=str(topology or default_topology_path()), trace=str(trace or default_trace_path()),
-        calib=str(calib or default_profile_path()), model=model, policy=policy, routing=routing, seed=seed,
-        route_exchanges=route_exchanges, placement=placement, replicas=replicas, hot_fraction=hot_fraction,
-        router=router, tp=tp, hbm_gb=hbm_gb, batch_window_us=batch_window_us,
-        dispatch_window_us=dispatch_window_us, staging_streams=staging_streams,
-        decode_steps_per_event=decode_steps_per_event, decode_base_ms=decode_base_ms, prefill_us=prefill_us,
-        max_requests=max_requests, until_s=until, slo_ttft_ms=slo_ttft_ms, slo_tpot_ms=slo_tpot_ms,
-        telemetry=not no_telemetry or timeline is not None, link_series=link_series)
-    show = sys.stderr.isatty() if progress is None else progress
-    bar = None
-    cb: Callable[[int, int], None] | None = None
-    if show:
-        from tqdm import tqdm
-        bar = tqdm(total=None, unit="req", desc="replaying", file=sys.stderr)
-
-        def cb(done: int, total: int) -> None:  # noqa: F811 (rebinds the None above)
-            bar.total = total
-            bar.n = done
-            bar.refresh()
-    res = simulate(cfg, out, progress=cb, timeline=timeline)
-    if bar is not None:
-        bar.close()
+    out, timeline = options.pop("out"), options.pop("timeline")
+    json_out, progress = options.pop("json_out"), options.pop("progress")
+    values = {field: options[param.name] for field, param in run_options()}
+    shipped = {"topology": default_topology_path, "trace": default_trace_path, "calib": default_profile_path}
+    for name, default in shipped.items():
+        values[name] = str(values[name] or default())
+    values["telemetry"] = values["telemetry"] or timeline is not None    # a timeline needs the telemetry
+    cfg = RunConfig(**values)
+    res = simulate(cfg, out, progress=_progress_bar(progress))
+    if timeline is not None:
+        from simroute.scenarios.timeline import write_timeline
+        write_timeline(timeline, res.tables)
     if json_out:
         echo_json(res.summary)
         return
     print_summary(res.summary, res.perf, out)
+
+
+def _progress_bar(progress: bool | None) -> Callable[[int, int], None] | None:
+    if not (sys.stderr.isatty() if progress is None else progress):
+        return None
+    from tqdm import tqdm
+    bar = tqdm(total=None, unit="req", desc="replaying", file=sys.stderr)
+
+    def update(done: int, total: int) -> None:
+        bar.total = total
+        bar.n = done
+        bar.refresh()
+        if done >= total:
+            bar.close()
+    return update
+
+
+def run_command() -> Callable[..., None]:
+    """`_run` with a signature typer can read: every RunConfig option plus the CLI's own."""
+    params = [param for _, param in run_options()] + _cli_only_options()
+
+    def run(**options: typing.Any) -> None:
+        _run(**options)
+    run.__doc__ = _run.__doc__
+    run.__signature__ = inspect.Signature(params)     # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    return run
 
 
 def print_summary(s: dict, perf: dict, out: Path) -> None:
@@ -126,7 +154,7 @@ def validate(
 
     Exits 1 if any effect is not reproduced. Example: simroute validate --ark --ark-qps 10,25
     """
-    from simroute.sim.validate import run_checks
+    from simroute.scenarios.validate import run_checks
     if ark:
         _ark_table([float(q) for q in ark_qps.split(",") if q.strip()], ark_duration, seed)
     checks = run_checks()
@@ -137,7 +165,7 @@ def validate(
 
 
 def _ark_table(qps: list[float], duration: float, seed: int) -> None:
-    from simroute.sim.ark import ark_sweep
+    from simroute.scenarios.ark import ark_sweep
     pts = ark_sweep(qps, duration_s=duration, seed=seed)
     rows = []
     for e, a in zip(pts[::2], pts[1::2]):
@@ -151,5 +179,5 @@ def _ark_table(qps: list[float], duration: float, seed: int) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("run")(run)
+    app.command("run")(run_command())
     app.command("validate")(validate)

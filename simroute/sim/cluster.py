@@ -1,4 +1,5 @@
-"""Instances (a GPU or a tensor-parallel group), their HBM, and which chunks each holds.
+"""The cluster: instances (a GPU or a tensor-parallel group) with their HBM and servers, the chunks and who
+holds them, and the calibrated fabric between any two instances.
 
 Canonical chunks are pinned where placement put them; fetched or re-prefilled copies are evictable (LRU)
 and, while resident, serve other requesters too (a holder is whoever has the chunk in HBM).
@@ -12,24 +13,34 @@ from dataclasses import dataclass, field
 import numpy as np
 import simpy
 
-from simroute.sim.holder import FifoServer, HolderServer, StagingPool
+from simroute.calib.profile import Profile
+from simroute.errors import ConfigurationError
+from simroute.model.cost import CostParams, FabricParams
+from simroute.network import Topology
+from simroute.network.hashing import mix64
+from simroute.sim.compute import ComputeModel
+from simroute.sim.config import RunConfig
+from simroute.sim.holder import STAGING_OVERSUBSCRIPTION_LOSS, FifoServer, HolderServer, StagingPool
+from simroute.sim.placement import ChunkTable, PlacementResult
+from simroute.sim.placements import PLACEMENTS
 
 
 @dataclass(eq=False)
 class Instance:
+    """One serving instance: requester for the requests routed to it, holder of the chunks in its HBM."""
+
     id: int
     gpu: str                      # the GPU whose NIC / links carry this instance's traffic
     host: int
     capacity_bytes: float
     compute: FifoServer           # prefill / re-prefill / splice on this instance, one at a time
-    holder: HolderServer
-    staging: StagingPool
-    pinned_bytes: float = 0.0
-    copies: "OrderedDict[int, float]" = field(default_factory=OrderedDict)
+    holder_server: HolderServer   # batched partial attention for the queries routed to this instance
+    staging: StagingPool          # D2D staging of the chunks fetched from this instance
+    pinned_bytes: float = 0.0     # canonical chunks placed here
+    copies: "OrderedDict[int, float]" = field(default_factory=OrderedDict)   # chunk index -> bytes, LRU order
     copy_bytes: float = 0.0
-    active: int = 0               # requests in flight with this instance as requester
     evictions: int = 0
-    refused: int = 0
+    refused: int = 0              # copies that did not fit (kept by their request only)
 
     @property
     def free_bytes(self) -> float:
@@ -37,7 +48,8 @@ class Instance:
 
 
 class ChunkStore:
-    """Chunk attributes as arrays (indexed by a dense chunk index) and the holder sets."""
+    """Chunk attributes as arrays (indexed by a dense chunk index), who holds each chunk, and the copies being
+    made or relied on. A copy that a running request attends or routes to is pinned and never evicted."""
 
     def __init__(self, chunk_ids: np.ndarray, tokens: np.ndarray, cached_offset: np.ndarray,
                  canonical: np.ndarray, holder_hint: np.ndarray, kv_bytes_per_token: float) -> None:
@@ -49,53 +61,156 @@ class ChunkStore:
         self.holder_hint = holder_hint
         self.bytes = tokens.astype(np.float64) * kv_bytes_per_token
         self.holders: list[list[int]] = [[] for _ in range(len(chunk_ids))]
-        self.pinned: list[set[int]] = [set() for _ in range(len(chunk_ids))]
         self.pending: dict[tuple[int, int], simpy.Event] = {}   # (chunk, instance) copies being made
         self.pins: dict[tuple[int, int], int] = {}               # (chunk, instance) -> requests relying on it
 
-    def pin(self, ci: int, inst: int) -> None:
-        key = (ci, inst)
+    def table(self) -> ChunkTable:
+        return ChunkTable(self.ids, self.bytes, self.canonical, self.holder_hint)
+
+    def pin(self, chunk: int, instance: int) -> None:
+        key = (chunk, instance)
         self.pins[key] = self.pins.get(key, 0) + 1
 
-    def unpin(self, ci: int, inst: int) -> None:
-        key = (ci, inst)
-        n = self.pins[key] - 1
-        if n:
-            self.pins[key] = n
+    def unpin(self, chunk: int, instance: int) -> None:
+        key = (chunk, instance)
+        left = self.pins[key] - 1
+        if left:
+            self.pins[key] = left
         else:
             del self.pins[key]
 
-    def resident_on(self, ci: int, inst: int) -> bool:
-        return inst in self.holders[ci]
+    def resident_on(self, chunk: int, instance: int) -> bool:
+        return instance in self.holders[chunk]
 
-    def add_copy(self, ci: int, inst: Instance) -> bool:
+    def add_copy(self, chunk: int, inst: Instance) -> bool:
         """Make a fetched / re-prefilled copy resident on `inst`, evicting LRU copies; False if it cannot fit."""
-        if inst.id in self.holders[ci]:
-            if ci in inst.copies:
-                inst.copies.move_to_end(ci)
+        if inst.id in self.holders[chunk]:
+            self.touch(chunk, inst)
             return True
-        size = float(self.bytes[ci])
+        size = float(self.bytes[chunk])
         if inst.free_bytes < size:
-            # Least recently used first; a copy that a running request attends or routes to stays.
-            victims, freed = [], inst.free_bytes
-            for old, old_size in inst.copies.items():
-                if freed >= size:
-                    break
-                if (old, inst.id) not in self.pins:
-                    victims.append(old)
-                    freed += old_size
-            if freed < size:
+            victims = self._victims(inst, size)
+            if victims is None:
                 inst.refused += 1     # kept by its request only (transient), not shared, not in the store
                 return False
             for old in victims:
                 inst.copy_bytes -= inst.copies.pop(old)
                 self.holders[old].remove(inst.id)
                 inst.evictions += 1
-        inst.copies[ci] = size
+        inst.copies[chunk] = size
         inst.copy_bytes += size
-        self.holders[ci].append(inst.id)
+        self.holders[chunk].append(inst.id)
         return True
 
-    def touch(self, ci: int, inst: Instance) -> None:
-        if ci in inst.copies:
-            inst.copies.move_to_end(ci)
+    def _victims(self, inst: Instance, size: float) -> list[int] | None:
+        """Least recently used unpinned copies that free `size` bytes, or None if they cannot."""
+        victims, freed = [], inst.free_bytes
+        for old, old_size in inst.copies.items():
+            if freed >= size:
+                break
+            if (old, inst.id) not in self.pins:
+                victims.append(old)
+                freed += old_size
+        return victims if freed >= size else None
+
+    def touch(self, chunk: int, inst: Instance) -> None:
+        """Mark a copy as just used (most recently used: evicted last)."""
+        if chunk in inst.copies:
+            inst.copies.move_to_end(chunk)
+
+
+class Cluster:
+    """Instances, chunks, placement and the fabric lookup of one run.
+
+    Built before the simulation starts; every fabric the topology can put between two instances is checked
+    against the profile here, so a missing one is a load-time error naming the fabric, not a failure at some
+    simulated time.
+    """
+
+    def __init__(self, env: simpy.Environment, topology: Topology, profile: Profile, params: CostParams,
+                 config: RunConfig, compute: ComputeModel, chunks: ChunkStore,
+                 popularity: np.ndarray | None = None) -> None:
+        self.topology, self.profile, self.params, self.config = topology, profile, params, config
+        self.instances = self._build_instances(env, topology, profile, config, compute)
+        self.active = np.zeros(len(self.instances), dtype=np.int64)   # requests in flight per requester
+        self._fabric_ids: dict[tuple[int, int], int] = {}
+        self._check_fabrics()
+        self.chunks = chunks
+        self.placement = self._place(popularity)
+
+    @staticmethod
+    def _build_instances(env: simpy.Environment, topology: Topology, profile: Profile, config: RunConfig,
+                         compute: ComputeModel) -> list[Instance]:
+        gpus = topology.gpus
+        per_host = len(gpus) // max(1, len({topology.host_of(gpu) for gpu in gpus}))
+        if per_host % config.tp:
+            raise ConfigurationError(f"tp = {config.tp} does not divide the {per_host} GPUs of a host", field="tp")
+        constant = lambda name, default: float(profile.constants[name].value) if name in profile.constants \
+            else default
+        staging = dict(elbow=int(constant("staging_elbow_streams", 8)),
+                       gain_at_elbow=constant("staging_gain_at_elbow", 0.07),
+                       oversubscription_loss=constant("staging_oversubscription_loss", STAGING_OVERSUBSCRIPTION_LOSS))
+        instances = []
+        for i, gpu in enumerate(gpus[::config.tp]):
+            instances.append(Instance(
+                id=i, gpu=gpu, host=topology.host_of(gpu), capacity_bytes=config.hbm_gb * 1e9,
+                compute=FifoServer(env, 1),
+                holder_server=HolderServer(env, i, compute.batch_s, config.batch_window_us * 1e-6,
+                                           config.holder_streams, record=config.telemetry),
+                staging=StagingPool(env, config.staging_streams, config.staging_copy_GBps * 1e9,
+                                    record=config.telemetry, **staging)))
+        return instances
+
+    def _check_fabrics(self) -> None:
+        """Look up every instance pair's fabric class once: all pairs within the first host (hosts are alike:
+        a topology declares one host type) and one pair across hosts."""
+        first_host = [inst for inst in self.instances if inst.host == self.instances[0].host]
+        pairs = [(a, b) for a in first_host for b in first_host if a is not b]
+        other = next((inst for inst in self.instances if inst.host != self.instances[0].host), None)
+        if other is not None:
+            pairs.append((self.instances[0], other))
+        for a, b in pairs:
+            self.fabric_id(a, b)
+
+    def _place(self, popularity: np.ndarray | None) -> PlacementResult:
+        cfg = self.config
+        placement = PLACEMENTS.get(cfg.placement)(seed=cfg.seed, replicas=cfg.replicas,
+                                                  hot_fraction=cfg.hot_fraction)
+        result = placement.place(self.chunks.table(), len(self.instances), cfg.hbm_gb * 1e9, popularity=popularity)
+        for chunk, holders in enumerate(result.holders):
+            self.chunks.holders[chunk] = list(holders)
+        for inst, used in zip(self.instances, result.used_bytes):
+            inst.pinned_bytes = float(used)
+        return result
+
+    # ---- lookups ---------------------------------------------------------------------------------------
+    def fabric_id(self, a: Instance, b: Instance) -> int:
+        """Index (in the cost parameters) of the calibrated fabric between two instances."""
+        key = (a.id, b.id)
+        fabric = self._fabric_ids.get(key)
+        if fabric is None:
+            name = self.topology.fabric_between(a.gpu, b.gpu)
+            if name not in self.params.fabric_index:
+                raise ConfigurationError(
+                    f"topology {self.config.topology} puts {a.gpu} -> {b.gpu} on fabric '{name}', which profile "
+                    f"'{self.profile.name}' lacks (it has: {', '.join(self.params.fabric_index)}); fix the "
+                    f"topology's fabric names or use a profile that calibrates '{name}'",
+                    file=self.config.calib, field=f"fabrics.{name}")
+            fabric = self._fabric_ids[key] = self.params.fabric_index[name]
+        return fabric
+
+    def fabric(self, a: Instance, b: Instance) -> FabricParams:
+        return self.params.fabrics[self.fabric_id(a, b)]
+
+    def pick_holder(self, chunk: int, requester: Instance) -> int | None:
+        """The holder a requester uses for a chunk: a same-host replica if any, the least-queued one among
+        them; ties spread requesters over replicas by a hash (not all onto the lowest id). None: nobody."""
+        holders = self.chunks.holders[chunk]
+        if not holders:
+            return None
+        if len(holders) == 1:
+            return holders[0]
+        same_host = [h for h in holders if self.instances[h].host == requester.host]
+        pool = same_host or holders
+        return min(pool, key=lambda h: (len(self.instances[h].holder_server.queue),
+                                        mix64(h * 1_000_003 + requester.id)))

@@ -1,22 +1,43 @@
-"""Run configuration: one frozen dataclass, validated when built, recorded in every output."""
+"""Run configuration: one frozen dataclass, validated when built, recorded in every output.
+
+Each field declares its help text, its bounds and (for names) the registry of valid values in its metadata
+(`setting(...)`). That one declaration drives the checks in `RunConfig.__post_init__`, the `simroute run`
+options (simroute/cli/run_cmd.py) and the study specs (which name RunConfig fields): adding a field here
+adds its option, its help and its check.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import typing
+from collections.abc import Sequence
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from simroute.checks import check_number
 from simroute.errors import ConfigurationError, UnknownNameError
+from simroute.network.engine import ROUTINGS
+from simroute.sim.placements import PLACEMENTS
+from simroute.sim.policies import POLICIES
+from simroute.sim.registry import Registry
+from simroute.sim.routers import ROUTERS
 
-POLICIES = ("paper", "always-route", "always-fetch", "always-local", "adaptive")
-ROUTINGS = ("ecmp", "ark", "least-loaded")
-PLACEMENTS = ("hash", "consistent-hash", "popularity")
-ROUTERS = ("hint", "round-robin", "least-loaded", "locality")
+ROUTE_EXCHANGES = ("per-layer", "once")
 
 
 def default_trace_path() -> Path:
     """The shipped default trace (an agentic scenario), found inside the installed package."""
     return Path(__file__).resolve().parent.parent / "data" / "traces" / "agents-default.parquet"
+
+
+def setting(default: Any = MISSING, help: str = "", *, minimum: float | None = None, maximum: float | None = None,
+            exclusive_minimum: bool = False, choices: Registry | Sequence[str] | None = None,
+            option: str | None = None) -> Any:
+    """A RunConfig field with its metadata: help text, numeric bounds, valid names (a registry or a tuple),
+    and the CLI option's name where it differs from the field's."""
+    meta = {"help": help, "minimum": minimum, "maximum": maximum, "exclusive_minimum": exclusive_minimum,
+            "choices": choices, "option": option}
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -26,78 +47,79 @@ class RunConfig:
     Times are in the units their names say; the simulator converts to seconds once.
     """
 
-    topology: str
-    trace: str
-    calib: str
-    model: str = "deepseek-v2-lite"
-    policy: str = "paper"
-    routing: str = "ecmp"
-    seed: int = 0
-    route_exchanges: str = "per-layer"
-    placement: str = "hash"
-    replicas: int = 1                      # copies of each hot chunk under `popularity` placement
-    hot_fraction: float = 0.01             # share of chunks replicated under `popularity`
-    router: str = "hint"                   # requester choice when the trace gives no hint: falls back to least-loaded
-    tp: int = 1                            # GPUs per instance (tensor-parallel group inside a host)
-    hbm_gb: float = 40.0                   # HBM per instance for canonical chunks and fetched copies
-    batch_window_us: float = 10.0          # holder batching window (routed queries computed as one batch)
-    dispatch_window_us: float = 5.0        # requester dispatcher window (same-chunk queries sent as one message)
-    holder_streams: int = 1                # holder batches computed concurrently
-    staging_streams: int = 8               # K of the holder's D2D staging pool
-    staging_copy_GBps: float = 200.0       # D2D copy rate of one staging stream (default, not measured)
-    decode_steps_per_event: int = 4        # decode steps one simulated macro-step stands for (1 = exact)
-    decode_base_ms: float = 0.0            # non-attention time of a decode step (model-specific; 0 = attention only)
-    prefill_us: float | None = None        # re-prefill cost per token-layer (profile value if None)
-    max_requests: int | None = None
-    until_s: float | None = None
-    slo_ttft_ms: float = 500.0
-    slo_tpot_ms: float = 100.0
-    telemetry: bool = True                # flows, links, spines and holder queues as Parquet
-    link_series: bool = False             # per-link utilisation time series (large on long runs)
-    extra: dict[str, Any] = field(default_factory=dict)
+    topology: str = setting(help="Topology YAML (default: the shipped fattree.yaml).")
+    trace: str = setting(help="Trace dataset (*.parquet directory; default: the shipped agents trace).")
+    calib: str = setting(help="Calibration profile: a YAML path or a shipped name (see `simroute calib list`); "
+                              "default h100-ibgda.")
+    model: str = setting("deepseek-v2-lite", "Model geometry.")
+    policy: str = setting("paper", "Route / fetch / local policy.", choices=POLICIES)
+    routing: str = setting("ecmp", "Path selection for bulk flows.", choices=ROUTINGS)
+    seed: int = setting(0, "Seed: a run is a pure function of its inputs and this.", minimum=0)
+    route_exchanges: str = setting("per-layer", "per-layer (exact: one exchange per layer) or once (the paper's "
+                                                "accounting).", choices=ROUTE_EXCHANGES)
+    placement: str = setting("hash", "Where canonical chunks live.", choices=PLACEMENTS)
+    replicas: int = setting(1, "Copies of each hot chunk under `popularity` placement.", minimum=1)
+    hot_fraction: float = setting(0.01, "Share of chunks replicated under `popularity` placement.", minimum=0,
+                                  maximum=1)
+    router: str = setting("hint", "Requester choice per request.", choices=ROUTERS)
+    tp: int = setting(1, "GPUs per instance (a tensor-parallel group inside a host).", minimum=1)
+    hbm_gb: float = setting(40.0, "HBM per instance for canonical chunks and fetched copies (GB).", minimum=0)
+    batch_window_us: float = setting(10.0, "Holder batching window: routed queries arriving within it are "
+                                           "computed as one batch (us).", minimum=0)
+    dispatch_window_us: float = setting(5.0, "Requester dispatcher window: same-chunk queries to one holder "
+                                             "share a message (us; 0 = off).", minimum=0)
+    holder_streams: int = setting(1, "Holder batches computed concurrently.", minimum=1)
+    staging_streams: int = setting(8, "K, the CUDA streams of each holder's D2D staging pool.", minimum=1)
+    staging_copy_GBps: float = setting(200.0, "D2D copy rate of one staging stream (GB/s; a default, not "
+                                              "measured).", minimum=0, exclusive_minimum=True)
+    decode_steps_per_event: int = setting(4, "Decode steps one simulated macro-step stands for (1 = exact; "
+                                             "larger is faster, see docs/MODEL.md).", minimum=1)
+    decode_base_ms: float = setting(0.0, "Non-attention time of a decode step (ms; model-specific, 0 = "
+                                         "attention only).", minimum=0)
+    prefill_us: float | None = setting(None, "Re-prefill cost per token-layer (us); the profile's value if "
+                                             "unset.", minimum=0)
+    max_requests: int | None = setting(None, "Replay only the first N requests.", minimum=0)
+    until_s: float | None = setting(None, "Stop at this simulated time (s); unfinished requests are dropped.",
+                                    minimum=0, exclusive_minimum=True, option="until")
+    slo_ttft_ms: float = setting(500.0, "TTFT SLO for attainment (ms).", minimum=0)
+    slo_tpot_ms: float = setting(100.0, "TPOT SLO for attainment (ms).", minimum=0)
+    telemetry: bool = setting(True, "Write per-flow / per-link / holder telemetry tables.")
+    link_series: bool = setting(False, "Also write per-link utilisation time series (large on long runs).")
 
     def __post_init__(self) -> None:
-        self._check_types()
-        for name, value, valid in (("policy", self.policy, POLICIES), ("routing", self.routing, ROUTINGS),
-                                   ("placement", self.placement, PLACEMENTS), ("router", self.router, ROUTERS),
-                                   ("route_exchanges", self.route_exchanges, ("per-layer", "once"))):
-            if value not in valid:
-                raise UnknownNameError(name, value, valid)
-        for name in ("replicas", "tp", "holder_streams", "staging_streams", "decode_steps_per_event"):
-            if getattr(self, name) < 1:
-                raise ConfigurationError(f"must be >= 1, got {getattr(self, name)}", field=name)
-        for name in ("hbm_gb", "batch_window_us", "dispatch_window_us", "staging_copy_GBps", "decode_base_ms", "slo_ttft_ms",
-                     "slo_tpot_ms"):
-            if getattr(self, name) < 0:
-                raise ConfigurationError(f"must be >= 0, got {getattr(self, name)}", field=name)
-        if not 0 <= self.hot_fraction <= 1:
-            raise ConfigurationError("must be within [0, 1]", field="hot_fraction")
-        if self.seed < 0:
-            raise ConfigurationError(f"must be >= 0, got {self.seed}", field="seed")
-        if self.until_s is not None and self.until_s <= 0:
-            raise ConfigurationError(f"must be > 0, got {self.until_s}", field="until_s")
-        if self.max_requests is not None and self.max_requests < 0:
-            raise ConfigurationError("must be >= 0", field="max_requests")
-
-    def _check_types(self) -> None:
-        """Each field has the type its annotation says (ints may stand for floats): a clear error, not a
-        TypeError deep inside the simulator."""
-        simple = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+        hints = typing.get_type_hints(type(self))
         for f in fields(self):
-            ann = str(f.type).replace(" ", "")
-            optional = ann.endswith("|None")
-            base = ann.removesuffix("|None")
-            if base not in simple:
-                continue
-            v = getattr(self, f.name)
-            if v is None and optional:
-                continue
-            ok = isinstance(v, simple[base]) and not (base in ("int", "float") and isinstance(v, bool))
-            if not ok:
-                raise ConfigurationError(f"must be {base}{' or null' if optional else ''}, got {v!r}", field=f.name)
+            value = _checked(f.name, getattr(self, f.name), hints[f.name], f.metadata)
+            if value is not getattr(self, f.name):
+                object.__setattr__(self, f.name, value)     # an integral float given for an int field
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for k in ("topology", "trace", "calib"):
             d[k] = str(Path(d[k]))
         return d
+
+
+def field_types(hint: Any) -> tuple[type, bool]:
+    """(base type, optional) of a field annotation such as `int`, `float | None`."""
+    args = typing.get_args(hint)
+    if args and type(None) in args:
+        return next(a for a in args if a is not type(None)), True
+    return hint, False
+
+
+def _checked(name: str, value: Any, hint: Any, meta: Any) -> Any:
+    """The field's value if it has the annotated type and lies within the declared bounds / names, else raise."""
+    base, optional = field_types(hint)
+    if value is None and optional:
+        return None
+    if base in (int, float):
+        return check_number(value, name, integer=base is int, minimum=meta.get("minimum"),
+                            maximum=meta.get("maximum"), exclusive_minimum=meta.get("exclusive_minimum", False))
+    if not isinstance(value, base):
+        raise ConfigurationError(f"must be {base.__name__}{' or null' if optional else ''}, got {value!r}",
+                                 field=name)
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        raise UnknownNameError(name, value, list(choices))
+    return value

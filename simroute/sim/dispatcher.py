@@ -1,84 +1,118 @@
-"""The requester's dispatcher: routed queries from one requester to one holder for the same chunk that are
-issued within a batching window travel as one message (one probe, Mq summed), are computed in one holder
-query, and return as one partial message (DESIGN §2: a requester batches all its sequences attending a chunk
-into one Mq; paper §5.3: cross-request dispatcher batching).
+"""The routed-exchange service: requester dispatchers in front of the holders' batching servers.
 
-The return leg is charged when the partial is actually sent (after the holder's batch), so it sees the link
-state of that moment.
+Routed queries from one requester to one holder for the same chunk shape that are issued within a batching
+window travel as one message (one probe, Mq summed), are computed in one holder query, and return as one
+partial message: a requester batches every sequence attending a chunk into one Mq, and the dispatcher
+batches across requests (Move the Query, Not the Cache, §5.3). The return leg is charged when the partial
+is actually sent (after the holder's batch), so it sees the link state of that moment.
+
+The request flow sees only `RoutedExchanges.exchange(...) -> event` and `wire_bytes(...)`.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, NamedTuple
 
 import simpy
 
+from simroute.model.cost import CostParams
+from simroute.network import FlowEngine
+from simroute.sim.compute import ComputeModel
+
+if TYPE_CHECKING:
+    from simroute.sim.cluster import Cluster, Instance
+
+
+class WindowKey(NamedTuple):
+    requester: int
+    holder: int
+    tokens: float
+    topk: float
+    weight: float
+
 
 class Dispatcher:
-    """One (requester, holder, chunk shape, weight) coalescing queue; created on demand by `Dispatchers`."""
+    """One open coalescing window: the rows and waiters of the queries it will send as one message."""
 
-    __slots__ = ("sim", "req", "holder", "ct", "topk", "weight", "rows", "events")
+    __slots__ = ("service", "requester", "holder", "tokens", "topk", "weight", "rows", "waiters")
 
-    def __init__(self, sim: Any, req: Any, holder: Any, ct: float, topk: int, weight: float) -> None:
-        self.sim, self.req, self.holder = sim, req, holder
-        self.ct, self.topk, self.weight = ct, topk, weight
+    def __init__(self, service: RoutedExchanges, requester: Instance, holder: Instance, tokens: float,
+                 topk: float, weight: float) -> None:
+        self.service, self.requester, self.holder = service, requester, holder
+        self.tokens, self.topk, self.weight = tokens, topk, weight
         self.rows = 0.0
-        self.events: list[simpy.Event] = []
+        self.waiters: list[simpy.Event] = []
 
     def add(self, rows: float) -> simpy.Event:
-        ev = self.sim.env.event()
+        done = self.service.env.event()
         self.rows += rows
-        self.events.append(ev)
-        return ev
+        self.waiters.append(done)
+        return done
 
     def send(self) -> None:
         """Query out now; the holder's batch; partial back; then every member's event fires."""
-        sim, req, holder, w = self.sim, self.req, self.holder, self.weight
-        fab = sim.fabric(req, holder)
-        g = sim.params.geometry
-        tp = sim.cfg.tp
-        out = sim.net.message_delay(req.gpu, holder.gpu, self.rows * g.q_bytes * w / tp, t_probe_s=fab.t_probe_s * w,
-                                    single_block_Bps=fab.single_block_Bps, include_latency=False)
-        work, prem = sim._work(self.rows, self.ct, self.topk)
-        done = holder.holder.submit(work, prem, w, delay_s=out)
-        rows, events = self.rows, self.events
+        service, weight = self.service, self.weight
+        fabric = service.cluster.fabric(self.requester, self.holder)
+        geometry, tp = service.params.geometry, service.tp
+        out_s = service.network.message_delay(
+            self.requester.gpu, self.holder.gpu, self.rows * geometry.q_bytes * weight / tp,
+            t_probe_s=fabric.t_probe_s * weight, single_block_Bps=fabric.single_block_Bps, include_latency=False)
+        work, premium = service.compute.partial_work(self.rows, self.tokens, self.topk)
+        computed = self.holder.holder_server.submit(work, premium, weight, delay_s=out_s)
+        computed.callbacks.append(self._return_partial)
 
-        def back(_e: object) -> None:
-            d = sim.net.message_delay(holder.gpu, req.gpu, rows * g.p_bytes * w / tp, t_probe_s=fab.turnaround_s * w,
-                                      single_block_Bps=fab.single_block_Bps, include_latency=False)
-            sim.env.timeout(d).callbacks.append(lambda _e: [ev.succeed() for ev in events])
+    def _return_partial(self, _event: simpy.Event) -> None:
+        service, weight = self.service, self.weight
+        fabric = service.cluster.fabric(self.requester, self.holder)
+        back_s = service.network.message_delay(
+            self.holder.gpu, self.requester.gpu, self.rows * service.params.geometry.p_bytes * weight / service.tp,
+            t_probe_s=fabric.turnaround_s * weight, single_block_Bps=fabric.single_block_Bps,
+            include_latency=False)
+        service.env.timeout(back_s).callbacks.append(self._deliver)
 
-        done.callbacks.append(back)
+    def _deliver(self, _event: simpy.Event) -> None:
+        for done in self.waiters:
+            done.succeed()
 
 
-class Dispatchers:
-    """Open coalescing windows, keyed by (requester, holder, chunk tokens, top-k, weight)."""
+class RoutedExchanges:
+    """Routed exchanges of a run: open dispatcher windows keyed by (requester, holder, tokens, top-k, weight).
 
-    def __init__(self, sim: Any, window_s: float) -> None:
-        self.sim = sim
-        self.window_s = window_s
-        self.open: dict[tuple, Dispatcher] = {}
+    Contract: `exchange` returns an event that fires when the partial of `rows` query rows over a chunk of
+    `tokens` tokens (or `topk` selected entries) is back at the requester; `weight` is how many back-to-back
+    exchanges the simulated one stands for (layers x decode steps), which scales probe, bytes, holder
+    compute and the windows alike.
+    """
+
+    def __init__(self, env: simpy.Environment, network: FlowEngine, cluster: Cluster, params: CostParams,
+                 compute: ComputeModel, *, window_s: float, tp: int) -> None:
+        self.env, self.network, self.cluster, self.params, self.compute = env, network, cluster, params, compute
+        self.window_s, self.tp = window_s, tp
+        self.open: dict[WindowKey, Dispatcher] = {}
         self.messages = 0
         self.queries = 0
 
-    def submit(self, req: Any, holder: Any, rows: float, ct: float, topk: int, weight: float) -> simpy.Event:
+    def wire_bytes(self, rows: float, weight: float) -> float:
+        """Query plus partial bytes of `rows` rows, `weight` exchanges (one request's share of a message)."""
+        return rows * self.params.geometry.qp_bytes * weight
+
+    def exchange(self, requester: Instance, holder: Instance, rows: float, tokens: float, topk: float,
+                 weight: float) -> simpy.Event:
         self.queries += 1
-        key = (req.id, holder.id, ct, topk, weight)
-        d = self.open.get(key)
-        if d is not None:
-            return d.add(rows)
-        d = Dispatcher(self.sim, req, holder, ct, topk, weight)
-        ev = d.add(rows)
+        key = WindowKey(requester.id, holder.id, tokens, topk, weight)
+        window = self.open.get(key)
+        if window is not None:
+            return window.add(rows)
+        window = Dispatcher(self, requester, holder, tokens, topk, weight)
+        done = window.add(rows)
         self.messages += 1
         if self.window_s <= 0:
-            d.send()
-            return ev
-        self.open[key] = d
-
-        def fire(_e: object) -> None:
-            del self.open[key]
-            d.send()
-
+            window.send()
+            return done
+        self.open[key] = window
         # Dilated like the holder's window: a weighted query stands for `weight` exchanges.
-        self.sim.env.timeout(self.window_s * weight).callbacks.append(fire)
-        return ev
+        self.env.timeout(self.window_s * weight).callbacks.append(lambda _e: self._close(key))
+        return done
+
+    def _close(self, key: WindowKey) -> None:
+        self.open.pop(key).send()

@@ -1,6 +1,6 @@
 """Per-request records, the run summary and the output files (Parquet + summary.json).
 
-Everything a study or report needs is in these files; reports read only them (DESIGN §5).
+Everything a study or report needs is in these files; reports read only them.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from typing import Any
 
 import numpy as np
 
-PRIMITIVE_NAMES = {0: "route", 1: "fetch", 2: "local", 3: "resident", 4: "first-touch"}
-DROP_REASONS = {0: "", 1: "unfinished at --until", 2: "requester out of range", 3: "unknown chunk id",
-                4: "closed-loop parent dropped"}
+from simroute.sim.vocab import DropReason, Primitive, Status
+
+PRIMITIVE_NAMES = {int(p): p.label for p in Primitive}
+DROP_REASONS = {int(d): d.label for d in DropReason}
 
 
 class Recorder:
@@ -30,30 +31,34 @@ class Recorder:
                     else np.zeros(n))
         self.requester = np.full(n, -1, dtype=np.int32)
         self.output_tokens = np.zeros(n, dtype=np.int32)
-        self.status = np.zeros(n, dtype=np.int8)       # 0 pending, 1 completed, 2 dropped
-        self.drop_reason = np.zeros(n, dtype=np.int8)
-        self.counts = np.zeros((n, 5), dtype=np.int32)  # decisions per primitive code
+        self.status = np.full(n, Status.PENDING, dtype=np.int8)
+        self.drop_reason = np.full(n, DropReason.NONE, dtype=np.int8)
+        self.counts = np.zeros((n, len(Primitive)), dtype=np.int32)  # decisions per primitive code
         self.dec_req, self.dec_chunk, self.dec_holder, self.dec_prim = array("q"), array("q"), array("i"), array("b")
 
-    def decision(self, r: int, chunk_id: int, holder: int, prim: int) -> None:
-        self.counts[r, prim] += 1
-        self.dec_req.append(r)
+    def decision(self, request: int, chunk_id: int, holder: int, primitive: Primitive) -> None:
+        self.counts[request, primitive] += 1
+        self.dec_req.append(request)
         self.dec_chunk.append(chunk_id)
         self.dec_holder.append(holder)
-        self.dec_prim.append(prim)
+        self.dec_prim.append(primitive)
 
-    def drop(self, r: int, reason: int) -> None:
-        self.status[r] = 2
-        self.drop_reason[r] = reason
+    def drop(self, request: int, reason: DropReason) -> None:
+        self.status[request] = Status.DROPPED
+        self.drop_reason[request] = reason
+
+    def complete(self, request: int) -> None:
+        self.status[request] = Status.COMPLETED
 
     def requests_table(self):
         import pyarrow as pa
-        done = self.status == 1
+        done = self.status == Status.COMPLETED
         cols = {
             "request_id": np.arange(self.n, dtype=np.int64), "requester": self.requester,
             "arrival_s": self.arrival, "ttft_s": self.ttft, "tpot_s": self.tpot, "e2e_s": self.e2e,
             "ttft_floor_s": self.ttft_floor, "output_tokens": self.output_tokens,
-            "status": np.where(done, "completed", np.where(self.status == 2, "dropped", "pending")),
+            "status": np.where(done, Status.COMPLETED.label,
+                               np.where(self.status == Status.DROPPED, Status.DROPPED.label, Status.PENDING.label)),
             "drop_reason": np.array([DROP_REASONS[int(x)] for x in self.drop_reason]) if self.n < 2_000_000
             else self.drop_reason,
         }
@@ -65,7 +70,7 @@ class Recorder:
     def decisions_table(self):
         import pyarrow as pa
         prim = np.frombuffer(self.dec_prim, dtype=np.int8) if len(self.dec_prim) else np.zeros(0, np.int8)
-        names = np.array([PRIMITIVE_NAMES[i] for i in range(5)])
+        names = np.array([p.label for p in Primitive])
         return pa.table({"request_id": np.frombuffer(self.dec_req, dtype=np.int64) if len(self.dec_req) else
                          np.zeros(0, np.int64),
                          "chunk_id": np.frombuffer(self.dec_chunk, dtype=np.int64) if len(self.dec_chunk) else
@@ -88,15 +93,16 @@ def summarise(rec: Recorder, *, config: dict[str, Any], inputs: dict[str, str], 
               extra: dict[str, Any]) -> dict[str, Any]:
     """The deterministic summary (no wall-clock figures: those go to perf.json)."""
     import simroute
-    done = rec.status == 1
+    done = rec.status == Status.COMPLETED
+    dropped = rec.status == Status.DROPPED
     ttft, tpot = rec.ttft[done], rec.tpot[done]
     slo_t, slo_p = config["slo_ttft_ms"] * 1e-3, config["slo_tpot_ms"] * 1e-3
     counts = rec.counts.sum(axis=0)
     reasons: dict[str, int] = {}
-    for code in np.unique(rec.drop_reason[rec.status == 2]):
-        reasons[DROP_REASONS[int(code)]] = int(np.count_nonzero(rec.drop_reason[rec.status == 2] == code))
+    for code in np.unique(rec.drop_reason[dropped]):
+        reasons[DropReason(int(code)).label] = int(np.count_nonzero(rec.drop_reason[dropped] == code))
     return {
-        "requests": int(rec.n), "completed": int(done.sum()), "dropped": int((rec.status == 2).sum()),
+        "requests": int(rec.n), "completed": int(done.sum()), "dropped": int(dropped.sum()),
         "dropped_by_reason": reasons,
         "ttft_ms": percentiles(ttft), "tpot_ms": percentiles(tpot[rec.output_tokens[done] > 1]),
         "e2e_ms": percentiles(rec.e2e[done]),
@@ -104,7 +110,7 @@ def summarise(rec: Recorder, *, config: dict[str, Any], inputs: dict[str, str], 
                 "attainment": float(np.mean((ttft <= slo_t) & (tpot <= slo_p))) if done.any() else None},
         "bytes": {"route": float(rec.bytes_route.sum()), "fetch": float(rec.bytes_fetch.sum()), "local": 0.0,
                   "pd_transfer": float(rec.bytes_pd.sum())},
-        "primitive_counts": {PRIMITIVE_NAMES[i]: int(counts[i]) for i in range(5)},
+        "primitive_counts": {p.label: int(counts[p]) for p in Primitive},
         **extra,
         "sim_time_s": sim_time_s,
         "seed": config["seed"], "config": config, "inputs": inputs,

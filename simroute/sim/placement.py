@@ -1,34 +1,44 @@
-"""Where canonical chunks live: hash partitioning, consistent hashing, popularity-aware replication.
+"""Where canonical chunks live: the `Placement` interface, its registry and the placing loop they share.
 
 Placement is a pure function of the chunk table, the instances' HBM and the seed; capacity is respected
-and what does not fit is reported as overflow (those chunks have no holder and must be re-prefilled).
+and what does not fit is reported as overflow (those chunks have no holder and are prefilled on first touch).
+Non-canonical chunks are created on first prefill, not placed.
+
+To add a placement: a module in `simroute/sim/placements/` with a `Placement` subclass decorated by
+`@PLACEMENTS.register("name")` that yields each chunk's candidate instances in order (and, to replicate,
+overrides `copies_wanted`), plus its name on the import line of `simroute/sim/placements/__init__.py`.
 """
 
 from __future__ import annotations
 
-import bisect
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
-_M64 = (1 << 64) - 1
-
-
-def mix64(x: int) -> int:
-    """SplitMix64 finaliser: a deterministic, well-spread integer hash (Python's hash() is salted)."""
-    x = (x + 0x9E3779B97F4A7C15) & _M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
+from simroute.network.hashing import mix64
+from simroute.sim.registry import Registry
 
 
 def mix64_array(x: np.ndarray) -> np.ndarray:
-    """Vectorised SplitMix64 over uint64."""
+    """`simroute.network.hashing.mix64` (SplitMix64) over a uint64 array (a test checks they agree)."""
     x = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
     with np.errstate(over="ignore"):
         x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     return x ^ (x >> np.uint64(31))
+
+
+@dataclass(frozen=True)
+class ChunkTable:
+    """What placement reads of the chunk table (per chunk index)."""
+
+    ids: np.ndarray
+    nbytes: np.ndarray
+    canonical: np.ndarray
+    holder_hint: np.ndarray       # instance the trace pins the chunk to first (-1 = none)
 
 
 @dataclass
@@ -40,64 +50,63 @@ class PlacementResult:
     replicated_chunks: int
 
 
-def place(kind: str, chunk_ids: np.ndarray, chunk_bytes: np.ndarray, canonical: np.ndarray,
-          holder_hint: np.ndarray, n_instances: int, capacity_bytes: float, *, seed: int,
-          popularity: np.ndarray | None = None, replicas: int = 1, hot_fraction: float = 0.01,
-          vnodes: int = 64) -> PlacementResult:
-    """Place every canonical chunk (non-canonical chunks are created on first prefill, not placed)."""
-    n = len(chunk_ids)
-    holders: list[list[int]] = [[] for _ in range(n)]
-    used = np.zeros(n_instances)
-    overflow_n, overflow_b, replicated = 0, 0.0, 0
-    salt = np.uint64(mix64(seed))
-    h = mix64_array(np.asarray(chunk_ids, dtype=np.int64).view(np.uint64) ^ salt)
-    if kind == "consistent-hash":
-        ring_keys = sorted((mix64(mix64(i * 1_000_003 + v) ^ int(salt)), i)
-                           for i in range(n_instances) for v in range(vnodes))
-        ring_pos = [k for k, _ in ring_keys]
-        ring_inst = [i for _, i in ring_keys]
-    want = np.ones(n, dtype=np.int64)
-    if kind == "popularity" and popularity is not None and replicas > 1:
-        n_hot = int(np.ceil(hot_fraction * np.count_nonzero(canonical)))
-        order = np.argsort(-popularity, kind="stable")
-        hot = [i for i in order[:n_hot] if canonical[i] and popularity[i] > 0]
-        want[hot] = min(replicas, n_instances)
-        replicated = len(hot)
-    # Place large-demand chunks first so replicas are not starved by the tail.
-    for ci in np.flatnonzero(canonical):
-        size = float(chunk_bytes[ci])
-        start = int(holder_hint[ci]) if holder_hint[ci] >= 0 else None
-        candidates = _candidates(kind, int(h[ci]), n_instances, start,
-                                 ring_pos if kind == "consistent-hash" else None,
-                                 ring_inst if kind == "consistent-hash" else None)
-        for inst in candidates:
-            if len(holders[ci]) >= want[ci]:
-                break
-            if used[inst] + size <= capacity_bytes and inst not in holders[ci]:
-                holders[ci].append(inst)
-                used[inst] += size
-        if not holders[ci]:
-            overflow_n += 1
-            overflow_b += size
-    return PlacementResult(holders, used, overflow_n, overflow_b, replicated)
+class Placement(ABC):
+    """Decides which instances hold each canonical chunk.
+
+    Contract: `candidates` yields instance ids in the order a chunk tries them (every instance at most once is
+    not required: the loop skips repeats); the loop takes candidates with room until `copies_wanted` copies are
+    placed. A placement that needs attendance counts sets `needs_popularity` (the cluster then reads the
+    trace once before the run).
+    """
+
+    name: ClassVar[str]
+    needs_popularity: ClassVar[bool] = False
+
+    def __init__(self, *, seed: int, replicas: int = 1, hot_fraction: float = 0.01) -> None:
+        self.seed, self.replicas, self.hot_fraction = seed, replicas, hot_fraction
+        self.salt = mix64(seed)
+
+    @abstractmethod
+    def candidates(self, chunk_hash: int, n_instances: int) -> Iterator[int]: ...
+
+    def prepare(self, n_instances: int) -> None:
+        """Build per-run lookup structures (a hash ring, ...) before the loop."""
+
+    def copies_wanted(self, chunks: ChunkTable, n_instances: int, popularity: np.ndarray | None) -> np.ndarray:
+        """Copies each chunk should get (1 each unless a placement replicates; it then sets `replicated`)."""
+        self.replicated = 0
+        return np.ones(len(chunks.ids), dtype=np.int64)
+
+    def place(self, chunks: ChunkTable, n_instances: int, capacity_bytes: float,
+              popularity: np.ndarray | None = None) -> PlacementResult:
+        """Place every canonical chunk: its hinted home first, then its candidates, while HBM has room."""
+        n = len(chunks.ids)
+        holders: list[list[int]] = [[] for _ in range(n)]
+        used = np.zeros(n_instances)
+        overflow_chunks, overflow_bytes = 0, 0.0
+        hashes = mix64_array(np.asarray(chunks.ids, dtype=np.int64).view(np.uint64) ^ np.uint64(self.salt))
+        self.prepare(n_instances)
+        wanted = self.copies_wanted(chunks, n_instances, popularity)
+        for ci in np.flatnonzero(chunks.canonical):
+            size = float(chunks.nbytes[ci])
+            hint = int(chunks.holder_hint[ci])
+            order = self.candidates(int(hashes[ci]), n_instances)
+            for inst in _chain(hint, order):
+                if len(holders[ci]) >= wanted[ci]:
+                    break
+                if used[inst] + size <= capacity_bytes and inst not in holders[ci]:
+                    holders[ci].append(inst)
+                    used[inst] += size
+            if not holders[ci]:
+                overflow_chunks += 1
+                overflow_bytes += size
+        return PlacementResult(holders, used, overflow_chunks, overflow_bytes, self.replicated)
 
 
-def _candidates(kind: str, h: int, n: int, start: int | None, ring_pos, ring_inst):
-    """Instances in the order a chunk tries them: its home first, then the probe sequence."""
-    if start is not None:
-        yield start
-    if kind == "consistent-hash":
-        j = bisect.bisect_left(ring_pos, h) % len(ring_pos)
-        seen = set()
-        for k in range(len(ring_pos)):
-            inst = ring_inst[(j + k) % len(ring_pos)]
-            if inst not in seen:
-                seen.add(inst)
-                yield inst
-        return
-    home = h % n
-    # A second hash gives the stride so replicas land on well-spread instances (double hashing).
-    stride = 1 + (mix64(h) % max(n - 1, 1)) if n > 1 else 1
-    step = stride if np.gcd(stride, n) == 1 else 1
-    for k in range(n):
-        yield (home + k * step) % n
+def _chain(hint: int, order: Iterator[int]) -> Iterator[int]:
+    if hint >= 0:
+        yield hint
+    yield from order
+
+
+PLACEMENTS: Registry[type[Placement]] = Registry("placement")

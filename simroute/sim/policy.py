@@ -1,88 +1,126 @@
-"""Choosing route / fetch / local per (chunk, request).
+"""Choosing route / fetch / local: the `Policy` interface, the `DecisionContext` it sees, and its registry.
 
-`paper` evaluates the closed-form predicate on the calibrated constants over the request's whole horizon:
-the first pass (its own prompt's query rows attend the chunk) plus R = output_tokens - 1 decode steps (one
-query row per head). `adaptive` adds live state: the holder's queue and the requester's free HBM.
-Baselines force one primitive wherever the chunk is remote.
+A decision covers one remote unit of attention: a dense chunk, or a sparse selection spread over M holders.
+Its horizon is the first pass (the request's own prompt rows attend the unit) plus R = output_tokens - 1
+decode steps (one query row per head). Every policy sees the same `DecisionContext`, built in one place
+(`simroute.sim.request.build_decision_context`) for dense and sparse requests alike: the request's shape,
+the live state of the holders and the path (when the policy asks for it), and the cost model.
+
+To add a policy: write a module in `simroute/sim/policies/` with a `Policy` subclass decorated by
+`@POLICIES.register("name")` (its docstring's first line is the CLI help), then add the module to the
+import line in `simroute/sim/policies/__init__.py`. Nothing else changes: `RunConfig`, the CLI help and
+the request flow take the name from the registry.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
 import numpy as np
 
 from simroute.model.cost import CostParams, Shape, costs
-from simroute.model.predicate import FETCH, LOCAL, ROUTE
 from simroute.model.scalar import ScalarModel
+from simroute.sim.registry import Registry
+from simroute.sim.vocab import Primitive
 
-FORCED = {"always-route": ROUTE, "always-fetch": FETCH, "always-local": LOCAL}
+
+class HorizonCosts(NamedTuple):
+    """Seconds each primitive would cost over the decision's whole horizon (first pass + decode steps)."""
+
+    route: float
+    fetch: float
+    local: float
+
+    def cheapest(self) -> Primitive:
+        """Ties go to route, then fetch (the order of the paper's predicate)."""
+        if self.route <= self.fetch and self.route <= self.local:
+            return Primitive.ROUTE
+        return Primitive.FETCH if self.fetch <= self.local else Primitive.LOCAL
+
+
+@dataclass(frozen=True, slots=True)
+class RequestShape:
+    """The request side of one decision."""
+
+    mq_first: float         # query rows of the first pass (heads x prompt tokens)
+    mq_step: float          # query rows of one decode step (heads)
+    steps: int              # decode steps after the first token
+    tokens: float           # tokens of the chunk (dense) or of every chunk the selection draws from (sparse)
+    fabric: int             # index of the requester-holder fabric in the cost parameters
+    cached: bool            # served at the offset it was cached at (a fetched copy needs no splice)
+    topk: int = 0           # entries a sparse selection attends per step (0 = dense)
+    holders: int = 1        # holders a sparse selection spans
+    tp: int = 1             # GPUs per instance (tensor-parallel rank pairs move 1/tp of the bytes each)
+
+
+@dataclass(frozen=True, slots=True)
+class LiveState:
+    """What the cluster looks like at decision time."""
+
+    holder_wait_s: float            # per exchange, if the (busiest) holder's current queue persists
+    path_share_Bps: float | None    # what a new transfer on the (tightest) holder-requester path would get now
+    hbm_free: bool                  # whether a copy of the unit would fit in the requester's free HBM
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionContext:
+    shape: RequestShape
+    live: LiveState | None          # None unless the policy sets `needs_live_state`
+    params: CostParams
+    model: ScalarModel
+
+    def horizon(self) -> HorizonCosts:
+        s = self.shape
+        return HorizonCosts(*horizon_costs_scalar(self.model, mq_first=s.mq_first, mq_step=s.mq_step,
+                                                  steps=s.steps, ct=s.tokens, fabric=s.fabric, cached=s.cached,
+                                                  topk=s.topk, holders=s.holders, tp=s.tp))
+
+
+class Policy(ABC):
+    """Picks route, fetch or local for one decision.
+
+    Contract: `choose` is a pure function of the context (a run must stay a pure function of its inputs and
+    seed) and returns one of `Primitive.ROUTE / FETCH / LOCAL`. A policy that reads `ctx.live` sets
+    `needs_live_state = True`; the request flow only measures live state for such policies.
+    """
+
+    name: ClassVar[str]
+    needs_live_state: ClassVar[bool] = False
+
+    @abstractmethod
+    def choose(self, ctx: DecisionContext) -> Primitive: ...
+
+
+POLICIES: Registry[type[Policy]] = Registry("policy")
 
 
 def horizon_costs(p: CostParams, *, mq_first: float, mq_step: float, steps: int, ct: np.ndarray,
                   fabric: np.ndarray, cached: np.ndarray, topk: int = 0, holders: int = 1) -> np.ndarray:
-    """(3, n) total costs: first pass at mq_first, then `steps` decode steps at mq_step."""
+    """(3, n) total costs, vectorised: first pass at mq_first, then `steps` decode steps at mq_step.
+
+    The reference for `horizon_costs_scalar` (a property test checks they agree); studies use it on arrays.
+    """
     first = costs(Shape(mq=mq_first, ct=ct, fabric=fabric, cached=cached, topk=topk, holders=holders), p)
     step = costs(Shape(mq=mq_step, ct=ct, fabric=fabric, cached=True, topk=topk, holders=holders), p)
     out = np.empty((3,) + np.shape(first["route"]["total"]))
-    out[ROUTE] = first["route"]["total"] + steps * step["route"]["total"]
+    out[Primitive.ROUTE] = first["route"]["total"] + steps * step["route"]["total"]
     if topk > 0:   # a selection is re-chosen every step: the gather does not amortise
-        out[FETCH] = first["fetch"]["total"] + steps * step["fetch"]["total"]
+        out[Primitive.FETCH] = first["fetch"]["total"] + steps * step["fetch"]["total"]
     else:          # a fetched copy is attended locally afterwards
-        out[FETCH] = first["fetch"]["total"] + steps * step["fetch"]["attend"]
-    out[LOCAL] = first["local"]["total"] + steps * step["local"]["attend"]
+        out[Primitive.FETCH] = first["fetch"]["total"] + steps * step["fetch"]["attend"]
+    out[Primitive.LOCAL] = first["local"]["total"] + steps * step["local"]["attend"]
     return out
 
 
 def horizon_costs_scalar(m: ScalarModel, *, mq_first: float, mq_step: float, steps: int, ct: float,
                          fabric: int, cached: bool, topk: int = 0, holders: int = 1,
                          tp: int = 1) -> tuple[float, float, float]:
-    """`horizon_costs` for one chunk, in plain floats (the simulator's per-request path)."""
-    r1, _, m1, a1, pre = m.step(mq_first, ct, fabric, cached, topk, holders, tp)
-    rs, _, ms, as_, _ = m.step(mq_step, ct, fabric, True, topk, holders, tp)
-    route = r1 + steps * rs
-    fetch = m1 + a1 + steps * ((ms + as_) if topk > 0 else as_)
-    local = pre + a1 + steps * as_
+    """`horizon_costs` for one unit, in plain floats (the simulator's per-request path)."""
+    first_route, _, first_move, first_attend, prefill = m.step(mq_first, ct, fabric, cached, topk, holders, tp)
+    step_route, _, step_move, step_attend, _ = m.step(mq_step, ct, fabric, True, topk, holders, tp)
+    route = first_route + steps * step_route
+    fetch = first_move + first_attend + steps * ((step_move + step_attend) if topk > 0 else step_attend)
+    local = prefill + first_attend + steps * step_attend
     return route, fetch, local
-
-
-def choose(policy: str, p: CostParams, *, mq_first: float, mq_step: float, steps: int, ct: np.ndarray,
-           fabric: np.ndarray, cached: np.ndarray, topk: int = 0, holders: int = 1,
-           holder_wait_s: np.ndarray | None = None, hbm_free: bool = True) -> np.ndarray:
-    """Primitive index per chunk (ROUTE / FETCH / LOCAL)."""
-    n = len(ct)
-    if policy in FORCED:
-        return np.full(n, FORCED[policy], dtype=np.int8)
-    c = horizon_costs(p, mq_first=mq_first, mq_step=mq_step, steps=steps, ct=ct, fabric=fabric, cached=cached,
-                      topk=topk, holders=holders)
-    if policy == "adaptive":
-        if holder_wait_s is not None:   # every routed exchange would wait this long behind the holder's queue
-            c[ROUTE] = c[ROUTE] + holder_wait_s * (1 + steps) * p.exchanges
-        if not hbm_free:                # a copy that cannot stay resident must be re-made every step
-            c[FETCH] = c[FETCH] * (1 + steps) if topk == 0 else c[FETCH]
-            c[LOCAL] = c[LOCAL] * (1 + steps)
-    return np.argmin(c, axis=0).astype(np.int8)
-
-
-def choose_scalar(policy: str, m: ScalarModel, *, mq_first: float, mq_step: float, steps: int, ct: float,
-                  fabric: int, cached: bool, holder_wait_s: float = 0.0, hbm_free: bool = True,
-                  path_share_Bps: float | None = None, tp: int = 1) -> int:
-    """`choose` for one dense chunk (the simulator's per-request path).
-
-    `adaptive` adds live state: the holder's queue (every routed exchange waits behind it), the path's
-    current share of its bottleneck link (slows route's messages below the single-block rate and fetch's
-    pull below the link peak) and whether a copy would fit in the requester's HBM.
-    """
-    forced = FORCED.get(policy)
-    if forced is not None:
-        return forced
-    route, fetch, local = horizon_costs_scalar(m, mq_first=mq_first, mq_step=mq_step, steps=steps, ct=ct,
-                                               fabric=fabric, cached=cached, tp=tp)
-    if policy == "adaptive":
-        route += holder_wait_s * (1 + steps) * m.exch
-        if path_share_Bps is not None and path_share_Bps > 0:
-            single, bulk = m.single[fabric], m.bulk[fabric]
-            route += m.exch * (mq_first + steps * mq_step) * m.qp * (1 / min(single, path_share_Bps) - 1 / single)
-            fetch += ct * m.frac * m.bkv * m.L * (1 / min(bulk, path_share_Bps) - 1 / bulk)
-        if not hbm_free:
-            fetch *= 1 + steps
-            local *= 1 + steps
-    return ROUTE if route <= fetch and route <= local else (FETCH if fetch <= local else LOCAL)

@@ -1,236 +1,339 @@
-"""What one request does (DESIGN §2): prefill its own tokens, attend every chunk by route / fetch / local
-(TTFT), then decode, each step attending the chunks again (TPOT). A mixin of `Simulation` (runner.py).
+"""A request's life as named steps (the request semantics of Move the Query, Not the Cache, §2 and §5):
 
-Decode is simulated in macro-steps of S steps (`decode_steps_per_event`): one simulated exchange stands
-for S x exchanges-per-step (L per-layer, or 1) back-to-back exchanges, its probe, bytes and holder
+1. `own_prefill`: its own prompt, on the requester or on a prefill instance and shipped (PD disaggregation);
+2. `classify_chunks`: each chunk it attends is resident, being copied here, never prefilled (first touch),
+   or remote;
+3. `decide`: route / fetch / local per remote unit, by the run's `Policy` on one `DecisionContext`;
+4. `first_pass`: the first token attends every chunk (TTFT);
+5. `decode`: every further token attends them again (TPOT);
+6. `finish`: records, unpins the copies it relied on, wakes closed-loop children.
+
+`DenseRequest` attends whole chunks; `SelectionRequest` (selection.py) a sparse top-k selection over M
+holders. Decode is simulated in macro-steps of S steps (`decode_steps_per_event`): one simulated exchange
+stands for S x exchanges-per-step (L per-layer, or 1) back-to-back exchanges, its probe, bytes and holder
 compute scaled by that weight. S = 1 is exact; larger S trades fidelity of queue dynamics for speed.
 """
 
 from __future__ import annotations
 
-from simroute.model.predicate import FETCH, ROUTE
-from simroute.model.scalar import _interp
-from simroute.sim.placement import mix64
-from simroute.sim.policy import choose_scalar
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 
-RESIDENT, FIRST_TOUCH = 3, 4     # decision codes beside ROUTE / FETCH / LOCAL
+import simpy
+
+from simroute.sim.arrivals import RequestSpec
+from simroute.sim.cluster import Instance
+from simroute.sim.context import SimContext
+from simroute.sim.policy import DecisionContext, LiveState, RequestShape
+from simroute.sim.vocab import DropReason, Primitive
+
+Steps = Iterator[simpy.Event]
 
 
-class RequestFlow:
-    """Request behaviour; expects the attributes that Simulation.__init__ sets."""
+def launch(ctx: SimContext, spec: RequestSpec) -> None:
+    """Start one request: its requester from the router, its prefill instance from the trace's hint."""
+    from simroute.sim.selection import SelectionRequest
+    requester = ctx.router.pick(spec, ctx.cluster)
+    instances = ctx.cluster.instances
+    if requester is None or spec.prefill_hint >= len(instances):
+        ctx.recorder.drop(spec.request_id, DropReason.REQUESTER_OUT_OF_RANGE)
+        ctx.done_event(spec.request_id).succeed()
+        return
+    prefill = instances[spec.prefill_hint] if spec.prefill_hint >= 0 else None
+    kind = SelectionRequest if spec.topk > 0 else DenseRequest
+    ctx.env.process(kind(ctx, spec, requester, prefill).run())
 
-    # ---- helpers ------------------------------------------------------------------------------
-    def _prefill(self, inst, tokens: float):
+
+def path_share_Bps(ctx: SimContext, src: Instance, dst: Instance) -> float:
+    """Bytes/s a new transfer src -> dst would get now: the least, over its path's links, of what bulk flows
+    leave (or a fair share among them). Live link state for policies that ask for it."""
+    topology, network = ctx.topology, ctx.network
+    links, _ = topology.path_ids(topology.index(src.gpu), topology.index(dst.gpu), 0)
+    share = float("inf")
+    for link in links:
+        capacity = network.cap[link]
+        flows = network.link_n[link]
+        share = min(share, max(capacity - network.load[link], capacity / (flows + 1)) if flows else capacity)
+    return share
+
+
+def build_decision_context(ctx: SimContext, requester: Instance, holders: Sequence[Instance], shape: RequestShape,
+                           copy_bytes: float, free_bytes: float) -> DecisionContext:
+    """The one place a `DecisionContext` is made (dense chunks and sparse selections alike). Live state is
+    measured only for a policy that reads it: the busiest holder's queue, the tightest holder -> requester
+    path, whether `copy_bytes` fit in `free_bytes` of the requester's HBM."""
+    live = None
+    if ctx.policy.needs_live_state:
+        per_query_s = ctx.compute.batch_s(1.0)
+        live = LiveState(holder_wait_s=max(len(h.holder_server.queue) for h in holders) * per_query_s,
+                         path_share_Bps=min(path_share_Bps(ctx, h, requester) for h in holders),
+                         hbm_free=free_bytes > copy_bytes)
+    return DecisionContext(shape=shape, live=live, params=ctx.params, model=ctx.model)
+
+
+@dataclass
+class RemoteChunk:
+    """A chunk some other instance holds, and what was decided for it."""
+
+    chunk: int
+    holder: int
+    cached: bool
+    primitive: Primitive = Primitive.ROUTE
+
+
+@dataclass
+class ChunkPlan:
+    """What `classify_chunks` found and `decide` settled, in the chunks' order."""
+
+    prefill_here: list[int] = field(default_factory=list)   # joining a copy being made, or first touch
+    resident_attend_s: float = 0.0                          # own attention over copies already held
+    remote: list[RemoteChunk] = field(default_factory=list)
+
+
+class RequestProcess:
+    """The steps every request shares; subclasses attend their chunks (`first_pass`, `decode`).
+
+    Contract for a subclass: `first_pass` runs classification, decision and the first pass, records its
+    decisions and adds its own share of the TTFT floor to `self.floor_chunks_s`; `decode` runs the remaining
+    `output_tokens - 1` steps. Pins go through `pin` so `finish` releases them.
+    """
+
+    def __init__(self, ctx: SimContext, spec: RequestSpec, requester: Instance, prefill: Instance | None) -> None:
+        self.ctx, self.spec, self.requester, self.prefill_instance = ctx, spec, requester, prefill
+        self.pins: list[tuple[int, int]] = []     # (chunk, instance) copies relied on: not evicted meanwhile
+        self.floor_pd_s = 0.0
+        self.floor_chunks_s = 0.0
+        self.heads = ctx.params.geometry.heads_q
+        self.mq_first = self.heads * max(spec.prompt_tokens, 1)
+        self.decode_steps = max(spec.output_tokens - 1, 0)
+        self.step_base_s = ctx.config.decode_base_ms * 1e-3
+
+    def run(self) -> Steps:
+        ctx, spec, recorder = self.ctx, self.spec, self.ctx.recorder
+        start = ctx.env.now
+        self.begin(start)
+        yield from self.own_prefill()
+        yield from self.first_pass()
+        recorder.ttft[spec.request_id] = ctx.env.now - start
+        recorder.ttft_floor[spec.request_id] = (ctx.compute.prefill_s(spec.prompt_tokens) + self.floor_pd_s
+                                                + self.floor_chunks_s)
+        first_token = ctx.env.now
+        yield from self.decode()
+        recorder.tpot[spec.request_id] = (ctx.env.now - first_token) / (spec.output_tokens - 1) \
+            if spec.output_tokens > 1 else 0.0
+        recorder.e2e[spec.request_id] = ctx.env.now - start
+        self.finish()
+
+    def begin(self, now: float) -> None:
+        recorder = self.ctx.recorder
+        recorder.arrival[self.spec.request_id] = now
+        recorder.requester[self.spec.request_id] = self.requester.id
+        self.ctx.cluster.active[self.requester.id] += 1
+
+    def own_prefill(self) -> Steps:
+        """The prompt's own tokens: prefilled here, or on the prefill instance and its KV shipped here."""
+        ctx, spec, requester, prefill = self.ctx, self.spec, self.requester, self.prefill_instance
+        if prefill is None or prefill is requester:
+            yield from self.prefill(requester, spec.prompt_tokens)
+            return
+        yield from self.prefill(prefill, spec.prompt_tokens)
+        kv = spec.prompt_tokens * ctx.compute.kv_bytes_per_token
+        fabric = ctx.cluster.fabric(prefill, requester)
+        tp = ctx.config.tp
+        yield ctx.network.transfer(prefill.gpu, requester.gpu, kv / tp, rate_cap_Bps=fabric.bulk_Bps, tag="pd")
+        ctx.recorder.bytes_pd[spec.request_id] += kv
+        self.floor_pd_s = kv / tp / fabric.bulk_Bps
+
+    def first_pass(self) -> Steps:
+        raise NotImplementedError
+
+    def decode(self) -> Steps:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        for chunk, instance in self.pins:
+            ctx.cluster.chunks.unpin(chunk, instance)
+        ctx.recorder.complete(self.spec.request_id)
+        ctx.cluster.active[self.requester.id] -= 1
+        ctx.completed += 1
+        ctx.done_event(self.spec.request_id).succeed()
+
+    # ---- shared pieces -----------------------------------------------------------------------------------
+    def prefill(self, inst: Instance, tokens: float) -> Steps:
         """Hold the instance's compute for a prefill of `tokens` tokens (own prompt or a re-prefill)."""
         if tokens <= 0:
             return
-        yield from inst.compute.hold(tokens * self.prefill_s_per_token)
+        yield from inst.compute.hold(self.ctx.compute.prefill_s(tokens))
 
-    def _work(self, rows: float, ct: float, topk: int) -> tuple[float, float]:
-        """(work in reference requesters, sparse premium) of a partial over ct tokens / top-k entries."""
-        p = self.params
-        attended = (topk if topk > 0 else ct) * p.geometry.token_fraction
-        work = rows / p.holder_heads_ref * attended / p.holder_ct_ref
-        prem = _interp(min(max(topk, p.sparse_k[0]), p.sparse_k[-1]), p.sparse_k, p.sparse_premium) if topk > 0 \
-            else 1.0
-        return work, prem
+    def pin(self, chunk: int, instance: int) -> None:
+        self.ctx.cluster.chunks.pin(chunk, instance)
+        self.pins.append((chunk, instance))
 
-    def _exchange(self, req_inst, holder, rows: float, ct: float, topk: int, weight: float):
-        """One routed exchange (x weight) through the requester's dispatcher: query out, batched partial on the
-        holder, partial back. Returns (event that fires when the partial is back, this request's wire bytes)."""
-        g = self.params.geometry
-        ev = self.dispatchers.submit(req_inst, holder, rows, ct, topk, weight)
-        return ev, rows * g.qp_bytes * weight
+    def record(self, chunk: int, holder: int, primitive: Primitive) -> None:
+        self.ctx.recorder.decision(self.spec.request_id, int(self.ctx.cluster.chunks.ids[chunk]), holder, primitive)
 
-    def _attend_s(self, rows: float, ct: float, topk: int) -> float:
-        """The requester's own attention over a resident copy, per step (all exchanges of the step)."""
-        work, prem = self._work(rows, ct, topk)
-        return self.holder_curve(work) * prem * self.params.exchanges
-
-    def _pick_holder(self, ci: int, req_inst) -> int | None:
-        hs = self.chunks.holders[ci]
-        if not hs:
-            return None
-        if len(hs) == 1:
-            return hs[0]
-        same_host = [h for h in hs if self.instances[h].host == req_inst.host]
-        pool = same_host or hs
-        # Least-queued replica; ties spread requesters over replicas by a hash (not all onto the lowest id).
-        return min(pool, key=lambda h: (len(self.instances[h].holder.queue), mix64(h * 1_000_003 + req_inst.id)))
-
-    # ---- primitives at TTFT ------------------------------------------------------------------------
-    def _copy(self, ci: int, req_inst, make):
-        """Make a resident copy of chunk `ci` on `req_inst` with the generator `make`, unless one is already
-        being made there (then wait for it): two requests on one instance never move or prefill a chunk twice."""
-        key = (ci, req_inst.id)
-        pending = self.chunks.pending.get(key)
+    def make_copy(self, chunk: int, make: Callable[[], Steps]) -> Steps:
+        """Make a resident copy of `chunk` on the requester with the steps `make`, unless one is already being
+        made there (then wait for it): two requests on one instance never move or prefill a chunk twice."""
+        chunks, key = self.ctx.cluster.chunks, (chunk, self.requester.id)
+        pending = chunks.pending.get(key)
         if pending is not None:
             yield pending
             return
-        ev = self.env.event()
-        self.chunks.pending[key] = ev
+        ready = self.ctx.env.event()
+        chunks.pending[key] = ready
         try:
             yield from make()
-            self.chunks.add_copy(ci, req_inst)
+            chunks.add_copy(chunk, self.requester)
         finally:
-            del self.chunks.pending[key]
-            ev.succeed()
+            del chunks.pending[key]
+            ready.succeed()
 
-    def _fetch(self, r: int, ci: int, req_inst, holder, cached: bool, attend_s: float):
-        nbytes = float(self.chunks.bytes[ci])
 
-        def make():
+class DenseRequest(RequestProcess):
+    """Attends whole chunks: each remote chunk is routed, fetched or re-prefilled; copies are kept."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.routed: list[tuple[int, int]] = []    # (chunk, holder) attended by route every step
+        self.resident: list[int] = []              # chunks attended from a copy on the requester
+
+    def first_pass(self) -> Steps:
+        plan = self.classify_chunks()
+        self.decide(plan.remote)
+        ops = self.start_first_pass(plan)
+        if ops:
+            yield self.ctx.env.all_of(ops)
+
+    def classify_chunks(self) -> ChunkPlan:
+        """Resident (or being copied here), first touch (nobody holds it: prefill here), or remote."""
+        ctx, requester, spec = self.ctx, self.requester, self.spec
+        chunks = ctx.cluster.chunks
+        plan = ChunkPlan()
+        for chunk, cached in zip(spec.chunk_indices, spec.cached):
+            attend_s = ctx.compute.attend_s(self.mq_first, float(chunks.tokens[chunk]), 0)
+            joining = (chunk, requester.id) in chunks.pending
+            if joining or chunks.resident_on(chunk, requester.id):
+                chunks.touch(chunk, requester)
+                self.pin(chunk, requester.id)
+                self.resident.append(chunk)
+                self.record(chunk, requester.id, Primitive.RESIDENT)
+                if joining:
+                    plan.prefill_here.append(chunk)
+                else:
+                    plan.resident_attend_s += attend_s
+                self.floor_chunks_s = max(self.floor_chunks_s, attend_s)
+                continue
+            holder = ctx.cluster.pick_holder(chunk, requester)
+            if holder is None:
+                self.pin(chunk, requester.id)
+                plan.prefill_here.append(chunk)
+                self.resident.append(chunk)
+                self.record(chunk, requester.id, Primitive.FIRST_TOUCH)
+                self.floor_chunks_s = max(self.floor_chunks_s,
+                                          ctx.compute.prefill_s(float(chunks.tokens[chunk])) + attend_s)
+                continue
+            plan.remote.append(RemoteChunk(chunk, holder, cached))
+        return plan
+
+    def decide(self, remote: list[RemoteChunk]) -> None:
+        """The policy's choice per remote chunk; the uncongested floor of the cheapest primitive."""
+        ctx, requester = self.ctx, self.requester
+        chunks, tp = ctx.cluster.chunks, ctx.config.tp
+        free = requester.free_bytes
+        for item in remote:
+            holder = ctx.cluster.instances[item.holder]
+            tokens = float(chunks.tokens[item.chunk])
+            fabric = ctx.cluster.fabric_id(requester, holder)
+            shape = RequestShape(mq_first=self.mq_first, mq_step=self.heads, steps=self.decode_steps, tokens=tokens,
+                                 fabric=fabric, cached=item.cached, tp=tp)
+            copy_bytes = float(chunks.bytes[item.chunk])
+            item.primitive = ctx.policy.choose(build_decision_context(ctx, requester, [holder], shape, copy_bytes,
+                                                                      free))
+            route, _, move, attend, prefill = ctx.floor_model.step(self.mq_first, tokens, fabric, item.cached, tp=tp)
+            self.floor_chunks_s = max(self.floor_chunks_s, min(route, move + attend, prefill + attend))
+            self.record(item.chunk, item.holder, item.primitive)
+            if item.primitive == Primitive.ROUTE:
+                self.pin(item.chunk, item.holder)
+                self.routed.append((item.chunk, item.holder))
+            else:
+                self.pin(item.chunk, requester.id)
+                self.resident.append(item.chunk)
+                if item.primitive == Primitive.FETCH:
+                    free -= copy_bytes
+
+    def start_first_pass(self, plan: ChunkPlan) -> list[simpy.Event]:
+        """One process per chunk that needs work (in the chunks' order), plus the resident copies' attention."""
+        ctx, requester = self.ctx, self.requester
+        chunks, env = ctx.cluster.chunks, ctx.env
+        attend = lambda chunk: ctx.compute.attend_s(self.mq_first, float(chunks.tokens[chunk]), 0)
+        ops = [env.process(self.local(chunk, attend(chunk))) for chunk in plan.prefill_here]
+        for item in plan.remote:
+            holder = ctx.cluster.instances[item.holder]
+            if item.primitive == Primitive.ROUTE:
+                ops.append(env.process(self.route_first(item.chunk, holder)))
+            elif item.primitive == Primitive.FETCH:
+                ops.append(env.process(self.fetch(item.chunk, holder, item.cached, attend(item.chunk))))
+            else:
+                ops.append(env.process(self.local(item.chunk, attend(item.chunk))))
+        if plan.resident_attend_s > 0:   # one kernel sequence on the requester's GPU: the copies' attends add up
+            ops.append(env.timeout(plan.resident_attend_s))
+        return ops
+
+    # ---- the three primitives at the first token --------------------------------------------------------
+    def fetch(self, chunk: int, holder: Instance, cached: bool, attend_s: float) -> Steps:
+        ctx, requester = self.ctx, self.requester
+        nbytes = float(ctx.cluster.chunks.bytes[chunk])
+
+        def make() -> Steps:
             yield from holder.staging.stage(nbytes)
-            fab = self.fabric(req_inst, holder)
+            fabric = ctx.cluster.fabric(requester, holder)
             # Tensor-parallel rank pairs each move 1/tp of the latent in parallel (on their own NICs).
-            yield self.net.transfer(holder.gpu, req_inst.gpu, nbytes / self.cfg.tp, rate_cap_Bps=fab.bulk_Bps,
-                                    tag="fetch")
-            self.rec.bytes_fetch[r] += nbytes
+            yield ctx.network.transfer(holder.gpu, requester.gpu, nbytes / ctx.config.tp,
+                                       rate_cap_Bps=fabric.bulk_Bps, tag="fetch")
+            ctx.recorder.bytes_fetch[self.spec.request_id] += nbytes
             if not cached:
-                yield from req_inst.compute.hold(self.splice_s(float(self.chunks.tokens[ci])))
-        yield from self._copy(ci, req_inst, make)
-        yield self.env.timeout(attend_s)       # the first token's attention over the copy, on the requester
+                yield from requester.compute.hold(ctx.compute.splice_s(float(ctx.cluster.chunks.tokens[chunk])))
+        yield from self.make_copy(chunk, make)
+        yield ctx.env.timeout(attend_s)       # the first token's attention over the copy, on the requester
 
-    def _local(self, ci: int, req_inst, attend_s: float):
-        yield from self._copy(ci, req_inst, lambda: self._prefill(req_inst, float(self.chunks.tokens[ci])))
-        yield self.env.timeout(attend_s)
+    def local(self, chunk: int, attend_s: float) -> Steps:
+        tokens = float(self.ctx.cluster.chunks.tokens[chunk])
+        yield from self.make_copy(chunk, lambda: self.prefill(self.requester, tokens))
+        yield self.ctx.env.timeout(attend_s)
 
-    def _route_first(self, r: int, ci: int, req_inst, holder, rows: float):
-        done, nbytes = self._exchange(req_inst, holder, rows, float(self.chunks.tokens[ci]), 0,
-                                      self.params.exchanges)
+    def route_first(self, chunk: int, holder: Instance) -> Steps:
+        ctx = self.ctx
+        exchanges = ctx.params.exchanges
+        done = ctx.exchanges.exchange(self.requester, holder, self.mq_first, float(ctx.cluster.chunks.tokens[chunk]),
+                                      0, exchanges)
         yield done
-        yield self.env.timeout(self.params.merge_s * self.params.exchanges)
-        self.rec.bytes_route[r] += nbytes
+        yield ctx.env.timeout(ctx.params.merge_s * exchanges)
+        ctx.recorder.bytes_route[self.spec.request_id] += ctx.exchanges.wire_bytes(self.mq_first, exchanges)
 
-    def _pin(self, pins: list, ci: int, inst: int) -> None:
-        self.chunks.pin(ci, inst)
-        pins.append((ci, inst))
-
-    # ---- the request ---------------------------------------------------------------------------------
-    def request(self, r: int, req_inst, prefill_inst, prompt: int, output: int, chunk_idx: list[int],
-                cached: list[bool], topk: int, holders_spanned: int):
-        env, rec, p = self.env, self.rec, self.params
-        t0 = env.now
-        rec.arrival[r] = t0
-        rec.requester[r] = req_inst.id
-        req_inst.active += 1
-        self.active[req_inst.id] += 1
-        heads = p.geometry.heads_q
-        tp = self.cfg.tp
-        # 1. Own prompt: prefilled locally, or on the prefill instance and shipped (PD disaggregation).
-        lb_pd = 0.0
-        if prefill_inst is not None and prefill_inst is not req_inst:
-            yield from self._prefill(prefill_inst, prompt)
-            kv = prompt * self.kv_bytes_per_token
-            fab = self.fabric(prefill_inst, req_inst)
-            yield self.net.transfer(prefill_inst.gpu, req_inst.gpu, kv / tp, rate_cap_Bps=fab.bulk_Bps, tag="pd")
-            rec.bytes_pd[r] += kv
-            lb_pd = kv / tp / fab.bulk_Bps
-        else:
-            yield from self._prefill(req_inst, prompt)
-        lb_chunks = 0.0
-        routed: list[tuple[int, int]] = []       # (chunk index, holder) attended by route every step
-        resident: list[int] = []
-        pins: list[tuple[int, int]] = []         # copies this request relies on: not evicted while it runs
-        mq_first = heads * max(prompt, 1)
-        if topk > 0:
-            sel = yield from self._selection_first(r, req_inst, chunk_idx, prompt, output, topk, holders_spanned)
-        else:
-            sel = None
-            ops = []
-            resident_attend = 0.0                # the requester's own attention over copies it already holds
-            remote, remote_holder, remote_cached = [], [], []
-            for ci, cf in zip(chunk_idx, cached):
-                ct = float(self.chunks.tokens[ci])
-                a1 = self._attend_s(mq_first, ct, 0)
-                if self.chunks.resident_on(ci, req_inst.id) or (ci, req_inst.id) in self.chunks.pending:
-                    joining = (ci, req_inst.id) in self.chunks.pending
-                    self.chunks.touch(ci, req_inst)
-                    self._pin(pins, ci, req_inst.id)
-                    resident.append(ci)
-                    self._decision(r, ci, req_inst.id, RESIDENT)
-                    if joining:
-                        ops.append(env.process(self._local(ci, req_inst, a1)))
-                    else:
-                        resident_attend += a1
-                    lb_chunks = max(lb_chunks, a1)
-                    continue
-                h = self._pick_holder(ci, req_inst)
-                if h is None:                       # nobody holds it: prefill it here (first touch)
-                    self._pin(pins, ci, req_inst.id)
-                    ops.append(env.process(self._local(ci, req_inst, a1)))
-                    resident.append(ci)
-                    self._decision(r, ci, req_inst.id, FIRST_TOUCH)
-                    lb_chunks = max(lb_chunks, ct * self.prefill_s_per_token + a1)
-                    continue
-                remote.append(ci)
-                remote_holder.append(h)
-                remote_cached.append(cf)
-            if remote:
-                free = req_inst.free_bytes
-                adaptive = self.cfg.policy == "adaptive"
-                for ci, h, cf in zip(remote, remote_holder, remote_cached):
-                    holder = self.instances[h]
-                    ct = float(self.chunks.tokens[ci])
-                    fab = self.fabric_id(req_inst, holder)
-                    c = choose_scalar(self.cfg.policy, self.scalar, mq_first=mq_first, mq_step=heads,
-                                      steps=max(output - 1, 0), ct=ct, fabric=fab, cached=cf, tp=tp,
-                                      # per exchange, if the holder's current queue persists
-                                      holder_wait_s=len(holder.holder.queue) * self.holder_curve(1.0),
-                                      hbm_free=free > float(self.chunks.bytes[ci]),
-                                      path_share_Bps=self.path_share(holder, req_inst) if adaptive else None)
-                    r1, _, m1, a1, pre = self.floor_model.step(mq_first, ct, fab, cf, tp=tp)
-                    lb_chunks = max(lb_chunks, min(r1, m1 + a1, pre + a1))
-                    self._decision(r, ci, h, c)
-                    if c == ROUTE:
-                        self._pin(pins, ci, h)
-                        ops.append(env.process(self._route_first(r, ci, req_inst, holder, mq_first)))
-                        routed.append((ci, h))
-                    else:
-                        self._pin(pins, ci, req_inst.id)
-                        resident.append(ci)
-                        if c == FETCH:
-                            ops.append(env.process(self._fetch(r, ci, req_inst, holder, cf, a1)))
-                            free -= float(self.chunks.bytes[ci])
-                        else:
-                            ops.append(env.process(self._local(ci, req_inst, a1)))
-            if resident_attend > 0:   # one kernel sequence on the requester's GPU: the copies' attends add up
-                ops.append(env.timeout(resident_attend))
-            if ops:
-                yield env.all_of(ops)
-        rec.ttft[r] = env.now - t0
-        rec.ttft_floor[r] = prompt * self.prefill_s_per_token + lb_pd + lb_chunks
-        # 2. Decode: every step attends every chunk again.
-        t1 = env.now
-        steps_left = max(output - 1, 0)
-        attend = sum(self._attend_s(heads, float(self.chunks.tokens[ci]), 0) for ci in resident)
-        base = self.cfg.decode_base_ms * 1e-3
-        S = self.cfg.decode_steps_per_event
-        if sel is not None:
-            yield from self._selection_decode(r, req_inst, sel, steps_left, topk, base)
-        elif not routed:
+    # ---- decode --------------------------------------------------------------------------------------
+    def decode(self) -> Steps:
+        """Every step attends every chunk again: resident copies on the requester while the routed partials
+        travel (overlap, not sequence), then the merge and the step's non-attention time."""
+        ctx, env = self.ctx, self.ctx.env
+        chunks = ctx.cluster.chunks
+        steps_left = self.decode_steps
+        attend = sum(ctx.compute.attend_s(self.heads, float(chunks.tokens[c]), 0) for c in self.resident)
+        base = self.step_base_s
+        if not self.routed:
             if steps_left:
                 yield env.timeout(steps_left * (base + attend))
-        else:
-            while steps_left > 0:
-                s = min(S, steps_left)
-                w = s * p.exchanges
-                # The requester attends its resident copies while the routed partials are on their way.
-                waits = [env.timeout(s * attend)] if attend > 0 else []
-                for ci, h in routed:
-                    done, nbytes = self._exchange(req_inst, self.instances[h], heads,
-                                                  float(self.chunks.tokens[ci]), 0, w)
-                    waits.append(done)
-                    rec.bytes_route[r] += nbytes
-                yield env.all_of(waits)
-                yield env.timeout(p.merge_s * w + s * base)
-                steps_left -= s
-        rec.tpot[r] = (env.now - t1) / (output - 1) if output > 1 else 0.0
-        rec.e2e[r] = env.now - t0
-        for ci, inst in pins:
-            self.chunks.unpin(ci, inst)
-        rec.status[r] = 1
-        req_inst.active -= 1
-        self.active[req_inst.id] -= 1
-        self.completed += 1
-        self.done_event(r).succeed()
+            return
+        per_event = ctx.config.decode_steps_per_event
+        while steps_left > 0:
+            steps = min(per_event, steps_left)
+            weight = steps * ctx.params.exchanges
+            waits = [env.timeout(steps * attend)] if attend > 0 else []
+            for chunk, holder in self.routed:
+                waits.append(ctx.exchanges.exchange(self.requester, ctx.cluster.instances[holder], self.heads,
+                                                    float(chunks.tokens[chunk]), 0, weight))
+                ctx.recorder.bytes_route[self.spec.request_id] += ctx.exchanges.wire_bytes(self.heads, weight)
+            yield env.all_of(waits)
+            yield env.timeout(ctx.params.merge_s * weight + steps * base)
+            steps_left -= steps

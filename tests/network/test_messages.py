@@ -6,7 +6,7 @@ import pytest
 import simpy
 
 from simroute.network import FlowEngine, load_topology
-from simroute.network.scenarios import closed_loop_rtt
+from simroute.scenarios.network import closed_loop_rtt
 
 from conftest import TOPO_DIR
 

@@ -10,7 +10,7 @@ import simpy
 
 from simroute.network import FlowEngine, load_topology
 from simroute.network.hashing import flow_key, mix64
-from simroute.network.scenarios import ark_vs_ecmp
+from simroute.scenarios.network import ark_vs_ecmp
 
 from conftest import TOPO_DIR
 

@@ -8,8 +8,9 @@ import pytest
 from simroute.calib import default_profile_path
 from simroute.network import default_topology_path
 from simroute.sim import RunConfig, Simulation, simulate
-from simroute.sim.ark import ark_sweep
-from simroute.sim.placement import place
+from simroute.scenarios.ark import ark_sweep
+from simroute.sim.placement import ChunkTable
+from simroute.sim.placements import PLACEMENTS
 from simroute.workload import generate
 
 
@@ -17,6 +18,12 @@ from simroute.workload import generate
 def corpus(tmp_path_factory):
     return generate("corpus", tmp_path_factory.mktemp("t") / "c.parquet", seed=2,
                     params={"requests": 300, "chunks": 200, "instances": 64, "output_tokens": 32})
+
+
+def place(kind, ids, nbytes, canonical, hint, n_instances, capacity, *, seed, popularity=None, replicas=1,
+          hot_fraction=0.01):
+    placement = PLACEMENTS.get(kind)(seed=seed, replicas=replicas, hot_fraction=hot_fraction)
+    return placement.place(ChunkTable(ids, nbytes, canonical, hint), n_instances, capacity, popularity=popularity)
 
 
 def _cfg(trace, **kw):
@@ -67,7 +74,7 @@ def test_routers_spread_requests(corpus, router):
 
 
 def test_replicas_relieve_a_hot_holder(tmp_path):
-    from simroute.sim.scenarios import fanin_trace
+    from simroute.scenarios.traces import fanin_trace
     trace = fanin_trace(tmp_path / "f.parquet", 32, holder=-1)
     one = simulate(_cfg(trace, policy="always-route", decode_steps_per_event=4))
     four = simulate(_cfg(trace, policy="always-route", decode_steps_per_event=4, placement="popularity",
@@ -90,20 +97,26 @@ def test_ark_lowers_fct_and_balances_spines(seed):
 def test_adaptive_policy_reacts_to_holder_queue_and_link_state():
     from simroute.calib import load_profile
     from simroute.model.scalar import ScalarModel
-    from simroute.sim.policy import choose_scalar
-    m = ScalarModel(load_profile("h100-ibgda").cost_params())
-    f = m.p.fabric_id("h100-ibgda")
-    kw = dict(mq_first=16 * 16, mq_step=16, steps=1, ct=2048.0, fabric=f, cached=False)
-    assert choose_scalar("paper", m, **kw) == choose_scalar("adaptive", m, **kw) == 0          # idle: route
-    assert choose_scalar("adaptive", m, **kw, holder_wait_s=5e-3) != 0                         # a long queue
-    assert choose_scalar("adaptive", m, **kw, path_share_Bps=0.05e9) != 0                      # a crowded link
-    assert choose_scalar("paper", m, **kw, holder_wait_s=5e-3, path_share_Bps=0.05e9) == 0     # paper ignores both
+    from simroute.sim.policies import POLICIES
+    from simroute.sim.policy import DecisionContext, LiveState, RequestShape
+    params = load_profile("h100-ibgda").cost_params()
+    model = ScalarModel(params)
+    shape = RequestShape(mq_first=16 * 16, mq_step=16, steps=1, tokens=2048.0,
+                         fabric=params.fabric_id("h100-ibgda"), cached=False)
+
+    def choose(policy, holder_wait_s=0.0, path_share_Bps=None):
+        live = LiveState(holder_wait_s, path_share_Bps, hbm_free=True)
+        return POLICIES.get(policy)().choose(DecisionContext(shape, live, params, model))
+    assert choose("paper") == choose("adaptive") == 0                              # idle: route
+    assert choose("adaptive", holder_wait_s=5e-3) != 0                             # a long queue
+    assert choose("adaptive", path_share_Bps=0.05e9) != 0                          # a crowded link
+    assert choose("paper", holder_wait_s=5e-3, path_share_Bps=0.05e9) == 0         # paper ignores both
 
 
 def test_path_share_sees_bulk_flows(corpus):
     sim = Simulation(_cfg(corpus))
     a, b = sim.instances[0], sim.instances[40]
     idle = sim.path_share(a, b)
-    sim.net.transfer(a.gpu, b.gpu, 1e12)
-    sim.env.run(until=1e-3)
+    sim.ctx.network.transfer(a.gpu, b.gpu, 1e12)
+    sim.ctx.env.run(until=1e-3)
     assert sim.path_share(a, b) < idle

@@ -13,7 +13,7 @@ from simroute.calib import default_profile_path
 from simroute.errors import ConfigurationError
 from simroute.network import default_topology_path
 from simroute.sim import RunConfig, Simulation, simulate
-from simroute.sim.scenarios import single_chunk_trace, write_trace
+from simroute.scenarios.traces import single_chunk_trace, write_trace
 from simroute.workload import generate
 
 
@@ -63,7 +63,7 @@ def test_bytes_conserved(corpus_trace, tmp_path):
 def test_route_bytes_match_messages(corpus_trace):
     sim = Simulation(_cfg(corpus_trace, policy="always-route"))
     res = sim.run()
-    sent = sum(c[6] for c in sim.net._mcache.values())
+    sent = sum(c[6] for c in sim.ctx.network._mcache.values())
     assert sent == pytest.approx(res.summary["bytes"]["route"], rel=1e-9)
     assert res.summary["holders"]["routed_queries"] > 0
 

@@ -10,7 +10,7 @@ from simroute.model.scalar import ScalarModel
 from simroute.network import default_topology_path, shipped_topology
 from simroute.sim import RunConfig, Simulation, simulate
 from simroute.sim.config import default_trace_path
-from simroute.sim.scenarios import single_chunk_trace, write_trace
+from simroute.scenarios.traces import single_chunk_trace, write_trace
 
 
 def _testbed(trace, **kw) -> RunConfig:
@@ -26,8 +26,8 @@ def test_uncontended_ttft_is_the_closed_form(tmp_path, policy, prompt):
     trace = single_chunk_trace(tmp_path / "t.parquet", requester=4, holder=0, prompt_tokens=prompt)
     sim = Simulation(_testbed(trace, policy=policy, staging_copy_GBps=1e9))
     sim.run()
-    m = ScalarModel(sim.params)
-    r1, _, move, attend, pre = m.step(16 * prompt, 2048.0, sim.params.fabric_id("h100-ibgda"), False)
+    m = ScalarModel(sim.ctx.params)
+    r1, _, move, attend, pre = m.step(16 * prompt, 2048.0, sim.ctx.params.fabric_id("h100-ibgda"), False)
     want = {"always-route": r1, "always-fetch": move + attend, "always-local": pre + attend}[policy]
     got = sim.rec.ttft[0] - prompt * sim.prefill_s_per_token
     assert got == pytest.approx(want, rel=0.01)
@@ -48,7 +48,7 @@ def test_a_copy_in_use_is_never_evicted_and_a_refused_copy_is_counted(tmp_path):
     inst = sim.instances[4]
     assert res.summary["holders"]["copies_refused"] == 1 and res.summary["holders"]["evictions"] == 0
     assert len(inst.copies) == 1 and inst.copy_bytes <= inst.capacity_bytes
-    assert not sim.chunks.pins      # every pin released when the request ended
+    assert not sim.ctx.cluster.chunks.pins      # every pin released when the request ended
 
 
 def test_one_copy_per_instance_even_when_two_requests_fetch_at_once(tmp_path):

@@ -1,4 +1,4 @@
-"""The ARK scenario end to end (seeds/ark-routing-collisions.txt): prefill -> decode KV transfers over a
+"""The ARK scenario end to end (the ARK routing paper, §2-§4): prefill -> decode KV transfers over a
 4-spine leaf-spine under Poisson load, ECMP against ARK path reservation, TTFT and transfer FCT.
 
 The fabric is `ark-paper.yaml`: spine uplinks at the NIC rate, so two elephants hashed onto one uplink halve

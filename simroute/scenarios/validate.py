@@ -16,7 +16,7 @@ from simroute.calib import default_profile_path
 from simroute.network import shipped_topology
 from simroute.sim.config import RunConfig
 from simroute.sim.runner import Simulation
-from simroute.sim.scenarios import fanin_trace, selection_trace, single_chunk_trace
+from simroute.scenarios.traces import fanin_trace, selection_trace, single_chunk_trace
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def check_holder_compute_elbow(tmp: Path) -> Check:
     t = {}
     for n in (1, 8, 16, 32):
         sim = _fanin(tmp, n, batch_window_us=100.0)   # a window wide enough to batch all N requesters
-        bc = np.frombuffer(sim.instances[0].holder.batch_compute_s, dtype=np.float64)
+        bc = np.frombuffer(sim.instances[0].holder_server.batch_compute_s, dtype=np.float64)
         t[n] = float(np.median(bc))
     ok = t[8] / t[1] < 1.1 and t[32] / t[16] > 1.4
     return Check("holder compute: flat to N ~ 8, then linear", "15 us flat to N ~ 8, 37 us at 16, linear past",
@@ -102,7 +102,7 @@ def route_rt_under_load(k: int, mq: int, *, topology: str = "paper-testbed") -> 
     from simroute.calib import load_profile
     from simroute.model import get_model
     from simroute.network import load_topology
-    from simroute.network.scenarios import closed_loop_rtt
+    from simroute.scenarios.network import closed_loop_rtt
     fab = load_profile(default_profile_path()).fabric_params("h100-ibgda")
     g = get_model("deepseek-v2-lite")
     return closed_loop_rtt(load_topology(shipped_topology(topology)), k, rows=mq, q_bytes=g.q_bytes,

@@ -3,8 +3,8 @@
 Network words only: "prefill -> decode KV transfers" here are elephant flows from a source GPU pool to
 a sink GPU pool; the simulation layer maps requests onto them.
 
-Flow sizes (documented choice): the all-layer KV of a prompt, tokens x 1152 B x 27 layers (DeepSeek-V2-Lite
-absorbed MLA, REFERENCE.md section 1) with tokens lognormal (median 4096, sigma 0.5) clipped to [1024, 8192]:
+Flow sizes (documented choice): the all-layer KV of a prompt, from the model geometry (default DeepSeek-V2-Lite,
+absorbed MLA: 1152 B per token-layer x 27 layers, "Move the Query, Not the Cache" §2), with tokens lognormal (median 4096, sigma 0.5) clipped to [1024, 8192]:
 31-255 MB, mean ~140 MB, i.e. 1.3-10 ms alone on a 25 GB/s NIC. The QPS sweep is relative to the fabric
 (ark-leafspine: 800 GB/s from the source leaves, so ~2800 QPS is 50% load); `load` is printed beside it.
 """
@@ -18,16 +18,18 @@ from pathlib import Path
 import numpy as np
 import simpy
 
+from simroute.model import get_model
 from simroute.network.engine import FlowEngine
 from simroute.network.topology import Topology, load_topology
 
-KV_BYTES_PER_TOKEN = 1152 * 27     # b_KV x L (REFERENCE.md section 1)
+FLOW_MODEL = "deepseek-v2-lite"    # whose all-layer KV the elephant flows carry
 
 
 def kv_flow_sizes(rng: np.random.Generator, n: int, *, median_tokens: float = 4096, sigma: float = 0.5,
-                  lo: int = 1024, hi: int = 8192) -> np.ndarray:
+                  lo: int = 1024, hi: int = 8192, model: str = FLOW_MODEL) -> np.ndarray:
+    """Bytes of `n` prompts' all-layer KV, prompt lengths lognormal and clipped to [lo, hi] tokens."""
     tokens = np.clip(rng.lognormal(np.log(median_tokens), sigma, n), lo, hi)
-    return np.round(tokens) * KV_BYTES_PER_TOKEN
+    return np.round(tokens) * get_model(model).chunk_bytes(1)
 
 
 @dataclass(frozen=True)

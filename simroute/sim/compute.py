@@ -1,0 +1,64 @@
+"""GPU time of the work the simulation schedules, from the calibrated constants: one place for each formula.
+
+Holder partial attention (dense or sparse), the requester's own attention over a resident copy, prefill,
+splice. The holder's batching server charges `batch_s(sum of work) x max premium` for a batch; a query's
+work is its size in reference requesters (rows / heads_ref x attended tokens / ct_ref), so the curve's
+"flat to N ~ 8 requesters, then linear" shape (Move the Query, Not the Cache, §6.3 and Fig 4b) applies to
+any mix of shapes.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from simroute.model.cost import CostParams
+from simroute.model.geometry import ModelGeometry
+from simroute.model.scalar import _interp
+
+
+def kv_bytes_per_token(g: ModelGeometry) -> float:
+    """Cached KV bytes of one token over all layers (token-axis compression included)."""
+    return g.b_kv * g.layers * g.token_fraction
+
+
+class PartialWork(NamedTuple):
+    """One routed query's load on a holder."""
+
+    work: float        # in reference requesters (rows / heads_ref x attended tokens / ct_ref)
+    premium: float     # kernel premium of a sparse selection (1.0 for dense)
+
+
+class ComputeModel:
+    """Seconds of GPU work, per the profile's holder curve, sparse premium, prefill and splice constants."""
+
+    def __init__(self, params: CostParams) -> None:
+        self.params = params
+        g = params.geometry
+        self.kv_bytes_per_token = kv_bytes_per_token(g)
+        self.prefill_s_per_token = g.layers * params.prefill_s_per_token_layer
+
+    def partial_work(self, rows: float, ct: float, topk: int | float) -> PartialWork:
+        """Work and premium of a partial over `ct` tokens (dense) or `topk` selected entries (sparse)."""
+        p = self.params
+        attended = (topk if topk > 0 else ct) * p.geometry.token_fraction
+        work = rows / p.holder_heads_ref * attended / p.holder_ct_ref
+        if topk <= 0:
+            return PartialWork(work, 1.0)
+        budget = min(max(topk, p.sparse_k[0]), p.sparse_k[-1])
+        return PartialWork(work, _interp(budget, p.sparse_k, p.sparse_premium))
+
+    def batch_s(self, work: float) -> float:
+        """One exchange of a batch of `work` reference requesters on a holder (the calibrated curve)."""
+        return _interp(work, self.params.holder_n, self.params.holder_s)
+
+    def attend_s(self, rows: float, ct: float, topk: int | float) -> float:
+        """The requester's own attention over a resident copy, per step (all exchanges of the step)."""
+        work, premium = self.partial_work(rows, ct, topk)
+        return self.batch_s(work) * premium * self.params.exchanges
+
+    def prefill_s(self, tokens: float) -> float:
+        return tokens * self.prefill_s_per_token
+
+    def splice_s(self, ct: float) -> float:
+        """Re-rotating a fetched copy served at another offset (RoPE splice)."""
+        return _interp(ct, self.params.splice_ct, self.params.splice_s)

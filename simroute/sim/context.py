@@ -1,0 +1,64 @@
+"""`SimContext`: everything one run's components share, passed explicitly (no attributes set elsewhere).
+
+Built once by `Simulation` (runner.py); the request flow, the arrivals and the policies read it. A new
+component gets what it needs from here as a constructor argument rather than reaching into `Simulation`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import simpy
+
+from simroute.calib.profile import Profile
+from simroute.model.cost import CostParams
+from simroute.model.scalar import ScalarModel
+from simroute.network import FlowEngine, Topology
+from simroute.sim.compute import ComputeModel
+from simroute.sim.config import RunConfig
+from simroute.sim.metrics import Recorder
+from simroute.sim.policy import Policy
+
+if TYPE_CHECKING:
+    from simroute.sim.cluster import Cluster
+    from simroute.sim.dispatcher import RoutedExchanges
+    from simroute.sim.router import Router
+
+
+@dataclass(eq=False)
+class SimContext:
+    """The run's shared state.
+
+    - `env`, `network`, `topology`: the SimPy clock and the flow engine on the topology.
+    - `profile`, `params`, `compute`: the calibration, the cost parameters, the GPU-time formulas.
+    - `model` (decisions) and `floor_model` (the uncongested TTFT floor: no host overhead, which the
+      simulator does not charge).
+    - `cluster`, `exchanges`: instances, chunks and placement; the routed-exchange service.
+    - `policy`, `router`: the registered variants this run uses.
+    - `recorder`: per-request columns and the decision log.
+    """
+
+    config: RunConfig
+    env: simpy.Environment
+    topology: Topology
+    network: FlowEngine
+    profile: Profile
+    params: CostParams
+    compute: ComputeModel
+    model: ScalarModel
+    floor_model: ScalarModel
+    cluster: Cluster
+    exchanges: RoutedExchanges
+    policy: Policy
+    router: Router
+    recorder: Recorder
+    completed: int = 0
+    _done: dict[int, simpy.Event] = field(default_factory=dict)
+
+    def done_event(self, request: int) -> simpy.Event:
+        """Fires when request `request` completes or is dropped (closed-loop children wait on it)."""
+        event = self._done.get(request)
+        if event is None:
+            event = self._done[request] = self.env.event()
+        return event

@@ -1,0 +1,8 @@
+"""The built-in routers. Each module registers its class in `ROUTERS` when imported."""
+
+from simroute.sim.router import ROUTERS, Router
+
+# The registry line: one module per router, registration order = CLI help order.
+from simroute.sim.routers import hint, round_robin, least_loaded, locality  # noqa: E402,F401  (imported to register)
+
+__all__ = ["ROUTERS", "Router"]

@@ -1,0 +1,30 @@
+"""The instance already holding most of the request's chunk tokens (least-loaded among ties)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from simroute.sim.router import ROUTERS, Router
+
+if TYPE_CHECKING:
+    from simroute.sim.arrivals import RequestSpec
+    from simroute.sim.cluster import Cluster, Instance
+
+
+@ROUTERS.register("locality")
+class LocalityRouter(Router):
+    """Where most of the request's chunk tokens already are (least-loaded among ties and otherwise)."""
+
+    def pick(self, request: RequestSpec, cluster: Cluster) -> Instance | None:
+        chunks = cluster.chunks
+        if request.chunk_indices:
+            score = np.zeros(len(cluster.instances))
+            for ci in request.chunk_indices:
+                for holder in chunks.holders[ci]:
+                    score[holder] += chunks.tokens[ci]
+            if score.max() > 0:
+                best = np.flatnonzero(score == score.max())
+                return cluster.instances[int(best[np.argmin(cluster.active[best])])]
+        return self.least_loaded(cluster)

@@ -1,0 +1,59 @@
+"""The simulation's vocabulary: what a (chunk, request) decision can be, a request's status, why it dropped.
+
+One module so that the recorder, the policies, the request flow and the output tables agree on codes and
+names. The integer values are the codes stored in memory; the labels are what the output tables show.
+`Primitive.ROUTE / FETCH / LOCAL` equal the model's predicate codes (`simroute.model.predicate`).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Primitive(IntEnum):
+    """How one request attends one chunk."""
+
+    ROUTE = 0          # the query travels to the holder, the partial comes back
+    FETCH = 1          # the chunk's KV is copied to the requester, then attended locally
+    LOCAL = 2          # the requester re-prefills the chunk itself
+    RESIDENT = 3       # the requester already holds a copy (or one is being made there)
+    FIRST_TOUCH = 4    # nobody holds the chunk: the requester prefills it (it is not a choice)
+
+    @property
+    def label(self) -> str:
+        return self.name.lower().replace("_", "-")
+
+
+CHOICES = (Primitive.ROUTE, Primitive.FETCH, Primitive.LOCAL)   # what a policy may return
+
+
+class Status(IntEnum):
+    """Where a request is in its life."""
+
+    PENDING = 0
+    COMPLETED = 1
+    DROPPED = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+class DropReason(IntEnum):
+    """Why a request did not run to completion (NONE while it has not been dropped)."""
+
+    NONE = 0
+    UNFINISHED = 1              # still running (or not started) when the run stopped at --until
+    REQUESTER_OUT_OF_RANGE = 2  # the trace names a requester / prefill instance the cluster lacks
+    UNKNOWN_CHUNK = 3           # the request attends a chunk id the chunk table lacks
+    PARENT_DROPPED = 4          # a closed-loop request whose parent was dropped
+
+    @property
+    def label(self) -> str:
+        return _DROP_LABELS[self]
+
+
+_DROP_LABELS = {DropReason.NONE: "", DropReason.UNFINISHED: "unfinished at --until",
+                DropReason.REQUESTER_OUT_OF_RANGE: "requester out of range",
+                DropReason.UNKNOWN_CHUNK: "unknown chunk id",
+                DropReason.PARENT_DROPPED: "closed-loop parent dropped"}

@@ -1,0 +1,73 @@
+"""RunConfig checks come from its field metadata, and `simroute run` options are derived from the same."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from simroute.errors import ConfigurationError, UnknownNameError
+from simroute.sim import RunConfig
+
+BASE = dict(topology="t.yaml", trace="t.parquet", calib="c.yaml")
+
+
+@pytest.mark.parametrize("field,value,problem", [
+    ("tp", True, "must be an integer"), ("tp", 0, "must be >= 1"), ("holder_streams", 0, "must be >= 1"),
+    ("hbm_gb", math.nan, "must be finite"), ("batch_window_us", math.inf, "must be finite"),
+    ("staging_copy_GBps", 0.0, "must be > 0"), ("hot_fraction", 1.5, "must be <= 1"), ("seed", -1, ">= 0"),
+    ("until_s", 0.0, "must be > 0"), ("replicas", "2", "must be an integer"), ("telemetry", 1, "must be bool"),
+    ("prefill_us", -1.0, "must be >= 0"), ("slo_ttft_ms", "500", "must be a number"),
+])
+def test_bad_values_are_refused_naming_the_field(field, value, problem):
+    with pytest.raises(ConfigurationError, match=problem) as err:
+        RunConfig(**BASE, **{field: value})
+    assert field in str(err.value)
+
+
+@pytest.mark.parametrize("field", ["policy", "routing", "placement", "router", "route_exchanges"])
+def test_names_are_checked_against_their_registry(field):
+    with pytest.raises(UnknownNameError, match=field.replace("_", "[_ ]")):
+        RunConfig(**BASE, **{field: "no-such"})
+
+
+def test_an_integral_float_becomes_an_int_and_optional_fields_take_none():
+    cfg = RunConfig(**BASE, tp=2.0, max_requests=None, until_s=None)
+    assert cfg.tp == 2 and isinstance(cfg.tp, int)
+
+
+def test_extra_is_gone():
+    assert "extra" not in {f.name for f in dataclasses.fields(RunConfig)}
+    with pytest.raises(TypeError):
+        RunConfig(**BASE, extra={})
+
+
+def test_every_field_is_a_run_option_with_its_help_and_default():
+    from simroute.cli.run_cmd import run_options
+    options = dict(run_options())
+    assert list(options) == [f.name for f in dataclasses.fields(RunConfig)]
+    for f in dataclasses.fields(RunConfig):
+        option = options[f.name].default
+        assert option.help.startswith(f.metadata["help"])
+        if f.default is not dataclasses.MISSING:
+            assert option.default == f.default
+    assert options["until_s"].name == "until"
+    assert "--holder-streams" in options["holder_streams"].default.param_decls
+    assert "--staging-copy-GBps" in options["staging_copy_GBps"].default.param_decls
+
+
+def test_run_passes_holder_streams_and_staging_rate_through(cli, tmp_path):
+    code, out, err = cli("run", "-o", str(tmp_path / "r"), "--max-requests", "3", "--holder-streams", "2",
+                         "--staging-copy-GBps", "50", "--no-telemetry", "--json")
+    assert code == 0, err
+    config = json.loads(out)["config"]
+    assert config["holder_streams"] == 2 and config["staging_copy_GBps"] == 50.0 and config["telemetry"] is False
+    assert not (tmp_path / "r" / "holders.parquet").exists()
+
+
+@pytest.mark.parametrize("args", [("--holder-streams", "0"), ("--staging-copy-GBps", "nan"), ("--policy", "x")])
+def test_bad_run_options_exit_2_with_one_line(cli, tmp_path, args):
+    code, _, err = cli("run", "-o", str(tmp_path / "r"), *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1

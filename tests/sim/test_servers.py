@@ -1,0 +1,166 @@
+"""The holder-side servers, one at a time: batching server, FIFO server, staging pool and its elbow."""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+
+from simroute.sim.holder import FifoServer, HolderServer, StagingPool
+
+
+def _curve(work: float) -> float:
+    """A holder curve with the calibrated shape: flat to 8 reference requesters, then linear."""
+    return 1e-5 * max(work, 8.0) / 8.0
+
+
+# ---- HolderServer ---------------------------------------------------------------------------------------
+def _holder_run(arrivals, *, window_s=1e-6, streams=1):
+    """arrivals: [(t_arrive, work, premium, weight)] -> completion time of each."""
+    env = simpy.Environment()
+    server = HolderServer(env, 0, _curve, window_s, streams)
+    done = {}
+
+    def client(i, t, work, premium, weight):
+        yield env.timeout(t)
+        yield server.submit(work, premium, weight)
+        done[i] = env.now
+    for i, a in enumerate(arrivals):
+        env.process(client(i, *a))
+    env.run()
+    return [done[i] for i in range(len(arrivals))], server
+
+
+def test_queries_within_the_window_form_one_batch_on_the_curve():
+    times, server = _holder_run([(0.0, 4.0, 1.0, 1), (0.5e-6, 4.0, 1.0, 1)], window_s=1e-6)
+    assert server.batches == 1 and server.queries == 2
+    # the batch opens at the first arrival + window, and costs curve(4 + 4) once
+    assert times[0] == times[1] == pytest.approx(1e-6 + _curve(8.0))
+
+
+def test_batches_beyond_the_flat_region_cost_more_and_a_late_query_waits():
+    times, server = _holder_run([(0.0, 16.0, 1.0, 1), (5e-6, 16.0, 1.0, 1)], window_s=1e-6)
+    assert server.batches == 2
+    first_end = 1e-6 + _curve(16.0)
+    assert times[0] == pytest.approx(first_end)
+    assert times[1] == pytest.approx(first_end + _curve(16.0))   # busy until then (one stream), no new window
+
+
+def test_two_streams_compute_two_batches_at_once():
+    one, _ = _holder_run([(0.0, 16.0, 1.0, 1), (5e-6, 16.0, 1.0, 1)], streams=1)
+    two, _ = _holder_run([(0.0, 16.0, 1.0, 1), (5e-6, 16.0, 1.0, 1)], streams=2)
+    assert two[1] < one[1]
+    assert two[1] == pytest.approx(5e-6 + 1e-6 + _curve(16.0))
+
+
+def test_premium_and_weight_scale_the_batch():
+    base, _ = _holder_run([(0.0, 4.0, 1.0, 1)])
+    sparse, _ = _holder_run([(0.0, 4.0, 2.5, 1)])
+    weighted, _ = _holder_run([(0.0, 4.0, 1.0, 3)])
+    assert sparse[0] - 1e-6 == pytest.approx(2.5 * (base[0] - 1e-6))
+    # a weight-3 query stands for 3 back-to-back exchanges: window and compute both dilate
+    assert weighted[0] == pytest.approx(3 * base[0])
+
+
+def test_mixed_weights_share_the_batch_only_while_they_overlap():
+    times, _ = _holder_run([(0.0, 4.0, 1.0, 1), (0.0, 4.0, 1.0, 2)], window_s=1e-6)
+    shared = _curve(8.0)
+    assert times[0] == pytest.approx(1e-6 + shared)                 # first exchange with both queries
+    assert times[1] == pytest.approx(1e-6 + shared + _curve(4.0))   # second exchange alone
+
+
+# ---- FifoServer ---------------------------------------------------------------------------------------
+def test_fifo_server_serves_in_arrival_order_on_its_capacity():
+    env = simpy.Environment()
+    server = FifoServer(env, 2)
+    spans = {}
+
+    def job(name, t, seconds):
+        yield env.timeout(t)
+        start_wait = env.now
+        yield from server.hold(seconds)
+        spans[name] = (start_wait, env.now)
+    for name, t in (("a", 0.0), ("b", 0.0), ("c", 0.1), ("d", 0.2)):
+        env.process(job(name, t, 1.0))
+    env.run()
+    assert spans["a"][1] == spans["b"][1] == pytest.approx(1.0)     # two servers at once
+    assert spans["c"][1] == pytest.approx(2.0) and spans["d"][1] == pytest.approx(2.0)
+    assert server.max_waiting == 2 and server.busy == 0
+
+
+# ---- StagingPool ----------------------------------------------------------------------------------------
+RATE = 1e9          # one stream's copy rate
+COPY = 1e6          # bytes per staged chunk: 1 ms alone
+
+
+def _staging_run(streams, copies, *, gain=0.07, loss=0.05, spaced_s=0.0):
+    env = simpy.Environment()
+    pool = StagingPool(env, streams, RATE, elbow=8, gain_at_elbow=gain, oversubscription_loss=loss)
+    ends = []
+
+    def job(i):
+        yield env.timeout(i * spaced_s)
+        yield from pool.stage(COPY)
+        ends.append(env.now)
+    for i in range(copies):
+        env.process(job(i))
+    env.run()
+    return sorted(ends), pool
+
+
+@pytest.mark.parametrize("streams", [1, 4, 8, 16])
+def test_a_lone_copy_takes_bytes_over_one_streams_rate_whatever_k(streams):
+    ends, _ = _staging_run(streams, 1)
+    assert ends == [pytest.approx(COPY / RATE)]
+
+
+def test_k1_is_serial_copies():
+    ends, pool = _staging_run(1, 16)
+    assert ends == [pytest.approx((i + 1) * COPY / RATE) for i in range(16)]
+    assert pool.max_queue == 15
+
+
+def test_staging_elbow_k8_best_k1_no_help_k16_regresses():
+    """Move the Query, Not the Cache, §6.2 / Fig 5b: a saturated backlog finishes 7% sooner at K = 8 than
+    serialised, K = 4 lies between, K = 16 is worse than K = 8."""
+    makespan = {k: _staging_run(k, 32)[0][-1] for k in (1, 4, 8, 16)}
+    serial = 32 * COPY / RATE
+    assert makespan[1] == pytest.approx(serial)
+    assert makespan[8] == pytest.approx(serial * (1 - 0.07))
+    assert makespan[8] < makespan[4] < makespan[1]
+    assert makespan[16] > makespan[8]
+    p50 = {k: _staging_run(k, 32)[0][15] for k in (1, 8, 16)}
+    assert p50[8] < p50[1] and p50[16] > p50[8]
+
+
+def test_copies_in_flight_share_the_rate_and_rerate_when_one_ends():
+    env = simpy.Environment()
+    pool = StagingPool(env, 8, RATE, elbow=8, gain_at_elbow=0.0)
+    ends = {}
+
+    def job(name, nbytes):
+        yield from pool.stage(nbytes)
+        ends[name] = env.now
+    env.process(job("small", COPY))
+    env.process(job("large", 3 * COPY))
+    env.run()
+    # with no gain two copies share one stream's rate: the small one ends at 2 ms, the large one then runs
+    # alone at the full rate for its remaining 2 MB
+    assert ends["small"] == pytest.approx(2 * COPY / RATE)
+    assert ends["large"] == pytest.approx(4 * COPY / RATE)
+
+
+def test_aggregate_rate_curve():
+    pool = StagingPool(simpy.Environment(), 16, RATE, elbow=8, gain_at_elbow=0.07, oversubscription_loss=0.05)
+    rates = [pool.aggregate_Bps(c) for c in range(1, 17)]
+    assert rates[0] == RATE
+    assert all(a < b for a, b in zip(rates[:7], rates[1:8]))        # rising to the elbow
+    assert rates[7] == pytest.approx(RATE / 0.93)
+    assert all(a > b for a, b in zip(rates[7:-1], rates[8:]))        # falling past it
+    assert rates[15] == pytest.approx(RATE / 0.93 * 0.95)
+
+
+def test_staging_samples_record_waiting_and_in_flight():
+    _, pool = _staging_run(2, 4)
+    times, waiting, copying = pool.samples
+    assert max(copying) == 2 and max(waiting) == 2 and copying[-1] == 0
+    assert list(times) == sorted(times)

@@ -48,7 +48,9 @@ def build_events(tables: dict[str, Any], max_events: int = 500_000) -> list[dict
                        "tid": int(row.holder), "args": {"queue_after": int(row.queue)}})
             if len(ev) >= 3 * max_events:
                 break
-    for pid, name in ((1, "requesters"), (2, "network flows"), (3, "holders")):
+    from simroute.sim.engine.log import iteration_events
+    ev.extend(iteration_events(tables.get("iterations"), pid=4, max_events=max_events))
+    for pid, name in ((1, "requesters"), (2, "network flows"), (3, "holders"), (4, "instance engines")):
         ev.append({"name": "process_name", "ph": "M", "pid": pid, "args": {"name": name}})
     return ev
 

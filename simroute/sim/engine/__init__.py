@@ -5,9 +5,9 @@ from simroute.sim.engine.engine import EngineOptions, InstanceEngine, StepTime
 from simroute.sim.engine.exchange import HOLDER_MODES, HolderPartials, RouteExchange
 from simroute.sim.engine.hbm import BLOCK_TOKENS, HbmBudget, blocks_for
 from simroute.sim.engine.log import IterationLog
-from simroute.sim.engine.scheduler import SCHEDULERS, Plan, Scheduler, get_scheduler, register_scheduler
+from simroute.sim.engine.scheduler import SCHEDULERS, Plan, Scheduler, get_scheduler
 from simroute.sim.engine.sequence import RouteShare, Sequence
 
 __all__ = ["BLOCK_TOKENS", "EngineOptions", "HOLDER_MODES", "HbmBudget", "HolderPartials", "InstanceEngine",
            "IterationLog", "Plan", "RouteExchange", "RouteShare", "SCHEDULERS", "Scheduler", "Sequence", "StepTime",
-           "blocks_for", "get_scheduler", "register_scheduler"]
+           "blocks_for", "get_scheduler"]

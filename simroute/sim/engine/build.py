@@ -16,6 +16,19 @@ from simroute.sim.engine.hbm import HbmBudget
 from simroute.sim.engine.log import IterationLog
 
 
+def _step_model(profile: Profile, model: str, tp: int, intra_host_fabric: str | None) -> StepTimeModel:
+    """The profile's step-time model; a profile that calibrates fabrics only (a host probe run) and names no
+    GPU gets the shipped default profile's GPU entry (datasheet values, named in the summary)."""
+    from simroute.errors import ConfigurationError
+    try:
+        profile.instance_gpu(intra_host_fabric)
+        return profile.step_model(model, tp=tp, intra_host_fabric=intra_host_fabric)
+    except ConfigurationError:
+        pass
+    from simroute.calib import default_profile_path, load_profile
+    return load_profile(default_profile_path()).step_model(model, tp=tp)
+
+
 class EngineSet:
     """The engines of a run (index = instance id) and what they share.
 
@@ -28,7 +41,7 @@ class EngineSet:
                  intra_host_fabric: str | None, network: Any, fabric_of: Callable[[int, int], Any],
                  options: EngineOptions, exchanges_per_step: int, merge_s: float, hbm_gb: float | None = None,
                  record: bool = True) -> None:
-        self.step: StepTimeModel = profile.step_model(model, tp=tp, intra_host_fabric=intra_host_fabric)
+        self.step: StepTimeModel = _step_model(profile, model, tp, intra_host_fabric)
         g = self.step.geometry
         self.log = IterationLog(enabled=record)
         self.exchange = RouteExchange(network, lambda a, b: fabric_of(a.eid, b.eid), q_bytes=g.q_bytes,
@@ -62,6 +75,7 @@ class EngineSet:
         hp = [e.partials for e in es]
         return {
             "scheduler": es[0].options.scheduler if es else None,
+            "gpu": self.step.gpu.name, "model": self.step.geometry.name,
             "iterations": int(log.iterations), "events": int(log.events),
             "preemptions": int(sum(e.preemptions for e in es)), "rejected": int(sum(e.rejected for e in es)),
             "hbm": {"capacity_gb_per_gpu": self.hbm_bytes / 1e9, "weights_gb_per_gpu": self.step.weight_bytes_per_gpu / 1e9,
@@ -72,6 +86,7 @@ class EngineSet:
             "holder_partials": {"kernel_calls": float(sum(h.calls for h in hp)),
                                 "queries": float(sum(h.queries for h in hp)),
                                 "work_s": float(sum(h.work_s for h in hp)),
+                                "busiest_holder_work_s": float(max((h.work_s for h in hp), default=0.0)),
                                 "charged_to_own_iterations_s": float(sum(h.charged_s for h in hp))},
             "routed_messages": float(self.exchange.messages),
             "exchange_s": float(sum(e.exchange_total_s for e in es)),

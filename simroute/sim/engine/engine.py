@@ -56,7 +56,7 @@ class EngineOptions:
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
-            raise UnknownNameError("scheduler", self.scheduler, sorted(SCHEDULERS))
+            raise UnknownNameError("scheduler", self.scheduler, list(SCHEDULERS))
         if self.holder_mode not in HOLDER_MODES:
             raise UnknownNameError("holder_mode", self.holder_mode, list(HOLDER_MODES))
         for name in ("max_running", "token_budget", "prefill_chunk", "steps_per_event"):
@@ -161,7 +161,7 @@ class InstanceEngine:
         k = plan.k
         exch = wait = 0.0
         if groups:
-            exch, wait = self.exchange.iteration(self, groups, k, k * compute)
+            exch, wait = self.exchange.iteration(self, groups, k, compute)
         dt = compute + exch
         if self.options.overlap and exch > 0:
             dt = max(compute, compute / 2 + exch)       # per layer: max(c, c/2 + r), summed over layers
@@ -169,7 +169,7 @@ class InstanceEngine:
         self.exchange_total_s += exch * k
         pre = self.partials.take()
         self._t0, self._dt, self._pre = self.env.now, dt, pre
-        self.layer_s = dt / self.layers
+        self.layer_s = compute / self.layers    # GPU-busy time per layer (its own exchange waits leave it idle)
         for seq, _tokens in plan.prefill:
             seq.prefill_compute_s += compute
             seq.exchange_s += exch

@@ -10,11 +10,16 @@ per holder per iteration event: the per-layer messages of one iteration see the 
 The holder side (`HolderPartials`) is GPU work on the holder: its kernels run between or inside the
 holder's own iterations (`inline`, the default: a kernel waits for the holder's current layer to end, and
 the holder's next iteration is longer by the work) or on a concurrent stream (`stream`: no layer wait,
-the holder's iterations are slowed by `interference` x the work). Kernels of different requesters queue
-on the holder: a fluid M/D/1 wait from the holder's current partial-attention utilisation.
+the holder's iterations are slowed by `interference` x the work). Requesters routing to one holder at the
+same time share its kernel calls: a call batches one query from each of the n requesters currently
+routing there (`holder_partial_s` over n x their queries, flat to N ~ 8 as measured), each requester waits
+for the whole call and is charged 1/n of its work. Beyond that, kernels queue: a fluid M/D/1 wait from the
+holder's current partial-attention utilisation.
 """
 
 from __future__ import annotations
+
+from array import array
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -29,41 +34,53 @@ MAX_UTILISATION = 0.95          # the fluid queue's wait is capped where rho -> 
 class HolderPartials:
     """The partial-attention work a holder does for others, and what it costs its own iterations."""
 
-    __slots__ = ("mode", "interference", "pending_s", "demand", "calls", "queries", "work_s", "charged_s")
+    __slots__ = ("mode", "interference", "pending_s", "demand", "calls", "queries", "work_s", "charged_s",
+                 "kernel_s")
 
     def __init__(self, mode: str = "inline", interference: float = 0.3) -> None:
         self.mode = mode
         self.interference = interference
         self.pending_s = 0.0            # work to charge to the holder's next iteration
-        self.demand: list[tuple[float, float]] = []   # (until, GPU seconds per second) of current requesters
+        self.demand: list[tuple[float, float, int]] = []   # (until, GPU s per s, requester) now routing here
         self.calls = 0.0                # kernel calls (x exchanges)
         self.queries = 0.0
         self.work_s = 0.0
         self.charged_s = 0.0
+        self.kernel_s = array("d")      # one kernel call's time per requester iteration event (telemetry)
 
-    def utilisation(self, now: float) -> float:
+    def _prune(self, now: float) -> list[tuple[float, float, int]]:
         d = self.demand
-        if d and d[0][0] <= now:
+        if d and min(x[0] for x in d) <= now:
             d[:] = [x for x in d if x[0] > now]
-        return sum(rate for _, rate in d)
+        return d
 
-    def wait_s(self, kernel_s: float, now: float, holder_busy: bool, holder_layer_s: float) -> float:
-        """Expected wait of one kernel: behind other requesters' kernels (M/D/1 at the current utilisation)
-        and, inline, for the holder's current layer to end (half a layer on average)."""
-        rho = min(self.utilisation(now), MAX_UTILISATION)
+    def utilisation(self, now: float, requester: int = -1) -> float:
+        """GPU seconds per second of partial attention the other requesters now ask of this holder."""
+        return sum(x[1] for x in self._prune(now) if x[2] != requester)
+
+    def concurrent(self, now: float, requester: int) -> int:
+        """Requesters routing here now, this one included (they share kernel calls)."""
+        return 1 + len({x[2] for x in self._prune(now) if x[2] != requester})
+
+    def wait_s(self, kernel_s: float, now: float, holder_busy: bool, holder_layer_s: float,
+               requester: int = -1) -> float:
+        """Expected wait of one kernel: behind other requesters' kernels (M/D/1 at their utilisation) and,
+        inline, for the holder's current layer to end (half a layer on average)."""
+        rho = min(self.utilisation(now, requester), MAX_UTILISATION)
         wait = kernel_s * rho / (2 * (1 - rho)) if rho > 0 else 0.0
         if self.mode == "inline" and holder_busy:
             wait += holder_layer_s / 2
         return wait
 
     def add(self, kernel_s: float, calls: float, queries: float, now: float, span_s: float,
-            holder_busy: bool) -> None:
+            holder_busy: bool, requester: int = -1) -> None:
+        """`kernel_s` x `calls` of this requester's share of the holder's partial-attention work."""
         work = kernel_s * calls
         self.calls += calls
         self.queries += queries * calls
         self.work_s += work
         if span_s > 0:
-            self.demand.append((now + span_s, work / span_s))
+            self.demand.append((now + span_s, work / span_s, requester))
         if holder_busy:                 # on an idle holder the kernels use an idle GPU: nobody waits for them
             self.pending_s += work if self.mode == "inline" else work * self.interference
 
@@ -91,12 +108,12 @@ class RouteExchange:
         self.exchanges = exchanges_per_step
         self.messages = 0.0             # routed messages (queries + partials, x exchanges)
 
-    def iteration(self, engine: "InstanceEngine", groups: dict, k: int, span_s: float) -> tuple[float, float]:
-        """(exchange seconds, of which holder wait) added to each iteration of a k-iteration event.
-
-        `groups` maps a holder engine to [queries, rows, key_tokens] of this batch."""
-        net, now, tp, ex = self.net, engine.env.now, self.tp, self.exchanges
-        worst, worst_wait = 0.0, 0.0
+    def iteration(self, engine: "InstanceEngine", groups: dict, k: int, compute_s: float) -> tuple[float, float]:
+        """(exchange seconds, of which holder wait) added to each iteration of a k-iteration event whose
+        compute is `compute_s` per iteration. `groups` maps a holder engine to [queries, rows, key_tokens]."""
+        net, now, tp, ex, me = self.net, engine.env.now, self.tp, self.exchanges, engine.eid
+        legs = []
+        bare = 0.0                      # the slowest round trip without holder waits
         for holder, (queries, rows, keys) in groups.items():
             fab = self.fabric_of(engine, holder)
             out = net.message_delay(engine.gpu, holder.gpu, rows * self.q_bytes / tp, t_probe_s=fab.t_probe_s,
@@ -104,12 +121,19 @@ class RouteExchange:
             back = net.message_delay(holder.gpu, engine.gpu, rows * self.p_bytes / tp,
                                      t_probe_s=fab.turnaround_s, single_block_Bps=fab.single_block_Bps,
                                      include_latency=False)
-            kernel = holder.step.holder_partial_s(queries, rows / queries, keys / queries)
-            busy = holder.busy
-            wait = holder.partials.wait_s(kernel, now, busy, holder.layer_s)
-            holder.partials.add(kernel, ex * k, queries, now, span_s, busy)
-            rt = out + wait + kernel + back + self.merge_s
-            if rt > worst:
-                worst, worst_wait = rt, wait
+            sharing = holder.partials.concurrent(now, me)
+            kernel = holder.step.holder_partial_s(queries * sharing, rows / queries, keys / queries)
+            rt = out + kernel + back + self.merge_s
+            bare = max(bare, rt)
+            legs.append((holder, queries, kernel, sharing, rt))
+        span = k * (compute_s + ex * bare)   # the event's duration: the rate its partial work is asked at
+        worst, worst_wait = 0.0, 0.0
+        for holder, queries, kernel, sharing, rt in legs:
+            partials, busy = holder.partials, holder.busy
+            wait = partials.wait_s(kernel / sharing, now, busy, holder.layer_s, me)
+            partials.add(kernel / sharing, ex * k, queries, now, span, busy, me)
+            partials.kernel_s.append(kernel)
+            if rt + wait > worst:
+                worst, worst_wait = rt + wait, wait
         self.messages += 2 * ex * k * len(groups)
         return ex * worst, ex * worst_wait

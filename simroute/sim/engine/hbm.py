@@ -76,12 +76,13 @@ class HbmBudget:
         self.pinned_blocks += blocks
         return True
 
-    def add_copy(self, key: Hashable, blocks: int) -> bool:
-        """Make a copy resident (LRU-evicting others); False, and counted as refused, if it cannot fit."""
+    def add_copy(self, key: Hashable, blocks: int, keep_free: int = 0) -> bool:
+        """Make a copy resident (LRU-evicting others), leaving `keep_free` blocks free; False, and counted as
+        refused, if it cannot fit."""
         if key in self.copies:
             self.copies.move_to_end(key)
             return True
-        if not self._make_room(blocks):
+        if not self._make_room(blocks + keep_free):
             self.refused += 1
             return False
         self.copies[key] = blocks

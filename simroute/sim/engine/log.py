@@ -54,3 +54,21 @@ class IterationLog:
         pick = lambda q: float(v[min(np.searchsorted(cum, q), len(v) - 1)] * scale)
         return {"mean": float((v * w).sum() / w.sum() * scale), "p50": pick(0.5), "p95": pick(0.95),
                 "p99": pick(0.99), "max": float(v[-1] * scale)}
+
+
+def iteration_events(table, *, pid: int, max_events: int) -> list[dict]:
+    """Chrome / Perfetto slices, one per engine event (an instance per thread), from the iterations table."""
+    if table is None:
+        return []
+    cols = {name: table.column(name).to_numpy() for name in ("instance", "t_start_s", "duration_s", "iterations",
+                                                             "decode_seqs", "prefill_seqs", "new_tokens",
+                                                             "exchange_s", "holder_work_s")}
+    out = []
+    for i in range(min(len(cols["instance"]), max_events)):
+        out.append({"name": f"{int(cols['decode_seqs'][i])} decode + {int(cols['prefill_seqs'][i])} prefill",
+                    "cat": "iteration", "ph": "X", "ts": float(cols["t_start_s"][i]) * 1e6,
+                    "dur": float(cols["duration_s"][i]) * 1e6, "pid": pid, "tid": int(cols["instance"][i]),
+                    "args": {"iterations": int(cols["iterations"][i]), "new_tokens": int(cols["new_tokens"][i]),
+                             "exchange_ms": float(cols["exchange_s"][i]) * 1e3,
+                             "holder_work_ms": float(cols["holder_work_s"][i]) * 1e3}})
+    return out

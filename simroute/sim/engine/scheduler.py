@@ -1,7 +1,7 @@
 """Iteration schedulers: which sequences run in the next engine iteration, and with how many tokens.
 
-A scheduler is a registered class: subclass `Scheduler`, set `name`, implement `plan(engine) -> Plan`, and
-decorate it with `@register_scheduler`. It admits waiting sequences through `engine.admit(seq)` (which
+A scheduler is a registered class: subclass `Scheduler`, implement `plan(engine) -> Plan`, and decorate it
+with `@SCHEDULERS.register("name")` (its docstring's first line is its help text). It admits waiting sequences through `engine.admit(seq)` (which
 reserves their KV blocks and enforces the running-sequence cap) and never touches HBM itself.
 """
 
@@ -11,8 +11,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from simroute.errors import UnknownNameError
 from simroute.sim.engine.sequence import DECODE, PREFILL, Sequence
+from simroute.sim.registry import Registry
 
 if TYPE_CHECKING:
     from simroute.sim.engine.engine import InstanceEngine
@@ -36,39 +36,29 @@ class Scheduler(ABC):
     """Contract: `plan` returns the next iteration's batch; an empty plan means the engine may go idle."""
 
     name: ClassVar[str]
-    description: ClassVar[str]
 
     @abstractmethod
     def plan(self, engine: "InstanceEngine") -> Plan: ...
 
 
-SCHEDULERS: dict[str, type[Scheduler]] = {}
-
-
-def register_scheduler(cls: type[Scheduler]) -> type[Scheduler]:
-    SCHEDULERS[cls.name] = cls
-    return cls
+SCHEDULERS: Registry[type[Scheduler]] = Registry("scheduler")
 
 
 def get_scheduler(name: str) -> Scheduler:
-    try:
-        return SCHEDULERS[name]()
-    except KeyError:
-        raise UnknownNameError("scheduler", name, sorted(SCHEDULERS)) from None
+    return SCHEDULERS.get(name)()
 
 
 def _decoding(engine: "InstanceEngine") -> list[Sequence]:
     return [s for s in engine.running if s.phase == DECODE]
 
 
-@register_scheduler
+@SCHEDULERS.register("vllm")
 class VllmScheduler(Scheduler):
-    """Prefill-first (vLLM's default scheduler without chunked prefill): whenever waiting prompts can be
+    """prefill-first: whole prompts as soon as they fit, decodes wait.
+
+    vLLM's default scheduler without chunked prefill: whenever waiting prompts can be
     admitted, the iteration prefills whole prompts (up to the token budget, at least one); otherwise every
     running sequence decodes one token. New prompts therefore stall running decodes (TPOT pays, TTFT gains)."""
-
-    name = "vllm"
-    description = "prefill-first: whole prompts as soon as they fit, decodes wait"
 
     def plan(self, engine: "InstanceEngine") -> Plan:
         prefill: list[tuple[Sequence, int]] = []
@@ -90,14 +80,13 @@ class VllmScheduler(Scheduler):
         return Plan(decode=decode, k=engine.macro_k(decode))
 
 
-@register_scheduler
+@SCHEDULERS.register("sarathi")
 class SarathiScheduler(Scheduler):
-    """Decode-first with chunked prefill (Sarathi-Serve's stall-free batching): every iteration carries
+    """decode-first, prefill chunks fill the token budget (stall-free).
+
+    Sarathi-Serve's stall-free batching: every iteration carries
     every running decode, and the token budget's remainder is filled with prefill chunks of at most
     `prefill_chunk` tokens (partly prefilled sequences first, then newly admitted ones)."""
-
-    name = "sarathi"
-    description = "decode-first, prefill chunks fill the token budget (stall-free)"
 
     def plan(self, engine: "InstanceEngine") -> Plan:
         opts = engine.options
@@ -119,6 +108,9 @@ class SarathiScheduler(Scheduler):
             if tokens > 0:
                 prefill.append((seq, tokens))
                 budget -= tokens
+            else:                       # its KV arrived prefilled (PD decode side): it decodes now
+                decode.append(seq)
+                budget -= 1
         if prefill or any(s.phase == PREFILL for s in engine.running):
             return Plan(prefill=prefill, decode=decode)
         return Plan(decode=decode, k=engine.macro_k(decode))

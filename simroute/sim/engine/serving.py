@@ -45,6 +45,7 @@ class ChunkCopies:
     def __init__(self, engines: EngineSet, holders: list[list[int]], pins: dict[tuple[int, int], int],
                  tokens: Any) -> None:
         self.engines, self.holders, self.pins, self.tokens = engines, holders, pins, tokens
+        self.fell_back = 0              # fetches that did not fit in the requester's HBM (routed instead)
         for eng in engines.engines:
             eid = eng.eid
             eng.hbm.evictable = lambda ci, eid=eid: (ci, eid) not in pins
@@ -75,10 +76,10 @@ class ChunkCopies:
         return hbm.free_blocks >= need or hbm.free_blocks + sum(
             b for key, b in hbm.copies.items() if hbm.evictable(key)) >= need
 
-    def reserve(self, ci: int, eid: int) -> bool:
-        """Blocks for a copy about to arrive (fetch): taken now (LRU-evicting unpinned copies); False if it
-        cannot fit, and then nothing changed."""
-        return self.engines[eid].hbm.add_copy(ci, self.blocks(ci))
+    def reserve(self, ci: int, eid: int, keep_free_tokens: int = 0) -> bool:
+        """Blocks for a copy about to arrive (fetch): taken now (LRU-evicting unpinned copies), leaving room
+        for `keep_free_tokens` of KV (the request's own); False if they cannot be had, and nothing changed."""
+        return self.engines[eid].hbm.add_copy(ci, self.blocks(ci), keep_free=blocks_for(keep_free_tokens))
 
     def arrived(self, ci: int, eid: int) -> None:
         """The reserved copy is in HBM: from now on the instance holds the chunk."""

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import simpy
 
-from conftest import Fabric, FakeStep, NoNet
+from fakes import Fabric, FakeStep, NoNet
 from simroute.sim.engine import RouteExchange, RouteShare, Sequence, blocks_for
 
 STEP = FakeStep()
@@ -248,3 +248,16 @@ def test_arrival_cuts_a_macro_step(make_engine):
         env.run()
         out[steps] = (a.t_done, b.t_first_token, b.t_done)
     assert out[64] == pytest.approx(out[1], rel=1e-3)
+
+
+@pytest.mark.parametrize("scheduler", ["vllm", "sarathi"])
+def test_prefilled_sequences_decode_right_away(make_engine, scheduler):
+    """PD's decode side: a sequence whose KV arrived prefilled decodes on an idle engine (no prefill)."""
+    env = simpy.Environment()
+    eng = make_engine(env, scheduler=scheduler)
+    seq = Sequence(0, 5000, 20)
+    seq.prefilled, seq.generated = 5000, 1
+    eng.submit(seq)
+    env.run()
+    assert seq.generated == 20 and seq.t_done > 0
+    assert sum(eng.log.cols["prefill_seqs"]) == 0

@@ -162,83 +162,46 @@ class StagingPool:
     """The holder's pool of K CUDA streams for the D2D copies that stage fetched chunks
     (Move the Query, Not the Cache, §6.2 and Fig 5b).
 
-    Up to K copies run at once and share the copy engines' aggregate rate; the others wait in FIFO order.
-    With c copies in flight the aggregate rate is one stream's rate r scaled by
+    A chunk is staged as one copy per layer; the pool spreads those L copies over its K streams, so a chunk
+    is staged at the copy engines' aggregate rate with c = min(K, L) copies in flight, and chunks queue FIFO
+    behind each other (the pool pipelines one chunk's copies, then the next's). The aggregate rate is one
+    stream's rate r scaled by
 
         1 / (1 - gain x (c - 1) / (E - 1))                for c <= E (the elbow, 8 on H100),
         1 / (1 - gain) x (1 - loss x (c - E) / E)         beyond it,
 
-    so K = 1 (a single async stream) is no faster than serial copies, K = E finishes a saturated backlog
-    `gain` (7%) sooner, and K = 2E regresses by `loss`. A lone copy takes nbytes / r whatever K is.
-    Copies in flight progress at equal rates, re-rated whenever one starts or ends.
+    so K = 1 (a single async stream) is no faster than serial copies, K = E stages `gain` (7%) sooner, and
+    K = 2E regresses by `loss` (scheduler oversubscription).
     """
 
-    def __init__(self, env: simpy.Environment, streams: int, copy_Bps: float, *, elbow: int = 8,
+    def __init__(self, env: simpy.Environment, streams: int, copy_Bps: float, *, layers: int, elbow: int = 8,
                  gain_at_elbow: float = 0.07, oversubscription_loss: float = STAGING_OVERSUBSCRIPTION_LOSS,
                  record: bool = True) -> None:
-        self.env, self.streams, self.copy_Bps = env, streams, copy_Bps
+        self.env, self.streams, self.copy_Bps, self.layers = env, streams, copy_Bps, layers
         self.elbow, self.gain, self.loss = max(1, elbow), gain_at_elbow, oversubscription_loss
-        self.record = record
-        self.waiting: deque[list] = deque()      # [bytes left, done event] not yet on a stream
-        self.copying: list[list] = []            # [bytes left, done event] on a stream
-        self.max_queue = 0
-        self._since = 0.0                        # when `copying` was last advanced
-        self._generation = 0                     # of the pending completion timer (older ones are ignored)
-        self.samples = (array("d"), array("i"), array("i"))   # time, copies waiting, copies in flight
+        self.server = FifoServer(env, 1, on_change=self._sample if record else None)
+        self.rate_Bps = self.aggregate_Bps(min(streams, max(1, layers)))
+        self.samples = (array("d"), array("i"), array("i"))   # time, chunks waiting, chunks being staged
+
+    @property
+    def max_queue(self) -> int:
+        return self.server.max_waiting
 
     def aggregate_Bps(self, in_flight: int) -> float:
-        """The pool's total copy rate with `in_flight` copies on streams."""
+        """The pool's total copy rate with `in_flight` per-layer copies on streams."""
         c, e, r = in_flight, self.elbow, self.copy_Bps
         if c <= 1:
             return r
-        if c <= e:
+        if c <= e:                        # here e > 1
             return r / (1 - self.gain * (c - 1) / (e - 1))
         return r / (1 - self.gain) * max(1 - self.loss * (c - e) / e, 0.05)
 
     def stage(self, nbytes: float):
-        """A SimPy sub-process: queue the copy, wait until it has been staged."""
-        done = self.env.event()
-        self._advance()
-        self.waiting.append([float(nbytes), done])
-        self._admit_and_schedule()
-        yield done
-
-    def _advance(self) -> None:
-        """Charge the copies in flight for the time since the last change."""
-        now = self.env.now
-        if self.copying and now > self._since:
-            per_copy = self.aggregate_Bps(len(self.copying)) / len(self.copying) * (now - self._since)
-            for copy in self.copying:
-                copy[0] -= per_copy
-        self._since = now
-
-    def _admit_and_schedule(self) -> None:
-        while self.waiting and len(self.copying) < self.streams:
-            self.copying.append(self.waiting.popleft())
-        self.max_queue = max(self.max_queue, len(self.waiting))
-        if self.record:
-            self._sample()
-        if not self.copying:
-            return
-        self._generation += 1
-        generation = self._generation
-        first = min(self.copying, key=lambda copy: copy[0])
-        delay = max(first[0], 0.0) * len(self.copying) / self.aggregate_Bps(len(self.copying))
-        self.env.timeout(delay).callbacks.append(lambda _e: self._finish(generation, first))
-
-    def _finish(self, generation: int, first: list) -> None:
-        if generation != self._generation:
-            return                                # re-rated since: a newer timer stands
-        self._advance()
-        tolerance = 1e-9 * max(1.0, abs(first[0]))
-        ended = [copy for copy in self.copying if copy is first or copy[0] <= tolerance]
-        self.copying = [copy for copy in self.copying if not (copy is first or copy[0] <= tolerance)]
-        for copy in ended:
-            copy[1].succeed()
-        self._admit_and_schedule()
+        """A SimPy sub-process: wait for the pool, stage the chunk's L copies, release."""
+        yield from self.server.hold(nbytes / self.rate_Bps)
 
     def _sample(self) -> None:
         t, q, b = self.samples
         t.append(self.env.now)
-        q.append(len(self.waiting))
-        b.append(len(self.copying))
+        q.append(len(self.server.waiting))
+        b.append(self.server.busy)

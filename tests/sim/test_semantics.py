@@ -1,5 +1,6 @@
-"""Semantics the simulator must keep (from a review against DESIGN §2-§4): costs equal the closed form when
-nothing contends, copies in use are never evicted, one copy per instance, macro-steps stay faithful."""
+"""Semantics the simulator must keep (the request semantics of Move the Query, Not the Cache, §2-§5): costs
+equal the closed form when nothing contends, copies in use are never evicted, one copy per instance,
+macro-steps stay faithful."""
 
 from __future__ import annotations
 
@@ -20,14 +21,17 @@ def _testbed(trace, **kw) -> RunConfig:
 
 @pytest.mark.parametrize("policy", ["always-route", "always-fetch", "always-local"])
 @pytest.mark.parametrize("prompt", [16, 2048])
-def test_uncontended_ttft_is_the_closed_form(tmp_path, policy, prompt):
+@pytest.mark.parametrize("tp", [1, 2])
+def test_uncontended_ttft_is_the_closed_form(tmp_path, policy, prompt, tp):
     """One request, one remote 2048-token chunk across the IB fabric: TTFT - own prefill is the model's
-    first-pass cost of the primitive, the requester's own attention over a copy included."""
-    trace = single_chunk_trace(tmp_path / "t.parquet", requester=4, holder=0, prompt_tokens=prompt)
-    sim = Simulation(_testbed(trace, policy=policy, staging_copy_GBps=1e9))
+    first-pass cost of the primitive, the requester's own attention over a copy included; under tensor
+    parallelism each rank pair moves 1/tp of the bytes."""
+    requester = 4 // tp                                   # the first instance of the second host
+    trace = single_chunk_trace(tmp_path / "t.parquet", requester=requester, holder=0, prompt_tokens=prompt)
+    sim = Simulation(_testbed(trace, policy=policy, staging_copy_GBps=1e9, tp=tp))
     sim.run()
     m = ScalarModel(sim.ctx.params)
-    r1, _, move, attend, pre = m.step(16 * prompt, 2048.0, sim.ctx.params.fabric_id("h100-ibgda"), False)
+    r1, _, move, attend, pre = m.step(16 * prompt, 2048.0, sim.ctx.params.fabric_id("h100-ibgda"), False, tp=tp)
     want = {"always-route": r1, "always-fetch": move + attend, "always-local": pre + attend}[policy]
     got = sim.rec.ttft[0] - prompt * sim.prefill_s_per_token
     assert got == pytest.approx(want, rel=0.01)
@@ -72,3 +76,30 @@ def test_macro_steps_keep_ttft_and_bound_the_tpot_error():
         macro = simulate(RunConfig(decode_steps_per_event=s, **base)).summary
         assert macro["ttft_ms"]["mean"] == pytest.approx(exact["ttft_ms"]["mean"], rel=0.1)
         assert 0.7 * exact["tpot_ms"]["mean"] <= macro["tpot_ms"]["mean"] <= 1.05 * exact["tpot_ms"]["mean"]
+
+
+def test_staging_elbow_end_to_end(tmp_path):
+    """32 requesters fetch one chunk from one holder at once: the holder's staging pool sets the TTFT
+    (Move the Query, Not the Cache, §6.2 / Fig 5b: K = 8 is the elbow, K = 1 no help, K = 16 regresses)."""
+    from simroute.scenarios.traces import fanin_trace
+    trace = fanin_trace(tmp_path / "f.parquet", 32, holder=0, output_tokens=1)
+    p50 = {}
+    for k in (1, 4, 8, 16):
+        cfg = RunConfig(topology=str(default_topology_path()), trace=str(trace), calib=str(default_profile_path()),
+                        policy="always-fetch", staging_streams=k, staging_copy_GBps=20.0)
+        p50[k] = simulate(cfg).summary["ttft_ms"]["p50"]
+    assert p50[8] < p50[4] < p50[1] and p50[16] > p50[8]
+
+
+@pytest.mark.parametrize("policy", ["always-route", "always-fetch"])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_decode_base_time_adds_to_every_step(tmp_path, policy, sparse):
+    """`decode_base_ms` is the non-attention time of each decode step: TPOT rises by exactly that much."""
+    from simroute.scenarios.traces import selection_trace
+    if sparse:
+        trace = selection_trace(tmp_path / "t.parquet", requester=4, holders=[0, 1], output_tokens=9)
+    else:
+        trace = single_chunk_trace(tmp_path / "t.parquet", requester=4, holder=0, output_tokens=9)
+    tpot = {base: simulate(_testbed(trace, policy=policy, decode_base_ms=base,
+                                    decode_steps_per_event=1)).summary["tpot_ms"]["mean"] for base in (0.0, 2.0)}
+    assert tpot[2.0] - tpot[0.0] == pytest.approx(2.0, rel=1e-6)

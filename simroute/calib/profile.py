@@ -9,11 +9,12 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from simroute.calib.schema import Constant, FabricSpec, ProfileFile
+from simroute.calib.schema import Constant, FabricSpec, GpuFileSpec, ProfileFile
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.ioutil import load_yaml, write_text_atomic
 from simroute.model.cost import CostParams, FabricParams
 from simroute.model.geometry import get_model
+from simroute.model.steptime import GpuSpec, StepTimeModel
 
 # Constants the cost model cannot do without, with the unit each must be given in.
 REQUIRED_CONSTANTS: dict[str, str] = {
@@ -60,7 +61,9 @@ class Profile:
     fabrics: dict[str, FabricSpec]
     constants: dict[str, Constant]
     files: tuple[str, ...] = ()
-    origin: dict[str, str] = field(default_factory=dict)   # "fabric:X" / "const:Y" -> file it came from
+    origin: dict[str, str] = field(default_factory=dict)   # "fabric:X" / "const:Y" / "gpu:Z" -> file it came from
+    gpus: dict[str, GpuFileSpec] = field(default_factory=dict)
+    gpu: str | None = None          # the instance GPU when the intra-host fabric names none
 
     def fabric(self, name: str) -> FabricSpec:
         try:
@@ -81,6 +84,56 @@ class Profile:
                             single_block_Bps=f.single_block_GBps.value * 1e9,
                             bulk_Bps=f.link_peak_GBps.value * 1e9,
                             turnaround_s=(f.turnaround_us.value * 1e-6) if f.turnaround_us else 0.0)
+
+    def gpu_entry(self, name: str) -> GpuFileSpec:
+        try:
+            return self.gpus[name]
+        except KeyError:
+            raise UnknownNameError("gpu", name, list(self.gpus)) from None
+
+    def gpu_spec(self, name: str | None = None) -> GpuSpec:
+        """The step-time model's GpuSpec of GPU entry `name` (the profile's instance GPU by default)."""
+        name = name or self.instance_gpu()
+        e = self.gpu_entry(name)
+        gemm = e.gemm_efficiency
+        eff = gemm.value if gemm.value is not None else (tuple(x for x, _ in gemm.points or []),
+                                                          tuple(y for _, y in gemm.points or []))
+        sources = {k: _prov_text(getattr(e, k)) for k in type(e).model_fields
+                   if isinstance(getattr(e, k), Constant)}
+        return GpuSpec(name=name, peak_flops=e.peak_bf16_TFLOPs.value * 1e12, hbm_Bps=e.hbm_GBps.value * 1e9,
+                       hbm_bytes=e.hbm_GB.value * 1e9, hbm_efficiency=e.hbm_efficiency.value,
+                       gemm_efficiency=eff, attention_efficiency=e.attention_efficiency.value,
+                       iteration_overhead_s=e.iteration_overhead_us.value * 1e-6, sources=sources)
+
+    def instance_gpu(self, intra_host_fabric: str | None = None) -> str:
+        """The GPU of an instance whose hosts' intra-host fabric is `intra_host_fabric` (the fabric's `gpu:`),
+        else the profile's `gpu:`."""
+        if intra_host_fabric is not None and self.fabric(intra_host_fabric).gpu:
+            return self.fabric(intra_host_fabric).gpu  # type: ignore[return-value]
+        if self.gpu:
+            return self.gpu
+        if len(self.gpus) == 1:
+            return next(iter(self.gpus))
+        raise ConfigurationError(f"profile '{self.name}' names no instance GPU (set `gpu:` or a fabric's `gpu:`)",
+                                 file=self.files[0] if self.files else None, field="gpu")
+
+    def step_model(self, model: str = "deepseek-v2-lite", *, gpu: str | None = None, tp: int = 1,
+                   intra_host_fabric: str | None = None, cache_dtype: str = "bf16") -> StepTimeModel:
+        """The step-time model of an instance of `tp` GPUs serving `model`. The TP all-reduce runs over
+        `intra_host_fabric` (its bulk rate and probe latency); the GPU is that fabric's unless `gpu` is given."""
+        geom = get_model(model)
+        if cache_dtype != geom.cache_dtype:
+            geom = geom.with_cache_dtype(cache_dtype)
+        spec = self.gpu_spec(gpu or self.instance_gpu(intra_host_fabric))
+        ar_Bps, ar_lat = float("inf"), 0.0
+        if intra_host_fabric is not None:
+            f = self.fabric_params(intra_host_fabric)
+            ar_Bps, ar_lat = f.bulk_Bps, f.t_probe_s
+        holder = self.constants.get("holder_compute_dense_us")
+        curve = None
+        if holder is not None and holder.points:
+            curve = (tuple(x for x, _ in holder.points), tuple(y * 1e-6 for _, y in holder.points))
+        return StepTimeModel(geom, spec, tp, allreduce_Bps=ar_Bps, allreduce_latency_s=ar_lat, holder_curve=curve)
 
     def check_complete(self) -> None:
         """Raise if a constant the cost model needs is missing or of the wrong shape."""
@@ -148,7 +201,7 @@ def _parse(path: Path) -> ProfileFile:
         raise ConfigurationError(msg + more, file=path, field=_loc(err)) from None
 
 
-UNIT_OF_SUFFIX = {"_us": "us", "_ms": "ms", "_GBps": "GB/s"}
+UNIT_OF_SUFFIX = {"_us": "us", "_ms": "ms", "_GBps": "GB/s", "_GB": "GB", "_TFLOPs": "TFLOP/s"}
 
 
 def _check_units(pf: ProfileFile, path: Path) -> None:
@@ -157,6 +210,8 @@ def _check_units(pf: ProfileFile, path: Path) -> None:
     items = [(f"fabrics.{n}.{k}", k, getattr(f, k)) for n, f in pf.fabrics.items() for k in type(f).model_fields
              if isinstance(getattr(f, k), Constant)]
     items += [(f"constants.{k}", k, c) for k, c in pf.constants.items()]
+    items += [(f"gpus.{n}.{k}", k, getattr(g, k)) for n, g in pf.gpus.items() for k in type(g).model_fields
+              if isinstance(getattr(g, k), Constant)]
     for where, key, c in items:
         want = next((u for suf, u in UNIT_OF_SUFFIX.items() if key.endswith(suf) or f"{suf}_" in key), None)
         if c.unit is not None and want is not None and c.unit != want:
@@ -173,9 +228,11 @@ def load_profile(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> Profile:
     _check_units(pf, path)
     fabrics: dict[str, FabricSpec] = {}
     constants: dict[str, Constant] = {}
+    gpus: dict[str, GpuFileSpec] = {}
     origin: dict[str, str] = {}
     files: list[str] = [str(path)]
     box = pf.box.name if pf.box else None
+    gpu = pf.gpu
     for inc in pf.include:
         # "shipped:NAME" names a profile shipped with simroute (portable across boxes and installs);
         # anything else is a path relative to the including file.
@@ -187,17 +244,35 @@ def load_profile(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> Profile:
         sub = load_profile(inc_path, _seen=_seen + (path,))
         fabrics.update(sub.fabrics)
         constants.update(sub.constants)
+        gpus.update(sub.gpus)
         origin.update(sub.origin)
-        files.extend(sub.files)
+        files.extend(f for f in sub.files if f not in files)     # a GPU file two fabrics include, once
         box = box or sub.box
+        gpu = gpu or sub.gpu
     for n, f in pf.fabrics.items():
         fabrics[n] = f
         origin[f"fabric:{n}"] = str(path)
     for n, c in pf.constants.items():
         constants[n] = c
         origin[f"const:{n}"] = str(path)
+    for n, g in pf.gpus.items():
+        gpus[n] = g
+        origin[f"gpu:{n}"] = str(path)
+    _check_gpu_names(gpu, fabrics, gpus, path)
     return Profile(name=pf.name, description=pf.description, box=box, fabrics=fabrics, constants=constants,
-                   files=tuple(files), origin=origin)
+                   files=tuple(files), origin=origin, gpus=gpus, gpu=gpu)
+
+
+def _check_gpu_names(gpu: str | None, fabrics: dict[str, FabricSpec], gpus: dict[str, GpuFileSpec],
+                     path: Path) -> None:
+    """A profile's `gpu:` and every fabric's `gpu:` must name a GPU entry it has (once composed)."""
+    if gpu is not None and gpu not in gpus:
+        raise ConfigurationError(f"names gpu '{gpu}', which no `gpus:` entry defines (have: {sorted(gpus)})",
+                                 file=path, field="gpu")
+    for n, f in fabrics.items():
+        if f.gpu is not None and f.gpu not in gpus:
+            raise ConfigurationError(f"names gpu '{f.gpu}', which no `gpus:` entry defines (have: {sorted(gpus)})",
+                                     file=path, field=f"fabrics.{n}.gpu")
 
 
 def write_profile(data: dict[str, Any], path: str | Path) -> Path:
@@ -212,17 +287,22 @@ def write_profile(data: dict[str, Any], path: str | Path) -> Path:
     return path
 
 
+def _prov_text(c: Constant) -> str:
+    """'kind: ref on box', the provenance of a constant as one line."""
+    p = c.provenance
+    return p.kind + (f": {p.ref}" if p.ref else "") + (f" on {p.box}" if p.box else "")
+
+
 def flatten(profile: Profile) -> dict[str, tuple[str, str]]:
-    """'fabrics.X.t_probe_us' / 'constants.Y' -> (value text, provenance text): for show and diff."""
+    """'fabrics.X.t_probe_us' / 'constants.Y' / 'gpus.Z.hbm_GBps' -> (value text, provenance text): for show
+    and diff."""
     out: dict[str, tuple[str, str]] = {}
 
     def fmt(c: Constant) -> tuple[str, str]:
         v = f"{c.value:g}" if c.value is not None else " ".join(f"({x:g},{y:g})" for x, y in c.points or [])
         if c.range:
             v += f" [{c.range[0]:g}..{c.range[1]:g}]"
-        p = c.provenance
-        prov = p.kind + (f": {p.ref}" if p.ref else "") + (f" on {p.box}" if p.box else "")
-        return v, prov
+        return v, _prov_text(c)
 
     for fname, f in profile.fabrics.items():
         for key in ("t_probe_us", "single_block_GBps", "link_peak_GBps", "turnaround_us", "mape_amortised",
@@ -232,4 +312,9 @@ def flatten(profile: Profile) -> dict[str, tuple[str, str]]:
                 out[f"fabrics.{fname}.{key}"] = fmt(c)
     for cname, c in profile.constants.items():
         out[f"constants.{cname}"] = fmt(c)
+    for gname, g in profile.gpus.items():
+        for key in type(g).model_fields:
+            c = getattr(g, key)
+            if isinstance(c, Constant):
+                out[f"gpus.{gname}.{key}"] = fmt(c)
     return out

@@ -1,8 +1,8 @@
 """The calibration-profile file format, validated at load (pydantic at the file boundary only).
 
-Every constant carries its provenance: `paper` (with table/section), `measured` (on which box), `fitted`
-(from what), `loopback` (a 1-PE software floor, never a fabric constant) or `default` (what stands in
-when nothing was measured, and why).
+Every constant carries its provenance: `paper` (with table/section), `datasheet` (the vendor document named),
+`measured` (on which box), `fitted` (from what), `loopback` (a 1-PE software floor, never a fabric constant)
+or `default` (what stands in when nothing was measured, and why).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SCHEMA_VERSION = "simroute.calib/1"
-ProvenanceKind = Literal["paper", "measured", "fitted", "loopback", "default"]
+ProvenanceKind = Literal["paper", "datasheet", "measured", "fitted", "loopback", "default"]
 
 
 class Provenance(BaseModel):
@@ -28,6 +28,8 @@ class Provenance(BaseModel):
     def _needs(self) -> "Provenance":
         if self.kind == "paper" and not self.ref:
             raise ValueError("a 'paper' provenance needs 'ref' (table or section)")
+        if self.kind == "datasheet" and not self.ref:
+            raise ValueError("a 'datasheet' provenance needs 'ref' (the vendor document)")
         if self.kind in ("measured", "loopback") and not self.box:
             raise ValueError(f"a '{self.kind}' provenance needs 'box' (which machine)")
         return self
@@ -77,12 +79,51 @@ class FabricSpec(BaseModel):
     turnaround_us: Constant | None = None
     mape_amortised: Constant | None = None
     mape_full: Constant | None = None
+    gpu: str | None = None          # the GPU entry (`gpus:`) whose hosts this fabric connects
 
     @field_validator("single_block_GBps", "link_peak_GBps")
     @classmethod
     def _positive(cls, c: Constant) -> Constant:
         if c.value is None or c.value <= 0:
             raise ValueError("a bandwidth must be a positive 'value'")
+        return c
+
+
+class GpuFileSpec(BaseModel):
+    """One GPU entry of the `gpus:` section (docs/STEP_TIME.md): datasheet peaks and achievable fractions."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    description: str = ""
+    peak_bf16_TFLOPs: Constant
+    hbm_GBps: Constant
+    hbm_GB: Constant
+    hbm_efficiency: Constant
+    gemm_efficiency: Constant              # a fraction, or points over tokens
+    attention_efficiency: Constant
+    iteration_overhead_us: Constant
+    iteration_overhead_graph_us: Constant | None = None   # under CUDA graphs, when measured
+
+    @field_validator("peak_bf16_TFLOPs", "hbm_GBps", "hbm_GB")
+    @classmethod
+    def _positive_value(cls, c: Constant) -> Constant:
+        if c.value is None or c.value <= 0:
+            raise ValueError("a peak or capacity must be a positive 'value'")
+        return c
+
+    @field_validator("hbm_efficiency", "attention_efficiency", "gemm_efficiency")
+    @classmethod
+    def _fraction(cls, c: Constant) -> Constant:
+        ys = [c.value] if c.value is not None else [y for _, y in c.points or []]
+        if any(not 0 < y <= 1 for y in ys):
+            raise ValueError("an achievable fraction must lie in (0, 1]")
+        return c
+
+    @field_validator("iteration_overhead_us")
+    @classmethod
+    def _scalar(cls, c: Constant) -> Constant:
+        if c.value is None:
+            raise ValueError("must be a scalar 'value'")
         return c
 
 
@@ -105,3 +146,5 @@ class ProfileFile(BaseModel):
     include: list[str] = Field(default_factory=list)
     fabrics: dict[str, FabricSpec] = Field(default_factory=dict)
     constants: dict[str, Constant] = Field(default_factory=dict)
+    gpus: dict[str, GpuFileSpec] = Field(default_factory=dict)
+    gpu: str | None = None          # the profile's instance GPU when a fabric does not name one

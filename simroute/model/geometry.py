@@ -1,19 +1,51 @@
-"""Payload geometry of absorbed-MLA models (paper §3.2, §5.4; REFERENCE §1).
+"""Geometry of the models simroute knows: absorbed-MLA (paper "Move the Query, Not the Cache" §3.2, §5.4) and
+dense GQA models.
 
 The cost model depends on a model only through bytes: the routed query row q, the returned partial row p
-(o in bf16 plus the fp32 running max m and denominator l) and the cached c_KV per token-layer b_KV.
-Every dimension cites where it comes from; values not in the reference sheet are marked `assumed`.
+(o in bf16 plus the fp32 running max m and denominator l) and the cached c_KV per token-layer b_KV. The
+step-time model (simroute.model.steptime) also needs the linear layers: hidden and FFN widths, heads, vocab
+and, for MoE models, the experts; `linear_ops(tp)` lists each layer's GEMM shapes.
+Every dimension cites where it comes from (the model's HF config.json, by name); values not verified against
+a published config are marked `assumed`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from simroute.errors import UnknownNameError
 
 WIRE_BYTES = 2          # bf16 on the wire (paper §3.2)
 STAT_BYTES = 4          # m and l are fp32 (paper §3.2)
+WEIGHT_BYTES = 2        # bf16 weights and activations
 CACHE_DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True)
+class LinearOp:
+    """One GEMM of a layer on one GPU: tokens x k (input width) times k x n (weights).
+
+    `experts` weight matrices of this shape exist (routed experts: E; otherwise 1); each token passes through
+    `active` of them (experts per token; otherwise 1). Widths are per GPU at the given TP degree.
+    """
+
+    name: str
+    k: int
+    n: int
+    experts: int = 1
+    active: int = 1
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of one weight matrix of this op."""
+        return self.k * self.n * WEIGHT_BYTES
+
+
+def _split(width: int, tp: int) -> int:
+    """Width per GPU of a column- or row-parallel dimension (rounded up: a remainder still costs a slice)."""
+    return math.ceil(width / tp)
 
 
 @dataclass(frozen=True)
@@ -31,6 +63,19 @@ class ModelGeometry:
     cache_dtype: str = "bf16"
     kv_heads: int = 1              # cached heads per token-layer: 1 latent for MLA, n_kv_heads for GQA
     kv_tensors: int = 1            # 1 for MLA (the latent serves K and V), 2 for GQA (K and V)
+    # Linear layers (0 = unknown: the step-time model needs them, the closed form does not).
+    hidden: int = 0
+    intermediate: int = 0          # dense gated FFN width (the dense layers of a MoE model)
+    vocab: int = 0
+    q_lora_rank: int = 0           # MLA query down-projection rank (0 = a direct q projection)
+    qk_nope_head_dim: int = 0      # MLA per-head non-rotary q/k width (uncompressed)
+    v_head_dim: int = 0            # MLA per-head value width (uncompressed)
+    routed_experts: int = 0        # 0 = dense FFN in every layer
+    experts_per_token: int = 0
+    shared_experts: int = 0
+    expert_intermediate: int = 0
+    dense_layers: int = 0          # leading dense-FFN layers of a MoE model (first_k_dense_replace)
+    published_active_params: float = 0.0   # as the model card states it (checked against active_params)
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -52,7 +97,7 @@ class ModelGeometry:
         """Cached c_KV bytes per token per layer (1152 B for V2-Lite in bf16; 2 x kv_heads x d for GQA)."""
         return self.kv_heads * self.kv_tensors * self.d_qk * CACHE_DTYPE_BYTES[self.cache_dtype]
 
-    @property
+    @cached_property
     def token_fraction(self) -> float:
         """Mean fraction of tokens kept per layer under token-axis compression (1.0 without)."""
         if not self.token_compression:
@@ -66,38 +111,167 @@ class ModelGeometry:
     def with_cache_dtype(self, dtype: str) -> "ModelGeometry":
         if dtype not in CACHE_DTYPE_BYTES:
             raise UnknownNameError("cache dtype", dtype, list(CACHE_DTYPE_BYTES))
-        from dataclasses import replace
         return replace(self, cache_dtype=dtype)
 
+    # ---- linear layers (the step-time model) -------------------------------------------------------
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_tensors == 1
 
-_CFG = "HF config.json"
-_MLA = {"d_qk": "kv_lora_rank 512 + qk_rope_head_dim 64 (REFERENCE §1)", "d_v": "kv_lora_rank 512 (REFERENCE §1)"}
+    @property
+    def is_moe(self) -> bool:
+        return self.routed_experts > 0
+
+    @property
+    def has_linear_geometry(self) -> bool:
+        return self.hidden > 0 and self.vocab > 0 and (self.intermediate > 0 or self.is_moe)
+
+    def layer_kinds(self) -> dict[str, int]:
+        """Layers of each kind: {"dense": n} for a dense model, {"dense": k, "moe": L - k} for MoE."""
+        if not self.is_moe:
+            return {"dense": self.layers}
+        return {"dense": self.dense_layers, "moe": self.layers - self.dense_layers}
+
+    def kv_heads_per_gpu(self, tp: int = 1) -> int:
+        """Cached heads each GPU holds: GQA K/V heads split over TP (replicated past kv_heads); the MLA latent
+        is replicated on every rank."""
+        return _split(self.kv_heads, tp) if not self.is_mla else self.kv_heads
+
+    def b_kv_per_gpu(self, tp: int = 1) -> float:
+        """Cached bytes per token-layer on one GPU of a TP group."""
+        return self.b_kv * self.kv_heads_per_gpu(tp) / self.kv_heads
+
+    def _attention_ops(self, tp: int) -> list[LinearOp]:
+        h, hq = self.hidden, _split(self.heads_q, tp)
+        if not self.is_mla:
+            kv = self.kv_heads_per_gpu(tp)
+            return [LinearOp("qkv", h, (hq + 2 * kv) * self.d_qk), LinearOp("o", hq * self.d_v, h)]
+        qk_head = self.qk_nope_head_dim + self.rope_dims
+        ops = [LinearOp("q_a", h, self.q_lora_rank), LinearOp("q_b", self.q_lora_rank, hq * qk_head)] \
+            if self.q_lora_rank else [LinearOp("q", h, hq * qk_head)]
+        # kv_a is replicated (the latent + rope key); kv_b (latent -> per-head k_nope, v) splits by heads. In
+        # absorbed decode kv_b's halves are folded into q and o: the same weights are read, the same FLOPs done.
+        return ops + [LinearOp("kv_a", h, self.d_qk), LinearOp("kv_b", self.d_v, hq * (self.qk_nope_head_dim +
+                                                                                        self.v_head_dim)),
+                      LinearOp("o", hq * self.v_head_dim, h)]
+
+    def linear_ops(self, tp: int = 1, kind: str = "dense") -> list[LinearOp]:
+        """The GEMMs of one layer of `kind` ("dense" or "moe") on one GPU at TP degree `tp`.
+
+        Attention projections split by heads; FFN up (gate and up fused) / down split by the FFN width; MoE
+        experts are tensor-parallel too (each GPU holds a 1/tp slice of every expert), the router replicated.
+        """
+        if not self.has_linear_geometry:
+            raise UnknownNameError("model with linear geometry", self.name,
+                                   [m.name for m in MODELS.values() if m.has_linear_geometry])
+        h = self.hidden
+        ops = self._attention_ops(tp)
+        if kind == "dense":
+            f = _split(self.intermediate, tp)
+            return ops + [LinearOp("ffn_up", h, 2 * f), LinearOp("ffn_down", f, h)]
+        if kind != "moe" or not self.is_moe:
+            raise UnknownNameError("layer kind", kind, list(self.layer_kinds()))
+        e = _split(self.expert_intermediate, tp)
+        ops.append(LinearOp("router", h, self.routed_experts))
+        if self.shared_experts:
+            s = _split(self.shared_experts * self.expert_intermediate, tp)
+            ops += [LinearOp("shared_up", h, 2 * s), LinearOp("shared_down", s, h)]
+        a, n_exp = self.experts_per_token, self.routed_experts
+        return ops + [LinearOp("expert_up", h, 2 * e, n_exp, a), LinearOp("expert_down", e, h, n_exp, a)]
+
+    def lm_head_op(self, tp: int = 1) -> LinearOp:
+        """The vocabulary projection (split by vocab over TP), applied to the sampled position of each sequence."""
+        return LinearOp("lm_head", self.hidden, _split(self.vocab, tp))
+
+    def _params_of(self, ops: list[LinearOp], active: bool) -> int:
+        return sum(op.k * op.n * (op.active if active else op.experts) for op in ops)
+
+    def params(self, active: bool = False) -> float:
+        """Parameters (all, or activated per token), from the linear geometry: layers + embedding + LM head."""
+        total = sum(n * self._params_of(self.linear_ops(1, kind), active) for kind, n in self.layer_kinds().items())
+        return float(total + 2 * self.vocab * self.hidden)
+
+    @property
+    def active_params(self) -> float:
+        return self.params(active=True)
+
+
+def _cfg(repo: str) -> str:
+    return f"HF config.json of {repo}"
+
+
+def _sources(repo: str, keys: str, **extra: str) -> dict[str, str]:
+    """Every listed dimension read from the model's published config; `extra` adds or overrides entries."""
+    out = {k: _cfg(repo) for k in keys.split()}
+    out.update(extra)
+    return out
+
+
+_MLA_KEYS = ("d_qk d_v layers heads_q rope_dims hidden intermediate vocab q_lora_rank qk_nope_head_dim v_head_dim "
+             "routed_experts experts_per_token shared_experts expert_intermediate dense_layers")
+_MLA_NOTE = "d_qk = kv_lora_rank 512 + qk_rope_head_dim 64; d_v = kv_lora_rank 512 (absorbed MLA, paper §3.2)"
+_GQA_KEYS = "d_qk d_v layers heads_q kv_heads hidden intermediate vocab"
+# DeepSeek-V3's linear dimensions (V3, R1 and V3.2 share them; the V4 / GLM-5.1 entries borrow them, assumed).
+_V3_LINEAR = dict(hidden=7168, intermediate=18432, vocab=129280, q_lora_rank=1536, qk_nope_head_dim=128,
+                  v_head_dim=128, routed_experts=256, experts_per_token=8, shared_experts=1,
+                  expert_intermediate=2048, dense_layers=3)
+_ASSUMED_V3 = ("assumed: DeepSeek-V3's (deepseek-ai/DeepSeek-V3 HF config.json); this model's own config was not "
+               "verified")
+
+
+def _assumed_linear() -> dict[str, str]:
+    return {k: _ASSUMED_V3 for k in _V3_LINEAR}
+
 
 MODELS: dict[str, ModelGeometry] = {m.name: m for m in [
-    ModelGeometry("deepseek-v2-lite", 576, 512, 27, 16, sources={
-        **_MLA, "layers": "27 (paper §3.2; DeepSeek-V2-Lite " + _CFG + ")", "heads_q": "16 (REFERENCE §1)"}),
-    ModelGeometry("deepseek-v3", 576, 512, 61, 128, sources={
-        **_MLA, "layers": "61 (REFERENCE §1)", "heads_q": "128 (REFERENCE §1)", "note": "R1 shares V3's geometry"}),
-    ModelGeometry("deepseek-r1", 576, 512, 61, 128, sources={
-        **_MLA, "layers": "61 (REFERENCE §1: V3/R1)", "heads_q": "128 (REFERENCE §1)"}),
-    ModelGeometry("deepseek-v3.2", 576, 512, 61, 128, index_topk=2048, sources={
-        **_MLA, "layers": "61 (V3 base, REFERENCE §1)", "heads_q": "128", "index_topk": "2048 DSA (paper §5.4)"}),
-    ModelGeometry("deepseek-v4-pro", 576, 512, 61, 128, index_topk=1024, token_compression=(4, 128), sources={
-        **_MLA, "layers": "assumed 61 (V3 lineage; not in the reference sheet)", "heads_q": "128 (REFERENCE §1)",
-        "index_topk": "1024 (paper §5.4)", "token_compression": "4:1 and 128:1 interleaved (paper §5.4)"}),
-    ModelGeometry("deepseek-v4-flash", 576, 512, 61, 128, index_topk=512, token_compression=(4, 128), sources={
-        **_MLA, "layers": "assumed 61 (not in the reference sheet)", "heads_q": "assumed 128",
-        "index_topk": "512 (paper §5.4)", "token_compression": "4:1 and 128:1 interleaved (paper §5.4)"}),
-    ModelGeometry("glm-5.1", 576, 512, 61, 128, index_topk=2048, sources={
-        **_MLA, "layers": "assumed 61 (not in the reference sheet)", "heads_q": "128 (REFERENCE §1: GLM-5.x)",
-        "index_topk": "2048 DSA (paper §5.4)"}),
-    # A dense GQA model for the prefill -> decode (ARK) scenario, whose KV transfers are the elephants of the ARK
-    # paper; a routed "row" is one query head (d = 128), the cache holds K and V of 8 KV heads.
-    ModelGeometry("llama-3.1-70b", 128, 128, 80, 64, rope_dims=128, kv_heads=8, kv_tensors=2, sources={
-        "d_qk": "head_dim 128 (Llama 3.1 70B " + _CFG + ")", "d_v": "head_dim 128", "layers": "80 (" + _CFG + ")",
-        "heads_q": "64 (" + _CFG + ")", "kv_heads": "8 (GQA, " + _CFG + ")"}),
-    ModelGeometry("kimi-k2", 576, 512, 61, 64, sources={
-        **_MLA, "layers": "61 (Kimi K2 " + _CFG + ")", "heads_q": "64 (Kimi K2 " + _CFG + ")"}),
+    ModelGeometry("deepseek-v2-lite", 576, 512, 27, 16, hidden=2048, intermediate=10944, vocab=102400,
+                  qk_nope_head_dim=128, v_head_dim=128, routed_experts=64, experts_per_token=6, shared_experts=2,
+                  expert_intermediate=1408, dense_layers=1, published_active_params=2.4e9,
+                  sources=_sources("deepseek-ai/DeepSeek-V2-Lite", _MLA_KEYS, note=_MLA_NOTE,
+                                   published_active_params="2.4B activated (DeepSeek-V2-Lite model card)")),
+    ModelGeometry("deepseek-v3", 576, 512, 61, 128, **_V3_LINEAR, published_active_params=37e9,
+                  sources=_sources("deepseek-ai/DeepSeek-V3", _MLA_KEYS, note=_MLA_NOTE,
+                                   published_active_params="37B activated (DeepSeek-V3 technical report, §1)")),
+    ModelGeometry("deepseek-r1", 576, 512, 61, 128, **_V3_LINEAR, published_active_params=37e9,
+                  sources=_sources("deepseek-ai/DeepSeek-R1", _MLA_KEYS, note="R1 shares V3's geometry; " + _MLA_NOTE,
+                                   published_active_params="37B activated (DeepSeek-R1 model card)")),
+    ModelGeometry("deepseek-v3.2", 576, 512, 61, 128, index_topk=2048, **_V3_LINEAR, published_active_params=37e9,
+                  sources=_sources("deepseek-ai/DeepSeek-V3.2-Exp", _MLA_KEYS + " index_topk", note=_MLA_NOTE,
+                                   published_active_params="37B (V3 base, DeepSeek-V3.2-Exp model card)")),
+    ModelGeometry("deepseek-v4-pro", 576, 512, 61, 128, index_topk=1024, token_compression=(4, 128), **_V3_LINEAR,
+                  sources={"d_qk": _MLA_NOTE, "d_v": _MLA_NOTE, "layers": "assumed 61 (V3 lineage)",
+                           "heads_q": "assumed 128 (V3 lineage)", "index_topk": "1024 (paper §5.4)",
+                           "token_compression": "4:1 and 128:1 interleaved (paper §5.4)", **_assumed_linear()}),
+    ModelGeometry("deepseek-v4-flash", 576, 512, 61, 128, index_topk=512, token_compression=(4, 128), **_V3_LINEAR,
+                  sources={"d_qk": _MLA_NOTE, "d_v": _MLA_NOTE, "layers": "assumed 61 (V3 lineage)",
+                           "heads_q": "assumed 128", "index_topk": "512 (paper §5.4)",
+                           "token_compression": "4:1 and 128:1 interleaved (paper §5.4)", **_assumed_linear()}),
+    ModelGeometry("glm-5.1", 576, 512, 61, 128, index_topk=2048, **_V3_LINEAR,
+                  sources={"d_qk": _MLA_NOTE, "d_v": _MLA_NOTE, "layers": "assumed 61", "heads_q": "assumed 128",
+                           "index_topk": "2048 DSA (paper §5.4)", **_assumed_linear()}),
+    ModelGeometry("kimi-k2", 576, 512, 61, 64, hidden=7168, intermediate=18432, vocab=163840, q_lora_rank=1536,
+                  qk_nope_head_dim=128, v_head_dim=128, routed_experts=384, experts_per_token=8, shared_experts=1,
+                  expert_intermediate=2048, dense_layers=1, published_active_params=32e9,
+                  sources=_sources("moonshotai/Kimi-K2-Instruct", _MLA_KEYS, note=_MLA_NOTE,
+                                   published_active_params="32B activated (Kimi K2 model card)")),
+    # Dense GQA models: a routed "row" is one query head (d = head_dim 128); the cache holds K and V of the KV
+    # heads. llama-3.1-70b is also the prefill -> decode (ARK) scenario's model, whose KV transfers are elephants.
+    ModelGeometry("llama-2-7b", 128, 128, 32, 32, rope_dims=128, kv_heads=32, kv_tensors=2, hidden=4096,
+                  intermediate=11008, vocab=32000, published_active_params=6.74e9,
+                  sources=_sources("meta-llama/Llama-2-7b-hf", _GQA_KEYS,
+                                   published_active_params="6.74B (Llama 2 paper, Table 1 rounds to 7B)")),
+    ModelGeometry("llama-2-70b", 128, 128, 80, 64, rope_dims=128, kv_heads=8, kv_tensors=2, hidden=8192,
+                  intermediate=28672, vocab=32000, published_active_params=68.98e9,
+                  sources=_sources("meta-llama/Llama-2-70b-hf", _GQA_KEYS,
+                                   published_active_params="69.0B (Llama-2-70b-hf safetensors metadata)")),
+    ModelGeometry("llama-3.1-8b", 128, 128, 32, 32, rope_dims=128, kv_heads=8, kv_tensors=2, hidden=4096,
+                  intermediate=14336, vocab=128256, published_active_params=8.03e9,
+                  sources=_sources("meta-llama/Llama-3.1-8B", _GQA_KEYS,
+                                   published_active_params="8.03B (Llama-3.1-8B safetensors metadata)")),
+    ModelGeometry("llama-3.1-70b", 128, 128, 80, 64, rope_dims=128, kv_heads=8, kv_tensors=2, hidden=8192,
+                  intermediate=28672, vocab=128256, published_active_params=70.6e9,
+                  sources=_sources("meta-llama/Llama-3.1-70B", _GQA_KEYS,
+                                   published_active_params="70.6B (Llama-3.1-70B safetensors metadata)")),
 ]}
 
 

@@ -164,6 +164,7 @@ class Simulation:
         total = links["bulk_bytes"] + links["message_bytes"]
         s["bytes_by_tier"] = {str(k): float(v) for k, v in total.groupby(links["tier"]).sum().items()}
         s["max_link_utilisation"] = float(links["mean_utilisation"].max()) if len(links) else 0.0
+        s["bottlenecks"] = tel.bottlenecks()      # per tier / hottest links: peak, p99, mean, saturated (net)
         peaks: dict[str, int] = {name: 0 for name in self._spine_names()}   # idle spines show as 0
         for _t, spine, c in tel.spine_series:
             peaks[spine] = max(peaks.get(spine, 0), c)

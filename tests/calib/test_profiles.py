@@ -38,8 +38,8 @@ def test_every_constant_has_provenance():
     rows = flatten(prof)
     assert len(rows) > 30
     for key, (_, prov) in rows.items():
-        assert prov.split(":")[0] in ("paper", "fitted", "default", "measured", "loopback"), key
-        if prov.startswith("paper"):
+        assert prov.split(":")[0] in ("paper", "datasheet", "fitted", "default", "measured", "loopback"), key
+        if prov.startswith(("paper", "datasheet")):
             assert ":" in prov, f"{key} lacks a table/section reference"
 
 

@@ -63,7 +63,7 @@ def test_bytes_conserved(corpus_trace, tmp_path):
 def test_route_bytes_match_messages(corpus_trace):
     sim = Simulation(_cfg(corpus_trace, policy="always-route"))
     res = sim.run()
-    sent = sum(c[6] for c in sim.ctx.network._mcache.values())
+    sent = sim.ctx.network.message_bytes
     assert sent == pytest.approx(res.summary["bytes"]["route"], rel=1e-9)
     assert res.summary["holders"]["routed_queries"] > 0
 

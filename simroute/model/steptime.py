@@ -1,0 +1,276 @@
+"""Step time of one serving-engine iteration: a roofline per term, fed by a GPU entry of the profile.
+
+An iteration (one forward pass of a continuous batch, as vLLM and Sarathi-Serve schedule it) costs, per layer,
+- linear ops (attention projections and FFN, or MoE with the activated experts): weights read once per
+  iteration, 2 FLOPs per weight per token;
+- attention: the bytes of every attended context (MLA c_KV or GQA K/V, read once per sequence), the FLOPs of
+  the new tokens against it;
+- the tensor-parallel all-reduce of the layer's output (two per layer) over the instance's own fabric;
+plus the LM head on the sampled positions and a fixed per-iteration overhead (launch + scheduling). Each term
+is a roofline max(bytes / (HBM bandwidth x achievable fraction), FLOPs / (peak x achievable fraction)).
+docs/STEP_TIME.md is the contract; docs/MODEL.md states the modelling choices. Numpy-free hot path: the
+simulator calls `iteration_s` with plain floats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence, Union
+
+from simroute.model.cost import HOLDER_CT_REF, HOLDER_HEADS_REF, holder_curve_s, holder_work
+from simroute.model.curves import interp_clamped
+from simroute.model.geometry import WEIGHT_BYTES, LinearOp, ModelGeometry
+
+Curve = tuple[tuple[float, ...], tuple[float, ...]]
+Efficiency = Union[float, Curve]
+
+MEMORY, COMPUTE = "memory", "compute"
+LATENCY, BANDWIDTH, NONE = "latency", "bandwidth", "none"
+ALLREDUCES_PER_LAYER = 2          # after attention's output projection and after the FFN / MoE
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One GPU's peaks (datasheet) and the achievable fraction of each (published or measured).
+
+    gemm_efficiency is a float or an (x, y) curve over the iteration's token count (small GEMMs reach a lower
+    fraction of peak); it is clamped outside its points. `sources` names each value's provenance.
+    """
+
+    name: str
+    peak_flops: float
+    hbm_Bps: float
+    hbm_bytes: float
+    hbm_efficiency: float
+    gemm_efficiency: Efficiency
+    attention_efficiency: float
+    iteration_overhead_s: float
+    sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def achievable_hbm_Bps(self) -> float:
+        return self.hbm_Bps * self.hbm_efficiency
+
+    def gemm_fraction(self, tokens: float) -> float:
+        """Achievable fraction of peak FLOP/s of the linear GEMMs of an iteration of `tokens` tokens."""
+        eff = self.gemm_efficiency
+        if isinstance(eff, (int, float)):
+            return float(eff)
+        return interp_clamped(tokens, eff[0], eff[1])
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """What one iteration computes (see docs/STEP_TIME.md).
+
+    new_tokens: tokens computed (1 per decoding sequence + prefill chunk tokens); sequences: sequences in the
+    batch (each samples one position); kv_read_tokens: sum over sequences of the context each attends, its
+    own tokens and resident chunks, read once; attention_pairs: sum over sequences of new_tokens_i x context_i.
+    """
+
+    new_tokens: float
+    sequences: float
+    kv_read_tokens: float
+    attention_pairs: float
+
+    @classmethod
+    def uniform(cls, decode_seqs: int = 0, context: int = 0, prefill_tokens: int = 0,
+                prefill_context: int = 0) -> "BatchShape":
+        """`decode_seqs` sequences decoding over `context` tokens each, plus one prefill chunk of
+        `prefill_tokens` tokens after `prefill_context` earlier tokens (causal: pairs up to the diagonal)."""
+        pre_ctx = prefill_context + prefill_tokens
+        pre_pairs = prefill_tokens * prefill_context + prefill_tokens * (prefill_tokens + 1) / 2
+        has_prefill = 1 if prefill_tokens > 0 else 0
+        return cls(new_tokens=float(decode_seqs + prefill_tokens), sequences=float(decode_seqs + has_prefill),
+                   kv_read_tokens=float(decode_seqs * context + (pre_ctx if has_prefill else 0)),
+                   attention_pairs=float(decode_seqs * context + pre_pairs))
+
+
+@dataclass(frozen=True)
+class StepTerms:
+    """One iteration's time, term by term (seconds). iteration_s = layers x (linear + attention + allreduce)
+    per layer + lm_head_s + overhead_s. bounds: term -> "memory" / "compute" (all-reduce: "latency" /
+    "bandwidth" / "none")."""
+
+    iteration_s: float
+    linear_s_per_layer: float
+    attention_s_per_layer: float
+    allreduce_s_per_layer: float
+    overhead_s: float
+    lm_head_s: float
+    layers: int
+    bounds: dict[str, str]
+
+    def as_ms(self) -> dict[str, object]:
+        """The CLI's view: every term in ms, plus the bounds."""
+        return {"iteration_ms": self.iteration_s * 1e3, "linear_ms_per_layer": self.linear_s_per_layer * 1e3,
+                "attention_ms_per_layer": self.attention_s_per_layer * 1e3,
+                "allreduce_ms_per_layer": self.allreduce_s_per_layer * 1e3, "lm_head_ms": self.lm_head_s * 1e3,
+                "overhead_ms": self.overhead_s * 1e3, "layers": self.layers, "bounds": dict(self.bounds)}
+
+
+@dataclass(frozen=True)
+class _LayerKind:
+    """The per-iteration constants of one layer kind on one GPU, folded from its GEMM list."""
+
+    count: int
+    dense_weight_bytes: float      # read once whatever the token count
+    expert_weight_bytes: float     # one routed expert's matrices (0 without MoE)
+    experts: int
+    experts_per_token: int
+    flops_per_token: float
+    act_bytes_per_token: float
+
+
+def _fold(ops: Sequence[LinearOp], count: int) -> _LayerKind:
+    dense = [op for op in ops if op.experts == 1]
+    routed = [op for op in ops if op.experts > 1]
+    return _LayerKind(
+        count=count,
+        dense_weight_bytes=float(sum(op.weight_bytes for op in dense)),
+        expert_weight_bytes=float(sum(op.weight_bytes for op in routed)),
+        experts=routed[0].experts if routed else 0,
+        experts_per_token=routed[0].active if routed else 0,
+        flops_per_token=float(sum(2 * op.k * op.n * op.active for op in ops)),
+        act_bytes_per_token=float(sum((op.k + op.n) * op.active * WEIGHT_BYTES for op in ops)))
+
+
+def experts_touched(experts: int, per_token: int, tokens: float) -> float:
+    """Expected distinct routed experts an iteration of `tokens` tokens activates, each token choosing
+    `per_token` of `experts` uniformly: E (1 - (1 - k/E)^T). Their weights are what the iteration reads."""
+    if experts <= 0 or tokens <= 0:
+        return 0.0
+    return experts * (1.0 - (1.0 - per_token / experts) ** tokens)
+
+
+class StepTimeModel:
+    """The step time of one instance (a TP group of `tp` GPUs of `gpu` serving `geometry`).
+
+    allreduce_Bps / allreduce_latency_s: the instance's intra-host fabric (bulk rate and per-hop latency) that
+    the ring all-reduce runs over. holder_curve: the profile's measured holder-compute curve ((N, seconds) at
+    holder_ref = (heads, ct) reference requesters), the floor of `holder_partial_s`. Extend by adding terms to
+    `iteration` and `iteration_s` together (a test checks they agree).
+    """
+
+    def __init__(self, geometry: ModelGeometry, gpu: GpuSpec, tp: int = 1, *, allreduce_Bps: float = float("inf"),
+                 allreduce_latency_s: float = 0.0, holder_curve: Curve | None = None,
+                 holder_ref: tuple[int, int] = (HOLDER_HEADS_REF, HOLDER_CT_REF)) -> None:
+        if tp < 1:
+            raise ValueError(f"tp must be >= 1, got {tp}")
+        self.geometry, self.gpu, self.tp = geometry, gpu, tp
+        self.allreduce_Bps, self.allreduce_latency_s = allreduce_Bps, allreduce_latency_s
+        self.holder_curve, self.holder_ref = holder_curve, holder_ref
+        g = geometry
+        self._kinds = tuple(_fold(g.linear_ops(tp, kind), n) for kind, n in g.layer_kinds().items() if n > 0)
+        head = g.lm_head_op(tp)
+        self._head_bytes, self._head_flops = float(head.weight_bytes), 2.0 * head.k * head.n
+        self._bw = gpu.achievable_hbm_Bps
+        self._attn_rate = gpu.peak_flops * gpu.attention_efficiency
+        self._kv_bytes_token_layer = g.b_kv_per_gpu(tp) * g.token_fraction
+        heads_per_gpu = -(-g.heads_q // tp)
+        self._attn_flops_pair_layer = 2.0 * heads_per_gpu * (g.d_qk + g.d_v) * g.token_fraction
+        self._ar_bytes_per_token = float(g.hidden * WEIGHT_BYTES)
+
+    # ---- sizes ------------------------------------------------------------------------------------------
+    @property
+    def weight_bytes_per_gpu(self) -> float:
+        """All weights one GPU of the TP group holds: every layer (all experts), embedding and LM head."""
+        g = self.geometry
+        layers = sum(k.count * (k.dense_weight_bytes + k.experts * k.expert_weight_bytes) for k in self._kinds)
+        return layers + self._head_bytes + -(-g.vocab // self.tp) * g.hidden * WEIGHT_BYTES
+
+    @property
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        """Cached bytes one token costs on one GPU, over all layers."""
+        return self._kv_bytes_token_layer * self.geometry.layers
+
+    def kv_capacity_tokens(self, hbm_reserved_bytes: float = 0.0) -> int:
+        """Tokens of KV that fit beside the weights (and `hbm_reserved_bytes` more, per GPU); 0 if none."""
+        free = self.gpu.hbm_bytes - self.weight_bytes_per_gpu - hbm_reserved_bytes
+        return max(int(free // self.kv_bytes_per_token_per_gpu), 0)
+
+    # ---- terms ------------------------------------------------------------------------------------------
+    def _linear(self, tokens: float) -> tuple[float, float, float]:
+        """(seconds over all layers, memory-bound seconds, compute-bound seconds) of the linear ops."""
+        rate = self.gpu.peak_flops * self.gpu.gemm_fraction(tokens)
+        total = mem_s = comp_s = 0.0
+        for k in self._kinds:
+            weights = k.dense_weight_bytes + experts_touched(k.experts, k.experts_per_token, tokens) * \
+                k.expert_weight_bytes
+            mem = (weights + tokens * k.act_bytes_per_token) / self._bw
+            comp = tokens * k.flops_per_token / rate
+            total += k.count * max(mem, comp)
+            if mem >= comp:
+                mem_s += k.count * mem
+            else:
+                comp_s += k.count * comp
+        return total, mem_s, comp_s
+
+    def _attention(self, kv_read_tokens: float, attention_pairs: float) -> tuple[float, float, float]:
+        """(seconds, bytes time, FLOPs time) of one layer's attention kernel."""
+        mem = kv_read_tokens * self._kv_bytes_token_layer / self._bw
+        comp = attention_pairs * self._attn_flops_pair_layer / self._attn_rate
+        return max(mem, comp), mem, comp
+
+    def _allreduce(self, tokens: float) -> tuple[float, str]:
+        """One layer's all-reduces (ring: 2(tp-1) steps of latency, 2(tp-1)/tp of the bytes per GPU)."""
+        if self.tp == 1 or tokens <= 0:
+            return 0.0, NONE
+        steps = 2.0 * (self.tp - 1)
+        lat = steps * self.allreduce_latency_s
+        wire = steps / self.tp * tokens * self._ar_bytes_per_token / self.allreduce_Bps
+        return ALLREDUCES_PER_LAYER * (lat + wire), (LATENCY if lat >= wire else BANDWIDTH)
+
+    def _lm_head(self, sequences: float) -> tuple[float, str]:
+        if sequences <= 0:
+            return 0.0, NONE
+        mem = (self._head_bytes + sequences * self.geometry.vocab / self.tp * WEIGHT_BYTES) / self._bw
+        comp = sequences * self._head_flops / (self.gpu.peak_flops * self.gpu.gemm_fraction(sequences))
+        return max(mem, comp), (MEMORY if mem >= comp else COMPUTE)
+
+    def iteration(self, batch: BatchShape) -> StepTerms:
+        """One iteration's terms and the bound each hit."""
+        layers = self.geometry.layers
+        lin, lin_mem, lin_comp = self._linear(batch.new_tokens)
+        attn, attn_mem, attn_comp = self._attention(batch.kv_read_tokens, batch.attention_pairs)
+        ar, ar_bound = self._allreduce(batch.new_tokens)
+        head, head_bound = self._lm_head(batch.sequences)
+        overhead = self.gpu.iteration_overhead_s
+        total = lin + layers * (attn + ar) + head + overhead
+        bounds = {"linear": MEMORY if lin_mem >= lin_comp else COMPUTE,
+                  "attention": MEMORY if attn_mem >= attn_comp else COMPUTE,
+                  "allreduce": ar_bound, "lm_head": head_bound}
+        return StepTerms(iteration_s=total, linear_s_per_layer=lin / layers, attention_s_per_layer=attn,
+                         allreduce_s_per_layer=ar, overhead_s=overhead, lm_head_s=head, layers=layers, bounds=bounds)
+
+    def iteration_s(self, new_tokens: float, sequences: float, kv_read_tokens: float, attention_pairs: float) -> float:
+        """`iteration(...).iteration_s` on plain floats: the simulator's hot loop."""
+        lin = self._linear(new_tokens)[0]
+        attn = self._attention(kv_read_tokens, attention_pairs)[0]
+        return (lin + self.geometry.layers * (attn + self._allreduce(new_tokens)[0]) + self._lm_head(sequences)[0]
+                + self.gpu.iteration_overhead_s)
+
+    def attention_s(self, kv_read_tokens: float, attention_pairs: float, layers: int | None = None) -> float:
+        """One attention kernel's work over a whole context, per layer, times `layers` (all by default)."""
+        n = self.geometry.layers if layers is None else layers
+        return n * self._attention(kv_read_tokens, attention_pairs)[0]
+
+    def holder_partial_s(self, queries: float, rows_per_query: float | Sequence[float],
+                         key_tokens: float | Sequence[float]) -> float:
+        """One holder kernel call answering `queries` routed partial-attention queries (one layer): each of
+        `rows_per_query` rows over its `key_tokens` keys (scalars, or one value per query). The roofline over
+        the batch's total keys and rows x keys, floored by the profile's measured holder curve at the batch's
+        reference-requester work, so that an idle holder reproduces the measurement."""
+        if isinstance(rows_per_query, (int, float)) and isinstance(key_tokens, (int, float)):
+            keys, pairs = queries * key_tokens, queries * rows_per_query * key_tokens
+        else:
+            rows = [rows_per_query] * int(queries) if isinstance(rows_per_query, (int, float)) else rows_per_query
+            toks = [key_tokens] * len(rows) if isinstance(key_tokens, (int, float)) else key_tokens
+            keys, pairs = float(sum(toks)), float(sum(r * t for r, t in zip(rows, toks)))
+        g = self.geometry
+        per_row_pair = 2.0 * (g.d_qk + g.d_v) * g.token_fraction / self.tp   # rows split over the TP ranks
+        roof = max(keys * self._kv_bytes_token_layer / self._bw, pairs * per_row_pair / self._attn_rate)
+        if self.holder_curve is None:
+            return roof
+        work = holder_work(pairs, 1.0, g.token_fraction, *self.holder_ref)    # pairs = rows x keys
+        return max(roof, holder_curve_s(work, self.holder_curve[0], self.holder_curve[1]))

@@ -1,0 +1,170 @@
+"""The step-time model: each term a roofline, the shape of decode vs batch, TP, GPU entries from profiles."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from simroute.calib import load_profile
+from simroute.model.geometry import MODELS, get_model
+from simroute.model.steptime import BatchShape, GpuSpec, StepTimeModel, experts_touched
+
+PAPER_ALL = load_profile("paper-all")
+H100 = load_profile("h100-ibgda")
+GPUS = ["h100-sxm", "h200-sxm", "a100-80gb", "a40", "rtxpro6000"]
+STEP_MODELS = [m.name for m in MODELS.values() if m.has_linear_geometry]
+
+
+def _h200_profile():
+    from simroute.calib.profile import shipped_dir
+    return load_profile(shipped_dir() / "gpus" / "h200-sxm.yaml")
+
+
+def spec(name: str) -> GpuSpec:
+    return _h200_profile().gpu_spec(name) if name == "h200-sxm" else PAPER_ALL.gpu_spec(name)
+
+
+def test_gpu_entries_load_with_datasheet_peaks():
+    h100 = H100.gpu_spec("h100-sxm")
+    assert (h100.peak_flops, h100.hbm_Bps, h100.hbm_bytes) == (989e12, 3350e9, 80e9)
+    assert H100.gpu_spec().name == "h100-sxm"          # the profile names its instance GPU
+    assert spec("h200-sxm").hbm_Bps == 4800e9 and spec("h200-sxm").hbm_bytes == 141e9
+    assert spec("a100-80gb").peak_flops == 312e12 and spec("a40").hbm_bytes == 48e9
+    assert spec("rtxpro6000").hbm_bytes == 96e9
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+def test_every_fraction_cites_its_source(gpu):
+    s = spec(gpu)
+    for key in ("hbm_efficiency", "gemm_efficiency", "attention_efficiency", "iteration_overhead_us"):
+        kind, _, ref = s.sources[key].partition(": ")
+        assert kind in ("paper", "measured", "default", "fitted") and len(ref) > 20, (key, s.sources[key])
+    for key in ("peak_bf16_TFLOPs", "hbm_GBps", "hbm_GB"):
+        assert s.sources[key].startswith("datasheet: NVIDIA"), key
+
+
+def test_profile_fabric_names_its_gpu():
+    assert PAPER_ALL.instance_gpu("a100-nvlink3") == "a100-80gb"
+    assert PAPER_ALL.instance_gpu("h100-nvlink4") == "h100-sxm"
+    m = H100.step_model("llama-3.1-70b", tp=8, intra_host_fabric="h100-nvlink4")
+    nv = H100.fabric_params("h100-nvlink4")
+    assert m.gpu.name == "h100-sxm" and m.allreduce_Bps == nv.bulk_Bps and m.allreduce_latency_s == nv.t_probe_s
+
+
+def _model(name="llama-3.1-8b", gpu="h100-sxm", tp=1, **kw) -> StepTimeModel:
+    return StepTimeModel(get_model(name), spec(gpu), tp, **kw)
+
+
+def test_terms_add_up_and_hot_path_agrees():
+    m = _model("deepseek-v3", tp=8, allreduce_Bps=125e9, allreduce_latency_s=1.2e-6)
+    for b in (BatchShape.uniform(1, 100), BatchShape.uniform(64, 4096, prefill_tokens=512, prefill_context=1000)):
+        t = m.iteration(b)
+        assert t.iteration_s == pytest.approx(t.layers * (t.linear_s_per_layer + t.attention_s_per_layer +
+                                                          t.allreduce_s_per_layer) + t.lm_head_s + t.overhead_s)
+        assert m.iteration_s(b.new_tokens, b.sequences, b.kv_read_tokens, b.attention_pairs) == \
+            pytest.approx(t.iteration_s, rel=1e-12)
+
+
+def test_decode_flat_while_weight_bound_then_rising_with_kv():
+    m = _model("llama-3.1-8b")
+    t = [m.iteration(BatchShape.uniform(b, 2048)) for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
+    assert t[1].iteration_s / t[0].iteration_s < 1.05          # weights dominate: ~flat
+    assert t[0].bounds["linear"] == "memory"
+    assert all(b.iteration_s > a.iteration_s for a, b in zip(t, t[1:]))   # never faster with more load
+    # past the knee the increments follow KV bytes: doubling the batch adds ~ the KV read of the added sequences
+    kv_s = 128 * 2048 * m.kv_bytes_per_token_per_gpu / m.gpu.achievable_hbm_Bps
+    assert t[-1].iteration_s - t[-2].iteration_s == pytest.approx(kv_s, rel=0.25)
+    assert t[-1].iteration_s > 3 * t[0].iteration_s
+
+
+def test_monotone_in_tokens_and_context():
+    m = _model("deepseek-v2-lite")
+    prev = 0.0
+    for tokens in (1, 16, 128, 1024, 8192):
+        t = m.iteration_s(tokens, 1, tokens, tokens * (tokens + 1) / 2)
+        assert t > prev
+        prev = t
+    prev = 0.0
+    for ctx in (0, 1000, 10_000, 100_000):
+        t = m.iteration(BatchShape.uniform(32, ctx)).iteration_s
+        assert t > prev
+        prev = t
+
+
+def test_tp_splits_weights_and_kv():
+    one, eight = _model("llama-3.1-70b"), _model("llama-3.1-70b", tp=8)
+    assert eight.weight_bytes_per_gpu == pytest.approx(one.weight_bytes_per_gpu / 8, rel=0.01)
+    assert eight.kv_bytes_per_token_per_gpu == one.kv_bytes_per_token_per_gpu / 8
+    assert one.kv_capacity_tokens() == 0                        # 141 GB of weights do not fit in 80 GB
+    assert eight.kv_capacity_tokens() > 100_000
+    # the MLA latent is replicated on every rank; GQA K/V heads past kv_heads are too
+    assert _model("deepseek-v3", tp=8).kv_bytes_per_token_per_gpu == _model("deepseek-v3").kv_bytes_per_token_per_gpu
+    b = BatchShape.uniform(1, 1000)
+    assert eight.iteration(b).linear_s_per_layer < one.iteration(b).linear_s_per_layer / 6
+
+
+def test_allreduce_only_with_tp_and_over_the_given_fabric():
+    b = BatchShape.uniform(64, 1000)
+    assert _model(tp=1).iteration(b).allreduce_s_per_layer == 0.0
+    slow = _model(tp=4, allreduce_Bps=20e9, allreduce_latency_s=8e-6).iteration(b)
+    fast = _model(tp=4, allreduce_Bps=125e9, allreduce_latency_s=1.2e-6).iteration(b)
+    assert slow.allreduce_s_per_layer > fast.allreduce_s_per_layer > 0
+    assert slow.bounds["allreduce"] in ("latency", "bandwidth")
+
+
+def test_measured_constants_override_datasheet_derived_ones():
+    base = spec("h100-sxm")
+    b = BatchShape.uniform(1, 1000)
+    t0 = StepTimeModel(get_model("llama-3.1-8b"), base).iteration(b)
+    slower = StepTimeModel(get_model("llama-3.1-8b"), replace(base, hbm_efficiency=0.45)).iteration(b)
+    assert slower.linear_s_per_layer == pytest.approx(2 * t0.linear_s_per_layer, rel=0.01)
+    # and through a profile: a measured file overriding the GPU entry wins over the shipped one
+    big = StepTimeModel(get_model("llama-3.1-8b"), replace(base, iteration_overhead_s=2e-3)).iteration(b)
+    assert big.overhead_s == 2e-3 and big.iteration_s > t0.iteration_s
+
+
+def test_moe_reads_only_the_experts_it_touches():
+    assert experts_touched(256, 8, 1) == pytest.approx(8)
+    assert experts_touched(256, 8, 10_000) == pytest.approx(256)
+    m = _model("deepseek-v3", "h200-sxm", tp=8)
+    one = m.iteration(BatchShape.uniform(1, 1000)).linear_s_per_layer
+    many = m.iteration(BatchShape.uniform(256, 1000)).linear_s_per_layer
+    assert many > 5 * one          # 256 tokens touch most of the 256 experts
+
+
+def test_attention_is_one_kernel_over_the_whole_context():
+    m = _model("deepseek-v2-lite")
+    whole = m.attention_s(8192, 8192)
+    assert whole == pytest.approx(m.attention_s(4096, 4096) * 2, rel=1e-9)
+    assert m.attention_s(8192, 8192, layers=1) * m.geometry.layers == pytest.approx(whole)
+
+
+def test_holder_partial_floored_by_the_measured_curve():
+    m = H100.step_model("deepseek-v2-lite")
+    # idle holder, one requester's decode query (16 rows) over a 2048-token chunk: the measured 15 us
+    assert m.holder_partial_s(1, 16, 2048) == pytest.approx(15e-6)
+    assert m.holder_partial_s(256, 16, 2048) == pytest.approx(400e-6)
+    assert m.holder_partial_s(4, [16, 16, 16, 16], [2048, 2048, 2048, 2048]) == m.holder_partial_s(4, 16, 2048)
+    bare = StepTimeModel(m.geometry, m.gpu)      # no curve: the roofline alone, below the measurement
+    assert 0 < bare.holder_partial_s(1, 16, 2048) < 15e-6
+
+
+@pytest.mark.parametrize("model", STEP_MODELS)
+def test_active_parameters_match_the_published_count(model):
+    g = get_model(model)
+    if g.published_active_params:
+        assert g.active_params == pytest.approx(g.published_active_params, rel=0.12)
+    for dim in ("hidden", "vocab", "layers", "heads_q"):
+        assert dim in g.sources, dim
+
+
+def test_linear_ops_shapes_for_tp():
+    g = get_model("llama-3.1-70b")
+    ops = {op.name: op for op in g.linear_ops(tp=8)}
+    assert (ops["qkv"].k, ops["qkv"].n) == (8192, (64 // 8 + 2 * 1) * 128)
+    assert (ops["ffn_up"].k, ops["ffn_up"].n) == (8192, 2 * 28672 // 8)
+    assert (ops["ffn_down"].k, ops["ffn_down"].n) == (28672 // 8, 8192)
+    moe = {op.name: op for op in get_model("deepseek-v3").linear_ops(tp=8, kind="moe")}
+    assert moe["expert_up"].experts == 256 and moe["expert_up"].active == 8 and moe["expert_up"].n == 2 * 2048 // 8
+    assert moe["kv_a"].n == 576       # the latent + rope key, replicated

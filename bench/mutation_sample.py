@@ -60,7 +60,7 @@ def main() -> int:
     cache = a.dir / ".mutmut-cache"
     set_baseline(cache, a.baseline_s)
     population = mutants(cache)
-    sample = sorted(random.Random(a.seed).sample(population, min(a.n, len(population))))
+    sample = random.Random(a.seed).sample(population, min(a.n, len(population)))   # random order: a cut-short run is still a sample
     killed = survived = 0
     for mutant, filename, line, source in sample:
         reset(cache, mutant)

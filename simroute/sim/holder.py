@@ -10,8 +10,18 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from collections.abc import Callable
+from typing import NamedTuple
 
 import simpy
+
+
+class QueuedQuery(NamedTuple):
+    """A routed query waiting on a holder."""
+
+    work: float          # reference requesters (rows / heads_ref x attended tokens / ct_ref)
+    premium: float       # sparse kernel premium (1.0 dense)
+    weight: float        # exchanges the simulated query stands for
+    done: simpy.Event    # fires when its partial is computed
 
 
 class HolderServer:
@@ -21,18 +31,18 @@ class HolderServer:
     (sparse selection) and a `weight` (how many exchanges the simulated one stands for: layers x steps).
     """
 
-    __slots__ = ("env", "instance", "curve", "window", "streams", "queue", "busy", "armed", "deadline", "gen",
+    __slots__ = ("env", "instance", "curve", "window", "streams", "queue", "busy", "armed", "deadline", "generation",
                  "batches", "queries", "max_queue", "samples", "record", "batch_compute_s")
 
     def __init__(self, env: simpy.Environment, instance: int, curve: Callable[[float], float], window_s: float,
                  streams: int, record: bool = True) -> None:
         self.env, self.instance, self.curve = env, instance, curve
         self.window, self.streams = window_s, streams
-        self.queue: list[tuple[float, float, float, simpy.Event]] = []
+        self.queue: list[QueuedQuery] = []
         self.busy = 0
         self.armed = False
         self.deadline = 0.0
-        self.gen = 0                      # generation of the armed window timer (older ones are ignored)
+        self.generation = 0               # of the armed window timer (older ones are ignored)
         self.batches = 0
         self.queries = 0
         self.max_queue = 0
@@ -51,7 +61,7 @@ class HolderServer:
         return done
 
     def _arrive(self, work: float, premium: float, weight: float, done: simpy.Event) -> None:
-        self.queue.append((work, premium, weight, done))
+        self.queue.append(QueuedQuery(work, premium, weight, done))
         self.queries += 1
         if len(self.queue) > self.max_queue:
             self.max_queue = len(self.queue)
@@ -63,12 +73,12 @@ class HolderServer:
             deadline = self.env.now + self.window * weight
             if not self.armed or deadline < self.deadline:
                 self.armed, self.deadline = True, deadline
-                self.gen += 1
-                gen = self.gen
-                self.env.timeout(deadline - self.env.now).callbacks.append(lambda _e: self._dispatch(gen))
+                self.generation += 1
+                generation = self.generation
+                self.env.timeout(deadline - self.env.now).callbacks.append(lambda _e: self._dispatch(generation))
 
-    def _dispatch(self, gen: int | None = None) -> None:
-        if gen is not None and gen != self.gen:
+    def _dispatch(self, generation: int | None = None) -> None:
+        if generation is not None and generation != self.generation:
             return                        # a window superseded by an earlier one
         self.armed = False
         if not self.queue or self.busy >= self.streams:
@@ -78,23 +88,23 @@ class HolderServer:
         self.batches += 1
         # Queries of different weights share the batch only for as many exchanges as they overlap: segment j
         # runs (w_j - w_{j-1}) exchanges over the queries still in it, and each query ends with its segment.
-        batch.sort(key=lambda b: b[2])
-        work = sum(b[0] for b in batch)
-        first = self.curve(work) * max(b[1] for b in batch)
-        env, t, prev_w, i, n = self.env, 0.0, 0.0, 0, len(batch)
-        while i < n:
-            w = batch[i][2]
-            rest = batch[i:]
-            t += (w - prev_w) * self.curve(sum(b[0] for b in rest)) * max(b[1] for b in rest)
-            j = i
-            while j < n and batch[j][2] == w:
-                j += 1
-            ending = [b[3] for b in batch[i:j]]
-            last = j == n
-            env.timeout(t).callbacks.append(lambda _e, ending=ending, last=last: self._finish(ending, last))
-            prev_w, i = w, j
+        batch.sort(key=lambda query: query.weight)
+        first = self.curve(sum(query.work for query in batch)) * max(query.premium for query in batch)
+        env, elapsed, previous_weight, start, n = self.env, 0.0, 0.0, 0, len(batch)
+        while start < n:
+            weight = batch[start].weight
+            rest = batch[start:]
+            elapsed += (weight - previous_weight) * self.curve(sum(query.work for query in rest)) \
+                * max(query.premium for query in rest)
+            end = start
+            while end < n and batch[end].weight == weight:
+                end += 1
+            ending = [query.done for query in batch[start:end]]
+            last = end == n
+            env.timeout(elapsed).callbacks.append(lambda _e, ending=ending, last=last: self._finish(ending, last))
+            previous_weight, start = weight, end
         if self.record:
-            self._sample(n, t)
+            self._sample(n, elapsed)
             self.batch_compute_s.append(first)
 
     def _finish(self, ending: list[simpy.Event], last: bool) -> None:

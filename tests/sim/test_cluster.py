@@ -18,6 +18,7 @@ from simroute.scenarios.traces import single_chunk_trace
 from simroute.sim import RunConfig, Simulation
 from simroute.sim.arrivals import RequestSpec
 from simroute.sim.cluster import ChunkStore, Instance
+from simroute.sim.holder import QueuedQuery
 from simroute.sim.placement import ChunkTable, mix64_array
 from simroute.sim.placements import PLACEMENTS
 from simroute.sim.routers import ROUTERS
@@ -191,7 +192,7 @@ def test_pick_holder_prefers_a_same_host_replica_then_the_shortest_queue(tmp_pat
     cluster.chunks.holders[0] = [1, 5, 6]
     assert cluster.pick_holder(0, cluster.instances[4]) in (5, 6)      # same host as requester 4
     assert cluster.pick_holder(0, cluster.instances[0]) == 1
-    cluster.instances[5].holder_server.queue.extend([None] * 3)
+    cluster.instances[5].holder_server.queue.extend([QueuedQuery(1.0, 1.0, 1.0, None)] * 3)
     assert cluster.pick_holder(0, cluster.instances[4]) == 6
     cluster.chunks.holders[0] = []
     assert cluster.pick_holder(0, cluster.instances[4]) is None

@@ -267,11 +267,7 @@ def model_step(
         raise ConfigurationError(f"--decode-seqs {decode_seqs} exceeds --tokens {tokens}", field="decode-seqs")
     prof, gpu_prof = _step_profile(calib, gpu)
     fab = _allreduce_fabric(prof, gpu, fabric, tp)
-    m = gpu_prof.step_model(model, gpu=gpu, tp=tp)
-    if fab is not None:
-        f = prof.fabric_params(fab)
-        m = type(m)(m.geometry, m.gpu, tp, allreduce_Bps=f.bulk_Bps, allreduce_latency_s=f.t_probe_s,
-                    holder_curve=m.holder_curve)
+    m = prof.step_model(model, tp=tp, intra_host_fabric=fab, gpu_spec=gpu_prof.gpu_spec(gpu))
     batch = BatchShape.uniform(decode_seqs, context, prefill_tokens=tokens - decode_seqs,
                                prefill_context=prefill_context)
     terms = m.iteration(batch).as_ms()

@@ -1,7 +1,9 @@
-"""The redistribution cost model (paper §4): T = probe + transfer + compute + return + merge, per primitive.
+"""The redistribution cost model ("Move the Query, Not the Cache" §4): T = probe + transfer + compute + return
++ merge, per primitive.
 
-All functions are vectorised over numpy arrays of request shapes and return each term separately, so
-callers (the predicate, the CLI tables, the simulator's policy) can show where a cost lives. Seconds and bytes.
+The formula lives once, in `step_parts` (one step's pieces) and `holder_compute_s` (the holder curve), written
+over an `Ops` so that it runs on numpy arrays (`ARRAYS`: `costs` term tables, the predicate) and on plain
+floats (`FLOATS`: the simulator's per-request path, `scalar.ScalarModel`). Seconds and bytes.
 
 Modelling choices (documented in docs/MODEL.md):
 - `route_exchanges="per-layer"` pays one routed round trip per layer per decode step (layer l's query needs
@@ -82,7 +84,7 @@ class CostParams:
     def __post_init__(self) -> None:
         object.__setattr__(self, "fabric_index", {f.name: i for i, f in enumerate(self.fabrics)})
         g = self.geometry
-        kv_token = g.token_fraction * g.b_kv * g.layers
+        kv_token = g.kv_bytes_per_token
         object.__setattr__(self, "tables", FabricTables(
             probe_s=np.array([f.t_probe_s + f.turnaround_s for f in self.fabrics]),
             qp_per_row_s=np.array([g.qp_bytes / f.single_block_Bps for f in self.fabrics]),
@@ -141,7 +143,8 @@ def _where_float(cond, a, b):
 
 def _fabric_row_arrays(p: "CostParams", fabric) -> FabricTables:
     t = p.tables
-    return FabricTables(np.take(t.probe_s, fabric), np.take(t.qp_per_row_s, fabric), np.take(t.kv_per_token_s, fabric))
+    return FabricTables(np.take(t.probe_s, fabric), np.take(t.qp_per_row_s, fabric),
+                        np.take(t.kv_per_token_s, fabric))
 
 
 def _fabric_row_floats(p: "CostParams", fabric: int) -> FabricTables:
@@ -154,7 +157,6 @@ ARRAYS = Ops(maximum=np.maximum, where=np.where, curve=interp_extrap_array, clam
              any_=np.any, all_=np.all, fabric_row=_fabric_row_arrays)
 FLOATS = Ops(maximum=max, where=_where_float, curve=interp_extrap, clamped=interp_clamped, any_=bool, all_=bool,
              fabric_row=_fabric_row_floats)
-
 
 
 HOLDER_HEADS_REF, HOLDER_CT_REF = 16, 2048   # the measured holder curve's h_q and ct (paper §6.3)
@@ -252,7 +254,7 @@ def step_parts(mq, ct, fabric, topk, holders, tp, cached, p: CostParams, ops=ARR
     pull = splice = None
     if not every_sparse:
         pull = ct * kv_per_token_s if unit_tp else ct * kv_per_token_s / tp
-        splice = ops.where(cached, 0.0, ops.curve(ct, p.splice_ct, p.splice_s))    # = splice_s
+        splice = ops.where(cached, 0.0, splice_s(ct, p, ops))
     wire = mq * qp_per_row_s
     return StepParts(probe, wire if unit_tp else wire / tp, ret_extra, compute, attend, pull, splice, gather,
                      ct * (g.layers * p.prefill_s_per_token_layer), sparse)   # positional: the float path is hot
@@ -299,8 +301,8 @@ def costs(shape: Shape, p: CostParams) -> dict[str, dict[str, np.ndarray]]:
              "gather": (zero if s.gather is None else np.where(s.sparse, steps * s.gather, 0.0) + zero),
              "attend": attend,
              "host": steps * host_fetch + zero}
-    chunk_bytes = g.token_fraction * g.b_kv * g.layers
-    fetch["wire_bytes"] = np.where(s.sparse, steps * topk * chunk_bytes, ct * chunk_bytes) + zero
+    kv_token = g.kv_bytes_per_token
+    fetch["wire_bytes"] = np.where(s.sparse, steps * topk * kv_token, ct * kv_token) + zero
     local = {"prefill": s.prefill + zero, "attend": attend, "wire_bytes": zero}
     out = {"route": route, "fetch": fetch, "local": local}
     for prim, terms in out.items():

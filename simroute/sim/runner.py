@@ -128,22 +128,23 @@ class Simulation:
         calib = hashlib.sha256("".join(sha256_file(f) for f in ctx.profile.files).encode()).hexdigest()
         inputs = {"topology": sha256_file(cfg.topology), "trace": sha256_file(cfg.trace),
                   "calib": calib, "calib_files": [str(f) for f in ctx.profile.files]}
-        holders = cluster.instances
+        holders = [inst.holder_server for inst in cluster.instances]
+        instances = cluster.instances
         extra = {
-            "instances": len(holders), "gpus": len(topology.gpus),
+            "instances": len(instances), "gpus": len(topology.gpus),
             "topology": {**topology.summary(), "spine_names": self._spine_names()},
             "placement": {"policy": cfg.placement, "overflow_chunks": cluster.placement.overflow_chunks,
                           "overflow_bytes": cluster.placement.overflow_bytes,
                           "replicated_chunks": cluster.placement.replicated_chunks},
             "dispatcher": {"routed_queries": ctx.exchanges.queries, "messages": ctx.exchanges.messages},
-            "holders": {"batches": int(sum(h.holder_server.batches for h in holders)),
-                        "routed_queries": int(sum(h.holder_server.queries for h in holders)),
-                        "mean_batch": (sum(h.holder_server.queries for h in holders) /
-                                       max(1, sum(h.holder_server.batches for h in holders))),
-                        "max_queue": int(max((h.holder_server.max_queue for h in holders), default=0)),
-                        "max_staging_queue": int(max((h.staging.max_queue for h in holders), default=0)),
-                        "evictions": int(sum(h.evictions for h in holders)),
-                        "copies_refused": int(sum(h.refused for h in holders))},
+            "holders": {"batches": int(sum(server.batches for server in holders)),
+                        "routed_queries": int(sum(server.queries for server in holders)),
+                        "mean_batch": (sum(server.queries for server in holders) /
+                                       max(1, sum(server.batches for server in holders))),
+                        "max_queue": int(max((server.max_queue for server in holders), default=0)),
+                        "max_staging_queue": int(max((inst.staging.max_queue for inst in instances), default=0)),
+                        "evictions": int(sum(inst.evictions for inst in instances)),
+                        "copies_refused": int(sum(inst.refused for inst in instances))},
             "network": self._network_summary(),
         }
         summary = summarise(ctx.recorder, config=cfg.as_dict(), inputs=inputs, sim_time_s=float(ctx.env.now),

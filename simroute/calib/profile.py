@@ -103,7 +103,9 @@ class Profile:
         return GpuSpec(name=name, peak_flops=e.peak_bf16_TFLOPs.value * 1e12, hbm_Bps=e.hbm_GBps.value * 1e9,
                        hbm_bytes=e.hbm_GB.value * 1e9, hbm_efficiency=e.hbm_efficiency.value,
                        gemm_efficiency=eff, attention_efficiency=e.attention_efficiency.value,
-                       iteration_overhead_s=e.iteration_overhead_us.value * 1e-6, sources=sources)
+                       iteration_overhead_s=e.iteration_overhead_us.value * 1e-6, sources=sources,
+                       iteration_overhead_graph_s=(e.iteration_overhead_graph_us.value * 1e-6
+                                                   if e.iteration_overhead_graph_us is not None else None))
 
     def instance_gpu(self, intra_host_fabric: str | None = None) -> str:
         """The GPU of an instance whose hosts' intra-host fabric is `intra_host_fabric` (the fabric's `gpu:`),
@@ -118,13 +120,15 @@ class Profile:
                                  file=self.files[0] if self.files else None, field="gpu")
 
     def step_model(self, model: str = "deepseek-v2-lite", *, gpu: str | None = None, tp: int = 1,
-                   intra_host_fabric: str | None = None, cache_dtype: str = "bf16") -> StepTimeModel:
+                   intra_host_fabric: str | None = None, cache_dtype: str = "bf16",
+                   gpu_spec: GpuSpec | None = None, cuda_graphs: bool = False) -> StepTimeModel:
         """The step-time model of an instance of `tp` GPUs serving `model`. The TP all-reduce runs over
-        `intra_host_fabric` (its bulk rate and probe latency); the GPU is that fabric's unless `gpu` is given."""
+        `intra_host_fabric` (its bulk rate and probe latency); the GPU is that fabric's unless `gpu` is given
+        (or `gpu_spec`, an entry taken from another profile)."""
         geom = get_model(model)
         if cache_dtype != geom.cache_dtype:
             geom = geom.with_cache_dtype(cache_dtype)
-        spec = self.gpu_spec(gpu or self.instance_gpu(intra_host_fabric))
+        spec = gpu_spec or self.gpu_spec(gpu or self.instance_gpu(intra_host_fabric))
         ar_Bps, ar_lat = float("inf"), 0.0
         if intra_host_fabric is not None:
             f = self.fabric_params(intra_host_fabric)
@@ -133,7 +137,8 @@ class Profile:
         curve = None
         if holder is not None and holder.points:
             curve = (tuple(x for x, _ in holder.points), tuple(y * 1e-6 for _, y in holder.points))
-        return StepTimeModel(geom, spec, tp, allreduce_Bps=ar_Bps, allreduce_latency_s=ar_lat, holder_curve=curve)
+        return StepTimeModel(geom, spec, tp, allreduce_Bps=ar_Bps, allreduce_latency_s=ar_lat, holder_curve=curve,
+                             cuda_graphs=cuda_graphs)
 
     def check_complete(self) -> None:
         """Raise if a constant the cost model needs is missing or of the wrong shape."""
@@ -246,7 +251,7 @@ def load_profile(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> Profile:
         constants.update(sub.constants)
         gpus.update(sub.gpus)
         origin.update(sub.origin)
-        files.extend(sub.files)
+        files.extend(f for f in sub.files if f not in files)     # a GPU file two fabrics include, once
         box = box or sub.box
         gpu = gpu or sub.gpu
     for n, f in pf.fabrics.items():

@@ -67,6 +67,12 @@ class Constant(BaseModel):
         return self
 
 
+def _require_positive(c: Constant, what: str) -> Constant:
+    if c.value is None or c.value <= 0:
+        raise ValueError(f"{what} must be a positive 'value'")
+    return c
+
+
 class FabricSpec(BaseModel):
     """One fabric class of paper Table 2: the affine constants plus the bulk link peak."""
 
@@ -84,9 +90,7 @@ class FabricSpec(BaseModel):
     @field_validator("single_block_GBps", "link_peak_GBps")
     @classmethod
     def _positive(cls, c: Constant) -> Constant:
-        if c.value is None or c.value <= 0:
-            raise ValueError("a bandwidth must be a positive 'value'")
-        return c
+        return _require_positive(c, "a bandwidth")
 
 
 class GpuFileSpec(BaseModel):
@@ -107,9 +111,7 @@ class GpuFileSpec(BaseModel):
     @field_validator("peak_bf16_TFLOPs", "hbm_GBps", "hbm_GB")
     @classmethod
     def _positive_value(cls, c: Constant) -> Constant:
-        if c.value is None or c.value <= 0:
-            raise ValueError("a peak or capacity must be a positive 'value'")
-        return c
+        return _require_positive(c, "a peak or capacity")
 
     @field_validator("hbm_efficiency", "attention_efficiency", "gemm_efficiency")
     @classmethod

@@ -87,15 +87,32 @@ model_app = typer.Typer(help="The closed-form model's figures (paper Figs 1b, 3b
 
 
 @model_app.command("list")
-def model_list() -> None:
-    """The model catalogue with derived payload sizes and each dimension's source.
+def model_list(json_out: bool = typer.Option(False, "--json", help="Every dimension and its full source.")) -> None:
+    """The model catalogue with derived payload sizes, parameters and where each dimension comes from.
 
     Example: simroute model list
     """
+    from dataclasses import asdict
     from simroute.model import MODELS
-    table("models", ["model", "d_qk", "d_v", "layers", "h_q", "top-k", "q B", "p B", "b_KV B", "sources"],
-          [[m.name, m.d_qk, m.d_v, m.layers, m.heads_q, m.index_topk or "-", m.q_bytes, m.p_bytes, m.b_kv,
-            "; ".join(f"{k}: {v}" for k, v in m.sources.items() if k in ("layers", "heads_q", "index_topk"))]
+    if json_out:
+        echo_json({m.name: {**asdict(m), "params": m.params(), "active_params": m.active_params}
+                   for m in MODELS.values()})
+        return
+
+    def experts(m) -> str:
+        return f"{m.routed_experts}: {m.experts_per_token}+{m.shared_experts} x {m.expert_intermediate}" \
+            if m.is_moe else "-"
+
+    def source(m) -> str:
+        assumed = sorted(k for k, v in m.sources.items() if v.startswith("assumed"))
+        configs = sorted({v.removeprefix("HF config.json of ") for v in m.sources.values()
+                          if v.startswith("HF config.json of ")})
+        return "; ".join(configs + ([f"assumed: {len(assumed)} dims"] if assumed else []))
+
+    table("models", ["model", "layers", "h_q", "kv", "hidden", "ffn", "experts", "params B", "active B", "top-k",
+                     "q+p B", "b_KV B", "dimensions from"],
+          [[m.name, m.layers, m.heads_q, m.kv_heads, m.hidden, m.intermediate, experts(m), f"{m.params() / 1e9:.1f}",
+            f"{m.active_params / 1e9:.1f}", m.index_topk or "-", m.qp_bytes, m.b_kv, source(m)]
            for m in MODELS.values()])
 
 
@@ -197,6 +214,82 @@ def model_bandwidth(
     bw_star = float(route_loses_below_bw(mq, ct, p))
     typer.echo(f"route's byte term exceeds fetch's splice below {bw_star / 1e9:.2f} GB/s (Mq (q+p) / T_splice); "
                f"wrote {out / 'bandwidth.csv'} and {out / 'bandwidth.png'}")
+
+
+def _step_profile(calib: str, gpu: str):
+    """The profile to take GPU `gpu` from: `calib` if it has the entry, else the shipped calib/gpus/<gpu>.yaml."""
+    from simroute.calib import load_profile, shipped_dir
+    from simroute.errors import UnknownNameError
+    prof = load_profile(calib)
+    if gpu in prof.gpus:
+        return prof, prof
+    shipped = shipped_dir() / "gpus" / f"{gpu}.yaml"
+    if not shipped.exists():
+        names = sorted({*prof.gpus, *(f.stem for f in (shipped_dir() / "gpus").glob("*.yaml"))})
+        raise UnknownNameError("gpu", gpu, names)
+    return prof, load_profile(shipped)
+
+
+def _allreduce_fabric(prof, gpu: str, fabric: str | None, tp: int) -> str | None:
+    """The fabric the TP all-reduce runs over: the one given, else the fastest of the profile naming `gpu`."""
+    if fabric is not None or tp == 1:
+        return fabric
+    own = [n for n, f in prof.fabrics.items() if f.gpu == gpu]
+    if not own:
+        from simroute.errors import ConfigurationError
+        raise ConfigurationError(f"--tp {tp} needs --fabric for the all-reduce: no fabric of the profile names gpu "
+                                 f"'{gpu}' (profile fabrics: {', '.join(prof.fabrics)})", field="fabric")
+    return max(own, key=lambda n: prof.fabric(n).link_peak_GBps.value)
+
+
+@model_app.command("step")
+def model_step(
+    model: str = typer.Option("deepseek-v2-lite", help="Model geometry (see `simroute model list`)."),
+    gpu: str = typer.Option("h100-sxm", help="GPU entry (a profile's `gpus:` or shipped calib/gpus/<name>.yaml)."),
+    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree of the instance."),
+    tokens: int = typer.Option(..., "--tokens", min=1, help="Tokens computed this iteration (decodes + prefill)."),
+    decode_seqs: int = typer.Option(0, "--decode-seqs", min=0, help="Of --tokens, one-token decodes."),
+    context: int = typer.Option(0, "--context", min=0, help="Context each decoding sequence attends (tokens)."),
+    prefill_context: int = typer.Option(0, "--prefill-context", min=0,
+                                        help="Earlier tokens the prefill chunk (tokens - decode-seqs) attends."),
+    fabric: str = typer.Option(None, help="Fabric of the TP all-reduce (default: the fastest naming the GPU)."),
+    calib: str = typer.Option("paper-all", help=CALIB_HELP),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """One engine iteration's time, term by term, with the roofline bound each term hit and the sources of
+    the GPU's constants (docs/STEP_TIME.md).
+
+    Example: simroute model step --model llama-3.1-70b --gpu h100-sxm --tp 8 --tokens 64 --decode-seqs 64 --context 4096
+    """
+    from simroute.errors import ConfigurationError
+    from simroute.model.steptime import BatchShape
+    if decode_seqs > tokens:
+        raise ConfigurationError(f"--decode-seqs {decode_seqs} exceeds --tokens {tokens}", field="decode-seqs")
+    prof, gpu_prof = _step_profile(calib, gpu)
+    fab = _allreduce_fabric(prof, gpu, fabric, tp)
+    m = prof.step_model(model, tp=tp, intra_host_fabric=fab, gpu_spec=gpu_prof.gpu_spec(gpu))
+    batch = BatchShape.uniform(decode_seqs, context, prefill_tokens=tokens - decode_seqs,
+                               prefill_context=prefill_context)
+    terms = m.iteration(batch).as_ms()
+    inputs = {"model": model, "gpu": gpu, "tp": tp, "tokens": tokens, "decode_seqs": decode_seqs, "context": context,
+              "prefill_context": prefill_context, "allreduce_fabric": fab, "calib": calib}
+    sizes = {"weight_GB_per_gpu": m.weight_bytes_per_gpu / 1e9,
+             "kv_bytes_per_token_per_gpu": m.kv_bytes_per_token_per_gpu, "kv_capacity_tokens": m.kv_capacity_tokens()}
+    if json_out:
+        echo_json({**terms, **sizes, "inputs": inputs, "gpu_sources": m.gpu.sources})
+        return
+    b = terms["bounds"]
+    rows = [["iteration", f"{terms['iteration_ms']:.4f}", ""],
+            ["linear (per layer)", f"{terms['linear_ms_per_layer']:.4f}", b["linear"]],
+            ["attention (per layer)", f"{terms['attention_ms_per_layer']:.4f}", b["attention"]],
+            ["all-reduce (per layer)", f"{terms['allreduce_ms_per_layer']:.4f}", b["allreduce"]],
+            ["LM head", f"{terms['lm_head_ms']:.4f}", b["lm_head"]],
+            ["overhead", f"{terms['overhead_ms']:.4f}", ""]]
+    table(f"{model} on {tp} x {gpu}: {tokens} tokens ({decode_seqs} decodes at context {context}), "
+          f"{terms['layers']} layers", ["term", "ms", "bound"], rows)
+    typer.echo(f"weights {sizes['weight_GB_per_gpu']:.1f} GB per GPU; KV {sizes['kv_bytes_per_token_per_gpu']:,.0f} B "
+               f"per token per GPU; KV capacity {sizes['kv_capacity_tokens']:,} tokens")
+    table("GPU constants and their sources", ["constant", "source"], [[k, v] for k, v in m.gpu.sources.items()])
 
 
 def register(app: typer.Typer) -> None:

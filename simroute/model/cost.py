@@ -1,7 +1,9 @@
-"""The redistribution cost model (paper §4): T = probe + transfer + compute + return + merge, per primitive.
+"""The redistribution cost model ("Move the Query, Not the Cache" §4): T = probe + transfer + compute + return
++ merge, per primitive.
 
-All functions are vectorised over numpy arrays of request shapes and return each term separately, so
-callers (the predicate, the CLI tables, the simulator's policy) can show where a cost lives. Seconds and bytes.
+The formula lives once, in `step_parts` (one step's pieces) and `holder_compute_s` (the holder curve), written
+over an `Ops` so that it runs on numpy arrays (`ARRAYS`: `costs` term tables, the predicate) and on plain
+floats (`FLOATS`: the simulator's per-request path, `scalar.ScalarModel`). Seconds and bytes.
 
 Modelling choices (documented in docs/MODEL.md):
 - `route_exchanges="per-layer"` pays one routed round trip per layer per decode step (layer l's query needs
@@ -15,10 +17,11 @@ Modelling choices (documented in docs/MODEL.md):
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
+from simroute.model.curves import interp_clamped, interp_clamped_array, interp_extrap, interp_extrap_array
 from simroute.model.geometry import ModelGeometry
 
 PRIMITIVES: tuple[str, ...] = ("route", "fetch", "local")
@@ -39,6 +42,14 @@ class FabricParams:
     turnaround_s: float = 0.0
 
 
+class FabricTables(NamedTuple):
+    """Per-fabric constants of the formula, indexed by fabric id (numpy arrays and float lists alike)."""
+
+    probe_s: np.ndarray            # probe + turnaround
+    qp_per_row_s: np.ndarray       # (q + p) bytes of one row over the single-block rate
+    kv_per_token_s: np.ndarray     # one token's cache over all layers at the bulk rate
+
+
 @dataclass(frozen=True)
 class CostParams:
     """Every constant the closed form needs; built from a calibration profile (simroute.calib)."""
@@ -56,8 +67,8 @@ class CostParams:
     gather_base_s: float                   # per layer, at the reference budget, excluding per-holder cost
     gather_per_holder_s: float             # per layer, per holder spanned (serial handshakes)
     gather_k_ref: int = 2048
-    holder_heads_ref: int = 16
-    holder_ct_ref: int = 2048
+    holder_heads_ref: int = 16             # = HOLDER_HEADS_REF
+    holder_ct_ref: int = 2048              # = HOLDER_CT_REF
     route_exchanges: Literal["per-layer", "once"] = "per-layer"
     host_overhead: bool = False            # the Python-client regime of paper §5.3
     host_fixed_s: float = 3.5e-3
@@ -67,9 +78,19 @@ class CostParams:
     dispatcher_batching: bool = False      # reduction 3: host cost paid once per dispatch batch
     dispatch_batch: int = 8
     fabric_index: dict[str, int] = field(default_factory=dict, compare=False, hash=False)
+    tables: FabricTables = field(default=None, compare=False, hash=False, repr=False)  # type: ignore[assignment]
+    float_rows: tuple[FabricTables, ...] = field(default=(), compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fabric_index", {f.name: i for i, f in enumerate(self.fabrics)})
+        g = self.geometry
+        kv_token = g.kv_bytes_per_token
+        object.__setattr__(self, "tables", FabricTables(
+            probe_s=np.array([f.t_probe_s + f.turnaround_s for f in self.fabrics]),
+            qp_per_row_s=np.array([g.qp_bytes / f.single_block_Bps for f in self.fabrics]),
+            kv_per_token_s=np.array([kv_token / f.bulk_Bps for f in self.fabrics])))
+        # the same per fabric as plain floats, for the float evaluator (numpy scalars are slow there)
+        object.__setattr__(self, "float_rows", tuple(FabricTables(*map(float, row)) for row in zip(*self.tables)))
 
     def fabric_id(self, name: str) -> int:
         from simroute.errors import UnknownNameError
@@ -107,58 +128,153 @@ class Shape:
     tp: np.ndarray | int = 1
 
 
-def _interp_extrap(x: np.ndarray, xp: tuple[float, ...], fp: tuple[float, ...]) -> np.ndarray:
-    """Piecewise-linear through the points, flat below the first, linear (last slope) above the last.
+class Ops:
+    """The formula's few non-arithmetic operations, bound once for one kind of operand (plain instance
+    attributes: the float evaluator runs per request, where attribute lookups show)."""
 
-    Written as a sum of hinges, fp[0] + sum_i (s_i - s_{i-1}) max(x - xp[i], 0): for the 2-5 point curves of
-    a profile this is ~2x faster than np.interp, and the predicate's throughput depends on it.
-    """
-    x = np.asarray(x, dtype=float)
-    y = np.full(x.shape, float(fp[0])) if x.ndim else float(fp[0])
-    prev = 0.0
-    for i in range(len(xp) - 1):
-        slope = (fp[i + 1] - fp[i]) / (xp[i + 1] - xp[i])
-        if slope != prev:
-            y = y + (slope - prev) * np.maximum(x - xp[i], 0.0)
-        prev = slope
-    return np.asarray(y)
+    def __init__(self, *, maximum, where, curve, clamped, any_, all_, fabric_row) -> None:
+        self.maximum, self.where, self.curve, self.clamped = maximum, where, curve, clamped
+        self.any, self.all, self.fabric_row = any_, all_, fabric_row
 
 
-def splice_s(ct, p: CostParams) -> np.ndarray:
-    """Delta-rotation + scatter of a chunk into the paged pool, all layers (paper §7)."""
-    return _interp_extrap(np.asarray(ct, dtype=float), p.splice_ct, p.splice_s)
+def _where_float(cond, a, b):
+    return a if cond else b
 
 
-def holder_compute_s(rows, ct, topk, p: CostParams) -> np.ndarray:
-    """Partial attention of `rows` query rows over `ct` resident tokens (or top-k selected entries)."""
-    topk = np.asarray(topk, dtype=float)
+def _fabric_row_arrays(p: "CostParams", fabric) -> FabricTables:
+    t = p.tables
+    return FabricTables(np.take(t.probe_s, fabric), np.take(t.qp_per_row_s, fabric),
+                        np.take(t.kv_per_token_s, fabric))
+
+
+def _fabric_row_floats(p: "CostParams", fabric: int) -> FabricTables:
+    return p.float_rows[fabric]
+
+
+# numpy arrays (the vectorised predicate, term tables) and plain floats (the simulator's per-request path,
+# ~20x faster than numpy there)
+ARRAYS = Ops(maximum=np.maximum, where=np.where, curve=interp_extrap_array, clamped=interp_clamped_array,
+             any_=np.any, all_=np.all, fabric_row=_fabric_row_arrays)
+FLOATS = Ops(maximum=max, where=_where_float, curve=interp_extrap, clamped=interp_clamped, any_=bool, all_=bool,
+             fabric_row=_fabric_row_floats)
+
+
+HOLDER_HEADS_REF, HOLDER_CT_REF = 16, 2048   # the measured holder curve's h_q and ct (paper §6.3)
+
+
+def holder_work(rows, attended, token_fraction: float = 1.0, heads_ref: int = HOLDER_HEADS_REF,
+                ct_ref: int = HOLDER_CT_REF):
+    """Partial-attention work in reference requesters N: rows x attended tokens (x the kept token fraction)
+    over the holder curve's h_q x ct. The one place this scaling lives (model, step-time floor, simulator)."""
+    return rows * attended * (token_fraction / (heads_ref * ct_ref))
+
+
+def holder_curve_s(work, holder_n, holder_s, ops=FLOATS):
+    """The measured holder-compute curve at `work` reference requesters (flat below its first point, the last
+    slope beyond its last): the time of one dense kernel call doing that work."""
+    return ops.curve(ops.maximum(work, 1e-9), holder_n, holder_s)
+
+
+def holder_compute_s(rows, ct, topk, p: CostParams, ops=ARRAYS):
+    """Partial attention of `rows` query rows over `ct` resident tokens (or `topk` selected entries): the
+    measured holder curve at the batch's work, times the sparse kernel's premium under selection. Floats or
+    arrays (`ops`); the cost terms, the predicate and the simulator's policy all call this."""
     sparse = topk > 0
-    attended = np.where(sparse, topk, ct)
-    scale = p.geometry.token_fraction / (p.holder_heads_ref * p.holder_ct_ref)
-    dense = _interp_extrap(np.maximum(np.asarray(rows, dtype=float) * attended * scale, 1e-9), p.holder_n, p.holder_s)
-    if not np.any(sparse):
-        return dense
-    return dense * np.where(sparse, sparse_premium(topk, p), 1.0)
+    frac, hr, cr = p.geometry.token_fraction, p.holder_heads_ref, p.holder_ct_ref
+    if not ops.any(sparse):
+        return holder_curve_s(holder_work(rows, ct, frac, hr, cr), p.holder_n, p.holder_s, ops)
+    if ops.all(sparse):     # a batch of selections only: no masking
+        return holder_curve_s(holder_work(rows, topk, frac, hr, cr), p.holder_n, p.holder_s, ops) * \
+            sparse_premium(topk, p, ops)
+    dense_s = holder_curve_s(holder_work(rows, ops.where(sparse, topk, ct), frac, hr, cr), p.holder_n, p.holder_s,
+                             ops)
+    return dense_s * ops.where(sparse, sparse_premium(topk, p, ops), 1.0)
 
 
-def sparse_premium(k: np.ndarray, p: CostParams) -> np.ndarray:
-    """The sparse kernel's time over dense at matched k, clamped to the measured range (np.interp semantics)."""
-    xp, fp = p.sparse_k, p.sparse_premium
-    if len(xp) == 2:   # one segment (the shipped profile): a line and a clip, ~3x cheaper than a hinge sum
-        slope = (fp[1] - fp[0]) / (xp[1] - xp[0])
-        return np.clip(fp[0] + slope * (k - xp[0]), min(fp), max(fp))
-    return _interp_extrap(np.clip(k, xp[0], xp[-1]), xp, fp)
+def splice_s(ct, p: CostParams, ops=ARRAYS):
+    """Delta-rotation + scatter of a chunk into the paged pool, all layers (paper §7)."""
+    return ops.curve(ct, p.splice_ct, p.splice_s)
 
 
-def _fabric_arrays(fabric, p: CostParams) -> tuple[np.ndarray, ...]:
-    fabric = np.asarray(fabric)
-    probe = np.array([f.t_probe_s + f.turnaround_s for f in p.fabrics])
-    single = np.array([f.single_block_Bps for f in p.fabrics])
-    bulk = np.array([f.bulk_Bps for f in p.fabrics])
-    if fabric.ndim == 0:
-        i = int(fabric)
-        return probe[i], single[i], bulk[i]
-    return probe[fabric], single[fabric], bulk[fabric]
+def sparse_premium(k, p: CostParams, ops=ARRAYS):
+    """The sparse kernel's time over dense at matched k, clamped to the measured range."""
+    return ops.clamped(k, p.sparse_k, p.sparse_premium)
+
+
+class StepParts(NamedTuple):
+    """Per-exchange and per-step pieces of the three primitives for one step; every cost is built from these.
+
+    probe: probe + turnaround of the fabric; wire: Mq (q+p) / single-block rate / tp (out and back); compute:
+    the holder's partial for its share; attend: the requester's own attention over the whole copy (both per
+    exchange); pull, splice: moving a dense chunk once (splice 0 at the cached offset; both None when every
+    shape is a selection); gather: one step of a sparse selection's gather (all layers; None when nothing is
+    sparse); prefill: re-prefilling the chunk; sparse: the selection mask.
+    """
+
+    probe: object
+    wire: object
+    ret_extra: object
+    compute: object
+    attend: object
+    pull: object
+    splice: object
+    gather: object
+    prefill: object
+    sparse: object
+
+
+def step_parts(mq, ct, fabric, topk, holders, tp, cached, p: CostParams, ops=ARRAYS) -> StepParts:
+    """The one cost formula (paper §4), floats or arrays. Route: M parallel exchanges per step, each holder
+    attending its k/M share of a selection (the step waits for the slowest, identical here); fetch: pull the
+    chunk and splice it, or gather the selection every step; local: re-prefill. fetch and local also pay the
+    requester's attention over the copy, the work route moves to the holder."""
+    g = p.geometry
+    probe, qp_per_row_s, kv_per_token_s = ops.fabric_row(p, fabric)
+    sparse = topk > 0
+    any_sparse = ops.any(sparse)
+    every_sparse = any_sparse and ops.all(sparse)
+    if any_sparse:
+        holders = ops.maximum(holders, 1.0)
+        k_holder = ops.maximum(topk / holders, 1.0)
+        if not every_sparse:
+            k_holder = k_holder * sparse
+        compute = holder_compute_s(mq, ct, k_holder, p, ops)
+        attend = holder_compute_s(mq, ct, topk, p, ops)
+        gather = g.layers * (p.gather_base_s / p.gather_k_ref * topk + p.gather_per_holder_s * holders)
+    else:
+        k_holder = topk
+        compute = attend = holder_compute_s(mq, ct, topk, p, ops)
+        gather = None
+    if p.host_overhead and p.holder_amortisation:
+        compute = holder_compute_s(mq * p.dispatch_batch, ct, k_holder, p, ops) / p.dispatch_batch
+    ret_extra = 2.0 * probe if (p.host_overhead and not p.collapsed_response) else 0.0
+    unit_tp = tp == 1 if isinstance(tp, (int, float)) else False
+    if not unit_tp:
+        tp = ops.maximum(tp, 1.0)
+    pull = splice = None
+    if not every_sparse:
+        pull = ct * kv_per_token_s if unit_tp else ct * kv_per_token_s / tp
+        splice = ops.where(cached, 0.0, splice_s(ct, p, ops))
+    wire = mq * qp_per_row_s
+    return StepParts(probe, wire if unit_tp else wire / tp, ret_extra, compute, attend, pull, splice, gather,
+                     ct * (g.layers * p.prefill_s_per_token_layer), sparse)   # positional: the float path is hot
+
+
+def host_s(mq, p: CostParams) -> tuple[object, float]:
+    """(route, fetch) host cost per step in the Python-client regime (paper §5.3); 0 otherwise."""
+    if not p.host_overhead:
+        return 0.0, 0.0
+    div = p.dispatch_batch if p.dispatcher_batching else 1
+    return (p.host_fixed_s + p.host_per_row_s * mq) / div, p.host_fixed_s / div
+
+
+def _inputs(shape: Shape):
+    """The shape's fields as float / bool arrays, converted once."""
+    f8 = np.float64
+    tp = float(shape.tp) if np.ndim(shape.tp) == 0 else np.asarray(shape.tp, dtype=f8)   # 1 skips the divides
+    return (np.asarray(shape.mq, dtype=f8), np.asarray(shape.ct, dtype=f8), np.asarray(shape.fabric),
+            np.asarray(shape.topk, dtype=f8), np.asarray(shape.holders, dtype=f8), tp,
+            np.asarray(shape.cached, dtype=bool), 1.0 + np.asarray(shape.reuse, dtype=f8))
 
 
 def costs(shape: Shape, p: CostParams) -> dict[str, dict[str, np.ndarray]]:
@@ -167,57 +283,27 @@ def costs(shape: Shape, p: CostParams) -> dict[str, dict[str, np.ndarray]]:
     Returns {primitive: {term: array, ..., "total": array, "wire_bytes": array}}.
     """
     g = p.geometry
-    mq = np.asarray(shape.mq, dtype=float)
-    ct = np.asarray(shape.ct, dtype=float)
-    topk = np.asarray(shape.topk)
-    sparse = topk > 0
-    holders = np.where(sparse, np.maximum(np.asarray(shape.holders), 1), 1)
-    steps = 1.0 + np.asarray(shape.reuse, dtype=float)
-    tp = np.maximum(np.asarray(shape.tp, dtype=float), 1.0)
-    cached = np.asarray(shape.cached, dtype=bool)
-    probe_s, single, bulk = _fabric_arrays(shape.fabric, p)
-    exch = float(p.exchanges)
-    L = float(g.layers)
-    zero = np.zeros(np.broadcast(mq, ct, topk, steps).shape)
-
-    # route: M parallel exchanges per step, each holder attending its k/M share of the selection; the step
-    # waits for the slowest (identical here).
-    k_holder = np.where(sparse, np.maximum(topk / holders, 1.0), 0.0)
-    compute = holder_compute_s(mq, ct, k_holder, p)
-    if p.host_overhead and p.holder_amortisation:
-        compute = holder_compute_s(mq * p.dispatch_batch, ct, k_holder, p) / p.dispatch_batch
-    ret_extra = 0.0 if (not p.host_overhead or p.collapsed_response) else 2.0 * probe_s
-    per_step = steps * exch
-    host = zero
-    if p.host_overhead:
-        div = p.dispatch_batch if p.dispatcher_batching else 1
-        host = steps * (p.host_fixed_s + p.host_per_row_s * mq) / div + zero
-    route = {
-        "probe": per_step * probe_s + zero,
-        "transfer": per_step * mq * g.q_bytes / tp / single + zero,
-        "compute": per_step * compute + zero,
-        "return": per_step * (mq * g.p_bytes / tp / single + ret_extra) + zero,
-        "merge": per_step * p.merge_s + zero,
-        "host": host,
-    }
-    route["wire_bytes"] = per_step * holders * mq * g.qp_bytes + zero
-
-    # The requester's own attention over a resident copy (what route moves to the holder).
-    attend = per_step * holder_compute_s(mq, ct, topk, p) + zero
-    frac = g.token_fraction
-    pull = np.where(sparse, 0.0, ct * frac * g.b_kv * L / tp / bulk)
-    gather_layer = p.gather_base_s * topk / p.gather_k_ref + p.gather_per_holder_s * holders
-    fetch = {
-        "pull": pull + zero,
-        "splice": np.where(sparse | cached, 0.0, splice_s(ct, p)) + zero,
-        "gather": np.where(sparse, steps * L * gather_layer, 0.0) + zero,
-        "attend": attend,
-        "host": (steps * p.host_fixed_s / (p.dispatch_batch if p.dispatcher_batching else 1) + zero)
-        if p.host_overhead else zero,
-    }
-    fetch["wire_bytes"] = np.where(sparse, steps * topk * frac * g.b_kv * L, ct * frac * g.b_kv * L) + zero
-    local = {"prefill": ct * L * p.prefill_s_per_token_layer + zero, "attend": attend}
-    local["wire_bytes"] = zero
+    mq, ct, fabric, topk, holders, tp, cached, steps = _inputs(shape)
+    s = step_parts(mq, ct, fabric, topk, holders, tp, cached, p)
+    zero = np.zeros(np.broadcast(mq, ct, topk, steps, fabric, holders, cached).shape)
+    per_step = steps * float(p.exchanges)
+    host_route, host_fetch = host_s(mq, p)
+    q_share = g.q_bytes / g.qp_bytes
+    route = {"probe": per_step * s.probe + zero, "transfer": per_step * s.wire * q_share + zero,
+             "compute": per_step * s.compute + zero,
+             "return": per_step * (s.wire * (1.0 - q_share) + s.ret_extra) + zero,
+             "merge": per_step * p.merge_s + zero, "host": steps * host_route + zero}
+    holders_m = np.where(s.sparse, np.maximum(holders, 1.0), 1.0)
+    route["wire_bytes"] = per_step * holders_m * mq * g.qp_bytes + zero
+    attend = per_step * s.attend + zero
+    fetch = {"pull": zero if s.pull is None else np.where(s.sparse, 0.0, s.pull) + zero,
+             "splice": zero if s.splice is None else np.where(s.sparse, 0.0, s.splice) + zero,
+             "gather": (zero if s.gather is None else np.where(s.sparse, steps * s.gather, 0.0) + zero),
+             "attend": attend,
+             "host": steps * host_fetch + zero}
+    kv_token = g.kv_bytes_per_token
+    fetch["wire_bytes"] = np.where(s.sparse, steps * topk * kv_token, ct * kv_token) + zero
+    local = {"prefill": s.prefill + zero, "attend": attend, "wire_bytes": zero}
     out = {"route": route, "fetch": fetch, "local": local}
     for prim, terms in out.items():
         terms["total"] = sum(terms[t] for t in TERMS[prim])

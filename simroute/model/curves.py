@@ -27,20 +27,32 @@ def interp_extrap(x: float, xp: Sequence[float], fp: Sequence[float]) -> float:
 
 
 def interp_extrap_array(x, xp: Sequence[float], fp: Sequence[float]) -> np.ndarray:
-    """`interp_extrap` over an array, written as a sum of hinges fp[0] + sum_i (s_i - s_{i-1}) max(x - xp[i], 0).
+    """`interp_extrap` over an array, written as a sum of hinges fp[0] + sum_i (s_i - s_{i-1}) max(x - xp[i], 0)
+    computed in place.
 
     For the 2-5 point curves of a profile this is ~2x faster than np.interp, and the predicate's throughput
     depends on it.
     """
     x = np.asarray(x, dtype=float)
-    y = np.full(x.shape, float(fp[0])) if x.ndim else float(fp[0])
+    if x.ndim == 0:
+        return np.asarray(interp_extrap(float(x), xp, fp))
+    y = None
     prev = 0.0
     for i in range(len(xp) - 1):
         slope = (fp[i + 1] - fp[i]) / (xp[i + 1] - xp[i])
         if slope != prev:
-            y = y + (slope - prev) * np.maximum(x - xp[i], 0.0)
+            hinge = x - xp[i]
+            np.maximum(hinge, 0.0, out=hinge)
+            hinge *= slope - prev
+            if y is None:
+                y = hinge
+            else:
+                y += hinge
         prev = slope
-    return np.asarray(y)
+    if y is None:
+        return np.full(x.shape, float(fp[0]))
+    y += fp[0]
+    return y
 
 
 def interp_clamped(x: float, xp: Sequence[float], fp: Sequence[float]) -> float:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from simroute.errors import UnknownNameError
 
@@ -96,12 +97,18 @@ class ModelGeometry:
         """Cached c_KV bytes per token per layer (1152 B for V2-Lite in bf16; 2 x kv_heads x d for GQA)."""
         return self.kv_heads * self.kv_tensors * self.d_qk * CACHE_DTYPE_BYTES[self.cache_dtype]
 
-    @property
+    @cached_property
     def token_fraction(self) -> float:
         """Mean fraction of tokens kept per layer under token-axis compression (1.0 without)."""
         if not self.token_compression:
             return 1.0
         return sum(1.0 / r for r in self.token_compression) / len(self.token_compression)
+
+    @property
+    def kv_bytes_per_token(self) -> float:
+        """Cached bytes of one token over all layers (token-axis compression included): the one definition
+        the cost model, the step-time model and the simulator's HBM accounting share."""
+        return self.chunk_bytes(1)
 
     def chunk_bytes(self, tokens: int, layers: int | None = None) -> float:
         """c_KV bytes of a chunk of `tokens` tokens over `layers` layers (all layers by default)."""
@@ -222,6 +229,16 @@ def _assumed_linear() -> dict[str, str]:
     return {k: _ASSUMED_V3 for k in _V3_LINEAR}
 
 
+def _gqa(name: str, repo: str, layers: int, heads: int, kv_heads: int, hidden: int, ffn: int, vocab: int,
+         params: float, params_text: str) -> "ModelGeometry":
+    """A dense Llama-family GQA model (head_dim 128, rotary over the whole head), every dimension from its
+    HF config.json and the parameter count from its safetensors metadata."""
+    return ModelGeometry(name, 128, 128, layers, heads, rope_dims=128, kv_heads=kv_heads, kv_tensors=2,
+                         hidden=hidden, intermediate=ffn, vocab=vocab, published_active_params=params,
+                         sources=_sources(repo, _GQA_KEYS + " rope_dims",
+                                          published_active_params=f"{params_text} ({repo} safetensors metadata)"))
+
+
 MODELS: dict[str, ModelGeometry] = {m.name: m for m in [
     ModelGeometry("deepseek-v2-lite", 576, 512, 27, 16, hidden=2048, intermediate=10944, vocab=102400,
                   qk_nope_head_dim=128, v_head_dim=128, routed_experts=64, experts_per_token=6, shared_experts=2,
@@ -230,7 +247,7 @@ MODELS: dict[str, ModelGeometry] = {m.name: m for m in [
                                    published_active_params="2.4B activated (DeepSeek-V2-Lite model card)")),
     ModelGeometry("deepseek-v3", 576, 512, 61, 128, **_V3_LINEAR, published_active_params=37e9,
                   sources=_sources("deepseek-ai/DeepSeek-V3", _MLA_KEYS, note=_MLA_NOTE,
-                                   published_active_params="37B activated (DeepSeek-V3 technical report, §1)")),
+                                   published_active_params="37B activated per token (DeepSeek-V3 Technical Report, abstract)")),
     ModelGeometry("deepseek-r1", 576, 512, 61, 128, **_V3_LINEAR, published_active_params=37e9,
                   sources=_sources("deepseek-ai/DeepSeek-R1", _MLA_KEYS, note="R1 shares V3's geometry; " + _MLA_NOTE,
                                    published_active_params="37B activated (DeepSeek-R1 model card)")),
@@ -255,22 +272,10 @@ MODELS: dict[str, ModelGeometry] = {m.name: m for m in [
                                    published_active_params="32B activated (Kimi K2 model card)")),
     # Dense GQA models: a routed "row" is one query head (d = head_dim 128); the cache holds K and V of the KV
     # heads. llama-3.1-70b is also the prefill -> decode (ARK) scenario's model, whose KV transfers are elephants.
-    ModelGeometry("llama-2-7b", 128, 128, 32, 32, rope_dims=128, kv_heads=32, kv_tensors=2, hidden=4096,
-                  intermediate=11008, vocab=32000, published_active_params=6.74e9,
-                  sources=_sources("meta-llama/Llama-2-7b-hf", _GQA_KEYS,
-                                   published_active_params="6.74B (Llama 2 paper, Table 1 rounds to 7B)")),
-    ModelGeometry("llama-2-70b", 128, 128, 80, 64, rope_dims=128, kv_heads=8, kv_tensors=2, hidden=8192,
-                  intermediate=28672, vocab=32000, published_active_params=68.98e9,
-                  sources=_sources("meta-llama/Llama-2-70b-hf", _GQA_KEYS,
-                                   published_active_params="69.0B (Llama-2-70b-hf safetensors metadata)")),
-    ModelGeometry("llama-3.1-8b", 128, 128, 32, 32, rope_dims=128, kv_heads=8, kv_tensors=2, hidden=4096,
-                  intermediate=14336, vocab=128256, published_active_params=8.03e9,
-                  sources=_sources("meta-llama/Llama-3.1-8B", _GQA_KEYS,
-                                   published_active_params="8.03B (Llama-3.1-8B safetensors metadata)")),
-    ModelGeometry("llama-3.1-70b", 128, 128, 80, 64, rope_dims=128, kv_heads=8, kv_tensors=2, hidden=8192,
-                  intermediate=28672, vocab=128256, published_active_params=70.6e9,
-                  sources=_sources("meta-llama/Llama-3.1-70B", _GQA_KEYS,
-                                   published_active_params="70.6B (Llama-3.1-70B safetensors metadata)")),
+    _gqa("llama-2-7b", "meta-llama/Llama-2-7b-hf", 32, 32, 32, 4096, 11008, 32000, 6.74e9, "6.74B"),
+    _gqa("llama-2-70b", "meta-llama/Llama-2-70b-hf", 80, 64, 8, 8192, 28672, 32000, 68.98e9, "69.0B"),
+    _gqa("llama-3.1-8b", "meta-llama/Llama-3.1-8B", 32, 32, 8, 4096, 14336, 128256, 8.03e9, "8.03B"),
+    _gqa("llama-3.1-70b", "meta-llama/Llama-3.1-70B", 80, 64, 8, 8192, 28672, 128256, 70.6e9, "70.6B"),
 ]}
 
 

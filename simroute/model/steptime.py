@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence, Union
 
-from simroute.model.curves import interp_clamped, interp_extrap
+from simroute.model.cost import HOLDER_CT_REF, HOLDER_HEADS_REF, holder_curve_s, holder_work
+from simroute.model.curves import interp_clamped
 from simroute.model.geometry import WEIGHT_BYTES, LinearOp, ModelGeometry
 
 Curve = tuple[tuple[float, ...], tuple[float, ...]]
@@ -45,6 +46,7 @@ class GpuSpec:
     attention_efficiency: float
     iteration_overhead_s: float
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    iteration_overhead_graph_s: float | None = None     # the same iteration under CUDA graphs, when measured
 
     @property
     def achievable_hbm_Bps(self) -> float:
@@ -64,13 +66,17 @@ class BatchShape:
 
     new_tokens: tokens computed (1 per decoding sequence + prefill chunk tokens); sequences: sequences in the
     batch (each samples one position); kv_read_tokens: sum over sequences of the context each attends, its
-    own tokens and resident chunks, read once; attention_pairs: sum over sequences of new_tokens_i x context_i.
+    own tokens and resident chunks, read once; attention_pairs: sum over sequences of new_tokens_i x context_i;
+    prefill_pairs: the part of attention_pairs that prefill chunks contribute (0 = all in decode's form). MLA
+    decode attends in the absorbed form (d_qk + d_v per head), MLA prefill in the expanded one
+    ((qk_nope + rope) + v_head per head, 3.4x fewer FLOPs), as serving engines run them; GQA has one form.
     """
 
     new_tokens: float
     sequences: float
     kv_read_tokens: float
     attention_pairs: float
+    prefill_pairs: float = 0.0
 
     @classmethod
     def uniform(cls, decode_seqs: int = 0, context: int = 0, prefill_tokens: int = 0,
@@ -82,7 +88,7 @@ class BatchShape:
         has_prefill = 1 if prefill_tokens > 0 else 0
         return cls(new_tokens=float(decode_seqs + prefill_tokens), sequences=float(decode_seqs + has_prefill),
                    kv_read_tokens=float(decode_seqs * context + (pre_ctx if has_prefill else 0)),
-                   attention_pairs=float(decode_seqs * context + pre_pairs))
+                   attention_pairs=float(decode_seqs * context + pre_pairs), prefill_pairs=float(pre_pairs))
 
 
 @dataclass(frozen=True)
@@ -147,28 +153,46 @@ class StepTimeModel:
 
     allreduce_Bps / allreduce_latency_s: the instance's intra-host fabric (bulk rate and per-hop latency) that
     the ring all-reduce runs over. holder_curve: the profile's measured holder-compute curve ((N, seconds) at
-    holder_ref = (heads, ct) reference requesters), the floor of `holder_partial_s`. Extend by adding terms to
-    `iteration` and `iteration_s` together (a test checks they agree).
+    holder_ref = (heads, ct) reference requesters), the floor of `holder_partial_s`. cuda_graphs: charge the
+    GPU's `iteration_overhead_graph_s` when it has one (iterations replayed as CUDA graphs). Extend by adding
+    terms to `iteration` and `iteration_s` together (a test checks they agree).
     """
 
     def __init__(self, geometry: ModelGeometry, gpu: GpuSpec, tp: int = 1, *, allreduce_Bps: float = float("inf"),
                  allreduce_latency_s: float = 0.0, holder_curve: Curve | None = None,
-                 holder_ref: tuple[int, int] = (16, 2048)) -> None:
+                 holder_ref: tuple[int, int] = (HOLDER_HEADS_REF, HOLDER_CT_REF), cuda_graphs: bool = False) -> None:
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
         self.geometry, self.gpu, self.tp = geometry, gpu, tp
         self.allreduce_Bps, self.allreduce_latency_s = allreduce_Bps, allreduce_latency_s
+        graph_s = gpu.iteration_overhead_graph_s
+        self._layers = geometry.layers
+        self._overhead_s = graph_s if (cuda_graphs and graph_s is not None) else gpu.iteration_overhead_s
         self.holder_curve, self.holder_ref = holder_curve, holder_ref
         g = geometry
         self._kinds = tuple(_fold(g.linear_ops(tp, kind), n) for kind, n in g.layer_kinds().items() if n > 0)
         head = g.lm_head_op(tp)
         self._head_bytes, self._head_flops = float(head.weight_bytes), 2.0 * head.k * head.n
-        self._bw = gpu.achievable_hbm_Bps
+        self._kind_rows = tuple((k.count, k.dense_weight_bytes, k.expert_weight_bytes, k.experts,
+                                 k.experts_per_token, k.flops_per_token, k.act_bytes_per_token) for k in self._kinds)
+        self._head_act_bytes = -(-g.vocab // tp) * WEIGHT_BYTES          # the logits written per sequence
+        # the hot path's constants, folded once
+        self._peak, self._bw = gpu.peak_flops, gpu.achievable_hbm_Bps
+        self._inv_bw = 1.0 / self._bw
         self._attn_rate = gpu.peak_flops * gpu.attention_efficiency
         self._kv_bytes_token_layer = g.b_kv_per_gpu(tp) * g.token_fraction
         heads_per_gpu = -(-g.heads_q // tp)
         self._attn_flops_pair_layer = 2.0 * heads_per_gpu * (g.d_qk + g.d_v) * g.token_fraction
-        self._ar_bytes_per_token = float(g.hidden * WEIGHT_BYTES)
+        expanded = (g.qk_nope_head_dim + g.rope_dims + g.v_head_dim) if g.is_mla else (g.d_qk + g.d_v)
+        self._prefill_flops_pair_layer = 2.0 * heads_per_gpu * expanded * g.token_fraction
+        self._attn_s_per_kv_token = self._kv_bytes_token_layer / self._bw
+        self._attn_s_per_pair = self._attn_flops_pair_layer / self._attn_rate
+        self._prefill_s_per_pair = self._prefill_flops_pair_layer / self._attn_rate
+        # a routed row is one query head of one token, split over the holder's TP ranks
+        self._holder_s_per_pair = 2.0 * (g.d_qk + g.d_v) * g.token_fraction / tp / self._attn_rate
+        ring_steps = 2.0 * (tp - 1)
+        self._ar_latency_s = ALLREDUCES_PER_LAYER * ring_steps * allreduce_latency_s
+        self._ar_s_per_token = ALLREDUCES_PER_LAYER * ring_steps / tp * g.hidden * WEIGHT_BYTES / allreduce_Bps
 
     # ---- sizes ------------------------------------------------------------------------------------------
     @property
@@ -180,8 +204,10 @@ class StepTimeModel:
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
-        """Cached bytes one token costs on one GPU, over all layers."""
-        return self._kv_bytes_token_layer * self.geometry.layers
+        """Cached bytes one token costs on one GPU, over all layers (`geometry.kv_bytes_per_token` on the
+        rank's share of the cached heads)."""
+        g = self.geometry
+        return g.kv_bytes_per_token * g.kv_heads_per_gpu(self.tp) / g.kv_heads
 
     def kv_capacity_tokens(self, hbm_reserved_bytes: float = 0.0) -> int:
         """Tokens of KV that fit beside the weights (and `hbm_reserved_bytes` more, per GPU); 0 if none."""
@@ -191,50 +217,50 @@ class StepTimeModel:
     # ---- terms ------------------------------------------------------------------------------------------
     def _linear(self, tokens: float) -> tuple[float, float, float]:
         """(seconds over all layers, memory-bound seconds, compute-bound seconds) of the linear ops."""
-        rate = self.gpu.peak_flops * self.gpu.gemm_fraction(tokens)
+        rate = self._peak * self.gpu.gemm_fraction(tokens)
+        inv_bw = self._inv_bw
         total = mem_s = comp_s = 0.0
-        for k in self._kinds:
-            weights = k.dense_weight_bytes + experts_touched(k.experts, k.experts_per_token, tokens) * \
-                k.expert_weight_bytes
-            mem = (weights + tokens * k.act_bytes_per_token) / self._bw
-            comp = tokens * k.flops_per_token / rate
-            total += k.count * max(mem, comp)
+        for count, dense_bytes, expert_bytes, experts, per_token, flops_token, act_token in self._kind_rows:
+            weights = dense_bytes + experts_touched(experts, per_token, tokens) * expert_bytes if experts \
+                else dense_bytes
+            mem = (weights + tokens * act_token) * inv_bw
+            comp = tokens * flops_token / rate
             if mem >= comp:
-                mem_s += k.count * mem
+                mem_s += count * mem
             else:
-                comp_s += k.count * comp
+                comp_s += count * comp
+        total = mem_s + comp_s
         return total, mem_s, comp_s
 
-    def _attention(self, kv_read_tokens: float, attention_pairs: float) -> tuple[float, float, float]:
+    def _attention(self, kv_read_tokens: float, attention_pairs: float,
+                   prefill_pairs: float = 0.0) -> tuple[float, float, float]:
         """(seconds, bytes time, FLOPs time) of one layer's attention kernel."""
-        mem = kv_read_tokens * self._kv_bytes_token_layer / self._bw
-        comp = attention_pairs * self._attn_flops_pair_layer / self._attn_rate
-        return max(mem, comp), mem, comp
+        mem = kv_read_tokens * self._attn_s_per_kv_token
+        comp = (attention_pairs - prefill_pairs) * self._attn_s_per_pair + prefill_pairs * self._prefill_s_per_pair
+        return (mem if mem >= comp else comp), mem, comp
 
     def _allreduce(self, tokens: float) -> tuple[float, str]:
         """One layer's all-reduces (ring: 2(tp-1) steps of latency, 2(tp-1)/tp of the bytes per GPU)."""
         if self.tp == 1 or tokens <= 0:
             return 0.0, NONE
-        steps = 2.0 * (self.tp - 1)
-        lat = steps * self.allreduce_latency_s
-        wire = steps / self.tp * tokens * self._ar_bytes_per_token / self.allreduce_Bps
-        return ALLREDUCES_PER_LAYER * (lat + wire), (LATENCY if lat >= wire else BANDWIDTH)
+        lat, wire = self._ar_latency_s, tokens * self._ar_s_per_token
+        return lat + wire, (LATENCY if lat >= wire else BANDWIDTH)
 
     def _lm_head(self, sequences: float) -> tuple[float, str]:
         if sequences <= 0:
             return 0.0, NONE
-        mem = (self._head_bytes + sequences * self.geometry.vocab / self.tp * WEIGHT_BYTES) / self._bw
-        comp = sequences * self._head_flops / (self.gpu.peak_flops * self.gpu.gemm_fraction(sequences))
-        return max(mem, comp), (MEMORY if mem >= comp else COMPUTE)
+        mem = (self._head_bytes + sequences * self._head_act_bytes) * self._inv_bw
+        comp = sequences * self._head_flops / (self._peak * self.gpu.gemm_fraction(sequences))
+        return (mem, MEMORY) if mem >= comp else (comp, COMPUTE)
 
     def iteration(self, batch: BatchShape) -> StepTerms:
         """One iteration's terms and the bound each hit."""
         layers = self.geometry.layers
         lin, lin_mem, lin_comp = self._linear(batch.new_tokens)
-        attn, attn_mem, attn_comp = self._attention(batch.kv_read_tokens, batch.attention_pairs)
+        attn, attn_mem, attn_comp = self._attention(batch.kv_read_tokens, batch.attention_pairs, batch.prefill_pairs)
         ar, ar_bound = self._allreduce(batch.new_tokens)
         head, head_bound = self._lm_head(batch.sequences)
-        overhead = self.gpu.iteration_overhead_s
+        overhead = self._overhead_s
         total = lin + layers * (attn + ar) + head + overhead
         bounds = {"linear": MEMORY if lin_mem >= lin_comp else COMPUTE,
                   "attention": MEMORY if attn_mem >= attn_comp else COMPUTE,
@@ -242,17 +268,18 @@ class StepTimeModel:
         return StepTerms(iteration_s=total, linear_s_per_layer=lin / layers, attention_s_per_layer=attn,
                          allreduce_s_per_layer=ar, overhead_s=overhead, lm_head_s=head, layers=layers, bounds=bounds)
 
-    def iteration_s(self, new_tokens: float, sequences: float, kv_read_tokens: float, attention_pairs: float) -> float:
+    def iteration_s(self, new_tokens: float, sequences: float, kv_read_tokens: float, attention_pairs: float,
+                    prefill_pairs: float = 0.0) -> float:
         """`iteration(...).iteration_s` on plain floats: the simulator's hot loop."""
-        lin = self._linear(new_tokens)[0]
-        attn = self._attention(kv_read_tokens, attention_pairs)[0]
-        return (lin + self.geometry.layers * (attn + self._allreduce(new_tokens)[0]) + self._lm_head(sequences)[0]
-                + self.gpu.iteration_overhead_s)
+        attn = self._attention(kv_read_tokens, attention_pairs, prefill_pairs)[0]
+        return (self._linear(new_tokens)[0] + self._layers * (attn + self._allreduce(new_tokens)[0])
+                + self._lm_head(sequences)[0] + self._overhead_s)
 
-    def attention_s(self, kv_read_tokens: float, attention_pairs: float, layers: int | None = None) -> float:
+    def attention_s(self, kv_read_tokens: float, attention_pairs: float, layers: int | None = None,
+                    prefill_pairs: float = 0.0) -> float:
         """One attention kernel's work over a whole context, per layer, times `layers` (all by default)."""
         n = self.geometry.layers if layers is None else layers
-        return n * self._attention(kv_read_tokens, attention_pairs)[0]
+        return n * self._attention(kv_read_tokens, attention_pairs, prefill_pairs)[0]
 
     def holder_partial_s(self, queries: float, rows_per_query: float | Sequence[float],
                          key_tokens: float | Sequence[float]) -> float:
@@ -266,11 +293,8 @@ class StepTimeModel:
             rows = [rows_per_query] * int(queries) if isinstance(rows_per_query, (int, float)) else rows_per_query
             toks = [key_tokens] * len(rows) if isinstance(key_tokens, (int, float)) else key_tokens
             keys, pairs = float(sum(toks)), float(sum(r * t for r, t in zip(rows, toks)))
-        g = self.geometry
-        per_row_pair = 2.0 * (g.d_qk + g.d_v) * g.token_fraction / self.tp   # rows split over the TP ranks
-        roof = max(keys * self._kv_bytes_token_layer / self._bw, pairs * per_row_pair / self._attn_rate)
+        roof = max(keys * self._attn_s_per_kv_token, pairs * self._holder_s_per_pair)
         if self.holder_curve is None:
             return roof
-        heads_ref, ct_ref = self.holder_ref
-        n_eff = max(pairs * g.token_fraction / (heads_ref * ct_ref), 1e-9)
-        return max(roof, interp_extrap(n_eff, self.holder_curve[0], self.holder_curve[1]))
+        work = holder_work(pairs, 1.0, self.geometry.token_fraction, *self.holder_ref)    # pairs = rows x keys
+        return max(roof, holder_curve_s(work, self.holder_curve[0], self.holder_curve[1]))

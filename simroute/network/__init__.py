@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simroute.network.engine import ROUTINGS, FlowEngine, FlowRecord
+from simroute.network.engine import FlowEngine, FlowRecord
+from simroute.network.hashing import mix64
 from simroute.network.maxmin import maxmin_rates
+from simroute.network.messages import MessageModel, MessageModelParams, MessageRoute
+from simroute.network.routing import ROUTING_STRATEGIES, ROUTINGS, RoutingStrategy, register_routing
 from simroute.network.telemetry import Telemetry
-from simroute.network.topology import TIERS, Link, Topology, load_topology
+from simroute.network.topology import FABRICS, TIERS, EngineTopology, Fabric, Link, Topology, load_topology
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "topologies"
 
@@ -33,5 +36,7 @@ def shipped_topology(name: str) -> Path:
     return p
 
 
-__all__ = ["FlowEngine", "FlowRecord", "Link", "ROUTINGS", "TIERS", "Telemetry", "Topology",
-           "default_topology_path", "load_topology", "maxmin_rates", "shipped_topology"]
+__all__ = ["FABRICS", "EngineTopology", "Fabric", "FlowEngine", "FlowRecord", "Link", "MessageModel",
+           "MessageModelParams", "MessageRoute", "ROUTINGS", "ROUTING_STRATEGIES", "RoutingStrategy", "TIERS",
+           "Telemetry", "Topology", "default_topology_path", "load_topology", "maxmin_rates", "mix64",
+           "register_routing", "shipped_topology"]

@@ -1,22 +1,31 @@
 """Flow-level network engine on SimPy: max-min fair bulk flows, cheap latency-bound messages.
 
-Bulk flows are re-rated incrementally (SimGrid "lazy" style, refined): on a start or finish only the
-changed groups are re-solved over what the others leave, and the solution is grown only while some
-untouched flow loses its bottleneck (its link is no longer full, or a re-solved flow on its bottleneck
-got less than it has). At the fixpoint every flow has a valid bottleneck, which is exactly max-min
-fairness, so results equal a full recomputation (tests check this) at a fraction of the cost.
-In a dense fabric with many flows one change cascades through a large share of the groups (at 10k flows
-on the 1024-GPU fat-tree ~11% of the groups change rate per event): once the grown set passes a budget
-(a fraction of all groups) the engine abandons the cascade and re-solves every group from scratch with
-`fill_arrays` (NumPy, parallel water-filling) over column arrays of the groups it keeps while there are
-many, then commits only the groups whose rate moved. Both paths give the max-min rates.
-Completions sit in one heap with version stamps; all events of one timestamp are handled together.
+Bulk flows with an identical link set and cap form a group (one rate). The engine runs in one of two modes,
+switched by group count with hysteresis (`arrays_on` / `arrays_off`):
+- object mode (few groups): groups are Python objects; a start or finish re-solves only the changed groups
+  over what the others leave (`maxmin.fill`) and grows that set while an untouched group loses its
+  bottleneck (SimGrid "lazy" style, refined). At the fixpoint every group has a valid bottleneck, which is
+  exactly max-min fairness. Completions sit in one heap with version stamps.
+- array mode (many groups): group state lives in columns (links, flows, cap, rate, bottleneck, work clock,
+  last update, next finish work, completion time); every re-rating is a from-scratch solve by the solver
+  backend (`kernels`: numba, or the NumPy reference) and a kernel commits only the groups whose rate moved;
+  the next completion is an array reduction. In a dense fabric one change re-rates a large share of the
+  groups anyway (~13% at 10k flows on the 1024-GPU fat-tree), so a compiled full solve beats a cascade there.
+Both modes give the max-min rates (tests compare them with the textbook reference). All events of one
+timestamp are handled in one step: completions due now, then every start enqueued at that instant.
+
+Tolerance mode (opt-in, `rate_tolerance` > 0): in array mode a group keeps its committed rate while the
+exact rate is within that relative distance, so fewer groups are re-keyed; each flow's rate is then within
+`rate_tolerance` of its max-min rate and a link may be over-subscribed by at most that fraction; the largest
+deviation committed is reported by `tolerance_report()`. In object mode the cascade stops once every
+violated bottleneck is within the slack (same bound, not measured).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,16 +34,19 @@ import simpy
 
 from simroute.errors import UnknownNameError
 from simroute.network.hashing import SPORT_MAX, SPORT_MIN, flow_key, mix64
-from simroute.network.maxmin import Group, fill, fill_arrays
+from simroute.network.kernels import SolverBackend, compiled_available, solver_backend
+from simroute.network.maxmin import Group, fill
+from simroute.network.messages import MessageModel, MessageRoute
+from simroute.network.routing import (ARK_ELEPHANT_BYTES, ARK_HASH_S, ARK_LOOKUP_S, ROUTING_STRATEGIES, ROUTINGS,
+                                      RouteChoice)
 from simroute.network.telemetry import Telemetry
-from simroute.network.topology import Topology
+from simroute.network.topology import EngineTopology
 
 INF = math.inf
-ROUTINGS = ("ecmp", "ark", "least-loaded")
-ARK_HASH_S = 4.10e-6     # ARK Table 1: controller hash computation
-ARK_LOOKUP_S = 0.87e-6   # ARK Table 1: reservation-table lookup
 _EPS = 1e-9
 _SAME = 1e-12            # a full re-solve keeps a group's rate when it moved by less (summation-order noise)
+
+__all__ = ["ARK_HASH_S", "ARK_LOOKUP_S", "FlowEngine", "FlowRecord", "ROUTINGS"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,45 +74,139 @@ class FlowRecord:
 
 
 class _Flow:
+    """An active bulk flow (engine-internal)."""
+
     __slots__ = ("fid", "src", "dst", "nbytes", "start", "links", "spine", "sport", "tag", "event",
                  "latency", "reserved", "cap", "finish_work")
 
-    def __init__(self, **kw: Any) -> None:
-        for k, v in kw.items():
-            setattr(self, k, v)
+    def __init__(self, fid: int, src: str, dst: str, nbytes: float, start: float, links: tuple[int, ...],
+                 spine: str | None, sport: int, tag: Any, event: simpy.Event, latency: float,
+                 reserved: tuple[int, ...] | None, cap: float) -> None:
+        self.fid, self.src, self.dst, self.nbytes, self.start = fid, src, dst, nbytes, start
+        self.links, self.spine, self.sport, self.tag, self.event = links, spine, sport, tag, event
+        self.latency, self.reserved, self.cap = latency, reserved, cap
+        self.finish_work = 0.0
+
+
+class _GroupColumns:
+    """Array-mode group state, one column per group (slot); links padded with the sentinel id n_links."""
+
+    def __init__(self, n_links: int, slots: int, width: int) -> None:
+        self.n_links = n_links
+        self.links = np.full((width, slots), n_links, dtype=np.int64)
+        self.flows = np.zeros(slots)
+        self.cap = np.full(slots, INF)
+        self.rate = np.zeros(slots)
+        self.bn = np.full(slots, -2, dtype=np.int64)
+        self.work = np.zeros(slots)
+        self.last_t = np.zeros(slots)
+        self.next_work = np.full(slots, INF)
+        self.due = np.full(slots, INF)
+        self.groups: list[Group] = []
+
+    _FIELDS = (("flows", 0.0), ("cap", INF), ("rate", 0.0), ("bn", -2), ("work", 0.0), ("last_t", 0.0),
+               ("next_work", INF), ("due", INF))
+
+    def grow(self, width: int) -> None:
+        """Room for twice the slots (or wider link columns)."""
+        slots = self.links.shape[1]
+        extra = slots if len(self.groups) == slots else 0
+        links = np.full((max(width, self.links.shape[0]), slots + extra), self.n_links, dtype=np.int64)
+        links[:self.links.shape[0], :slots] = self.links
+        self.links = links
+        if extra:
+            for name, fill_value in self._FIELDS:
+                old = getattr(self, name)
+                setattr(self, name, np.concatenate([old, np.full(extra, fill_value, dtype=old.dtype)]))
+
+    def add(self, group: Group) -> None:
+        slot, width = len(self.groups), len(group.links)
+        if slot == self.links.shape[1] or width > self.links.shape[0]:
+            self.grow(width)
+        column = self.links[:, slot]
+        column[:width] = group.links
+        column[width:] = self.n_links
+        self.flows[slot], self.cap[slot], self.rate[slot], self.bn[slot] = group.n, group.cap, group.rate, group.bn
+        self.work[slot], self.last_t[slot] = group.work, group.last_t
+        self.next_work[slot] = group.flows[0][0] if group.flows else INF
+        rate = group.rate
+        self.due[slot] = (group.last_t + (self.next_work[slot] - group.work) / rate) if rate > 0 and group.flows \
+            else INF
+        group.slot = slot
+        self.groups.append(group)
+
+    def remove(self, group: Group) -> None:
+        """Free a group's slot by moving the last column into it."""
+        slot, last = group.slot, len(self.groups) - 1
+        if slot != last:
+            moved = self.groups[last]
+            self.groups[slot] = moved
+            moved.slot = slot
+            self.links[:, slot] = self.links[:, last]
+            for name, _fill in self._FIELDS:
+                column = getattr(self, name)
+                column[slot] = column[last]
+        self.groups.pop()
+        self.due[last] = INF
+        group.slot = -1
+
+    def write_back(self) -> None:
+        """Copy the column state into the group objects (when leaving array mode)."""
+        for group in self.groups:
+            slot = group.slot
+            group.rate, group.bn = float(self.rate[slot]), int(self.bn[slot])
+            group.work, group.last_t = float(self.work[slot]), float(self.last_t[slot])
+            group.slot = -1
 
 
 class FlowEngine:
-    """Bulk flows (transfer) and latency-bound messages (message_delay) over a Topology."""
+    """Bulk flows (`transfer`) and latency-bound messages (`message_delay`) over a topology.
 
-    # Full vectorised re-solve: group arrays are kept from `arrays_on` groups (dropped below `arrays_off`);
-    # an incremental re-rating that grows past `budget_base + groups / budget_div` groups is abandoned for a
-    # full solve, and the next `backoff` re-ratings go straight to it. Class attributes, so tests can lower them.
-    arrays_on = 1024
-    arrays_off = 256
-    budget_base = 48
-    budget_div = 24
-    backoff = 15
+    Contract for callers (the simulation layer): `transfer` returns a SimPy event that fires with a
+    FlowRecord at the flow's last byte; `message_delay` returns a delay and schedules nothing;
+    `path_share(src, dst)` is the rate a new flow would get now. Telemetry is at `engine.telemetry`.
+    """
 
-    def __init__(self, env: simpy.Environment, topology: Topology, routing: str = "ecmp", seed: int = 0, *,
-                 elephant_bytes: float = 16e6, ark_hash_s: float = ARK_HASH_S, ark_lookup_s: float = ARK_LOOKUP_S,
-                 port_search: int = 16384, record_series: bool = False, keep_records: bool = True,
-                 rate_tolerance: float = 0.0) -> None:
-        if routing not in ROUTINGS:
+    # Array mode from `arrays_on` groups on, back to object mode below `arrays_off` (class attributes, so
+    # tests and benches can move them). With the NumPy backend the full solve costs more, so it starts later.
+    arrays_on = 1536
+    arrays_off = 768
+    numpy_arrays_on = 4096
+    numpy_arrays_off = 2048
+
+    def __init__(self, env: simpy.Environment, topology: EngineTopology, routing: str = "ecmp", seed: int = 0, *,
+                 ark_elephant_bytes: float = ARK_ELEPHANT_BYTES, elephant_bytes: float | None = None,
+                 ark_hash_s: float = ARK_HASH_S, ark_lookup_s: float = ARK_LOOKUP_S, port_search: int = 16384,
+                 record_series: bool = False, keep_records: bool = True, rate_tolerance: float = 0.0,
+                 solver: str = "auto", telemetry_window_s: float = 1e-3,
+                 message_model: MessageModel | None = None) -> None:
+        if routing not in ROUTING_STRATEGIES:
             raise UnknownNameError("routing", routing, ROUTINGS)
         self.env, self.topology, self.routing, self.seed = env, topology, routing, int(seed)
-        self.elephant_bytes = float(elephant_bytes)
+        # `elephant_bytes` is the old name of `ark_elephant_bytes` (kept for callers of the first API).
+        self.ark_elephant_bytes = float(ark_elephant_bytes if elephant_bytes is None else elephant_bytes)
         self.ark_delay_s = ark_hash_s + ark_lookup_s
         self.port_search = int(port_search)
-        self.rate_tolerance = max(float(rate_tolerance), _EPS)
+        self.rate_tolerance = float(rate_tolerance)
+        self._slack = max(self.rate_tolerance, _EPS)
+        self.strategy = ROUTING_STRATEGIES[routing](self)
+        if solver not in ("auto", "numba", "numpy"):
+            raise UnknownNameError("solver", solver, ("auto", "numba", "numpy"))
+        self._solver = solver
+        self._backend: SolverBackend | None = None
+        if solver == "numba":
+            self._backend = solver_backend("numba")          # fails now (not mid-run) without numba
+        if solver == "numpy" or (solver == "auto" and not compiled_available()):
+            self.arrays_on, self.arrays_off = self.numpy_arrays_on, self.numpy_arrays_off
         self._rng = np.random.default_rng(seed)
         self._ports: list[int] = []
-        n = len(topology.links)
-        self.cap = [l.capacity_Bps for l in topology.links]
-        self._lat = [l.latency_s for l in topology.links]
-        self.load = [0.0] * n                      # committed bulk load per link (B/s)
-        self.link_n = [0] * n                      # active bulk flows per link
-        self._lgroups: list[set[Group]] = [set() for _ in range(n)]
+        n_links = len(topology.links)
+        self.cap: list[float] = [link.capacity_Bps for link in topology.links]
+        self._latency = [link.latency_s for link in topology.links]
+        self.load: list[float] | np.ndarray = [0.0] * n_links   # committed bulk load per link (B/s)
+        self.link_n: list[int] = [0] * n_links                   # active bulk flows per link
+        self.reserved: list[int] = [0] * n_links                 # routing reservation table (middle links)
+        self._link_groups: list[set[Group]] = [set() for _ in range(n_links)]
         self._groups: dict[tuple, Group] = {}
         self._heap: list[tuple[float, int, int, Group]] = []
         self._seq = 0
@@ -109,451 +215,493 @@ class FlowEngine:
         self._wake_t = INF
         self._stamp = 0
         self._fid = 0
-        self._reserved = [0] * n                   # ARK reservation table (per middle link)
-        self._busy = [0.0] * n                     # message virtual clocks (FIFO serialisation)
-        self._mcache: dict[tuple[str, str], list] = {}
-        self._ver = 0                              # bumps on every bulk change (message share cache)
+        self.version = 0                     # bumps on every bulk change (message share caches key on it)
         self.n_active = 0
-        self.rerates = 0                           # solver rounds (fill / fill_arrays calls)
+        self.rerates = 0                     # solver rounds (fill calls and full solves)
         self.rerated_groups = 0
         self.full_solves = 0
-        self._skip_inc = 0                         # re-ratings left that go straight to a full solve
-        self._arr = False                          # column arrays of the groups are kept (many groups)
-        self._capl = np.array(self.cap + [INF])    # link capacities + the padding sentinel (id n)
-        self._slot_g: list[Group] = []
-        self.telemetry = Telemetry(self, record_series=record_series, keep_records=keep_records)
+        self.steps = 0                       # engine steps (each: completions due + starts of one instant)
+        self.flow_events = 0                 # flow starts + finishes handled in those steps
+        self.max_rate_error = 0.0            # tolerance mode: largest relative rate deviation committed
+        self._columns: _GroupColumns | None = None
+        self._capacity_padded = np.array(self.cap + [INF])
+        self.telemetry = Telemetry(self, record_series=record_series, keep_records=keep_records,
+                                   window_s=telemetry_window_s)
+        self.messages = message_model or MessageModel()
+        self.messages.attach(self)
+
+    @property
+    def backend(self) -> SolverBackend:
+        """The solver kernels (resolved on first use: numba is imported only when array mode is reached)."""
+        if self._backend is None:
+            self._backend = solver_backend(self._solver)
+        return self._backend
+
+    @property
+    def array_mode(self) -> bool:
+        """True while group state lives in columns and re-ratings are full solves."""
+        return self._columns is not None
 
     # ---- bulk flows ---------------------------------------------------------------------------
-    def transfer(self, src: str, dst: str, nbytes: float, *, rate_cap_Bps: float | None = None,
-                 tag: Any = None) -> simpy.Event:
-        """Start a bulk flow now; the event fires at its last byte with a FlowRecord."""
+    def transfer(self, src: str, dst: str, nbytes: float, *, rate_cap_Bps: float | None = None, tag: Any = None,
+                 path: Sequence[int] | None = None, path_index: int | None = None) -> simpy.Event:
+        """Start a bulk flow now; the event fires at its last byte with a FlowRecord.
+
+        The path is chosen by the routing strategy unless pinned: `path_index` picks one of the topology's
+        equal-cost paths (spine choice, modulo their number), `path` gives the link ids outright (for
+        comparisons with other simulators). A pinned flow reserves nothing and pays no controller delay.
+        """
         topo, env = self.topology, self.env
-        ia, ib = topo.index(src), topo.index(dst)
-        ev = env.event()
+        src_index, dst_index = topo.index(src), topo.index(dst)
+        event = env.event()
         self._fid += 1
         nbytes = float(nbytes)
-        n_choices = topo.n_choices(ia, ib)
         sport = self._sport()
-        delay, reserved, idx = 0.0, None, 0
-        if n_choices > 1 and nbytes > 0:
-            idx, sport, reserved, delay = self._route(ia, ib, nbytes, sport)
-        links, spine = topo.path_ids(ia, ib, idx)
-        f = _Flow(fid=self._fid, src=src, dst=dst, nbytes=nbytes, start=env.now, links=links, spine=spine,
-                  sport=sport, tag=tag, event=ev, latency=sum(self._lat[l] for l in links), reserved=reserved,
-                  cap=INF if rate_cap_Bps is None else float(rate_cap_Bps), finish_work=0.0)
-        if nbytes <= 0 or not links:
-            self._complete(f, env.now + delay)
-        elif delay > 0:
-            env.timeout(delay).callbacks.append(lambda _e, f=f: self._enqueue(f))
+        choice = RouteChoice(0, sport, None, 0.0)
+        if path is not None:
+            links = tuple(int(link) for link in path)
+            spine = topo.spine_of(links) if hasattr(topo, "spine_of") else None
         else:
-            self._enqueue(f)
-        return ev
+            if path_index is not None:
+                choice = RouteChoice(int(path_index), sport, None, 0.0)
+            elif nbytes > 0 and topo.n_choices(src_index, dst_index) > 1:
+                choice = self.strategy.choose(src_index, dst_index, nbytes, sport)
+            links, spine = topo.path_ids(src_index, dst_index, choice.path_index)
+        latency = 0.0
+        for link in links:
+            latency += self._latency[link]
+        flow = _Flow(self._fid, src, dst, nbytes, env.now, links, spine, choice.sport, tag, event, latency,
+                     choice.reserved, INF if rate_cap_Bps is None else float(rate_cap_Bps))
+        if nbytes <= 0 or not links:
+            self._complete(flow, env.now + choice.delay_s)
+        elif choice.delay_s > 0:
+            env.timeout(choice.delay_s).callbacks.append(lambda _e, flow=flow: self._enqueue(flow))
+        else:
+            self._enqueue(flow)
+        return event
 
     def _sport(self) -> int:
         if not self._ports:
             self._ports = self._rng.integers(SPORT_MIN, SPORT_MAX + 1, size=4096).tolist()
         return self._ports.pop()
 
-    def _route(self, ia: int, ib: int, nbytes: float, sport: int) -> tuple[int, int, Any, float]:
-        topo = self.topology
-        if self.routing == "ecmp" or (self.routing == "ark" and nbytes < self.elephant_bytes):
-            return topo.ecmp_choice(ia, ib, flow_key(ia, ib, sport), self.seed), sport, None, 0.0
-        mids = [m for m, _ in topo.middle(topo.leaf_of(ia), topo.leaf_of(ib))]
-        table = self._reserved          # ARK: reserved elephants; least-loaded: every routed, unfinished flow
-        scores = [(max(table[l] for l in m), sum(table[l] for l in m)) for m in mids]
-        best = min(scores)
-        if self.routing == "least-loaded":
-            idx = scores.index(best)
-            for l in mids[idx]:
-                table[l] += 1
-            return idx, sport, mids[idx], 0.0
-        targets = {i for i, s in enumerate(scores) if s == best}
-        span = SPORT_MAX - SPORT_MIN + 1
-        idx = topo.ecmp_choice(ia, ib, flow_key(ia, ib, sport), self.seed)
-        for k in range(1, self.port_search):
-            if idx in targets:
-                break
-            p = SPORT_MIN + (sport - SPORT_MIN + k) % span
-            idx = topo.ecmp_choice(ia, ib, flow_key(ia, ib, p), self.seed)
-            if idx in targets:
-                sport = p
-                break
-        for l in mids[idx]:
-            self._reserved[l] += 1
-        return idx, sport, mids[idx], self.ark_delay_s
-
-    def _enqueue(self, f: _Flow) -> None:
-        self._pending.append(f)
+    def _enqueue(self, flow: _Flow) -> None:
+        self._pending.append(flow)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.env.timeout(0).callbacks.append(self._on_wake)
 
-    def _on_wake(self, _ev: simpy.Event | None = None) -> None:
+    def _on_wake(self, _event: simpy.Event | None = None) -> None:
         now = self.env.now
         if now >= self._wake_t * (1 - 1e-15):
             self._wake_t = INF
-        self._step(now)
+        self.telemetry.advance_to(now)
+        if self._columns is not None:
+            self._step_arrays(now)
+        else:
+            self._step_objects(now)
 
-    def _step(self, now: float) -> None:
+    def _schedule_wake(self, next_t: float, now: float) -> None:
+        if next_t < self._wake_t:
+            self._wake_t = next_t
+            self.env.timeout(max(0.0, next_t - now)).callbacks.append(self._on_wake)
+
+    # ---- shared bookkeeping of one group's membership ----------------------------------------
+    def _group_for(self, flow: _Flow, now: float) -> Group:
+        key = (flow.links, flow.cap)
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = Group(key, flow.links, flow.cap)
+            group.last_t = now
+            for link in flow.links:
+                self._link_groups[link].add(group)
+            if self._columns is not None:
+                self._columns.add(group)
+        return group
+
+    def _links_change(self, links: tuple[int, ...], flows: int, rate: float, now: float) -> None:
+        """`flows` flows at `rate` join (or leave, when negative) these links."""
+        touch, load, link_n = self.telemetry.touch, self.load, self.link_n
+        for link in links:
+            touch(link, now)
+            load[link] += flows * rate
+            link_n[link] += flows
+
+    def _drop_group(self, group: Group) -> None:
+        if self._columns is not None:
+            self._columns.remove(group)
+        del self._groups[group.key]
+        for link in group.links:
+            members = self._link_groups[link]
+            members.discard(group)
+            if not members:
+                self.load[link] = 0.0
+        group.version += 1
+
+    def _pop_done(self, group: Group, work: float) -> list[_Flow]:
+        """Flows of the group whose finish work is reached (within float noise of the work clock)."""
+        flows = group.flows
+        done = [heapq.heappop(flows)[2]]
+        while flows and flows[0][0] - work <= _EPS * flows[0][0] + 1e-6:
+            done.append(heapq.heappop(flows)[2])
+        self.flow_events += len(done)
+        return done
+
+    # ---- object mode --------------------------------------------------------------------------
+    def _step_objects(self, now: float) -> None:
         """Handle every completion due now and every pending start, then re-rate once."""
         heap, seeds, dirty = self._heap, set(), set()
         limit = now + 1e-12 * max(1.0, now)
-        tel = self.telemetry
         while heap and heap[0][0] <= limit:
-            _t, ver, _s, g = heapq.heappop(heap)
-            if ver != g.version or g.n == 0:
+            _t, version, _seq, group = heapq.heappop(heap)
+            if version != group.version or group.n == 0:
                 continue
-            self._advance(g, now)
-            done = [heapq.heappop(g.flows)[2]]
-            while g.flows and g.flows[0][0] - g.work <= _EPS * g.flows[0][0] + 1e-6:
-                done.append(heapq.heappop(g.flows)[2])
-            k = len(done)
-            for l in g.links:
-                tel.touch(l, now)
-                self.load[l] -= k * g.rate
-                self.link_n[l] -= k
-            g.n -= k
-            self.n_active -= k
-            if self._arr:
-                self._a_n[g.slot] = g.n
-            if g.n == 0:
-                if self._arr:
-                    self._slot_del(g)
-                del self._groups[g.key]
-                for l in g.links:
-                    s = self._lgroups[l]
-                    s.discard(g)
-                    if not s:
-                        self.load[l] = 0.0
-                dirty.update(g.links)
-                g.version += 1
-                seeds.discard(g)
+            self._advance(group, now)
+            done = self._pop_done(group, group.work)
+            self._links_change(group.links, -len(done), group.rate, now)
+            group.n -= len(done)
+            self.n_active -= len(done)
+            if group.n == 0:
+                self._drop_group(group)
+                dirty.update(group.links)
+                seeds.discard(group)
             else:
-                seeds.add(g)
-            for f in done:
-                self._complete(f, now + f.latency)
-        if self._pending:
-            for f in self._pending:
-                key = (f.links, f.cap)
-                g = self._groups.get(key)
-                if g is None:
-                    g = self._groups[key] = Group(key, f.links, f.cap)
-                    g.last_t = now
-                    for l in f.links:
-                        self._lgroups[l].add(g)
-                    if self._arr:
-                        self._slot_add(g)
-                self._advance(g, now)
-                f.finish_work = g.work + f.nbytes
-                g.seq += 1
-                heapq.heappush(g.flows, (f.finish_work, g.seq, f))
-                g.n += 1
-                if self._arr:
-                    self._a_n[g.slot] = g.n
-                for l in f.links:
-                    tel.touch(l, now)
-                    self.load[l] += g.rate
-                    self.link_n[l] += 1
-                seeds.add(g)
-                self.n_active += 1
-                if f.spine is not None:
-                    tel.spine_change(f.spine, 1, now)
-            self._pending.clear()
-            self._flush_scheduled = False
+                seeds.add(group)
+            for flow in done:
+                self._complete(flow, now + flow.latency)
+        for flow in self._take_pending():
+            group = self._group_for(flow, now)
+            self._advance(group, now)
+            self._join(group, flow, now)
+            seeds.add(group)
+        if len(self._groups) >= self.arrays_on:            # many groups: array mode, starting with a full solve
+            self._arrays_build(now)
+            self._full_solve(now)
+            self._schedule_wake(float(self._columns.due[:len(self._columns.groups)].min()), now)
+            return
         if seeds or dirty:
             self._rerate(seeds, dirty, now)
         while heap and heap[0][1] != heap[0][3].version:
             heapq.heappop(heap)
-        if len(heap) > 3 * len(self._groups) + 1024:     # drop stale entries (a full solve re-keys many groups)
-            heap[:] = [e for e in heap if e[1] == e[3].version]
+        if len(heap) > 3 * len(self._groups) + 1024:     # drop stale entries
+            heap[:] = [entry for entry in heap if entry[1] == entry[3].version]
             heapq.heapify(heap)
-        if heap and heap[0][0] < self._wake_t:
-            self._wake_t = heap[0][0]
-            self.env.timeout(max(0.0, heap[0][0] - now)).callbacks.append(self._on_wake)
+        if heap:
+            self._schedule_wake(heap[0][0], now)
+
+    def _take_pending(self) -> list[_Flow]:
+        pending = self._pending
+        self.steps += 1
+        self.flow_events += len(pending)
+        self._pending = []
+        self._flush_scheduled = False
+        return pending
+
+    def _join(self, group: Group, flow: _Flow, now: float) -> None:
+        """Add a started flow to its group (work clock already advanced to now)."""
+        flow.finish_work = group.work + flow.nbytes
+        group.seq += 1
+        heapq.heappush(group.flows, (flow.finish_work, group.seq, flow))
+        group.n += 1
+        self.n_active += 1
+        self._links_change(group.links, 1, group.rate, now)
+        if flow.spine is not None:
+            self.telemetry.spine_change(flow.spine, 1, now)
 
     @staticmethod
-    def _advance(g: Group, now: float) -> None:
-        if now > g.last_t:
-            g.work += g.rate * (now - g.last_t)
-            g.last_t = now
+    def _advance(group: Group, now: float) -> None:
+        if now > group.last_t:
+            group.work += group.rate * (now - group.last_t)
+            group.last_t = now
 
     def _rerate(self, seeds: set[Group], dirty: set[int], now: float) -> None:
-        """Re-solve the changed groups; grow the set while an untouched group loses its bottleneck."""
+        """Re-solve the changed groups; grow the set while an untouched group loses its bottleneck.
+
+        One loop (solve, then check the links whose share moved) kept together: splitting it would pass
+        the tentative state between functions on every round.
+        """
         self._stamp += 1
-        st = self._stamp
-        self._ver += 1
-        ng = len(self._groups)
-        budget = INF
-        if self._arr:
-            if ng < self.arrays_off:
-                self._arrays_drop()
-        elif ng >= self.arrays_on:
-            self._arrays_build()
-        if self._arr:
-            if self._skip_inc > 0:
-                self._skip_inc -= 1
-                self._full(seeds, now)
-                return
-            budget = self.budget_base + ng // self.budget_div
-        A = [g for g in seeds if g.n > 0]
-        if len(A) > budget:
-            self._full(seeds, now)
-            return
-        tent: dict[Group, tuple[float, int]] = {}
+        stamp = self._stamp
+        self.version += 1
+        solving = [group for group in seeds if group.n > 0]
+        tentative: dict[Group, tuple[float, int]] = {}
         check = set(dirty)
-        for g in A:
-            g.mark = st
-            tent[g] = (g.rate, g.bn)
-            check.update(g.links)
-        cap, load, lgroups, tol = self.cap, self.load, self._lgroups, self.rate_tolerance
+        for group in solving:
+            group.mark = stamp
+            tentative[group] = (group.rate, group.bn)
+            check.update(group.links)
+        cap, link_groups, slack = self.cap, self._link_groups, self._slack
         while True:
-            level = fill(A, cap, load) if A else {}
+            level = fill(solving, cap, self.load) if solving else {}
             self.rerates += 1
-            for g in A:
-                t = (g.new_rate, g.new_bn)
-                if tent.get(g) != t:
-                    tent[g] = t
-                    check.update(g.links)
+            for group in solving:
+                now_state = (group.new_rate, group.new_bn)
+                if tentative.get(group) != now_state:
+                    tentative[group] = now_state
+                    check.update(group.links)
             grow: list[Group] = []
-            for l in check:
-                gs = lgroups[l]
-                if not gs:
+            for link in check:
+                members = link_groups[link]
+                if not members:
                     continue
-                tot = mx = 0.0
-                for g in gs:
-                    r = g.new_rate if g.mark == st else g.rate
-                    tot += r * g.n
-                    if r > mx:
-                        mx = r
-                sat = tot >= cap[l] * (1 - tol)
-                lv = level.get(l)
-                for g in gs:
-                    if g.mark == st:
+                total = top = 0.0
+                for group in members:
+                    rate = group.new_rate if group.mark == stamp else group.rate
+                    total += rate * group.n
+                    if rate > top:
+                        top = rate
+                full = total >= cap[link] * (1 - slack)
+                link_level = level.get(link)
+                for group in members:
+                    if group.mark == stamp:
                         continue
-                    if (g.bn == l and (not sat or g.rate < mx * (1 - tol))) or \
-                            (sat and lv is not None and g.rate > lv * (1 + tol) + 1e-6):
-                        g.mark = st
-                        grow.append(g)
+                    if (group.bn == link and (not full or group.rate < top * (1 - slack))) or \
+                            (full and link_level is not None and group.rate > link_level * (1 + slack) + 1e-6):
+                        group.mark = stamp
+                        grow.append(group)
             if not grow:
                 break
-            if len(A) + len(grow) > budget:         # a large cascade: cheaper to re-solve everything at once
-                self._skip_inc = self.backoff
-                self._full(seeds, now)
-                return
             check = set()
-            for g in grow:
-                tent[g] = (g.rate, g.bn)
-            A.extend(grow)
-        self.rerated_groups += len(A)
-        tel, heap = self.telemetry, self._heap
-        arr = self._arr
-        for g in A:
-            nr = g.new_rate
-            g.bn = g.new_bn
-            if arr:
-                self._a_rate[g.slot] = nr
-                self._a_bn[g.slot] = g.bn
-            changed = nr != g.rate
-            if changed:
-                self._advance(g, now)
-                d = (nr - g.rate) * g.n
-                for l in g.links:
-                    tel.touch(l, now)
-                    load[l] += d
-                g.rate = nr
-            if g.flows and (changed or g in seeds):
-                g.version += 1
-                self._seq += 1
-                if nr > 0:
-                    heapq.heappush(heap, (now + (g.flows[0][0] - g.work) / nr, g.version, self._seq, g))
+            for group in grow:
+                tentative[group] = (group.rate, group.bn)
+            solving.extend(grow)
+        self._commit_objects(solving, seeds, now)
 
-    # ---- full vectorised re-solve ------------------------------------------------------------
-    def _full(self, seeds: set[Group], now: float) -> None:
-        """Re-solve every group with fill_arrays; commit (advance, load, heap) only the groups that moved."""
+    def _commit_objects(self, solved: list[Group], seeds: set[Group], now: float) -> None:
+        self.rerated_groups += len(solved)
+        touch, heap, load = self.telemetry.touch, self._heap, self.load
+        for group in solved:
+            fresh = group.new_rate
+            group.bn = group.new_bn
+            changed = fresh != group.rate
+            if changed:
+                self._advance(group, now)
+                delta = (fresh - group.rate) * group.n
+                for link in group.links:
+                    touch(link, now)
+                    load[link] += delta
+                group.rate = fresh
+            if group.flows and (changed or group in seeds):
+                group.version += 1
+                self._seq += 1
+                if fresh > 0:
+                    heapq.heappush(heap, (now + (group.flows[0][0] - group.work) / fresh, group.version,
+                                          self._seq, group))
+
+    # ---- array mode ---------------------------------------------------------------------------
+    def _step_arrays(self, now: float) -> None:
+        """Completions due now (array reduction), pending starts, one full solve, commit by kernel."""
+        columns = self._columns
+        assert columns is not None
+        limit = now + 1e-12 * max(1.0, now)
+        count = len(columns.groups)
+        due = columns.due[:count]
+        if count and due.min() <= limit:
+            for slot in sorted(np.flatnonzero(due <= limit).tolist(), reverse=True):
+                self._finish_slot(columns.groups[slot], now)
+        for flow in self._take_pending():
+            group = self._group_for(flow, now)
+            self._advance_slot(group.slot, now)
+            group.work = float(columns.work[group.slot])
+            group.rate = float(columns.rate[group.slot])
+            self._join(group, flow, now)
+            self._refresh_slot(group, now)
+        if len(self._groups) < self.arrays_off:
+            self._arrays_drop(now)
+            if self._groups:
+                self._rerate(set(self._groups.values()), set(), now)
+                self._reschedule_all(now)
+            return
+        self._full_solve(now)
+        count = len(columns.groups)
+        if count:
+            self._schedule_wake(float(columns.due[:count].min()), now)
+
+    def _advance_slot(self, slot: int, now: float) -> None:
+        columns = self._columns
+        elapsed = now - columns.last_t[slot]
+        if elapsed > 0:
+            columns.work[slot] += columns.rate[slot] * elapsed
+            columns.last_t[slot] = now
+
+    def _refresh_slot(self, group: Group, now: float) -> None:
+        """Keep a group's flow count, next finish and completion time in its column after a change."""
+        columns, slot = self._columns, group.slot
+        columns.flows[slot] = group.n
+        columns.next_work[slot] = next_work = group.flows[0][0]
+        rate = columns.rate[slot]
+        columns.due[slot] = now + (next_work - columns.work[slot]) / rate if rate > 0 else INF
+
+    def _finish_slot(self, group: Group, now: float) -> None:
+        columns, slot = self._columns, group.slot
+        self._advance_slot(slot, now)
+        done = self._pop_done(group, float(columns.work[slot]))
+        rate = float(columns.rate[slot])
+        self._links_change(group.links, -len(done), rate, now)
+        group.n -= len(done)
+        self.n_active -= len(done)
+        if group.n == 0:
+            self._drop_group(group)
+        else:
+            self._refresh_slot(group, now)
+        for flow in done:
+            self._complete(flow, now + flow.latency)
+
+    def _full_solve(self, now: float) -> None:
+        columns = self._columns
+        count = len(columns.groups)
         self.rerates += 1
         self.full_solves += 1
-        gl = self._slot_g
-        G = len(gl)
-        self.rerated_groups += G
-        if G == 0:
+        self.rerated_groups += count
+        self.version += 1
+        if count == 0:
             return
-        L = len(self.cap)
-        links, n = self._a_links[:, :G], self._a_n[:G]
-        rate, bn = fill_arrays(links, n, self._a_cap[:G], self._capl)
-        old = self._a_rate[:G]
-        moved = ~(np.abs(rate - old) <= _SAME * old)
-        ch = np.flatnonzero(moved)
-        abn = self._a_bn[:G]
-        db = np.flatnonzero(bn != abn)
-        if db.size:
-            for i, b in zip(db.tolist(), bn[db].tolist()):
-                gl[i].bn = b
-            abn[db] = bn[db]
-        heap, seq, push = self._heap, self._seq, heapq.heappush
-        if ch.size:
-            newr = rate[ch]
-            old[ch] = newr                                   # self._a_rate now holds the committed rates
-            lk = np.unique(links[:, ch])
-            if lk[-1] == L:
-                lk = lk[:-1]
-            nl = np.bincount(links.ravel(), weights=np.tile(old * n, links.shape[0]), minlength=L + 1)
-            tel, load = self.telemetry, self.load
-            for l, v in zip(lk.tolist(), nl[lk].tolist()):
-                tel.touch(l, now)
-                load[l] = v
-            for i, r in zip(ch.tolist(), newr.tolist()):
-                g = gl[i]
-                if now > g.last_t:
-                    g.work += g.rate * (now - g.last_t)
-                    g.last_t = now
-                g.rate = r
-                g.version += 1
-                seq += 1
-                if r > 0:
-                    push(heap, (now + (g.flows[0][0] - g.work) / r, g.version, seq, g))
-        for g in seeds:                                      # new or finished flows, same rate: re-key
-            if g.n > 0 and not moved[g.slot]:
-                g.version += 1
-                seq += 1
-                if g.rate > 0:
-                    push(heap, (now + (g.flows[0][0] - g.work) / g.rate, g.version, seq, g))
-        self._seq = seq
+        links = columns.links[:, :count]
+        rate, bn = self.backend.fill_groups(links, columns.flows[:count], columns.cap[:count],
+                                           self._capacity_padded)
+        same = max(_SAME, self.rate_tolerance)
+        old_rate = columns.rate[:count].copy()
+        touched = self.backend.commit_rates(now, rate, bn, links, columns.rate, columns.bn, columns.work,
+                                            columns.last_t, columns.next_work, columns.due, same, columns.n_links)
+        if self.rate_tolerance > 0:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                error = np.abs(columns.rate[:count] - rate) / rate
+            worst = float(np.nanmax(error, initial=0.0))
+            self.max_rate_error = max(self.max_rate_error, worst)
+        if touched.size:
+            self.telemetry.touch_links(touched, now)
+            flows = columns.flows[:count]
+            delta = (columns.rate[:count] - old_rate) * flows
+            moved = np.flatnonzero(delta != 0.0)
+            load = self.load
+            np.add.at(load, links[:, moved].ravel(), np.tile(delta[moved], links.shape[0]))
+            load[columns.n_links] = 0.0
 
-    def _arrays_build(self) -> None:
-        gl = list(self._groups.values())
-        L = len(self.cap)
-        K = max([len(g.links) for g in gl] + [1])
-        size = max(1024, 2 * len(gl))
-        self._a_links = np.full((K, size), L, dtype=np.intp)
-        if gl:
-            self._a_links[:, :len(gl)] = np.array([g.links + (L,) * (K - len(g.links)) for g in gl]).T
-        self._a_n = np.zeros(size)
-        self._a_cap = np.full(size, INF)
-        self._a_rate = np.zeros(size)
-        self._a_bn = np.full(size, -2, dtype=np.intp)
-        for name, attr in (("_a_n", "n"), ("_a_cap", "cap"), ("_a_rate", "rate"), ("_a_bn", "bn")):
-            getattr(self, name)[:len(gl)] = [getattr(g, attr) for g in gl]
-        for i, g in enumerate(gl):
-            g.slot = i
-        self._slot_g = gl
-        self._arr = True
-        self._skip_inc = 0
+    def _arrays_build(self, now: float) -> None:
+        """Enter array mode: group state moves into columns, the heap is dropped."""
+        groups = list(self._groups.values())
+        width = max([len(group.links) for group in groups] + [1])
+        columns = _GroupColumns(len(self.cap), max(1024, 2 * len(groups)), width)
+        for group in groups:
+            self._advance(group, now)
+            columns.add(group)
+        self._columns = columns
+        self.load = np.array(list(self.load) + [0.0])      # + the sentinel's slot (never read)
+        self._heap.clear()
+        self._wake_t = INF
 
-    def _arrays_drop(self) -> None:
-        for g in self._slot_g:
-            g.slot = -1
-        self._slot_g = []
-        self._a_links = self._a_n = self._a_cap = self._a_rate = self._a_bn = None
-        self._arr = False
+    def _arrays_drop(self, now: float) -> None:
+        """Back to object mode: columns written into the group objects, the load becomes a list again."""
+        columns = self._columns
+        for slot in range(len(columns.groups)):
+            self._advance_slot(slot, now)
+        columns.write_back()
+        self._columns = None
+        self.load = self.load[:-1].tolist()
 
-    def _slot_add(self, g: Group) -> None:
-        i, k = len(self._slot_g), len(g.links)
-        K, size = self._a_links.shape
-        if i == size or k > K:
-            L, grow = len(self.cap), (size if i == size else 0)
-            a = np.full((max(k, K), size + grow), L, dtype=np.intp)
-            a[:K, :size] = self._a_links
-            self._a_links = a
-            if grow:
-                self._a_n = np.concatenate([self._a_n, np.zeros(grow)])
-                self._a_cap = np.concatenate([self._a_cap, np.full(grow, INF)])
-                self._a_rate = np.concatenate([self._a_rate, np.zeros(grow)])
-                self._a_bn = np.concatenate([self._a_bn, np.full(grow, -2, dtype=np.intp)])
-        col = self._a_links[:, i]
-        col[:k] = g.links
-        col[k:] = len(self.cap)
-        self._a_n[i] = g.n
-        self._a_cap[i] = g.cap
-        self._a_rate[i] = g.rate
-        self._a_bn[i] = g.bn
-        g.slot = i
-        self._slot_g.append(g)
+    def _reschedule_all(self, now: float) -> None:
+        heap = self._heap
+        heap.clear()
+        for group in self._groups.values():
+            group.version += 1
+            self._seq += 1
+            if group.rate > 0 and group.flows:
+                heap.append((now + (group.flows[0][0] - group.work) / group.rate, group.version, self._seq, group))
+        heapq.heapify(heap)
+        self._wake_t = INF
+        if heap:
+            self._schedule_wake(heap[0][0], now)
 
-    def _slot_del(self, g: Group) -> None:
-        i, j = g.slot, len(self._slot_g) - 1
-        if i != j:
-            h = self._slot_g[j]
-            self._slot_g[i] = h
-            h.slot = i
-            self._a_links[:, i] = self._a_links[:, j]
-            for a in (self._a_n, self._a_cap, self._a_rate, self._a_bn):
-                a[i] = a[j]
-        self._slot_g.pop()
-        g.slot = -1
-
-    def _complete(self, f: _Flow, at: float) -> None:
-        if f.reserved is not None:
-            for l in f.reserved:
-                self._reserved[l] -= 1
-        if f.spine is not None and f.links and f.nbytes > 0:
-            self.telemetry.spine_change(f.spine, -1, self.env.now)
-        rec = FlowRecord(f.fid, f.src, f.dst, f.nbytes, f.start, at, f.links, f.spine, f.sport, f.tag)
-        self.telemetry.flow_done(rec)
+    def _complete(self, flow: _Flow, at: float) -> None:
+        if flow.reserved is not None:
+            for link in flow.reserved:
+                self.reserved[link] -= 1
+        if flow.spine is not None and flow.links and flow.nbytes > 0:
+            self.telemetry.spine_change(flow.spine, -1, self.env.now)
+        record = FlowRecord(flow.fid, flow.src, flow.dst, flow.nbytes, flow.start, at, flow.links, flow.spine,
+                            flow.sport, flow.tag)
+        self.telemetry.flow_done(record)
         delay = at - self.env.now
         if delay > 0:
-            self.env.timeout(delay).callbacks.append(lambda _e, ev=f.event, r=rec: ev.succeed(r))
+            self.env.timeout(delay).callbacks.append(lambda _e, event=flow.event: event.succeed(record))
         else:
-            f.event.succeed(rec)
+            flow.event.succeed(record)
 
     # ---- inspection ---------------------------------------------------------------------------
     def flow_rates(self) -> dict[int, float]:
         """Current rate of every active flow (fid -> B/s)."""
-        return {f.fid: g.rate for g in self._groups.values() for _w, _s, f in g.flows}
+        columns = self._columns
+        out: dict[int, float] = {}
+        for group in self._groups.values():
+            rate = group.rate if columns is None else float(columns.rate[group.slot])
+            for _work, _seq, flow in group.flows:
+                out[flow.fid] = rate
+        return out
 
     def active_flows(self) -> list[tuple[int, tuple[int, ...], float]]:
         """(fid, link ids, cap) of every active flow: enough to recompute max-min from scratch."""
-        return [(f.fid, g.links, g.cap) for g in self._groups.values() for _w, _s, f in g.flows]
+        return [(flow.fid, group.links, group.cap) for group in self._groups.values()
+                for _work, _seq, flow in group.flows]
 
     def spine_counts(self) -> dict[str, int]:
         return dict(self.telemetry.spine_active)
 
+    def tolerance_report(self) -> dict[str, float]:
+        """The tolerance mode's bound and the largest relative rate deviation it committed (array mode)."""
+        return {"rate_tolerance": self.rate_tolerance, "max_rate_error": self.max_rate_error}
+
+    def link_share(self, link: int) -> float:
+        """Bytes/s a new flow would get on one link now: what bulk flows leave, or a fair share among them."""
+        cap = self.cap[link]
+        flows = self.link_n[link]
+        if not flows:
+            return cap
+        return max(cap - float(self.load[link]), cap / (flows + 1))
+
+    def path_share(self, src: str, dst: str, path_index: int = 0) -> float:
+        """Bytes/s a new flow src -> dst would get now on its `path_index`-th equal-cost path: the least
+        `link_share` over its links (inf for a path with no link). Live link state for adaptive policies."""
+        topo = self.topology
+        links, _spine = topo.path_ids(topo.index(src), topo.index(dst), path_index)
+        share = INF
+        for link in links:
+            value = self.link_share(link)
+            if value < share:
+                share = value
+        return share
+
     # ---- latency-bound messages ---------------------------------------------------------------
+    def message_route(self, src: str, dst: str) -> MessageRoute:
+        """The cached message route src -> dst (one ECMP path per pair, hashed once); pass it to
+        `send_message` to skip the per-message lookup."""
+        return self.messages.route(src, dst)
+
     def message_delay(self, src: str, dst: str, nbytes: float, *, t_probe_s: float, single_block_Bps: float,
                       now: float | None = None, include_latency: bool = True) -> float:
-        """Delay of a routed ~KB message: probe + FIFO queueing + bytes over min(single block, fair share).
+        """Delay of a routed ~KB message: probe + NIC queueing + bytes over min(single block, fair share).
 
-        No re-rating and no event: the caller yields env.timeout(delay). Each directed link keeps a
-        virtual clock (busy_until) of message serialisation at the share bulk flows leave it.
+        No re-rating and no event: the caller yields env.timeout(delay). See `MessageModel`.
         """
-        if now is None:
-            now = self.env.now
-        c = self._mcache.get((src, dst))
-        if c is None:
-            c = self._message_path(src, dst)
-        if c[2] != self._ver or c[5] != single_block_Bps:
-            self._message_shares(c, single_block_Bps)
-        busy = self._busy
-        start = now
-        for l in c[0]:
-            b = busy[l]
-            if b > start:
-                start = b
-        for l, inv in zip(c[0], c[3]):
-            busy[l] = start + nbytes * inv
-        c[6] += nbytes
-        c[7] += 1
-        # A measured probe (a signal round trip) already holds the path's propagation: callers that pass one
-        # can leave the links' latency out rather than count it twice.
-        return start - now + t_probe_s + nbytes / c[4] + (c[1] if include_latency else 0.0)
+        return self.messages.send(self.messages.route(src, dst), nbytes, t_probe_s, single_block_Bps,
+                                  self.env.now if now is None else now, include_latency)
 
-    def _message_path(self, src: str, dst: str) -> list:
+    def send_message(self, route: MessageRoute, nbytes: float, *, t_probe_s: float, single_block_Bps: float,
+                     now: float | None = None, include_latency: bool = True) -> float:
+        """`message_delay` over a route from `message_route` (the cheapest call per message)."""
+        return self.messages.send(route, nbytes, t_probe_s, single_block_Bps,
+                                  self.env.now if now is None else now, include_latency)
+
+    @property
+    def message_bytes(self) -> float:
+        """Bytes of every latency-bound message sent so far."""
+        return self.messages.total_bytes()
+
+    def message_sport(self, src_index: int, dst_index: int) -> int:
+        """The fixed source port of a pair's message queue pair (messages of a pair share one path)."""
+        return SPORT_MIN + mix64(self.seed ^ (src_index << 20) ^ dst_index) % (SPORT_MAX - SPORT_MIN + 1)
+
+    def message_links(self, src_index: int, dst_index: int) -> tuple[int, ...]:
         topo = self.topology
-        ia, ib = topo.index(src), topo.index(dst)
-        sport = SPORT_MIN + mix64(self.seed ^ (ia << 20) ^ ib) % (SPORT_MAX - SPORT_MIN + 1)
-        choice = topo.ecmp_choice(ia, ib, flow_key(ia, ib, sport), self.seed)
-        links, _spine = topo.path_ids(ia, ib, choice)
-        c = [links, sum(self._lat[l] for l in links), -1, (), INF, None, 0.0, 0]
-        self._mcache[(src, dst)] = c
-        return c
-
-    def _message_shares(self, c: list, single_block_Bps: float) -> None:
-        invs, rate = [], float(single_block_Bps)
-        for l in c[0]:
-            share = self.cap[l] - self.load[l]
-            n = self.link_n[l]
-            if n:
-                share = max(share, self.cap[l] / (n + 1))
-            invs.append(1.0 / share)
-            if share < rate:
-                rate = share
-        c[2], c[3], c[4], c[5] = self._ver, tuple(invs), rate, single_block_Bps
+        sport = self.message_sport(src_index, dst_index)
+        choice = topo.ecmp_choice(src_index, dst_index, flow_key(src_index, dst_index, sport), self.seed)
+        return topo.path_ids(src_index, dst_index, choice)[0]

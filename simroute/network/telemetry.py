@@ -1,7 +1,13 @@
-"""Network telemetry: per-link bytes and utilisation, per-spine concurrent flows, per-flow FCTs.
+"""Network telemetry: per-link bytes and utilisation (bulk flows and latency-bound messages), time saturated,
+per-spine concurrent flows, per-flow FCTs, and `bottlenecks()`: where the network was the bottleneck.
 
-Recorded on change only: a link's bytes are integrated when its load changes (never per event per
-link), the utilisation series (piecewise-constant segments) only when `record_series` is on.
+Recorded on change only: a link's bulk bytes are integrated when its load changes (never per event per link);
+at each window boundary (`window_s`, 1 ms by default) every link is integrated up to it and the window's
+bytes (bulk + messages) are kept per link, so utilisation has a stated time base. At most `max_windows`
+windows are kept: beyond that adjacent pairs merge and the window doubles (memory stays bounded).
+Messages count where they are sent: a message's bytes go to every link of its path in the window it is
+sent in (window utilisation is clipped at 1 for the queue that drains into the next one). Time saturated
+counts bulk load at capacity (messages ride what bulk flows leave).
 """
 
 from __future__ import annotations
@@ -9,98 +15,252 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from simroute.ioutil import atomic_path, check_replaceable
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from simroute.network.engine import FlowEngine, FlowRecord
+    from simroute.network.messages import MessageRoute
+
+_FULL = 1 - 1e-9          # a link at or above this fraction of capacity counts as saturated
 
 
 class Telemetry:
-    def __init__(self, engine: "FlowEngine", *, record_series: bool = False, keep_records: bool = True) -> None:
-        self._e = engine
-        n = len(engine.cap)
+    """Accumulates what the engine did; views (`links_frame`, `bottlenecks`, ...) flush up to `env.now`."""
+
+    def __init__(self, engine: "FlowEngine", *, record_series: bool = False, keep_records: bool = True,
+                 window_s: float = 1e-3, max_windows: int = 1024) -> None:
+        self._engine = engine
+        n_links = len(engine.cap)
+        self._cap = np.array(engine.cap)
         self.record_series = record_series
         self.keep_records = keep_records
-        self.link_bytes = [0.0] * n
-        self._lt = [0.0] * n
+        self.link_bytes = np.zeros(n_links)              # bulk bytes per link
+        self.saturated_s = np.zeros(n_links)             # bulk load at capacity, seconds per link
+        self.message_link_bytes = np.zeros(n_links)      # message bytes per link (closed windows)
+        self._link_t = np.zeros(n_links)
         self.series: list[tuple[int, float, float, float]] = []     # (link, t0, t1, utilisation)
         self.spine_active: dict[str, int] = {}
         self.spine_series: list[tuple[float, str, int]] = []        # (t, spine, active flows from t on)
+        self.spine_message_bytes: dict[str, float] = {}
         self.records: list["FlowRecord"] = []
         self.n_done = 0
+        self.window_s = float(window_s)
+        self.max_windows = max(2, int(max_windows) // 2 * 2)
+        self.window_index = 0
+        self.window_end = self.window_s
+        self.windows: list[np.ndarray | None] = []       # bytes per link in each closed window (None: idle)
+        self._window_mark = np.zeros(n_links)            # link_bytes at the current window's start
+        self.message_routes: list["MessageRoute"] = []   # routes with message bytes in the current window
 
-    def touch(self, l: int, now: float) -> None:
-        """Integrate link l's bytes up to now (called just before its load changes)."""
-        t0 = self._lt[l]
-        if now > t0:
-            ld = self._e.load[l]
-            if ld > 0:
-                self.link_bytes[l] += ld * (now - t0)
+    # ---- recording (called by the engine and the message model) ------------------------------------
+    def touch(self, link: int, now: float) -> None:
+        """Integrate one link's bulk bytes up to now (called just before its load changes)."""
+        start = self._link_t[link]
+        if now > start:
+            load = self._engine.load[link]
+            if load > 0:
+                self.link_bytes[link] += load * (now - start)
+                if load >= self._cap[link] * _FULL:
+                    self.saturated_s[link] += now - start
                 if self.record_series:
-                    self.series.append((l, t0, now, ld / self._e.cap[l]))
-            self._lt[l] = now
+                    self.series.append((link, float(start), now, float(load / self._cap[link])))
+            self._link_t[link] = now
+
+    def touch_links(self, links: np.ndarray, now: float) -> None:
+        """`touch` for many links at once (array mode)."""
+        start = self._link_t[links]
+        elapsed = np.maximum(now - start, 0.0)
+        load = np.asarray(self._engine.load)[links]
+        self.link_bytes[links] += load * elapsed
+        cap = self._cap[links]
+        self.saturated_s[links] += np.where(load >= cap * _FULL, elapsed, 0.0)
+        if self.record_series:
+            keep = (elapsed > 0) & (load > 0)
+            self.series.extend(zip(links[keep].tolist(), start[keep].tolist(), [now] * int(keep.sum()),
+                                   (load[keep] / cap[keep]).tolist()))
+        self._link_t[links] = np.maximum(start, now)
+
+    def advance_to(self, now: float) -> None:
+        """Close every window that ended at or before now."""
+        while now >= self.window_end:
+            self._close_window(self.window_end)
+
+    def _close_window(self, end: float) -> None:
+        self.touch_links(np.arange(len(self._link_t)), end)
+        bulk = self.link_bytes - self._window_mark
+        self._window_mark = self.link_bytes.copy()
+        messages = self._flush_messages()
+        total = bulk if messages is None else bulk + messages
+        self.windows.append(total.astype(np.float32) if total.any() else None)
+        self.window_index += 1
+        self.window_end = end + self.window_s
+        if len(self.windows) >= self.max_windows:
+            self._merge_windows()
+
+    def _flush_messages(self) -> np.ndarray | None:
+        if not self.message_routes:
+            return None
+        out = np.zeros(len(self._link_t))
+        for route in self.message_routes:
+            for link in route.links:
+                out[link] += route.window_bytes
+            if route.spine is not None:
+                self.spine_message_bytes[route.spine] = self.spine_message_bytes.get(route.spine, 0.0) + \
+                    route.window_bytes
+            route.window_bytes = 0.0
+            route.window = -1
+        self.message_routes = []
+        self.message_link_bytes += out
+        return out
+
+    def _merge_windows(self) -> None:
+        """Halve the number of windows kept by merging neighbours; the window doubles. Called when the count
+        reaches `max_windows` (even), so the merged windows end where the open one starts."""
+        pairs = zip(self.windows[0::2], self.windows[1::2])
+        self.windows = [a if b is None else b if a is None else a + b for a, b in pairs]
+        start = self.window_end - self.window_s
+        self.window_s *= 2
+        self.window_end = start + self.window_s
 
     def flush(self, now: float | None = None) -> None:
-        now = self._e.env.now if now is None else now
-        for l in range(len(self._lt)):
-            self.touch(l, now)
+        """Integrate every link up to now (the current window stays open)."""
+        now = self._engine.env.now if now is None else now
+        self.touch_links(np.arange(len(self._link_t)), now)
 
     def spine_change(self, spine: str, delta: int, now: float) -> None:
-        c = self.spine_active.get(spine, 0) + delta
-        self.spine_active[spine] = c
-        self.spine_series.append((now, spine, c))
+        count = self.spine_active.get(spine, 0) + delta
+        self.spine_active[spine] = count
+        self.spine_series.append((now, spine, count))
 
-    def flow_done(self, rec: "FlowRecord") -> None:
+    def flow_done(self, record: "FlowRecord") -> None:
         self.n_done += 1
         if self.keep_records:
-            self.records.append(rec)
+            self.records.append(record)
 
     # ---- views --------------------------------------------------------------------------------
+    def _open_window_messages(self) -> np.ndarray:
+        out = np.zeros(len(self._link_t))
+        for route in self.message_routes:
+            for link in route.links:
+                out[link] += route.window_bytes
+        return out
+
+    def message_bytes_per_link(self) -> np.ndarray:
+        """Message bytes per link so far (closed windows and the open one)."""
+        return self.message_link_bytes + self._open_window_messages()
+
     def spine_profile(self, t0: float, t1: float) -> dict[str, dict[str, float]]:
         """Per spine over [t0, t1]: time-averaged and peak concurrent flows."""
         out: dict[str, dict[str, float]] = {}
         last: dict[str, tuple[float, int]] = {}
-        for t, s, c in self.spine_series:
+        for t, spine, count in self.spine_series:
             if t > t1:
                 break
-            pt, pc = last.get(s, (t0, 0))
-            o = out.setdefault(s, {"mean": 0.0, "peak": 0})
-            a = max(pt, t0)
-            if t > a:
-                o["mean"] += pc * (t - a)
+            prev_t, prev_count = last.get(spine, (t0, 0))
+            entry = out.setdefault(spine, {"mean": 0.0, "peak": 0})
+            begin = max(prev_t, t0)
+            if t > begin:
+                entry["mean"] += prev_count * (t - begin)
             if t >= t0:
-                o["peak"] = max(o["peak"], c)
-            last[s] = (t, c)
-        for s, (pt, pc) in last.items():
-            a = max(pt, t0)
-            out[s]["mean"] = (out[s]["mean"] + (pc * (t1 - a) if t1 > a else 0.0)) / max(t1 - t0, 1e-300)
+                entry["peak"] = max(entry["peak"], count)
+            last[spine] = (t, count)
+        for spine, (prev_t, prev_count) in last.items():
+            begin = max(prev_t, t0)
+            out[spine]["mean"] = (out[spine]["mean"] + (prev_count * (t1 - begin) if t1 > begin else 0.0)) / \
+                max(t1 - t0, 1e-300)
         return out
 
     def flows_frame(self) -> "pd.DataFrame":
         import pandas as pd
-        r = self.records
+        records = self.records
         return pd.DataFrame({
-            "fid": [x.fid for x in r], "src": [x.src for x in r], "dst": [x.dst for x in r],
-            "nbytes": [x.nbytes for x in r], "start_s": [x.start for x in r], "end_s": [x.end for x in r],
-            "fct_s": [x.end - x.start for x in r], "spine": [x.spine for x in r], "sport": [x.sport for x in r],
-            "n_links": [len(x.links) for x in r], "tag": [None if x.tag is None else str(x.tag) for x in r]})
+            "fid": [rec.fid for rec in records], "src": [rec.src for rec in records],
+            "dst": [rec.dst for rec in records], "nbytes": [rec.nbytes for rec in records],
+            "start_s": [rec.start for rec in records], "end_s": [rec.end for rec in records],
+            "fct_s": [rec.end - rec.start for rec in records], "spine": [rec.spine for rec in records],
+            "sport": [rec.sport for rec in records], "n_links": [len(rec.links) for rec in records],
+            "tag": [None if rec.tag is None else str(rec.tag) for rec in records]})
 
     def links_frame(self) -> "pd.DataFrame":
+        """One row per directed link: bulk and message bytes, mean utilisation (both), time saturated."""
         import pandas as pd
         self.flush()
-        msg = [0.0] * len(self.link_bytes)
-        for c in self._e._mcache.values():
-            for l in c[0]:
-                msg[l] += c[6]
-        L = self._e.topology.links
-        span = max(self._e.env.now, 1e-300)
+        links = self._engine.topology.links
+        span = max(self._engine.env.now, 1e-300)
+        messages = self.message_bytes_per_link()
         return pd.DataFrame({
-            "link": [l.id for l in L], "src": [l.src for l in L], "dst": [l.dst for l in L],
-            "tier": [l.tier for l in L], "capacity_Bps": [l.capacity_Bps for l in L],
-            "bulk_bytes": self.link_bytes, "message_bytes": msg,
-            "mean_utilisation": [b / (l.capacity_Bps * span) for b, l in zip(self.link_bytes, L)]})
+            "link": [link.id for link in links], "src": [link.src for link in links],
+            "dst": [link.dst for link in links], "tier": [link.tier for link in links],
+            "capacity_Bps": self._cap, "bulk_bytes": self.link_bytes.copy(), "message_bytes": messages,
+            "mean_utilisation": (self.link_bytes + messages) / (self._cap * span),
+            "saturated_s": self.saturated_s.copy()})
+
+    def window_matrix(self, window_s: float | None = None) -> tuple[np.ndarray, np.ndarray, float]:
+        """(bytes per window x link, window durations, window) up to now, windows of `window_s` (rounded to
+        a whole number of recorded windows; the last one may be partial)."""
+        now = self._engine.env.now
+        self.advance_to(now)
+        self.flush(now)
+        open_bytes = (self.link_bytes - self._window_mark) + self._open_window_messages()
+        base = self.window_s
+        rows = [np.zeros(len(self._link_t), dtype=np.float32) if w is None else w for w in self.windows]
+        durations = [base] * len(rows)
+        open_span = now - (self.window_end - base)
+        if open_span > 0 or not rows:
+            rows.append(open_bytes.astype(np.float32))
+            durations.append(max(open_span, 1e-300))
+        matrix, dur = np.vstack(rows), np.array(durations)
+        factor = 1 if window_s is None else max(1, int(round(window_s / base)))
+        if factor > 1:
+            groups = -(-len(dur) // factor)
+            pad = groups * factor - len(dur)
+            matrix = np.vstack([matrix, np.zeros((pad, matrix.shape[1]), dtype=np.float32)])
+            matrix = matrix.reshape(groups, factor, -1).sum(1)
+            dur = np.concatenate([dur, np.zeros(pad)]).reshape(groups, factor).sum(1)
+        return matrix, dur, base * factor
+
+    def bottlenecks(self, window_s: float | None = None, top: int = 10) -> dict[str, Any]:
+        """Where the network was the bottleneck, JSON-ready: per tier and for the `top` hottest links, the peak,
+        p99 and mean utilisation (bulk + messages) over windows of `window_s` (default: the recorded window),
+        time saturated and bytes. Hottest = highest peak, then highest mean."""
+        matrix, durations, window = self.window_matrix(window_s)
+        cap = self._cap
+        # A window's utilisation is clipped at 1: messages count in the window they are sent in, so a queue of
+        # them that drains into the next window would otherwise read as more than the link can carry.
+        util = np.minimum(matrix / (durations[:, None] * cap[None, :]), 1.0)
+        span = float(durations.sum())
+        messages = self.message_bytes_per_link()
+        total_bytes = self.link_bytes + messages
+        mean = total_bytes / (cap * max(span, 1e-300))
+        peak = util.max(0)
+        p99 = np.percentile(util, 99, axis=0) if len(util) else np.zeros_like(peak)
+        links = self._engine.topology.links
+        tiers: dict[str, dict[str, float]] = {}
+        tier_names = np.array([link.tier for link in links])
+        for tier in dict.fromkeys(tier_names.tolist()):
+            mask = tier_names == tier
+            tier_util = util[:, mask]
+            tiers[tier] = {
+                "links": int(mask.sum()), "peak_utilisation": float(tier_util.max()),
+                "p99_utilisation": float(np.percentile(tier_util, 99)),
+                "mean_utilisation": float(total_bytes[mask].sum() / (cap[mask].sum() * max(span, 1e-300))),
+                "saturated_link_s": float(self.saturated_s[mask].sum()),
+                "bulk_bytes": float(self.link_bytes[mask].sum()), "message_bytes": float(messages[mask].sum())}
+        order = np.lexsort((-mean, -peak))[:top]
+        hottest = [{"link": int(i), "tier": links[i].tier, "src": links[i].src, "dst": links[i].dst,
+                    "peak_utilisation": float(peak[i]), "p99_utilisation": float(p99[i]),
+                    "mean_utilisation": float(mean[i]), "saturated_s": float(self.saturated_s[i]),
+                    "bulk_bytes": float(self.link_bytes[i]), "message_bytes": float(messages[i])}
+                   for i in order if total_bytes[i] > 0]
+        saturated = max(tiers.items(), key=lambda kv: kv[1]["saturated_link_s"], default=(None, None))
+        return {"window_s": window, "span_s": span, "tiers": tiers, "hottest_links": hottest,
+                "most_saturated_tier": saturated[0] if saturated[1] and saturated[1]["saturated_link_s"] > 0
+                else None,
+                "spine_message_bytes": dict(sorted(self.spine_message_bytes.items()))}
 
     def to_parquet(self, directory: str | Path) -> Path:
         """Write flows / links / spines (and link_series when recorded) as Parquet, atomically."""

@@ -159,7 +159,7 @@ class Cluster:
                 holder_server=HolderServer(env, i, compute.batch_s, config.batch_window_us * 1e-6,
                                            config.holder_streams, record=config.telemetry),
                 staging=StagingPool(env, config.staging_streams, config.staging_copy_GBps * 1e9,
-                                    record=config.telemetry, **staging)))
+                                    layers=compute.params.geometry.layers, record=config.telemetry, **staging)))
         return instances
 
     def _check_fabrics(self) -> None:

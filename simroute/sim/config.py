@@ -9,14 +9,14 @@ adds its option, its help and its check.
 from __future__ import annotations
 
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from simroute.checks import check_number
 from simroute.errors import ConfigurationError, UnknownNameError
-from simroute.network.engine import ROUTINGS
+from simroute.network.routing import ROUTING_STRATEGIES
 from simroute.sim.engine.exchange import HOLDER_MODES
 from simroute.sim.engine.scheduler import SCHEDULERS
 from simroute.sim.placements import PLACEMENTS
@@ -33,7 +33,7 @@ def default_trace_path() -> Path:
 
 
 def setting(default: Any = MISSING, help: str = "", *, minimum: float | None = None, maximum: float | None = None,
-            exclusive_minimum: bool = False, choices: Registry | Sequence[str] | None = None,
+            exclusive_minimum: bool = False, choices: Registry | Sequence[str] | Mapping[str, Any] | None = None,
             option: str | None = None) -> Any:
     """A RunConfig field with its metadata: help text, numeric bounds, valid names (a registry or a tuple),
     and the CLI option's name where it differs from the field's."""
@@ -55,7 +55,7 @@ class RunConfig:
                               "default h100-ibgda.")
     model: str = setting("deepseek-v2-lite", "Model geometry.")
     policy: str = setting("paper", "Route / fetch / local policy.", choices=POLICIES)
-    routing: str = setting("ecmp", "Path selection for bulk flows.", choices=ROUTINGS)
+    routing: str = setting("ecmp", "Path selection for bulk flows.", choices=ROUTING_STRATEGIES)
     seed: int = setting(0, "Seed: a run is a pure function of its inputs and this.", minimum=0)
     route_exchanges: str = setting("per-layer", "per-layer (exact: one exchange per layer) or once (the paper's "
                                                 "accounting).", choices=ROUTE_EXCHANGES)

@@ -47,16 +47,9 @@ def launch(ctx: SimContext, spec: RequestSpec) -> None:
 
 
 def path_share_Bps(ctx: SimContext, src: Instance, dst: Instance) -> float:
-    """Bytes/s a new transfer src -> dst would get now: the least, over its path's links, of what bulk flows
-    leave (or a fair share among them). Live link state for policies that ask for it."""
-    topology, network = ctx.topology, ctx.network
-    links, _ = topology.path_ids(topology.index(src.gpu), topology.index(dst.gpu), 0)
-    share = float("inf")
-    for link in links:
-        capacity = network.cap[link]
-        flows = network.link_n[link]
-        share = min(share, max(capacity - network.load[link], capacity / (flows + 1)) if flows else capacity)
-    return share
+    """Bytes/s a new transfer src -> dst would get now (the network engine's least link share over the path):
+    live link state for policies that ask for it."""
+    return ctx.network.path_share(src.gpu, dst.gpu)
 
 
 def build_decision_context(ctx: SimContext, requester: Instance, holders: Sequence[Instance], shape: RequestShape,

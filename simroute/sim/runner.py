@@ -144,22 +144,23 @@ class Simulation:
         calib = hashlib.sha256("".join(sha256_file(f) for f in ctx.profile.files).encode()).hexdigest()
         inputs = {"topology": sha256_file(cfg.topology), "trace": sha256_file(cfg.trace),
                   "calib": calib, "calib_files": [str(f) for f in ctx.profile.files]}
-        holders = cluster.instances
+        holders = [inst.holder_server for inst in cluster.instances]
+        instances = cluster.instances
         extra = {
-            "instances": len(holders), "gpus": len(topology.gpus),
+            "instances": len(instances), "gpus": len(topology.gpus),
             "topology": {**topology.summary(), "spine_names": self._spine_names()},
             "placement": {"policy": cfg.placement, "overflow_chunks": cluster.placement.overflow_chunks,
                           "overflow_bytes": cluster.placement.overflow_bytes,
                           "replicated_chunks": cluster.placement.replicated_chunks},
             "dispatcher": {"routed_queries": ctx.exchanges.queries, "messages": ctx.exchanges.messages},
-            "holders": {"batches": int(sum(h.holder_server.batches for h in holders)),
-                        "routed_queries": int(sum(h.holder_server.queries for h in holders)),
-                        "mean_batch": (sum(h.holder_server.queries for h in holders) /
-                                       max(1, sum(h.holder_server.batches for h in holders))),
-                        "max_queue": int(max((h.holder_server.max_queue for h in holders), default=0)),
-                        "max_staging_queue": int(max((h.staging.max_queue for h in holders), default=0)),
-                        "evictions": int(sum(e.hbm.evictions for e in ctx.engines.engines)),
-                        "copies_refused": int(sum(e.hbm.refused for e in ctx.engines.engines)),
+            "holders": {"batches": int(sum(server.batches for server in holders)),
+                        "routed_queries": int(sum(server.queries for server in holders)),
+                        "mean_batch": (sum(server.queries for server in holders) /
+                                       max(1, sum(server.batches for server in holders))),
+                        "max_queue": int(max((server.max_queue for server in holders), default=0)),
+                        "max_staging_queue": int(max((inst.staging.max_queue for inst in instances), default=0)),
+                        "evictions": int(sum(engine.hbm.evictions for engine in ctx.engines.engines)),
+                        "copies_refused": int(sum(engine.hbm.refused for engine in ctx.engines.engines)),
                         "fetch_fell_back_to_route": int(ctx.copies.fell_back)},
             "engine": ctx.engines.summary(),
             "network": self._network_summary(),
@@ -186,6 +187,7 @@ class Simulation:
         total = links["bulk_bytes"] + links["message_bytes"]
         s["bytes_by_tier"] = {str(k): float(v) for k, v in total.groupby(links["tier"]).sum().items()}
         s["max_link_utilisation"] = float(links["mean_utilisation"].max()) if len(links) else 0.0
+        s["bottlenecks"] = tel.bottlenecks()      # per tier / hottest links: peak, p99, mean, saturated (net)
         peaks: dict[str, int] = {name: 0 for name in self._spine_names()}   # idle spines show as 0
         for _t, spine, c in tel.spine_series:
             peaks[spine] = max(peaks.get(spine, 0), c)

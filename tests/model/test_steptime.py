@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simroute.calib import load_profile
 from simroute.model.geometry import MODELS, get_model
@@ -40,8 +42,9 @@ def test_every_fraction_cites_its_source(gpu):
     for key in ("hbm_efficiency", "gemm_efficiency", "attention_efficiency", "iteration_overhead_us"):
         kind, _, ref = s.sources[key].partition(": ")
         assert kind in ("paper", "measured", "default", "fitted") and len(ref) > 20, (key, s.sources[key])
-    for key in ("peak_bf16_TFLOPs", "hbm_GBps", "hbm_GB"):
+    for key in ("hbm_GBps", "hbm_GB"):
         assert s.sources[key].startswith("datasheet: NVIDIA"), key
+    assert s.sources["peak_bf16_TFLOPs"].startswith("datasheet: NVIDIA" if gpu != "rtxpro6000" else "fitted: derived")
 
 
 def test_profile_fabric_names_its_gpu():
@@ -62,7 +65,7 @@ def test_terms_add_up_and_hot_path_agrees():
         t = m.iteration(b)
         assert t.iteration_s == pytest.approx(t.layers * (t.linear_s_per_layer + t.attention_s_per_layer +
                                                           t.allreduce_s_per_layer) + t.lm_head_s + t.overhead_s)
-        assert m.iteration_s(b.new_tokens, b.sequences, b.kv_read_tokens, b.attention_pairs) == \
+        assert m.iteration_s(b.new_tokens, b.sequences, b.kv_read_tokens, b.attention_pairs, b.prefill_pairs) == \
             pytest.approx(t.iteration_s, rel=1e-12)
 
 
@@ -122,6 +125,11 @@ def test_measured_constants_override_datasheet_derived_ones():
     # and through a profile: a measured file overriding the GPU entry wins over the shipped one
     big = StepTimeModel(get_model("llama-3.1-8b"), replace(base, iteration_overhead_s=2e-3)).iteration(b)
     assert big.overhead_s == 2e-3 and big.iteration_s > t0.iteration_s
+    graphs = replace(base, iteration_overhead_graph_s=5e-5)
+    assert StepTimeModel(get_model("llama-3.1-8b"), graphs, cuda_graphs=True).iteration(b).overhead_s == 5e-5
+    assert StepTimeModel(get_model("llama-3.1-8b"), graphs).iteration(b).overhead_s == base.iteration_overhead_s
+    assert StepTimeModel(get_model("llama-3.1-8b"), base, cuda_graphs=True).iteration(b).overhead_s == \
+        base.iteration_overhead_s       # no graph figure measured: the eager one stands
 
 
 def test_moe_reads_only_the_experts_it_touches():
@@ -168,3 +176,52 @@ def test_linear_ops_shapes_for_tp():
     moe = {op.name: op for op in get_model("deepseek-v3").linear_ops(tp=8, kind="moe")}
     assert moe["expert_up"].experts == 256 and moe["expert_up"].active == 8 and moe["expert_up"].n == 2 * 2048 // 8
     assert moe["kv_a"].n == 576       # the latent + rope key, replicated
+
+
+_MODELS = [_model(name, gpu, tp, allreduce_Bps=125e9, allreduce_latency_s=1.2e-6)
+           for name, gpu, tp in (("llama-3.1-8b", "a40", 1), ("deepseek-v3", "h200-sxm", 8),
+                                 ("llama-2-70b", "a100-80gb", 4), ("deepseek-v4-flash", "rtxpro6000", 8))]
+_batches = st.tuples(st.integers(0, 512), st.integers(0, 200_000), st.integers(0, 8192), st.integers(0, 100_000))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(_MODELS), _batches, st.integers(1, 64), st.integers(1, 50_000), st.integers(1, 2048))
+def test_more_load_is_never_faster(m, batch, more_seqs, more_context, more_prefill):
+    seqs, ctx, pre, pre_ctx = batch
+    if seqs + pre == 0:
+        seqs = 1
+    base = m.iteration(BatchShape.uniform(seqs, ctx, pre, pre_ctx)).iteration_s
+    for bigger in (BatchShape.uniform(seqs + more_seqs, ctx, pre, pre_ctx),
+                   BatchShape.uniform(seqs, ctx + more_context, pre, pre_ctx),
+                   BatchShape.uniform(seqs, ctx, pre + more_prefill, pre_ctx),
+                   BatchShape.uniform(seqs, ctx, pre, pre_ctx + more_context)):
+        assert m.iteration(bigger).iteration_s >= base * (1 - 1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(_MODELS), _batches)
+def test_iteration_is_the_sum_of_its_terms_and_each_a_roofline(m, batch):
+    b = BatchShape.uniform(*batch)
+    t = m.iteration(b)
+    assert t.iteration_s >= t.overhead_s > 0
+    mem = b.kv_read_tokens * m.kv_bytes_per_token_per_gpu / m.geometry.layers / m.gpu.achievable_hbm_Bps
+    assert t.attention_s_per_layer >= mem * (1 - 1e-12)
+    if t.bounds["attention"] == "memory":
+        assert t.attention_s_per_layer == pytest.approx(mem, rel=1e-12)
+    else:
+        assert t.attention_s_per_layer > mem
+    assert m.iteration_s(b.new_tokens, b.sequences, b.kv_read_tokens, b.attention_pairs, b.prefill_pairs) == \
+        pytest.approx(t.iteration_s, rel=1e-12)
+
+
+def test_mla_prefill_attends_in_the_expanded_form():
+    m = _model("deepseek-v3", "h200-sxm", tp=8)
+    pairs = 8192 * 8193 / 2
+    as_decode = m.attention_s(8192, pairs)
+    as_prefill = m.attention_s(8192, pairs, prefill_pairs=pairs)
+    # compute-bound either way at 8k tokens; absorbed 576 + 512 per head vs expanded (128 + 64) + 128
+    assert as_decode / as_prefill == pytest.approx((576 + 512) / (128 + 64 + 128), rel=1e-9)
+    gqa = _model("llama-3.1-8b")
+    assert gqa.attention_s(8192, pairs) == gqa.attention_s(8192, pairs, prefill_pairs=pairs)
+    b = BatchShape.uniform(4, 1000, prefill_tokens=512, prefill_context=100)
+    assert b.prefill_pairs == 512 * 100 + 512 * 513 / 2 and b.attention_pairs == b.prefill_pairs + 4 * 1000

@@ -1,12 +1,13 @@
-"""Latency-bound messages: probe + FIFO queueing + bytes over min(single block, fair share); paper Fig 7."""
+"""Latency-bound messages: probe + FIFO queueing + bytes over min(single block, fair share); NIC queue-pair
+contexts and paper Fig 7."""
 
 from __future__ import annotations
 
 import pytest
 import simpy
 
-from simroute.network import FlowEngine, load_topology
-from simroute.scenarios.network import closed_loop_rtt
+from simroute.network import FlowEngine, MessageModel, MessageModelParams, load_topology
+from simroute.network.fig7 import fig7_round_trips, fig7_scorecard
 
 from conftest import TOPO_DIR
 
@@ -43,17 +44,49 @@ def test_message_sees_bulk_share_without_rerating(testbed):
 def test_fifo_virtual_clock_queues_back_to_back_messages(testbed):
     env = simpy.Environment()
     eng = FlowEngine(env, testbed)
+    occupancy = eng.messages.params.wire_occupancy
     kw = dict(t_probe_s=0.0, single_block_Bps=25e9)
     d1 = eng.message_delay("h0.g0", "h1.g0", 25e3, **kw)
-    d2 = eng.message_delay("h0.g0", "h1.g1", 25e3, **kw)      # same uplink, same instant: waits 1 us
+    d2 = eng.message_delay("h0.g0", "h1.g1", 25e3, **kw)      # same uplink, same instant: waits its wire time
     d3 = eng.message_delay("h0.g1", "h1.g2", 25e3, **kw)      # another uplink: no wait
-    assert d2 - d1 == pytest.approx(1e-6, rel=1e-9) and d3 == pytest.approx(d1, rel=1e-12)
+    assert d2 - d1 == pytest.approx(occupancy * 1e-6, rel=1e-9) and d3 == pytest.approx(d1, rel=1e-12)
+    assert eng.message_bytes == pytest.approx(75e3)
 
 
-def test_fig7_flat_then_rising(testbed):
-    """K background closed-loop requesters on one 25 GB/s uplink (Mq = 256 rows, 1152 B out / 1032 B back)."""
-    rtt = [closed_loop_rtt(testbed, k, rounds=120) for k in range(6)]
+def test_nic_working_set_beyond_the_context_cache_misses():
+    params = MessageModelParams(nic_context_slots=3, nic_active_window_s=100e-6, nic_miss_s=20e-6)
+    model = MessageModel(params)
+    eng = FlowEngine(simpy.Environment(), load_topology(TOPO_DIR / "paper-testbed.yaml"), message_model=model)
+    kw = dict(t_probe_s=0.0, single_block_Bps=25e9, include_latency=False)
+    holders = ["h1.g0", "h1.g1", "h1.g2", "h1.g3"]
+    base = [eng.message_delay("h0.g0", h, 1.0, now=1.0 + i * 1e-6, **kw) for i, h in enumerate(holders[:3])]
+    assert model.misses == 0 and max(base) < 1e-9            # three pairs fit the cache: no penalty
+    fourth = eng.message_delay("h0.g0", holders[3], 1.0, now=1.0 + 3e-6, **kw)
+    assert model.misses == 1 and fourth == pytest.approx(20e-6 + 1.0 / (25e9 * params.nic_miss_rate_factor))
+    later = eng.message_delay("h0.g0", holders[3], 1.0, now=2.0, **kw)   # the others went idle: a hit again
+    assert model.misses == 1 and later < 1e-9
+
+
+@pytest.mark.parametrize("rows, paper_rise", [(256, 95 / 45.6 - 1), (1024, 250 / 114 - 1)])
+def test_fig7_flat_through_k2_then_jumps_at_k3(testbed, rows, paper_rise):
+    kw = dict(rows=rows, q_bytes=1152, p_bytes=1032, t_probe_s=25e-6, single_block_Bps=25e9, rounds=120)
+    rtt = fig7_round_trips(testbed, range(5), **kw)
     assert max(rtt[:3]) == pytest.approx(rtt[0], rel=1e-9)          # K = 0..2: unchanged
-    assert rtt[3] > rtt[0] * 1.02                                     # K = 3: link full, rising
-    assert rtt[4] > rtt[3] * 1.15 and rtt[5] > rtt[4] * 1.1           # and keeps rising
-    assert 40e-6 < rtt[0] < 55e-6                                     # paper: 45.6 us at Mq = 256
+    assert rtt[3] / rtt[0] - 1 == pytest.approx(paper_rise, rel=0.15)   # K = 3: the paper's jump
+    assert rtt[4] >= rtt[3] * (1 - 1e-9)                               # more load never makes it faster
+
+
+def test_fig7_needs_the_context_mechanism(testbed, monkeypatch):
+    """Without NIC contexts the plain FIFO wire saturates one K early and rises by far less at K = 3."""
+    import simroute.network.engine as engine_module
+    monkeypatch.setattr(engine_module, "MessageModel",
+                        lambda: MessageModel(MessageModelParams(nic_contexts=False, wire_occupancy=1.0)))
+    rtt = fig7_round_trips(testbed, range(4), rows=1024, q_bytes=1152, p_bytes=1032, t_probe_s=25e-6,
+                           single_block_Bps=25e9, rounds=120)
+    assert rtt[2] > rtt[0] * 1.1 and rtt[3] / rtt[0] - 1 < 0.8
+
+
+def test_fig7_scorecard_has_a_verdict(testbed):
+    card = fig7_scorecard(testbed, q_bytes=1152, p_bytes=1032, t_probe_s=25e-6, single_block_Bps=25e9, rounds=80)
+    assert card["ok"] is True and set(card["batches"]) == {"256", "1024"}
+    assert all(entry["flat_k1_k2_ratio"] < 1.05 for entry in card["batches"].values())

@@ -83,7 +83,7 @@ def test_ark_charges_controller_and_releases(ark_topo):
     lat = sum(l.latency_s for l in ark_topo.path("h0.g0", "h1.g0"))
     assert big.value.end == pytest.approx(25e6 / 25e9 + 4.97e-6 + lat, rel=1e-9)
     assert small.value.end == pytest.approx(1e5 / 25e9 + lat, rel=1e-9)
-    assert sum(eng._reserved) == 0                     # every reservation released on completion
+    assert sum(eng.reserved) == 0                     # every reservation released on completion
 
 
 def test_ark_beats_ecmp_at_moderate_load(ark_topo, capsys):

@@ -65,7 +65,7 @@ def test_route_bytes_match_messages(corpus_trace):
     standing for that event's exchanges): their bytes are a share of the route bytes, never more."""
     sim = Simulation(_cfg(corpus_trace, policy="always-route"))
     res = sim.run()
-    sent = sum(c[6] for c in sim.ctx.network._mcache.values())
+    sent = sim.ctx.network.message_bytes
     assert 0 < sent <= res.summary["bytes"]["route"]
     assert res.summary["engine"]["holder_partials"]["queries"] > 0
 

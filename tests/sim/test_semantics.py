@@ -1,5 +1,6 @@
-"""Semantics the simulator must keep (from a review against DESIGN §2-§4): costs equal the closed form when
-nothing contends, copies in use are never evicted, one copy per instance, macro-steps stay faithful."""
+"""Semantics the simulator must keep (the request semantics of Move the Query, Not the Cache, §2-§5): costs
+equal the closed form when nothing contends, copies in use are never evicted, one copy per instance,
+macro-steps stay faithful."""
 
 from __future__ import annotations
 
@@ -25,16 +26,19 @@ def _prefill_s(step, tokens: float, context: float = 0.0) -> float:
 
 @pytest.mark.parametrize("policy", ["always-route", "always-fetch", "always-local"])
 @pytest.mark.parametrize("prompt", [16, 2048])
-def test_uncontended_ttft_is_the_closed_form(tmp_path, policy, prompt):
+@pytest.mark.parametrize("tp", [1, 2])
+def test_uncontended_ttft_is_the_closed_form(tmp_path, policy, prompt, tp):
     """One request, one remote 2048-token chunk across the IB fabric: TTFT is the step-time model's prefill
     iteration plus the closed form's first-pass cost of the primitive (route: the round trips; fetch: pull +
-    splice, then the prompt attends the copy in its own kernel; local: the chunk's prefill iteration first)."""
-    trace = single_chunk_trace(tmp_path / "t.parquet", requester=4, holder=0, prompt_tokens=prompt)
-    sim = Simulation(_testbed(trace, policy=policy, staging_copy_GBps=1e9))
+    splice, then the prompt attends the copy in its own kernel; local: the chunk's prefill iteration first);
+    under tensor parallelism each rank pair moves 1/tp of the bytes."""
+    requester = 4 // tp                                   # the first instance of the second host
+    trace = single_chunk_trace(tmp_path / "t.parquet", requester=requester, holder=0, prompt_tokens=prompt)
+    sim = Simulation(_testbed(trace, policy=policy, staging_copy_GBps=1e9, tp=tp))
     sim.run()
     m = ScalarModel(sim.ctx.params)
     step = sim.ctx.engines.step
-    r1, _, move, _, _ = m.step(16 * prompt, 2048.0, sim.ctx.params.fabric_id("h100-ibgda"), False)
+    r1, _, move, _, _ = m.step(16 * prompt, 2048.0, sim.ctx.params.fabric_id("h100-ibgda"), False, tp=tp)
     want = {"always-route": _prefill_s(step, prompt) + r1,
             "always-fetch": move + _prefill_s(step, prompt, 2048.0),
             "always-local": _prefill_s(step, 2048.0) + _prefill_s(step, prompt, 2048.0)}[policy]
@@ -85,3 +89,16 @@ def test_macro_steps_keep_ttft_and_bound_the_tpot_error():
         macro = simulate(RunConfig(decode_steps_per_event=s, **base)).summary
         assert macro["ttft_ms"]["mean"] == pytest.approx(exact["ttft_ms"]["mean"], rel=0.1)
         assert 0.95 * exact["tpot_ms"]["mean"] <= macro["tpot_ms"]["mean"] <= 1.05 * exact["tpot_ms"]["mean"]
+
+
+def test_staging_elbow_end_to_end(tmp_path):
+    """32 requesters fetch one chunk from one holder at once: the holder's staging pool sets the TTFT
+    (Move the Query, Not the Cache, §6.2 / Fig 5b: K = 8 is the elbow, K = 1 no help, K = 16 regresses)."""
+    from simroute.scenarios.traces import fanin_trace
+    trace = fanin_trace(tmp_path / "f.parquet", 32, holder=0, output_tokens=1)
+    p50 = {}
+    for k in (1, 4, 8, 16):
+        cfg = RunConfig(topology=str(default_topology_path()), trace=str(trace), calib=str(default_profile_path()),
+                        policy="always-fetch", staging_streams=k, staging_copy_GBps=20.0)
+        p50[k] = simulate(cfg).summary["ttft_ms"]["p50"]
+    assert p50[8] < p50[4] < p50[1] and p50[16] > p50[8]

@@ -107,20 +107,39 @@ class RouteExchange:
         self.merge_s = merge_s
         self.exchanges = exchanges_per_step
         self.messages = 0.0             # routed messages (queries + partials, x exchanges)
+        self._routes: dict[tuple[int, int], tuple[Any, Any, Any]] = {}   # (requester, holder) -> legs, fabric
+        self._fast = hasattr(net, "message_route") and hasattr(net, "send_message")
+
+    def _legs(self, engine: "InstanceEngine", holder: "InstanceEngine") -> tuple[Any, Any, Any]:
+        key = (engine.eid, holder.eid)
+        legs = self._routes.get(key)
+        if legs is None:
+            fab = self.fabric_of(engine, holder)
+            if self._fast:
+                legs = (self.net.message_route(engine.gpu, holder.gpu), self.net.message_route(holder.gpu, engine.gpu),
+                        fab)
+            else:
+                legs = ((engine.gpu, holder.gpu), (holder.gpu, engine.gpu), fab)
+            self._routes[key] = legs
+        return legs
+
+    def _send(self, leg: Any, nbytes: float, t_probe_s: float, single_block_Bps: float) -> float:
+        if self._fast:
+            return self.net.send_message(leg, nbytes, t_probe_s=t_probe_s, single_block_Bps=single_block_Bps,
+                                         include_latency=False)
+        return self.net.message_delay(leg[0], leg[1], nbytes, t_probe_s=t_probe_s,
+                                      single_block_Bps=single_block_Bps, include_latency=False)
 
     def iteration(self, engine: "InstanceEngine", groups: dict, k: int, compute_s: float) -> tuple[float, float]:
         """(exchange seconds, of which holder wait) added to each iteration of a k-iteration event whose
         compute is `compute_s` per iteration. `groups` maps a holder engine to [queries, rows, key_tokens]."""
-        net, now, tp, ex, me = self.net, engine.env.now, self.tp, self.exchanges, engine.eid
+        now, tp, ex, me = engine.env.now, self.tp, self.exchanges, engine.eid
         legs = []
         bare = 0.0                      # the slowest round trip without holder waits
         for holder, (queries, rows, keys) in groups.items():
-            fab = self.fabric_of(engine, holder)
-            out = net.message_delay(engine.gpu, holder.gpu, rows * self.q_bytes / tp, t_probe_s=fab.t_probe_s,
-                                    single_block_Bps=fab.single_block_Bps, include_latency=False)
-            back = net.message_delay(holder.gpu, engine.gpu, rows * self.p_bytes / tp,
-                                     t_probe_s=fab.turnaround_s, single_block_Bps=fab.single_block_Bps,
-                                     include_latency=False)
+            leg_out, leg_back, fab = self._legs(engine, holder)
+            out = self._send(leg_out, rows * self.q_bytes / tp, fab.t_probe_s, fab.single_block_Bps)
+            back = self._send(leg_back, rows * self.p_bytes / tp, fab.turnaround_s, fab.single_block_Bps)
             sharing = holder.partials.concurrent(now, me)
             kernel = holder.step.holder_partial_s(queries * sharing, rows / queries, keys / queries)
             rt = out + kernel + back + self.merge_s

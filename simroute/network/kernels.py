@@ -1,0 +1,103 @@
+"""Compiled inner loops of the flow engine (numba), each with a pure-NumPy twin that stays the reference.
+
+Two kernels, chosen once per engine by `solver_backend()`:
+- `fill_groups`: max-min rates of every group from scratch. Compiled: sequential progressive filling
+  with an indexed min-heap of link shares, one entry per link; fixing a group only marks its links stale
+  (a share never drops as groups are fixed, so a stored share is a lower bound) and a stale link is
+  refreshed and re-sifted when it reaches the top, so most updates cost O(1); capped groups are a sorted list merged with the heap. Reference:
+  `maxmin.fill_arrays`, parallel water-filling in rounds (NumPy).
+- `commit_rates`: write the solved rates into the engine's group arrays: a group whose rate moved has its
+  work clock advanced at the old rate, its rate replaced and its completion time recomputed; returns the
+  links whose load changes (their telemetry is integrated before the new load is written).
+
+numba is optional (`pip install simroute[fast]`): without it, or with SIMROUTE_NO_NUMBA=1, the NumPy
+twins run. Tests run both and compare them (tests/network/test_kernels.py).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
+
+from simroute.network.maxmin import fill_arrays
+
+INF = math.inf
+
+
+class SolverBackend(NamedTuple):
+    """The two engine kernels and what implements them ("numba" or "numpy")."""
+
+    name: str
+    fill_groups: Callable[..., tuple[np.ndarray, np.ndarray]]
+    commit_rates: Callable[..., np.ndarray]
+
+
+def commit_rates_numpy(now: float, new_rate: np.ndarray, new_bn: np.ndarray, links: np.ndarray,
+                       rate: np.ndarray, bn: np.ndarray, work: np.ndarray, last_t: np.ndarray,
+                       next_work: np.ndarray, due: np.ndarray, same: float, n_links: int) -> np.ndarray:
+    """Reference commit over the first G = len(new_rate) groups; returns the sorted ids of links whose load moves.
+
+    A group keeps its rate when |new - old| <= same * old (summation-order noise for same = 1e-12, the
+    tolerance mode's bound for larger values); otherwise work += old * (now - last_t), rate = new, due =
+    now + (next_work - work) / new. `links` is (K, G) padded with the sentinel id n_links.
+    """
+    groups = len(new_rate)
+    old = rate[:groups]
+    bn[:groups] = new_bn
+    moved = np.flatnonzero(~(np.abs(new_rate - old) <= same * old))
+    if moved.size == 0:
+        return np.empty(0, dtype=np.int64)
+    elapsed = now - last_t[moved]
+    work[moved] += np.where(elapsed > 0, old[moved] * elapsed, 0.0)
+    last_t[moved] = np.maximum(last_t[moved], now)
+    fresh = new_rate[moved]
+    old[moved] = fresh
+    with np.errstate(divide="ignore", invalid="ignore"):
+        due[moved] = np.where(fresh > 0, now + (next_work[moved] - work[moved]) / fresh, INF)
+    touched = np.unique(links[:, moved])
+    return touched[touched < n_links].astype(np.int64)
+
+
+def _compile() -> SolverBackend | None:
+    try:
+        from simroute.network import _compiled
+    except ImportError:
+        return None
+    return SolverBackend("numba", _compiled.fill_groups_numba, _compiled.commit_rates_numba)
+
+
+NUMPY_BACKEND = SolverBackend("numpy", fill_arrays, commit_rates_numpy)
+
+
+@lru_cache(maxsize=None)
+def compiled_backend() -> SolverBackend | None:
+    """The numba kernels (compiled on first use, cached on disk), or None without numba."""
+    if os.environ.get("SIMROUTE_NO_NUMBA"):
+        return None
+    return _compile()
+
+
+def compiled_available() -> bool:
+    """Whether the numba kernels can be used, without importing numba (a CLI run that never reaches array
+    mode does not pay for it)."""
+    import importlib.util
+    return not os.environ.get("SIMROUTE_NO_NUMBA") and importlib.util.find_spec("numba") is not None
+
+
+def solver_backend(name: str = "auto") -> SolverBackend:
+    """`auto`: numba where installed, else NumPy; `numba` (error if missing); `numpy` (the reference)."""
+    if name == "numpy":
+        return NUMPY_BACKEND
+    backend = compiled_backend()
+    if backend is None:
+        if name == "numba":
+            from simroute.errors import ConfigurationError
+            raise ConfigurationError("solver 'numba' needs numba installed (pip install simroute[fast])",
+                                     field="solver")
+        return NUMPY_BACKEND
+    return backend

@@ -1,0 +1,184 @@
+"""Latency-bound messages (routed queries and partials): a delay per message, no re-rating, no event.
+
+A message src -> dst costs: the wait for its links (a FIFO virtual clock per directed link, advanced by the
+wire time the message holds there), the probe (a signal round trip, measured per fabric), its bytes over
+min(single-block dispatch rate, the share bulk flows leave each link) and the path's propagation.
+
+NIC queue-pair contexts (the congestion mechanism of "Move the Query, Not the Cache", section 8, Fig. 7):
+every NIC keeps the contexts of its most recently used queue pairs (one per requester-holder pair, both
+directions) in a small on-chip cache (LRU). While a NIC serves at most `nic_context_slots` pairs in
+rotation every message hits; one pair more and a cyclic access pattern misses on every message (LRU's
+cyclic pathology), so each message fetches its context (`nic_miss_s`) and its work requests are re-read at
+a lower rate (`nic_miss_rate_factor`). Hence the paper's shape: flat while the rotation fits, a jump (not a
+ramp) at the first pair that does not, rising on from there. A message holds each link's wire for only
+`wire_occupancy` of its dispatch time (one block's puts leave gaps a second block's fill), which is why
+three concurrent requesters do not queue on one 25 GB/s uplink in Fig. 7. See docs/NETWORK.md.
+
+Per message (the hot path, `MessageModel.send`): one dict lookup (or none with a `MessageRoute` handle),
+two short loops over the path's links, two LRU touches; nothing allocated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simroute.network.engine import FlowEngine
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class MessageModelParams:
+    """Constants of the message model. Provenance: `fitted` to Fig. 7 of "Move the Query, Not the Cache"
+    (section 8: K concurrent route flows on one NDR-200 link; probe 14.5 -> 39.5 us, Mq = 1024 114 -> 250 us,
+    flat through K = 2) with `fig7_round_trips`; see docs/NETWORK.md for the fit."""
+
+    nic_context_slots: int = 3          # fitted: flat through K = 2 background + the measured requester
+    nic_active_window_s: float = 200e-6 # fitted: a pair stays in the working set this long after its last use
+    nic_miss_s: float = 20e-6           # fitted: Mq = 256 round trip +108% at K = 3 (with the rate factor)
+    nic_miss_rate_factor: float = 0.6   # fitted: Mq = 1024 round trip +119% at K = 3 (wire-bound there)
+    wire_occupancy: float = 0.8         # fitted: 3 concurrent Mq = 1024 loops do not queue on 25 GB/s
+    nic_contexts: bool = True           # False: the plain FIFO model (no context cache)
+
+
+class MessageRoute:
+    """A cached message path src -> dst: links, propagation, shares at the last bulk change, NIC ports."""
+
+    __slots__ = ("src", "dst", "links", "latency_s", "version", "link_wire", "rate_Bps", "single_block_Bps",
+                 "sent_bytes", "sent_count", "window", "window_bytes", "pair", "src_nic", "dst_nic", "spine")
+
+    def __init__(self, src: str, dst: str, links: tuple[int, ...], latency_s: float, pair: tuple[str, str],
+                 src_nic: int, dst_nic: int, spine: str | None) -> None:
+        self.src, self.dst, self.links, self.latency_s = src, dst, links, latency_s
+        self.version = -1
+        self.link_wire: tuple[tuple[int, float], ...] = ()   # (link, wire seconds per byte) at the last refresh
+        self.rate_Bps = INF
+        self.single_block_Bps = -1.0
+        self.sent_bytes = 0.0
+        self.sent_count = 0
+        self.window = -1
+        self.window_bytes = 0.0
+        self.pair = pair                   # the queue pair (both directions of a requester-holder pair)
+        self.src_nic, self.dst_nic = src_nic, dst_nic     # NIC context caches touched (-1 = none: intra-host)
+        self.spine = spine
+
+
+class MessageModel:
+    """Message delays over a FlowEngine's links (see module docstring). Swap it by passing
+    `FlowEngine(message_model=...)`; a subclass overrides `send` and keeps its signature."""
+
+    def __init__(self, params: MessageModelParams | None = None) -> None:
+        self.params = params or MessageModelParams()
+        self.routes: dict[tuple[str, str], MessageRoute] = {}
+        self.misses = 0
+
+    def attach(self, engine: "FlowEngine") -> None:
+        self.engine = engine
+        self.telemetry = engine.telemetry
+        params = self.params
+        self._contexts_on, self._miss_s, self._miss_factor = (params.nic_contexts, params.nic_miss_s,
+                                                              params.nic_miss_rate_factor)
+        self._slots, self._window_s = params.nic_context_slots, params.nic_active_window_s
+        self.busy = [0.0] * len(engine.cap)             # per link: when its message FIFO drains
+        self._nic_ids: dict[str, int] = {}
+        self.contexts: list[dict] = []                  # per NIC: active queue pairs -> last use (oldest first)
+
+    def _nic(self, name: str) -> int:
+        nic = self._nic_ids.get(name)
+        if nic is None:
+            nic = self._nic_ids[name] = len(self.contexts)
+            self.contexts.append({})
+        return nic
+
+    def route(self, src: str, dst: str) -> MessageRoute:
+        route = self.routes.get((src, dst))
+        if route is None:
+            route = self.routes[(src, dst)] = self._build(src, dst)
+        return route
+
+    def _build(self, src: str, dst: str) -> MessageRoute:
+        engine = self.engine
+        topo = engine.topology
+        src_index, dst_index = topo.index(src), topo.index(dst)
+        links = engine.message_links(src_index, dst_index)
+        all_links = topo.links
+        nic_hops = [link for link in links if all_links[link].tier == "nic-leaf"]
+        src_nic = self._nic(all_links[nic_hops[0]].src) if nic_hops else -1
+        dst_nic = self._nic(all_links[nic_hops[-1]].dst) if nic_hops else -1
+        spine = topo.spine_of(links) if hasattr(topo, "spine_of") else None
+        return MessageRoute(src, dst, links, sum(engine._latency[link] for link in links),
+                            (src, dst) if src <= dst else (dst, src), src_nic, dst_nic, spine)
+
+    def _refresh(self, route: MessageRoute, single_block_Bps: float) -> None:
+        """Shares and wire time per byte on each link, at the engine's current bulk state."""
+        engine, occupancy = self.engine, self.params.wire_occupancy
+        rate = float(single_block_Bps)
+        wire = []
+        for link in route.links:
+            share = engine.link_share(link)
+            wire.append((link, occupancy / share))
+            if share < rate:
+                rate = share
+        route.link_wire = tuple(wire)
+        route.rate_Bps = rate
+        route.version = engine.version
+        route.single_block_Bps = single_block_Bps
+
+    def _context_miss(self, nic: int, pair: tuple[str, str], now: float) -> bool:
+        """Touch a queue pair at one NIC; True when the NIC's working set (pairs that used it within the last
+        `nic_active_window_s`) exceeds its context cache, so a cyclic rotation misses on every message.
+        A plain dict keeps last-use order (re-inserting moves a pair to the end); entries are expired only
+        once the set is over the cache size (below it nothing can miss)."""
+        active = self.contexts[nic]
+        if pair in active:
+            del active[pair]
+        active[pair] = now
+        if len(active) <= self._slots:
+            return False
+        horizon = now - self._window_s
+        while len(active) > self._slots:
+            oldest = next(iter(active))
+            if active[oldest] >= horizon:
+                return True
+            del active[oldest]
+        return False
+
+    def send(self, route: MessageRoute, nbytes: float, t_probe_s: float, single_block_Bps: float, now: float,
+             include_latency: bool = True) -> float:
+        """Delay of one message sent at `now` (see module docstring). A measured probe already holds the
+        path's propagation: callers passing one can leave the links' latency out (`include_latency=False`)."""
+        if route.version != self.engine.version or route.single_block_Bps != single_block_Bps:
+            self._refresh(route, single_block_Bps)
+        busy = self.busy
+        start = now
+        for link, _wire in route.link_wire:
+            if busy[link] > start:
+                start = busy[link]
+        rate = route.rate_Bps
+        hold = nbytes
+        extra = 0.0
+        if route.src_nic >= 0 and self._contexts_on:
+            missed = self._context_miss(route.src_nic, route.pair, now)
+            if self._context_miss(route.dst_nic, route.pair, now) or missed:
+                self.misses += 1
+                extra = self._miss_s
+                rate *= self._miss_factor
+                hold = nbytes / self._miss_factor
+        for link, wire in route.link_wire:
+            busy[link] = start + hold * wire
+        route.sent_bytes += nbytes
+        route.sent_count += 1
+        telemetry = self.telemetry
+        if now >= telemetry.window_end:
+            telemetry.advance_to(now)
+        if route.window != telemetry.window_index:
+            route.window = telemetry.window_index
+            telemetry.message_routes.append(route)
+        route.window_bytes += nbytes
+        return start - now + extra + t_probe_s + nbytes / rate + (route.latency_s if include_latency else 0.0)
+
+    def total_bytes(self) -> float:
+        return sum(route.sent_bytes for route in self.routes.values())

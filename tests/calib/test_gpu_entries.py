@@ -1,0 +1,99 @@
+"""GPU entries (`gpus:`): every shipped entry validates with datasheet peaks, a measured file overrides the
+shipped one, and bad entries fail naming the file, the field and the problem."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simroute.calib import load_profile, shipped_dir
+from simroute.errors import ConfigurationError
+
+GPU_FILES = sorted((shipped_dir() / "gpus").glob("*.yaml"))
+
+
+def test_five_gpus_shipped():
+    assert {p.stem for p in GPU_FILES} == {"h100-sxm", "h200-sxm", "a100-80gb", "a40", "rtxpro6000"}
+
+
+@pytest.mark.parametrize("path", GPU_FILES, ids=lambda p: p.stem)
+def test_shipped_entry_loads_with_datasheet_peaks(path):
+    prof = load_profile(path)
+    entry = prof.gpu_entry(path.stem)
+    for key in ("peak_bf16_TFLOPs", "hbm_GBps", "hbm_GB"):
+        prov = getattr(entry, key).provenance
+        if path.stem == "rtxpro6000" and key == "peak_bf16_TFLOPs":   # its datasheet states only FP4 sparse
+            assert prov.kind == "fitted" and "datasheet" in prov.ref and "4,000 AI TOPS" in prov.ref
+            continue
+        assert prov.kind == "datasheet" and prov.ref.startswith("NVIDIA"), key
+    for key in ("hbm_efficiency", "gemm_efficiency", "attention_efficiency", "iteration_overhead_us"):
+        prov = getattr(entry, key).provenance
+        assert prov.kind in ("paper", "default") and prov.ref, key
+        if prov.kind == "default":      # a default says what it stands in for
+            assert "stands in" in prov.ref, key
+
+
+def _entry(**over) -> dict:
+    data = yaml.safe_load((shipped_dir() / "gpus" / "h100-sxm.yaml").read_text())["gpus"]["h100-sxm"]
+    data.update(over)
+    return data
+
+
+def _write(tmp_path: Path, doc: dict, name: str = "g.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def test_measured_entry_overrides_the_shipped_one(tmp_path):
+    measured = {"value": 0.61, "provenance": {"kind": "measured", "box": "h200box", "ref": "probe hbm"}}
+    doc = {"schema": "simroute.calib/1", "name": "box", "include": [str(shipped_dir() / "h100-ibgda.yaml")],
+           "gpus": {"h100-sxm": _entry(hbm_efficiency=measured)}}
+    prof = load_profile(_write(tmp_path, doc))
+    assert prof.gpu_spec("h100-sxm").hbm_efficiency == 0.61
+    assert prof.gpu_spec("h100-sxm").sources["hbm_efficiency"] == "measured: probe hbm on h200box"
+    shipped = load_profile("h100-ibgda").step_model("llama-3.1-8b")
+    ours = prof.step_model("llama-3.1-8b")
+    t_ship = shipped.iteration_s(1, 1, 1000, 1000)
+    assert ours.iteration_s(1, 1, 1000, 1000) > t_ship * 1.3      # slower HBM, memory-bound decode
+
+
+@pytest.mark.parametrize("over, field, words", [
+    ({"hbm_efficiency": {"value": 1.4, "provenance": {"kind": "default", "ref": "x"}}}, "gpus.g.hbm_efficiency",
+     "(0, 1]"),
+    ({"peak_bf16_TFLOPs": {"value": 0, "provenance": {"kind": "datasheet", "ref": "x"}}},
+     "gpus.g.peak_bf16_TFLOPs", "positive"),
+    ({"hbm_GBps": {"value": 3350, "provenance": {"kind": "datasheet"}}}, "gpus.g.hbm_GBps.provenance",
+     "vendor document"),
+    ({"hbm_GBps": {"value": 3350, "unit": "TB/s", "provenance": {"kind": "datasheet", "ref": "x"}}},
+     "gpus.g.hbm_GBps.unit", "GB/s"),
+    ({"gemm_efficiency": {"points": [[16, 0.2], [8, 0.5]], "provenance": {"kind": "default", "ref": "x"}}},
+     "gpus.g.gemm_efficiency", "increase"),
+])
+def test_bad_gpu_entry_names_file_field_reason(tmp_path, over, field, words):
+    p = _write(tmp_path, {"schema": "simroute.calib/1", "name": "x", "gpus": {"g": _entry(**over)}})
+    with pytest.raises(ConfigurationError) as err:
+        load_profile(p)
+    msg = str(err.value)
+    assert str(p) in msg and field in msg and words in msg, msg
+
+
+def test_a_gpu_name_must_exist(tmp_path):
+    p = _write(tmp_path, {"schema": "simroute.calib/1", "name": "x", "gpu": "b300", "gpus": {"g": _entry()}})
+    with pytest.raises(ConfigurationError, match="b300"):
+        load_profile(p)
+    prof = load_profile(_write(tmp_path, {"schema": "simroute.calib/1", "name": "x", "gpus": {"g": _entry()}},
+                               "ok.yaml"))
+    assert prof.instance_gpu() == "g"                 # a lone entry is the instance GPU
+    with pytest.raises(ConfigurationError, match="names no instance GPU"):
+        load_profile("paper-all").instance_gpu()      # five GPUs and no `gpu:`: ambiguous
+
+
+def test_flatten_lists_gpu_constants_once_per_file(tmp_path):
+    from simroute.calib import flatten
+    prof = load_profile("h100-ibgda")
+    rows = flatten(prof)
+    assert rows["gpus.h100-sxm.hbm_GBps"][1].startswith("datasheet: NVIDIA H100")
+    assert len(prof.files) == len(set(prof.files))

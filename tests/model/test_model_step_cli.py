@@ -1,0 +1,70 @@
+"""`simroute model step` for every shipped GPU and model: the terms, their bounds, the sources they cite."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from simroute.model.geometry import MODELS
+
+GPUS = ["h100-sxm", "h200-sxm", "a100-80gb", "a40", "rtxpro6000"]
+TERMS = ("iteration_ms", "linear_ms_per_layer", "attention_ms_per_layer", "allreduce_ms_per_layer", "overhead_ms")
+
+
+def _step(cli, *args):
+    code, out, err = cli("model", "step", *args, "--json")
+    assert code == 0, (args, out, err)
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("gpu", GPUS)
+@pytest.mark.parametrize("model", list(MODELS))
+def test_every_gpu_and_model_prints_its_terms(cli, gpu, model):
+    d = _step(cli, "--model", model, "--gpu", gpu, "--tokens", "32", "--decode-seqs", "32", "--context", "2048")
+    for term in TERMS:
+        assert d[term] >= 0, term
+    assert d["iteration_ms"] > d["overhead_ms"] > 0
+    assert d["iteration_ms"] == pytest.approx(d["layers"] * (d["linear_ms_per_layer"] + d["attention_ms_per_layer"]
+                                                            + d["allreduce_ms_per_layer"]) + d["lm_head_ms"]
+                                              + d["overhead_ms"])
+    assert set(d["bounds"]) >= {"linear", "attention", "allreduce"}
+    assert d["bounds"]["linear"] in ("memory", "compute") and d["bounds"]["allreduce"] == "none"
+    src = d["gpu_sources"]
+    assert src["hbm_GBps"].startswith("datasheet: NVIDIA")
+    assert src["peak_bf16_TFLOPs"].startswith(("datasheet: NVIDIA", "fitted: derived from the NVIDIA"))
+    for frac in ("hbm_efficiency", "gemm_efficiency", "attention_efficiency"):
+        assert src[frac].split(":")[0] in ("paper", "default", "measured"), frac
+
+
+def test_table_output_names_bounds_and_sources(cli):
+    code, out, _ = cli("model", "step", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "8",
+                       "--tokens", "64", "--decode-seqs", "64", "--context", "4096")
+    assert code == 0
+    for word in ("iteration", "linear", "attention", "all-reduce", "overhead", "memory", "FlashMLA", "datasheet"):
+        assert word in out, word
+
+
+def test_tp_uses_the_gpus_own_fabric(cli):
+    d8 = _step(cli, "--model", "llama-3.1-70b", "--gpu", "a100-80gb", "--tp", "8", "--tokens", "64",
+               "--decode-seqs", "64", "--context", "4096")
+    assert d8["inputs"]["allreduce_fabric"] == "a100-nvlink3" and d8["allreduce_ms_per_layer"] > 0
+    d1 = _step(cli, "--model", "llama-3.1-70b", "--gpu", "a100-80gb", "--tokens", "64", "--decode-seqs", "64",
+               "--context", "4096")
+    assert d8["weight_GB_per_gpu"] == pytest.approx(d1["weight_GB_per_gpu"] / 8, rel=0.01)
+
+
+def test_prefill_tokens_cost_more_than_decode(cli):
+    decode = _step(cli, "--model", "llama-3.1-8b", "--tokens", "1", "--decode-seqs", "1", "--context", "8192")
+    prefill = _step(cli, "--model", "llama-3.1-8b", "--tokens", "8192")
+    assert prefill["iteration_ms"] > 5 * decode["iteration_ms"]
+    assert prefill["bounds"]["linear"] == "compute" and decode["bounds"]["linear"] == "memory"
+
+
+@pytest.mark.parametrize("args", [
+    ("--gpu", "nope", "--tokens", "4"), ("--model", "nope", "--tokens", "4"), ("--tokens", "0"),
+    ("--tokens", "4", "--decode-seqs", "5"), ("--gpu", "h200-sxm", "--tp", "8", "--tokens", "4"),
+])
+def test_bad_input_one_line_exit_2(cli, args):
+    code, out, err = cli("model", "step", *args)
+    assert code == 2 and "Traceback" not in out + err and (err or out).strip()

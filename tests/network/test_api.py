@@ -1,0 +1,83 @@
+"""Public engine API: registries (routing strategies, fabrics), pinned paths, path_share, ARK's threshold."""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+
+from simroute.network import (FABRICS, ROUTING_STRATEGIES, FlowEngine, RoutingStrategy, load_topology,
+                              register_routing)
+from simroute.network.routing import ARK_ELEPHANT_BYTES, RouteChoice
+from simroute.network.topology import FatTreeFabric, LeafSpineFabric
+
+from conftest import TOPO_DIR
+
+
+@pytest.fixture(scope="module")
+def ark_topo():
+    return load_topology(TOPO_DIR / "ark-leafspine.yaml")
+
+
+def test_a_new_routing_strategy_is_one_class(ark_topo):
+    @register_routing
+    class LastSpine(RoutingStrategy):
+        """Every multi-path flow on the last equal-cost path."""
+
+        name = "last-spine"
+
+        def choose(self, src_index, dst_index, nbytes, sport):
+            return RouteChoice(self.engine.topology.n_choices(src_index, dst_index) - 1, sport, None, 0.0)
+
+    try:
+        env = simpy.Environment()
+        eng = FlowEngine(env, ark_topo, routing="last-spine")
+        event = eng.transfer("h0.g0", "h1.g0", 1e6)
+        env.run()
+        assert event.value.spine == f"spine{ark_topo.n_spines - 1}"
+        with pytest.raises(ValueError, match="registered twice"):
+            register_routing(LastSpine)
+    finally:
+        del ROUTING_STRATEGIES["last-spine"]
+
+
+def test_fabrics_are_registered_by_tiers():
+    assert FABRICS[2] is LeafSpineFabric and FABRICS[3] is FatTreeFabric
+    assert isinstance(load_topology(TOPO_DIR / "fattree-1024.yaml").fabric, FatTreeFabric)
+    assert isinstance(load_topology(TOPO_DIR / "ark-leafspine.yaml").fabric, LeafSpineFabric)
+
+
+def test_pinned_spine_and_pinned_links(ark_topo):
+    env = simpy.Environment()
+    eng = FlowEngine(env, ark_topo, routing="ark", ark_elephant_bytes=1.0)
+    by_index = eng.transfer("h0.g0", "h1.g0", 1e6, path_index=2)
+    links, spine = ark_topo.path_ids(ark_topo.index("h0.g1"), ark_topo.index("h1.g1"), 3)
+    by_links = eng.transfer("h0.g1", "h1.g1", 1e6, path=links)
+    env.run()
+    assert by_index.value.spine == "spine2" and by_links.value.links == links and by_links.value.spine == spine
+    assert sum(eng.reserved) == 0                          # pinned flows reserve nothing, even under ARK
+
+
+def test_path_share_is_what_a_new_flow_would_get(ark_topo):
+    env = simpy.Environment()
+    eng = FlowEngine(env, ark_topo)
+    cap = ark_topo.link("h0.g0", "leaf0").capacity_Bps
+    assert eng.path_share("h0.g0", "h1.g0") == cap
+    for gpu in ("h1.g0", "h1.g1", "h1.g2"):
+        eng.transfer("h0.g0", gpu, 1e12)
+    env.run(until=1e-4)
+    assert eng.path_share("h0.g0", "h1.g3") == pytest.approx(cap / 4)     # a fourth flow's fair share
+    assert eng.path_share("h0.g1", "h1.g3") == pytest.approx(cap)         # another uplink: idle
+    assert eng.path_share("h0.g0", "h0.g0") == float("inf")
+
+
+def test_ark_elephant_threshold_catches_chunk_pulls(ark_topo):
+    assert 1e6 < ARK_ELEPHANT_BYTES < 15.9e6
+    env = simpy.Environment()
+    eng = FlowEngine(env, ark_topo, routing="ark")
+    pull = eng.transfer("h0.g0", "h1.g0", 15.9e6)
+    mouse = eng.transfer("h0.g1", "h1.g1", 1e5)
+    env.run()
+    controller = eng.ark_delay_s
+    lat = sum(link.latency_s for link in ark_topo.path("h0.g0", "h1.g0"))
+    assert pull.value.end == pytest.approx(15.9e6 / 25e9 + controller + lat, rel=1e-9)
+    assert mouse.value.end == pytest.approx(1e5 / 25e9 + lat, rel=1e-9)

@@ -133,22 +133,21 @@ def _policies() -> list[str]:
     return list(POLICIES)
 
 
-def conversation(tmp: Path) -> None:
-    trace = conversation_trace(tmp)
+def _every_policy(name: str, trace: Path) -> None:
+    """One run per policy (or the one --policy names) on the fat-tree, least-loaded requesters."""
     for policy in _policies():
         cfg = RunConfig(topology=str(shipped_topology("fattree")), trace=str(trace),
                         calib=str(default_profile_path()), policy=policy, router="least-loaded")
         _, fig = _run(cfg)
-        record(f"sim_conversation12k_{policy}", {**fig, "peak_rss_MiB": peak_rss_mb()}, target="<= 30 s wall")
+        record(f"sim_{name}_{policy}", {**fig, "peak_rss_MiB": peak_rss_mb()}, target="<= 30 s wall")
+
+
+def conversation(tmp: Path) -> None:
+    _every_policy("conversation12k", conversation_trace(tmp))
 
 
 def agent_real(tmp: Path) -> None:
-    trace = agent_trace(tmp)
-    for policy in _policies():
-        cfg = RunConfig(topology=str(shipped_topology("fattree")), trace=str(trace),
-                        calib=str(default_profile_path()), policy=policy, router="least-loaded")
-        _, fig = _run(cfg)
-        record(f"sim_agent700_{policy}", {**fig, "peak_rss_MiB": peak_rss_mb()}, target="<= 30 s wall")
+    _every_policy("agent700", agent_trace(tmp))
 
 
 SCENARIOS = {"agents": agents, "ark": ark, "zipf": zipf, "azure": azure, "conversation": conversation,

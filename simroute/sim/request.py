@@ -141,6 +141,11 @@ class RequestProcess:
             yield from self.prefill(requester, spec.prompt_tokens)
             return
         yield from self.prefill(prefill, spec.prompt_tokens)
+        yield from self.ship_prompt_kv(prefill)
+
+    def ship_prompt_kv(self, prefill: Instance) -> Steps:
+        """PD disaggregation: the prompt's KV as a bulk flow from the prefill instance to the requester."""
+        ctx, spec, requester = self.ctx, self.spec, self.requester
         kv = spec.prompt_tokens * ctx.compute.kv_bytes_per_token
         fabric = ctx.cluster.fabric(prefill, requester)
         tp = ctx.config.tp
@@ -222,12 +227,7 @@ class DenseRequest(RequestProcess):
         self.prefill_sequence, _, done = serve(ctx.engines, prefill.id, spec.request_id, prompt=spec.prompt_tokens,
                                                output=1)
         yield done
-        kv = spec.prompt_tokens * ctx.compute.kv_bytes_per_token
-        fabric = ctx.cluster.fabric(prefill, requester)
-        tp = ctx.config.tp
-        yield ctx.network.transfer(prefill.gpu, requester.gpu, kv / tp, rate_cap_Bps=fabric.bulk_Bps, tag="pd")
-        ctx.recorder.bytes_pd[spec.request_id] += kv
-        self.floor_pd_s = kv / tp / fabric.bulk_Bps
+        yield from self.ship_prompt_kv(prefill)
 
     def first_pass(self) -> Steps:
         ctx, spec = self.ctx, self.spec

@@ -258,7 +258,7 @@ class DenseRequest(RequestProcess):
 
     def start_first_pass(self, plan: ChunkPlan) -> list[simpy.Event]:
         """One process per chunk that needs work (in the chunks' order), plus the resident copies' attention."""
-        ctx, requester = self.ctx, self.requester
+        ctx = self.ctx
         chunks, env = ctx.cluster.chunks, ctx.env
         attend = lambda chunk: ctx.compute.attend_s(self.mq_first, float(chunks.tokens[chunk]), 0)
         ops = [env.process(self.local(chunk, attend(chunk))) for chunk in plan.prefill_here]

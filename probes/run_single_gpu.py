@@ -1,17 +1,22 @@
 #!/usr/bin/env python3
-"""One-shot calibration of a single-GPU box (H200-class; <= 8 minutes wall; no network).
+"""One-shot calibration of a single-GPU box (H200-class) within a short lease: <= 8 minutes wall, no network.
 
-    python probes/run_single_gpu.py OUT_DIR [--wheels .whl] [--budget-s 480] [--quick] [--dry-run] [--box NAME]
+    python probes/run_single_gpu.py OUT_DIR [--wheels .whl] [--budget-s 480] [--quick] [--box NAME] [--gpu ENTRY]
+    python probes/run_single_gpu.py OUT_DIR --dry-run [--rehearsal-s 60]       # what CI runs, on a CPU
+    python probes/run_single_gpu.py --print-wheels                              # the pip download command
 
-1. Installs what is missing (cupy, nvshmem4py, cuda-core, simroute's own deps) from a local wheel folder
-   (`pip install --no-index --find-links .whl`); nothing is fetched from the network.
-2. Reports the machine's capabilities, then runs the host probes and the 1-GPU probes (splice, holder,
-   staging, nvshmem-loopback), each in its own subprocess with a timeout sized to the wall budget.
-3. Writes OUT_DIR/profile.yaml (provenance per constant), OUT_DIR/samples.parquet, OUT_DIR/capability.json
-   and OUT_DIR/calibrate.log. Commit OUT_DIR as calib/measured/<box>/.
+1. Installs what the box lacks (pydantic and its dependencies, simpy, nvshmem4py) from a local wheel folder,
+   one wheel at a time with `--no-index --no-deps`: nothing is fetched, an absent wheel costs only what needs it.
+2. Reports the machine's capabilities, prints the plan (each probe's share of the budget) and runs every probe
+   in its own subprocess, whose sweeps stop at its deadline and keep what they measured; a probe never gets
+   more than what is left of the total budget.
+3. Writes into OUT_DIR: profile.yaml (provenance per constant; the step-time constants in the GPU entry),
+   samples.parquet, results.json (every probe's raw results), capability.json, calibrate.log. Commit OUT_DIR
+   as calib/measured/<box>/.
 
---dry-run installs nothing and runs no GPU probe: it prints the plan and runs the host probes (quick),
-which is what CI exercises. See docs/PROBES.md.
+--dry-run rehearses the whole plan on a CPU: the GPU probes run their numpy reference implementations (cupy's
+kernels and torch replaced, see simroute/probes/refcupy.py and step_backend.py) under the same shares of a
+short rehearsal budget, and the profile says DRY RUN. See docs/PROBES.md.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -28,43 +34,76 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-# import name -> wheel/requirement name installed from the local folder when missing
-# One CUDA major version throughout (cupy and nvshmem4py must share it): the `gpu` extra's CUDA 13 set,
-# or the `gpu-cu12` set when only CUDA 12 wheels are in the wheel folder.
-GPU_LIBS_CU13 = {"cupy": "cupy-cuda13x", "nvshmem": "nvshmem4py-cu13", "cuda.core": "cuda-core"}
-GPU_LIBS_CU12 = {"cupy": "cupy-cuda12x", "nvshmem": "nvshmem4py-cu12", "cuda.core": "cuda-core"}
+# What the box lacks, to bring as wheels: (distribution==version, import name, needs a GPU). Installed in this
+# order with --no-deps (the dependencies are listed too; the box's numpy, cuda-core and NVSHMEM library stay).
+BRING_WHEELS: tuple[tuple[str, str, bool], ...] = (
+    ("typing-extensions==4.15.0", "typing_extensions", False),
+    ("annotated-types==0.7.0", "annotated_types", False),
+    ("typing-inspection==0.4.2", "typing_inspection", False),
+    ("pydantic-core==2.46.4", "pydantic_core", False),
+    ("pydantic==2.13.4", "pydantic", False),
+    ("simpy==4.1.2", "simpy", False),
+    ("nvshmem4py-cu13==0.4.1", "nvshmem", True),
+)
+# What the box already has (the dry-run venv test provides exactly these, minus the GPU ones).
+ON_THE_BOX = ("numpy", "pandas", "pyarrow", "pyyaml", "typer", "rich", "pip")
+ON_THE_BOX_GPU = ("torch", "cupy-cuda13x", "cuda-core", "cuda-bindings", "numba-cuda")
+WHEEL_PYTHON = "3.12"
+
+# (probe, share of the budget), in run order; the shares leave RESERVE_SHARE for install, capability, writing.
+PLAN: tuple[tuple[str, float], ...] = (
+    ("splice", 0.12), ("holder", 0.14), ("staging", 0.06), ("hbm", 0.03), ("gemm", 0.15),
+    ("decode-attention", 0.08), ("prefill-attention", 0.05), ("decoder-layer", 0.10), ("launch-overhead", 0.03),
+    ("nvshmem-loopback", 0.05), ("host-shm", 0.03), ("host-tcp", 0.03))
+RESERVE_SHARE = 1.0 - sum(s for _, s in PLAN)
+MIN_PROBE_S = 5.0
+REHEARSAL_MIN_PROBE_S = 10.0        # numpy stand-ins on a shared CI core: set-up alone can take seconds
+OUTPUTS = ("profile.yaml", "samples.parquet", "results.json", "capability.json", "calibrate.log")
+MAX_FILES, MAX_FILE_BYTES, MAX_DEPTH = 8, 16 * 2 ** 20, 2
+SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
-def gpu_libs(wheels: Path) -> dict[str, str]:
-    """The CUDA 12 set if the wheel folder holds CUDA 12 cupy and no CUDA 13 cupy, else the CUDA 13 set."""
-    if wheels.is_dir() and any(wheels.glob("cupy_cuda12x-*.whl")) and not any(wheels.glob("cupy_cuda13x-*.whl")):
-        return GPU_LIBS_CU12
-    return GPU_LIBS_CU13
-BASE_LIBS = {"numpy": "numpy", "yaml": "pyyaml", "pydantic": "pydantic", "pyarrow": "pyarrow", "tqdm": "tqdm",
-             "typer": "typer", "rich": "rich"}
-# (probe, share of the budget): the 1-GPU set; shares sum to < 1 to leave room for start-up and writing
-PLAN = (("host-shm", 0.05), ("host-tcp", 0.05), ("splice", 0.25), ("holder", 0.30), ("staging", 0.12),
-        ("nvshmem-loopback", 0.10))
+def wheel_command(gpu: bool = True) -> str:
+    """The `pip download` command that fetches BRING_WHEELS for the box's Python (run where there is network)."""
+    reqs = " ".join(r for r, _, needs_gpu in BRING_WHEELS if gpu or not needs_gpu)
+    return (f"pip download --no-deps --only-binary=:all: --python-version {WHEEL_PYTHON} --implementation cp "
+            f"--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 "
+            f"-d .whl {reqs}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("out_dir", type=Path, help="where profile.yaml, samples.parquet and the log go")
+    ap.add_argument("out_dir", type=Path, nargs="?", help="where the outputs go (at most two folders deep)")
     ap.add_argument("--wheels", type=Path, default=REPO / ".whl", help="local wheel folder (default .whl/)")
-    ap.add_argument("--budget-s", type=float, default=480.0, help="wall budget for all probes (default 480)")
+    ap.add_argument("--budget-s", type=float, default=480.0, help="wall budget of the whole run (default 480)")
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--dry-run", action="store_true", help="print the plan, run only the host probes")
+    ap.add_argument("--dry-run", action="store_true", help="rehearse the plan on the CPU with reference probes")
+    ap.add_argument("--rehearsal-s", type=float, default=60.0, help="dry run: the budget whose shares the "
+                                                                     "rehearsal's probes get")
+    ap.add_argument("--only", default="", help="comma-separated probes of the plan (default: all)")
     ap.add_argument("--box", default=None, help="box name for provenance (default: hostname)")
+    ap.add_argument("--gpu", default=None, help="GPU entry for the step-time constants (default: matched; "
+                                                "dry run: h200-sxm)")
+    ap.add_argument("--print-wheels", action="store_true", help="print the pip download command and exit")
     a = ap.parse_args(argv)
+    if a.print_wheels:
+        return a
+    if a.out_dir is None:
+        ap.error("OUT_DIR is required")
     if a.budget_s < 60:
         ap.error("--budget-s must be at least 60")
+    names = {n for n, _ in PLAN}
+    bad = [n for n in a.only.split(",") if n and n not in names]
+    if bad:
+        ap.error(f"--only: unknown probe(s) {bad}; the plan has {sorted(names)}")
     return a
 
 
-def missing(libs: dict[str, str]) -> list[str]:
+def missing(pairs: list[tuple[str, str]]) -> list[str]:
+    """The requirements among (requirement, import name) whose module cannot be found."""
     out = []
-    for mod, req in libs.items():
+    for req, mod in pairs:
         try:
             found = importlib.util.find_spec(mod) is not None
         except (ImportError, ValueError):
@@ -76,31 +115,138 @@ def missing(libs: dict[str, str]) -> list[str]:
 
 def install_plan(wheels: Path) -> tuple[list[str], str]:
     """What would be installed from `wheels`, and a line saying so."""
-    need = missing(BASE_LIBS) + missing(gpu_libs(wheels))
+    need = missing([(req, mod) for req, mod, _ in BRING_WHEELS])
     if not need:
         return [], "all libraries present"
     if not wheels.is_dir():
-        return [], f"missing {', '.join(need)} and no wheel folder at {wheels}: those probes will report missing-dep"
+        return [], f"missing {', '.join(need)} and no wheel folder at {wheels}: what needs them will fail"
     return need, f"install from {wheels}: {', '.join(need)}"
 
 
+def _has_wheel(req: str, wheels: Path) -> bool:
+    name, _, version = req.partition("==")
+    return any(wheels.glob(f"{name.replace('-', '_')}-{version or '*'}-*.whl"))
+
+
+def _pip_install(reqs: list[str], wheels: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--find-links",
+                           str(wheels), *reqs], capture_output=True, text=True)
+
+
 def install(reqs: list[str], wheels: Path, log) -> None:
-    for req in reqs:                       # one at a time: a wheel that is absent must not block the others
-        r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels),
-                            req], capture_output=True, text=True)
-        log(f"pip install {req}: {'ok' if r.returncode == 0 else 'FAILED ' + r.stderr.strip()[-300:]}")
+    """The wheels present in one pip call (pip's start-up is seconds); if that fails, one at a time, so that
+    one bad wheel costs only what needs it. An absent wheel is reported and skipped."""
+    present = [r for r in reqs if _has_wheel(r, wheels)]
+    for req in reqs:
+        if req not in present:
+            log(f"pip install {req}: FAILED no wheel for it in {wheels}")
+    if present and _pip_install(present, wheels).returncode == 0:
+        for req in present:
+            log(f"pip install {req}: ok")
+    else:
+        for req in present:
+            r = _pip_install([req], wheels)
+            log(f"pip install {req}: {'ok' if r.returncode == 0 else 'FAILED ' + r.stderr.strip()[-300:]}")
+    importlib.invalidate_caches()
 
 
-def timeouts(budget_s: float) -> dict[str, float]:
-    return {name: max(share * budget_s, 20.0) for name, share in PLAN}
+def plan_timeouts(budget_s: float, only: list[str] | None = None, floor_s: float = MIN_PROBE_S) -> dict[str, float]:
+    """Each planned probe's timeout: its share of the budget (at least `floor_s`)."""
+    return {name: max(share * budget_s, floor_s) for name, share in PLAN if not only or name in only}
+
+
+def plan_lines(budget_s: float, tos: dict[str, float], dry_run: bool) -> list[str]:
+    lines = [f"plan        {name:<18} {to:5.0f} s" for name, to in tos.items()]
+    total = sum(tos.values())
+    fits = total <= budget_s * (1 - RESERVE_SHARE / 2)
+    lines.append(f"plan total  {total:.0f} s of probes + {budget_s - total:.0f} s for install, capability and "
+                 f"writing = {budget_s:.0f} s budget ({budget_s / 60:.1f} min): {'fits' if fits else 'DOES NOT FIT'}")
+    if dry_run:
+        lines.append("plan        dry run: GPU probes replaced by their numpy reference implementations")
+    return lines
+
+
+def check_outputs(out_dir: Path) -> list[str]:
+    """What breaks the lease's limits: more than MAX_FILES files, one over MAX_FILE_BYTES, a path deeper than
+    MAX_DEPTH folders below OUT_DIR's parent, a name outside letters, digits, '.', '_' and '-'."""
+    files = [p for p in out_dir.rglob("*") if p.is_file()]
+    bad = [f"{len(files)} files (at most {MAX_FILES})"] if len(files) > MAX_FILES else []
+    for p in files:
+        rel = p.relative_to(out_dir.parent)
+        if p.stat().st_size > MAX_FILE_BYTES:
+            bad.append(f"{rel}: {p.stat().st_size} bytes (at most {MAX_FILE_BYTES})")
+        if len(rel.parts) - 1 > MAX_DEPTH:
+            bad.append(f"{rel}: deeper than {MAX_DEPTH} folders")
+        if not all(SAFE_NAME.match(part) for part in rel.parts):
+            bad.append(f"{rel}: a name outside [A-Za-z0-9._-]")
+    return bad
+
+
+def run_plan(a: argparse.Namespace, cap, tos: dict[str, float], end: float, reserve_s: float, log) -> list:
+    """Run the planned probes in order; each gets its share, or what is left before the reserve."""
+    from simroute.probes.calibrate import run_probes, select
+    from simroute.probes.framework import ProbeOutcome
+    extra = {"backend": "reference"} if a.dry_run else {}
+    outcomes = []
+    for probe in select(list(tos)):
+        left = end - time.monotonic() - reserve_s
+        if left < MIN_PROBE_S:
+            outcomes.append(ProbeOutcome(probe, "skipped", f"no budget left ({left:.0f} s)", 0.0))
+        else:
+            quick = a.quick or a.dry_run or probe.name.startswith("host")
+            outcomes += run_probes([probe], cap, quick=quick, timeout_s=min(tos[probe.name], left), extra_args=extra)
+        log(outcomes[-1].line())
+    return outcomes
+
+
+def write_outputs(a: argparse.Namespace, cap, outcomes: list, log) -> int:
+    from simroute.calib.writer import write_profile_checked, write_samples
+    from simroute.probes.assemble import build_profile
+    from simroute.ioutil import atomic_path
+    out = a.out_dir / "profile.yaml"
+    with atomic_path(a.out_dir / "results.json") as tmp:
+        tmp.write_text(json.dumps({o.probe.name: {"status": o.status, "message": o.message, "seconds": o.seconds,
+                                                  "results": o.results} for o in outcomes}, indent=1, default=float))
+    if not any(o.ok for o in outcomes):
+        log("nothing was measured: no profile written")
+        return 1
+    samples = [dict(s, probe=s.get("probe", o.probe.name)) for o in outcomes for s in o.samples]
+    gpu = a.gpu or ("h200-sxm" if a.dry_run else None)
+    data = build_profile(outcomes, cap, out, gpu=gpu)
+    if a.dry_run:
+        data["description"] = ("DRY RUN (numpy reference implementations on a CPU, not a GPU measurement). "
+                               + data["description"])
+    prof = write_profile_checked(data, out, before_commit=lambda: write_samples(
+        samples, a.out_dir / "samples.parquet", metadata={"simroute.box": cap.box}))
+    log(f"wrote {out} ({len(prof.fabrics)} fabrics, {len(prof.constants)} constants, GPU entries measured: "
+        f"{', '.join(data.get('gpus', {})) or 'none'}), samples.parquet, results.json")
+    _log_layer_vs_model(outcomes, prof, data.get("gpu"), log)
+    return 0
+
+
+def _log_layer_vs_model(outcomes: list, prof, gpu: str | None, log) -> None:
+    from simroute.probes.step_constants import layer_vs_model
+    layer = next((o for o in outcomes if o.probe.name == "decoder-layer" and o.ok), None)
+    if layer is None or gpu is None:
+        return
+    if layer.results.get("narrowed"):
+        log("layer       vs step-time model: not compared (dry run: narrowed layers on numpy)")
+        return
+    for r in layer_vs_model(layer.results["layers"], prof, gpu):
+        log(f"layer       {r['model']:<17} T={r['tokens']:<5} measured {r['measured_layer_ms']:.3f} ms "
+            f"(linear {r['measured_linear_ms']:.3f}, attention {r['measured_attention_ms']:.3f}) vs step-time model "
+            f"{r['model_layer_ms']:.3f} ms (linear {r['model_linear_ms']:.3f}, attention {r['model_attention_ms']:.3f})")
 
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    a.out_dir.mkdir(parents=True, exist_ok=True)
+    if a.print_wheels:
+        print(wheel_command())
+        return 0
     t0 = time.monotonic()
-    log_path = a.out_dir / "calibrate.log"
-    logf = log_path.open("a")
+    end = t0 + a.budget_s
+    a.out_dir.mkdir(parents=True, exist_ok=True)
+    logf = (a.out_dir / "calibrate.log").open("a")
 
     def log(msg: str) -> None:
         line = f"[{time.monotonic() - t0:6.1f}s] {msg}"
@@ -112,10 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("NVSHMEM_REMOTE_TRANSPORT", "none")          # one box, no InfiniBand needed
     os.environ.setdefault("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo")
     reqs, line = install_plan(a.wheels)
-    log(("dry run (nothing installed): " if a.dry_run else "") + line)
-    if reqs and not a.dry_run:
+    log(line)
+    if reqs:
         install(reqs, a.wheels, log)
-    from simroute.probes.calibrate import calibrate
     from simroute.probes.capability import detect, report_rows
     cap = detect()
     if a.box:
@@ -123,35 +268,28 @@ def main(argv: list[str] | None = None) -> int:
     for what, val in report_rows(cap):
         log(f"capability  {what:<22} {val}")
     (a.out_dir / "capability.json").write_text(json.dumps(cap.as_dict(), indent=2))
-    tos = timeouts(a.budget_s)
-    for name, to in tos.items():
-        log(f"plan        {name:<18} timeout {to:5.0f} s" + (" (dry run: not run)" if a.dry_run
-                                                              and not name.startswith("host") else ""))
-    only = [n for n in tos if not a.dry_run or n.startswith("host")]
-    outcomes = []
-    for name in only:                       # one call per probe so each gets its own share of the budget
-        cal = calibrate(None, only=[name], quick=a.quick or a.dry_run, timeout_s=tos[name], cap=cap, write=False)
-        outcomes += cal.outcomes
-        log(cal.outcomes[0].line())
-    from simroute.calib.writer import write_profile_checked, write_samples
-    from simroute.probes.assemble import build_profile
-    out = a.out_dir / "profile.yaml"
-    if not any(o.ok for o in outcomes):
-        log("nothing was measured: no profile written")
-        return 1
-    samples = [dict(s, probe=s.get("probe", o.probe.name)) for o in outcomes for s in o.samples]
-    data = build_profile(outcomes, cap, out)
-    if a.dry_run:
-        data["description"] = "DRY RUN (host probes only). " + data["description"]
-    prof = write_profile_checked(data, out, before_commit=lambda: write_samples(
-        samples, a.out_dir / "samples.parquet", metadata={"simroute.box": cap.box}))
-    log(f"wrote {out} ({len(prof.fabrics)} fabrics, {len(prof.constants)} constants) and samples.parquet")
-    log("measured: " + ", ".join(o.probe.name for o in outcomes if o.ok))
+    only = [n for n in a.only.split(",") if n]
+    for text in plan_lines(a.budget_s, plan_timeouts(a.budget_s, only), a.dry_run):
+        log(text)
+    run_budget = a.rehearsal_s if a.dry_run else a.budget_s
+    tos = plan_timeouts(a.budget_s, only)
+    if a.dry_run:                           # each probe under its share of the rehearsal; no total cap
+        end = float("inf")
+        tos = plan_timeouts(run_budget, only, REHEARSAL_MIN_PROBE_S)
+        log(f"rehearsal   the same shares of {run_budget:.0f} s (at least {REHEARSAL_MIN_PROBE_S:.0f} s each)")
+    outcomes = run_plan(a, cap, tos, end, RESERVE_SHARE / 2 * run_budget, log)
+    rc = write_outputs(a, cap, outcomes, log)
+    log("measured: " + (", ".join(o.probe.name for o in outcomes if o.ok) or "nothing"))
     for o in outcomes:
         if not o.ok:
             log(f"NOT measured: {o.probe.name}: {o.status}: {o.message}")
-    log(f"done in {time.monotonic() - t0:.0f} s (budget {a.budget_s:.0f} s)")
-    return 0
+    problems = check_outputs(a.out_dir)
+    for p in problems:
+        log(f"OUTPUT LIMIT: {p}")
+    log(f"done in {time.monotonic() - t0:.0f} s (" + (f"rehearsal of the {a.budget_s:.0f} s plan)" if a.dry_run
+                                                       else f"budget {a.budget_s:.0f} s)"))
+    logf.close()
+    return rc or (3 if problems else 0)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Hardware probes and the calibrate pipeline (REFERENCE §7).
+"""Hardware probes and the calibrate pipeline.
 
 Host probes (shared memory, loopback TCP) always run; GPU probes (cupy, FlashMLA, nvshmem4py) import their
 libraries lazily inside their own subprocess and report `skipped` / `missing-dep` where they cannot run.

@@ -105,14 +105,16 @@ def gpu_constants(o: ProbeOutcome, pv: _Prov) -> dict[str, dict[str, Any]]:
             out["merge_us"] = _c(r["merge_us"], unit="us", note=r.get("merge_note"),
                                  prov=pv.measured("probe holder: merge of partials"))
     elif name == "staging":
-        out["staging_elbow_streams"] = _c(r["elbow_streams"], prov=pv.measured("probe staging: K-stream D2D"))
+        out["staging_elbow_streams"] = _c(r["elbow_streams"], prov=pv.measured(f"probe staging: K-stream D2D "
+                                                                                f"({r.get('backend', 'cupy')})"))
         out["staging_gain_at_elbow"] = _c(max(r["gain_at_elbow"], 0.0), note="time saved at the elbow vs K = 1",
                                           prov=pv.measured("probe staging: K-stream D2D"))
-        out["d2d_single_block_GBps"] = _c(r["single_block_GBps"], unit="GB/s",
-                                          prov=pv.measured("probe staging: one-CTA copy kernel"))
-        out["d2d_multi_block_GBps"] = _c(r["multi_block_GBps"], unit="GB/s",
-                                         note=f"best over block counts {r.get('blocks')}",
-                                         prov=pv.measured("probe staging: multi-CTA copy kernel"))
+        if "single_block_GBps" in r:                 # absent when the deadline came before the copy sweep
+            out["d2d_single_block_GBps"] = _c(r["single_block_GBps"], unit="GB/s",
+                                              prov=pv.measured("probe staging: one-CTA copy kernel"))
+            out["d2d_multi_block_GBps"] = _c(r["multi_block_GBps"], unit="GB/s",
+                                             note=f"best over block counts {r.get('blocks')}",
+                                             prov=pv.measured("probe staging: multi-CTA copy kernel"))
     elif name == "nvshmem-loopback":
         note = "1-PE put+signal to itself: a software floor, never a fabric constant"
         out["nvshmem_loopback_sig_rt_us"] = _c(r["sig_rt_us"], unit="us", note=note,
@@ -122,12 +124,41 @@ def gpu_constants(o: ProbeOutcome, pv: _Prov) -> dict[str, dict[str, Any]]:
     return out
 
 
+def shipped_gpu_entries() -> dict[str, Path]:
+    """GPU entry name -> the shipped file defining it."""
+    out = {}
+    for f in sorted((shipped_dir() / "gpus").glob("*.yaml")):
+        out.update({name: f for name in load_profile(f).gpus})
+    return out
+
+
+def instance_gpu(cap: Capability, gpu: str | None = None) -> str | None:
+    """The GPU entry the measured constants belong to: `gpu` if given, else the one matching the first GPU."""
+    from simroute.probes.step_constants import match_gpu_entry
+    if gpu is not None:
+        return gpu
+    return match_gpu_entry(cap.gpu_names[0], list(shipped_gpu_entries())) if cap.gpu_names else None
+
+
+def _step_section(outcomes: list[ProbeOutcome], entry: str | None, pv: _Prov) -> tuple[dict, dict, str]:
+    """({entry: GPU entry with the step probes' constants}, extra constants, why not) for the profile."""
+    from simroute.probes.step_constants import STEP_PROBES, gpu_entry
+    if not any(o.ok and o.probe.name in STEP_PROBES for o in outcomes):
+        return {}, {}, "no step-time probe measured anything"
+    entries = shipped_gpu_entries()
+    if entry not in entries:
+        return {}, {}, f"no shipped GPU entry for this GPU ({entry or 'unknown'}; have {sorted(entries)})"
+    data, extra = gpu_entry(load_profile(entries[entry]), entry, outcomes, pv.measured)
+    return {entry: data}, extra, ""
+
+
 def build_profile(outcomes: list[ProbeOutcome], cap: Capability, out_path: Path,
-                  samples_name: str = "samples.parquet") -> dict[str, Any]:
-    """The profile dict for `out_path` (it includes the shipped shared constants and fabrics by name)."""
+                  samples_name: str = "samples.parquet", gpu: str | None = None) -> dict[str, Any]:
+    """The profile dict for `out_path` (it includes the shipped shared constants, fabrics and GPU entries by
+    name); the step-time probes' constants go into the GPU entry of `gpu` (default: matched from `cap`)."""
     pv = _Prov(cap.box, samples_name)
     base = shipped_dir().resolve()
-    fabric_files = sorted((base / "fabrics").glob("*.yaml"))
+    fabric_files = sorted((base / "fabrics").glob("*.yaml")) + sorted((base / "gpus").glob("*.yaml"))
     # By shipped name, not by path: the profile stays valid when copied to another box or reinstalled.
     include = ["shipped:shared.yaml"] + [f"shipped:{f.relative_to(base).as_posix()}" for f in fabric_files]
     by_name = {o.probe.name: o for o in outcomes}
@@ -167,14 +198,22 @@ def build_profile(outcomes: list[ProbeOutcome], cap: Capability, out_path: Path,
         if "range" in d:
             d["range"] = list(d["range"])
         constants[key] = d
+    entry = instance_gpu(cap, gpu)
+    gpus, extra, why = _step_section(outcomes, entry, pv)
+    constants.update(extra)
     ran = [o.probe.name for o in outcomes if o.ok]
-    return {
+    out = {
         "schema": "simroute.calib/1",
         "name": f"measured-{cap.hostname}",
         "description": f"Measured by `simroute calibrate` on {cap.box}, {pv.date}; measured: "
-                       f"{', '.join(ran) or 'nothing'}; paper values stand in for the rest (provenance default)",
+                       f"{', '.join(ran) or 'nothing'}; paper values stand in for the rest (provenance default)"
+                       + (f"; GPU entry not measured: {why}" if why else ""),
         "box": {"name": cap.hostname, "description": cap.box},
         "include": include,
         "fabrics": fabrics,
         "constants": constants,
     }
+    if gpus:
+        out["gpus"] = gpus
+        out["gpu"] = entry
+    return out

@@ -1,4 +1,4 @@
-"""Holder partial attention on one GPU (paper §6.3): N requesters' queries (h_q heads each) over one held
+"""Holder partial attention on one GPU ("Move the Query, Not the Cache" §6.3): N requesters' queries (h_q heads each) over one held
 2048-token chunk, returning (out [., 512], natural-log lse). FlashMLA's dense decode when importable, else a
 torch bf16 absorbed-MLA kernel, else a cupy fp32 one; the kernel used is recorded. Also a sparse top-k variant
 (per-requester gather of k entries then the same kernel) and the online-softmax merge of M partials."""
@@ -10,7 +10,7 @@ from typing import Any, Callable
 import numpy as np
 
 from simroute.probes import reference as ref
-from simroute.probes.gpu_common import Deadline, import_cupy, summary, time_events
+from simroute.probes.gpu_common import Deadline, backend_name, import_cupy, summary, time_events
 
 NS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 CT, PAGE = 2048, 64
@@ -126,7 +126,8 @@ class _Cupy(_Kernel):
 def pick_kernel(prefer: str | None = None) -> _Kernel:
     """FlashMLA, else torch, else cupy (or the one named by `prefer`)."""
     errors = []
-    for cls in (_FlashMLA, _Torch, _Cupy):
+    from simroute.probes.gpu_common import reference_backend
+    for cls in ((_Cupy,) if reference_backend() else (_FlashMLA, _Torch, _Cupy)):
         if prefer and prefer not in cls.__name__.lower():
             continue
         try:
@@ -182,7 +183,7 @@ def _merge_us(cp: Any, dl: Deadline, warm: int, reps: int, m: int = 4, rows: int
 
 def probe_holder(args: dict[str, Any]) -> dict:
     cp = import_cupy()
-    dl = Deadline(float(args.get("timeout_s", 300)) - 5)
+    dl = Deadline.for_probe(args, 300)
     quick = bool(args.get("quick"))
     warm, reps = (2, 5) if quick else (5, 30)
     kern = pick_kernel(args.get("kernel"))
@@ -190,17 +191,15 @@ def probe_holder(args: dict[str, Any]) -> dict:
     rng = np.random.default_rng(1)
     kv = rng.standard_normal((CT, 576)).astype(np.float32)
     samples, dense = [], {}
-    for h in (16, 128):
+    for h in dl.points("holder heads", (16, 128)):
         dense[str(h)] = {}
-        for n in NS:
-            dl.check(f"holder h_q={h} N={n}")
+        for n in dl.points(f"holder h_q={h} requesters", NS):
             xs = time_events(cp, kern.prepare(kv, n, h), warm=warm, reps=reps, deadline=dl)
             dense[str(h)][str(n)] = summary(xs) * 1e6
             samples += [{"series": "dense", "x": float(n), "value": v, "unit": "s", "heads": h, "ct": CT} for v in xs]
     store = rng.standard_normal((STORE, 576)).astype(np.float32)
     n_sparse, sparse, premium = 16, {}, {}
-    for k in TOPK:
-        dl.check(f"sparse k={k}")
+    for k in dl.points("sparse top-k", TOPK):
         sel = np.sort(np.stack([rng.choice(STORE, k, replace=False) for _ in range(n_sparse)]), axis=1)
         xs = time_events(cp, kern.prepare(store, n_sparse, 16, sel=sel.astype(np.int32)), warm=warm, reps=reps,
                          deadline=dl)
@@ -209,12 +208,19 @@ def probe_holder(args: dict[str, Any]) -> dict:
         premium[str(k)] = summary(xs) / summary(base)
         samples += [{"series": "sparse", "x": float(k), "value": v, "unit": "s", "requesters": n_sparse} for v in xs]
         samples += [{"series": "dense_matched_k", "x": float(k), "value": v, "unit": "s"} for v in base]
-    merge_us, mxs = _merge_us(cp, dl, warm, reps)
-    samples += [{"series": "merge", "x": 4.0, "value": v, "unit": "s", "rows": 256} for v in mxs]
-    d16 = dense["16"]
+    merge_us = None
+    if not dl.expired():
+        merge_us, mxs = _merge_us(cp, dl, warm, reps)
+        samples += [{"series": "merge", "x": 4.0, "value": v, "unit": "s", "rows": 256} for v in mxs]
+    d16 = dense.get("16", {})
+    if not d16:
+        raise TimeoutError("probe deadline reached before the first holder batch was timed")
+    dense = {h: d for h, d in dense.items() if d}
+    shown = ", ".join(f"N={n} {d16[n]:.1f} us" for n in ("1", "16", "256") if n in d16)
     return {"results": {"kernel": kern.name, "check_rel_err": err, "dense_us": dense, "sparse_us": sparse,
                         "sparse_premium": premium, "sparse_kernel": f"per-requester gather of k from {STORE} + "
-                        f"{kern.name}", "merge_us": merge_us, "merge_note": "4 partials x 256 rows, cupy elementwise"},
+                        f"{kern.name}", "merge_us": merge_us, "merge_note": "4 partials x 256 rows, cupy elementwise",
+                        "sweep": dl.note(), "backend": backend_name(cp)},
             "samples": samples,
-            "message": f"{kern.name}: h_q 16 N=1 {d16['1']:.1f} us, N=16 {d16['16']:.1f} us, N=256 {d16['256']:.0f} us"
-                       f" (paper H100: 15-37 us at N<=16, <=400 at 256); merge {merge_us:.1f} us"}
+            "message": f"{kern.name}: h_q 16 {shown} (paper H100: 15-37 us at N<=16, <=400 at 256)"
+                       + (f"; merge {merge_us:.1f} us" if merge_us is not None else "; merge not reached")}

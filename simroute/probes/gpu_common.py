@@ -3,8 +3,9 @@ uint16 (cupy has no bf16 dtype; the kernels convert by bit operations), and a sp
 
 from __future__ import annotations
 
+import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import numpy as np
 
@@ -23,8 +24,21 @@ __device__ __forceinline__ unsigned long long now_ns() {
 """
 
 
+BACKEND_ENV = "SIMROUTE_PROBE_BACKEND"      # "reference": numpy stand-ins for the GPU (the dry run)
+T = TypeVar("T")
+
+
+def reference_backend() -> bool:
+    """True in a dry run: the GPU probes run their numpy reference implementations on the CPU."""
+    return os.environ.get(BACKEND_ENV) == "reference"
+
+
 def import_cupy() -> Any:
-    """cupy, with a GPU present; raises MissingDependency / ProbeSkipped with the reason otherwise."""
+    """cupy, with a GPU present; raises MissingDependency / ProbeSkipped with the reason otherwise. In a dry
+    run (`reference_backend()`), the numpy stand-in of `simroute.probes.refcupy` instead."""
+    if reference_backend():
+        from simroute.probes import refcupy
+        return refcupy
     try:
         import cupy as cp
     except ImportError as exc:
@@ -38,26 +52,65 @@ def import_cupy() -> Any:
     return cp
 
 
+def backend_name(cp: Any) -> str:
+    """What the cupy probes ran on, for their results and provenance: cupy's version, or the dry run's stand-in."""
+    return getattr(cp, "BACKEND", None) or f"cupy {getattr(cp, '__version__', '?')}"
+
+
 class Deadline:
-    """Wall-clock budget of a probe: sweeps stop (and say so) instead of being killed mid-write."""
+    """Wall-clock budget of a probe: sweeps stop at it and keep what they measured (never killed mid-write).
+
+    The runner passes an absolute `deadline_unix` (its kill time less a margin for writing the result), so
+    the interpreter's and the libraries' start-up count against the probe's share, not on top of it."""
 
     def __init__(self, seconds: float) -> None:
         self.end = time.monotonic() + seconds
+        self.stopped: list[str] = []
+
+    @classmethod
+    def for_probe(cls, args: dict[str, Any], default_s: float) -> "Deadline":
+        if "deadline_unix" in args:
+            return cls(float(args["deadline_unix"]) - time.time())
+        return cls(float(args.get("timeout_s", default_s)) - 5)
 
     def left(self) -> float:
         return self.end - time.monotonic()
 
+    def expired(self) -> bool:
+        return self.left() <= 0
+
     def check(self, what: str) -> None:
-        if self.left() <= 0:
+        """For steps without which nothing can be written (set-up, the correctness check)."""
+        if self.expired():
             raise TimeoutError(f"probe deadline reached during {what}")
+
+    def points(self, what: str, pts: Iterable[T]) -> Iterator[T]:
+        """The points of a sweep while time is left, in order; it stops before a point that would not fit
+        (less time left than twice the previous point took: sweeps grow, mostly by doubling) and records
+        where in `stopped`."""
+        pts = list(pts)
+        last = 0.0
+        for i, p in enumerate(pts):
+            if self.left() <= 2 * last:
+                self.stopped.append(f"{what}: deadline after {i} of {len(pts)} points")
+                return
+            t0 = time.monotonic()
+            yield p
+            last = time.monotonic() - t0
+
+    def note(self) -> str:
+        return "; ".join(self.stopped) if self.stopped else "complete"
 
 
 def time_events(cp: Any, fn: Callable[[], None], *, warm: int, reps: int, deadline: Deadline | None = None,
                 stream: Any = None) -> list[float]:
-    """Seconds per call of `fn`, each between two CUDA events on `stream` (warm-up calls first)."""
+    """Seconds per call of `fn`, each between two CUDA events on `stream` (warm-up calls first). Stops early
+    (with at least one sample) when the deadline passes."""
     stream = stream or cp.cuda.get_current_stream()
     for _ in range(warm):
         fn()
+        if deadline is not None and deadline.expired():
+            break
     stream.synchronize()
     out = []
     for _ in range(reps):
@@ -67,8 +120,8 @@ def time_events(cp: Any, fn: Callable[[], None], *, warm: int, reps: int, deadli
         b.record(stream)
         b.synchronize()
         out.append(cp.cuda.get_elapsed_time(a, b) * 1e-3)
-        if deadline is not None:
-            deadline.check("timing")
+        if deadline is not None and deadline.expired():
+            break
     return out
 
 

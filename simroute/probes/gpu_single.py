@@ -1,6 +1,6 @@
 """One-GPU probes: the splice (gather + YaRN delta-rotation of the 64 RoPE dims + scatter into the paged
 pool, all 27 layers, bf16 c_KV) and K-stream device-to-device staging with the single- vs multi-block copy
-rate (paper §6.2, §7; REFERENCE §3). Each kernel is checked against `reference` before it is timed."""
+rate ("Move the Query, Not the Cache" §6.2, §7). Each kernel is checked against `reference` before it is timed."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from simroute.probes import reference as ref
-from simroute.probes.gpu_common import (BF16_CUDA, Deadline, from_bf16_bits, import_cupy, summary, time_events,
-                                        to_bf16_bits)
+from simroute.probes.gpu_common import (BF16_CUDA, Deadline, backend_name, from_bf16_bits, import_cupy, summary,
+                                        time_events, to_bf16_bits)
 
 LAYERS, D, PAGE = 27, ref.D_QK, 64
 CTS = (55, 1024, 2048, 4096)
@@ -73,7 +73,7 @@ def _check_splice(cp: Any, rot: Any, scat: Any, cs: Any, sn: Any, delta: int) ->
 
 def probe_splice(args: dict[str, Any]) -> dict:
     cp = import_cupy()
-    dl = Deadline(float(args.get("timeout_s", 240)) - 5)
+    dl = Deadline.for_probe(args, 240)
     quick = bool(args.get("quick"))
     delta = int(args.get("delta", 1000))               # the chunk moves 1000 positions (not the identity)
     theta = ref.yarn_theta()
@@ -83,8 +83,7 @@ def probe_splice(args: dict[str, Any]) -> dict:
     _check_splice(cp, rot, scat, cs, sn, delta)
     rng = np.random.default_rng(1)
     samples, splice_ms, parts = [], {}, {}
-    for ct in CTS:
-        dl.check(f"splice ct={ct}")
+    for ct in dl.points("splice chunk sizes", CTS):
         recv = cp.asarray(to_bf16_bits(rng.standard_normal((LAYERS, ct, D)).astype(np.float32)))  # pulled chunk
         work = cp.empty_like(recv)
         pages = (ct + PAGE - 1) // PAGE
@@ -115,9 +114,12 @@ def probe_splice(args: dict[str, Any]) -> dict:
         parts[str(ct)] = {k: summary(v) * 1e6 for k, v in t.items()}
     rot_share = float(np.mean([p["rotate"] / p["splice"] for p in parts.values()]))
     gather_us = float(np.median([p["gather"] for p in parts.values()]))
+    if not splice_ms:
+        raise TimeoutError("probe deadline reached before the first chunk size was timed")
     return {"results": {"splice_ms": splice_ms, "parts_us": parts, "rotation_share": rot_share,
-                        "gather_us": gather_us, "layers": LAYERS, "delta": delta,
-                        "kernel": "cupy RawKernel rope_delta + scatter_pages (bf16 bits, YaRN theta)"},
+                        "gather_us": gather_us, "layers": LAYERS, "delta": delta, "sweep": dl.note(),
+                        "backend": backend_name(cp),
+                        "kernel": f"{backend_name(cp)}: RawKernel rope_delta + scatter_pages (bf16 bits, YaRN theta)"},
             "samples": samples,
             "message": "splice " + ", ".join(f"ct {k}: {v:.2f} ms" for k, v in splice_ms.items())
                        + f" (paper H100: 2.77-3.06 ms); rotation {rot_share:.0%}"}
@@ -134,7 +136,7 @@ extern "C" __global__ void copy_blocks(const uint4* src, uint4* dst, size_t n) {
 def probe_staging(args: dict[str, Any]) -> dict:
     """K-stream D2D staging of a 2048-token chunk (27 per-layer copies) and the copy rate vs CTA count."""
     cp = import_cupy()
-    dl = Deadline(float(args.get("timeout_s", 180)) - 5)
+    dl = Deadline.for_probe(args, 180)
     quick = bool(args.get("quick"))
     warm, reps = (2, 5) if quick else (5, 30)
     layer_bytes = 2048 * D * 2
@@ -142,8 +144,7 @@ def probe_staging(args: dict[str, Any]) -> dict:
     dst = cp.zeros_like(src)
     per = layer_bytes // 2
     samples, staging = [], {}
-    for k in (1, 4, 8, 16):
-        dl.check(f"staging K={k}")
+    for k in dl.points("staging streams", (1, 4, 8, 16)):
         streams = [cp.cuda.Stream(non_blocking=True) for _ in range(k)]
         main = cp.cuda.Stream(non_blocking=True)
 
@@ -162,6 +163,8 @@ def probe_staging(args: dict[str, Any]) -> dict:
         xs = time_events(cp, stage, warm=warm, reps=reps, deadline=dl, stream=main)
         staging[str(k)] = summary(xs) * 1e6
         samples += [{"series": "staging", "x": float(k), "value": v, "unit": "s"} for v in xs]
+    if not staging:
+        raise TimeoutError("probe deadline reached before K = 1 was timed")
     if not np.array_equal(cp.asnumpy(dst[:8]), np.ones(8, np.uint16)):
         raise AssertionError("staging copies did not land")
     best = min(staging.values())
@@ -172,17 +175,19 @@ def probe_staging(args: dict[str, Any]) -> dict:
     a, b = cp.ones(nbytes // 2, dtype=cp.uint16), cp.zeros(nbytes // 2, dtype=cp.uint16)
     sms = cp.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
     rates = {}
-    for blocks in sorted({1, 2, 4, 8, 16, 32, sms // 2, sms, 2 * sms, 4 * sms}):
-        dl.check("copy sweep")
+    for blocks in dl.points("copy CTA sweep", sorted({1, 2, 4, 8, 16, 32, sms // 2, sms, 2 * sms, 4 * sms})):
         xs = time_events(cp, lambda: copy((blocks,), (1024,), (a, b, np.uint64(nbytes // 16))), warm=warm,
                          reps=reps, deadline=dl)
         rates[str(blocks)] = nbytes / summary(xs) / 1e9
         samples += [{"series": "copy_rate", "x": float(blocks), "value": nbytes / v / 1e9, "unit": "GB/s"} for v in xs]
-    if not bool((b[:: 4096] == 1).all()):
+    if rates and not bool((b[:: 4096] == 1).all()):
         raise AssertionError("copy kernel did not copy")
-    return {"results": {"staging_us": staging, "elbow_streams": elbow, "gain_at_elbow": gain,
-                        "copy_GBps": rates, "single_block_GBps": rates["1"], "multi_block_GBps": max(rates.values()),
-                        "blocks": sorted(map(int, rates))},
+    copy_rates = ({"copy_GBps": rates, "single_block_GBps": rates["1"], "multi_block_GBps": max(rates.values()),
+                   "blocks": sorted(map(int, rates))} if rates else {})
+    copy_line = (f"; copy 1 CTA {rates['1']:.1f} GB/s, best {max(rates.values()):.0f} GB/s" if rates
+                 else "; copy sweep not reached")
+    return {"results": {"staging_us": staging, "elbow_streams": elbow, "gain_at_elbow": gain, "sweep": dl.note(),
+                        "backend": backend_name(cp),
+                        **copy_rates},
             "samples": samples,
-            "message": f"staging elbow K={elbow} ({gain:.0%} vs K=1; paper K=8, 7%); copy 1 CTA "
-                       f"{rates['1']:.1f} GB/s, best {max(rates.values()):.0f} GB/s"}
+            "message": f"staging elbow K={elbow} ({gain:.0%} vs K=1; paper K=8, 7%)" + copy_line}

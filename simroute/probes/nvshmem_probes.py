@@ -1,4 +1,4 @@
-"""NVSHMEM probes (nvshmem4py; REFERENCE §7, perftest methodology).
+"""NVSHMEM probes (nvshmem4py; the NVSHMEM perftest methodology).
 
 - `nvshmem-loopback` (1 GPU): one PE puts+signals to itself. A software floor of the put+signal path,
   labelled `loopback`, never a fabric constant.
@@ -178,7 +178,7 @@ def probe_pes(args: dict[str, Any]) -> dict:
 def probe_loopback(args: dict[str, Any]) -> dict:
     """1 PE put+signal to itself: the software floor (never a fabric constant)."""
     cp = import_cupy()
-    dl = Deadline(float(args.get("timeout_s", 180)) - 5)
+    dl = Deadline.for_probe(args, 180)
     tmp = Path(tempfile.mkdtemp(prefix="nvshmem-1pe-"))
     nvshmem, dev, stream = _init(0, 1, tmp / "uid.pkl", dl)
     nbytes = 64 * 2 ** 20

@@ -1,9 +1,9 @@
 """Numpy reference of what the GPU probes time: YaRN theta, decoupled-RoPE delta-rotation, absorbed-MLA
-attention with natural-log lse, and the online-softmax merge of holders' partials (paper §4.2, REFERENCE §7).
+attention with natural-log lse, and the online-softmax merge of holders' partials ("Move the Query, Not the Cache" §4.2).
 
 Correctness before timing: every GPU probe checks its kernel against these functions on a small slice before
 it times anything, and the CPU tests check the identities themselves (merge == single instance; delta-rotation
-== encoding at the new position). Dimensions are DeepSeek-V2-Lite's (REFERENCE §1).
+== encoding at the new position). Dimensions are DeepSeek-V2-Lite's (DeepSeek-V2-Lite HF config.json).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ QK_HEAD_DIM = 128 + 64  # qk_nope + qk_rope: the softmax scale's head dim
 
 @dataclass(frozen=True)
 class Yarn:
-    """V2-Lite's rope scaling (HF config.json, REFERENCE §1)."""
+    """V2-Lite's rope scaling (DeepSeek-V2-Lite HF config.json)."""
 
     base: float = 10000.0
     factor: float = 40.0
@@ -158,7 +158,7 @@ def to_bf16(x: np.ndarray) -> np.ndarray:
 
 
 def wire_partial(p: Partial) -> Partial:
-    """A partial as it travels: o in bf16, m and l in fp32 (the 1032 B row of paper §3.2)."""
+    """A partial as it travels: o in bf16, m and l in fp32 (the 1032 B row of "Move the Query, Not the Cache" §3.2)."""
     return Partial(to_bf16(p.o), p.m.astype(np.float32), p.l.astype(np.float32))
 
 

@@ -8,6 +8,7 @@ _H = "simroute.probes.host:probe_host"
 _G = "simroute.probes.gpu_single"
 _A = "simroute.probes.gpu_attn"
 _N = "simroute.probes.nvshmem_probes"
+_S = "simroute.probes.gpu_step"
 
 PROBES: dict[str, Probe] = {p.name: p for p in [
     Probe("host-shm", _H, "cpu", "round trip + BW, two processes over shared memory (q 1152 B / p 1032 B rows)",
@@ -23,6 +24,19 @@ PROBES: dict[str, Probe] = {p.name: p for p in [
           "never a fabric constant)", deps=("cupy", "nvshmem"), timeout_s=180),
     Probe("nvshmem-pes", f"{_N}:probe_pes", "gpus-host", "2+ PEs: sig_rt, full_rt over Mq, payload sweep "
           "900-8736 B/row, block-count sweep", deps=("cupy", "nvshmem"), timeout_s=420),
+    # step-time constants (docs/STEP_TIME.md): torch bf16 on the GPU, numpy reference in a dry run
+    Probe("hbm", f"{_S}:probe_hbm", "gpu1", "device-to-device copy bandwidth (achievable HBM) -> hbm_efficiency",
+          deps=("torch",), timeout_s=60),
+    Probe("gemm", f"{_S}:probe_gemm", "gpu1", "bf16 GEMM of every model's linear shapes, TP 1/2/4/8, 1..8192 "
+          "tokens -> gemm_efficiency", deps=("torch",), timeout_s=180),
+    Probe("decode-attention", f"{_S}:probe_decode_attention", "gpu1", "decode attention over context x batch: "
+          "MLA (FlashMLA or torch, (out, lse)) and GQA (SDPA)", deps=("torch",), timeout_s=120),
+    Probe("prefill-attention", f"{_S}:probe_prefill_attention", "gpu1", "causal prefill attention FLOP rate -> "
+          "attention_efficiency", deps=("torch",), timeout_s=60),
+    Probe("decoder-layer", f"{_S}:probe_decoder_layer", "gpu1", "one decoder layer (DeepSeek-V2-Lite dense + MoE, "
+          "Llama-2-7b), random weights, per operator over tokens", deps=("torch",), timeout_s=120),
+    Probe("launch-overhead", f"{_S}:probe_launch_overhead", "gpu1", "one iteration's launches, eager and CUDA graph "
+          "-> iteration_overhead_us / _graph_us", deps=("torch",), timeout_s=45),
     # framework self-tests (hidden; run with --only)
     Probe("selftest-hang", "simroute.probes.selftest:hang", "cpu", "a probe that never answers", hidden=True,
           timeout_s=2),

@@ -25,6 +25,9 @@ def _write(path: Path, obj: dict) -> None:
 def main(argv: list[str]) -> int:
     target, args_path, result_path = argv[0], Path(argv[1]), Path(argv[2])
     args = json.loads(args_path.read_text())
+    if args.get("backend") == "reference":           # a dry run: numpy stand-ins for the GPU libraries
+        from simroute.probes.gpu_common import BACKEND_ENV
+        os.environ[BACKEND_ENV] = "reference"
     try:
         mod_name, fn_name = target.split(":")
         fn = getattr(importlib.import_module(mod_name), fn_name)

@@ -1,8 +1,11 @@
-"""The one-shot single-GPU script: argument parsing, its budget plan, and the dry run (host probes only)."""
+"""The one-shot single-GPU script: arguments, the budget plan, the output limits, and the dry run of the whole
+plan with the GPU probes replaced by their numpy reference implementations."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,8 +14,12 @@ import pytest
 import yaml
 
 from simroute.calib import load_profile
+from simroute.probes.registry import PROBES
 
-SCRIPT = Path(__file__).resolve().parents[2] / "probes" / "run_single_gpu.py"
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "probes" / "run_single_gpu.py"
+CONTRACT = ("hbm_efficiency", "gemm_efficiency", "attention_efficiency", "iteration_overhead_us",
+            "iteration_overhead_graph_us")
 
 
 def _module():
@@ -22,18 +29,27 @@ def _module():
     return mod
 
 
-def test_arguments_and_budget() -> None:
+def test_arguments() -> None:
     m = _module()
-    a = m.parse_args(["out", "--budget-s", "300", "--quick"])
-    assert a.out_dir == Path("out") and a.budget_s == 300 and a.quick and not a.dry_run
+    a = m.parse_args(["out", "--budget-s", "300", "--quick", "--only", "gemm,hbm"])
+    assert a.out_dir == Path("out") and a.budget_s == 300 and a.quick and not a.dry_run and a.only == "gemm,hbm"
     assert a.wheels.name == ".whl"
-    with pytest.raises(SystemExit):
-        m.parse_args(["out", "--budget-s", "10"])
-    with pytest.raises(SystemExit):
-        m.parse_args([])
-    t = m.timeouts(480)
-    assert set(t) == {"host-shm", "host-tcp", "splice", "holder", "staging", "nvshmem-loopback"}
-    assert sum(t.values()) <= 480 * 0.9                 # leaves room for start-up and writing
+    for bad in (["out", "--budget-s", "10"], [], ["out", "--only", "nosuchprobe"]):
+        with pytest.raises(SystemExit):
+            m.parse_args(bad)
+
+
+def test_the_plan_covers_every_one_gpu_probe_and_fits_eight_minutes() -> None:
+    m = _module()
+    runnable = {n for n, p in PROBES.items() if not p.hidden and p.needs in ("cpu", "gpu1")}
+    assert {n for n, _ in m.PLAN} == runnable
+    t = m.plan_timeouts(480)
+    total = sum(t.values())
+    assert total <= 480 * (1 - m.RESERVE_SHARE / 2)
+    assert m.plan_lines(480, t, False)[-1].endswith("fits")
+    squeezed = {n: 60.0 for n in t}                          # a plan over the budget says so
+    assert m.plan_lines(480, squeezed, False)[-1].endswith("DOES NOT FIT")
+    assert m.plan_timeouts(480, ["gemm"]) == {"gemm": pytest.approx(dict(m.PLAN)["gemm"] * 480)}
 
 
 def test_install_plan_without_wheel_folder_says_so(tmp_path: Path) -> None:
@@ -43,14 +59,69 @@ def test_install_plan_without_wheel_folder_says_so(tmp_path: Path) -> None:
     assert ("no wheel folder" in line) or line == "all libraries present"
 
 
-def test_dry_run_runs_host_probes_and_writes_a_profile(tmp_path: Path) -> None:
+def test_the_documented_wheel_command_is_the_scripts() -> None:
+    m = _module()
+    cmd = m.wheel_command()
+    assert "--no-deps" in cmd and "--python-version 3.12" in cmd
+    assert all(req in cmd for req, _, _ in m.BRING_WHEELS)
+    assert cmd in (ROOT / "docs" / "PROBES.md").read_text()
+
+
+def test_output_limits_are_checked(tmp_path: Path) -> None:
+    m = _module()
     out = tmp_path / "box"
-    r = subprocess.run([sys.executable, str(SCRIPT), str(out), "--dry-run"], capture_output=True, text=True,
-                       timeout=120, cwd=tmp_path)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "plan        splice" in r.stdout and "(dry run: not run)" in r.stdout
-    assert {"profile.yaml", "samples.parquet", "capability.json", "calibrate.log"} <= {p.name for p in out.iterdir()}
+    out.mkdir()
+    (out / "profile.yaml").write_text("x")
+    assert m.check_outputs(out) == []
+    (out / "bad name.txt").write_text("x")
+    (out / "a" / "b").mkdir(parents=True)
+    (out / "a" / "b" / "deep.txt").write_text("x")
+    with (out / "big.bin").open("wb") as f:
+        f.truncate(m.MAX_FILE_BYTES + 1)
+    for i in range(6):
+        (out / f"f{i}").write_text("x")
+    problems = " | ".join(m.check_outputs(out))
+    assert "10 files" in problems and "bad name.txt" in problems and "deeper" in problems and "big.bin" in problems
+
+
+def test_the_total_budget_caps_every_probe(tmp_path: Path) -> None:
+    """A probe never gets more than what is left of the total: past it, the rest are skipped, saying so."""
+    import time
+    from simroute.probes.capability import detect
+    m = _module()
+    a = m.parse_args([str(tmp_path / "out"), "--only", "host-tcp,gemm"])
+    lines: list[str] = []
+    outcomes = m.run_plan(a, detect(query_gpus=False), m.plan_timeouts(480, ["host-tcp", "gemm"]),
+                          time.monotonic() + 4.0, 0.0, lines.append)
+    assert [o.status for o in outcomes] == ["skipped", "skipped"]
+    assert all("no budget left" in o.message for o in outcomes) and len(lines) == 2
+
+
+def test_dry_run_rehearses_the_whole_plan_and_reports_it_fits(tmp_path: Path) -> None:
+    """Must show: the dry run of the one-shot script passes and reports a plan that fits 8 minutes."""
+    m = _module()
+    out = tmp_path / "h200"
+    r = subprocess.run([sys.executable, str(SCRIPT), str(out), "--dry-run"],
+                       capture_output=True, text=True, timeout=240, cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    total_line = next(line for line in r.stdout.splitlines() if "plan total" in line)
+    assert "480 s budget (8.0 min): fits" in total_line
+    results = json.loads((out / "results.json").read_text())
+    assert set(results) == {n for n, _ in m.PLAN}
+    for name, res in results.items():
+        if name == "nvshmem-loopback":                       # no reference implementation: says what it needs
+            assert res["status"] == "missing-dep" and "nvshmem" in res["message"]
+            continue
+        assert res["status"] == "ok", f"{name}: {res['status']}: {res['message']}"
+        if PROBES[name].needs == "gpu1":                      # never passed off as a GPU measurement
+            assert "reference" in res["results"]["backend"], name
+    assert m.check_outputs(out) == [] and {p.name for p in out.iterdir()} == set(m.OUTPUTS)
+    data = yaml.safe_load((out / "profile.yaml").read_text())
+    assert data["description"].startswith("DRY RUN") and data["gpu"] == "h200-sxm"
+    entry = data["gpus"]["h200-sxm"]
+    for key in CONTRACT:
+        assert entry[key]["provenance"]["kind"] == "measured", key
+        assert "reference" in entry[key]["provenance"]["ref"], key
     prof = load_profile(out / "profile.yaml")
-    assert {"host-shm", "host-tcp"} <= set(prof.fabrics)
-    assert yaml.safe_load((out / "profile.yaml").read_text())["description"].startswith("DRY RUN")
     prof.cost_params()
+    assert prof.step_model("deepseek-v2-lite", gpu="h200-sxm").iteration_s(64, 64, 64 * 512, 64 * 512) > 0

@@ -7,7 +7,6 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
-import simpy
 import yaml
 
 from simroute.calib import default_profile_path

@@ -1,0 +1,128 @@
+"""From the step-time probes' raw rates to the GPU entry the step-time model reads (docs/STEP_TIME.md): each
+measured fraction is the probe's rate over the entry's datasheet peak, with `measured` provenance naming the
+probe, the kernel and the box. The datasheet peaks and what was not measured are kept from the shipped
+entry (a profile's `gpus:` entry replaces the included one whole)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+from simroute.calib.profile import Profile
+from simroute.probes.framework import ProbeOutcome
+
+STEP_PROBES = ("hbm", "gemm", "decode-attention", "prefill-attention", "decoder-layer", "launch-overhead")
+Measured = Callable[[str], dict[str, Any]]
+
+
+def match_gpu_entry(device_name: str, entries: list[str]) -> str | None:
+    """The GPU entry a device name (nvidia-smi / torch) belongs to: the entry whose leading token ('h200' of
+    'h200-sxm', 'rtxpro6000') appears in the squashed lower-case device name; the longest such token wins."""
+    squashed = re.sub(r"[^a-z0-9]", "", device_name.lower())
+    hits = [(len(tok), e) for e in entries if (tok := e.split("-")[0].lower()) and tok in squashed]
+    return max(hits)[1] if hits else None
+
+
+def _fraction(rate: float, peak: float) -> tuple[float, str]:
+    """rate / peak in (0, 1]; a rate above the datasheet is clipped and says so."""
+    f = rate / peak
+    if f > 1.0:
+        return 1.0, f" (measured {f:.3f} of the datasheet: clipped to 1)"
+    return max(f, 1e-9), ""
+
+
+def _const(value: float | None = None, *, points: list[list[float]] | None = None, unit: str | None = None,
+           note: str, prov: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"points": points, "x": "tokens"} if points is not None else {"value": float(value)}
+    if unit:
+        out["unit"] = unit
+    out["note"] = note
+    out["provenance"] = prov
+    return out
+
+
+def step_entry_constants(results: dict[str, dict[str, Any]], peak_TFLOPs: float, hbm_GBps: float,
+                         measured: Measured) -> dict[str, dict[str, Any]]:
+    """GPU-entry constants from the step probes' results (probe name -> results), by contract name."""
+    out: dict[str, dict[str, Any]] = {}
+    if (r := results.get("hbm")) is not None:
+        f, clip = _fraction(r["best_GBps"], hbm_GBps)
+        out["hbm_efficiency"] = _const(f, note=f"device-to-device copy {r['best_GBps']:.0f} GB/s (read + write) "
+                                       f"over the datasheet {hbm_GBps:g} GB/s{clip}", prov=measured(
+                                           f"probe hbm ({r.get('backend')})"))
+    if (r := results.get("gemm")) is not None:
+        pts = [[float(m), _fraction(tf, peak_TFLOPs)[0]] for m, tf in r["TFLOPs_by_tokens"].items()]
+        out["gemm_efficiency"] = _const(points=pts, note=f"bf16 GEMMs of {len(r['shapes'])} model linear shapes "
+                                        f"(TP 1/2/4/8): their FLOPs over their seconds at each token count, over "
+                                        f"{peak_TFLOPs:g} TFLOP/s", prov=measured(f"probe gemm ({r.get('backend')})"))
+    if (r := results.get("prefill-attention")) is not None:
+        f, clip = _fraction(r["best_TFLOPs"], peak_TFLOPs)
+        out["attention_efficiency"] = _const(f, note=f"causal prefill attention {r['best_TFLOPs']:.1f} TFLOP/s at "
+                                             f"best over {peak_TFLOPs:g}{clip}", prov=measured(
+                                                 f"probe prefill-attention ({r.get('backend')})"))
+    if (r := results.get("launch-overhead")) is not None:
+        prov = measured(f"probe launch-overhead ({r.get('backend')}): {r['launches']} launches per iteration")
+        out["iteration_overhead_us"] = _const(r["iteration_us"], unit="us", prov=prov,
+                                              note="eager launches of one iteration's kernels (no scheduling)")
+        if r.get("iteration_graph_us") is not None:
+            out["iteration_overhead_graph_us"] = _const(r["iteration_graph_us"], unit="us", prov=prov,
+                                                        note=f"the same iteration replayed as {r.get('graphs')}")
+    return out
+
+
+def step_shared_constants(results: dict[str, dict[str, Any]], hbm_GBps: float,
+                          measured: Measured) -> dict[str, dict[str, Any]]:
+    """Figures the GPU entry has no field for, as profile constants: the decode attention's cache-read rate
+    over the datasheet bandwidth (what the model's memory-bound attention term assumes is hbm_efficiency)."""
+    r = results.get("decode-attention")
+    if r is None:
+        return {}
+    f, clip = _fraction(r["best_GBps"], hbm_GBps)
+    kernels = ", ".join(sorted(set(r.get("kernels", {}).values())))
+    return {"decode_attention_hbm_fraction": _const(
+        f, note=f"best decode-attention cache read {r['best_GBps']:.0f} GB/s over {hbm_GBps:g} GB/s ({kernels}){clip}",
+        prov=measured(f"probe decode-attention ({r.get('backend')})"))}
+
+
+def gpu_entry(base: Profile, entry: str, outcomes: list[ProbeOutcome], measured: Measured) -> tuple[dict, dict]:
+    """(the full GPU entry for `entry` with the measured constants in place, extra shared constants)."""
+    results = {o.probe.name: o.results for o in outcomes if o.ok and o.probe.name in STEP_PROBES}
+    shipped = base.gpu_entry(entry)
+    data = shipped.model_dump(exclude_none=True)
+    for c in data.values():
+        if isinstance(c, dict) and "points" in c:
+            c["points"] = [list(p) for p in c["points"]]
+    peak, hbm = shipped.peak_bf16_TFLOPs.value, shipped.hbm_GBps.value
+    data.update(step_entry_constants(results, peak, hbm, measured))
+    return data, step_shared_constants(results, hbm, measured)
+
+
+def layer_vs_model(layer_results: dict[str, Any], profile: Profile, gpu: str) -> list[dict[str, Any]]:
+    """The decoder-layer probe's per-layer times next to the step-time model's prediction for the same batch
+    (one prefill chunk of T tokens), per model and T: linear (the layer kinds weighted by their counts, as
+    the model averages them), attention and the whole layer."""
+    from simroute.model.geometry import get_model
+    from simroute.model.steptime import BatchShape, StepTimeModel
+    spec = profile.gpu_spec(gpu)
+    by_model: dict[str, dict[str, dict[str, Any]]] = {}
+    for case in layer_results.values():
+        for t, r in case["tokens"].items():
+            by_model.setdefault(case["model"], {}).setdefault(t, {})[case["kind"]] = r
+    rows = []
+    for model, per_t in by_model.items():
+        geom = get_model(model)
+        counts = geom.layer_kinds()
+        step = StepTimeModel(geom, spec)
+        for t, kinds in sorted(per_t.items(), key=lambda kv: int(kv[0])):
+            if set(kinds) != {k for k, n in counts.items() if n}:
+                continue                                 # a kind missing (deadline): no like-for-like number
+            terms = step.iteration(BatchShape.uniform(prefill_tokens=int(t)))
+            w = {k: counts[k] / geom.layers for k in kinds}
+            lin = sum(w[k] * kinds[k]["linear_s"] for k in kinds)
+            attn = sum(w[k] * kinds[k]["attention_s"] for k in kinds)
+            layer = sum(w[k] * kinds[k]["layer_s"] for k in kinds)
+            rows.append({"model": model, "tokens": int(t), "measured_linear_ms": lin * 1e3,
+                         "model_linear_ms": terms.linear_s_per_layer * 1e3, "measured_attention_ms": attn * 1e3,
+                         "model_attention_ms": terms.attention_s_per_layer * 1e3, "measured_layer_ms": layer * 1e3,
+                         "model_layer_ms": (terms.linear_s_per_layer + terms.attention_s_per_layer) * 1e3})
+    return rows

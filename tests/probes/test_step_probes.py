@@ -1,0 +1,189 @@
+"""Step-time probes on the CPU: the GEMM plan comes from the model geometry, each correctness check catches a
+wrong operator, sweeps stop at their deadline with what they measured, and the probe results become the GPU
+entry the step-time model reads."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simroute.model.geometry import get_model
+from simroute.probes import gpu_step as gs
+from simroute.probes import step_constants as sc
+from simroute.probes.framework import run_probe
+from simroute.probes.gpu_common import BACKEND_ENV
+from simroute.probes.registry import PROBES
+from simroute.probes.step_backend import NumpyBackend
+
+
+@pytest.fixture
+def reference(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(BACKEND_ENV, "reference")
+
+
+def test_gemm_plan_is_the_geometry_linear_ops_at_every_tp() -> None:
+    plan = gs.gemm_plan()
+    keys = [(s.k, s.n) for s in plan]
+    assert len(keys) == len(set(keys))                        # one entry per distinct weight shape
+    llama = get_model("llama-2-7b")
+    for tp in gs.TPS:
+        for op in llama.linear_ops(tp, "dense"):
+            assert (op.k, op.n) in keys, (tp, op)
+    assert (4096, 3 * 4096 // 2) in keys                      # TP 2 splits the fused QKV by heads
+    uses = {u for s in plan for u in s.uses}
+    v2 = get_model("deepseek-v2-lite")
+    for op in v2.linear_ops(1, "moe"):
+        assert f"deepseek-v2-lite/moe/{op.name}/tp1" in uses
+    first = {u.split("/")[0] for u in plan[0].uses}
+    assert first & set(gs.FIRST_MODELS) and plan[0].uses[0].endswith("/tp1")
+
+
+def test_aggregate_gemm_rate_is_total_flops_over_total_seconds() -> None:
+    shapes = {"a": {"seconds": {"8": 1.0}, "TFLOPs": {"8": 2.0}}, "b": {"seconds": {"8": 3.0}, "TFLOPs": {"8": 6.0}}}
+    assert gs.gemm_rate_by_tokens(shapes)["8"] == pytest.approx((2.0 * 1 + 6.0 * 3) / 4)
+
+
+class _WrongLse(NumpyBackend):
+    def mla_decode(self, q, kv, scale):
+        out, lse = super().mla_decode(q, kv, scale)
+        return out, lse * 1.5
+
+
+class _WrongSilu(NumpyBackend):
+    def silu(self, x):
+        return x
+
+
+class _WrongGemm(NumpyBackend):
+    def upload(self, x):
+        return super().upload(x) * 1.1
+
+
+def test_the_correctness_checks_catch_a_wrong_operator() -> None:
+    assert gs._check_attention(NumpyBackend()) < 1e-5
+    assert gs._check_layer(NumpyBackend()) < 1e-4
+    with pytest.raises(AssertionError, match="attention disagrees"):
+        gs._check_attention(_WrongLse())
+    with pytest.raises(AssertionError, match="decoder layer disagrees"):
+        gs._check_layer(_WrongSilu())
+    with pytest.raises(AssertionError, match="GEMM disagrees"):
+        gs._check_gemm(_WrongGemm())
+
+
+def test_decoder_layer_pieces_compute_what_they_say() -> None:
+    be = NumpyBackend(np.float64)
+    geom = gs.shrunk(get_model("llama-2-7b"))
+    w = gs.DecoderLayer.random_weights(geom, "dense", seed=1)
+    w["o"][:] = 0.0
+    w["ffn_down"][:] = 0.0
+    x = np.random.default_rng(2).standard_normal((5, geom.hidden))
+    np.testing.assert_allclose(gs.DecoderLayer(be, geom, "dense", host_weights=w).forward(x), x)  # residuals only
+    moe = gs.shrunk(get_model("deepseek-v2-lite"))
+    layer = gs.DecoderLayer(be, moe, "moe", host_weights=gs.DecoderLayer.random_weights(moe, "moe", seed=3))
+    routes = layer.routing(np.random.default_rng(4).standard_normal((9, moe.hidden)))
+    assert sum(len(r) for _, r, _ in routes) == 9 * moe.experts_per_token
+    q = np.random.default_rng(5).standard_normal((1, 2, 4, 8))
+    causal = be.attention(q, q, q, True, 1.0)
+    np.testing.assert_allclose(causal[0, :, 0], q[0, :, 0])   # the first token attends only itself
+
+
+def test_every_step_probe_runs_on_the_reference_backend(reference: None) -> None:
+    for fn in (gs.probe_hbm, gs.probe_decode_attention, gs.probe_prefill_attention, gs.probe_launch_overhead):
+        out = fn({"quick": True, "deadline_unix": time.time() + 20})
+        assert out["results"]["measures_gpu"] is False and out["samples"], fn.__name__
+    lo = gs.probe_launch_overhead({"quick": True, "launches": 50, "deadline_unix": time.time() + 5})["results"]
+    assert lo["launches"] == 50 and lo["iteration_us"] > 0
+
+
+def test_a_sweep_stops_at_its_deadline_and_keeps_what_it_measured() -> None:
+    o = run_probe(PROBES["gemm"], {"quick": True, "backend": "reference"}, timeout_s=6)
+    assert o.ok, o.message
+    r = o.results
+    assert 0 < len(r["shapes"]) < r["planned_shapes"] and "deadline after" in r["sweep"]
+    assert set(r["TFLOPs_by_tokens"]) <= {str(t) for t in gs.TOKENS}
+
+
+# ---- results -> GPU entry ------------------------------------------------------------------------------------
+def test_device_names_match_their_gpu_entry() -> None:
+    entries = ["a100-80gb", "a40", "h100-sxm", "h200-sxm", "rtxpro6000"]
+    assert sc.match_gpu_entry("NVIDIA H200", entries) == "h200-sxm"
+    assert sc.match_gpu_entry("NVIDIA A100-SXM4-80GB", entries) == "a100-80gb"
+    assert sc.match_gpu_entry("NVIDIA RTX PRO 6000 Blackwell Server Edition", entries) == "rtxpro6000"
+    assert sc.match_gpu_entry("NVIDIA A40", entries) == "a40"
+    assert sc.match_gpu_entry("Tesla V100-SXM2-16GB", entries) is None
+
+
+RESULTS = {
+    "hbm": {"best_GBps": 4000.0, "backend": "torch"},
+    "gemm": {"TFLOPs_by_tokens": {"1": 9.89, "64": 494.5, "8192": 1200.0}, "shapes": {"a": {}}, "backend": "torch"},
+    "prefill-attention": {"best_TFLOPs": 494.5, "backend": "torch"},
+    "launch-overhead": {"iteration_us": 2000.0, "iteration_graph_us": 120.0, "launches": 432, "graphs": "graph",
+                        "backend": "torch"},
+    "decode-attention": {"best_GBps": 2400.0, "kernels": {"mla": "FlashMLA"}, "backend": "torch"},
+}
+
+
+def _measured(ref: str) -> dict:
+    return {"kind": "measured", "ref": ref, "box": "h200box"}
+
+
+def test_probe_rates_become_fractions_of_the_datasheet() -> None:
+    c = sc.step_entry_constants(RESULTS, peak_TFLOPs=989.0, hbm_GBps=4800.0, measured=_measured)
+    assert c["hbm_efficiency"]["value"] == pytest.approx(4000 / 4800)
+    assert c["gemm_efficiency"]["points"] == [[1.0, pytest.approx(0.01)], [64.0, pytest.approx(0.5)], [8192.0, 1.0]]
+    assert "clipped" not in c["hbm_efficiency"]["note"]
+    assert c["attention_efficiency"]["value"] == pytest.approx(0.5)
+    assert c["iteration_overhead_us"]["value"] == 2000.0 and c["iteration_overhead_graph_us"]["value"] == 120.0
+    assert all(v["provenance"]["kind"] == "measured" for v in c.values())
+    extra = sc.step_shared_constants(RESULTS, 4800.0, _measured)
+    assert extra["decode_attention_hbm_fraction"]["value"] == pytest.approx(0.5)
+
+
+def test_layer_vs_model_weights_the_layer_kinds_like_the_model(tmp_path: Path) -> None:
+    from simroute.calib.profile import load_profile, shipped_dir
+    prof = load_profile(shipped_dir() / "gpus" / "h200-sxm.yaml")
+    r = {"linear_s": 1e-3, "attention_s": 1e-4, "layer_s": 1.5e-3}
+    moe = {"linear_s": 2e-3, "attention_s": 1e-4, "layer_s": 2.5e-3}
+    layers = {"v2/dense": {"model": "deepseek-v2-lite", "kind": "dense", "tokens": {"64": r, "128": r}},
+              "v2/moe": {"model": "deepseek-v2-lite", "kind": "moe", "tokens": {"64": moe}}}
+    rows = sc.layer_vs_model(layers, prof, "h200-sxm")
+    assert [row["tokens"] for row in rows] == [64]            # T=128 lacks the MoE layer: not compared
+    assert rows[0]["measured_linear_ms"] == pytest.approx((1 * 1.0 + 26 * 2.0) / 27)
+    from simroute.model.steptime import BatchShape
+    want = prof.step_model("deepseek-v2-lite", gpu="h200-sxm").iteration(BatchShape.uniform(prefill_tokens=64))
+    assert rows[0]["model_linear_ms"] == pytest.approx(want.linear_s_per_layer * 1e3)
+    assert math.isfinite(rows[0]["model_layer_ms"])
+    json.dumps(rows)
+
+
+# ---- on a GPU (skipped elsewhere) ---------------------------------------------------------------------------
+def _torch_gpu() -> str | None:
+    import importlib.util
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed"
+    import torch
+    return None if torch.cuda.is_available() else "torch sees no CUDA GPU"
+
+
+NO_TORCH_GPU = _torch_gpu()
+
+
+@pytest.mark.skipif(NO_TORCH_GPU is None, reason="a torch GPU is present: the probes run for real below")
+def test_step_probe_without_torch_or_gpu_says_why() -> None:
+    o = run_probe(PROBES["hbm"], {"quick": True}, timeout_s=60)
+    assert o.status in ("missing-dep", "skipped")
+    assert "torch" in o.message
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(NO_TORCH_GPU is not None, reason=f"needs a CUDA GPU with torch: {NO_TORCH_GPU}")
+@pytest.mark.parametrize("name", sc.STEP_PROBES)
+def test_gpu_step_probe_checks_then_measures(name: str) -> None:
+    o = run_probe(PROBES[name], {"quick": True}, timeout_s=90)
+    assert o.ok, f"{name}: {o.status}: {o.message}"
+    assert o.results["measures_gpu"] is True

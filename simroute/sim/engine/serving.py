@@ -127,6 +127,8 @@ def serve(engines: EngineSet, eid: int, rid: int, *, prompt: int, output: int, r
     eng = engines[eid]
     env = eng.env
     first, done = env.event(), env.event()
+    if not prefilled and output > 0:
+        prompt = max(prompt, 1)        # a fully cached prompt still runs its last token to sample the first
     shares = tuple(RouteShare(engines[h], keys) for h, keys in sorted((routes or {}).items()))
     seq = Sequence(rid, prompt, output, resident_tokens=resident_tokens, routes=shares,
                    on_first_token=lambda s: first.succeed(s), on_done=lambda s: _done(s, first, done))

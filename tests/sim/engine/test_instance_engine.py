@@ -261,3 +261,17 @@ def test_prefilled_sequences_decode_right_away(make_engine, scheduler):
     env.run()
     assert seq.generated == 20 and seq.t_done > 0
     assert sum(eng.log.cols["prefill_seqs"]) == 0
+
+
+def test_fully_cached_prompt_still_runs_one_token(make_engine):
+    """A request whose whole input is cached chunks (prompt 0) runs its last token to produce the first."""
+    from simroute.sim.engine.serving import serve
+
+    class OneEngine(list):
+        step = FakeStep()
+    env = simpy.Environment()
+    engines = OneEngine([make_engine(env)])
+    seq, first, done = serve(engines, 0, 0, prompt=0, output=10, resident_tokens=4096.0)
+    env.run()
+    assert first.triggered and seq.t_first_token > 0 and seq.generated == 10
+    assert seq.t_done - seq.t_first_token > 0

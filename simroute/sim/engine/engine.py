@@ -171,7 +171,7 @@ class InstanceEngine:
         self._t0, self._dt, self._pre = self.env.now, dt, pre
         self.layer_s = compute / self.layers    # GPU-busy time per layer (its own exchange waits leave it idle)
         for seq, _tokens in plan.prefill:
-            seq.prefill_compute_s += compute
+            seq.prefill_compute_s += compute + pre      # its GPU time, the partials it ran for others included
             seq.exchange_s += exch
             seq.holder_wait_s += wait
         if self.options.check_hbm:

@@ -18,7 +18,7 @@ from simroute.model.geometry import ModelGeometry
 
 def kv_bytes_per_token(g: ModelGeometry) -> float:
     """Cached KV bytes of one token over all layers (token-axis compression included)."""
-    return g.b_kv * g.layers * g.token_fraction
+    return g.kv_bytes_per_token
 
 
 class PartialWork(NamedTuple):

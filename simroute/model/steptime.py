@@ -188,6 +188,8 @@ class StepTimeModel:
         self._attn_s_per_kv_token = self._kv_bytes_token_layer / self._bw
         self._attn_s_per_pair = self._attn_flops_pair_layer / self._attn_rate
         self._prefill_s_per_pair = self._prefill_flops_pair_layer / self._attn_rate
+        # a routed row is one query head of one token, split over the holder's TP ranks
+        self._holder_s_per_pair = 2.0 * (g.d_qk + g.d_v) * g.token_fraction / tp / self._attn_rate
         ring_steps = 2.0 * (tp - 1)
         self._ar_latency_s = ALLREDUCES_PER_LAYER * ring_steps * allreduce_latency_s
         self._ar_s_per_token = ALLREDUCES_PER_LAYER * ring_steps / tp * g.hidden * WEIGHT_BYTES / allreduce_Bps
@@ -291,10 +293,8 @@ class StepTimeModel:
             rows = [rows_per_query] * int(queries) if isinstance(rows_per_query, (int, float)) else rows_per_query
             toks = [key_tokens] * len(rows) if isinstance(key_tokens, (int, float)) else key_tokens
             keys, pairs = float(sum(toks)), float(sum(r * t for r, t in zip(rows, toks)))
-        g = self.geometry
-        per_row_pair = 2.0 * (g.d_qk + g.d_v) * g.token_fraction / self.tp   # rows split over the TP ranks
-        roof = max(keys * self._kv_bytes_token_layer / self._bw, pairs * per_row_pair / self._attn_rate)
+        roof = max(keys * self._attn_s_per_kv_token, pairs * self._holder_s_per_pair)
         if self.holder_curve is None:
             return roof
-        work = holder_work(pairs, 1.0, g.token_fraction, *self.holder_ref)    # pairs = rows x keys
+        work = holder_work(pairs, 1.0, self.geometry.token_fraction, *self.holder_ref)    # pairs = rows x keys
         return max(roof, holder_curve_s(work, self.holder_curve[0], self.holder_curve[1]))

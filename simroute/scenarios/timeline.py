@@ -4,25 +4,28 @@ Tracks (processes, named by metadata events):
 - requesters: each request an async slice from arrival to completion on its requester instance, with two
   nested phases, "to first token" (arrival -> TTFT: prefill, attends, queueing) and "decode";
 - network flows: each bulk flow an async slice on its source GPU (bytes, spine, tag in args);
-- holders: each routed-query batch an async slice on its holder; the queue left behind as a counter track;
-- staging: each holder's staging pool (copies waiting / copying) as counter tracks.
+- holders: each routed-query batch an async slice on its holder and the queue left behind as a counter track
+  (from the holders table); with instance engines, each engine event's holder partial work (placed at the
+  event's start: the log keeps its length, not its offset);
+- staging: each holder's staging pool (copies waiting / copying) as counter tracks;
+- instance engines: each engine event (a batch of iterations) a slice on its instance, when the run logged them.
 Async events (`b` / `e` with an id) are used because requests, flows and batches overlap on one instance.
 No value is NaN or infinite: non-finite fields are left out of `args`, events without a finite time are dropped.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from simroute.ioutil import write_text_atomic
+from simroute.ioutil import dumps_json, write_text_atomic
 
-REQUESTERS, FLOWS, HOLDERS, STAGING = 1, 2, 3, 4
-PROCESS_NAMES = {REQUESTERS: "requesters", FLOWS: "network flows", HOLDERS: "holders", STAGING: "staging pools"}
+REQUESTERS, FLOWS, HOLDERS, STAGING, ENGINES = 1, 2, 3, 4, 5
+PROCESS_NAMES = {REQUESTERS: "requesters", FLOWS: "network flows", HOLDERS: "holders", STAGING: "staging pools",
+                 ENGINES: "instance engines"}
 PHASES = frozenset("XBEbeinCMsft")      # trace-event phases this exporter may write (validate_events)
 
 
@@ -90,6 +93,16 @@ def holder_events(ev: list, holders, limit: int) -> None:
                    float(row.time_s), float(row.time_s) + float(row.batch_duration_s))
 
 
+def holder_work_events(ev: list, iterations, limit: int) -> None:
+    it = iterations.to_pandas()
+    if "holder_work_s" not in it:
+        return
+    it = it[it["holder_work_s"] > 0].head(limit)
+    for i, row in enumerate(it.itertuples(index=False)):
+        _async(ev, "holder partials", "holder", HOLDERS, int(row.instance), f"w{i}", float(row.t_start_s),
+               float(row.t_start_s) + float(row.holder_work_s))
+
+
 def staging_events(ev: list, staging, limit: int) -> None:
     for row in staging.to_pandas().head(limit).itertuples(index=False):
         if _finite(row.time_s):
@@ -107,6 +120,11 @@ def build_events(tables: dict[str, Any], max_events: int = 500_000) -> list[dict
         holder_events(ev, tables["holders"], max_events)
     if tables.get("staging") is not None:
         staging_events(ev, tables["staging"], max_events)
+    if tables.get("iterations") is not None:
+        holder_work_events(ev, tables["iterations"], max_events)
+        from simroute.sim.engine.log import iteration_events
+        ev.extend(e for e in iteration_events(tables["iterations"], pid=ENGINES, max_events=max_events)
+                  if _finite(e["ts"]) and _finite(e["dur"]))
     for pid, name in PROCESS_NAMES.items():
         ev.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}})
     for gpu, tid in gpu_tids.items():
@@ -143,5 +161,5 @@ def validate_events(doc: dict[str, Any]) -> list[str]:
 def write_timeline(path: str | Path, tables: dict[str, Any]) -> Path:
     """Write the run's trace-event JSON (strict JSON: NaN would make it unloadable)."""
     doc = {"traceEvents": build_events(tables), "displayTimeUnit": "ms"}
-    write_text_atomic(path, json.dumps(doc, allow_nan=False))
+    write_text_atomic(path, dumps_json(doc))
     return Path(path)

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from simroute.model.cost import CostParams
+from simroute.model.cost import (FLOATS, CostParams, holder_compute_s, holder_curve_s, holder_work, splice_s,
+                                 sparse_premium)
 from simroute.model.geometry import ModelGeometry
-from simroute.model.scalar import _interp
 
 
 def kv_bytes_per_token(g: ModelGeometry) -> float:
     """Cached KV bytes of one token over all layers (token-axis compression included)."""
-    return g.b_kv * g.layers * g.token_fraction
+    return g.kv_bytes_per_token
 
 
 class PartialWork(NamedTuple):
@@ -29,7 +29,8 @@ class PartialWork(NamedTuple):
 
 
 class ComputeModel:
-    """Seconds of GPU work, per the profile's holder curve, sparse premium, prefill and splice constants."""
+    """Seconds of GPU work, through the model's own holder-compute, splice and prefill formulas
+    (`simroute.model.cost`): the simulator and the predicate charge the same numbers."""
 
     def __init__(self, params: CostParams) -> None:
         self.params = params
@@ -40,25 +41,21 @@ class ComputeModel:
     def partial_work(self, rows: float, ct: float, topk: int | float) -> PartialWork:
         """Work and premium of a partial over `ct` tokens (dense) or `topk` selected entries (sparse)."""
         p = self.params
-        attended = (topk if topk > 0 else ct) * p.geometry.token_fraction
-        work = rows / p.holder_heads_ref * attended / p.holder_ct_ref
-        if topk <= 0:
-            return PartialWork(work, 1.0)
-        budget = min(max(topk, p.sparse_k[0]), p.sparse_k[-1])
-        return PartialWork(work, _interp(budget, p.sparse_k, p.sparse_premium))
+        work = holder_work(rows, topk if topk > 0 else ct, p.geometry.token_fraction, p.holder_heads_ref,
+                           p.holder_ct_ref)
+        return PartialWork(work, sparse_premium(topk, p, FLOATS) if topk > 0 else 1.0)
 
     def batch_s(self, work: float) -> float:
         """One exchange of a batch of `work` reference requesters on a holder (the calibrated curve)."""
-        return _interp(work, self.params.holder_n, self.params.holder_s)
+        return holder_curve_s(work, self.params.holder_n, self.params.holder_s, FLOATS)
 
     def attend_s(self, rows: float, ct: float, topk: int | float) -> float:
         """The requester's own attention over a resident copy, per step (all exchanges of the step)."""
-        work, premium = self.partial_work(rows, ct, topk)
-        return self.batch_s(work) * premium * self.params.exchanges
+        return holder_compute_s(rows, ct, topk, self.params, FLOATS) * self.params.exchanges
 
     def prefill_s(self, tokens: float) -> float:
         return tokens * self.prefill_s_per_token
 
     def splice_s(self, ct: float) -> float:
         """Re-rotating a fetched copy served at another offset (RoPE splice)."""
-        return _interp(ct, self.params.splice_ct, self.params.splice_s)
+        return splice_s(ct, self.params, FLOATS)

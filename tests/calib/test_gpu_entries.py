@@ -24,6 +24,9 @@ def test_shipped_entry_loads_with_datasheet_peaks(path):
     entry = prof.gpu_entry(path.stem)
     for key in ("peak_bf16_TFLOPs", "hbm_GBps", "hbm_GB"):
         prov = getattr(entry, key).provenance
+        if path.stem == "rtxpro6000" and key == "peak_bf16_TFLOPs":   # its datasheet states only FP4 sparse
+            assert prov.kind == "fitted" and "datasheet" in prov.ref and "4,000 AI TOPS" in prov.ref
+            continue
         assert prov.kind == "datasheet" and prov.ref.startswith("NVIDIA"), key
     for key in ("hbm_efficiency", "gemm_efficiency", "attention_efficiency", "iteration_overhead_us"):
         prov = getattr(entry, key).provenance

@@ -9,7 +9,6 @@ A search study's link and spine figures are drawn at each group's answer, a grid
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from simroute.errors import ConfigurationError
-from simroute.ioutil import write_text_atomic
+from simroute.ioutil import load_json, write_text_atomic
 from simroute.study import figures, plots
 from simroute.study.search import meets
 from simroute.study.store import Store
@@ -167,6 +166,21 @@ def _answer_runs(df: pd.DataFrame, searches: list[dict[str, Any]], limit: int = 
     return out
 
 
+STUDY_META = {"name": str, "description": str, "axes": dict, "cases": dict, "report": dict,
+              "search": (dict, type(None)), "slo": (str, list, type(None))}
+
+
+def load_study_meta(path: Path) -> dict[str, Any]:
+    """study.json, checked for the fields a report reads (a malformed one is one line naming file and field)."""
+    meta = load_json(path)
+    if not isinstance(meta, dict):
+        raise ConfigurationError("must be a JSON object", file=path)
+    for key, kind in STUDY_META.items():
+        if key in meta and not isinstance(meta[key], kind):
+            raise ConfigurationError(f"has the wrong type ({type(meta[key]).__name__})", file=path, field=key)
+    return meta
+
+
 def _read_parquet(path: Path) -> pd.DataFrame | None:
     return pd.read_parquet(path) if path.exists() else None
 
@@ -177,9 +191,11 @@ def _tpot_modelled(agg: pd.DataFrame) -> bool:
 
 
 def _study(d: Path) -> Report:
-    meta = json.loads((d / "study.json").read_text()) if (d / "study.json").exists() else {}
+    meta = load_study_meta(d / "study.json") if (d / "study.json").exists() else {}
     df = Store(d).read()
-    searches = json.loads((d / "search.json").read_text()) if (d / "search.json").exists() else []
+    searches = load_json(d / "search.json") if (d / "search.json").exists() else []
+    if not isinstance(searches, list):
+        raise ConfigurationError("must be a list of search results", file=d / "search.json")
     x, series = axes_of(meta) if meta else (None, [])
     slo = list(meta.get("slo") or (meta.get("search") or {}).get("slo") or [])
     agg = aggregate(df, x, series, slo)
@@ -296,12 +312,14 @@ def _bottleneck_sections(b: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
     tiers = pd.DataFrame([{"tier": t, "links": v.get("links"), "peak": v.get("peak_utilisation"),
                            "p99": v.get("p99_utilisation"), "mean": v.get("mean_utilisation"),
                            "saturated link-s": v.get("saturated_link_s"),
-                           "bulk GB": (v.get("bulk_bytes") or 0) / 1e9, "message GB": (v.get("message_bytes") or 0) / 1e9}
+                           "bulk GB": (v.get("bulk_bytes") or 0) / 1e9,
+                           "message GB": (v.get("message_bytes") or 0) / 1e9}
                           for t, v in b["tiers"].items()])
     hot = pd.DataFrame([{"tier": h.get("tier"), "link": f"{h.get('src')} -> {h.get('dst')}",
                          "peak": h.get("peak_utilisation"), "p99": h.get("p99_utilisation"),
                          "mean": h.get("mean_utilisation"), "saturated s": h.get("saturated_s"),
-                         "bulk GB": (h.get("bulk_bytes") or 0) / 1e9, "message GB": (h.get("message_bytes") or 0) / 1e9}
+                         "bulk GB": (h.get("bulk_bytes") or 0) / 1e9,
+                         "message GB": (h.get("message_bytes") or 0) / 1e9}
                         for h in b.get("hottest_links", [])])
     return [(f"Utilisation by tier ({window})", tiers), ("Hottest links", hot)]
 
@@ -316,7 +334,11 @@ def _hbm_table(d: Path) -> pd.DataFrame | None:
 
 
 def _run(d: Path) -> Report:
-    s = json.loads((d / "summary.json").read_text())
+    s = load_json(d / "summary.json")
+    for key in ("config", "ttft_ms", "tpot_ms", "e2e_ms", "bytes", "slo"):
+        if not isinstance(s, dict) or not isinstance(s.get(key), dict):
+            raise ConfigurationError("not a simroute run summary (missing or malformed)", file=d / "summary.json",
+                                     field=key)
     b = s["bytes"]
     agg = pd.DataFrame([{"config": "run", "bytes_route": b["route"], "bytes_fetch": b["fetch"],
                          "bytes_pd_transfer": b["pd_transfer"]}])

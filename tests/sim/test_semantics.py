@@ -103,3 +103,16 @@ def test_decode_base_time_adds_to_every_step(tmp_path, policy, sparse):
     tpot = {base: simulate(_testbed(trace, policy=policy, decode_base_ms=base,
                                     decode_steps_per_event=1)).summary["tpot_ms"]["mean"] for base in (0.0, 2.0)}
     assert tpot[2.0] - tpot[0.0] == pytest.approx(2.0, rel=1e-6)
+
+
+def test_a_sparse_fanout_waits_for_its_slowest_holder(tmp_path):
+    """route fans a selection's query out to M holders and merges M partials: one holder across the IB fabric
+    takes as long as its IB leg alone (the same k/M share), not as its NVLink neighbour's."""
+    from simroute.scenarios.traces import selection_trace
+
+    def ttft(holders, topk):
+        trace = selection_trace(tmp_path / f"s{'-'.join(map(str, holders))}.parquet", requester=0, holders=holders,
+                                topk=topk, output_tokens=1)
+        return simulate(_testbed(trace, policy="always-route")).summary["ttft_ms"]["mean"]
+    mixed, ib_leg, nvlink_leg = ttft([1, 4], 2048), ttft([4], 1024), ttft([1], 1024)
+    assert mixed == pytest.approx(ib_leg, rel=1e-6) and mixed > nvlink_leg * 1.05

@@ -35,6 +35,8 @@ def test_uncontended_ttft_is_the_closed_form(tmp_path, policy, prompt, tp):
     want = {"always-route": r1, "always-fetch": move + attend, "always-local": pre + attend}[policy]
     got = sim.rec.ttft[0] - prompt * sim.prefill_s_per_token
     assert got == pytest.approx(want, rel=0.01)
+    g, exchanges = sim.ctx.params.geometry, sim.ctx.params.exchanges
+    assert sim.rec.bytes_route[0] == (16 * prompt * g.qp_bytes * exchanges if policy == "always-route" else 0.0)
     assert sim.rec.ttft[0] >= sim.rec.ttft_floor[0] - 1e-12
 
 
@@ -93,13 +95,14 @@ def test_staging_elbow_end_to_end(tmp_path):
 
 @pytest.mark.parametrize("policy", ["always-route", "always-fetch"])
 @pytest.mark.parametrize("sparse", [False, True])
-def test_decode_base_time_adds_to_every_step(tmp_path, policy, sparse):
+@pytest.mark.parametrize("output", [2, 9])
+def test_decode_base_time_adds_to_every_step(tmp_path, policy, sparse, output):
     """`decode_base_ms` is the non-attention time of each decode step: TPOT rises by exactly that much."""
     from simroute.scenarios.traces import selection_trace
     if sparse:
-        trace = selection_trace(tmp_path / "t.parquet", requester=4, holders=[0, 1], output_tokens=9)
+        trace = selection_trace(tmp_path / "t.parquet", requester=4, holders=[0, 1], output_tokens=output)
     else:
-        trace = single_chunk_trace(tmp_path / "t.parquet", requester=4, holder=0, output_tokens=9)
+        trace = single_chunk_trace(tmp_path / "t.parquet", requester=4, holder=0, output_tokens=output)
     tpot = {base: simulate(_testbed(trace, policy=policy, decode_base_ms=base,
                                     decode_steps_per_event=1)).summary["tpot_ms"]["mean"] for base in (0.0, 2.0)}
     assert tpot[2.0] - tpot[0.0] == pytest.approx(2.0, rel=1e-6)
@@ -144,3 +147,14 @@ def test_requests_in_flight_are_counted_per_requester(tmp_path):
     sim.run()
     assert seen == [0, 1, 2] and len(set(sim.rec.requester.tolist())) == 3
     assert not sim.ctx.cluster.active.any()
+
+
+def test_a_hint_naming_a_missing_instance_drops_the_request(tmp_path):
+    reqs = [{"arrival_s": 0.0, "requester_hint": 4, "prefill_hint": 99, "prompt_tokens": 16, "output_tokens": 2,
+             "chunk_ids": [0]},
+            {"arrival_s": 0.0, "requester_hint": 99, "prefill_hint": -1, "prompt_tokens": 16, "output_tokens": 2,
+             "chunk_ids": [0]},
+            {"arrival_s": 0.0, "requester_hint": 4, "prefill_hint": 0, "prompt_tokens": 16, "output_tokens": 2,
+             "chunk_ids": [0]}]
+    res = simulate(_testbed(write_trace(tmp_path / "t.parquet", reqs, _chunks(1)), policy="always-route"))
+    assert res.summary["dropped_by_reason"] == {"requester out of range": 2} and res.summary["completed"] == 1

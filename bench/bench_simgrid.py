@@ -36,7 +36,7 @@ SIMGRID_CFG = ["--cfg=network/model:CM02", "--cfg=network/latency-factor:1", "--
                "--cfg=network/weight-S:0", "--cfg=network/crosstraffic:0", "--cfg=network/TCP-gamma:0",
                "--log=root.thres:critical"]
 # (mean concurrent flows, finishes replayed)
-SCALES = [(100, 4000), (1000, 3000), (3000, 1500), (10_000, 600)]
+SCALES = [(100, 4000), (1000, 3000), (3000, 1500), (10_000, 300)]
 QUICK = [(100, 1000), (1000, 600), (3000, 300)]
 
 

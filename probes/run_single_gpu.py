@@ -100,14 +100,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+
+
 def missing(pairs: list[tuple[str, str]]) -> list[str]:
-    """The requirements among (requirement, import name) whose module cannot be found."""
+    """The requirements among (requirement, import name) whose module cannot be found, or whose installed
+    distribution is older than the pinned version (pydantic needs a recent typing-extensions; the box's,
+    from torch, may be older)."""
+    import importlib.metadata as md
     out = []
     for req, mod in pairs:
         try:
             found = importlib.util.find_spec(mod) is not None
         except (ImportError, ValueError):
             found = False
+        name, _, pin = req.partition("==")
+        if found and pin:
+            try:
+                found = _version_tuple(md.version(name)) >= _version_tuple(pin)
+            except md.PackageNotFoundError:       # importable but not a distribution: keep it
+                pass
         if not found:
             out.append(req)
     return out

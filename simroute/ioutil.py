@@ -1,13 +1,34 @@
-"""Atomic outputs and validated loading: bad input never leaves half-written files."""
+"""Safe outputs and validated loading: bad input never costs a user a file or leaves a half-written one.
+
+Every output simroute writes goes through here, so each writer gets the same four guarantees:
+
+- **Validated first.** `check_output_path` refuses an output that cannot be created, is the wrong kind (a file
+  where a directory goes, or the reverse) or overlaps an input, before any work is done.
+- **Only its own files are replaced.** A directory simroute writes holds a manifest (`MANIFEST`) of the files
+  it put there; `check_replaceable` replaces an existing directory only when it is empty or holds exactly the
+  files its manifest lists, unchanged. A user's notes, a hand-written `summary.json`, an edited output: refused.
+- **Atomic.** Outputs are written beside the target and renamed into place. A directory replaces the previous
+  one in one `renameat2(RENAME_EXCHANGE)` (the target path never goes missing), and the old contents are then
+  removed from the temporary name. Where the file system lacks the exchange, two renames under the lock are
+  the documented fallback (a reader may see the path missing for that instant; no writer can interleave).
+- **Locked.** `claim_output` takes an exclusive, non-blocking lock on `.NAME.lock` beside the target, held from
+  the check to the rename: a second writer of the same path fails at once with a clear error. The lock file is
+  removed on release (the holder unlinks it while still holding the lock; a waiter re-checks the inode).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import fcntl
 import hashlib
+import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,60 +36,256 @@ import yaml
 
 from simroute.errors import ConfigurationError
 
+MANIFEST = ".simroute-manifest.json"
+MAX_CONFIG_BYTES = 16 << 20      # a topology, profile or study bigger than this is not a config file
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
 
-@contextlib.contextmanager
-def atomic_path(target: str | Path, *, directory: bool = False) -> Iterator[Path]:
-    """Yield a temporary path beside `target`; rename it onto `target` only if the block succeeds.
 
-    Works for files and for directories (e.g. a Parquet dataset or a run's output folder).
+# -- path checks ---------------------------------------------------------------------------------------------
+def check_output_path(target: str | Path, *, directory: bool, inputs: Iterable[str | Path | None] = (),
+                      flag: str | None = None) -> Path:
+    """Refuse an output path that cannot work, before any work: wrong kind, uncreatable, or overlapping an input.
+
+    `inputs` are paths the command reads; writing inside one, onto one, or replacing a directory that holds
+    one would destroy what is being read.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if directory:
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-    else:
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        os.close(fd)
-        tmp = Path(name)
-    # mkstemp / mkdtemp create 0600 / 0700: give the result the permissions a plain open() would have.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, (0o777 if directory else 0o666) & ~umask)
+    if target.exists() or target.is_symlink():
+        if directory and not target.is_dir():
+            raise ConfigurationError("exists and is not a directory; give a directory path", file=target,
+                                     field=flag)
+        if not directory and target.is_dir():
+            raise ConfigurationError("is a directory; give a file path", file=target, field=flag)
+    ancestor = target.parent
+    while not ancestor.exists():
+        if ancestor.is_symlink():
+            raise ConfigurationError(f"{ancestor} is a dangling link; cannot create the output", file=target,
+                                     field=flag)
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigurationError(f"cannot create: {ancestor} is a file, not a directory", file=target, field=flag)
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigurationError(f"cannot create: {ancestor} is not writable", file=target, field=flag)
+    resolved = target.resolve()
+    for item in inputs:
+        if item is None:
+            continue
+        source = Path(item).resolve()
+        if resolved == source or source in resolved.parents:
+            raise ConfigurationError(f"is or lies inside {item}, which this command also uses; choose another "
+                                     f"output path", file=target, field=flag)
+        if directory and resolved in source.parents:
+            raise ConfigurationError(f"holds {item}, which this command also uses; replacing the directory would "
+                                     f"delete it", file=target, field=flag)
+    return target
+
+
+def _manifest(directory: Path) -> dict[str, list[int]]:
+    """{relative path: [size, mtime_ns]} of every file under `directory` except the manifest itself."""
+    out: dict[str, list[int]] = {}
+    for path in sorted(directory.rglob("*")):
+        if path.is_file() and not path.is_symlink() and path.name != MANIFEST:
+            st = path.stat()
+            out[path.relative_to(directory).as_posix()] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def _write_manifest(directory: Path) -> None:
+    doc = {"written_by": "simroute", "files": _manifest(directory)}
+    (directory / MANIFEST).write_text(json.dumps(doc, sort_keys=True) + "\n")
+
+
+def foreign_files(directory: Path) -> list[str]:
+    """What in `directory` simroute did not write there (or was changed since): empty means replaceable."""
+    entries = [p for p in directory.rglob("*") if p.name != MANIFEST or p.parent != directory]
+    if not entries:
+        return []
     try:
-        yield tmp
-        if target.is_dir() and not directory:
-            raise ConfigurationError("is a directory; give a file path", file=target)
-        if directory and target.exists():
-            old = target.with_name(f".{target.name}.old-{os.getpid()}")
-            os.replace(target, old)
-            os.replace(tmp, target)
-            if old.is_dir():
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                old.unlink(missing_ok=True)
-        else:
-            os.replace(tmp, target)
-    except BaseException:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.unlink(missing_ok=True)
-        raise
+        listed = json.loads((directory / MANIFEST).read_text())["files"]
+        if not isinstance(listed, dict):
+            raise TypeError
+    except (OSError, ValueError, TypeError, KeyError):
+        return sorted(p.relative_to(directory).as_posix() for p in entries if not p.is_dir())[:3] or ["(folders)"]
+    actual = _manifest(directory)
+    foreign = [name for name, stat in actual.items() if listed.get(name) != stat]
+    extra = [p.relative_to(directory).as_posix() for p in entries
+             if (p.is_symlink() or not (p.is_file() or p.is_dir()))]
+    return sorted(foreign + extra)
 
 
-def check_replaceable(target: str | Path, markers: tuple[str, ...], what: str) -> None:
-    """Refuse to replace an existing directory that holds something other than a previous `what`.
+def check_replaceable(target: str | Path, markers: tuple[str, ...] = (), what: str = "output") -> None:
+    """Refuse to replace an existing directory unless everything in it is a file simroute wrote there.
 
-    Output directories are replaced whole (atomically); this keeps `-o ~/thesis` from deleting a thesis.
+    `markers` is kept for callers written before the manifest; the manifest alone decides.
     """
+    del markers
     target = Path(target)
     if not target.exists():
+        check_output_path(target, directory=True)
         return
     if not target.is_dir():
         raise ConfigurationError(f"exists and is not a directory; choose another path for the {what}", file=target)
-    if any(target.iterdir()) and not any((target / m).exists() for m in markers):
-        raise ConfigurationError(f"exists, is not empty and does not hold a previous {what}: refusing to replace "
-                                 f"it (choose a new or empty directory)", file=target)
+    foreign = foreign_files(target)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (" ..." if len(foreign) > 3 else "")
+        raise ConfigurationError(f"holds files simroute did not write there ({shown}): refusing to replace it "
+                                 f"with the {what} (choose a new or empty directory)", file=target)
+
+
+# -- the lock -------------------------------------------------------------------------------------------------
+_CLAIMS: dict[str, list[Any]] = {}          # resolved target -> [fd, depth]; this process's held locks
+_CLAIMS_GUARD = threading.Lock()
+
+
+def _lock_path(target: Path) -> Path:
+    return target.parent / f".{target.name}.lock"
+
+
+def _acquire(target: Path) -> int:
+    lock = _lock_path(target)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EAGAIN, errno.EACCES):
+                raise ConfigurationError("another simroute process is writing this output right now; wait for it "
+                                         "or choose another path", file=target) from None
+            raise
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)             # the previous holder removed it between our open and lock: try again
+
+
+def _release(target: Path, fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(_lock_path(target))
+    os.close(fd)
+
+
+@contextlib.contextmanager
+def lock_output(target: str | Path, *, flag: str | None = None) -> Iterator[Path]:
+    """Hold the exclusive lock of `target` (fails fast if another process holds it). Reentrant in a process."""
+    target = Path(target)
+    key = str(target.resolve())
+    with _CLAIMS_GUARD:
+        held = _CLAIMS.get(key)
+        if held is not None:
+            held[1] += 1
+        else:
+            try:
+                _CLAIMS[key] = [_acquire(target), 1]
+            except OSError as exc:
+                raise ConfigurationError(f"cannot lock the output: {exc.strerror}", file=target, field=flag) from None
+    try:
+        yield target
+    finally:
+        with _CLAIMS_GUARD:
+            held = _CLAIMS[key]
+            held[1] -= 1
+            if held[1] == 0:
+                del _CLAIMS[key]
+                _release(target, held[0])
+
+
+@contextlib.contextmanager
+def claim_output(target: str | Path, *, directory: bool = True, inputs: Iterable[str | Path | None] = (),
+                 flag: str | None = None, what: str = "output") -> Iterator[Path]:
+    """Validate `target`, lock it and (for a directory) check it may be replaced, before any work.
+
+    Wrap the whole command in it so a concurrent writer fails before simulating, not after; writes inside
+    (`atomic_path`) reuse the claim.
+    """
+    target = check_output_path(target, directory=directory, inputs=inputs, flag=flag)
+    with lock_output(target, flag=flag):
+        if directory:
+            check_replaceable(target, what=what)
+        yield target
+
+
+# -- atomic writes --------------------------------------------------------------------------------------------
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2); False where the system or file system cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _replace_directory(tmp: Path, target: Path, what: str) -> None:
+    if not target.exists():
+        os.replace(tmp, target)
+        return
+    check_replaceable(target, what=what)          # again, under the lock, right before the swap
+    if _exchange(tmp, target):
+        _remove(tmp)                                # tmp now holds the previous contents
+        return
+    old = target.with_name(f".{target.name}.old-{os.getpid()}")
+    os.replace(target, old)
+    os.replace(tmp, target)
+    _remove(old)
+
+
+def _temp_beside(target: Path, directory: bool) -> Path:
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if directory:
+            return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(fd)
+        return Path(name)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot create the output: {exc.strerror}", file=target) from None
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | Path, *, directory: bool = False, what: str = "output") -> Iterator[Path]:
+    """Yield a temporary path beside `target`; move it onto `target` only if the block succeeds.
+
+    Works for files and for directories (a Parquet dataset, a run's output folder); a directory gets a
+    manifest of the files written into it, which is what lets a later write replace it.
+    """
+    target = Path(target)
+    with claim_output(target, directory=directory, what=what):
+        tmp = _temp_beside(target, directory)
+        # mkstemp / mkdtemp create 0600 / 0700: give the result the permissions a plain open() would have.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, (0o777 if directory else 0o666) & ~umask)
+        try:
+            yield tmp
+            if directory:
+                _write_manifest(tmp)
+                _replace_directory(tmp, target, what)
+            else:
+                if target.is_dir():
+                    raise ConfigurationError("is a directory; give a file path", file=target)
+                os.replace(tmp, target)
+        except BaseException:
+            _remove(tmp)
+            raise
 
 
 def write_text_atomic(target: str | Path, text: str) -> None:
@@ -76,29 +293,108 @@ def write_text_atomic(target: str | Path, text: str) -> None:
         tmp.write_text(text)
 
 
-def load_yaml(path: str | Path) -> Any:
-    """Load a YAML file, turning I/O and syntax errors into a ConfigurationError naming the file."""
+def dumps_json(obj: Any, **kwargs: Any) -> str:
+    """JSON that every parser reads: NaN and +-inf become null (json.dumps would write bare `NaN`)."""
+    return json.dumps(_finite(obj), allow_nan=False, **kwargs)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):     # numpy scalars
+        with contextlib.suppress(TypeError, ValueError):
+            return _finite(obj.item())
+    return obj
+
+
+# -- reading --------------------------------------------------------------------------------------------------
+def check_input_file(path: str | Path, *, what: str = "file", max_bytes: int | None = None) -> Path:
+    """An input that must be a readable regular file (not missing, not a directory, not too big)."""
     path = Path(path)
     if not path.exists():
-        raise ConfigurationError("file not found", file=path)
+        raise ConfigurationError(f"{what} not found", file=path)
+    if path.is_dir():
+        raise ConfigurationError(f"is a directory; expected a {what}", file=path)
+    if not os.access(path, os.R_OK):
+        raise ConfigurationError("is not readable (permission denied)", file=path)
+    if max_bytes is not None and path.stat().st_size > max_bytes:
+        raise ConfigurationError(f"is {path.stat().st_size:,} bytes; a {what} is at most {max_bytes:,}", file=path)
+    return path
+
+
+def read_text(path: str | Path, *, what: str = "file", max_bytes: int | None = MAX_CONFIG_BYTES) -> str:
+    """A UTF-8 text file, or a ConfigurationError naming it (missing, a directory, binary, not UTF-8)."""
+    path = check_input_file(path, what=what, max_bytes=max_bytes)
+    data = path.read_bytes()
+    if b"\x00" in data:
+        raise ConfigurationError(f"is a binary file, not a {what}", file=path)
     try:
-        with path.open() as f:
-            return yaml.safe_load(f)
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise ConfigurationError(f"is not UTF-8 text (byte {exc.start})", file=path, line=line) from None
+
+
+MAX_NESTING = 100
+
+
+def _check_nesting(text: str, path: Path) -> None:
+    """Refuse flow collections nested absurdly deep before the parser recurses into them (slow, then a crash)."""
+    if text.count("[") + text.count("{") <= MAX_NESTING:
+        return
+    depth = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise ConfigurationError(f"not valid YAML: nested deeper than {MAX_NESTING} levels", file=path)
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Load a YAML file, turning I/O, encoding and syntax errors into a ConfigurationError naming the file."""
+    path = Path(path)
+    text = read_text(path, what="YAML file")
+    _check_nesting(text, path)
+    try:
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
-        raise ConfigurationError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=path,
+        raise ConfigurationError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}", file=path,
                                  line=None if line is None else line + 1) from None
+    except RecursionError:
+        raise ConfigurationError("not valid YAML: nested too deeply", file=path) from None
+
+
+def load_json(path: str | Path, *, what: str = "JSON file", max_bytes: int | None = MAX_CONFIG_BYTES) -> Any:
+    """Load a JSON file (e.g. a run's summary.json), errors naming the file and line."""
+    path = Path(path)
+    text = read_text(path, what=what, max_bytes=max_bytes)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(f"not valid JSON: {exc.msg}", file=path, line=exc.lineno) from None
+    except RecursionError:
+        raise ConfigurationError("not valid JSON: nested too deeply", file=path) from None
 
 
 def sha256_file(path: str | Path, *, limit: int | None = None) -> str:
-    """Content hash of a file (or of every file under a directory, in sorted order)."""
+    """Content hash of a file (or of every file under a directory, in sorted order; the manifest excluded)."""
     path = Path(path)
     h = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for p in files:
-        if path.is_dir():
-            h.update(str(p.relative_to(path)).encode())
-        with p.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != MANIFEST) if path.is_dir() else [path]
+    try:
+        for p in files:
+            if path.is_dir():
+                h.update(str(p.relative_to(path)).encode())
+            with p.open("rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    h.update(block)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read: {exc.strerror}", file=path) from None
     return h.hexdigest()

@@ -70,3 +70,23 @@ def _leaf_commands():
 def test_every_command_has_help_with_an_example(cli, path):
     code, out, err = cli(*path, "--help")
     assert code == 0 and "example" in out.lower(), (path, out[:400])
+
+
+def test_a_bug_is_one_line_with_the_log_path_not_a_traceback(cli, tmp_path, monkeypatch):
+    import simroute.workload.stats as stats
+
+    def broken(*_a, **_k):
+        raise KeyError("a bug in simroute, not in the input")
+    monkeypatch.setattr(stats, "trace_info", broken)
+    monkeypatch.setenv("SIMROUTE_LOG_DIR", str(tmp_path / "logs"))
+    code, out, err = cli("trace", "info", str(tmp_path))
+    lines = err.strip().splitlines()
+    assert code == 70 and len(lines) == 1 and "Traceback" not in out + err
+    assert lines[0].startswith("internal error, please report: KeyError")
+    log = tmp_path / "logs" / "internal-errors.log"
+    assert str(log) in lines[0] and "Traceback" in log.read_text() and "a bug in simroute" in log.read_text()
+
+
+def test_usage_errors_are_one_line_naming_the_flag(cli):
+    code, _, err = cli("trace", "info", "--lru-capacity", "lots", "x.parquet")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--lru-capacity" in err

@@ -7,16 +7,20 @@ or `default` (what stands in when nothing was measured, and why).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, field_validator, model_validator
 
 SCHEMA_VERSION = "simroute.calib/1"
+# Strict at the file boundary: no bool for a number, no numeric strings, no NaN or inf, no unknown keys.
+STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+# A YAML [x, y] list is a pair (strict mode alone would demand a Python tuple); its numbers stay strict.
+Pair = Annotated[tuple[Annotated[float, Strict()], Annotated[float, Strict()]], Strict(False)]
 ProvenanceKind = Literal["paper", "datasheet", "measured", "fitted", "loopback", "default"]
 
 
 class Provenance(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = STRICT
 
     kind: ProvenanceKind
     ref: str | None = None          # paper table/section, probe name, or what a default stands in for
@@ -38,12 +42,12 @@ class Provenance(BaseModel):
 class Constant(BaseModel):
     """A scalar (`value`, optional `range`) or a curve (`points` of [x, y] with x increasing)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = STRICT
 
     value: float | None = None
-    points: list[tuple[float, float]] | None = None
+    points: list[Pair] | None = None
     x: str | None = None            # what the curve's x is (chunk_tokens, requesters, topk, ...)
-    range: tuple[float, float] | None = None
+    range: Pair | None = None
     unit: str | None = None
     note: str | None = None
     provenance: Provenance
@@ -76,7 +80,7 @@ def _require_positive(c: Constant, what: str) -> Constant:
 class FabricSpec(BaseModel):
     """One fabric class of paper Table 2: the affine constants plus the bulk link peak."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = STRICT
 
     description: str = ""
     t_probe_us: Constant
@@ -96,7 +100,7 @@ class FabricSpec(BaseModel):
 class GpuFileSpec(BaseModel):
     """One GPU entry of the `gpus:` section (docs/STEP_TIME.md): datasheet peaks and achievable fractions."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = STRICT
 
     description: str = ""
     peak_bf16_TFLOPs: Constant
@@ -130,7 +134,7 @@ class GpuFileSpec(BaseModel):
 
 
 class BoxSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = STRICT
 
     name: str
     description: str = ""
@@ -139,7 +143,7 @@ class BoxSpec(BaseModel):
 class ProfileFile(BaseModel):
     """What one YAML file holds; `include` composes several files (later ones override earlier)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = STRICT
 
     schema_: Literal["simroute.calib/1"] = Field(alias="schema")
     name: str

@@ -50,3 +50,20 @@ def fmt_bytes(n: float) -> str:
             return f"{n:,.1f} {unit}" if unit != "B" else f"{n:,.0f} B"
         n /= 1000.0
     return str(n)
+
+
+def checked(flag: str, *, integer: bool = False, minimum: float | None = None, maximum: float | None = None,
+            exclusive_minimum: bool = False):
+    """A typer option callback: the value must be finite and in range (click's ranges let NaN through).
+
+    Use as `typer.Option(1.0, "--time-scale", callback=checked("--time-scale", minimum=0, exclusive_minimum=True))`;
+    the error names the flag, like every other bad-input error.
+    """
+    from simroute.checks import check_number
+
+    def callback(value):
+        if value is None:
+            return None
+        return check_number(value, flag, integer=integer, minimum=minimum, maximum=maximum,
+                            exclusive_minimum=exclusive_minimum)
+    return callback

@@ -75,7 +75,11 @@ def _run(**options: typing.Any) -> None:
         values[name] = str(values[name] or default())
     values["telemetry"] = values["telemetry"] or timeline is not None    # a timeline needs the telemetry
     cfg = RunConfig(**values)
-    res = simulate(cfg, out, progress=_progress_bar(progress))
+    from simroute.ioutil import check_output_path, claim_output   # paths checked and -o locked before simulating
+    if timeline is not None:
+        check_output_path(timeline, directory=False, inputs=[out, cfg.trace, cfg.topology], flag="--timeline")
+    with claim_output(out, inputs=[cfg.trace, cfg.topology, timeline], flag="--out", what="simroute run"):
+        res = simulate(cfg, out, progress=_progress_bar(progress))
     if timeline is not None:
         from simroute.scenarios.timeline import write_timeline
         write_timeline(timeline, res.tables)

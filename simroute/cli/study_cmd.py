@@ -6,16 +6,18 @@ from pathlib import Path
 
 import typer
 
-from simroute.cli.common import console
+from simroute.cli.common import checked, console
 
 
 def sweep(
     study_file: Path = typer.Argument(..., help="Study YAML (see docs/STUDIES.md and studies/)."),
     out: Path = typer.Option(None, "-o", "--out", help="Study directory (default: results/studies/<name>)."),
     quick: bool = typer.Option(False, "--quick", help="Apply the study's `quick:` overrides (small variant)."),
-    jobs: int = typer.Option(None, "-j", "--jobs", help="Local worker processes (default: all cores; 1: inline)."),
+    jobs: int = typer.Option(None, "-j", "--jobs", help="Local worker processes (default: all cores; 1: inline).",
+                             callback=checked("--jobs", integer=True, minimum=1, maximum=1024)),
     ray_address: str = typer.Option(None, help="Run on Ray: auto | ray://host:port | local (a private 2-CPU Ray)."),
-    max_points: int = typer.Option(None, help="Stop after this many new points (rerun to continue)."),
+    max_points: int = typer.Option(None, help="Stop after this many new points (rerun to continue).",
+                                   callback=checked("--max-points", integer=True, minimum=0)),
     retry_failed: bool = typer.Option(True, help="Rerun points stored as failed."),
     report: bool = typer.Option(False, "--report", help="Write the HTML report when done."),
     progress: bool = typer.Option(None, help="Progress bar with ETA (default: when stderr is a terminal)."),

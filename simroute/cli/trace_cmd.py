@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from simroute.cli.common import checked
 from simroute.errors import ConfigurationError
 
 trace_app = typer.Typer(help="Workload traces: generate scenarios, import public traces, summarise.",
@@ -18,12 +19,13 @@ def _warn(msg: str) -> None:
 
 
 def _parse_sets(items: list[str]) -> dict[str, Any]:
+    from simroute.workload.generators import parse_cli_value
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
             raise ConfigurationError(f"expected key=value, got {item!r}", field="--param")
         key, value = item.split("=", 1)
-        out[key.strip()] = value.strip()
+        out[key.strip()] = parse_cli_value(value.strip())
     return out
 
 
@@ -31,7 +33,8 @@ def _parse_sets(items: list[str]) -> dict[str, Any]:
 def gen(
     kind: str = typer.Argument(..., help="Scenario: agents, corpus, sparse or disagg (see `simroute trace list`)."),
     output: Path = typer.Option(None, "-o", "--output", help="Output trace directory, named *.parquet."),
-    seed: int = typer.Option(None, "--seed", help="Seed of numpy default_rng (default 0, or the preset's)."),
+    seed: int = typer.Option(None, "--seed", help="Seed of numpy default_rng (default 0, or the preset's).",
+                             callback=checked("--seed", integer=True, minimum=0, maximum=2**63 - 1)),
     param: list[str] = typer.Option([], "-p", "--param", help="Generator parameter key=value (repeatable)."),
     config: Path = typer.Option(None, "--config", help="YAML preset {kind, seed, params} (e.g. workloads/*.yaml)."),
     show_params: bool = typer.Option(False, "--show-params", help="Print the parameters with their values and exit."),
@@ -42,17 +45,27 @@ def gen(
     """
     import dataclasses
 
-    from simroute.ioutil import load_yaml
+    from simroute.checks import check_number
+    from simroute.ioutil import check_output_path, load_yaml
     from simroute.workload.generators import generate, make_params
 
     params: dict[str, Any] = {}
     if config is not None:
         preset = load_yaml(config) or {}
-        if not isinstance(preset, dict) or preset.get("kind", kind) != kind:
-            raise ConfigurationError(f"preset is for kind {preset.get('kind') if isinstance(preset, dict) else '?'!r}, "
-                                     f"not {kind!r}", file=config, field="kind")
+        if not isinstance(preset, dict):
+            raise ConfigurationError("a preset must be a mapping {kind, seed, params}", file=config)
+        unknown = set(preset) - {"kind", "seed", "params", "description", "name"}
+        if unknown:
+            raise ConfigurationError(f"unknown key(s) {sorted(map(str, unknown))}; valid: kind, seed, params",
+                                     file=config, field=str(sorted(map(str, unknown))[0]))
+        if preset.get("kind", kind) != kind:
+            raise ConfigurationError(f"preset is for kind {preset.get('kind')!r}, not {kind!r}", file=config,
+                                     field="kind")
+        if not isinstance(preset.get("params") or {}, dict):
+            raise ConfigurationError("must be a mapping of generator parameters", file=config, field="params")
         params.update(preset.get("params") or {})
-        seed = preset.get("seed", 0) if seed is None else seed
+        if seed is None and "seed" in preset:
+            seed = check_number(preset["seed"], "seed", file=config, integer=True, minimum=0, maximum=2**63 - 1)
     params.update(_parse_sets(param))
     p = make_params(kind, params)
     if show_params:
@@ -61,6 +74,7 @@ def gen(
         return
     if output is None:
         raise ConfigurationError("missing -o/--output", field="output")
+    check_output_path(output, directory=True, inputs=[config], flag="--output")
     path = generate(kind, output, seed=0 if seed is None else seed, params=params)
     typer.echo(f"wrote {path}")
 
@@ -70,10 +84,13 @@ def import_(
     fmt: str = typer.Argument(..., metavar="FORMAT", help="mooncake, azure, burstgpt or agent."),
     files: list[Path] = typer.Argument(..., metavar="FILE...", help="Input file(s); agent also takes directories."),
     output: Path = typer.Option(..., "-o", "--output", help="Output trace directory, named *.parquet."),
-    time_scale: float = typer.Option(1.0, "--time-scale", help="Multiply all times (arrivals, think times)."),
-    load_scale: float = typer.Option(1.0, "--load-scale", help="Multiply the open-loop request rate."),
+    time_scale: float = typer.Option(1.0, "--time-scale", help="Multiply all times (arrivals, think times); > 0.",
+                                     callback=checked("--time-scale", minimum=0, exclusive_minimum=True)),
+    load_scale: float = typer.Option(1.0, "--load-scale", help="Multiply the open-loop request rate; > 0.",
+                                     callback=checked("--load-scale", minimum=0, exclusive_minimum=True)),
     strict: bool = typer.Option(False, "--strict", help="Reject unsorted timestamps instead of sorting them."),
-    block_tokens: int = typer.Option(None, "--block-tokens", help="Tokens per hash block (mooncake 512, agent 64)."),
+    block_tokens: int = typer.Option(None, "--block-tokens", help="Tokens per hash block (mooncake 512, agent 64).",
+                                     callback=checked("--block-tokens", integer=True, minimum=1, maximum=1 << 20)),
 ) -> None:
     """Import a public trace (streamed; bad input leaves no output).
 
@@ -90,7 +107,8 @@ def import_(
 def info(
     file: Path = typer.Argument(..., help="Trace directory (*.parquet)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    lru_capacity: int = typer.Option(None, "--lru-capacity", min=0, help="Also replay an LRU of this many tokens."),
+    lru_capacity: int = typer.Option(None, "--lru-capacity", help="Also replay an LRU of this many tokens.",
+                                     callback=checked("--lru-capacity", integer=True, minimum=0)),
 ) -> None:
     """Requests, span, rate, token percentiles, and reuse (unbounded store and LRU).
 

@@ -13,33 +13,42 @@ njit = numba.njit(cache=True, nogil=True)
 
 
 @njit
-def sift(heap, pos, key, i, size):
-    """Move heap[i] up or down to its place in the indexed min-heap (keys live in key[link])."""
+def sift(heap, heap_key, pos, i, size, key):
+    """Place the item at heap[i], whose key is now `key`, in the indexed min-heap (keys stored inline, so
+    a comparison reads one array; pos[item] is the item's index in heap)."""
     item = heap[i]
-    k = key[item]
     while i > 0:
         parent = (i - 1) >> 1
-        if key[heap[parent]] <= k:
+        if heap_key[parent] <= key:
             break
         heap[i] = heap[parent]
+        heap_key[i] = heap_key[parent]
         pos[heap[i]] = i
         i = parent
     while True:
         child = 2 * i + 1
         if child >= size:
             break
-        if child + 1 < size and key[heap[child + 1]] < key[heap[child]]:
+        if child + 1 < size and heap_key[child + 1] < heap_key[child]:
             child += 1
-        if key[heap[child]] >= k:
+        if heap_key[child] >= key:
             break
         heap[i] = heap[child]
+        heap_key[i] = heap_key[child]
         pos[heap[i]] = i
         i = child
     heap[i] = item
+    heap_key[i] = key
     pos[item] = i
+
 
 @njit
 def fill_groups_numba(links_by_slot, n, gcap, cap):
+    """Max-min rates and bottlenecks of every group from scratch (same contract as maxmin.fill_arrays).
+
+    Progressive filling with an indexed min-heap of link shares; see kernels.py. One function on purpose:
+    numba compiles it as one loop nest, and splitting it would put calls in the inner loop.
+    """
     n_slots, groups = links_by_slot.shape
     links = links_by_slot.T.copy().T             # (K, G) view of a group-major copy: a group's links adjacent
     n_ids = cap.shape[0]
@@ -67,6 +76,7 @@ def fill_groups_numba(links_by_slot, n, gcap, cap):
                 fill_at[lid] += 1
     share = np.full(n_ids, np.inf)
     heap = np.empty(n_ids, dtype=np.int64)
+    heap_key = np.empty(n_ids)
     pos = np.full(n_ids, -1, dtype=np.int64)
     size = 0
     for lid in range(sentinel):
@@ -75,7 +85,7 @@ def fill_groups_numba(links_by_slot, n, gcap, cap):
             heap[size] = lid
             pos[lid] = size
             size += 1
-            sift(heap, pos, share, size - 1, size)     # insertion: sifts up only
+            sift(heap, heap_key, pos, size - 1, size, share[lid])     # insertion: sifts up only
     capped = np.flatnonzero(gcap < np.inf)
     capped = capped[np.argsort(gcap[capped], kind="mergesort")]
     n_capped = capped.shape[0]
@@ -94,16 +104,16 @@ def fill_groups_numba(links_by_slot, n, gcap, cap):
                 if size > 0:
                     heap[0] = heap[size]
                     pos[heap[0]] = 0
-                    sift(heap, pos, share, 0, size)
+                    sift(heap, heap_key, pos, 0, size, heap_key[size])
                 continue
             if stale[top]:
                 stale[top] = False
                 share[top] = rem[top] / cnt[top]
-                sift(heap, pos, share, 0, size)
+                sift(heap, heap_key, pos, 0, size, share[top])
                 continue
-        if size > 0 and (next_capped >= n_capped or share[heap[0]] <= gcap[capped[next_capped]]):
+        if size > 0 and (next_capped >= n_capped or heap_key[0] <= gcap[capped[next_capped]]):
             bottleneck = heap[0]
-            level = max(share[bottleneck], 0.0)
+            level = max(heap_key[0], 0.0)
             first, last = start[bottleneck], start[bottleneck + 1]
         elif next_capped < n_capped:
             bottleneck = -1
@@ -125,10 +135,19 @@ def fill_groups_numba(links_by_slot, n, gcap, cap):
                     rem[lid] -= level * n[g]
                     cnt[lid] -= n[g]
                     stale[lid] = True
+                    where = pos[lid]
+                    if cnt[lid] <= 0.5 and where >= 0:      # no unfixed group left: leave the heap now,
+                        size -= 1                           # from where it sits (mostly near the bottom)
+                        pos[lid] = -1
+                        if where < size:
+                            heap[where] = heap[size]
+                            pos[heap[where]] = where
+                            sift(heap, heap_key, pos, where, size, heap_key[size])
     return rate, bn
 
 @njit
 def commit_rates_numba(now, new_rate, new_bn, links, rate, bn, work, last_t, next_work, due, same, n_links):
+    """Same contract as kernels.commit_rates_numpy: commit the groups whose rate moved, return their links."""
     groups = new_rate.shape[0]
     touched = np.zeros(n_links + 1, dtype=np.bool_)
     count = 0

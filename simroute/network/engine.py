@@ -496,7 +496,12 @@ class FlowEngine:
         limit = now + 1e-12 * max(1.0, now)
         count = len(columns.groups)
         due = columns.due[:count]
-        if count and due.min() <= limit:
+        finishing = count > 0 and due.min() <= limit
+        if not finishing and not self._pending:          # a stale wake-up: nothing changed, nothing to solve
+            if count:
+                self._schedule_wake(float(due.min()), now)
+            return
+        if finishing:
             for slot in sorted(np.flatnonzero(due <= limit).tolist(), reverse=True):
                 self._finish_slot(columns.groups[slot], now)
         for flow in self._take_pending():
@@ -587,6 +592,7 @@ class FlowEngine:
             columns.add(group)
         self._columns = columns
         self.load = np.array(list(self.load) + [0.0])      # + the sentinel's slot (never read)
+        self.telemetry.set_array_mode(True)
         self._heap.clear()
         self._wake_t = INF
 
@@ -598,6 +604,7 @@ class FlowEngine:
         columns.write_back()
         self._columns = None
         self.load = self.load[:-1].tolist()
+        self.telemetry.set_array_mode(False)
 
     def _reschedule_all(self, now: float) -> None:
         heap = self._heap
@@ -682,8 +689,10 @@ class FlowEngine:
 
         No re-rating and no event: the caller yields env.timeout(delay). See `MessageModel`.
         """
-        return self.messages.send(self.messages.route(src, dst), nbytes, t_probe_s, single_block_Bps,
-                                  self.env.now if now is None else now, include_latency)
+        messages = self.messages
+        route = messages.routes.get((src, dst)) or messages.route(src, dst)
+        return messages.send(route, nbytes, t_probe_s, single_block_Bps, self.env.now if now is None else now,
+                             include_latency)
 
     def send_message(self, route: MessageRoute, nbytes: float, *, t_probe_s: float, single_block_Bps: float,
                      now: float | None = None, include_latency: bool = True) -> float:

@@ -2,9 +2,10 @@
 
 Two kernels, chosen once per engine by `solver_backend()`:
 - `fill_groups`: max-min rates of every group from scratch. Compiled: sequential progressive filling
-  with an indexed min-heap of link shares, one entry per link; fixing a group only marks its links stale
-  (a share never drops as groups are fixed, so a stored share is a lower bound) and a stale link is
-  refreshed and re-sifted when it reaches the top, so most updates cost O(1); capped groups are a sorted list merged with the heap. Reference:
+  with an indexed min-heap of link shares (keys inline), one entry per link; fixing a group only marks its
+  links stale (a share never drops as groups are fixed, so a stored share is a lower bound) and a stale
+  link is refreshed and re-sifted when it reaches the top, so most updates cost O(1); a link left with no
+  unfixed group leaves the heap at once from where it sits (near the bottom: a short sift); capped groups are a sorted list merged with the heap. Reference:
   `maxmin.fill_arrays`, parallel water-filling in rounds (NumPy).
 - `commit_rates`: write the solved rates into the engine's group arrays: a group whose rate moved has its
   work clock advanced at the old rate, its rate replaced and its completion time recomputed; returns the

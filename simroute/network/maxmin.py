@@ -88,6 +88,7 @@ def fill(groups: Sequence[Group], cap: Sequence[float], load: Sequence[float]) -
 
     `load[l]` is the committed load of every group on link l (rate x flows); the groups' own committed
     share is added back. Returns each bottleneck link's level (the rate its bottlenecked groups got).
+    One loop kept whole: it is the object-mode engine's innermost solver and runs per event.
     """
     rem: dict[int, float] = {}
     cnt: dict[int, int] = {}
@@ -161,6 +162,7 @@ def fill_arrays(links: np.ndarray, n: np.ndarray, gcap: np.ndarray, cap: np.ndar
     <= all their link shares are fixed at the cap. Shares only grow as groups are fixed (a fixed group's
     rate is <= the share of each of its links), so the global minimum is always ready and every round
     fixes something; the rounds follow chains of bottleneck dependence (tens in a fat-tree), not levels.
+    One function: it is the reference the compiled kernel is tested against, kept readable as one round loop.
     """
     K, G = links.shape
     S = len(cap)

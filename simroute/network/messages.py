@@ -50,7 +50,7 @@ class MessageRoute:
     __slots__ = ("src", "dst", "links", "latency_s", "version", "link_wire", "rate_Bps", "single_block_Bps",
                  "sent_bytes", "sent_count", "window", "window_bytes", "pair", "src_nic", "dst_nic", "spine")
 
-    def __init__(self, src: str, dst: str, links: tuple[int, ...], latency_s: float, pair: tuple[str, str],
+    def __init__(self, src: str, dst: str, links: tuple[int, ...], latency_s: float, pair: int,
                  src_nic: int, dst_nic: int, spine: str | None) -> None:
         self.src, self.dst, self.links, self.latency_s = src, dst, links, latency_s
         self.version = -1
@@ -61,7 +61,7 @@ class MessageRoute:
         self.sent_count = 0
         self.window = -1
         self.window_bytes = 0.0
-        self.pair = pair                   # the queue pair (both directions of a requester-holder pair)
+        self.pair = pair                   # queue-pair id (both directions of a requester-holder pair share it)
         self.src_nic, self.dst_nic = src_nic, dst_nic     # NIC context caches touched (-1 = none: intra-host)
         self.spine = spine
 
@@ -84,13 +84,16 @@ class MessageModel:
         self._slots, self._window_s = params.nic_context_slots, params.nic_active_window_s
         self.busy = [0.0] * len(engine.cap)             # per link: when its message FIFO drains
         self._nic_ids: dict[str, int] = {}
-        self.contexts: list[dict] = []                  # per NIC: active queue pairs -> last use (oldest first)
+        self.contexts: list[list[int]] = []             # per NIC: most recent distinct queue pairs, oldest first
+        self._context_times: list[list[float]] = []     # their last use
+        self._pair_ids: dict[tuple[str, str], int] = {}
 
     def _nic(self, name: str) -> int:
         nic = self._nic_ids.get(name)
         if nic is None:
             nic = self._nic_ids[name] = len(self.contexts)
-            self.contexts.append({})
+            self.contexts.append([])
+            self._context_times.append([])
         return nic
 
     def route(self, src: str, dst: str) -> MessageRoute:
@@ -109,8 +112,10 @@ class MessageModel:
         src_nic = self._nic(all_links[nic_hops[0]].src) if nic_hops else -1
         dst_nic = self._nic(all_links[nic_hops[-1]].dst) if nic_hops else -1
         spine = topo.spine_of(links) if hasattr(topo, "spine_of") else None
-        return MessageRoute(src, dst, links, sum(engine._latency[link] for link in links),
-                            (src, dst) if src <= dst else (dst, src), src_nic, dst_nic, spine)
+        pair = (src, dst) if src <= dst else (dst, src)
+        pair_id = self._pair_ids.setdefault(pair, len(self._pair_ids))
+        return MessageRoute(src, dst, links, sum(engine._latency[link] for link in links), pair_id, src_nic,
+                            dst_nic, spine)
 
     def _refresh(self, route: MessageRoute, single_block_Bps: float) -> None:
         """Shares and wire time per byte on each link, at the engine's current bulk state."""
@@ -127,24 +132,26 @@ class MessageModel:
         route.version = engine.version
         route.single_block_Bps = single_block_Bps
 
-    def _context_miss(self, nic: int, pair: tuple[str, str], now: float) -> bool:
+    def _context_miss(self, nic: int, pair: int, now: float) -> bool:
         """Touch a queue pair at one NIC; True when the NIC's working set (pairs that used it within the last
         `nic_active_window_s`) exceeds its context cache, so a cyclic rotation misses on every message.
-        A plain dict keeps last-use order (re-inserting moves a pair to the end); entries are expired only
-        once the set is over the cache size (below it nothing can miss)."""
-        active = self.contexts[nic]
-        if pair in active:
-            del active[pair]
-        active[pair] = now
-        if len(active) <= self._slots:
+
+        Exact with O(slots) state: the NIC keeps its `nic_context_slots + 1` most recently used distinct
+        pairs (oldest first) and their last use; the working set exceeds the cache exactly when the oldest
+        of those was used within the window."""
+        pairs, times = self.contexts[nic], self._context_times[nic]
+        if pair in pairs:
+            index = pairs.index(pair)
+            del pairs[index]
+            del times[index]
+        pairs.append(pair)
+        times.append(now)
+        if len(pairs) <= self._slots:
             return False
-        horizon = now - self._window_s
-        while len(active) > self._slots:
-            oldest = next(iter(active))
-            if active[oldest] >= horizon:
-                return True
-            del active[oldest]
-        return False
+        if len(pairs) > self._slots + 1:
+            del pairs[0]
+            del times[0]
+        return times[0] >= now - self._window_s
 
     def send(self, route: MessageRoute, nbytes: float, t_probe_s: float, single_block_Bps: float, now: float,
              include_latency: bool = True) -> float:

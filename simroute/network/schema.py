@@ -19,8 +19,16 @@ GB = 1e9
 US = 1e-6
 
 
+MAX_HOSTS = 16_384          # bounds on what sizes memory and work: a typo of 1e8 hosts must not hang
+MAX_GPUS = 131_072
+MAX_SWITCHES = 1_024        # spines, hosts per leaf
+MAX_K = 128
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """No bool for a number, no numeric strings, no NaN or inf, no unknown keys."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class IntraModel(_Strict):
@@ -44,13 +52,15 @@ class IntraModel(_Strict):
 
 
 class HostsModel(_Strict):
-    count: int = Field(ge=1)
+    count: int = Field(ge=1, le=MAX_HOSTS)
     gpus_per_host: int = Field(ge=1, le=64)
     gpu: str = "h100"
     intra: IntraModel
 
     @model_validator(mode="after")
     def _even_sockets(self) -> "HostsModel":
+        if self.count * self.gpus_per_host > MAX_GPUS:
+            raise ValueError(f"{self.count} hosts x {self.gpus_per_host} GPUs is more than {MAX_GPUS:,} GPUs")
         if self.gpus_per_host % self.intra.sockets:
             raise ValueError(f"gpus_per_host ({self.gpus_per_host}) must divide evenly over "
                              f"{self.intra.sockets} sockets")
@@ -67,9 +77,9 @@ class NicModel(_Strict):
 
 class NetworkModel(_Strict):
     tiers: Literal[2, 3] = 2
-    hosts_per_leaf: int = Field(ge=1)
-    spines: int | None = Field(default=None, ge=1)
-    k: int | None = Field(default=None, ge=2)
+    hosts_per_leaf: int = Field(ge=1, le=MAX_SWITCHES)
+    spines: int | None = Field(default=None, ge=1, le=MAX_SWITCHES)
+    k: int | None = Field(default=None, ge=2, le=MAX_K)
     uplink_GBps: float | None = Field(default=None, gt=0)
     oversubscription: float | None = Field(default=None, gt=0)
     latency_us: float = Field(default=0.6, ge=0)
@@ -149,7 +159,8 @@ def parse_topology(raw: object, *, file: str | Path = "<topology>") -> TopologyS
         m = TopologyModel.model_validate(raw)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise ConfigurationError(err["msg"], file=file, field=_field_of(err) or None) from None
+        got = f", got {err['input']!r}"[:80] if "input" in err and not isinstance(err["input"], dict) else ""
+        raise ConfigurationError(err["msg"] + got, file=file, field=_field_of(err) or None) from None
     h, n, net = m.hosts, m.nic, m.network
     nics_per_host = h.gpus_per_host if n.per == "gpu" else 1
     if net is None:

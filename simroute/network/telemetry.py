@@ -36,12 +36,15 @@ class Telemetry:
         self._engine = engine
         n_links = len(engine.cap)
         self._cap = np.array(engine.cap)
+        self._cap_list = list(engine.cap)
         self.record_series = record_series
         self.keep_records = keep_records
-        self.link_bytes = np.zeros(n_links)              # bulk bytes per link
-        self.saturated_s = np.zeros(n_links)             # bulk load at capacity, seconds per link
+        # Per-link clocks: Python lists while the engine is in object mode (scalar updates are cheaper),
+        # arrays in array mode (batched updates); `set_array_mode` converts.
+        self._bytes: list[float] | np.ndarray = [0.0] * n_links      # bulk bytes per link
+        self._saturated: list[float] | np.ndarray = [0.0] * n_links  # bulk load at capacity, s per link
+        self._link_t: list[float] | np.ndarray = [0.0] * n_links
         self.message_link_bytes = np.zeros(n_links)      # message bytes per link (closed windows)
-        self._link_t = np.zeros(n_links)
         self.series: list[tuple[int, float, float, float]] = []     # (link, t0, t1, utilisation)
         self.spine_active: dict[str, int] = {}
         self.spine_series: list[tuple[float, str, int]] = []        # (t, spine, active flows from t on)
@@ -57,32 +60,59 @@ class Telemetry:
         self.message_routes: list["MessageRoute"] = []   # routes with message bytes in the current window
 
     # ---- recording (called by the engine and the message model) ------------------------------------
+    @property
+    def link_bytes(self) -> np.ndarray:
+        """Bulk bytes per link integrated so far (call `flush` first for up to now)."""
+        return np.array(self._bytes, dtype=float)
+
+    @property
+    def saturated_s(self) -> np.ndarray:
+        """Seconds each link's bulk load was at capacity."""
+        return np.array(self._saturated, dtype=float)
+
+    def set_array_mode(self, on: bool) -> None:
+        convert = (lambda values: np.array(values, dtype=float)) if on else (lambda values: list(map(float, values)))
+        self._bytes, self._saturated, self._link_t = (convert(self._bytes), convert(self._saturated),
+                                                      convert(self._link_t))
+
     def touch(self, link: int, now: float) -> None:
         """Integrate one link's bulk bytes up to now (called just before its load changes)."""
         start = self._link_t[link]
         if now > start:
             load = self._engine.load[link]
             if load > 0:
-                self.link_bytes[link] += load * (now - start)
-                if load >= self._cap[link] * _FULL:
-                    self.saturated_s[link] += now - start
+                self._bytes[link] += load * (now - start)
+                if load >= self._cap_list[link] * _FULL:
+                    self._saturated[link] += now - start
                 if self.record_series:
-                    self.series.append((link, float(start), now, float(load / self._cap[link])))
+                    self.series.append((link, float(start), now, float(load / self._cap_list[link])))
             self._link_t[link] = now
 
-    def touch_links(self, links: np.ndarray, now: float) -> None:
-        """`touch` for many links at once (array mode)."""
+    def touch_links(self, links: np.ndarray, now: float, load: np.ndarray | None = None) -> None:
+        """`touch` for many links at once (array mode, window boundaries); `load` is the engine's per-link
+        load as an array when the caller has it."""
+        if isinstance(self._bytes, list):
+            for link in links.tolist():
+                self.touch(link, now)
+            return
         start = self._link_t[links]
         elapsed = np.maximum(now - start, 0.0)
-        load = np.asarray(self._engine.load)[links]
-        self.link_bytes[links] += load * elapsed
+        load = (np.asarray(self._engine.load) if load is None else load)[links]
+        self._bytes[links] += load * elapsed
         cap = self._cap[links]
-        self.saturated_s[links] += np.where(load >= cap * _FULL, elapsed, 0.0)
+        self._saturated[links] += np.where(load >= cap * _FULL, elapsed, 0.0)
         if self.record_series:
             keep = (elapsed > 0) & (load > 0)
             self.series.extend(zip(links[keep].tolist(), start[keep].tolist(), [now] * int(keep.sum()),
                                    (load[keep] / cap[keep]).tolist()))
         self._link_t[links] = np.maximum(start, now)
+
+    def _integrate_all(self, now: float) -> None:
+        """Integrate every loaded link up to now (an idle link has nothing to add, whatever its clock)."""
+        load = np.asarray(self._engine.load, dtype=float)[:len(self._link_t)]
+        loaded = np.flatnonzero(load)
+        if loaded.size:
+            self.touch_links(loaded, now, load)
 
     def advance_to(self, now: float) -> None:
         """Close every window that ended at or before now."""
@@ -90,9 +120,10 @@ class Telemetry:
             self._close_window(self.window_end)
 
     def _close_window(self, end: float) -> None:
-        self.touch_links(np.arange(len(self._link_t)), end)
-        bulk = self.link_bytes - self._window_mark
-        self._window_mark = self.link_bytes.copy()
+        self._integrate_all(end)
+        link_bytes = self.link_bytes
+        bulk = link_bytes - self._window_mark
+        self._window_mark = link_bytes
         messages = self._flush_messages()
         total = bulk if messages is None else bulk + messages
         self.windows.append(total.astype(np.float32) if total.any() else None)
@@ -128,8 +159,7 @@ class Telemetry:
 
     def flush(self, now: float | None = None) -> None:
         """Integrate every link up to now (the current window stays open)."""
-        now = self._engine.env.now if now is None else now
-        self.touch_links(np.arange(len(self._link_t)), now)
+        self._integrate_all(self._engine.env.now if now is None else now)
 
     def spine_change(self, spine: str, delta: int, now: float) -> None:
         count = self.spine_active.get(spine, 0) + delta
@@ -195,9 +225,9 @@ class Telemetry:
         return pd.DataFrame({
             "link": [link.id for link in links], "src": [link.src for link in links],
             "dst": [link.dst for link in links], "tier": [link.tier for link in links],
-            "capacity_Bps": self._cap, "bulk_bytes": self.link_bytes.copy(), "message_bytes": messages,
+            "capacity_Bps": self._cap, "bulk_bytes": self.link_bytes, "message_bytes": messages,
             "mean_utilisation": (self.link_bytes + messages) / (self._cap * span),
-            "saturated_s": self.saturated_s.copy()})
+            "saturated_s": self.saturated_s})
 
     def window_matrix(self, window_s: float | None = None) -> tuple[np.ndarray, np.ndarray, float]:
         """(bytes per window x link, window durations, window) up to now, windows of `window_s` (rounded to
@@ -234,7 +264,8 @@ class Telemetry:
         util = np.minimum(matrix / (durations[:, None] * cap[None, :]), 1.0)
         span = float(durations.sum())
         messages = self.message_bytes_per_link()
-        total_bytes = self.link_bytes + messages
+        link_bytes, saturated = self.link_bytes, self.saturated_s
+        total_bytes = link_bytes + messages
         mean = total_bytes / (cap * max(span, 1e-300))
         peak = util.max(0)
         p99 = np.percentile(util, 99, axis=0) if len(util) else np.zeros_like(peak)
@@ -248,13 +279,13 @@ class Telemetry:
                 "links": int(mask.sum()), "peak_utilisation": float(tier_util.max()),
                 "p99_utilisation": float(np.percentile(tier_util, 99)),
                 "mean_utilisation": float(total_bytes[mask].sum() / (cap[mask].sum() * max(span, 1e-300))),
-                "saturated_link_s": float(self.saturated_s[mask].sum()),
-                "bulk_bytes": float(self.link_bytes[mask].sum()), "message_bytes": float(messages[mask].sum())}
+                "saturated_link_s": float(saturated[mask].sum()),
+                "bulk_bytes": float(link_bytes[mask].sum()), "message_bytes": float(messages[mask].sum())}
         order = np.lexsort((-mean, -peak))[:top]
         hottest = [{"link": int(i), "tier": links[i].tier, "src": links[i].src, "dst": links[i].dst,
                     "peak_utilisation": float(peak[i]), "p99_utilisation": float(p99[i]),
-                    "mean_utilisation": float(mean[i]), "saturated_s": float(self.saturated_s[i]),
-                    "bulk_bytes": float(self.link_bytes[i]), "message_bytes": float(messages[i])}
+                    "mean_utilisation": float(mean[i]), "saturated_s": float(saturated[i]),
+                    "bulk_bytes": float(link_bytes[i]), "message_bytes": float(messages[i])}
                    for i in order if total_bytes[i] > 0]
         saturated = max(tiers.items(), key=lambda kv: kv[1]["saturated_link_s"], default=(None, None))
         return {"window_s": window, "span_s": span, "tiers": tiers, "hottest_links": hottest,

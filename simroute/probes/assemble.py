@@ -91,11 +91,11 @@ def gpu_constants(o: ProbeOutcome, pv: _Prov) -> dict[str, dict[str, Any]]:
         out["splice_gather_us"] = _c(r["gather_us"], unit="us", prov=pv.measured("probe splice: gather part"))
     elif name == "holder":
         out["holder_compute_dense_us"] = _c(points=_pts(r["dense_us"]["16"]), x="requesters", unit="us",
-                                            note=f"h_q = 16, ct = 2048, kernel {kernel}",
+                                            note=f"h_q = 16, ct = {r.get('ct', 2048)}, kernel {kernel}",
                                             prov=pv.measured(f"probe holder ({kernel})"))
         if "128" in r["dense_us"]:
             out["holder_compute_dense_h128_us"] = _c(points=_pts(r["dense_us"]["128"]), x="requesters", unit="us",
-                                                     note=f"h_q = 128, ct = 2048, kernel {kernel}",
+                                                     note=f"h_q = 128, ct = {r.get('ct', 2048)}, kernel {kernel}",
                                                      prov=pv.measured(f"probe holder ({kernel})"))
         if r.get("sparse_premium"):
             out["holder_sparse_premium"] = _c(points=_pts(r["sparse_premium"]), x="topk",
@@ -152,6 +152,29 @@ def _step_section(outcomes: list[ProbeOutcome], entry: str | None, pv: _Prov) ->
     return {entry: data}, extra, ""
 
 
+def _unmeasured_defaults(shared, measured: dict[str, Any], by_name: dict[str, ProbeOutcome],
+                         host: str) -> dict[str, Any]:
+    """Every shared constant not measured, re-stated as `default` naming why and what stands in."""
+    out = {}
+    for key, c in shared.constants.items():
+        if key in measured:
+            continue
+        probe = MEASURED_BY.get(key)
+        o = by_name.get(probe) if probe else None
+        why = (NO_PROBE if probe is None else f"probe {probe} not run" if o is None
+               else f"probe {probe}: {o.status}: {o.message}")
+        d = c.model_dump(exclude_none=True)
+        orig = c.provenance
+        d["provenance"] = {"kind": "default", "ref": f"not measured on {host} ({why[:160]}); stands in: "
+                           f"{orig.kind} {orig.ref or ''}".strip()}
+        if "points" in d:
+            d["points"] = [list(pt) for pt in d["points"]]
+        if "range" in d:
+            d["range"] = list(d["range"])
+        out[key] = d
+    return out
+
+
 def build_profile(outcomes: list[ProbeOutcome], cap: Capability, out_path: Path,
                   samples_name: str = "samples.parquet", gpu: str | None = None) -> dict[str, Any]:
     """The profile dict for `out_path` (it includes the shipped shared constants, fabrics and GPU entries by
@@ -181,23 +204,7 @@ def build_profile(outcomes: list[ProbeOutcome], cap: Capability, out_path: Path,
     for o in outcomes:
         if o.ok:
             constants.update(gpu_constants(o, pv))
-    shared = load_profile(base / "shared.yaml")
-    for key, c in shared.constants.items():
-        if key in constants:
-            continue
-        probe = MEASURED_BY.get(key)
-        o = by_name.get(probe) if probe else None
-        why = (NO_PROBE if probe is None else f"probe {probe} not run" if o is None
-               else f"probe {probe}: {o.status}: {o.message}")
-        d = c.model_dump(exclude_none=True)
-        orig = c.provenance
-        d["provenance"] = {"kind": "default", "ref": f"not measured on {cap.hostname} ({why[:160]}); stands in: "
-                           f"{orig.kind} {orig.ref or ''}".strip()}
-        if "points" in d:
-            d["points"] = [list(pt) for pt in d["points"]]
-        if "range" in d:
-            d["range"] = list(d["range"])
-        constants[key] = d
+    constants.update(_unmeasured_defaults(load_profile(base / "shared.yaml"), constants, by_name, cap.hostname))
     entry = instance_gpu(cap, gpu)
     gpus, extra, why = _step_section(outcomes, entry, pv)
     constants.update(extra)

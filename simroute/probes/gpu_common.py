@@ -86,17 +86,18 @@ class Deadline:
 
     def points(self, what: str, pts: Iterable[T]) -> Iterator[T]:
         """The points of a sweep while time is left, in order; it stops before a point that would not fit
-        (less time left than twice the previous point took: sweeps grow, mostly by doubling) and records
-        where in `stopped`."""
+        and records where in `stopped`. The next point is expected to take the last one's time times the
+        growth seen between the last two (sweeps grow: 2x per point, 4x, ...), 2x until two are known."""
         pts = list(pts)
-        last = 0.0
+        last = prev = 0.0
         for i, p in enumerate(pts):
-            if self.left() <= 2 * last:
+            growth = min(max(last / prev, 1.0), 8.0) if prev > 0 else 2.0
+            if self.left() <= growth * last:
                 self.stopped.append(f"{what}: deadline after {i} of {len(pts)} points")
                 return
             t0 = time.monotonic()
             yield p
-            last = time.monotonic() - t0
+            prev, last = last, time.monotonic() - t0
 
     def note(self) -> str:
         return "; ".join(self.stopped) if self.stopped else "complete"

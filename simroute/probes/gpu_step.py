@@ -65,10 +65,9 @@ def probe_hbm(args: dict[str, Any]) -> dict:
     sizes = COPY_MiB if be.measures_gpu else (1, 4, 16)
     rates, samples = {}, []
     for mib in dl.points("copy sizes", sizes):
-        n = mib * 2 ** 20 // 2                              # bf16 elements (numpy float32: twice the bytes)
-        a = be.randn((n,), seed=2)
+        a = be.randn((mib * 2 ** 20 // 2,), seed=2)           # mib MiB of bf16 (numpy's float32: twice)
         b = be.empty_like(a)
-        nbytes = 2 * n * (2 if be.measures_gpu else 4)
+        nbytes = 2 * be.nbytes(a)                             # read + write
         xs = be.time(lambda: be.copy(b, a), warm, reps, dl)
         rates[str(mib)] = nbytes / summary(xs) / 1e9
         samples += [{"series": "d2d_copy", "x": float(mib), "value": v, "unit": "s", "bytes_moved": nbytes}
@@ -123,9 +122,10 @@ def _check_gemm(be: StepBackend) -> float:
 
 
 def _time_shape(be: StepBackend, shape: GemmShape, tokens: tuple[int, ...], dl: Deadline, warm: int, reps: int,
-                l2_bytes: int) -> dict[int, float]:
-    """Seconds per GEMM of `shape` at each token count; weights rotate over enough copies to exceed the L2
-    (a weight read from L2 would flatter the memory-bound small-token GEMMs)."""
+                l2_bytes: int) -> tuple[dict[int, float], int]:
+    """(seconds per GEMM of `shape` at each token count, FLOPs per token as run: narrower on the numpy
+    stand-in); weights rotate over enough copies to exceed the L2 (a weight read from L2 would flatter the
+    memory-bound small-token GEMMs)."""
     k, n = (shape.k, shape.n) if be.measures_gpu else (max(shape.k // REF_SHRINK, 8), max(shape.n // REF_SHRINK, 8))
     wbytes = k * n * 2
     copies = min(max(ceil_div(3 * l2_bytes, wbytes), 1), 8) if l2_bytes else 1
@@ -139,7 +139,7 @@ def _time_shape(be: StepBackend, shape: GemmShape, tokens: tuple[int, ...], dl: 
             turn[0] = (turn[0] + 1) % copies
             return xm @ weights[turn[0]]
         out[m] = summary(be.time(run, warm, reps, dl))
-    return out
+    return out, 2 * k * n
 
 
 def probe_gemm(args: dict[str, Any]) -> dict:
@@ -152,11 +152,10 @@ def probe_gemm(args: dict[str, Any]) -> dict:
     l2 = int(be.info().get("l2_bytes", 0))
     shapes, samples = {}, []
     for shape in dl.points("gemm shapes", plan):
-        times = _time_shape(be, shape, tokens, dl, warm, reps, l2)
-        shrink = 1 if be.measures_gpu else REF_SHRINK ** 2
+        times, flops_per_token = _time_shape(be, shape, tokens, dl, warm, reps, l2)
         shapes[shape.key] = {"k": shape.k, "n": shape.n, "uses": list(shape.uses),
                              "seconds": {str(m): t for m, t in times.items()},
-                             "TFLOPs": {str(m): 2 * m * shape.k * shape.n / shrink / t / 1e12 for m, t in times.items()}}
+                             "TFLOPs": {str(m): m * flops_per_token / t / 1e12 for m, t in times.items()}}
         samples += [{"series": "gemm", "x": float(m), "value": t, "unit": "s", "k": shape.k, "n": shape.n,
                      "uses": ";".join(shape.uses[:4])} for m, t in times.items()]
     if not shapes:

@@ -35,6 +35,9 @@ class StepBackend:
     def empty_like(self, x: Any) -> Any:
         raise NotImplementedError
 
+    def nbytes(self, x: Any) -> int:
+        raise NotImplementedError
+
     def copy(self, dst: Any, src: Any) -> None:
         raise NotImplementedError
 
@@ -112,6 +115,9 @@ class NumpyBackend(StepBackend):
     def empty_like(self, x):
         return np.empty_like(x)
 
+    def nbytes(self, x):
+        return int(x.nbytes)
+
     def copy(self, dst, src):
         np.copyto(dst, src)
 
@@ -185,19 +191,21 @@ class NumpyBackend(StepBackend):
 
 
 class TorchBackend(StepBackend):
-    """torch on the current CUDA device, bf16 tensors, CUDA-event timing. Imported only inside a probe."""
+    """torch bf16 tensors on the current CUDA device, CUDA-event timing. Imported only inside a probe.
+    `device="cpu"` runs the same operators on the CPU (the tests' check of the torch code where torch is
+    installed without a GPU): it measures nothing and has no CUDA graphs."""
 
-    measures_gpu = True
-
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cuda") -> None:
         try:
             import torch
         except ImportError as exc:
             raise MissingDependency("torch", str(exc)) from None
-        if not torch.cuda.is_available():
+        if device == "cuda" and not torch.cuda.is_available():
             raise ProbeSkipped("torch sees no CUDA GPU")
-        self.t, self.dev, self.dtype = torch, torch.device("cuda"), torch.bfloat16
-        self.name = f"torch {torch.__version__} bf16 on {torch.cuda.get_device_name(0)}"
+        self.t, self.dev, self.dtype = torch, torch.device(device), torch.bfloat16
+        self.measures_gpu = device == "cuda"
+        where = torch.cuda.get_device_name(0) if self.measures_gpu else "the CPU (no GPU: measures nothing)"
+        self.name = f"torch {torch.__version__} bf16 on {where}"
 
     def randn(self, shape, seed, scale=1.0):
         g = self.t.Generator(device=self.dev).manual_seed(seed)
@@ -211,6 +219,9 @@ class TorchBackend(StepBackend):
 
     def empty_like(self, x):
         return self.t.empty_like(x)
+
+    def nbytes(self, x):
+        return int(x.numel() * x.element_size())
 
     def copy(self, dst, src):
         dst.copy_(src)
@@ -256,9 +267,12 @@ class TorchBackend(StepBackend):
         return out, lse
 
     def sync(self):
-        self.t.cuda.synchronize()
+        if self.measures_gpu:
+            self.t.cuda.synchronize()
 
     def time(self, fn, warm, reps, dl):
+        if not self.measures_gpu:
+            return NumpyBackend.time(self, fn, warm, reps, dl)
         c = self.t.cuda
         for _ in range(warm):
             fn()
@@ -282,7 +296,7 @@ class TorchBackend(StepBackend):
         def eager() -> None:
             for _ in range(launches):
                 box.add_(1.0)
-        if not graph:
+        if not graph or not self.measures_gpu:
             return eager, lambda: float(box.item())
         stream = t.cuda.Stream()
         stream.wait_stream(t.cuda.current_stream())
@@ -296,6 +310,8 @@ class TorchBackend(StepBackend):
         return g.replay, lambda: float(box.item())
 
     def info(self):
+        if not self.measures_gpu:
+            return {"backend": self.name, "device": "cpu"}
         p = self.t.cuda.get_device_properties(0)
         return {"backend": self.name, "device": p.name, "sms": p.multi_processor_count,
                 "l2_bytes": getattr(p, "L2_cache_size", 0), "memory_bytes": p.total_memory}

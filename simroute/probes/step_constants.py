@@ -41,25 +41,29 @@ def _const(value: float | None = None, *, points: list[list[float]] | None = Non
     return out
 
 
+def _rate_fraction(r: dict[str, Any], key: str, peak: float, unit: str, what: str, probe: str,
+                   measured: Measured) -> dict[str, Any]:
+    """A measured rate r[key] as a fraction of the datasheet `peak`, its note saying both."""
+    f, clip = _fraction(r[key], peak)
+    return _const(f, note=f"{what} {r[key]:.4g} {unit} over the datasheet {peak:g} {unit}{clip}",
+                  prov=measured(f"probe {probe} ({r.get('backend')})"))
+
+
 def step_entry_constants(results: dict[str, dict[str, Any]], peak_TFLOPs: float, hbm_GBps: float,
                          measured: Measured) -> dict[str, dict[str, Any]]:
     """GPU-entry constants from the step probes' results (probe name -> results), by contract name."""
     out: dict[str, dict[str, Any]] = {}
     if (r := results.get("hbm")) is not None:
-        f, clip = _fraction(r["best_GBps"], hbm_GBps)
-        out["hbm_efficiency"] = _const(f, note=f"device-to-device copy {r['best_GBps']:.0f} GB/s (read + write) "
-                                       f"over the datasheet {hbm_GBps:g} GB/s{clip}", prov=measured(
-                                           f"probe hbm ({r.get('backend')})"))
+        out["hbm_efficiency"] = _rate_fraction(r, "best_GBps", hbm_GBps, "GB/s", "device-to-device copy (read + "
+                                               "write)", "hbm", measured)
     if (r := results.get("gemm")) is not None:
         pts = [[float(m), _fraction(tf, peak_TFLOPs)[0]] for m, tf in r["TFLOPs_by_tokens"].items()]
         out["gemm_efficiency"] = _const(points=pts, note=f"bf16 GEMMs of {len(r['shapes'])} model linear shapes "
                                         f"(TP 1/2/4/8): their FLOPs over their seconds at each token count, over "
                                         f"{peak_TFLOPs:g} TFLOP/s", prov=measured(f"probe gemm ({r.get('backend')})"))
     if (r := results.get("prefill-attention")) is not None:
-        f, clip = _fraction(r["best_TFLOPs"], peak_TFLOPs)
-        out["attention_efficiency"] = _const(f, note=f"causal prefill attention {r['best_TFLOPs']:.1f} TFLOP/s at "
-                                             f"best over {peak_TFLOPs:g}{clip}", prov=measured(
-                                                 f"probe prefill-attention ({r.get('backend')})"))
+        out["attention_efficiency"] = _rate_fraction(r, "best_TFLOPs", peak_TFLOPs, "TFLOP/s", "causal prefill "
+                                                     "attention at best", "prefill-attention", measured)
     if (r := results.get("launch-overhead")) is not None:
         prov = measured(f"probe launch-overhead ({r.get('backend')}): {r['launches']} launches per iteration")
         out["iteration_overhead_us"] = _const(r["iteration_us"], unit="us", prov=prov,
@@ -77,11 +81,10 @@ def step_shared_constants(results: dict[str, dict[str, Any]], hbm_GBps: float,
     r = results.get("decode-attention")
     if r is None:
         return {}
-    f, clip = _fraction(r["best_GBps"], hbm_GBps)
     kernels = ", ".join(sorted(set(r.get("kernels", {}).values())))
-    return {"decode_attention_hbm_fraction": _const(
-        f, note=f"best decode-attention cache read {r['best_GBps']:.0f} GB/s over {hbm_GBps:g} GB/s ({kernels}){clip}",
-        prov=measured(f"probe decode-attention ({r.get('backend')})"))}
+    return {"decode_attention_hbm_fraction": _rate_fraction(r, "best_GBps", hbm_GBps, "GB/s", f"best decode-"
+                                                            f"attention cache read ({kernels})", "decode-attention",
+                                                            measured)}
 
 
 def gpu_entry(base: Profile, entry: str, outcomes: list[ProbeOutcome], measured: Measured) -> tuple[dict, dict]:

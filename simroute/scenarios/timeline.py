@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from simroute.ioutil import write_text_atomic
+from simroute.ioutil import dumps_json, write_text_atomic
 
 
 def build_events(tables: dict[str, Any], max_events: int = 500_000) -> list[dict[str, Any]]:
@@ -55,6 +55,6 @@ def build_events(tables: dict[str, Any], max_events: int = 500_000) -> list[dict
 
 def write_timeline(path: str | Path, tables: dict[str, Any]) -> Path:
     events = build_events(tables)
-    write_text_atomic(path, json.dumps({"traceEvents": events, "displayTimeUnit": "ms"},
+    write_text_atomic(path, dumps_json({"traceEvents": events, "displayTimeUnit": "ms"},   # NaN -> null
                                        default=lambda o: o.item() if isinstance(o, np.generic) else str(o)))
     return Path(path)

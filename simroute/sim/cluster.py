@@ -136,6 +136,8 @@ class Cluster:
         self._fabric_ids: dict[tuple[int, int], int] = {}
         self._check_fabrics()
         self.chunks = chunks
+        from simroute.workload.validate import check_holder_hints      # before placement indexes by them
+        check_holder_hints(config.trace, chunks.holder_hint, len(self.instances))
         self.placement = self._place(popularity)
 
     @staticmethod

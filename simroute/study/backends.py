@@ -11,8 +11,10 @@ import traceback
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
+from simroute.checks import check_number
 from simroute.errors import ConfigurationError
 
+MAX_JOBS = 1024
 Task = dict[str, Any]       # {"key": str, "payload": dict, "keep": "full" | "summary"}
 Result = dict[str, Any]     # {"key", "summary", "perf", "tables", "error"}
 
@@ -52,8 +54,48 @@ class InlineBackend:
         pass
 
 
+def _start_time(pid: int) -> str | None:
+    """A process's start time (field 22 of /proc/PID/stat): with the pid it names one process, reuse-proof."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def _watch_driver(pid: int, started: str | None, period_s: float = 0.5) -> None:
+    """Worker initializer: exit as soon as the driver is gone (killed, crashed), even mid-point.
+
+    Pool workers are children of the forkserver, not of the driver, so neither the pool nor the kernel
+    ends them when the driver dies; without this a killed sweep leaves workers simulating for nobody.
+    """
+    import threading
+    import time
+
+    def watch() -> None:
+        while True:
+            time.sleep(period_s)
+            alive = _start_time(pid) == started if started is not None else _pid_alive(pid)
+            if not alive:
+                os._exit(1)
+    threading.Thread(target=watch, name="simroute-driver-watch", daemon=True).start()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class ProcessBackend:
-    """A `concurrent.futures.ProcessPoolExecutor` over all cores; the pool lives across search rounds."""
+    """A `concurrent.futures.ProcessPoolExecutor` over all cores; the pool lives across search rounds.
+
+    Workers watch the driver and exit when it dies (`_watch_driver`).
+    """
 
     name = "process"
 
@@ -65,7 +107,9 @@ class ProcessBackend:
         # the driver holds threads such as Ray's or tqdm's).
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["simroute.study.backends", "simroute.sim.runner"])
-        self.pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx)
+        me = os.getpid()
+        self.pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx, initializer=_watch_driver,
+                                        initargs=(me, _start_time(me)))
 
     def map_unordered(self, tasks: Iterable[Task]) -> Iterator[Result]:
         from concurrent.futures import as_completed
@@ -102,10 +146,14 @@ class RayBackend:
         if not ray.is_initialized():
             kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                   "configure_logging": False}
-            if address == "local":
-                ray.init(num_cpus=num_cpus, **kw)
-            else:
-                ray.init(address=address, **kw)
+            try:
+                if address == "local":
+                    ray.init(num_cpus=num_cpus, **kw)
+                else:
+                    ray.init(address=address, **kw)
+            except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+                raise ConfigurationError(f"cannot reach a Ray cluster at {address!r}: "
+                                         f"{' '.join(str(exc).split())[:200]}", field="--ray-address") from None
             self._started = True
         self._remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
 
@@ -129,6 +177,12 @@ class RayBackend:
 
 def make_backend(jobs: int | None = None, ray_address: str | None = None) -> Backend:
     """Ray when an address is given, else inline for jobs = 1, else the process pool."""
+    if jobs is not None:
+        check_number(jobs, "--jobs", integer=True, minimum=1, maximum=MAX_JOBS)
+    if ray_address is not None and not (ray_address in ("auto", "local") or ray_address.startswith("ray://")
+                                        or ":" in ray_address):
+        raise ConfigurationError(f"must be auto, local, ray://host:port or host:port, got {ray_address!r}",
+                                 field="--ray-address")
     if ray_address:
         return RayBackend(ray_address)
     if jobs == 1:

@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from simroute.checks import check_number
 from simroute.errors import ConfigurationError, SimrouteError
 from simroute.ioutil import sha256_file
 
@@ -60,6 +61,9 @@ def check_input(name: str, value: Any, file: str, where: str) -> None:
         params = value.get("params") or {}
         if not isinstance(params, dict):
             raise ConfigurationError("params must be a mapping", file=file, field=f"{fld}.params")
+        if not isinstance(value["generate"], str):
+            raise ConfigurationError("must name a generator", file=file, field=f"{fld}.generate")
+        check_number(value.get("seed", 0), f"{fld}.seed", file=file, integer=True, minimum=0, maximum=2**62)
         try:
             if name == "trace":
                 from simroute.workload import make_params

@@ -7,6 +7,7 @@ the same bisection and finds every probe already stored.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -14,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simroute.ioutil import write_text_atomic
+from simroute.errors import ConfigurationError
+from simroute.ioutil import MANIFEST, check_output_path, dumps_json, lock_output, write_text_atomic
 from simroute.study.backends import Backend, Task, make_backend
 from simroute.study.resolve import materialise, prepare
 from simroute.study.search import Bisection, meets
@@ -130,22 +132,78 @@ def make_point(study: Study, out_dir: Path, labels: dict[str, Any], seed: int,
     return Point(key, labels, seed, payload, search)
 
 
+STUDY_ENTRIES = {"study.json", "search.json", "points", "runs", "inputs", "report", MANIFEST}
+
+
+def check_study_dir(study: Study, out: Path) -> None:
+    """A sweep writes into a new or empty directory, or resumes one simroute made for this same study.
+
+    Anything else (a user's folder, another study's results, a study.json simroute did not write) is refused,
+    so `sweep -o` never overwrites or mixes into what it does not own.
+    """
+    check_output_path(out, directory=True, inputs=[study.file], flag="--out")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    marker = out / MANIFEST
+    doc = None
+    if marker.is_file():
+        with contextlib.suppress(OSError, ValueError):
+            doc = json.loads(marker.read_text())
+    if not isinstance(doc, dict) or doc.get("written_by") != "simroute" or doc.get("kind") != "study":
+        raise ConfigurationError("exists and is not a simroute study directory: refusing to write into it "
+                                 "(choose a new or empty directory)", file=out, field="--out")
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in STUDY_ENTRIES and not p.name.startswith("."))
+    if foreign:
+        raise ConfigurationError(f"holds files simroute did not write there ({', '.join(foreign[:3])}): refusing "
+                                 "to write into it", file=out, field="--out")
+    if doc.get("name") != study.name:
+        raise ConfigurationError(f"holds the results of study {doc.get('name')!r}, not {study.name!r}: choose "
+                                 "another directory", file=out, field="--out")
+
+
+def _plan(study: Study, out: Path) -> list[Point] | None:
+    """Every grid point (or, for a search, the first probes): resolving them validates the inputs before
+    anything is written."""
+    if study.search is None:
+        return [make_point(study, out, g, s) for g in study.groups() for s in study.seeds]
+    sp = study.search
+    for g in study.groups():
+        for x in (sp.lo, sp.hi):
+            make_point(study, out, g, study.seeds[0], {"group": 0}, (sp.field, int(x) if sp.integer else x))
+    return None
+
+
 def run_study(study: Study, out_dir: str | Path, *, jobs: int | None = None, ray_address: str | None = None,
               backend: Backend | None = None, max_points: int | None = None, retry_failed: bool = True,
               progress: bool | None = None) -> StudyRun:
-    """Run (or resume) `study` into `out_dir`. `max_points` stops after that many new points (resumable)."""
+    """Run (or resume) `study` into `out_dir`. `max_points` stops after that many new points (resumable).
+
+    The directory is checked (`check_study_dir`), the points resolved and the directory locked before the
+    first byte is written; a concurrent sweep into the same directory fails at once.
+    """
     out = Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    _write_manifest(study, out)
+    check_study_dir(study, out)
+    points = _plan(study, out)
+    be = backend or make_backend(jobs, ray_address)
+    try:
+        with lock_output(out, flag="--out"):
+            out.mkdir(parents=True, exist_ok=True)
+            _write_manifest(study, out)
+            return _run(study, out, be, points, max_points=max_points, retry_failed=retry_failed,
+                        progress=progress)
+    finally:
+        if backend is None:
+            be.close()
+
+
+def _run(study: Study, out: Path, be: Backend, points: list[Point] | None, *, max_points: int | None,
+         retry_failed: bool, progress: bool | None) -> StudyRun:
     run = StudyRun(out)
     t0 = time.perf_counter()
-    own = backend is None
-    be = backend or make_backend(jobs, ray_address)
     ex = _Executor(study, Store(out), be, run, retry_failed=retry_failed, max_points=max_points,
                    progress=progress)
     try:
-        if study.search is None:
-            points = [make_point(study, out, g, s) for g in study.groups() for s in study.seeds]
+        if points is not None:
             run.total = len(points)
             ex.grow(len(points))
             ex.execute(points)
@@ -153,8 +211,6 @@ def run_study(study: Study, out_dir: str | Path, *, jobs: int | None = None, ray
             _search(study, out, ex, run)
     finally:
         ex.close()
-        if own:
-            be.close()
     run.wall_s = time.perf_counter() - t0
     return run
 
@@ -188,7 +244,7 @@ def _search(study: Study, out: Path, ex: _Executor, run: StudyRun) -> None:
         run.searches.append({"labels": g, "field": sp.field, "goal": sp.goal, "slo": list(sp.slo),
                              "answer": ans, "status": b.status if b.done else "incomplete",
                              "probes": {str(int(k) if sp.integer else k): v for k, v in sorted(b.seen.items())}})
-    write_text_atomic(out / "search.json", json.dumps(run.searches, indent=2, default=str) + "\n")
+    write_text_atomic(out / "search.json", dumps_json(run.searches, indent=2, default=str) + "\n")
 
 
 def _write_manifest(study: Study, out: Path) -> None:
@@ -196,4 +252,6 @@ def _write_manifest(study: Study, out: Path) -> None:
     doc = {"name": study.name, "description": study.description, "file": study.file, "axes": study.axes,
            "cases": study.cases, "seeds": list(study.seeds), "slo": list(study.slo), "report": study.report,
            "search": None if study.search is None else study.search.__dict__, "base": study.base}
-    write_text_atomic(out / "study.json", json.dumps(doc, indent=2, default=str) + "\n")
+    write_text_atomic(out / "study.json", dumps_json(doc, indent=2, default=str) + "\n")
+    marker = {"written_by": "simroute", "kind": "study", "name": study.name}
+    write_text_atomic(out / MANIFEST, json.dumps(marker, sort_keys=True) + "\n")

@@ -10,10 +10,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from simroute.checks import check_number
 from simroute.errors import ConfigurationError, SimrouteError
 from simroute.ioutil import load_yaml
 from simroute.sim.config import RunConfig
@@ -21,6 +24,8 @@ from simroute.sim.config import RunConfig
 RUN_FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
 INPUTS = ("topology", "trace", "calib")
 TOP_KEYS = {"name", "description", "base", "axes", "search", "seeds", "slo", "quick", "report", "keep"}
+MAX_SEEDS = 10_000            # repetitions of one point; a count sizes the study's work
+MAX_POINTS = 100_000          # grid points x seeds of one study
 DEFAULT_BASE = {"topology": "fattree", "calib": "h100-ibgda", "trace": "agents-default"}
 
 
@@ -117,7 +122,10 @@ def load_study(path: str | Path, *, quick: bool = False) -> Study:
         axes_q = q.get("axes") or {}
         raw = deep_merge(raw, {k: v for k, v in q.items() if k != "axes"})
         raw["axes"] = {**(raw.get("axes") or {}), **axes_q}    # an axis is replaced whole, never merged
-    name = str(raw.get("name") or path.stem)
+    name = raw.get("name") or path.stem
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", name):
+        raise ConfigurationError(f"must be a short name of letters, digits, '.', '_' or '-' (it names the output "
+                                 f"directory), got {name!r}"[:200], file=f, field="name")
     base = dict(DEFAULT_BASE)
     b = raw.get("base") or {}
     if not isinstance(b, dict):
@@ -129,6 +137,10 @@ def load_study(path: str | Path, *, quick: bool = False) -> Study:
         raise ConfigurationError("set repetitions with the top-level 'seeds', not base.seed", file=f, field="base.seed")
     axes, cases = _axes(raw.get("axes") or {}, f)
     seeds = _seeds(raw.get("seeds", 1), f)
+    size = math.prod(len(v) for v in axes.values()) * len(seeds)
+    if size > MAX_POINTS:
+        raise ConfigurationError(f"the grid has {size:,} points (axes x seeds); at most {MAX_POINTS:,}", file=f,
+                                 field="axes")
     search = _search(raw["search"], f) if raw.get("search") is not None else None
     if search is not None and search.field in axes:
         raise ConfigurationError(f"'{search.field}' is both searched and an axis", file=f, field="search.field")
@@ -136,13 +148,33 @@ def load_study(path: str | Path, *, quick: bool = False) -> Study:
     keep = str(raw.get("keep", "full"))
     if keep not in ("full", "summary"):
         raise ConfigurationError("must be 'full' or 'summary'", file=f, field="keep")
-    report = raw.get("report") or {}
-    if not isinstance(report, dict):
-        raise ConfigurationError("must be a mapping (x, series)", file=f, field="report")
+    report = _report(raw.get("report") or {}, axes, search, f)
     study = Study(name=name, file=str(path.resolve()), description=str(raw.get("description", "")), base=base,
                   axes=axes, cases=cases, seeds=seeds, search=search, slo=slo, report=report, keep=keep)
     _validate_points(study)
     return study
+
+
+def _report(raw: Any, axes: dict[str, list[Any]], search: SearchSpec | None, f: str) -> dict[str, Any]:
+    """Plot hints: `x` and `series` must name axes of this study (or the searched field), so a typo fails here,
+    not in `report` after the whole sweep."""
+    if not isinstance(raw, dict):
+        raise ConfigurationError("must be a mapping (x, series)", file=f, field="report")
+    bad = set(raw) - {"x", "series"}
+    if bad:
+        raise ConfigurationError(f"unknown key(s) {sorted(map(str, bad))}; valid: x, series", file=f,
+                                 field=f"report.{sorted(map(str, bad))[0]}")
+    names = set(axes) | ({search.field} if search is not None else set())
+    x = raw.get("x")
+    series = raw.get("series", [])
+    series = [series] if isinstance(series, str) else series
+    if not isinstance(series, list):
+        raise ConfigurationError("must be an axis name or a list of them", file=f, field="report.series")
+    for where, name in [("report.x", x)] * (x is not None) + [("report.series", s) for s in series]:
+        if not isinstance(name, str) or name not in names:
+            raise ConfigurationError(f"{name!r} is not an axis of this study; axes: {', '.join(sorted(names)) or '-'}",
+                                     file=f, field=where)
+    return {**raw, "series": series} if "series" in raw else dict(raw)
 
 
 def _check_field(dotted: str, f: str, where: str) -> None:
@@ -189,9 +221,13 @@ def _axes(raw: Any, f: str) -> tuple[dict[str, list[Any]], dict[str, dict[str, d
 def _seeds(raw: Any, f: str) -> tuple[int, ...]:
     if isinstance(raw, bool) or not isinstance(raw, (int, list)):
         raise ConfigurationError("must be a count or a list of integers", file=f, field="seeds")
+    if isinstance(raw, int):
+        check_number(raw, "seeds", file=f, integer=True, minimum=1, maximum=MAX_SEEDS)
+    elif len(raw) > MAX_SEEDS:
+        raise ConfigurationError(f"{len(raw)} seeds; at most {MAX_SEEDS}", file=f, field="seeds")
     seeds = list(range(raw)) if isinstance(raw, int) else raw
-    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
-        raise ConfigurationError("need at least one non-negative integer seed", file=f, field="seeds")
+    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63 for s in seeds):
+        raise ConfigurationError("need at least one non-negative 64-bit integer seed", file=f, field="seeds")
     if len(set(seeds)) != len(seeds):
         raise ConfigurationError("seeds repeat", file=f, field="seeds")
     return tuple(seeds)
@@ -230,13 +266,15 @@ def _search(raw: Any, f: str) -> SearchSpec:
     if goal not in ("max", "min"):
         raise ConfigurationError("must be 'max' (largest value meeting the SLO) or 'min' (fewest)", file=f,
                                  field="search.goal")
-    lo, hi = raw["lo"], raw["hi"]
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (lo, hi)) or not lo < hi:
-        raise ConfigurationError("need numbers lo < hi", file=f, field="search.lo")
-    integer = bool(raw.get("integer", isinstance(lo, int) and isinstance(hi, int)))
-    tol = raw.get("tolerance", 1 if integer else (hi - lo) / 32)
-    if not isinstance(tol, (int, float)) or tol <= 0:
-        raise ConfigurationError("must be > 0", file=f, field="search.tolerance")
+    lo = check_number(raw["lo"], "search.lo", file=f, minimum=-1e15, maximum=1e15)
+    hi = check_number(raw["hi"], "search.hi", file=f, minimum=-1e15, maximum=1e15)
+    if not lo < hi:
+        raise ConfigurationError(f"need lo < hi, got lo = {lo!r}, hi = {hi!r}", file=f, field="search.lo")
+    integer = raw.get("integer", isinstance(lo, int) and isinstance(hi, int))
+    if not isinstance(integer, bool):
+        raise ConfigurationError(f"must be true or false, got {integer!r}", file=f, field="search.integer")
+    tol = check_number(raw.get("tolerance", 1 if integer else (hi - lo) / 32), "search.tolerance", file=f,
+                       minimum=max((hi - lo) / 2**40, 0.0), exclusive_minimum=True)
     slo = _slo_list(raw["slo"], f, "search.slo")
     if not slo:
         raise ConfigurationError("needs at least one condition", file=f, field="search.slo")
@@ -262,5 +300,5 @@ def _validate_points(study: Study) -> None:
             except SimrouteError as exc:
                 fld = getattr(exc, "field", None) or getattr(exc, "kind", None)
                 raise ConfigurationError(str(exc), file=study.file, field=f"{where}: {fld}") from None
-            except TypeError as exc:
+            except (TypeError, ValueError) as exc:
                 raise ConfigurationError(f"wrong type: {exc}", file=study.file, field=where) from None

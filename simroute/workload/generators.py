@@ -18,6 +18,7 @@ import pyarrow as pa
 import yaml
 
 from simroute import __version__
+from simroute.checks import check_number
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.workload.writer import TraceWriter, open_trace_writer
 
@@ -56,27 +57,42 @@ def get_generator(kind: str) -> Generator:
     return GENERATORS[kind]
 
 
+MAX_PARAM_INT = 2**31 - 1
+
+
 def _coerce(value: Any, typ: Any, name: str, kind: str) -> Any:
-    """Turn a CLI/YAML value into the declared field type (int, float, bool, str or a Literal)."""
-    if isinstance(value, str) and typ is not str and typing.get_origin(typ) is not typing.Literal:
-        value = yaml.safe_load(value)
+    """Check a YAML value (or a CLI value already parsed by `parse_cli_value`) against the declared field type.
+
+    Strict: no bool for a number, no numeric strings, finite floats, integers that fit in 32 bits.
+    """
+    field = f"{kind}.{name}"
+    if typing.get_origin(typ) is typing.Literal:
+        choices = typing.get_args(typ)
+        if not isinstance(value, str) or value not in choices:
+            raise ConfigurationError(f"bad value {value!r}: must be one of {', '.join(choices)}", field=field)
+        return value
+    if typ is bool:
+        if not isinstance(value, bool):
+            raise ConfigurationError(f"bad value {value!r}: must be true or false", field=field)
+        return value
+    if typ is int:
+        return check_number(value, field, integer=True, minimum=-MAX_PARAM_INT, maximum=MAX_PARAM_INT)
+    if typ is float:
+        return float(check_number(value, field))
+    if typ is str:
+        if not isinstance(value, str):
+            raise ConfigurationError(f"bad value {value!r}: must be a string", field=field)
+        return value
+    raise ConfigurationError(f"unsupported parameter type {typ!r}", field=field)
+
+
+def parse_cli_value(text: str) -> Any:
+    """A `-p key=value` value as YAML reads it (`4` an int, `0.5` a float, `false` a bool, else a string)."""
     try:
-        if typing.get_origin(typ) is typing.Literal:
-            choices = typing.get_args(typ)
-            if str(value) not in choices:
-                raise ValueError(f"must be one of {', '.join(choices)}")
-            return str(value)
-        if typ is bool:
-            if not isinstance(value, bool):
-                raise ValueError("must be true or false")
-            return value
-        if typ is int:
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError("must be an integer")
-            return int(value)
-        return typ(value)
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(f"bad value {value!r}: {exc}", field=f"{kind}.{name}") from None
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, (bool, int, float, str)) else text
 
 
 def make_params(kind: str, overrides: dict[str, Any] | None = None) -> Any:
@@ -109,6 +125,19 @@ def generate(kind: str, output: str | Path, *, seed: int = 0, params: dict[str, 
 
 
 # -- shared helpers for the scenario modules ---------------------------------------------------
+
+MAX_REQUESTS = 50_000_000      # bounds on what sizes a generator's memory or work (a typo must not hang)
+MAX_CHUNKS = 10_000_000
+MAX_INSTANCES = 131_072
+MAX_TENANTS = 100_000
+
+
+def check_sizes(requests: int, chunks: int = 0, instances: int = 0, tenants: int = 0) -> None:
+    """The totals a params dataclass implies, within the generator bounds (ValueError names the bound)."""
+    for what, value, bound in (("requests", requests, MAX_REQUESTS), ("chunks", chunks, MAX_CHUNKS),
+                               ("instances", instances, MAX_INSTANCES), ("tenants", tenants, MAX_TENANTS)):
+        check(value <= bound, f"{value:,} {what} is more than the {bound:,} a generated trace may hold")
+
 
 def check(cond: bool, message: str) -> None:
     """Params validation in __post_init__: a ValueError becomes a ConfigurationError in make_params."""

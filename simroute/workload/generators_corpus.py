@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 import pyarrow as pa
 
-from simroute.workload.generators import (GEN_BATCH, check, dedupe_rows, dict_strings, lengths,
+from simroute.workload.generators import (GEN_BATCH, check, check_sizes, dedupe_rows, dict_strings, lengths,
                                           poisson_arrivals, register, tenant_names)
 from simroute.workload.writer import TraceWriter, list_array
 
@@ -39,6 +39,7 @@ class CorpusParams:
         check(self.qps > 0 and self.zipf_s >= 0, "qps must be > 0 and zipf_s >= 0")
         check(1 <= self.chunks_per_request <= self.max_chunks_per_request,
               "chunks_per_request must be within [1, max_chunks_per_request]")
+        check_sizes(self.requests, self.chunks, self.instances, self.tenants)
 
 
 @register("corpus", CorpusParams, "canonical Zipf-popular corpus attended after per-request prefixes")
@@ -98,6 +99,7 @@ class SparseParams:
         check(self.chunks_per_holder_request <= self.chunks_per_holder,
               "chunks_per_holder_request must be <= chunks_per_holder")
         check(self.spanned < 1 << 15 and self.qps > 0, "spanned must fit int16; qps > 0")
+        check_sizes(self.requests, self.holders * self.chunks_per_holder, self.holders, self.tenants)
 
 
 @register("sparse", SparseParams, "top-k selection over chunks spread on M holders (DSA/NSA)")

@@ -21,8 +21,8 @@ def _open(path: str | Path, name: str, table: str) -> tuple[pq.ParquetFile, dict
         raise ConfigurationError(f"a trace is a directory holding {REQUESTS_FILE} and {CHUNKS_FILE}",
                                  file=path)
     file = path / name
-    if not file.exists():
-        raise ConfigurationError(f"missing {name}", file=path)
+    if not file.is_file():
+        raise ConfigurationError("missing" if not file.exists() else "is not a file", file=file)
     try:
         pf = pq.ParquetFile(file)
     except (pa.ArrowException, OSError) as exc:
@@ -45,16 +45,29 @@ def iter_request_batches(path: str | Path, batch_rows: int = 65_536,
     Memory is bounded by one row group plus one batch, whatever the trace size.
     """
     pf, _ = _open(path, REQUESTS_FILE, "requests")
-    yield from pf.iter_batches(batch_size=batch_rows, columns=list(columns) if columns else None)
+    try:
+        yield from pf.iter_batches(batch_size=batch_rows, columns=list(columns) if columns else None)
+    except (pa.ArrowException, OSError) as exc:
+        raise _unreadable(Path(path) / REQUESTS_FILE, exc) from None
 
 
 def read_chunks(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
     """The whole chunk table (one row per chunk, sorted by chunk_id)."""
     pf, _ = _open(path, CHUNKS_FILE, "chunks")
-    return pf.read(columns=list(columns) if columns else None)
+    try:
+        return pf.read(columns=list(columns) if columns else None)
+    except (pa.ArrowException, OSError) as exc:
+        raise _unreadable(Path(path) / CHUNKS_FILE, exc) from None
 
 
 def read_requests(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
     """All requests at once: for small traces and tests only (large traces: iter_request_batches)."""
     pf, _ = _open(path, REQUESTS_FILE, "requests")
-    return pf.read(columns=list(columns) if columns else None)
+    try:
+        return pf.read(columns=list(columns) if columns else None)
+    except (pa.ArrowException, OSError) as exc:
+        raise _unreadable(Path(path) / REQUESTS_FILE, exc) from None
+
+
+def _unreadable(file: Path, exc: Exception) -> ConfigurationError:
+    return ConfigurationError(f"corrupt Parquet data: {' '.join(str(exc).split())[:200]}", file=file)

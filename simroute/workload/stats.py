@@ -78,11 +78,16 @@ class _Lru:
                 self.used -= store.popitem(last=False)[1]
 
 
+# columns read only so that `trace info` applies the same checks as `run`
+CHECKED_ONLY = ["think_s", "parent_id", "requester_hint", "prefill_hint", "chunk_at_cached_offset", "topk",
+                "holders_spanned"]
+
+
 def trace_info(path: str | Path, *, lru_capacity_tokens: int | None = None,
                batch_rows: int = 65_536) -> TraceInfo:
     """Statistics of a trace in one pass over its request row groups (memory: a few numbers per request)."""
     meta = read_trace_meta(path)
-    chunks = read_chunks(path, columns=["chunk_id", "tokens"])
+    chunks = read_chunks(path, columns=["chunk_id", "tokens", "cached_offset", "holder_hint"])
     check_chunks(path, chunks)
     ids = chunks["chunk_id"].to_numpy()
     tokens = chunks["tokens"].to_numpy().astype(np.int64)
@@ -98,7 +103,7 @@ def trace_info(path: str | Path, *, lru_capacity_tokens: int | None = None,
     tenants: set[str] = set()
     cols = ["request_id", "arrival_s", "tenant", "after_id", "prompt_tokens", "output_tokens", "chunk_ids"]
     checker = RequestChecker(path, ids)
-    for batch in iter_request_batches(path, batch_rows=batch_rows, columns=cols + ["think_s", "parent_id"]):
+    for batch in iter_request_batches(path, batch_rows=batch_rows, columns=cols + CHECKED_ONLY):
         checker.check(batch)
         arrival = batch.column("arrival_s").to_numpy()
         if len(arrival) == 0:

@@ -1,8 +1,10 @@
-"""Value checks of a trace, shared by every reader that consumes one (`trace info`, `simroute run`).
+"""Value checks of a trace, shared by every reader that consumes one (`trace info`, `simroute run`) and by the
+writer before it renames a new trace into place (so no producer can write a trace a reader rejects).
 
 The schema check at open catches missing columns and wrong types; these catch values no producer should
-write: unsorted or non-finite arrivals, negative token counts, references to later requests or to chunks
-that are not in the chunk table. Each error names the file, the field and the request row.
+write: nulls, unsorted or non-finite arrivals or think times, negative token counts, list columns of
+different lengths, references to later requests or to chunks that are not in the chunk table, and placement
+hints outside the cluster. Each error names the file, the field and the row.
 """
 
 from __future__ import annotations
@@ -17,9 +19,29 @@ from simroute.errors import ConfigurationError
 from simroute.workload.schema import CHUNKS_FILE, REQUESTS_FILE
 
 
-def check_chunks(path: str | Path, table: pa.Table) -> np.ndarray:
-    """Validate the chunk table; returns its chunk ids sorted."""
+def _no_nulls(table: pa.Table | pa.RecordBatch, file: Path, row0: int = 0) -> None:
+    for name in table.schema.names:
+        col = table.column(name)
+        nulls = col.null_count
+        if isinstance(col, (pa.ListArray, pa.ChunkedArray)) and pa.types.is_list(col.type):
+            nulls += pc.list_flatten(col).null_count
+        if nulls:
+            mask = col.is_null()
+            first = int(np.flatnonzero(mask.to_numpy(zero_copy_only=False))[0]) if col.null_count else 0
+            raise ConfigurationError(f"row {row0 + first}: null value (every field must be set)", file=file,
+                                     field=name)
+
+
+def _hint_range(v: np.ndarray, name: str, instances: int | None) -> np.ndarray:
+    """Rows of a placement hint outside [-1, instances) (-1 = no hint)."""
+    hi = instances if instances is not None else np.iinfo(np.int64).max
+    return np.flatnonzero((v < -1) | (v >= hi))
+
+
+def check_chunks(path: str | Path, table: pa.Table, instances: int | None = None) -> np.ndarray:
+    """Validate the chunk table; returns its chunk ids sorted. `instances` bounds holder_hint when known."""
     file = Path(path) / CHUNKS_FILE
+    _no_nulls(table, file)
     ids = table.column("chunk_id").to_numpy()
     for name, low in (("tokens", 1), ("cached_offset", 0)):
         if name in table.column_names:
@@ -28,6 +50,13 @@ def check_chunks(path: str | Path, table: pa.Table) -> np.ndarray:
             if bad.size:
                 raise ConfigurationError(f"row {int(bad[0])}: {name} = {v[bad[0]]} (must be >= {low})", file=file,
                                          field=name)
+    if "holder_hint" in table.column_names:
+        v = table.column("holder_hint").to_numpy()
+        bad = _hint_range(v, "holder_hint", instances)
+        if bad.size:
+            bound = f"-1 or below the {instances} instances" if instances is not None else ">= -1"
+            raise ConfigurationError(f"row {int(bad[0])}: holder_hint = {v[bad[0]]} (must be {bound})", file=file,
+                                     field="holder_hint")
     s = np.sort(ids)
     dup = np.flatnonzero(np.diff(s) == 0)
     if dup.size:
@@ -35,14 +64,29 @@ def check_chunks(path: str | Path, table: pa.Table) -> np.ndarray:
     return s
 
 
+def check_holder_hints(path: str | Path, holder_hint: np.ndarray, instances: int) -> None:
+    """holder_hint of every chunk within the cluster the run built (e.g. a trace for 64 instances run at tp 2)."""
+    bad = _hint_range(np.asarray(holder_hint), "holder_hint", instances)
+    if bad.size:
+        raise ConfigurationError(f"row {int(bad[0])}: holder_hint = {holder_hint[bad[0]]}, but this run has "
+                                 f"{instances} instances (check --tp and the topology)",
+                                 file=Path(path) / CHUNKS_FILE, field="holder_hint")
+
+
 class RequestChecker:
-    """Checks request batches in order; keeps the running state (last arrival, rows seen)."""
+    """Checks request batches in order; keeps the running state (last arrival, rows seen).
+
+    `instances`, when the reader knows the cluster, bounds requester_hint and prefill_hint.
+    """
 
     NON_NEGATIVE = ("prompt_tokens", "output_tokens", "think_s", "topk", "holders_spanned")
+    HINTS = ("requester_hint", "prefill_hint")
 
-    def __init__(self, path: str | Path, chunk_ids_sorted: np.ndarray | None = None) -> None:
+    def __init__(self, path: str | Path, chunk_ids_sorted: np.ndarray | None = None,
+                 instances: int | None = None) -> None:
         self.file = Path(path) / REQUESTS_FILE
         self.ids = chunk_ids_sorted
+        self.instances = instances
         self.last = -np.inf
         self.row = 0
 
@@ -51,42 +95,81 @@ class RequestChecker:
 
     def check(self, batch: pa.RecordBatch) -> None:
         names = batch.schema.names
-        n = batch.num_rows
+        _no_nulls(batch, self.file, self.row)
         if "arrival_s" in names:
-            a = batch.column("arrival_s").to_numpy()
-            if not np.all(np.isfinite(a)):
-                self._fail(np.flatnonzero(~np.isfinite(a))[0], "arrival_s", "arrival time is not finite")
-            prev = np.concatenate(([self.last], a[:-1]))
-            back = np.flatnonzero(a < prev)
-            if back.size:
-                self._fail(back[0], "arrival_s", "requests are not sorted by arrival_s")
-            if n:
-                self.last = float(a[-1])
+            self._arrivals(batch.column("arrival_s").to_numpy())
+        if "think_s" in names:
+            t = batch.column("think_s").to_numpy()
+            if not np.all(np.isfinite(t)):
+                self._fail(np.flatnonzero(~np.isfinite(t))[0], "think_s", "think time is not finite")
         for name in self.NON_NEGATIVE:
             if name in names:
                 v = batch.column(name).to_numpy()
                 bad = np.flatnonzero(v < 0)
                 if bad.size:
                     self._fail(bad[0], name, f"{name} = {v[bad[0]]} (must be >= 0)")
+        for name in self.HINTS:
+            if name in names:
+                v = batch.column(name).to_numpy()
+                bad = _hint_range(v, name, self.instances)
+                if bad.size:
+                    bound = (f"-1 or below the {self.instances} instances of this run (check --tp and the "
+                             f"topology)" if self.instances is not None else ">= -1")
+                    self._fail(bad[0], name, f"{name} = {v[bad[0]]} (must be {bound})")
         if "request_id" in names:
-            rid = batch.column("request_id").to_numpy()
-            for ref in ("after_id", "parent_id"):
-                if ref in names:
-                    v = batch.column(ref).to_numpy()
-                    bad = np.flatnonzero((v < -1) | (v >= rid))
-                    if bad.size:
-                        self._fail(bad[0], ref, f"{ref} = {v[bad[0]]} must be -1 or an earlier request")
+            self._references(batch, names)
+        if "chunk_ids" in names and "chunk_at_cached_offset" in names:
+            a = pc.list_value_length(batch.column("chunk_ids")).to_numpy(zero_copy_only=False)
+            b = pc.list_value_length(batch.column("chunk_at_cached_offset")).to_numpy(zero_copy_only=False)
+            bad = np.flatnonzero(a != b)
+            if bad.size:
+                self._fail(bad[0], "chunk_at_cached_offset", f"has {b[bad[0]]} entries but chunk_ids has {a[bad[0]]}")
         if self.ids is not None and "chunk_ids" in names:
-            lists = batch.column("chunk_ids")
-            flat = pc.list_flatten(lists).to_numpy()
-            if flat.size:
-                ids = self.ids
-                idx = np.searchsorted(ids, flat)
-                bad = (idx >= len(ids)) | (ids[np.minimum(idx, max(len(ids) - 1, 0))] != flat) if len(ids) \
-                    else np.ones(flat.size, bool)
-                if np.any(bad):
-                    j = int(np.flatnonzero(bad)[0])
-                    offs = lists.offsets.to_numpy()
-                    i = int(np.searchsorted(offs, j, side="right") - 1)
-                    self._fail(i, "chunk_ids", f"attends chunk {flat[j]}, which is not in the chunk table")
-        self.row += n
+            self._chunks(batch.column("chunk_ids"))
+        self.row += batch.num_rows
+
+    def _arrivals(self, a: np.ndarray) -> None:
+        if not np.all(np.isfinite(a)):
+            self._fail(np.flatnonzero(~np.isfinite(a))[0], "arrival_s", "arrival time is not finite")
+        prev = np.concatenate(([self.last], a[:-1]))
+        back = np.flatnonzero(a < prev)
+        if back.size:
+            self._fail(back[0], "arrival_s", "requests are not sorted by arrival_s")
+        if len(a):
+            self.last = float(a[-1])
+
+    def _references(self, batch: pa.RecordBatch, names: list[str]) -> None:
+        rid = batch.column("request_id").to_numpy()
+        expect = np.arange(self.row, self.row + len(rid))
+        bad = np.flatnonzero(rid != expect)
+        if bad.size:
+            self._fail(bad[0], "request_id", f"request_id = {rid[bad[0]]} (must be the row number, {expect[bad[0]]})")
+        for ref in ("after_id", "parent_id"):
+            if ref in names:
+                v = batch.column(ref).to_numpy()
+                bad = np.flatnonzero((v < -1) | (v >= rid))
+                if bad.size:
+                    self._fail(bad[0], ref, f"{ref} = {v[bad[0]]} must be -1 or an earlier request")
+
+    def _chunks(self, lists: pa.ListArray) -> None:
+        flat = pc.list_flatten(lists).to_numpy()
+        if not flat.size:
+            return
+        ids = self.ids
+        idx = np.searchsorted(ids, flat)
+        bad = (idx >= len(ids)) | (ids[np.minimum(idx, max(len(ids) - 1, 0))] != flat) if len(ids) \
+            else np.ones(flat.size, bool)
+        if np.any(bad):
+            j = int(np.flatnonzero(bad)[0])
+            offs = lists.offsets.to_numpy()
+            i = int(np.searchsorted(offs, j, side="right") - 1)
+            self._fail(i, "chunk_ids", f"attends chunk {flat[j]}, which is not in the chunk table")
+
+
+def validate_trace(path: str | Path, instances: int | None = None, batch_rows: int = 65_536) -> None:
+    """Stream a whole trace through the same checks `trace info` and `simroute run` apply."""
+    from simroute.workload.reader import iter_request_batches, read_chunks
+    ids = check_chunks(path, read_chunks(path), instances)
+    checker = RequestChecker(path, ids, instances)
+    for batch in iter_request_batches(path, batch_rows=batch_rows):
+        checker.check(batch)

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from simroute.errors import ConfigurationError
-from simroute.ioutil import atomic_path, check_replaceable
+from simroute.ioutil import atomic_path
 from simroute.workload.schema import (CHUNK_DEFAULTS, CHUNK_FIELDS, CHUNK_SCHEMA, CHUNKS_FILE,
                                       REQUEST_DEFAULTS, REQUEST_FIELDS, REQUEST_SCHEMA, REQUESTS_FILE,
                                       ROW_GROUP_ROWS, schema_metadata)
@@ -211,8 +211,7 @@ def open_trace_writer(target: str | Path, meta: dict[str, Any], **kwargs: Any) -
     target = Path(target)
     if target.suffix != ".parquet":
         raise ConfigurationError("a trace is a directory named *.parquet", file=target)
-    check_replaceable(target, (REQUESTS_FILE,), "trace")
-    with atomic_path(target, directory=True) as tmp:
+    with atomic_path(target, directory=True, what="trace") as tmp:
         writer = TraceWriter(tmp, meta, **kwargs)
         try:
             yield writer
@@ -220,3 +219,15 @@ def open_trace_writer(target: str | Path, meta: dict[str, Any], **kwargs: Any) -
             writer.close()
         if not writer._finished:
             raise RuntimeError("TraceWriter.finish() was not called")
+        _validate_before_rename(tmp, writer.source or target)
+
+
+def _validate_before_rename(tmp: Path, source: str | Path) -> None:
+    """Run the readers' checks on the finished temp trace: a producer never writes what `run` would reject."""
+    from simroute.workload.validate import validate_trace
+    try:
+        validate_trace(tmp)
+    except ConfigurationError as exc:
+        where = f"{Path(exc.file).name if exc.file else 'trace'}, field '{exc.field}'" if exc.field else "trace"
+        raise ConfigurationError(f"the resulting trace would be rejected by readers ({where}: {exc.problem})",
+                                 file=source) from None

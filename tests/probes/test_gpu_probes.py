@@ -109,3 +109,16 @@ def test_fallback_attention_kernel_math_on_numpy() -> None:
         want, want_lse = ref.attention(q[r, 0], store[sel[r]])
         np.testing.assert_allclose(out[r], want, atol=1e-5)
         np.testing.assert_allclose(lse[r], want_lse, rtol=1e-5)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="torch is not installed (the GPU box has it; this checks the torch holder kernel on the CPU)")
+def test_torch_holder_kernel_passes_its_check_on_the_cpu() -> None:
+    from simroute.probes import gpu_attn
+    kern = gpu_attn._Torch(device="cpu")
+    assert gpu_attn.check_kernel(kern) < 2e-2
+    rng = np.random.default_rng(0)
+    store = rng.standard_normal((512, 576)).astype(np.float32)
+    sel = np.sort(np.stack([rng.choice(512, 64, replace=False) for _ in range(3)]), axis=1)
+    out, lse = kern.prepare(store, 3, 16, sel=sel)()
+    assert tuple(out.shape) == (3, 16, 512) and tuple(lse.shape) == (3, 16)

@@ -59,6 +59,16 @@ def test_install_plan_without_wheel_folder_says_so(tmp_path: Path) -> None:
     assert ("no wheel folder" in line) or line == "all libraries present"
 
 
+def test_missing_means_absent_or_older_than_the_pin() -> None:
+    m = _module()
+    import numpy
+    have = numpy.__version__
+    assert m.missing([(f"numpy=={have}", "numpy")]) == []
+    assert m.missing([("numpy==999.0", "numpy")]) == ["numpy==999.0"]          # the box's is older
+    assert m.missing([("numpy==0.1", "numpy")]) == []                          # newer than the pin: kept
+    assert m.missing([("nosuchdist==1.0", "nosuchmodule_xyz")]) == ["nosuchdist==1.0"]
+
+
 def test_the_documented_wheel_command_is_the_scripts() -> None:
     m = _module()
     cmd = m.wheel_command()

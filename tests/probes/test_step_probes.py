@@ -4,6 +4,7 @@ entry the step-time model reads."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import time
@@ -163,7 +164,6 @@ def test_layer_vs_model_weights_the_layer_kinds_like_the_model(tmp_path: Path) -
 
 # ---- on a GPU (skipped elsewhere) ---------------------------------------------------------------------------
 def _torch_gpu() -> str | None:
-    import importlib.util
     if importlib.util.find_spec("torch") is None:
         return "torch is not installed"
     import torch
@@ -187,3 +187,48 @@ def test_gpu_step_probe_checks_then_measures(name: str) -> None:
     o = run_probe(PROBES[name], {"quick": True}, timeout_s=90)
     assert o.ok, f"{name}: {o.status}: {o.message}"
     assert o.results["measures_gpu"] is True
+
+
+def test_deadline_points_stop_before_a_point_that_would_not_fit() -> None:
+    from simroute.probes.gpu_common import Deadline
+    dl = Deadline(0.35)
+    ran = []
+    for p in dl.points("growing", [0.02, 0.08, 0.32, 1.28]):      # each point 4x the last
+        time.sleep(p)
+        ran.append(p)
+    assert ran == [0.02, 0.08] and "deadline after 2 of 4" in dl.note()   # 0.32 predicted, and it would not fit
+    assert dl.left() > 0                                          # stopped early, not overrun
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="torch is not installed (the GPU box has it; this checks the torch code on the CPU)")
+def test_torch_backend_operators_agree_with_numpy_on_the_cpu() -> None:
+    """The torch code the GPU will run, on the CPU in bf16: every correctness check passes and every timed
+    callable runs (API misuse shows here, not on the lease)."""
+    from simroute.probes.gpu_common import Deadline
+    from simroute.probes.step_backend import TorchBackend
+    be = TorchBackend("cpu")
+    assert not be.measures_gpu
+    assert gs._check_gemm(be) < gs.BF16_TOL
+    assert gs._check_attention(be) < gs.BF16_TOL
+    assert gs._check_layer(be) < 2 * gs.BF16_TOL
+    step, counter = be.launch_chain(10, graph=False)
+    before = counter()
+    step()
+    assert counter() - before == 10
+    dl = Deadline(60)
+    for model, kind in gs.LAYER_CASES:
+        layer = gs.DecoderLayer(be, gs.shrunk(get_model(model)), kind, seed=1)
+        r = gs._time_layer(be, layer, 8, dl, 1, 1)
+        assert r["layer_s"] > 0 and set(r["ops_s"]) == set(layer.ops)
+    for kind in gs.decode_kinds():
+        fn, _ = gs._decode_call(be, kind, 2, 64, seed=1)
+        out = fn()
+        assert (out[0] if isinstance(out, tuple) else out).shape[-1] == kind.d_v
+    for kind in gs.prefill_kinds():
+        q, k, v = (be.randn((1, kind.heads, 16, d), seed=i) for i, d in enumerate((kind.d_qk, kind.d_qk, kind.d_v)))
+        assert tuple(be.attention(q, k, v, True, 0.1).shape) == (1, kind.heads, 16, kind.d_v)
+    a = be.randn((1000,), seed=1)
+    b = be.empty_like(a)
+    be.copy(b, a)
+    assert np.array_equal(be.host(a), be.host(b))

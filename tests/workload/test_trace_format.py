@@ -105,7 +105,7 @@ def test_validation_names_file_and_field(tmp_path):
     with pytest.raises(ConfigurationError, match="not found"):
         read_chunks(tmp_path / "absent.parquet")
     (tmp_path / "c.parquet").mkdir()
-    with pytest.raises(ConfigurationError, match="missing requests.parquet"):
+    with pytest.raises(ConfigurationError, match="requests.parquet: missing"):
         read_trace_meta(tmp_path / "c.parquet")
 
 
@@ -124,13 +124,20 @@ def test_failed_write_leaves_nothing(tmp_path, no_leftovers):
 def test_unsorted_is_sorted_with_warning_or_rejected(tmp_path):
     warnings: list[str] = []
     with open_trace_writer(tmp_path / "s.parquet", {}, warn=warnings.append) as w:
-        w.add_requests({"arrival_s": np.array([0.0, 2.0, 1.0]), "prompt_tokens": [10, 20, 30],
-                        "output_tokens": [1, 1, 1], "after_id": [-1, 0, 1]})
+        w.add_requests({"arrival_s": np.array([0.0, 3.0, 1.0, 2.0]), "prompt_tokens": [10, 20, 30, 40],
+                        "output_tokens": [1, 1, 1, 1], "after_id": [-1, -1, 0, 2]})
         w.finish({})
     req = read_requests(tmp_path / "s.parquet")
-    assert req["prompt_tokens"].to_pylist() == [10, 30, 20]
-    assert req["after_id"].to_pylist() == [-1, 2, 0]   # remapped to the new positions
+    assert req["prompt_tokens"].to_pylist() == [10, 30, 40, 20]
+    assert req["after_id"].to_pylist() == [-1, 0, 1, -1]   # remapped to the new positions
     assert len(warnings) == 1 and "not sorted" in warnings[0]
+    # a closed loop whose re-sorted order would follow a later request: refused, not written for `run` to reject
+    with pytest.raises(ConfigurationError, match="after_id"):
+        with open_trace_writer(tmp_path / "bad.parquet", {}, warn=warnings.append) as w:
+            w.add_requests({"arrival_s": np.array([0.0, 2.0, 1.0]), "prompt_tokens": [10, 20, 30],
+                            "output_tokens": [1, 1, 1], "after_id": [-1, 0, 1]})
+            w.finish({})
+    assert not (tmp_path / "bad.parquet").exists()
     with pytest.raises(ConfigurationError, match="not sorted"):
         with open_trace_writer(tmp_path / "r.parquet", {}, strict=True) as w:
             w.add_requests({"arrival_s": np.array([0.0, 2.0, 1.0]), "prompt_tokens": [1, 1, 1],

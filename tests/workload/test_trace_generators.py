@@ -95,4 +95,9 @@ def test_bad_params_are_configuration_errors():
         make_params("sparse", {"holders": 2, "spanned": 3})
     with pytest.raises(ConfigurationError, match="must be one of"):
         make_params("agents", {"arrival": "sometimes"})
-    assert make_params("agents", {"root": "false", "think_s": "0.5"}).root is False
+    from simroute.workload.generators import parse_cli_value
+    assert make_params("agents", {"root": parse_cli_value("false"), "think_s": parse_cli_value("0.5")}).root is False
+    for bad in ({"think_s": "0.5"}, {"documents": True}, {"think_s": float("nan")}, {"documents": 2.5},
+                {"documents": 2**40}, {"root": "false"}):
+        with pytest.raises(ConfigurationError):             # strict: no numeric strings, bools, NaN, fractions
+            make_params("agents", bad)

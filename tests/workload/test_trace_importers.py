@@ -173,6 +173,6 @@ def test_agent_bad_input(tmp_path, no_leftovers):
         import_trace("agent", bad, tmp_path / "o.parquet")
     assert e.value.line == 3
     bad.write_text('{"requests": [{"t": 0, "in": -3, "out": 1, "hash_ids": []}]}')
-    with pytest.raises(ConfigurationError, match="negative"):
+    with pytest.raises(ConfigurationError, match="must be >= 0"):
         import_trace("agent", bad, tmp_path / "o.parquet")
     assert not (tmp_path / "o.parquet").exists() and no_leftovers(tmp_path) == []

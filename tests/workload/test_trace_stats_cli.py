@@ -40,7 +40,15 @@ def test_lru_never_beats_unbounded(tmp_path_factory, small_trace, requests, capa
 
 
 def test_unknown_chunk_is_reported(tmp_path, small_trace):
-    path = small_trace(tmp_path / "u.parquet", [(0.0, 1, [5])], {0: 10})
+    with pytest.raises(ConfigurationError, match="chunk 5"):      # the writer refuses to produce it ...
+        small_trace(tmp_path / "u.parquet", [(0.0, 1, [5])], {0: 10})
+    assert not (tmp_path / "u.parquet").exists()
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    path = small_trace(tmp_path / "v.parquet", [(0.0, 1, [5])], {5: 10})
+    chunks = pq.read_table(path / "chunks.parquet")                # ... and a reader catches a damaged one
+    chunks = chunks.set_column(0, "chunk_id", pc.add(chunks["chunk_id"], 1))
+    pq.write_table(chunks, path / "chunks.parquet")
     with pytest.raises(ConfigurationError, match="chunk 5"):
         trace_info(path)
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from simroute import __version__
 from simroute.errors import ConfigurationError, UnknownNameError
-from simroute.ioutil import sha256_file
+from simroute.checks import check_number
+from simroute.ioutil import check_output_path, sha256_file
 from simroute.workload.importers.common import ImportOptions
 from simroute.workload.writer import TraceWriter, open_trace_writer
 
@@ -64,11 +65,14 @@ def import_trace(fmt: str, inputs: str | Path | Sequence[str | Path], output: st
     registry = _registry()
     if fmt not in registry:
         raise UnknownNameError("trace format", fmt, list(registry))
-    if not (time_scale > 0 and load_scale > 0):
-        raise ConfigurationError("must be > 0", field="time_scale / load_scale")
+    check_number(time_scale, "--time-scale", minimum=0, exclusive_minimum=True, maximum=1e12)
+    check_number(load_scale, "--load-scale", minimum=0, exclusive_minimum=True, maximum=1e12)
+    if block_tokens is not None:
+        check_number(block_tokens, "--block-tokens", integer=True, minimum=1, maximum=1 << 20)
     if isinstance(inputs, (str, Path)):
         inputs = [inputs]
     files = _expand(inputs, fmt)
+    check_output_path(output, directory=True, inputs=[*files, *inputs], flag="--output")
     opts = ImportOptions(time_scale=time_scale, load_scale=load_scale, strict=strict,
                          block_tokens=block_tokens)
     meta: dict[str, Any] = {

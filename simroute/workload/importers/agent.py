@@ -11,18 +11,21 @@ never share a chunk unless they declare `hash_id_scope: "global"`.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from simroute.checks import check_number
 from simroute.errors import ConfigurationError
+from simroute.ioutil import load_json
 from simroute.workload.importers.common import ImportOptions
 from simroute.workload.writer import TraceWriter, list_array
 
 BLOCK = 64
+MAX_FILE_BYTES = 1 << 30
+MAX_NESTING = 64
 
 
 class _Conv:
@@ -42,22 +45,25 @@ class _Conv:
         self.n_sessions = 0
 
 
+MAX_TOKENS = 2**31 - 1
+MAX_BLOCK = 1 << 20
+
+
 def _num(obj: dict[str, Any], key: str, file: Path, where: str, *, integer: bool = False,
          default: Any = None) -> Any:
     v = obj.get(key, default)
-    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ConfigurationError(f"missing or non-numeric '{key}'", file=file, field=f"{where}.{key}")
-    if v < 0:
-        raise ConfigurationError(f"negative {key} ({v})", file=file, field=f"{where}.{key}")
-    if integer and v != int(v):
-        raise ConfigurationError(f"{key} is not an integer ({v})", file=file, field=f"{where}.{key}")
-    return v
+    if v is None:
+        raise ConfigurationError(f"missing '{key}'", file=file, field=f"{where}.{key}")
+    return check_number(v, f"{where}.{key}", file=file, integer=integer, minimum=0,
+                        maximum=MAX_TOKENS if integer else None)
 
 
 def _stream(conv: _Conv, entries: Any, t0: float, spawner: int, file: Path, ns: Any, block: int,
             where: str, model_tenant: bool) -> None:
     if not isinstance(entries, list):
         raise ConfigurationError("'requests' must be a list", file=file, field=where)
+    if where.count("requests") > MAX_NESTING:
+        raise ConfigurationError(f"sub-agents nest deeper than {MAX_NESTING} levels", file=file, field=where)
     session = conv.n_sessions
     conv.n_sessions += 1
     prev = spawner
@@ -71,11 +77,15 @@ def _stream(conv: _Conv, entries: Any, t0: float, spawner: int, file: Path, ns: 
             continue
         n_in = int(_num(e, "in", file, at, integer=True))
         hids = e.get("hash_ids", [])
-        if not isinstance(hids, list) or any(isinstance(h, bool) or not isinstance(h, int) for h in hids):
-            raise ConfigurationError("hash_ids must be a list of integers", file=file, field=f"{at}.hash_ids")
+        if not isinstance(hids, list) or any(type(h) is not int or not -2**63 <= h < 2**63 for h in hids):
+            raise ConfigurationError("hash_ids must be a list of 64-bit integers", file=file, field=f"{at}.hash_ids")
         if len(hids) != n_in // block:
             raise ConfigurationError(f"hash_ids has {len(hids)} ids but in={n_in} needs floor({n_in}/{block}) "
                                      f"= {n_in // block}", file=file, field=f"{at}.hash_ids")
+        if prev >= 0 and t < conv.t[prev]:
+            raise ConfigurationError(f"t = {t - t0:g} is earlier than the previous request of its stream "
+                                     f"(t = {conv.t[prev] - t0:g}); a stream's entries must be in time order",
+                                     file=file, field=f"{at}.t")
         me = len(conv.t)
         conv.t.append(t)
         conv.inp.append(n_in)
@@ -99,28 +109,31 @@ def _stream(conv: _Conv, entries: Any, t0: float, spawner: int, file: Path, ns: 
         prev = me
 
 
+def _read_file(conv: _Conv, file: Path, k: int, opts: ImportOptions) -> str:
+    """Flatten one conversation file into `conv`; returns its corpus name."""
+    doc = load_json(file, what="agent trace (JSON)", max_bytes=MAX_FILE_BYTES)
+    if not isinstance(doc, dict) or "requests" not in doc:
+        raise ConfigurationError("expected an object with 'requests'", file=file, field="requests")
+    block = opts.block_tokens or check_number(doc.get("block_size", BLOCK), "block_size", file=file,
+                                              integer=True, minimum=1, maximum=MAX_BLOCK)
+    if block != (opts.block_tokens or BLOCK) and opts.strict:
+        raise ConfigurationError(f"block_size {block} != {BLOCK}", file=file, field="block_size")
+    scope = doc.get("hash_id_scope", "local")
+    if scope not in ("local", "global"):
+        raise ConfigurationError(f"must be 'local' or 'global', got {scope!r}"[:200], file=file,
+                                 field="hash_id_scope")
+    _stream(conv, doc["requests"], 0.0, -1, file, "global" if scope == "global" else k, block, "requests",
+            model_tenant=False)
+    return str(doc.get("id", file.stem))
+
+
 def import_agent(writer: TraceWriter, files: list[Path], opts: ImportOptions) -> None:
     conv = _Conv()
     corpus_of: list[str] = []
     file_of: list[int] = []
     for k, file in enumerate(files):
-        try:
-            with file.open() as f:
-                doc = json.load(f)
-        except json.JSONDecodeError as exc:
-            raise ConfigurationError(f"not valid JSON: {exc.msg}", file=file, line=exc.lineno) from None
-        if not isinstance(doc, dict) or "requests" not in doc:
-            raise ConfigurationError("expected an object with 'requests'", file=file, field="requests")
-        block = opts.block_tokens or int(doc.get("block_size", BLOCK))
-        if block <= 0:
-            raise ConfigurationError(f"block_size must be > 0, got {block}", file=file, field="block_size")
-        if block != (opts.block_tokens or BLOCK) and opts.strict:
-            raise ConfigurationError(f"block_size {block} != {BLOCK}", file=file, field="block_size")
-        scope = doc.get("hash_id_scope", "local")
-        ns = "global" if scope == "global" else k
-        corpus_of.append(str(doc.get("id", file.stem)))
         before = len(conv.t)
-        _stream(conv, doc["requests"], 0.0, -1, file, ns, block, "requests", model_tenant=False)
+        corpus_of.append(_read_file(conv, file, k, opts))
         file_of.extend([k] * (len(conv.t) - before))
     n = len(conv.t)
     arrival = np.asarray(conv.t, dtype=np.float64)

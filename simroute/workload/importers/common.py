@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -23,6 +24,16 @@ class ImportOptions:
         return np.asarray(t_s, dtype=np.float64) * self.time_scale / self.load_scale
 
 
+def open_input(file: Path) -> BinaryIO:
+    """Open an input trace for binary reading, or raise a ConfigurationError naming it."""
+    from simroute.ioutil import check_input_file
+    check_input_file(file, what="trace file")
+    try:
+        return file.open("rb")
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read: {exc.strerror}", file=file) from None
+
+
 def check_nonneg(values: np.ndarray, name: str, file: Path, lines: np.ndarray) -> None:
     """Negative (or non-finite) lengths name the first offending line."""
     values = np.asarray(values)
@@ -38,55 +49,65 @@ def check_int_range(values: np.ndarray, name: str, file: Path, lines: np.ndarray
     check_nonneg(values, name, file, lines)
     if np.any(values > hi):
         i = int(np.flatnonzero(values > hi)[0])
-        raise ConfigurationError(f"{name} {values[i]} is too large", file=file, line=int(lines[i]), field=name)
+        raise ConfigurationError(f"{name} {values[i]} is too large (at most {hi})", file=file, line=int(lines[i]),
+                                 field=name)
 
 
 class BlockRegistry:
-    """Dense per-id tables (block tokens, offset first cached at) for integer block ids.
+    """Per-block tables (tokens, offset first cached at) for integer block ids of any size in [0, 2^63).
 
-    Ids index numpy arrays grown geometrically, so tens of millions of blocks cost 12 bytes each
-    and no Python object per block.
+    Ids are kept sorted in numpy arrays and looked up with a binary search, so memory follows the number of
+    distinct blocks, never the largest id (one line with id 2^62 costs 20 bytes, not a table up to 2^62), and
+    tens of millions of blocks cost 20 bytes each and no Python object per block.
     """
 
-    MAX_ID = 2**31 - 1
+    MAX_ID = 2**63 - 1
 
     def __init__(self) -> None:
-        self.tokens = np.zeros(0, dtype=np.int32)   # 0 = never seen
+        self.ids = np.zeros(0, dtype=np.int64)      # sorted, distinct
+        self.tokens = np.zeros(0, dtype=np.int32)
         self.offset = np.zeros(0, dtype=np.int64)
         self.conflicts = 0
         self.first_conflict_line: int | None = None
 
-    def _grow(self, max_id: int) -> None:
-        if max_id >= len(self.tokens):
-            size = max(max_id + 1, 2 * len(self.tokens), 1024)
-            self.tokens = np.concatenate([self.tokens, np.zeros(size - len(self.tokens), np.int32)])
-            self.offset = np.concatenate([self.offset, np.zeros(size - len(self.offset), np.int64)])
+    def _index(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(position in the sorted tables, whether the id is there) for every id."""
+        idx = np.searchsorted(self.ids, ids)
+        if len(self.ids) == 0:
+            return idx, np.zeros(len(ids), dtype=bool)
+        return idx, self.ids[np.minimum(idx, len(self.ids) - 1)] == ids
+
+    def tokens_of(self, ids: np.ndarray) -> np.ndarray:
+        """Block tokens of registered ids (every id must have been registered)."""
+        return self.tokens[self._index(ids)[0]]
 
     def register(self, ids: np.ndarray, tokens: np.ndarray, offsets: np.ndarray,
                  lines: np.ndarray, file: Path) -> np.ndarray:
         """Record first sightings (in order); return at_cached_offset for every occurrence."""
         if len(ids) == 0:
             return np.zeros(0, dtype=bool)
-        if ids.min() < 0 or ids.max() > self.MAX_ID:
-            i = int(np.flatnonzero((ids < 0) | (ids > self.MAX_ID))[0])
-            raise ConfigurationError(f"hash id {ids[i]} outside [0, 2^31)", file=file, line=int(lines[i]),
-                                     field="hash_ids")
-        self._grow(int(ids.max()))
-        new = self.tokens[ids] == 0
-        if np.any(new):
-            uid, first = np.unique(ids[new], return_index=True)
-            self.tokens[uid] = tokens[new][first]
-            self.offset[uid] = offsets[new][first]
-        clash = self.tokens[ids] != tokens
+        if ids.min() < 0:
+            i = int(np.flatnonzero(ids < 0)[0])
+            raise ConfigurationError(f"hash id {ids[i]} is negative (ids are in [0, 2^63))", file=file,
+                                     line=int(lines[i]), field="hash_ids")
+        idx, found = self._index(ids)
+        if not np.all(found):
+            new = ~found
+            uid, first = np.unique(ids[new], return_index=True)   # first sighting within this batch
+            at = np.searchsorted(self.ids, uid)
+            self.ids = np.insert(self.ids, at, uid)
+            self.tokens = np.insert(self.tokens, at, tokens[new][first])
+            self.offset = np.insert(self.offset, at, offsets[new][first])
+            idx, _ = self._index(ids)
+        clash = self.tokens[idx] != tokens
         if np.any(clash):
             self.conflicts += int(clash.sum())
             if self.first_conflict_line is None:
                 self.first_conflict_line = int(lines[np.flatnonzero(clash)[0]])
-        return self.offset[ids] == offsets
+        return self.offset[idx] == offsets
 
     def chunk_columns(self) -> dict[str, np.ndarray]:
-        ids = np.flatnonzero(self.tokens).astype(np.int64)
-        return {"chunk_id": ids, "tokens": self.tokens[ids], "cached_offset": self.offset[ids]}
+        return {"chunk_id": self.ids.copy(), "tokens": self.tokens.copy(), "cached_offset": self.offset.copy()}
 
 
 def row_positions(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

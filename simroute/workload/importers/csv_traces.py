@@ -7,6 +7,7 @@ Both are read in chunks of BATCH_LINES rows (pandas C parser); every request's p
 from __future__ import annotations
 
 import re
+import warnings
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,8 @@ import pandas as pd
 import pyarrow as pa
 
 from simroute.errors import ConfigurationError
-from simroute.workload.importers.common import BATCH_LINES, ImportOptions, check_int_range, check_nonneg
+from simroute.workload.importers.common import (BATCH_LINES, ImportOptions, check_int_range, check_nonneg,
+                                                open_input)
 from simroute.workload.writer import TraceWriter
 
 
@@ -26,10 +28,14 @@ def _norm(name: str) -> str:
 
 def _header(file: Path, required: dict[str, str], optional: dict[str, str]) -> dict[str, str]:
     """Map canonical names to the file's column names; a missing required column is an error."""
+    with open_input(file) as f:
+        head = f.read(1 << 16)
+    if b"\x00" in head:
+        raise ConfigurationError("is a binary file, not CSV text", file=file)
     try:
-        cols = pd.read_csv(file, nrows=0).columns
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise ConfigurationError(f"not a CSV file: {exc}", file=file, line=1) from None
+        cols = pd.read_csv(file, nrows=0, encoding="utf-8").columns
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigurationError(f"not a CSV file: {_one_line(exc)}", file=file, line=1) from None
     by_norm = {_norm(c): c for c in cols}
     found = {}
     for key, norm in {**required, **optional}.items():
@@ -45,16 +51,40 @@ def _chunks(file: Path, usecols: list[str]) -> Iterator[tuple[pd.DataFrame, np.n
     """CSV chunks with the file line of every row; tokenizer errors become ConfigurationErrors."""
     start = 2
     try:
-        # no usecols: with it pandas silently drops extra fields instead of reporting the line
-        reader = pd.read_csv(file, dtype=str, chunksize=BATCH_LINES, index_col=False,
-                             skip_blank_lines=False, keep_default_na=False)
-        for df in reader:
-            yield df[usecols], np.arange(start, start + len(df))
-            start += len(df)
-    except pd.errors.ParserError as exc:
+        # no usecols: with it pandas silently drops extra fields instead of reporting the line; a row longer
+        # than the header is only a ParserWarning (data dropped), so it is made an error here
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            reader = pd.read_csv(file, dtype=str, chunksize=BATCH_LINES, index_col=False,
+                                 skip_blank_lines=False, keep_default_na=False, encoding="utf-8")
+            for df in reader:
+                if len(df):
+                    yield df[usecols], np.arange(start, start + len(df))
+                start += len(df)
+    except pd.errors.ParserWarning:
+        raise ConfigurationError("a row has more fields than the header", file=file,
+                                 line=_first_ragged_line(file)) from None
+    except (pd.errors.ParserError, ValueError) as exc:   # UnicodeDecodeError is a ValueError
         m = re.search(r"line (\d+)", str(exc))
-        raise ConfigurationError(f"unparsable CSV line: {exc}", file=file,
+        what = "not UTF-8 text" if isinstance(exc, UnicodeDecodeError) else "unparsable CSV line"
+        raise ConfigurationError(f"{what}: {_one_line(exc)}", file=file,
                                  line=int(m.group(1)) if m else None) from None
+
+
+def _first_ragged_line(file: Path) -> int | None:
+    """Slow path, only on error: the first line whose field count differs from the header's."""
+    import csv
+    with file.open(newline="", encoding="utf-8", errors="replace") as f:
+        rows = csv.reader(f)
+        width = len(next(rows, []))
+        for row in rows:
+            if len(row) > width:
+                return rows.line_num
+    return None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
 
 
 def _numbers(s: pd.Series, name: str, file: Path, lines: np.ndarray, *, integer: bool) -> np.ndarray:
@@ -85,7 +115,13 @@ def import_azure(writer: TraceWriter, files: list[Path], opts: ImportOptions) ->
             i = int(np.flatnonzero(ts.isna().to_numpy())[0])
             raise ConfigurationError(f"unparsable TIMESTAMP {raw.iloc[i]!r}", file=file, line=int(lines[i]),
                                      field="TIMESTAMP")
-        ns = ts.dt.as_unit("ns").astype("int64").to_numpy()  # pandas picks us or ns by input
+        try:
+            ns = ts.dt.as_unit("ns").astype("int64").to_numpy()  # pandas picks us or ns by input
+        except (pd.errors.OutOfBoundsDatetime, OverflowError):
+            lo, hi = pd.Timestamp.min.tz_localize("UTC"), pd.Timestamp.max.tz_localize("UTC")
+            i = int(np.flatnonzero(((ts < lo) | (ts > hi)).to_numpy())[0])
+            raise ConfigurationError(f"TIMESTAMP {raw.iloc[i]!r} is outside the years 1677-2262", file=file,
+                                     line=int(lines[i]), field="TIMESTAMP") from None
         if origin is None:
             origin = int(ns[0])
         ctx = _numbers(df[names["ContextTokens"]], "ContextTokens", file, lines, integer=True)
@@ -113,8 +149,10 @@ def import_burstgpt(writer: TraceWriter, files: list[Path], opts: ImportOptions)
             cols["tenant"] = pa.array(df[names["Model"]].str.strip().to_numpy(dtype=object), pa.string())
         if "Session ID" in names:
             sid = df[names["Session ID"]].str.strip()
-            num = pd.to_numeric(sid, errors="coerce")
-            hashed = sid.map(lambda x: zlib.crc32(x.encode()) & 0x7FFFFFFF)  # non-numeric ids: stable hash
-            cols["session"] = np.where(num.isna(), hashed, num.fillna(-1)).astype(np.int64)
+            num = pd.to_numeric(sid, errors="coerce").to_numpy(dtype=np.float64)
+            # ids that are not small non-negative integers (text, 1e30, inf, 3.5): a stable hash of the text
+            integral = np.isfinite(num) & (num >= 0) & (num < 2**53) & (num == np.floor(num))
+            hashed = sid.map(lambda x: zlib.crc32(x.encode()) & 0x7FFFFFFF).to_numpy(dtype=np.int64)
+            cols["session"] = np.where(integral, np.where(integral, num, 0).astype(np.int64), hashed)
         writer.add_requests(cols, lines=lines)
     writer.finish({})

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from simroute.errors import ConfigurationError
 from simroute.workload.importers.common import (BATCH_LINES, BlockRegistry, ImportOptions,
-                                                check_int_range, check_nonneg, row_positions)
+                                                check_int_range, check_nonneg, open_input, row_positions)
 from simroute.workload.writer import TraceWriter, list_array
 
 BLOCK = 512
@@ -30,14 +30,10 @@ def _bad(file: Path, line: int, reason: str, field: str | None = None) -> Config
 def _flush(writer: TraceWriter, reg: BlockRegistry, file: Path, block: int, opts: ImportOptions,
            cols: dict[str, list[Any]]) -> None:
     lines = np.asarray(cols["line"], dtype=np.int64)
-    try:
-        ts = np.asarray(cols["timestamp"], dtype=np.float64)
-        inp = np.asarray(cols["input_length"], dtype=np.float64)
-        out = np.asarray(cols["output_length"], dtype=np.float64)
-        ids = np.asarray(cols["hash_flat"], dtype=np.int64)
-    except (TypeError, ValueError):
-        _diagnose(cols, file)
-        raise
+    ts = np.asarray(cols["timestamp"], dtype=np.float64)      # every value was type-checked when read
+    inp = np.asarray(cols["input_length"], dtype=np.float64)
+    out = np.asarray(cols["output_length"], dtype=np.float64)
+    ids = np.asarray(cols["hash_flat"], dtype=np.int64)
     for name, arr in (("input_length", inp), ("output_length", out)):
         check_int_range(arr, name, file, lines)
         if np.any(arr != np.floor(arr)):
@@ -57,7 +53,7 @@ def _flush(writer: TraceWriter, reg: BlockRegistry, file: Path, block: int, opts
     if opts.strict and reg.conflicts:
         raise _bad(file, reg.first_conflict_line or 0, "a hash id reappears with a different block length",
                    "hash_ids")
-    covered = np.bincount(rows, weights=reg.tokens[ids], minlength=len(inp))
+    covered = np.bincount(rows, weights=reg.tokens_of(ids), minlength=len(inp))
     offsets = np.concatenate(([0], np.cumsum(counts)))
     writer.add_requests({
         "arrival_s": opts.arrivals(ts / 1000.0), "tenant": "mooncake",
@@ -69,17 +65,29 @@ def _flush(writer: TraceWriter, reg: BlockRegistry, file: Path, block: int, opts
         v.clear()
 
 
-def _diagnose(cols: dict[str, list[Any]], file: Path) -> None:
-    """Slow path, only on error: find the line whose value is not a number."""
-    k = 0
-    for i, line in enumerate(cols["line"]):
-        for name in ("timestamp", "input_length", "output_length"):
-            if isinstance(cols[name][i], bool) or not isinstance(cols[name][i], (int, float)):
-                raise _bad(file, line, f"{name} is not a number: {cols[name][i]!r}", name)
-        for h in cols["hash_flat"][k:k + cols["hash_len"][i]]:
-            if isinstance(h, bool) or not isinstance(h, int):
-                raise _bad(file, line, f"hash id is not an integer: {h!r}", "hash_ids")
-        k += cols["hash_len"][i]
+def _check_line(obj: Any, file: Path, lineno: int) -> list[Any]:
+    """Types of one line, exactly: numbers that are not bools or strings, hash ids that are int64 integers
+    (a float id such as 3.7 would otherwise be truncated to 3 by numpy)."""
+    if not isinstance(obj, dict):
+        raise _bad(file, lineno, "a line must be a JSON object with " + ", ".join(_FIELDS))
+    for name in _FIELDS:
+        if name not in obj:
+            raise _bad(file, lineno, "missing field", name)
+    for name in ("timestamp", "input_length", "output_length"):
+        v = obj[name]
+        if type(v) not in (int, float):
+            raise _bad(file, lineno, f"{name} is not a number: {v!r}"[:200], name)
+        if type(v) is int and not -2**63 <= v < 2**63:
+            raise _bad(file, lineno, f"{name} {v} is out of range", name)
+    hids = obj["hash_ids"]
+    if not isinstance(hids, list):
+        raise _bad(file, lineno, "hash_ids must be a list", "hash_ids")
+    for h in hids:
+        if type(h) is not int:
+            raise _bad(file, lineno, f"hash id is not an integer: {h!r}"[:200], "hash_ids")
+        if not 0 <= h < 2**63:
+            raise _bad(file, lineno, f"hash id {h} outside [0, 2^63)", "hash_ids")
+    return hids
 
 
 def import_mooncake(writer: TraceWriter, files: list[Path], opts: ImportOptions) -> None:
@@ -89,24 +97,21 @@ def import_mooncake(writer: TraceWriter, files: list[Path], opts: ImportOptions)
     cols: dict[str, list[Any]] = {k: [] for k in ("line", "timestamp", "input_length", "output_length",
                                                    "hash_flat", "hash_len")}
     loads = json.loads
-    with file.open("rb") as f:
+    with open_input(file) as f:
         for lineno, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
             try:
                 obj = loads(raw)
-                hids = obj["hash_ids"]
-                cols["timestamp"].append(obj["timestamp"])
-                cols["input_length"].append(obj["input_length"])
-                cols["output_length"].append(obj["output_length"])
+            except UnicodeDecodeError as exc:
+                raise _bad(file, lineno, f"not UTF-8 text (byte {exc.start} of the line)") from None
             except ValueError as exc:
-                raise _bad(file, lineno, f"not valid JSON: {exc}") from None
-            except KeyError as exc:
-                raise _bad(file, lineno, "missing field", str(exc.args[0])) from None
-            except TypeError:
-                raise _bad(file, lineno, "a line must be a JSON object with " + ", ".join(_FIELDS)) from None
-            if not isinstance(hids, list):
-                raise _bad(file, lineno, "hash_ids must be a list", "hash_ids")
+                raise _bad(file, lineno, f"not valid JSON: {exc}"[:300]) from None
+            except RecursionError:
+                raise _bad(file, lineno, "not valid JSON: nested too deeply") from None
+            hids = _check_line(obj, file, lineno)
+            for name in ("timestamp", "input_length", "output_length"):
+                cols[name].append(obj[name])
             cols["line"].append(lineno)
             cols["hash_flat"].extend(hids)
             cols["hash_len"].append(len(hids))

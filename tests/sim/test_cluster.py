@@ -7,17 +7,17 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
-import simpy
 import yaml
 
 from simroute.calib import default_profile_path
 from simroute.errors import ConfigurationError
 from simroute.network import shipped_topology
-from simroute.network.hashing import mix64
 from simroute.scenarios.traces import single_chunk_trace
 from simroute.sim import RunConfig, Simulation
 from simroute.sim.arrivals import RequestSpec
 from simroute.sim.cluster import ChunkStore, Instance
+from simroute.sim.holder import QueuedQuery
+from simroute.network.hashing import mix64
 from simroute.sim.placement import ChunkTable, mix64_array
 from simroute.sim.placements import PLACEMENTS
 from simroute.sim.routers import ROUTERS
@@ -91,6 +91,15 @@ def test_vectorised_mix64_equals_the_network_hash():
 
 def _table(n, size=1.0, hint=-1):
     return ChunkTable(np.arange(n, dtype=np.int64), np.full(n, size), np.ones(n, bool), np.full(n, hint))
+
+
+@pytest.mark.parametrize("kind", ["hash", "consistent-hash", "popularity"])
+def test_placement_never_exceeds_an_instances_hbm(kind):
+    pop = np.arange(100, dtype=float)
+    res = PLACEMENTS.get(kind)(seed=0, replicas=2, hot_fraction=0.1).place(_table(100, size=10.0), 4, 100.0, pop)
+    assert res.used_bytes.max() <= 100.0 and res.used_bytes.sum() == 400.0
+    assert res.overflow_chunks == 100 - sum(len(h) for h in res.holders) and res.overflow_bytes == \
+        10.0 * res.overflow_chunks
 
 
 def test_hinted_home_comes_first_and_non_canonical_chunks_are_not_placed():
@@ -191,7 +200,7 @@ def test_pick_holder_prefers_a_same_host_replica_then_the_shortest_queue(tmp_pat
     cluster.chunks.holders[0] = [1, 5, 6]
     assert cluster.pick_holder(0, cluster.instances[4]) in (5, 6)      # same host as requester 4
     assert cluster.pick_holder(0, cluster.instances[0]) == 1
-    cluster.instances[5].holder_server.queue.extend([None] * 3)
+    cluster.instances[5].holder_server.queue.extend([QueuedQuery(1.0, 1.0, 1.0, None)] * 3)
     assert cluster.pick_holder(0, cluster.instances[4]) == 6
     cluster.chunks.holders[0] = []
     assert cluster.pick_holder(0, cluster.instances[4]) is None

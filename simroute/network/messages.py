@@ -153,6 +153,22 @@ class MessageModel:
             del times[0]
         return times[0] >= now - self._window_s
 
+    def _pair_misses(self, route: MessageRoute, now: float) -> bool:
+        """Touch the route's queue pair at both NICs (`_context_miss`); True when either misses. A pair that
+        is already a NIC's most recent one (a reply, the next message of a loop) only refreshes its time:
+        the order and so the answer are what `_context_miss` gives, without its list surgery."""
+        pair, slots, missed = route.pair, self._slots, False
+        for nic in (route.src_nic, route.dst_nic):
+            pairs = self.contexts[nic]
+            if pairs and pairs[-1] == pair:
+                times = self._context_times[nic]
+                times[-1] = now
+                if len(pairs) > slots and times[0] >= now - self._window_s:
+                    missed = True
+            elif self._context_miss(nic, pair, now):
+                missed = True
+        return missed
+
     def send(self, route: MessageRoute, nbytes: float, t_probe_s: float, single_block_Bps: float, now: float,
              include_latency: bool = True) -> float:
         """Delay of one message sent at `now` (see module docstring). A measured probe already holds the
@@ -168,8 +184,7 @@ class MessageModel:
         hold = nbytes
         extra = 0.0
         if route.src_nic >= 0 and self._contexts_on:
-            missed = self._context_miss(route.src_nic, route.pair, now)
-            if self._context_miss(route.dst_nic, route.pair, now) or missed:
+            if self._pair_misses(route, now):
                 self.misses += 1
                 extra = self._miss_s
                 rate *= self._miss_factor

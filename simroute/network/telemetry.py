@@ -98,8 +98,7 @@ class Telemetry:
         """`touch` for many links at once (array mode, window boundaries); `load` is the engine's per-link
         load as an array when the caller has it."""
         if isinstance(self._bytes, list):
-            for link in links.tolist():
-                self.touch(link, now)
+            self.touch_path(links.tolist(), now)
             return
         start = self._link_t[links]
         elapsed = np.maximum(now - start, 0.0)

@@ -90,3 +90,29 @@ def test_fig7_scorecard_has_a_verdict(testbed):
     card = fig7_scorecard(testbed, q_bytes=1152, p_bytes=1032, t_probe_s=25e-6, single_block_Bps=25e9, rounds=80)
     assert card["ok"] is True and set(card["batches"]) == {"256", "1024"}
     assert all(entry["flat_k1_k2_ratio"] < 1.05 for entry in card["batches"].values())
+
+
+def test_repeat_pair_shortcut_matches_the_lru_rule(testbed):
+    """`_pair_misses` (a pair already a NIC's most recent one only refreshes its time) answers exactly what
+    two `_context_miss` calls give, over random sends among few and many pairs."""
+    import random
+    rng = random.Random(7)
+    hosts = [f"h{h}.g{g}" for h in range(2) for g in range(4)]
+    fast, slow = FlowEngine(simpy.Environment(), testbed), FlowEngine(simpy.Environment(), testbed)
+    pairs = [(a, b) for a in hosts for b in hosts if a[:2] != b[:2]]
+    now, hits, misses = 0.0, 0, 0
+    for step in range(4000):
+        src, dst = rng.choice(pairs[:3] if step < 2000 else pairs)
+        if rng.random() < 0.5 and step:
+            src, dst = last[1], last[0]                     # a reply: the same queue pair again
+        last = (src, dst)
+        now += rng.choice([1e-6, 2e-6, 5e-6, 400e-6])
+        route_f, route_s = fast.messages.route(src, dst), slow.messages.route(src, dst)
+        model = slow.messages
+        expected = model._context_miss(route_s.src_nic, route_s.pair, now)
+        expected = model._context_miss(route_s.dst_nic, route_s.pair, now) or expected
+        got = fast.messages._pair_misses(route_f, now)
+        assert got == expected, step
+        hits, misses = hits + (not got), misses + got
+    assert fast.messages.contexts == model.contexts
+    assert hits and misses                                  # both answers were exercised

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import simpy
 
-from simroute.network import FlowEngine, MessageModel, MessageModelParams, load_topology
+from simroute.network import FlowEngine, MessageModel, MessageModelParams, load_topology, shipped_topology
 from simroute.network.fig7 import fig7_round_trips, fig7_scorecard
 
 from conftest import TOPO_DIR
@@ -92,27 +92,33 @@ def test_fig7_scorecard_has_a_verdict(testbed):
     assert all(entry["flat_k1_k2_ratio"] < 1.05 for entry in card["batches"].values())
 
 
-def test_repeat_pair_shortcut_matches_the_lru_rule(testbed):
-    """`_pair_misses` (a pair already a NIC's most recent one only refreshes its time) answers exactly what
-    two `_context_miss` calls give, over random sends among few and many pairs."""
+def test_context_misses_match_the_working_set_rule():
+    """A message misses exactly when, at its requester or holder NIC, more distinct queue pairs than the cache
+    holds were used within the active window (counted from the full send history), over random sends among
+    few and many pairs, with replies on the same pair."""
     import random
     rng = random.Random(7)
-    hosts = [f"h{h}.g{g}" for h in range(2) for g in range(4)]
-    fast, slow = FlowEngine(simpy.Environment(), testbed), FlowEngine(simpy.Environment(), testbed)
-    pairs = [(a, b) for a in hosts for b in hosts if a[:2] != b[:2]]
-    now, hits, misses = 0.0, 0, 0
+    topo = load_topology(shipped_topology("fattree-1024"))
+    gpus = topo.gpus[:24]
+    eng = FlowEngine(simpy.Environment(), topo)
+    model, params = eng.messages, eng.messages.params
+    history: dict[int, list[tuple[float, int]]] = {}
+    pairs = [(a, b) for a in gpus for b in gpus if a != b and model.route(a, b).src_nic >= 0]
+    rng.shuffle(pairs)
+    now, hits, misses, last = 0.0, 0, 0, pairs[0]
     for step in range(4000):
         src, dst = rng.choice(pairs[:3] if step < 2000 else pairs)
-        if rng.random() < 0.5 and step:
+        if rng.random() < 0.5:
             src, dst = last[1], last[0]                     # a reply: the same queue pair again
         last = (src, dst)
         now += rng.choice([1e-6, 2e-6, 5e-6, 400e-6])
-        route_f, route_s = fast.messages.route(src, dst), slow.messages.route(src, dst)
-        model = slow.messages
-        expected = model._context_miss(route_s.src_nic, route_s.pair, now)
-        expected = model._context_miss(route_s.dst_nic, route_s.pair, now) or expected
-        got = fast.messages._pair_misses(route_f, now)
+        route = model.route(src, dst)
+        expected = False
+        for nic in (route.src_nic, route.dst_nic):
+            history.setdefault(nic, []).append((now, route.pair))
+            active = {pair for t, pair in history[nic] if t >= now - params.nic_active_window_s}
+            expected |= len(active) > params.nic_context_slots
+        got = model._pair_misses(route, now)
         assert got == expected, step
         hits, misses = hits + (not got), misses + got
-    assert fast.messages.contexts == model.contexts
     assert hits and misses                                  # both answers were exercised

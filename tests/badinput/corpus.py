@@ -214,8 +214,6 @@ def study_cases() -> list[Case]:
         Case("sweep-j-zero", ("sweep", "{d}/s.yaml", "-o", "{d}/out", "-j", "0"), "--jobs", {"s.yaml": _yaml(STUDY)}),
         Case("sweep-max-points-neg", ("sweep", "{d}/s.yaml", "-o", "{d}/out", "--max-points", "-2"), "--max-points",
              {"s.yaml": _yaml(STUDY)}),
-        Case("sweep-ray-auto-no-cluster", ("sweep", "{d}/s.yaml", "-o", "{d}/out", "--ray-address", "auto"),
-             "--ray-address", {"s.yaml": _yaml(STUDY)}),
         Case("sweep-ray-bogus", ("sweep", "{d}/s.yaml", "-o", "{d}/out", "--ray-address", "nowhere"),
              "--ray-address", {"s.yaml": _yaml(STUDY)}),
     ]

@@ -24,7 +24,7 @@ from simroute.sim.runner import simulate
 from simroute.workload import generate
 
 
-MODEL = "llama-3.1-70b"
+MODEL = "llama-3.1-8b"   # GQA elephants (128 KB per token) on one H100 per instance; 70B needs TP >= 2
 TOPOLOGY = "ark-paper"   # spine uplinks at the NIC rate: a collision halves both elephants
 
 
@@ -51,7 +51,7 @@ def disagg_trace(path: Path, *, qps: float, duration_s: float, seed: int, prompt
 
 def ark_point(trace: Path, qps: float, routing: str, seed: int) -> ArkPoint:
     cfg = RunConfig(topology=str(shipped_topology(TOPOLOGY)), trace=str(trace),
-                    calib=str(default_profile_path()), routing=routing, seed=seed, model=MODEL, prefill_us=0.02,
+                    calib=str(default_profile_path()), routing=routing, seed=seed, model=MODEL,
                     decode_steps_per_event=64, slo_ttft_ms=10_000)
     res = simulate(cfg)
     s, net = res.summary, res.summary["network"]

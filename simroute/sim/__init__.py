@@ -1,6 +1,19 @@
-"""The cluster simulation: composes the model, the calibration profile, the network engine and a workload."""
+"""The cluster simulation: composes the model, the calibration profile, the network engine and a workload.
 
-from simroute.sim.config import POLICIES, PLACEMENTS, ROUTERS, ROUTINGS, RunConfig
-from simroute.sim.runner import RunResult, Simulation, simulate
+`Simulation`, `simulate` and `RunResult` load on first use, so that importing `simroute.sim.config` (the CLI
+does, to build `simroute run`'s options) does not pull in the whole simulator.
+"""
+
+from typing import Any
+
+from simroute.network.routing import ROUTINGS
+from simroute.sim.config import POLICIES, PLACEMENTS, ROUTERS, RunConfig
 
 __all__ = ["POLICIES", "PLACEMENTS", "ROUTERS", "ROUTINGS", "RunConfig", "RunResult", "Simulation", "simulate"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("RunResult", "Simulation", "simulate"):
+        from simroute.sim import runner
+        return getattr(runner, name)
+    raise AttributeError(f"module 'simroute.sim' has no attribute {name!r}")

@@ -129,9 +129,10 @@ class Cluster:
 
     def __init__(self, env: simpy.Environment, topology: Topology, profile: Profile, params: CostParams,
                  config: RunConfig, compute: ComputeModel, chunks: ChunkStore,
-                 popularity: np.ndarray | None = None) -> None:
+                 popularity: np.ndarray | None = None, *, chunk_capacity_bytes: float) -> None:
         self.topology, self.profile, self.params, self.config = topology, profile, params, config
-        self.instances = self._build_instances(env, topology, profile, config, compute)
+        self.chunk_capacity_bytes = chunk_capacity_bytes   # what placement may pin per instance (engine HBM)
+        self.instances = self._build_instances(env, topology, profile, config, compute, chunk_capacity_bytes)
         self.active = np.zeros(len(self.instances), dtype=np.int64)   # requests in flight per requester
         self._fabric_ids: dict[tuple[int, int], int] = {}
         self._check_fabrics()
@@ -142,7 +143,7 @@ class Cluster:
 
     @staticmethod
     def _build_instances(env: simpy.Environment, topology: Topology, profile: Profile, config: RunConfig,
-                         compute: ComputeModel) -> list[Instance]:
+                         compute: ComputeModel, capacity_bytes: float) -> list[Instance]:
         gpus = topology.gpus
         per_host = len(gpus) // max(1, len({topology.host_of(gpu) for gpu in gpus}))
         if per_host % config.tp:
@@ -155,12 +156,12 @@ class Cluster:
         instances = []
         for i, gpu in enumerate(gpus[::config.tp]):
             instances.append(Instance(
-                id=i, gpu=gpu, host=topology.host_of(gpu), capacity_bytes=config.hbm_gb * 1e9,
+                id=i, gpu=gpu, host=topology.host_of(gpu), capacity_bytes=capacity_bytes,
                 compute=FifoServer(env, 1),
                 holder_server=HolderServer(env, i, compute.batch_s, config.batch_window_us * 1e-6,
                                            config.holder_streams, record=config.telemetry),
                 staging=StagingPool(env, config.staging_streams, config.staging_copy_GBps * 1e9,
-                                    record=config.telemetry, **staging)))
+                                    layers=compute.params.geometry.layers, record=config.telemetry, **staging)))
         return instances
 
     def _check_fabrics(self) -> None:
@@ -178,7 +179,8 @@ class Cluster:
         cfg = self.config
         placement = PLACEMENTS.get(cfg.placement)(seed=cfg.seed, replicas=cfg.replicas,
                                                   hot_fraction=cfg.hot_fraction)
-        result = placement.place(self.chunks.table(), len(self.instances), cfg.hbm_gb * 1e9, popularity=popularity)
+        result = placement.place(self.chunks.table(), len(self.instances), self.chunk_capacity_bytes,
+                                 popularity=popularity)
         for chunk, holders in enumerate(result.holders):
             self.chunks.holders[chunk] = list(holders)
         for inst, used in zip(self.instances, result.used_bytes):

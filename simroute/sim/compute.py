@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from simroute.model.cost import FLOATS, CostParams, holder_curve_s, holder_work, sparse_premium
-from simroute.model.cost import splice_s as model_splice_s
+from simroute.model.cost import (FLOATS, CostParams, holder_compute_s, holder_curve_s, holder_work, splice_s,
+                                 sparse_premium)
 from simroute.model.geometry import ModelGeometry
 
 
@@ -29,7 +29,8 @@ class PartialWork(NamedTuple):
 
 
 class ComputeModel:
-    """Seconds of GPU work, per the profile's holder curve, sparse premium, prefill and splice constants."""
+    """Seconds of GPU work, through the model's own holder-compute, splice and prefill formulas
+    (`simroute.model.cost`): the simulator and the predicate charge the same numbers."""
 
     def __init__(self, params: CostParams) -> None:
         self.params = params
@@ -41,21 +42,20 @@ class ComputeModel:
         """Work and premium of a partial over `ct` tokens (dense) or `topk` selected entries (sparse)."""
         p = self.params
         work = holder_work(rows, topk if topk > 0 else ct, p.geometry.token_fraction, p.holder_heads_ref,
-                           p.holder_ct_ref)      # the model's one holder-work scaling
+                           p.holder_ct_ref)
         return PartialWork(work, sparse_premium(topk, p, FLOATS) if topk > 0 else 1.0)
 
     def batch_s(self, work: float) -> float:
         """One exchange of a batch of `work` reference requesters on a holder (the calibrated curve)."""
-        return holder_curve_s(work, self.params.holder_n, self.params.holder_s)
+        return holder_curve_s(work, self.params.holder_n, self.params.holder_s, FLOATS)
 
     def attend_s(self, rows: float, ct: float, topk: int | float) -> float:
         """The requester's own attention over a resident copy, per step (all exchanges of the step)."""
-        work, premium = self.partial_work(rows, ct, topk)
-        return self.batch_s(work) * premium * self.params.exchanges
+        return holder_compute_s(rows, ct, topk, self.params, FLOATS) * self.params.exchanges
 
     def prefill_s(self, tokens: float) -> float:
         return tokens * self.prefill_s_per_token
 
     def splice_s(self, ct: float) -> float:
         """Re-rotating a fetched copy served at another offset (RoPE splice)."""
-        return model_splice_s(ct, self.params, FLOATS)
+        return splice_s(ct, self.params, FLOATS)

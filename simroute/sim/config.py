@@ -9,14 +9,16 @@ adds its option, its help and its check.
 from __future__ import annotations
 
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from simroute.checks import check_number
 from simroute.errors import ConfigurationError, UnknownNameError
-from simroute.network.engine import ROUTINGS
+from simroute.network.routing import ROUTING_STRATEGIES
+from simroute.sim.engine.exchange import HOLDER_MODES
+from simroute.sim.engine.scheduler import SCHEDULERS
 from simroute.sim.placements import PLACEMENTS
 from simroute.sim.policies import POLICIES
 from simroute.sim.registry import Registry
@@ -31,7 +33,7 @@ def default_trace_path() -> Path:
 
 
 def setting(default: Any = MISSING, help: str = "", *, minimum: float | None = None, maximum: float | None = None,
-            exclusive_minimum: bool = False, choices: Registry | Sequence[str] | None = None,
+            exclusive_minimum: bool = False, choices: Registry | Sequence[str] | Mapping[str, Any] | None = None,
             option: str | None = None) -> Any:
     """A RunConfig field with its metadata: help text, numeric bounds, valid names (a registry or a tuple),
     and the CLI option's name where it differs from the field's."""
@@ -53,7 +55,7 @@ class RunConfig:
                               "default h100-ibgda.")
     model: str = setting("deepseek-v2-lite", "Model geometry.")
     policy: str = setting("paper", "Route / fetch / local policy.", choices=POLICIES)
-    routing: str = setting("ecmp", "Path selection for bulk flows.", choices=ROUTINGS)
+    routing: str = setting("ecmp", "Path selection for bulk flows.", choices=ROUTING_STRATEGIES)
     seed: int = setting(0, "Seed: a run is a pure function of its inputs and this.", minimum=0)
     route_exchanges: str = setting("per-layer", "per-layer (exact: one exchange per layer) or once (the paper's "
                                                 "accounting).", choices=ROUTE_EXCHANGES)
@@ -61,9 +63,26 @@ class RunConfig:
     replicas: int = setting(1, "Copies of each hot chunk under `popularity` placement.", minimum=1)
     hot_fraction: float = setting(0.01, "Share of chunks replicated under `popularity` placement.", minimum=0,
                                   maximum=1)
-    router: str = setting("hint", "Requester choice per request.", choices=ROUTERS)
+    router: str = setting("affinity", "Requester choice per request.", choices=ROUTERS)
     tp: int = setting(1, "GPUs per instance (a tensor-parallel group inside a host).", minimum=1)
-    hbm_gb: float = setting(40.0, "HBM per instance for canonical chunks and fetched copies (GB).", minimum=0)
+    hbm_gb: float | None = setting(None, "HBM per GPU (GB): weights, running sequences' KV, canonical chunks and "
+                                         "copies share it; the GPU entry's capacity if unset.", minimum=0,
+                                   exclusive_minimum=True)
+    chunk_hbm_share: float = setting(0.5, "Share of the KV region (HBM minus weights) placement may pin with "
+                                          "canonical chunks.", minimum=0, maximum=1)
+    scheduler: str = setting("sarathi", "Instance engine scheduler.", choices=SCHEDULERS)
+    max_running_seqs: int = setting(256, "Running sequences per instance engine at most.", minimum=1)
+    token_budget: int = setting(2048, "Tokens per engine iteration (decode tokens + prefill chunks).", minimum=1)
+    prefill_chunk: int = setting(2048, "Largest prefill chunk of one sequence per iteration (sarathi).",
+                                 minimum=1)
+    holder_mode: str = setting("inline", "Where a holder runs routed partial attention: inline (between / inside "
+                                         "its own iterations) or stream (a concurrent stream).",
+                               choices=HOLDER_MODES)
+    holder_interference: float = setting(0.3, "stream: share of the partial work that slows the holder's own "
+                                              "iterations.", minimum=0, maximum=1)
+    micro_batch_overlap: bool = setting(False, "Two micro-batches: one's routed exchanges behind the other's "
+                                               "compute (reports the share of exchange time hidden).")
+    check_hbm: bool = setting(False, "Assert the HBM invariant at every engine iteration (tests).")
     batch_window_us: float = setting(10.0, "Holder batching window: routed queries arriving within it are "
                                            "computed as one batch (us).", minimum=0)
     dispatch_window_us: float = setting(5.0, "Requester dispatcher window: same-chunk queries to one holder "
@@ -72,10 +91,8 @@ class RunConfig:
     staging_streams: int = setting(8, "K, the CUDA streams of each holder's D2D staging pool.", minimum=1)
     staging_copy_GBps: float = setting(200.0, "D2D copy rate of one staging stream (GB/s; a default, not "
                                               "measured).", minimum=0, exclusive_minimum=True)
-    decode_steps_per_event: int = setting(4, "Decode steps one simulated macro-step stands for (1 = exact; "
-                                             "larger is faster, see docs/MODEL.md).", minimum=1)
-    decode_base_ms: float = setting(0.0, "Non-attention time of a decode step (ms; model-specific, 0 = "
-                                         "attention only).", minimum=0)
+    decode_steps_per_event: int = setting(8, "Identical decode iterations one engine event may stand for (cut "
+                                             "at arrivals and completions; docs/MODEL.md).", minimum=1)
     prefill_us: float | None = setting(None, "Re-prefill cost per token-layer (us); the profile's value if "
                                              "unset.", minimum=0)
     max_requests: int | None = setting(None, "Replay only the first N requests.", minimum=0)
@@ -87,6 +104,9 @@ class RunConfig:
     link_series: bool = setting(False, "Also write per-link utilisation time series (large on long runs).")
 
     def __post_init__(self) -> None:
+        from simroute.shipped import resolve_input
+        for kind in ("topology", "trace", "calib"):   # a shipped name stands for its file
+            object.__setattr__(self, kind, resolve_input(kind, getattr(self, kind)))
         hints = typing.get_type_hints(type(self))
         for f in fields(self):
             value = _checked(f.name, getattr(self, f.name), hints[f.name], f.metadata)

@@ -23,6 +23,8 @@ from simroute.sim.policy import Policy
 if TYPE_CHECKING:
     from simroute.sim.cluster import Cluster
     from simroute.sim.dispatcher import RoutedExchanges
+    from simroute.sim.engine.build import EngineSet
+    from simroute.sim.engine.serving import ChunkCopies
     from simroute.sim.router import Router
 
 
@@ -37,6 +39,8 @@ class SimContext:
     - `cluster`, `exchanges`: instances, chunks and placement; the routed-exchange service.
     - `policy`, `router`: the registered variants this run uses.
     - `recorder`: per-request columns and the decision log.
+    - `engines`, `copies`: every instance's serving engine (iterations, HBM budget, holder partials) and the
+      chunk copies kept in those budgets.
     """
 
     config: RunConfig
@@ -53,6 +57,8 @@ class SimContext:
     policy: Policy
     router: Router
     recorder: Recorder
+    engines: EngineSet
+    copies: ChunkCopies
     completed: int = 0
     _done: dict[int, simpy.Event] = field(default_factory=dict)
 

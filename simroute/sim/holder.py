@@ -10,8 +10,18 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from collections.abc import Callable
+from typing import NamedTuple
 
 import simpy
+
+
+class QueuedQuery(NamedTuple):
+    """A routed query waiting on a holder."""
+
+    work: float          # reference requesters (rows / heads_ref x attended tokens / ct_ref)
+    premium: float       # sparse kernel premium (1.0 dense)
+    weight: float        # exchanges the simulated query stands for
+    done: simpy.Event    # fires when its partial is computed
 
 
 class HolderServer:
@@ -21,18 +31,18 @@ class HolderServer:
     (sparse selection) and a `weight` (how many exchanges the simulated one stands for: layers x steps).
     """
 
-    __slots__ = ("env", "instance", "curve", "window", "streams", "queue", "busy", "armed", "deadline", "gen",
+    __slots__ = ("env", "instance", "curve", "window", "streams", "queue", "busy", "armed", "deadline", "generation",
                  "batches", "queries", "max_queue", "samples", "record", "batch_compute_s")
 
     def __init__(self, env: simpy.Environment, instance: int, curve: Callable[[float], float], window_s: float,
                  streams: int, record: bool = True) -> None:
         self.env, self.instance, self.curve = env, instance, curve
         self.window, self.streams = window_s, streams
-        self.queue: list[tuple[float, float, float, simpy.Event]] = []
+        self.queue: list[QueuedQuery] = []
         self.busy = 0
         self.armed = False
         self.deadline = 0.0
-        self.gen = 0                      # generation of the armed window timer (older ones are ignored)
+        self.generation = 0               # of the armed window timer (older ones are ignored)
         self.batches = 0
         self.queries = 0
         self.max_queue = 0
@@ -51,7 +61,7 @@ class HolderServer:
         return done
 
     def _arrive(self, work: float, premium: float, weight: float, done: simpy.Event) -> None:
-        self.queue.append((work, premium, weight, done))
+        self.queue.append(QueuedQuery(work, premium, weight, done))
         self.queries += 1
         if len(self.queue) > self.max_queue:
             self.max_queue = len(self.queue)
@@ -63,12 +73,12 @@ class HolderServer:
             deadline = self.env.now + self.window * weight
             if not self.armed or deadline < self.deadline:
                 self.armed, self.deadline = True, deadline
-                self.gen += 1
-                gen = self.gen
-                self.env.timeout(deadline - self.env.now).callbacks.append(lambda _e: self._dispatch(gen))
+                self.generation += 1
+                generation = self.generation
+                self.env.timeout(deadline - self.env.now).callbacks.append(lambda _e: self._dispatch(generation))
 
-    def _dispatch(self, gen: int | None = None) -> None:
-        if gen is not None and gen != self.gen:
+    def _dispatch(self, generation: int | None = None) -> None:
+        if generation is not None and generation != self.generation:
             return                        # a window superseded by an earlier one
         self.armed = False
         if not self.queue or self.busy >= self.streams:
@@ -78,23 +88,23 @@ class HolderServer:
         self.batches += 1
         # Queries of different weights share the batch only for as many exchanges as they overlap: segment j
         # runs (w_j - w_{j-1}) exchanges over the queries still in it, and each query ends with its segment.
-        batch.sort(key=lambda b: b[2])
-        work = sum(b[0] for b in batch)
-        first = self.curve(work) * max(b[1] for b in batch)
-        env, t, prev_w, i, n = self.env, 0.0, 0.0, 0, len(batch)
-        while i < n:
-            w = batch[i][2]
-            rest = batch[i:]
-            t += (w - prev_w) * self.curve(sum(b[0] for b in rest)) * max(b[1] for b in rest)
-            j = i
-            while j < n and batch[j][2] == w:
-                j += 1
-            ending = [b[3] for b in batch[i:j]]
-            last = j == n
-            env.timeout(t).callbacks.append(lambda _e, ending=ending, last=last: self._finish(ending, last))
-            prev_w, i = w, j
+        batch.sort(key=lambda query: query.weight)
+        first = self.curve(sum(query.work for query in batch)) * max(query.premium for query in batch)
+        env, elapsed, previous_weight, start, n = self.env, 0.0, 0.0, 0, len(batch)
+        while start < n:
+            weight = batch[start].weight
+            rest = batch[start:]
+            elapsed += (weight - previous_weight) * self.curve(sum(query.work for query in rest)) \
+                * max(query.premium for query in rest)
+            end = start
+            while end < n and batch[end].weight == weight:
+                end += 1
+            ending = [query.done for query in batch[start:end]]
+            last = end == n
+            env.timeout(elapsed).callbacks.append(lambda _e, ending=ending, last=last: self._finish(ending, last))
+            previous_weight, start = weight, end
         if self.record:
-            self._sample(n, t)
+            self._sample(n, elapsed)
             self.batch_compute_s.append(first)
 
     def _finish(self, ending: list[simpy.Event], last: bool) -> None:
@@ -162,83 +172,46 @@ class StagingPool:
     """The holder's pool of K CUDA streams for the D2D copies that stage fetched chunks
     (Move the Query, Not the Cache, §6.2 and Fig 5b).
 
-    Up to K copies run at once and share the copy engines' aggregate rate; the others wait in FIFO order.
-    With c copies in flight the aggregate rate is one stream's rate r scaled by
+    A chunk is staged as one copy per layer; the pool spreads those L copies over its K streams, so a chunk
+    is staged at the copy engines' aggregate rate with c = min(K, L) copies in flight, and chunks queue FIFO
+    behind each other (the pool pipelines one chunk's copies, then the next's). The aggregate rate is one
+    stream's rate r scaled by
 
         1 / (1 - gain x (c - 1) / (E - 1))                for c <= E (the elbow, 8 on H100),
         1 / (1 - gain) x (1 - loss x (c - E) / E)         beyond it,
 
-    so K = 1 (a single async stream) is no faster than serial copies, K = E finishes a saturated backlog
-    `gain` (7%) sooner, and K = 2E regresses by `loss`. A lone copy takes nbytes / r whatever K is.
-    Copies in flight progress at equal rates, re-rated whenever one starts or ends.
+    so K = 1 (a single async stream) is no faster than serial copies, K = E stages `gain` (7%) sooner, and
+    K = 2E regresses by `loss` (scheduler oversubscription).
     """
 
-    def __init__(self, env: simpy.Environment, streams: int, copy_Bps: float, *, elbow: int = 8,
+    def __init__(self, env: simpy.Environment, streams: int, copy_Bps: float, *, layers: int, elbow: int = 8,
                  gain_at_elbow: float = 0.07, oversubscription_loss: float = STAGING_OVERSUBSCRIPTION_LOSS,
                  record: bool = True) -> None:
-        self.env, self.streams, self.copy_Bps = env, streams, copy_Bps
+        self.env, self.streams, self.copy_Bps, self.layers = env, streams, copy_Bps, layers
         self.elbow, self.gain, self.loss = max(1, elbow), gain_at_elbow, oversubscription_loss
-        self.record = record
-        self.waiting: deque[list] = deque()      # [bytes left, done event] not yet on a stream
-        self.copying: list[list] = []            # [bytes left, done event] on a stream
-        self.max_queue = 0
-        self._since = 0.0                        # when `copying` was last advanced
-        self._generation = 0                     # of the pending completion timer (older ones are ignored)
-        self.samples = (array("d"), array("i"), array("i"))   # time, copies waiting, copies in flight
+        self.server = FifoServer(env, 1, on_change=self._sample if record else None)
+        self.rate_Bps = self.aggregate_Bps(min(streams, max(1, layers)))
+        self.samples = (array("d"), array("i"), array("i"))   # time, chunks waiting, chunks being staged
+
+    @property
+    def max_queue(self) -> int:
+        return self.server.max_waiting
 
     def aggregate_Bps(self, in_flight: int) -> float:
-        """The pool's total copy rate with `in_flight` copies on streams."""
+        """The pool's total copy rate with `in_flight` per-layer copies on streams."""
         c, e, r = in_flight, self.elbow, self.copy_Bps
         if c <= 1:
             return r
-        if c <= e:
+        if c <= e:                        # here e > 1
             return r / (1 - self.gain * (c - 1) / (e - 1))
         return r / (1 - self.gain) * max(1 - self.loss * (c - e) / e, 0.05)
 
     def stage(self, nbytes: float):
-        """A SimPy sub-process: queue the copy, wait until it has been staged."""
-        done = self.env.event()
-        self._advance()
-        self.waiting.append([float(nbytes), done])
-        self._admit_and_schedule()
-        yield done
-
-    def _advance(self) -> None:
-        """Charge the copies in flight for the time since the last change."""
-        now = self.env.now
-        if self.copying and now > self._since:
-            per_copy = self.aggregate_Bps(len(self.copying)) / len(self.copying) * (now - self._since)
-            for copy in self.copying:
-                copy[0] -= per_copy
-        self._since = now
-
-    def _admit_and_schedule(self) -> None:
-        while self.waiting and len(self.copying) < self.streams:
-            self.copying.append(self.waiting.popleft())
-        self.max_queue = max(self.max_queue, len(self.waiting))
-        if self.record:
-            self._sample()
-        if not self.copying:
-            return
-        self._generation += 1
-        generation = self._generation
-        first = min(self.copying, key=lambda copy: copy[0])
-        delay = max(first[0], 0.0) * len(self.copying) / self.aggregate_Bps(len(self.copying))
-        self.env.timeout(delay).callbacks.append(lambda _e: self._finish(generation, first))
-
-    def _finish(self, generation: int, first: list) -> None:
-        if generation != self._generation:
-            return                                # re-rated since: a newer timer stands
-        self._advance()
-        tolerance = 1e-9 * max(1.0, abs(first[0]))
-        ended = [copy for copy in self.copying if copy is first or copy[0] <= tolerance]
-        self.copying = [copy for copy in self.copying if not (copy is first or copy[0] <= tolerance)]
-        for copy in ended:
-            copy[1].succeed()
-        self._admit_and_schedule()
+        """A SimPy sub-process: wait for the pool, stage the chunk's L copies, release."""
+        yield from self.server.hold(nbytes / self.rate_Bps)
 
     def _sample(self) -> None:
         t, q, b = self.samples
         t.append(self.env.now)
-        q.append(len(self.waiting))
-        b.append(len(self.copying))
+        q.append(len(self.server.waiting))
+        b.append(self.server.busy)

@@ -22,7 +22,9 @@ DROP_REASONS = {int(d): d.label for d in DropReason}
 class Recorder:
     """Preallocated per-request columns (index = request_id) and a decision log."""
 
-    FLOAT_COLS = ("arrival", "ttft", "tpot", "e2e", "ttft_floor", "bytes_route", "bytes_fetch", "bytes_pd")
+    FLOAT_COLS = ("arrival", "ttft", "tpot", "e2e", "ttft_floor", "bytes_route", "bytes_fetch", "bytes_pd",
+                  "ttft_queueing", "ttft_prefill_compute", "ttft_transfer", "ttft_exchanges", "ttft_holder_wait")
+    TTFT_PARTS = ("queueing", "prefill_compute", "transfer", "exchanges", "holder_wait")
 
     def __init__(self, n: int) -> None:
         self.n = n
@@ -30,6 +32,7 @@ class Recorder:
             setattr(self, c, np.full(n, np.nan) if c in ("arrival", "ttft", "tpot", "e2e", "ttft_floor")
                     else np.zeros(n))
         self.requester = np.full(n, -1, dtype=np.int32)
+        self.preemptions = np.zeros(n, dtype=np.int32)
         self.output_tokens = np.zeros(n, dtype=np.int32)
         self.status = np.full(n, Status.PENDING, dtype=np.int8)
         self.drop_reason = np.full(n, DropReason.NONE, dtype=np.int8)
@@ -42,6 +45,11 @@ class Recorder:
         self.dec_chunk.append(chunk_id)
         self.dec_holder.append(holder)
         self.dec_prim.append(primitive)
+
+    def ttft_parts(self, request: int, parts: Any) -> None:
+        """Where a request's TTFT went (`simroute.sim.engine.serving.TtftParts`, in TTFT_PARTS order)."""
+        for name, value in zip(self.TTFT_PARTS, parts):
+            getattr(self, f"ttft_{name}")[request] = value
 
     def drop(self, request: int, reason: DropReason) -> None:
         self.status[request] = Status.DROPPED
@@ -65,6 +73,8 @@ class Recorder:
         for code, name in PRIMITIVE_NAMES.items():
             cols[f"n_{name.replace('-', '_')}"] = self.counts[:, code]
         cols.update({"bytes_route": self.bytes_route, "bytes_fetch": self.bytes_fetch, "bytes_pd": self.bytes_pd})
+        cols.update({f"ttft_{name}_s": getattr(self, f"ttft_{name}") for name in self.TTFT_PARTS})
+        cols["preemptions"] = self.preemptions
         return pa.table(cols)
 
     def decisions_table(self):
@@ -106,6 +116,11 @@ def summarise(rec: Recorder, *, config: dict[str, Any], inputs: dict[str, str], 
         "dropped_by_reason": reasons,
         "ttft_ms": percentiles(ttft), "tpot_ms": percentiles(tpot[rec.output_tokens[done] > 1]),
         "e2e_ms": percentiles(rec.e2e[done]),
+        "ttft_breakdown_ms": {name: _mean_ms(getattr(rec, f"ttft_{name}")[done]) for name in rec.TTFT_PARTS},
+        "throughput": {"output_tokens_per_s": float(rec.output_tokens[done].sum() / sim_time_s)
+                       if sim_time_s > 0 else None,
+                       "goodput_requests_per_s": float(np.sum((ttft <= slo_t) & (tpot <= slo_p)) / sim_time_s)
+                       if sim_time_s > 0 else None},
         "slo": {"ttft_ms": config["slo_ttft_ms"], "tpot_ms": config["slo_tpot_ms"],
                 "attainment": float(np.mean((ttft <= slo_t) & (tpot <= slo_p))) if done.any() else None},
         "bytes": {"route": float(rec.bytes_route.sum()), "fetch": float(rec.bytes_fetch.sum()), "local": 0.0,
@@ -118,6 +133,11 @@ def summarise(rec: Recorder, *, config: dict[str, Any], inputs: dict[str, str], 
                      "python": platform.python_version(),
                      **_versions("numpy", "simpy", "pyarrow", "networkx")},
     }
+
+
+def _mean_ms(x: np.ndarray) -> float | None:
+    x = x[np.isfinite(x)]
+    return float(x.mean() * 1e3) if x.size else None
 
 
 _SOURCE_FP: str | None = None

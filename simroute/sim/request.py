@@ -8,10 +8,11 @@
 5. `decode`: every further token attends them again (TPOT);
 6. `finish`: records, unpins the copies it relied on, wakes closed-loop children.
 
-`DenseRequest` attends whole chunks; `SelectionRequest` (selection.py) a sparse top-k selection over M
-holders. Decode is simulated in macro-steps of S steps (`decode_steps_per_event`): one simulated exchange
-stands for S x exchanges-per-step (L per-layer, or 1) back-to-back exchanges, its probe, bytes and holder
-compute scaled by that weight. S = 1 is exact; larger S trades fidelity of queue dynamics for speed.
+`DenseRequest` attends whole chunks and runs on the instance engines (simroute/sim/engine): its prompt's
+prefill iterations attend every resident chunk and route the rest (TTFT), then it decodes in the engine's
+continuous batches (TPOT); copies take blocks of the requester's HBM budget. `SelectionRequest`
+(selection.py) attends a sparse top-k selection over M holders on the pre-engine model (prompt prefill on the
+instance's compute server, exchanges through the dispatcher and holder servers).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import simpy
 from simroute.sim.arrivals import RequestSpec
 from simroute.sim.cluster import Instance
 from simroute.sim.context import SimContext
+from simroute.sim.engine.serving import serve, ttft_parts
 from simroute.sim.policy import DecisionContext, LiveState, RequestShape
 from simroute.sim.vocab import DropReason, Primitive
 
@@ -45,16 +47,9 @@ def launch(ctx: SimContext, spec: RequestSpec) -> None:
 
 
 def path_share_Bps(ctx: SimContext, src: Instance, dst: Instance) -> float:
-    """Bytes/s a new transfer src -> dst would get now: the least, over its path's links, of what bulk flows
-    leave (or a fair share among them). Live link state for policies that ask for it."""
-    topology, network = ctx.topology, ctx.network
-    links, _ = topology.path_ids(topology.index(src.gpu), topology.index(dst.gpu), 0)
-    share = float("inf")
-    for link in links:
-        capacity = network.cap[link]
-        flows = network.link_n[link]
-        share = min(share, max(capacity - network.load[link], capacity / (flows + 1)) if flows else capacity)
-    return share
+    """Bytes/s a new transfer src -> dst would get now (the network engine's least link share over the path):
+    live link state for policies that ask for it."""
+    return ctx.network.path_share(src.gpu, dst.gpu)
 
 
 def build_decision_context(ctx: SimContext, requester: Instance, holders: Sequence[Instance], shape: RequestShape,
@@ -65,7 +60,11 @@ def build_decision_context(ctx: SimContext, requester: Instance, holders: Sequen
     live = None
     if ctx.policy.needs_live_state:
         per_query_s = ctx.compute.batch_s(1.0)
-        live = LiveState(holder_wait_s=max(len(h.holder_server.queue) for h in holders) * per_query_s,
+        now = ctx.env.now
+        engine_wait = max(ctx.engines[h.id].partials.wait_s(per_query_s, now, ctx.engines[h.id].busy,
+                                                            ctx.engines[h.id].layer_s) for h in holders)
+        live = LiveState(holder_wait_s=max(max(len(h.holder_server.queue) for h in holders) * per_query_s,
+                                           engine_wait),
                          path_share_Bps=min(path_share_Bps(ctx, h, requester) for h in holders),
                          hbm_free=free_bytes > copy_bytes)
     return DecisionContext(shape=shape, live=live, params=ctx.params, model=ctx.model)
@@ -85,9 +84,10 @@ class RemoteChunk:
 class ChunkPlan:
     """What `classify_chunks` found and `decide` settled, in the chunks' order."""
 
-    prefill_here: list[int] = field(default_factory=list)   # joining a copy being made, or first touch
+    prefill_here: list[int] = field(default_factory=list)   # first touch (joining: selection's pre-engine path)
     resident_attend_s: float = 0.0                          # own attention over copies already held
     remote: list[RemoteChunk] = field(default_factory=list)
+    joining: list[simpy.Event] = field(default_factory=list)   # copies being made here that the request waits for
 
 
 class RequestProcess:
@@ -106,7 +106,8 @@ class RequestProcess:
         self.heads = ctx.params.geometry.heads_q
         self.mq_first = self.heads * max(spec.prompt_tokens, 1)
         self.decode_steps = max(spec.output_tokens - 1, 0)
-        self.step_base_s = ctx.config.decode_base_ms * 1e-3
+        # A lone sequence's non-attention decode iteration (the pre-engine selection path adds it per step)
+        self.step_base_s = ctx.engines.step.iteration_s(1, 1, 0, 0)
 
     def run(self) -> Steps:
         ctx, spec, recorder = self.ctx, self.spec, self.ctx.recorder
@@ -115,14 +116,17 @@ class RequestProcess:
         yield from self.own_prefill()
         yield from self.first_pass()
         recorder.ttft[spec.request_id] = ctx.env.now - start
-        recorder.ttft_floor[spec.request_id] = (ctx.compute.prefill_s(spec.prompt_tokens) + self.floor_pd_s
-                                                + self.floor_chunks_s)
+        recorder.ttft_floor[spec.request_id] = self.prefill_floor_s() + self.floor_pd_s + self.floor_chunks_s
         first_token = ctx.env.now
         yield from self.decode()
         recorder.tpot[spec.request_id] = (ctx.env.now - first_token) / (spec.output_tokens - 1) \
             if spec.output_tokens > 1 else 0.0
         recorder.e2e[spec.request_id] = ctx.env.now - start
         self.finish()
+
+    def prefill_floor_s(self) -> float:
+        """The uncongested floor of the prompt's own prefill."""
+        return self.ctx.compute.prefill_s(self.spec.prompt_tokens)
 
     def begin(self, now: float) -> None:
         recorder = self.ctx.recorder
@@ -137,6 +141,11 @@ class RequestProcess:
             yield from self.prefill(requester, spec.prompt_tokens)
             return
         yield from self.prefill(prefill, spec.prompt_tokens)
+        yield from self.ship_prompt_kv(prefill)
+
+    def ship_prompt_kv(self, prefill: Instance) -> Steps:
+        """PD disaggregation: the prompt's KV as a bulk flow from the prefill instance to the requester."""
+        ctx, spec, requester = self.ctx, self.spec, self.requester
         kv = spec.prompt_tokens * ctx.compute.kv_bytes_per_token
         fabric = ctx.cluster.fabric(prefill, requester)
         tp = ctx.config.tp
@@ -192,56 +201,94 @@ class RequestProcess:
 
 
 class DenseRequest(RequestProcess):
-    """Attends whole chunks: each remote chunk is routed, fetched or re-prefilled; copies are kept."""
+    """Attends whole chunks on the instance engines: each remote chunk is routed, fetched or re-prefilled;
+    copies are kept in the requester's HBM budget; the request's sequence prefills and decodes in its
+    engine's iterations (routed chunks on each iteration's critical path)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.routed: list[tuple[int, int]] = []    # (chunk, holder) attended by route every step
-        self.resident: list[int] = []              # chunks attended from a copy on the requester
+        self.routes: dict[int, float] = {}         # holder -> key tokens routed there (one query covers them)
+        self.resident_tokens = 0.0                 # tokens of the resident copies the sequence attends
+        self.sequence = None
+        self.prefill_sequence = None               # PD: the prompt's sequence on the prefill instance
+        self.done: simpy.Event | None = None
+
+    def prefill_floor_s(self) -> float:
+        """One iteration of the whole prompt alone (chunking it or batching it only adds)."""
+        prompt = self.spec.prompt_tokens
+        return self.ctx.engines.step.iteration_s(prompt, 1, prompt, prompt * (prompt + 1) / 2)
+
+    def own_prefill(self) -> Steps:
+        """PD disaggregation: the prompt prefilled by the prefill instance's engine, its KV shipped here. Without
+        PD the prompt is prefilled in `first_pass`, attending the chunks in the same iterations."""
+        ctx, spec, requester, prefill = self.ctx, self.spec, self.requester, self.prefill_instance
+        if prefill is None or prefill is requester:
+            return
+        self.prefill_sequence, _, done = serve(ctx.engines, prefill.id, spec.request_id, prompt=spec.prompt_tokens,
+                                               output=1)
+        yield done
+        yield from self.ship_prompt_kv(prefill)
 
     def first_pass(self) -> Steps:
+        ctx, spec = self.ctx, self.spec
+        start = ctx.recorder.arrival[spec.request_id]
         plan = self.classify_chunks()
         self.decide(plan.remote)
         ops = self.start_first_pass(plan)
         if ops:
-            yield self.ctx.env.all_of(ops)
+            yield ctx.env.all_of(ops)
+        pd = self.prefill_sequence is not None
+        self.sequence, first, self.done = serve(
+            ctx.engines, self.requester.id, spec.request_id, prompt=spec.prompt_tokens, output=spec.output_tokens,
+            resident_tokens=self.resident_tokens, routes=self.routes, prefilled=pd)
+        yield first
+        parts = ttft_parts(self.sequence, start)
+        if pd:
+            p = self.prefill_sequence
+            parts = parts._replace(prefill_compute=p.prefill_compute_s, transfer=self.sequence.t_submit - p.t_done,
+                                   queueing=max(0.0, p.t_first_token - start - p.prefill_compute_s))
+        ctx.recorder.ttft_parts(spec.request_id, parts)
 
     def classify_chunks(self) -> ChunkPlan:
-        """Resident (or being copied here), first touch (nobody holds it: prefill here), or remote."""
+        """Resident (or being copied here: wait for it), first touch (nobody holds it: prefill here), or remote."""
         ctx, requester, spec = self.ctx, self.requester, self.spec
-        chunks = ctx.cluster.chunks
+        chunks, copies = ctx.cluster.chunks, ctx.copies
         plan = ChunkPlan()
+        here = requester.id
         for chunk, cached in zip(spec.chunk_indices, spec.cached):
-            attend_s = ctx.compute.attend_s(self.mq_first, float(chunks.tokens[chunk]), 0)
-            joining = (chunk, requester.id) in chunks.pending
-            if joining or chunks.resident_on(chunk, requester.id):
-                chunks.touch(chunk, requester)
-                self.pin(chunk, requester.id)
-                self.resident.append(chunk)
-                self.record(chunk, requester.id, Primitive.RESIDENT)
-                if joining:
-                    plan.prefill_here.append(chunk)
-                else:
-                    plan.resident_attend_s += attend_s
-                self.floor_chunks_s = max(self.floor_chunks_s, attend_s)
+            pending = chunks.pending.get((chunk, here))
+            if pending is not None or here in chunks.holders[chunk]:
+                copies.touch(chunk, here)
+                self.pin(chunk, here)
+                self.resident_tokens += float(chunks.tokens[chunk])
+                self.record(chunk, here, Primitive.RESIDENT)
+                if pending is not None and pending not in plan.joining:
+                    plan.joining.append(pending)
                 continue
             holder = ctx.cluster.pick_holder(chunk, requester)
             if holder is None:
-                self.pin(chunk, requester.id)
+                self.pin(chunk, here)
                 plan.prefill_here.append(chunk)
-                self.resident.append(chunk)
-                self.record(chunk, requester.id, Primitive.FIRST_TOUCH)
-                self.floor_chunks_s = max(self.floor_chunks_s,
-                                          ctx.compute.prefill_s(float(chunks.tokens[chunk])) + attend_s)
+                self.resident_tokens += float(chunks.tokens[chunk])
+                self.record(chunk, here, Primitive.FIRST_TOUCH)
                 continue
             plan.remote.append(RemoteChunk(chunk, holder, cached))
+        if plan.prefill_here:
+            tokens = float(chunks.tokens[plan.prefill_here].sum())
+            self.floor_chunks_s = max(self.floor_chunks_s, self._prefill_alone_s(tokens))
         return plan
 
+    def _prefill_alone_s(self, tokens: float) -> float:
+        return self.ctx.engines.step.iteration_s(tokens, 1, tokens, tokens * (tokens + 1) / 2)
+
     def decide(self, remote: list[RemoteChunk]) -> None:
-        """The policy's choice per remote chunk; the uncongested floor of the cheapest primitive."""
+        """The policy's choice per remote chunk. A fetch takes the copy's blocks in the requester's HBM now;
+        if they cannot be had (running sequences' KV and pinned copies fill it), the chunk is routed instead.
+        The floor: the cheapest primitive of the largest remote chunk per fabric, uncongested."""
         ctx, requester = self.ctx, self.requester
-        chunks, tp = ctx.cluster.chunks, ctx.config.tp
-        free = requester.free_bytes
+        chunks, tp, copies = ctx.cluster.chunks, ctx.config.tp, ctx.copies
+        live = ctx.policy.needs_live_state
+        largest: dict[int, float] = {}
         for item in remote:
             holder = ctx.cluster.instances[item.holder]
             tokens = float(chunks.tokens[item.chunk])
@@ -249,44 +296,55 @@ class DenseRequest(RequestProcess):
             shape = RequestShape(mq_first=self.mq_first, mq_step=self.heads, steps=self.decode_steps, tokens=tokens,
                                  fabric=fabric, cached=item.cached, tp=tp)
             copy_bytes = float(chunks.bytes[item.chunk])
+            fits = copies.fits(item.chunk, requester.id) if live else True
             item.primitive = ctx.policy.choose(build_decision_context(ctx, requester, [holder], shape, copy_bytes,
-                                                                      free))
-            route, _, move, attend, prefill = ctx.floor_model.step(self.mq_first, tokens, fabric, item.cached, tp=tp)
-            self.floor_chunks_s = max(self.floor_chunks_s, min(route, move + attend, prefill + attend))
+                                                                      copy_bytes * 2 if fits else 0.0))
+            own_kv = self.spec.prompt_tokens + self.spec.output_tokens
+            if item.primitive == Primitive.FETCH and not copies.reserve(item.chunk, requester.id, own_kv):
+                item.primitive = Primitive.ROUTE
+                copies.fell_back += 1
+            if tokens > largest.get(fabric, 0.0):
+                largest[fabric] = tokens
             self.record(item.chunk, item.holder, item.primitive)
             if item.primitive == Primitive.ROUTE:
                 self.pin(item.chunk, item.holder)
-                self.routed.append((item.chunk, item.holder))
+                self.routes[item.holder] = self.routes.get(item.holder, 0.0) + tokens
             else:
                 self.pin(item.chunk, requester.id)
-                self.resident.append(item.chunk)
-                if item.primitive == Primitive.FETCH:
-                    free -= copy_bytes
+                self.resident_tokens += tokens
+        for fabric, tokens in largest.items():
+            route, _, move, _, _ = ctx.floor_model.step(self.mq_first, tokens, fabric, True, tp=tp)
+            self.floor_chunks_s = max(self.floor_chunks_s, min(route, move, self._prefill_alone_s(tokens)))
 
     def start_first_pass(self, plan: ChunkPlan) -> list[simpy.Event]:
-        """One process per chunk that needs work (in the chunks' order), plus the resident copies' attention."""
-        ctx, requester = self.ctx, self.requester
-        chunks, env = ctx.cluster.chunks, ctx.env
-        attend = lambda chunk: ctx.compute.attend_s(self.mq_first, float(chunks.tokens[chunk]), 0)
-        ops = [env.process(self.local(chunk, attend(chunk))) for chunk in plan.prefill_here]
+        """The copies to make before the sequence starts: fetches (one process each), the re-prefills (one
+        engine sequence for all of them), and copies other requests are making here. Each copy is marked
+        pending here, before any process runs, so a request arriving at the same instant joins it."""
+        ctx = self.ctx
+        chunks, here = ctx.cluster.chunks, self.requester.id
+        ops: list[simpy.Event] = list(plan.joining)
+        prefill_here = list(plan.prefill_here)
         for item in plan.remote:
-            holder = ctx.cluster.instances[item.holder]
-            if item.primitive == Primitive.ROUTE:
-                ops.append(env.process(self.route_first(item.chunk, holder)))
-            elif item.primitive == Primitive.FETCH:
-                ops.append(env.process(self.fetch(item.chunk, holder, item.cached, attend(item.chunk))))
-            else:
-                ops.append(env.process(self.local(item.chunk, attend(item.chunk))))
-        if plan.resident_attend_s > 0:   # one kernel sequence on the requester's GPU: the copies' attends add up
-            ops.append(env.timeout(plan.resident_attend_s))
+            if item.primitive == Primitive.FETCH:
+                ready = chunks.pending[(item.chunk, here)] = ctx.env.event()
+                ops.append(ctx.env.process(self.fetch(item.chunk, ctx.cluster.instances[item.holder], item.cached,
+                                                      ready)))
+            elif item.primitive == Primitive.LOCAL:
+                prefill_here.append(item.chunk)
+        if prefill_here:
+            ready = ctx.env.event()
+            for chunk in prefill_here:
+                chunks.pending[(chunk, here)] = ready
+            ops.append(ctx.env.process(self.reprefill(prefill_here, ready)))
         return ops
 
-    # ---- the three primitives at the first token --------------------------------------------------------
-    def fetch(self, chunk: int, holder: Instance, cached: bool, attend_s: float) -> Steps:
+    # ---- copies ---------------------------------------------------------------------------------------
+    def fetch(self, chunk: int, holder: Instance, cached: bool, ready: simpy.Event) -> Steps:
+        """Stage on the holder's copy engines, pull over the network, splice; the blocks were reserved."""
         ctx, requester = self.ctx, self.requester
-        nbytes = float(ctx.cluster.chunks.bytes[chunk])
-
-        def make() -> Steps:
+        chunks = ctx.cluster.chunks
+        nbytes = float(chunks.bytes[chunk])
+        try:
             yield from holder.staging.stage(nbytes)
             fabric = ctx.cluster.fabric(requester, holder)
             # Tensor-parallel rank pairs each move 1/tp of the latent in parallel (on their own NICs).
@@ -294,46 +352,36 @@ class DenseRequest(RequestProcess):
                                        rate_cap_Bps=fabric.bulk_Bps, tag="fetch")
             ctx.recorder.bytes_fetch[self.spec.request_id] += nbytes
             if not cached:
-                yield from requester.compute.hold(ctx.compute.splice_s(float(ctx.cluster.chunks.tokens[chunk])))
-        yield from self.make_copy(chunk, make)
-        yield ctx.env.timeout(attend_s)       # the first token's attention over the copy, on the requester
+                yield ctx.env.timeout(ctx.compute.splice_s(float(chunks.tokens[chunk])))
+            ctx.copies.arrived(chunk, requester.id)
+        finally:
+            del chunks.pending[(chunk, requester.id)]
+            ready.succeed()
 
-    def local(self, chunk: int, attend_s: float) -> Steps:
-        tokens = float(self.ctx.cluster.chunks.tokens[chunk])
-        yield from self.make_copy(chunk, lambda: self.prefill(self.requester, tokens))
-        yield self.ctx.env.timeout(attend_s)
-
-    def route_first(self, chunk: int, holder: Instance) -> Steps:
-        ctx = self.ctx
-        exchanges = ctx.params.exchanges
-        done = ctx.exchanges.exchange(self.requester, holder, self.mq_first, float(ctx.cluster.chunks.tokens[chunk]),
-                                      0, exchanges)
-        yield done
-        yield ctx.env.timeout(ctx.params.merge_s * exchanges)
-        ctx.recorder.bytes_route[self.spec.request_id] += ctx.exchanges.wire_bytes(self.mq_first, exchanges)
+    def reprefill(self, chunk_list: list[int], ready: simpy.Event) -> Steps:
+        """First-touch and `local` chunks prefilled on the requester's engine as one sequence; their KV becomes
+        copies. Other requests on this instance wait for them rather than prefill them again."""
+        ctx, here = self.ctx, self.requester.id
+        chunks = ctx.cluster.chunks
+        try:
+            yield ctx.copies.reprefill(chunk_list, here, self.spec.request_id)
+        finally:
+            for chunk in chunk_list:
+                del chunks.pending[(chunk, here)]
+            ready.succeed()
 
     # ---- decode --------------------------------------------------------------------------------------
     def decode(self) -> Steps:
-        """Every step attends every chunk again: resident copies on the requester while the routed partials
-        travel (overlap, not sequence), then the merge and the step's non-attention time."""
-        ctx, env = self.ctx, self.ctx.env
-        chunks = ctx.cluster.chunks
-        steps_left = self.decode_steps
-        attend = sum(ctx.compute.attend_s(self.heads, float(chunks.tokens[c]), 0) for c in self.resident)
-        base = self.step_base_s
-        if not self.routed:
-            if steps_left:
-                yield env.timeout(steps_left * (base + attend))
-            return
-        per_event = ctx.config.decode_steps_per_event
-        while steps_left > 0:
-            steps = min(per_event, steps_left)
-            weight = steps * ctx.params.exchanges
-            waits = [env.timeout(steps * attend)] if attend > 0 else []
-            for chunk, holder in self.routed:
-                waits.append(ctx.exchanges.exchange(self.requester, ctx.cluster.instances[holder], self.heads,
-                                                    float(chunks.tokens[chunk]), 0, weight))
-                ctx.recorder.bytes_route[self.spec.request_id] += ctx.exchanges.wire_bytes(self.heads, weight)
-            yield env.all_of(waits)
-            yield env.timeout(ctx.params.merge_s * weight + steps * base)
-            steps_left -= steps
+        """The sequence decodes in its engine's batches; routed bytes = rows x (q+p) x exchanges per holder."""
+        ctx, rid = self.ctx, self.spec.request_id
+        yield self.done
+        seq = self.sequence
+        ctx.recorder.bytes_route[rid] += seq.routed_rows * ctx.params.geometry.qp_bytes * ctx.params.exchanges
+        ctx.recorder.preemptions[rid] = seq.preemptions
+
+    def finish(self) -> None:
+        super().finish()
+        if self.sequence is not None and self.sequence.output < 0:
+            self.ctx.recorder.drop(self.spec.request_id, DropReason.KV_NEVER_FITS)
+        for instance in {instance for _, instance in self.pins}:
+            self.ctx.engines[instance].poke()

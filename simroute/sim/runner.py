@@ -26,6 +26,9 @@ from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
 from simroute.sim.context import SimContext
 from simroute.sim.dispatcher import RoutedExchanges
+from simroute.sim.engine import BLOCK_TOKENS, EngineOptions
+from simroute.sim.engine.build import EngineSet
+from simroute.sim.engine.serving import ChunkCopies
 from simroute.sim.metrics import Recorder, summarise, write_outputs
 from simroute.sim.placements import PLACEMENTS
 from simroute.sim.policies import POLICIES
@@ -75,7 +78,19 @@ class Simulation:
         chunks, self._sorted_chunk_ids = read_chunk_store(cfg.trace, compute.kv_bytes_per_token)
         popularity = attendance_counts(cfg.trace, chunks.ids) if PLACEMENTS.get(cfg.placement).needs_popularity \
             else None
-        cluster = Cluster(env, topology, profile, params, cfg, compute, chunks, popularity)
+        gpus = topology.gpus[::cfg.tp]
+        fabric_of = lambda a, b: cluster.fabric(cluster.instances[a], cluster.instances[b])
+        engines = EngineSet(env, profile, model=cfg.model, tp=cfg.tp, gpus=gpus,
+                            intra_host_fabric=topology.spec.intra.fabric, network=network, fabric_of=fabric_of,
+                            options=engine_options(cfg), exchanges_per_step=params.exchanges,
+                            merge_s=params.merge_s, hbm_gb=cfg.hbm_gb, record=cfg.telemetry)
+        # Canonical chunks may pin `chunk_hbm_share` of what the weights leave (in the chunks' byte units).
+        chunk_capacity = (engines[0].hbm.capacity_blocks * BLOCK_TOKENS * compute.kv_bytes_per_token
+                          * cfg.chunk_hbm_share) if len(engines) else 0.0
+        cluster = Cluster(env, topology, profile, params, cfg, compute, chunks, popularity,
+                          chunk_capacity_bytes=chunk_capacity)
+        copies = ChunkCopies(engines, chunks.holders, chunks.pins, chunks.tokens)
+        copies.pin_canonical(_chunks_per_instance(chunks.holders, len(cluster.instances)))
         n = int(self.meta["requests"])
         self.n_requests = n if cfg.max_requests is None else min(n, cfg.max_requests)
         self.ctx = SimContext(
@@ -85,7 +100,8 @@ class Simulation:
             cluster=cluster,
             exchanges=RoutedExchanges(env, network, cluster, params, compute, window_s=cfg.dispatch_window_us * 1e-6,
                                       tp=cfg.tp),
-            policy=POLICIES.get(cfg.policy)(), router=ROUTERS.get(cfg.router)(), recorder=Recorder(self.n_requests))
+            policy=POLICIES.get(cfg.policy)(), router=ROUTERS.get(cfg.router)(), recorder=Recorder(self.n_requests),
+            engines=engines, copies=copies)
 
     # ---- shortcuts for scenario code ---------------------------------------------------------------------
     @property
@@ -128,32 +144,39 @@ class Simulation:
         calib = hashlib.sha256("".join(sha256_file(f) for f in ctx.profile.files).encode()).hexdigest()
         inputs = {"topology": sha256_file(cfg.topology), "trace": sha256_file(cfg.trace),
                   "calib": calib, "calib_files": [str(f) for f in ctx.profile.files]}
-        holders = cluster.instances
+        holders = [inst.holder_server for inst in cluster.instances]
+        instances = cluster.instances
         extra = {
-            "instances": len(holders), "gpus": len(topology.gpus),
+            "instances": len(instances), "gpus": len(topology.gpus),
             "topology": {**topology.summary(), "spine_names": self._spine_names()},
             "placement": {"policy": cfg.placement, "overflow_chunks": cluster.placement.overflow_chunks,
                           "overflow_bytes": cluster.placement.overflow_bytes,
                           "replicated_chunks": cluster.placement.replicated_chunks},
             "dispatcher": {"routed_queries": ctx.exchanges.queries, "messages": ctx.exchanges.messages},
-            "holders": {"batches": int(sum(h.holder_server.batches for h in holders)),
-                        "routed_queries": int(sum(h.holder_server.queries for h in holders)),
-                        "mean_batch": (sum(h.holder_server.queries for h in holders) /
-                                       max(1, sum(h.holder_server.batches for h in holders))),
-                        "max_queue": int(max((h.holder_server.max_queue for h in holders), default=0)),
-                        "max_staging_queue": int(max((h.staging.max_queue for h in holders), default=0)),
-                        "evictions": int(sum(h.evictions for h in holders)),
-                        "copies_refused": int(sum(h.refused for h in holders))},
+            "holders": {"batches": int(sum(server.batches for server in holders)),
+                        "routed_queries": int(sum(server.queries for server in holders)),
+                        "mean_batch": (sum(server.queries for server in holders) /
+                                       max(1, sum(server.batches for server in holders))),
+                        "max_queue": int(max((server.max_queue for server in holders), default=0)),
+                        "max_staging_queue": int(max((inst.staging.max_queue for inst in instances), default=0)),
+                        "evictions": int(sum(engine.hbm.evictions for engine in ctx.engines.engines)),
+                        "copies_refused": int(sum(engine.hbm.refused for engine in ctx.engines.engines)),
+                        "fetch_fell_back_to_route": int(ctx.copies.fell_back)},
+            "engine": ctx.engines.summary(),
             "network": self._network_summary(),
         }
         summary = summarise(ctx.recorder, config=cfg.as_dict(), inputs=inputs, sim_time_s=float(ctx.env.now),
                             extra=extra)
+        engine = extra["engine"]
         perf = {"wall_s": wall, "sim_s_per_wall_s": ctx.env.now / wall if wall > 0 else None,
+                "iterations_per_wall_s": engine["iterations"] / wall if wall > 0 else None,
+                "routed_messages_per_wall_s": engine["routed_messages"] / wall if wall > 0 else None,
                 "requests_per_wall_s": summary["completed"] / wall if wall > 0 else None,
                 "routed_queries_per_wall_s": extra["holders"]["routed_queries"] / wall if wall > 0 else None}
         tables = {"requests": ctx.recorder.requests_table(), "decisions": ctx.recorder.decisions_table(),
                   "holders": self._holder_table() if cfg.telemetry else None,
-                  "staging": self._staging_table() if cfg.telemetry else None}
+                  "staging": self._staging_table() if cfg.telemetry else None,
+                  "iterations": ctx.engines.log.table() if cfg.telemetry else None}
         tables.update(self._network_tables())
         return RunResult(summary, perf, tables)
 
@@ -221,6 +244,22 @@ def _samples_table(instances: list[Instance], samples, columns: tuple[tuple[str,
                 parts[name].append(np.frombuffer(a, dtype=dt))
     types = {"holder": np.int32, **dict(columns)}
     return pa.table({k: np.concatenate(v) if v else np.zeros(0, types[k]) for k, v in parts.items()})
+
+
+def _chunks_per_instance(holders: list[list[int]], n: int) -> list[list[int]]:
+    per_instance: list[list[int]] = [[] for _ in range(n)]
+    for chunk, where in enumerate(holders):
+        for inst in where:
+            per_instance[inst].append(chunk)
+    return per_instance
+
+
+def engine_options(cfg: RunConfig) -> EngineOptions:
+    """The instance engines' options from the run configuration."""
+    return EngineOptions(scheduler=cfg.scheduler, max_running=cfg.max_running_seqs, token_budget=cfg.token_budget,
+                         prefill_chunk=cfg.prefill_chunk, steps_per_event=cfg.decode_steps_per_event,
+                         holder_mode=cfg.holder_mode, interference=cfg.holder_interference,
+                         overlap=cfg.micro_batch_overlap, check_hbm=cfg.check_hbm)
 
 
 def simulate(cfg: RunConfig, out_dir: str | Path | None = None,

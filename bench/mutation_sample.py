@@ -1,0 +1,80 @@
+"""A seeded random sample of mutmut's mutants, each checked against a test command: a mutation score in
+minutes rather than hours (the full set over simroute/sim is ~1,400 mutants at ~20 s a test run).
+
+Prepare once in a copy of the repository (mutmut edits sources in place while it works):
+
+    git archive HEAD | tar -x -C /tmp/mut && cd /tmp/mut
+    mutmut run --paths-to-mutate simroute/sim/holder.py,... --disable-mutation-types string,fstring,decorator \
+        --runner true --tests-dir tests/sim        # lists every mutant (all "survive" the no-op runner)
+
+then sample and check:
+
+    python3 bench/mutation_sample.py --dir /tmp/mut --n 40 --seed 1 \
+        --runner "python3 -m pytest -x -q -p no:cacheprovider tests/sim/test_servers.py ..."
+
+Prints each sampled mutant (file:line, status, the mutated line) and the score = killed / (killed +
+survived), timeouts counted as killed (as mutmut does). Docs/MUTATION.md records the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sqlite3
+import subprocess
+from pathlib import Path
+
+
+def mutants(cache: Path) -> list[tuple[int, str, int, str]]:
+    """(mutant id, file, line number, source line) of every mutant in mutmut's cache."""
+    with sqlite3.connect(cache) as db:
+        return db.execute('SELECT m.id, f.filename, l.line_number, l.line FROM Mutant m JOIN Line l ON m.line = '
+                          'l.id JOIN SourceFile f ON l.sourcefile = f.id ORDER BY m.id').fetchall()
+
+
+def set_baseline(cache: Path, seconds: float) -> None:
+    """The no-op runner's baseline (~0 s) would time every real test run out: use the real test time."""
+    with sqlite3.connect(cache) as db:
+        db.execute("UPDATE MiscData SET value = ? WHERE key = 'baseline_time_elapsed'", (str(seconds),))
+
+
+def reset(cache: Path, mutant: int) -> None:
+    """Forget the no-op runner's verdict so that `mutmut run ID` tests the mutant for real."""
+    with sqlite3.connect(cache) as db:
+        db.execute("UPDATE Mutant SET status = 'untested', tested_against_hash = '' WHERE id = ?", (mutant,))
+
+
+def status(cache: Path, mutant: int) -> str:
+    with sqlite3.connect(cache) as db:
+        return db.execute("SELECT status FROM Mutant WHERE id = ?", (mutant,)).fetchone()[0]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", type=Path, required=True, help="the repository copy holding .mutmut-cache")
+    ap.add_argument("--n", type=int, default=40)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--runner", required=True)
+    ap.add_argument("--baseline-s", type=float, default=20.0, help="the runner's time on unmutated code")
+    a = ap.parse_args()
+    cache = a.dir / ".mutmut-cache"
+    set_baseline(cache, a.baseline_s)
+    population = mutants(cache)
+    sample = random.Random(a.seed).sample(population, min(a.n, len(population)))   # random order: a cut-short run is still a sample
+    killed = survived = 0
+    for mutant, filename, line, source in sample:
+        reset(cache, mutant)
+        subprocess.run(["mutmut", "run", str(mutant), "--paths-to-mutate", "simroute/sim", "--tests-dir", "tests",
+                        "--runner", a.runner], cwd=a.dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        state = status(cache, mutant)
+        alive = state == "bad_survived"
+        survived += alive
+        killed += not alive
+        print(f"{mutant:5d} {filename}:{line + 1:<5d} {state:14s} {source.strip()[:90]}", flush=True)
+    print(f"population {len(population)}, sampled {len(sample)} (seed {a.seed}): killed {killed}, "
+          f"survived {survived}, score {killed / max(1, killed + survived):.0%}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

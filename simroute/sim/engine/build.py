@@ -1,0 +1,97 @@
+"""Build one instance engine per instance of a run, sharing one step-time model, one routed-exchange
+model and one iteration log."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence as Seq
+from typing import Any
+
+import simpy
+
+from simroute.calib.profile import Profile
+from simroute.model.steptime import StepTimeModel
+from simroute.sim.engine.engine import EngineOptions, InstanceEngine
+from simroute.sim.engine.exchange import RouteExchange
+from simroute.sim.engine.hbm import HbmBudget
+from simroute.sim.engine.log import IterationLog
+
+
+def _step_model(profile: Profile, model: str, tp: int, intra_host_fabric: str | None) -> StepTimeModel:
+    """The profile's step-time model; a profile that calibrates fabrics only (a host probe run) and names no
+    GPU gets the shipped default profile's GPU entry (datasheet values, named in the summary)."""
+    from simroute.errors import ConfigurationError
+    try:
+        profile.instance_gpu(intra_host_fabric)
+        return profile.step_model(model, tp=tp, intra_host_fabric=intra_host_fabric)
+    except ConfigurationError:
+        pass
+    from simroute.calib import default_profile_path, load_profile
+    return load_profile(default_profile_path()).step_model(model, tp=tp)
+
+
+class EngineSet:
+    """The engines of a run (index = instance id) and what they share.
+
+    `gpus[i]` is instance i's network endpoint; `fabric_of(a, b)` the FabricParams between instances a and
+    b (by id). HBM per instance is the GPU's (or `hbm_gb` per GPU when given): weights, KV and chunks of one
+    rank of the tensor-parallel group (an MLA latent is replicated on every rank; GQA heads are split).
+    """
+
+    def __init__(self, env: simpy.Environment, profile: Profile, *, model: str, tp: int, gpus: Seq[str],
+                 intra_host_fabric: str | None, network: Any, fabric_of: Callable[[int, int], Any],
+                 options: EngineOptions, exchanges_per_step: int, merge_s: float, hbm_gb: float | None = None,
+                 record: bool = True) -> None:
+        self.step: StepTimeModel = _step_model(profile, model, tp, intra_host_fabric)
+        g = self.step.geometry
+        self.log = IterationLog(enabled=record)
+        self.exchange = RouteExchange(network, lambda a, b: fabric_of(a.eid, b.eid), q_bytes=g.q_bytes,
+                                      p_bytes=g.p_bytes, tp=tp, merge_s=merge_s,
+                                      exchanges_per_step=exchanges_per_step)
+        hbm_bytes = hbm_gb * 1e9 if hbm_gb is not None else self.step.gpu.hbm_bytes
+        self.hbm_bytes = hbm_bytes
+        weights = self.step.weight_bytes_per_gpu
+        if weights >= hbm_bytes:
+            from simroute.errors import ConfigurationError
+            raise ConfigurationError(
+                f"{model} at tp = {tp} needs {weights / 1e9:.1f} GB of weights per GPU, more than the "
+                f"{hbm_bytes / 1e9:.1f} GB of HBM of {self.step.gpu.name}; raise --tp or pick a smaller model",
+                field="tp")
+        self.engines = [
+            InstanceEngine(env, i, gpu, self.step,
+                           HbmBudget(hbm_bytes, weights, self.step.kv_bytes_per_token_per_gpu), options,
+                           layers=g.layers, heads=g.heads_q, exchange=self.exchange, log=self.log)
+            for i, gpu in enumerate(gpus)]
+
+    def __getitem__(self, i: int) -> InstanceEngine:
+        return self.engines[i]
+
+    def __len__(self) -> int:
+        return len(self.engines)
+
+    def summary(self) -> dict[str, Any]:
+        """Run-level engine figures (deterministic)."""
+        es = self.engines
+        log = self.log
+        hp = [e.partials for e in es]
+        return {
+            "scheduler": es[0].options.scheduler if es else None,
+            "gpu": self.step.gpu.name, "model": self.step.geometry.name,
+            "iterations": int(log.iterations), "events": int(log.events),
+            "preemptions": int(sum(e.preemptions for e in es)), "rejected": int(sum(e.rejected for e in es)),
+            "hbm": {"capacity_gb_per_gpu": self.hbm_bytes / 1e9, "weights_gb_per_gpu": self.step.weight_bytes_per_gpu / 1e9,
+                    "kv_capacity_tokens": int(es[0].hbm.capacity_blocks * 64) if es else 0,
+                    "evictions": int(sum(e.hbm.evictions for e in es)),
+                    "copies_refused": int(sum(e.hbm.refused for e in es)),
+                    "peak_kv_blocks": int(max((e.hbm.peak_kv_blocks for e in es), default=0))},
+            "holder_partials": {"kernel_calls": float(sum(h.calls for h in hp)),
+                                "queries": float(sum(h.queries for h in hp)),
+                                "work_s": float(sum(h.work_s for h in hp)),
+                                "busiest_holder_work_s": float(max((h.work_s for h in hp), default=0.0)),
+                                "charged_to_own_iterations_s": float(sum(h.charged_s for h in hp))},
+            "routed_messages": float(self.exchange.messages),
+            "exchange_s": float(sum(e.exchange_total_s for e in es)),
+            "exchange_hidden_share": (float(sum(e.hidden_s for e in es)) /
+                                      max(1e-300, float(sum(e.exchange_total_s for e in es))))
+            if any(e.options.overlap for e in es) else 0.0,
+            "itl_ms": log.itl_percentiles(),
+        }

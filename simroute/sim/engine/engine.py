@@ -1,0 +1,329 @@
+"""The instance engine: iteration-level continuous batching on one GPU (or tensor-parallel group).
+
+Per instance a waiting queue and a running set; each iteration batches one decode token per running
+sequence plus prefill tokens under a token budget, as the registered scheduler plans. Its time is the
+step-time model's `iteration_s` over the whole batch (each sequence's attention is one kernel's work over
+its whole context: own tokens + resident chunks), plus the routed exchanges of its sequences (exchange.py),
+plus the partial-attention work it did for other requesters as a holder. KV lives in one HBM budget
+(hbm.py): admission waits for blocks, copies are evicted before running sequences are preempted
+(recompute: the victim re-prefills its prompt and generated tokens).
+
+One SimPy event per engine event: while only decodes run, an event stands for `k` identical iterations
+(up to `steps_per_event`, never past a completion; a new arrival cuts it at the next iteration boundary).
+Their context grows by one token per iteration; the event charges the mid-point context, which is exact
+while the attention term is linear in context.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import simpy
+
+from simroute.errors import ConfigurationError, UnknownNameError
+from simroute.sim.engine.exchange import HOLDER_MODES, HolderPartials, RouteExchange
+from simroute.sim.engine.hbm import BLOCK_TOKENS, HbmBudget, blocks_for
+from simroute.sim.engine.log import IterationLog
+from simroute.sim.engine.scheduler import SCHEDULERS, Plan, get_scheduler
+from simroute.sim.engine.sequence import DECODE, DONE, PREFILL, WAITING, Sequence
+
+
+class StepTime(Protocol):
+    """What the engine asks of the step-time model (docs/STEP_TIME.md)."""
+
+    def iteration_s(self, new_tokens: float, sequences: float, kv_read_tokens: float,
+                    attention_pairs: float) -> float: ...
+
+    def holder_partial_s(self, queries: float, rows_per_query: float, key_tokens: float) -> float: ...
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Scheduler and engine knobs (the run config carries them; defaults are vLLM-like)."""
+
+    scheduler: str = "sarathi"
+    max_running: int = 256          # running sequences at most (vLLM max_num_seqs)
+    token_budget: int = 2048        # tokens per iteration (vLLM max_num_batched_tokens)
+    prefill_chunk: int = 2048       # largest prefill chunk of one sequence per iteration (sarathi)
+    steps_per_event: int = 8        # identical decode iterations one event may stand for
+    holder_mode: str = "inline"     # holder partials between/inside own iterations, or a concurrent stream
+    interference: float = 0.3       # `stream`: share of partial work that slows the holder's own iterations
+    overlap: bool = False           # two micro-batches: exchanges of one behind compute of the other
+    check_hbm: bool = False         # assert the HBM invariant at every iteration (tests)
+
+    def __post_init__(self) -> None:
+        if self.scheduler not in SCHEDULERS:
+            raise UnknownNameError("scheduler", self.scheduler, list(SCHEDULERS))
+        if self.holder_mode not in HOLDER_MODES:
+            raise UnknownNameError("holder_mode", self.holder_mode, list(HOLDER_MODES))
+        for name in ("max_running", "token_budget", "prefill_chunk", "steps_per_event"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"must be >= 1, got {getattr(self, name)}", field=name)
+        if not 0 <= self.interference <= 1:
+            raise ConfigurationError("must be within [0, 1]", field="interference")
+
+
+class InstanceEngine:
+    """One instance's serving engine. `submit(seq)` queues a sequence; its callbacks fire at its first
+    token and when it is done. Also a holder: `partials` is the work it does for other requesters.
+
+    Extend by registering a scheduler (scheduler.py); the iteration cost lives in the step-time model.
+    """
+
+    def __init__(self, env: simpy.Environment, eid: int, gpu: str, step: StepTime, hbm: HbmBudget,
+                 options: EngineOptions, *, layers: int, heads: int, exchange: RouteExchange | None = None,
+                 log: IterationLog | None = None) -> None:
+        self.env, self.eid, self.gpu = env, eid, gpu
+        self.step, self.hbm, self.options = step, hbm, options
+        self.scheduler = get_scheduler(options.scheduler)
+        self.layers, self.heads = layers, heads
+        self.exchange = exchange
+        self.log = log if log is not None else IterationLog()
+        self.partials = HolderPartials(options.holder_mode, options.interference)
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.busy = False
+        self.layer_s = 0.0              # per-layer time of the current iteration (holder layer waits)
+        self._gen = 0
+        self._plan = Plan()
+        self._t0 = self._dt = self._pre = 0.0
+        self._in_step = False
+        self._admitted = 0
+        self.preemptions = 0
+        self.rejected = 0
+        self.hidden_s = self.exchange_total_s = 0.0
+
+    # ---- interface -----------------------------------------------------------------------------------
+    def submit(self, seq: Sequence) -> None:
+        seq.t_submit = self.env.now
+        seq.phase = WAITING
+        self.waiting.append(seq)
+        if self._in_step:
+            return                          # the event being processed picks it up
+        if not self.busy:
+            self._begin()
+        elif self._plan.k > 1:
+            self._cut()
+
+    def poke(self) -> None:
+        """HBM was freed from outside (a copy unpinned or removed): an idle engine retries admission."""
+        if not self.busy and not self._in_step and self.waiting:
+            self._begin()
+
+    def admit(self, seq: Sequence) -> bool:
+        """Move the head of the waiting queue to the running set if the cap and its KV blocks allow."""
+        if len(self.running) >= self.options.max_running:
+            return False
+        target = seq.recompute if seq.recompute else seq.prompt
+        need = blocks_for(target)
+        # vLLM's 1% watermark: admission leaves head-room for running sequences' growth
+        watermark = self.hbm.capacity_blocks // 100 if self.running else 0
+        if self.hbm.reserve_kv(need + watermark):
+            self.hbm.release_kv(watermark)
+        else:
+            if not self.running and need > self.hbm.capacity_blocks - self.hbm.pinned_blocks:
+                self.waiting.popleft()          # can never fit: refused rather than waiting forever
+                self.rejected += 1
+                self._finish(seq, failed=True)
+            return False
+        self.waiting.popleft()
+        seq.blocks = need
+        self._admitted += 1
+        seq.admit_order = self._admitted
+        if seq.t_scheduled < 0:
+            seq.t_scheduled = self.env.now
+        seq.phase = PREFILL if seq.to_prefill > 0 else DECODE
+        self.running.append(seq)
+        return True
+
+    def macro_k(self, decode: list[Sequence]) -> int:
+        if not decode:
+            return 1
+        return max(1, min(self.options.steps_per_event, min(s.remaining_decode for s in decode)))
+
+    # ---- one event -------------------------------------------------------------------------------------
+    def _begin(self) -> None:
+        self._in_step = True
+        plan = self.scheduler.plan(self)
+        while plan.decode and not self._grow(plan):
+            plan = self.scheduler.plan(self)    # a preemption changed the running set: plan again
+        self._in_step = False
+        self._plan = plan
+        if plan.empty:
+            self.busy = False
+            self.layer_s = 0.0
+            return
+        self.busy = True
+        compute, groups = self._batch_cost(plan)
+        k = plan.k
+        exch = wait = 0.0
+        if groups:
+            exch, wait = self.exchange.iteration(self, groups, k, compute)
+        dt = compute + exch
+        if self.options.overlap and exch > 0:
+            dt = max(compute, compute / 2 + exch)       # per layer: max(c, c/2 + r), summed over layers
+            self.hidden_s += (compute + exch - dt) * k
+        self.exchange_total_s += exch * k
+        pre = self.partials.take()
+        self._t0, self._dt, self._pre = self.env.now, dt, pre
+        self.layer_s = compute / self.layers    # GPU-busy time per layer (its own exchange waits leave it idle)
+        for seq, _tokens in plan.prefill:
+            seq.prefill_compute_s += compute + pre      # its GPU time, the partials it ran for others included
+            seq.exchange_s += exch
+            seq.holder_wait_s += wait
+        if self.options.check_hbm:
+            self.hbm.check()
+        h = self.hbm
+        b = h.block_bytes
+        self.log.add((self.eid, self.env.now, pre + k * dt, k, len(plan.decode), len(plan.prefill),
+                      len(plan.decode) + sum(t for _, t in plan.prefill), compute, exch, wait, pre,
+                      (compute + exch - dt) * k, h.weight_bytes, h.kv_blocks * b, h.pinned_blocks * b,
+                      h.copy_blocks * b, h.free_blocks * b))
+        self._schedule(pre + k * dt)
+
+    def _batch_cost(self, plan: Plan) -> tuple[float, dict]:
+        """The step-time model's iteration time for the batch, and its routed groups by holder."""
+        k = plan.k
+        heads = self.heads
+        kv = pairs = 0.0
+        groups: dict[Any, list[float]] = {}
+        new = len(plan.decode)
+        for seq in plan.decode:
+            ctx = seq.resident_tokens + seq.prompt + seq.generated + (k - 1) / 2
+            kv += ctx
+            pairs += ctx
+            if seq.routes:
+                _add_routes(groups, seq, heads, k)
+        for seq, t in plan.prefill:
+            base = seq.resident_tokens + seq.prefilled
+            kv += base + t
+            pairs += t * base + t * (t + 1) / 2
+            new += t
+            if seq.routes:
+                _add_routes(groups, seq, heads * t, 1)
+        compute = self.step.iteration_s(new, len(plan.decode) + len(plan.prefill), kv, pairs)
+        if groups and self.exchange is None:
+            raise RuntimeError("a routed sequence on an engine without a RouteExchange")
+        return compute, groups
+
+    def _grow(self, plan: Plan) -> bool:
+        """Reserve the decode KV blocks of the next k tokens; if they do not fit (copies were already evicted
+        by `reserve_kv`), preempt the latest admitted sequence (KV freed, recomputed later) and return False."""
+        k = plan.k
+        block = BLOCK_TOKENS
+        want = [-(-(s.prompt + s.generated + k) // block) for s in plan.decode]   # blocks_for, inlined (hot)
+        need = sum(want) - sum(s.blocks for s in plan.decode)
+        if self.hbm.reserve_kv(need):
+            for s, blocks in zip(plan.decode, want):
+                s.blocks = blocks
+            return True
+        self._preempt(max(self.running, key=lambda s: s.admit_order))
+        return False
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.hbm.release_kv(seq.blocks)
+        seq.blocks = 0
+        seq.recompute = seq.prompt + seq.generated if seq.generated else 0
+        seq.prefilled = 0
+        seq.phase = WAITING
+        seq.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def _schedule(self, delay: float) -> None:
+        self._gen += 1
+        gen = self._gen
+        self.env.timeout(delay).callbacks.append(lambda _e: self._end(gen))
+
+    def _cut(self) -> None:
+        """A new arrival ends a k-iteration decode event at the next iteration boundary."""
+        plan, dt = self._plan, self._dt
+        done = math.ceil((self.env.now - self._t0 - self._pre) / dt - 1e-9) if dt > 0 else plan.k
+        done = max(1, done)
+        if done >= plan.k:
+            return
+        for seq in plan.decode:          # hand back the blocks reserved for the iterations not run
+            keep = blocks_for(seq.prompt + seq.generated + done)
+            self.hbm.release_kv(seq.blocks - keep)
+            seq.blocks = keep
+        plan.k = done
+        self._gen += 1
+        gen = self._gen
+        end = self._t0 + self._pre + done * dt
+        self.env.timeout(max(0.0, end - self.env.now)).callbacks.append(lambda _e: self._end(gen))
+
+    def _end(self, gen: int) -> None:
+        if gen != self._gen:
+            return
+        now = self.env.now
+        self._in_step = True
+        plan, dt, log = self._plan, self._dt, self.log
+        k = plan.k
+        for seq, t in plan.prefill:
+            seq.prefilled += t
+            if seq.to_prefill > 0:
+                continue
+            if seq.recompute:                       # recomputed after a preemption: resumes decoding
+                seq.recompute = 0
+                seq.prefilled = seq.prompt
+                seq.phase = DECODE
+            elif seq.output == 0:
+                self._finish(seq)
+            else:
+                seq.generated = 1
+                seq.t_first_token = seq.t_last_token = now
+                if seq.on_first_token is not None:
+                    seq.on_first_token(seq)
+                if seq.output == 1:
+                    self._finish(seq)
+                else:
+                    seq.phase = DECODE
+        if plan.decode:
+            t0 = self._t0
+            first_end = t0 + self._pre + dt
+            continuing = 0                  # decoded in the previous event too: one gap entry for all of them
+            finished = []
+            for seq in plan.decode:
+                if seq.t_last_token == t0:
+                    continuing += 1
+                else:
+                    log.gap(first_end - seq.t_last_token, 1)
+                seq.generated += k
+                seq.t_last_token = now
+                if seq.generated >= seq.output:
+                    finished.append(seq)
+            log.gap(first_end - t0, continuing)
+            log.gap(dt, len(plan.decode) * (k - 1))
+            for seq in finished:
+                self._finish(seq)
+        self._plan = Plan()
+        self._begin()
+
+    def _finish(self, seq: Sequence, failed: bool = False) -> None:
+        if seq in self.running:
+            self.running.remove(seq)
+        if not seq.keep_kv or failed:
+            self.hbm.release_kv(seq.blocks)
+            seq.blocks = 0
+        seq.phase = DONE
+        seq.t_done = self.env.now
+        if failed:
+            seq.output = -1
+        if seq.on_done is not None:
+            seq.on_done(seq)
+
+
+def _add_routes(groups: dict, seq: Sequence, rows: float, k: int) -> None:
+    seq.routed_rows += rows * len(seq.routes) * k
+    for share in seq.routes:
+        g = groups.get(share.holder)
+        if g is None:
+            groups[share.holder] = [1.0, rows, share.key_tokens]
+        else:
+            g[0] += 1.0
+            g[1] += rows
+            g[2] += share.key_tokens

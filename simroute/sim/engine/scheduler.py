@@ -1,0 +1,116 @@
+"""Iteration schedulers: which sequences run in the next engine iteration, and with how many tokens.
+
+A scheduler is a registered class: subclass `Scheduler`, implement `plan(engine) -> Plan`, and decorate it
+with `@SCHEDULERS.register("name")` (its docstring's first line is its help text). It admits waiting sequences through `engine.admit(seq)` (which
+reserves their KV blocks and enforces the running-sequence cap) and never touches HBM itself.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+from simroute.sim.engine.sequence import DECODE, PREFILL, Sequence
+from simroute.sim.registry import Registry
+
+if TYPE_CHECKING:
+    from simroute.sim.engine.engine import InstanceEngine
+
+
+@dataclass
+class Plan:
+    """One (macro-)iteration: prefill chunks (sequence, tokens), decoding sequences, and how many identical
+    decode iterations it stands for (`k` > 1 only when nothing but decode runs)."""
+
+    prefill: list[tuple[Sequence, int]] = field(default_factory=list)
+    decode: list[Sequence] = field(default_factory=list)
+    k: int = 1
+
+    @property
+    def empty(self) -> bool:
+        return not self.prefill and not self.decode
+
+
+class Scheduler(ABC):
+    """Contract: `plan` returns the next iteration's batch; an empty plan means the engine may go idle."""
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    def plan(self, engine: "InstanceEngine") -> Plan: ...
+
+
+SCHEDULERS: Registry[type[Scheduler]] = Registry("scheduler")
+
+
+def get_scheduler(name: str) -> Scheduler:
+    return SCHEDULERS.get(name)()
+
+
+def _decoding(engine: "InstanceEngine") -> list[Sequence]:
+    return [s for s in engine.running if s.phase == DECODE]
+
+
+@SCHEDULERS.register("vllm")
+class VllmScheduler(Scheduler):
+    """prefill-first: whole prompts as soon as they fit, decodes wait.
+
+    vLLM's default scheduler without chunked prefill: whenever waiting prompts can be
+    admitted, the iteration prefills whole prompts (up to the token budget, at least one); otherwise every
+    running sequence decodes one token. New prompts therefore stall running decodes (TPOT pays, TTFT gains)."""
+
+    def plan(self, engine: "InstanceEngine") -> Plan:
+        prefill: list[tuple[Sequence, int]] = []
+        used = 0
+        budget = engine.options.token_budget
+        while engine.waiting:
+            seq = engine.waiting[0]
+            tokens = seq.to_prefill
+            if prefill and used + tokens > budget:
+                break
+            if not engine.admit(seq):
+                break
+            if tokens > 0:
+                prefill.append((seq, tokens))
+                used += tokens
+        if prefill:
+            return Plan(prefill=prefill)
+        decode = _decoding(engine)
+        return Plan(decode=decode, k=engine.macro_k(decode))
+
+
+@SCHEDULERS.register("sarathi")
+class SarathiScheduler(Scheduler):
+    """decode-first, prefill chunks fill the token budget (stall-free).
+
+    Sarathi-Serve's stall-free batching: every iteration carries
+    every running decode, and the token budget's remainder is filled with prefill chunks of at most
+    `prefill_chunk` tokens (partly prefilled sequences first, then newly admitted ones)."""
+
+    def plan(self, engine: "InstanceEngine") -> Plan:
+        opts = engine.options
+        decode = _decoding(engine)
+        budget = opts.token_budget - len(decode)
+        prefill: list[tuple[Sequence, int]] = []
+        for seq in engine.running:
+            if budget <= 0:
+                break
+            if seq.phase == PREFILL:
+                tokens = min(seq.to_prefill, opts.prefill_chunk, budget)
+                prefill.append((seq, tokens))
+                budget -= tokens
+        while budget > 0 and engine.waiting:
+            seq = engine.waiting[0]
+            if not engine.admit(seq):
+                break
+            tokens = min(seq.to_prefill, opts.prefill_chunk, budget)
+            if tokens > 0:
+                prefill.append((seq, tokens))
+                budget -= tokens
+            else:                       # its KV arrived prefilled (PD decode side): it decodes now
+                decode.append(seq)
+                budget -= 1
+        if prefill or any(s.phase == PREFILL for s in engine.running):
+            return Plan(prefill=prefill, decode=decode)
+        return Plan(decode=decode, k=engine.macro_k(decode))

@@ -1,0 +1,77 @@
+"""A sequence as the instance engine sees it: tokens to prefill, context it attends, tokens to generate,
+the holders it routes to, and the clocks its metrics come from."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+# phases
+WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
+
+
+class RouteShare:
+    """What one sequence asks of one holder per exchange: one query covering every chunk it attends there
+    (`key_tokens` = those chunks' tokens), `rows_per_token` query rows per new token (query heads)."""
+
+    __slots__ = ("holder", "key_tokens")
+
+    def __init__(self, holder: Any, key_tokens: float) -> None:
+        self.holder = holder            # the holder's InstanceEngine
+        self.key_tokens = key_tokens
+
+
+class Sequence:
+    """One request's work on one instance engine.
+
+    `prompt` tokens are prefilled (their KV is the sequence's own), `resident_tokens` are tokens of resident
+    chunks it attends (pinned or copies: no KV blocks of its own), then `output` tokens are generated: the
+    first by the last prefill iteration, the rest one per decode iteration. `output = 0` is a re-prefill of a
+    chunk (`keep_kv`: its blocks become a copy in `on_done`). `routes` are attended remotely every iteration.
+    """
+
+    __slots__ = ("rid", "prompt", "resident_tokens", "output", "routes", "keep_kv", "on_first_token", "on_done",
+                 "phase", "prefilled", "generated", "blocks", "recompute", "t_submit", "t_scheduled",
+                 "t_first_token", "t_done", "t_last_token",
+                 "prefill_compute_s", "exchange_s", "holder_wait_s", "preemptions", "admit_order", "tag",
+                 "routed_rows", "stall_s")
+
+    def __init__(self, rid: int, prompt: int, output: int, *, resident_tokens: float = 0.0,
+                 routes: tuple[RouteShare, ...] = (), keep_kv: bool = False,
+                 on_first_token: Callable[["Sequence"], None] | None = None,
+                 on_done: Callable[["Sequence"], None] | None = None, tag: Any = None) -> None:
+        self.rid = rid
+        self.prompt = prompt
+        self.resident_tokens = resident_tokens
+        self.output = output
+        self.routes = routes
+        self.keep_kv = keep_kv
+        self.on_first_token = on_first_token
+        self.on_done = on_done
+        self.tag = tag
+        self.phase = WAITING
+        self.prefilled = 0
+        self.generated = 0
+        self.blocks = 0
+        self.recompute = 0              # tokens to re-prefill after a preemption (prompt + generated)
+        self.t_submit = self.t_scheduled = self.t_first_token = self.t_done = self.t_last_token = -1.0
+        self.prefill_compute_s = self.exchange_s = self.holder_wait_s = 0.0
+        self.stall_s = 0.0              # token gaps beyond one iteration (preemption, recompute)
+        self.preemptions = 0
+        self.admit_order = 0
+        self.routed_rows = 0.0          # query rows sent, summed over holders and steps (x exchanges = bytes / (q+p))
+
+    @property
+    def own_tokens(self) -> int:
+        """Tokens whose KV is this sequence's own: its prompt and what it has generated since."""
+        return self.prompt + self.generated
+
+    @property
+    def to_prefill(self) -> int:
+        """Tokens still to prefill (the prompt, or prompt + generated after a preemption)."""
+        target = self.recompute if self.recompute else self.prompt
+        return target - self.prefilled
+
+    @property
+    def remaining_decode(self) -> int:
+        return max(self.output - max(self.generated, 1), 0)

@@ -1,0 +1,147 @@
+"""The request-level operations a request's steps perform on instance engines, in one place:
+serve a sequence (prefill + decode, or one side of PD), re-prefill a chunk into a copy, reserve HBM for a
+fetched copy, and the TTFT breakdown of a served sequence.
+
+Copies live in the engine's HBM budget (blocks), shared with running sequences' KV: `ChunkCopies` wires a
+chunk store's holder lists and request pins to every budget (an evicted copy stops being a holder; a copy a
+running request relies on is never evicted).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import simpy
+
+from simroute.sim.engine.build import EngineSet
+from simroute.sim.engine.hbm import blocks_for
+from simroute.sim.engine.sequence import RouteShare, Sequence
+
+
+class TtftParts(NamedTuple):
+    """Where a request's time to first token went (seconds; they sum to the TTFT)."""
+
+    queueing: float         # waiting for admission / for a place in an iteration
+    prefill_compute: float  # iterations that carried its prefill (the whole batch's compute)
+    transfer: float         # before its sequence reached the engine: fetch, PD transfer, copies made
+    exchanges: float        # routed round trips on its iterations' critical path (without holder wait)
+    holder_wait: float      # routed kernels waiting on busy holders
+
+
+def ttft_parts(seq: Sequence, t_request: float) -> TtftParts:
+    transfer = seq.t_submit - t_request
+    exchanges = seq.exchange_s - seq.holder_wait_s
+    total = seq.t_first_token - t_request
+    queueing = total - transfer - seq.prefill_compute_s - seq.exchange_s
+    return TtftParts(max(queueing, 0.0), seq.prefill_compute_s, transfer, exchanges, seq.holder_wait_s)
+
+
+class ChunkCopies:
+    """Copies of chunks in the engines' HBM budgets, kept consistent with the chunk store's holder lists.
+
+    `holders[ci]` lists the instances holding chunk ci (canonical or copy); `pins` maps (ci, instance) to
+    the requests relying on that copy."""
+
+    def __init__(self, engines: EngineSet, holders: list[list[int]], pins: dict[tuple[int, int], int],
+                 tokens: Any) -> None:
+        self.engines, self.holders, self.pins, self.tokens = engines, holders, pins, tokens
+        self.fell_back = 0              # fetches that did not fit in the requester's HBM (routed instead)
+        for eng in engines.engines:
+            eid = eng.eid
+            eng.hbm.evictable = lambda ci, eid=eid: (ci, eid) not in pins
+            eng.hbm.on_evict = lambda ci, eid=eid: self._evicted(ci, eid)
+
+    def _evicted(self, ci: int, eid: int) -> None:
+        if eid in self.holders[ci]:
+            self.holders[ci].remove(eid)
+
+    def blocks(self, ci: int) -> int:
+        return blocks_for(int(self.tokens[ci]))
+
+    def pin_canonical(self, per_instance_chunks: list[list[int]]) -> list[int]:
+        """Pin placement's chunks in their instances' budgets; returns the chunks that did not fit (the
+        placement filled HBM beyond what weights leave): they stay in the store but take no blocks."""
+        unplaced = []
+        for eid, chunks in enumerate(per_instance_chunks):
+            hbm = self.engines[eid].hbm
+            for ci in chunks:
+                if not hbm.pin(self.blocks(ci)):
+                    unplaced.append(ci)
+        return unplaced
+
+    def fits(self, ci: int, eid: int) -> bool:
+        """Whether a copy of ci could take blocks on eid now (free, or by evicting unpinned copies)."""
+        hbm = self.engines[eid].hbm
+        need = self.blocks(ci)
+        return hbm.free_blocks >= need or hbm.free_blocks + sum(
+            b for key, b in hbm.copies.items() if hbm.evictable(key)) >= need
+
+    def reserve(self, ci: int, eid: int, keep_free_tokens: int = 0) -> bool:
+        """Blocks for a copy about to arrive (fetch): taken now (LRU-evicting unpinned copies), leaving room
+        for `keep_free_tokens` of KV (the request's own); False if they cannot be had, and nothing changed."""
+        return self.engines[eid].hbm.add_copy(ci, self.blocks(ci), keep_free=blocks_for(keep_free_tokens))
+
+    def arrived(self, ci: int, eid: int) -> None:
+        """The reserved copy is in HBM: from now on the instance holds the chunk."""
+        if eid not in self.holders[ci]:
+            self.holders[ci].append(eid)
+
+    def release(self, ci: int, eid: int) -> None:
+        """Give back a copy's blocks (a reservation whose copy is not kept)."""
+        self.engines[eid].hbm.remove_copy(ci)
+        self._evicted(ci, eid)
+
+    def touch(self, ci: int, eid: int) -> None:
+        self.engines[eid].hbm.touch(ci)
+
+    def reprefill(self, chunks: list[int], eid: int, rid: int) -> simpy.Event:
+        """Prefill `chunks` on instance eid as engine work (one sequence of their tokens, no output) whose KV
+        becomes one copy per chunk; the event fires when the copies are resident."""
+        eng = self.engines[eid]
+        done = eng.env.event()
+        sizes = [self.blocks(ci) for ci in chunks]
+
+        def finished(seq: Sequence) -> None:
+            if seq.output >= 0:           # not refused: its blocks become the copies
+                left = seq.blocks
+                for ci, blocks in zip(chunks, sizes):
+                    take = min(blocks, left)
+                    eng.hbm.kv_to_copy(ci, take)
+                    left -= take
+                    self.arrived(ci, eid)
+                eng.hbm.release_kv(left)
+                seq.blocks = 0
+            done.succeed(seq)
+
+        tokens = int(sum(int(self.tokens[ci]) for ci in chunks))
+        eng.submit(Sequence(rid, tokens, 0, keep_kv=True, on_done=finished, tag="copy"))
+        return done
+
+
+def serve(engines: EngineSet, eid: int, rid: int, *, prompt: int, output: int, resident_tokens: float = 0.0,
+          routes: dict[int, float] | None = None, prefilled: bool = False) -> tuple[Sequence, simpy.Event, simpy.Event]:
+    """Submit a request's sequence to instance eid's engine; returns (sequence, first-token event, done event).
+
+    `routes` maps holder instance -> key tokens attended there (one query per holder covers them all);
+    `prefilled` is PD's decode side: the prompt's KV arrived, the first token was produced elsewhere."""
+    eng = engines[eid]
+    env = eng.env
+    first, done = env.event(), env.event()
+    if not prefilled and output > 0:
+        prompt = max(prompt, 1)        # a fully cached prompt still runs its last token to sample the first
+    shares = tuple(RouteShare(engines[h], keys) for h, keys in sorted((routes or {}).items()))
+    seq = Sequence(rid, prompt, output, resident_tokens=resident_tokens, routes=shares,
+                   on_first_token=lambda s: first.succeed(s), on_done=lambda s: _done(s, first, done))
+    if prefilled:
+        seq.prefilled = prompt
+        seq.generated = 1
+        seq.t_first_token = seq.t_last_token = env.now
+        first.succeed(seq)
+    eng.submit(seq)
+    return seq, first, done
+
+
+def _done(seq: Sequence, first: simpy.Event, done: simpy.Event) -> None:
+    if not first.triggered:           # refused (it can never fit): both events fire, output -1 says why
+        first.succeed(seq)
+    done.succeed(seq)

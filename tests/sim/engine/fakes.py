@@ -1,0 +1,39 @@
+"""A step-time model written from the contract (docs/STEP_TIME.md) with round numbers, so that the engine's
+tests pin the engine, not the calibration: a linear term weight-bound until 1000 tokens, an attention term
+memory-bound on context bytes, a fixed overhead, and a holder kernel floored at 15 us."""
+
+from __future__ import annotations
+
+
+class FakeStep:
+    layers = 10
+    weight_s_per_layer = 1e-3          # weights read once per iteration
+    flop_s_per_token_layer = 1e-6      # compute-bound beyond 1000 tokens
+    kv_s_per_token_layer = 1e-8        # attention bytes of one context token
+    pair_s_per_layer = 1e-11           # attention FLOPs per (new token, context token)
+    overhead_s = 2e-4
+
+    def iteration_s(self, new_tokens, sequences, kv_read_tokens, attention_pairs):
+        linear = max(self.weight_s_per_layer, new_tokens * self.flop_s_per_token_layer)
+        attention = max(kv_read_tokens * self.kv_s_per_token_layer, attention_pairs * self.pair_s_per_layer)
+        return self.overhead_s + self.layers * (linear + attention)
+
+    def holder_partial_s(self, queries, rows_per_query, key_tokens):
+        return max(15e-6, queries * rows_per_query * key_tokens * 1e-12)
+
+
+class NoNet:
+    """A network with fixed message delays (probe + bytes at 10 GB/s)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def message_delay(self, src, dst, nbytes, *, t_probe_s, single_block_Bps, include_latency=True):
+        self.calls += 1
+        return t_probe_s + nbytes / single_block_Bps
+
+
+class Fabric:
+    t_probe_s = 20e-6
+    turnaround_s = 5e-6
+    single_block_Bps = 10e9

@@ -1,0 +1,121 @@
+"""docs/ARCHITECTURE.md's layering rule, enforced on the import graph of every module under simroute/.
+
+The rule is read from the document itself (the ```layers and ```third-party blocks), so the document and
+the code cannot drift apart. Every import counts, including imports inside functions (a lazy import is
+still a dependency). The last tests show the check failing on synthetic modules with forbidden imports.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "simroute"
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+
+
+def _block(kind: str) -> dict[str, set[str]]:
+    text = ARCHITECTURE.read_text()
+    match = re.search(rf"```{kind}\n(.*?)```", text, re.S)
+    assert match, f"docs/ARCHITECTURE.md has no ```{kind} block"
+    rules = {}
+    for line in match.group(1).splitlines():
+        if line.strip():
+            name, _, allowed = line.partition(":")
+            rules[name.strip()] = set(allowed.split())
+    return rules
+
+
+LAYERS = _block("layers")
+THIRD_PARTY = _block("third-party")
+BASE = LAYERS.pop("base")
+
+
+def layer_of(module: str) -> str:
+    """'simroute.sim.policies.paper' -> 'sim'; a module of the package root ('simroute.errors') -> 'errors'."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "simroute"
+
+
+def imports_of(module: str, source: str) -> list[tuple[int, str]]:
+    """(line, imported module) for every import in `source`, relative ones resolved against `module`."""
+    package = module.split(".")
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            found.append((node.lineno, name))
+    return found
+
+
+def violations(module: str, source: str) -> list[str]:
+    """Every import of `module` that the documented rule forbids."""
+    own = layer_of(module)
+    allowed = BASE | ({own} if own in BASE else {own} | LAYERS.get(own, set()))
+    out = []
+    for line, name in imports_of(module, source):
+        top = name.split(".")[0]
+        if top == "simroute":
+            target = layer_of(name)
+            if target not in allowed:
+                out.append(f"{module}:{line} imports {name} ({own} may import {' '.join(sorted(allowed))})")
+        elif own in THIRD_PARTY and top not in sys.stdlib_module_names and top not in THIRD_PARTY[own] \
+                and top != "__future__":
+            out.append(f"{module}:{line} imports {name} ({own} may use only {' '.join(sorted(THIRD_PARTY[own]))} "
+                       f"beyond the standard library)")
+    return out
+
+
+def _modules() -> list[tuple[str, Path]]:
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out.append((".".join(parts), path))
+    return out
+
+
+def test_every_package_has_a_place_in_the_layers():
+    declared = set(LAYERS) | BASE
+    found = {layer_of(module) for module, _ in _modules()} - {"__main__"}
+    assert found <= declared, f"undeclared in docs/ARCHITECTURE.md: {sorted(found - declared)}"
+
+
+def test_no_import_points_upward():
+    bad = [v for module, path in _modules() if layer_of(module) != "__main__"
+           for v in violations(module, path.read_text())]
+    assert not bad, "\n".join(bad)
+
+
+# ---- the check itself fails on forbidden imports (synthetic modules, never written to disk) -------------
+def test_network_importing_the_simulator_is_caught():
+    assert violations("simroute.network.synthetic", "from simroute.sim import RunConfig\n")
+    assert violations("simroute.network.synthetic", "def f():\n    import simroute.sim.cluster\n")   # lazy too
+
+
+def test_model_importing_a_higher_layer_or_a_library_beyond_numpy_is_caught():
+    assert violations("simroute.model.synthetic", "from simroute.calib import load_profile\n")
+    assert violations("simroute.model.synthetic", "import pandas as pd\n")
+    assert not violations("simroute.model.synthetic", "import math\nimport numpy as np\nfrom simroute.errors import"
+                                                      " ConfigurationError\n")
+
+
+def test_relative_imports_are_resolved_before_checking():
+    assert violations("simroute.workload.synthetic", "from ..sim import runner\n")
+    assert not violations("simroute.sim.synthetic", "from ..network import FlowEngine\nfrom . import cluster\n")
+
+
+def test_the_simulator_may_not_reach_into_studies_or_the_cli():
+    assert violations("simroute.sim.synthetic", "from simroute.study import runner\n")
+    assert violations("simroute.sim.synthetic", "import simroute.cli.run_cmd\n")
+    assert violations("simroute.errors", "from simroute.sim import config\n")   # base modules import only base

@@ -65,16 +65,23 @@ def closed_loop(topo, n_concurrent: int, n_finish: int, *, tolerance: float = 0.
             "events_per_step": (eng.flow_events - e0) / max(1, eng.steps - s0)}
 
 
-def exchanges(topo, n: int = 500_000, n_bulk: int = 1000) -> float:
-    """Messages/s of routed exchanges over route handles: a query requester -> holder and its partial back
-    (the same queue pair at both NICs), 64 requester-holder pairs in turn, beside n_bulk elephants."""
+def engine_with_elephants(topo, n_bulk: int, *, seed: int) -> tuple[FlowEngine, np.random.Generator]:
+    """An engine with n_bulk endless flows between random GPUs in flight (messages see their shares)."""
     env = simpy.Environment()
     eng = FlowEngine(env, topo, keep_records=False)
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(seed)
     gpus = topo.gpus
     for a, b in rng.integers(0, len(gpus), size=(n_bulk, 2)).tolist():
         eng.transfer(gpus[a], gpus[b], 1e12)
     env.run(until=1e-9)
+    return eng, rng
+
+
+def exchanges(topo, n: int = 500_000, n_bulk: int = 1000) -> float:
+    """Messages/s of routed exchanges over route handles: a query requester -> holder and its partial back
+    (the same queue pair at both NICs), 64 requester-holder pairs in turn, beside n_bulk elephants."""
+    eng, rng = engine_with_elephants(topo, n_bulk, seed=3)
+    gpus = topo.gpus
     pairs = [(eng.message_route(gpus[a], gpus[b]), eng.message_route(gpus[b], gpus[a]))
              for a, b in rng.integers(0, len(gpus), size=(64, 2)).tolist()]
     send = eng.send_message
@@ -90,13 +97,8 @@ def exchanges(topo, n: int = 500_000, n_bulk: int = 1000) -> float:
 def messages(topo, n: int = 1_000_000, n_bulk: int = 1000, *, handles: bool = False) -> float:
     """Messages/s of `message_delay` (or, with handles, of `send_message` over pre-resolved routes) between
     4096 random GPU pairs beside n_bulk elephants (every NIC sees several queue pairs: context checks run)."""
-    env = simpy.Environment()
-    eng = FlowEngine(env, topo, keep_records=False)
-    rng = np.random.default_rng(2)
+    eng, rng = engine_with_elephants(topo, n_bulk, seed=2)
     gpus = topo.gpus
-    for a, b in rng.integers(0, len(gpus), size=(n_bulk, 2)).tolist():
-        eng.transfer(gpus[a], gpus[b], 1e12)
-    env.run(until=1e-9)
     pairs = [(gpus[a], gpus[b]) for a, b in rng.integers(0, len(gpus), size=(4096, 2)).tolist()]
     routes = [eng.message_route(src, dst) for src, dst in pairs]
     md, send = eng.message_delay, eng.send_message

@@ -2,9 +2,9 @@
 
 Bulk flows with an identical link set and cap form a group (one rate). The engine runs in one of two modes,
 switched by group count with hysteresis (`arrays_on` / `arrays_off`):
-- object mode (few groups): groups are Python objects; a start or finish re-solves only the changed groups
-  over what the others leave (`maxmin.fill`) and grows that set while an untouched group loses its
-  bottleneck (SimGrid "lazy" style, refined). At the fixpoint every group has a valid bottleneck, which is
+- object mode (few groups): groups are Python objects; a start or finish re-solves the changed groups and
+  those bottlenecked on their links over what the others leave (`maxmin.fill`) and grows that set while an
+  untouched group loses its bottleneck (SimGrid "lazy" style, refined). At the fixpoint every group has a valid bottleneck, which is
   exactly max-min fairness. Completions sit in one heap with version stamps.
 - array mode (many groups): group state lives in columns (links, flows, cap, rate, bottleneck, work clock,
   last update, next finish work, completion time); every re-rating is a from-scratch solve by the solver

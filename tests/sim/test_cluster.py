@@ -17,7 +17,8 @@ from simroute.sim import RunConfig, Simulation
 from simroute.sim.arrivals import RequestSpec
 from simroute.sim.cluster import ChunkStore, Instance
 from simroute.sim.holder import QueuedQuery
-from simroute.sim.placement import ChunkTable
+from simroute.network.hashing import mix64
+from simroute.sim.placement import ChunkTable, mix64_array
 from simroute.sim.placements import PLACEMENTS
 from simroute.sim.routers import ROUTERS
 
@@ -83,8 +84,22 @@ def test_pinned_bytes_reduce_free_hbm():
 
 
 # ---- placements --------------------------------------------------------------------------------------
+def test_vectorised_mix64_equals_the_network_hash():
+    xs = np.array([0, 1, 2, 12345, 2**40 + 7], dtype=np.uint64)
+    assert [int(v) for v in mix64_array(xs)] == [mix64(int(x)) for x in xs]
+
+
 def _table(n, size=1.0, hint=-1):
     return ChunkTable(np.arange(n, dtype=np.int64), np.full(n, size), np.ones(n, bool), np.full(n, hint))
+
+
+@pytest.mark.parametrize("kind", ["hash", "consistent-hash", "popularity"])
+def test_placement_never_exceeds_an_instances_hbm(kind):
+    pop = np.arange(100, dtype=float)
+    res = PLACEMENTS.get(kind)(seed=0, replicas=2, hot_fraction=0.1).place(_table(100, size=10.0), 4, 100.0, pop)
+    assert res.used_bytes.max() <= 100.0 and res.used_bytes.sum() == 400.0
+    assert res.overflow_chunks == 100 - sum(len(h) for h in res.holders) and res.overflow_bytes == \
+        10.0 * res.overflow_chunks
 
 
 def test_hinted_home_comes_first_and_non_canonical_chunks_are_not_placed():

@@ -4,7 +4,8 @@
 Closed loop: N flows stay in flight (a finishing flow starts a new one between random GPUs, 1-100 MB),
 so every completion is one finish and one start event. From `FlowEngine.arrays_on` groups on every
 re-rating is a full solve (`full_solve_frac`) by the compiled kernels; `10k_numpy_events_per_s` is the
-NumPy reference path, `10k_tol1e-2` the opt-in tolerance mode. `events_per_step`: flow events handled per
+NumPy reference path, `10k_tol1e-2` the opt-in tolerance mode. Messages: `message_delay` by name, over
+route handles, and as routed exchanges (query out, partial back on the same queue pair). `events_per_step`: flow events handled per
 engine step (all events of one instant are one step).
 Run: python bench/bench_network.py [--no-record]
 """
@@ -64,16 +65,40 @@ def closed_loop(topo, n_concurrent: int, n_finish: int, *, tolerance: float = 0.
             "events_per_step": (eng.flow_events - e0) / max(1, eng.steps - s0)}
 
 
-def messages(topo, n: int = 1_000_000, n_bulk: int = 1000, *, handles: bool = False) -> float:
-    """Messages/s of `message_delay` (or, with handles, of `send_message` over pre-resolved routes) between
-    4096 random GPU pairs beside n_bulk elephants (every NIC sees several queue pairs: context checks run)."""
+def engine_with_elephants(topo, n_bulk: int, *, seed: int) -> tuple[FlowEngine, np.random.Generator]:
+    """An engine with n_bulk endless flows between random GPUs in flight (messages see their shares)."""
     env = simpy.Environment()
     eng = FlowEngine(env, topo, keep_records=False)
-    rng = np.random.default_rng(2)
+    rng = np.random.default_rng(seed)
     gpus = topo.gpus
     for a, b in rng.integers(0, len(gpus), size=(n_bulk, 2)).tolist():
         eng.transfer(gpus[a], gpus[b], 1e12)
     env.run(until=1e-9)
+    return eng, rng
+
+
+def exchanges(topo, n: int = 500_000, n_bulk: int = 1000) -> float:
+    """Messages/s of routed exchanges over route handles: a query requester -> holder and its partial back
+    (the same queue pair at both NICs), 64 requester-holder pairs in turn, beside n_bulk elephants."""
+    eng, rng = engine_with_elephants(topo, n_bulk, seed=3)
+    gpus = topo.gpus
+    pairs = [(eng.message_route(gpus[a], gpus[b]), eng.message_route(gpus[b], gpus[a]))
+             for a, b in rng.integers(0, len(gpus), size=(64, 2)).tolist()]
+    send = eng.send_message
+    t0 = time.perf_counter()
+    now = 0.0
+    for i in range(n // 2):
+        query, partial = pairs[i & 63]
+        now += send(query, 2184.0, t_probe_s=16e-6, single_block_Bps=25e9, now=now) * 1e-3
+        now += send(partial, 2184.0, t_probe_s=16e-6, single_block_Bps=25e9, now=now) * 1e-3
+    return 2 * (n // 2) / (time.perf_counter() - t0)
+
+
+def messages(topo, n: int = 1_000_000, n_bulk: int = 1000, *, handles: bool = False) -> float:
+    """Messages/s of `message_delay` (or, with handles, of `send_message` over pre-resolved routes) between
+    4096 random GPU pairs beside n_bulk elephants (every NIC sees several queue pairs: context checks run)."""
+    eng, rng = engine_with_elephants(topo, n_bulk, seed=2)
+    gpus = topo.gpus
     pairs = [(gpus[a], gpus[b]) for a, b in rng.integers(0, len(gpus), size=(4096, 2)).tolist()]
     routes = [eng.message_route(src, dst) for src, dst in pairs]
     md, send = eng.message_delay, eng.send_message
@@ -105,6 +130,7 @@ def main() -> None:
     figs["10k_numpy_events_per_s"] = round(closed_loop(topo, 10_000, 300, solver="numpy")["events_per_s"], 1)
     figs["messages_per_s"] = round(messages(topo))
     figs["messages_per_s_route_handles"] = round(messages(topo, handles=True))
+    figs["messages_per_s_exchanges"] = round(exchanges(topo))
     figs["peak_rss_mb"] = round(peak_rss_mb(), 1)
     record("network (fattree-1024)", figs,
            target=">= 5k events/s at 1k flows; 10k >= 100 and >= 5x before; >= 200k messages/s")

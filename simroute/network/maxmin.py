@@ -57,7 +57,8 @@ class Group:
     """
 
     __slots__ = ("key", "links", "cap", "n", "rate", "work", "last_t", "flows", "version", "bn",
-                 "new_rate", "new_bn", "mark", "seq", "slot")
+                 "new_rate", "new_bn", "mark", "seq", "slot",
+                 "tent_rate", "tent_bn")
 
     def __init__(self, key: tuple, links: tuple[int, ...], cap: float) -> None:
         self.key, self.links, self.cap = key, links, cap
@@ -73,6 +74,8 @@ class Group:
         self.mark = 0
         self.seq = 0
         self.slot = -1                 # column in the engine's NumPy group arrays (-1 = none)
+        self.tent_rate = 0.0           # the engine's cascade: rate / bottleneck of the previous round
+        self.tent_bn = -2
 
     def __hash__(self) -> int:
         # Deterministic (the key holds ints and a float, whose hashes are not salted), so sets of groups

@@ -132,26 +132,33 @@ class MessageModel:
         route.version = engine.version
         route.single_block_Bps = single_block_Bps
 
-    def _context_miss(self, nic: int, pair: int, now: float) -> bool:
-        """Touch a queue pair at one NIC; True when the NIC's working set (pairs that used it within the last
-        `nic_active_window_s`) exceeds its context cache, so a cyclic rotation misses on every message.
+    def _pair_misses(self, route: MessageRoute, now: float) -> bool:
+        """Touch the route's queue pair at both NICs; True when either NIC's working set (pairs that used it
+        within the last `nic_active_window_s`) exceeds its context cache, so a cyclic rotation misses on
+        every message.
 
-        Exact with O(slots) state: the NIC keeps its `nic_context_slots + 1` most recently used distinct
+        Exact with O(slots) state: each NIC keeps its `nic_context_slots + 1` most recently used distinct
         pairs (oldest first) and their last use; the working set exceeds the cache exactly when the oldest
-        of those was used within the window."""
-        pairs, times = self.contexts[nic], self._context_times[nic]
-        if pair in pairs:
-            index = pairs.index(pair)
-            del pairs[index]
-            del times[index]
-        pairs.append(pair)
-        times.append(now)
-        if len(pairs) <= self._slots:
-            return False
-        if len(pairs) > self._slots + 1:
-            del pairs[0]
-            del times[0]
-        return times[0] >= now - self._window_s
+        of those was used within the window. A pair already a NIC's most recent one (a reply, a loop's next
+        message) only refreshes its time. One loop for both NICs: it runs on every message."""
+        pair, slots, horizon, missed = route.pair, self._slots, now - self._window_s, False
+        for nic in (route.src_nic, route.dst_nic):
+            pairs, times = self.contexts[nic], self._context_times[nic]
+            if pairs and pairs[-1] == pair:
+                times[-1] = now
+            else:
+                if pair in pairs:
+                    index = pairs.index(pair)
+                    del pairs[index]
+                    del times[index]
+                pairs.append(pair)
+                times.append(now)
+                if len(pairs) > slots + 1:
+                    del pairs[0]
+                    del times[0]
+            if len(pairs) > slots and times[0] >= horizon:
+                missed = True
+        return missed
 
     def send(self, route: MessageRoute, nbytes: float, t_probe_s: float, single_block_Bps: float, now: float,
              include_latency: bool = True) -> float:
@@ -168,8 +175,7 @@ class MessageModel:
         hold = nbytes
         extra = 0.0
         if route.src_nic >= 0 and self._contexts_on:
-            missed = self._context_miss(route.src_nic, route.pair, now)
-            if self._context_miss(route.dst_nic, route.pair, now) or missed:
+            if self._pair_misses(route, now):
                 self.misses += 1
                 extra = self._miss_s
                 rate *= self._miss_factor

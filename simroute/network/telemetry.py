@@ -77,23 +77,28 @@ class Telemetry:
 
     def touch(self, link: int, now: float) -> None:
         """Integrate one link's bulk bytes up to now (called just before its load changes)."""
-        start = self._link_t[link]
-        if now > start:
-            load = self._engine.load[link]
-            if load > 0:
-                self._bytes[link] += load * (now - start)
-                if load >= self._cap_list[link] * _FULL:
-                    self._saturated[link] += now - start
-                if self.record_series:
-                    self.series.append((link, float(start), now, float(load / self._cap_list[link])))
-            self._link_t[link] = now
+        self.touch_path((link,), now)
+
+    def touch_path(self, links: tuple[int, ...], now: float) -> None:
+        """`touch` for each link of a path (one call per group change on the engine's hot path)."""
+        link_t, engine_load, cap = self._link_t, self._engine.load, self._cap_list
+        for link in links:
+            start = link_t[link]
+            if now > start:
+                load = engine_load[link]
+                if load > 0:
+                    self._bytes[link] += load * (now - start)
+                    if load >= cap[link] * _FULL:
+                        self._saturated[link] += now - start
+                    if self.record_series:
+                        self.series.append((link, float(start), now, float(load / cap[link])))
+                link_t[link] = now
 
     def touch_links(self, links: np.ndarray, now: float, load: np.ndarray | None = None) -> None:
         """`touch` for many links at once (array mode, window boundaries); `load` is the engine's per-link
         load as an array when the caller has it."""
         if isinstance(self._bytes, list):
-            for link in links.tolist():
-                self.touch(link, now)
+            self.touch_path(links.tolist(), now)
             return
         start = self._link_t[links]
         elapsed = np.maximum(now - start, 0.0)

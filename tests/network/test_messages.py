@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import simpy
 
-from simroute.network import FlowEngine, MessageModel, MessageModelParams, load_topology
+from simroute.network import FlowEngine, MessageModel, MessageModelParams, load_topology, shipped_topology
 from simroute.network.fig7 import fig7_round_trips, fig7_scorecard
 
 from conftest import TOPO_DIR
@@ -90,3 +90,35 @@ def test_fig7_scorecard_has_a_verdict(testbed):
     card = fig7_scorecard(testbed, q_bytes=1152, p_bytes=1032, t_probe_s=25e-6, single_block_Bps=25e9, rounds=80)
     assert card["ok"] is True and set(card["batches"]) == {"256", "1024"}
     assert all(entry["flat_k1_k2_ratio"] < 1.05 for entry in card["batches"].values())
+
+
+def test_context_misses_match_the_working_set_rule():
+    """A message misses exactly when, at its requester or holder NIC, more distinct queue pairs than the cache
+    holds were used within the active window (counted from the full send history), over random sends among
+    few and many pairs, with replies on the same pair."""
+    import random
+    rng = random.Random(7)
+    topo = load_topology(shipped_topology("fattree-1024"))
+    gpus = topo.gpus[:24]
+    eng = FlowEngine(simpy.Environment(), topo)
+    model, params = eng.messages, eng.messages.params
+    history: dict[int, list[tuple[float, int]]] = {}
+    pairs = [(a, b) for a in gpus for b in gpus if a != b and model.route(a, b).src_nic >= 0]
+    rng.shuffle(pairs)
+    now, hits, misses, last = 0.0, 0, 0, pairs[0]
+    for step in range(4000):
+        src, dst = rng.choice(pairs[:3] if step < 2000 else pairs)
+        if rng.random() < 0.5:
+            src, dst = last[1], last[0]                     # a reply: the same queue pair again
+        last = (src, dst)
+        now += rng.choice([1e-6, 2e-6, 5e-6, 400e-6])
+        route = model.route(src, dst)
+        expected = False
+        for nic in (route.src_nic, route.dst_nic):
+            history.setdefault(nic, []).append((now, route.pair))
+            active = {pair for t, pair in history[nic] if t >= now - params.nic_active_window_s}
+            expected |= len(active) > params.nic_context_slots
+        got = model._pair_misses(route, now)
+        assert got == expected, step
+        hits, misses = hits + (not got), misses + got
+    assert hits and misses                                  # both answers were exercised

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from simroute.cli.common import CALIB_HELP, echo_json, fmt_bytes, fmt_us, table
+from simroute.cli.common import CALIB_HELP, checked, echo_json, fmt_bytes, fmt_us, table
 
 
 class Offset(str, Enum):
@@ -40,7 +40,8 @@ def predict(
     tp: int = typer.Option(1, min=1, help="Tensor-parallel degree (rank-paired routing, per-rank bytes / N)."),
     calib: str = typer.Option("h100-ibgda", help=CALIB_HELP),
     route_exchanges: Exchanges = typer.Option(Exchanges.per_layer, help="per-layer (exact) or once (paper §5.4)."),
-    prefill_us: float = typer.Option(None, help="Re-prefill cost c per token-layer (us); profile value if unset."),
+    prefill_us: float = typer.Option(None, help="Re-prefill cost c per token-layer (us); profile value if unset.",
+                                     callback=checked("--prefill-us", minimum=0)),
     cache_dtype: str = typer.Option("bf16", help="Cache dtype: bf16 or fp8."),
     host_overhead: bool = typer.Option(False, help="The Python-client host-overhead regime of paper §5.3."),
     collapsed_response: bool = typer.Option(False, help="Reduction: one put for (o, m, l)."),
@@ -149,7 +150,9 @@ def model_crossover(
 def model_chunk(
     out: Path = typer.Option(..., "-o", "--out", help="Output directory (CSV + PNG)."),
     model: str = typer.Option("deepseek-v2-lite"), fabric: str = typer.Option("h100-ibgda"),
-    mq: int = typer.Option(256, "--mq"), bw_gbps: float = typer.Option(70.0, help="Bandwidth (Fig 1b used 70 GB/s)."),
+    mq: int = typer.Option(256, "--mq", min=1),
+    bw_gbps: float = typer.Option(70.0, help="Bandwidth (Fig 1b used 70 GB/s).",
+                                  callback=checked("--bw-gbps", minimum=0, exclusive_minimum=True)),
     calib: str = typer.Option("h100-ibgda", help=CALIB_HELP),
     route_exchanges: Exchanges = typer.Option(Exchanges.once, help="Fig 1b uses the paper's accounting (once)."),
 ) -> None:
@@ -189,7 +192,7 @@ def model_chunk(
 def model_bandwidth(
     out: Path = typer.Option(..., "-o", "--out", help="Output directory (CSV + PNG)."),
     model: str = typer.Option("deepseek-v2-lite"), fabric: str = typer.Option("h100-ibgda"),
-    mq: int = typer.Option(256, "--mq"), ct: int = typer.Option(2048, "--ct"),
+    mq: int = typer.Option(256, "--mq", min=1), ct: int = typer.Option(2048, "--ct", min=1),
     calib: str = typer.Option("h100-ibgda", help=CALIB_HELP),
     route_exchanges: Exchanges = typer.Option(Exchanges.once, help="Fig 6a uses the paper's accounting (once)."),
 ) -> None:
@@ -294,7 +297,8 @@ def model_step(
     inputs = {"model": model, "gpu": gpu, "tp": tp, "tokens": tokens, "decode_seqs": decode_seqs, "context": context,
               "prefill_context": prefill_context, "allreduce_fabric": fab, "calib": calib}
     sizes = {"weight_GB_per_gpu": m.weight_bytes_per_gpu / 1e9,
-             "kv_bytes_per_token_per_gpu": m.kv_bytes_per_token_per_gpu, "kv_capacity_tokens": m.kv_capacity_tokens()}
+             "kv_bytes_per_token_per_gpu": m.kv_bytes_per_token_per_gpu, "kv_capacity_tokens": m.kv_capacity_tokens(),
+             "weights_fit": m.weight_bytes_per_gpu < m.gpu.hbm_bytes}
     if json_out:
         echo_json({**terms, **sizes, "inputs": inputs, "gpu_sources": m.gpu.sources})
         return
@@ -309,6 +313,9 @@ def model_step(
           f"{terms['layers']} layers", ["term", "ms", "bound"], rows)
     typer.echo(f"weights {sizes['weight_GB_per_gpu']:.1f} GB per GPU; KV {sizes['kv_bytes_per_token_per_gpu']:,.0f} B "
                f"per token per GPU; KV capacity {sizes['kv_capacity_tokens']:,} tokens")
+    if not sizes["weights_fit"]:
+        typer.echo(f"note: the weights do not fit in one {gpu}'s {m.gpu.hbm_bytes / 1e9:.0f} GB at tp = {tp}; "
+                   "the terms are what the iteration would cost if they did")
     table("GPU constants and their sources", ["constant", "source"], [[k, v] for k, v in m.gpu.sources.items()])
 
 

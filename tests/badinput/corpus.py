@@ -555,10 +555,8 @@ def cli_cases() -> list[Case]:
         Case("report-study-junk", ("report", "{d}/st"), "study.json", {"st/study.json": '{"name": 3}'}),
         Case("predict-mq-text", ("predict", "--mq", "abc"), "--mq"),
         Case("predict-mq-zero", ("predict", "--mq", "0"), "--mq"),
-        Case("model-chunk-mq-zero", ("model", "chunk", "--mq", "0", "-o", "{d}/figs"), "--mq",
-             pending="step: simroute/cli/model_cmd.py `model chunk --mq` needs min=1"),
-        Case("model-chunk-bw-nan", ("model", "chunk", "--bw-gbps", "nan", "-o", "{d}/figs"), "bw",
-             pending="step: simroute/cli/model_cmd.py `--bw-gbps` needs a finite > 0 check"),
+        Case("model-chunk-mq-zero", ("model", "chunk", "--mq", "0", "-o", "{d}/figs"), "--mq"),
+        Case("model-chunk-bw-nan", ("model", "chunk", "--bw-gbps", "nan", "-o", "{d}/figs"), "bw"),
         Case("unknown-command", ("teleport",), "teleport"),
         Case("unknown-option", ("trace", "info", "--colour"), "--colour"),
     ]

@@ -52,6 +52,7 @@ def test_tp_uses_the_gpus_own_fabric(cli):
     d1 = _step(cli, "--model", "llama-3.1-70b", "--gpu", "a100-80gb", "--tokens", "64", "--decode-seqs", "64",
                "--context", "4096")
     assert d8["weight_GB_per_gpu"] == pytest.approx(d1["weight_GB_per_gpu"] / 8, rel=0.01)
+    assert d8["weights_fit"] and not d1["weights_fit"]          # 141 GB of weights on one 80 GB A100
 
 
 def test_prefill_tokens_cost_more_than_decode(cli):

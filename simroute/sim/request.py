@@ -136,7 +136,7 @@ class RequestProcess:
 
     def own_prefill(self) -> Steps:
         """The prompt's own tokens: prefilled here, or on the prefill instance and its KV shipped here."""
-        ctx, spec, requester, prefill = self.ctx, self.spec, self.requester, self.prefill_instance
+        spec, requester, prefill = self.spec, self.requester, self.prefill_instance
         if prefill is None or prefill is requester:
             yield from self.prefill(requester, spec.prompt_tokens)
             return

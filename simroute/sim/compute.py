@@ -13,12 +13,6 @@ from typing import NamedTuple
 
 from simroute.model.cost import (FLOATS, CostParams, holder_compute_s, holder_curve_s, holder_work, splice_s,
                                  sparse_premium)
-from simroute.model.geometry import ModelGeometry
-
-
-def kv_bytes_per_token(g: ModelGeometry) -> float:
-    """Cached KV bytes of one token over all layers (token-axis compression included)."""
-    return g.kv_bytes_per_token
 
 
 class PartialWork(NamedTuple):
@@ -35,7 +29,7 @@ class ComputeModel:
     def __init__(self, params: CostParams) -> None:
         self.params = params
         g = params.geometry
-        self.kv_bytes_per_token = kv_bytes_per_token(g)
+        self.kv_bytes_per_token = g.kv_bytes_per_token
         self.prefill_s_per_token = g.layers * params.prefill_s_per_token_layer
 
     def partial_work(self, rows: float, ct: float, topk: int | float) -> PartialWork:

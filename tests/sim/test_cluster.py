@@ -87,6 +87,15 @@ def _table(n, size=1.0, hint=-1):
     return ChunkTable(np.arange(n, dtype=np.int64), np.full(n, size), np.ones(n, bool), np.full(n, hint))
 
 
+@pytest.mark.parametrize("kind", ["hash", "consistent-hash", "popularity"])
+def test_placement_never_exceeds_an_instances_hbm(kind):
+    pop = np.arange(100, dtype=float)
+    res = PLACEMENTS.get(kind)(seed=0, replicas=2, hot_fraction=0.1).place(_table(100, size=10.0), 4, 100.0, pop)
+    assert res.used_bytes.max() <= 100.0 and res.used_bytes.sum() == 400.0
+    assert res.overflow_chunks == 100 - sum(len(h) for h in res.holders) and res.overflow_bytes == \
+        10.0 * res.overflow_chunks
+
+
 def test_hinted_home_comes_first_and_non_canonical_chunks_are_not_placed():
     table = ChunkTable(np.arange(4, dtype=np.int64), np.ones(4), np.array([True, True, False, True]),
                        np.array([5, -1, 5, 2]))

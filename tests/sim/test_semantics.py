@@ -102,3 +102,43 @@ def test_staging_elbow_end_to_end(tmp_path):
                         policy="always-fetch", staging_streams=k, staging_copy_GBps=20.0)
         p50[k] = simulate(cfg).summary["ttft_ms"]["p50"]
     assert p50[8] < p50[4] < p50[1] and p50[16] > p50[8]
+
+
+def test_a_sparse_fanout_waits_for_its_slowest_holder(tmp_path):
+    """route fans a selection's query out to M holders and merges M partials: one holder across the IB fabric
+    takes as long as its IB leg alone (the same k/M share), not as its NVLink neighbour's."""
+    from simroute.scenarios.traces import selection_trace
+
+    def ttft(holders, topk):
+        trace = selection_trace(tmp_path / f"s{'-'.join(map(str, holders))}.parquet", requester=0, holders=holders,
+                                topk=topk, output_tokens=1)
+        return simulate(_testbed(trace, policy="always-route")).summary["ttft_ms"]["mean"]
+    mixed, ib_leg, nvlink_leg = ttft([1, 4], 2048), ttft([4], 1024), ttft([1], 1024)
+    assert mixed == pytest.approx(ib_leg, rel=1e-6) and mixed > nvlink_leg * 1.05
+
+
+def test_a_resident_copy_costs_only_the_requesters_own_attention(tmp_path):
+    """The second request on an instance finds the first one's fetched copy resident: its TTFT is its own
+    prefill iteration attending the copy in the same kernel, no transfer."""
+    reqs = [{"arrival_s": 0.0, "requester_hint": 4, "prompt_tokens": 16, "output_tokens": 1, "chunk_ids": [0]},
+            {"arrival_s": 1.0, "requester_hint": 4, "prompt_tokens": 16, "output_tokens": 1, "chunk_ids": [0]}]
+    trace = write_trace(tmp_path / "t.parquet", reqs, _chunks(1))
+    sim = Simulation(_testbed(trace, policy="always-fetch"))
+    res = sim.run()
+    assert res.summary["primitive_counts"]["resident"] == 1
+    assert sim.rec.ttft[1] == pytest.approx(_prefill_s(sim.ctx.engines.step, 16, 2048.0), rel=1e-9)
+
+
+def test_requests_in_flight_are_counted_per_requester(tmp_path):
+    """The least-loaded router sees each running request: three requests a microsecond apart (each still
+    running when the next arrives) land on three instances, and every count returns to zero at the end."""
+    reqs = [{"arrival_s": k * 1e-6, "requester_hint": -1, "prompt_tokens": 16, "output_tokens": 4,
+             "chunk_ids": [0]} for k in range(3)]
+    trace = write_trace(tmp_path / "t.parquet", reqs, _chunks(1))
+    sim = Simulation(_testbed(trace, policy="always-route", router="least-loaded"))
+    seen = []
+    pick = sim.ctx.router.pick
+    sim.ctx.router.pick = lambda spec, cluster: seen.append(int(cluster.active.sum())) or pick(spec, cluster)
+    sim.run()
+    assert seen == [0, 1, 2] and len(set(sim.rec.requester.tolist())) == 3
+    assert not sim.ctx.cluster.active.any()

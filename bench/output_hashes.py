@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -92,6 +93,8 @@ def run_all(work: Path, only: list[str] | None) -> tuple[dict, dict]:
         if only and name not in only:
             continue
         out = work / "runs" / name
+        if out.exists():
+            shutil.rmtree(out)          # this script's own scratch output from an earlier invocation
         args = ["run", "-o", str(out), "--json", "--seed", "1", *extra]
         if trace is not None:
             args += ["--trace", str(work / f"{trace}.parquet")]

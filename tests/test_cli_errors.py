@@ -40,9 +40,11 @@ def test_trace_gen_refuses_to_replace_a_foreign_directory(cli, tmp_path):
 
 def test_validate_exit_code_is_propagated(cli, monkeypatch):
     from simroute.scenarios import validate as v
-    monkeypatch.setattr(v, "CHECKS", (lambda _tmp: v.Check("always fails", "x", "y", False),))
-    code, out, _ = cli("validate")
-    assert code == 1 and "NO" in out
+    failing = v.Row("always-fails", "x", "y", 1.0, 2.0, "x", 0.0, 1.5, "at most 1.5", "none")
+    monkeypatch.setattr(v, "SECTIONS", (lambda _ctx: [failing],))
+    code, out, _ = cli("validate", "--strict")
+    assert code == 1 and "FAIL" in out
+    assert cli("validate")[0] == 0          # without --strict a failing row is reported, not an error
 
 
 def test_calibrate_out_directory_is_rejected_before_probing(cli, tmp_path):

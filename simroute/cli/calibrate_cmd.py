@@ -9,6 +9,22 @@ import typer
 
 from simroute.cli.common import table
 
+# The paper's fit quality for the affine route model on H100 IBGDA ("Move the Query, Not the Cache", Table 2).
+PAPER_MAPE_AMORTISED = 0.07     # Mq >= 512
+PAPER_MAPE_FULL = 0.16          # the whole Mq sweep
+
+
+def mape_warnings(fits: dict[str, dict]) -> list[str]:
+    """One line per fit whose MAPE exceeds the paper's 7% (Mq >= 512) or 16% (all Mq)."""
+    out = []
+    for fabric, f in fits.items():
+        for key, limit, where in (("mape_amortised", PAPER_MAPE_AMORTISED, "Mq >= 512"),
+                                  ("mape_full", PAPER_MAPE_FULL, "all Mq")):
+            if f.get(key) is not None and f[key] > limit:
+                out.append(f"warning: {fabric}: affine fit MAPE {f[key]:.0%} ({where}) exceeds the paper's "
+                           f"{limit:.0%}; T_probe + Mq (q+p) / BW may not describe this path (see samples.parquet)")
+    return out
+
 
 def calibrate(
     out: Path = typer.Option(None, "--out", help="Profile to write (default calib/measured/<hostname>/profile.yaml);"
@@ -65,16 +81,19 @@ def calibrate(
     for line in lines:
         typer.echo(line)
 
-    fits = []
+    fits, fit_of = [], {}
     for o in cal.outcomes:
         f = o.results.get("fit") if o.ok else None
         if f:
+            fit_of[o.probe.name] = f
             fits.append([o.probe.name, f"{f['t_probe_s'] * 1e6:.1f}", f"{f['bw_Bps'] / 1e9:.3f}",
                          f"{o.results.get('bulk_Bps', o.results.get('multi_block_Bps', 0)) / 1e9:.3f}",
                          f"{f['turnaround_s'] * 1e6:.1f}", f"{f['mape_amortised']:.1%}", f"{f['mape_full']:.1%}"])
     if fits:
         table("affine fits (T = T_probe + turnaround + Mq (q+p) / BW)",
               ["fabric", "T_probe us", "BW GB/s", "bulk GB/s", "turnaround us", "MAPE Mq>=512", "MAPE all"], fits)
+    for line in mape_warnings(fit_of):
+        typer.secho(line, fg=typer.colors.YELLOW, err=True)
     typer.echo("measured: " + (", ".join(cal.measured()) or "nothing"))
     for name, why in cal.not_measured():
         typer.echo(f"not measured: {name} ({why})")

@@ -33,6 +33,8 @@ COMMAND_MODULES: list[str] = [
     "calibrate_cmd",
     "trace_cmd",
     "study_cmd",
+    "validate_cmd",
+    "report_cmd",
 ]
 
 

@@ -172,13 +172,15 @@ def model_chunk(
     for prim, col in (("route", "green"), ("fetch", "red"), ("local", "purple")):
         ax.plot(ct, d[f"{prim}_s"] * 1e6, color=col, label=prim)
     ax.set(xscale="log", yscale="log", xlabel="chunk tokens ct", ylabel="cost (us)",
-           title=f"cost vs chunk size, Mq = {mq}, {bw_gbps:g} GB/s")
+           title=f"cost vs chunk size, Mq = {mq}, {bw_gbps:g} GB/s, route exchanges: {route_exchanges.value}")
     ax.legend()
     save_png(fig, out / "chunk.png")
     from dataclasses import replace
     q = replace(p, fabrics=tuple(p.fabrics))
     lo = fetch_local_crossover_ct(q, mq=mq, fabric=f, prefill_us=1.5)
     hi = fetch_local_crossover_ct(q, mq=mq, fabric=f, prefill_us=0.5)
+    typer.echo(f"route exchanges: {route_exchanges.value}" + (" (the paper's accounting for Fig 1b: one exchange for"
+               " all layers; the simulator's default is per-layer)" if route_exchanges.value == "once" else ""))
     typer.echo(f"fetch beats local above ct ~ {lo:.0f}-{hi:.0f} tokens (c = 1.5..0.5 us); "
                f"wrote {out / 'chunk.csv'} and {out / 'chunk.png'}")
 
@@ -207,13 +209,31 @@ def model_bandwidth(
     fig, ax = plt.subplots(figsize=(6, 4.5))
     for prim, col in (("route", "green"), ("fetch", "red"), ("local", "purple")):
         ax.plot(d["bw_GBps"], d[f"{prim}_s"] * 1e6, color=col, label=prim)
-    ax.set(xscale="log", yscale="log", xlabel="effective bandwidth (GB/s)", ylabel="cost (us)",
-           title=f"cost vs bandwidth, Mq = {mq}, ct = {ct}")
-    ax.legend()
-    save_png(fig, out / "bandwidth.png")
     bw_star = float(route_loses_below_bw(mq, ct, p))
-    typer.echo(f"route's byte term exceeds fetch's splice below {bw_star / 1e9:.2f} GB/s (Mq (q+p) / T_splice); "
-               f"wrote {out / 'bandwidth.csv'} and {out / 'bandwidth.png'}")
+    ax.axvline(bw_star / 1e9, color="grey", ls=":", label=f"route bytes = fetch splice ({bw_star / 1e9:.2f} GB/s)")
+    cross = curve_crossing(d["bw_GBps"], d["route_s"], d["fetch_s"])
+    if cross is not None:
+        ax.axvline(cross, color="black", ls="--", lw=0.8, label=f"route = fetch ({cross:.2f} GB/s)")
+    ax.set(xscale="log", yscale="log", xlabel="effective bandwidth (GB/s)", ylabel="cost (us)",
+           title=f"cost vs bandwidth, Mq = {mq}, ct = {ct}, route exchanges: {route_exchanges.value}")
+    ax.legend(fontsize=8)
+    save_png(fig, out / "bandwidth.png")
+    typer.echo(f"route's byte term exceeds fetch's splice below {bw_star / 1e9:.2f} GB/s (Mq (q+p) / T_splice, "
+               "dotted line); " + (f"the route and fetch curves cross at {cross:.2f} GB/s (dashed)" if cross is not None
+                                   else "the route curve stays below fetch over the plotted range"))
+    typer.echo(f"wrote {out / 'bandwidth.csv'} and {out / 'bandwidth.png'}")
+
+
+def curve_crossing(x, a, b) -> float | None:
+    """The x (log-interpolated) where curve a - b changes sign, the first one; None if it never does."""
+    import numpy as np
+    x, diff = np.asarray(x, float), np.asarray(a, float) - np.asarray(b, float)
+    idx = np.flatnonzero(np.sign(diff[1:]) != np.sign(diff[:-1]))
+    if not len(idx):
+        return None
+    i = int(idx[0])
+    w = diff[i] / (diff[i] - diff[i + 1])
+    return float(np.exp(np.log(x[i]) + w * (np.log(x[i + 1]) - np.log(x[i]))))
 
 
 def _step_profile(calib: str, gpu: str):

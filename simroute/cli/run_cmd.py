@@ -1,4 +1,4 @@
-"""`simroute run` and `simroute validate`: the product's main job, as a thin layer over simroute.sim."""
+"""`simroute run`: the product's main job, as a thin layer over simroute.sim."""
 
 from __future__ import annotations
 
@@ -148,40 +148,5 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
             f"outputs in {out}/")
 
 
-def validate(
-    ark: bool = typer.Option(False, "--ark", help="Also run the ARK scenario: ECMP vs ARK over a QPS sweep."),
-    ark_qps: str = typer.Option("5,15,25", help="QPS values of the ARK sweep (comma-separated)."),
-    ark_duration: float = typer.Option(120.0, help="Simulated seconds per ARK point."),
-    seed: int = typer.Option(0, help="Seed of the ARK traces."),
-) -> None:
-    """Reproduce the paper's effects with the simulator: paper value next to simulated value.
-
-    Exits 1 if any effect is not reproduced. Example: simroute validate --ark --ark-qps 10,25
-    """
-    from simroute.scenarios.validate import run_checks
-    if ark:
-        _ark_table([float(q) for q in ark_qps.split(",") if q.strip()], ark_duration, seed)
-    checks = run_checks()
-    table("paper effects, simulated", ["effect", "paper", "simulated", "ok"],
-          [[c.effect, c.paper, c.simulated, "yes" if c.ok else "NO"] for c in checks])
-    if not all(c.ok for c in checks):
-        raise typer.Exit(1)
-
-
-def _ark_table(qps: list[float], duration: float, seed: int) -> None:
-    from simroute.scenarios.ark import ark_sweep
-    pts = ark_sweep(qps, duration_s=duration, seed=seed)
-    rows = []
-    for e, a in zip(pts[::2], pts[1::2]):
-        red = lambda x, y: f"{100 * (y - x) / x:+.1f}%" if x else "-"
-        rows.append([f"{e.qps:g}", f"{e.fct_mean_ms:.0f} / {a.fct_mean_ms:.0f} ({red(e.fct_mean_ms, a.fct_mean_ms)})",
-                     f"{e.fct_p95_ms:.0f} / {a.fct_p95_ms:.0f} ({red(e.fct_p95_ms, a.fct_p95_ms)})",
-                     f"{e.ttft_mean_ms:.0f} / {a.ttft_mean_ms:.0f} ({red(e.ttft_mean_ms, a.ttft_mean_ms)})",
-                     f"{e.peak_spine_flows} / {a.peak_spine_flows}"])
-    table("ARK scenario, ECMP / ARK (paper: mean / P95 FCT -27.3% / -34.0% at QPS 25; peak per-spine flows "
-          "18 vs < 8)", ["QPS", "mean KV-transfer FCT ms", "P95 FCT ms", "mean TTFT ms", "peak flows/spine"], rows)
-
-
 def register(app: typer.Typer) -> None:
     app.command("run")(run_command())
-    app.command("validate")(validate)

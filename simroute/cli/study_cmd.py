@@ -1,4 +1,4 @@
-"""`simroute sweep` and `simroute report`: thin layers over simroute.study."""
+"""`simroute sweep`: a thin layer over simroute.study (`report` lives in report_cmd.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from simroute.cli.common import checked, console
 
 
 def sweep(
-    study_file: Path = typer.Argument(..., help="Study YAML (see docs/STUDIES.md and studies/)."),
+    study_file: Path = typer.Argument(..., help="Study YAML or a shipped study's name (see docs/STUDIES.md and "
+                                                "studies/)."),
     out: Path = typer.Option(None, "-o", "--out", help="Study directory (default: results/studies/<name>)."),
     quick: bool = typer.Option(False, "--quick", help="Apply the study's `quick:` overrides (small variant)."),
     jobs: int = typer.Option(None, "-j", "--jobs", help="Local worker processes (default: all cores; 1: inline).",
@@ -26,8 +27,9 @@ def sweep(
 
     Example: simroute sweep studies/ark-ecmp-vs-ark.yaml --quick -o results/ark && simroute report results/ark
     """
+    from simroute.shipped import resolve_input
     from simroute.study import load_study, run_study
-    study = load_study(study_file, quick=quick)
+    study = load_study(Path(resolve_input("study", study_file)), quick=quick)
     out = out or Path("results") / "studies" / (study.name + ("-quick" if quick else ""))
     run = run_study(study, out, jobs=jobs, ray_address=ray_address, max_points=max_points,
                     retry_failed=retry_failed, progress=progress)
@@ -45,26 +47,5 @@ def sweep(
         raise typer.Exit(1)
 
 
-def report(
-    directory: Path = typer.Argument(..., help="A study directory (from sweep) or a run directory (from run)."),
-    fmt: str = typer.Option("html", "--format", help="html (PNG plots + one self-contained page) | md (stdout)."),
-    out: Path = typer.Option(None, "-o", "--out", help="Report directory (default: DIR/report)."),
-) -> None:
-    """Tables and plots of a study or a run, from its output files only.
-
-    Example: simroute report results/ark  (writes results/ark/report/report.html); simroute report results/run --format md
-    """
-    from simroute.errors import ConfigurationError
-    from simroute.study.report import write_report
-    if fmt not in ("html", "md"):
-        raise ConfigurationError("must be html or md", field="--format")
-    res = write_report(directory, out=out, fmt=fmt)
-    if fmt == "md":
-        typer.echo(res)
-    else:
-        console().print(f"report: {res}")
-
-
 def register(app: typer.Typer) -> None:
     app.command("sweep")(sweep)
-    app.command("report")(report)

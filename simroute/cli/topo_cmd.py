@@ -1,4 +1,4 @@
-"""`simroute topo show FILE [--png OUT]`: summarise (and draw) a topology file."""
+"""`simroute topo show FILE|NAME [--png OUT]`: summarise (and draw) a topology file or a shipped topology."""
 
 from __future__ import annotations
 
@@ -7,67 +7,85 @@ from pathlib import Path
 import typer
 
 
+LAYERS = ("GPU", "host / NIC", "leaf", "spine / agg", "core")
+TIER_COLOURS = {"nvlink": "tab:green", "pcie": "tab:olive", "xsocket": "tab:red", "nic-leaf": "tab:blue",
+                "leaf-spine": "tab:purple", "spine-core": "tab:orange"}
+GPU_ROW_LIMIT = 128     # past this many GPUs the GPU row (and its host-internal links) is left out
+
+
+def _layer(node: str) -> int:
+    if node.startswith("core"):
+        return 4
+    if node.startswith(("spine", "agg")):
+        return 3
+    if node.startswith("leaf"):
+        return 2
+    return 1 if node.endswith((".nvs", ".nic")) or ".s" in node else 0
+
+
+def _natural(name: str) -> list:
+    import re
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
 def _draw(topo, out: Path) -> None:
-    """Layered drawing: GPUs / host nodes at the bottom, then leaves, spines (aggs), cores."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from simroute.ioutil import atomic_path
-
-    def layer(n: str) -> int:
-        if n.startswith("core"):
-            return 4
-        if n.startswith(("spine", "agg")):
-            return 3
-        if n.startswith("leaf"):
-            return 2
-        return 1 if n.endswith((".nvs", ".nic")) or ".s" in n else 0
-
-    g = topo.graph
+    """Layered drawing: GPUs and host nodes at the bottom, then leaves, spines (aggs), cores. Large fabrics drop
+    the GPU row, thin their lines by link count, and the legend lists only the tiers drawn."""
+    from simroute.plotting import pyplot, save_png
+    plt = pyplot()
+    drop_gpus = len(topo.gpus) > GPU_ROW_LIMIT
     rows: dict[int, list[str]] = {}
-    for n in g.nodes:
-        rows.setdefault(layer(n), []).append(n)
+    for n in topo.graph.nodes:
+        if not (drop_gpus and _layer(n) == 0):
+            rows.setdefault(_layer(n), []).append(n)
     pos = {}
     for y, names in rows.items():
-        names.sort(key=lambda s: [int(t) if t.isdigit() else t for t in __import__("re").split(r"(\d+)", s)])
+        names.sort(key=_natural)
         for i, n in enumerate(names):
             pos[n] = ((i + 0.5) / len(names), y)
-    colours = {"nvlink": "tab:green", "pcie": "tab:olive", "xsocket": "tab:red", "nic-leaf": "tab:blue",
-               "leaf-spine": "tab:purple", "spine-core": "tab:orange"}
-    fig, ax = plt.subplots(figsize=(12, 6))
-    for l in topo.links:
-        if l.src < l.dst:
-            (x0, y0), (x1, y1) = pos[l.src], pos[l.dst]
-            ax.plot([x0, x1], [y0, y1], color=colours.get(l.tier, "grey"), lw=0.5, alpha=0.6)
+    host_node = {n.split(".")[0]: n for n in rows.get(1, [])}
+    alias = {n: n if n in pos else host_node.get(n.split(".")[0]) for n in topo.graph.nodes}  # a GPU -> its host
+    drawn: dict[str, set] = {}
+    count: dict[str, int] = {}
+    for link in topo.links:
+        count[link.tier] = count.get(link.tier, 0) + (link.src < link.dst)
+        a, b = alias.get(link.src), alias.get(link.dst)
+        if a and b and a != b and link.src < link.dst:
+            drawn.setdefault(link.tier, set()).add((pos[a], pos[b]))
+    fig, ax = plt.subplots(figsize=(14, 7))
+    for tier, segs in drawn.items():
+        lw, alpha = (0.8, 0.8) if len(segs) < 200 else (0.25, 0.35)
+        for (x0, y0), (x1, y1) in segs:
+            ax.plot([x0, x1], [y0, y1], color=TIER_COLOURS.get(tier, "grey"), lw=lw, alpha=alpha)
+        ax.plot([], [], color=TIER_COLOURS.get(tier, "grey"), lw=2, label=f"{tier} ({count[tier]} links)")
     for y, names in rows.items():
-        ax.scatter([pos[n][0] for n in names], [y] * len(names), s=8 if len(names) > 64 else 25, zorder=3,
+        ax.scatter([pos[n][0] for n in names], [y] * len(names), s=6 if len(names) > 64 else 25, zorder=3,
                    color="black")
-    for tier, c in colours.items():
-        ax.plot([], [], color=c, label=tier)
     s = topo.summary()
+    note = f"; GPUs drawn as their hosts ({s['gpus_per_host']} each)" if drop_gpus else ""
     ax.set_title(f"{s['name']}: {s['gpus']} GPUs, bisection {s['bisection_GBps']:.0f} GB/s, "
-                 f"oversubscription {s['oversubscription']:.2f}:1")
-    ax.legend(loc="upper right", fontsize=8)
-    ax.set_yticks(range(5), ["GPU", "host", "leaf", "spine/agg", "core"])
+                 f"oversubscription {s['oversubscription']:.2f}:1{note}")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, title="tier")
+    ax.set_yticks(sorted(rows), [f"{LAYERS[y]} ({len(rows[y])})" for y in sorted(rows)])
     ax.set_xticks([])
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, format="png", dpi=110)
-    plt.close(fig)
+    ax.set_ylim(min(rows) - 0.3, max(rows) + 0.3)
+    save_png(fig, out)
 
 
 def register(app: typer.Typer) -> None:
     topo = typer.Typer(help="Inspect cluster topologies.", no_args_is_help=True)
 
     @topo.command("show")
-    def show(file: Path = typer.Argument(..., help="topology YAML"),
+    def show(file: str = typer.Argument(..., help="Topology YAML or a shipped name (fattree, fattree-1024, "
+                                                  "paper-testbed, ark-leafspine, ark-paper)."),
              png: Path | None = typer.Option(None, "--png", help="also draw it into this PNG")) -> None:
         """Print a summary: GPUs, links per tier, bisection bandwidth, oversubscription.
 
-        Example: simroute topo show topologies/fattree-1024.yaml --png fattree.png
+        Example: simroute topo show fattree-1024 --png fattree.png
         """
         from simroute.network import load_topology
-        t = load_topology(file)
+        from simroute.shipped import resolve_input
+        t = load_topology(resolve_input("topology", file, strict=True))
         s = t.summary()
         rows = [("topology", s["name"]), ("hosts x GPUs", f"{s['hosts']} x {s['gpus_per_host']} = {s['gpus']}"),
                 ("intra-host", s["intra"]), ("NIC", f"per {s['nic_per']}, {s['nic_GBps']:g} GB/s"),

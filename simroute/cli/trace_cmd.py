@@ -82,7 +82,8 @@ def gen(
 @trace_app.command("import")
 def import_(
     fmt: str = typer.Argument(..., metavar="FORMAT", help="mooncake, azure, burstgpt or agent."),
-    files: list[Path] = typer.Argument(..., metavar="FILE...", help="Input file(s); agent also takes directories."),
+    files: list[Path] = typer.Argument(..., metavar="FILE...", help="Input file(s); agent also takes directories; "
+                                                                   "mooncake-sample is a shipped excerpt."),
     output: Path = typer.Option(..., "-o", "--output", help="Output trace directory, named *.parquet."),
     time_scale: float = typer.Option(1.0, "--time-scale", help="Multiply all times (arrivals, think times); > 0.",
                                      callback=checked("--time-scale", minimum=0, exclusive_minimum=True)),
@@ -96,8 +97,10 @@ def import_(
 
     Example: simroute trace import mooncake mooncake_trace.jsonl -o mooncake.parquet
     """
+    from simroute.shipped import resolve_input
     from simroute.workload.importers import import_trace
 
+    files = [Path(resolve_input("sample", f)) for f in files]
     path = import_trace(fmt, files, output, time_scale=time_scale, load_scale=load_scale, strict=strict,
                         block_tokens=block_tokens, warn=_warn)
     typer.echo(f"wrote {path}")

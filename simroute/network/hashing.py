@@ -6,8 +6,6 @@ hash (HPCC's ns-3 uses Murmur3 seeded by the switch id; any good mixer gives the
 
 from __future__ import annotations
 
-import numpy as np
-
 M64 = (1 << 64) - 1
 ROCE_DPORT = 4791
 UDP = 17
@@ -20,15 +18,6 @@ def mix64(x: int) -> int:
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
     x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
     return x ^ (x >> 31)
-
-
-def mix64_array(x: np.ndarray) -> np.ndarray:
-    """`mix64` over a uint64 array (same values as the scalar version, element by element)."""
-    x = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
 
 
 def flow_key(src: int, dst: int, sport: int, dport: int = ROCE_DPORT, proto: int = UDP) -> int:

@@ -4,9 +4,9 @@ Network words only: "prefill -> decode KV transfers" here are elephant flows fro
 a sink GPU pool; the simulation layer maps requests onto them.
 
 Flow sizes (documented choice): the all-layer KV of a prompt, from the model geometry (default DeepSeek-V2-Lite,
-absorbed MLA: 1152 B per token-layer x 27 layers, "Move the Query, Not the Cache" §2), with tokens lognormal (median 4096, sigma 0.5) clipped to [1024, 8192]:
-31-255 MB, mean ~140 MB, i.e. 1.3-10 ms alone on a 25 GB/s NIC. The QPS sweep is relative to the fabric
-(ark-leafspine: 800 GB/s from the source leaves, so ~2800 QPS is 50% load); `load` is printed beside it.
+absorbed MLA: 1152 B per token-layer x 27 layers, "Move the Query, Not the Cache" §2), with tokens lognormal
+(median 4096, sigma 0.5) clipped to [1024, 8192]: 31-255 MB, mean ~140 MB, i.e. 1.3-10 ms alone on a 25 GB/s
+NIC. The QPS sweep is relative to the fabric (ark-leafspine: 800 GB/s from the source leaves, so ~2800 QPS is 50% load); `load` is printed beside it.
 """
 
 from __future__ import annotations
@@ -145,7 +145,8 @@ def closed_loop_rtt(topology: Topology, k_background: int, *, rows: int = 256, q
     """Mean round trip of one measured requester with K background closed-loop requesters on its uplink.
 
     Each loop: query (rows x q_bytes) out, holder compute, partial (rows x p_bytes) back; the probe is a
-    round-trip signal, charged half each way. All K+1 loops share the requester GPU's NIC uplink (Fig 7).
+    round-trip signal, charged half each way, and already holds the path's propagation (as in the simulator's
+    dispatcher, links' latency is not added again). All K+1 loops share the requester GPU's NIC uplink (Fig 7).
     """
     requester = requester or topology.gpus[0]
     G = topology.spec.gpus_per_host
@@ -160,10 +161,10 @@ def closed_loop_rtt(topology: Topology, k_background: int, *, rows: int = 256, q
         for _ in range(rounds):
             t0 = env.now
             yield env.timeout(eng.message_delay(requester, holder, rows * q_bytes, t_probe_s=t_probe_s / 2,
-                                                single_block_Bps=single_block_Bps))
+                                                single_block_Bps=single_block_Bps, include_latency=False))
             yield env.timeout(compute_s)
             yield env.timeout(eng.message_delay(holder, requester, rows * p_bytes, t_probe_s=t_probe_s / 2,
-                                                single_block_Bps=single_block_Bps))
+                                                single_block_Bps=single_block_Bps, include_latency=False))
             if measured:
                 rtts.append(env.now - t0)
 

@@ -63,7 +63,7 @@ class RunConfig:
     replicas: int = setting(1, "Copies of each hot chunk under `popularity` placement.", minimum=1)
     hot_fraction: float = setting(0.01, "Share of chunks replicated under `popularity` placement.", minimum=0,
                                   maximum=1)
-    router: str = setting("hint", "Requester choice per request.", choices=ROUTERS)
+    router: str = setting("affinity", "Requester choice per request.", choices=ROUTERS)
     tp: int = setting(1, "GPUs per instance (a tensor-parallel group inside a host).", minimum=1)
     hbm_gb: float | None = setting(None, "HBM per GPU (GB): weights, running sequences' KV, canonical chunks and "
                                          "copies share it; the GPU entry's capacity if unset.", minimum=0,
@@ -104,6 +104,9 @@ class RunConfig:
     link_series: bool = setting(False, "Also write per-link utilisation time series (large on long runs).")
 
     def __post_init__(self) -> None:
+        from simroute.shipped import resolve_input
+        for kind in ("topology", "trace", "calib"):   # a shipped name stands for its file
+            object.__setattr__(self, kind, resolve_input(kind, getattr(self, kind)))
         hints = typing.get_type_hints(type(self))
         for f in fields(self):
             value = _checked(f.name, getattr(self, f.name), hints[f.name], f.metadata)

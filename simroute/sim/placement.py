@@ -18,8 +18,17 @@ from typing import ClassVar
 
 import numpy as np
 
-from simroute.network.hashing import mix64, mix64_array
+from simroute.network.hashing import mix64
 from simroute.sim.registry import Registry
+
+
+def mix64_array(x: np.ndarray) -> np.ndarray:
+    """`simroute.network.hashing.mix64` (SplitMix64) over a uint64 array (a test checks they agree)."""
+    x = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ import pandas as pd
 
 from simroute.plotting import pyplot, save_png
 
-NET_TIERS = ("leaf-spine", "spine-core", "nic-leaf")
 
 
 def _xs(values: pd.Series) -> tuple[np.ndarray, list[str] | None]:
@@ -77,7 +76,8 @@ def fct_vs_load(agg: pd.DataFrame, x: str, out: Path) -> Path | None:
 
 
 def frontier(agg: pd.DataFrame, x: str, slo: list[str], searches: list[dict[str, Any]], out: Path) -> Path | None:
-    """The SLO frontier: a search's answer per group, or SLO attainment against x with the last x that meets it."""
+    """The SLO frontier: a search's answer per group, or each SLO condition's metric against x with its
+    threshold (the study's SLO, not each run's own attainment)."""
     plt = pyplot()
     if searches:
         labels = [", ".join(f"{k}={v}" for k, v in s["labels"].items()) or "base" for s in searches]
@@ -92,28 +92,31 @@ def frontier(agg: pd.DataFrame, x: str, slo: list[str], searches: list[dict[str,
         ax.set_ylabel(f"{s0['goal']} {s0['field']}")
         ax.set_title(f"{s0['goal']} {s0['field']} meeting {' and '.join(s0['slo'])}")
         return save_png(fig, out)
-    if agg.empty or agg["slo_attainment"].isna().all():
+    from simroute.study.search import parse_slo
+    conds = [c for c in (parse_slo(t) for t in slo) if c.column in agg]
+    if agg.empty or not conds or x not in agg:
         return None
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for i, (series, g) in enumerate(agg.groupby("series", sort=False)):
-        xs, cats = _xs(g[x])
-        order = np.argsort(xs)
-        ax.plot(xs[order], g["slo_attainment"].to_numpy()[order], "o-", color=f"C{i % 10}", label=series or "all")
-        if "meets" in g and g["meets"].any():
-            last = xs[order][g["meets"].to_numpy()[order]].max()
-            ax.axvline(last, color=f"C{i % 10}", ls=":", lw=1)
-        if cats:
-            ax.set_xticks(range(len(cats)), cats, rotation=30, ha="right")
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_xlabel(x)
-    ax.set_ylabel("SLO attainment (TTFT and TPOT)")
-    ax.set_title("SLO frontier" + (f" (dotted: last {x} meeting {' and '.join(slo)})" if slo else ""), fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    fig, axes = plt.subplots(1, len(conds), figsize=(6.5 * len(conds), 4), squeeze=False)
+    for ax, c, text in zip(axes[0], conds, slo):
+        for i, (series, g) in enumerate(agg.groupby("series", sort=False)):
+            xs, cats = _xs(g[x])
+            order = np.argsort(xs)
+            y, met = g[c.column].to_numpy(float)[order], g["meets"].astype(bool).to_numpy()[order]
+            ax.plot(xs[order], y, "-", color=f"C{i % 10}", label=f"{series or 'all'} ({c.column})")
+            ax.scatter(xs[order][met], y[met], color=f"C{i % 10}", zorder=3)
+            ax.scatter(xs[order][~met], y[~met], facecolors="none", edgecolors=f"C{i % 10}", zorder=3)
+            if cats:
+                ax.set_xticks(range(len(cats)), cats, rotation=30, ha="right")
+        ax.axhline(c.value, color="black", ls=":", lw=1, label=f"SLO {text}")
+        ax.set_xlabel(x)
+        ax.set_ylabel(c.column)
+        ax.set_title("SLO frontier at the study's SLO (filled: every seed meets it)", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
     return save_png(fig, out)
 
 
-def bytes_per_primitive(agg: pd.DataFrame, label_col: str, out: Path) -> Path | None:
+def bytes_per_primitive(agg: pd.DataFrame, label_col: str, out: Path, *, over_seeds: bool = True) -> Path | None:
     """Stacked bytes moved per primitive (route messages, fetch copies, PD transfers) per configuration."""
     cols = [("bytes_route", "route"), ("bytes_fetch", "fetch"), ("bytes_pd_transfer", "pd transfer")]
     if agg.empty or not agg[[c for c, _ in cols]].fillna(0).to_numpy().any():
@@ -127,60 +130,40 @@ def bytes_per_primitive(agg: pd.DataFrame, label_col: str, out: Path) -> Path | 
         ax.bar(range(len(agg)), v, bottom=bottom, label=name, color=f"C{i}")
         bottom += v
     ax.set_xticks(range(len(agg)), agg[label_col], rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("GB (mean over seeds)")
+    ax.set_ylabel("GB (mean over seeds)" if over_seeds else "GB")
     ax.set_title("bytes per primitive")
     ax.legend(fontsize=8)
     return save_png(fig, out)
 
 
 def link_heatmap(links: dict[str, pd.DataFrame], out: Path) -> Path | None:
-    """Mean utilisation of every network link (rows: runs; columns: links, grouped by tier)."""
+    """Mean utilisation of the busiest network links, named and grouped by tier (rows: runs)."""
+    from simroute.study.figures import _named_links
     frames = {k: v for k, v in links.items() if v is not None and len(v)}
     if not frames:
         return None
-    first = next(iter(frames.values()))
-    tiers = [t for t in NET_TIERS if (first["tier"] == t).any()] or sorted(first["tier"].unique())
-    sel = first[first["tier"].isin(tiers)].sort_values(["tier", "src", "dst"])
+    sel = _named_links(next(iter(frames.values()))).head(96)
     ids = sel["link"].to_numpy()
     mat = np.array([f.set_index("link").reindex(ids)["mean_utilisation"].to_numpy(dtype=float)
                     for f in frames.values()])
-    if not np.isfinite(mat).any():
+    if not len(ids) or not np.isfinite(mat).any():
         return None
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(min(16, 3 + 0.05 * len(ids)), 1.2 + 0.4 * len(frames)))
-    im = ax.imshow(mat, aspect="auto", cmap="viridis", interpolation="nearest", vmin=0)
+    fig, ax = plt.subplots(figsize=(min(18, 4 + 0.16 * len(ids)), 2.6 + 0.4 * len(frames)))
+    im = ax.imshow(mat, aspect="auto", cmap="viridis", interpolation="nearest", vmin=0, vmax=1)
     ax.set_yticks(range(len(frames)), list(frames), fontsize=7)
-    bounds = np.flatnonzero(sel["tier"].to_numpy()[1:] != sel["tier"].to_numpy()[:-1]) + 0.5
-    for b in bounds:
-        ax.axvline(b, color="w", lw=0.8)
-    ax.set_xlabel("link (" + " | ".join(t for t in sel["tier"].unique()) + ")")
-    ax.set_title("mean link utilisation")
+    tiers = sel["tier"].to_numpy()
+    for b in np.flatnonzero(tiers[1:] != tiers[:-1]) + 0.5:
+        ax.axvline(b, color="w", lw=1.5)
+    ax.set_xticks(range(len(ids)), [f"{t}: {n}" for t, n in zip(tiers, sel["name"])], rotation=90, fontsize=5)
+    ax.set_title("mean link utilisation (busiest links per tier, src -> dst)")
     fig.colorbar(im, ax=ax, fraction=0.03)
     return save_png(fig, out)
 
 
-def spine_matrix(spines: pd.DataFrame, bins: int = 120) -> tuple[np.ndarray, list[str], float] | None:
-    """Max concurrent flows per spine per time bin, from the step series (t, spine, active_flows)."""
-    if spines is None or spines.empty:
-        return None
-    names = sorted(spines["spine"].unique(), key=lambda s: (len(str(s)), str(s)))
-    t_end = float(spines["t_s"].max()) or 1.0
-    edges = np.linspace(0.0, t_end, bins + 1)
-    mat = np.zeros((len(names), bins))
-    for i, name in enumerate(names):
-        g = spines[spines["spine"] == name].sort_values("t_s", kind="stable")
-        t, v = g["t_s"].to_numpy(float), g["active_flows"].to_numpy(float)
-        start = np.searchsorted(t, edges[:-1], side="right") - 1
-        base = np.where(start >= 0, v[np.maximum(start, 0)], 0.0)
-        idx = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, bins - 1)
-        inbin = np.zeros(bins)
-        np.maximum.at(inbin, idx, v)
-        mat[i] = np.maximum(base, inbin)
-    return mat, [str(n) for n in names], t_end
-
-
 def spine_heatmap(spines: dict[str, pd.DataFrame], out: Path) -> Path | None:
     """Per-spine concurrent flows over time, one panel per run (the ARK paper's Fig 3)."""
+    from simroute.study.figures import spine_matrix
     mats = {k: m for k, v in spines.items() if (m := spine_matrix(v)) is not None}
     if not mats:
         return None
@@ -188,9 +171,9 @@ def spine_heatmap(spines: dict[str, pd.DataFrame], out: Path) -> Path | None:
     vmax = max(m[0].max() for m in mats.values()) or 1
     fig, axes = plt.subplots(len(mats), 1, figsize=(9, 0.6 + 1.6 * len(mats)), squeeze=False,
                              constrained_layout=True)
-    for ax, (label, (mat, names, t_end)) in zip(axes[:, 0], mats.items()):
+    for ax, (label, (mat, names, edges)) in zip(axes[:, 0], mats.items()):
         im = ax.imshow(mat, aspect="auto", cmap="magma", interpolation="nearest", vmin=0, vmax=vmax,
-                       extent=(0, t_end, len(names) - 0.5, -0.5))
+                       extent=(0, edges[-1], len(names) - 0.5, -0.5))
         ax.set_yticks(range(len(names)), names, fontsize=7)
         ax.set_title(label, fontsize=8)
     axes[-1, 0].set_xlabel("simulated time (s)")
@@ -208,9 +191,12 @@ def latency_cdf(requests: pd.DataFrame, out: Path) -> Path | None:
     for ax, col, title in zip(axes, ("ttft_s", "tpot_s"), ("TTFT", "TPOT")):
         v = np.sort(done[col].dropna().to_numpy() * 1e3)
         if v.size:
-            ax.plot(v, np.arange(1, v.size + 1) / v.size)
-            for q in (50, 99):
-                ax.axvline(np.percentile(v, q), ls=":", color="grey")
+            ax.plot(v, np.arange(1, v.size + 1) / v.size, drawstyle="steps-post", label=f"{title} CDF")
+            for q, style in ((50, "--"), (99, ":")):
+                x = np.percentile(v, q)
+                ax.axvline(x, ls=style, color="grey", label=f"p{q} = {x:.3g} ms")
+            ax.legend(fontsize=7, loc="lower right")
+        ax.ticklabel_format(axis="x", useOffset=False, style="plain")
         ax.set_xlabel(f"{title} (ms)")
         ax.set_ylabel("fraction of requests")
         ax.grid(alpha=0.3)

@@ -1,14 +1,16 @@
-"""`simroute report DIR`: tables and PNG plots of a study (or a single run) plus one self-contained HTML page.
+"""`simroute report DIR`: one self-contained interactive HTML page of a study (or a single run), PNG exports of
+its figures for papers, or Markdown tables.
 
-Reads only output files: a study's study.json, points/*.parquet, search.json and runs/<key>/net_*.parquet; a
-run's summary.json and its Parquet tables. Images are embedded as base64, so the page travels alone.
+Reads only output files: a study's study.json, points/*.parquet, search.json and runs/<key>/*.parquet; a run's
+summary.json and its Parquet tables. The page inlines plotly.js (simroute.study.figures), so it works offline.
+A search study's link and spine figures are drawn at each group's answer, a grid's at its largest x.
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +18,8 @@ import numpy as np
 import pandas as pd
 
 from simroute.errors import ConfigurationError
-from simroute.ioutil import write_text_atomic
-from simroute.study import plots
+from simroute.ioutil import load_json, write_text_atomic
+from simroute.study import figures, plots
 from simroute.study.search import meets
 from simroute.study.store import Store
 
@@ -28,23 +30,47 @@ MEAN_COLS = CI_COLS + ["slo_attainment", "bytes_route", "bytes_fetch", "bytes_pd
                        "fct_pd_mean_ms", "fct_pd_p95_ms"]
 
 
-def write_report(directory: str | Path, out: str | Path | None = None, fmt: str = "html") -> Path | str:
-    """Report on a study or run directory. html: writes PNGs + report.html, returns its path; md: returns text."""
+@dataclass
+class Figure:
+    """One figure of a report: its caption, the interactive builder and (optionally) the PNG export."""
+
+    caption: str
+    interactive: Callable[[], Any]
+    png: Callable[[Path], Path | None] | None = None
+
+
+@dataclass
+class Report:
+    title: str
+    sections: list[tuple[str, pd.DataFrame]]
+    figures: list[Figure]
+    notes: list[str] = field(default_factory=list)
+
+
+def write_report(directory: str | Path, out: str | Path | None = None, fmt: str = "html",
+                 png: bool = True) -> Path | str:
+    """Report on a study or run directory. html: writes report.html (+ PNGs), returns its path; md: the text."""
     d = Path(directory)
     if (d / "study.json").exists() or (d / "points").is_dir():
-        sections, figs, title = _study(d)
+        rep = _study(d)
     elif (d / "summary.json").exists():
-        sections, figs, title = _run(d)
+        rep = _run(d)
     else:
         raise ConfigurationError("neither a study directory (study.json, points/) nor a run directory "
                                  "(summary.json)", file=d)
     if fmt == "md":
-        return "\n".join([f"# {title}", ""] + [f"## {h}\n\n{_md(t)}\n" for h, t in sections if len(t)])
+        return "\n".join([f"# {rep.title}", ""] + [f"> {n}\n" for n in rep.notes]
+                         + [f"## {h}\n\n{_md(t)}\n" for h, t in rep.sections if len(t)])
     out_dir = Path(out) if out else d / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
-    pngs = [(cap, p) for cap, fn in figs if (p := fn(out_dir)) is not None]
+    drawn = [(f.caption, fig) for f in rep.figures if (fig := f.interactive()) is not None]
+    if png:
+        for f in rep.figures:
+            if f.png is not None:
+                f.png(out_dir)
+    tables = [(h, _html_table(t)) for h, t in rep.sections if len(t)]
     page = out_dir / "report.html"
-    write_text_atomic(page, _html(title, sections, pngs))
+    write_text_atomic(page, figures.page(rep.title, tables, drawn, rep.notes))
     return page
 
 
@@ -120,24 +146,76 @@ def _representatives(df: pd.DataFrame, x: str | None, series: list[str], limit: 
     return out
 
 
+def _answer_runs(df: pd.DataFrame, searches: list[dict[str, Any]], limit: int = 8) -> dict[str, str]:
+    """Per search group, the run at its answer (smallest seed): what the link and spine figures show."""
+    ok = df[df["status"] == "ok"]
+    out: dict[str, str] = {}
+    for s in searches:
+        col = f"axis:{s['field']}"
+        if s["answer"] is None or col not in ok:
+            continue
+        g = ok[pd.to_numeric(ok[col], errors="coerce") == float(s["answer"])]
+        for k, v in s["labels"].items():
+            if f"axis:{k}" in g:
+                g = g[g[f"axis:{k}"].astype(str) == str(v)]
+        if len(g):
+            label = ", ".join(f"{k}={v}" for k, v in s["labels"].items())
+            out[(label + " @ " if label else "") + f"{s['field']}={s['answer']}"] = g.sort_values("seed")["key"].iloc[0]
+        if len(out) >= limit:
+            break
+    return out
+
+
+STUDY_META = {"name": str, "description": str, "axes": dict, "cases": dict, "report": dict,
+              "search": (dict, type(None)), "slo": (str, list, type(None))}
+
+
+def load_study_meta(path: Path) -> dict[str, Any]:
+    """study.json, checked for the fields a report reads (a malformed one is one line naming file and field)."""
+    meta = load_json(path)
+    if not isinstance(meta, dict):
+        raise ConfigurationError("must be a JSON object", file=path)
+    for key, kind in STUDY_META.items():
+        if key in meta and not isinstance(meta[key], kind):
+            raise ConfigurationError(f"has the wrong type ({type(meta[key]).__name__})", file=path, field=key)
+    return meta
+
+
 def _read_parquet(path: Path) -> pd.DataFrame | None:
     return pd.read_parquet(path) if path.exists() else None
 
 
-def _study(d: Path):
-    meta = json.loads((d / "study.json").read_text()) if (d / "study.json").exists() else {}
+def _tpot_modelled(agg: pd.DataFrame) -> bool:
+    """False when every point's TPOT is exactly 0 (no decode step time and no cross-instance decode work)."""
+    return "tpot_ms_p99" in agg and bool(agg["tpot_ms_p99"].fillna(0).abs().max() > 0)
+
+
+def _study(d: Path) -> Report:
+    meta = load_study_meta(d / "study.json") if (d / "study.json").exists() else {}
     df = Store(d).read()
-    searches = json.loads((d / "search.json").read_text()) if (d / "search.json").exists() else []
+    searches = load_json(d / "search.json") if (d / "search.json").exists() else []
+    if not isinstance(searches, list):
+        raise ConfigurationError("must be a list of search results", file=d / "search.json")
     x, series = axes_of(meta) if meta else (None, [])
     slo = list(meta.get("slo") or (meta.get("search") or {}).get("slo") or [])
     agg = aggregate(df, x, series, slo)
+    notes = []
     table_cols = ["config", "seeds", *CI_COLS, "slo_attainment", "completed", "bytes_route", "bytes_fetch",
                   "bytes_pd_transfer", "max_link_utilisation", "peak_spine_flows"]
     has_pd = len(agg) and "bytes_pd_transfer" in agg and float(agg["bytes_pd_transfer"].max()) > 0
     if has_pd:   # prefill -> decode KV transfers: their FCT is the ARK paper's headline metric
         table_cols[table_cols.index("bytes_pd_transfer") + 1:1] = ["fct_pd_mean_ms", "fct_pd_p95_ms"]
+    if len(agg) and not _tpot_modelled(agg):
+        table_cols = [c for c in table_cols if not c.startswith("tpot_ms")]
+        notes.append("TPOT is 0 at every point (no decode step time and no cross-instance decode work in these "
+                     "runs), so it is left out.")
+    if slo:
+        notes.append(f"SLO of this study: {' and '.join(slo)}. 'slo_attainment' is each run's own attainment "
+                     "(against the run's slo_ttft_ms / slo_tpot_ms); the frontier uses the study's SLO.")
     tab = _fmt(agg[[c for c in table_cols if c in agg]], agg) if len(agg) else pd.DataFrame()
-    sections: list[tuple[str, pd.DataFrame]] = [("Configurations (mean over seeds, ± 95% CI)", tab)]
+    multi_seed = bool(len(agg) and agg["seeds"].max() > 1)
+    sections: list[tuple[str, pd.DataFrame]] = [
+        ("Configurations" + (" (mean over seeds, ± 95% CI)" if multi_seed else " (one seed each)"), tab)]
     if searches:
         sections.append(("Capacity search", pd.DataFrame([{
             "group": ", ".join(f"{k}={v}" for k, v in s["labels"].items()) or "base",
@@ -154,25 +232,35 @@ def _study(d: Path):
         sections.append(("Failed points", pd.DataFrame({
             "key": failed["key"], "labels": failed["labels_json"], "seed": failed["seed"],
             "error": [e.splitlines()[0] if e else "" for e in failed["error"]]})))
-    reps = _representatives(df, x, series)
-    links = {k: _read_parquet(d / "runs" / v / "net_links.parquet") for k, v in reps.items()}
-    spines = {k: _read_parquet(d / "runs" / v / "net_spines.parquet") for k, v in reps.items()}
-    xx = x or "_"
-    figs = [("TTFT and TPOT percentiles vs " + str(x), lambda o: plots.latency_vs_load(agg, xx, o / "latency.png")
-             if x in agg else None),
-            ("SLO frontier", lambda o: plots.frontier(agg, xx, slo, searches, o / "slo_frontier.png")),
-            ("Bytes per primitive", lambda o: plots.bytes_per_primitive(agg, "config", o / "bytes.png")),
-            ("Link utilisation (runs at the largest " + str(x) + ")",
-             lambda o: plots.link_heatmap(links, o / "link_utilisation.png")),
-            ("Per-spine concurrent flows (ARK Fig 3)", lambda o: plots.spine_heatmap(spines, o / "spines.png"))]
-    if has_pd and x in agg:
-        figs.insert(1, ("KV-transfer FCT vs " + str(x) + " (ARK Fig 2)",
-                        lambda o: plots.fct_vs_load(agg, xx, o / "fct.png")))
-    title = f"simroute study: {meta.get('name', d.name)}"
+    figs = _study_figures(d, df, agg, x, series, slo, searches, bool(has_pd), multi_seed)
     if meta.get("description"):
         sections.insert(0, ("About", pd.DataFrame({"study": [meta["description"]],
                                                      "points": [len(df)], "failed": [len(failed)]})))
-    return sections, figs, title
+    return Report(f"simroute study: {meta.get('name', d.name)}", sections, figs, notes)
+
+
+def _study_figures(d: Path, df: pd.DataFrame, agg: pd.DataFrame, x: str | None, series: list[str], slo: list[str],
+                   searches: list[dict[str, Any]], has_pd: bool, multi_seed: bool) -> list[Figure]:
+    """A study's figures; link and spine figures at the search answers (or each series' largest x)."""
+    reps = _answer_runs(df, searches) if searches else _representatives(df, x, series)
+    where = "at each search answer" if searches else f"runs at the largest {x}"
+    links = {k: _read_parquet(d / "runs" / v / "net_links.parquet") for k, v in reps.items()}
+    spines = {k: _read_parquet(d / "runs" / v / "net_spines.parquet") for k, v in reps.items()}
+    xx = x or "_"
+    figs = [Figure(f"TTFT and TPOT percentiles vs {x}", lambda: figures.latency_vs_load(agg, xx),
+                   lambda o: plots.latency_vs_load(agg, xx, o / "latency.png") if x in agg else None),
+            Figure("SLO frontier", lambda: figures.frontier(agg, xx, slo, searches),
+                   lambda o: plots.frontier(agg, xx, slo, searches, o / "slo_frontier.png")),
+            Figure("Bytes per primitive", lambda: figures.bytes_per_primitive(agg, "config", over_seeds=multi_seed),
+                   lambda o: plots.bytes_per_primitive(agg, "config", o / "bytes.png", over_seeds=multi_seed)),
+            Figure(f"Link utilisation ({where})", lambda: figures.link_heatmap(links),
+                   lambda o: plots.link_heatmap(links, o / "link_utilisation.png")),
+            Figure(f"Per-spine concurrent flows ({where}; ARK Fig 3)", lambda: figures.spine_heatmap(spines),
+                   lambda o: plots.spine_heatmap(spines, o / "spines.png"))]
+    if has_pd and x in agg:
+        figs.insert(1, Figure(f"KV-transfer FCT vs {x} (ARK Fig 2)", lambda: figures.fct_vs_load(agg, xx),
+                              lambda o: plots.fct_vs_load(agg, xx, o / "fct.png")))
+    return figs
 
 
 def _fmt(t: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
@@ -193,12 +281,11 @@ def _fmt(t: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
 
 
 # ---- a single run ----------------------------------------------------------------------------------------
-def _run(d: Path):
-    s = json.loads((d / "summary.json").read_text())
+def _run_sections(s: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
     cfg = s["config"]
     lat = pd.DataFrame([{"metric": m, **{k: v for k, v in s[m].items()}} for m in ("ttft_ms", "tpot_ms", "e2e_ms")])
     net = s.get("network", {})
-    sections = [
+    return [
         ("Run", pd.DataFrame([{"topology": Path(cfg["topology"]).name, "trace": Path(cfg["trace"]).name,
                                "calib": Path(cfg["calib"]).name, "policy": cfg["policy"], "routing": cfg["routing"],
                                "seed": s["seed"], "requests": s["requests"], "completed": s["completed"],
@@ -206,24 +293,70 @@ def _run(d: Path):
         ("Latency (ms)", lat),
         ("Primitives per (chunk, request)", pd.DataFrame([s["primitive_counts"]])),
         ("Bytes (GB)", pd.DataFrame([{k: round(v / 1e9, 4) for k, v in s["bytes"].items()}])),
-        ("Network", pd.DataFrame([{"flows": net.get("flows"), "max link utilisation": net.get("max_link_utilisation"),
+        ("Network", pd.DataFrame([{"flows": net.get("flows"),
+                                   "most saturated tier": (net.get("bottlenecks") or {}).get("most_saturated_tier"),
+                                   "max link mean utilisation": net.get("max_link_utilisation"),
                                    "peak spine flows": max(net.get("peak_spine_concurrency", {}).values(),
                                                            default=0),
                                    **{f"{k} bytes (GB)": round(v / 1e9, 4)
                                       for k, v in net.get("bytes_by_tier", {}).items()}}])),
+        *_bottleneck_sections(net.get("bottlenecks") or {}),
     ]
+
+
+def _bottleneck_sections(b: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
+    """Per-tier utilisation (peak / p99 over the stated window, mean over the run) and the hottest links."""
+    if not b.get("tiers"):
+        return []
+    window = f"{b.get('window_s', 0) * 1e3:g} ms windows over {b.get('span_s', 0):.3g} s"
+    tiers = pd.DataFrame([{"tier": t, "links": v.get("links"), "peak": v.get("peak_utilisation"),
+                           "p99": v.get("p99_utilisation"), "mean": v.get("mean_utilisation"),
+                           "saturated link-s": v.get("saturated_link_s"),
+                           "bulk GB": (v.get("bulk_bytes") or 0) / 1e9,
+                           "message GB": (v.get("message_bytes") or 0) / 1e9}
+                          for t, v in b["tiers"].items()])
+    hot = pd.DataFrame([{"tier": h.get("tier"), "link": f"{h.get('src')} -> {h.get('dst')}",
+                         "peak": h.get("peak_utilisation"), "p99": h.get("p99_utilisation"),
+                         "mean": h.get("mean_utilisation"), "saturated s": h.get("saturated_s"),
+                         "bulk GB": (h.get("bulk_bytes") or 0) / 1e9,
+                         "message GB": (h.get("message_bytes") or 0) / 1e9}
+                        for h in b.get("hottest_links", [])])
+    return [(f"Utilisation by tier ({window})", tiers), ("Hottest links", hot)]
+
+
+def _hbm_table(d: Path) -> pd.DataFrame | None:
+    """The engine's per-instance iteration table with HBM columns, when the run wrote one."""
+    for name in ("iterations", "engine", "hbm"):
+        t = _read_parquet(d / f"{name}.parquet")
+        if t is not None and "instance" in t and any(c in t for c, _ in figures.HBM_PARTS):
+            return t
+    return None
+
+
+def _run(d: Path) -> Report:
+    s = load_json(d / "summary.json")
+    for key in ("config", "ttft_ms", "tpot_ms", "e2e_ms", "bytes", "slo"):
+        if not isinstance(s, dict) or not isinstance(s.get(key), dict):
+            raise ConfigurationError("not a simroute run summary (missing or malformed)", file=d / "summary.json",
+                                     field=key)
     b = s["bytes"]
     agg = pd.DataFrame([{"config": "run", "bytes_route": b["route"], "bytes_fetch": b["fetch"],
                          "bytes_pd_transfer": b["pd_transfer"]}])
     req = _read_parquet(d / "requests.parquet")
     links = {"run": _read_parquet(d / "net_links.parquet")}
     spines = {"run": _read_parquet(d / "net_spines.parquet")}
-    figs = [("TTFT and TPOT distributions", lambda o: plots.latency_cdf(req, o / "latency.png")
-             if req is not None else None),
-            ("Bytes per primitive", lambda o: plots.bytes_per_primitive(agg, "config", o / "bytes.png")),
-            ("Link utilisation", lambda o: plots.link_heatmap(links, o / "link_utilisation.png")),
-            ("Per-spine concurrent flows (ARK Fig 3)", lambda o: plots.spine_heatmap(spines, o / "spines.png"))]
-    return sections, figs, f"simroute run: {d.name}"
+    hbm = _hbm_table(d)
+    figs = [Figure("TTFT and TPOT distributions", lambda: figures.latency_cdf(req),
+                   lambda o: plots.latency_cdf(req, o / "latency.png") if req is not None else None),
+            Figure("TTFT breakdown per primitive", lambda: figures.ttft_breakdown(req)),
+            Figure("Bytes per primitive", lambda: figures.bytes_per_primitive(agg, "config", over_seeds=False),
+                   lambda o: plots.bytes_per_primitive(agg, "config", o / "bytes.png", over_seeds=False)),
+            Figure("Link utilisation", lambda: figures.link_heatmap(links),
+                   lambda o: plots.link_heatmap(links, o / "link_utilisation.png")),
+            Figure("Per-spine concurrent flows (ARK Fig 3)", lambda: figures.spine_heatmap(spines),
+                   lambda o: plots.spine_heatmap(spines, o / "spines.png")),
+            Figure("HBM composition", lambda: figures.hbm_composition(hbm))]
+    return Report(f"simroute run: {d.name}", _run_sections(s), figs)
 
 
 # ---- rendering -------------------------------------------------------------------------------------------
@@ -241,24 +374,8 @@ def _md(t: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;"
-       "font-size:13px;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
-       "th{background:#f3f3f3}td:first-child{text-align:left}img{max-width:100%;border:1px solid #eee}")
-
-
-def _html(title: str, sections: list[tuple[str, pd.DataFrame]], pngs: list[tuple[str, Path]]) -> str:
-    """One page, no external references: CSS inline, images as data: URIs."""
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-             f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"]
-    for head, t in sections:
-        if len(t):
-            rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in r) + "</tr>"
-                           for r in t.itertuples(index=False))
-            cols = "".join(f"<th>{html.escape(str(c))}</th>" for c in t.columns)
-            parts.append(f"<h2>{html.escape(head)}</h2><table><tr>{cols}</tr>{rows}</table>")
-    for cap, p in pngs:
-        data = base64.b64encode(p.read_bytes()).decode()
-        parts.append(f"<h2>{html.escape(cap)}</h2><figure><img alt='{html.escape(cap)}' "
-                     f"src='data:image/png;base64,{data}'></figure>")
-    parts.append("</body></html>\n")
-    return "".join(parts)
+def _html_table(t: pd.DataFrame) -> str:
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in r) + "</tr>"
+                   for r in t.itertuples(index=False))
+    cols = "".join(f"<th>{html.escape(str(c))}</th>" for c in t.columns)
+    return f"<table><tr>{cols}</tr>{rows}</table>"

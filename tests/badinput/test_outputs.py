@@ -170,5 +170,5 @@ def test_a_run_timeline_is_json_every_parser_reads(cli, tmp_path):
     def refuse(token):
         raise ValueError(f"non-standard JSON token {token}")
     doc = json.loads((tmp_path / "tl.json").read_text(), parse_constant=refuse)
-    flows = [e for e in doc["traceEvents"] if e.get("cat") == "flow"]
-    assert flows and any(e["args"]["spine"] is None for e in flows)
+    flows = [e for e in doc["traceEvents"] if e.get("cat") == "flow" and e["ph"] == "b"]
+    assert flows and any(e["args"].get("spine") is None for e in flows)    # left out (the timeline drops NaN)

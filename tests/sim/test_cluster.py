@@ -17,7 +17,8 @@ from simroute.sim import RunConfig, Simulation
 from simroute.sim.arrivals import RequestSpec
 from simroute.sim.cluster import ChunkStore, Instance
 from simroute.sim.holder import QueuedQuery
-from simroute.sim.placement import ChunkTable
+from simroute.network.hashing import mix64
+from simroute.sim.placement import ChunkTable, mix64_array
 from simroute.sim.placements import PLACEMENTS
 from simroute.sim.routers import ROUTERS
 
@@ -83,6 +84,11 @@ def test_pinned_bytes_reduce_free_hbm():
 
 
 # ---- placements --------------------------------------------------------------------------------------
+def test_vectorised_mix64_equals_the_network_hash():
+    xs = np.array([0, 1, 2, 12345, 2**40 + 7], dtype=np.uint64)
+    assert [int(v) for v in mix64_array(xs)] == [mix64(int(x)) for x in xs]
+
+
 def _table(n, size=1.0, hint=-1):
     return ChunkTable(np.arange(n, dtype=np.int64), np.full(n, size), np.ones(n, bool), np.full(n, hint))
 

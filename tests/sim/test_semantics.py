@@ -142,3 +142,14 @@ def test_requests_in_flight_are_counted_per_requester(tmp_path):
     sim.run()
     assert seen == [0, 1, 2] and len(set(sim.rec.requester.tolist())) == 3
     assert not sim.ctx.cluster.active.any()
+
+
+def test_a_hint_naming_a_missing_instance_drops_the_request(tmp_path):
+    reqs = [{"arrival_s": 0.0, "requester_hint": 4, "prefill_hint": 99, "prompt_tokens": 16, "output_tokens": 2,
+             "chunk_ids": [0]},
+            {"arrival_s": 0.0, "requester_hint": 99, "prefill_hint": -1, "prompt_tokens": 16, "output_tokens": 2,
+             "chunk_ids": [0]},
+            {"arrival_s": 0.0, "requester_hint": 4, "prefill_hint": 0, "prompt_tokens": 16, "output_tokens": 2,
+             "chunk_ids": [0]}]
+    res = simulate(_testbed(write_trace(tmp_path / "t.parquet", reqs, _chunks(1)), policy="always-route"))
+    assert res.summary["dropped_by_reason"] == {"requester out of range": 2} and res.summary["completed"] == 1

@@ -77,3 +77,19 @@ def test_a_sweep_killed_mid_run_resumes_to_the_same_results(tmp_path):
     assert rest.skipped == len(stored) and rest.executed == 8 - len(stored) and rest.failed == 0
     fresh = run_study(s, tmp_path / "fresh", jobs=1, progress=False)
     pd.testing.assert_frame_equal(metrics(Store(out).read()), metrics(Store(tmp_path / "fresh").read()))
+
+
+def test_an_unreachable_ray_cluster_is_a_one_line_error_naming_the_flag(monkeypatch, cli, tmp_path):
+    """`--ray-address auto` with no cluster: ray.init raises ConnectionError; the user sees one line, exit 2.
+    (ray.init is replaced: whether a real cluster is reachable depends on the machine.)"""
+    ray = pytest.importorskip("ray")
+
+    def no_cluster(*_a, **_k):
+        raise ConnectionError("Could not find any running Ray instance.")
+    monkeypatch.setattr(ray, "init", no_cluster)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    from studyutil import GRID, write_study
+    study = write_study(tmp_path, GRID)
+    code, _, err = cli("sweep", study, "-o", tmp_path / "out", "--ray-address", "auto")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--ray-address" in err and "auto" in err
+    assert not (tmp_path / "out").exists()

@@ -78,7 +78,8 @@ def test_ttft_monotone_in_replicas_on_the_agent_study(tmp_path):
     for replicas in (1, 2, 4, 8):
         s = simulate(RunConfig(topology=str(shipped_topology("fattree")), trace=str(trace),
                                calib=str(default_profile_path()), placement="popularity", hot_fraction=1.0,
-                               route_exchanges="once", policy="always-route", replicas=replicas)).summary
+                               route_exchanges="once", policy="always-route", replicas=replicas,
+                               router="hint")).summary   # requesters fixed: only the replicas vary
         ttft.append((s["ttft_ms"]["mean"], s["ttft_ms"]["p99"]))
     for (m0, p0), (m1, p1) in zip(ttft, ttft[1:]):
         assert m1 <= m0 * 1.001 and p1 <= p0 * 1.001, ttft

@@ -1,0 +1,35 @@
+"""Shipped inputs by name: `fattree` for the topology file, `agents-default` for the trace, `h100-ibgda` for the
+profile, `ark-ecmp-vs-ark` for the study, `mooncake-sample` for a raw trace to import. Every place that takes
+an input file takes one of these names too (an existing path always wins)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent / "data"
+KINDS = {"topology": ("topologies", ".yaml"), "trace": ("traces", ".parquet"), "calib": ("calib", ".yaml"),
+         "study": ("studies", ".yaml"), "sample": ("samples", ".jsonl")}
+
+
+def shipped_names(kind: str) -> list[str]:
+    folder, suffix = KINDS[kind]
+    return sorted(p.name.removesuffix(suffix) for p in (DATA / folder).glob(f"*{suffix}"))
+
+
+def resolve_input(kind: str, value: str | Path, *, strict: bool = False) -> str:
+    """`value` itself if it names an existing path (or is not a bare name), else the shipped file of that name.
+
+    Anything else comes back unchanged, so the loader reports the missing file; with `strict`, a bare name with
+    no suffix that is neither a file nor shipped is an error listing the shipped names."""
+    p = Path(value)
+    if p.exists() or len(p.parts) != 1:
+        return str(value)
+    folder, suffix = KINDS[kind]
+    cand = DATA / folder / f"{p.name.removesuffix(suffix)}{suffix}"
+    if cand.exists():
+        return str(cand)
+    if strict and not p.suffix:
+        from simroute.errors import ConfigurationError
+        raise ConfigurationError(f"neither a file nor a shipped {kind} (shipped: {', '.join(shipped_names(kind))})",
+                                 file=p)
+    return str(value)

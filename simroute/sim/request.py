@@ -136,7 +136,7 @@ class RequestProcess:
 
     def own_prefill(self) -> Steps:
         """The prompt's own tokens: prefilled here, or on the prefill instance and its KV shipped here."""
-        ctx, spec, requester, prefill = self.ctx, self.spec, self.requester, self.prefill_instance
+        spec, requester, prefill = self.spec, self.requester, self.prefill_instance
         if prefill is None or prefill is requester:
             yield from self.prefill(requester, spec.prompt_tokens)
             return
@@ -289,17 +289,23 @@ class DenseRequest(RequestProcess):
         chunks, tp, copies = ctx.cluster.chunks, ctx.config.tp, ctx.copies
         live = ctx.policy.needs_live_state
         largest: dict[int, float] = {}
+        # Without live state a choice depends on the shape only: chunks of one size on one fabric (an agent
+        # trace's 64-token blocks) share it.
+        chosen: dict[tuple[int, float, bool], Primitive] = {}
+        own_kv = self.spec.prompt_tokens + self.spec.output_tokens
         for item in remote:
             holder = ctx.cluster.instances[item.holder]
             tokens = float(chunks.tokens[item.chunk])
             fabric = ctx.cluster.fabric_id(requester, holder)
-            shape = RequestShape(mq_first=self.mq_first, mq_step=self.heads, steps=self.decode_steps, tokens=tokens,
-                                 fabric=fabric, cached=item.cached, tp=tp)
-            copy_bytes = float(chunks.bytes[item.chunk])
-            fits = copies.fits(item.chunk, requester.id) if live else True
-            item.primitive = ctx.policy.choose(build_decision_context(ctx, requester, [holder], shape, copy_bytes,
-                                                                      copy_bytes * 2 if fits else 0.0))
-            own_kv = self.spec.prompt_tokens + self.spec.output_tokens
+            key = (fabric, tokens, item.cached)
+            if live or key not in chosen:
+                shape = RequestShape(mq_first=self.mq_first, mq_step=self.heads, steps=self.decode_steps,
+                                     tokens=tokens, fabric=fabric, cached=item.cached, tp=tp)
+                copy_bytes = float(chunks.bytes[item.chunk])
+                fits = copies.fits(item.chunk, requester.id) if live else True
+                chosen[key] = ctx.policy.choose(build_decision_context(ctx, requester, [holder], shape, copy_bytes,
+                                                                       copy_bytes * 2 if fits else 0.0))
+            item.primitive = chosen[key]
             if item.primitive == Primitive.FETCH and not copies.reserve(item.chunk, requester.id, own_kv):
                 item.primitive = Primitive.ROUTE
                 copies.fell_back += 1
@@ -324,13 +330,17 @@ class DenseRequest(RequestProcess):
         chunks, here = ctx.cluster.chunks, self.requester.id
         ops: list[simpy.Event] = list(plan.joining)
         prefill_here = list(plan.prefill_here)
+        fetches: dict[int, list[RemoteChunk]] = {}          # one pull per holder: its chunks together
         for item in plan.remote:
             if item.primitive == Primitive.FETCH:
-                ready = chunks.pending[(item.chunk, here)] = ctx.env.event()
-                ops.append(ctx.env.process(self.fetch(item.chunk, ctx.cluster.instances[item.holder], item.cached,
-                                                      ready)))
+                fetches.setdefault(item.holder, []).append(item)
             elif item.primitive == Primitive.LOCAL:
                 prefill_here.append(item.chunk)
+        for holder, items in fetches.items():
+            ready = ctx.env.event()
+            for item in items:
+                chunks.pending[(item.chunk, here)] = ready
+            ops.append(ctx.env.process(self.fetch(items, ctx.cluster.instances[holder], ready)))
         if prefill_here:
             ready = ctx.env.event()
             for chunk in prefill_here:
@@ -339,11 +349,12 @@ class DenseRequest(RequestProcess):
         return ops
 
     # ---- copies ---------------------------------------------------------------------------------------
-    def fetch(self, chunk: int, holder: Instance, cached: bool, ready: simpy.Event) -> Steps:
-        """Stage on the holder's copy engines, pull over the network, splice; the blocks were reserved."""
+    def fetch(self, items: list[RemoteChunk], holder: Instance, ready: simpy.Event) -> Steps:
+        """The chunks fetched from one holder, as one multi-block pull: staged on the holder's copy engines,
+        one bulk flow, each chunk served at another offset spliced; their blocks were reserved."""
         ctx, requester = self.ctx, self.requester
         chunks = ctx.cluster.chunks
-        nbytes = float(chunks.bytes[chunk])
+        nbytes = float(sum(chunks.bytes[item.chunk] for item in items))
         try:
             yield from holder.staging.stage(nbytes)
             fabric = ctx.cluster.fabric(requester, holder)
@@ -351,11 +362,14 @@ class DenseRequest(RequestProcess):
             yield ctx.network.transfer(holder.gpu, requester.gpu, nbytes / ctx.config.tp,
                                        rate_cap_Bps=fabric.bulk_Bps, tag="fetch")
             ctx.recorder.bytes_fetch[self.spec.request_id] += nbytes
-            if not cached:
-                yield ctx.env.timeout(ctx.compute.splice_s(float(chunks.tokens[chunk])))
-            ctx.copies.arrived(chunk, requester.id)
+            splice = sum(ctx.compute.splice_s(float(chunks.tokens[item.chunk])) for item in items if not item.cached)
+            if splice > 0:
+                yield ctx.env.timeout(splice)
+            for item in items:
+                ctx.copies.arrived(item.chunk, requester.id)
         finally:
-            del chunks.pending[(chunk, requester.id)]
+            for item in items:
+                del chunks.pending[(item.chunk, requester.id)]
             ready.succeed()
 
     def reprefill(self, chunk_list: list[int], ready: simpy.Event) -> Steps:

@@ -117,6 +117,18 @@ def test_a_sparse_fanout_waits_for_its_slowest_holder(tmp_path):
     assert mixed == pytest.approx(ib_leg, rel=1e-6) and mixed > nvlink_leg * 1.05
 
 
+def test_a_resident_copy_costs_only_the_requesters_own_attention(tmp_path):
+    """The second request on an instance finds the first one's fetched copy resident: its TTFT is its own
+    prefill iteration attending the copy in the same kernel, no transfer."""
+    reqs = [{"arrival_s": 0.0, "requester_hint": 4, "prompt_tokens": 16, "output_tokens": 1, "chunk_ids": [0]},
+            {"arrival_s": 1.0, "requester_hint": 4, "prompt_tokens": 16, "output_tokens": 1, "chunk_ids": [0]}]
+    trace = write_trace(tmp_path / "t.parquet", reqs, _chunks(1))
+    sim = Simulation(_testbed(trace, policy="always-fetch"))
+    res = sim.run()
+    assert res.summary["primitive_counts"]["resident"] == 1
+    assert sim.rec.ttft[1] == pytest.approx(_prefill_s(sim.ctx.engines.step, 16, 2048.0), rel=1e-9)
+
+
 def test_requests_in_flight_are_counted_per_requester(tmp_path):
     """The least-loaded router sees each running request: three requests a microsecond apart (each still
     running when the next arrives) land on three instances, and every count returns to zero at the end."""

@@ -12,7 +12,7 @@ WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
 
 class RouteShare:
     """What one sequence asks of one holder per exchange: one query covering every chunk it attends there
-    (`key_tokens` = those chunks' tokens), `rows_per_token` query rows per new token (query heads)."""
+    (`key_tokens` = those chunks' tokens); its rows are the engine's query heads x the sequence's new tokens."""
 
     __slots__ = ("holder", "key_tokens")
 
@@ -34,7 +34,7 @@ class Sequence:
                  "phase", "prefilled", "generated", "blocks", "recompute", "t_submit", "t_scheduled",
                  "t_first_token", "t_done", "t_last_token",
                  "prefill_compute_s", "exchange_s", "holder_wait_s", "preemptions", "admit_order", "tag",
-                 "routed_rows", "stall_s")
+                 "routed_rows")
 
     def __init__(self, rid: int, prompt: int, output: int, *, resident_tokens: float = 0.0,
                  routes: tuple[RouteShare, ...] = (), keep_kv: bool = False,
@@ -56,7 +56,6 @@ class Sequence:
         self.recompute = 0              # tokens to re-prefill after a preemption (prompt + generated)
         self.t_submit = self.t_scheduled = self.t_first_token = self.t_done = self.t_last_token = -1.0
         self.prefill_compute_s = self.exchange_s = self.holder_wait_s = 0.0
-        self.stall_s = 0.0              # token gaps beyond one iteration (preemption, recompute)
         self.preemptions = 0
         self.admit_order = 0
         self.routed_rows = 0.0          # query rows sent, summed over holders and steps (x exchanges = bytes / (q+p))

@@ -176,3 +176,20 @@ def test_agent_bad_input(tmp_path, no_leftovers):
     with pytest.raises(ConfigurationError, match="must be >= 0"):
         import_trace("agent", bad, tmp_path / "o.parquet")
     assert not (tmp_path / "o.parquet").exists() and no_leftovers(tmp_path) == []
+
+
+def test_importers_are_registered_by_decorator_and_listed_names_match():
+    """The CLI's format list (importable without the importers) is exactly what the modules register; a new
+    format is one decorated function, and a name registered twice is refused."""
+    from simroute.workload.importers import IMPORTERS, _registry
+    from simroute.workload.importers.common import IMPORTER_REGISTRY, register_importer
+    assert tuple(sorted(_registry())) == IMPORTERS
+    try:
+        @register_importer("example-format")
+        def import_example(writer, files, opts):  # pragma: no cover - registration only
+            return None
+        assert _registry()["example-format"] is import_example
+        with pytest.raises(ValueError, match="registered twice"):
+            register_importer("example-format")(import_example)
+    finally:
+        IMPORTER_REGISTRY.pop("example-format", None)

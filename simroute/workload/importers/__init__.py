@@ -15,21 +15,16 @@ from simroute import __version__
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.checks import check_number
 from simroute.ioutil import check_output_path, sha256_file
-from simroute.workload.importers.common import ImportOptions
+from simroute.workload.importers.common import IMPORTER_REGISTRY, ImporterFn, ImportOptions
 from simroute.workload.writer import TraceWriter, open_trace_writer
 
-ImporterFn = Callable[[TraceWriter, list[Path], ImportOptions], None]
-
-
 def _registry() -> dict[str, ImporterFn]:
-    from simroute.workload.importers.agent import import_agent
-    from simroute.workload.importers.csv_traces import import_azure, import_burstgpt
-    from simroute.workload.importers.mooncake import import_mooncake
-    return {"mooncake": import_mooncake, "azure": import_azure, "burstgpt": import_burstgpt,
-            "agent": import_agent}
+    """Every registered importer (the modules register themselves with `register_importer` on import)."""
+    from simroute.workload.importers import agent, csv_traces, mooncake  # noqa: F401  (register on import)
+    return IMPORTER_REGISTRY
 
 
-IMPORTERS = ("agent", "azure", "burstgpt", "mooncake")
+IMPORTERS = ("agent", "azure", "burstgpt", "mooncake")   # format names, importable without the importers
 
 
 def _expand(inputs: Sequence[str | Path], fmt: str) -> list[Path]:

@@ -20,7 +20,7 @@ import pyarrow as pa
 from simroute.checks import check_number
 from simroute.errors import ConfigurationError
 from simroute.ioutil import load_json
-from simroute.workload.importers.common import ImportOptions
+from simroute.workload.importers.common import register_importer, ImportOptions
 from simroute.workload.writer import TraceWriter, list_array
 
 BLOCK = 64
@@ -127,6 +127,7 @@ def _read_file(conv: _Conv, file: Path, k: int, opts: ImportOptions) -> str:
     return str(doc.get("id", file.stem))
 
 
+@register_importer("agent")
 def import_agent(writer: TraceWriter, files: list[Path], opts: ImportOptions) -> None:
     conv = _Conv()
     corpus_of: list[str] = []

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, Callable
 
 import numpy as np
 
 from simroute.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from simroute.workload.writer import TraceWriter
 
 BATCH_LINES = 65_536
 
@@ -115,3 +118,18 @@ def row_positions(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rows = np.repeat(np.arange(len(counts)), counts)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     return rows, np.arange(int(counts.sum())) - np.repeat(starts, counts)
+
+
+ImporterFn = Callable[["TraceWriter", list[Path], "ImportOptions"], None]
+IMPORTER_REGISTRY: dict[str, ImporterFn] = {}
+
+
+def register_importer(name: str) -> Callable[[ImporterFn], ImporterFn]:
+    """Register an importer under its format name: a new format is one module with one decorated function
+    (plus its import in `importers._load_all`, which keeps module import free of cycles)."""
+    def decorate(fn: ImporterFn) -> ImporterFn:
+        if name in IMPORTER_REGISTRY:
+            raise ValueError(f"importer '{name}' registered twice")
+        IMPORTER_REGISTRY[name] = fn
+        return fn
+    return decorate

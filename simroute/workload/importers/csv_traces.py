@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 
 from simroute.errors import ConfigurationError
-from simroute.workload.importers.common import (BATCH_LINES, ImportOptions, check_int_range, check_nonneg,
+from simroute.workload.importers.common import (register_importer, BATCH_LINES, ImportOptions, check_int_range, check_nonneg,
                                                 open_input)
 from simroute.workload.writer import TraceWriter
 
@@ -102,6 +102,7 @@ def _numbers(s: pd.Series, name: str, file: Path, lines: np.ndarray, *, integer:
     return v
 
 
+@register_importer("azure")
 def import_azure(writer: TraceWriter, files: list[Path], opts: ImportOptions) -> None:
     """Azure 2023/2024: TIMESTAMP (datetime, naive = UTC), ContextTokens, GeneratedTokens."""
     file = files[0]
@@ -132,6 +133,7 @@ def import_azure(writer: TraceWriter, files: list[Path], opts: ImportOptions) ->
     writer.finish({})
 
 
+@register_importer("burstgpt")
 def import_burstgpt(writer: TraceWriter, files: list[Path], opts: ImportOptions) -> None:
     """BurstGPT: Timestamp (s), Request tokens, Response tokens; optional Session ID, Model."""
     file = files[0]

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from simroute.errors import ConfigurationError
-from simroute.workload.importers.common import (BATCH_LINES, BlockRegistry, ImportOptions,
+from simroute.workload.importers.common import (register_importer, BATCH_LINES, BlockRegistry, ImportOptions,
                                                 check_int_range, check_nonneg, open_input, row_positions)
 from simroute.workload.writer import TraceWriter, list_array
 
@@ -90,6 +90,7 @@ def _check_line(obj: Any, file: Path, lineno: int) -> list[Any]:
     return hids
 
 
+@register_importer("mooncake")
 def import_mooncake(writer: TraceWriter, files: list[Path], opts: ImportOptions) -> None:
     file = files[0]
     block = opts.block_tokens or BLOCK

@@ -1,6 +1,6 @@
 """Holder-side servers: batched partial attention for routed queries and the K-stream staging pool.
 
-Routed queries that reach a holder within the dispatcher's batching window form one batch; its time follows
+Routed queries that reach a holder within its batching window (`batch_window_us`) form one batch; its time follows
 the calibrated compute curve (flat to N ~ 8 requesters, then linear: Move the Query, Not the Cache, §6.3).
 Callback-driven rather than one SimPy process per query, so millions of exchanges stay cheap.
 """
@@ -32,7 +32,7 @@ class HolderServer:
     """
 
     __slots__ = ("env", "instance", "curve", "window", "streams", "queue", "busy", "armed", "deadline", "generation",
-                 "batches", "queries", "max_queue", "samples", "record", "batch_compute_s")
+                 "batches", "queries", "max_queue", "samples", "record")
 
     def __init__(self, env: simpy.Environment, instance: int, curve: Callable[[float], float], window_s: float,
                  streams: int, record: bool = True) -> None:
@@ -49,7 +49,6 @@ class HolderServer:
         self.record = record
         # time, queue length, batch size (0 = an arrival), batch duration (0 for an arrival)
         self.samples = (array("d"), array("i"), array("i"), array("d"))
-        self.batch_compute_s = array("d")                      # one exchange's compute per batch (unweighted)
 
     def submit(self, work: float, premium: float, weight: float, delay_s: float = 0.0) -> simpy.Event:
         """Queue a routed query arriving after `delay_s` (its outbound message)."""
@@ -89,7 +88,6 @@ class HolderServer:
         # Queries of different weights share the batch only for as many exchanges as they overlap: segment j
         # runs (w_j - w_{j-1}) exchanges over the queries still in it, and each query ends with its segment.
         batch.sort(key=lambda query: query.weight)
-        first = self.curve(sum(query.work for query in batch)) * max(query.premium for query in batch)
         env, elapsed, previous_weight, start, n = self.env, 0.0, 0.0, 0, len(batch)
         while start < n:
             weight = batch[start].weight
@@ -105,7 +103,6 @@ class HolderServer:
             previous_weight, start = weight, end
         if self.record:
             self._sample(n, elapsed)
-            self.batch_compute_s.append(first)
 
     def _finish(self, ending: list[simpy.Event], last: bool) -> None:
         for ev in ending:

@@ -17,7 +17,7 @@ instance's compute server, exchanges through the dispatcher and holder servers).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import simpy
@@ -84,8 +84,7 @@ class RemoteChunk:
 class ChunkPlan:
     """What `classify_chunks` found and `decide` settled, in the chunks' order."""
 
-    prefill_here: list[int] = field(default_factory=list)   # first touch (joining: selection's pre-engine path)
-    resident_attend_s: float = 0.0                          # own attention over copies already held
+    prefill_here: list[int] = field(default_factory=list)   # first touch: nobody holds it, prefilled here
     remote: list[RemoteChunk] = field(default_factory=list)
     joining: list[simpy.Event] = field(default_factory=list)   # copies being made here that the request waits for
 
@@ -182,23 +181,6 @@ class RequestProcess:
     def record(self, chunk: int, holder: int, primitive: Primitive) -> None:
         self.ctx.recorder.decision(self.spec.request_id, int(self.ctx.cluster.chunks.ids[chunk]), holder, primitive)
 
-    def make_copy(self, chunk: int, make: Callable[[], Steps]) -> Steps:
-        """Make a resident copy of `chunk` on the requester with the steps `make`, unless one is already being
-        made there (then wait for it): two requests on one instance never move or prefill a chunk twice."""
-        chunks, key = self.ctx.cluster.chunks, (chunk, self.requester.id)
-        pending = chunks.pending.get(key)
-        if pending is not None:
-            yield pending
-            return
-        ready = self.ctx.env.event()
-        chunks.pending[key] = ready
-        try:
-            yield from make()
-            chunks.add_copy(chunk, self.requester)
-        finally:
-            del chunks.pending[key]
-            ready.succeed()
-
 
 class DenseRequest(RequestProcess):
     """Attends whole chunks on the instance engines: each remote chunk is routed, fetched or re-prefilled;
@@ -215,8 +197,7 @@ class DenseRequest(RequestProcess):
 
     def prefill_floor_s(self) -> float:
         """One iteration of the whole prompt alone (chunking it or batching it only adds)."""
-        prompt = self.spec.prompt_tokens
-        return self.ctx.engines.step.iteration_s(prompt, 1, prompt, prompt * (prompt + 1) / 2)
+        return self._prefill_alone_s(self.spec.prompt_tokens)
 
     def own_prefill(self) -> Steps:
         """PD disaggregation: the prompt prefilled by the prefill instance's engine, its KV shipped here. Without
@@ -390,7 +371,7 @@ class DenseRequest(RequestProcess):
         ctx, rid = self.ctx, self.spec.request_id
         yield self.done
         seq = self.sequence
-        ctx.recorder.bytes_route[rid] += seq.routed_rows * ctx.params.geometry.qp_bytes * ctx.params.exchanges
+        ctx.recorder.bytes_route[rid] += ctx.exchanges.wire_bytes(seq.routed_rows, ctx.params.exchanges)
         ctx.recorder.preemptions[rid] = seq.preemptions
 
     def finish(self) -> None:

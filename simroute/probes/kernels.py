@@ -1,6 +1,6 @@
 """Every CUDA C source the probes hand to cupy's RawModule / RawKernel, and an NVRTC compile of them that
 needs no GPU and no driver: CI compiles each source for every architecture the project runs on, so a
-compile error or a warning shows up on a CPU runner instead of in the first minute of a short GPU lease.
+compile error or a warning shows up on a CPU runner instead of in the first minute of a GPU run.
 
 To add a kernel: put its source in the probe module as a module-level string, then register it in
 `KERNEL_SOURCES` with the `extern "C"` names it defines (tests/probes/test_kernels_compile.py fails for a

@@ -71,7 +71,7 @@ class SelectionRequest(RequestProcess):
                              holders=len(holders), tp=ctx.config.tp)
         copy_bytes = tokens * ctx.compute.kv_bytes_per_token     # what local's re-prefill would keep resident
         return ctx.policy.choose(build_decision_context(ctx, requester, holders, shape, copy_bytes,
-                                                        requester.free_bytes))
+                                                        ctx.engines[requester.id].hbm.free_bytes))
 
     def route_fanout(self, rows: float, weight: float) -> Steps:
         """The query to every holder in parallel, each attending its k/M share; then the M-way merge."""

@@ -11,7 +11,7 @@ Two kernels, chosen once per engine by `solver_backend()`:
   work clock advanced at the old rate, its rate replaced and its completion time recomputed; returns the
   links whose load changes (their telemetry is integrated before the new load is written).
 
-numba is optional (`pip install simroute[fast]`): without it, or with SIMROUTE_NO_NUMBA=1, the NumPy
+numba is a core dependency; where it cannot be imported, or with SIMROUTE_NO_NUMBA=1, the NumPy
 twins run. Tests run both and compare them (tests/network/test_kernels.py).
 """
 
@@ -98,7 +98,7 @@ def solver_backend(name: str = "auto") -> SolverBackend:
     if backend is None:
         if name == "numba":
             from simroute.errors import ConfigurationError
-            raise ConfigurationError("solver 'numba' needs numba installed (pip install simroute[fast])",
+            raise ConfigurationError("solver 'numba' needs numba, a core dependency: reinstall simroute (pip install simroute)",
                                      field="solver")
         return NUMPY_BACKEND
     return backend

@@ -18,15 +18,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST_TESTS = ["tests/sim/test_servers.py", "tests/sim/test_cluster.py", "tests/sim/test_policies.py",
-              "tests/sim/test_semantics.py", "tests/sim/test_config.py"]
+              "tests/sim/test_semantics.py", "tests/sim/test_config.py", "tests/sim/engine/test_hbm.py"]
 
 # name -> (file, exact text, replacement): each a behaviour a reviewer would call a bug
 BUGS = {
-    "lru-evicts-most-recent": ("simroute/sim/cluster.py", "for old, old_size in inst.copies.items():",
-                               "for old, old_size in reversed(inst.copies.items()):"),
-    "touch-does-not-refresh": ("simroute/sim/cluster.py", "            inst.copies.move_to_end(chunk)",
-                               "            pass"),
-    "pins-ignored-on-eviction": ("simroute/sim/cluster.py", "if (old, inst.id) not in self.pins:", "if True:"),
+    "lru-evicts-most-recent": ("simroute/sim/engine/hbm.py", "for key, size in self.copies.items():",
+                               "for key, size in reversed(self.copies.items()):"),
+    "touch-does-not-refresh": ("simroute/sim/engine/hbm.py",
+                               "def touch(self, key: Hashable) -> None:\n        if key in self.copies:",
+                               "def touch(self, key: Hashable) -> None:\n        if False:"),
+    "pins-ignored-on-eviction": ("simroute/sim/engine/hbm.py", "if self.evictable(key):", "if True:"),
     "same-host-replica-ignored": ("simroute/sim/cluster.py", "pool = same_host or holders", "pool = holders"),
     "staging-elbow-ignored": ("simroute/sim/holder.py", "return r / (1 - self.gain * (c - 1) / (e - 1))",
                               "return r"),

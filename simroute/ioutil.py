@@ -383,7 +383,7 @@ def load_json(path: str | Path, *, what: str = "JSON file", max_bytes: int | Non
         raise ConfigurationError("not valid JSON: nested too deeply", file=path) from None
 
 
-def sha256_file(path: str | Path, *, limit: int | None = None) -> str:
+def sha256_file(path: str | Path) -> str:
     """Content hash of a file (or of every file under a directory, in sorted order; the manifest excluded)."""
     path = Path(path)
     h = hashlib.sha256()

@@ -1,14 +1,14 @@
-"""The cluster: instances (a GPU or a tensor-parallel group) with their HBM and servers, the chunks and who
-holds them, and the calibrated fabric between any two instances.
+"""The cluster: instances (a GPU or a tensor-parallel group) with their servers, the chunks and who holds
+them, and the calibrated fabric between any two instances.
 
-Canonical chunks are pinned where placement put them; fetched or re-prefilled copies are evictable (LRU)
-and, while resident, serve other requesters too (a holder is whoever has the chunk in HBM).
+Canonical chunks are pinned where placement put them; fetched or re-prefilled copies live in the instance
+engines' HBM budgets (`sim.engine.serving.ChunkCopies` keeps `ChunkStore.holders` consistent with them) and,
+while resident, serve other requesters too (a holder is whoever has the chunk in HBM).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
@@ -27,29 +27,21 @@ from simroute.sim.placements import PLACEMENTS
 
 @dataclass(eq=False)
 class Instance:
-    """One serving instance: requester for the requests routed to it, holder of the chunks in its HBM."""
+    """One serving instance: requester for the requests routed to it, holder of the chunks in its HBM (the
+    HBM itself is its engine's budget, `SimContext.engines[id].hbm`)."""
 
     id: int
     gpu: str                      # the GPU whose NIC / links carry this instance's traffic
     host: int
-    capacity_bytes: float
     compute: FifoServer           # prefill / re-prefill / splice on this instance, one at a time
     holder_server: HolderServer   # batched partial attention for the queries routed to this instance
     staging: StagingPool          # D2D staging of the chunks fetched from this instance
-    pinned_bytes: float = 0.0     # canonical chunks placed here
-    copies: "OrderedDict[int, float]" = field(default_factory=OrderedDict)   # chunk index -> bytes, LRU order
-    copy_bytes: float = 0.0
-    evictions: int = 0
-    refused: int = 0              # copies that did not fit (kept by their request only)
-
-    @property
-    def free_bytes(self) -> float:
-        return self.capacity_bytes - self.pinned_bytes - self.copy_bytes
 
 
 class ChunkStore:
     """Chunk attributes as arrays (indexed by a dense chunk index), who holds each chunk, and the copies being
-    made or relied on. A copy that a running request attends or routes to is pinned and never evicted."""
+    made or relied on. A copy that a running request attends or routes to is pinned (`pins`) and never
+    evicted from its engine's HBM budget."""
 
     def __init__(self, chunk_ids: np.ndarray, tokens: np.ndarray, cached_offset: np.ndarray,
                  canonical: np.ndarray, holder_hint: np.ndarray, kv_bytes_per_token: float) -> None:
@@ -79,45 +71,6 @@ class ChunkStore:
         else:
             del self.pins[key]
 
-    def resident_on(self, chunk: int, instance: int) -> bool:
-        return instance in self.holders[chunk]
-
-    def add_copy(self, chunk: int, inst: Instance) -> bool:
-        """Make a fetched / re-prefilled copy resident on `inst`, evicting LRU copies; False if it cannot fit."""
-        if inst.id in self.holders[chunk]:
-            self.touch(chunk, inst)
-            return True
-        size = float(self.bytes[chunk])
-        if inst.free_bytes < size:
-            victims = self._victims(inst, size)
-            if victims is None:
-                inst.refused += 1     # kept by its request only (transient), not shared, not in the store
-                return False
-            for old in victims:
-                inst.copy_bytes -= inst.copies.pop(old)
-                self.holders[old].remove(inst.id)
-                inst.evictions += 1
-        inst.copies[chunk] = size
-        inst.copy_bytes += size
-        self.holders[chunk].append(inst.id)
-        return True
-
-    def _victims(self, inst: Instance, size: float) -> list[int] | None:
-        """Least recently used unpinned copies that free `size` bytes, or None if they cannot."""
-        victims, freed = [], inst.free_bytes
-        for old, old_size in inst.copies.items():
-            if freed >= size:
-                break
-            if (old, inst.id) not in self.pins:
-                victims.append(old)
-                freed += old_size
-        return victims if freed >= size else None
-
-    def touch(self, chunk: int, inst: Instance) -> None:
-        """Mark a copy as just used (most recently used: evicted last)."""
-        if chunk in inst.copies:
-            inst.copies.move_to_end(chunk)
-
 
 class Cluster:
     """Instances, chunks, placement and the fabric lookup of one run.
@@ -132,7 +85,7 @@ class Cluster:
                  popularity: np.ndarray | None = None, *, chunk_capacity_bytes: float) -> None:
         self.topology, self.profile, self.params, self.config = topology, profile, params, config
         self.chunk_capacity_bytes = chunk_capacity_bytes   # what placement may pin per instance (engine HBM)
-        self.instances = self._build_instances(env, topology, profile, config, compute, chunk_capacity_bytes)
+        self.instances = self._build_instances(env, topology, profile, config, compute)
         self.active = np.zeros(len(self.instances), dtype=np.int64)   # requests in flight per requester
         self._fabric_ids: dict[tuple[int, int], int] = {}
         self._check_fabrics()
@@ -143,7 +96,7 @@ class Cluster:
 
     @staticmethod
     def _build_instances(env: simpy.Environment, topology: Topology, profile: Profile, config: RunConfig,
-                         compute: ComputeModel, capacity_bytes: float) -> list[Instance]:
+                         compute: ComputeModel) -> list[Instance]:
         gpus = topology.gpus
         per_host = len(gpus) // max(1, len({topology.host_of(gpu) for gpu in gpus}))
         if per_host % config.tp:
@@ -156,7 +109,7 @@ class Cluster:
         instances = []
         for i, gpu in enumerate(gpus[::config.tp]):
             instances.append(Instance(
-                id=i, gpu=gpu, host=topology.host_of(gpu), capacity_bytes=capacity_bytes,
+                id=i, gpu=gpu, host=topology.host_of(gpu),
                 compute=FifoServer(env, 1),
                 holder_server=HolderServer(env, i, compute.batch_s, config.batch_window_us * 1e-6,
                                            config.holder_streams, record=config.telemetry),
@@ -183,8 +136,6 @@ class Cluster:
                                  popularity=popularity)
         for chunk, holders in enumerate(result.holders):
             self.chunks.holders[chunk] = list(holders)
-        for inst, used in zip(self.instances, result.used_bytes):
-            inst.pinned_bytes = float(used)
         return result
 
     # ---- lookups ---------------------------------------------------------------------------------------

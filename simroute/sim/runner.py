@@ -60,8 +60,8 @@ def read_chunk_store(trace: str, kv_bytes_per_token: float) -> tuple[ChunkStore,
 class Simulation:
     """One run. `run()` returns a RunResult; `simulate()` below also writes it.
 
-    `ctx` is the run's `SimContext`; `env`, `rec`, `instances` and `prefill_s_per_token` are shortcuts into it
-    for scenario and validation code.
+    `ctx` is the run's `SimContext`; `env`, `rec` and `instances` are shortcuts into it for scenario and
+    validation code.
     """
 
     def __init__(self, cfg: RunConfig, progress: Callable[[int, int], None] | None = None) -> None:
@@ -115,10 +115,6 @@ class Simulation:
     @property
     def instances(self) -> list[Instance]:
         return self.ctx.cluster.instances
-
-    @property
-    def prefill_s_per_token(self) -> float:
-        return self.ctx.compute.prefill_s_per_token
 
     def path_share(self, src: Instance, dst: Instance) -> float:
         return path_share_Bps(self.ctx, src, dst)

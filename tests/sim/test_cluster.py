@@ -1,9 +1,7 @@
-"""Cluster components one at a time: chunk store and LRU, placements, routers, the fabric check, the
+"""Cluster components one at a time: chunk store pins, placements, routers, the fabric check, the
 routed-exchange service."""
 
 from __future__ import annotations
-
-from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -23,64 +21,19 @@ from simroute.sim.placements import PLACEMENTS
 from simroute.sim.routers import ROUTERS
 
 
-# ---- ChunkStore and LRU ---------------------------------------------------------------------------------
-def _store(n=6, tokens=100, kv=1.0):
-    return ChunkStore(np.arange(n, dtype=np.int64), np.full(n, tokens), np.zeros(n, np.int64), np.zeros(n, bool),
-                      np.full(n, -1), kv)
+def _instance():
+    return Instance(id=0, gpu="h0.g0", host=0, compute=None, holder_server=None, staging=None)
 
 
-def _instance(capacity):
-    return Instance(id=0, gpu="h0.g0", host=0, capacity_bytes=capacity, compute=None, holder_server=None,
-                    staging=None)
-
-
-def test_lru_evicts_the_least_recently_used_copy():
-    store, inst = _store(), _instance(300.0)          # room for three 100-byte copies
-    for chunk in (0, 1, 2):
-        assert store.add_copy(chunk, inst)
-    store.touch(0, inst)                               # 1 is now the least recently used
-    assert store.add_copy(3, inst)
-    assert list(inst.copies) == [2, 0, 3]
-    assert not store.resident_on(1, 0) and store.resident_on(0, 0) and store.resident_on(3, 0)
-    assert inst.evictions == 1 and inst.copy_bytes == 300.0
-
-
-def test_readding_a_resident_copy_refreshes_it_without_a_second_copy():
-    store, inst = _store(), _instance(300.0)
-    for chunk in (0, 1, 2):
-        store.add_copy(chunk, inst)
-    assert store.add_copy(0, inst)
-    assert list(inst.copies) == [1, 2, 0] and inst.copy_bytes == 300.0 and store.holders[0] == [0]
-
-
-def test_pinned_copies_are_never_evicted_and_a_copy_that_cannot_fit_is_refused():
-    store, inst = _store(), _instance(200.0)
-    store.add_copy(0, inst)
-    store.add_copy(1, inst)
+def test_chunk_pins_count_the_requests_relying_on_a_copy():
+    store = ChunkStore(np.arange(4, dtype=np.int64), np.full(4, 100), np.zeros(4, np.int64), np.zeros(4, bool),
+                       np.full(4, -1), 1.0)
     store.pin(0, 0)
-    assert store.add_copy(2, inst)                     # evicts 1 (unpinned), not 0
-    assert list(inst.copies) == [0, 2]
-    store.pin(2, 0)
-    assert not store.add_copy(3, inst)                 # both resident copies pinned
-    assert inst.refused == 1 and not store.resident_on(3, 0)
+    store.pin(0, 0)
     store.unpin(0, 0)
-    store.unpin(2, 0)
+    assert store.pins == {(0, 0): 1}
+    store.unpin(0, 0)
     assert not store.pins
-
-
-def test_eviction_frees_only_as_many_copies_as_needed():
-    store, inst = _store(tokens=100), _instance(400.0)
-    for chunk in range(4):
-        store.add_copy(chunk, inst)
-    assert store.add_copy(4, inst)
-    assert list(inst.copies) == [1, 2, 3, 4] and inst.evictions == 1
-
-
-def test_pinned_bytes_reduce_free_hbm():
-    inst = _instance(1000.0)
-    inst.pinned_bytes = 600.0
-    inst.copies, inst.copy_bytes = OrderedDict({0: 100.0}), 100.0
-    assert inst.free_bytes == 300.0
 
 
 # ---- placements --------------------------------------------------------------------------------------
@@ -137,7 +90,7 @@ class _Cluster:
     """The part of `Cluster` a router reads."""
 
     def __init__(self, n, holders=None, tokens=None):
-        self.instances = [_instance(1.0) for _ in range(n)]
+        self.instances = [_instance() for _ in range(n)]
         for i, inst in enumerate(self.instances):
             inst.id = i
         self.active = np.zeros(n, dtype=np.int64)

@@ -98,11 +98,6 @@ class HbmBudget:
         self.copies[key] = blocks
         self.copy_blocks += blocks
 
-    def remove_copy(self, key: Hashable) -> None:
-        blocks = self.copies.pop(key, None)
-        if blocks is not None:
-            self.copy_blocks -= blocks
-
     def touch(self, key: Hashable) -> None:
         if key in self.copies:
             self.copies.move_to_end(key)
@@ -136,9 +131,3 @@ class HbmBudget:
                                  f"{self.copy_blocks} blocks > capacity {self.capacity_blocks}")
         if self.copy_blocks != sum(self.copies.values()):
             raise AssertionError("copy blocks disagree with the copies held")
-
-    def composition(self) -> tuple[float, float, float, float, float]:
-        """(weights, running KV, pinned chunks, copies, free) in bytes."""
-        b = self.block_bytes
-        return (self.weight_bytes, self.kv_blocks * b, self.pinned_blocks * b, self.copy_blocks * b,
-                self.free_blocks * b)

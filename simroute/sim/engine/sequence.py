@@ -33,13 +33,12 @@ class Sequence:
     __slots__ = ("rid", "prompt", "resident_tokens", "output", "routes", "keep_kv", "on_first_token", "on_done",
                  "phase", "prefilled", "generated", "blocks", "recompute", "t_submit", "t_scheduled",
                  "t_first_token", "t_done", "t_last_token",
-                 "prefill_compute_s", "exchange_s", "holder_wait_s", "preemptions", "admit_order", "tag",
-                 "routed_rows")
+                 "prefill_compute_s", "exchange_s", "holder_wait_s", "preemptions", "admit_order", "routed_rows")
 
     def __init__(self, rid: int, prompt: int, output: int, *, resident_tokens: float = 0.0,
                  routes: tuple[RouteShare, ...] = (), keep_kv: bool = False,
                  on_first_token: Callable[["Sequence"], None] | None = None,
-                 on_done: Callable[["Sequence"], None] | None = None, tag: Any = None) -> None:
+                 on_done: Callable[["Sequence"], None] | None = None) -> None:
         self.rid = rid
         self.prompt = prompt
         self.resident_tokens = resident_tokens
@@ -48,7 +47,6 @@ class Sequence:
         self.keep_kv = keep_kv
         self.on_first_token = on_first_token
         self.on_done = on_done
-        self.tag = tag
         self.phase = WAITING
         self.prefilled = 0
         self.generated = 0
@@ -59,11 +57,6 @@ class Sequence:
         self.preemptions = 0
         self.admit_order = 0
         self.routed_rows = 0.0          # query rows sent, summed over holders and steps (x exchanges = bytes / (q+p))
-
-    @property
-    def own_tokens(self) -> int:
-        """Tokens whose KV is this sequence's own: its prompt and what it has generated since."""
-        return self.prompt + self.generated
 
     @property
     def to_prefill(self) -> int:

@@ -86,11 +86,6 @@ class ChunkCopies:
         if eid not in self.holders[ci]:
             self.holders[ci].append(eid)
 
-    def release(self, ci: int, eid: int) -> None:
-        """Give back a copy's blocks (a reservation whose copy is not kept)."""
-        self.engines[eid].hbm.remove_copy(ci)
-        self._evicted(ci, eid)
-
     def touch(self, ci: int, eid: int) -> None:
         self.engines[eid].hbm.touch(ci)
 
@@ -114,7 +109,7 @@ class ChunkCopies:
             done.succeed(seq)
 
         tokens = int(sum(int(self.tokens[ci]) for ci in chunks))
-        eng.submit(Sequence(rid, tokens, 0, keep_kv=True, on_done=finished, tag="copy"))
+        eng.submit(Sequence(rid, tokens, 0, keep_kv=True, on_done=finished))
         return done
 
 

@@ -3,7 +3,8 @@
 Per instance a waiting queue and a running set; each iteration batches one decode token per running
 sequence plus prefill tokens under a token budget, as the registered scheduler plans. Its time is the
 step-time model's `iteration_s` over the whole batch (each sequence's attention is one kernel's work over
-its whole context: own tokens + resident chunks), plus the routed exchanges of its sequences (exchange.py),
+its whole context: own tokens + resident chunks; a prefill chunk's pairs in the prefill form, see
+`_batch_cost`), plus the routed exchanges of its sequences (exchange.py),
 plus the partial-attention work it did for other requesters as a holder. KV lives in one HBM budget
 (hbm.py): admission waits for blocks, copies are evicted before running sequences are preempted
 (recompute: the victim re-prefills its prompt and generated tokens).
@@ -35,7 +36,7 @@ class StepTime(Protocol):
     """What the engine asks of the step-time model (docs/STEP_TIME.md)."""
 
     def iteration_s(self, new_tokens: float, sequences: float, kv_read_tokens: float,
-                    attention_pairs: float) -> float: ...
+                    attention_pairs: float, prefill_pairs: float = 0.0) -> float: ...
 
     def holder_partial_s(self, queries: float, rows_per_query: float, key_tokens: float) -> float: ...
 
@@ -185,10 +186,15 @@ class InstanceEngine:
         self._schedule(pre + k * dt)
 
     def _batch_cost(self, plan: Plan) -> tuple[float, dict]:
-        """The step-time model's iteration time for the batch, and its routed groups by holder."""
+        """The step-time model's iteration time for the batch, and its routed groups by holder.
+
+        A prefill chunk of more than one token attends in the prefill form (`prefill_pairs`: MLA's expanded,
+        non-absorbed kernel, as vLLM's and SGLang's MLA backends run prefill); a one-token chunk (a fully
+        cached prompt's last token) runs as a decode does, in the absorbed form (vLLM classifies a query of
+        one token as a decode)."""
         k = plan.k
         heads = self.heads
-        kv = pairs = 0.0
+        kv = pairs = prefill_pairs = 0.0
         groups: dict[Any, list[float]] = {}
         new = len(plan.decode)
         for seq in plan.decode:
@@ -200,11 +206,14 @@ class InstanceEngine:
         for seq, t in plan.prefill:
             base = seq.resident_tokens + seq.prefilled
             kv += base + t
-            pairs += t * base + t * (t + 1) / 2
+            chunk_pairs = t * base + t * (t + 1) / 2
+            pairs += chunk_pairs
+            if t > 1:
+                prefill_pairs += chunk_pairs
             new += t
             if seq.routes:
                 _add_routes(groups, seq, heads * t, 1)
-        compute = self.step.iteration_s(new, len(plan.decode) + len(plan.prefill), kv, pairs)
+        compute = self.step.iteration_s(new, len(plan.decode) + len(plan.prefill), kv, pairs, prefill_pairs)
         if groups and self.exchange is None:
             raise RuntimeError("a routed sequence on an engine without a RouteExchange")
         return compute, groups

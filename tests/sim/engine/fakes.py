@@ -10,12 +10,14 @@ class FakeStep:
     weight_s_per_layer = 1e-3          # weights read once per iteration
     flop_s_per_token_layer = 1e-6      # compute-bound beyond 1000 tokens
     kv_s_per_token_layer = 1e-8        # attention bytes of one context token
-    pair_s_per_layer = 1e-11           # attention FLOPs per (new token, context token)
+    pair_s_per_layer = 1e-11           # attention FLOPs per (new token, context token), decode form
+    prefill_pair_s_per_layer = 2.5e-12 # the same pair in the prefill form (MLA expanded: fewer FLOPs)
     overhead_s = 2e-4
 
-    def iteration_s(self, new_tokens, sequences, kv_read_tokens, attention_pairs):
+    def iteration_s(self, new_tokens, sequences, kv_read_tokens, attention_pairs, prefill_pairs=0.0):
         linear = max(self.weight_s_per_layer, new_tokens * self.flop_s_per_token_layer)
-        attention = max(kv_read_tokens * self.kv_s_per_token_layer, attention_pairs * self.pair_s_per_layer)
+        flops = (attention_pairs - prefill_pairs) * self.pair_s_per_layer + prefill_pairs * self.prefill_pair_s_per_layer
+        attention = max(kv_read_tokens * self.kv_s_per_token_layer, flops)
         return self.overhead_s + self.layers * (linear + attention)
 
     def holder_partial_s(self, queries, rows_per_query, key_tokens):

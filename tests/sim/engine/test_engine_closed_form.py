@@ -9,6 +9,7 @@ import simpy
 from simroute.calib import default_profile_path, load_profile
 from simroute.model.scalar import ScalarModel
 from simroute.network import FlowEngine, load_topology, shipped_topology
+from simroute.model.steptime import BatchShape
 from simroute.sim.engine import EngineOptions, RouteShare, Sequence
 from simroute.sim.engine.build import EngineSet
 
@@ -42,7 +43,8 @@ def test_lone_routed_request_is_step_model_plus_closed_form(exchanges):
     env.run()
     step, fab, heads = es.step, fabric_id(0, 40), es.step.geometry.heads_q
     route_first = scalar.step(heads * prompt, ct, fab, True)[0]
-    ttft = step.iteration_s(prompt, 1, resident + prompt, prompt * resident + prompt * (prompt + 1) / 2) + route_first
+    pairs = prompt * resident + prompt * (prompt + 1) / 2
+    ttft = step.iteration_s(prompt, 1, resident + prompt, pairs, prefill_pairs=pairs) + route_first
     assert seq.t_first_token == pytest.approx(ttft, rel=0.01)
     route_step = scalar.step(heads, ct, fab, True)[0]
     decode = sum(step.iteration_s(1, 1, resident + prompt + g, resident + prompt + g) for g in range(1, output))
@@ -80,3 +82,64 @@ def test_routed_chunking_invariance():
         env.run()
         tpots.append((seq.t_done - seq.t_first_token) / 32)
     assert max(tpots) <= 1.05 * min(tpots)
+
+
+class _StepSpy:
+    """The real step-time model, recording every `iteration_s` call the engine makes."""
+
+    def __init__(self, step):
+        self.step, self.calls = step, []
+
+    def iteration_s(self, *args):
+        self.calls.append(args)
+        return self.step.iteration_s(*args)
+
+    def holder_partial_s(self, *args):
+        return self.step.holder_partial_s(*args)
+
+
+def _lone_prefill(prompt: int, chunk: int):
+    env, es, *_ = _engines()
+    es[0].options = EngineOptions(steps_per_event=8, check_hbm=True, token_budget=chunk, prefill_chunk=chunk)
+    spy = es[0].step = _StepSpy(es.step)
+    seq = Sequence(0, prompt, 1)
+    es[0].submit(seq)
+    env.run()
+    return seq, spy, es.step
+
+
+def test_lone_long_prefill_is_charged_in_the_prefill_form_by_hand_count():
+    """A 16k-token prompt in one iteration: its TTFT is the step model's iteration with every pair in MLA's
+    expanded prefill form, whose attention FLOPs are 2 x heads x (qk_nope + rope + v_head) per pair and layer
+    (3.4x fewer than the absorbed decode form's 2 x heads x (d_qk + d_v))."""
+    prompt = 16384
+    seq, spy, step = _lone_prefill(prompt, prompt)
+    g, gpu = step.geometry, step.gpu
+    pairs = prompt * (prompt + 1) / 2
+    assert spy.calls == [(prompt, 1, prompt, pairs, pairs)]
+    assert seq.t_first_token == pytest.approx(step.iteration_s(prompt, 1, prompt, pairs, pairs), rel=1e-12)
+    rate = gpu.peak_flops * gpu.attention_efficiency
+    expanded = 2 * g.heads_q * (g.qk_nope_head_dim + g.rope_dims + g.v_head_dim) * pairs / rate
+    absorbed = 2 * g.heads_q * (g.d_qk + g.d_v) * pairs / rate
+    terms = step.iteration(BatchShape.uniform(prefill_tokens=prompt))
+    assert terms.bounds["attention"] == "compute"
+    assert terms.attention_s_per_layer == pytest.approx(expanded, rel=1e-9)
+    assert absorbed / expanded == pytest.approx(3.4, abs=0.01)
+    # what the engine charged before (every pair absorbed) is longer by exactly the FLOPs difference
+    before = step.iteration_s(prompt, 1, prompt, pairs)
+    assert before - seq.t_first_token == pytest.approx(g.layers * (absorbed - expanded), rel=1e-9)
+
+
+def test_chunked_prefill_attention_costs_the_same_however_the_prompt_is_cut():
+    """The same 16k-token prompt prefilled in 2048- or 512-token chunks: the attention the engine charges over
+    its iterations is within 5% (the same pairs; each chunk reads its context once more, which the
+    compute-bound kernel hides). The linear term legitimately differs: weights are read once per iteration."""
+    prompt = 16384
+    attention = {}
+    for chunk in (2048, 512):
+        seq, spy, step = _lone_prefill(prompt, chunk)
+        assert len(spy.calls) == prompt // chunk and all(c[4] == c[3] > 0 for c in spy.calls)
+        attention[chunk] = sum(step.attention_s(kv, pairs, prefill_pairs=pre) for _n, _s, kv, pairs, pre in spy.calls)
+    whole = step.attention_s(prompt, prompt * (prompt + 1) / 2, prefill_pairs=prompt * (prompt + 1) / 2)
+    assert attention[512] == pytest.approx(attention[2048], rel=0.05)
+    assert attention[2048] == pytest.approx(whole, rel=0.05)

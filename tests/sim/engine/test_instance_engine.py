@@ -31,7 +31,8 @@ def test_lone_request_equals_step_model(make_engine, steps):
     prompt, output, resident = 3000, 40, 20000.0
     seq, _ = _run_lone(make_engine, prompt, output, resident, steps_per_event=steps, token_budget=4096,
                        prefill_chunk=4096)
-    ttft = STEP.iteration_s(prompt, 1, resident + prompt, prompt * resident + prompt * (prompt + 1) / 2)
+    pairs = prompt * resident + prompt * (prompt + 1) / 2
+    ttft = STEP.iteration_s(prompt, 1, resident + prompt, pairs, prefill_pairs=pairs)
     assert seq.t_first_token == pytest.approx(ttft, rel=1e-9)
     tpot = (seq.t_done - seq.t_first_token) / (output - 1)
     assert tpot == pytest.approx(_decode_closed_form(prompt, output, resident) / (output - 1), rel=1e-3)
@@ -40,7 +41,7 @@ def test_lone_request_equals_step_model(make_engine, steps):
 def test_chunked_prefill_costs_what_the_chunks_cost(make_engine):
     seq, eng = _run_lone(make_engine, 5000, 2, token_budget=2048, prefill_chunk=2048)
     chunks = [(0, 2048), (2048, 2048), (4096, 904)]
-    want = sum(STEP.iteration_s(t, 1, o + t, t * o + t * (t + 1) / 2) for o, t in chunks)
+    want = sum(STEP.iteration_s(t, 1, o + t, t * o + t * (t + 1) / 2, t * o + t * (t + 1) / 2) for o, t in chunks)
     assert seq.t_first_token == pytest.approx(want, rel=1e-9)
     assert eng.log.iterations == 4
 
@@ -275,3 +276,28 @@ def test_fully_cached_prompt_still_runs_one_token(make_engine):
     env.run()
     assert first.triggered and seq.t_first_token > 0 and seq.generated == 10
     assert seq.t_done - seq.t_first_token > 0
+
+
+class _SpyStep(FakeStep):
+    def __init__(self):
+        self.calls = []
+
+    def iteration_s(self, *args):
+        self.calls.append(args)
+        return super().iteration_s(*args)
+
+
+def test_prefill_chunks_pass_their_pairs_in_the_prefill_form_and_a_one_token_chunk_decodes(make_engine):
+    """Chunks of more than one token give their pairs as `prefill_pairs`; a fully cached prompt's one-token
+    run is a decode-form query (vLLM's MLA backend classifies a one-token query as a decode)."""
+    env = simpy.Environment()
+    eng = make_engine(env, token_budget=4096, prefill_chunk=4096)
+    eng.step = spy = _SpyStep()
+    eng.submit(Sequence(0, 300, 1, resident_tokens=1000.0))
+    env.run()
+    pairs = 300 * 1000 + 300 * 301 / 2
+    assert spy.calls == [(300, 1, 1300.0, pairs, pairs)]
+    spy.calls.clear()
+    eng.submit(Sequence(1, 1, 1, resident_tokens=5000.0))
+    env.run()
+    assert spy.calls == [(1, 1, 5001.0, 5001.0, 0.0)]

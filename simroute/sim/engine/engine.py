@@ -38,7 +38,8 @@ class StepTime(Protocol):
     def iteration_s(self, new_tokens: float, sequences: float, kv_read_tokens: float,
                     attention_pairs: float, prefill_pairs: float = 0.0) -> float: ...
 
-    def holder_partial_s(self, queries: float, rows_per_query: float, key_tokens: float) -> float: ...
+    def holder_partial_s(self, queries: float, rows_per_query: float | list[float],
+                         key_tokens: float | list[float]) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -195,7 +196,7 @@ class InstanceEngine:
         k = plan.k
         heads = self.heads
         kv = pairs = prefill_pairs = 0.0
-        groups: dict[Any, list[float]] = {}
+        groups: dict[Any, tuple[list[float], list[float]]] = {}
         new = len(plan.decode)
         for seq in plan.decode:
             ctx = seq.resident_tokens + seq.prompt + seq.generated + (k - 1) / 2
@@ -327,12 +328,13 @@ class InstanceEngine:
 
 
 def _add_routes(groups: dict, seq: Sequence, rows: float, k: int) -> None:
+    """One query per holder the sequence routes to: its own rows and keys, kept per query (a holder's kernel
+    over one long-context query and many short ones is not their average's)."""
     seq.routed_rows += rows * len(seq.routes) * k
     for share in seq.routes:
         g = groups.get(share.holder)
         if g is None:
-            groups[share.holder] = [1.0, rows, share.key_tokens]
+            groups[share.holder] = ([rows], [share.key_tokens])
         else:
-            g[0] += 1.0
-            g[1] += rows
-            g[2] += share.key_tokens
+            g[0].append(rows)
+            g[1].append(share.key_tokens)

@@ -3,7 +3,8 @@
 An iteration whose sequences route pays, per exchange (per layer under `per-layer`, once per step under
 `once`), the slowest holder's round trip: the query message out (the rows of every sequence of the batch
 bound for that holder, one message), the holder's wait and its partial-attention kernel (one call over one
-query per (request, holder): `StepTimeModel.holder_partial_s`), the partial back, and the merge. Messages
+query per (request, holder), each with its own rows and keys: `StepTimeModel.holder_partial_s` over the
+per-query lists), the partial back, and the merge. Messages
 go through the network engine's `message_delay` (FIFO queueing on links, shares left by bulk flows), once
 per holder per iteration event: the per-layer messages of one iteration see the same network state.
 
@@ -132,16 +133,19 @@ class RouteExchange:
 
     def iteration(self, engine: "InstanceEngine", groups: dict, k: int, compute_s: float) -> tuple[float, float]:
         """(exchange seconds, of which holder wait) added to each iteration of a k-iteration event whose
-        compute is `compute_s` per iteration. `groups` maps a holder engine to [queries, rows, key_tokens]."""
+        compute is `compute_s` per iteration. `groups` maps a holder engine to (rows, key_tokens), one entry
+        per query (each routing sequence's own)."""
         now, tp, ex, me = engine.env.now, self.tp, self.exchanges, engine.eid
         legs = []
         bare = 0.0                      # the slowest round trip without holder waits
-        for holder, (queries, rows, keys) in groups.items():
+        for holder, (rows, keys) in groups.items():
             leg_out, leg_back, fab = self._legs(engine, holder)
-            out = self._send(leg_out, rows * self.q_bytes / tp, fab.t_probe_s, fab.single_block_Bps)
-            back = self._send(leg_back, rows * self.p_bytes / tp, fab.turnaround_s, fab.single_block_Bps)
+            queries, total_rows = len(rows), sum(rows)
+            out = self._send(leg_out, total_rows * self.q_bytes / tp, fab.t_probe_s, fab.single_block_Bps)
+            back = self._send(leg_back, total_rows * self.p_bytes / tp, fab.turnaround_s, fab.single_block_Bps)
             sharing = holder.partials.concurrent(now, me)
-            kernel = holder.step.holder_partial_s(queries * sharing, rows / queries, keys / queries)
+            # the n requesters routing here share one call: n x this one's queries (as it sees them)
+            kernel = holder.step.holder_partial_s(queries * sharing, rows * sharing, keys * sharing)
             rt = out + kernel + back + self.merge_s
             bare = max(bare, rt)
             legs.append((holder, queries, kernel, sharing, rt))

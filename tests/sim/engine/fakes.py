@@ -21,7 +21,14 @@ class FakeStep:
         return self.overhead_s + self.layers * (linear + attention)
 
     def holder_partial_s(self, queries, rows_per_query, key_tokens):
-        return max(15e-6, queries * rows_per_query * key_tokens * 1e-12)
+        """Scalars (every query alike) or one value per query, as the contract allows."""
+        if isinstance(rows_per_query, (int, float)) and isinstance(key_tokens, (int, float)):
+            pairs = queries * rows_per_query * key_tokens
+        else:
+            rows = rows_per_query if not isinstance(rows_per_query, (int, float)) else [rows_per_query] * len(key_tokens)
+            keys = key_tokens if not isinstance(key_tokens, (int, float)) else [key_tokens] * len(rows)
+            pairs = sum(r * t for r, t in zip(rows, keys))
+        return max(15e-6, pairs * 1e-12)
 
 
 class NoNet:

@@ -185,6 +185,27 @@ def test_idle_holder_reproduces_the_kernel_floor(make_engine):
     assert (routed.t_done - routed.t_first_token) == pytest.approx(decode + 9 * FakeStep.layers * rt, rel=1e-9)
 
 
+def test_holder_kernel_charges_each_query_its_own_rows_and_keys(make_engine):
+    """One long prefill over a long context and one short query in one batch, routed to one holder: the
+    kernel is the sum over queries of rows x keys (hand count), not two average queries (half of it here)."""
+    env = simpy.Environment()
+    ex = RouteExchange(NoNet(), lambda a, b: Fabric, q_bytes=1152, p_bytes=1032, tp=1, merge_s=0.0,
+                       exchanges_per_step=FakeStep.layers)
+    holder = make_engine(env, 1)
+    req = make_engine(env, 0, exchange=ex, steps_per_event=1, token_budget=4096)
+    req.submit(Sequence(99, 5, 1))                    # keeps the engine busy while the two arrive
+    req.submit(Sequence(0, 1000, 1, routes=(RouteShare(holder, 60000.0),)))
+    req.submit(Sequence(1, 10, 1, routes=(RouteShare(holder, 100.0),)))
+    env.run()
+    assert list(req.log.cols["prefill_seqs"]) == [1, 2]      # both routed prefills in one iteration
+    rows_long, rows_short = 16 * 1000, 16 * 10
+    by_query = (rows_long * 60000 + rows_short * 100) * 1e-12
+    averaged = 2 * ((rows_long + rows_short) / 2) * ((60000 + 100) / 2) * 1e-12
+    assert list(holder.partials.kernel_s) == [pytest.approx(by_query, rel=1e-12)]
+    assert by_query > 1.9 * averaged
+    assert holder.partials.queries == 2 * FakeStep.layers
+
+
 def test_route_bytes_hand_count(make_engine):
     """rows x (q+p) x exchanges per (request, holder): prefill rows = 16 heads x 100 tokens, then 16 rows
     for each of the 63 decode steps, 10 exchanges each, one holder."""

@@ -182,16 +182,25 @@ class MessageModel:
                 hold = nbytes / self._miss_factor
         for link, wire in route.link_wire:
             busy[link] = start + hold * wire
-        route.sent_bytes += nbytes
-        route.sent_count += 1
+        self.account(route, nbytes, 1, now)
+        return start - now + extra + t_probe_s + nbytes / rate + (route.latency_s if include_latency else 0.0)
+
+    def account(self, route: MessageRoute, nbytes: float, count: int, now: float) -> None:
+        """Count the bytes of `count` messages of `nbytes` on `route` at `now` (totals and the telemetry's
+        link windows). `send` accounts its own message; a caller whose one sent message stands for several
+        identical ones (an engine event of several exchanges) accounts the others here."""
+        if count <= 0:
+            return
+        total = nbytes * count
+        route.sent_bytes += total
+        route.sent_count += count
         telemetry = self.telemetry
         if now >= telemetry.window_end:
             telemetry.advance_to(now)
         if route.window != telemetry.window_index:
             route.window = telemetry.window_index
             telemetry.message_routes.append(route)
-        route.window_bytes += nbytes
-        return start - now + extra + t_probe_s + nbytes / rate + (route.latency_s if include_latency else 0.0)
+        route.window_bytes += total
 
     def total_bytes(self) -> float:
         return sum(route.sent_bytes for route in self.routes.values())

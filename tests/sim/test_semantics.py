@@ -20,8 +20,10 @@ def _testbed(trace, **kw) -> RunConfig:
 
 
 def _prefill_s(step, tokens: float, context: float = 0.0) -> float:
-    """One prefill iteration of `tokens` new tokens after `context` attended ones (causal)."""
-    return step.iteration_s(tokens, 1, context + tokens, tokens * context + tokens * (tokens + 1) / 2)
+    """One prefill iteration of `tokens` new tokens after `context` attended ones (causal; its pairs in the
+    prefill form unless it is one token)."""
+    pairs = tokens * context + tokens * (tokens + 1) / 2
+    return step.iteration_s(tokens, 1, context + tokens, pairs, pairs if tokens > 1 else 0.0)
 
 
 @pytest.mark.parametrize("policy", ["always-route", "always-fetch", "always-local"])

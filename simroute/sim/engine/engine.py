@@ -91,11 +91,15 @@ class InstanceEngine:
         self.layer_s = 0.0              # per-layer time of the current iteration (holder layer waits)
         self._gen = 0
         self._plan = Plan()
-        self._t0 = self._dt = self._pre = 0.0
+        self._t0 = self._dt = self._pre = self._stretch = 0.0
+        self._exch = self._hidden = 0.0     # per iteration of the current event: exchange time, of it hidden
+        self._legs: list[tuple] = []        # the current event's routed legs (settled when it ends)
+        self._row = -1                      # its row in the iteration log
         self._in_step = False
         self._admitted = 0
         self.preemptions = 0
         self.rejected = 0
+        self.cuts = 0                   # macro events an arrival cut short
         self.hidden_s = self.exchange_total_s = 0.0
 
     # ---- interface -----------------------------------------------------------------------------------
@@ -158,31 +162,34 @@ class InstanceEngine:
             self.busy = False
             self.layer_s = 0.0
             return
+        if not self.busy:
+            self.partials.skip(self.env.now)    # partials it answered while idle cost its own work nothing
         self.busy = True
         compute, groups = self._batch_cost(plan)
         k = plan.k
         exch = wait = 0.0
+        legs: list[tuple] = []
         if groups:
-            exch, wait = self.exchange.iteration(self, groups, k, compute)
+            exch, wait, legs = self.exchange.iteration(self, groups, k, compute)
+        pre, stretch = self.partials.charge(self.env.now, compute, k)
         dt = compute + exch
         if self.options.overlap and exch > 0:
             dt = max(compute, compute / 2 + exch)       # per layer: max(c, c/2 + r), summed over layers
-            self.hidden_s += (compute + exch - dt) * k
-        self.exchange_total_s += exch * k
-        pre = self.partials.take()
-        self._t0, self._dt, self._pre = self.env.now, dt, pre
+        self._exch, self._hidden, self._legs = exch, compute + exch - dt, legs
+        dt += stretch
+        self._t0, self._dt, self._pre, self._stretch = self.env.now, dt, pre, stretch
         self.layer_s = compute / self.layers    # GPU-busy time per layer (its own exchange waits leave it idle)
         for seq, _tokens in plan.prefill:
-            seq.prefill_compute_s += compute + pre      # its GPU time, the partials it ran for others included
+            seq.prefill_compute_s += compute + pre + stretch    # its GPU time, partials run for others included
             seq.exchange_s += exch
             seq.holder_wait_s += wait
         if self.options.check_hbm:
             self.hbm.check()
         h = self.hbm
         b = h.block_bytes
-        self.log.add((self.eid, self.env.now, pre + k * dt, k, len(plan.decode), len(plan.prefill),
-                      len(plan.decode) + sum(t for _, t in plan.prefill), compute, exch, wait, pre,
-                      (compute + exch - dt) * k, h.weight_bytes, h.kv_blocks * b, h.pinned_blocks * b,
+        self._row = self.log.add((self.eid, self.env.now, pre + k * dt, k, len(plan.decode), len(plan.prefill),
+                      len(plan.decode) + sum(t for _, t in plan.prefill), compute, exch, wait, pre + k * stretch,
+                      self._hidden * k, h.weight_bytes, h.kv_blocks * b, h.pinned_blocks * b,
                       h.copy_blocks * b, h.free_blocks * b))
         self._schedule(pre + k * dt)
 
@@ -203,7 +210,7 @@ class InstanceEngine:
             kv += ctx
             pairs += ctx
             if seq.routes:
-                _add_routes(groups, seq, heads, k)
+                _add_routes(groups, seq, heads)
         for seq, t in plan.prefill:
             base = seq.resident_tokens + seq.prefilled
             kv += base + t
@@ -213,7 +220,7 @@ class InstanceEngine:
                 prefill_pairs += chunk_pairs
             new += t
             if seq.routes:
-                _add_routes(groups, seq, heads * t, 1)
+                _add_routes(groups, seq, heads * t)
         compute = self.step.iteration_s(new, len(plan.decode) + len(plan.prefill), kv, pairs, prefill_pairs)
         if groups and self.exchange is None:
             raise RuntimeError("a routed sequence on an engine without a RouteExchange")
@@ -260,6 +267,12 @@ class InstanceEngine:
             keep = blocks_for(seq.prompt + seq.generated + done)
             self.hbm.release_kv(seq.blocks - keep)
             seq.blocks = keep
+        if self._legs:                   # nor did the holders' partials for them run
+            self.exchange.retract(self, self._legs, done, plan.k)
+        self.partials.unprepay(self._stretch * (plan.k - done))
+        self.log.revise(self._row, plan.k, done, self._pre + done * dt, self._pre + done * self._stretch,
+                        self._hidden * done)
+        self.cuts += 1
         plan.k = done
         self._gen += 1
         gen = self._gen
@@ -273,7 +286,15 @@ class InstanceEngine:
         self._in_step = True
         plan, dt, log = self._plan, self._dt, self.log
         k = plan.k
+        self.exchange_total_s += self._exch * k
+        self.hidden_s += self._hidden * k
+        if self._legs:
+            self.exchange.settle(self._legs, k)
+            self._legs = []
+        heads = self.heads
         for seq, t in plan.prefill:
+            if seq.routes:
+                seq.routed_rows += heads * t * len(seq.routes)
             seq.prefilled += t
             if seq.to_prefill > 0:
                 continue
@@ -298,6 +319,8 @@ class InstanceEngine:
             continuing = 0                  # decoded in the previous event too: one gap entry for all of them
             finished = []
             for seq in plan.decode:
+                if seq.routes:
+                    seq.routed_rows += heads * len(seq.routes) * k
                 if seq.t_last_token == t0:
                     continuing += 1
                 else:
@@ -327,10 +350,10 @@ class InstanceEngine:
             seq.on_done(seq)
 
 
-def _add_routes(groups: dict, seq: Sequence, rows: float, k: int) -> None:
+def _add_routes(groups: dict, seq: Sequence, rows: float) -> None:
     """One query per holder the sequence routes to: its own rows and keys, kept per query (a holder's kernel
-    over one long-context query and many short ones is not their average's)."""
-    seq.routed_rows += rows * len(seq.routes) * k
+    over one long-context query and many short ones is not their average's). Its rows are counted in
+    `routed_rows` when the event ends, with the iterations it ran."""
     for share in seq.routes:
         g = groups.get(share.holder)
         if g is None:

@@ -6,7 +6,11 @@ bound for that holder, one message), the holder's wait and its partial-attention
 query per (request, holder), each with its own rows and keys: `StepTimeModel.holder_partial_s` over the
 per-query lists), the partial back, and the merge. Messages
 go through the network engine's `message_delay` (FIFO queueing on links, shares left by bulk flows), once
-per holder per iteration event: the per-layer messages of one iteration see the same network state.
+per holder per iteration event: the per-layer messages of one iteration see the same network state. Bytes
+are one accounting: when the event ends (`settle`, with the iterations it actually ran), the network counts
+every exchange's messages (the sampled one and the others alike) and each sequence its rows, so the
+network's message bytes x tp equal the requests' route bytes (the network carries one TP rank pair's share,
+1/tp, as it does for fetches).
 
 The holder side (`HolderPartials`) is GPU work on the holder: its kernels run between or inside the
 holder's own iterations (`inline`, the default: a kernel waits for the holder's current layer to end, and
@@ -33,35 +37,46 @@ MAX_UTILISATION = 0.95          # the fluid queue's wait is capped where rho -> 
 
 
 class HolderPartials:
-    """The partial-attention work a holder does for others, and what it costs its own iterations."""
+    """The partial-attention work a holder does for others, and what it costs its own iterations.
 
-    __slots__ = ("mode", "interference", "pending_s", "demand", "calls", "queries", "work_s", "charged_s",
-                 "kernel_s")
+    Each requester event routing here is one demand entry [from, until, GPU s per s, requester, charge per s]:
+    it asks `work / span` of the holder's GPU over its span (other requesters' kernels queue behind it), and,
+    when the holder was busy as it started, charges the holder at `charge per s` (the work, or interference
+    x the work on a stream) as the span elapses. A holder event stretches its iterations by the charge rate
+    asked as it starts (`charge`), and pays at its next event what accrued beyond that: neither a requester
+    event nor a holder event standing for k iterations lumps k iterations' partial work into one.
+    """
+
+    __slots__ = ("mode", "interference", "demand", "calls", "queries", "work_s", "charged_s", "kernel_s",
+                 "last_take", "prepaid")
 
     def __init__(self, mode: str = "inline", interference: float = 0.3) -> None:
         self.mode = mode
         self.interference = interference
-        self.pending_s = 0.0            # work to charge to the holder's next iteration
-        self.demand: list[tuple[float, float, int]] = []   # (until, GPU s per s, requester) now routing here
+        self.demand: list[list] = []    # [from, until, GPU s per s, requester, charge per s] routing here
         self.calls = 0.0                # kernel calls (x exchanges)
         self.queries = 0.0
         self.work_s = 0.0
         self.charged_s = 0.0
         self.kernel_s = array("d")      # one kernel call's time per requester iteration event (telemetry)
+        self.last_take = 0.0            # the holder's charge is accrued up to here
+        self.prepaid = 0.0              # of it, what the last event's stretch already paid
 
-    def _prune(self, now: float) -> list[tuple[float, float, int]]:
+    def _prune(self, now: float) -> list[list]:
+        """Entries still asking (until > now) or not yet fully charged to the holder."""
         d = self.demand
-        if d and min(x[0] for x in d) <= now:
-            d[:] = [x for x in d if x[0] > now]
+        if d and min(x[1] for x in d) <= now:
+            last = self.last_take
+            d[:] = [x for x in d if x[1] > now or (x[4] > 0 and x[1] > last)]
         return d
 
     def utilisation(self, now: float, requester: int = -1) -> float:
         """GPU seconds per second of partial attention the other requesters now ask of this holder."""
-        return sum(x[1] for x in self._prune(now) if x[2] != requester)
+        return sum(x[2] for x in self._prune(now) if x[3] != requester and x[1] > now)
 
     def concurrent(self, now: float, requester: int) -> int:
         """Requesters routing here now, this one included (they share kernel calls)."""
-        return 1 + len({x[2] for x in self._prune(now) if x[2] != requester})
+        return 1 + len({x[3] for x in self._prune(now) if x[3] != requester and x[1] > now})
 
     def wait_s(self, kernel_s: float, now: float, holder_busy: bool, holder_layer_s: float,
                requester: int = -1) -> float:
@@ -74,22 +89,61 @@ class HolderPartials:
         return wait
 
     def add(self, kernel_s: float, calls: float, queries: float, now: float, span_s: float,
-            holder_busy: bool, requester: int = -1) -> None:
-        """`kernel_s` x `calls` of this requester's share of the holder's partial-attention work."""
+            holder_busy: bool, requester: int = -1) -> list | None:
+        """`kernel_s` x `calls` of this requester's share of the holder's partial-attention work over the next
+        `span_s`; returns its demand entry (for `retract`)."""
         work = kernel_s * calls
         self.calls += calls
         self.queries += queries * calls
         self.work_s += work
-        if span_s > 0:
-            self.demand.append((now + span_s, work / span_s, requester))
-        if holder_busy:                 # on an idle holder the kernels use an idle GPU: nobody waits for them
-            self.pending_s += work if self.mode == "inline" else work * self.interference
+        if span_s <= 0:
+            return None
+        # on an idle holder the kernels use an idle GPU: nobody waits for them (no charge)
+        charge = (1.0 if self.mode == "inline" else self.interference) if holder_busy else 0.0
+        entry = [now, now + span_s, work / span_s, requester, charge * work / span_s]
+        self.demand.append(entry)
+        return entry
 
-    def take(self) -> float:
-        """The work to add to the holder's iteration now starting."""
-        w, self.pending_s = self.pending_s, 0.0
-        self.charged_s += w
-        return w
+    def retract(self, kernel_s: float, calls: float, queries: float, entry: list | None, fraction: float) -> None:
+        """Undo `add` for `calls` calls that did not run (the requester's event was cut short, after
+        `fraction` of its span): the counters, and the entry's demand and charge end there."""
+        self.calls -= calls
+        self.queries -= queries * calls
+        self.work_s -= kernel_s * calls
+        if entry is not None:
+            entry[1] = entry[0] + (entry[1] - entry[0]) * fraction
+
+    def skip(self, now: float) -> None:
+        """The holder was idle until now: what accrued meanwhile used an idle GPU (no charge)."""
+        self.last_take = max(self.last_take, now)
+        self.prepaid = 0.0
+
+    def charge(self, now: float, compute_s: float, k: int) -> tuple[float, float]:
+        """What the holder's event now starting (k iterations of `compute_s` own GPU time) pays for partials:
+        (once, at its start: what accrued since the last event beyond what that one prepaid; per iteration:
+        its compute stretched by the charge rate now asked, rho / (1 - rho), prepaid for the next take)."""
+        last = self.last_take
+        accrued = 0.0
+        rho = 0.0
+        for begin, until, _rate, _requester, charge in self._prune(now):
+            if charge > 0:
+                lo, hi = (begin if begin > last else last), (until if until < now else now)
+                if hi > lo:
+                    accrued += charge * (hi - lo)
+                if begin <= now < until:
+                    rho += charge
+        pre = max(0.0, accrued - self.prepaid)
+        rho = min(rho, MAX_UTILISATION)
+        stretch = compute_s * rho / (1.0 - rho)
+        self.last_take = now
+        self.prepaid = stretch * k
+        self.charged_s += pre + self.prepaid
+        return pre, stretch
+
+    def unprepay(self, seconds: float) -> None:
+        """The event was cut short: the stretch of the iterations it did not run was not paid."""
+        self.prepaid -= seconds
+        self.charged_s -= seconds
 
 
 class RouteExchange:
@@ -131,10 +185,11 @@ class RouteExchange:
         return self.net.message_delay(leg[0], leg[1], nbytes, t_probe_s=t_probe_s,
                                       single_block_Bps=single_block_Bps, include_latency=False)
 
-    def iteration(self, engine: "InstanceEngine", groups: dict, k: int, compute_s: float) -> tuple[float, float]:
-        """(exchange seconds, of which holder wait) added to each iteration of a k-iteration event whose
-        compute is `compute_s` per iteration. `groups` maps a holder engine to (rows, key_tokens), one entry
-        per query (each routing sequence's own)."""
+    def iteration(self, engine: "InstanceEngine", groups: dict, k: int,
+                  compute_s: float) -> tuple[float, float, list[tuple]]:
+        """(exchange seconds, of which holder wait, per-holder legs for `settle` / `retract`) added to each
+        iteration of a k-iteration event whose compute is `compute_s` per iteration. `groups` maps a holder
+        engine to (rows, key_tokens), one entry per query (each routing sequence's own)."""
         now, tp, ex, me = engine.env.now, self.tp, self.exchanges, engine.eid
         legs = []
         bare = 0.0                      # the slowest round trip without holder waits
@@ -148,15 +203,35 @@ class RouteExchange:
             kernel = holder.step.holder_partial_s(queries * sharing, rows * sharing, keys * sharing)
             rt = out + kernel + back + self.merge_s
             bare = max(bare, rt)
-            legs.append((holder, queries, kernel, sharing, rt))
+            legs.append((holder, queries, kernel, sharing, rt, leg_out, leg_back, total_rows))
         span = k * (compute_s + ex * bare)   # the event's duration: the rate its partial work is asked at
         worst, worst_wait = 0.0, 0.0
-        for holder, queries, kernel, sharing, rt in legs:
+        settled = []
+        for holder, queries, kernel, sharing, rt, leg_out, leg_back, total_rows in legs:
             partials, busy = holder.partials, holder.busy
             wait = partials.wait_s(kernel / sharing, now, busy, holder.layer_s, me)
-            partials.add(kernel / sharing, ex * k, queries, now, span, busy, me)
+            entry = partials.add(kernel / sharing, ex * k, queries, now, span, busy, me)
             partials.kernel_s.append(kernel)
+            settled.append((holder, kernel / sharing, queries, entry, leg_out, leg_back, total_rows))
             if rt + wait > worst:
                 worst, worst_wait = rt + wait, wait
-        self.messages += 2 * ex * k * len(groups)
-        return ex * worst, ex * worst_wait
+        return ex * worst, ex * worst_wait, settled
+
+    def settle(self, legs: list[tuple], k: int) -> None:
+        """The event's exchanges ran k iterations: count their messages and the network's bytes of all but the
+        one sampled per leg (which `send_message` counted)."""
+        ex = self.exchanges
+        self.messages += 2 * ex * k * len(legs)
+        if not self._fast:
+            return
+        account, now, tp = self.net.messages.account, self.net.env.now, self.tp
+        more = ex * k - 1
+        for *_, leg_out, leg_back, rows in legs:
+            account(leg_out, rows * self.q_bytes / tp, more, now)
+            account(leg_back, rows * self.p_bytes / tp, more, now)
+
+    def retract(self, engine: "InstanceEngine", legs: list[tuple], done: int, k: int) -> None:
+        """The k-iteration event was cut after `done`: the holders' partial work for the rest did not run."""
+        calls = self.exchanges * (k - done)
+        for holder, kernel_share, queries, entry, *_ in legs:
+            holder.partials.retract(kernel_share, calls, queries, entry, done / k)

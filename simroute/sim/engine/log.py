@@ -24,12 +24,26 @@ class IterationLog:
         self.itl_s = array("d")         # inter-token gap values ...
         self.itl_n = array("d")         # ... and how many tokens saw each
 
-    def add(self, row: tuple) -> None:
+    def add(self, row: tuple) -> int:
+        """Append one event's row; returns its index (for `revise`)."""
         self.events += 1
         self.iterations += row[3]
         if self.enabled:
             for (name, _), value in zip(COLUMNS, row):
                 self.cols[name].append(value)
+        return self.events - 1
+
+    def revise(self, index: int, planned: int, ran: int, duration_s: float, holder_work_s: float,
+               hidden_s: float) -> None:
+        """Event `index`, planned as `planned` iterations, was cut after `ran` (a new arrival): its iterations,
+        duration, holder work and hidden exchange time as run."""
+        self.iterations -= planned - ran
+        if self.enabled:
+            cols = self.cols
+            cols["iterations"][index] = ran
+            cols["duration_s"][index] = duration_s
+            cols["holder_work_s"][index] = holder_work_s
+            cols["hidden_s"][index] = hidden_s
 
     def gap(self, seconds: float, tokens: float) -> None:
         if tokens > 0:

@@ -117,3 +117,41 @@ def test_ttft_breakdown_sums_to_ttft():
                                          "holder_wait")]].sum(axis=1)
     assert np.allclose(parts, req.ttft_s, rtol=1e-6, atol=1e-9)
     assert res.summary["throughput"]["output_tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_network_message_bytes_equal_the_requests_route_bytes(tmp_path, tp):
+    """One accounting: every request's route bytes are heads x (prompt + decode steps) x (q + p) x layers per
+    holder (hand count, with arrivals cutting the engines' 8-iteration decode events short), and the
+    network's message bytes on every link are the requests' query bytes on the links of their path out
+    plus their partial bytes on the path back, each 1/tp (the network carries one TP rank pair's share)."""
+    prompt, output = 128, 40
+    chunks = [{"chunk_id": i, "tokens": 2048, "canonical": True, "holder_hint": i, "cached_offset": 0}
+              for i in range(4)]
+    reqs = [{"arrival_s": 0.02 * j, "requester_hint": 4 + j % 3, "prompt_tokens": prompt, "output_tokens": output,
+             "chunk_ids": [j % 4] if j % 2 else [j % 4, (j + 1) % 4]} for j in range(12)]
+    trace = write_trace(tmp_path / "r.parquet", reqs, chunks)
+    sim = Simulation(_cfg(trace, policy="always-route", router="hint", tp=tp, decode_steps_per_event=8))
+    res = sim.run()
+    req = res.tables["requests"].to_pandas()
+    dec = res.tables["decisions"].to_pandas()
+    g, net = sim.ctx.params.geometry, sim.ctx.network
+    assert (dec.primitive == "route").all() and (req.status == "completed").all()
+    holders = dec.groupby("request_id").holder.apply(lambda h: sorted(set(h)))
+    expected = np.zeros(len(net.telemetry.message_bytes_per_link()))
+    for r, row in req.iterrows():
+        hs = holders[r]
+        assert row.bytes_route == pytest.approx(g.heads_q * (prompt + output - 1) * g.qp_bytes * g.layers * len(hs),
+                                                rel=1e-12)
+        requester = sim.ctx.cluster.instances[int(row.requester)]
+        for h in hs:
+            holder = sim.ctx.cluster.instances[h]
+            per_holder = row.bytes_route / len(hs) / tp
+            for link in net.message_route(requester.gpu, holder.gpu).links:
+                expected[link] += per_holder * g.q_bytes / g.qp_bytes
+            for link in net.message_route(holder.gpu, requester.gpu).links:
+                expected[link] += per_holder * g.p_bytes / g.qp_bytes
+    assert expected.sum() > 0
+    assert np.allclose(net.telemetry.message_bytes_per_link(), expected, rtol=1e-9, atol=1e-6)
+    assert net.message_bytes * tp == pytest.approx(req.bytes_route.sum(), rel=1e-9)
+    assert sum(engine.cuts for engine in sim.ctx.engines.engines) > 0     # arrivals cut decode events short

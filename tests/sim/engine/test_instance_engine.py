@@ -272,6 +272,34 @@ def test_arrival_cuts_a_macro_step(make_engine):
     assert out[64] == pytest.approx(out[1], rel=1e-3)
 
 
+def test_a_cut_event_accounts_only_the_iterations_it_ran(make_engine):
+    """A routed sequence decoding in 64-iteration events, cut by a late arrival: its rows, the messages, the
+    holder's kernel calls and the log count the iterations that ran, as with one iteration per event."""
+    out = {}
+    for steps in (1, 64):
+        env = simpy.Environment()
+        ex = RouteExchange(NoNet(), lambda a, b: Fabric, q_bytes=1152, p_bytes=1032, tp=1, merge_s=0.0,
+                           exchanges_per_step=FakeStep.layers)
+        holder = make_engine(env, 1)
+        req = make_engine(env, 0, exchange=ex, steps_per_event=steps)
+        a = Sequence(0, 100, 300, routes=(RouteShare(holder, 4096.0),))
+        req.submit(a)
+
+        def late():
+            yield env.timeout(0.05)
+            req.submit(Sequence(1, 100, 20))
+        env.process(late())
+        env.run()
+        assert a.routed_rows == 16 * 100 + 16 * 299
+        assert holder.partials.calls == pytest.approx(FakeStep.layers * 300)      # 1 prefill + 299 decodes
+        assert ex.messages == 2 * FakeStep.layers * 300
+        assert req.log.iterations == sum(req.log.cols["iterations"])
+        out[steps] = (req.cuts, req.log.iterations, np.sum(req.log.cols["duration_s"]))
+    assert out[1][0] == 0 and out[64][0] > 0
+    assert out[64][1] == out[1][1]
+    assert out[64][2] == pytest.approx(out[1][2], rel=1e-3)
+
+
 @pytest.mark.parametrize("scheduler", ["vllm", "sarathi"])
 def test_prefilled_sequences_decode_right_away(make_engine, scheduler):
     """PD's decode side: a sequence whose KV arrived prefilled decodes on an idle engine (no prefill)."""

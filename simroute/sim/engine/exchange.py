@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from simroute.sim.engine.engine import InstanceEngine
 
 HOLDER_MODES = ("inline", "stream")
+INF = float("inf")
 MAX_UTILISATION = 0.95          # the fluid queue's wait is capped where rho -> 1 (no unbounded backlog)
 
 
@@ -47,13 +48,15 @@ class HolderPartials:
     event nor a holder event standing for k iterations lumps k iterations' partial work into one.
     """
 
-    __slots__ = ("mode", "interference", "demand", "calls", "queries", "work_s", "charged_s", "kernel_s",
-                 "last_take", "prepaid")
+    __slots__ = ("mode", "interference", "demand", "tail", "expiry", "calls", "queries", "work_s", "charged_s",
+                 "kernel_s", "last_take", "prepaid")
 
     def __init__(self, mode: str = "inline", interference: float = 0.3) -> None:
         self.mode = mode
         self.interference = interference
-        self.demand: list[list] = []    # [from, until, GPU s per s, requester, charge per s] routing here
+        self.demand: list[list] = []    # [from, until, GPU s per s, requester, charge per s] routing here now
+        self.tail: list[list] = []      # entries past their span whose charge has not all been taken yet
+        self.expiry = INF               # the earliest `until` in `demand`
         self.calls = 0.0                # kernel calls (x exchanges)
         self.queries = 0.0
         self.work_s = 0.0
@@ -63,26 +66,47 @@ class HolderPartials:
         self.prepaid = 0.0              # of it, what the last event's stretch already paid
 
     def _prune(self, now: float) -> list[list]:
-        """Entries still asking (until > now) or not yet fully charged to the holder."""
+        """The entries still asking (until > now); ended ones with charge left move to `tail`."""
         d = self.demand
-        if d and min(x[1] for x in d) <= now:
-            last = self.last_take
-            d[:] = [x for x in d if x[1] > now or (x[4] > 0 and x[1] > last)]
+        if now >= self.expiry:
+            last, keep, expiry = self.last_take, [], INF
+            for x in d:
+                if x[1] > now:
+                    keep.append(x)
+                    if x[1] < expiry:
+                        expiry = x[1]
+                elif x[4] > 0 and x[1] > last:
+                    self.tail.append(x)
+            d[:] = keep
+            self.expiry = expiry
         return d
+
+    def others(self, now: float, requester: int) -> tuple[float, int]:
+        """(GPU s per s the other requesters now ask of this holder, how many they are): one pass."""
+        rho, seen = 0.0, set()
+        for x in self._prune(now):
+            if x[3] != requester:
+                rho += x[2]
+                seen.add(x[3])
+        return rho, len(seen)
 
     def utilisation(self, now: float, requester: int = -1) -> float:
         """GPU seconds per second of partial attention the other requesters now ask of this holder."""
-        return sum(x[2] for x in self._prune(now) if x[3] != requester and x[1] > now)
+        return self.others(now, requester)[0]
 
     def concurrent(self, now: float, requester: int) -> int:
         """Requesters routing here now, this one included (they share kernel calls)."""
-        return 1 + len({x[3] for x in self._prune(now) if x[3] != requester and x[1] > now})
+        return 1 + self.others(now, requester)[1]
 
     def wait_s(self, kernel_s: float, now: float, holder_busy: bool, holder_layer_s: float,
                requester: int = -1) -> float:
         """Expected wait of one kernel: behind other requesters' kernels (M/D/1 at their utilisation) and,
         inline, for the holder's current layer to end (half a layer on average)."""
-        rho = min(self.utilisation(now, requester), MAX_UTILISATION)
+        return self.queue_wait_s(kernel_s, self.utilisation(now, requester), holder_busy, holder_layer_s)
+
+    def queue_wait_s(self, kernel_s: float, utilisation: float, holder_busy: bool, holder_layer_s: float) -> float:
+        """`wait_s` at a known utilisation of the other requesters."""
+        rho = min(utilisation, MAX_UTILISATION)
         wait = kernel_s * rho / (2 * (1 - rho)) if rho > 0 else 0.0
         if self.mode == "inline" and holder_busy:
             wait += holder_layer_s / 2
@@ -102,6 +126,8 @@ class HolderPartials:
         charge = (1.0 if self.mode == "inline" else self.interference) if holder_busy else 0.0
         entry = [now, now + span_s, work / span_s, requester, charge * work / span_s]
         self.demand.append(entry)
+        if entry[1] < self.expiry:
+            self.expiry = entry[1]
         return entry
 
     def retract(self, kernel_s: float, calls: float, queries: float, entry: list | None, fraction: float) -> None:
@@ -112,11 +138,14 @@ class HolderPartials:
         self.work_s -= kernel_s * calls
         if entry is not None:
             entry[1] = entry[0] + (entry[1] - entry[0]) * fraction
+            if entry[1] < self.expiry:
+                self.expiry = entry[1]
 
     def skip(self, now: float) -> None:
         """The holder was idle until now: what accrued meanwhile used an idle GPU (no charge)."""
         self.last_take = max(self.last_take, now)
         self.prepaid = 0.0
+        self.tail.clear()
 
     def charge(self, now: float, compute_s: float, k: int) -> tuple[float, float]:
         """What the holder's event now starting (k iterations of `compute_s` own GPU time) pays for partials:
@@ -127,11 +156,15 @@ class HolderPartials:
         rho = 0.0
         for begin, until, _rate, _requester, charge in self._prune(now):
             if charge > 0:
-                lo, hi = (begin if begin > last else last), (until if until < now else now)
-                if hi > lo:
-                    accrued += charge * (hi - lo)
-                if begin <= now < until:
-                    rho += charge
+                lo = begin if begin > last else last
+                if now > lo:
+                    accrued += charge * (now - lo)
+                rho += charge
+        for begin, until, _rate, _requester, charge in self.tail:   # ended since the last take
+            lo = begin if begin > last else last
+            if until > lo:
+                accrued += charge * (until - lo)
+        self.tail.clear()
         pre = max(0.0, accrued - self.prepaid)
         rho = min(rho, MAX_UTILISATION)
         stretch = compute_s * rho / (1.0 - rho)
@@ -198,18 +231,20 @@ class RouteExchange:
             queries, total_rows = len(rows), sum(rows)
             out = self._send(leg_out, total_rows * self.q_bytes / tp, fab.t_probe_s, fab.single_block_Bps)
             back = self._send(leg_back, total_rows * self.p_bytes / tp, fab.turnaround_s, fab.single_block_Bps)
-            sharing = holder.partials.concurrent(now, me)
+            rho, others = holder.partials.others(now, me)
+            sharing = 1 + others
             # the n requesters routing here share one call: n x this one's queries (as it sees them)
-            kernel = holder.step.holder_partial_s(queries * sharing, rows * sharing, keys * sharing)
+            kernel = holder.step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
+                                                  keys * sharing if others else keys)
             rt = out + kernel + back + self.merge_s
             bare = max(bare, rt)
-            legs.append((holder, queries, kernel, sharing, rt, leg_out, leg_back, total_rows))
+            legs.append((holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, total_rows))
         span = k * (compute_s + ex * bare)   # the event's duration: the rate its partial work is asked at
         worst, worst_wait = 0.0, 0.0
         settled = []
-        for holder, queries, kernel, sharing, rt, leg_out, leg_back, total_rows in legs:
+        for holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, total_rows in legs:
             partials, busy = holder.partials, holder.busy
-            wait = partials.wait_s(kernel / sharing, now, busy, holder.layer_s, me)
+            wait = partials.queue_wait_s(kernel / sharing, rho, busy, holder.layer_s)
             entry = partials.add(kernel / sharing, ex * k, queries, now, span, busy, me)
             partials.kernel_s.append(kernel)
             settled.append((holder, kernel / sharing, queries, entry, leg_out, leg_back, total_rows))

@@ -233,9 +233,13 @@ class RouteExchange:
             back = self._send(leg_back, total_rows * self.p_bytes / tp, fab.turnaround_s, fab.single_block_Bps)
             rho, others = holder.partials.others(now, me)
             sharing = 1 + others
-            # the n requesters routing here share one call: n x this one's queries (as it sees them)
-            kernel = holder.step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
-                                                  keys * sharing if others else keys)
+            # the n requesters routing here share one call: n x this one's queries (as it sees them); one
+            # query per requester (the common case) is the scalar form, every query alike
+            if queries == 1:
+                kernel = holder.step.holder_partial_s(sharing, rows[0], keys[0])
+            else:
+                kernel = holder.step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
+                                                      keys * sharing if others else keys)
             rt = out + kernel + back + self.merge_s
             bare = max(bare, rt)
             legs.append((holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, total_rows))

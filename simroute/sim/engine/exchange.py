@@ -4,9 +4,9 @@ An iteration whose sequences route pays, per exchange (per layer under `per-laye
 `once`), the slowest holder's round trip: the query message out (the rows of every sequence of the batch
 bound for that holder, one message), the holder's wait and its partial-attention kernel (one call over one
 query per (request, holder), each with its own rows and keys: `StepTimeModel.holder_partial_s` over the
-per-query lists), the partial back, and the merge. Messages
-go through the network engine's `message_delay` (FIFO queueing on links, shares left by bulk flows), once
-per holder per iteration event: the per-layer messages of one iteration see the same network state. Bytes
+per-query lists), the partial back, and the merge. Messages go through the network engine's `message_delay`
+(FIFO queueing on links, shares left by bulk flows), once per holder per iteration event: the per-layer
+messages of one iteration see the same network state. Bytes
 are one accounting: when the event ends (`settle`, with the iterations it actually ran), the network counts
 every exchange's messages (the sampled one and the others alike) and each sequence its rows, so the
 network's message bytes x tp equal the requests' route bytes (the network carries one TP rank pair's share,
@@ -14,8 +14,8 @@ network's message bytes x tp equal the requests' route bytes (the network carrie
 
 The holder side (`HolderPartials`) is GPU work on the holder: its kernels run between or inside the
 holder's own iterations (`inline`, the default: a kernel waits for the holder's current layer to end, and
-the holder's next iteration is longer by the work) or on a concurrent stream (`stream`: no layer wait,
-the holder's iterations are slowed by `interference` x the work). Requesters routing to one holder at the
+the holder's iterations are longer by the work, charged as it is asked) or on a concurrent stream
+(`stream`: no layer wait, the holder's iterations are slowed by `interference` x the work). Requesters routing to one holder at the
 same time share its kernel calls: a call batches one query from each of the n requesters currently
 routing there (`holder_partial_s` over n x their queries, flat to N ~ 8 as measured), each requester waits
 for the whole call and is charged 1/n of its work. Beyond that, kernels queue: a fluid M/D/1 wait from the

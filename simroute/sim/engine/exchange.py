@@ -12,14 +12,14 @@ every exchange's messages (the sampled one and the others alike) and each sequen
 network's message bytes x tp equal the requests' route bytes (the network carries one TP rank pair's share,
 1/tp, as it does for fetches).
 
-The holder side (`HolderPartials`) is GPU work on the holder: its kernels run between or inside the
-holder's own iterations (`inline`, the default: a kernel waits for the holder's current layer to end, and
-the holder's iterations are longer by the work, charged as it is asked) or on a concurrent stream
-(`stream`: no layer wait, the holder's iterations are slowed by `interference` x the work). Requesters routing to one holder at the
-same time share its kernel calls: a call batches one query from each of the n requesters currently
-routing there (`holder_partial_s` over n x their queries, flat to N ~ 8 as measured), each requester waits
-for the whole call and is charged 1/n of its work. Beyond that, kernels queue: a fluid M/D/1 wait from the
-holder's current partial-attention utilisation.
+The holder side (`HolderPartials`) is GPU work on the holder: its kernels run between or inside the holder's
+own iterations (`inline`, the default: a kernel waits for the holder's current layer to end, and the holder's
+iterations are longer by the work, charged as it is asked) or on a concurrent stream (`stream`: no layer wait,
+the holder's iterations are slowed by `interference` x the work). Requesters routing to one holder at the same
+time share its kernel calls: a call batches one query from each of the n requesters currently routing there
+(`holder_partial_s` over n x their queries, flat to N ~ 8 as measured), each requester waits for the whole
+call and is charged 1/n of its work. Beyond that, kernels queue: a fluid M/D/1 wait from the holder's current
+partial-attention utilisation.
 """
 
 from __future__ import annotations

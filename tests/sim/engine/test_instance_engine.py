@@ -189,10 +189,7 @@ def test_holder_kernel_charges_each_query_its_own_rows_and_keys(make_engine):
     """One long prefill over a long context and one short query in one batch, routed to one holder: the
     kernel is the sum over queries of rows x keys (hand count), not two average queries (half of it here)."""
     env = simpy.Environment()
-    ex = RouteExchange(NoNet(), lambda a, b: Fabric, q_bytes=1152, p_bytes=1032, tp=1, merge_s=0.0,
-                       exchanges_per_step=FakeStep.layers)
-    holder = make_engine(env, 1)
-    req = make_engine(env, 0, exchange=ex, steps_per_event=1, token_budget=4096)
+    _ex, holder, req = _exchange_pair(make_engine, env, steps_per_event=1, token_budget=4096)
     req.submit(Sequence(99, 5, 1))                    # keeps the engine busy while the two arrive
     req.submit(Sequence(0, 1000, 1, routes=(RouteShare(holder, 60000.0),)))
     req.submit(Sequence(1, 10, 1, routes=(RouteShare(holder, 100.0),)))
@@ -237,14 +234,25 @@ def test_one_message_per_holder_per_layer(make_engine):
     assert holder.partials.queries == pytest.approx(FakeStep.layers * sequences_x_iterations)
 
 
+def _exchange_pair(make_engine, env, **req_options):
+    """(exchange, holder, requester): a requester engine routing to an otherwise idle holder over NoNet."""
+    ex = RouteExchange(NoNet(), lambda a, b: Fabric, q_bytes=1152, p_bytes=1032, tp=1, merge_s=0.0,
+                       exchanges_per_step=FakeStep.layers)
+    return ex, make_engine(env, 1), make_engine(env, 0, exchange=ex, **req_options)
+
+
+def _submit_at(env, engine, seq, at_s):
+    def late():
+        yield env.timeout(at_s)
+        engine.submit(seq)
+    env.process(late())
+
+
 def test_overlap_hides_exchange_time(make_engine):
     res = {}
     for overlap in (False, True):
         env = simpy.Environment()
-        ex = RouteExchange(NoNet(), lambda a, b: Fabric, q_bytes=1152, p_bytes=1032, tp=1, merge_s=0.0,
-                           exchanges_per_step=FakeStep.layers)
-        holder = make_engine(env, 1)
-        req = make_engine(env, 0, exchange=ex, overlap=overlap)
+        _ex, holder, req = _exchange_pair(make_engine, env, overlap=overlap)
         s = Sequence(0, 100, 50, routes=(RouteShare(holder, 4096.0),))
         req.submit(s)
         env.run()
@@ -262,11 +270,7 @@ def test_arrival_cuts_a_macro_step(make_engine):
         eng = make_engine(env, steps_per_event=steps)
         a, b = Sequence(0, 100, 500), Sequence(1, 100, 20)
         eng.submit(a)
-
-        def late():
-            yield env.timeout(0.05)
-            eng.submit(b)
-        env.process(late())
+        _submit_at(env, eng, b, 0.05)
         env.run()
         out[steps] = (a.t_done, b.t_first_token, b.t_done)
     assert out[64] == pytest.approx(out[1], rel=1e-3)
@@ -278,17 +282,10 @@ def test_a_cut_event_accounts_only_the_iterations_it_ran(make_engine):
     out = {}
     for steps in (1, 64):
         env = simpy.Environment()
-        ex = RouteExchange(NoNet(), lambda a, b: Fabric, q_bytes=1152, p_bytes=1032, tp=1, merge_s=0.0,
-                           exchanges_per_step=FakeStep.layers)
-        holder = make_engine(env, 1)
-        req = make_engine(env, 0, exchange=ex, steps_per_event=steps)
+        ex, holder, req = _exchange_pair(make_engine, env, steps_per_event=steps)
         a = Sequence(0, 100, 300, routes=(RouteShare(holder, 4096.0),))
         req.submit(a)
-
-        def late():
-            yield env.timeout(0.05)
-            req.submit(Sequence(1, 100, 20))
-        env.process(late())
+        _submit_at(env, req, Sequence(1, 100, 20), 0.05)
         env.run()
         assert a.routed_rows == 16 * 100 + 16 * 299
         assert holder.partials.calls == pytest.approx(FakeStep.layers * 300)      # 1 prefill + 299 decodes

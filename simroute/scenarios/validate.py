@@ -356,7 +356,8 @@ def staging_rows(ctx: Ctx) -> list[Row]:
         Row("staging-elbow", f"fetch TTFT p50 at K = 8 staging streams over K = 1 ({n - first} cross-node "
             "requesters, one chunk each)", f"{MQ}, §6.2", -100 * gain, 100 * (p50[8] / p50[1] - 1), "%",
             -100 * gain - 5, -100 * gain + 5, "±5 points", basis, elbow_note),
-        Row("staging-past-elbow", "fetch TTFT p50 at K = 16 over K = 8", f"{MQ}, §6.2 (K = 16 regresses)",
+        Row("staging-past-elbow", "fetch TTFT p50 at K = 16 over K = 8",
+            f"{MQ}, §6.2 (K = 16 regresses; no figure, the paper column is the band's floor)",
             VISIBLE_REGRESSION, p50[16] / p50[8], "x", VISIBLE_REGRESSION, math.inf,
             "a visible regression (>= +1%)", basis, past_note),
     ]
@@ -364,6 +365,7 @@ def staging_rows(ctx: Ctx) -> list[Row]:
 
 # ---- ARK: Figs 2-3 and the abstract --------------------------------------------------------------------------
 ARK_SEEDS = (0, 1, 2)     # independent Poisson realisations: one 60 s run's P95 and peak move by several points
+TTFT_BAND = (-22.9, -2.9)  # the paper's -12.9% ± 10 points
 
 
 def ark_points(ctx: Ctx, qps: float, duration_s: float, seeds: tuple[int, ...]) -> list[tuple]:
@@ -406,7 +408,9 @@ def ark_rows(ctx: Ctx, qps: float = 25.0, duration_s: float = 60.0, seeds: tuple
     peak_e = float(max(e.peak_spine_flows for e, _ in pairs))
     peak_a = float(max(a.peak_spine_flows for _, a in pairs))
     ttft_note, spine_note = ark_notes(pairs, qps, ttft, fct)
-    if -22.9 <= ttft <= -2.9 + 2.0:      # inside the band, but within 2 points of its weak end
+    if ttft > TTFT_BAND[1]:
+        ttft_note = "honest gap: " + ttft_note
+    elif ttft > TTFT_BAND[1] - 2.0:      # inside the band, within 2 points of its weak end
         ttft_note = "passes only at its band's weak end, not in the paper's regime: " + ttft_note
     per_seed = "per seed: " + ", ".join(f"{red(e.fct_p95_ms, a.fct_p95_ms):+.1f}%" for e, a in pairs)
     basis = f"simulator: PD KV transfers on ark-paper, ECMP hashing vs ARK reservation, mean of seeds {seeds}"
@@ -416,7 +420,7 @@ def ark_rows(ctx: Ctx, qps: float = 25.0, duration_s: float = 60.0, seeds: tuple
         Row("ark-fct-p95", "P95 KV-transfer FCT, ARK vs ECMP, QPS 25", f"{ARK}, Fig 2", -34.0, p95, "%",
             -44.0, -24.0, "±10 points", basis, per_seed),
         Row("ark-ttft-mean", "mean TTFT, ARK vs ECMP, QPS 25", f"{ARK}, abstract (up to -12.9%)", -12.9, ttft, "%",
-            -22.9, -2.9, "±10 points", basis, ttft_note),
+            *TTFT_BAND, "±10 points", basis, ttft_note),
         Row("ark-spine-ecmp", "peak concurrent flows on one spine, ECMP", f"{ARK}, Fig 3 (up to 18)", 18.0,
             peak_e, "flows", 12.0, 24.0, "±6 flows", basis, spine_note),
         Row("ark-spine-ark", "peak concurrent flows on one spine, ARK", f"{ARK}, Fig 3 (below ~8)", 8.0,

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import simpy
 
 from simroute.errors import ConfigurationError, UnknownNameError
-from simroute.sim.engine.exchange import HOLDER_MODES, HolderPartials, RouteExchange
+from simroute.sim.engine.exchange import HOLDER_MODES, MAX_UTILISATION, HolderPartials, RouteExchange
 from simroute.sim.engine.hbm import BLOCK_TOKENS, HbmBudget, blocks_for
 from simroute.sim.engine.log import IterationLog
 from simroute.sim.engine.scheduler import SCHEDULERS, Plan, get_scheduler
@@ -171,7 +171,7 @@ class InstanceEngine:
         legs: list[tuple] = []
         if groups:
             exch, wait, legs = self.exchange.iteration(self, groups, k, compute)
-        pre, stretch = self.partials.charge(self.env.now, compute, k)
+        pre, stretch = self.partials.charge(self.env.now, compute, k, compute + exch)
         dt = compute + exch
         if self.options.overlap and exch > 0:
             dt = max(compute, compute / 2 + exch)       # per layer: max(c, c/2 + r), summed over layers
@@ -251,6 +251,27 @@ class InstanceEngine:
         self.preemptions += 1
         self.waiting.appendleft(seq)
 
+    def absorb(self, entry: list) -> None:
+        """A requester's partial work began during this engine's event: the event runs its share now, lengthened
+        by what the work asks of its busy GPU while both last (charge rate c x the event's busy share f, over
+        the event's rest lengthened by it: cf (end - now) / (1 - cf), or cf (until - now) if the work ends
+        first), prepaid against what the work accrues, so that it is not charged to the next event in one lump."""
+        if not self.busy or self._in_step or self._plan.empty:
+            return
+        now = self.env.now
+        end = self._t0 + self._pre + self._plan.k * self._dt
+        rate = min(entry[4] * self.partials.busy_fraction, MAX_UTILISATION)
+        if end <= now or rate <= 0:
+            return
+        extra = min(rate * (end - now) / (1.0 - rate), rate * max(0.0, entry[1] - now))
+        if extra <= 0:
+            return
+        self._pre += extra
+        self.partials.prepay(extra)
+        for seq, _tokens in self._plan.prefill:
+            seq.prefill_compute_s += extra
+        self.log.extend(self._row, extra)           # the scheduled end fires early and waits the rest (_end)
+
     def _schedule(self, delay: float) -> None:
         self._gen += 1
         gen = self._gen
@@ -283,6 +304,10 @@ class InstanceEngine:
         if gen != self._gen:
             return
         now = self.env.now
+        end = self._t0 + self._pre + self._plan.k * self._dt
+        if end > now + 1e-12 * max(1.0, now):      # absorbed partial work lengthened the event meanwhile
+            self.env.timeout(end - now).callbacks.append(lambda _e: self._end(gen))
+            return
         self._in_step = True
         plan, dt, log = self._plan, self._dt, self.log
         k = plan.k

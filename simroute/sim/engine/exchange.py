@@ -49,7 +49,7 @@ class HolderPartials:
     """
 
     __slots__ = ("mode", "interference", "demand", "tail", "expiry", "calls", "queries", "work_s", "charged_s",
-                 "kernel_s", "last_take", "prepaid")
+                 "kernel_s", "last_take", "prepaid", "busy_fraction")
 
     def __init__(self, mode: str = "inline", interference: float = 0.3) -> None:
         self.mode = mode
@@ -64,6 +64,7 @@ class HolderPartials:
         self.kernel_s = array("d")      # one kernel call's time per requester iteration event (telemetry)
         self.last_take = 0.0            # the holder's charge is accrued up to here
         self.prepaid = 0.0              # of it, what the last event's stretch already paid
+        self.busy_fraction = 1.0        # the share of the holder's last event its own GPU work took
 
     def _prune(self, now: float) -> list[list]:
         """The entries still asking (until > now); ended ones with charge left move to `tail`."""
@@ -145,33 +146,49 @@ class HolderPartials:
         """The holder was idle until now: what accrued meanwhile used an idle GPU (no charge)."""
         self.last_take = max(self.last_take, now)
         self.prepaid = 0.0
+        self.busy_fraction = 1.0
         self.tail.clear()
 
-    def charge(self, now: float, compute_s: float, k: int) -> tuple[float, float]:
-        """What the holder's event now starting (k iterations of `compute_s` own GPU time) pays for partials:
-        (once, at its start: what accrued since the last event beyond what that one prepaid; per iteration:
-        its compute stretched by the charge rate now asked, rho / (1 - rho), prepaid for the next take)."""
+    def charge(self, now: float, compute_s: float, k: int, own_s: float) -> tuple[float, float]:
+        """What the holder's event now starting (k iterations of `own_s` each, `compute_s` of it its GPU's own
+        work: its exchange waits leave the GPU idle) pays for partials: (once, at its start: what accrued since
+        the last event while its GPU was busy, beyond what that one prepaid; per iteration: the work each
+        request now routing here asks while the event lasts, at its charge rate x the busy share, prepaid for
+        the next take). A kernel that finds the holder's GPU idle (during its own exchange waits) delays
+        nobody."""
         last = self.last_take
-        accrued = 0.0
-        rho = 0.0
+        busy_fraction = compute_s / own_s if own_s > 0 else 0.0
+        accrued = rho = 0.0
+        active = []
         for begin, until, _rate, _requester, charge in self._prune(now):
             if charge > 0:
                 lo = begin if begin > last else last
                 if now > lo:
                     accrued += charge * (now - lo)
                 rho += charge
+                active.append((until, charge))
         for begin, until, _rate, _requester, charge in self.tail:   # ended since the last take
             lo = begin if begin > last else last
             if until > lo:
                 accrued += charge * (until - lo)
         self.tail.clear()
-        pre = max(0.0, accrued - self.prepaid)
-        rho = min(rho, MAX_UTILISATION)
-        stretch = compute_s * rho / (1.0 - rho)
+        pre = max(0.0, accrued * self.busy_fraction - self.prepaid)
+        self.busy_fraction = busy_fraction
+        stretch = 0.0
+        if active and k > 0:
+            # the event lasts k own_s / (1 - rho f) while all of them ask; each asks only until it ends
+            horizon = k * own_s / (1.0 - min(rho * busy_fraction, MAX_UTILISATION))
+            asked = sum(charge * (until - now if until - now < horizon else horizon) for until, charge in active)
+            stretch = asked * busy_fraction / k
         self.last_take = now
         self.prepaid = stretch * k
         self.charged_s += pre + self.prepaid
         return pre, stretch
+
+    def prepay(self, seconds: float) -> None:
+        """The holder's event under way was lengthened by `seconds` of partial work (`InstanceEngine.absorb`)."""
+        self.prepaid += seconds
+        self.charged_s += seconds
 
     def unprepay(self, seconds: float) -> None:
         """The event was cut short: the stretch of the iterations it did not run was not paid."""
@@ -250,6 +267,8 @@ class RouteExchange:
             partials, busy = holder.partials, holder.busy
             wait = partials.queue_wait_s(kernel / sharing, rho, busy, holder.layer_s)
             entry = partials.add(kernel / sharing, ex * k, queries, now, span, busy, me)
+            if entry is not None and entry[4] > 0:
+                holder.absorb(entry)            # the holder's event under way runs its share now
             partials.kernel_s.append(kernel)
             settled.append((holder, kernel / sharing, queries, entry, leg_out, leg_back, total_rows))
             if rt + wait > worst:

@@ -45,6 +45,12 @@ class IterationLog:
             cols["holder_work_s"][index] = holder_work_s
             cols["hidden_s"][index] = hidden_s
 
+    def extend(self, index: int, seconds: float) -> None:
+        """Event `index` ran `seconds` of holder work more than planned (its duration and holder work)."""
+        if self.enabled:
+            self.cols["duration_s"][index] += seconds
+            self.cols["holder_work_s"][index] += seconds
+
     def gap(self, seconds: float, tokens: float) -> None:
         if tokens > 0:
             self.itl_s.append(seconds)

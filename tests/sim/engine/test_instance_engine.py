@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import simpy
@@ -174,6 +176,27 @@ def test_holder_serving_partials_has_longer_iterations(make_engine):
     assert busy_holder.partials.charged_s > 0
     assert served > alone
     assert served == pytest.approx(alone + busy_holder.partials.charged_s, rel=1e-9)
+
+
+def test_holder_work_is_charged_alike_however_many_iterations_an_event_stands_for(make_engine):
+    """Routed work that begins in the middle of a holder's 64-iteration event lengthens that event (it is
+    not lumped into the holder's next iteration): the holder's own sequences finish as when it runs one
+    iteration per event, and it is charged the same partial work."""
+    out = {}
+    for steps in (1, 64):
+        env = simpy.Environment()
+        ex, holder, req = _exchange_pair(make_engine, env, steps_per_event=8)
+        holder.options = replace(holder.options, steps_per_event=steps)
+        own = [Sequence(100 + i, 200, 300) for i in range(4)]
+        for seq in own:
+            holder.submit(seq)
+        _submit_at(env, req, Sequence(0, 2000, 200, routes=(RouteShare(holder, 400000.0),)), 0.05)
+        env.run()
+        cols = holder.log.cols
+        out[steps] = (np.mean([s.t_done for s in own]), holder.partials.charged_s, max(cols["holder_work_s"]))
+    assert out[1][1] > 0.01
+    assert out[64][0] == pytest.approx(out[1][0], rel=0.01)
+    assert out[64][1] == pytest.approx(out[1][1], rel=0.05)
 
 
 def test_idle_holder_reproduces_the_kernel_floor(make_engine):

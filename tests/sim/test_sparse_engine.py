@@ -209,3 +209,32 @@ def test_a_step_wait_is_on_every_iteration_and_runs_beside_exchanges(tmp_path):
         waits[wait_s] = seq.t_done - seq.t_submit
     assert waits[1e-3] - waits[0.0] == pytest.approx(17 * 1e-3, rel=1e-6)   # 1 prefill + 16 decode iterations
     assert sum(asked) == 17 and max(asked) > 1              # one call per event, macro-events with k > 1
+
+
+def test_a_fanout_over_four_cross_host_holders_pays_only_the_nic_context_cache(tmp_path, monkeypatch):
+    """The validate row fig4a's gap: a first pass over M = 7 holders (4 on the other host) costs more than over
+    M = 1 only through the NIC context cache fitted to Fig 7 (4 queue pairs against 3 contexts); with the
+    cache off the fan-out is flat, as Fig 4a measures."""
+    import dataclasses
+
+    import simroute.network.engine as network_engine
+    from simroute.network.messages import MessageModel, MessageModelParams
+
+    def fanout_ratio(tag):
+        bare = write_trace(tmp_path / f"bare{tag}.parquet", [{"arrival_s": 0.0, "requester_hint": 0,
+                                                              "prompt_tokens": 16, "output_tokens": 1,
+                                                              "chunk_ids": []}], [])
+        ttft = {m: simulate(_cfg(selection_trace(tmp_path / f"f{tag}{m}.parquet", requester=0,
+                                                 holders=list(range(1, m + 1))), policy="always-route"))
+                .summary["ttft_ms"]["mean"] for m in (1, 7)}
+        base = simulate(_cfg(bare, policy="always-route")).summary["ttft_ms"]["mean"]
+        return (ttft[7] - base) / (ttft[1] - base)
+
+    with_cache = fanout_ratio("on")
+
+    class NoContexts(MessageModel):
+        def __init__(self, params=None):
+            super().__init__(dataclasses.replace(params or MessageModelParams(), nic_contexts=False))
+    monkeypatch.setattr(network_engine, "MessageModel", NoContexts)
+    without = fanout_ratio("off")
+    assert with_cache > 1.2 and 0.8 <= without <= 1.2, (with_cache, without)

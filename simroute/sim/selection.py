@@ -95,7 +95,7 @@ class SelectionRequest(DenseRequest):
             self.resident_tokens = here_entries + share * len(self.remote)
         else:
             self.resident_tokens = min(topk, here_tokens + tokens)
-        self._floor(tokens, share)
+        self._floor(tokens)
 
     def start_first_pass(self, plan: ChunkPlan) -> list[simpy.Event]:
         """A selection moves no whole chunk: only local's re-prefill (and first touch) makes copies before the
@@ -154,7 +154,7 @@ class SelectionRequest(DenseRequest):
             self.ctx.recorder.bytes_fetch[self.spec.request_id] += \
                 gathers * self.gather_bytes * self.ctx.config.tp * len(self.remote)
 
-    def _floor(self, tokens: float, share: float) -> None:
+    def _floor(self, tokens: float) -> None:
         """The selection's share of the TTFT floor: the cheapest primitive's first pass, uncongested."""
         ctx = self.ctx
         fabric = ctx.cluster.fabric_id(self.requester, ctx.cluster.instances[self.remote[0]])

@@ -125,8 +125,9 @@ class InstanceEngine:
             return False
         target = seq.recompute if seq.recompute else seq.prompt
         need = blocks_for(target)
-        # vLLM's 1% watermark: admission leaves head-room for running sequences' growth
-        watermark = self.hbm.capacity_blocks // 100 if self.running else 0
+        # vLLM's 1% watermark: admission leaves head-room for running sequences' growth, at least the one block
+        # each may take in the next event (else a small HBM livelocks: admit, preempt it to grow, admit again)
+        watermark = max(self.hbm.capacity_blocks // 100, len(self.running)) if self.running else 0
         if self.hbm.reserve_kv(need + watermark):
             self.hbm.release_kv(watermark)
         else:
@@ -165,12 +166,13 @@ class InstanceEngine:
         if not self.busy:
             self.partials.skip(self.env.now)    # partials it answered while idle cost its own work nothing
         self.busy = True
-        compute, groups = self._batch_cost(plan)
+        compute, groups, seq_wait = self._batch_cost(plan)
         k = plan.k
         exch = wait = 0.0
         legs: list[tuple] = []
         if groups:
             exch, wait, legs = self.exchange.iteration(self, groups, k, compute)
+        exch = max(exch, seq_wait)      # sequences' own waits (gathers) run beside the routed exchanges
         pre, stretch = self.partials.charge(self.env.now, compute, k, compute + exch)
         dt = compute + exch
         if self.options.overlap and exch > 0:
@@ -193,8 +195,9 @@ class InstanceEngine:
                       h.copy_blocks * b, h.free_blocks * b))
         self._schedule(pre + k * dt)
 
-    def _batch_cost(self, plan: Plan) -> tuple[float, dict]:
-        """The step-time model's iteration time for the batch, and its routed groups by holder.
+    def _batch_cost(self, plan: Plan) -> tuple[float, dict, float]:
+        """The step-time model's iteration time for the batch, its routed groups by holder, and the slowest
+        of its sequences' own per-iteration waits (`Sequence.step_wait`).
 
         A prefill chunk of more than one token attends in the prefill form (`prefill_pairs`: MLA's expanded,
         non-absorbed kernel, as vLLM's and SGLang's MLA backends run prefill); a one-token chunk (a fully
@@ -202,8 +205,8 @@ class InstanceEngine:
         one token as a decode)."""
         k = plan.k
         heads = self.heads
-        kv = pairs = prefill_pairs = 0.0
-        groups: dict[Any, tuple[list[float], list[float]]] = {}
+        kv = pairs = prefill_pairs = seq_wait = 0.0
+        groups: dict[Any, list] = {}
         new = len(plan.decode)
         for seq in plan.decode:
             ctx = seq.resident_tokens + seq.prompt + seq.generated + (k - 1) / 2
@@ -211,6 +214,8 @@ class InstanceEngine:
             pairs += ctx
             if seq.routes:
                 _add_routes(groups, seq, heads)
+            if seq.step_wait is not None:
+                seq_wait = max(seq_wait, seq.step_wait(k))
         for seq, t in plan.prefill:
             base = seq.resident_tokens + seq.prefilled
             kv += base + t
@@ -221,10 +226,12 @@ class InstanceEngine:
             new += t
             if seq.routes:
                 _add_routes(groups, seq, heads * t)
+            if seq.step_wait is not None:
+                seq_wait = max(seq_wait, seq.step_wait(1))
         compute = self.step.iteration_s(new, len(plan.decode) + len(plan.prefill), kv, pairs, prefill_pairs)
         if groups and self.exchange is None:
             raise RuntimeError("a routed sequence on an engine without a RouteExchange")
-        return compute, groups
+        return compute, groups, seq_wait
 
     def _grow(self, plan: Plan) -> bool:
         """Reserve the decode KV blocks of the next k tokens; if they do not fit (copies were already evicted
@@ -382,7 +389,9 @@ def _add_routes(groups: dict, seq: Sequence, rows: float) -> None:
     for share in seq.routes:
         g = groups.get(share.holder)
         if g is None:
-            groups[share.holder] = ([rows], [share.key_tokens])
+            groups[share.holder] = [[rows], [share.key_tokens], share.premium]
         else:
             g[0].append(rows)
             g[1].append(share.key_tokens)
+            if share.premium > g[2]:
+                g[2] = share.premium

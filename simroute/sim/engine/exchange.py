@@ -239,11 +239,12 @@ class RouteExchange:
                   compute_s: float) -> tuple[float, float, list[tuple]]:
         """(exchange seconds, of which holder wait, per-holder legs for `settle` / `retract`) added to each
         iteration of a k-iteration event whose compute is `compute_s` per iteration. `groups` maps a holder
-        engine to (rows, key_tokens), one entry per query (each routing sequence's own)."""
+        engine to [rows, key_tokens, premium]: one entry per query in the lists (each routing sequence's own),
+        and the batch's largest premium (the sparse kernel's factor over dense, `RouteShare.premium`)."""
         now, tp, ex, me = engine.env.now, self.tp, self.exchanges, engine.eid
         legs = []
         bare = 0.0                      # the slowest round trip without holder waits
-        for holder, (rows, keys) in groups.items():
+        for holder, (rows, keys, premium) in groups.items():
             leg_out, leg_back, fab = self._legs(engine, holder)
             queries, total_rows = len(rows), sum(rows)
             out = self._send(leg_out, total_rows * self.q_bytes / tp, fab.t_probe_s, fab.single_block_Bps)
@@ -257,6 +258,7 @@ class RouteExchange:
             else:
                 kernel = holder.step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
                                                       keys * sharing if others else keys)
+            kernel *= premium
             rt = out + kernel + back + self.merge_s
             bare = max(bare, rt)
             legs.append((holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, total_rows))

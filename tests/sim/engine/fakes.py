@@ -16,17 +16,19 @@ class FakeStep:
 
     def iteration_s(self, new_tokens, sequences, kv_read_tokens, attention_pairs, prefill_pairs=0.0):
         linear = max(self.weight_s_per_layer, new_tokens * self.flop_s_per_token_layer)
-        flops = (attention_pairs - prefill_pairs) * self.pair_s_per_layer + prefill_pairs * self.prefill_pair_s_per_layer
+        flops = ((attention_pairs - prefill_pairs) * self.pair_s_per_layer
+                 + prefill_pairs * self.prefill_pair_s_per_layer)
         attention = max(kv_read_tokens * self.kv_s_per_token_layer, flops)
         return self.overhead_s + self.layers * (linear + attention)
 
     def holder_partial_s(self, queries, rows_per_query, key_tokens):
         """Scalars (every query alike) or one value per query, as the contract allows."""
-        if isinstance(rows_per_query, (int, float)) and isinstance(key_tokens, (int, float)):
+        scalar = (int, float)
+        if isinstance(rows_per_query, scalar) and isinstance(key_tokens, scalar):
             pairs = queries * rows_per_query * key_tokens
         else:
-            rows = rows_per_query if not isinstance(rows_per_query, (int, float)) else [rows_per_query] * len(key_tokens)
-            keys = key_tokens if not isinstance(key_tokens, (int, float)) else [key_tokens] * len(rows)
+            rows = [rows_per_query] * len(key_tokens) if isinstance(rows_per_query, scalar) else rows_per_query
+            keys = [key_tokens] * len(rows) if isinstance(key_tokens, scalar) else key_tokens
             pairs = sum(r * t for r, t in zip(rows, keys))
         return max(15e-6, pairs * 1e-12)
 

@@ -8,8 +8,8 @@ pinned to the path simroute chose:
 - `replay`: `simroute.network.replay` (the whole event loop compiled; compile time excluded, warmed up first);
 - SimGrid C++ (bench/simgrid/flows.cpp: one route per flow in a star zone) and, up to `--python-max` flows in
   flight, SimGrid's Python bindings (bench/simgrid/flows.py, run by the interpreter they are built for).
-Reported: wall time and start+finish events/s of each (best of `--repeat` runs at scales <= 1k: the box is
-shared), and FCT agreement against SimGrid C++ (median and max relative difference). SimGrid is configured as
+Reported: wall and CPU time and start+finish events/s of each (best of `--repeat` interleaved runs at
+scales <= 1k: the box is shared), and FCT agreement against SimGrid C++ (median and max relative difference). SimGrid is configured as
 pure max-min: CM02, latency and bandwidth factors 1, weight-S 0, no cross-traffic, no TCP window. Needs
 `libsimgrid-dev` and g++ (Debian: apt-get install libsimgrid-dev python3-simgrid); skips with the reason
 otherwise. Appends a row to bench/RESULTS.md.
@@ -83,8 +83,8 @@ def closed_loop_flow_set(topo, n_concurrent: int, n_finish: int, seed: int = 1) 
     return [(t, size, links[i]) for t, size, i in started if links[i]]
 
 
-def replay_simroute(topo, flows) -> tuple[float, np.ndarray]:
-    """Open-loop replay with pinned paths: (wall seconds, FCT per flow)."""
+def replay_simroute(topo, flows) -> tuple[float, float, np.ndarray]:
+    """The online engine, open loop with pinned paths: (wall s, CPU s, FCT per flow)."""
     env = simpy.Environment()
     eng = FlowEngine(env, topo, keep_records=True)
     src, dst = topo.gpus[0], topo.gpus[1]        # names only label the records: the path is pinned
@@ -96,20 +96,22 @@ def replay_simroute(topo, flows) -> tuple[float, np.ndarray]:
             eng.transfer(src, dst, size, path=links, tag=i)
 
     env.process(driver())
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     env.run()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     fct = np.zeros(len(flows))
     for r in eng.telemetry.records:
         fct[r.tag] = r.end - r.start
-    return wall, fct
+    return wall, cpu, fct
 
 
-def replay_compiled(topo, flows) -> tuple[float, np.ndarray, int]:
-    """The compiled whole-flow-set replay: (wall seconds incl. grouping, FCT per flow, events)."""
+def replay_compiled(topo, flows) -> tuple[float, float, np.ndarray]:
+    """The compiled whole-flow-set replay: (wall s, CPU s, FCT per flow), validation and grouping included."""
     flow_set = FlowSet.from_paths([t for t, _s, _l in flows], [s for _t, s, _l in flows], [l for _t, _s, l in flows])
-    result = replay(flow_set, [link.capacity_Bps for link in topo.links], backend="numba")
-    return result.wall_s, result.fct_s, result.events
+    capacity = [link.capacity_Bps for link in topo.links]
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = replay(flow_set, capacity, backend="numba")
+    return time.perf_counter() - t0, time.process_time() - c0, result.fct_s
 
 
 def build_simgrid(workdir: Path) -> tuple[Path | None, str]:
@@ -143,21 +145,17 @@ def write_flows(topo, flows, workdir: Path) -> Path:
     return path
 
 
-def replay_simgrid(command: list[str], flows, flows_file: Path) -> tuple[float, np.ndarray]:
-    """Run a SimGrid replay (C++ binary or Python script): (wall seconds of engine.run(), FCT per flow)."""
+def replay_simgrid(command: list[str], flows, flows_file: Path) -> tuple[float, float, np.ndarray]:
+    """Run a SimGrid replay (C++ binary or Python script): (wall s, CPU s of engine.run(), FCT per flow)."""
     proc = subprocess.run([*command, str(flows_file), *SIMGRID_CFG], capture_output=True, text=True, check=True)
     lines = proc.stdout.split()
-    wall = float(lines[1])
-    finish = np.array([float(x) for x in lines[2:]])
-    return wall, finish - np.array([t for t, _s, _l in flows])
+    wall, cpu = float(lines[1]), float(lines[3])
+    finish = np.array([float(x) for x in lines[4:]])
+    return wall, cpu, finish - np.array([t for t, _s, _l in flows])
 
 
 def _option(name: str, default: str) -> str:
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
-
-
-def _best(runs: list[tuple]) -> tuple:
-    return min(runs, key=lambda run: run[0])
 
 
 def measure_scale(topo, n_concurrent: int, n_finish: int, binary: Path, py_ok: bool, repeat: int,
@@ -168,31 +166,39 @@ def measure_scale(topo, n_concurrent: int, n_finish: int, binary: Path, py_ok: b
     flows_file = write_flows(topo, flows, workdir)
     runs = repeat if n_concurrent <= 1000 else 1
     walls: dict[str, list[float]] = {}
+    cpus: dict[str, list[float]] = {}
     fcts: dict[str, np.ndarray] = {}
-    paths = {"online": lambda: replay_simroute(topo, flows), "replay": lambda: replay_compiled(topo, flows)[:2],
+    paths = {"online": lambda: replay_simroute(topo, flows), "replay": lambda: replay_compiled(topo, flows),
              "simgrid": lambda: replay_simgrid([str(binary)], flows, flows_file)}
     if py_ok:
         paths["simgrid_py"] = lambda: replay_simgrid([PY_BINDINGS, str(PY_SOURCE)], flows, flows_file)
-    for name, run in paths.items():
-        for _ in range(1 if name == "simgrid_py" else runs):
-            wall, fct = run()
+    for _ in range(runs):                       # interleaved, so a burst of load hits every path alike
+        for name, run in paths.items():
+            if name == "simgrid_py" and name in walls:
+                continue                        # slow: once
+            wall, cpu, fct = run()
             walls.setdefault(name, []).append(wall)
+            cpus.setdefault(name, []).append(cpu)
             fcts[name] = fct
     tag = f"{n_concurrent // 1000}k" if n_concurrent >= 1000 else str(n_concurrent)
     figures: dict[str, float | int] = {f"{tag}_flows": len(flows)}
-    for name, values in walls.items():
-        figures[f"{tag}_{name}_s"] = round(min(values), 4)
-        figures[f"{tag}_{name}_ev_per_s"] = round(events / min(values))
+    for name in walls:
+        figures[f"{tag}_{name}_s"] = round(min(walls[name]), 4)
+        figures[f"{tag}_{name}_cpu_s"] = round(min(cpus[name]), 4)
+        figures[f"{tag}_{name}_ev_per_s"] = round(events / min(walls[name]))
     for name in ("online", "replay"):
         figures[f"{tag}_{name}_vs_simgrid"] = round(min(walls["simgrid"]) / min(walls[name]), 2)
+        figures[f"{tag}_{name}_vs_simgrid_cpu"] = round(min(cpus["simgrid"]) / min(cpus[name]), 2)
         rel = np.abs(fcts[name] - fcts["simgrid"]) / fcts["simgrid"]
         figures[f"{tag}_{name}_fct_rel_median"] = float(f"{np.median(rel):.2e}")
         figures[f"{tag}_{name}_fct_rel_max"] = float(f"{rel.max():.2e}")
     rel = np.abs(fcts["replay"] - fcts["online"]) / fcts["online"]
     figures[f"{tag}_replay_vs_online_fct_rel_max"] = float(f"{rel.max():.2e}")
-    shown = ", ".join(f"{name} {' / '.join(f'{w:.3f}' for w in values)} s" for name, values in walls.items())
-    print(f"  {n_concurrent} in flight, {len(flows)} flows: {shown}; replay/SimGrid FCT rel diff median "
-          f"{figures[f'{tag}_replay_fct_rel_median']:.1e} max {figures[f'{tag}_replay_fct_rel_max']:.1e}", flush=True)
+    shown = ", ".join(f"{name} {' / '.join(f'{w:.3f}' for w in walls[name])} s (cpu best {min(cpus[name]):.3f})"
+                      for name in walls)
+    print(f"  {n_concurrent} in flight, {len(flows)} flows, {events} events: {shown}; replay vs SimGrid FCT rel "
+          f"diff median {figures[f'{tag}_replay_fct_rel_median']:.1e} max {figures[f'{tag}_replay_fct_rel_max']:.1e}",
+          flush=True)
     return figures
 
 

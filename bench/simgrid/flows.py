@@ -1,7 +1,7 @@
 """The flows.cpp replay through SimGrid's Python bindings (python3-simgrid): same input, same output.
 
 Run with the interpreter the bindings are built for (Debian: /usr/bin/python3):
-    python3 flows.py FLOWS.txt --cfg=...   (prints "wall_s <seconds of e.run()>", then one finish time per flow)
+    python3 flows.py FLOWS.txt --cfg=...   (prints "wall_s W cpu_s C" for e.run(), then one finish time per flow)
 """
 
 import sys
@@ -42,10 +42,10 @@ def main() -> None:
             comm.wait()
 
     sg.Actor.create("driver", src[0], driver)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     engine.run()
-    wall = time.perf_counter() - t0
-    print(f"wall_s {wall:.9f}")
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    print(f"wall_s {wall:.9f} cpu_s {cpu:.9f}")
     for comm in comms:
         print(repr(comm.finish_time))
 

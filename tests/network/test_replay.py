@@ -170,3 +170,73 @@ def test_bad_input_names_the_field(flows, capacity, field):
 def test_unknown_backend_lists_the_valid_ones():
     with pytest.raises(UnknownNameError, match="engine"):
         replay(FlowSet.from_paths([0.0], [1.0], [(0,)]), [1e9], backend="fortran")
+
+
+# ---- the CLI: simroute flows replay ------------------------------------------------------------------------
+
+def _flow_frame(n: int = 60, seed: int = 3):
+    import pandas as pd
+    from simroute.network import load_topology, shipped_topology
+    topo = load_topology(shipped_topology("fattree"))
+    rng = np.random.default_rng(seed)
+    pairs = rng.integers(0, len(topo.gpus), size=(n, 2))
+    frame = pd.DataFrame({"start_s": np.sort(rng.uniform(0, 5e-3, n)), "nbytes": rng.uniform(1e6, 5e7, n),
+                          "src": [topo.gpus[a] for a, _b in pairs], "dst": [topo.gpus[b] for _a, b in pairs],
+                          "path_index": rng.integers(0, 4, n)})
+    return topo, frame
+
+
+def test_cli_replays_a_csv_and_a_parquet_file_like_the_api(tmp_path, capsys):
+    import json
+
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    from simroute.cli.main import main
+    topo, frame = _flow_frame()
+    frame.to_csv(tmp_path / "flows.csv", index=False)
+    paths = [topo.path_ids(topo.index(s), topo.index(d), int(c))[0]
+             for s, d, c in zip(frame.src, frame.dst, frame.path_index)]
+    pd.DataFrame({"start_s": frame.start_s, "nbytes": frame.nbytes, "links": [list(p) for p in paths]}) \
+        .to_parquet(tmp_path / "links.parquet")
+    want = replay(FlowSet.from_paths(frame.start_s, frame.nbytes, paths), [link.capacity_Bps for link in topo.links],
+                  latency_s=[link.latency_s for link in topo.links], backend="engine")
+    assert main(["flows", "replay", str(tmp_path / "flows.csv"), "-t", "fattree", "-o", str(tmp_path / "a.parquet"),
+                 "--json"]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures["flows"] == 60 and figures["fct_max_s"] == pytest.approx(float(want.fct_s.max()), rel=1e-9)
+    assert main(["flows", "replay", str(tmp_path / "links.parquet"), "-t", "fattree", "-o",
+                 str(tmp_path / "b.parquet")]) == 0
+    for name in ("a.parquet", "b.parquet"):
+        out = pq.read_table(tmp_path / name).to_pandas()
+        np.testing.assert_allclose(out.finish_s, want.finish_s, rtol=1e-9)
+        np.testing.assert_allclose(out.fct_s, out.finish_s - frame.start_s, rtol=1e-12)
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda f: f.drop(columns=["nbytes"]), "nbytes"),
+    (lambda f: f.assign(nbytes=-f.nbytes), "nbytes"),
+    (lambda f: f.assign(src="nowhere"), "src"),
+    (lambda f: f.assign(path_index=-1), "path_index"),
+    (lambda f: f.drop(columns=["src"]), "links"),
+])
+def test_cli_bad_flow_file_is_one_line_exit_2(tmp_path, capsys, edit, field):
+    from simroute.cli.main import main
+    _topo, frame = _flow_frame(8)
+    edit(frame).to_csv(tmp_path / "flows.csv", index=False)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main(["flows", "replay", str(tmp_path / "flows.csv"), "-t", "fattree", "-o",
+                 str(tmp_path / "out.parquet")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "flows.csv" in err and field in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_cli_never_overwrites_an_output(tmp_path, capsys):
+    from simroute.cli.main import main
+    _topo, frame = _flow_frame(4)
+    frame.to_csv(tmp_path / "flows.csv", index=False)
+    (tmp_path / "mine.parquet").write_bytes(b"user data")
+    assert main(["flows", "replay", str(tmp_path / "flows.csv"), "-o", str(tmp_path / "mine.parquet")]) == 2
+    assert (tmp_path / "mine.parquet").read_bytes() == b"user data"
+    assert "exists" in capsys.readouterr().err

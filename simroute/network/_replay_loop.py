@@ -120,7 +120,9 @@ def replay_loop(order, arrival, nbytes, path_latency, of_flow, link_ptr, links, 
     """The event loop: per instant, completions due, arrivals, then a re-solve of the touched components.
 
     Kept as one loop over steps (what it does per step is in the helpers above). Returns
-    [events, steps, solves, solved groups]; writes finish[flow] (last byte + path latency).
+    [events, steps, solves, solved groups]; writes finish[flow] (last byte + path latency). The
+    same-instant window (1e-12 relative) and the finish-together test (eps relative + 1e-6 bytes) are the
+    engine's (`FlowEngine._step_arrays`, `_pop_done`), so both end the same flows at the same step.
     """
     n_groups, n_links = gcap.shape[0], capacity.shape[0]
     flows = np.zeros(n_groups)

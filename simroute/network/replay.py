@@ -36,11 +36,10 @@ from typing import ClassVar
 import numpy as np
 
 from simroute.errors import ConfigurationError, UnknownNameError
+from simroute.network.engine import _EPS, _SAME      # the engine's "rate unchanged" and "finish together" bounds
 from simroute.network.kernels import compiled_available
 
 INF = math.inf
-_SAME = 1e-12        # the engine's bound for "rate unchanged" (summation-order noise), engine._SAME
-_EPS = 1e-9          # flows of one group finishing together: the engine's _pop_done tolerance
 
 
 @dataclass(frozen=True)

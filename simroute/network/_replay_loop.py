@@ -88,22 +88,22 @@ def _solve_component(now, n_groups, n_links, comp_groups, comp_links, local, lin
                      flows, rate, bn, work, last_t, next_work, due, buf_links, buf_f, buf_cap, same):
     """Max-min over one component with local link ids: the engine's fill and commit kernels on gathered
     columns, scattered back. buf_f rows: flows, cap, rate, work, last_t, next_work, due."""
-    width = buf_links.shape[0]
+    width = buf_links.shape[1]
     for c in range(n_groups):
         group = comp_groups[c]
         k = 0
         for e in range(link_ptr[group], link_ptr[group + 1]):
-            buf_links[k, c] = local[links[e]]
+            buf_links[c, k] = local[links[e]]
             k += 1
         for pad in range(k, width):
-            buf_links[pad, c] = n_links                     # the local sentinel
+            buf_links[c, pad] = n_links                     # the local sentinel
         buf_f[0, c], buf_f[1, c], buf_f[2, c] = flows[group], gcap[group], rate[group]
         buf_f[3, c], buf_f[4, c] = work[group], last_t[group]
         buf_f[5, c], buf_f[6, c] = next_work[group], due[group]
     for j in range(n_links):
         buf_cap[j] = capacity[comp_links[j]]
     buf_cap[n_links] = np.inf
-    view = buf_links[:, :n_groups]
+    view = buf_links[:n_groups].T                     # (width, groups); a group's links adjacent
     new_rate, new_bn = fill_groups_numba(view, buf_f[0, :n_groups], buf_f[1, :n_groups], buf_cap[:n_links + 1])
     local_bn = np.empty(n_groups, dtype=np.int64)
     commit_rates_numba(now, new_rate, new_bn, view, buf_f[2], local_bn, buf_f[3], buf_f[4], buf_f[5], buf_f[6],
@@ -148,7 +148,7 @@ def replay_loop(order, arrival, nbytes, path_latency, of_flow, link_ptr, links, 
     comp_groups = np.empty(n_groups, dtype=np.int64)
     comp_links = np.empty(n_links, dtype=np.int64)
     due_now = np.empty(n_groups, dtype=np.int64)
-    buf_links = np.empty((width, n_groups), dtype=np.int64)
+    buf_links = np.empty((n_groups, width), dtype=np.int64)
     buf_f = np.empty((7, n_groups))
     buf_cap = np.empty(n_links + 1)
     events = steps = solves = solved = 0

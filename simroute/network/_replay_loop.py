@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simroute.network._compiled import commit_rates_numba, fill_groups_numba, njit, sift
+from simroute.network._compiled import (cascade_numba, commit_rates_numba, commit_slots_numba, fill_groups_numba,
+                                        members_add, members_remove, njit, sift)
 
 
 @njit
@@ -115,14 +116,44 @@ def _solve_component(now, n_groups, n_links, comp_groups, comp_links, local, lin
 
 
 @njit
-def replay_loop(order, arrival, nbytes, path_latency, of_flow, link_ptr, links, gcap, flow_ptr, inc_ptr,
-                 width, capacity, finish, same, eps):
+def _widen(member):
+    """The engine's link-membership rows (`_compiled.members_add`) twice as wide, contents kept."""
+    wider = np.full((member.shape[0], 2 * member.shape[1]), -1, dtype=np.int64)
+    wider[:, :member.shape[1]] = member
+    return wider
+
+
+@njit
+def _cascade(now, seeds, dirty, n_active, limit_frac, floor, links_mat, flows, gcap, rate, bn, work, last_t,
+             next_work, due, capacity, cap_padded, member, deg, load, telemetry, scratch, same):
+    """The engine's incremental re-solve (`cascade_numba`) and slot commit over static group ids; False when
+    it gives up (more than max(floor, limit_frac x active groups) would move): the caller solves the component.
+    Returns (ok, groups re-solved)."""
+    limit = max(floor, int(limit_frac * n_active))
+    group_int, group_flag, new_rate, link_flag, heap_int, heap_key, stack = scratch
+    ok, slots, fresh, fresh_bn = cascade_numba(seeds, dirty, links_mat, flows, gcap, rate, bn, cap_padded, member,
+                                               deg, limit, same, group_int, group_flag, new_rate, link_flag,
+                                               heap_int, heap_key, stack)
+    if not ok:
+        return False, 0
+    commit_slots_numba(now, slots, fresh, fresh_bn, links_mat, flows, rate, bn, work, last_t, next_work, due, load,
+                       capacity, telemetry[0], telemetry[1], telemetry[2], same, 1.0)
+    return True, slots.shape[0]
+
+
+@njit
+def replay_loop(order, arrival, nbytes, path_latency, of_flow, link_ptr, links, links_mat, gcap, flow_ptr, inc_ptr,
+                width, capacity, finish, same, eps, cascade_from, cascade_limit, cascade_floor):
     """The event loop: per instant, completions due, arrivals, then a re-solve of the touched components.
 
     Kept as one loop over steps (what it does per step is in the helpers above). Returns
     [events, steps, solves, solved groups]; writes finish[flow] (last byte + path latency). The
     same-instant window (1e-12 relative) and the finish-together test (eps relative + 1e-6 bytes) are the
     engine's (`FlowEngine._step_arrays`, `_pop_done`), so both end the same flows at the same step.
+    The re-solve is the engine's: from `cascade_from` active groups on, its cascade (which gives up past
+    max(cascade_floor, cascade_limit x active groups)); else, and then, the touched components from scratch
+    (with few groups the components are small, and a fill of them costs less than the cascade's fixed
+    O(links) work per call). `links_mat` is the (width, groups) link matrix padded with n_links that the cascade reads.
     """
     n_groups, n_links = gcap.shape[0], capacity.shape[0]
     flows = np.zeros(n_groups)
@@ -151,6 +182,18 @@ def replay_loop(order, arrival, nbytes, path_latency, of_flow, link_ptr, links, 
     buf_links = np.empty((n_groups, width), dtype=np.int64)
     buf_f = np.empty((7, n_groups))
     buf_cap = np.empty(n_links + 1)
+    n_ids = n_links + 1                                   # the cascade's arrays: links + the sentinel
+    cap_padded = np.full(n_ids, np.inf)
+    cap_padded[:n_links] = capacity
+    member = np.full((n_ids, 8), -1, dtype=np.int64)
+    deg = np.zeros(n_ids, dtype=np.int64)
+    load = np.zeros(n_ids)
+    telemetry = np.zeros((3, n_links))                    # the slot commit integrates link bytes: unread here
+    heap_int = np.empty((2, 2 * n_ids + n_groups), dtype=np.int64)
+    heap_int[1] = -1
+    scratch = (np.zeros((4, n_groups), dtype=np.int64), np.zeros((2, n_groups), dtype=np.int8), np.zeros(n_groups),
+               np.zeros((3, n_ids), dtype=np.int8), heap_int, np.empty(2 * n_ids + n_groups),
+               np.empty(2 * n_ids, dtype=np.int64))
     events = steps = solves = solved = 0
     nxt, n_flows = 0, order.shape[0]
     while True:
@@ -188,6 +231,7 @@ def replay_loop(order, arrival, nbytes, path_latency, of_flow, link_ptr, links, 
             flows[group] -= done
             if heap_size[group] == 0:                             # the group is gone: its links seed
                 _link_incidences(group, False, link_ptr, links, inc_ptr, members, where, size)
+                members_remove(member, deg, links_mat, group, group, n_links)
                 moved = active[n_active - 1]
                 active[active_at[group]] = moved
                 active_at[moved] = active_at[group]
@@ -216,6 +260,8 @@ def replay_loop(order, arrival, nbytes, path_latency, of_flow, link_ptr, links, 
                 n_active += 1
                 last_t[group] = now
                 _link_incidences(group, True, link_ptr, links, inc_ptr, members, where, size)
+                while not members_add(member, deg, links_mat, group, n_links):
+                    member = _widen(member)
             elif now > last_t[group]:
                 work[group] += rate[group] * (now - last_t[group])
                 last_t[group] = now
@@ -229,6 +275,14 @@ def replay_loop(order, arrival, nbytes, path_latency, of_flow, link_ptr, links, 
                 group_stamp[group] = stamp
                 comp_groups[n_comp] = group
                 n_comp += 1
+        if n_active >= cascade_from and cascade_limit > 0 and (n_comp or n_comp_links):
+            ok, moved = _cascade(now, comp_groups[:n_comp], comp_links[:n_comp_links], n_active, cascade_limit,
+                                 cascade_floor, links_mat, flows, gcap, rate, bn, work, last_t, next_work, due,
+                                 capacity, cap_padded, member, deg, load, telemetry, scratch, same)
+            if ok:
+                solves += 1
+                solved += moved
+                continue
         n_comp, n_comp_links = _component(n_comp, n_comp_links, stamp, comp_groups, comp_links, group_stamp,
                                           link_stamp, local, link_ptr, links, inc_ptr, members, inc_group, size)
         if n_comp:

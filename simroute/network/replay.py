@@ -36,7 +36,7 @@ from typing import ClassVar
 import numpy as np
 
 from simroute.errors import ConfigurationError, UnknownNameError
-from simroute.network.engine import _EPS, _SAME      # the engine's "rate unchanged" and "finish together" bounds
+from simroute.network.engine import _EPS, _SAME, FlowEngine   # the engine's "rate unchanged", "finish together"
 from simroute.network.kernels import compiled_available
 
 INF = math.inf
@@ -229,6 +229,9 @@ class CompiledReplay(ReplayBackend):
     """The whole event loop in numba (`_replay_loop.replay_loop`), calling the engine's solve and commit kernels."""
 
     name = "numba"
+    cascade_from = 256                            # from this many active groups, the engine's cascade first
+    cascade_limit = FlowEngine.cascade_limit      # ... which gives up past the engine's limits
+    cascade_floor = FlowEngine.cascade_floor
 
     def run(self, flows: FlowSet, capacity_Bps: np.ndarray, latency_s: np.ndarray) -> ReplayResult:
         if not compiled_available():
@@ -246,10 +249,16 @@ class CompiledReplay(ReplayBackend):
         path_latency = np.bincount(owner, weights=latency_s[flows.path_links], minlength=len(flows))
         order = np.argsort(flows.arrival_s, kind="stable")
         finish = np.where(groups.of_flow >= 0, INF, flows.arrival_s)   # zero-byte / linkless: at arrival
+        n_links = len(capacity_Bps)
+        links_mat = np.full((groups.width, len(groups.cap)), n_links, dtype=np.int64)   # the cascade's layout
+        lengths = np.diff(groups.link_ptr)
+        links_mat[np.arange(len(groups.links)) - np.repeat(groups.link_ptr[:-1], lengths),
+                  np.repeat(np.arange(len(groups.cap)), lengths)] = groups.links
         counters = replay_loop(order[groups.of_flow[order] >= 0], flows.arrival_s.astype(float),
                                flows.nbytes.astype(float), path_latency, groups.of_flow, groups.link_ptr,
-                               groups.links, groups.cap, groups.flow_ptr, groups.inc_ptr, groups.width,
-                               capacity_Bps, finish, _SAME, _EPS)
+                               groups.links, links_mat, groups.cap, groups.flow_ptr, groups.inc_ptr, groups.width,
+                               capacity_Bps, finish, _SAME, _EPS, int(cls.cascade_from), float(cls.cascade_limit),
+                               int(cls.cascade_floor))
         events, steps, solves, solved = (int(x) for x in counters)
         return ReplayResult(finish, flows.arrival_s, events, steps, solves, solved, time.perf_counter() - t0,
                             cls.name)

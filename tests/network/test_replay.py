@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.network import FlowEngine, maxmin_rates
 from simroute.network.kernels import compiled_available
-from simroute.network.replay import FlowSet, replay
+from simroute.network.replay import CompiledReplay, FlowSet, replay
 
 INF = math.inf
 COMPILED = ["numba"] if compiled_available() else []
@@ -102,6 +102,53 @@ def test_compiled_replay_matches_the_engine_in_array_mode(case):
     compiled = replay(flows, capacity, latency_s=latency, backend="numba")
     _close(compiled.finish_s, online.finish_s, flows.arrival_s)
     assert compiled.events == online.events
+
+
+@pytest.fixture
+def cascade_always():
+    """The compiled loop tries the engine's cascade at every re-solve (by default only from 256 active groups)."""
+    saved = CompiledReplay.cascade_from, CompiledReplay.cascade_floor
+    CompiledReplay.cascade_from, CompiledReplay.cascade_floor = 1, 10**9
+    yield
+    CompiledReplay.cascade_from, CompiledReplay.cascade_floor = saved
+
+
+@pytest.mark.skipif(not COMPILED, reason="numba not importable (or SIMROUTE_NO_NUMBA set)")
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(flow_sets())
+def test_compiled_replay_through_the_cascade_matches_the_textbook(cascade_always, case):
+    flows, capacity, latency = case
+    got = replay(flows, capacity, latency_s=latency, backend="numba")
+    _close(got.finish_s, textbook(flows, capacity, latency), flows.arrival_s)
+
+
+@pytest.mark.skipif(not COMPILED, reason="numba not importable (or SIMROUTE_NO_NUMBA set)")
+def test_many_groups_cascade_and_component_solves_agree_with_the_engine():
+    # 1,200 flows on the 64-GPU fat-tree within 2 ms: several hundred groups in flight, so the compiled loop
+    # runs the cascade (and falls back to component solves where it gives up); the component-only loop and
+    # the online engine must give the same finish times.
+    from simroute.network import load_topology, shipped_topology
+    topo = load_topology(shipped_topology("fattree"))
+    rng = np.random.default_rng(11)
+    n = 1200
+    pairs = rng.integers(0, len(topo.gpus), size=(n, 2))
+    paths = [topo.path_ids(int(a), int(b), int(rng.integers(0, 8)))[0] for a, b in pairs]
+    flows = FlowSet.from_paths(np.sort(rng.uniform(0, 2e-3, n)), rng.uniform(1e6, 3e7, n), paths)
+    capacity = [link.capacity_Bps for link in topo.links]
+    latency = [link.latency_s for link in topo.links]
+    cascaded = replay(flows, capacity, latency_s=latency, backend="numba")
+    saved = CompiledReplay.cascade_limit
+    CompiledReplay.cascade_limit = 0.0
+    try:
+        components = replay(flows, capacity, latency_s=latency, backend="numba")
+    finally:
+        CompiledReplay.cascade_limit = saved
+    online = replay(flows, capacity, latency_s=latency, backend="engine")
+    assert cascaded.solved_groups < components.solved_groups / 2       # the cascade re-solved fewer groups
+    for result in (cascaded, components):
+        _close(result.finish_s, online.finish_s, flows.arrival_s)
+        assert result.events == online.events == 2 * np.count_nonzero([len(p) for p in paths])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -9,10 +9,10 @@ pinned to the path simroute chose:
 - SimGrid C++ (bench/simgrid/flows.cpp: one route per flow in a star zone) and, up to `--python-max` flows in
   flight, SimGrid's Python bindings (bench/simgrid/flows.py, run by the interpreter they are built for).
 Reported: wall and CPU time and start+finish events/s of each (best of `--repeat` interleaved runs at
-scales <= 1k: the box is shared), and FCT agreement against SimGrid C++ (median and max relative difference). SimGrid is configured as
-pure max-min: CM02, latency and bandwidth factors 1, weight-S 0, no cross-traffic, no TCP window. Needs
-`libsimgrid-dev` and g++ (Debian: apt-get install libsimgrid-dev python3-simgrid); skips with the reason
-otherwise. Appends a row to bench/RESULTS.md.
+scales <= 1k: the box is shared), and FCT agreement against SimGrid C++ (median and max relative
+difference). SimGrid is configured as pure max-min: CM02, latency and bandwidth factors 1, weight-S 0, no
+cross-traffic, no TCP window. Needs `libsimgrid-dev` and g++ (Debian: apt-get install libsimgrid-dev
+python3-simgrid); skips with the reason otherwise. Appends a row to bench/RESULTS.md.
 Run: python bench/bench_simgrid.py [--quick] [--repeat N] [--python-max N] [--scales 100,1000] [--no-record]
 """
 

@@ -153,7 +153,7 @@ def replay_loop(order, arrival, nbytes, path_latency, of_flow, link_ptr, links, 
     The re-solve is the engine's: from `cascade_from` active groups on, its cascade (which gives up past
     max(cascade_floor, cascade_limit x active groups)); else, and then, the touched components from scratch
     (with few groups the components are small, and a fill of them costs less than the cascade's fixed
-    O(links) work per call). `links_mat` is the (width, groups) link matrix padded with n_links that the cascade reads.
+    O(links) work per call). `links_mat`: the (width, groups) link ids padded with n_links, for the cascade.
     """
     n_groups, n_links = gcap.shape[0], capacity.shape[0]
     flows = np.zeros(n_groups)

@@ -83,8 +83,8 @@ class FlowSet:
                 raise ConfigurationError(f"flow {int(hit[0])}: {problem}", file=source, field=field)
 
         if self.nbytes.shape != (n,) or self.path_ptr.shape != (n + 1,):
-            raise ConfigurationError(f"{n} arrivals but {self.nbytes.shape[0]} sizes / {self.path_ptr.shape[0] - 1} paths",
-                                     file=source, field="nbytes")
+            raise ConfigurationError(f"{n} arrivals but {self.nbytes.shape[0]} sizes / "
+                                     f"{self.path_ptr.shape[0] - 1} paths", file=source, field="nbytes")
         bad("start_s", ~np.isfinite(self.arrival_s) | (self.arrival_s < 0), "must be finite and >= 0")
         bad("nbytes", ~np.isfinite(self.nbytes) | (self.nbytes < 0), "must be finite and >= 0")
         if self.path_ptr[0] != 0 or self.path_ptr[-1] != len(self.path_links):
@@ -323,7 +323,8 @@ class EngineReplay(ReplayBackend):
         t0 = time.perf_counter()
         env.run()
         wall = time.perf_counter() - t0
-        return ReplayResult(finish, flows.arrival_s, engine.flow_events, engine.steps, engine.rerates, engine.rerated_groups, wall, self.name)
+        return ReplayResult(finish, flows.arrival_s, engine.flow_events, engine.steps, engine.rerates,
+                            engine.rerated_groups, wall, self.name)
 
 
 @register_replay_backend

@@ -85,6 +85,29 @@ def _component(n_groups, n_links, stamp, comp_groups, comp_links, group_stamp, l
 
 
 @njit
+def _all_active(n_groups, n_links, stamp, active, n_active, comp_groups, comp_links, group_stamp, link_stamp,
+                local, link_ptr, links):
+    """Mark every active group and its links (after a cascade gave up on a large set, where one component
+    spans nearly everything: cheaper than growing the components link by link). Returns (groups, links)."""
+    for j in range(n_active):
+        group = active[j]
+        if group_stamp[group] != stamp:
+            group_stamp[group] = stamp
+            comp_groups[n_groups] = group
+            n_groups += 1
+    for c in range(n_groups):
+        group = comp_groups[c]
+        for e in range(link_ptr[group], link_ptr[group + 1]):
+            link = links[e]
+            if link_stamp[link] != stamp:
+                link_stamp[link] = stamp
+                local[link] = n_links
+                comp_links[n_links] = link
+                n_links += 1
+    return n_groups, n_links
+
+
+@njit
 def _solve_component(now, n_groups, n_links, comp_groups, comp_links, local, link_ptr, links, capacity, gcap,
                      flows, rate, bn, work, last_t, next_work, due, buf_links, buf_f, buf_cap, same):
     """Max-min over one component with local link ids: the engine's fill and commit kernels on gathered
@@ -151,7 +174,8 @@ def replay_loop(order, arrival, nbytes, path_latency, of_flow, link_ptr, links, 
     same-instant window (1e-12 relative) and the finish-together test (eps relative + 1e-6 bytes) are the
     engine's (`FlowEngine._step_arrays`, `_pop_done`), so both end the same flows at the same step.
     The re-solve is the engine's: from `cascade_from` active groups on, its cascade (which gives up past
-    max(cascade_floor, cascade_limit x active groups)); else, and then, the touched components from scratch
+    max(cascade_floor, cascade_limit x active groups), and then every active group is solved from scratch);
+    else the touched components from scratch
     (with few groups the components are small, and a fill of them costs less than the cascade's fixed
     O(links) work per call). `links_mat`: the (width, groups) link ids padded with n_links, for the cascade.
     """
@@ -283,8 +307,12 @@ def replay_loop(order, arrival, nbytes, path_latency, of_flow, link_ptr, links, 
                 solves += 1
                 solved += moved
                 continue
-        n_comp, n_comp_links = _component(n_comp, n_comp_links, stamp, comp_groups, comp_links, group_stamp,
-                                          link_stamp, local, link_ptr, links, inc_ptr, members, inc_group, size)
+            n_comp, n_comp_links = _all_active(n_comp, n_comp_links, stamp, active, n_active, comp_groups,
+                                               comp_links, group_stamp, link_stamp, local, link_ptr, links)
+        else:
+            n_comp, n_comp_links = _component(n_comp, n_comp_links, stamp, comp_groups, comp_links, group_stamp,
+                                              link_stamp, local, link_ptr, links, inc_ptr, members, inc_group,
+                                              size)
         if n_comp:
             solves += 1
             solved += n_comp

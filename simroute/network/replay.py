@@ -98,6 +98,13 @@ class FlowSet:
                 first = int(np.flatnonzero(outside)[0])
                 raise ConfigurationError(f"flow {int(owner[first])}: link id {int(self.path_links[first])} "
                                          f"outside 0..{n_links - 1}", file=source, field="links")
+            pairs = owner * n_links + self.path_links          # a path crosses each directed link at most once
+            order = np.argsort(pairs, kind="stable")
+            again = np.flatnonzero(pairs[order][1:] == pairs[order][:-1])
+            if again.size:
+                first = int(order[again[0] + 1])
+                raise ConfigurationError(f"flow {int(owner[first])}: link id {int(self.path_links[first])} twice "
+                                         "in one path", file=source, field="links")
         if self.rate_cap_Bps is not None:
             if self.rate_cap_Bps.shape != (n,):
                 raise ConfigurationError(f"{n} flows but {self.rate_cap_Bps.shape[0]} rate caps", file=source,

@@ -206,6 +206,7 @@ def test_resolve_covers_only_the_touched_component():
     (FlowSet.from_paths([0.0], [-1.0], [(0,)]), [1e9], "nbytes"),
     (FlowSet.from_paths([float("nan")], [1.0], [(0,)]), [1e9], "start_s"),
     (FlowSet.from_paths([0.0], [1.0], [(3,)]), [1e9], "links"),
+    (FlowSet.from_paths([0.0, 0.0], [1.0, 1.0], [(0,), (1, 0, 1)]), [1e9, 1e9], "links"),
     (FlowSet.from_paths([0.0], [1.0], [(0,)], rate_cap_Bps=[0.0]), [1e9], "rate_cap_Bps"),
     (FlowSet.from_paths([0.0], [1.0], [(0,)]), [0.0], "capacity_Bps"),
 ])

@@ -56,22 +56,31 @@ def _link_incidences(group, on, link_ptr, links, inc_ptr, members, where, size):
 
 
 @njit
+def _mark_links(first, n_groups, n_links, stamp, comp_groups, comp_links, link_stamp, local, link_ptr, links):
+    """Add the unmarked links of comp_groups[first:n_groups] to comp_links, numbering them locally in visit
+    order (local[link]); returns the new link count."""
+    for c in range(first, n_groups):
+        group = comp_groups[c]
+        for e in range(link_ptr[group], link_ptr[group + 1]):
+            link = links[e]
+            if link_stamp[link] != stamp:
+                link_stamp[link] = stamp
+                local[link] = n_links
+                comp_links[n_links] = link
+                n_links += 1
+    return n_links
+
+
+@njit
 def _component(n_groups, n_links, stamp, comp_groups, comp_links, group_stamp, link_stamp, local,
                link_ptr, links, inc_ptr, members, inc_group, size):
     """Grow the marked groups and links (comp_groups[:n_groups], comp_links[:n_links]) to their connected
-    components; local[link] numbers the links in visit order. Returns (groups, links)."""
+    components. Returns (groups, links)."""
     head_group = head_link = 0
     while head_group < n_groups or head_link < n_links:
-        while head_group < n_groups:
-            group = comp_groups[head_group]
-            head_group += 1
-            for e in range(link_ptr[group], link_ptr[group + 1]):
-                link = links[e]
-                if link_stamp[link] != stamp:
-                    link_stamp[link] = stamp
-                    local[link] = n_links
-                    comp_links[n_links] = link
-                    n_links += 1
+        n_links = _mark_links(head_group, n_groups, n_links, stamp, comp_groups, comp_links, link_stamp, local,
+                              link_ptr, links)
+        head_group = n_groups
         while head_link < n_links:
             link = comp_links[head_link]
             head_link += 1
@@ -95,16 +104,8 @@ def _all_active(n_groups, n_links, stamp, active, n_active, comp_groups, comp_li
             group_stamp[group] = stamp
             comp_groups[n_groups] = group
             n_groups += 1
-    for c in range(n_groups):
-        group = comp_groups[c]
-        for e in range(link_ptr[group], link_ptr[group + 1]):
-            link = links[e]
-            if link_stamp[link] != stamp:
-                link_stamp[link] = stamp
-                local[link] = n_links
-                comp_links[n_links] = link
-                n_links += 1
-    return n_groups, n_links
+    return n_groups, _mark_links(0, n_groups, n_links, stamp, comp_groups, comp_links, link_stamp, local,
+                                 link_ptr, links)
 
 
 @njit

@@ -304,8 +304,6 @@ class EngineReplay(ReplayBackend):
 
     def run(self, flows: FlowSet, capacity_Bps: np.ndarray, latency_s: np.ndarray) -> ReplayResult:
         import simpy
-
-        from simroute.network.engine import FlowEngine
         env = simpy.Environment()
         engine = FlowEngine(env, _LinkTable(capacity_Bps, latency_s), keep_records=False, solver=self.solver)
         finish = np.full(len(flows), INF)

@@ -17,7 +17,7 @@ instance's compute server, exchanges through the dispatcher and holder servers).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import simpy
@@ -52,6 +52,15 @@ def path_share_Bps(ctx: SimContext, src: Instance, dst: Instance) -> float:
     return ctx.network.path_share(src.gpu, dst.gpu)
 
 
+def holder_wait_s(ctx: SimContext, holder: Instance) -> float:
+    """Expected wait of one routed query on `holder` now: behind its batching server's queue (the pre-engine
+    selection path) or behind its engine's partial-attention work and current layer."""
+    per_query_s = ctx.compute.batch_s(1.0)
+    engine = ctx.engines[holder.id]
+    return max(len(holder.holder_server.queue) * per_query_s,
+               engine.partials.wait_s(per_query_s, ctx.env.now, engine.busy, engine.layer_s))
+
+
 def build_decision_context(ctx: SimContext, requester: Instance, holders: Sequence[Instance], shape: RequestShape,
                            copy_bytes: float, free_bytes: float) -> DecisionContext:
     """The one place a `DecisionContext` is made (dense chunks and sparse selections alike). Live state is
@@ -59,15 +68,56 @@ def build_decision_context(ctx: SimContext, requester: Instance, holders: Sequen
     path, whether `copy_bytes` fit in `free_bytes` of the requester's HBM."""
     live = None
     if ctx.policy.needs_live_state:
-        per_query_s = ctx.compute.batch_s(1.0)
-        now = ctx.env.now
-        engine_wait = max(ctx.engines[h.id].partials.wait_s(per_query_s, now, ctx.engines[h.id].busy,
-                                                            ctx.engines[h.id].layer_s) for h in holders)
-        live = LiveState(holder_wait_s=max(max(len(h.holder_server.queue) for h in holders) * per_query_s,
-                                           engine_wait),
+        live = LiveState(holder_wait_s=max(holder_wait_s(ctx, h) for h in holders),
                          path_share_Bps=min(path_share_Bps(ctx, h, requester) for h in holders),
                          hbm_free=free_bytes > copy_bytes)
     return DecisionContext(shape=shape, live=live, params=ctx.params, model=ctx.model)
+
+
+class RequestDecisions:
+    """One dense request's chunk decisions: made once per distinct (chunk shape, live state) rather than once
+    per chunk, with the holders' live state measured once per holder rather than once per chunk.
+
+    Exact, not an approximation: the memo key holds everything the per-chunk `build_decision_context`
+    decision reads. A request decides all its chunks at one simulated instant in one process step, so
+    holder queues, engine partials and link shares cannot change between its chunks; the requester's HBM
+    room does (each fetch reserves blocks), so whether a copy fits is asked per chunk (`ChunkCopies.fits`,
+    which stops at the first unpinned copies that suffice). Without live state a choice depends on the
+    shape only, so chunks of one size on one fabric (an agent trace's 64-token blocks) share it.
+    """
+
+    __slots__ = ("ctx", "requester", "shape_of", "live", "holders", "chosen")
+
+    def __init__(self, ctx: SimContext, requester: Instance,
+                 shape_of: Callable[[int, float, bool], RequestShape]) -> None:
+        self.ctx, self.requester, self.shape_of = ctx, requester, shape_of
+        self.live = ctx.policy.needs_live_state
+        self.holders: dict[int, tuple[float, float]] = {}      # holder -> (wait per query, path share)
+        self.chosen: dict[tuple, Primitive] = {}
+
+    def choose(self, chunk: int, holder: Instance, fabric: int, tokens: float, cached: bool,
+               copy_bytes: float) -> Primitive:
+        """The run's policy's choice for one remote chunk of this request."""
+        ctx = self.ctx
+        if not self.live:
+            key: tuple = (fabric, tokens, cached)
+            primitive = self.chosen.get(key)
+            if primitive is None:
+                primitive = self.chosen[key] = ctx.policy.choose(build_decision_context(
+                    ctx, self.requester, [holder], self.shape_of(fabric, tokens, cached), copy_bytes, 0.0))
+            return primitive
+        state = self.holders.get(holder.id)
+        if state is None:
+            state = self.holders[holder.id] = (holder_wait_s(ctx, holder),
+                                               path_share_Bps(ctx, holder, self.requester))
+        hbm_free = copy_bytes > 0 and ctx.copies.fits(chunk, self.requester.id)
+        key = (fabric, tokens, cached, state, hbm_free)
+        primitive = self.chosen.get(key)
+        if primitive is None:
+            live = LiveState(holder_wait_s=state[0], path_share_Bps=state[1], hbm_free=hbm_free)
+            primitive = self.chosen[key] = ctx.policy.choose(DecisionContext(
+                shape=self.shape_of(fabric, tokens, cached), live=live, params=ctx.params, model=ctx.model))
+        return primitive
 
 
 @dataclass
@@ -268,25 +318,15 @@ class DenseRequest(RequestProcess):
         The floor: the cheapest primitive of the largest remote chunk per fabric, uncongested."""
         ctx, requester = self.ctx, self.requester
         chunks, tp, copies = ctx.cluster.chunks, ctx.config.tp, ctx.copies
-        live = ctx.policy.needs_live_state
         largest: dict[int, float] = {}
-        # Without live state a choice depends on the shape only: chunks of one size on one fabric (an agent
-        # trace's 64-token blocks) share it.
-        chosen: dict[tuple[int, float, bool], Primitive] = {}
         own_kv = self.spec.prompt_tokens + self.spec.output_tokens
+        decisions = RequestDecisions(ctx, requester, self._shape)
         for item in remote:
             holder = ctx.cluster.instances[item.holder]
             tokens = float(chunks.tokens[item.chunk])
             fabric = ctx.cluster.fabric_id(requester, holder)
-            key = (fabric, tokens, item.cached)
-            if live or key not in chosen:
-                shape = RequestShape(mq_first=self.mq_first, mq_step=self.heads, steps=self.decode_steps,
-                                     tokens=tokens, fabric=fabric, cached=item.cached, tp=tp)
-                copy_bytes = float(chunks.bytes[item.chunk])
-                fits = copies.fits(item.chunk, requester.id) if live else True
-                chosen[key] = ctx.policy.choose(build_decision_context(ctx, requester, [holder], shape, copy_bytes,
-                                                                       copy_bytes * 2 if fits else 0.0))
-            item.primitive = chosen[key]
+            item.primitive = decisions.choose(item.chunk, holder, fabric, tokens, item.cached,
+                                              float(chunks.bytes[item.chunk]))
             if item.primitive == Primitive.FETCH and not copies.reserve(item.chunk, requester.id, own_kv):
                 item.primitive = Primitive.ROUTE
                 copies.fell_back += 1
@@ -302,6 +342,10 @@ class DenseRequest(RequestProcess):
         for fabric, tokens in largest.items():
             route, _, move, _, _ = ctx.floor_model.step(self.mq_first, tokens, fabric, True, tp=tp)
             self.floor_chunks_s = max(self.floor_chunks_s, min(route, move, self._prefill_alone_s(tokens)))
+
+    def _shape(self, fabric: int, tokens: float, cached: bool) -> RequestShape:
+        return RequestShape(mq_first=self.mq_first, mq_step=self.heads, steps=self.decode_steps, tokens=tokens,
+                            fabric=fabric, cached=cached, tp=self.ctx.config.tp)
 
     def start_first_pass(self, plan: ChunkPlan) -> list[simpy.Event]:
         """The copies to make before the sequence starts: fetches (one process each), the re-prefills (one

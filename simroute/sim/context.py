@@ -41,6 +41,8 @@ class SimContext:
     - `recorder`: per-request columns and the decision log.
     - `engines`, `copies`: every instance's serving engine (iterations, HBM budget, holder partials) and the
       chunk copies kept in those budgets.
+    - `routing`: per holder, the dense requests that route to it and have not finished (partials it will be
+      asked for; the replica choice reads it).
     """
 
     config: RunConfig
@@ -60,6 +62,7 @@ class SimContext:
     engines: EngineSet
     copies: ChunkCopies
     completed: int = 0
+    routing: dict[int, int] = field(default_factory=dict)   # holder -> dense requests routing there, not done
     _done: dict[int, simpy.Event] = field(default_factory=dict)
 
     def done_event(self, request: int) -> simpy.Event:

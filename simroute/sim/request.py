@@ -26,6 +26,7 @@ from simroute.sim.arrivals import RequestSpec
 from simroute.sim.cluster import Instance
 from simroute.sim.context import SimContext
 from simroute.sim.engine.serving import serve, ttft_parts
+from simroute.sim.holder import ReplicaChoice, holder_load
 from simroute.sim.policy import DecisionContext, LiveState, RequestShape
 from simroute.sim.vocab import DropReason, Primitive
 
@@ -53,12 +54,8 @@ def path_share_Bps(ctx: SimContext, src: Instance, dst: Instance) -> float:
 
 
 def holder_wait_s(ctx: SimContext, holder: Instance) -> float:
-    """Expected wait of one routed query on `holder` now: behind its batching server's queue (the pre-engine
-    selection path) or behind its engine's partial-attention work and current layer."""
-    per_query_s = ctx.compute.batch_s(1.0)
-    engine = ctx.engines[holder.id]
-    return max(len(holder.holder_server.queue) * per_query_s,
-               engine.partials.wait_s(per_query_s, ctx.env.now, engine.busy, engine.layer_s))
+    """Expected wait of one routed query on `holder` now (`HolderLoad.wait_s`, every requester's demand)."""
+    return holder_load(ctx, holder).wait_s
 
 
 def build_decision_context(ctx: SimContext, requester: Instance, holders: Sequence[Instance], shape: RequestShape,
@@ -265,6 +262,8 @@ class DenseRequest(RequestProcess):
         start = ctx.recorder.arrival[spec.request_id]
         plan = self.classify_chunks()
         self.decide(plan.remote)
+        for holder in self.routes:
+            ctx.routing[holder] = ctx.routing.get(holder, 0) + 1
         ops = self.start_first_pass(plan)
         if ops:
             yield ctx.env.all_of(ops)
@@ -286,6 +285,7 @@ class DenseRequest(RequestProcess):
         chunks, copies = ctx.cluster.chunks, ctx.copies
         plan = ChunkPlan()
         here = requester.id
+        replicas = ReplicaChoice(ctx, requester)
         for chunk, cached in zip(spec.chunk_indices, spec.cached):
             pending = chunks.pending.get((chunk, here))
             if pending is not None or here in chunks.holders[chunk]:
@@ -296,7 +296,7 @@ class DenseRequest(RequestProcess):
                 if pending is not None and pending not in plan.joining:
                     plan.joining.append(pending)
                 continue
-            holder = ctx.cluster.pick_holder(chunk, requester)
+            holder = replicas.pick(chunk)
             if holder is None:
                 self.pin(chunk, here)
                 plan.prefill_here.append(chunk)
@@ -420,6 +420,9 @@ class DenseRequest(RequestProcess):
 
     def finish(self) -> None:
         super().finish()
+        routing = self.ctx.routing
+        for holder in self.routes:
+            routing[holder] -= 1
         if self.sequence is not None and self.sequence.output < 0:
             self.ctx.recorder.drop(self.spec.request_id, DropReason.KV_NEVER_FITS)
         for instance in {instance for _, instance in self.pins}:

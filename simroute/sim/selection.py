@@ -9,6 +9,7 @@ re-chosen every step, does so every step; local re-prefills the attended chunks 
 from __future__ import annotations
 
 from simroute.sim.cluster import Instance
+from simroute.sim.holder import ReplicaChoice
 from simroute.sim.policy import RequestShape
 from simroute.sim.request import RequestProcess, Steps, build_decision_context
 from simroute.sim.vocab import Primitive
@@ -47,8 +48,9 @@ class SelectionRequest(RequestProcess):
         ctx, spec, requester = self.ctx, self.spec, self.requester
         wanted = spec.holders_spanned
         holders: list[int] = []
+        replicas = ReplicaChoice(ctx, requester)
         for chunk in spec.chunk_indices:
-            holder = ctx.cluster.pick_holder(chunk, requester)
+            holder = replicas.pick(chunk)
             if holder is None:
                 self.record(chunk, requester.id, Primitive.FIRST_TOUCH)
             elif holder not in holders:

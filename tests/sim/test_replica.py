@@ -103,3 +103,25 @@ def test_the_routing_count_follows_requests_from_decision_to_finish(tmp_path, mo
     res = run.run()
     assert res.summary["primitive_counts"]["route"] > 0 and any(counted)
     assert set(run.ctx.routing.values()) == {0}
+
+
+def test_the_nearest_replica_first_then_the_less_loaded_at_equal_distance(tmp_path):
+    """Fat-tree: from h0, h1 shares the leaf (2 links), h2 and h3 are across a spine (4 links). A busy
+    replica on the leaf is still nearer than idle ones across the spine; between those two, load decides."""
+    trace = single_chunk_trace(tmp_path / "t.parquet", requester=0, holder=8)
+    sim = Simulation(RunConfig(topology=str(shipped_topology("fattree")), trace=str(trace),
+                               calib=str(default_profile_path())))
+    ctx, inst = sim.ctx, sim.instances
+    assert inst[8].host == 1 and inst[16].host == 2 and inst[24].host == 3
+    assert ctx.path_latency_s(inst[0], inst[8]) < ctx.path_latency_s(inst[0], inst[16]) \
+        == ctx.path_latency_s(inst[0], inst[24])
+    ctx.cluster.chunks.holders[0] = [16, 24, 8]
+    for rid in range(8):
+        serve(ctx.engines, 8, rid, prompt=2048, output=64)
+    sim.env.run(until=1e-4)
+    assert holder_load(ctx, inst[8], 0).wait_s > 0
+    assert _pick(sim, 0) == 8
+    ctx.cluster.chunks.holders[0] = [16, 24]
+    first = _pick(sim, 0)
+    ctx.routing[first] = 1
+    assert _pick(sim, 0) == 40 - first

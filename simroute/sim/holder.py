@@ -31,8 +31,7 @@ class HolderLoad(NamedTuple):
 
     routing: int         # dense requests that route to it and are not done
     wait_s: float        # expected wait of one routed query: behind the engine's queued partial-attention work
-    #                      (M/D/1 at other requesters' demand) and its current layer, or behind the pre-engine
-    #                      batching server's queue (sparse selections), whichever is longer
+    #                      (M/D/1 at other requesters' demand) and, inline, its current layer
     sequences: int       # the engine's own running and waiting sequences
 
 
@@ -41,8 +40,7 @@ def holder_load(ctx: SimContext, holder: Instance, requester: int = -1) -> Holde
     per_query_s = ctx.compute.batch_s(1.0)
     engine = ctx.engines[holder.id]
     wait = engine.partials.wait_s(per_query_s, ctx.env.now, engine.busy, engine.layer_s, requester)
-    return HolderLoad(ctx.routing.get(holder.id, 0), max(len(holder.holder_server.queue) * per_query_s, wait),
-                      len(engine.running) + len(engine.waiting))
+    return HolderLoad(ctx.routing.get(holder.id, 0), wait, len(engine.running) + len(engine.waiting))
 
 
 class ReplicaChoice:

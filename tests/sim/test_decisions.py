@@ -1,6 +1,6 @@
 """A dense request's chunk decisions (`RequestDecisions`): memoised per (shape, live state) and measured once
 per holder, they must equal the per-chunk reference (a fresh `DecisionContext` for every chunk, HBM room
-summed over every copy) on randomized cluster states: holder queues and engine partials, link load, a
+summed over every copy) on randomized cluster states: holder engines' partials and layers, link load, a
 requester HBM nearly full of copies (some pinned), chunks of mixed sizes repeated within the request."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from simroute.network import shipped_topology
 from simroute.scenarios.traces import write_trace
 from simroute.sim import RunConfig, Simulation
 from simroute.sim.arrivals import RequestSpec
-from simroute.sim.holder import QueuedQuery
 from simroute.sim.policy import RequestShape
 from simroute.sim.request import DenseRequest, RemoteChunk, build_decision_context
 from simroute.sim.vocab import Primitive
@@ -49,7 +48,6 @@ def _state(trace, seed: int, policy: str = "adaptive") -> tuple[Simulation, Requ
             engine.partials.demand.append((1.0, float(rng.uniform(0.0, 0.9)), 99))
         engine.busy = bool(rng.random() < 0.5)
         engine.layer_s = float(rng.uniform(0.0, 3e-3))
-        instances[h].holder_server.queue.extend([QueuedQuery(1.0, 1.0, 1.0, None)] * int(rng.integers(0, 3)))
     hbm = ctx.engines[REQUESTER].hbm                  # requester: copies (LRU order, some pinned), little free
     for ci in range(REMOTE_CHUNKS, REMOTE_CHUNKS + int(rng.integers(0, 20))):
         assert hbm.add_copy(ci, int(rng.integers(1, 64)))

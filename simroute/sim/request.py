@@ -138,9 +138,10 @@ class ChunkPlan:
 class RequestProcess:
     """The steps every request shares; subclasses attend their chunks (`first_pass`, `decode`).
 
-    Contract for a subclass: `first_pass` runs classification, decision and the first pass, records its
-    decisions and adds its own share of the TTFT floor to `self.floor_chunks_s`; `decode` runs the remaining
-    `output_tokens - 1` steps. Pins go through `pin` so `finish` releases them.
+    Contract for a subclass: `own_prefill` prefills the prompt (or ships it from a prefill instance) and
+    `prefill_floor_s` is that prefill's uncongested floor; `first_pass` runs classification, decision and the
+    first pass, records its decisions and adds its own share of the TTFT floor to `self.floor_chunks_s`;
+    `decode` runs the remaining `output_tokens - 1` steps. Pins go through `pin` so `finish` releases them.
     """
 
     def __init__(self, ctx: SimContext, spec: RequestSpec, requester: Instance, prefill: Instance | None) -> None:
@@ -169,7 +170,7 @@ class RequestProcess:
 
     def prefill_floor_s(self) -> float:
         """The uncongested floor of the prompt's own prefill."""
-        return self.ctx.compute.prefill_s(self.spec.prompt_tokens)
+        raise NotImplementedError
 
     def begin(self, now: float) -> None:
         recorder = self.ctx.recorder
@@ -179,12 +180,7 @@ class RequestProcess:
 
     def own_prefill(self) -> Steps:
         """The prompt's own tokens: prefilled here, or on the prefill instance and its KV shipped here."""
-        spec, requester, prefill = self.spec, self.requester, self.prefill_instance
-        if prefill is None or prefill is requester:
-            yield from self.prefill(requester, spec.prompt_tokens)
-            return
-        yield from self.prefill(prefill, spec.prompt_tokens)
-        yield from self.ship_prompt_kv(prefill)
+        raise NotImplementedError
 
     def ship_prompt_kv(self, prefill: Instance) -> Steps:
         """PD disaggregation: the prompt's KV as a bulk flow from the prefill instance to the requester."""
@@ -212,12 +208,6 @@ class RequestProcess:
         ctx.done_event(self.spec.request_id).succeed()
 
     # ---- shared pieces -----------------------------------------------------------------------------------
-    def prefill(self, inst: Instance, tokens: float) -> Steps:
-        """Hold the instance's compute for a prefill of `tokens` tokens (own prompt or a re-prefill)."""
-        if tokens <= 0:
-            return
-        yield from inst.compute.hold(self.ctx.compute.prefill_s(tokens))
-
     def pin(self, chunk: int, instance: int) -> None:
         self.ctx.cluster.chunks.pin(chunk, instance)
         self.pins.append((chunk, instance))

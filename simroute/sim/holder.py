@@ -44,11 +44,11 @@ def holder_load(ctx: SimContext, holder: Instance, requester: int = -1) -> Holde
 
 
 class ReplicaChoice:
-    """Which holder of a chunk one request uses: a same-host replica if there is one; among them the nearest
-    (least path latency: a nearer copy is never slower to reach), then the least loaded holder (`HolderLoad`:
-    requests routing there, its engine's partial-attention wait with the requester's own demand left out,
-    since its queries share the holder's kernel calls, then the engine's own sequences); ties spread
-    requesters over replicas by a hash rather than all onto the lowest id.
+    """Which holder of a chunk one request uses: the nearest (least path latency: a nearer copy is never
+    slower to reach; a same-host replica, over NVLink, is the nearest on every shipped topology), then the
+    least loaded holder (`HolderLoad`: requests routing there, its engine's partial-attention wait with the
+    requester's own demand left out, since its queries share the holder's kernel calls, then the engine's
+    own sequences); ties spread requesters over replicas by a hash rather than all onto the lowest id.
 
     Nearest first because a load-first choice picked idle far replicas over near busy ones, and its TTFT on
     the agent-replicas study rose from 4 to 8 replicas; an added replica is now taken only if it is nearer
@@ -68,11 +68,10 @@ class ReplicaChoice:
         holders = self.ctx.cluster.chunks.holders[chunk]
         if len(holders) <= 1:
             return holders[0] if holders else None
-        instances, here = self.ctx.cluster.instances, self.requester
-        pool = [h for h in holders if instances[h].host == here.host] or holders
-        ctx = self.ctx
-        return min(pool, key=lambda h: (ctx.path_latency_s(here, instances[h]), self._load(h),
-                                        mix64(h * 1_000_003 + here.id)))
+        ctx, here = self.ctx, self.requester
+        instances = ctx.cluster.instances
+        return min(holders, key=lambda h: (ctx.path_latency_s(here, instances[h]), self._load(h),
+                                           mix64(h * 1_000_003 + here.id)))
 
     def _load(self, holder: int) -> HolderLoad:
         load = self.loads.get(holder)

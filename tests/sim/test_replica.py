@@ -1,5 +1,5 @@
 """The replica choice (`ReplicaChoice`): which holder of a replicated chunk a request uses, read from the
-holder engines' state (`HolderLoad`): a same-host replica first, then the least loaded engine, ties spread."""
+holder engines' state (`HolderLoad`): the nearest replica first, then the least loaded, ties spread."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _pick(sim, requester: int) -> int | None:
     return ReplicaChoice(sim.ctx, sim.instances[requester]).pick(0)
 
 
-def test_a_same_host_replica_first_nobody_none_and_idle_ties_spread_over_replicas(sim):
+def test_a_same_host_replica_is_nearest_nobody_none_and_idle_ties_spread_over_replicas(sim):
     holders = sim.ctx.cluster.chunks.holders
     holders[0] = [1, 5, 6]
     assert _pick(sim, 0) == 1 and _pick(sim, 4) in (5, 6)

@@ -1,6 +1,6 @@
 """The holder side: how loaded a holder looks to a requester (`HolderLoad`) and which replica of a chunk a
-request uses (`ReplicaChoice`); the pre-engine batching server for routed queries (the sparse selection
-path) and the K-stream staging pool.
+request uses (`ReplicaChoice`); the pre-engine batching server for routed queries (nothing submits to it
+since sparse selections run on the instance engines) and the K-stream staging pool.
 
 Routed queries that reach a holder within its batching window (`batch_window_us`) form one batch; its time follows
 the calibrated compute curve (flat to N ~ 8 requesters, then linear: Move the Query, Not the Cache, §6.3).

@@ -76,7 +76,7 @@ class RequestDecisions:
 
     Exact, not an approximation: the memo key holds everything the per-chunk `build_decision_context`
     decision reads. A request decides all its chunks at one simulated instant in one process step, so
-    holder queues, engine partials and link shares cannot change between its chunks; the requester's HBM
+    holder engines' partials and layers and link shares cannot change between its chunks; the requester's HBM
     room does (each fetch reserves blocks), so whether a copy fits is asked per chunk (`ChunkCopies.fits`,
     which stops at the first unpinned copies that suffice). Without live state a choice depends on the
     shape only, so chunks of one size on one fabric (an agent trace's 64-token blocks) share it.

@@ -334,11 +334,12 @@ def link_level(lid, level, cap, member, deg, n, rate, status, new_rate, scratch_
 
 
 @njit
-def cascade_numba(seeds, dirty, links, n, gcap, rate, bn, cap, member, deg, limit, eps, group_int, group_flag,
-                  new_rate, link_flag, heap_int, heap_key, stack):
+def cascade_numba(seeds, dirty, links, n, gcap, rate, bn, cap, load, member, deg, limit, eps, group_int,
+                  group_flag, new_rate, link_flag, heap_int, heap_key, stack):
     """Incremental max-min after a change: progressive filling that touches only what can move.
 
-    seeds: slots of groups whose flow count changed (or new groups); dirty: links that lost a group.
+    seeds: slots of groups whose flow count changed (or new groups); dirty: links that lost a group; load:
+    the committed load per link (what a link no member of which has changed status still carries).
     Every other group is assumed to keep its committed rate (status KEEP): below that rate it is unfixed,
     at it it is fixed on its committed bottleneck `bn`. Events run in level order from one indexed heap
     (item l: dirty link l fills; n_ids + l: a RELEASE check of link l; 2 n_ids + g: group g's cap):
@@ -477,6 +478,8 @@ def cascade_numba(seeds, dirty, links, n, gcap, rate, bn, cap, member, deg, limi
                             lid = links[k, g]
                             if lid >= n_links or lid == who:
                                 continue
+                            if lstate[lid] == _CLEAN and load[lid] < cap[lid] * (1.0 - eps):
+                                continue                # as committed, and not full: not a bottleneck
                             if lstate[lid] == _DONE or link_level(lid, level, cap, member, deg, n, rate, status,
                                                                   new_rate, scratch_rate, scratch_n) \
                                     <= rate[g] * (1.0 + eps):
@@ -512,8 +515,10 @@ def cascade_numba(seeds, dirty, links, n, gcap, rate, bn, cap, member, deg, limi
             aborted = True
             break
         # every group whose status changed makes its links dirty. A fixed group only lowers its links' load
-        # above the level, so their queued fill level stays a lower bound: marked stale, refreshed when it
-        # reaches the top. An unfixed one raises it: those links are re-examined now.
+        # above the level, so a queued fill level stays a lower bound (marked stale, refreshed when it
+        # reaches the top), and a clean link that is not full needs nothing (no kept group is bottlenecked
+        # on it and none can be fixed on it before an unfixed group joins). An unfixed group raises the
+        # load: its links are re-examined now.
         for i in range(n_changed):
             g = changed[i]
             lazy = status[g] == _FIXED
@@ -522,6 +527,8 @@ def cascade_numba(seeds, dirty, links, n, gcap, rate, bn, cap, member, deg, limi
                 if lid < n_links and lstate[lid] != _DONE and not queued[lid]:
                     if lazy and lstate[lid] == _DIRTY:
                         stale[lid] = True
+                    elif lazy and load[lid] < cap[lid] * (1.0 - eps):
+                        pass        # clean and not full: it fills later still, above every kept rate on it
                     else:
                         queued[lid] = True
                         stack[top] = lid

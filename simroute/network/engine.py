@@ -620,7 +620,8 @@ class FlowEngine:
         limit = max(self.cascade_floor, int(self.cascade_limit * count))
         ok, solved, rate, bn = backend.cascade(
             slots, np.array(dirty, dtype=np.int64), columns.links[:, :count], columns.flows[:count],
-            columns.cap[:count], columns.rate[:count], columns.bn[:count], self._capacity_padded, columns.member,
+            columns.cap[:count], columns.rate[:count], columns.bn[:count], self._capacity_padded, self.load,
+            columns.member,
             columns.deg, limit, _SAME, *columns.cascade_scratch())
         if not ok:
             self.cascade_aborts += 1

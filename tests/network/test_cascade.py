@@ -50,6 +50,13 @@ class _State:
         member, deg = _kernel("members_build", self.mode)(links, len(self.paths), N_LINKS, 1)
         return links, member, deg
 
+    def load(self, links):
+        """Committed load per link (+ the sentinel): n x rate summed over each link's groups."""
+        out = np.zeros(N_LINKS + 1)
+        np.add.at(out, links.ravel(), np.tile(np.array(self.n) * self.rate, links.shape[0]))
+        out[N_LINKS] = 0.0
+        return out
+
     def change(self, what, path, k, cap, pick):
         """Add a group, drop one, or change one's flow count; returns (seeds, dirty)."""
         if what == "add" or not self.paths:
@@ -75,7 +82,8 @@ class _State:
         scratch = _scratch(groups, N_LINKS + 1)
         ok, slots, rate, bn = _kernel("cascade_numba", self.mode)(
             np.array(seeds, dtype=np.int64), np.array(dirty, dtype=np.int64), links, np.array(self.n),
-            np.array(self.gcap), self.rate.copy(), self.bn.copy(), self.capacity, member, deg, limit, 1e-12,
+            np.array(self.gcap), self.rate.copy(), self.bn.copy(), self.capacity, self.load(links), member, deg,
+            limit, 1e-12,
             *scratch)
         assert not scratch[1].any() and not scratch[3].any() and (scratch[4][1] == -1).all()   # left clean
         return ok, slots, rate, bn

@@ -215,16 +215,14 @@ class FlowEngine:
     cascade_floor = 64
 
     def __init__(self, env: simpy.Environment, topology: EngineTopology, routing: str = "ecmp", seed: int = 0, *,
-                 ark_elephant_bytes: float = ARK_ELEPHANT_BYTES, elephant_bytes: float | None = None,
-                 ark_hash_s: float = ARK_HASH_S, ark_lookup_s: float = ARK_LOOKUP_S, port_search: int = 16384,
+                 ark_elephant_bytes: float = ARK_ELEPHANT_BYTES, ark_hash_s: float = ARK_HASH_S, ark_lookup_s: float = ARK_LOOKUP_S, port_search: int = 16384,
                  record_series: bool = False, keep_records: bool = True, rate_tolerance: float = 0.0,
                  solver: str = "auto", telemetry_window_s: float = 1e-3,
                  message_model: MessageModel | None = None) -> None:
         if routing not in ROUTING_STRATEGIES:
             raise UnknownNameError("routing", routing, ROUTINGS)
         self.env, self.topology, self.routing, self.seed = env, topology, routing, int(seed)
-        # `elephant_bytes` is the old name of `ark_elephant_bytes` (kept for callers of the first API).
-        self.ark_elephant_bytes = float(ark_elephant_bytes if elephant_bytes is None else elephant_bytes)
+        self.ark_elephant_bytes = float(ark_elephant_bytes)
         self.ark_delay_s = ark_hash_s + ark_lookup_s
         self.port_search = int(port_search)
         self.rate_tolerance = float(rate_tolerance)
@@ -768,10 +766,8 @@ class FlowEngine:
 
         No re-rating and no event: the caller yields env.timeout(delay). See `MessageModel`.
         """
-        messages = self.messages
-        route = messages.routes.get((src, dst)) or messages.route(src, dst)
-        return messages.send(route, nbytes, t_probe_s, single_block_Bps, self.env.now if now is None else now,
-                             include_latency)
+        return self.send_message(self.messages.route(src, dst), nbytes, t_probe_s=t_probe_s,
+                                 single_block_Bps=single_block_Bps, now=now, include_latency=include_latency)
 
     def send_message(self, route: MessageRoute, nbytes: float, *, t_probe_s: float, single_block_Bps: float,
                      now: float | None = None, include_latency: bool = True) -> float:

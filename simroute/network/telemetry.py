@@ -194,27 +194,6 @@ class Telemetry:
         """Message bytes per link so far (closed windows and the open one)."""
         return self.message_link_bytes + self._open_window_messages()
 
-    def spine_profile(self, t0: float, t1: float) -> dict[str, dict[str, float]]:
-        """Per spine over [t0, t1]: time-averaged and peak concurrent flows."""
-        out: dict[str, dict[str, float]] = {}
-        last: dict[str, tuple[float, int]] = {}
-        for t, spine, count in self.spine_series:
-            if t > t1:
-                break
-            prev_t, prev_count = last.get(spine, (t0, 0))
-            entry = out.setdefault(spine, {"mean": 0.0, "peak": 0})
-            begin = max(prev_t, t0)
-            if t > begin:
-                entry["mean"] += prev_count * (t - begin)
-            if t >= t0:
-                entry["peak"] = max(entry["peak"], count)
-            last[spine] = (t, count)
-        for spine, (prev_t, prev_count) in last.items():
-            begin = max(prev_t, t0)
-            out[spine]["mean"] = (out[spine]["mean"] + (prev_count * (t1 - begin) if t1 > begin else 0.0)) / \
-                max(t1 - t0, 1e-300)
-        return out
-
     def flows_frame(self) -> "pd.DataFrame":
         import pandas as pd
         records = self.records

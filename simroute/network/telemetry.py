@@ -56,7 +56,11 @@ class Telemetry:
         self.window_index = 0
         self.window_end = self.window_s
         self.windows: list[np.ndarray | None] = []       # bytes per link in each closed window (None: idle)
-        self._window_mark = np.zeros(n_links)            # link_bytes at the current window's start
+        self._window_mark: list[float] | np.ndarray = [0.0] * n_links   # link_bytes at the window's start
+        # Object mode: a window closes over the links that can hold bytes in it (loaded at the last close, or
+        # touched since), not over every link: a link's load changes only after a touch.
+        self._live: set[int] = set()
+        self._touched: set[int] = set()
         self.message_routes: list["MessageRoute"] = []   # routes with message bytes in the current window
 
     # ---- recording (called by the engine and the message model) ------------------------------------
@@ -72,8 +76,10 @@ class Telemetry:
 
     def set_array_mode(self, on: bool) -> None:
         convert = (lambda values: np.array(values, dtype=float)) if on else (lambda values: list(map(float, values)))
-        self._bytes, self._saturated, self._link_t = (convert(self._bytes), convert(self._saturated),
-                                                      convert(self._link_t))
+        self._bytes, self._saturated, self._link_t, self._window_mark = (
+            convert(self._bytes), convert(self._saturated), convert(self._link_t), convert(self._window_mark))
+        self._touched.clear()
+        self._live = set() if on else set(np.flatnonzero(np.asarray(self._engine.load, dtype=float)).tolist())
 
     def touch(self, link: int, now: float) -> None:
         """Integrate one link's bulk bytes up to now (called just before its load changes)."""
@@ -81,8 +87,9 @@ class Telemetry:
 
     def touch_path(self, links: tuple[int, ...], now: float) -> None:
         """`touch` for each link of a path (one call per group change on the engine's hot path)."""
-        link_t, engine_load, cap = self._link_t, self._engine.load, self._cap_list
+        link_t, engine_load, cap, touched = self._link_t, self._engine.load, self._cap_list, self._touched
         for link in links:
+            touched.add(link)
             start = link_t[link]
             if now > start:
                 load = engine_load[link]
@@ -131,10 +138,13 @@ class Telemetry:
             self._close_window(self.window_end)
 
     def _close_window(self, end: float) -> None:
-        self._integrate_all(end)
-        link_bytes = self.link_bytes
-        bulk = link_bytes - self._window_mark
-        self._window_mark = link_bytes
+        if isinstance(self._bytes, list):
+            bulk = self._close_links(end)
+        else:
+            self._integrate_all(end)
+            link_bytes = self.link_bytes
+            bulk = link_bytes - self._window_mark
+            self._window_mark = link_bytes
         messages = self._flush_messages()
         total = bulk if messages is None else bulk + messages
         self.windows.append(total.astype(np.float32) if total.any() else None)
@@ -142,6 +152,23 @@ class Telemetry:
         self.window_end = end + self.window_s
         if len(self.windows) >= self.max_windows:
             self._merge_windows()
+
+    def _close_links(self, end: float) -> np.ndarray:
+        """Object mode: integrate up to `end` the links that can hold bulk bytes in the closing window and
+        return every link's bulk bytes in it (the same arithmetic as integrating them all)."""
+        load, link_bytes, mark = self._engine.load, self._bytes, self._window_mark
+        candidates = self._live | self._touched
+        loaded = sorted(link for link in candidates if load[link])
+        self.touch_path(loaded, end)
+        self._live = {link for link in loaded if load[link]}
+        self._touched = set()
+        bulk = np.zeros(len(link_bytes))
+        for link in candidates:
+            moved = link_bytes[link] - mark[link]
+            if moved:
+                bulk[link] = moved
+                mark[link] = link_bytes[link]
+        return bulk
 
     def _flush_messages(self) -> np.ndarray | None:
         if not self.message_routes:
@@ -225,7 +252,7 @@ class Telemetry:
         now = self._engine.env.now
         self.advance_to(now)
         self.flush(now)
-        open_bytes = (self.link_bytes - self._window_mark) + self._open_window_messages()
+        open_bytes = (self.link_bytes - np.asarray(self._window_mark, dtype=float)) + self._open_window_messages()
         base = self.window_s
         rows = [np.zeros(len(self._link_t), dtype=np.float32) if w is None else w for w in self.windows]
         durations = [base] * len(rows)

@@ -37,6 +37,7 @@ class Telemetry:
         n_links = len(engine.cap)
         self._cap = np.array(engine.cap)
         self._cap_list = list(engine.cap)
+        self._full_list = [cap * FULL_LOAD for cap in self._cap_list]     # saturated at or above (B/s)
         self.record_series = record_series
         self.keep_records = keep_records
         # Per-link clocks: Python lists while the engine is in object mode (scalar updates are cheaper),
@@ -87,7 +88,7 @@ class Telemetry:
 
     def touch_path(self, links: tuple[int, ...], now: float) -> None:
         """`touch` for each link of a path (one call per group change on the engine's hot path)."""
-        link_t, engine_load, cap, touched = self._link_t, self._engine.load, self._cap_list, self._touched
+        link_t, engine_load, full, touched = self._link_t, self._engine.load, self._full_list, self._touched
         for link in links:
             touched.add(link)
             start = link_t[link]
@@ -95,10 +96,10 @@ class Telemetry:
                 load = engine_load[link]
                 if load > 0:
                     self._bytes[link] += load * (now - start)
-                    if load >= cap[link] * FULL_LOAD:
+                    if load >= full[link]:
                         self._saturated[link] += now - start
                     if self.record_series:
-                        self.series.append((link, float(start), now, float(load / cap[link])))
+                        self.series.append((link, float(start), now, float(load / self._cap_list[link])))
                 link_t[link] = now
 
     def touch_links(self, links: np.ndarray, now: float, load: np.ndarray | None = None) -> None:

@@ -7,10 +7,13 @@ switched by group count with hysteresis (`arrays_on` / `arrays_off`):
   untouched group loses its bottleneck (SimGrid "lazy" style, refined). At the fixpoint every group has a valid bottleneck, which is
   exactly max-min fairness. Completions sit in one heap with version stamps.
 - array mode (many groups): group state lives in columns (links, flows, cap, rate, bottleneck, work clock,
-  last update, next finish work, completion time); every re-rating is a from-scratch solve by the solver
-  backend (`kernels`: numba, or the NumPy reference) and a kernel commits only the groups whose rate moved;
-  the next completion is an array reduction. In a dense fabric one change re-rates a large share of the
-  groups anyway (~13% at 10k flows on the 1024-GPU fat-tree), so a compiled full solve beats a cascade there.
+  last update, next finish work, completion time) and, compiled, which groups use each link; a re-rating is
+  the compiled incremental re-solve (`_compiled.cascade_numba`: progressive filling in level order over
+  the groups whose rate can move) or, once that involves more than `cascade_limit` of the groups, a
+  from-scratch solve by the solver backend (`kernels`: numba, or the NumPy reference, which always solves
+  in full); a kernel commits the groups whose rate moved and integrates their links' telemetry; the next
+  completion is an array reduction. In a dense fabric one start can move a large share of the groups
+  (tens of percent at 10k flows on the 1024-GPU fat-tree), which is where the full solve takes over.
 Both modes give the max-min rates (tests compare them with the textbook reference). All events of one
 timestamp are handled in one step: completions due now, then every start enqueued at that instant.
 
@@ -26,8 +29,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import simpy
@@ -59,9 +61,9 @@ def _succeed_later(env: simpy.Environment, event: simpy.Event, value: Any, delay
     env.schedule(event, NORMAL, delay)
 
 
-@dataclass(frozen=True, slots=True)
-class FlowRecord:
-    """A finished flow. `start` is when transfer() was called, `end` when its last byte arrived."""
+class FlowRecord(NamedTuple):
+    """A finished flow. `start` is when transfer() was called, `end` when its last byte arrived. A named
+    tuple: one is built per flow on the hot path, about four times cheaper than a frozen dataclass."""
 
     fid: int
     src: str
@@ -360,7 +362,10 @@ class FlowEngine:
 
     def _links_change(self, links: tuple[int, ...], flows: int, rate: float, now: float) -> None:
         """`flows` flows at `rate` join (or leave, when negative) these links."""
-        self.telemetry.touch_path(links, now)
+        telemetry = self.telemetry
+        telemetry.touch_path(links, now)
+        if flows > 0:
+            telemetry.joined.update(links)
         load, link_n, delta = self.load, self.link_n, flows * rate
         for link in links:
             load[link] += delta

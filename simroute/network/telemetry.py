@@ -58,10 +58,11 @@ class Telemetry:
         self.window_end = self.window_s
         self.windows: list[np.ndarray | None] = []       # bytes per link in each closed window (None: idle)
         self._window_mark: list[float] | np.ndarray = [0.0] * n_links   # link_bytes at the window's start
-        # Object mode: a window closes over the links that can hold bytes in it (loaded at the last close, or
-        # touched since), not over every link: a link's load changes only after a touch.
+        # Object mode: a window closes over the links that can hold bytes in it, not over every link: those
+        # loaded at the last close and those a flow joined since (`joined`, which the engine fills: a link
+        # unloaded at the last close carries bulk bytes only after a flow joins it).
         self._live: set[int] = set()
-        self._touched: set[int] = set()
+        self.joined: set[int] = set()
         self.message_routes: list["MessageRoute"] = []   # routes with message bytes in the current window
 
     # ---- recording (called by the engine and the message model) ------------------------------------
@@ -79,7 +80,7 @@ class Telemetry:
         convert = (lambda values: np.array(values, dtype=float)) if on else (lambda values: list(map(float, values)))
         self._bytes, self._saturated, self._link_t, self._window_mark = (
             convert(self._bytes), convert(self._saturated), convert(self._link_t), convert(self._window_mark))
-        self._touched.clear()
+        self.joined.clear()
         self._live = set() if on else set(np.flatnonzero(np.asarray(self._engine.load, dtype=float)).tolist())
 
     def touch(self, link: int, now: float) -> None:
@@ -88,9 +89,8 @@ class Telemetry:
 
     def touch_path(self, links: tuple[int, ...], now: float) -> None:
         """`touch` for each link of a path (one call per group change on the engine's hot path)."""
-        link_t, engine_load, full, touched = self._link_t, self._engine.load, self._full_list, self._touched
+        link_t, engine_load, full = self._link_t, self._engine.load, self._full_list
         for link in links:
-            touched.add(link)
             start = link_t[link]
             if now > start:
                 load = engine_load[link]
@@ -155,14 +155,15 @@ class Telemetry:
             self._merge_windows()
 
     def _close_links(self, end: float) -> np.ndarray:
-        """Object mode: integrate up to `end` the links that can hold bulk bytes in the closing window and
-        return every link's bulk bytes in it (the same arithmetic as integrating them all)."""
+        """Object mode: integrate up to `end` the links that can hold bulk bytes in the closing window (loaded
+        at the last close, or joined by a flow since) and return every link's bulk bytes in it (the same
+        arithmetic as integrating them all)."""
         load, link_bytes, mark = self._engine.load, self._bytes, self._window_mark
-        candidates = self._live | self._touched
+        candidates = self._live | self.joined
         loaded = sorted(link for link in candidates if load[link])
         self.touch_path(loaded, end)
-        self._live = {link for link in loaded if load[link]}
-        self._touched = set()
+        self._live = set(loaded)
+        self.joined = set()
         bulk = np.zeros(len(link_bytes))
         for link in candidates:
             moved = link_bytes[link] - mark[link]

@@ -205,9 +205,12 @@ class FlowEngine:
     """
 
     # Array mode from `arrays_on` groups on, back to object mode below `arrays_off` (class attributes, so
-    # tests and benches can move them). With the NumPy backend the full solve costs more, so it starts later.
-    arrays_on = 1536
-    arrays_off = 768
+    # tests and benches can move them). Compiled, the incremental re-solve makes array mode cheaper than
+    # object mode from a few hundred groups (measured on the 1024-GPU fat-tree closed loop: 1k flows ~2x
+    # the events/s, 300 flows even, 100 flows object mode ahead). With the NumPy backend every re-rating is
+    # a full solve, so it starts much later.
+    arrays_on = 512
+    arrays_off = 256
     numpy_arrays_on = 4096
     numpy_arrays_off = 2048
     # Array mode: an incremental re-solve involving more than this fraction of the groups (and more than

@@ -220,7 +220,8 @@ class FlowEngine:
     cascade_floor = 64
 
     def __init__(self, env: simpy.Environment, topology: EngineTopology, routing: str = "ecmp", seed: int = 0, *,
-                 ark_elephant_bytes: float = ARK_ELEPHANT_BYTES, ark_hash_s: float = ARK_HASH_S, ark_lookup_s: float = ARK_LOOKUP_S, port_search: int = 16384,
+                 ark_elephant_bytes: float = ARK_ELEPHANT_BYTES, ark_hash_s: float = ARK_HASH_S,
+                 ark_lookup_s: float = ARK_LOOKUP_S, port_search: int = 16384,
                  record_series: bool = False, keep_records: bool = True, rate_tolerance: float = 0.0,
                  solver: str = "auto", telemetry_window_s: float = 1e-3,
                  message_model: MessageModel | None = None) -> None:
@@ -627,8 +628,7 @@ class FlowEngine:
         ok, solved, rate, bn = backend.cascade(
             slots, np.array(dirty, dtype=np.int64), columns.links[:, :count], columns.flows[:count],
             columns.cap[:count], columns.rate[:count], columns.bn[:count], self._capacity_padded, self.load,
-            columns.member,
-            columns.deg, limit, _SAME, *columns.cascade_scratch())
+            columns.member, columns.deg, limit, _SAME, *columns.cascade_scratch())
         if not ok:
             self.cascade_aborts += 1
             return False

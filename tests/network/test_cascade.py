@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from simroute.network import maxmin_rates
 from simroute.network import _compiled
+from simroute.network.engine import _GroupColumns
 from simroute.network.kernels import NUMPY_BACKEND, commit_slots_numpy, compiled_backend
 
 from test_large import _closed_loop, _EarlyArrays, assert_maxmin
@@ -24,13 +25,6 @@ N_LINKS = 8
 def _kernel(name: str, mode: str):
     function = getattr(_compiled, name)
     return getattr(function, "py_func", function) if mode == "python" else function
-
-
-def _scratch(slots: int, ids: int) -> tuple[np.ndarray, ...]:
-    heap_int = np.empty((2, 2 * ids + slots), dtype=np.int64)
-    heap_int[1] = -1
-    return (np.zeros((4, slots), dtype=np.int64), np.zeros((2, slots), dtype=np.int8), np.zeros(slots),
-            np.zeros((3, ids), dtype=np.int8), heap_int, np.empty(2 * ids + slots), np.empty(2 * ids, dtype=np.int64))
 
 
 class _State:
@@ -79,7 +73,7 @@ class _State:
     def cascade(self, seeds, dirty, limit=10**9):
         links, member, deg = self.arrays()
         groups = len(self.paths)
-        scratch = _scratch(groups, N_LINKS + 1)
+        scratch = _GroupColumns(N_LINKS, max(groups, 1), 5).cascade_scratch()   # the engine's own scratch
         ok, slots, rate, bn = _kernel("cascade_numba", self.mode)(
             np.array(seeds, dtype=np.int64), np.array(dirty, dtype=np.int64), links, np.array(self.n),
             np.array(self.gcap), self.rate.copy(), self.bn.copy(), self.capacity, self.load(links), member, deg,

@@ -161,6 +161,17 @@ def fill_groups_numba(links_by_slot, n, gcap, cap):
     return rate, bn
 
 @njit
+def mark_links(links, slot, n_links, seen, count):
+    """Mark the real links of group `slot` in `seen`; returns `count` plus the ones not marked before."""
+    for k in range(links.shape[0]):
+        lid = links[k, slot]
+        if lid < n_links and not seen[lid]:
+            seen[lid] = True
+            count += 1
+    return count
+
+
+@njit
 def commit_rates_numba(now, new_rate, new_bn, links, rate, bn, work, last_t, next_work, due, same, n_links):
     """Same contract as kernels.commit_rates_numpy: commit the groups whose rate moved, return their links."""
     groups = new_rate.shape[0]
@@ -176,11 +187,7 @@ def commit_rates_numba(now, new_rate, new_bn, links, rate, bn, work, last_t, nex
             last_t[g] = now
         rate[g] = fresh
         due[g] = now + (next_work[g] - work[g]) / fresh if fresh > 0 else np.inf
-        for k in range(links.shape[0]):
-            lid = links[k, g]
-            if lid < n_links and not touched[lid]:
-                touched[lid] = True
-                count += 1
+        count = mark_links(links, g, n_links, touched, count)
     out = np.empty(count, dtype=np.int64)
     j = 0
     for lid in range(n_links):
@@ -593,11 +600,7 @@ def commit_slots_numba(now, slots, new_rate, new_bn, links, flows, rate, bn, wor
             continue
         moved[n_moved] = i
         n_moved += 1
-        for k in range(links.shape[0]):
-            lid = links[k, g]
-            if lid < n_links and not seen[lid]:
-                seen[lid] = True
-                count += 1
+        count = mark_links(links, g, n_links, seen, count)
     touched = np.empty(count, dtype=np.int64)
     starts = np.empty(count)
     loads = np.empty(count)

@@ -77,11 +77,14 @@ class Telemetry:
         return np.array(self._saturated, dtype=float)
 
     def set_array_mode(self, on: bool) -> None:
+        if not on:       # the next object-mode close visits every loaded link and every one with open-window bytes
+            pending = (np.asarray(self._bytes) != np.asarray(self._window_mark)) | \
+                (np.asarray(self._engine.load, dtype=float)[:len(self._link_t)] != 0)
+            self._live = set(np.flatnonzero(pending).tolist())
         convert = (lambda values: np.array(values, dtype=float)) if on else (lambda values: list(map(float, values)))
         self._bytes, self._saturated, self._link_t, self._window_mark = (
             convert(self._bytes), convert(self._saturated), convert(self._link_t), convert(self._window_mark))
         self.joined.clear()
-        self._live = set() if on else set(np.flatnonzero(np.asarray(self._engine.load, dtype=float)).tolist())
 
     def touch(self, link: int, now: float) -> None:
         """Integrate one link's bulk bytes up to now (called just before its load changes)."""

@@ -105,7 +105,10 @@ def test_windows_hold_every_bulk_byte(arrays_on):
         env.process(starter(float(t), src, dst, float(nbytes)))
     env.run()
     env.run(until=env.now + 1e-3)
-    matrix, _durations, _window = eng.telemetry.window_matrix()
+    matrix, durations, _window = eng.telemetry.window_matrix()
+    capacity = np.array(eng.cap)
+    assert (matrix <= durations[:, None] * capacity[None, :] * (1 + 1e-5)).all()   # no window holds more than fits
+    assert not matrix[-3:].any()                           # the idle tail is empty: bytes sit in their own windows
     want = np.zeros(len(topo.links))
     for ev in events:
         want[list(ev.value.links)] += ev.value.nbytes

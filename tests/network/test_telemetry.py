@@ -89,7 +89,8 @@ def test_windows_hold_every_bulk_byte(arrays_on):
             type(self).entered += 1
             super()._arrays_build(now)
 
-    Engine.arrays_on, Engine.arrays_off = arrays_on, arrays_on // 2
+    Engine.arrays_on = Engine.numpy_arrays_on = arrays_on
+    Engine.arrays_off = Engine.numpy_arrays_off = arrays_on // 2
     topo = load_topology(TOPO_DIR / "fattree-1024.yaml")
     env = simpy.Environment()
     eng = Engine(env, topo, telemetry_window_s=1e-4)

@@ -137,7 +137,11 @@ class ModelGeometry:
         """The same model with its linear layers stored as `dtype` (bf16 or fp8); KV and activations unchanged."""
         if dtype not in WEIGHT_DTYPE_BYTES:
             raise UnknownNameError("weight dtype", dtype, list(WEIGHT_DTYPE_BYTES))
-        return replace(self, weight_dtype=dtype)
+        if dtype == self.weight_dtype:
+            return self
+        was = self.sources.get("weight_dtype", self.weight_dtype)
+        return replace(self, weight_dtype=dtype,
+                       sources={**self.sources, "weight_dtype": f"override: {dtype} (the checkpoint's: {was})"})
 
     # ---- linear layers (the step-time model) -------------------------------------------------------
     @property

@@ -63,20 +63,20 @@ def test_both_route_and_fetch_are_chosen_and_the_policy_chose_routes(default_run
 
 
 def test_the_reason_is_the_predicates_horizon():
-    """Over the default's 64k-token chunk and a ~32-token instruction on the cross-host fabric, a 2-token
+    """Over the default's 64k-token chunk and a ~16-token instruction on the cross-host fabric, a 2-token
     answer is cheaper routed and a 64-token one cheaper fetched: per-layer round trips every decode step
     against one pull of 4.6 GB (0.58 GB per TP rank)."""
     prof = load_profile(default_profile_path())
     m = ScalarModel(prof.cost_params("deepseek-v3", route_exchanges="per-layer"))
     cross = [f.name for f in m.p.fabrics].index("h100-ibgda")
-    costs = lambda out: horizon_costs_scalar(m, mq_first=128 * 32, mq_step=128, steps=out - 1, ct=65536,
+    costs = lambda out: horizon_costs_scalar(m, mq_first=128 * 16, mq_step=128, steps=out - 1, ct=65536,
                                              fabric=cross, cached=True, tp=8)
     route, fetch, _ = costs(2)
     assert route < fetch
     route, fetch, _ = costs(64)
     assert fetch < route
     params = read_trace_meta(str(default_trace_path()))["params"]
-    assert params["chunk_tokens"] == 65536 and params["output_sigma"] > 0 and params["suffix_tokens"] == 32
+    assert params["chunk_tokens"] == 65536 and params["output_sigma"] > 0 and params["suffix_tokens"] == 16
 
 
 def test_copies_compete_in_hbm_and_it_never_over_commits(default_run):

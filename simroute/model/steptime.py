@@ -305,8 +305,8 @@ class StepTimeModel:
         """One holder kernel call answering `queries` routed partial-attention queries (one layer): each of
         `rows_per_query` rows over its `key_tokens` keys (scalars, or one value per query). The roofline over
         the batch's total keys and rows x keys, floored by the profile's measured holder curve at the batch's
-        reference-requester work (at most the curve's last point), so that an idle holder reproduces the
-        measurement."""
+        reference-requester work per GPU (the query heads split over the TP ranks), so that an idle holder
+        reproduces the measurement."""
         if isinstance(rows_per_query, (int, float)) and isinstance(key_tokens, (int, float)):
             keys, pairs = queries * key_tokens, queries * rows_per_query * key_tokens
         else:
@@ -316,8 +316,6 @@ class StepTimeModel:
         roof = max(keys * self._attn_s_per_kv_token, pairs * self._holder_s_per_pair)
         if self.holder_curve is None:
             return roof
-        work = holder_work(pairs, 1.0, self.geometry.token_fraction, *self.holder_ref)    # pairs = rows x keys
-        # The curve floors the roofline where it was measured (N requesters with their own caches, decode-
-        # shaped); past its last point a batch's rows share the chunk's keys, and the roofline alone holds.
-        work = min(work, self.holder_curve[0][-1])
+        # pairs = rows x keys; each GPU of the TP group computes its heads' share (the curve is one GPU's)
+        work = holder_work(pairs / self.tp, 1.0, self.geometry.token_fraction, *self.holder_ref)
         return max(roof, holder_curve_s(work, self.holder_curve[0], self.holder_curve[1]))

@@ -111,3 +111,23 @@ def test_override_records_itself_and_rejects_unknown_dtypes():
         get_model("deepseek-v3").with_weight_dtype("int4")
     prof = load_profile(shipped_dir() / "gpus" / "h200-sxm.yaml")
     assert prof.step_model("deepseek-v3", gpu="h200-sxm", tp=8, weight_dtype="bf16").geometry.weight_dtype == "bf16"
+
+
+def test_holder_floor_is_per_gpu_under_tp_in_the_engine_and_the_closed_form():
+    """The measured holder curve is one GPU's: a TP group's ranks split the query heads, so a batch's work on
+    the curve is rows / tp, both in the step-time model's floor and in the closed form (which must agree)."""
+    from simroute.calib import default_profile_path
+    from simroute.model.cost import holder_compute_s
+    from simroute.model.scalar import ScalarModel
+    prof = load_profile(default_profile_path())
+    params = prof.cost_params("deepseek-v3")
+    step1 = prof.step_model("deepseek-v3", gpu_spec=_spec("h200-sxm"), tp=1)
+    step8 = prof.step_model("deepseek-v3", gpu_spec=_spec("h200-sxm"), tp=8)
+    rows, keys = 128 * 16, 65536.0                       # a 16-token first pass of 128 heads over 64k tokens
+    curve8 = holder_compute_s(rows / 8, keys, 0, params)
+    assert step8.holder_partial_s(1, rows, keys) == pytest.approx(curve8, rel=1e-9)     # the curve beats the roofline
+    assert step8.holder_partial_s(1, rows, keys) < step1.holder_partial_s(1, rows, keys) / 4
+    m = ScalarModel(params)
+    parts1, parts8 = m.step(rows, keys, 0, True, tp=1), m.step(rows, keys, 0, True, tp=8)
+    assert parts8[0] < parts1[0]                            # route: wire and holder work split over the ranks
+    assert holder_compute_s(rows, keys, 0, params) == pytest.approx(step1.holder_partial_s(1, rows, keys), rel=1e-9)

@@ -32,7 +32,7 @@ def _step_model(profile: Profile, model: str, tp: int, intra_host_fabric: str | 
     except ConfigurationError:
         pass
     from simroute.calib import default_profile_path, load_profile
-    return load_profile(default_profile_path()).step_model(model, tp=tp, weight_dtype=weight_dtype)
+    return load_profile(default_profile_path()).step_model(model, tp=tp, weight_dtype=weight_dtype, gpu_spec=spec)
 
 
 class EngineSet:

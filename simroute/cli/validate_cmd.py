@@ -43,6 +43,9 @@ def validate(
                 f"[{_fmt(r.lo)}, {_fmt(r.hi)}] ({r.tolerance})", "pass" if r.verdict == "pass" else "FAIL"]
                for r in rows])
         typer.echo(f"{len(rows) - failed} of {len(rows)} rows pass")
+        for r in rows:
+            if r.note:
+                typer.echo(f"- {r.id} ({'pass' if r.verdict == 'pass' else 'FAIL'}): {r.note}")
     if failed and strict:
         raise typer.Exit(1)
 

@@ -7,8 +7,11 @@ ARK's gain shrinks to a few percent; the ARK paper's reductions (-27% / -34% FCT
 
 Prefill GPUs sit on the first hosts and decode GPUs on the last, so every KV transfer crosses a spine.
 KV bytes come from the model geometry. MLA makes a prompt's KV small (DeepSeek-V2-Lite: 31 KB per token),
-so the scenario uses a dense GQA model (Llama-3.1-70B: 320 KB per token) with 16k-token prompts: transfers
-of ~5 GB that last a few hundred ms on a 25 GB/s NIC, the elephant regime the ARK paper targets.
+so the scenario uses a dense GQA model (Llama-3.1-8B: 128 KB per token, one H100 per instance; 70B's weights
+need TP >= 2) with lognormal prompts of median 16k tokens: transfers of ~2 GB that last ~100-400 ms on a
+25 GB/s NIC, the low end of the ARK abstract's "hundreds of milliseconds to seconds". The ARK paper states no
+model, prompt sizes or link rates, so these are a choice; `simroute validate` says what they cost (its
+ark-spine-ecmp and ark-ttft-mean notes).
 """
 
 from __future__ import annotations

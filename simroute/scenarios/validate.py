@@ -8,6 +8,8 @@ fan-out, byte accounting, congestion, staging, path reservation).
 
 Papers: "Move the Query, Not the Cache" (Ma et al., 2026) and "ARK: Avoiding Routing Collisions for KV Cache
 Transfer in Disaggregated LLM Inference" (Lin et al., 2026); a row's `source` names the paper and its section.
+A row that fails (or passes only at its band's edge) carries a `note`: the reason, with the numbers a reader
+needs to check it. A failing row is a finding; its band is never widened to make it pass.
 Extending: write a function `(ctx: Ctx) -> list[Row]` and append it to SECTIONS.
 """
 
@@ -43,6 +45,7 @@ class Row:
     hi: float
     tolerance: str               # the band in words
     basis: str                   # the mechanism that produced `simulated`
+    note: str = ""               # why a row sits where it does (a failing row's reason, checkable from its numbers)
     verdict: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -72,6 +75,12 @@ class Ctx:
     @cached_property
     def profile(self):
         return load_profile(default_profile_path())
+
+    @cached_property
+    def all_fabrics(self):
+        """The profile of all five Table 2 fabrics (for rows that compare fabrics)."""
+        from simroute.calib import shipped_dir
+        return load_profile(shipped_dir() / "paper-all.yaml")
 
     @cached_property
     def geometry(self):
@@ -130,6 +139,25 @@ def table1_rows(ctx: Ctx) -> list[Row]:
     return out
 
 
+def affine_rt_us(ctx: Ctx, fabric: str, rows: int) -> float:
+    """Table 2's affine fit T_probe (+ turnaround) + Mq (q+p) / BW for one fabric of the profile, in us."""
+    fab = ctx.all_fabrics.fabric_params(fabric)
+    return (fab.t_probe_s + fab.turnaround_s + rows * ctx.geometry.qp_bytes / fab.single_block_Bps) * 1e6
+
+
+def nvlink_note(ctx: Ctx, rt_us: float) -> str:
+    """Why the intra-node decode route reads below the band: Table 2's affine fit, not the engine."""
+    nv, a100 = affine_rt_us(ctx, "h100-nvlink4", 256), affine_rt_us(ctx, "a100-nvlink3", 256)
+    fab = ctx.all_fabrics.fabric_params("h100-nvlink4")
+    return (f"honest gap: the engine reproduces Table 2's affine fit for H100 NVLink 4.0 (T_probe "
+            f"{fab.t_probe_s * 1e6:.1f} us + 256 x {ctx.geometry.qp_bytes:.0f} B / {fab.single_block_Bps / 1e9:.0f} "
+            f"GB/s = {nv:.1f} us; simulated {rt_us:.1f} us); that fit is good at "
+            "Mq >= 512 (3% MAPE) but misses small batches (18% MAPE over the whole sweep, Table 2), and the paper "
+            "publishes no small-Mq turnaround for this fabric (its ~9 us, Fig 2b, is IBGDA's, and a constant one "
+            "would break the 3% at Mq >= 512). The same affine form gives A100 NVLink 3.0 "
+            f"{a100:.1f} us where §8 states 39 us measured: the fits, not the engine, sit below 31 us.")
+
+
 def table2_rows(ctx: Ctx) -> list[Row]:
     """Table 2 / Fig 6b: a decode-size route (Mq = 256) costs 31-48 us on every fabric."""
     out = []
@@ -139,8 +167,33 @@ def table2_rows(ctx: Ctx) -> list[Row]:
         out.append(Row(f"table2-decode-rt-{'intra' if same_host else 'cross'}",
                        f"decode route round trip (Mq 256), {name}", f"{MQ}, Table 2, Fig 6b", 39.5, rt, "us",
                        31.0, 48.0, "inside the measured 31-48 us band (paper: its midpoint)",
-                       "network engine message path on paper-testbed"))
+                       "network engine message path on paper-testbed", nvlink_note(ctx, rt) if same_host else ""))
     return out
+
+
+def local_note(ctx: Ctx, local_s: float, chunk_tokens: int = 2048) -> str:
+    """Why local re-prefill reads below ct L c: the step model's roofline with published kernel rates."""
+    from dataclasses import replace
+    from simroute.model.steptime import BatchShape
+    L = ctx.geometry.layers
+    c = local_s / (chunk_tokens * L)           # the simulated cost per token-layer
+    shape = BatchShape.uniform(prefill_tokens=chunk_tokens)
+    step = ctx.profile.step_model(ctx.model)
+    terms = step.iteration(shape)
+    slow = ctx.profile.step_model(ctx.model, gpu_spec=replace(step.gpu, gemm_efficiency=0.4)).iteration(shape)
+    g = ctx.geometry
+    per_expert = chunk_tokens * g.experts_per_token / g.routed_experts if g.routed_experts else chunk_tokens
+    grouped = ctx.profile.step_model(ctx.model, gpu_spec=replace(
+        step.gpu, gemm_efficiency=step.gpu.gemm_fraction(per_expert))).iteration(shape)
+    return (f"honest gap: the engine charges the re-prefill as a {chunk_tokens}-token prefill on the step model "
+            f"({terms.iteration_s * 1e3:.1f} ms for the iteration, linear ops {terms.bounds['linear']}-bound: every "
+            f"expert's weights read once, GEMMs at the cited {step.gpu.gemm_fraction(chunk_tokens):.2f} of peak), "
+            f"{c * 1e6:.2f} us per token-layer; the paper's c = 0.5-1.5 us is its prototype's re-prefill (stack "
+            f"not stated), {0.5e-6 / c:.1f}-{1.5e-6 / c:.1f}x slower than this roofline. Even GEMMs at 0.4 of "
+            f"peak give {slow.iteration_s * 1e3:.1f} ms, below the band's {chunk_tokens * L * 0.5e-3:.1f} ms. "
+            f"The one refinement the step model lacks here, each GEMM's rate at its own token count (a routed "
+            f"expert sees ~{per_expert:.0f} of the {chunk_tokens} tokens), moves the iteration to "
+            f"{grouped.iteration_s * 1e3:.1f} ms (an upper bound: all GEMMs at that rate).")
 
 
 def decode_point_rows(ctx: Ctx) -> list[Row]:
@@ -159,7 +212,7 @@ def decode_point_rows(ctx: Ctx) -> list[Row]:
             "simulator: routed query, holder batch, partial back, merge vs fetch"),
         Row("fig1b-local", "local re-prefill of the chunk (ct L c, c = 0.5-1.5 us)", f"{MQ}, §4 (T_local)",
             2048 * L * 1e-3, cost["local"] * 1e3, "ms", 2048 * L * 0.5e-3, 2048 * L * 1.5e-3,
-            "inside ct x L x [0.5, 1.5] us", "simulator: re-prefill on the requester"),
+            "inside ct x L x [0.5, 1.5] us", "simulator: re-prefill on the requester", local_note(ctx, cost["local"])),
     ]
 
 
@@ -257,41 +310,121 @@ def congestion_rows(ctx: Ctx) -> list[Row]:
 
 
 # ---- staging elbow: §6.2 -----------------------------------------------------------------------------------
+STAGING_REQUESTERS = (4, 8)      # paper-testbed: the other node's four GPUs ("inter-node RDMA staging", §6.2)
+VISIBLE_REGRESSION = 1.01        # "K = 16 regresses": at least +1%, ~60 us on Fig 5b's 5-6 ms axis
+
+
+def staging_share(ctx: Ctx, copy_GBps: float, fetch_s: float, chunk_tokens: int = 2048) -> tuple[float, float, float]:
+    """(staging seconds of one chunk at K = 1, its share of the fetch, the pool's own gain at the elbow)."""
+    copy_Bps = copy_GBps * 1e9
+    stage_s = ctx.geometry.chunk_bytes(chunk_tokens) / copy_Bps
+    return stage_s, stage_s / fetch_s, ctx.profile.constant("staging_gain_at_elbow").value
+
+
+def staging_notes(ctx: Ctx, copy_GBps: float, p50: dict[int, float]) -> tuple[str, str]:
+    """Why neither staging row can show the paper's effect: staging is a small, default-rated term whose gain
+    is the paper's own figure."""
+    from simroute.sim.holder import STAGING_OVERSUBSCRIPTION_LOSS
+    stage_s, share, gain = staging_share(ctx, copy_GBps, p50[1])
+    common = (f"staging one 2048-token chunk takes {stage_s * 1e3:.2f} ms at the default per-stream copy rate "
+              f"(staging_copy_GBps, not measured; the staging probe writes it), {share:.1%} of this "
+              f"{p50[1] * 1e3:.1f} ms fetch-bound TTFT, the rest the holder NIC's pulls and the splice. ")
+    elbow = (f"honest gap: {common}The pool's copy-rate gain at K = 8 is the paper's {gain:.0%} itself "
+             f"(staging_gain_at_elbow, whose source is the fetch p50), so the elbow can move this TTFT by only "
+             f"{gain:.0%} x {share:.1%} = {gain * share:.2%}; reaching {gain:.0%} would need staging to be the "
+             "whole fetch, i.e. the row reading the paper's figure back. The paper's per-fetch p50 is dominated by "
+             "its host prefetch pipeline (worker dispatch, bf16 staging, landing; §6.1), which simroute does not "
+             "model beyond this pool.")
+    past = (f"honest gap: {common}K = 16's only mechanism is the default staging_oversubscription_loss "
+            f"({STAGING_OVERSUBSCRIPTION_LOSS:.0%}, no figure in the paper) on that term, about "
+            f"{STAGING_OVERSUBSCRIPTION_LOSS * share:.2%}: not a regression the paper's Fig 5b would show.")
+    return elbow, past
+
+
 def staging_rows(ctx: Ctx) -> list[Row]:
-    """§6.2: the holder's K-stream staging pool: K = 8 the elbow (p50 -7%), K = 16 no better."""
-    trace = fanin_trace(ctx.tmp / "staging.parquet", 16, first_requester=8, holder=0, n_chunks=4, output_tokens=1)
-    p50 = {k: float(np.median(column(ctx.run(trace, "fattree", policy="always-fetch", staging_streams=k),
-                                     "ttft_s"))) for k in (1, 8, 16)}
+    """§6.2: the holder's K-stream staging pool: K = 8 the elbow (p50 -7%), K = 16 regresses. As the paper
+    runs it: the 2-node x 4-H100 testbed, the other node's GPUs fetching a chunk each from one holder."""
+    first, n = STAGING_REQUESTERS
+    trace = fanin_trace(ctx.tmp / "staging.parquet", n - first, first_requester=first, holder=0, n_chunks=1,
+                        output_tokens=1)
+    p50 = {k: float(np.median(column(ctx.run(trace, policy="always-fetch", staging_streams=k), "ttft_s")))
+           for k in (1, 8, 16)}
     gain = ctx.profile.constant("staging_gain_at_elbow").value
+    elbow_note, past_note = staging_notes(ctx, ctx.config(trace, "paper-testbed").staging_copy_GBps, p50)
+    basis = "simulator: holder staging pool feeding the bulk flows on paper-testbed"
     return [
-        Row("staging-elbow", "fetch TTFT p50 at K = 8 staging streams over K = 1 (16 requesters)", f"{MQ}, §6.2",
-            -100 * gain, 100 * (p50[8] / p50[1] - 1), "%", -100 * gain - 5, -100 * gain + 5, "±5 points",
-            "simulator: holder staging pool feeding the bulk flows"),
-        Row("staging-past-elbow", "fetch TTFT p50 at K = 16 over K = 8", f"{MQ}, §6.2 (K = 16 regresses)", 1.0,
-            p50[16] / p50[8], "x", 1.0, math.inf, "no better than K = 8 (>= 1x)",
-            "simulator: holder staging pool"),
+        Row("staging-elbow", f"fetch TTFT p50 at K = 8 staging streams over K = 1 ({n - first} cross-node "
+            "requesters, one chunk each)", f"{MQ}, §6.2", -100 * gain, 100 * (p50[8] / p50[1] - 1), "%",
+            -100 * gain - 5, -100 * gain + 5, "±5 points", basis, elbow_note),
+        Row("staging-past-elbow", "fetch TTFT p50 at K = 16 over K = 8",
+            f"{MQ}, §6.2 (K = 16 regresses; no figure, the paper column is the band's floor)",
+            VISIBLE_REGRESSION, p50[16] / p50[8], "x", VISIBLE_REGRESSION, math.inf,
+            "a visible regression (>= +1%)", basis, past_note),
     ]
 
 
 # ---- ARK: Figs 2-3 and the abstract --------------------------------------------------------------------------
-def ark_rows(ctx: Ctx, qps: float = 25.0, duration_s: float = 60.0, seed: int = 0) -> list[Row]:
-    """ARK Figs 2-3: at QPS 25 ARK cuts mean / P95 FCT by 27.3% / 34.0%, TTFT by up to 12.9%; spine peaks."""
+ARK_SEEDS = (0, 1, 2)     # independent Poisson realisations: one 60 s run's P95 and peak move by several points
+TTFT_BAND = (-22.9, -2.9)  # the paper's -12.9% ± 10 points
+
+
+def ark_points(ctx: Ctx, qps: float, duration_s: float, seeds: tuple[int, ...]) -> list[tuple]:
+    """(ECMP, ARK) ArkPoints on the same trace, one pair per seed."""
     from simroute.scenarios.ark import ark_point, disagg_trace
-    trace = disagg_trace(ctx.tmp / "ark.parquet", qps=qps, duration_s=duration_s, seed=seed)
-    e, a = ark_point(trace, qps, "ecmp", seed), ark_point(trace, qps, "ark", seed)
+    out = []
+    for seed in seeds:
+        trace = disagg_trace(ctx.tmp / f"ark{seed}.parquet", qps=qps, duration_s=duration_s, seed=seed)
+        out.append((ark_point(trace, qps, "ecmp", seed), ark_point(trace, qps, "ark", seed)))
+    return out
+
+
+def ark_notes(pairs: list[tuple], qps: float, ttft_red: float, fct_red: float) -> tuple[str, str]:
+    """Why TTFT gains less than the paper and the ECMP spine peak is lower: the scenario's transfers are short
+    against its prefill, and few are in flight (Little's law)."""
+    fct_s = float(np.mean([e.fct_mean_ms for e, _ in pairs])) / 1e3
+    ttft_s = float(np.mean([e.ttft_mean_ms for e, _ in pairs])) / 1e3
+    setup = ("The ARK paper (packet-level RDMA simulation) states no model, prompt sizes or link rates, so the "
+             "scenario's transfers (llama-3.1-8b KV, lognormal prompts of median 16k tokens, 25 GB/s NICs) are a "
+             "choice, not its setup.")
+    ttft = (f"TTFT gains only what the transfer is of it: mean ECMP FCT is {fct_s / ttft_s:.0%} of mean TTFT "
+            f"here ({fct_s * 1e3:.0f} of {ttft_s * 1e3:.0f} ms; prefill and its queue are the rest), so "
+            f"{fct_red:+.1f}% FCT gives about {fct_red * fct_s / ttft_s:+.1f}% TTFT; the paper's two reductions "
+            f"imply FCT is about 12.9 / 27.3 = 47% of its TTFT. " + setup)
+    spine = (f"honest gap: peak per-spine concurrency follows the flows in flight, QPS x mean FCT = {qps:g} x "
+             f"{fct_s:.3f} s = {qps * fct_s:.1f} over 4 spines here; the paper's 18 on one spine, with ARK's peaks "
+             "of ~8 on each of four (up to ~32 in flight), needs tens of flows in flight, i.e. transfers of the order "
+             "of a second at QPS 25, the upper end of the ARK abstract's 'hundreds of milliseconds to seconds'. "
+             + setup + " Sizing the transfers to reach 18 would tune the scenario to this row.")
+    return ttft, spine
+
+
+def ark_rows(ctx: Ctx, qps: float = 25.0, duration_s: float = 60.0, seeds: tuple[int, ...] = ARK_SEEDS) -> list[Row]:
+    """ARK Figs 2-3: at QPS 25 ARK cuts mean / P95 FCT by 27.3% / 34.0%, TTFT by up to 12.9%; spine peaks.
+    Reductions are the mean over `seeds` (independent Poisson traces), peaks the highest over them."""
+    pairs = ark_points(ctx, qps, duration_s, seeds)
     red = lambda x, y: 100 * (y / x - 1) if x else math.nan
-    basis = "simulator: PD KV transfers on ark-paper, ECMP hashing vs ARK reservation"
+    mean_red = lambda attr: float(np.mean([red(getattr(e, attr), getattr(a, attr)) for e, a in pairs]))
+    fct, p95, ttft = mean_red("fct_mean_ms"), mean_red("fct_p95_ms"), mean_red("ttft_mean_ms")
+    peak_e = float(max(e.peak_spine_flows for e, _ in pairs))
+    peak_a = float(max(a.peak_spine_flows for _, a in pairs))
+    ttft_note, spine_note = ark_notes(pairs, qps, ttft, fct)
+    if ttft > TTFT_BAND[1]:
+        ttft_note = "honest gap: " + ttft_note
+    elif ttft > TTFT_BAND[1] - 2.0:      # inside the band, within 2 points of its weak end
+        ttft_note = "passes only at its band's weak end, not in the paper's regime: " + ttft_note
+    per_seed = "per seed: " + ", ".join(f"{red(e.fct_p95_ms, a.fct_p95_ms):+.1f}%" for e, a in pairs)
+    basis = f"simulator: PD KV transfers on ark-paper, ECMP hashing vs ARK reservation, mean of seeds {seeds}"
     return [
-        Row("ark-fct-mean", "mean KV-transfer FCT, ARK vs ECMP, QPS 25", f"{ARK}, Fig 2", -27.3,
-            red(e.fct_mean_ms, a.fct_mean_ms), "%", -37.3, -17.3, "±10 points", basis),
-        Row("ark-fct-p95", "P95 KV-transfer FCT, ARK vs ECMP, QPS 25", f"{ARK}, Fig 2", -34.0,
-            red(e.fct_p95_ms, a.fct_p95_ms), "%", -44.0, -24.0, "±10 points", basis),
-        Row("ark-ttft-mean", "mean TTFT, ARK vs ECMP, QPS 25", f"{ARK}, abstract (up to -12.9%)", -12.9,
-            red(e.ttft_mean_ms, a.ttft_mean_ms), "%", -22.9, -2.9, "±10 points", basis),
+        Row("ark-fct-mean", "mean KV-transfer FCT, ARK vs ECMP, QPS 25", f"{ARK}, Fig 2", -27.3, fct, "%",
+            -37.3, -17.3, "±10 points", basis),
+        Row("ark-fct-p95", "P95 KV-transfer FCT, ARK vs ECMP, QPS 25", f"{ARK}, Fig 2", -34.0, p95, "%",
+            -44.0, -24.0, "±10 points", basis, per_seed),
+        Row("ark-ttft-mean", "mean TTFT, ARK vs ECMP, QPS 25", f"{ARK}, abstract (up to -12.9%)", -12.9, ttft, "%",
+            *TTFT_BAND, "±10 points", basis, ttft_note),
         Row("ark-spine-ecmp", "peak concurrent flows on one spine, ECMP", f"{ARK}, Fig 3 (up to 18)", 18.0,
-            float(e.peak_spine_flows), "flows", 12.0, 24.0, "±6 flows", basis),
+            peak_e, "flows", 12.0, 24.0, "±6 flows", basis, spine_note),
         Row("ark-spine-ark", "peak concurrent flows on one spine, ARK", f"{ARK}, Fig 3 (below ~8)", 8.0,
-            float(a.peak_spine_flows), "flows", 0.0, 8.0, "at most 8", basis),
+            peak_a, "flows", 0.0, 8.0, "at most 8", basis),
     ]
 
 

@@ -136,3 +136,11 @@ def test_library_and_cli_defaults_agree_on_the_default_run(default_run):
     plain = _summary(default_run / "plain")
     assert s["primitive_counts"] == plain["primitive_counts"] and s["ttft_ms"] == plain["ttft_ms"]
     assert np.isfinite(s["tpot_ms"]["p99"])
+
+
+def test_bf16_weights_do_not_fit_the_default_and_say_so(cli, tmp_path):
+    code, out, err = cli("run", "--weights", "bf16", "-o", str(tmp_path / "out"))
+    msg = (err or out).strip()
+    assert code == 2 and "Traceback" not in out + err and len(msg.splitlines()) == 1
+    assert "169.6 GB of weights per GPU" in msg and "141.0 GB" in msg and "h200-sxm" in msg
+    assert not (tmp_path / "out").exists()

@@ -144,3 +144,41 @@ def test_bf16_weights_do_not_fit_the_default_and_say_so(cli, tmp_path):
     assert code == 2 and "Traceback" not in out + err and len(msg.splitlines()) == 1
     assert "169.6 GB of weights per GPU" in msg and "141.0 GB" in msg and "h200-sxm" in msg
     assert not (tmp_path / "out").exists()
+
+
+def _default_cfg(trace, **kw):
+    from simroute.network import default_topology_path
+    from simroute.sim import RunConfig
+    from simroute.sim.config import DEFAULT_RUN
+    return RunConfig(topology=str(default_topology_path()), trace=str(trace), calib=str(default_profile_path()),
+                     batch_window_us=0.0, dispatch_window_us=0.0, **DEFAULT_RUN, **kw)
+
+
+def test_on_the_default_model_resident_is_never_slower_than_fetch_then_attend(tmp_path):
+    """DeepSeek-V3 at TP 8: the second request finds the first one's fetched 64k-token copy resident."""
+    from simroute.scenarios.traces import write_trace
+    from simroute.sim import simulate
+    chunks = [{"chunk_id": 0, "tokens": 65536, "canonical": True, "holder_hint": 0, "cached_offset": 0}]
+    reqs = [{"arrival_s": t, "requester_hint": 5, "prompt_tokens": 300, "output_tokens": 16, "chunk_ids": [0]}
+            for t in (0.0, 2.0)]
+    res = simulate(_default_cfg(write_trace(tmp_path / "two.parquet", reqs, chunks), policy="always-fetch"))
+    req = res.tables["requests"].to_pandas()
+    assert req.n_fetch[0] == 1 and req.n_resident[1] == 1
+    assert req.ttft_s[1] <= req.ttft_s[0] and req.tpot_s[1] <= req.tpot_s[0] * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("policy", ["always-fetch", "always-route"])
+def test_on_the_default_model_chunking_is_invariant(tmp_path, policy):
+    """One 64k-token document on one holder cut into 8k / 16k / 64k-token chunks: TPOT within 5%."""
+    from simroute.scenarios.traces import write_trace
+    from simroute.sim import simulate
+    tpot = {}
+    for chunk in (8192, 16384, 65536):
+        n = 65536 // chunk
+        chunks = [{"chunk_id": i, "tokens": chunk, "canonical": True, "holder_hint": 1, "cached_offset": i * chunk}
+                  for i in range(n)]
+        reqs = [{"arrival_s": 0.5 * j, "requester_hint": 4 + j, "prompt_tokens": 64, "output_tokens": 32,
+                 "chunk_ids": list(range(n))} for j in range(2)]
+        trace = write_trace(tmp_path / f"doc{chunk}.parquet", reqs, chunks)
+        tpot[chunk] = simulate(_default_cfg(trace, policy=policy)).summary["tpot_ms"]["p50"]
+    assert max(tpot.values()) <= 1.05 * min(tpot.values()), tpot

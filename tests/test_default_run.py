@@ -40,6 +40,7 @@ def test_the_default_is_a_frontier_mla_model_at_tp8_on_h200(default_run):
     e = s["engine"]
     assert e["gpu"] == "h200-sxm" and e["weight_dtype"] == "fp8" and e["fp8_rate"]
     assert s["instances"] == s["gpus"] // 8 == 8
+    assert any(f.endswith("gpus/h200-sxm.yaml") for f in s["inputs"]["calib_files"])    # hashed as an input
     hbm = e["hbm"]
     h200 = load_profile(shipped_dir() / "gpus" / "h200-sxm.yaml").gpu_spec()
     step = load_profile(default_profile_path()).step_model("deepseek-v3", gpu_spec=h200, tp=8)

@@ -111,12 +111,18 @@ class Profile:
     def find_gpu_spec(self, name: str) -> GpuSpec | None:
         """GPU entry `name` from this profile, else from the shipped calib/gpus/<name>.yaml; None if neither
         has it (a topology's `hosts.gpu` that is a label, not an entry name)."""
-        if name in self.gpus:
-            return self.gpu_spec(name)
-        shipped = shipped_dir() / "gpus" / f"{name}.yaml"
-        if len(Path(name).parts) != 1 or not shipped.exists():
+        path = self.gpu_entry_file(name)
+        if path is None:
             return None
-        return load_profile(shipped).gpu_spec(name)
+        return self.gpu_spec(name) if name in self.gpus else load_profile(path).gpu_spec(name)
+
+    def gpu_entry_file(self, name: str) -> Path | None:
+        """The file GPU entry `name` is read from (this profile's, else the shipped calib/gpus/<name>.yaml):
+        an input of a run whose topology names that GPU."""
+        if name in self.gpus:
+            return Path(self.origin.get(f"gpu:{name}", self.files[0] if self.files else ""))
+        shipped = shipped_dir() / "gpus" / f"{name}.yaml"
+        return shipped if len(Path(name).parts) == 1 and shipped.exists() else None
 
     def instance_gpu(self, intra_host_fabric: str | None = None) -> str:
         """The GPU of an instance whose hosts' intra-host fabric is `intra_host_fabric` (the fabric's `gpu:`),

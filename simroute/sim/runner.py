@@ -142,9 +142,13 @@ class Simulation:
     def _result(self, wall: float) -> RunResult:
         cfg, ctx = self.cfg, self.ctx
         cluster, topology = ctx.cluster, ctx.topology
-        calib = hashlib.sha256("".join(sha256_file(f) for f in ctx.profile.files).encode()).hexdigest()
+        calib_files = list(ctx.profile.files)
+        gpu_file = ctx.profile.gpu_entry_file(topology.spec.gpu)    # the hosts' GPU entry, when read from a file
+        if gpu_file is not None and str(gpu_file) not in map(str, calib_files):
+            calib_files.append(gpu_file)
+        calib = hashlib.sha256("".join(sha256_file(f) for f in calib_files).encode()).hexdigest()
         inputs = {"topology": sha256_file(cfg.topology), "trace": sha256_file(cfg.trace),
-                  "calib": calib, "calib_files": [str(f) for f in ctx.profile.files]}
+                  "calib": calib, "calib_files": [str(f) for f in calib_files]}
         holders = [inst.holder_server for inst in cluster.instances]
         instances = cluster.instances
         requests = ctx.recorder.requests_table()

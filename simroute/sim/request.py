@@ -11,13 +11,12 @@
 `DenseRequest` attends whole chunks and runs on the instance engines (simroute/sim/engine): its prompt's
 prefill iterations attend every resident chunk and route the rest (TTFT), then it decodes in the engine's
 continuous batches (TPOT); copies take blocks of the requester's HBM budget. `SelectionRequest`
-(selection.py) attends a sparse top-k selection over M holders on the pre-engine model (prompt prefill on the
-instance's compute server, exchanges through the dispatcher and holder servers).
+(selection.py) is a `DenseRequest` whose remote chunks are one sparse top-k selection over M holders.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import simpy
@@ -105,8 +104,6 @@ class RequestProcess:
         self.heads = ctx.params.geometry.heads_q
         self.mq_first = self.heads * max(spec.prompt_tokens, 1)
         self.decode_steps = max(spec.output_tokens - 1, 0)
-        # A lone sequence's non-attention decode iteration (the pre-engine selection path adds it per step)
-        self.step_base_s = ctx.engines.step.iteration_s(1, 1, 0, 0)
 
     def run(self) -> Steps:
         ctx, spec, recorder = self.ctx, self.spec, self.ctx.recorder
@@ -194,6 +191,8 @@ class DenseRequest(RequestProcess):
         self.sequence = None
         self.prefill_sequence = None               # PD: the prompt's sequence on the prefill instance
         self.done: simpy.Event | None = None
+        self.route_premium = 1.0                   # holder kernel over a dense one (a sparse selection's: selection.py)
+        self.step_wait: Callable[[int], float] | None = None   # per-iteration wait of its own (a selection's gather)
 
     def prefill_floor_s(self) -> float:
         """One iteration of the whole prompt alone (chunking it or batching it only adds)."""
@@ -221,7 +220,8 @@ class DenseRequest(RequestProcess):
         pd = self.prefill_sequence is not None
         self.sequence, first, self.done = serve(
             ctx.engines, self.requester.id, spec.request_id, prompt=spec.prompt_tokens, output=spec.output_tokens,
-            resident_tokens=self.resident_tokens, routes=self.routes, prefilled=pd)
+            resident_tokens=self.resident_tokens, routes=self.routes, prefilled=pd, route_premium=self.route_premium,
+            step_wait=self.step_wait)
         yield first
         parts = ttft_parts(self.sequence, start)
         if pd:

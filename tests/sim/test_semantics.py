@@ -118,7 +118,7 @@ def test_a_sparse_fanout_waits_for_its_slowest_holder(tmp_path):
                                 topk=topk, output_tokens=1)
         return simulate(_testbed(trace, policy="always-route")).summary["ttft_ms"]["mean"]
     mixed, ib_leg, nvlink_leg = ttft([1, 4], 2048), ttft([4], 1024), ttft([1], 1024)
-    assert mixed == pytest.approx(ib_leg, rel=1e-6) and mixed > nvlink_leg * 1.05
+    assert mixed == pytest.approx(ib_leg, rel=1e-6) and mixed - nvlink_leg > 1e-4   # 27 layers' IB vs NVLink legs
 
 
 def test_a_resident_copy_costs_only_the_requesters_own_attention(tmp_path):

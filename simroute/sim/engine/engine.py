@@ -119,8 +119,9 @@ class InstanceEngine:
             return False
         target = seq.recompute if seq.recompute else seq.prompt
         need = blocks_for(target)
-        # vLLM's 1% watermark: admission leaves head-room for running sequences' growth
-        watermark = self.hbm.capacity_blocks // 100 if self.running else 0
+        # vLLM's 1% watermark: admission leaves head-room for running sequences' growth, at least the one block
+        # each may take in the next event (else a small HBM livelocks: admit, preempt it to grow, admit again)
+        watermark = max(self.hbm.capacity_blocks // 100, len(self.running)) if self.running else 0
         if self.hbm.reserve_kv(need + watermark):
             self.hbm.release_kv(watermark)
         else:
@@ -157,11 +158,12 @@ class InstanceEngine:
             self.layer_s = 0.0
             return
         self.busy = True
-        compute, groups = self._batch_cost(plan)
+        compute, groups, seq_wait = self._batch_cost(plan)
         k = plan.k
         exch = wait = 0.0
         if groups:
             exch, wait = self.exchange.iteration(self, groups, k, compute)
+        exch = max(exch, seq_wait)      # sequences' own waits (gathers) run beside the routed exchanges
         dt = compute + exch
         if self.options.overlap and exch > 0:
             dt = max(compute, compute / 2 + exch)       # per layer: max(c, c/2 + r), summed over layers
@@ -184,11 +186,12 @@ class InstanceEngine:
                       h.copy_blocks * b, h.free_blocks * b))
         self._schedule(pre + k * dt)
 
-    def _batch_cost(self, plan: Plan) -> tuple[float, dict]:
-        """The step-time model's iteration time for the batch, and its routed groups by holder."""
+    def _batch_cost(self, plan: Plan) -> tuple[float, dict, float]:
+        """The step-time model's iteration time for the batch, its routed groups by holder, and the slowest
+        of its sequences' own per-iteration waits (`Sequence.step_wait`)."""
         k = plan.k
         heads = self.heads
-        kv = pairs = 0.0
+        kv = pairs = seq_wait = 0.0
         groups: dict[Any, list[float]] = {}
         new = len(plan.decode)
         for seq in plan.decode:
@@ -197,6 +200,8 @@ class InstanceEngine:
             pairs += ctx
             if seq.routes:
                 _add_routes(groups, seq, heads, k)
+            if seq.step_wait is not None:
+                seq_wait = max(seq_wait, seq.step_wait(k))
         for seq, t in plan.prefill:
             base = seq.resident_tokens + seq.prefilled
             kv += base + t
@@ -204,10 +209,12 @@ class InstanceEngine:
             new += t
             if seq.routes:
                 _add_routes(groups, seq, heads * t, 1)
+            if seq.step_wait is not None:
+                seq_wait = max(seq_wait, seq.step_wait(1))
         compute = self.step.iteration_s(new, len(plan.decode) + len(plan.prefill), kv, pairs)
         if groups and self.exchange is None:
             raise RuntimeError("a routed sequence on an engine without a RouteExchange")
-        return compute, groups
+        return compute, groups, seq_wait
 
     def _grow(self, plan: Plan) -> bool:
         """Reserve the decode KV blocks of the next k tokens; if they do not fit (copies were already evicted
@@ -322,8 +329,10 @@ def _add_routes(groups: dict, seq: Sequence, rows: float, k: int) -> None:
     for share in seq.routes:
         g = groups.get(share.holder)
         if g is None:
-            groups[share.holder] = [1.0, rows, share.key_tokens]
+            groups[share.holder] = [1.0, rows, share.key_tokens, share.premium]
         else:
             g[0] += 1.0
             g[1] += rows
             g[2] += share.key_tokens
+            if share.premium > g[3]:
+                g[3] = share.premium

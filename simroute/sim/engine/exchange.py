@@ -132,16 +132,17 @@ class RouteExchange:
 
     def iteration(self, engine: "InstanceEngine", groups: dict, k: int, compute_s: float) -> tuple[float, float]:
         """(exchange seconds, of which holder wait) added to each iteration of a k-iteration event whose
-        compute is `compute_s` per iteration. `groups` maps a holder engine to [queries, rows, key_tokens]."""
+        compute is `compute_s` per iteration. `groups` maps a holder engine to [queries, rows, key_tokens,
+        premium] (premium: the sparse kernel's factor over dense, `RouteShare.premium`)."""
         now, tp, ex, me = engine.env.now, self.tp, self.exchanges, engine.eid
         legs = []
         bare = 0.0                      # the slowest round trip without holder waits
-        for holder, (queries, rows, keys) in groups.items():
+        for holder, (queries, rows, keys, premium) in groups.items():
             leg_out, leg_back, fab = self._legs(engine, holder)
             out = self._send(leg_out, rows * self.q_bytes / tp, fab.t_probe_s, fab.single_block_Bps)
             back = self._send(leg_back, rows * self.p_bytes / tp, fab.turnaround_s, fab.single_block_Bps)
             sharing = holder.partials.concurrent(now, me)
-            kernel = holder.step.holder_partial_s(queries * sharing, rows / queries, keys / queries)
+            kernel = holder.step.holder_partial_s(queries * sharing, rows / queries, keys / queries) * premium
             rt = out + kernel + back + self.merge_s
             bare = max(bare, rt)
             legs.append((holder, queries, kernel, sharing, rt))

@@ -9,6 +9,7 @@ running request relies on is never evicted).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import simpy
@@ -119,18 +120,21 @@ class ChunkCopies:
 
 
 def serve(engines: EngineSet, eid: int, rid: int, *, prompt: int, output: int, resident_tokens: float = 0.0,
-          routes: dict[int, float] | None = None, prefilled: bool = False) -> tuple[Sequence, simpy.Event, simpy.Event]:
+          routes: dict[int, float] | None = None, prefilled: bool = False, route_premium: float = 1.0,
+          step_wait: Callable[[int], float] | None = None) -> tuple[Sequence, simpy.Event, simpy.Event]:
     """Submit a request's sequence to instance eid's engine; returns (sequence, first-token event, done event).
 
-    `routes` maps holder instance -> key tokens attended there (one query per holder covers them all);
-    `prefilled` is PD's decode side: the prompt's KV arrived, the first token was produced elsewhere."""
+    `routes` maps holder instance -> key tokens attended there (one query per holder covers them all),
+    answered by a kernel `route_premium` x a dense one's time (a sparse selection's); `prefilled` is PD's
+    decode side: the prompt's KV arrived, the first token was produced elsewhere; `step_wait`: see
+    `Sequence`."""
     eng = engines[eid]
     env = eng.env
     first, done = env.event(), env.event()
     if not prefilled and output > 0:
         prompt = max(prompt, 1)        # a fully cached prompt still runs its last token to sample the first
-    shares = tuple(RouteShare(engines[h], keys) for h, keys in sorted((routes or {}).items()))
-    seq = Sequence(rid, prompt, output, resident_tokens=resident_tokens, routes=shares,
+    shares = tuple(RouteShare(engines[h], keys, route_premium) for h, keys in sorted((routes or {}).items()))
+    seq = Sequence(rid, prompt, output, resident_tokens=resident_tokens, routes=shares, step_wait=step_wait,
                    on_first_token=lambda s: first.succeed(s), on_done=lambda s: _done(s, first, done))
     if prefilled:
         seq.prefilled = prompt

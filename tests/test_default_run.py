@@ -168,18 +168,21 @@ def test_on_the_default_model_resident_is_never_slower_than_fetch_then_attend(tm
     assert req.ttft_s[1] <= req.ttft_s[0] and req.tpot_s[1] <= req.tpot_s[0] * (1 + 1e-9)
 
 
+def _one_document(tmp_path, chunk: int):
+    """64k tokens on instance 1 cut into `chunk`-token chunks; two requesters on other hosts attend it all."""
+    from simroute.scenarios.traces import write_trace
+    ids = range(65536 // chunk)
+    return write_trace(tmp_path / f"doc{chunk}.parquet",
+                       [dict(arrival_s=0.5 * j, requester_hint=4 + j, prompt_tokens=64, output_tokens=32,
+                             chunk_ids=list(ids)) for j in (0, 1)],
+                       [dict(chunk_id=i, tokens=chunk, canonical=True, holder_hint=1, cached_offset=i * chunk)
+                        for i in ids])
+
+
 @pytest.mark.parametrize("policy", ["always-fetch", "always-route"])
 def test_on_the_default_model_chunking_is_invariant(tmp_path, policy):
     """One 64k-token document on one holder cut into 8k / 16k / 64k-token chunks: TPOT within 5%."""
-    from simroute.scenarios.traces import write_trace
     from simroute.sim import simulate
-    tpot = {}
-    for chunk in (8192, 16384, 65536):
-        n = 65536 // chunk
-        chunks = [{"chunk_id": i, "tokens": chunk, "canonical": True, "holder_hint": 1, "cached_offset": i * chunk}
-                  for i in range(n)]
-        reqs = [{"arrival_s": 0.5 * j, "requester_hint": 4 + j, "prompt_tokens": 64, "output_tokens": 32,
-                 "chunk_ids": list(range(n))} for j in range(2)]
-        trace = write_trace(tmp_path / f"doc{chunk}.parquet", reqs, chunks)
-        tpot[chunk] = simulate(_default_cfg(trace, policy=policy)).summary["tpot_ms"]["p50"]
+    tpot = {chunk: simulate(_default_cfg(_one_document(tmp_path, chunk), policy=policy)).summary["tpot_ms"]["p50"]
+            for chunk in (8192, 16384, 65536)}
     assert max(tpot.values()) <= 1.05 * min(tpot.values()), tpot

@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FAST_TESTS = ["tests/sim/test_servers.py", "tests/sim/test_cluster.py", "tests/sim/test_policies.py",
-              "tests/sim/test_semantics.py", "tests/sim/test_config.py"]
+FAST_TESTS = ["tests/sim/test_servers.py", "tests/sim/test_cluster.py", "tests/sim/test_replica.py",
+              "tests/sim/test_policies.py", "tests/sim/test_semantics.py", "tests/sim/test_config.py"]
 
 # name -> (file, exact text, replacement): each a behaviour a reviewer would call a bug
 BUGS = {
@@ -27,7 +27,8 @@ BUGS = {
     "touch-does-not-refresh": ("simroute/sim/cluster.py", "            inst.copies.move_to_end(chunk)",
                                "            pass"),
     "pins-ignored-on-eviction": ("simroute/sim/cluster.py", "if (old, inst.id) not in self.pins:", "if True:"),
-    "same-host-replica-ignored": ("simroute/sim/cluster.py", "pool = same_host or holders", "pool = holders"),
+    "nearest-replica-ignored": ("simroute/sim/holder.py", "(ctx.path_latency_s(here, instances[h]), self._load(h),",
+                                "(0.0, self._load(h),"),
     "staging-elbow-ignored": ("simroute/sim/holder.py", "return r / (1 - self.gain * (c - 1) / (e - 1))",
                               "return r"),
     "staging-oversubscription-ignored": ("simroute/sim/holder.py",
@@ -42,7 +43,8 @@ BUGS = {
                                  "self.step_base_s = 0.0"),
     "merge-time-dropped": ("simroute/sim/request.py", "yield ctx.env.timeout(ctx.params.merge_s * exchanges)",
                            "yield ctx.env.timeout(0.0)"),
-    "splice-not-charged": ("simroute/sim/request.py", "            if not cached:", "            if False:"),
+    "splice-not-charged": ("simroute/sim/request.py", "for item in items if not item.cached)",
+                           "for item in items if False)"),
     "dispatcher-never-coalesces": ("simroute/sim/dispatcher.py", "window = self.open.get(key)", "window = None"),
     "partial-return-leg-free": ("simroute/sim/dispatcher.py", "service.env.timeout(back_s)",
                                 "service.env.timeout(0.0)"),

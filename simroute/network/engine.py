@@ -7,10 +7,13 @@ switched by group count with hysteresis (`arrays_on` / `arrays_off`):
   untouched group loses its bottleneck (SimGrid "lazy" style, refined). At the fixpoint every group has a valid bottleneck, which is
   exactly max-min fairness. Completions sit in one heap with version stamps.
 - array mode (many groups): group state lives in columns (links, flows, cap, rate, bottleneck, work clock,
-  last update, next finish work, completion time); every re-rating is a from-scratch solve by the solver
-  backend (`kernels`: numba, or the NumPy reference) and a kernel commits only the groups whose rate moved;
-  the next completion is an array reduction. In a dense fabric one change re-rates a large share of the
-  groups anyway (~13% at 10k flows on the 1024-GPU fat-tree), so a compiled full solve beats a cascade there.
+  last update, next finish work, completion time) and, compiled, which groups use each link; a re-rating is
+  the compiled incremental re-solve (`_compiled.cascade_numba`: progressive filling in level order over
+  the groups whose rate can move) or, once that involves more than `cascade_limit` of the groups, a
+  from-scratch solve by the solver backend (`kernels`: numba, or the NumPy reference, which always solves
+  in full); a kernel commits the groups whose rate moved and integrates their links' telemetry; the next
+  completion is an array reduction. In a dense fabric one start can move a large share of the groups
+  (tens of percent at 10k flows on the 1024-GPU fat-tree), which is where the full solve takes over.
 Both modes give the max-min rates (tests compare them with the textbook reference). All events of one
 timestamp are handled in one step: completions due now, then every start enqueued at that instant.
 
@@ -26,8 +29,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import simpy
@@ -40,7 +42,7 @@ from simroute.network.maxmin import Group, fill
 from simroute.network.messages import MessageModel, MessageRoute
 from simroute.network.routing import (ARK_ELEPHANT_BYTES, ARK_HASH_S, ARK_LOOKUP_S, ROUTING_STRATEGIES, ROUTINGS,
                                       RouteChoice)
-from simroute.network.telemetry import Telemetry
+from simroute.network.telemetry import FULL_LOAD, Telemetry
 from simroute.network.topology import EngineTopology
 
 INF = math.inf
@@ -59,9 +61,9 @@ def _succeed_later(env: simpy.Environment, event: simpy.Event, value: Any, delay
     env.schedule(event, NORMAL, delay)
 
 
-@dataclass(frozen=True, slots=True)
-class FlowRecord:
-    """A finished flow. `start` is when transfer() was called, `end` when its last byte arrived."""
+class FlowRecord(NamedTuple):
+    """A finished flow. `start` is when transfer() was called, `end` when its last byte arrived. A named
+    tuple: one is built per flow on the hot path, about four times cheaper than a frozen dataclass."""
 
     fid: int
     src: str
@@ -99,10 +101,17 @@ class _Flow:
 
 
 class _GroupColumns:
-    """Array-mode group state, one column per group (slot); links padded with the sentinel id n_links."""
+    """Array-mode group state, one column per group (slot); links padded with the sentinel id n_links.
 
-    def __init__(self, n_links: int, slots: int, width: int) -> None:
+    With a backend that has the incremental re-solve, also which groups use each link (`member[l, :deg[l]]`,
+    kept by the backend's membership kernels as groups come and go)."""
+
+    def __init__(self, n_links: int, slots: int, width: int, backend: SolverBackend | None = None) -> None:
         self.n_links = n_links
+        self.backend = backend if backend is not None and backend.cascade is not None else None
+        self.member = np.full((n_links + 1, 1), -1, dtype=np.int64)
+        self.deg = np.zeros(n_links + 1, dtype=np.int64)
+        self._scratch: tuple[np.ndarray, ...] | None = None
         self.links = np.full((width, slots), n_links, dtype=np.int64)
         self.flows = np.zeros(slots)
         self.cap = np.full(slots, INF)
@@ -144,10 +153,15 @@ class _GroupColumns:
             else INF
         group.slot = slot
         self.groups.append(group)
+        backend = self.backend
+        if backend is not None and not backend.members_add(self.member, self.deg, self.links, slot, self.n_links):
+            self.member, self.deg = backend.members_build(self.links, slot + 1, self.n_links, 2 * self.member.shape[1])
 
     def remove(self, group: Group) -> None:
         """Free a group's slot by moving the last column into it."""
         slot, last = group.slot, len(self.groups) - 1
+        if self.backend is not None:
+            self.backend.members_remove(self.member, self.deg, self.links, slot, last, self.n_links)
         if slot != last:
             moved = self.groups[last]
             self.groups[slot] = moved
@@ -159,6 +173,19 @@ class _GroupColumns:
         self.groups.pop()
         self.due[last] = INF
         group.slot = -1
+
+    def cascade_scratch(self) -> tuple[np.ndarray, ...]:
+        """The cascade kernel's scratch arrays (see `cascade_numba`), sized for the current slots; the kernel
+        leaves them as it found them, so they are allocated once per size."""
+        slots, ids = self.links.shape[1], self.n_links + 1
+        scratch = self._scratch
+        if scratch is None or scratch[0].shape[1] < slots:
+            heap_int = np.empty((2, 2 * ids + slots), dtype=np.int64)
+            heap_int[1] = -1
+            scratch = self._scratch = (np.zeros((4, slots), dtype=np.int64), np.zeros((2, slots), dtype=np.int8),
+                                       np.zeros(slots), np.zeros((3, ids), dtype=np.int8), heap_int,
+                                       np.empty(2 * ids + slots), np.empty(2 * ids, dtype=np.int64))
+        return scratch
 
     def write_back(self) -> None:
         """Copy the column state into the group objects (when leaving array mode)."""
@@ -178,23 +205,30 @@ class FlowEngine:
     """
 
     # Array mode from `arrays_on` groups on, back to object mode below `arrays_off` (class attributes, so
-    # tests and benches can move them). With the NumPy backend the full solve costs more, so it starts later.
-    arrays_on = 1536
-    arrays_off = 768
+    # tests and benches can move them). Compiled, the incremental re-solve makes array mode cheaper than
+    # object mode from a few hundred groups (measured on the 1024-GPU fat-tree closed loop: 1k flows ~2x
+    # the events/s, 300 flows even, 100 flows object mode ahead). With the NumPy backend every re-rating is
+    # a full solve, so it starts much later.
+    arrays_on = 512
+    arrays_off = 256
     numpy_arrays_on = 4096
     numpy_arrays_off = 2048
+    # Array mode: an incremental re-solve involving more than this fraction of the groups (and more than
+    # `cascade_floor`) gives way to a full solve, which costs less per group at that size (measured at 10k
+    # flows on the 1024-GPU fat-tree: ~1.4 us per re-solved group against ~0.16 us per group solved in full).
+    cascade_limit = 0.1
+    cascade_floor = 64
 
     def __init__(self, env: simpy.Environment, topology: EngineTopology, routing: str = "ecmp", seed: int = 0, *,
-                 ark_elephant_bytes: float = ARK_ELEPHANT_BYTES, elephant_bytes: float | None = None,
-                 ark_hash_s: float = ARK_HASH_S, ark_lookup_s: float = ARK_LOOKUP_S, port_search: int = 16384,
+                 ark_elephant_bytes: float = ARK_ELEPHANT_BYTES, ark_hash_s: float = ARK_HASH_S,
+                 ark_lookup_s: float = ARK_LOOKUP_S, port_search: int = 16384,
                  record_series: bool = False, keep_records: bool = True, rate_tolerance: float = 0.0,
                  solver: str = "auto", telemetry_window_s: float = 1e-3,
                  message_model: MessageModel | None = None) -> None:
         if routing not in ROUTING_STRATEGIES:
             raise UnknownNameError("routing", routing, ROUTINGS)
         self.env, self.topology, self.routing, self.seed = env, topology, routing, int(seed)
-        # `elephant_bytes` is the old name of `ark_elephant_bytes` (kept for callers of the first API).
-        self.ark_elephant_bytes = float(ark_elephant_bytes if elephant_bytes is None else elephant_bytes)
+        self.ark_elephant_bytes = float(ark_elephant_bytes)
         self.ark_delay_s = ark_hash_s + ark_lookup_s
         self.port_search = int(port_search)
         self.rate_tolerance = float(rate_tolerance)
@@ -233,6 +267,7 @@ class FlowEngine:
         self.steps = 0                       # engine steps (each: completions due + starts of one instant)
         self.flow_events = 0                 # flow starts + finishes handled in those steps
         self.max_rate_error = 0.0            # tolerance mode: largest relative rate deviation committed
+        self.cascade_aborts = 0              # array mode: cascades that reached cascade_limit (full solve then)
         self._columns: _GroupColumns | None = None
         self._capacity_padded = np.array(self.cap + [INF])
         self.telemetry = Telemetry(self, record_series=record_series, keep_records=keep_records,
@@ -331,7 +366,10 @@ class FlowEngine:
 
     def _links_change(self, links: tuple[int, ...], flows: int, rate: float, now: float) -> None:
         """`flows` flows at `rate` join (or leave, when negative) these links."""
-        self.telemetry.touch_path(links, now)
+        telemetry = self.telemetry
+        telemetry.touch_path(links, now)
+        if flows > 0:
+            telemetry.joined.update(links)
         load, link_n, delta = self.load, self.link_n, flows * rate
         for link in links:
             load[link] += delta
@@ -517,9 +555,16 @@ class FlowEngine:
             if count:
                 self._schedule_wake(float(due.min()), now)
             return
+        seeds: list[Group] = []
+        dirty: list[int] = []
         if finishing:
             for slot in sorted(np.flatnonzero(due <= limit).tolist(), reverse=True):
-                self._finish_slot(columns.groups[slot], now)
+                group = columns.groups[slot]
+                self._finish_slot(group, now)
+                if group.n:
+                    seeds.append(group)
+                else:
+                    dirty.extend(group.links)
         for flow in self._take_pending():
             group = self._group_for(flow, now)
             self._advance_slot(group.slot, now)
@@ -527,13 +572,15 @@ class FlowEngine:
             group.rate = float(columns.rate[group.slot])
             self._join(group, flow, now)
             self._refresh_slot(group, now)
+            seeds.append(group)
         if len(self._groups) < self.arrays_off:
             self._arrays_drop(now)
             if self._groups:
                 self._rerate(set(self._groups.values()), set(), now)
                 self._reschedule_all(now)
             return
-        self._full_solve(now)
+        if not self._cascade(now, seeds, dirty):
+            self._full_solve(now)
         count = len(columns.groups)
         if count:
             self._schedule_wake(float(columns.due[:count].min()), now)
@@ -568,6 +615,29 @@ class FlowEngine:
         for flow in done:
             self._complete(flow, now + flow.latency)
 
+    def _cascade(self, now: float, seeds: list[Group], dirty: list[int]) -> bool:
+        """Re-solve incrementally (the backend's cascade: only groups whose rate can move); False when there
+        is no cascade kernel, in tolerance mode, or when it reaches `cascade_limit` of the groups."""
+        columns = self._columns
+        backend = self.backend
+        count = len(columns.groups)
+        if backend.cascade is None or self.rate_tolerance > 0 or count == 0:
+            return False
+        slots = np.array([group.slot for group in seeds if group.slot >= 0], dtype=np.int64)
+        limit = max(self.cascade_floor, int(self.cascade_limit * count))
+        ok, solved, rate, bn = backend.cascade(
+            slots, np.array(dirty, dtype=np.int64), columns.links[:, :count], columns.flows[:count],
+            columns.cap[:count], columns.rate[:count], columns.bn[:count], self._capacity_padded, self.load,
+            columns.member, columns.deg, limit, _SAME, *columns.cascade_scratch())
+        if not ok:
+            self.cascade_aborts += 1
+            return False
+        self.rerates += 1
+        self.version += 1
+        self.rerated_groups += len(solved)
+        self._commit_slots(now, solved, rate, bn, _SAME)
+        return True
+
     def _full_solve(self, now: float) -> None:
         columns = self._columns
         count = len(columns.groups)
@@ -577,32 +647,31 @@ class FlowEngine:
         self.version += 1
         if count == 0:
             return
-        links = columns.links[:, :count]
-        rate, bn = self.backend.fill_groups(links, columns.flows[:count], columns.cap[:count],
+        rate, bn = self.backend.fill_groups(columns.links[:, :count], columns.flows[:count], columns.cap[:count],
                                            self._capacity_padded)
-        same = max(_SAME, self.rate_tolerance)
-        old_rate = columns.rate[:count].copy()
-        touched = self.backend.commit_rates(now, rate, bn, links, columns.rate, columns.bn, columns.work,
-                                            columns.last_t, columns.next_work, columns.due, same, columns.n_links)
+        self._commit_slots(now, np.arange(count, dtype=np.int64), rate, bn, max(_SAME, self.rate_tolerance))
         if self.rate_tolerance > 0:
             with np.errstate(divide="ignore", invalid="ignore"):
                 error = np.abs(columns.rate[:count] - rate) / rate
             worst = float(np.nanmax(error, initial=0.0))
             self.max_rate_error = max(self.max_rate_error, worst)
-        if touched.size:
-            self.telemetry.touch_links(touched, now)
-            flows = columns.flows[:count]
-            delta = (columns.rate[:count] - old_rate) * flows
-            moved = np.flatnonzero(delta != 0.0)
-            load = self.load
-            np.add.at(load, links[:, moved].ravel(), np.tile(delta[moved], links.shape[0]))
-            load[columns.n_links] = 0.0
+
+    def _commit_slots(self, now: float, slots: np.ndarray, rate: np.ndarray, bn: np.ndarray, same: float) -> None:
+        """Commit re-solved groups by kernel: work clocks, rates, completion times, link load, and the
+        telemetry of the links whose load moves (integrated in the same pass, in its arrays)."""
+        columns, telemetry = self._columns, self.telemetry
+        touched, starts, loads = self.backend.commit_slots(
+            now, slots, rate, bn, columns.links, columns.flows, columns.rate, columns.bn, columns.work,
+            columns.last_t, columns.next_work, columns.due, self.load, telemetry._cap, telemetry._bytes,
+            telemetry._saturated, telemetry._link_t, same, FULL_LOAD)
+        if telemetry.record_series and touched.size:
+            telemetry.record_intervals(touched, starts, loads, now)
 
     def _arrays_build(self, now: float) -> None:
         """Enter array mode: group state moves into columns, the heap is dropped."""
         groups = list(self._groups.values())
         width = max([len(group.links) for group in groups] + [1])
-        columns = _GroupColumns(len(self.cap), max(1024, 2 * len(groups)), width)
+        columns = _GroupColumns(len(self.cap), max(1024, 2 * len(groups)), width, self.backend)
         for group in groups:
             self._advance(group, now)
             columns.add(group)
@@ -705,10 +774,8 @@ class FlowEngine:
 
         No re-rating and no event: the caller yields env.timeout(delay). See `MessageModel`.
         """
-        messages = self.messages
-        route = messages.routes.get((src, dst)) or messages.route(src, dst)
-        return messages.send(route, nbytes, t_probe_s, single_block_Bps, self.env.now if now is None else now,
-                             include_latency)
+        return self.send_message(self.messages.route(src, dst), nbytes, t_probe_s=t_probe_s,
+                                 single_block_Bps=single_block_Bps, now=now, include_latency=include_latency)
 
     def send_message(self, route: MessageRoute, nbytes: float, *, t_probe_s: float, single_block_Bps: float,
                      now: float | None = None, include_latency: bool = True) -> float:

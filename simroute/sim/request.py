@@ -300,7 +300,8 @@ class DenseRequest(RequestProcess):
         return plan
 
     def _prefill_alone_s(self, tokens: float) -> float:
-        return self.ctx.engines.step.iteration_s(tokens, 1, tokens, tokens * (tokens + 1) / 2)
+        pairs = tokens * (tokens + 1) / 2       # in the prefill form, as the engine charges a chunk of > 1 token
+        return self.ctx.engines.step.iteration_s(tokens, 1, tokens, pairs, pairs if tokens > 1 else 0.0)
 
     def decide(self, remote: list[RemoteChunk]) -> None:
         """The policy's choice per remote chunk. A fetch takes the copy's blocks in the requester's HBM now;

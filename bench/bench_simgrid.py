@@ -1,14 +1,19 @@
-"""simroute's flow engine against SimGrid's C++ kernel (S4U, pure max-min) on identical flow sets with pinned paths.
+"""simroute's two flow paths against SimGrid's C++ kernel (S4U, pure max-min) on identical flow sets with pinned paths.
 
 For each scale (mean concurrent flows on the 1024-GPU fat-tree, link latencies zeroed so both models mean
 the same thing): a closed loop in simroute produces the flow set (N in flight; a finish starts a new flow
-between random GPUs, 1-100 MB, integer bytes); then both simulators replay it open-loop with every flow
-pinned to the path simroute chose (`transfer(..., path=...)` here, one route per flow in a SimGrid star
-zone there). Reported: wall time and start+finish events/s of each, and FCT agreement (median and max
-relative difference). SimGrid is configured as pure max-min: CM02, latency and bandwidth factors 1,
-weight-S 0, no cross-traffic, no TCP window. Needs `libsimgrid-dev` and g++ (Debian: apt-get install
-libsimgrid-dev); skips with the reason otherwise. Appends a row to bench/RESULTS.md.
-Run: python bench/bench_simgrid.py [--quick] [--no-record]
+between random GPUs, 1-100 MB, integer bytes); then each simulator replays it open-loop with every flow
+pinned to the path simroute chose:
+- `online`: simroute's FlowEngine on SimPy, one `transfer(..., path=...)` per arrival (what a simulation runs);
+- `replay`: `simroute.network.replay` (the whole event loop compiled; compile time excluded, warmed up first);
+- SimGrid C++ (bench/simgrid/flows.cpp: one route per flow in a star zone) and, up to `--python-max` flows in
+  flight, SimGrid's Python bindings (bench/simgrid/flows.py, run by the interpreter they are built for).
+Reported: wall and CPU time and start+finish events/s of each (best of `--repeat` interleaved runs at
+scales <= 1k: the box is shared), and FCT agreement against SimGrid C++ (median and max relative
+difference). SimGrid is configured as pure max-min: CM02, latency and bandwidth factors 1, weight-S 0, no
+cross-traffic, no TCP window. Needs `libsimgrid-dev` and g++ (Debian: apt-get install libsimgrid-dev
+python3-simgrid); skips with the reason otherwise. Appends a row to bench/RESULTS.md.
+Run: python bench/bench_simgrid.py [--quick] [--repeat N] [--python-max N] [--scales 100,1000] [--no-record]
 """
 
 from __future__ import annotations
@@ -30,8 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _common import record  # noqa: E402
 
 from simroute.network import FlowEngine, load_topology, shipped_topology  # noqa: E402
+from simroute.network.replay import FlowSet, replay  # noqa: E402
 
 SOURCE = Path(__file__).with_name("simgrid") / "flows.cpp"
+PY_SOURCE = Path(__file__).with_name("simgrid") / "flows.py"
+PY_BINDINGS = "/usr/bin/python3"        # Debian's python3-simgrid is built for the system interpreter
 SIMGRID_CFG = ["--cfg=network/model:CM02", "--cfg=network/latency-factor:1", "--cfg=network/bandwidth-factor:1",
                "--cfg=network/weight-S:0", "--cfg=network/crosstraffic:0", "--cfg=network/TCP-gamma:0",
                "--log=root.thres:critical"]
@@ -75,8 +83,8 @@ def closed_loop_flow_set(topo, n_concurrent: int, n_finish: int, seed: int = 1) 
     return [(t, size, links[i]) for t, size, i in started if links[i]]
 
 
-def replay_simroute(topo, flows) -> tuple[float, np.ndarray]:
-    """Open-loop replay with pinned paths: (wall seconds, FCT per flow)."""
+def replay_simroute(topo, flows) -> tuple[float, float, np.ndarray]:
+    """The online engine, open loop with pinned paths: (wall s, CPU s, FCT per flow)."""
     env = simpy.Environment()
     eng = FlowEngine(env, topo, keep_records=True)
     src, dst = topo.gpus[0], topo.gpus[1]        # names only label the records: the path is pinned
@@ -88,13 +96,22 @@ def replay_simroute(topo, flows) -> tuple[float, np.ndarray]:
             eng.transfer(src, dst, size, path=links, tag=i)
 
     env.process(driver())
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     env.run()
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     fct = np.zeros(len(flows))
     for r in eng.telemetry.records:
         fct[r.tag] = r.end - r.start
-    return wall, fct
+    return wall, cpu, fct
+
+
+def replay_compiled(topo, flows) -> tuple[float, float, np.ndarray]:
+    """The compiled whole-flow-set replay: (wall s, CPU s, FCT per flow), validation and grouping included."""
+    flow_set = FlowSet.from_paths([t for t, _s, _l in flows], [s for _t, s, _l in flows], [l for _t, _s, l in flows])
+    capacity = [link.capacity_Bps for link in topo.links]
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = replay(flow_set, capacity, backend="numba")
+    return time.perf_counter() - t0, time.process_time() - c0, result.fct_s
 
 
 def build_simgrid(workdir: Path) -> tuple[Path | None, str]:
@@ -109,7 +126,15 @@ def build_simgrid(workdir: Path) -> tuple[Path | None, str]:
     return binary, ""
 
 
-def replay_simgrid(binary: Path, topo, flows, workdir: Path) -> tuple[float, np.ndarray]:
+def python_bindings() -> str:
+    """Why SimGrid's Python bindings cannot run here ('' when they can)."""
+    if not Path(PY_BINDINGS).exists():
+        return f"{PY_BINDINGS} not found"
+    proc = subprocess.run([PY_BINDINGS, "-c", "import simgrid"], capture_output=True, text=True)
+    return "" if proc.returncode == 0 else "python3-simgrid not importable by " + PY_BINDINGS
+
+
+def write_flows(topo, flows, workdir: Path) -> Path:
     path = workdir / "flows.txt"
     with path.open("w") as f:
         f.write(f"{len(topo.links)}\n")
@@ -117,40 +142,89 @@ def replay_simgrid(binary: Path, topo, flows, workdir: Path) -> tuple[float, np.
         f.write(f"{len(flows)}\n")
         for t, size, links in flows:
             f.write(f"{t!r} {size!r} {len(links)} {' '.join(map(str, links))}\n")
-    proc = subprocess.run([str(binary), str(path), *SIMGRID_CFG], capture_output=True, text=True, check=True)
+    return path
+
+
+def replay_simgrid(command: list[str], flows, flows_file: Path) -> tuple[float, float, np.ndarray]:
+    """Run a SimGrid replay (C++ binary or Python script): (wall s, CPU s of engine.run(), FCT per flow)."""
+    proc = subprocess.run([*command, str(flows_file), *SIMGRID_CFG], capture_output=True, text=True, check=True)
     lines = proc.stdout.split()
-    wall = float(lines[1])
-    finish = np.array([float(x) for x in lines[2:]])
-    return wall, finish - np.array([t for t, _s, _l in flows])
+    wall, cpu = float(lines[1]), float(lines[3])
+    finish = np.array([float(x) for x in lines[4:]])
+    return wall, cpu, finish - np.array([t for t, _s, _l in flows])
+
+
+def _option(name: str, default: str) -> str:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+def measure_scale(topo, n_concurrent: int, n_finish: int, binary: Path, py_ok: bool, repeat: int,
+                  workdir: Path) -> dict[str, float | int]:
+    """Every path on one flow set; best-of-`repeat` walls at <= 1k flows in flight."""
+    flows = closed_loop_flow_set(topo, n_concurrent, n_finish)
+    events = 2 * len(flows)
+    flows_file = write_flows(topo, flows, workdir)
+    runs = repeat if n_concurrent <= 1000 else 1
+    walls: dict[str, list[float]] = {}
+    cpus: dict[str, list[float]] = {}
+    fcts: dict[str, np.ndarray] = {}
+    paths = {"online": lambda: replay_simroute(topo, flows), "replay": lambda: replay_compiled(topo, flows),
+             "simgrid": lambda: replay_simgrid([str(binary)], flows, flows_file)}
+    if py_ok:
+        paths["simgrid_py"] = lambda: replay_simgrid([PY_BINDINGS, str(PY_SOURCE)], flows, flows_file)
+    for _ in range(runs):                       # interleaved, so a burst of load hits every path alike
+        for name, run in paths.items():
+            if name == "simgrid_py" and name in walls:
+                continue                        # slow: once
+            wall, cpu, fct = run()
+            walls.setdefault(name, []).append(wall)
+            cpus.setdefault(name, []).append(cpu)
+            fcts[name] = fct
+    tag = f"{n_concurrent // 1000}k" if n_concurrent >= 1000 else str(n_concurrent)
+    figures: dict[str, float | int] = {f"{tag}_flows": len(flows)}
+    for name in walls:
+        figures[f"{tag}_{name}_s"] = round(min(walls[name]), 4)
+        figures[f"{tag}_{name}_cpu_s"] = round(min(cpus[name]), 4)
+        figures[f"{tag}_{name}_ev_per_s"] = round(events / min(walls[name]))
+    for name in ("online", "replay"):
+        figures[f"{tag}_{name}_vs_simgrid"] = round(min(walls["simgrid"]) / min(walls[name]), 2)
+        figures[f"{tag}_{name}_vs_simgrid_cpu"] = round(min(cpus["simgrid"]) / min(cpus[name]), 2)
+        rel = np.abs(fcts[name] - fcts["simgrid"]) / fcts["simgrid"]
+        figures[f"{tag}_{name}_fct_rel_median"] = float(f"{np.median(rel):.2e}")
+        figures[f"{tag}_{name}_fct_rel_max"] = float(f"{rel.max():.2e}")
+    rel = np.abs(fcts["replay"] - fcts["online"]) / fcts["online"]
+    figures[f"{tag}_replay_vs_online_fct_rel_max"] = float(f"{rel.max():.2e}")
+    shown = ", ".join(f"{name} {' / '.join(f'{w:.3f}' for w in walls[name])} s (cpu best {min(cpus[name]):.3f})"
+                      for name in walls)
+    print(f"  {n_concurrent} in flight, {len(flows)} flows, {events} events: {shown}; replay vs SimGrid FCT rel "
+          f"diff median {figures[f'{tag}_replay_fct_rel_median']:.1e} max {figures[f'{tag}_replay_fct_rel_max']:.1e}",
+          flush=True)
+    return figures
 
 
 def main() -> None:
     scales = QUICK if "--quick" in sys.argv else SCALES
+    if "--scales" in sys.argv:
+        wanted = {int(x) for x in _option("--scales", "").split(",")}
+        scales = [scale for scale in SCALES if scale[0] in wanted]
+    repeat = int(_option("--repeat", "3"))
+    python_max = int(_option("--python-max", "1000"))
     topo = zero_latency_topology()
+    replay_compiled(topo, [(0.0, 1e6, topo.path_ids(0, 1)[0])])          # compile (or load the cache) first
     with tempfile.TemporaryDirectory(prefix="simroute-simgrid-") as tmp:
         workdir = Path(tmp)
         binary, why = build_simgrid(workdir)
         if binary is None:
             print(f"[simgrid comparison] skipped: {why}")
             return
+        py_why = python_bindings()
+        if py_why:
+            print(f"[simgrid comparison] SimGrid Python bindings skipped: {py_why}")
         figures: dict[str, float | int | str] = {}
         for n_concurrent, n_finish in scales:
-            flows = closed_loop_flow_set(topo, n_concurrent, n_finish)
-            events = 2 * len(flows)
-            ours_wall, ours_fct = replay_simroute(topo, flows)
-            sg_wall, sg_fct = replay_simgrid(binary, topo, flows, workdir)
-            rel = np.abs(ours_fct - sg_fct) / sg_fct
-            tag = f"{n_concurrent // 1000}k" if n_concurrent >= 1000 else str(n_concurrent)
-            figures.update({
-                f"{tag}_flows": len(flows),
-                f"{tag}_simroute_s": round(ours_wall, 3), f"{tag}_simgrid_s": round(sg_wall, 3),
-                f"{tag}_simroute_ev_per_s": round(events / ours_wall), f"{tag}_simgrid_ev_per_s": round(events / sg_wall),
-                f"{tag}_speedup": round(sg_wall / ours_wall, 2),
-                f"{tag}_fct_rel_median": float(f"{np.median(rel):.2e}"), f"{tag}_fct_rel_max": float(f"{rel.max():.2e}"),
-            })
-            print(f"  {n_concurrent} concurrent: {len(flows)} flows, simroute {ours_wall:.3f} s, SimGrid {sg_wall:.3f} s, "
-                  f"FCT rel diff median {np.median(rel):.1e} max {rel.max():.1e}", flush=True)
-        record("simgrid comparison (fattree-1024, pinned paths)", figures,
+            figures.update(measure_scale(topo, n_concurrent, n_finish, binary,
+                                         not py_why and n_concurrent <= python_max, repeat, workdir))
+        record("simgrid comparison (fattree-1024, pinned paths; online engine and compiled replay)", figures,
                target=">= 1x SimGrid C++ at every scale")
 
 

@@ -19,7 +19,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FAST_TESTS = ["tests/sim/test_servers.py", "tests/sim/test_cluster.py", "tests/sim/test_policies.py",
+FAST_TESTS = ["tests/sim/test_servers.py", "tests/sim/test_cluster.py", "tests/sim/test_replica.py",
+              "tests/sim/test_policies.py",
               "tests/sim/test_semantics.py", "tests/sim/test_config.py", "tests/sim/engine/test_instance_engine.py",
               "tests/sim/engine/test_engine_closed_form.py", "tests/sim/test_sparse_engine.py"]
 FAST_TESTS += sorted(str(path.relative_to(ROOT)) for path in ROOT.glob("tests/sim/**/test_planted_*.py"))
@@ -74,7 +75,8 @@ BUGS = {
                                        "share = topk / (len(self.remote) + (1 if here_tokens > 0 else 0))",
                                        "share = topk / len(self.remote)"),
     # replica choice, placement, fetch, policy
-    "same-host-replica-ignored": ("simroute/sim/cluster.py", "pool = same_host or holders", "pool = holders"),
+    "nearest-replica-ignored": ("simroute/sim/holder.py", "(ctx.path_latency_s(here, instances[h]), self._load(h),",
+                                "(0.0, self._load(h),"),
     "placement-capacity-ignored": ("simroute/sim/placement.py",
                                    "if used[inst] + size <= capacity_bytes and inst not in holders[ci]:",
                                    "if inst not in holders[ci]:"),

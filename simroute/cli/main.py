@@ -35,6 +35,7 @@ COMMAND_MODULES: list[str] = [
     "study_cmd",
     "validate_cmd",
     "report_cmd",
+    "flows_cmd",
 ]
 
 

@@ -1,15 +1,30 @@
-"""numba kernels of the flow engine (imported only when numba is installed; see kernels.py).
+"""numba kernels of the flow engine (see kernels.py for which the engine uses and their NumPy twins).
 
 Module-level functions, so numba's on-disk cache (`cache=True`) keeps the machine code between runs.
+With SIMROUTE_NO_NUMBA=1 (or without numba) the same functions are plain Python: `kernels` then does not
+use them, but tests still run the cascade's logic on small instances (`HAVE_NUMBA` says which).
 """
 
 from __future__ import annotations
 
-import numba
+import os
+
 import numpy as np
 
-njit = numba.njit(cache=True, nogil=True)
-
+try:
+    if os.environ.get("SIMROUTE_NO_NUMBA"):
+        raise ImportError("SIMROUTE_NO_NUMBA is set")
+    import numba
+    njit = numba.njit(cache=True, nogil=True)
+    # helpers called in inner loops: inlined into their callers (a call passes every array by reference
+    # count, which costs more than these helpers' own work)
+    njit_inline = numba.njit(cache=True, nogil=True, inline="always")
+    HAVE_NUMBA = True
+except ImportError:
+    def njit(function):
+        return function
+    njit_inline = njit
+    HAVE_NUMBA = False
 
 
 @njit
@@ -173,3 +188,438 @@ def commit_rates_numba(now, new_rate, new_bn, links, rate, bn, work, last_t, nex
             out[j] = lid
             j += 1
     return out
+
+
+# ---- link membership (which groups use each link), kept beside the group columns ----------------------
+@njit
+def members_build(links, count, n_links, width):
+    """(member, deg): member[l, :deg[l]] are the slots of the first `count` groups using link l; rows are at
+    least `width` wide, rounded up to a power of two (the sentinel row n_links stays empty)."""
+    deg = np.zeros(n_links + 1, dtype=np.int64)
+    for g in range(count):
+        for k in range(links.shape[0]):
+            lid = links[k, g]
+            if lid < n_links:
+                deg[lid] += 1
+    need = max(width, 1)
+    for lid in range(n_links):
+        while deg[lid] > need:
+            need *= 2
+    member = np.full((n_links + 1, need), -1, dtype=np.int64)
+    deg[:] = 0
+    for g in range(count):
+        for k in range(links.shape[0]):
+            lid = links[k, g]
+            if lid < n_links:
+                member[lid, deg[lid]] = g
+                deg[lid] += 1
+    return member, deg
+
+
+@njit
+def members_add(member, deg, links, slot, n_links):
+    """Add group `slot` to its links' rows; False (nothing changed) when a row is full (rebuild wider)."""
+    width = member.shape[1]
+    for k in range(links.shape[0]):
+        lid = links[k, slot]
+        if lid < n_links and deg[lid] >= width:
+            return False
+    for k in range(links.shape[0]):
+        lid = links[k, slot]
+        if lid < n_links:
+            member[lid, deg[lid]] = slot
+            deg[lid] += 1
+    return True
+
+
+@njit
+def members_remove(member, deg, links, slot, last, n_links):
+    """Remove group `slot` from its links' rows, then rename group `last` to `slot` (the engine moves the
+    last column into the freed slot right after)."""
+    for k in range(links.shape[0]):
+        lid = links[k, slot]
+        if lid < n_links:
+            top = deg[lid] - 1
+            for j in range(top + 1):
+                if member[lid, j] == slot:
+                    member[lid, j] = member[lid, top]
+                    break
+            member[lid, top] = -1
+            deg[lid] = top
+    if last != slot:
+        for k in range(links.shape[0]):
+            lid = links[k, last]
+            if lid < n_links:
+                for j in range(deg[lid]):
+                    if member[lid, j] == last:
+                        member[lid, j] = slot
+                        break
+
+
+# ---- the incremental re-solve (cascade) -----------------------------------------------------------
+_KEEP, _FREE, _FIXED = 0, 1, 2          # group status in a cascade: old rate assumed, unfixed, fixed anew
+_CLEAN, _DIRTY, _DONE = 0, 1, 2         # link status in a cascade
+
+
+@njit_inline
+def heap_set(heap, heap_key, pos, size, item, key):
+    """Insert `item` with `key` in the indexed min-heap, or move it to `key`; returns the new size."""
+    where = pos[item]
+    if where < 0:
+        heap[size] = item
+        pos[item] = size
+        sift(heap, heap_key, pos, size, size + 1, key)
+        return size + 1
+    sift(heap, heap_key, pos, where, size, key)
+    return size
+
+
+@njit_inline
+def heap_drop(heap, heap_key, pos, size, item):
+    """Remove `item` (if queued) from the indexed min-heap; returns the new size."""
+    where = pos[item]
+    if where < 0:
+        return size
+    pos[item] = -1
+    size -= 1
+    if where < size:
+        heap[where] = heap[size]
+        pos[heap[where]] = where
+        sift(heap, heap_key, pos, where, size, heap_key[size])
+    return size
+
+
+@njit_inline
+def link_level(lid, level, cap, member, deg, n, rate, status, new_rate, scratch_rate, scratch_n):
+    """The level >= `level` at which link `lid` fills under progressive filling, given its members' status:
+    a fixed group adds n x its new rate, an unfixed one n x the level, a kept one n x min(old rate, level);
+    inf when nothing on it is unfixed above `level`. Water-filling on one link: the kept groups above the
+    level, sorted by rate (insertion sort: a link carries tens of groups), leave the unfixed set one by
+    one while their rate lies below the candidate level."""
+    const = 0.0
+    slope = 0.0
+    count = 0
+    for j in range(deg[lid]):
+        g = member[lid, j]
+        state = status[g]
+        if state == _FIXED:
+            const += n[g] * new_rate[g]
+        elif state == _FREE:
+            slope += n[g]
+        elif rate[g] <= level:
+            const += n[g] * rate[g]
+        else:
+            r, w = rate[g], n[g]
+            i = count
+            while i > 0 and scratch_rate[i - 1] > r:
+                scratch_rate[i] = scratch_rate[i - 1]
+                scratch_n[i] = scratch_n[i - 1]
+                i -= 1
+            scratch_rate[i] = r
+            scratch_n[i] = w
+            count += 1
+            slope += w
+    for i in range(count):
+        if slope <= 0.0:
+            return np.inf
+        candidate = (cap[lid] - const) / slope
+        if candidate <= scratch_rate[i]:
+            return candidate if candidate > level else level
+        const += scratch_n[i] * scratch_rate[i]
+        slope -= scratch_n[i]
+    if slope <= 0.0:
+        return np.inf
+    candidate = (cap[lid] - const) / slope
+    return candidate if candidate > level else level
+
+
+@njit
+def cascade_numba(seeds, dirty, links, n, gcap, rate, bn, cap, member, deg, limit, eps, group_int, group_flag,
+                  new_rate, link_flag, heap_int, heap_key, stack):
+    """Incremental max-min after a change: progressive filling that touches only what can move.
+
+    seeds: slots of groups whose flow count changed (or new groups); dirty: links that lost a group.
+    Every other group is assumed to keep its committed rate (status KEEP): below that rate it is unfixed,
+    at it it is fixed on its committed bottleneck `bn`. Events run in level order from one indexed heap
+    (item l: dirty link l fills; n_ids + l: a RELEASE check of link l; 2 n_ids + g: group g's cap):
+    - a dirty link fills: its unfixed groups, and kept groups whose rate lies above the level, are fixed
+      at the level on it;
+    - an unfixed group reaches its cap;
+    - RELEASE: a kept group's bottleneck is dirty; if that link no longer fills at the group's rate, the
+      group takes another of its links that does (or its cap) at the same rate, else it becomes unfixed.
+    A group whose status changes makes its links dirty, so the work follows the groups whose rate can
+    change. Returns (ok, slots, rate, bn) of the groups re-solved (rate unchanged where only the
+    bottleneck moved); ok is False once more than `limit` groups left KEEP (the caller solves from
+    scratch). Exact: everything skipped behaves as in the previous solution's progressive filling.
+    Scratch arrays come from the caller (`cascade_scratch`) and are left as found: group_int (4, slots),
+    group_flag (2, slots) int8 zeros, new_rate (slots), link_flag (3, n_ids) int8 zeros, heap_int (2, items)
+    whose second row is -1, heap_key (items), stack (2 n_ids), items = 2 n_ids + slots.
+    One function on purpose: every event kind shares the statuses and the heap.
+    """
+    n_ids = cap.shape[0]
+    n_links = n_ids - 1
+    n_slots = links.shape[0]
+    new_bn, touched, changed, rebound = group_int[0], group_int[1], group_int[2], group_int[3]
+    status, listed = group_flag[0], group_flag[1]     # listed: a kept group whose bottleneck moved (new_bn)
+    lstate, queued, stale = link_flag[0], link_flag[1], link_flag[2]
+    heap, pos = heap_int[0], heap_int[1]
+    n_touched = 0
+    n_rebound = 0
+    n_dirty = 0                                        # links that left CLEAN, listed from stack[n_ids] on
+    aborted = False
+    size = 0
+    width = member.shape[1]
+    scratch_rate = np.empty(width)
+    scratch_n = np.empty(width)
+    top = 0
+    for i in range(seeds.shape[0]):
+        g = seeds[i]
+        if status[g] != _KEEP:
+            continue
+        status[g] = _FREE
+        touched[n_touched] = g
+        n_touched += 1
+        if gcap[g] < np.inf:
+            size = heap_set(heap, heap_key, pos, size, 2 * n_ids + g, gcap[g])
+        for k in range(n_slots):
+            lid = links[k, g]
+            if lid < n_links and not queued[lid]:
+                queued[lid] = True
+                stack[top] = lid
+                top += 1
+    for i in range(dirty.shape[0]):
+        lid = dirty[i]
+        if lid < n_links and not queued[lid]:
+            queued[lid] = True
+            stack[top] = lid
+            top += 1
+    level = 0.0
+    while True:
+        # re-examine the links whose members changed status: new fill level, first RELEASE check
+        while top > 0:
+            top -= 1
+            lid = stack[top]
+            queued[lid] = False
+            stale[lid] = False
+            if lstate[lid] == _DONE:
+                continue
+            if lstate[lid] == _CLEAN:
+                lstate[lid] = _DIRTY
+                stack[n_ids + n_dirty] = lid
+                n_dirty += 1
+                lowest = np.inf
+                for j in range(deg[lid]):
+                    g = member[lid, j]
+                    if status[g] == _KEEP and (new_bn[g] if listed[g] else bn[g]) == lid and rate[g] < lowest:
+                        lowest = rate[g]
+                if lowest < np.inf:
+                    size = heap_set(heap, heap_key, pos, size, n_ids + lid, lowest)
+            fill_at = link_level(lid, level, cap, member, deg, n, rate, status, new_rate, scratch_rate, scratch_n)
+            if fill_at < np.inf:
+                size = heap_set(heap, heap_key, pos, size, lid, fill_at)
+            else:
+                size = heap_drop(heap, heap_key, pos, size, lid)
+        if size == 0:
+            break
+        item, at = heap[0], heap_key[0]
+        size = heap_drop(heap, heap_key, pos, size, item)
+        if at > level:
+            level = at
+        n_changed = 0
+        if item >= 2 * n_ids:                       # a cap
+            who = item - 2 * n_ids
+            if status[who] != _FREE:
+                continue
+            status[who] = _FIXED
+            new_rate[who] = gcap[who]
+            new_bn[who] = -1
+            changed[0] = who
+            n_changed = 1
+        elif item < n_ids:                          # a link fills
+            who = item
+            if stale[who]:                          # its key is a lower bound: refresh it first
+                stale[who] = False
+                fill_at = link_level(who, level, cap, member, deg, n, rate, status, new_rate, scratch_rate,
+                                     scratch_n)
+                if fill_at > at:
+                    if fill_at < np.inf:
+                        size = heap_set(heap, heap_key, pos, size, who, fill_at)
+                    continue
+            lstate[who] = _DONE
+            size = heap_drop(heap, heap_key, pos, size, n_ids + who)
+            for j in range(deg[who]):
+                g = member[who, j]
+                if status[g] == _FREE or (status[g] == _KEEP and rate[g] > level * (1.0 + eps)):
+                    if status[g] == _KEEP:
+                        touched[n_touched] = g
+                        n_touched += 1
+                    else:
+                        size = heap_drop(heap, heap_key, pos, size, 2 * n_ids + g)
+                    status[g] = _FIXED
+                    new_rate[g] = level
+                    new_bn[g] = who
+                    changed[n_changed] = g
+                    n_changed += 1
+        else:                                       # RELEASE
+            who = item - n_ids
+            if link_level(who, level, cap, member, deg, n, rate, status, new_rate, scratch_rate,
+                          scratch_n) > at * (1.0 + eps):
+                for j in range(deg[who]):
+                    g = member[who, j]
+                    if status[g] != _KEEP or (new_bn[g] if listed[g] else bn[g]) != who or \
+                            rate[g] > at * (1.0 + eps):
+                        continue
+                    other = -2
+                    if gcap[g] <= rate[g] * (1.0 + eps):
+                        other = -1
+                    else:
+                        for k in range(n_slots):
+                            lid = links[k, g]
+                            if lid >= n_links or lid == who:
+                                continue
+                            if lstate[lid] == _DONE or link_level(lid, level, cap, member, deg, n, rate, status,
+                                                                  new_rate, scratch_rate, scratch_n) \
+                                    <= rate[g] * (1.0 + eps):
+                                other = lid
+                                break
+                    if other >= -1:                # same rate, another bottleneck
+                        new_bn[g] = other
+                        if not listed[g]:
+                            listed[g] = True
+                            rebound[n_rebound] = g
+                            n_rebound += 1
+                        if other >= 0 and lstate[other] == _DIRTY:
+                            where = pos[n_ids + other]
+                            if where < 0 or heap_key[where] > rate[g]:
+                                size = heap_set(heap, heap_key, pos, size, n_ids + other, rate[g])
+                        continue
+                    touched[n_touched] = g
+                    n_touched += 1
+                    changed[n_changed] = g
+                    n_changed += 1
+                    status[g] = _FREE
+                    if gcap[g] < np.inf:
+                        size = heap_set(heap, heap_key, pos, size, 2 * n_ids + g, gcap[g])
+            lowest = np.inf                        # kept groups bottlenecked here at a higher rate (rare)
+            for j in range(deg[who]):
+                g = member[who, j]
+                if status[g] == _KEEP and (new_bn[g] if listed[g] else bn[g]) == who and \
+                        at * (1.0 + eps) < rate[g] < lowest:
+                    lowest = rate[g]
+            if lowest < np.inf:
+                size = heap_set(heap, heap_key, pos, size, n_ids + who, lowest)
+        if n_touched > limit:
+            aborted = True
+            break
+        # every group whose status changed makes its links dirty. A fixed group only lowers its links' load
+        # above the level, so their queued fill level stays a lower bound: marked stale, refreshed when it
+        # reaches the top. An unfixed one raises it: those links are re-examined now.
+        for i in range(n_changed):
+            g = changed[i]
+            lazy = status[g] == _FIXED
+            for k in range(n_slots):
+                lid = links[k, g]
+                if lid < n_links and lstate[lid] != _DONE and not queued[lid]:
+                    if lazy and lstate[lid] == _DIRTY:
+                        stale[lid] = True
+                    else:
+                        queued[lid] = True
+                        stack[top] = lid
+                        top += 1
+    ok = not aborted
+    for i in range(size):                              # an abandoned cascade leaves items queued
+        pos[heap[i]] = -1
+    while top > 0:
+        top -= 1
+        queued[stack[top]] = False
+    for i in range(n_dirty):
+        lstate[stack[n_ids + i]] = _CLEAN
+        stale[stack[n_ids + i]] = False
+    extra = 0
+    for i in range(n_rebound):
+        if status[rebound[i]] == _KEEP:
+            extra += 1
+    count = n_touched + extra if ok else 0
+    out = np.empty(count, dtype=np.int64)
+    rates = np.empty(count)
+    bns = np.empty(count, dtype=np.int64)
+    j = 0
+    for i in range(n_touched):
+        g = touched[i]
+        if ok:
+            out[j] = g
+            if status[g] == _FREE:             # no link and no cap (cannot happen on a real path)
+                rates[j] = np.inf
+                bns[j] = -1
+            else:
+                rates[j] = new_rate[g]
+                bns[j] = new_bn[g]
+            j += 1
+        status[g] = _KEEP
+        listed[g] = False
+    for i in range(n_rebound):
+        g = rebound[i]
+        if ok and status[g] == _KEEP and listed[g]:
+            out[j] = g
+            rates[j] = rate[g]
+            bns[j] = new_bn[g]
+            j += 1
+        status[g] = _KEEP
+        listed[g] = False
+    return ok, out, rates, bns
+
+
+@njit
+def commit_slots_numba(now, slots, new_rate, new_bn, links, flows, rate, bn, work, last_t, next_work, due, load,
+                       cap, link_bytes, link_saturated, link_t, same, full):
+    """Same contract as kernels.commit_slots_numpy: commit the re-solved groups `slots` whose rate moved,
+    integrate the telemetry of their links up to now at the old load, then move the load."""
+    n_links = cap.shape[0]
+    seen = np.zeros(n_links + 1, dtype=np.bool_)
+    moved = np.empty(slots.shape[0], dtype=np.int64)
+    n_moved = 0
+    count = 0
+    for i in range(slots.shape[0]):
+        g = slots[i]
+        bn[g] = new_bn[i]
+        if abs(new_rate[i] - rate[g]) <= same * rate[g]:
+            continue
+        moved[n_moved] = i
+        n_moved += 1
+        for k in range(links.shape[0]):
+            lid = links[k, g]
+            if lid < n_links and not seen[lid]:
+                seen[lid] = True
+                count += 1
+    touched = np.empty(count, dtype=np.int64)
+    starts = np.empty(count)
+    loads = np.empty(count)
+    j = 0
+    for lid in range(n_links):
+        if seen[lid]:
+            touched[j] = lid
+            start = link_t[lid]
+            starts[j] = start
+            loads[j] = load[lid]
+            if now > start:
+                if load[lid] > 0:
+                    link_bytes[lid] += load[lid] * (now - start)
+                    if load[lid] >= cap[lid] * full:
+                        link_saturated[lid] += now - start
+                link_t[lid] = now
+            j += 1
+    for m in range(n_moved):
+        i = moved[m]
+        g = slots[i]
+        fresh, old = new_rate[i], rate[g]
+        if now > last_t[g]:
+            work[g] += old * (now - last_t[g])
+            last_t[g] = now
+        rate[g] = fresh
+        due[g] = now + (next_work[g] - work[g]) / fresh if fresh > 0 else np.inf
+        delta = (fresh - old) * flows[g]
+        for k in range(links.shape[0]):
+            lid = links[k, g]
+            if lid < n_links:
+                load[lid] += delta
+    return touched, starts, loads

@@ -31,11 +31,17 @@ INF = math.inf
 
 
 class SolverBackend(NamedTuple):
-    """The two engine kernels and what implements them ("numba" or "numpy")."""
+    """The engine kernels and what implements them ("numba" or "numpy"). `cascade` (the incremental re-solve)
+    and the membership kernels exist only compiled: without them every re-rating is a full solve."""
 
     name: str
     fill_groups: Callable[..., tuple[np.ndarray, np.ndarray]]
     commit_rates: Callable[..., np.ndarray]
+    commit_slots: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+    cascade: Callable[..., tuple[bool, np.ndarray, np.ndarray, np.ndarray]] | None = None
+    members_build: Callable[..., tuple[np.ndarray, np.ndarray]] | None = None
+    members_add: Callable[..., bool] | None = None
+    members_remove: Callable[..., None] | None = None
 
 
 def commit_rates_numpy(now: float, new_rate: np.ndarray, new_bn: np.ndarray, links: np.ndarray,
@@ -64,15 +70,55 @@ def commit_rates_numpy(now: float, new_rate: np.ndarray, new_bn: np.ndarray, lin
     return touched[touched < n_links].astype(np.int64)
 
 
+def commit_slots_numpy(now: float, slots: np.ndarray, new_rate: np.ndarray, new_bn: np.ndarray, links: np.ndarray,
+                       flows: np.ndarray, rate: np.ndarray, bn: np.ndarray, work: np.ndarray, last_t: np.ndarray,
+                       next_work: np.ndarray, due: np.ndarray, load: np.ndarray, cap: np.ndarray,
+                       link_bytes: np.ndarray, link_saturated: np.ndarray, link_t: np.ndarray, same: float,
+                       full: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Reference commit of re-solved groups `slots` (new_rate[i], new_bn[i] for slots[i]) with the telemetry
+    folded in. A group keeps its rate when |new - old| <= same * old; the others' links (sorted, returned
+    with their clock and load before the change) are integrated up to now at the old load (bytes, and
+    time saturated where load >= full * capacity), then the group's work clock is advanced at the old rate,
+    its rate, completion time and its links' load updated. `links` is (K, slots) padded with n_links."""
+    n_links = len(cap)
+    bn[slots] = new_bn
+    old = rate[slots]
+    keep = np.abs(new_rate - old) <= same * old
+    moved, fresh, old = slots[~keep], new_rate[~keep], old[~keep]
+    empty = np.empty(0, dtype=np.int64)
+    if moved.size == 0:
+        return empty, np.empty(0), np.empty(0)
+    group_links = links[:, moved]
+    touched = np.unique(group_links)
+    touched = touched[touched < n_links].astype(np.int64)
+    starts, loads = link_t[touched].copy(), load[touched].copy()
+    elapsed = np.maximum(now - starts, 0.0)
+    link_bytes[touched] += np.where(loads > 0, loads * elapsed, 0.0)
+    link_saturated[touched] += np.where((loads > 0) & (loads >= cap[touched] * full), elapsed, 0.0)
+    link_t[touched] = np.maximum(starts, now)
+    elapsed = now - last_t[moved]
+    work[moved] += np.where(elapsed > 0, old * elapsed, 0.0)
+    last_t[moved] = np.maximum(last_t[moved], now)
+    rate[moved] = fresh
+    with np.errstate(divide="ignore", invalid="ignore"):
+        due[moved] = np.where(fresh > 0, now + (next_work[moved] - work[moved]) / fresh, INF)
+    delta = np.tile((fresh - old) * flows[moved], links.shape[0])
+    flat = group_links.ravel()
+    real = flat < n_links
+    np.add.at(load, flat[real], delta[real])
+    return touched, starts, loads
+
+
 def _compile() -> SolverBackend | None:
-    try:
-        from simroute.network import _compiled
-    except ImportError:
+    from simroute.network import _compiled
+    if not _compiled.HAVE_NUMBA:
         return None
-    return SolverBackend("numba", _compiled.fill_groups_numba, _compiled.commit_rates_numba)
+    return SolverBackend("numba", _compiled.fill_groups_numba, _compiled.commit_rates_numba,
+                         _compiled.commit_slots_numba, _compiled.cascade_numba, _compiled.members_build,
+                         _compiled.members_add, _compiled.members_remove)
 
 
-NUMPY_BACKEND = SolverBackend("numpy", fill_arrays, commit_rates_numpy)
+NUMPY_BACKEND = SolverBackend("numpy", fill_arrays, commit_rates_numpy, commit_slots_numpy)
 
 
 @lru_cache(maxsize=None)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from simroute.network.engine import FlowEngine, FlowRecord
     from simroute.network.messages import MessageRoute
 
-_FULL = 1 - 1e-9          # a link at or above this fraction of capacity counts as saturated
+FULL_LOAD = 1 - 1e-9      # a link at or above this fraction of capacity counts as saturated
 
 
 class Telemetry:
@@ -88,7 +88,7 @@ class Telemetry:
                 load = engine_load[link]
                 if load > 0:
                     self._bytes[link] += load * (now - start)
-                    if load >= cap[link] * _FULL:
+                    if load >= cap[link] * FULL_LOAD:
                         self._saturated[link] += now - start
                     if self.record_series:
                         self.series.append((link, float(start), now, float(load / cap[link])))
@@ -105,12 +105,18 @@ class Telemetry:
         load = (np.asarray(self._engine.load) if load is None else load)[links]
         self._bytes[links] += load * elapsed
         cap = self._cap[links]
-        self._saturated[links] += np.where(load >= cap * _FULL, elapsed, 0.0)
+        self._saturated[links] += np.where(load >= cap * FULL_LOAD, elapsed, 0.0)
         if self.record_series:
             keep = (elapsed > 0) & (load > 0)
             self.series.extend(zip(links[keep].tolist(), start[keep].tolist(), [now] * int(keep.sum()),
                                    (load[keep] / cap[keep]).tolist()))
         self._link_t[links] = np.maximum(start, now)
+
+    def record_intervals(self, links: np.ndarray, starts: np.ndarray, loads: np.ndarray, now: float) -> None:
+        """Append the series rows of links integrated by a kernel (their clock and load before the change)."""
+        keep = (now > starts) & (loads > 0)
+        self.series.extend(zip(links[keep].tolist(), starts[keep].tolist(), [now] * int(keep.sum()),
+                               (loads[keep] / self._cap[links[keep]]).tolist()))
 
     def _integrate_all(self, now: float) -> None:
         """Integrate every loaded link up to now (an idle link has nothing to add, whatever its clock)."""

@@ -17,7 +17,6 @@ from simroute.calib.profile import Profile
 from simroute.errors import ConfigurationError
 from simroute.model.cost import CostParams, FabricParams
 from simroute.network import Topology
-from simroute.network.hashing import mix64
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
 from simroute.sim.holder import STAGING_OVERSUBSCRIPTION_LOSS, FifoServer, HolderServer, StagingPool
@@ -205,16 +204,3 @@ class Cluster:
 
     def fabric(self, a: Instance, b: Instance) -> FabricParams:
         return self.params.fabrics[self.fabric_id(a, b)]
-
-    def pick_holder(self, chunk: int, requester: Instance) -> int | None:
-        """The holder a requester uses for a chunk: a same-host replica if any, the least-queued one among
-        them; ties spread requesters over replicas by a hash (not all onto the lowest id). None: nobody."""
-        holders = self.chunks.holders[chunk]
-        if not holders:
-            return None
-        if len(holders) == 1:
-            return holders[0]
-        same_host = [h for h in holders if self.instances[h].host == requester.host]
-        pool = same_host or holders
-        return min(pool, key=lambda h: (len(self.instances[h].holder_server.queue),
-                                        mix64(h * 1_000_003 + requester.id)))

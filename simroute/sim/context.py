@@ -21,7 +21,7 @@ from simroute.sim.metrics import Recorder
 from simroute.sim.policy import Policy
 
 if TYPE_CHECKING:
-    from simroute.sim.cluster import Cluster
+    from simroute.sim.cluster import Cluster, Instance
     from simroute.sim.dispatcher import RoutedExchanges
     from simroute.sim.engine.build import EngineSet
     from simroute.sim.engine.serving import ChunkCopies
@@ -41,6 +41,8 @@ class SimContext:
     - `recorder`: per-request columns and the decision log.
     - `engines`, `copies`: every instance's serving engine (iterations, HBM budget, holder partials) and the
       chunk copies kept in those budgets.
+    - `routing`: per holder, the dense requests that route to it and have not finished (partials it will be
+      asked for; the replica choice reads it).
     """
 
     config: RunConfig
@@ -60,7 +62,20 @@ class SimContext:
     engines: EngineSet
     copies: ChunkCopies
     completed: int = 0
+    routing: dict[int, int] = field(default_factory=dict)   # holder -> dense requests routing there, not done
     _done: dict[int, simpy.Event] = field(default_factory=dict)
+    _latency: dict[tuple[int, int], float] = field(default_factory=dict)
+
+    def path_latency_s(self, src: Instance, dst: Instance) -> float:
+        """Summed link latency of the topology's (first equal-cost) path between two instances' GPUs: how
+        near a holder is, before any load (cached: the topology does not change during a run)."""
+        key = (src.id, dst.id)
+        latency = self._latency.get(key)
+        if latency is None:
+            topology = self.topology
+            links, _spine = topology.path_ids(topology.index(src.gpu), topology.index(dst.gpu))
+            latency = self._latency[key] = sum(topology.links[link].latency_s for link in links)
+        return latency
 
     def done_event(self, request: int) -> simpy.Event:
         """Fires when request `request` completes or is dropped (closed-loop children wait on it)."""

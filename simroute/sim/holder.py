@@ -1,4 +1,6 @@
-"""Holder-side servers: batched partial attention for routed queries and the K-stream staging pool.
+"""The holder side: how loaded a holder looks to a requester (`HolderLoad`) and which replica of a chunk a
+request uses (`ReplicaChoice`); the pre-engine batching server for routed queries (nothing submits to it
+since sparse selections run on the instance engines) and the K-stream staging pool.
 
 Routed queries that reach a holder within its batching window (`batch_window_us`) form one batch; its time follows
 the calibrated compute curve (flat to N ~ 8 requesters, then linear: Move the Query, Not the Cache, §6.3).
@@ -10,9 +12,72 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import simpy
+
+from simroute.network.hashing import mix64
+
+if TYPE_CHECKING:
+    from simroute.sim.cluster import Instance
+    from simroute.sim.context import SimContext
+
+
+class HolderLoad(NamedTuple):
+    """How loaded a holder looks to a requester now (lower is less loaded; compared field by field in this
+    order). Requests already committed to routing there come first: their partials are demand its engine
+    does not show yet while their sequences wait at their requesters (without it, requesters arriving close
+    together all pick the replica that looks idle)."""
+
+    routing: int         # dense requests that route to it and are not done
+    wait_s: float        # expected wait of one routed query: behind the engine's queued partial-attention work
+    #                      (M/D/1 at other requesters' demand) and, inline, its current layer
+    sequences: int       # the engine's own running and waiting sequences
+
+
+def holder_load(ctx: SimContext, holder: Instance, requester: int = -1) -> HolderLoad:
+    """`holder`'s load as `requester` (an instance id; -1: nobody's demand left out) would see it."""
+    per_query_s = ctx.compute.batch_s(1.0)
+    engine = ctx.engines[holder.id]
+    wait = engine.partials.wait_s(per_query_s, ctx.env.now, engine.busy, engine.layer_s, requester)
+    return HolderLoad(ctx.routing.get(holder.id, 0), wait, len(engine.running) + len(engine.waiting))
+
+
+class ReplicaChoice:
+    """Which holder of a chunk one request uses: the nearest (least path latency: a nearer copy is never
+    slower to reach; a same-host replica, over NVLink, is the nearest on every shipped topology), then the
+    least loaded holder (`HolderLoad`: requests routing there, its engine's partial-attention wait with the
+    requester's own demand left out, since its queries share the holder's kernel calls, then the engine's
+    own sequences); ties spread requesters over replicas by a hash rather than all onto the lowest id.
+
+    Nearest first because a load-first choice picked idle far replicas over near busy ones, and its TTFT on
+    the agent-replicas study rose from 4 to 8 replicas; an added replica is now taken only if it is nearer
+    or, at equal distance, less loaded.
+
+    One per request: it classifies its chunks at one simulated instant, so each holder's load is read once.
+    """
+
+    __slots__ = ("ctx", "requester", "loads")
+
+    def __init__(self, ctx: SimContext, requester: Instance) -> None:
+        self.ctx, self.requester = ctx, requester
+        self.loads: dict[int, HolderLoad] = {}
+
+    def pick(self, chunk: int) -> int | None:
+        """The holder to use for `chunk`; None when nobody holds it."""
+        holders = self.ctx.cluster.chunks.holders[chunk]
+        if len(holders) <= 1:
+            return holders[0] if holders else None
+        ctx, here = self.ctx, self.requester
+        instances = ctx.cluster.instances
+        return min(holders, key=lambda h: (ctx.path_latency_s(here, instances[h]), self._load(h),
+                                           mix64(h * 1_000_003 + here.id)))
+
+    def _load(self, holder: int) -> HolderLoad:
+        load = self.loads.get(holder)
+        if load is None:
+            load = self.loads[holder] = holder_load(self.ctx, self.ctx.cluster.instances[holder], self.requester.id)
+        return load
 
 
 class QueuedQuery(NamedTuple):

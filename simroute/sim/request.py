@@ -25,6 +25,7 @@ from simroute.sim.arrivals import RequestSpec
 from simroute.sim.cluster import Instance
 from simroute.sim.context import SimContext
 from simroute.sim.engine.serving import serve, ttft_parts
+from simroute.sim.holder import ReplicaChoice, holder_load
 from simroute.sim.policy import DecisionContext, LiveState, RequestShape
 from simroute.sim.vocab import DropReason, Primitive
 
@@ -51,6 +52,11 @@ def path_share_Bps(ctx: SimContext, src: Instance, dst: Instance) -> float:
     return ctx.network.path_share(src.gpu, dst.gpu)
 
 
+def holder_wait_s(ctx: SimContext, holder: Instance) -> float:
+    """Expected wait of one routed query on `holder` now (`HolderLoad.wait_s`, every requester's demand)."""
+    return holder_load(ctx, holder).wait_s
+
+
 def build_decision_context(ctx: SimContext, requester: Instance, holders: Sequence[Instance], shape: RequestShape,
                            copy_bytes: float, free_bytes: float) -> DecisionContext:
     """The one place a `DecisionContext` is made (dense chunks and sparse selections alike). Live state is
@@ -58,15 +64,56 @@ def build_decision_context(ctx: SimContext, requester: Instance, holders: Sequen
     path, whether `copy_bytes` fit in `free_bytes` of the requester's HBM."""
     live = None
     if ctx.policy.needs_live_state:
-        per_query_s = ctx.compute.batch_s(1.0)
-        now = ctx.env.now
-        engine_wait = max(ctx.engines[h.id].partials.wait_s(per_query_s, now, ctx.engines[h.id].busy,
-                                                            ctx.engines[h.id].layer_s) for h in holders)
-        live = LiveState(holder_wait_s=max(max(len(h.holder_server.queue) for h in holders) * per_query_s,
-                                           engine_wait),
+        live = LiveState(holder_wait_s=max(holder_wait_s(ctx, h) for h in holders),
                          path_share_Bps=min(path_share_Bps(ctx, h, requester) for h in holders),
                          hbm_free=free_bytes > copy_bytes)
     return DecisionContext(shape=shape, live=live, params=ctx.params, model=ctx.model)
+
+
+class RequestDecisions:
+    """One dense request's chunk decisions: made once per distinct (chunk shape, live state) rather than once
+    per chunk, with the holders' live state measured once per holder rather than once per chunk.
+
+    Exact, not an approximation: the memo key holds everything the per-chunk `build_decision_context`
+    decision reads. A request decides all its chunks at one simulated instant in one process step, so
+    holder engines' partials and layers and link shares cannot change between its chunks; the requester's HBM
+    room does (each fetch reserves blocks), so whether a copy fits is asked per chunk (`ChunkCopies.fits`,
+    which stops at the first unpinned copies that suffice). Without live state a choice depends on the
+    shape only, so chunks of one size on one fabric (an agent trace's 64-token blocks) share it.
+    """
+
+    __slots__ = ("ctx", "requester", "shape_of", "live", "holders", "chosen")
+
+    def __init__(self, ctx: SimContext, requester: Instance,
+                 shape_of: Callable[[int, float, bool], RequestShape]) -> None:
+        self.ctx, self.requester, self.shape_of = ctx, requester, shape_of
+        self.live = ctx.policy.needs_live_state
+        self.holders: dict[int, tuple[float, float]] = {}      # holder -> (wait per query, path share)
+        self.chosen: dict[tuple, Primitive] = {}
+
+    def choose(self, chunk: int, holder: Instance, fabric: int, tokens: float, cached: bool,
+               copy_bytes: float) -> Primitive:
+        """The run's policy's choice for one remote chunk of this request."""
+        ctx = self.ctx
+        if not self.live:
+            key: tuple = (fabric, tokens, cached)
+            primitive = self.chosen.get(key)
+            if primitive is None:
+                primitive = self.chosen[key] = ctx.policy.choose(build_decision_context(
+                    ctx, self.requester, [holder], self.shape_of(fabric, tokens, cached), copy_bytes, 0.0))
+            return primitive
+        state = self.holders.get(holder.id)
+        if state is None:
+            state = self.holders[holder.id] = (holder_wait_s(ctx, holder),
+                                               path_share_Bps(ctx, holder, self.requester))
+        hbm_free = copy_bytes > 0 and ctx.copies.fits(chunk, self.requester.id)
+        key = (fabric, tokens, cached, state, hbm_free)
+        primitive = self.chosen.get(key)
+        if primitive is None:
+            live = LiveState(holder_wait_s=state[0], path_share_Bps=state[1], hbm_free=hbm_free)
+            primitive = self.chosen[key] = ctx.policy.choose(DecisionContext(
+                shape=self.shape_of(fabric, tokens, cached), live=live, params=ctx.params, model=ctx.model))
+        return primitive
 
 
 @dataclass
@@ -91,9 +138,10 @@ class ChunkPlan:
 class RequestProcess:
     """The steps every request shares; subclasses attend their chunks (`first_pass`, `decode`).
 
-    Contract for a subclass: `first_pass` runs classification, decision and the first pass, records its
-    decisions and adds its own share of the TTFT floor to `self.floor_chunks_s`; `decode` runs the remaining
-    `output_tokens - 1` steps. Pins go through `pin` so `finish` releases them.
+    Contract for a subclass: `own_prefill` prefills the prompt (or ships it from a prefill instance) and
+    `prefill_floor_s` is that prefill's uncongested floor; `first_pass` runs classification, decision and the
+    first pass, records its decisions and adds its own share of the TTFT floor to `self.floor_chunks_s`;
+    `decode` runs the remaining `output_tokens - 1` steps. Pins go through `pin` so `finish` releases them.
     """
 
     def __init__(self, ctx: SimContext, spec: RequestSpec, requester: Instance, prefill: Instance | None) -> None:
@@ -122,7 +170,7 @@ class RequestProcess:
 
     def prefill_floor_s(self) -> float:
         """The uncongested floor of the prompt's own prefill."""
-        return self.ctx.compute.prefill_s(self.spec.prompt_tokens)
+        raise NotImplementedError
 
     def begin(self, now: float) -> None:
         recorder = self.ctx.recorder
@@ -132,12 +180,7 @@ class RequestProcess:
 
     def own_prefill(self) -> Steps:
         """The prompt's own tokens: prefilled here, or on the prefill instance and its KV shipped here."""
-        spec, requester, prefill = self.spec, self.requester, self.prefill_instance
-        if prefill is None or prefill is requester:
-            yield from self.prefill(requester, spec.prompt_tokens)
-            return
-        yield from self.prefill(prefill, spec.prompt_tokens)
-        yield from self.ship_prompt_kv(prefill)
+        raise NotImplementedError
 
     def ship_prompt_kv(self, prefill: Instance) -> Steps:
         """PD disaggregation: the prompt's KV as a bulk flow from the prefill instance to the requester."""
@@ -165,12 +208,6 @@ class RequestProcess:
         ctx.done_event(self.spec.request_id).succeed()
 
     # ---- shared pieces -----------------------------------------------------------------------------------
-    def prefill(self, inst: Instance, tokens: float) -> Steps:
-        """Hold the instance's compute for a prefill of `tokens` tokens (own prompt or a re-prefill)."""
-        if tokens <= 0:
-            return
-        yield from inst.compute.hold(self.ctx.compute.prefill_s(tokens))
-
     def pin(self, chunk: int, instance: int) -> None:
         self.ctx.cluster.chunks.pin(chunk, instance)
         self.pins.append((chunk, instance))
@@ -214,6 +251,8 @@ class DenseRequest(RequestProcess):
         start = ctx.recorder.arrival[spec.request_id]
         plan = self.classify_chunks()
         self.decide(plan.remote)
+        for holder in self.routes:
+            ctx.routing[holder] = ctx.routing.get(holder, 0) + 1
         ops = self.start_first_pass(plan)
         if ops:
             yield ctx.env.all_of(ops)
@@ -236,6 +275,7 @@ class DenseRequest(RequestProcess):
         chunks, copies = ctx.cluster.chunks, ctx.copies
         plan = ChunkPlan()
         here = requester.id
+        replicas = ReplicaChoice(ctx, requester)
         for chunk, cached in zip(spec.chunk_indices, spec.cached):
             pending = chunks.pending.get((chunk, here))
             if pending is not None or here in chunks.holders[chunk]:
@@ -246,7 +286,7 @@ class DenseRequest(RequestProcess):
                 if pending is not None and pending not in plan.joining:
                     plan.joining.append(pending)
                 continue
-            holder = ctx.cluster.pick_holder(chunk, requester)
+            holder = replicas.pick(chunk)
             if holder is None:
                 self.pin(chunk, here)
                 plan.prefill_here.append(chunk)
@@ -268,25 +308,15 @@ class DenseRequest(RequestProcess):
         The floor: the cheapest primitive of the largest remote chunk per fabric, uncongested."""
         ctx, requester = self.ctx, self.requester
         chunks, tp, copies = ctx.cluster.chunks, ctx.config.tp, ctx.copies
-        live = ctx.policy.needs_live_state
         largest: dict[int, float] = {}
-        # Without live state a choice depends on the shape only: chunks of one size on one fabric (an agent
-        # trace's 64-token blocks) share it.
-        chosen: dict[tuple[int, float, bool], Primitive] = {}
         own_kv = self.spec.prompt_tokens + self.spec.output_tokens
+        decisions = RequestDecisions(ctx, requester, self._shape)
         for item in remote:
             holder = ctx.cluster.instances[item.holder]
             tokens = float(chunks.tokens[item.chunk])
             fabric = ctx.cluster.fabric_id(requester, holder)
-            key = (fabric, tokens, item.cached)
-            if live or key not in chosen:
-                shape = RequestShape(mq_first=self.mq_first, mq_step=self.heads, steps=self.decode_steps,
-                                     tokens=tokens, fabric=fabric, cached=item.cached, tp=tp)
-                copy_bytes = float(chunks.bytes[item.chunk])
-                fits = copies.fits(item.chunk, requester.id) if live else True
-                chosen[key] = ctx.policy.choose(build_decision_context(ctx, requester, [holder], shape, copy_bytes,
-                                                                       copy_bytes * 2 if fits else 0.0))
-            item.primitive = chosen[key]
+            item.primitive = decisions.choose(item.chunk, holder, fabric, tokens, item.cached,
+                                              float(chunks.bytes[item.chunk]))
             if item.primitive == Primitive.FETCH and not copies.reserve(item.chunk, requester.id, own_kv):
                 item.primitive = Primitive.ROUTE
                 copies.fell_back += 1
@@ -302,6 +332,10 @@ class DenseRequest(RequestProcess):
         for fabric, tokens in largest.items():
             route, _, move, _, _ = ctx.floor_model.step(self.mq_first, tokens, fabric, True, tp=tp)
             self.floor_chunks_s = max(self.floor_chunks_s, min(route, move, self._prefill_alone_s(tokens)))
+
+    def _shape(self, fabric: int, tokens: float, cached: bool) -> RequestShape:
+        return RequestShape(mq_first=self.mq_first, mq_step=self.heads, steps=self.decode_steps, tokens=tokens,
+                            fabric=fabric, cached=cached, tp=self.ctx.config.tp)
 
     def start_first_pass(self, plan: ChunkPlan) -> list[simpy.Event]:
         """The copies to make before the sequence starts: fetches (one process each), the re-prefills (one
@@ -376,6 +410,9 @@ class DenseRequest(RequestProcess):
 
     def finish(self) -> None:
         super().finish()
+        routing = self.ctx.routing
+        for holder in self.routes:
+            routing[holder] -= 1
         if self.sequence is not None and self.sequence.output < 0:
             self.ctx.recorder.drop(self.spec.request_id, DropReason.KV_NEVER_FITS)
         for instance in {instance for _, instance in self.pins}:

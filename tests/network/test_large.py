@@ -116,9 +116,11 @@ def _closed_loop(n_flows, n_done, seed, checks=(), cls=_EarlyArrays, solver="aut
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_large_component_stays_maxmin_and_conserves_bytes(backend):
-    # 600 flows on the 1024-GPU fat-tree: array mode (full solves), then object mode while draining
+    # 600 flows on the 1024-GPU fat-tree: array mode (full solves with the NumPy reference, mostly incremental
+    # re-solves compiled), then object mode while draining
     env, eng, topo, sizes, pairs = _closed_loop(600, 300, seed=5, checks=(0, 50, 150, 299), solver=backend)
-    assert eng.backend.name == backend and eng.full_solves > 100 and eng.array_mode
+    array_solves = eng.full_solves if backend == "numpy" else eng.rerates - eng.full_solves
+    assert eng.backend.name == backend and array_solves > 100 and eng.array_mode
     g = next(iter(eng._groups.values()))             # the check itself is sharp: a rate off by 1e-6 fails it
     eng._columns.rate[g.slot] *= 1 + 1e-6
     with pytest.raises(AssertionError):

@@ -16,7 +16,6 @@ from simroute.scenarios.traces import single_chunk_trace
 from simroute.sim import RunConfig, Simulation
 from simroute.sim.arrivals import RequestSpec
 from simroute.sim.cluster import ChunkStore, Instance
-from simroute.sim.holder import QueuedQuery
 from simroute.network.hashing import mix64
 from simroute.sim.placement import ChunkTable, mix64_array
 from simroute.sim.placements import PLACEMENTS
@@ -192,18 +191,6 @@ def test_a_fabric_the_profile_lacks_fails_at_construction(tmp_path):
     with pytest.raises(ConfigurationError, match="no-such-fabric") as err:
         Simulation(cfg)
     assert "fabrics.no-such-fabric" in str(err.value)
-
-
-def test_pick_holder_prefers_a_same_host_replica_then_the_shortest_queue(tmp_path):
-    sim = Simulation(_testbed_cfg(single_chunk_trace(tmp_path / "t.parquet", requester=4, holder=0)))
-    cluster = sim.ctx.cluster
-    cluster.chunks.holders[0] = [1, 5, 6]
-    assert cluster.pick_holder(0, cluster.instances[4]) in (5, 6)      # same host as requester 4
-    assert cluster.pick_holder(0, cluster.instances[0]) == 1
-    cluster.instances[5].holder_server.queue.extend([QueuedQuery(1.0, 1.0, 1.0, None)] * 3)
-    assert cluster.pick_holder(0, cluster.instances[4]) == 6
-    cluster.chunks.holders[0] = []
-    assert cluster.pick_holder(0, cluster.instances[4]) is None
 
 
 def _exchanges(tmp_path, window_us):

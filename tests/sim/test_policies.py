@@ -14,7 +14,6 @@ from simroute.model.scalar import ScalarModel
 from simroute.network import shipped_topology
 from simroute.scenarios.traces import selection_trace, single_chunk_trace
 from simroute.sim import RunConfig, Simulation, simulate
-from simroute.sim.holder import QueuedQuery
 from simroute.sim.policies import POLICIES, adaptive
 from simroute.sim.policy import DecisionContext, HorizonCosts, LiveState, Policy, RequestShape
 from simroute.sim.vocab import Primitive
@@ -139,10 +138,10 @@ def test_sparse_and_dense_requests_both_give_the_policy_live_state(tmp_path, spy
 def test_live_state_reflects_a_busy_holder(tmp_path, spy):
     sim = Simulation(_testbed(selection_trace(tmp_path / "s.parquet", requester=0, holders=[4, 5, 6]),
                               policy="spy"))
-    waiting = [QueuedQuery(1.0, 1.0, 1.0, sim.env.event()) for _ in range(4)]
-    sim.instances[5].holder_server.queue.extend(waiting)      # four queries already waiting on one holder
+    # another requester keeps holder 5's GPU half busy with partial attention (M/D/1 at rho = 0.5)
+    sim.ctx.engines[5].partials.demand.append((1e9, 0.5, 7))
     sim.run()
-    assert spy.seen[0].live.holder_wait_s == pytest.approx(4 * sim.ctx.compute.batch_s(1.0))
+    assert spy.seen[0].live.holder_wait_s == pytest.approx(0.5 * sim.ctx.compute.batch_s(1.0))
 
 
 def test_policies_without_live_state_are_not_given_any(tmp_path):

@@ -71,11 +71,19 @@ class ChunkCopies:
         return unplaced
 
     def fits(self, ci: int, eid: int) -> bool:
-        """Whether a copy of ci could take blocks on eid now (free, or by evicting unpinned copies)."""
+        """Whether a copy of ci could take blocks on eid now (free, or by evicting unpinned copies). Scans the
+        copies LRU first and stops once enough are found (pinned copies are the recently used ones)."""
         hbm = self.engines[eid].hbm
-        need = self.blocks(ci)
-        return hbm.free_blocks >= need or hbm.free_blocks + sum(
-            b for key, b in hbm.copies.items() if hbm.evictable(key)) >= need
+        need, room = self.blocks(ci), hbm.free_blocks
+        if room >= need:
+            return True
+        evictable = hbm.evictable
+        for key, blocks in hbm.copies.items():
+            if evictable(key):
+                room += blocks
+                if room >= need:
+                    return True
+        return False
 
     def reserve(self, ci: int, eid: int, keep_free_tokens: int = 0) -> bool:
         """Blocks for a copy about to arrive (fetch): taken now (LRU-evicting unpinned copies), leaving room

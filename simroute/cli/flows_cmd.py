@@ -1,0 +1,161 @@
+"""`simroute flows replay FLOWS -t TOPOLOGY`: replay a known set of bulk flows under max-min fairness.
+
+A thin front over `simroute.network.replay` (the compiled whole-flow-set replay). The flow file is Parquet or
+CSV, one row per flow: `start_s`, `nbytes`, and the path either as `links` (link ids of the topology; a list
+in Parquet, space-separated in CSV) or as `src`, `dst` GPU names with an optional `path_index` (one of the
+equal-cost paths; without it ECMP hashes the row's 5-tuple with `--seed`). Optional: `rate_cap_Bps`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from simroute.cli.common import checked
+from simroute.errors import ConfigurationError
+
+FLOW_FILE_HELP = ("Parquet or CSV, one row per flow: start_s, nbytes, and links (link ids) or src, dst "
+                  "[, path_index]; optional rate_cap_Bps.")
+
+
+def _backends_help() -> str:
+    from simroute.network.replay import REPLAY_BACKENDS
+    return "auto (numba where available), " + ", ".join(sorted(REPLAY_BACKENDS))
+
+
+def read_flow_table(path: Path) -> Any:
+    """The flow file as a DataFrame (Parquet or CSV by suffix), or a ConfigurationError naming it."""
+    import pandas as pd
+
+    from simroute.ioutil import check_input_file
+    check_input_file(path, what="flow file")
+    try:
+        if path.suffix.lower() == ".csv":
+            return pd.read_csv(path, dtype={"links": str})
+        import pyarrow.parquet as pq
+        return pq.read_table(path).to_pandas()
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise ConfigurationError(f"not a readable {'CSV' if path.suffix.lower() == '.csv' else 'Parquet'} flow "
+                                 f"file: {str(exc).splitlines()[0][:200]}", file=path) from None
+
+
+def _column(frame: Any, name: str, path: Path, *, dtype: type = float) -> Any:
+    import numpy as np
+    if name not in frame:
+        raise ConfigurationError(f"missing column (columns: {', '.join(map(str, frame.columns))})", file=path,
+                                 field=name)
+    try:
+        return np.asarray(frame[name].to_numpy(), dtype=dtype)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"must be numeric ({dtype.__name__})", file=path, field=name) from None
+
+
+def _paths(frame: Any, topology: Any, path: Path, seed: int) -> list[tuple[int, ...]]:
+    """Each row's link ids: the `links` column, or the topology's path between `src` and `dst`."""
+    from simroute.errors import UnknownNameError
+    from simroute.network.hashing import SPORT_MAX, SPORT_MIN, flow_key, mix64
+    if "links" in frame:
+        out = []
+        for row, value in enumerate(frame["links"].tolist()):
+            try:
+                items = value.split() if isinstance(value, str) else ([] if value is None else list(value))
+                out.append(tuple(int(item) for item in items))
+            except (TypeError, ValueError):
+                raise ConfigurationError(f"row {row}: link ids must be integers, got {str(value)[:60]!r}",
+                                         file=path, field="links") from None
+        return out
+    if "src" not in frame or "dst" not in frame:
+        raise ConfigurationError("give the path as a links column or as src and dst columns", file=path,
+                                 field="links")
+    choices = _column(frame, "path_index", path, dtype=float) if "path_index" in frame else None
+    out = []
+    for row, (src, dst) in enumerate(zip(frame["src"].tolist(), frame["dst"].tolist())):
+        try:
+            ia, ib = topology.index(str(src)), topology.index(str(dst))
+        except UnknownNameError as exc:
+            raise ConfigurationError(f"row {row}: {exc}", file=path, field="src/dst") from None
+        if choices is not None:
+            if not (choices[row] >= 0 and float(choices[row]).is_integer()):
+                raise ConfigurationError(f"row {row}: must be an integer >= 0", file=path, field="path_index")
+            choice = int(choices[row])
+        else:
+            sport = SPORT_MIN + mix64(seed ^ row) % (SPORT_MAX - SPORT_MIN + 1)
+            choice = topology.ecmp_choice(ia, ib, flow_key(ia, ib, sport), seed)
+        out.append(topology.path_ids(ia, ib, choice)[0])
+    return out
+
+
+def summary(result: Any) -> dict[str, Any]:
+    import numpy as np
+    fct = result.fct_s[np.isfinite(result.fct_s)]
+    return {"flows": int(len(result.finish_s)), "events": result.events, "steps": result.steps,
+            "solves": result.solves, "groups_per_solve": result.solved_groups / max(result.solves, 1),
+            "backend": result.backend, "wall_s": result.wall_s,
+            "events_per_s": result.events / result.wall_s if result.wall_s > 0 else None,
+            "makespan_s": float(result.finish_s.max(initial=0.0)),
+            "fct_p50_s": float(np.percentile(fct, 50)) if fct.size else None,
+            "fct_p99_s": float(np.percentile(fct, 99)) if fct.size else None,
+            "fct_max_s": float(fct.max()) if fct.size else None}
+
+
+def register(app: typer.Typer) -> None:
+    flows_app = typer.Typer(help="Bulk flow sets on a fabric: replay them under max-min fairness.",
+                            no_args_is_help=True)
+
+    @flows_app.command("replay")
+    def replay_cmd(
+        flows_file: Path = typer.Argument(..., metavar="FLOWS", help=FLOW_FILE_HELP),
+        topology: str = typer.Option("fattree", "-t", "--topology", help="Topology YAML or a shipped name."),
+        output: Path = typer.Option(None, "-o", "--output", help="Write per-flow finish_s / fct_s here (a new "
+                                                                 "Parquet file)."),
+        backend: str = typer.Option("auto", "--backend", help="Replay backend: " + _backends_help() + "."),
+        seed: int = typer.Option(0, "--seed", help="ECMP hash seed for rows given as src/dst without path_index.",
+                                 callback=checked("--seed", integer=True, minimum=0, maximum=2**63 - 1)),
+        as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    ) -> None:
+        """Replay a known flow set with pinned paths (compiled event loop): finish time of every flow.
+
+        Example: simroute flows replay flows.parquet -t fattree-1024 -o finished.parquet
+        """
+        import numpy as np
+
+        from simroute.cli.common import echo_json, table
+        from simroute.ioutil import atomic_path, check_output_path
+        from simroute.network import load_topology
+        from simroute.network.replay import FlowSet, replay
+        from simroute.shipped import resolve_input
+
+        if output is not None:
+            check_output_path(output, directory=False, inputs=[flows_file], flag="--output")
+            if output.exists():
+                raise ConfigurationError("exists; choose a new path (simroute never overwrites a file)", file=output,
+                                         field="--output")
+        topo = load_topology(resolve_input("topology", topology, strict=True))
+        frame = read_flow_table(flows_file)
+        paths = _paths(frame, topo, flows_file, seed)
+        caps = _column(frame, "rate_cap_Bps", flows_file) if "rate_cap_Bps" in frame else None
+        flows = FlowSet.from_paths(_column(frame, "start_s", flows_file), _column(frame, "nbytes", flows_file),
+                                   paths, caps)
+        flows.check(len(topo.links), source=str(flows_file))
+        result = replay(flows, [link.capacity_Bps for link in topo.links],
+                        latency_s=[link.latency_s for link in topo.links], backend=backend)
+        if output is not None:
+            import pandas as pd
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+            out = pd.DataFrame({"flow": np.arange(len(flows)), "start_s": flows.arrival_s, "nbytes": flows.nbytes,
+                                "finish_s": result.finish_s, "fct_s": result.fct_s})
+            with atomic_path(output) as tmp:
+                pq.write_table(pa.Table.from_pandas(out, preserve_index=False), tmp)
+        figures = summary(result)
+        if as_json:
+            echo_json(figures)
+        else:
+            table(f"replay of {flows_file.name} on {topo.summary()['name']}", ["figure", "value"],
+                  [[key, f"{value:.6g}" if isinstance(value, float) else value] for key, value in figures.items()])
+        if output is not None and not as_json:
+            typer.echo(f"wrote {output}")
+
+    app.add_typer(flows_app, name="flows")

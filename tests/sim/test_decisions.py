@@ -1,0 +1,129 @@
+"""A dense request's chunk decisions (`RequestDecisions`): memoised per (shape, live state) and measured once
+per holder, they must equal the per-chunk reference (a fresh `DecisionContext` for every chunk, HBM room
+summed over every copy) on randomized cluster states: holder engines' partials and layers, link load, a
+requester HBM nearly full of copies (some pinned), chunks of mixed sizes repeated within the request."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simroute.calib import default_profile_path
+from simroute.network import shipped_topology
+from simroute.scenarios.traces import write_trace
+from simroute.sim import RunConfig, Simulation
+from simroute.sim.arrivals import RequestSpec
+from simroute.sim.policy import RequestShape
+from simroute.sim.request import DenseRequest, RemoteChunk, build_decision_context
+from simroute.sim.vocab import Primitive
+
+REQUESTER = 4
+SIZES = (64, 448, 512, 2048, 8192)
+REMOTE_CHUNKS = 40          # chunks 0..39 are attended remotely; 40..59 are copies on the requester
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    chunks = [{"chunk_id": i, "tokens": SIZES[i % len(SIZES)], "canonical": True, "holder_hint": i % 8,
+               "cached_offset": 0} for i in range(REMOTE_CHUNKS + 20)]
+    reqs = [{"arrival_s": 0.0, "requester_hint": REQUESTER, "prompt_tokens": 16, "output_tokens": 4,
+             "chunk_ids": [0], "chunk_at_cached_offset": [True]}]
+    return write_trace(tmp_path_factory.mktemp("decisions") / "t.parquet", reqs, chunks)
+
+
+def _state(trace, seed: int, policy: str = "adaptive") -> tuple[Simulation, RequestSpec, list[RemoteChunk]]:
+    """A fresh simulation put into the seed's random state, and the request's remote chunks."""
+    sim = Simulation(RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
+                               calib=str(default_profile_path()), policy=policy))
+    rng = np.random.default_rng(seed)
+    ctx, instances = sim.ctx, sim.ctx.cluster.instances
+    others = [i for i in range(len(instances)) if i != REQUESTER]
+    for _ in range(int(rng.integers(0, 4))):          # bulk flows into the requester: tighter path shares
+        src = instances[int(rng.choice(others))]
+        ctx.network.transfer(src.gpu, instances[REQUESTER].gpu, 1e12)
+    sim.env.run(until=1e-3)
+    for h in others:                                  # holders: other requesters' partials, a current layer
+        engine = ctx.engines[h]
+        if rng.random() < 0.6:
+            engine.partials.demand.append((1.0, float(rng.uniform(0.0, 0.9)), 99))
+        engine.busy = bool(rng.random() < 0.5)
+        engine.layer_s = float(rng.uniform(0.0, 3e-3))
+    hbm = ctx.engines[REQUESTER].hbm                  # requester: copies (LRU order, some pinned), little free
+    for ci in range(REMOTE_CHUNKS, REMOTE_CHUNKS + int(rng.integers(0, 20))):
+        assert hbm.add_copy(ci, int(rng.integers(1, 64)))
+        if rng.random() < 0.4:
+            ctx.cluster.chunks.pin(ci, REQUESTER)
+    assert hbm.reserve_kv(hbm.free_blocks - int(rng.integers(0, 300)))
+    n = int(rng.integers(1, 30))
+    chunks = [int(c) for c in rng.integers(0, REMOTE_CHUNKS, size=n)]          # repeats allowed
+    cached = [bool(c) for c in rng.random(n) < 0.5]
+    remote = [RemoteChunk(c, int(rng.choice(others)), k) for c, k in zip(chunks, cached)]
+    prompt, output = (int(np.exp(rng.uniform(0.0, np.log(top)))) for top in (8192, 1000))   # log-uniform
+    spec = RequestSpec(0, REQUESTER, -1, prompt, output, chunks, cached, 0, 0)
+    return sim, spec, remote
+
+
+def _room_blocks(hbm) -> int:
+    """The definition: free blocks plus every unpinned copy's."""
+    return hbm.free_blocks + sum(b for key, b in hbm.copies.items() if hbm.evictable(key))
+
+
+def _reference(sim: Simulation, spec: RequestSpec, remote: list[RemoteChunk]) -> tuple[list, list[bool]]:
+    """Per chunk: live state and HBM room measured afresh, one DecisionContext, then the reservation."""
+    ctx = sim.ctx
+    requester, chunks = ctx.cluster.instances[REQUESTER], ctx.cluster.chunks
+    hbm = ctx.engines[REQUESTER].hbm
+    heads = ctx.params.geometry.heads_q
+    chosen, fitted = [], []
+    for item in remote:
+        holder = ctx.cluster.instances[item.holder]
+        shape = RequestShape(mq_first=heads * spec.prompt_tokens, mq_step=heads, steps=spec.output_tokens - 1,
+                             tokens=float(chunks.tokens[item.chunk]), fabric=ctx.cluster.fabric_id(requester, holder),
+                             cached=item.cached, tp=ctx.config.tp)
+        copy_bytes = float(chunks.bytes[item.chunk])
+        fits = _room_blocks(hbm) >= ctx.copies.blocks(item.chunk)
+        fitted.append(fits)
+        primitive = ctx.policy.choose(build_decision_context(ctx, requester, [holder], shape, copy_bytes,
+                                                             copy_bytes * 2 if fits else 0.0))
+        if primitive == Primitive.FETCH and not ctx.copies.reserve(
+                item.chunk, REQUESTER, spec.prompt_tokens + spec.output_tokens):
+            primitive = Primitive.ROUTE
+            ctx.copies.fell_back += 1
+        chunks.pin(item.chunk, item.holder if primitive == Primitive.ROUTE else REQUESTER)
+        chosen.append(primitive)
+    return chosen, fitted
+
+
+def _after(sim: Simulation) -> tuple:
+    hbm = sim.ctx.engines[REQUESTER].hbm
+    return (list(hbm.copies.items()), hbm.free_blocks, hbm.evictions, hbm.refused, sim.ctx.copies.fell_back,
+            dict(sim.ctx.cluster.chunks.pins))
+
+
+@pytest.mark.parametrize("policy,seeds", [("adaptive", 30), ("paper", 8)])
+def test_memoised_decisions_equal_the_per_chunk_reference_on_random_states(trace, policy, seeds):
+    seen, flipped = set(), 0
+    for seed in range(seeds):
+        sim, spec, remote = _state(trace, seed, policy)
+        expected, fitted = _reference(sim, spec, remote)
+        reference_after = _after(sim)
+        sim, spec, remote = _state(trace, seed, policy)
+        request = DenseRequest(sim.ctx, spec, sim.ctx.cluster.instances[REQUESTER], None)
+        request.decide(remote)
+        assert [item.primitive for item in remote] == expected, f"seed {seed}"
+        assert _after(sim) == reference_after, f"seed {seed}"
+        seen.update(expected)
+        flipped += len(set(fitted)) > 1
+    # the states exercise the decision: more than one primitive, and a request whose own fetches used up
+    # the room (a copy fitted for an early chunk and not for a later one)
+    assert len(seen) >= 2
+    if policy == "adaptive":
+        assert flipped > 0
+
+
+def test_fits_stops_early_but_agrees_with_the_room_it_sums(trace):
+    for seed in range(6):
+        sim, _spec, _remote = _state(trace, seed)
+        hbm, copies = sim.ctx.engines[REQUESTER].hbm, sim.ctx.copies
+        for ci in range(REMOTE_CHUNKS):
+            assert copies.fits(ci, REQUESTER) == (_room_blocks(hbm) >= copies.blocks(ci))

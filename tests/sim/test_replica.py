@@ -1,0 +1,127 @@
+"""The replica choice (`ReplicaChoice`): which holder of a replicated chunk a request uses, read from the
+holder engines' state (`HolderLoad`): the nearest replica first, then the least loaded, ties spread."""
+
+from __future__ import annotations
+
+import pytest
+
+from simroute.calib import default_profile_path
+from simroute.network import shipped_topology
+from simroute.scenarios.traces import single_chunk_trace
+from simroute.sim import RunConfig, Simulation
+from simroute.sim.engine.serving import serve
+from simroute.sim.holder import ReplicaChoice, holder_load
+
+
+@pytest.fixture
+def sim(tmp_path):
+    """The paper testbed (hosts 0-3 and 4-7), chunk 0 held by 5 and 6 (requester 4's host)."""
+    trace = single_chunk_trace(tmp_path / "t.parquet", requester=4, holder=0)
+    sim = Simulation(RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
+                               calib=str(default_profile_path())))
+    sim.ctx.cluster.chunks.holders[0] = [5, 6]
+    return sim
+
+
+def _pick(sim, requester: int) -> int | None:
+    return ReplicaChoice(sim.ctx, sim.instances[requester]).pick(0)
+
+
+def test_a_same_host_replica_is_nearest_nobody_none_and_idle_ties_spread_over_replicas(sim):
+    holders = sim.ctx.cluster.chunks.holders
+    holders[0] = [1, 5, 6]
+    assert _pick(sim, 0) == 1 and _pick(sim, 4) in (5, 6)
+    holders[0] = [5, 6]                       # both remote for host 0's requesters, all engines idle
+    assert {_pick(sim, r) for r in range(4)} == {5, 6}
+    holders[0] = [6]
+    assert _pick(sim, 4) == 6
+    holders[0] = []
+    assert _pick(sim, 4) is None
+
+
+def test_a_holder_engine_busy_with_its_own_batch_is_avoided(sim):
+    first = _pick(sim, 4)
+    other = 11 - first                        # the other of 5 and 6
+    for rid in range(8):                      # its own sequences: it is mid-iteration when the choice is made
+        serve(sim.ctx.engines, first, rid, prompt=2048, output=64)
+    sim.env.run(until=1e-4)
+    busy, idle = holder_load(sim.ctx, sim.instances[first], 4), holder_load(sim.ctx, sim.instances[other], 4)
+    assert busy.sequences == 8 and idle.sequences == 0 and busy.wait_s > idle.wait_s == 0.0
+    assert _pick(sim, 4) == other
+
+
+def test_queued_partials_of_other_requesters_are_avoided_the_requesters_own_are_not(sim):
+    first = _pick(sim, 4)
+    partials = sim.ctx.engines[first].partials
+    now = sim.env.now
+    partials.add(1e-4, 1000.0, 1.0, now, 1.0, False, requester=4)     # requester 4 itself routing there
+    assert _pick(sim, 4) == first             # its own queries share the holder's kernel calls
+    partials.add(1e-4, 5000.0, 1.0, now, 1.0, False, requester=7)     # another requester: half its GPU
+    assert holder_load(sim.ctx, sim.instances[first], 4).wait_s > 0
+    assert _pick(sim, 4) == 11 - first
+
+
+def test_each_holder_load_is_read_once_per_request(sim, monkeypatch):
+    import simroute.sim.holder as holder
+    reads = []
+    real = holder.holder_load
+    monkeypatch.setattr(holder, "holder_load", lambda ctx, h, r=-1: reads.append(h.id) or real(ctx, h, r))
+    choice = ReplicaChoice(sim.ctx, sim.instances[4])
+    assert len({choice.pick(0) for _ in range(5)}) == 1
+    assert sorted(reads) == [5, 6]
+
+
+def test_requests_already_routing_to_a_holder_come_before_its_engine_state(sim):
+    first = _pick(sim, 4)
+    other = 11 - first
+    for rid in range(8):                      # `other` is the busier engine ...
+        serve(sim.ctx.engines, other, rid, prompt=2048, output=64)
+    sim.env.run(until=1e-4)
+    assert _pick(sim, 4) == first
+    sim.ctx.routing[first] = 2                # ... but two requests are committed to routing to `first`
+    assert holder_load(sim.ctx, sim.instances[first], 4).routing == 2
+    assert _pick(sim, 4) == other
+
+
+def test_the_routing_count_follows_requests_from_decision_to_finish(tmp_path, monkeypatch):
+    """Under always-route every request that routes is counted on its holders while it runs, and nothing is
+    left counted once the run is over."""
+    from simroute.sim.request import DenseRequest
+    from simroute.workload import generate
+    trace = generate("agents", tmp_path / "a.parquet", seed=0, params={
+        "documents": 1, "doc_tokens": 8192, "subagents": 8, "requests_per_agent": 1})
+    counted = []
+    real = DenseRequest.start_first_pass
+
+    def spy(self, plan):
+        counted.append(all(self.ctx.routing[h] > 0 for h in self.routes) and bool(self.routes))
+        return real(self, plan)
+    monkeypatch.setattr(DenseRequest, "start_first_pass", spy)
+    cfg = RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
+                    calib=str(default_profile_path()), policy="always-route")
+    run = Simulation(cfg)
+    res = run.run()
+    assert res.summary["primitive_counts"]["route"] > 0 and any(counted)
+    assert set(run.ctx.routing.values()) == {0}
+
+
+def test_the_nearest_replica_first_then_the_less_loaded_at_equal_distance(tmp_path):
+    """Fat-tree: from h0, h1 shares the leaf (2 links), h2 and h3 are across a spine (4 links). A busy
+    replica on the leaf is still nearer than idle ones across the spine; between those two, load decides."""
+    trace = single_chunk_trace(tmp_path / "t.parquet", requester=0, holder=8)
+    sim = Simulation(RunConfig(topology=str(shipped_topology("fattree")), trace=str(trace),
+                               calib=str(default_profile_path())))
+    ctx, inst = sim.ctx, sim.instances
+    assert inst[8].host == 1 and inst[16].host == 2 and inst[24].host == 3
+    assert ctx.path_latency_s(inst[0], inst[8]) < ctx.path_latency_s(inst[0], inst[16]) \
+        == ctx.path_latency_s(inst[0], inst[24])
+    ctx.cluster.chunks.holders[0] = [16, 24, 8]
+    for rid in range(8):
+        serve(ctx.engines, 8, rid, prompt=2048, output=64)
+    sim.env.run(until=1e-4)
+    assert holder_load(ctx, inst[8], 0).wait_s > 0
+    assert _pick(sim, 0) == 8
+    ctx.cluster.chunks.holders[0] = [16, 24]
+    first = _pick(sim, 0)
+    ctx.routing[first] = 1
+    assert _pick(sim, 0) == 40 - first

@@ -105,7 +105,24 @@ class Profile:
                        gemm_efficiency=eff, attention_efficiency=e.attention_efficiency.value,
                        iteration_overhead_s=e.iteration_overhead_us.value * 1e-6, sources=sources,
                        iteration_overhead_graph_s=(e.iteration_overhead_graph_us.value * 1e-6
-                                                   if e.iteration_overhead_graph_us is not None else None))
+                                                   if e.iteration_overhead_graph_us is not None else None),
+                       peak_fp8_flops=e.peak_fp8_TFLOPs.value * 1e12 if e.peak_fp8_TFLOPs is not None else None)
+
+    def find_gpu_spec(self, name: str) -> GpuSpec | None:
+        """GPU entry `name` from this profile, else from the shipped calib/gpus/<name>.yaml; None if neither
+        has it (a topology's `hosts.gpu` that is a label, not an entry name)."""
+        path = self.gpu_entry_file(name)
+        if path is None:
+            return None
+        return self.gpu_spec(name) if name in self.gpus else load_profile(path).gpu_spec(name)
+
+    def gpu_entry_file(self, name: str) -> Path | None:
+        """The file GPU entry `name` is read from (this profile's, else the shipped calib/gpus/<name>.yaml):
+        an input of a run whose topology names that GPU."""
+        if name in self.gpus:
+            return Path(self.origin.get(f"gpu:{name}", self.files[0] if self.files else ""))
+        shipped = shipped_dir() / "gpus" / f"{name}.yaml"
+        return shipped if len(Path(name).parts) == 1 and shipped.exists() else None
 
     def instance_gpu(self, intra_host_fabric: str | None = None) -> str:
         """The GPU of an instance whose hosts' intra-host fabric is `intra_host_fabric` (the fabric's `gpu:`),
@@ -121,13 +138,17 @@ class Profile:
 
     def step_model(self, model: str = "deepseek-v2-lite", *, gpu: str | None = None, tp: int = 1,
                    intra_host_fabric: str | None = None, cache_dtype: str = "bf16",
-                   gpu_spec: GpuSpec | None = None, cuda_graphs: bool = False) -> StepTimeModel:
+                   gpu_spec: GpuSpec | None = None, cuda_graphs: bool = False,
+                   weight_dtype: str | None = None) -> StepTimeModel:
         """The step-time model of an instance of `tp` GPUs serving `model`. The TP all-reduce runs over
         `intra_host_fabric` (its bulk rate and probe latency); the GPU is that fabric's unless `gpu` is given
-        (or `gpu_spec`, an entry taken from another profile)."""
+        (or `gpu_spec`, an entry taken from another profile). `weight_dtype` overrides the checkpoint's
+        (bf16 / fp8)."""
         geom = get_model(model)
         if cache_dtype != geom.cache_dtype:
             geom = geom.with_cache_dtype(cache_dtype)
+        if weight_dtype is not None and weight_dtype != geom.weight_dtype:
+            geom = geom.with_weight_dtype(weight_dtype)
         spec = gpu_spec or self.gpu_spec(gpu or self.instance_gpu(intra_host_fabric))
         ar_Bps, ar_lat = float("inf"), 0.0
         if intra_host_fabric is not None:

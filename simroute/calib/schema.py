@@ -104,6 +104,7 @@ class GpuFileSpec(BaseModel):
 
     description: str = ""
     peak_bf16_TFLOPs: Constant
+    peak_fp8_TFLOPs: Constant | None = None  # dense FP8 tensor-core peak; absent: no FP8 rate (FP8 GEMMs at bf16)
     hbm_GBps: Constant
     hbm_GB: Constant
     hbm_efficiency: Constant
@@ -112,9 +113,11 @@ class GpuFileSpec(BaseModel):
     iteration_overhead_us: Constant
     iteration_overhead_graph_us: Constant | None = None   # under CUDA graphs, when measured
 
-    @field_validator("peak_bf16_TFLOPs", "hbm_GBps", "hbm_GB")
+    @field_validator("peak_bf16_TFLOPs", "peak_fp8_TFLOPs", "hbm_GBps", "hbm_GB")
     @classmethod
-    def _positive_value(cls, c: Constant) -> Constant:
+    def _positive_value(cls, c: Constant | None) -> Constant | None:
+        if c is None:
+            return None
         return _require_positive(c, "a peak or capacity")
 
     @field_validator("hbm_efficiency", "attention_efficiency", "gemm_efficiency")

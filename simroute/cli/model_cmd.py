@@ -253,11 +253,23 @@ def _step_profile(calib: str, gpu: str):
     return prof, load_profile(shipped)
 
 
+def _topology_fabrics(prof, gpu: str) -> list[str]:
+    """The intra-host fabrics of the shipped topologies whose hosts carry `gpu` (`hosts.gpu`: HGX H200 hosts
+    run the H100's NVLink 4 fabric), where the profile has them."""
+    from simroute.network import DATA_DIR, load_topology
+    out = []
+    for path in sorted(DATA_DIR.glob("*.yaml")):
+        spec = load_topology(path).spec
+        if spec.gpu == gpu and spec.intra.fabric in prof.fabrics and spec.intra.fabric not in out:
+            out.append(spec.intra.fabric)
+    return out
+
+
 def _allreduce_fabric(prof, gpu: str, fabric: str | None, tp: int) -> str | None:
     """The fabric the TP all-reduce runs over: the one given, else the fastest of the profile naming `gpu`."""
     if fabric is not None or tp == 1:
         return fabric
-    own = [n for n, f in prof.fabrics.items() if f.gpu == gpu]
+    own = [n for n, f in prof.fabrics.items() if f.gpu == gpu] or _topology_fabrics(prof, gpu)
     if not own:
         from simroute.errors import ConfigurationError
         raise ConfigurationError(f"--tp {tp} needs --fabric for the all-reduce: no fabric of the profile names gpu "
@@ -276,6 +288,8 @@ def model_step(
     prefill_context: int = typer.Option(0, "--prefill-context", min=0,
                                         help="Earlier tokens the prefill chunk (tokens - decode-seqs) attends."),
     fabric: str = typer.Option(None, help="Fabric of the TP all-reduce (default: the fastest naming the GPU)."),
+    weights: str = typer.Option(None, help="Weight dtype of the linear layers: bf16 | fp8 (default: the "
+                                           "checkpoint's, e.g. fp8 for DeepSeek-V3)."),
     calib: str = typer.Option("paper-all", help=CALIB_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
@@ -290,17 +304,20 @@ def model_step(
         raise ConfigurationError(f"--decode-seqs {decode_seqs} exceeds --tokens {tokens}", field="decode-seqs")
     prof, gpu_prof = _step_profile(calib, gpu)
     fab = _allreduce_fabric(prof, gpu, fabric, tp)
-    m = prof.step_model(model, tp=tp, intra_host_fabric=fab, gpu_spec=gpu_prof.gpu_spec(gpu))
+    m = prof.step_model(model, tp=tp, intra_host_fabric=fab, gpu_spec=gpu_prof.gpu_spec(gpu), weight_dtype=weights)
     batch = BatchShape.uniform(decode_seqs, context, prefill_tokens=tokens - decode_seqs,
                                prefill_context=prefill_context)
     terms = m.iteration(batch).as_ms()
     inputs = {"model": model, "gpu": gpu, "tp": tp, "tokens": tokens, "decode_seqs": decode_seqs, "context": context,
-              "prefill_context": prefill_context, "allreduce_fabric": fab, "calib": calib}
+              "prefill_context": prefill_context, "allreduce_fabric": fab, "calib": calib, "weights": weights}
+    g = m.geometry
+    dtype = {"weight_dtype": g.weight_dtype, "weight_dtype_source": g.sources.get("weight_dtype", "default: bf16"),
+             "linear_fp8_rate": m.fp8_rate, "notes": list(m.notes)}
     sizes = {"weight_GB_per_gpu": m.weight_bytes_per_gpu / 1e9,
              "kv_bytes_per_token_per_gpu": m.kv_bytes_per_token_per_gpu, "kv_capacity_tokens": m.kv_capacity_tokens(),
              "weights_fit": m.weight_bytes_per_gpu < m.gpu.hbm_bytes}
     if json_out:
-        echo_json({**terms, **sizes, "inputs": inputs, "gpu_sources": m.gpu.sources})
+        echo_json({**terms, **sizes, **dtype, "inputs": inputs, "gpu_sources": m.gpu.sources})
         return
     b = terms["bounds"]
     rows = [["iteration", f"{terms['iteration_ms']:.4f}", ""],
@@ -311,6 +328,10 @@ def model_step(
             ["overhead", f"{terms['overhead_ms']:.4f}", ""]]
     table(f"{model} on {tp} x {gpu}: {tokens} tokens ({decode_seqs} decodes at context {context}), "
           f"{terms['layers']} layers", ["term", "ms", "bound"], rows)
+    rate = "the FP8 rate" if m.fp8_rate else "the bf16 rate"
+    typer.echo(f"weights {g.weight_dtype} ({dtype['weight_dtype_source']}); linear GEMMs at {rate}")
+    for note in m.notes:
+        typer.echo(f"note: {note}")
     typer.echo(f"weights {sizes['weight_GB_per_gpu']:.1f} GB per GPU; KV {sizes['kv_bytes_per_token_per_gpu']:,.0f} B "
                f"per token per GPU; KV capacity {sizes['kv_capacity_tokens']:,} tokens")
     if not sizes["weights_fit"]:

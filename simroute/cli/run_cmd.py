@@ -17,7 +17,7 @@ from simroute.cli.common import console, echo_json, table
 def run_options() -> list[tuple[str, inspect.Parameter]]:
     """(RunConfig field, CLI parameter) per field: names, defaults, help and value lists from the field
     metadata (simroute/sim/config.py), so an option can never drift from the config it fills."""
-    from simroute.sim.config import RunConfig, field_types
+    from simroute.sim.config import DEFAULT_RUN, RunConfig, field_types
     from simroute.sim.registry import Registry
     hints = typing.get_type_hints(RunConfig)
     out = []
@@ -35,7 +35,7 @@ def run_options() -> list[tuple[str, inspect.Parameter]]:
         elif choices is not None:
             help_text += f" One of: {' | '.join(choices)}."
         required = f.default is dataclasses.MISSING
-        default = None if required else f.default
+        default = None if required else DEFAULT_RUN.get(f.name, f.default)     # the shipped default scenario
         annotation = typing.Optional[base] if (optional or required) else base
         out.append((f.name, inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
                                               default=typer.Option(default, flag, help=help_text))))
@@ -120,8 +120,10 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
     """The terminal summary table."""
     c = console()
     cfg = s["config"]
+    eng = s["engine"]
     c.print(f"[bold]simroute run[/bold]: {Path(cfg['trace']).name} on {Path(cfg['topology']).name} "
-            f"({s['instances']} instances), profile {Path(cfg['calib']).name}, policy {cfg['policy']}, "
+            f"({s['instances']} instances of {cfg['tp']} x {eng['gpu']}), {eng['model']} "
+            f"({eng.get('weight_dtype', 'bf16')} weights), profile {Path(cfg['calib']).name}, policy {cfg['policy']}, "
             f"routing {cfg['routing']}, seed {s['seed']}")
     f = lambda d, k: "-" if d.get(k) is None else f"{d[k]:.3f}"
     reasons = ", ".join(f"{k}: {v}" for k, v in s["dropped_by_reason"].items())
@@ -133,19 +135,42 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
     pc = s["primitive_counts"]
     table("primitives per (chunk, request)", ["route", "fetch", "local", "resident", "first-touch"],
           [[pc["route"], pc["fetch"], pc["local"], pc["resident"], pc["first-touch"]]])
+    _print_why(s)
     b = s["bytes"]
     table("bytes", ["route", "fetch", "pd transfer"] + list(s["network"].get("bytes_by_tier", {})),
           [[f"{b['route'] / 1e9:.3f} GB", f"{b['fetch'] / 1e9:.3f} GB", f"{b['pd_transfer'] / 1e9:.3f} GB"]
            + [f"{v / 1e9:.3f} GB" for v in s["network"].get("bytes_by_tier", {}).values()]])
-    h = s["holders"]
     slo = s["slo"]
     att = "-" if slo["attainment"] is None else f"{100 * slo['attainment']:.1f}%"
-    c.print(f"holders: {h['routed_queries']} routed queries in {h['batches']} batches (mean {h['mean_batch']:.2f}), "
-            f"max queue {h['max_queue']}; SLO (TTFT <= {slo['ttft_ms']} ms, TPOT <= {slo['tpot_ms']} ms) "
-            f"attainment {att}")
+    hp = eng["holder_partials"]
+    c.print(f"holders: {hp['queries']:,.0f} routed partial queries in {hp['kernel_calls']:,.0f} kernel calls, "
+            f"{eng['routed_messages']:,.0f} routed messages; SLO (TTFT <= {slo['ttft_ms']} ms, TPOT <= "
+            f"{slo['tpot_ms']} ms) attainment {att}")
     c.print(f"simulated {s['sim_time_s']:.3f} s in {perf['wall_s']:.2f} s wall "
             f"({perf['sim_s_per_wall_s'] or 0:.1f}x real time, {perf['requests_per_wall_s'] or 0:,.0f} requests/s); "
             f"outputs in {out}/")
+
+
+def _print_why(s: dict) -> None:
+    """Why the primitives came out as they did: routes the policy chose vs fetches that did not fit, the
+    horizons behind them, and one GPU's HBM at the busiest moment (summary.json `why`, `engine.hbm`)."""
+    c = console()
+    why, hbm = s.get("why"), s["engine"]["hbm"]
+    if why:
+        med = why["median_output_tokens"]
+        fmt = lambda v: "-" if v is None else f"{v:g}"
+        c.print(f"why: route {why['route_by_policy']} chosen by the policy + {why['route_fetch_did_not_fit']} "
+                f"fetches that did not fit in HBM; requests that route decode a median of "
+                f"{fmt(med['routing_requests'])} tokens, those that fetch {fmt(med['fetching_requests'])} "
+                "(a routed chunk pays its round trips every decode step, a fetched one once)")
+    peak = hbm.get("at_peak")
+    line = (f"HBM per GPU {hbm['capacity_gb_per_gpu']:.0f} GB: weights {hbm['weights_gb_per_gpu']:.1f} GB, "
+            f"KV room {hbm['kv_capacity_tokens']:,} tokens")
+    if peak:
+        line += (f"; at the busiest moment (instance {peak['instance']}, t = {peak['t_s']:.2f} s) running KV "
+                 f"{peak['running_kv_gb']:.1f} GB, pinned chunks {peak['pinned_chunks_gb']:.1f} GB, copies "
+                 f"{peak['copies_gb']:.1f} GB, free {peak['free_gb']:.1f} GB")
+    c.print(line + f"; copies evicted {hbm['evictions']}, refused {hbm['copies_refused']}")
 
 
 def register(app: typer.Typer) -> None:

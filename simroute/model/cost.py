@@ -230,6 +230,11 @@ def step_parts(mq, ct, fabric, topk, holders, tp, cached, p: CostParams, ops=ARR
     requester's attention over the copy, the work route moves to the holder."""
     g = p.geometry
     probe, qp_per_row_s, kv_per_token_s = ops.fabric_row(p, fabric)
+    unit_tp = tp == 1 if isinstance(tp, (int, float)) else False
+    if not unit_tp:
+        tp = ops.maximum(tp, 1.0)
+    wire = mq * qp_per_row_s
+    mq = mq if unit_tp else mq / tp       # attention per GPU: the query heads split over the TP ranks
     sparse = topk > 0
     any_sparse = ops.any(sparse)
     every_sparse = any_sparse and ops.all(sparse)
@@ -248,14 +253,10 @@ def step_parts(mq, ct, fabric, topk, holders, tp, cached, p: CostParams, ops=ARR
     if p.host_overhead and p.holder_amortisation:
         compute = holder_compute_s(mq * p.dispatch_batch, ct, k_holder, p, ops) / p.dispatch_batch
     ret_extra = 2.0 * probe if (p.host_overhead and not p.collapsed_response) else 0.0
-    unit_tp = tp == 1 if isinstance(tp, (int, float)) else False
-    if not unit_tp:
-        tp = ops.maximum(tp, 1.0)
     pull = splice = None
     if not every_sparse:
         pull = ct * kv_per_token_s if unit_tp else ct * kv_per_token_s / tp
         splice = ops.where(cached, 0.0, splice_s(ct, p, ops))
-    wire = mq * qp_per_row_s
     return StepParts(probe, wire if unit_tp else wire / tp, ret_extra, compute, attend, pull, splice, gather,
                      ct * (g.layers * p.prefill_s_per_token_layer), sparse)   # positional: the float path is hot
 

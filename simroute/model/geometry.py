@@ -19,8 +19,16 @@ from simroute.errors import UnknownNameError
 
 WIRE_BYTES = 2          # bf16 on the wire (paper §3.2)
 STAT_BYTES = 4          # m and l are fp32 (paper §3.2)
-WEIGHT_BYTES = 2        # bf16 weights and activations
+WEIGHT_BYTES = 2        # bf16 activations (and bf16 weights)
 CACHE_DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+FP8_BLOCK = 128         # an FP8 checkpoint's weight blocks: one fp32 dequantisation scale per 128 x 128 weights
+# Bytes per stored weight: bf16, or FP8 (e4m3) with its block scale (DeepSeek-V3's README_WEIGHTS.md, "FP8 Weights":
+# 128x128 block scaling, a float32 weight_scale_inv per block).
+WEIGHT_DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0 + 4.0 / (FP8_BLOCK * FP8_BLOCK)}
+# GEMMs an FP8 checkpoint keeps in bf16: the MoE gating (router). The embedding and the LM head are bf16 too
+# (DeepSeek-V3 Technical Report, §3.3.1 "Mixed Precision Framework": the embedding module, the output head, the
+# MoE gating modules, normalisation and attention operators stay in BF16 / FP32).
+BF16_ONLY_OPS = frozenset({"router"})
 
 
 @dataclass(frozen=True)
@@ -36,11 +44,16 @@ class LinearOp:
     n: int
     experts: int = 1
     active: int = 1
+    weight_dtype: str = "bf16"     # how the weights are stored ("fp8": FP8 GEMMs where the GPU has the rate)
 
     @property
-    def weight_bytes(self) -> int:
-        """Bytes of one weight matrix of this op."""
-        return self.k * self.n * WEIGHT_BYTES
+    def weight_bytes(self) -> float:
+        """Bytes of one weight matrix of this op (FP8 with its block scales)."""
+        return self.k * self.n * WEIGHT_DTYPE_BYTES[self.weight_dtype]
+
+    @property
+    def fp8(self) -> bool:
+        return self.weight_dtype == "fp8"
 
 
 def _split(width: int, tp: int) -> int:
@@ -61,6 +74,7 @@ class ModelGeometry:
     index_topk: int = 0            # selection budget of the sparse indexer (0 = dense)
     token_compression: tuple[int, ...] = ()   # per-layer m:1 token-axis ratios, interleaved (V4)
     cache_dtype: str = "bf16"
+    weight_dtype: str = "bf16"     # the checkpoint's linear-layer weights ("fp8": DeepSeek-V3 family, Kimi K2)
     kv_heads: int = 1              # cached heads per token-layer: 1 latent for MLA, n_kv_heads for GQA
     kv_tensors: int = 1            # 1 for MLA (the latent serves K and V), 2 for GQA (K and V)
     # Linear layers (0 = unknown: the step-time model needs them, the closed form does not).
@@ -119,6 +133,16 @@ class ModelGeometry:
             raise UnknownNameError("cache dtype", dtype, list(CACHE_DTYPE_BYTES))
         return replace(self, cache_dtype=dtype)
 
+    def with_weight_dtype(self, dtype: str) -> "ModelGeometry":
+        """The same model with its linear layers stored as `dtype` (bf16 or fp8); KV and activations unchanged."""
+        if dtype not in WEIGHT_DTYPE_BYTES:
+            raise UnknownNameError("weight dtype", dtype, list(WEIGHT_DTYPE_BYTES))
+        if dtype == self.weight_dtype:
+            return self
+        was = self.sources.get("weight_dtype", self.weight_dtype)
+        return replace(self, weight_dtype=dtype,
+                       sources={**self.sources, "weight_dtype": f"override: {dtype} (the checkpoint's: {was})"})
+
     # ---- linear layers (the step-time model) -------------------------------------------------------
     @property
     def is_mla(self) -> bool:
@@ -166,10 +190,15 @@ class ModelGeometry:
 
         Attention projections split by heads; FFN up (gate and up fused) / down split by the FFN width; MoE
         experts are tensor-parallel too (each GPU holds a 1/tp slice of every expert), the router replicated.
+        Every op but the router carries the model's `weight_dtype`.
         """
         if not self.has_linear_geometry:
             raise UnknownNameError("model with linear geometry", self.name,
                                    [m.name for m in MODELS.values() if m.has_linear_geometry])
+        return [op if op.name in BF16_ONLY_OPS else replace(op, weight_dtype=self.weight_dtype)
+                for op in self._layer_ops(tp, kind)]
+
+    def _layer_ops(self, tp: int, kind: str) -> list[LinearOp]:
         h = self.hidden
         ops = self._attention_ops(tp)
         if kind == "dense":
@@ -209,6 +238,7 @@ def _cfg(repo: str) -> str:
 def _sources(repo: str, keys: str, **extra: str) -> dict[str, str]:
     """Every listed dimension read from the model's published config; `extra` adds or overrides entries."""
     out = {k: _cfg(repo) for k in keys.split()}
+    out["weight_dtype"] = f"bf16: torch_dtype of the {_cfg(repo)}"
     out.update(extra)
     return out
 
@@ -225,8 +255,18 @@ _ASSUMED_V3 = ("assumed: DeepSeek-V3's (deepseek-ai/DeepSeek-V3 HF config.json);
                "verified")
 
 
+_FP8_V3 = ("fp8: HF config.json of {repo}, quantization_config (quant_method fp8, fmt e4m3, weight_block_size "
+           "[128, 128]); DeepSeek-V3's README ('Since FP8 training is natively adopted in our framework, we only "
+           "provide FP8 weights') and DeepSeek-V3 Technical Report §3.3 (FP8 Training)")
+
+
+def _fp8(repo: str) -> dict[str, str]:
+    return {"weight_dtype": _FP8_V3.format(repo=repo)}
+
+
 def _assumed_linear() -> dict[str, str]:
-    return {k: _ASSUMED_V3 for k in _V3_LINEAR}
+    return {**{k: _ASSUMED_V3 for k in _V3_LINEAR}, "weight_dtype": "assumed bf16 (this model's checkpoint was not "
+                                                                    "verified)"}
 
 
 def _gqa(name: str, repo: str, layers: int, heads: int, kv_heads: int, hidden: int, ffn: int, vocab: int,
@@ -245,14 +285,18 @@ MODELS: dict[str, ModelGeometry] = {m.name: m for m in [
                   expert_intermediate=1408, dense_layers=1, published_active_params=2.4e9,
                   sources=_sources("deepseek-ai/DeepSeek-V2-Lite", _MLA_KEYS, note=_MLA_NOTE,
                                    published_active_params="2.4B activated (DeepSeek-V2-Lite model card)")),
-    ModelGeometry("deepseek-v3", 576, 512, 61, 128, **_V3_LINEAR, published_active_params=37e9,
+    ModelGeometry("deepseek-v3", 576, 512, 61, 128, **_V3_LINEAR, published_active_params=37e9, weight_dtype="fp8",
                   sources=_sources("deepseek-ai/DeepSeek-V3", _MLA_KEYS, note=_MLA_NOTE,
+                                   **_fp8("deepseek-ai/DeepSeek-V3"),
                                    published_active_params="37B activated per token (DeepSeek-V3 Technical Report, abstract)")),
-    ModelGeometry("deepseek-r1", 576, 512, 61, 128, **_V3_LINEAR, published_active_params=37e9,
+    ModelGeometry("deepseek-r1", 576, 512, 61, 128, **_V3_LINEAR, published_active_params=37e9, weight_dtype="fp8",
                   sources=_sources("deepseek-ai/DeepSeek-R1", _MLA_KEYS, note="R1 shares V3's geometry; " + _MLA_NOTE,
+                                   **_fp8("deepseek-ai/DeepSeek-R1"),
                                    published_active_params="37B activated (DeepSeek-R1 model card)")),
     ModelGeometry("deepseek-v3.2", 576, 512, 61, 128, index_topk=2048, **_V3_LINEAR, published_active_params=37e9,
+                  weight_dtype="fp8",
                   sources=_sources("deepseek-ai/DeepSeek-V3.2-Exp", _MLA_KEYS + " index_topk", note=_MLA_NOTE,
+                                   **_fp8("deepseek-ai/DeepSeek-V3.2-Exp"),
                                    published_active_params="37B (V3 base, DeepSeek-V3.2-Exp model card)")),
     ModelGeometry("deepseek-v4-pro", 576, 512, 61, 128, index_topk=1024, token_compression=(4, 128), **_V3_LINEAR,
                   sources={"d_qk": _MLA_NOTE, "d_v": _MLA_NOTE, "layers": "assumed 61 (V3 lineage)",
@@ -267,8 +311,10 @@ MODELS: dict[str, ModelGeometry] = {m.name: m for m in [
                            "index_topk": "2048 DSA (paper §5.4)", **_assumed_linear()}),
     ModelGeometry("kimi-k2", 576, 512, 61, 64, hidden=7168, intermediate=18432, vocab=163840, q_lora_rank=1536,
                   qk_nope_head_dim=128, v_head_dim=128, routed_experts=384, experts_per_token=8, shared_experts=1,
-                  expert_intermediate=2048, dense_layers=1, published_active_params=32e9,
+                  expert_intermediate=2048, dense_layers=1, published_active_params=32e9, weight_dtype="fp8",
                   sources=_sources("moonshotai/Kimi-K2-Instruct", _MLA_KEYS, note=_MLA_NOTE,
+                                   weight_dtype="fp8: HF config.json of moonshotai/Kimi-K2-Instruct, "
+                                                "quantization_config (block-fp8, weight_block_size [128, 128])",
                                    published_active_params="32B activated (Kimi K2 model card)")),
     # Dense GQA models: a routed "row" is one query head (d = head_dim 128); the cache holds K and V of the KV
     # heads. llama-3.1-70b is also the prefill -> decode (ARK) scenario's model, whose KV transfers are elephants.

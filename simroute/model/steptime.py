@@ -2,7 +2,8 @@
 
 An iteration (one forward pass of a continuous batch, as vLLM and Sarathi-Serve schedule it) costs, per layer,
 - linear ops (attention projections and FFN, or MoE with the activated experts): weights read once per
-  iteration, 2 FLOPs per weight per token;
+  iteration (bf16, or FP8 with block scales: half the bytes), 2 FLOPs per weight per token (FP8 GEMMs at the
+  GPU's FP8 rate; a GPU without one runs them at its bf16 rate, as weight-only FP8 kernels do);
 - attention: the bytes of every attended context (MLA c_KV or GQA K/V, read once per sequence), the FLOPs of
   the new tokens against it;
 - the tensor-parallel all-reduce of the layer's output (two per layer) over the instance's own fabric;
@@ -47,10 +48,15 @@ class GpuSpec:
     iteration_overhead_s: float
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     iteration_overhead_graph_s: float | None = None     # the same iteration under CUDA graphs, when measured
+    peak_fp8_flops: float | None = None                 # dense FP8 tensor-core peak (None: the GPU has none)
 
     @property
     def achievable_hbm_Bps(self) -> float:
         return self.hbm_Bps * self.hbm_efficiency
+
+    @property
+    def has_fp8(self) -> bool:
+        return self.peak_fp8_flops is not None
 
     def gemm_fraction(self, tokens: float) -> float:
         """Achievable fraction of peak FLOP/s of the linear GEMMs of an iteration of `tokens` tokens."""
@@ -123,7 +129,8 @@ class _LayerKind:
     expert_weight_bytes: float     # one routed expert's matrices (0 without MoE)
     experts: int
     experts_per_token: int
-    flops_per_token: float
+    flops_per_token: float         # of the bf16 GEMMs
+    fp8_flops_per_token: float     # of the FP8 GEMMs (0 for a bf16 checkpoint)
     act_bytes_per_token: float
 
 
@@ -136,7 +143,8 @@ def _fold(ops: Sequence[LinearOp], count: int) -> _LayerKind:
         expert_weight_bytes=float(sum(op.weight_bytes for op in routed)),
         experts=routed[0].experts if routed else 0,
         experts_per_token=routed[0].active if routed else 0,
-        flops_per_token=float(sum(2 * op.k * op.n * op.active for op in ops)),
+        flops_per_token=float(sum(2 * op.k * op.n * op.active for op in ops if not op.fp8)),
+        fp8_flops_per_token=float(sum(2 * op.k * op.n * op.active for op in ops if op.fp8)),
         act_bytes_per_token=float(sum((op.k + op.n) * op.active * WEIGHT_BYTES for op in ops)))
 
 
@@ -154,8 +162,10 @@ class StepTimeModel:
     allreduce_Bps / allreduce_latency_s: the instance's intra-host fabric (bulk rate and per-hop latency) that
     the ring all-reduce runs over. holder_curve: the profile's measured holder-compute curve ((N, seconds) at
     holder_ref = (heads, ct) reference requesters), the floor of `holder_partial_s`. cuda_graphs: charge the
-    GPU's `iteration_overhead_graph_s` when it has one (iterations replayed as CUDA graphs). Extend by adding
-    terms to `iteration` and `iteration_s` together (a test checks they agree).
+    GPU's `iteration_overhead_graph_s` when it has one (iterations replayed as CUDA graphs). FP8 weights
+    (`geometry.weight_dtype`) halve the linear ops' weight bytes; their FLOPs run at the GPU's FP8 peak, or at
+    its bf16 peak where it has none (`fp8_rate` says which, `notes` says so). Extend by adding terms to
+    `iteration` and `iteration_s` together (a test checks they agree).
     """
 
     def __init__(self, geometry: ModelGeometry, gpu: GpuSpec, tp: int = 1, *, allreduce_Bps: float = float("inf"),
@@ -174,10 +184,17 @@ class StepTimeModel:
         head = g.lm_head_op(tp)
         self._head_bytes, self._head_flops = float(head.weight_bytes), 2.0 * head.k * head.n
         self._kind_rows = tuple((k.count, k.dense_weight_bytes, k.expert_weight_bytes, k.experts,
-                                 k.experts_per_token, k.flops_per_token, k.act_bytes_per_token) for k in self._kinds)
+                                 k.experts_per_token, k.flops_per_token, k.fp8_flops_per_token, k.act_bytes_per_token)
+                                for k in self._kinds)
         self._head_act_bytes = -(-g.vocab // tp) * WEIGHT_BYTES          # the logits written per sequence
         # the hot path's constants, folded once
         self._peak, self._bw = gpu.peak_flops, gpu.achievable_hbm_Bps
+        uses_fp8 = any(k.fp8_flops_per_token for k in self._kinds)
+        self.fp8_rate = uses_fp8 and gpu.has_fp8
+        self._peak_fp8 = gpu.peak_fp8_flops if self.fp8_rate else gpu.peak_flops
+        self.notes: tuple[str, ...] = () if not uses_fp8 or gpu.has_fp8 else (
+            f"{gpu.name} has no FP8 tensor-core rate: the FP8 weights are read as FP8 (half the bytes) and their "
+            "GEMMs run at the bf16 rate (weight-only FP8, dequantised in the kernel)",)
         self._inv_bw = 1.0 / self._bw
         self._attn_rate = gpu.peak_flops * gpu.attention_efficiency
         self._kv_bytes_token_layer = g.b_kv_per_gpu(tp) * g.token_fraction
@@ -217,14 +234,16 @@ class StepTimeModel:
     # ---- terms ------------------------------------------------------------------------------------------
     def _linear(self, tokens: float) -> tuple[float, float, float]:
         """(seconds over all layers, memory-bound seconds, compute-bound seconds) of the linear ops."""
-        rate = self._peak * self.gpu.gemm_fraction(tokens)
+        fraction = self.gpu.gemm_fraction(tokens)
+        rate, rate_fp8 = self._peak * fraction, self._peak_fp8 * fraction
         inv_bw = self._inv_bw
         total = mem_s = comp_s = 0.0
-        for count, dense_bytes, expert_bytes, experts, per_token, flops_token, act_token in self._kind_rows:
+        for count, dense_bytes, expert_bytes, experts, per_token, flops_token, fp8_flops_token, act_token \
+                in self._kind_rows:
             weights = dense_bytes + experts_touched(experts, per_token, tokens) * expert_bytes if experts \
                 else dense_bytes
             mem = (weights + tokens * act_token) * inv_bw
-            comp = tokens * flops_token / rate
+            comp = tokens * (flops_token / rate + fp8_flops_token / rate_fp8)
             if mem >= comp:
                 mem_s += count * mem
             else:
@@ -286,7 +305,8 @@ class StepTimeModel:
         """One holder kernel call answering `queries` routed partial-attention queries (one layer): each of
         `rows_per_query` rows over its `key_tokens` keys (scalars, or one value per query). The roofline over
         the batch's total keys and rows x keys, floored by the profile's measured holder curve at the batch's
-        reference-requester work, so that an idle holder reproduces the measurement."""
+        reference-requester work per GPU (the query heads split over the TP ranks), so that an idle holder
+        reproduces the measurement."""
         if isinstance(rows_per_query, (int, float)) and isinstance(key_tokens, (int, float)):
             keys, pairs = queries * key_tokens, queries * rows_per_query * key_tokens
         else:
@@ -296,5 +316,6 @@ class StepTimeModel:
         roof = max(keys * self._attn_s_per_kv_token, pairs * self._holder_s_per_pair)
         if self.holder_curve is None:
             return roof
-        work = holder_work(pairs, 1.0, self.geometry.token_fraction, *self.holder_ref)    # pairs = rows x keys
+        # pairs = rows x keys; each GPU of the TP group computes its heads' share (the curve is one GPU's)
+        work = holder_work(pairs / self.tp, 1.0, self.geometry.token_fraction, *self.holder_ref)
         return max(roof, holder_curve_s(work, self.holder_curve[0], self.holder_curve[1]))

@@ -161,6 +161,17 @@ def fill_groups_numba(links_by_slot, n, gcap, cap):
     return rate, bn
 
 @njit
+def mark_links(links, slot, n_links, seen, count):
+    """Mark the real links of group `slot` in `seen`; returns `count` plus the ones not marked before."""
+    for k in range(links.shape[0]):
+        lid = links[k, slot]
+        if lid < n_links and not seen[lid]:
+            seen[lid] = True
+            count += 1
+    return count
+
+
+@njit
 def commit_rates_numba(now, new_rate, new_bn, links, rate, bn, work, last_t, next_work, due, same, n_links):
     """Same contract as kernels.commit_rates_numpy: commit the groups whose rate moved, return their links."""
     groups = new_rate.shape[0]
@@ -176,11 +187,7 @@ def commit_rates_numba(now, new_rate, new_bn, links, rate, bn, work, last_t, nex
             last_t[g] = now
         rate[g] = fresh
         due[g] = now + (next_work[g] - work[g]) / fresh if fresh > 0 else np.inf
-        for k in range(links.shape[0]):
-            lid = links[k, g]
-            if lid < n_links and not touched[lid]:
-                touched[lid] = True
-                count += 1
+        count = mark_links(links, g, n_links, touched, count)
     out = np.empty(count, dtype=np.int64)
     j = 0
     for lid in range(n_links):
@@ -334,11 +341,12 @@ def link_level(lid, level, cap, member, deg, n, rate, status, new_rate, scratch_
 
 
 @njit
-def cascade_numba(seeds, dirty, links, n, gcap, rate, bn, cap, member, deg, limit, eps, group_int, group_flag,
-                  new_rate, link_flag, heap_int, heap_key, stack):
+def cascade_numba(seeds, dirty, links, n, gcap, rate, bn, cap, load, member, deg, limit, eps, group_int,
+                  group_flag, new_rate, link_flag, heap_int, heap_key, stack):
     """Incremental max-min after a change: progressive filling that touches only what can move.
 
-    seeds: slots of groups whose flow count changed (or new groups); dirty: links that lost a group.
+    seeds: slots of groups whose flow count changed (or new groups); dirty: links that lost a group; load:
+    the committed load per link (what a link no member of which has changed status still carries).
     Every other group is assumed to keep its committed rate (status KEEP): below that rate it is unfixed,
     at it it is fixed on its committed bottleneck `bn`. Events run in level order from one indexed heap
     (item l: dirty link l fills; n_ids + l: a RELEASE check of link l; 2 n_ids + g: group g's cap):
@@ -477,6 +485,8 @@ def cascade_numba(seeds, dirty, links, n, gcap, rate, bn, cap, member, deg, limi
                             lid = links[k, g]
                             if lid >= n_links or lid == who:
                                 continue
+                            if lstate[lid] == _CLEAN and load[lid] < cap[lid] * (1.0 - eps):
+                                continue                # as committed, and not full: not a bottleneck
                             if lstate[lid] == _DONE or link_level(lid, level, cap, member, deg, n, rate, status,
                                                                   new_rate, scratch_rate, scratch_n) \
                                     <= rate[g] * (1.0 + eps):
@@ -512,8 +522,10 @@ def cascade_numba(seeds, dirty, links, n, gcap, rate, bn, cap, member, deg, limi
             aborted = True
             break
         # every group whose status changed makes its links dirty. A fixed group only lowers its links' load
-        # above the level, so their queued fill level stays a lower bound: marked stale, refreshed when it
-        # reaches the top. An unfixed one raises it: those links are re-examined now.
+        # above the level, so a queued fill level stays a lower bound (marked stale, refreshed when it
+        # reaches the top), and a clean link that is not full needs nothing (no kept group is bottlenecked
+        # on it and none can be fixed on it before an unfixed group joins). An unfixed group raises the
+        # load: its links are re-examined now.
         for i in range(n_changed):
             g = changed[i]
             lazy = status[g] == _FIXED
@@ -522,6 +534,8 @@ def cascade_numba(seeds, dirty, links, n, gcap, rate, bn, cap, member, deg, limi
                 if lid < n_links and lstate[lid] != _DONE and not queued[lid]:
                     if lazy and lstate[lid] == _DIRTY:
                         stale[lid] = True
+                    elif lazy and load[lid] < cap[lid] * (1.0 - eps):
+                        pass        # clean and not full: it fills later still, above every kept rate on it
                     else:
                         queued[lid] = True
                         stack[top] = lid
@@ -586,11 +600,7 @@ def commit_slots_numba(now, slots, new_rate, new_bn, links, flows, rate, bn, wor
             continue
         moved[n_moved] = i
         n_moved += 1
-        for k in range(links.shape[0]):
-            lid = links[k, g]
-            if lid < n_links and not seen[lid]:
-                seen[lid] = True
-                count += 1
+        count = mark_links(links, g, n_links, seen, count)
     touched = np.empty(count, dtype=np.int64)
     starts = np.empty(count)
     loads = np.empty(count)

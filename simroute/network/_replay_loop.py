@@ -155,9 +155,11 @@ def _cascade(now, seeds, dirty, n_active, limit_frac, floor, links_mat, flows, g
     Returns (ok, groups re-solved)."""
     limit = max(floor, int(limit_frac * n_active))
     group_int, group_flag, new_rate, link_flag, heap_int, heap_key, stack = scratch
-    ok, slots, fresh, fresh_bn = cascade_numba(seeds, dirty, links_mat, flows, gcap, rate, bn, cap_padded, member,
-                                               deg, limit, same, group_int, group_flag, new_rate, link_flag,
-                                               heap_int, heap_key, stack)
+    # the committed-load argument is the capacity itself: every link reads as full, so the cascade skips nothing
+    # (the replay's `load` is not kept as flows join and leave, which the skip would need)
+    ok, slots, fresh, fresh_bn = cascade_numba(seeds, dirty, links_mat, flows, gcap, rate, bn, cap_padded,
+                                               cap_padded, member, deg, limit, same, group_int, group_flag,
+                                               new_rate, link_flag, heap_int, heap_key, stack)
     if not ok:
         return False, 0
     commit_slots_numba(now, slots, fresh, fresh_bn, links_mat, flows, rate, bn, work, last_t, next_work, due, load,

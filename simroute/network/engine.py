@@ -7,10 +7,13 @@ switched by group count with hysteresis (`arrays_on` / `arrays_off`):
   untouched group loses its bottleneck (SimGrid "lazy" style, refined). At the fixpoint every group has a valid bottleneck, which is
   exactly max-min fairness. Completions sit in one heap with version stamps.
 - array mode (many groups): group state lives in columns (links, flows, cap, rate, bottleneck, work clock,
-  last update, next finish work, completion time); every re-rating is a from-scratch solve by the solver
-  backend (`kernels`: numba, or the NumPy reference) and a kernel commits only the groups whose rate moved;
-  the next completion is an array reduction. In a dense fabric one change re-rates a large share of the
-  groups anyway (~13% at 10k flows on the 1024-GPU fat-tree), so a compiled full solve beats a cascade there.
+  last update, next finish work, completion time) and, compiled, which groups use each link; a re-rating is
+  the compiled incremental re-solve (`_compiled.cascade_numba`: progressive filling in level order over
+  the groups whose rate can move) or, once that involves more than `cascade_limit` of the groups, a
+  from-scratch solve by the solver backend (`kernels`: numba, or the NumPy reference, which always solves
+  in full); a kernel commits the groups whose rate moved and integrates their links' telemetry; the next
+  completion is an array reduction. In a dense fabric one start can move a large share of the groups
+  (tens of percent at 10k flows on the 1024-GPU fat-tree), which is where the full solve takes over.
 Both modes give the max-min rates (tests compare them with the textbook reference). All events of one
 timestamp are handled in one step: completions due now, then every start enqueued at that instant.
 
@@ -26,8 +29,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import simpy
@@ -59,9 +61,9 @@ def _succeed_later(env: simpy.Environment, event: simpy.Event, value: Any, delay
     env.schedule(event, NORMAL, delay)
 
 
-@dataclass(frozen=True, slots=True)
-class FlowRecord:
-    """A finished flow. `start` is when transfer() was called, `end` when its last byte arrived."""
+class FlowRecord(NamedTuple):
+    """A finished flow. `start` is when transfer() was called, `end` when its last byte arrived. A named
+    tuple: one is built per flow on the hot path, about four times cheaper than a frozen dataclass."""
 
     fid: int
     src: str
@@ -203,9 +205,12 @@ class FlowEngine:
     """
 
     # Array mode from `arrays_on` groups on, back to object mode below `arrays_off` (class attributes, so
-    # tests and benches can move them). With the NumPy backend the full solve costs more, so it starts later.
-    arrays_on = 1536
-    arrays_off = 768
+    # tests and benches can move them). Compiled, the incremental re-solve makes array mode cheaper than
+    # object mode from a few hundred groups (measured on the 1024-GPU fat-tree closed loop: 1k flows ~2x
+    # the events/s, 300 flows even, 100 flows object mode ahead). With the NumPy backend every re-rating is
+    # a full solve, so it starts much later.
+    arrays_on = 512
+    arrays_off = 256
     numpy_arrays_on = 4096
     numpy_arrays_off = 2048
     # Array mode: an incremental re-solve involving more than this fraction of the groups (and more than
@@ -215,16 +220,15 @@ class FlowEngine:
     cascade_floor = 64
 
     def __init__(self, env: simpy.Environment, topology: EngineTopology, routing: str = "ecmp", seed: int = 0, *,
-                 ark_elephant_bytes: float = ARK_ELEPHANT_BYTES, elephant_bytes: float | None = None,
-                 ark_hash_s: float = ARK_HASH_S, ark_lookup_s: float = ARK_LOOKUP_S, port_search: int = 16384,
+                 ark_elephant_bytes: float = ARK_ELEPHANT_BYTES, ark_hash_s: float = ARK_HASH_S,
+                 ark_lookup_s: float = ARK_LOOKUP_S, port_search: int = 16384,
                  record_series: bool = False, keep_records: bool = True, rate_tolerance: float = 0.0,
                  solver: str = "auto", telemetry_window_s: float = 1e-3,
                  message_model: MessageModel | None = None) -> None:
         if routing not in ROUTING_STRATEGIES:
             raise UnknownNameError("routing", routing, ROUTINGS)
         self.env, self.topology, self.routing, self.seed = env, topology, routing, int(seed)
-        # `elephant_bytes` is the old name of `ark_elephant_bytes` (kept for callers of the first API).
-        self.ark_elephant_bytes = float(ark_elephant_bytes if elephant_bytes is None else elephant_bytes)
+        self.ark_elephant_bytes = float(ark_elephant_bytes)
         self.ark_delay_s = ark_hash_s + ark_lookup_s
         self.port_search = int(port_search)
         self.rate_tolerance = float(rate_tolerance)
@@ -362,7 +366,10 @@ class FlowEngine:
 
     def _links_change(self, links: tuple[int, ...], flows: int, rate: float, now: float) -> None:
         """`flows` flows at `rate` join (or leave, when negative) these links."""
-        self.telemetry.touch_path(links, now)
+        telemetry = self.telemetry
+        telemetry.touch_path(links, now)
+        if flows > 0:
+            telemetry.joined.update(links)
         load, link_n, delta = self.load, self.link_n, flows * rate
         for link in links:
             load[link] += delta
@@ -620,8 +627,8 @@ class FlowEngine:
         limit = max(self.cascade_floor, int(self.cascade_limit * count))
         ok, solved, rate, bn = backend.cascade(
             slots, np.array(dirty, dtype=np.int64), columns.links[:, :count], columns.flows[:count],
-            columns.cap[:count], columns.rate[:count], columns.bn[:count], self._capacity_padded, columns.member,
-            columns.deg, limit, _SAME, *columns.cascade_scratch())
+            columns.cap[:count], columns.rate[:count], columns.bn[:count], self._capacity_padded, self.load,
+            columns.member, columns.deg, limit, _SAME, *columns.cascade_scratch())
         if not ok:
             self.cascade_aborts += 1
             return False
@@ -767,10 +774,8 @@ class FlowEngine:
 
         No re-rating and no event: the caller yields env.timeout(delay). See `MessageModel`.
         """
-        messages = self.messages
-        route = messages.routes.get((src, dst)) or messages.route(src, dst)
-        return messages.send(route, nbytes, t_probe_s, single_block_Bps, self.env.now if now is None else now,
-                             include_latency)
+        return self.send_message(self.messages.route(src, dst), nbytes, t_probe_s=t_probe_s,
+                                 single_block_Bps=single_block_Bps, now=now, include_latency=include_latency)
 
     def send_message(self, route: MessageRoute, nbytes: float, *, t_probe_s: float, single_block_Bps: float,
                      now: float | None = None, include_latency: bool = True) -> float:

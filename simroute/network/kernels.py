@@ -1,18 +1,25 @@
 """Compiled inner loops of the flow engine (numba), each with a pure-NumPy twin that stays the reference.
 
-Two kernels, chosen once per engine by `solver_backend()`:
+Kernels, chosen once per engine by `solver_backend()`:
 - `fill_groups`: max-min rates of every group from scratch. Compiled: sequential progressive filling
   with an indexed min-heap of link shares (keys inline), one entry per link; fixing a group only marks its
   links stale (a share never drops as groups are fixed, so a stored share is a lower bound) and a stale
   link is refreshed and re-sifted when it reaches the top, so most updates cost O(1); a link left with no
-  unfixed group leaves the heap at once from where it sits (near the bottom: a short sift); capped groups are a sorted list merged with the heap. Reference:
-  `maxmin.fill_arrays`, parallel water-filling in rounds (NumPy).
-- `commit_rates`: write the solved rates into the engine's group arrays: a group whose rate moved has its
-  work clock advanced at the old rate, its rate replaced and its completion time recomputed; returns the
-  links whose load changes (their telemetry is integrated before the new load is written).
+  unfixed group leaves the heap at once from where it sits (near the bottom: a short sift); capped groups
+  are a sorted list merged with the heap. Reference: `maxmin.fill_arrays`, parallel water-filling in
+  rounds (NumPy).
+- `cascade` (compiled only): the incremental re-solve after a change, over the groups whose rate can move
+  (see `_compiled.cascade_numba`), with the link membership it reads (`members_build` / `members_add` /
+  `members_remove`). Without it (NumPy backend) every re-rating is a full solve, which is the reference.
+- `commit_slots`: write re-solved rates into the engine's group arrays: a group whose rate moved has its
+  work clock advanced at the old rate, its rate replaced and its completion time recomputed, its links'
+  telemetry integrated at the old load and their load moved; returns those links with their clock and
+  load before the change.
+- `commit_rates`: the older commit over every group (no telemetry, no load); the engine no longer calls
+  it, the whole-flow-set replay (`replay.py`) does.
 
 numba is a core dependency; where it cannot be imported, or with SIMROUTE_NO_NUMBA=1, the NumPy
-twins run. Tests run both and compare them (tests/network/test_kernels.py).
+twins run. Tests run both and compare them (tests/network/test_large.py, test_cascade.py).
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ class Telemetry:
         n_links = len(engine.cap)
         self._cap = np.array(engine.cap)
         self._cap_list = list(engine.cap)
+        self._full_list = [cap * FULL_LOAD for cap in self._cap_list]     # saturated at or above (B/s)
         self.record_series = record_series
         self.keep_records = keep_records
         # Per-link clocks: Python lists while the engine is in object mode (scalar updates are cheaper),
@@ -56,7 +57,12 @@ class Telemetry:
         self.window_index = 0
         self.window_end = self.window_s
         self.windows: list[np.ndarray | None] = []       # bytes per link in each closed window (None: idle)
-        self._window_mark = np.zeros(n_links)            # link_bytes at the current window's start
+        self._window_mark: list[float] | np.ndarray = [0.0] * n_links   # link_bytes at the window's start
+        # Object mode: a window closes over the links that can hold bytes in it, not over every link: those
+        # loaded at the last close and those a flow joined since (`joined`, which the engine fills: a link
+        # unloaded at the last close carries bulk bytes only after a flow joins it).
+        self._live: set[int] = set()
+        self.joined: set[int] = set()
         self.message_routes: list["MessageRoute"] = []   # routes with message bytes in the current window
 
     # ---- recording (called by the engine and the message model) ------------------------------------
@@ -71,9 +77,14 @@ class Telemetry:
         return np.array(self._saturated, dtype=float)
 
     def set_array_mode(self, on: bool) -> None:
+        if not on:       # the next object-mode close visits every loaded link and every one with open-window bytes
+            pending = (np.asarray(self._bytes) != np.asarray(self._window_mark)) | \
+                (np.asarray(self._engine.load, dtype=float)[:len(self._link_t)] != 0)
+            self._live = set(np.flatnonzero(pending).tolist())
         convert = (lambda values: np.array(values, dtype=float)) if on else (lambda values: list(map(float, values)))
-        self._bytes, self._saturated, self._link_t = (convert(self._bytes), convert(self._saturated),
-                                                      convert(self._link_t))
+        self._bytes, self._saturated, self._link_t, self._window_mark = (
+            convert(self._bytes), convert(self._saturated), convert(self._link_t), convert(self._window_mark))
+        self.joined.clear()
 
     def touch(self, link: int, now: float) -> None:
         """Integrate one link's bulk bytes up to now (called just before its load changes)."""
@@ -81,17 +92,17 @@ class Telemetry:
 
     def touch_path(self, links: tuple[int, ...], now: float) -> None:
         """`touch` for each link of a path (one call per group change on the engine's hot path)."""
-        link_t, engine_load, cap = self._link_t, self._engine.load, self._cap_list
+        link_t, engine_load, full = self._link_t, self._engine.load, self._full_list
         for link in links:
             start = link_t[link]
             if now > start:
                 load = engine_load[link]
                 if load > 0:
                     self._bytes[link] += load * (now - start)
-                    if load >= cap[link] * FULL_LOAD:
+                    if load >= full[link]:
                         self._saturated[link] += now - start
                     if self.record_series:
-                        self.series.append((link, float(start), now, float(load / cap[link])))
+                        self.series.append((link, float(start), now, float(load / self._cap_list[link])))
                 link_t[link] = now
 
     def touch_links(self, links: np.ndarray, now: float, load: np.ndarray | None = None) -> None:
@@ -131,10 +142,13 @@ class Telemetry:
             self._close_window(self.window_end)
 
     def _close_window(self, end: float) -> None:
-        self._integrate_all(end)
-        link_bytes = self.link_bytes
-        bulk = link_bytes - self._window_mark
-        self._window_mark = link_bytes
+        if isinstance(self._bytes, list):
+            bulk = self._close_links(end)
+        else:
+            self._integrate_all(end)
+            link_bytes = self.link_bytes
+            bulk = link_bytes - self._window_mark
+            self._window_mark = link_bytes
         messages = self._flush_messages()
         total = bulk if messages is None else bulk + messages
         self.windows.append(total.astype(np.float32) if total.any() else None)
@@ -142,6 +156,24 @@ class Telemetry:
         self.window_end = end + self.window_s
         if len(self.windows) >= self.max_windows:
             self._merge_windows()
+
+    def _close_links(self, end: float) -> np.ndarray:
+        """Object mode: integrate up to `end` the links that can hold bulk bytes in the closing window (loaded
+        at the last close, or joined by a flow since) and return every link's bulk bytes in it (the same
+        arithmetic as integrating them all)."""
+        load, link_bytes, mark = self._engine.load, self._bytes, self._window_mark
+        candidates = self._live | self.joined
+        loaded = sorted(link for link in candidates if load[link])
+        self.touch_path(loaded, end)
+        self._live = set(loaded)
+        self.joined = set()
+        bulk = np.zeros(len(link_bytes))
+        for link in candidates:
+            moved = link_bytes[link] - mark[link]
+            if moved:
+                bulk[link] = moved
+                mark[link] = link_bytes[link]
+        return bulk
 
     def _flush_messages(self) -> np.ndarray | None:
         if not self.message_routes:
@@ -194,27 +226,6 @@ class Telemetry:
         """Message bytes per link so far (closed windows and the open one)."""
         return self.message_link_bytes + self._open_window_messages()
 
-    def spine_profile(self, t0: float, t1: float) -> dict[str, dict[str, float]]:
-        """Per spine over [t0, t1]: time-averaged and peak concurrent flows."""
-        out: dict[str, dict[str, float]] = {}
-        last: dict[str, tuple[float, int]] = {}
-        for t, spine, count in self.spine_series:
-            if t > t1:
-                break
-            prev_t, prev_count = last.get(spine, (t0, 0))
-            entry = out.setdefault(spine, {"mean": 0.0, "peak": 0})
-            begin = max(prev_t, t0)
-            if t > begin:
-                entry["mean"] += prev_count * (t - begin)
-            if t >= t0:
-                entry["peak"] = max(entry["peak"], count)
-            last[spine] = (t, count)
-        for spine, (prev_t, prev_count) in last.items():
-            begin = max(prev_t, t0)
-            out[spine]["mean"] = (out[spine]["mean"] + (prev_count * (t1 - begin) if t1 > begin else 0.0)) / \
-                max(t1 - t0, 1e-300)
-        return out
-
     def flows_frame(self) -> "pd.DataFrame":
         import pandas as pd
         records = self.records
@@ -246,7 +257,7 @@ class Telemetry:
         now = self._engine.env.now
         self.advance_to(now)
         self.flush(now)
-        open_bytes = (self.link_bytes - self._window_mark) + self._open_window_messages()
+        open_bytes = (self.link_bytes - np.asarray(self._window_mark, dtype=float)) + self._open_window_messages()
         base = self.window_s
         rows = [np.zeros(len(self._link_t), dtype=np.float32) if w is None else w for w in self.windows]
         durations = [base] * len(rows)

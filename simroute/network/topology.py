@@ -69,6 +69,7 @@ class Fabric(ABC):
     def __init__(self, topology: "Topology") -> None:
         self.topology = topology
         self.spec = topology.spec
+        self._salts: dict[tuple[str, int], int] = {}
 
     @property
     @abstractmethod
@@ -104,8 +105,11 @@ class Fabric(ABC):
         """Names of the switches a middle path turns at (spines; cores for a 3-tier fabric)."""
 
     def hash_at(self, switch: str, flow_key: int, seed: int, ports: int) -> int:
-        """One switch's ECMP hash of a flow key over `ports` next hops."""
-        return mix64(flow_key ^ mix64(seed ^ self.topology.switch_id(switch))) % ports
+        """One switch's ECMP hash of a flow key over `ports` next hops (the switch's salt is kept per seed)."""
+        salt = self._salts.get((switch, seed))
+        if salt is None:
+            salt = self._salts[(switch, seed)] = mix64(seed ^ self.topology.switch_id(switch))
+        return mix64(flow_key ^ salt) % ports
 
 
 FABRICS: dict[int, type[Fabric]] = {}
@@ -135,15 +139,17 @@ class LeafSpineFabric(Fabric):
         lid, spines, leaves = self.topology.link_ids, range(self.spec.spines), range(self.topology.n_leaves)
         self._up = [[lid[(f"leaf{leaf}", f"spine{s}")] for s in spines] for leaf in leaves]
         self._down = [[lid[(f"spine{s}", f"leaf{leaf}")] for s in spines] for leaf in leaves]
+        self._leaf_names = [f"leaf{leaf}" for leaf in leaves]
+        self._spine_names = [f"spine{s}" for s in spines]
 
     def n_middle(self, src_leaf: int, dst_leaf: int) -> int:
         return self.spec.spines
 
     def middle_at(self, src_leaf: int, dst_leaf: int, choice: int) -> tuple[tuple[int, ...], str]:
-        return (self._up[src_leaf][choice], self._down[dst_leaf][choice]), f"spine{choice}"
+        return (self._up[src_leaf][choice], self._down[dst_leaf][choice]), self._spine_names[choice]
 
     def ecmp_choice(self, src_leaf: int, dst_leaf: int, flow_key: int, seed: int) -> int:
-        return self.hash_at(f"leaf{src_leaf}", flow_key, seed, self.spec.spines)
+        return self.hash_at(self._leaf_names[src_leaf], flow_key, seed, self.spec.spines)
 
     def bisection_cuts(self, n_leaves: int) -> list[float]:
         return [n_leaves / 2 * self.spec.spines * self.topology.uplink_Bps] if n_leaves > 1 else []
@@ -190,26 +196,30 @@ class FatTreeFabric(Fabric):
                          for p in range(topo.n_pods)]
         self._from_core = [[[lid[(f"core{a * half + c}", f"agg{p}.{a}")] for c in aggs] for a in aggs]
                            for p in range(topo.n_pods)]
+        self._half = half
+        self._leaf_names = [f"leaf{leaf}" for leaf in leaves]
+        self._agg_names = [[f"agg{p}.{a}" for a in aggs] for p in range(topo.n_pods)]
+        self._core_names = [f"core{c}" for c in range(half * half)]
 
     def n_middle(self, src_leaf: int, dst_leaf: int) -> int:
         half = self.half
         return half if src_leaf // half == dst_leaf // half else half * half
 
     def middle_at(self, src_leaf: int, dst_leaf: int, choice: int) -> tuple[tuple[int, ...], str]:
-        half = self.half
+        half = self._half
         src_pod, dst_pod = src_leaf // half, dst_leaf // half
         if src_pod == dst_pod:
-            return (self._up[src_leaf][choice], self._down[dst_leaf][choice]), f"agg{src_pod}.{choice}"
+            return (self._up[src_leaf][choice], self._down[dst_leaf][choice]), self._agg_names[src_pod][choice]
         agg, core = divmod(choice, half)
         return (self._up[src_leaf][agg], self._to_core[src_pod][agg][core], self._from_core[dst_pod][agg][core],
-                self._down[dst_leaf][agg]), f"core{choice}"
+                self._down[dst_leaf][agg]), self._core_names[choice]
 
     def ecmp_choice(self, src_leaf: int, dst_leaf: int, flow_key: int, seed: int) -> int:
-        half = self.half
-        agg = self.hash_at(f"leaf{src_leaf}", flow_key, seed, half)
+        half = self._half
+        agg = self.hash_at(self._leaf_names[src_leaf], flow_key, seed, half)
         if src_leaf // half == dst_leaf // half:
             return agg
-        return agg * half + self.hash_at(f"agg{src_leaf // half}.{agg}", flow_key, seed, half)
+        return agg * half + self.hash_at(self._agg_names[src_leaf // half][agg], flow_key, seed, half)
 
     def bisection_cuts(self, n_leaves: int) -> list[float]:
         topo, half = self.topology, self.half
@@ -384,10 +394,14 @@ class Topology:
         """The i-th equal-cost switch path between leaves la and lb: (link ids, spine node)."""
         if la == lb:
             return (), None
+        return self._fabric().middle_at(la, lb, i)
+
+    def _fabric(self) -> Fabric:
+        """The fabric with its link tables built (lazily, on the first path or hash asked for)."""
         if not self._tables_ready:
             self.fabric.tables()
             self._tables_ready = True
-        return self.fabric.middle_at(la, lb, i)
+        return self.fabric
 
     def middle(self, src_leaf: int, dst_leaf: int) -> list[tuple[tuple[int, ...], str | None]]:
         """All equal-cost switch paths between two leaves, each (link ids, spine node or None); cached."""
@@ -451,7 +465,7 @@ class Topology:
         """Hop-by-hop ECMP: each upward switch hashes the flow key with its own seed mod its next hops."""
         per_host, per_leaf = self.spec.gpus_per_host, self.spec.hosts_per_leaf
         src_leaf, dst_leaf = ia // per_host // per_leaf, ib // per_host // per_leaf
-        return 0 if src_leaf == dst_leaf else self.fabric.ecmp_choice(src_leaf, dst_leaf, flow_key, seed)
+        return 0 if src_leaf == dst_leaf else self._fabric().ecmp_choice(src_leaf, dst_leaf, flow_key, seed)
 
     def spine_of(self, links: Sequence[int]) -> str | None:
         """The top switch a path turns at (None inside a leaf or a host)."""

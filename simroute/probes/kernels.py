@@ -96,9 +96,3 @@ def compile_cubin(src: KernelSource, arch: str, options: tuple[str, ...] = NVRTC
     if absent:
         raise CompileError(f"{src.name} for {arch}: the image lacks kernel(s) {absent}")
     return cubin
-
-
-def compile_all(archs: tuple[str, ...] = ARCHS) -> dict[tuple[str, str], int]:
-    """Compile every registered source for every arch; (source, arch) -> cubin bytes. Raises on the first
-    failure with the source, the arch and NVRTC's log."""
-    return {(name, arch): len(compile_cubin(src, arch)) for name, src in KERNEL_SOURCES.items() for arch in archs}

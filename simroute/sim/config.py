@@ -16,6 +16,7 @@ from typing import Any
 
 from simroute.checks import check_number
 from simroute.errors import ConfigurationError, UnknownNameError
+from simroute.model.geometry import WEIGHT_DTYPE_BYTES
 from simroute.network.routing import ROUTING_STRATEGIES
 from simroute.sim.engine.exchange import HOLDER_MODES
 from simroute.sim.engine.scheduler import SCHEDULERS
@@ -30,6 +31,13 @@ ROUTE_EXCHANGES = ("per-layer", "once")
 def default_trace_path() -> Path:
     """The shipped default trace (an agentic scenario), found inside the installed package."""
     return Path(__file__).resolve().parent.parent / "data" / "traces" / "agents-default.parquet"
+
+
+# The shipped default scenario, what `simroute run` with no arguments models: DeepSeek-V3 (FP8 weights) at TP 8
+# on the default topology's HGX H200 hosts (README, "What the shipped default shows"). These are the CLI's
+# defaults; RunConfig's own stay the small model (DeepSeek-V2-Lite at TP 1) that tests, scenarios and studies
+# build on, so that a study or a test topology with other GPUs does not inherit a model that needs 8 H200s.
+DEFAULT_RUN: dict[str, Any] = {"model": "deepseek-v3", "tp": 8}
 
 
 def setting(default: Any = MISSING, help: str = "", *, minimum: float | None = None, maximum: float | None = None,
@@ -65,6 +73,8 @@ class RunConfig:
                                   maximum=1)
     router: str = setting("affinity", "Requester choice per request.", choices=ROUTERS)
     tp: int = setting(1, "GPUs per instance (a tensor-parallel group inside a host).", minimum=1)
+    weights: str | None = setting(None, "Weight dtype of the linear layers (default: the checkpoint's, e.g. fp8 "
+                                        "for DeepSeek-V3).", choices=tuple(WEIGHT_DTYPE_BYTES))
     hbm_gb: float | None = setting(None, "HBM per GPU (GB): weights, running sequences' KV, canonical chunks and "
                                          "copies share it; the GPU entry's capacity if unset.", minimum=0,
                                    exclusive_minimum=True)

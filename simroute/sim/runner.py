@@ -83,7 +83,8 @@ class Simulation:
         engines = EngineSet(env, profile, model=cfg.model, tp=cfg.tp, gpus=gpus,
                             intra_host_fabric=topology.spec.intra.fabric, network=network, fabric_of=fabric_of,
                             options=engine_options(cfg), exchanges_per_step=params.exchanges,
-                            merge_s=params.merge_s, hbm_gb=cfg.hbm_gb, record=cfg.telemetry)
+                            merge_s=params.merge_s, hbm_gb=cfg.hbm_gb, record=cfg.telemetry,
+                            host_gpu=topology.spec.gpu, weight_dtype=cfg.weights)
         # Canonical chunks may pin `chunk_hbm_share` of what the weights leave (in the chunks' byte units).
         chunk_capacity = (engines[0].hbm.capacity_blocks * BLOCK_TOKENS * compute.kv_bytes_per_token
                           * cfg.chunk_hbm_share) if len(engines) else 0.0
@@ -141,11 +142,16 @@ class Simulation:
     def _result(self, wall: float) -> RunResult:
         cfg, ctx = self.cfg, self.ctx
         cluster, topology = ctx.cluster, ctx.topology
-        calib = hashlib.sha256("".join(sha256_file(f) for f in ctx.profile.files).encode()).hexdigest()
+        calib_files = list(ctx.profile.files)
+        gpu_file = ctx.profile.gpu_entry_file(topology.spec.gpu)    # the hosts' GPU entry, when read from a file
+        if gpu_file is not None and str(gpu_file) not in map(str, calib_files):
+            calib_files.append(gpu_file)
+        calib = hashlib.sha256("".join(sha256_file(f) for f in calib_files).encode()).hexdigest()
         inputs = {"topology": sha256_file(cfg.topology), "trace": sha256_file(cfg.trace),
-                  "calib": calib, "calib_files": [str(f) for f in ctx.profile.files]}
+                  "calib": calib, "calib_files": [str(f) for f in calib_files]}
         holders = [inst.holder_server for inst in cluster.instances]
         instances = cluster.instances
+        requests = ctx.recorder.requests_table()
         extra = {
             "instances": len(instances), "gpus": len(topology.gpus),
             "topology": {**topology.summary(), "spine_names": self._spine_names()},
@@ -163,6 +169,7 @@ class Simulation:
                         "copies_refused": int(sum(engine.hbm.refused for engine in ctx.engines.engines)),
                         "fetch_fell_back_to_route": int(ctx.copies.fell_back)},
             "engine": ctx.engines.summary(),
+            "why": _why(requests, int(ctx.copies.fell_back)),
             "network": self._network_summary(),
         }
         summary = summarise(ctx.recorder, config=cfg.as_dict(), inputs=inputs, sim_time_s=float(ctx.env.now),
@@ -173,7 +180,7 @@ class Simulation:
                 "routed_messages_per_wall_s": engine["routed_messages"] / wall if wall > 0 else None,
                 "requests_per_wall_s": summary["completed"] / wall if wall > 0 else None,
                 "routed_queries_per_wall_s": extra["holders"]["routed_queries"] / wall if wall > 0 else None}
-        tables = {"requests": ctx.recorder.requests_table(), "decisions": ctx.recorder.decisions_table(),
+        tables = {"requests": requests, "decisions": ctx.recorder.decisions_table(),
                   "holders": self._holder_table() if cfg.telemetry else None,
                   "staging": self._staging_table() if cfg.telemetry else None,
                   "iterations": ctx.engines.log.table() if cfg.telemetry else None}
@@ -230,6 +237,17 @@ class Simulation:
         """The holders' staging pools over time (both holder queues are observable)."""
         return _samples_table(self.ctx.cluster.instances, lambda inst: inst.staging.samples,
                               (("time_s", np.float64), ("waiting", np.int32), ("copying", np.int32)))
+
+
+def _why(requests, fell_back: int) -> dict[str, Any]:
+    """What the primitive counts rest on: routes the policy chose vs fetches that did not fit in HBM, and the
+    median decoded tokens of the requests that routed / fetched (the predicate's horizon)."""
+    cols = {k: requests.column(k).to_numpy() for k in ("n_route", "n_fetch", "output_tokens")}
+    median = lambda mask: float(np.median(cols["output_tokens"][mask])) if mask.any() else None
+    routed = int(cols["n_route"].sum())
+    return {"route_by_policy": routed - fell_back, "route_fetch_did_not_fit": fell_back,
+            "median_output_tokens": {"routing_requests": median(cols["n_route"] > 0),
+                                     "fetching_requests": median(cols["n_fetch"] > 0)}}
 
 
 def _samples_table(instances: list[Instance], samples, columns: tuple[tuple[str, type], ...]):

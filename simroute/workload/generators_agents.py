@@ -18,6 +18,9 @@ from simroute.workload.generators import check, check_sizes, dict_strings, lengt
 from simroute.workload.writer import TraceWriter, list_array
 
 
+MAX_OUTPUT_TOKENS = 1 << 15          # a log-normal output draw is clipped here
+
+
 @dataclasses.dataclass(frozen=True)
 class AgentsParams:
     documents: int = 4
@@ -27,7 +30,8 @@ class AgentsParams:
     requests_per_agent: int = 4       # R requests per sub-agent
     suffix_tokens: int = 256          # median own suffix per request (log-normal)
     suffix_sigma: float = 0.5
-    output_tokens: int = 256          # T decoded tokens per sub-agent request
+    output_tokens: int = 256          # T decoded tokens per sub-agent request (the median when output_sigma > 0)
+    output_sigma: float = 0.0         # log-normal spread of sub-agent outputs (0: every one decodes T tokens)
     root: bool = True                 # an orchestrator request per document that the sub-agents fork from
     root_output_tokens: int = 512
     tenants: int = 2                  # documents are spread round-robin over tenants
@@ -41,8 +45,8 @@ class AgentsParams:
         for name in ("documents", "doc_tokens", "chunk_tokens", "subagents", "requests_per_agent",
                      "tenants", "output_tokens", "suffix_tokens"):
             check(getattr(self, name) >= 1, f"{name} must be >= 1")
-        check(self.think_s >= 0 and self.doc_interval_s >= 0 and self.suffix_sigma >= 0,
-              "think_s, doc_interval_s and suffix_sigma must be >= 0")
+        check(self.think_s >= 0 and self.doc_interval_s >= 0 and self.suffix_sigma >= 0 and self.output_sigma >= 0,
+              "think_s, doc_interval_s, suffix_sigma and output_sigma must be >= 0")
         check(self.rate_per_agent > 0 and self.nominal_tpot_s >= 0, "rate_per_agent must be > 0")
         check_sizes(self.documents * (1 + self.subagents * self.requests_per_agent),
                     self.documents * -(-self.doc_tokens // self.chunk_tokens), 0, self.tenants)
@@ -59,8 +63,8 @@ def gen_agents(writer: TraceWriter, p: AgentsParams, rng: np.random.Generator) -
     think = np.zeros(n, dtype=np.float32)
     session = np.zeros(n, dtype=np.int64)
     doc_of = np.repeat(np.arange(p.documents), per_doc)
-    out = np.full(n, p.output_tokens, dtype=np.int32)
     prompt = lengths(rng, n, p.suffix_tokens, p.suffix_sigma, 1, 1 << 30)
+    out = lengths(rng, n, p.output_tokens, p.output_sigma, 1, MAX_OUTPUT_TOKENS)   # no draw when sigma is 0
     R = p.requests_per_agent
     for d in range(p.documents):
         base = d * per_doc

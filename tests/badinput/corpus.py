@@ -484,7 +484,8 @@ def trace_cases() -> list[Case]:
                           needs_trace=True))
     testbed = str(Path(simroute.__file__).parent / "data" / "topologies" / "paper-testbed.yaml")   # 8 GPUs
     cases += [Case("run-hints-exceed-tp2-instances", ("run", "--trace", "{trace}", "--topology", testbed, "--tp", "2",
-                                                      "-o", "{d}/out"), "holder_hint", needs_trace=True)]
+                                                      "--model", "deepseek-v2-lite", "-o", "{d}/out"), "holder_hint",
+                   needs_trace=True)]
     cases += [Case("trace-info-file", ("trace", "info", "{d}/x.parquet"), "x.parquet", {"x.parquet": "not a dir"}),
               Case("trace-info-missing", ("trace", "info", "{d}/none.parquet"), "none.parquet"),
               Case("trace-info-lru-neg", ("trace", "info", "{trace}", "--lru-capacity", "-1"), "--lru-capacity",

@@ -71,6 +71,8 @@ def test_measured_entry_overrides_the_shipped_one(tmp_path):
      "gpus.g.hbm_GBps.unit", "GB/s"),
     ({"gemm_efficiency": {"points": [[16, 0.2], [8, 0.5]], "provenance": {"kind": "default", "ref": "x"}}},
      "gpus.g.gemm_efficiency", "increase"),
+    ({"peak_fp8_TFLOPs": {"value": 0, "provenance": {"kind": "datasheet", "ref": "x"}}},
+     "gpus.g.peak_fp8_TFLOPs", "positive"),
 ])
 def test_bad_gpu_entry_names_file_field_reason(tmp_path, over, field, words):
     p = _write(tmp_path, {"schema": "simroute.calib/1", "name": "x", "gpus": {"g": _entry(**over)}})
@@ -78,6 +80,18 @@ def test_bad_gpu_entry_names_file_field_reason(tmp_path, over, field, words):
         load_profile(p)
     msg = str(err.value)
     assert str(p) in msg and field in msg and words in msg, msg
+
+
+def test_fp8_peak_is_optional_and_read_when_given(tmp_path):
+    entry = _entry()
+    del entry["peak_fp8_TFLOPs"]                      # as the A100 and A40 entries: no FP8 tensor cores
+    plain = load_profile(_write(tmp_path, {"schema": "simroute.calib/1", "name": "x", "gpus": {"g": entry}}))
+    assert plain.gpu_spec("g").peak_fp8_flops is None and not plain.gpu_spec("g").has_fp8
+    fp8 = {"peak_fp8_TFLOPs": {"value": 1979, "unit": "TFLOP/s", "provenance": {"kind": "datasheet", "ref": "x"}}}
+    prof = load_profile(_write(tmp_path, {"schema": "simroute.calib/1", "name": "x", "gpus": {"g": _entry(**fp8)}},
+                               "fp8.yaml"))
+    assert prof.gpu_spec("g").peak_fp8_flops == 1979e12 and prof.gpu_spec("g").sources["peak_fp8_TFLOPs"] == \
+        "datasheet: x"
 
 
 def test_a_gpu_name_must_exist(tmp_path):

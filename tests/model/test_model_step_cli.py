@@ -55,6 +55,21 @@ def test_tp_uses_the_gpus_own_fabric(cli):
     assert d8["weights_fit"] and not d1["weights_fit"]          # 141 GB of weights on one 80 GB A100
 
 
+def test_weight_dtype_shown_and_overridable(cli):
+    args = ("--model", "deepseek-v3", "--gpu", "h200-sxm", "--tp", "8", "--tokens", "1", "--decode-seqs", "1",
+            "--context", "1")
+    fp8, bf16 = _step(cli, *args), _step(cli, *args, "--weights", "bf16")
+    assert fp8["inputs"]["allreduce_fabric"] == "h100-nvlink4"     # HGX H200 hosts (the default topology's)
+    assert fp8["weight_dtype"] == "fp8" and fp8["linear_fp8_rate"] and fp8["notes"] == []
+    assert "quantization_config" in fp8["weight_dtype_source"]
+    assert bf16["weight_dtype"] == "bf16" and bf16["weight_dtype_source"].startswith("override: bf16")
+    assert fp8["weight_GB_per_gpu"] < 0.51 * bf16["weight_GB_per_gpu"]
+    assert fp8["weights_fit"] and not bf16["weights_fit"] and fp8["kv_capacity_tokens"] > 0
+    assert fp8["linear_ms_per_layer"] == pytest.approx(bf16["linear_ms_per_layer"] / 2, rel=0.05)
+    a100 = _step(cli, "--model", "deepseek-v3", "--gpu", "a100-80gb", "--tokens", "4")
+    assert not a100["linear_fp8_rate"] and "bf16 rate" in a100["notes"][0]
+
+
 def test_prefill_tokens_cost_more_than_decode(cli):
     decode = _step(cli, "--model", "llama-3.1-8b", "--tokens", "1", "--decode-seqs", "1", "--context", "8192")
     prefill = _step(cli, "--model", "llama-3.1-8b", "--tokens", "8192")
@@ -64,7 +79,9 @@ def test_prefill_tokens_cost_more_than_decode(cli):
 
 @pytest.mark.parametrize("args", [
     ("--gpu", "nope", "--tokens", "4"), ("--model", "nope", "--tokens", "4"), ("--tokens", "0"),
-    ("--tokens", "4", "--decode-seqs", "5"), ("--gpu", "h200-sxm", "--tp", "8", "--tokens", "4"),
+    ("--tokens", "4", "--decode-seqs", "5"),
+    ("--calib", "h100-ibgda", "--gpu", "a100-80gb", "--tp", "8", "--tokens", "4"),   # no fabric for its all-reduce
+    ("--model", "deepseek-v3", "--weights", "int4", "--tokens", "4"),
 ])
 def test_bad_input_one_line_exit_2(cli, args):
     code, out, err = cli("model", "step", *args)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from simroute.network import maxmin_rates
 from simroute.network import _compiled
+from simroute.network.engine import _GroupColumns
 from simroute.network.kernels import NUMPY_BACKEND, commit_slots_numpy, compiled_backend
 
 from test_large import _closed_loop, _EarlyArrays, assert_maxmin
@@ -24,13 +25,6 @@ N_LINKS = 8
 def _kernel(name: str, mode: str):
     function = getattr(_compiled, name)
     return getattr(function, "py_func", function) if mode == "python" else function
-
-
-def _scratch(slots: int, ids: int) -> tuple[np.ndarray, ...]:
-    heap_int = np.empty((2, 2 * ids + slots), dtype=np.int64)
-    heap_int[1] = -1
-    return (np.zeros((4, slots), dtype=np.int64), np.zeros((2, slots), dtype=np.int8), np.zeros(slots),
-            np.zeros((3, ids), dtype=np.int8), heap_int, np.empty(2 * ids + slots), np.empty(2 * ids, dtype=np.int64))
 
 
 class _State:
@@ -49,6 +43,13 @@ class _State:
             links[:len(path), slot] = path
         member, deg = _kernel("members_build", self.mode)(links, len(self.paths), N_LINKS, 1)
         return links, member, deg
+
+    def load(self, links):
+        """Committed load per link (+ the sentinel): n x rate summed over each link's groups."""
+        out = np.zeros(N_LINKS + 1)
+        np.add.at(out, links.ravel(), np.tile(np.array(self.n) * self.rate, links.shape[0]))
+        out[N_LINKS] = 0.0
+        return out
 
     def change(self, what, path, k, cap, pick):
         """Add a group, drop one, or change one's flow count; returns (seeds, dirty)."""
@@ -72,10 +73,11 @@ class _State:
     def cascade(self, seeds, dirty, limit=10**9):
         links, member, deg = self.arrays()
         groups = len(self.paths)
-        scratch = _scratch(groups, N_LINKS + 1)
+        scratch = _GroupColumns(N_LINKS, max(groups, 1), 5).cascade_scratch()   # the engine's own scratch
         ok, slots, rate, bn = _kernel("cascade_numba", self.mode)(
             np.array(seeds, dtype=np.int64), np.array(dirty, dtype=np.int64), links, np.array(self.n),
-            np.array(self.gcap), self.rate.copy(), self.bn.copy(), self.capacity, member, deg, limit, 1e-12,
+            np.array(self.gcap), self.rate.copy(), self.bn.copy(), self.capacity, self.load(links), member, deg,
+            limit, 1e-12,
             *scratch)
         assert not scratch[1].any() and not scratch[3].any() and (scratch[4][1] == -1).all()   # left clean
         return ok, slots, rate, bn

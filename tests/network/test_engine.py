@@ -18,7 +18,7 @@ def test_random_flows_match_reference_and_conserve_bytes(name, routing):
     topo = load_topology(TOPO_DIR / name)
     rng = np.random.default_rng(7)
     env = simpy.Environment()
-    eng = FlowEngine(env, topo, routing=routing, seed=3, elephant_bytes=1e6, record_series=True)
+    eng = FlowEngine(env, topo, routing=routing, seed=3, ark_elephant_bytes=1e6, record_series=True)
     gpus = topo.gpus[:64]
     evs = []
 

@@ -167,6 +167,8 @@ def test_object_and_array_modes_give_the_same_completions():
 
 
 def test_tolerance_mode_bounds_and_reports_its_error():
+    # 300 flows from distinct GPUs into one: they share its downlink, so a finish moves the others' rates
+    # by ~1/300 (inside the tolerance: kept) while the mode's bound and report are checked
     class Tolerant(_EarlyArrays):
         pass
 
@@ -174,12 +176,13 @@ def test_tolerance_mode_bounds_and_reports_its_error():
     env = simpy.Environment()
     eng = Tolerant(env, topo, rate_tolerance=1e-2)
     rng = np.random.default_rng(1)
-    for a, b in rng.integers(0, 1024, size=(400, 2)).tolist():
-        eng.transfer(topo.gpus[a], topo.gpus[b], float(rng.uniform(1e6, 1e8)))
-    env.run(until=2e-3)
+    for src in rng.choice(np.arange(8, 1024), size=300, replace=False).tolist():
+        eng.transfer(topo.gpus[src], topo.gpus[0], float(rng.uniform(1e6, 4e6)))
+    env.run(until=9e-3)
     report = eng.tolerance_report()
-    assert eng.array_mode and 0 < report["max_rate_error"] <= 1e-2
+    assert eng.array_mode and 1e-4 < report["max_rate_error"] <= 1e-2
     rates = eng.flow_rates()
     active = eng.active_flows()
     ref = maxmin_rates([a[1] for a in active], eng.cap, None)
     assert [rates[a[0]] for a in active] == pytest.approx(ref, rel=1.01e-2)
+    assert [rates[a[0]] for a in active] != pytest.approx(ref, rel=1e-6)       # it did keep stale rates

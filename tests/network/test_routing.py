@@ -76,7 +76,7 @@ def test_ark_and_least_loaded_balance_32_elephants(ark_topo):
 
 def test_ark_charges_controller_and_releases(ark_topo):
     env = simpy.Environment()
-    eng = FlowEngine(env, ark_topo, routing="ark", elephant_bytes=1e6)
+    eng = FlowEngine(env, ark_topo, routing="ark", ark_elephant_bytes=1e6)
     big = eng.transfer("h0.g0", "h1.g0", 25e6)          # 1 ms alone at 25 GB/s
     small = eng.transfer("h0.g1", "h1.g1", 1e5)         # a mouse: plain ECMP, no controller
     env.run()

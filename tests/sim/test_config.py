@@ -46,13 +46,15 @@ def test_extra_is_gone():
 
 def test_every_field_is_a_run_option_with_its_help_and_default():
     from simroute.cli.run_cmd import run_options
+    from simroute.sim.config import DEFAULT_RUN
     options = dict(run_options())
     assert list(options) == [f.name for f in dataclasses.fields(RunConfig)]
     for f in dataclasses.fields(RunConfig):
         option = options[f.name].default
         assert option.help.startswith(f.metadata["help"])
-        if f.default is not dataclasses.MISSING:
-            assert option.default == f.default
+        if f.default is not dataclasses.MISSING:     # the CLI starts from the shipped default scenario
+            assert option.default == DEFAULT_RUN.get(f.name, f.default)
+    assert DEFAULT_RUN and set(DEFAULT_RUN) <= {f.name for f in dataclasses.fields(RunConfig)}
     assert options["until_s"].name == "until"
     assert "--holder-streams" in options["holder_streams"].default.param_decls
     assert "--staging-copy-GBps" in options["staging_copy_GBps"].default.param_decls

@@ -10,7 +10,6 @@ from simroute.calib import default_profile_path
 from simroute.model.scalar import ScalarModel
 from simroute.network import default_topology_path, shipped_topology
 from simroute.sim import RunConfig, Simulation, simulate
-from simroute.sim.config import default_trace_path
 from simroute.scenarios.traces import single_chunk_trace, write_trace
 
 
@@ -79,11 +78,16 @@ def test_one_copy_per_instance_even_when_two_requests_fetch_at_once(tmp_path):
     assert res.summary["completed"] == 2
 
 
-def test_macro_steps_keep_ttft_and_bound_the_tpot_error():
+def test_macro_steps_keep_ttft_and_bound_the_tpot_error(tmp_path):
     """An engine event standing for S identical decode iterations (cut at arrivals and completions) keeps
     TTFT and contended TPOT within a few percent of S = 1 (documented in docs/MODEL.md)."""
-    base = dict(topology=str(default_topology_path()), trace=str(default_trace_path()),
-                calib=str(default_profile_path()), policy="always-route")
+    from simroute.workload.generators import generate
+    trace = generate("agents", tmp_path / "a.parquet", seed=0, params={      # 2 x 16 sub-agents on 8k documents
+        "documents": 2, "doc_tokens": 8192, "chunk_tokens": 2048, "subagents": 16, "requests_per_agent": 3,
+        "suffix_tokens": 256, "output_tokens": 128, "think_s": 1.0})
+    h100 = tmp_path / "fattree-h100.yaml"       # the default fat-tree with the fabric's H100s (as measured before)
+    h100.write_text(default_topology_path().read_text().replace("gpu: h200-sxm", "gpu: h100-sxm"))
+    base = dict(topology=str(h100), trace=str(trace), calib=str(default_profile_path()), policy="always-route")
     exact = simulate(RunConfig(decode_steps_per_event=1, **base)).summary
     for s in (4, 16):
         macro = simulate(RunConfig(decode_steps_per_event=s, **base)).summary

@@ -152,5 +152,6 @@ def test_shipped_default_trace_is_the_documented_command(tmp_path):
     preset = load_yaml(Path(__file__).resolve().parents[2] / "workloads" / "agents-default.yaml")
     again = generate("agents", tmp_path / "d.parquet", seed=preset["seed"], params=preset["params"])
     meta = read_trace_meta(shipped)
-    assert meta["requests"] == 2 * (1 + 16 * 3)
+    p = preset["params"]
+    assert meta["requests"] == p["documents"] * (1 + p["subagents"] * p["requests_per_agent"])
     assert _digest(shipped) == _digest(again)

@@ -16,17 +16,23 @@ from simroute.sim.engine.hbm import HbmBudget
 from simroute.sim.engine.log import IterationLog
 
 
-def _step_model(profile: Profile, model: str, tp: int, intra_host_fabric: str | None) -> StepTimeModel:
-    """The profile's step-time model; a profile that calibrates fabrics only (a host probe run) and names no
-    GPU gets the shipped default profile's GPU entry (datasheet values, named in the summary)."""
+def _step_model(profile: Profile, model: str, tp: int, intra_host_fabric: str | None, host_gpu: str | None = None,
+                weight_dtype: str | None = None) -> StepTimeModel:
+    """The profile's step-time model, on the topology's host GPU when `host_gpu` names a GPU entry (the
+    profile's or a shipped one), else the GPU the intra-host fabric names; a profile that calibrates fabrics
+    only (a host probe run) and names no GPU gets the shipped default profile's GPU entry (datasheet values,
+    named in the summary)."""
     from simroute.errors import ConfigurationError
+    spec = profile.find_gpu_spec(host_gpu) if host_gpu else None
     try:
-        profile.instance_gpu(intra_host_fabric)
-        return profile.step_model(model, tp=tp, intra_host_fabric=intra_host_fabric)
+        if spec is None:
+            profile.instance_gpu(intra_host_fabric)
+        return profile.step_model(model, tp=tp, intra_host_fabric=intra_host_fabric, gpu_spec=spec,
+                                  weight_dtype=weight_dtype)
     except ConfigurationError:
         pass
     from simroute.calib import default_profile_path, load_profile
-    return load_profile(default_profile_path()).step_model(model, tp=tp)
+    return load_profile(default_profile_path()).step_model(model, tp=tp, weight_dtype=weight_dtype, gpu_spec=spec)
 
 
 class EngineSet:
@@ -40,8 +46,8 @@ class EngineSet:
     def __init__(self, env: simpy.Environment, profile: Profile, *, model: str, tp: int, gpus: Seq[str],
                  intra_host_fabric: str | None, network: Any, fabric_of: Callable[[int, int], Any],
                  options: EngineOptions, exchanges_per_step: int, merge_s: float, hbm_gb: float | None = None,
-                 record: bool = True) -> None:
-        self.step: StepTimeModel = _step_model(profile, model, tp, intra_host_fabric)
+                 record: bool = True, host_gpu: str | None = None, weight_dtype: str | None = None) -> None:
+        self.step: StepTimeModel = _step_model(profile, model, tp, intra_host_fabric, host_gpu, weight_dtype)
         g = self.step.geometry
         self.log = IterationLog(enabled=record)
         self.exchange = RouteExchange(network, lambda a, b: fabric_of(a.eid, b.eid), q_bytes=g.q_bytes,
@@ -76,13 +82,15 @@ class EngineSet:
         return {
             "scheduler": es[0].options.scheduler if es else None,
             "gpu": self.step.gpu.name, "model": self.step.geometry.name,
+            "weight_dtype": self.step.geometry.weight_dtype, "fp8_rate": self.step.fp8_rate,
             "iterations": int(log.iterations), "events": int(log.events),
             "preemptions": int(sum(e.preemptions for e in es)), "rejected": int(sum(e.rejected for e in es)),
             "hbm": {"capacity_gb_per_gpu": self.hbm_bytes / 1e9, "weights_gb_per_gpu": self.step.weight_bytes_per_gpu / 1e9,
                     "kv_capacity_tokens": int(es[0].hbm.capacity_blocks * 64) if es else 0,
                     "evictions": int(sum(e.hbm.evictions for e in es)),
                     "copies_refused": int(sum(e.hbm.refused for e in es)),
-                    "peak_kv_blocks": int(max((e.hbm.peak_kv_blocks for e in es), default=0))},
+                    "peak_kv_blocks": int(max((e.hbm.peak_kv_blocks for e in es), default=0)),
+                    "at_peak": hbm_at_peak(log)},
             "holder_partials": {"kernel_calls": float(sum(h.calls for h in hp)),
                                 "queries": float(sum(h.queries for h in hp)),
                                 "work_s": float(sum(h.work_s for h in hp)),
@@ -95,3 +103,20 @@ class EngineSet:
             if any(e.options.overlap for e in es) else 0.0,
             "itl_ms": log.itl_percentiles(),
         }
+
+
+def hbm_at_peak(log: IterationLog) -> dict[str, float] | None:
+    """One GPU's HBM composition (GB) at the engine event where KV + pinned chunks + copies peaked over all
+    instances, and the largest copies any instance held; None without the iteration log."""
+    import numpy as np
+    cols = log.cols
+    if not log.enabled or not len(cols["kv_bytes"]):
+        return None
+    part = {name: np.frombuffer(cols[name], dtype=np.float64) for name in ("weights_bytes", "kv_bytes",
+                                                                            "pinned_bytes", "copy_bytes",
+                                                                            "free_bytes")}
+    i = int(np.argmax(part["kv_bytes"] + part["pinned_bytes"] + part["copy_bytes"]))
+    return {"instance": int(cols["instance"][i]), "t_s": float(cols["t_start_s"][i]),
+            "weights_gb": part["weights_bytes"][i] / 1e9, "running_kv_gb": part["kv_bytes"][i] / 1e9,
+            "pinned_chunks_gb": part["pinned_bytes"][i] / 1e9, "copies_gb": part["copy_bytes"][i] / 1e9,
+            "free_gb": part["free_bytes"][i] / 1e9, "max_copies_gb": float(part["copy_bytes"].max()) / 1e9}

@@ -247,8 +247,9 @@ class RouteExchange:
         for holder, (rows, keys, premium) in groups.items():
             leg_out, leg_back, fab = self._legs(engine, holder)
             queries, total_rows = len(rows), sum(rows)
-            out = self._send(leg_out, total_rows * self.q_bytes / tp, fab.t_probe_s, fab.single_block_Bps)
-            back = self._send(leg_back, total_rows * self.p_bytes / tp, fab.turnaround_s, fab.single_block_Bps)
+            out_bytes, back_bytes = total_rows * self.q_bytes / tp, total_rows * self.p_bytes / tp
+            out = self._send(leg_out, out_bytes, fab.t_probe_s, fab.single_block_Bps)
+            back = self._send(leg_back, back_bytes, fab.turnaround_s, fab.single_block_Bps)
             rho, others = holder.partials.others(now, me)
             sharing = 1 + others
             # the n requesters routing here share one call: n x this one's queries (as it sees them); one
@@ -261,18 +262,18 @@ class RouteExchange:
             kernel *= premium
             rt = out + kernel + back + self.merge_s
             bare = max(bare, rt)
-            legs.append((holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, total_rows))
+            legs.append((holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, (out_bytes, back_bytes)))
         span = k * (compute_s + ex * bare)   # the event's duration: the rate its partial work is asked at
         worst, worst_wait = 0.0, 0.0
         settled = []
-        for holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, total_rows in legs:
+        for holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, sizes in legs:
             partials, busy = holder.partials, holder.busy
             wait = partials.queue_wait_s(kernel / sharing, rho, busy, holder.layer_s)
             entry = partials.add(kernel / sharing, ex * k, queries, now, span, busy, me)
             if entry is not None and entry[4] > 0:
                 holder.absorb(entry)            # the holder's event under way runs its share now
             partials.kernel_s.append(kernel)
-            settled.append((holder, kernel / sharing, queries, entry, leg_out, leg_back, total_rows))
+            settled.append((holder, kernel / sharing, queries, entry, leg_out, leg_back, sizes))
             if rt + wait > worst:
                 worst, worst_wait = rt + wait, wait
         return ex * worst, ex * worst_wait, settled
@@ -284,11 +285,11 @@ class RouteExchange:
         self.messages += 2 * ex * k * len(legs)
         if not self._fast:
             return
-        account, now, tp = self.net.messages.account, self.net.env.now, self.tp
+        account, now = self.net.messages.account, self.net.env.now
         more = ex * k - 1
-        for *_, leg_out, leg_back, rows in legs:
-            account(leg_out, rows * self.q_bytes / tp, more, now)
-            account(leg_back, rows * self.p_bytes / tp, more, now)
+        for *_, leg_out, leg_back, (out_bytes, back_bytes) in legs:
+            account(leg_out, out_bytes, more, now)
+            account(leg_back, back_bytes, more, now)
 
     def retract(self, engine: "InstanceEngine", legs: list[tuple], done: int, k: int) -> None:
         """The k-iteration event was cut after `done`: the holders' partial work for the rest did not run."""

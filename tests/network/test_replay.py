@@ -78,7 +78,7 @@ def _close(got: np.ndarray, want: np.ndarray, arrival: np.ndarray) -> None:
     assert np.max(np.abs(fct_got - fct_want) / scale) <= 1e-9
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(flow_sets())
 def test_every_backend_matches_the_textbook_progression(case):
     flows, capacity, latency = case
@@ -89,7 +89,7 @@ def test_every_backend_matches_the_textbook_progression(case):
 
 
 @pytest.mark.skipif(not COMPILED, reason="numba not importable (or SIMROUTE_NO_NUMBA set)")
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(flow_sets())
 def test_compiled_replay_matches_the_engine_in_array_mode(case):
     flows, capacity, latency = case

@@ -70,8 +70,12 @@ class ReplicaChoice:
             return holders[0] if holders else None
         ctx, here = self.ctx, self.requester
         instances = ctx.cluster.instances
-        return min(holders, key=lambda h: (ctx.path_latency_s(here, instances[h]), self._load(h),
-                                           mix64(h * 1_000_003 + here.id)))
+        latency = [ctx.path_latency_s(here, instances[h]) for h in holders]
+        nearest = min(latency)
+        tied = [h for h, lat in zip(holders, latency) if lat == nearest]
+        if len(tied) == 1:          # load is read only where distance ties (most picks on a large fabric)
+            return tied[0]
+        return min(tied, key=lambda h: (self._load(h), mix64(h * 1_000_003 + here.id)))
 
     def _load(self, holder: int) -> HolderLoad:
         load = self.loads.get(holder)

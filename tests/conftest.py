@@ -1,4 +1,13 @@
-"""Shared fixtures: the repository root, the real public traces beside it, CLI invocation."""
+"""Shared fixtures: the repository root, the real public traces beside it, CLI invocation.
+
+Suite order and parallel runs (CI runs `pytest -n 2`, pytest-xdist):
+- Files holding a test marked `slow` (over ~5 s on a quiet box) run first, so under `-n 2` the long ones start
+  at once instead of finishing last on one worker. Serial runs are reordered the same way (harmless).
+- With `-n N` and no explicit `--dist`, each test file goes to one worker whole (a module-scoped fixture, such
+  as the validate scorecard, is computed once, not once per worker), and tests/network/ is one unit: its files
+  compile the same numba kernels, which on a clean clone's cold cache take ~50 s of CPU; two workers compiling
+  them at once would pay that twice. An explicit `--dist` other than `load` keeps xdist's own scheduler.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +17,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
+# nodeid prefixes scheduled as one unit under -n (see the module docstring)
+SHARED_UNITS = ("tests/network/",)
 
 
 @pytest.fixture
@@ -28,3 +39,24 @@ def cli(capsys):
         return code, out.out, out.err
 
     return run
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files with a `slow` test first, whole (a module fixture is set up once); otherwise collection order."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
+
+
+@pytest.hookimpl(optionalhook=True)          # a pytest-xdist hook: without xdist it is never called
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Whole files per worker, tests/network/ as one unit, in the (slow-first) collection order."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SuiteScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return next((unit for unit in SHARED_UNITS if nodeid.startswith(unit)), super()._split_scope(nodeid))
+
+    config.option.loadscopereorder = False        # keep the collection order, not "most tests first"
+    return SuiteScheduling(config, log)

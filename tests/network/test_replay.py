@@ -78,6 +78,7 @@ def _close(got: np.ndarray, want: np.ndarray, arrival: np.ndarray) -> None:
     assert np.max(np.abs(fct_got - fct_want) / scale) <= 1e-9
 
 
+@pytest.mark.slow                      # compiles the replay loop on a cold numba cache (~17 s CPU)
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(flow_sets())
 def test_every_backend_matches_the_textbook_progression(case):

@@ -107,6 +107,7 @@ def test_the_total_budget_caps_every_probe(tmp_path: Path) -> None:
     assert all("no budget left" in o.message for o in outcomes) and len(lines) == 2
 
 
+@pytest.mark.slow
 def test_dry_run_rehearses_the_whole_plan_and_reports_it_fits(tmp_path: Path) -> None:
     """Must show: the dry run of the one-shot script passes and reports a plan that fits 8 minutes."""
     m = _module()

@@ -90,6 +90,7 @@ def _fetch_wheels(dest: Path) -> str | None:
     return None if r.returncode == 0 else f"cannot download the wheels: {r.stderr.strip()[-300:]}"
 
 
+@pytest.mark.slow
 def test_the_script_installs_its_wheels_and_runs_in_a_box_like_venv(tmp_path: Path) -> None:
     m = _script()
     brought = {r.split("==")[0].lower() for r, _, _ in m.BRING_WHEELS}

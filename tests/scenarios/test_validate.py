@@ -33,6 +33,7 @@ def card() -> dict[str, v.Row]:
     return {r.id: r for r in v.scorecard()}
 
 
+@pytest.mark.slow                      # the module's scorecard fixture: the whole scorecard once
 def test_scorecard_covers_the_papers_effects(card):
     ids = set(card)
     for must in ("table1-rt-2184", "table2-decode-rt-cross", "bytes-route-saving", "bytes-break-even",

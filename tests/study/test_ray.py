@@ -11,6 +11,7 @@ from studyutil import metrics
 pytestmark = pytest.mark.ray
 
 
+@pytest.mark.slow
 def test_ray_equals_process_pool(grid_file, tmp_path):
     pytest.importorskip("ray", reason="ray is not installed (pip install 'simroute[dist]')")
     s = load_study(grid_file)

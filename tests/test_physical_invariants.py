@@ -566,3 +566,16 @@ def test_step_model_faster_gpu_is_never_slower(step):
                               holder_ref=step.holder_ref)
         for shape in shapes:
             assert quick.iteration_s(*shape) <= step.iteration_s(*shape)
+
+
+def test_a_selection_that_does_not_fit_is_counted_as_a_fallback_per_chunk(tmp_path):
+    """Sparse selections under always-fetch on GPUs with little HBM room: every route is a fetch that did not
+    fit, so the summary's `why` attributes none to the policy (a selection's fallback covers all its chunks)."""
+    from simroute.workload import generate
+    trace = generate("sparse", tmp_path / "hbm.parquet", seed=1, params={
+        "requests": 30, "qps": 2000.0, "holders": 8, "spanned": 4, "output_tokens": 8, "chunk_tokens": 256,
+        "chunks_per_holder": 4})
+    s = Simulation(config(trace, policy="always-fetch", hbm_gb=31.6)).run().summary
+    assert s["primitive_counts"]["route"] > 0 and s["primitive_counts"]["fetch"] > 0
+    assert s["why"]["route_by_policy"] == 0
+    assert s["why"]["route_fetch_did_not_fit"] == s["primitive_counts"]["route"]

@@ -135,6 +135,12 @@ def tolerance(*sims: Simulation) -> float:
     return SHARED_CALL_TOL if routes else LOAD_TOL
 
 
+def failing(values, reason: str):
+    """A parametrize case whose invariant does not hold: strict xfail with the measured figures (a finding)."""
+    values = values if isinstance(values, tuple) else (values,)
+    return pytest.param(*values, marks=pytest.mark.xfail(strict=True, reason=reason))
+
+
 def not_below(value: float, reference: float) -> bool:
     return value >= reference * (1 - ULP_TOL)
 
@@ -250,8 +256,7 @@ TPOT_FALLS_WITH_LOAD = ("a burst's prefills run before its decodes, so the decod
 
 @pytest.mark.parametrize("policy", [
     "always-fetch", "paper", "adaptive",
-    pytest.param("always-route", marks=pytest.mark.xfail(strict=True, reason="TPOT p50 15.72 ms at 100 QPS, 14.88 "
-                                                         "at 1000 QPS: " + TPOT_FALLS_WITH_LOAD)),
+    failing("always-route", "TPOT p50 15.72 ms at 100 QPS, 14.88 at 1000 QPS: " + TPOT_FALLS_WITH_LOAD),
     "always-local"])
 def test_higher_qps_never_lowers_tpot(bench, policy):
     """The same 24 requests at 10, 100 and 1000 QPS: TPOT p50 and p99 never drop."""
@@ -308,10 +313,10 @@ def test_a_fetched_copy_serves_the_next_request_as_resident(bench):
 
 @pytest.mark.parametrize("prompt, output, chunk", [
     (16, 2, 8192), (1024, 2, 512),
-    pytest.param(16, 64, 8192, marks=pytest.mark.xfail(strict=True, reason="the policies' local is the closed "
-                 "form's re-prefill (c = 1.0 us per token-layer: 221 ms for 8192 tokens), the engine's is the "
-                 "step model's (~60 ms): the model has route 117.9 ms against local 249.7 ms, the simulation e2e "
-                 "route 248.4 ms against local 205.5 ms; docs/REVIEW.md, finding P6"))])
+    failing((16, 64, 8192), "the policies' local is the closed "
+            "form's re-prefill (c = 1.0 us per token-layer: 221 ms for 8192 tokens), the engine's is the "
+            "step model's (~60 ms): the model has route 117.9 ms against local 249.7 ms, the simulation e2e "
+            "route 248.4 ms against local 205.5 ms; docs/REVIEW.md, finding P6")])
 def test_the_simulation_orders_primitives_as_the_model_does_where_the_model_is_clear(bench, params, prompt,
                                                                                    output, chunk):
     """Where the closed form's horizon costs of two primitives differ by more than 2x, the forced policies'
@@ -436,11 +441,11 @@ def test_fewer_hops_are_never_slower(bench, policy):
 
 @pytest.mark.parametrize("policy", [
     "always-fetch", "paper",
-    pytest.param("always-route", marks=pytest.mark.xfail(strict=True, reason="route over NVLink is charged the "
-                 "paper's measured single-block NVLink rate (21 GB/s, Table 2 and Fig 6: 'a hair below its own "
-                 "cross-node IBGDA', 25 GB/s): a 256-token first pass to a same-host holder takes TTFT 42.87 ms "
-                 "on the fat-tree (44.47 on the testbed) against 41.67 (43.27) across the NICs; faithful to the "
-                 "measurement, but the replica choice calls the NVLink copy nearer; docs/REVIEW.md, finding P4"))])
+    failing("always-route", "route over NVLink is charged the "
+            "paper's measured single-block NVLink rate (21 GB/s, Table 2 and Fig 6: 'a hair below its own "
+            "cross-node IBGDA', 25 GB/s): a 256-token first pass to a same-host holder takes TTFT 42.87 ms "
+            "on the fat-tree (44.47 on the testbed) against 41.67 (43.27) across the NICs; faithful to the "
+            "measurement, but the replica choice calls the NVLink copy nearer; docs/REVIEW.md, finding P4")])
 def test_a_same_host_holder_is_never_slower_than_a_remote_one(bench, policy):
     """The holder on the requester's host (NVSwitch) against one on the next host (NICs)."""
     host, leaf = _hops(bench, policy, (1, 8))
@@ -449,11 +454,11 @@ def test_a_same_host_holder_is_never_slower_than_a_remote_one(bench, policy):
 
 @pytest.mark.parametrize("policy", [
     "always-fetch",
-    pytest.param("always-route", marks=pytest.mark.xfail(strict=True, reason="the replica choice takes the nearest "
-                 "copy and reads load only on distance ties, while a routed exchange's cost does not see the "
-                 "distance (paper §8): with 4 copies requester 31 routes to 22 on its leaf, busy with its own "
-                 "sequence, instead of an idle copy across a spine: TTFT p99 3.53 ms with 2 copies, 4.29 ms with "
-                 "4; docs/REVIEW.md, finding P8"))])
+    failing("always-route", "the replica choice takes the nearest "
+            "copy and reads load only on distance ties, while a routed exchange's cost does not see the "
+            "distance (paper §8): with 4 copies requester 31 routes to 22 on its leaf, busy with its own "
+            "sequence, instead of an idle copy across a spine: TTFT p99 3.53 ms with 2 copies, 4.29 ms with "
+            "4; docs/REVIEW.md, finding P8")])
 def test_more_replicas_are_never_slower(bench, policy):
     """6 sub-agents on the fat-tree reading one hot chunk, with 1, 2 and 4 copies of it (popularity placement:
     each copy set contains the smaller one)."""

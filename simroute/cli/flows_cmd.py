@@ -22,7 +22,7 @@ from simroute.errors import ConfigurationError
 
 FLOW_FILE_HELP = ("Parquet or CSV, one row per flow: start_s, nbytes, and links (link ids) or src, dst "
                   "[, path_index]; optional rate_cap_Bps, delay_s. Or a run directory (its net_flows.parquet).")
-RUN_FLOWS = "net_flows.parquet"
+RUN_FLOWS = ("net_flows.parquet", "flows.parquet")    # in a run directory; in a telemetry export's
 RUN_ONLY_COLUMNS = ("fid", "end_s", "sport")     # a run's flows table without `links` is from an older simroute
 
 
@@ -32,12 +32,14 @@ def _backends_help() -> str:
 
 
 def flow_file(path: Path) -> Path:
-    """The flow file a FLOWS argument names: the file itself, or a run directory's net_flows.parquet."""
+    """The flow file a FLOWS argument names: the file itself, or a run directory's net_flows.parquet (a
+    telemetry export's flows.parquet)."""
     if path.is_dir():
-        if not (path / RUN_FLOWS).is_file():
-            raise ConfigurationError(f"is a directory without {RUN_FLOWS} (a run written with telemetry has one)",
-                                     file=path)
-        return path / RUN_FLOWS
+        found = next((path / name for name in RUN_FLOWS if (path / name).is_file()), None)
+        if found is None:
+            raise ConfigurationError(f"is a directory without {' or '.join(RUN_FLOWS)} (a run written with "
+                                     "telemetry has the first)", file=path)
+        return found
     return path
 
 

@@ -137,3 +137,24 @@ def test_a_run_stopped_with_flows_running_says_so(trace, cli, tmp_path):
     assert unfinished > 0
     _replayed, _figures, err = _replay(cli, out, "ark-paper", tmp_path / "r.parquet")
     assert f"{unfinished} flows still running" in err
+
+
+def test_a_telemetry_exports_flows_replay_too(cli, tmp_path):
+    """The flow engine alone: three transfers sharing a NIC (one capped), exported with `to_parquet`."""
+    import simpy
+
+    from simroute.network import FlowEngine
+    topology = load_topology(shipped_topology("fattree"))
+    env = simpy.Environment()
+    engine = FlowEngine(env, topology, seed=3)
+    for i, cap in enumerate((None, 5e9, None)):
+        env.timeout(i * 1e-3).callbacks.append(lambda _e, cap=cap: engine.transfer("h0.g0", "h1.g0", 2e8,
+                                                                                  rate_cap_Bps=cap))
+    env.run()
+    engine.telemetry.to_parquet(tmp_path / "export")
+    flows = pq.read_table(tmp_path / "export" / "flows.parquet").to_pandas()
+    assert sorted(flows["rate_cap_Bps"]) == [5e9, np.inf, np.inf]
+    replayed, *_ = _replay(cli, tmp_path / "export", "fattree", tmp_path / "r.parquet")
+    np.testing.assert_allclose(replayed["fct_s"], flows["fct_s"], rtol=1e-12, atol=0)
+    slowest = min(topology.links[i].capacity_Bps for i in flows["links"][0])
+    assert flows.loc[flows["rate_cap_Bps"] == np.inf, "fct_s"].max() > 1.2 * 2e8 / slowest   # they shared

@@ -83,13 +83,17 @@ class HolderPartials:
         return d
 
     def others(self, now: float, requester: int) -> tuple[float, int]:
-        """(GPU s per s the other requesters now ask of this holder, how many they are): one pass."""
-        rho, seen = 0.0, set()
-        for x in self._prune(now):
+        """(GPU s per s the other requesters now ask of this holder, how many they are): one pass. It runs
+        once per routed leg of every requester event, so it builds nothing unless two entries of other
+        requesters are live (a requester usually has one: its current event's), when it counts them apart."""
+        rho, entries = 0.0, 0
+        for x in (self._prune(now) if now >= self.expiry else self.demand):
             if x[3] != requester:
                 rho += x[2]
-                seen.add(x[3])
-        return rho, len(seen)
+                entries += 1
+        if entries > 1:
+            entries = len({x[3] for x in self.demand if x[3] != requester})
+        return rho, entries
 
     def utilisation(self, now: float, requester: int = -1) -> float:
         """GPU seconds per second of partial attention the other requesters now ask of this holder."""

@@ -67,19 +67,14 @@ class HolderPartials:
         self.busy_fraction = 1.0        # the share of the holder's last event its own GPU work took
 
     def _prune(self, now: float) -> list[list]:
-        """The entries still asking (until > now); ended ones with charge left move to `tail`."""
+        """The entries still asking (until > now); ended ones with charge left move to `tail` (in list order).
+        Comprehensions rather than an append per entry: it runs at most once per requester event's span end."""
         d = self.demand
         if now >= self.expiry:
-            last, keep, expiry = self.last_take, [], INF
-            for x in d:
-                if x[1] > now:
-                    keep.append(x)
-                    if x[1] < expiry:
-                        expiry = x[1]
-                elif x[4] > 0 and x[1] > last:
-                    self.tail.append(x)
-            d[:] = keep
-            self.expiry = expiry
+            last = self.last_take
+            self.tail.extend([x for x in d if x[1] <= now and x[4] > 0 and x[1] > last])
+            d[:] = [x for x in d if x[1] > now]
+            self.expiry = min([x[1] for x in d], default=INF)
         return d
 
     def others(self, now: float, requester: int) -> tuple[float, int]:

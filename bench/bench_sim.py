@@ -13,6 +13,8 @@ Scenarios (issue 5 and the targets of DEVELOPERS.md):
                 always-route unless --policy): the log-log slopes of CPU and wall seconds and of SimPy events
                 over requests, and of the cost per event over the mean event-queue length  (target <= 1.1)
   bare-simpy    SimPy's own event rate on this box: one process yielding timeouts
+  messages      bench_network's message loops (by name, route handles, exchanges) per wall and CPU second, and
+                as a share of bare SimPy's events per CPU second (`--messages N` per loop)
 
 Every scenario prints engine iterations per wall second and the routed messages of the run, counted by the
 network's message model (`MessageModel.total_count`: every query requester -> holder and every partial back,
@@ -263,10 +265,42 @@ def bare(tmp: Path) -> None:
     record("bare_simpy", {k: round(v) for k, v in bare_simpy(1_000_000).items()})
 
 
-SCENARIOS = {"agents": agents, "ark": ark, "zipf": zipf, "azure": azure, "conversation": conversation,
-             "agent-real": agent_real, "agents-growth": agents_growth, "bare-simpy": bare}
+def message_rates(tmp: Path) -> None:
+    """bench_network's message loops (by name, over route handles, as routed exchanges; 1,000 elephants on the
+    1024-GPU fat-tree) per wall and per CPU second, beside SimPy's bare events per CPU second."""
+    import contextlib
 
-VALUED = ("--policy", "--sizes", "--repeat")     # options that take a value
+    import bench_network
+    from simroute.network import load_topology
+
+    @contextlib.contextmanager
+    def cpu_clock():
+        """bench_network times its loops with time.perf_counter: read CPU seconds instead (the box is shared)."""
+        wall = time.perf_counter
+        time.perf_counter = time.process_time
+        try:
+            yield
+        finally:
+            time.perf_counter = wall
+
+    topo = load_topology(shipped_topology("fattree-1024"))
+    n = int(_option("--messages", "300000"))
+    figs: dict[str, float | int | str] = {k: round(v) for k, v in bare_simpy(1_000_000).items()}
+    loops = {"by_name": lambda: bench_network.messages(topo, n), "handles": lambda: bench_network.messages(
+        topo, n, handles=True), "exchanges": lambda: bench_network.exchanges(topo, n)}
+    for label, loop in loops.items():
+        figs[f"{label}_per_wall_s"] = round(loop())
+        with cpu_clock():
+            figs[f"{label}_per_cpu_s"] = round(loop())
+        figs[f"{label}_vs_bare_simpy"] = round(figs[f"{label}_per_cpu_s"] / figs["bare_simpy_events_per_cpu_s"], 3)
+    record("messages (fattree-1024, 1k elephants)", figs, target=">= 200k/s by name; >= 12% of bare SimPy")
+
+
+SCENARIOS = {"agents": agents, "ark": ark, "zipf": zipf, "azure": azure, "conversation": conversation,
+             "agent-real": agent_real, "agents-growth": agents_growth, "bare-simpy": bare,
+             "messages": message_rates}
+
+VALUED = ("--policy", "--sizes", "--repeat", "--messages")     # options that take a value
 
 if __name__ == "__main__":
     args = [a for i, a in enumerate(sys.argv[1:], 1) if sys.argv[i - 1] not in VALUED]

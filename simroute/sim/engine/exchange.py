@@ -68,7 +68,8 @@ class HolderPartials:
 
     def _prune(self, now: float) -> list[list]:
         """The entries still asking (until > now); ended ones with charge left move to `tail` (in list order).
-        Comprehensions rather than an append per entry: it runs at most once per requester event's span end."""
+        It rebuilds the list whenever the earliest span has ended (most requester events): comprehensions
+        rather than an append per entry."""
         d = self.demand
         if now >= self.expiry:
             last = self.last_take

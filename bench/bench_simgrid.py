@@ -13,12 +13,17 @@ scales <= 1k: the box is shared), and FCT agreement against SimGrid C++ (median 
 difference). SimGrid is configured as pure max-min: CM02, latency and bandwidth factors 1, weight-S 0, no
 cross-traffic, no TCP window. Needs `libsimgrid-dev` and g++ (Debian: apt-get install libsimgrid-dev
 python3-simgrid); skips with the reason otherwise. Appends a row to bench/RESULTS.md.
-Run: python bench/bench_simgrid.py [--quick] [--repeat N] [--python-max N] [--scales 100,1000] [--no-record]
+`--reuse-simgrid 10000` takes SimGrid C++'s wall and CPU at those scales from the latest RESULTS.md row that has
+them instead of rerunning it (~440 s at 10k in flight: the flow set is the same, seeded); FCT agreement is then
+against the compiled replay, which that row checked against SimGrid.
+Run: python bench/bench_simgrid.py [--quick] [--repeat N] [--python-max N] [--scales 100,1000]
+     [--reuse-simgrid 10000] [--no-record]
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 import subprocess
 import sys
@@ -154,13 +159,27 @@ def replay_simgrid(command: list[str], flows, flows_file: Path) -> tuple[float, 
     return wall, cpu, finish - np.array([t for t, _s, _l in flows])
 
 
+def recorded_simgrid(tag: str) -> tuple[float, float, str] | None:
+    """SimGrid C++'s (wall s, CPU s, date) at one scale from the latest RESULTS.md row that ran it."""
+    from _common import RESULTS
+    found = None
+    for line in RESULTS.read_text().splitlines():
+        wall = re.search(rf"\b{tag}_simgrid_s=([0-9.,]+)", line)
+        cpu = re.search(rf"\b{tag}_simgrid_cpu_s=([0-9.,]+)", line)
+        if wall and cpu and f"{tag}_simgrid_reused" not in line:
+            found = (float(wall.group(1).replace(",", "")), float(cpu.group(1).replace(",", "")),
+                     line.split("|")[1].strip())
+    return found
+
+
 def _option(name: str, default: str) -> str:
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
 
 
 def measure_scale(topo, n_concurrent: int, n_finish: int, binary: Path, py_ok: bool, repeat: int,
-                  workdir: Path) -> dict[str, float | int]:
-    """Every path on one flow set; best-of-`repeat` walls at <= 1k flows in flight."""
+                  workdir: Path, reuse: bool = False) -> dict[str, float | int]:
+    """Every path on one flow set; best-of-`repeat` walls at <= 1k flows in flight. With `reuse`, SimGrid C++
+    is not run: its figures come from RESULTS.md (`recorded_simgrid`)."""
     flows = closed_loop_flow_set(topo, n_concurrent, n_finish)
     events = 2 * len(flows)
     flows_file = write_flows(topo, flows, workdir)
@@ -172,6 +191,10 @@ def measure_scale(topo, n_concurrent: int, n_finish: int, binary: Path, py_ok: b
              "simgrid": lambda: replay_simgrid([str(binary)], flows, flows_file)}
     if py_ok:
         paths["simgrid_py"] = lambda: replay_simgrid([PY_BINDINGS, str(PY_SOURCE)], flows, flows_file)
+    tag = f"{n_concurrent // 1000}k" if n_concurrent >= 1000 else str(n_concurrent)
+    recorded = recorded_simgrid(tag) if reuse else None
+    if recorded is not None:
+        del paths["simgrid"]
     for _ in range(runs):                       # interleaved, so a burst of load hits every path alike
         for name, run in paths.items():
             if name == "simgrid_py" and name in walls:
@@ -180,8 +203,13 @@ def measure_scale(topo, n_concurrent: int, n_finish: int, binary: Path, py_ok: b
             walls.setdefault(name, []).append(wall)
             cpus.setdefault(name, []).append(cpu)
             fcts[name] = fct
-    tag = f"{n_concurrent // 1000}k" if n_concurrent >= 1000 else str(n_concurrent)
-    figures: dict[str, float | int] = {f"{tag}_flows": len(flows)}
+    figures: dict[str, float | int | str] = {f"{tag}_flows": len(flows)}
+    reference = "simgrid"
+    if recorded is not None:
+        walls["simgrid"], cpus["simgrid"] = [recorded[0]], [recorded[1]]
+        fcts["simgrid"] = fcts["replay"]            # agreement below is then against the compiled replay
+        figures[f"{tag}_simgrid_reused"] = recorded[2]
+        reference = "replay"
     for name in walls:
         figures[f"{tag}_{name}_s"] = round(min(walls[name]), 4)
         figures[f"{tag}_{name}_cpu_s"] = round(min(cpus[name]), 4)
@@ -189,6 +217,8 @@ def measure_scale(topo, n_concurrent: int, n_finish: int, binary: Path, py_ok: b
     for name in ("online", "replay"):
         figures[f"{tag}_{name}_vs_simgrid"] = round(min(walls["simgrid"]) / min(walls[name]), 2)
         figures[f"{tag}_{name}_vs_simgrid_cpu"] = round(min(cpus["simgrid"]) / min(cpus[name]), 2)
+        if name == reference:
+            continue
         rel = np.abs(fcts[name] - fcts["simgrid"]) / fcts["simgrid"]
         figures[f"{tag}_{name}_fct_rel_median"] = float(f"{np.median(rel):.2e}")
         figures[f"{tag}_{name}_fct_rel_max"] = float(f"{rel.max():.2e}")
@@ -196,9 +226,9 @@ def measure_scale(topo, n_concurrent: int, n_finish: int, binary: Path, py_ok: b
     figures[f"{tag}_replay_vs_online_fct_rel_max"] = float(f"{rel.max():.2e}")
     shown = ", ".join(f"{name} {' / '.join(f'{w:.3f}' for w in walls[name])} s (cpu best {min(cpus[name]):.3f})"
                       for name in walls)
-    print(f"  {n_concurrent} in flight, {len(flows)} flows, {events} events: {shown}; replay vs SimGrid FCT rel "
-          f"diff median {figures[f'{tag}_replay_fct_rel_median']:.1e} max {figures[f'{tag}_replay_fct_rel_max']:.1e}",
-          flush=True)
+    agreement = f"online vs {'SimGrid' if reference == 'simgrid' else 'replay (SimGrid reused)'} FCT rel diff " \
+        f"median {figures[f'{tag}_online_fct_rel_median']:.1e} max {figures[f'{tag}_online_fct_rel_max']:.1e}"
+    print(f"  {n_concurrent} in flight, {len(flows)} flows, {events} events: {shown}; {agreement}", flush=True)
     return figures
 
 
@@ -208,6 +238,7 @@ def main() -> None:
         wanted = {int(x) for x in _option("--scales", "").split(",")}
         scales = [scale for scale in SCALES if scale[0] in wanted]
     repeat = int(_option("--repeat", "3"))
+    reuse = {int(x) for x in _option("--reuse-simgrid", "").split(",") if x}
     python_max = int(_option("--python-max", "1000"))
     topo = zero_latency_topology()
     replay_compiled(topo, [(0.0, 1e6, topo.path_ids(0, 1)[0])])          # compile (or load the cache) first
@@ -223,7 +254,8 @@ def main() -> None:
         figures: dict[str, float | int | str] = {}
         for n_concurrent, n_finish in scales:
             figures.update(measure_scale(topo, n_concurrent, n_finish, binary,
-                                         not py_why and n_concurrent <= python_max, repeat, workdir))
+                                         not py_why and n_concurrent <= python_max, repeat, workdir,
+                                         reuse=n_concurrent in reuse))
         record("simgrid comparison (fattree-1024, pinned paths; online engine and compiled replay)", figures,
                target=">= 1x SimGrid C++ at every scale")
 

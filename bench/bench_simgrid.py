@@ -16,13 +16,18 @@ python3-simgrid); skips with the reason otherwise. Appends a row to bench/RESULT
 `--reuse-simgrid 10000` takes SimGrid C++'s wall and CPU at those scales from the latest RESULTS.md row that has
 them instead of rerunning it (~440 s at 10k in flight: the flow set is the same, seeded); FCT agreement is then
 against the compiled replay, which that row checked against SimGrid.
+`--floor` measures, on the 100-in-flight flow set, what bounds the online engine at small scale: CPU us per
+event of the same SimPy driver with a flow that does nothing but fire at a fixed time (the caller's own two
+events per flow), plus the engine's two (flush, wake-up), and numba's dispatch of a kernel shaped like the
+online core's; beside the online engine's and SimGrid C++'s CPU us per event.
 Run: python bench/bench_simgrid.py [--quick] [--repeat N] [--python-max N] [--scales 100,1000]
-     [--reuse-simgrid 10000] [--no-record]
+     [--reuse-simgrid 10000] [--floor] [--no-record]
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import shutil
 import subprocess
@@ -117,6 +122,67 @@ def replay_compiled(topo, flows) -> tuple[float, float, np.ndarray]:
     t0, c0 = time.perf_counter(), time.process_time()
     result = replay(flow_set, capacity, backend="numba")
     return time.perf_counter() - t0, time.process_time() - c0, result.fct_s
+
+
+def simpy_floor(flows, engine_events: bool) -> float:
+    """CPU s of the online driver over `flows` where a transfer is one event firing at a fixed time (no engine);
+    with `engine_events`, also the two events per flow the engine schedules (its flush and a wake-up)."""
+    from simpy.events import NORMAL
+    env = simpy.Environment()
+
+    def transfer(size: float) -> simpy.Event:
+        event = env.event()
+        event._ok, event._value = True, None
+        env.schedule(event, NORMAL, 1e-3 + size * 1e-12)
+        if engine_events:
+            env.timeout(0)
+            env.timeout(1e-3)
+        return event
+
+    def driver():
+        for t, size, _links in flows:
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            transfer(size)
+
+    env.process(driver())
+    c0 = time.process_time()
+    env.run()
+    return time.process_time() - c0
+
+
+def dispatch_floor(calls: int = 20000) -> float:
+    """CPU s of one call to a compiled kernel that does nothing, with the online core's arguments (a float,
+    an int, three arrays) and result (five scalars)."""
+    import numba
+
+    @numba.njit
+    def nothing(now, n_pend, fbuf, ibuf, bbuf):
+        return 0, 0, now, n_pend, fbuf.shape[0] + ibuf.shape[0] + bbuf.shape[0]
+
+    fbuf, ibuf, bbuf = np.zeros(60_000), np.zeros(100_000, dtype=np.int64), np.zeros(25_000, dtype=np.int8)
+    nothing(0.0, 0, fbuf, ibuf, bbuf)
+    c0 = time.process_time()
+    for _ in range(calls):
+        nothing(0.0, 0, fbuf, ibuf, bbuf)
+    return (time.process_time() - c0) / calls
+
+
+def measure_floor(topo, binary: Path, workdir: Path, repeat: int) -> dict[str, float]:
+    """CPU us per event of what bounds the online engine at 100 flows in flight (see the module docstring)."""
+    flows = closed_loop_flow_set(topo, *SCALES[0])
+    events = 2 * len(flows)
+    flows_file = write_flows(topo, flows, workdir)
+    best: dict[str, float] = {}
+    for _ in range(max(repeat, 5)):
+        for name, run in (("simpy_caller", lambda: simpy_floor(flows, False)),
+                          ("simpy_with_engine_events", lambda: simpy_floor(flows, True)),
+                          ("online", lambda: replay_simroute(topo, flows)[1]),
+                          ("simgrid", lambda: replay_simgrid([str(binary)], flows, flows_file)[1])):
+            best[name] = min(best.get(name, math.inf), run())
+    figures = {f"floor_{name}_cpu_us_per_event": round(cpu / events * 1e6, 3) for name, cpu in best.items()}
+    figures["floor_dispatch_us_per_call"] = round(dispatch_floor() * 1e6, 3)
+    return figures
 
 
 def build_simgrid(workdir: Path) -> tuple[Path | None, str]:
@@ -252,6 +318,11 @@ def main() -> None:
         if py_why:
             print(f"[simgrid comparison] SimGrid Python bindings skipped: {py_why}")
         figures: dict[str, float | int | str] = {}
+        if "--floor" in sys.argv:
+            figures = measure_floor(topo, binary, workdir, repeat)
+            record("online engine floor at 100 flows in flight (fattree-1024, CPU us per start or finish event)",
+                   figures, target="online <= SimGrid C++")
+            return
         for n_concurrent, n_finish in scales:
             figures.update(measure_scale(topo, n_concurrent, n_finish, binary,
                                          not py_why and n_concurrent <= python_max, repeat, workdir,

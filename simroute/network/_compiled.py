@@ -171,6 +171,22 @@ def mark_links(links, slot, n_links, seen, count):
     return count
 
 
+@njit_inline
+def commit_group(now, g, fresh, same, rate, work, last_t, next_work, due):
+    """The commit rule of one re-solved group (every commit kernel's): it keeps its rate while |fresh - old| <=
+    same x old (returns -1.0); otherwise its work clock is advanced at the old rate, the rate replaced and its
+    completion time recomputed, and the old rate is returned."""
+    old = rate[g]
+    if abs(fresh - old) <= same * old:
+        return -1.0
+    if now > last_t[g]:
+        work[g] += old * (now - last_t[g])
+        last_t[g] = now
+    rate[g] = fresh
+    due[g] = now + (next_work[g] - work[g]) / fresh if fresh > 0 else np.inf
+    return old
+
+
 @njit
 def commit_rates_numba(now, new_rate, new_bn, links, rate, bn, work, last_t, next_work, due, same, n_links):
     """Same contract as kernels.commit_rates_numpy: commit the groups whose rate moved, return their links."""
@@ -179,15 +195,8 @@ def commit_rates_numba(now, new_rate, new_bn, links, rate, bn, work, last_t, nex
     count = 0
     for g in range(groups):
         bn[g] = new_bn[g]
-        fresh, old = new_rate[g], rate[g]
-        if abs(fresh - old) <= same * old:
-            continue
-        if now > last_t[g]:
-            work[g] += old * (now - last_t[g])
-            last_t[g] = now
-        rate[g] = fresh
-        due[g] = now + (next_work[g] - work[g]) / fresh if fresh > 0 else np.inf
-        count = mark_links(links, g, n_links, touched, count)
+        if commit_group(now, g, new_rate[g], same, rate, work, last_t, next_work, due) >= 0:
+            count = mark_links(links, g, n_links, touched, count)
     out = np.empty(count, dtype=np.int64)
     j = 0
     for lid in range(n_links):
@@ -631,13 +640,8 @@ def commit_slots_numba(now, slots, new_rate, new_bn, links, flows, rate, bn, wor
     for m in range(n_moved):
         i = moved[m]
         g = slots[i]
-        fresh, old = new_rate[i], rate[g]
-        if now > last_t[g]:
-            work[g] += old * (now - last_t[g])
-            last_t[g] = now
-        rate[g] = fresh
-        due[g] = now + (next_work[g] - work[g]) / fresh if fresh > 0 else np.inf
-        delta = (fresh - old) * flows[g]
+        old = commit_group(now, g, new_rate[i], 0.0, rate, work, last_t, next_work, due)   # moved: kept out above
+        delta = (new_rate[i] - old) * flows[g]
         for k in range(links.shape[0]):
             lid = links[k, g]
             if lid < n_links:

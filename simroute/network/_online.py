@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from simroute.network._compiled import HAVE_NUMBA, cascade_into, fill_groups_numba, members_add, members_remove, \
-    njit, njit_inline
+from simroute.network._compiled import HAVE_NUMBA, cascade_into, commit_group, fill_groups_numba, members_add, \
+    members_remove, njit, njit_inline
 
 INF = math.inf
 
@@ -339,15 +339,10 @@ def _solve(now, seeds, dirty, count, links, g_n, g_cap, g_rate, g_bn, g_work, g_
     for i in range(solved.shape[0]):
         g = solved[i]
         g_bn[g] = bns[i]
-        fresh, old = rates[i], g_rate[g]
-        if abs(fresh - old) <= same * old:
+        old = commit_group(now, g, rates[i], same, g_rate, g_work, g_last, g_next, g_due)
+        if old < 0:
             continue
-        if now > g_last[g]:
-            g_work[g] += old * (now - g_last[g])
-            g_last[g] = now
-        g_rate[g] = fresh
-        g_due[g] = now + (g_next[g] - g_work[g]) / fresh if fresh > 0 else np.inf
-        delta = (fresh - old) * g_n[g]
+        delta = (rates[i] - old) * g_n[g]
         for k in range(links.shape[0]):
             lid = links[k, g]
             if lid < n_links:

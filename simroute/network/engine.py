@@ -40,8 +40,7 @@ from simroute.network.hashing import SPORT_MAX, SPORT_MIN, flow_key, mix64
 from simroute.network.kernels import SolverBackend, compiled_available, solver_backend
 from simroute.network.maxmin import Group, fill
 from simroute.network.messages import MessageModel, MessageRoute
-from simroute.network.routing import (ARK_ELEPHANT_BYTES, ARK_HASH_S, ARK_LOOKUP_S, ROUTING_STRATEGIES, ROUTINGS,
-                                      RouteChoice)
+from simroute.network.routing import ARK_ELEPHANT_BYTES, ARK_HASH_S, ARK_LOOKUP_S, ROUTING_STRATEGIES, ROUTINGS
 from simroute.network.telemetry import FULL_LOAD, Telemetry
 from simroute.network.topology import EngineTopology
 

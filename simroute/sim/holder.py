@@ -67,9 +67,9 @@ class ReplicaChoice:
         row = self._latency
         if row is None:
             row = self._latency = self.ctx.latency_row(self.requester)
-        latency = list(map(row.__getitem__, holders))     # popular chunks have ~100 holders: kept in C
+        latency = list(map(row.__getitem__, holders))     # popular chunks have hundreds of holders: kept in C
         nearest = min(latency)
-        if latency.count(nearest) == 1:     # load is read only where distance ties (most picks on a large fabric)
+        if latency.count(nearest) == 1:     # load is read only where distance ties
             return holders[latency.index(nearest)]
         tied = [h for h, lat in zip(holders, latency) if lat == nearest]
         loads = [self._load(h) for h in tied]

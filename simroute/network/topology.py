@@ -456,9 +456,9 @@ class Topology:
         per-pair sum adds, in its order, so it is the same float. Same-host or shared-NIC targets (at most a
         host's GPUs) take the per-pair path. A 1024-GPU row costs ~0.1 ms instead of ~1024 path walks."""
         targets = np.asarray(targets, dtype=np.int64)
-        row = np.zeros(len(targets))
         if not len(targets):
             return []
+        row = np.zeros(len(targets))
         per_host, per_leaf = self.spec.gpus_per_host, self.spec.hosts_per_leaf
         src_host = ia // per_host
         hosts = targets // per_host
@@ -471,7 +471,7 @@ class Topology:
             src_leaf = src_host // per_leaf
             middle = np.array([segments.middle_id(self, src_leaf, leaf) for leaf in range(self.n_leaves)])
             down = segments.down_of[targets[far]]
-            groups, first, inverse = np.unique(middle[leaves] * segments.n_down + down, return_index=True,
+            _groups, first, inverse = np.unique(middle[leaves] * segments.n_down + down, return_index=True,
                                                return_inverse=True)
             up = segments.up[segments.up_of[ia]]
             sums = [sum(up + segments.middle[middle[leaves[at]]] + segments.down[down[at]]) for at in first]

@@ -74,8 +74,8 @@ BUGS = {
                                        "share = topk / (len(self.remote) + (1 if here_tokens > 0 else 0))",
                                        "share = topk / len(self.remote)"),
     # replica choice, placement, fetch, policy
-    "nearest-replica-ignored": ("simroute/sim/holder.py", "tied = [h for h, lat in zip(holders, latency) if lat == nearest]",
-                                "tied = list(holders)"),
+    "nearest-replica-ignored": ("simroute/sim/holder.py", "latency = list(map(row.__getitem__, holders))",
+                                "latency = [0.0] * len(holders)"),
     "placement-capacity-ignored": ("simroute/sim/placement.py",
                                    "if used[inst] + size <= capacity_bytes and inst not in holders[ci]:",
                                    "if inst not in holders[ci]:"),

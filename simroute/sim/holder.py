@@ -32,7 +32,7 @@ class HolderLoad(NamedTuple):
 
 def holder_load(ctx: SimContext, holder: Instance, requester: int = -1) -> HolderLoad:
     """`holder`'s load as `requester` (an instance id; -1: nobody's demand left out) would see it."""
-    per_query_s = ctx.compute.batch_s(1.0)
+    per_query_s = ctx.query_kernel_s
     engine = ctx.engines[holder.id]
     wait = engine.partials.wait_s(per_query_s, ctx.env.now, engine.busy, engine.layer_s, requester)
     return HolderLoad(ctx.routing.get(holder.id, 0), wait, len(engine.running) + len(engine.waiting))
@@ -52,25 +52,32 @@ class ReplicaChoice:
     One per request: it classifies its chunks at one simulated instant, so each holder's load is read once.
     """
 
-    __slots__ = ("ctx", "requester", "loads")
+    __slots__ = ("ctx", "requester", "loads", "_latency")
 
     def __init__(self, ctx: SimContext, requester: Instance) -> None:
         self.ctx, self.requester = ctx, requester
         self.loads: dict[int, HolderLoad] = {}
+        self._latency: list[float] | None = None     # the requester's latency row, read on the first pick
 
     def pick(self, chunk: int) -> int | None:
         """The holder to use for `chunk`; None when nobody holds it."""
         holders = self.ctx.cluster.chunks.holders[chunk]
         if len(holders) <= 1:
             return holders[0] if holders else None
-        ctx, here = self.ctx, self.requester
-        instances = ctx.cluster.instances
-        latency = [ctx.path_latency_s(here, instances[h]) for h in holders]
+        row = self._latency
+        if row is None:
+            row = self._latency = self.ctx.latency_row(self.requester)
+        latency = list(map(row.__getitem__, holders))     # popular chunks have hundreds of holders: kept in C
         nearest = min(latency)
+        if latency.count(nearest) == 1:     # load is read only where distance ties
+            return holders[latency.index(nearest)]
         tied = [h for h, lat in zip(holders, latency) if lat == nearest]
-        if len(tied) == 1:          # load is read only where distance ties (most picks on a large fabric)
-            return tied[0]
-        return min(tied, key=lambda h: (self._load(h), mix64(h * 1_000_003 + here.id)))
+        loads = [self._load(h) for h in tied]
+        least = min(loads)
+        if loads.count(least) == 1:
+            return tied[loads.index(least)]
+        here = self.requester.id            # equally loaded too: the hash spreads requesters over them
+        return min((h for h, load in zip(tied, loads) if load == least), key=lambda h: mix64(h * 1_000_003 + here))
 
     def _load(self, holder: int) -> HolderLoad:
         load = self.loads.get(holder)

@@ -324,7 +324,7 @@ class DenseRequest(RequestProcess):
         replicas = ReplicaChoice(ctx, requester)
         for chunk, cached in zip(spec.chunk_indices, spec.cached):
             pending = chunks.pending.get((chunk, here))
-            if pending is not None or here in chunks.holders[chunk]:
+            if pending is not None or copies.holds(chunk, here):
                 copies.touch(chunk, here)
                 self.pin(chunk, here)
                 self.resident_tokens += float(chunks.tokens[chunk])

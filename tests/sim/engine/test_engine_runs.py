@@ -112,10 +112,14 @@ def test_copies_beyond_hbm_count_evictions_and_preemptions(tmp_path):
     the HBM invariant holds at every iteration (check_hbm)."""
     trace = generate("corpus", tmp_path / "c.parquet", seed=3, params={
         "requests": 300, "chunks": 200, "instances": 4, "output_tokens": 400, "qps": 400.0})
-    res = simulate(_cfg(trace, policy="always-fetch", hbm_gb=34.0, check_hbm=True))
+    sim = Simulation(_cfg(trace, policy="always-fetch", hbm_gb=34.0, check_hbm=True))
+    res = sim.run()
     s = res.summary
     assert s["completed"] + s["dropped"] == 300 and s["completed"] > 250
     assert s["holders"]["evictions"] > 0 and s["engine"]["preemptions"] > 0
+    copies = sim.ctx.copies    # the holder set stays the holder lists after arrivals and evictions
+    assert copies.held == {(ci, eid) for ci, eids in enumerate(sim.ctx.cluster.chunks.holders) for eid in eids}
+    assert all(len(set(eids)) == len(eids) for eids in sim.ctx.cluster.chunks.holders)
     it = res.tables["iterations"].to_pandas()
     used = it.kv_bytes + it.pinned_bytes + it.copy_bytes
     assert (it.free_bytes >= -1e-6).all() and (used + it.weights_bytes <= 34.0e9 + 1).all()

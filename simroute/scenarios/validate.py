@@ -174,7 +174,7 @@ def table2_rows(ctx: Ctx) -> list[Row]:
 def local_note(ctx: Ctx, local_s: float, chunk_tokens: int = 2048) -> str:
     """Why local re-prefill reads below ct L c: the step model's roofline with published kernel rates."""
     from dataclasses import replace
-    from simroute.model.steptime import BatchShape
+    from simroute.model.steptime import BatchShape, expert_load
     L = ctx.geometry.layers
     c = local_s / (chunk_tokens * L)           # the simulated cost per token-layer
     shape = BatchShape.uniform(prefill_tokens=chunk_tokens)
@@ -182,18 +182,15 @@ def local_note(ctx: Ctx, local_s: float, chunk_tokens: int = 2048) -> str:
     terms = step.iteration(shape)
     slow = ctx.profile.step_model(ctx.model, gpu_spec=replace(step.gpu, gemm_efficiency=0.4)).iteration(shape)
     g = ctx.geometry
-    per_expert = chunk_tokens * g.experts_per_token / g.routed_experts if g.routed_experts else chunk_tokens
-    grouped = ctx.profile.step_model(ctx.model, gpu_spec=replace(
-        step.gpu, gemm_efficiency=step.gpu.gemm_fraction(per_expert))).iteration(shape)
+    per_expert = expert_load(g.routed_experts, g.experts_per_token, chunk_tokens)[1] if g.routed_experts \
+        else chunk_tokens
     return (f"honest gap: the engine charges the re-prefill as a {chunk_tokens}-token prefill on the step model "
             f"({terms.iteration_s * 1e3:.1f} ms for the iteration, linear ops {terms.bounds['linear']}-bound: every "
-            f"expert's weights read once, GEMMs at the cited {step.gpu.gemm_fraction(chunk_tokens):.2f} of peak), "
+            f"expert's weights read once, GEMMs at the cited {step.gpu.gemm_fraction(chunk_tokens):.2f} of peak, "
+            f"each routed expert's at {step.gpu.gemm_fraction(per_expert):.2f} for its ~{per_expert:.0f} tokens), "
             f"{c * 1e6:.2f} us per token-layer; the paper's c = 0.5-1.5 us is its prototype's re-prefill (stack "
             f"not stated), {0.5e-6 / c:.1f}-{1.5e-6 / c:.1f}x slower than this roofline. Even GEMMs at 0.4 of "
-            f"peak give {slow.iteration_s * 1e3:.1f} ms, below the band's {chunk_tokens * L * 0.5e-3:.1f} ms. "
-            f"The one refinement the step model lacks here, each GEMM's rate at its own token count (a routed "
-            f"expert sees ~{per_expert:.0f} of the {chunk_tokens} tokens), moves the iteration to "
-            f"{grouped.iteration_s * 1e3:.1f} ms (an upper bound: all GEMMs at that rate).")
+            f"peak give {slow.iteration_s * 1e3:.1f} ms, below the band's {chunk_tokens * L * 0.5e-3:.1f} ms.")
 
 
 def decode_point_rows(ctx: Ctx) -> list[Row]:

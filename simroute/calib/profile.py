@@ -221,7 +221,7 @@ class Profile:
         if cache_dtype != geom.cache_dtype:
             geom = geom.with_cache_dtype(cache_dtype)
         return CostParams(
-            geometry=geom,
+            geometry=geom, holder_prefill_s=self._prefill_form(model, cache_dtype),
             fabrics=tuple(self.fabric_params(n) for n in self.fabrics),
             splice_ct=tuple(x for x, _ in splice), splice_s=tuple(y * 1e-3 for _, y in splice),
             holder_n=tuple(x for x, _ in holder), holder_s=tuple(y * 1e-6 for _, y in holder),
@@ -236,6 +236,18 @@ class Profile:
             host_per_row_s=c["host_per_row_us"].value * 1e-6,
             **switches,
         )
+
+
+    def _prefill_form(self, model: str, cache_dtype: str) -> tuple[float, float] | None:
+        """The prefill-form coefficients of the profile's instance GPU (`StepTimeModel.prefill_form_coeffs`)
+        that the closed form charges a routed first pass by; None when the profile names no GPU entry."""
+        try:
+            gpu = self.instance_gpu()
+        except ConfigurationError:
+            return None
+        if gpu not in self.gpus:
+            return None
+        return self.step_model(model, gpu=gpu, cache_dtype=cache_dtype).prefill_form_coeffs()
 
 
 def _loc(err: dict) -> str:

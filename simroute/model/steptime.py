@@ -217,10 +217,11 @@ class StepTimeModel:
         heads_per_gpu = -(-g.heads_q // tp)
         self._attn_flops_pair_layer = 2.0 * heads_per_gpu * (g.d_qk + g.d_v) * g.token_fraction
         expanded = (g.qk_nope_head_dim + g.rope_dims + g.v_head_dim) if g.is_mla else (g.d_qk + g.d_v)
-        self._prefill_flops_pair_layer = 2.0 * heads_per_gpu * expanded * g.token_fraction
+        self._prefill_s_per_row_key = 2.0 * expanded * g.token_fraction / self._attn_rate   # one head's row
         self._attn_s_per_kv_token = self._kv_bytes_token_layer / self._bw
         self._attn_s_per_pair = self._attn_flops_pair_layer / self._attn_rate
-        self._prefill_s_per_pair = self._prefill_flops_pair_layer / self._attn_rate
+        self._prefill_s_per_pair = heads_per_gpu * self._prefill_s_per_row_key
+        self._heads_q = g.heads_q
         # a routed row is one query head of one token, split over the holder's TP ranks
         self._holder_s_per_pair = 2.0 * (g.d_qk + g.d_v) * g.token_fraction / tp / self._attn_rate
         ring_steps = 2.0 * (tp - 1)
@@ -325,22 +326,47 @@ class StepTimeModel:
         n = self.geometry.layers if layers is None else layers
         return n * self._attention(kv_read_tokens, attention_pairs, prefill_pairs)[0]
 
+    def prefill_form_coeffs(self) -> tuple[float, float]:
+        """(seconds per key token read, seconds per (row, key token) pair) of attention in the prefill form on
+        one GPU, one layer: what `cost.holder_prefill_s` charges a routed query block of T > 1 tokens."""
+        return self._attn_s_per_kv_token, self._prefill_s_per_row_key
+
     def holder_partial_s(self, queries: float, rows_per_query: float | Sequence[float],
-                         key_tokens: float | Sequence[float]) -> float:
+                         key_tokens: float | Sequence[float], *, dense: bool = True) -> float:
         """One holder kernel call answering `queries` routed partial-attention queries (one layer): each of
-        `rows_per_query` rows over its `key_tokens` keys (scalars, or one value per query). The roofline over
-        the batch's total keys and rows x keys, floored by the profile's measured holder curve at the batch's
-        reference-requester work per GPU (the query heads split over the TP ranks), so that an idle holder
-        reproduces the measurement."""
+        `rows_per_query` rows (the query heads x its tokens) over its `key_tokens` keys (scalars, or one value
+        per query). The roofline over the batch's total keys and its FLOPs, floored by the profile's measured
+        holder curve at the batch's reference-requester work per GPU (the query heads split over the TP
+        ranks), so that an idle holder reproduces the measurement. A query of T > 1 tokens (a first pass's
+        prefill chunk) is a prefill block: its FLOPs in the prefill form (`cost.holder_prefill_s`), and it
+        counts toward the curve's work as one token's rows, as the closed form's `holder_compute_s` charges it.
+        `dense=False` (a sparse selection's queries: each token gathers its own top-k) keeps every row on the
+        curve, as at decode."""
+        heads = self._heads_q if dense else float("inf")
         if isinstance(rows_per_query, (int, float)) and isinstance(key_tokens, (int, float)):
-            keys, pairs = queries * key_tokens, queries * rows_per_query * key_tokens
+            keys = queries * key_tokens
+            if rows_per_query > heads:
+                pairs, block_pairs, floor_pairs = 0.0, keys * rows_per_query, keys * heads
+            else:
+                pairs, block_pairs = keys * rows_per_query, 0.0
+                floor_pairs = pairs
         else:
             rows = [rows_per_query] * int(queries) if isinstance(rows_per_query, (int, float)) else rows_per_query
             toks = [key_tokens] * len(rows) if isinstance(key_tokens, (int, float)) else key_tokens
-            keys, pairs = float(sum(toks)), float(sum(r * t for r, t in zip(rows, toks)))
-        roof = max(keys * self._attn_s_per_kv_token, pairs * self._holder_s_per_pair)
+            keys, pairs, block_pairs, floor_pairs = float(sum(toks)), 0.0, 0.0, 0.0
+            for r, t in zip(rows, toks):
+                if r > heads:
+                    block_pairs += r * t
+                    floor_pairs += heads * t
+                else:
+                    pairs += r * t
+                    floor_pairs += r * t
+        # one kernel over every query's keys; decode rows in the absorbed form, blocks in the prefill form (the
+        # batch form of `cost.holder_prefill_s`, same coefficients: `prefill_form_coeffs`)
+        roof = max(keys * self._attn_s_per_kv_token,
+                   pairs * self._holder_s_per_pair + block_pairs / self.tp * self._prefill_s_per_row_key)
         if self.holder_curve is None:
             return roof
         # pairs = rows x keys; each GPU of the TP group computes its heads' share (the curve is one GPU's)
-        work = holder_work(pairs / self.tp, 1.0, self.geometry.token_fraction, *self.holder_ref)
+        work = holder_work(floor_pairs / self.tp, 1.0, self.geometry.token_fraction, *self.holder_ref)
         return max(roof, holder_curve_s(work, self.holder_curve[0], self.holder_curve[1]))

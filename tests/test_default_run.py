@@ -152,7 +152,7 @@ def _default_cfg(trace, **kw):
     from simroute.sim import RunConfig
     from simroute.sim.config import DEFAULT_RUN
     return RunConfig(topology=str(default_topology_path()), trace=str(trace), calib=str(default_profile_path()),
-                     batch_window_us=0.0, dispatch_window_us=0.0, **DEFAULT_RUN, **kw)
+                     **DEFAULT_RUN, **kw)
 
 
 def test_on_the_default_model_resident_is_never_slower_than_fetch_then_attend(tmp_path):

@@ -62,8 +62,10 @@ def _succeed_later(env: simpy.Environment, event: simpy.Event, value: Any, delay
 
 
 class FlowRecord(NamedTuple):
-    """A finished flow. `start` is when transfer() was called, `end` when its last byte arrived. A named
-    tuple: one is built per flow on the hot path, about four times cheaper than a frozen dataclass."""
+    """A finished flow. `start` is when transfer() was called, `end` when its last byte arrived; it entered
+    the network `delay_s` after `start` (a routing controller's time) with rate cap `rate_cap_Bps` (inf: none),
+    which is what a replay of it needs. A named tuple: one is built per flow on the hot path, about four
+    times cheaper than a frozen dataclass."""
 
     fid: int
     src: str
@@ -75,6 +77,8 @@ class FlowRecord(NamedTuple):
     spine: str | None
     sport: int
     tag: Any = None
+    rate_cap_Bps: float = INF
+    delay_s: float = 0.0
 
     @property
     def path(self) -> tuple[int, ...]:
@@ -89,7 +93,7 @@ class _Flow:
     """An active bulk flow (engine-internal)."""
 
     __slots__ = ("fid", "src", "dst", "nbytes", "start", "links", "spine", "sport", "tag", "event",
-                 "latency", "reserved", "cap", "finish_work")
+                 "latency", "reserved", "cap", "finish_work", "delay")
 
     def __init__(self, fid: int, src: str, dst: str, nbytes: float, start: float, links: tuple[int, ...],
                  spine: str | None, sport: int, tag: Any, event: simpy.Event, latency: float,
@@ -317,6 +321,7 @@ class FlowEngine:
             latency += self._latency[link]
         flow = _Flow(self._fid, src, dst, nbytes, env.now, links, spine, choice.sport, tag, event, latency,
                      choice.reserved, INF if rate_cap_Bps is None else float(rate_cap_Bps))
+        flow.delay = choice.delay_s      # the routing controller's time before it enters the network
         if nbytes <= 0 or not links:
             self._complete(flow, env.now + choice.delay_s)
         elif choice.delay_s > 0:
@@ -711,7 +716,7 @@ class FlowEngine:
         if flow.spine is not None and flow.links and flow.nbytes > 0:
             self.telemetry.spine_change(flow.spine, -1, self.env.now)
         record = FlowRecord(flow.fid, flow.src, flow.dst, flow.nbytes, flow.start, at, flow.links, flow.spine,
-                            flow.sport, flow.tag)
+                            flow.sport, flow.tag, flow.cap, flow.delay)
         self.telemetry.flow_done(record)
         delay = at - self.env.now
         if delay > 0:

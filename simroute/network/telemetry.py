@@ -235,7 +235,10 @@ class Telemetry:
             "start_s": [rec.start for rec in records], "end_s": [rec.end for rec in records],
             "fct_s": [rec.end - rec.start for rec in records], "spine": [rec.spine for rec in records],
             "sport": [rec.sport for rec in records], "n_links": [len(rec.links) for rec in records],
-            "tag": [None if rec.tag is None else str(rec.tag) for rec in records]})
+            "tag": [None if rec.tag is None else str(rec.tag) for rec in records],
+            # what `simroute flows replay` needs (network/schema.py FLOW_COLUMNS): the pinned path, cap, delay
+            "links": [list(rec.links) for rec in records], "rate_cap_Bps": [rec.rate_cap_Bps for rec in records],
+            "delay_s": [rec.delay_s for rec in records]})
 
     def links_frame(self) -> "pd.DataFrame":
         """One row per directed link: bulk and message bytes, mean utilisation (both), time saturated."""

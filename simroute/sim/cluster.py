@@ -1,4 +1,4 @@
-"""The cluster: instances (a GPU or a tensor-parallel group) with their servers, the chunks and who holds
+"""The cluster: instances (a GPU or a tensor-parallel group) with their staging pools, the chunks and who holds
 them, and the calibrated fabric between any two instances.
 
 Canonical chunks are pinned where placement put them; fetched or re-prefilled copies live in the instance
@@ -19,7 +19,7 @@ from simroute.model.cost import CostParams, FabricParams
 from simroute.network import Topology
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
-from simroute.sim.holder import FifoServer, HolderServer, StagingPool
+from simroute.sim.holder import StagingPool
 from simroute.sim.placement import ChunkTable, PlacementResult
 from simroute.sim.placements import PLACEMENTS
 
@@ -27,13 +27,12 @@ from simroute.sim.placements import PLACEMENTS
 @dataclass(eq=False)
 class Instance:
     """One serving instance: requester for the requests routed to it, holder of the chunks in its HBM (the
-    HBM itself is its engine's budget, `SimContext.engines[id].hbm`)."""
+    HBM itself, its iterations and the partial attention it runs for others are its engine's:
+    `SimContext.engines[id]`)."""
 
     id: int
     gpu: str                      # the GPU whose NIC / links carry this instance's traffic
     host: int
-    compute: FifoServer           # prefill / re-prefill / splice on this instance, one at a time
-    holder_server: HolderServer   # batched partial attention for the queries routed to this instance
     staging: StagingPool          # D2D staging of the chunks fetched from this instance
 
 
@@ -105,9 +104,6 @@ class Cluster:
         for i, gpu in enumerate(gpus[::config.tp]):
             instances.append(Instance(
                 id=i, gpu=gpu, host=topology.host_of(gpu),
-                compute=FifoServer(env, 1),
-                holder_server=HolderServer(env, i, compute.batch_s, config.batch_window_us * 1e-6,
-                                           config.holder_streams, record=config.telemetry),
                 staging=StagingPool(env, config.staging_streams, layers=compute.params.geometry.layers,
                                     record=config.telemetry, **staging)))
         return instances

@@ -22,7 +22,6 @@ from simroute.sim.policy import Policy
 
 if TYPE_CHECKING:
     from simroute.sim.cluster import Cluster, Instance
-    from simroute.sim.dispatcher import RoutedExchanges
     from simroute.sim.engine.build import EngineSet
     from simroute.sim.engine.serving import ChunkCopies
     from simroute.sim.router import Router
@@ -36,7 +35,7 @@ class SimContext:
     - `profile`, `params`, `compute`: the calibration, the cost parameters, the GPU-time formulas.
     - `model` (decisions) and `floor_model` (the uncongested TTFT floor: no host overhead, which the
       simulator does not charge).
-    - `cluster`, `exchanges`: instances, chunks and placement; the routed-exchange service.
+    - `cluster`: instances, chunks and placement.
     - `policy`, `router`: the registered variants this run uses.
     - `recorder`: per-request columns and the decision log.
     - `engines`, `copies`: every instance's serving engine (iterations, HBM budget, holder partials) and the
@@ -55,7 +54,6 @@ class SimContext:
     model: ScalarModel
     floor_model: ScalarModel
     cluster: Cluster
-    exchanges: RoutedExchanges
     policy: Policy
     router: Router
     recorder: Recorder

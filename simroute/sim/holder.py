@@ -1,17 +1,12 @@
-"""The holder side: how loaded a holder looks to a requester (`HolderLoad`) and which replica of a chunk a
-request uses (`ReplicaChoice`); the pre-engine batching server for routed queries (nothing submits to it
-since sparse selections run on the instance engines) and the K-stream staging pool.
-
-Routed queries that reach a holder within its batching window (`batch_window_us`) form one batch; its time follows
-the calibrated compute curve (flat to N ~ 8 requesters, then linear: Move the Query, Not the Cache, §6.3).
-Callback-driven rather than one SimPy process per query, so millions of exchanges stay cheap.
+"""The holder side: how loaded a holder looks to a requester (`HolderLoad`), which replica of a chunk a
+request uses (`ReplicaChoice`), and the K-stream staging pool of fetched chunks. A holder's routed partial
+attention runs on its instance engine (`sim.engine.exchange.HolderPartials`).
 """
 
 from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 import simpy
@@ -83,111 +78,6 @@ class ReplicaChoice:
         if load is None:
             load = self.loads[holder] = holder_load(self.ctx, self.ctx.cluster.instances[holder], self.requester.id)
         return load
-
-
-class QueuedQuery(NamedTuple):
-    """A routed query waiting on a holder."""
-
-    work: float          # reference requesters (rows / heads_ref x attended tokens / ct_ref)
-    premium: float       # sparse kernel premium (1.0 dense)
-    weight: float        # exchanges the simulated query stands for
-    done: simpy.Event    # fires when its partial is computed
-
-
-class HolderServer:
-    """Batches routed queries; `submit` returns an event that fires when the query's partial is computed.
-
-    A query carries `work` (its size in reference requesters: rows/16 x ct/2048), a kernel `premium`
-    (sparse selection) and a `weight` (how many exchanges the simulated one stands for: layers x steps).
-    """
-
-    __slots__ = ("env", "instance", "curve", "window", "streams", "queue", "busy", "armed", "deadline", "generation",
-                 "batches", "queries", "max_queue", "samples", "record")
-
-    def __init__(self, env: simpy.Environment, instance: int, curve: Callable[[float], float], window_s: float,
-                 streams: int, record: bool = True) -> None:
-        self.env, self.instance, self.curve = env, instance, curve
-        self.window, self.streams = window_s, streams
-        self.queue: list[QueuedQuery] = []
-        self.busy = 0
-        self.armed = False
-        self.deadline = 0.0
-        self.generation = 0               # of the armed window timer (older ones are ignored)
-        self.batches = 0
-        self.queries = 0
-        self.max_queue = 0
-        self.record = record
-        # time, queue length, batch size (0 = an arrival), batch duration (0 for an arrival)
-        self.samples = (array("d"), array("i"), array("i"), array("d"))
-
-    def submit(self, work: float, premium: float, weight: float, delay_s: float = 0.0) -> simpy.Event:
-        """Queue a routed query arriving after `delay_s` (its outbound message)."""
-        done = self.env.event()
-        if delay_s > 0:
-            self.env.timeout(delay_s).callbacks.append(lambda _e: self._arrive(work, premium, weight, done))
-        else:
-            self._arrive(work, premium, weight, done)
-        return done
-
-    def _arrive(self, work: float, premium: float, weight: float, done: simpy.Event) -> None:
-        self.queue.append(QueuedQuery(work, premium, weight, done))
-        self.queries += 1
-        if len(self.queue) > self.max_queue:
-            self.max_queue = len(self.queue)
-        if self.record:
-            self._sample(0)
-        if self.busy < self.streams:
-            # A weighted query stands for `weight` exchanges in dilated time: the window dilates with it, and
-            # the lightest query queued sets it (a first pass is not held back by a decode macro-step's window).
-            deadline = self.env.now + self.window * weight
-            if not self.armed or deadline < self.deadline:
-                self.armed, self.deadline = True, deadline
-                self.generation += 1
-                generation = self.generation
-                self.env.timeout(deadline - self.env.now).callbacks.append(lambda _e: self._dispatch(generation))
-
-    def _dispatch(self, generation: int | None = None) -> None:
-        if generation is not None and generation != self.generation:
-            return                        # a window superseded by an earlier one
-        self.armed = False
-        if not self.queue or self.busy >= self.streams:
-            return
-        batch, self.queue = self.queue, []
-        self.busy += 1
-        self.batches += 1
-        # Queries of different weights share the batch only for as many exchanges as they overlap: segment j
-        # runs (w_j - w_{j-1}) exchanges over the queries still in it, and each query ends with its segment.
-        batch.sort(key=lambda query: query.weight)
-        env, elapsed, previous_weight, start, n = self.env, 0.0, 0.0, 0, len(batch)
-        while start < n:
-            weight = batch[start].weight
-            rest = batch[start:]
-            elapsed += (weight - previous_weight) * self.curve(sum(query.work for query in rest)) \
-                * max(query.premium for query in rest)
-            end = start
-            while end < n and batch[end].weight == weight:
-                end += 1
-            ending = [query.done for query in batch[start:end]]
-            last = end == n
-            env.timeout(elapsed).callbacks.append(lambda _e, ending=ending, last=last: self._finish(ending, last))
-            previous_weight, start = weight, end
-        if self.record:
-            self._sample(n, elapsed)
-
-    def _finish(self, ending: list[simpy.Event], last: bool) -> None:
-        for ev in ending:
-            ev.succeed()
-        if last:
-            self.busy -= 1
-            if self.queue and not self.armed:
-                self._dispatch()
-
-    def _sample(self, batch_size: int, duration: float = 0.0) -> None:
-        t, q, b, d = self.samples
-        t.append(self.env.now)
-        q.append(len(self.queue))
-        b.append(batch_size)
-        d.append(duration)
 
 
 class FifoServer:

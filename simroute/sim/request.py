@@ -407,7 +407,7 @@ class DenseRequest(RequestProcess):
         ctx, rid = self.ctx, self.spec.request_id
         yield self.done
         seq = self.sequence
-        ctx.recorder.bytes_route[rid] += ctx.exchanges.wire_bytes(seq.routed_rows, ctx.params.exchanges)
+        ctx.recorder.bytes_route[rid] += seq.routed_rows * ctx.params.geometry.qp_bytes * ctx.params.exchanges
         ctx.recorder.preemptions[rid] = seq.preemptions
 
     def finish(self) -> None:

@@ -81,7 +81,7 @@ class SelectionRequest(DenseRequest):
         self.primitive = self._choose(tokens)
         if self.primitive == Primitive.FETCH and not self._reserve_gather(share):
             self.primitive = Primitive.ROUTE
-            ctx.copies.fell_back += 1
+            ctx.copies.fell_back += len(remote)     # per chunk, as the decisions (and a dense request) count
         for item in remote:                 # route and fetch read the holders' chunks; local makes copies here
             item.primitive = self.primitive
             self.record(item.chunk, item.holder, self.primitive)

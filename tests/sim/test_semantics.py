@@ -15,7 +15,7 @@ from simroute.scenarios.traces import single_chunk_trace, write_trace
 
 def _testbed(trace, **kw) -> RunConfig:
     return RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
-                     calib=str(default_profile_path()), batch_window_us=0.0, dispatch_window_us=0.0, **kw)
+                     calib=str(default_profile_path()), **kw)
 
 
 def _prefill_s(step, tokens: float, context: float = 0.0) -> float:

@@ -102,6 +102,7 @@ class InstanceEngine:
         self.rejected = 0
         self.cuts = 0                   # macro events an arrival cut short
         self.hidden_s = self.exchange_total_s = 0.0
+        self.busy_s = 0.0               # summed event durations (own iterations, exchanges, partials run inline)
 
     # ---- interface -----------------------------------------------------------------------------------
     def submit(self, seq: Sequence) -> None:
@@ -317,6 +318,7 @@ class InstanceEngine:
             self.env.timeout(end - now).callbacks.append(lambda _e: self._end(gen))
             return
         self._in_step = True
+        self.busy_s += now - self._t0
         plan, dt, log = self._plan, self._dt, self.log
         k = plan.k
         self.exchange_total_s += self._exch * k

@@ -49,7 +49,7 @@ class HolderPartials:
     """
 
     __slots__ = ("mode", "interference", "demand", "tail", "expiry", "calls", "queries", "work_s", "charged_s",
-                 "kernel_s", "last_take", "prepaid", "busy_fraction")
+                 "kernel_s", "last_take", "prepaid", "busy_fraction", "queued_s", "fan_in_calls", "max_fan_in")
 
     def __init__(self, mode: str = "inline", interference: float = 0.3) -> None:
         self.mode = mode
@@ -65,6 +65,9 @@ class HolderPartials:
         self.last_take = 0.0            # the holder's charge is accrued up to here
         self.prepaid = 0.0              # of it, what the last event's stretch already paid
         self.busy_fraction = 1.0        # the share of the holder's last event its own GPU work took
+        self.queued_s = 0.0             # summed expected wait of the calls that ran (x exchanges)
+        self.fan_in_calls = 0.0         # summed requesters sharing each call that ran (x exchanges)
+        self.max_fan_in = 0             # most requesters that shared one call
 
     def _prune(self, now: float) -> list[list]:
         """The entries still asking (until > now); ended ones with charge left move to `tail`."""
@@ -130,6 +133,13 @@ class HolderPartials:
         if entry[1] < self.expiry:
             self.expiry = entry[1]
         return entry
+
+    def served(self, calls: float, wait_s: float, sharing: int) -> None:
+        """`calls` calls ran, each after an expected `wait_s` and shared by `sharing` requesters (per-holder
+        load: holders.parquet)."""
+        self.queued_s += wait_s * calls
+        self.fan_in_calls += sharing * calls
+        self.max_fan_in = max(self.max_fan_in, sharing)
 
     def retract(self, kernel_s: float, calls: float, queries: float, entry: list | None, fraction: float) -> None:
         """Undo `add` for `calls` calls that did not run (the requester's event was cut short, after
@@ -275,7 +285,7 @@ class RouteExchange:
             if entry is not None and entry[4] > 0:
                 holder.absorb(entry)            # the holder's event under way runs its share now
             partials.kernel_s.append(kernel)
-            settled.append((holder, kernel / sharing, queries, entry, leg_out, leg_back, sizes))
+            settled.append((holder, kernel / sharing, queries, entry, wait, sharing, leg_out, leg_back, sizes))
             if rt + wait > worst:
                 worst, worst_wait = rt + wait, wait
         return ex * worst, ex * worst_wait, settled
@@ -285,6 +295,8 @@ class RouteExchange:
         one sampled per leg (which `send_message` counted)."""
         ex = self.exchanges
         self.messages += 2 * ex * k * len(legs)
+        for holder, _share, _queries, _entry, wait, sharing, *_ in legs:
+            holder.partials.served(ex * k, wait, sharing)
         if not self._fast:
             return
         account, now = self.net.messages.account, self.net.env.now

@@ -16,7 +16,7 @@ from simroute.workload import generate
 
 def _cfg(trace, topology="fattree", **kw) -> RunConfig:
     return RunConfig(topology=str(shipped_topology(topology)), trace=str(trace), calib=str(default_profile_path()),
-                     batch_window_us=0.0, dispatch_window_us=0.0, **kw)
+                     **kw)
 
 
 def test_lone_routed_request_tpot_and_route_bytes_by_hand(tmp_path):

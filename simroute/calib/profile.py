@@ -189,8 +189,8 @@ class Profile:
             saving, clamped = copy_saving_at_elbow(gain, p50_s, copy_Bps, elbow)
             saving_src = f"derived from the fetch-time gain {gain:g} at a {p50_s * 1e3:g} ms p50" + \
                 (" (cut to 1 - 1/E: this copy rate stages too fast to save that much)" if clamped else "")
-        return StagingParams(elbow=elbow, copy_Bps=copy_Bps, copy_saving=saving,
-                             oversubscription_loss=value("staging_oversubscription_loss", STAGING_OVERSUBSCRIPTION_LOSS),
+        loss = value("staging_oversubscription_loss", STAGING_OVERSUBSCRIPTION_LOSS)
+        return StagingParams(elbow=elbow, copy_Bps=copy_Bps, copy_saving=saving, oversubscription_loss=loss,
                              clamped=clamped, sources=(("copy_Bps", copy_src), ("copy_saving", saving_src)))
 
     def check_complete(self) -> None:
@@ -236,7 +236,6 @@ class Profile:
             host_per_row_s=c["host_per_row_us"].value * 1e-6,
             **switches,
         )
-
 
     def _prefill_form(self, model: str, cache_dtype: str) -> tuple[float, float] | None:
         """The prefill-form coefficients of the profile's instance GPU (`StepTimeModel.prefill_form_coeffs`)

@@ -352,12 +352,14 @@ def staging_notes(ctx: Ctx, copy_GBps: float | None, p50: dict[int, float]) -> t
     gain = ctx.profile.constant("staging_gain_at_elbow").value
     saved_s = elbow_fetch_saving_s(gain, ctx.profile.constant("staging_fetch_p50_ms").value * 1e-3)
     common = (f"one stream stages a 2048-token chunk in {stage_s * 1e3:.2f} ms at {staging.copy_Bps / 1e9:.1f} GB/s "
-              f"({dict(staging.sources)['copy_Bps'].split(':')[0]}), {share:.1%} of this {p50[1] * 1e3:.1f} ms fetch-bound "
+              f"({dict(staging.sources)['copy_Bps'].split(':')[0]}), {share:.1%} of this {p50[1] * 1e3:.1f} ms "
+              "fetch-bound "
               f"TTFT at K = 1. ")
     elbow = (f"honest gap: the copy rate is fitted to this gain, so the row checks the fit through the engine. "
-             f"{common}The pool saves "
+             f"{common[0].upper() + common[1:]}The pool saves "
              f"{saving:.0%} of that at K = 8, the paper's {gain:.0%} fetch-time gain ({saved_s * 1e3:.2f} ms of its "
-             f"6.45 ms serialised fetch) spent on the copies (simroute.model.staging); here {len(range(*STAGING_REQUESTERS))} "
+             f"{saved_s / gain * 1e3:.2f} ms serialised fetch) spent on the copies (simroute.model.staging); here "
+             f"{len(range(*STAGING_REQUESTERS))} "
              "requesters queue on one holder's pool and then share its NIC: the earlier staging starts the first "
              "pull sooner, but all four pulls finish at the NIC's pace, so the p50 moves little. A lone fetch "
              f"(no NIC sharing) gains {100 * lone_fetch_gain(ctx):+.1f}%: the fit's regime. The paper's "

@@ -85,7 +85,8 @@ BUGS = {
                                          "return r / (1 - self.gain) * max(1 - self.loss * (c - e) / e, 0.05)",
                                          "return r / (1 - self.gain)"),
     "tp-ignored-in-fetch": ("simroute/sim/request.py", "nbytes / ctx.config.tp,", "nbytes,"),
-    "splice-not-charged": ("simroute/sim/request.py", "yield ctx.env.timeout(splice)", "yield ctx.env.timeout(0.0)"),
+    "splice-not-charged": ("simroute/sim/request.py", "self.env.timeout(self.splice_s(self.tokens))",
+                           "self.env.timeout(0.0)"),
     "adaptive-ignores-holder-queue": ("simroute/sim/policies/adaptive.py",
                                       "route += live.holder_wait_s * (1 + s.steps) * exchanges", "route += 0.0"),
 }

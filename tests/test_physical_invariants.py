@@ -169,23 +169,22 @@ def test_a_document_cut_into_any_chunk_size_costs_the_same(bench, policy):
     assert fetched in (0.0, pytest.approx(DOC_TOKENS * kv, rel=1e-12))    # all of it or none of it
 
 
-@pytest.mark.xfail(strict=True, reason="the splice is charged per chunk from the launch-bound measured curve "
-                   "(2.77 ms at 55 tokens .. 3.06 ms at 4096): 16k tokens fetched away from their cached offset "
-                   "cost TTFT 131.0 / 65.5 / 49.0 ms as 512 / 2048 / 8192-token chunks (prompt 1024); "
-                   "docs/REVIEW.md, finding P1")
 def test_a_document_fetched_off_its_cached_offset_costs_the_same_whatever_the_chunking(bench):
+    """16k tokens fetched away from their cached offset, as 32 x 512 or 2 x 8192-token chunks: the same bytes
+    and TTFT within 5% (the request's fetched chunks are spliced together, one launch per layer; docs/REVIEW.md,
+    finding P1: per-chunk splices from the launch-bound curve cost 131.0 against 49.0 ms)."""
     small, large = (bench.run(bench.document(c, cached=False, prompt=1024), policy="always-fetch")
                     for c in (512, 8192))
     assert small.result.summary["bytes"]["fetch"] == pytest.approx(large.result.summary["bytes"]["fetch"])
     assert small.rec.ttft[0] == pytest.approx(large.rec.ttft[0], rel=0.05)
 
 
-@pytest.mark.xfail(strict=True, reason="the policies decide per chunk, and the horizon costs are not additive "
-                   "over chunks (per-chunk exchanges and holder-curve floors): prompt 16, 4 output tokens, 16k "
-                   "tokens on one holder: paper and adaptive fetch 32 x 512 (e2e 37.9 ms) but route 2 x 8192 "
-                   "(e2e 27.4 ms); docs/REVIEW.md, finding P2")
 @pytest.mark.parametrize("policy", ["paper", "adaptive"])
 def test_a_deciding_policy_picks_the_same_primitive_whatever_the_chunking(bench, policy):
+    """Prompt 16, 4 output tokens, 16k tokens on one holder as 32 x 512 or 2 x 8192-token chunks: the same
+    primitive for every chunk and the same e2e (one decision per holder block, on its summed tokens;
+    docs/REVIEW.md, finding P2: paper and adaptive fetched the 512-token cut, e2e 37.9 ms, and routed the
+    8192-token cut, e2e 27.4 ms)."""
     small, large = (bench.run(bench.document(c, prompt=16, output=4), policy=policy) for c in (512, 8192))
     assert small.rec.e2e[0] == pytest.approx(large.rec.e2e[0], rel=1e-6)
 
@@ -207,18 +206,27 @@ def test_closed_form_moves_and_bytes_are_additive_over_chunks(params):
     assert sums[DOC_TOKENS][1] == pytest.approx(DOC_TOKENS * kv, rel=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="per-chunk horizon costs (what the policies compare) of 16k tokens on one "
-                   "holder, prompt 16, 4 output tokens, summed over chunks: route 247.6 ms as 32 x 512 vs 20.6 ms "
-                   "as 2 x 8192; fetch 72.2 vs 28.7 ms (each chunk pays its own exchanges and the holder curve's "
-                   "15 us floor); docs/REVIEW.md, finding P2")
-def test_closed_form_horizon_of_a_document_is_the_same_whatever_the_chunking(params):
-    model, fabric = ScalarModel(params), params.fabric_id("h100-ibgda")
-    totals = {}
+def test_the_horizon_a_policy_sees_for_a_document_is_the_same_whatever_the_chunking(bench, monkeypatch, params):
+    """The decision contexts `paper` is shown for 16k tokens on one holder (prompt 16, 4 output tokens), as
+    32 x 512 or 2 x 8192-token chunks: one context, for the whole document, with the closed form's route and
+    fetch horizon of 16k tokens (the closed form per chunk is not additive over chunks: each chunk pays its own exchanges and
+    the holder curve's floor, 247.6 against 20.6 ms of route summed over the cuts; docs/REVIEW.md, finding P2)."""
+    from simroute.sim.policies.paper import PaperPolicy
+    seen: list = []
+    choose = PaperPolicy.choose
+    monkeypatch.setattr(PaperPolicy, "choose", lambda self, ctx: seen.append(ctx) or choose(self, ctx))
+    horizons = {}
     for chunk in (512, 8192):
-        one = HorizonCosts(*horizon_costs_scalar(model, mq_first=16 * 16, mq_step=16, steps=3, ct=float(chunk),
-                                                 fabric=fabric, cached=True))
-        totals[chunk] = np.array(one) * (DOC_TOKENS // chunk)
-    np.testing.assert_allclose(totals[512], totals[8192], rtol=0.05)
+        seen.clear()
+        Simulation(config(bench.document(chunk, prompt=16, output=4), policy="paper")).run()
+        assert len(seen) == 1, chunk
+        horizons[chunk] = seen[0].horizon()
+        assert seen[0].shape.tokens == DOC_TOKENS
+    model, fabric = ScalarModel(params), params.fabric_id("h100-ibgda")
+    whole = horizon_costs_scalar(model, mq_first=16 * 16, mq_step=16, steps=3, ct=float(DOC_TOKENS),
+                                 fabric=fabric, cached=True)
+    np.testing.assert_allclose(horizons[512], horizons[8192], rtol=1e-12)
+    np.testing.assert_allclose(horizons[512][:2], whole[:2], rtol=1e-12)    # route, fetch (local: the engine's)
 
 
 # ---- (b) more load never makes things faster -------------------------------------------------------------------
@@ -311,24 +319,30 @@ def test_a_fetched_copy_serves_the_next_request_as_resident(bench):
     assert r.ttft_s[1] <= r.ttft_s[0]
 
 
-@pytest.mark.parametrize("prompt, output, chunk", [
-    (16, 2, 8192), (1024, 2, 512),
-    failing((16, 64, 8192), "the policies' local is the closed "
-            "form's re-prefill (c = 1.0 us per token-layer: 221 ms for 8192 tokens), the engine's is the "
-            "step model's (~60 ms): the model has route 117.9 ms against local 249.7 ms, the simulation e2e "
-            "route 248.4 ms against local 205.5 ms; docs/REVIEW.md, finding P6")])
-def test_the_simulation_orders_primitives_as_the_model_does_where_the_model_is_clear(bench, params, prompt,
-                                                                                   output, chunk):
-    """Where the closed form's horizon costs of two primitives differ by more than 2x, the forced policies'
-    end-to-end latencies in the simulation come in the same order (in particular local is never slower than
-    route where the model says local is far cheaper)."""
-    model = ScalarModel(params)
-    predicted = HorizonCosts(*horizon_costs_scalar(
-        model, mq_first=params.geometry.heads_q * prompt, mq_step=params.geometry.heads_q, steps=output - 1,
-        ct=float(chunk), fabric=params.fabric_id("h100-ibgda"), cached=True))._asdict()
+@pytest.mark.parametrize("prompt, output, chunk", [(16, 2, 8192), (1024, 2, 512), (16, 64, 8192)])
+def test_the_simulation_orders_primitives_as_the_policy_is_shown_where_it_is_clear(bench, monkeypatch, params,
+                                                                                 prompt, output, chunk):
+    """Where the horizon costs a deciding policy is shown differ by more than 2x between two primitives, the
+    forced policies' end-to-end latencies in the simulation come in the same order (in particular local is
+    never slower than route where the policy is told local is far cheaper). Route and fetch are the closed
+    form's; local's re-prefill is what the engine charges (docs/REVIEW.md, finding P6: priced at the closed
+    form's c = 1.0 us per token-layer, 221 ms for 8192 tokens against the engine's ~70 ms, the policy saw route
+    117.9 ms against local 249.7 ms where the simulation's e2e is route 248.4 ms against local 205.5 ms)."""
+    from simroute.sim.policies.paper import PaperPolicy
+    seen: list = []
+    choose = PaperPolicy.choose
+    monkeypatch.setattr(PaperPolicy, "choose", lambda self, ctx: seen.append(ctx) or choose(self, ctx))
     trace = bench.trace(("order", prompt, output, chunk), lambda p: single_chunk_trace(
         p, requester=REQUESTER, holder=REMOTE, chunk_tokens=chunk, prompt_tokens=prompt, output_tokens=output,
         cached=True))
+    Simulation(config(trace, policy="paper")).run()
+    assert len(seen) == 1
+    predicted = seen[0].horizon()._asdict()
+    closed = HorizonCosts(*horizon_costs_scalar(
+        ScalarModel(params), mq_first=params.geometry.heads_q * prompt, mq_step=params.geometry.heads_q,
+        steps=output - 1, ct=float(chunk), fabric=params.fabric_id("h100-ibgda"), cached=True))
+    assert (predicted["route"], predicted["fetch"]) == pytest.approx((closed.route, closed.fetch), rel=1e-12)
+    assert predicted["local"] < closed.local        # the engine's prefill is cheaper than c = 1 us/token-layer
     measured = {name: bench.run(trace, policy=f"always-{name}").rec.e2e[0] for name in predicted}
     clear = [(a, b) for a in predicted for b in predicted if predicted[a] * 2 < predicted[b]]
     assert clear, predicted                     # the shapes are chosen so that the model is clear somewhere

@@ -779,8 +779,8 @@ class FlowEngine:
 
         No re-rating and no event: the caller yields env.timeout(delay). See `MessageModel`.
         """
-        return self.send_message(self.messages.route(src, dst), nbytes, t_probe_s=t_probe_s,
-                                 single_block_Bps=single_block_Bps, now=now, include_latency=include_latency)
+        return self.messages.delay(src, dst, nbytes, t_probe_s, single_block_Bps,
+                                   self.env.now if now is None else now, include_latency)
 
     def send_message(self, route: MessageRoute, nbytes: float, *, t_probe_s: float, single_block_Bps: float,
                      now: float | None = None, include_latency: bool = True) -> float:

@@ -265,10 +265,11 @@ class InstanceEngine:
         by what the work asks of its busy GPU while both last (charge rate c x the event's busy share f, over
         the event's rest lengthened by it: cf (end - now) / (1 - cf), or cf (until - now) if the work ends
         first), prepaid against what the work accrues, so that it is not charged to the next event in one lump."""
-        if not self.busy or self._in_step or self._plan.empty:
+        plan = self._plan
+        if not self.busy or self._in_step or not (plan.prefill or plan.decode):
             return
         now = self.env.now
-        end = self._t0 + self._pre + self._plan.k * self._dt
+        end = self._t0 + self._pre + plan.k * self._dt
         rate = min(entry[4] * self.partials.busy_fraction, MAX_UTILISATION)
         if end <= now or rate <= 0:
             return
@@ -277,7 +278,7 @@ class InstanceEngine:
             return
         self._pre += extra
         self.partials.prepay(extra)
-        for seq, _tokens in self._plan.prefill:
+        for seq, _tokens in plan.prefill:
             seq.prefill_compute_s += extra
         self.log.extend(self._row, extra)           # the scheduled end fires early and waits the rest (_end)
 

@@ -70,29 +70,29 @@ class HolderPartials:
         self.max_fan_in = 0             # most requesters that shared one call
 
     def _prune(self, now: float) -> list[list]:
-        """The entries still asking (until > now); ended ones with charge left move to `tail`."""
+        """The entries still asking (until > now); ended ones with charge left move to `tail` (in list order).
+        It rebuilds the list whenever the earliest span has ended (most requester events): comprehensions
+        rather than an append per entry."""
         d = self.demand
         if now >= self.expiry:
-            last, keep, expiry = self.last_take, [], INF
-            for x in d:
-                if x[1] > now:
-                    keep.append(x)
-                    if x[1] < expiry:
-                        expiry = x[1]
-                elif x[4] > 0 and x[1] > last:
-                    self.tail.append(x)
-            d[:] = keep
-            self.expiry = expiry
+            last = self.last_take
+            self.tail.extend([x for x in d if x[1] <= now and x[4] > 0 and x[1] > last])
+            d[:] = [x for x in d if x[1] > now]
+            self.expiry = min([x[1] for x in d], default=INF)
         return d
 
     def others(self, now: float, requester: int) -> tuple[float, int]:
-        """(GPU s per s the other requesters now ask of this holder, how many they are): one pass."""
-        rho, seen = 0.0, set()
-        for x in self._prune(now):
+        """(GPU s per s the other requesters now ask of this holder, how many they are): one pass. It runs
+        once per routed leg of every requester event, so it builds nothing unless two entries of other
+        requesters are live (a requester usually has one: its current event's), when it counts them apart."""
+        rho, entries = 0.0, 0
+        for x in (self._prune(now) if now >= self.expiry else self.demand):
             if x[3] != requester:
                 rho += x[2]
-                seen.add(x[3])
-        return rho, len(seen)
+                entries += 1
+        if entries > 1:
+            entries = len({x[3] for x in self.demand if x[3] != requester})
+        return rho, entries
 
     def utilisation(self, now: float, requester: int = -1) -> float:
         """GPU seconds per second of partial attention the other requesters now ask of this holder."""

@@ -71,10 +71,14 @@ class ChunkCopies:
         return unplaced
 
     def fits(self, ci: int, eid: int) -> bool:
-        """Whether a copy of ci could take blocks on eid now (free, or by evicting unpinned copies). Scans the
-        copies LRU first and stops once enough are found (pinned copies are the recently used ones)."""
+        """Whether a copy of ci could take blocks on eid now (`fits_blocks`)."""
+        return self.fits_blocks(self.blocks(ci), eid)
+
+    def fits_blocks(self, need: int, eid: int) -> bool:
+        """Whether `need` blocks of copies could be had on eid now (free, or by evicting unpinned copies). Scans
+        the copies LRU first and stops once enough are found (pinned copies are the recently used ones)."""
         hbm = self.engines[eid].hbm
-        need, room = self.blocks(ci), hbm.free_blocks
+        room = hbm.free_blocks
         if room >= need:
             return True
         evictable = hbm.evictable

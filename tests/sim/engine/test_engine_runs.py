@@ -19,14 +19,23 @@ def _cfg(trace, topology="fattree", **kw) -> RunConfig:
                      **kw)
 
 
-def test_lone_routed_request_tpot_and_route_bytes_by_hand(tmp_path):
+LONE_PROMPT, LONE_OUTPUT = 100, 33
+
+
+@pytest.fixture(scope="module")
+def lone_routed(tmp_path_factory):
+    """One request routing its one chunk (requester 4, holder 0) on the paper testbed: (simulation, result)."""
+    trace = single_chunk_trace(tmp_path_factory.mktemp("lone") / "t.parquet", requester=4, holder=0,
+                               prompt_tokens=LONE_PROMPT, output_tokens=LONE_OUTPUT)
+    sim = Simulation(_cfg(trace, "paper-testbed", policy="always-route"))
+    return sim, sim.run()
+
+
+def test_lone_routed_request_tpot_and_route_bytes_by_hand(lone_routed):
     """TPOT = the step-time model's decode iteration + one step of route's closed form (within 1%); route
     bytes = rows x (q + p) x exchanges for the one (request, holder): 16 heads x (prompt + decode steps)."""
-    prompt, output = 100, 33
-    trace = single_chunk_trace(tmp_path / "t.parquet", requester=4, holder=0, prompt_tokens=prompt,
-                               output_tokens=output)
-    sim = Simulation(_cfg(trace, "paper-testbed", policy="always-route"))
-    res = sim.run()
+    prompt, output = LONE_PROMPT, LONE_OUTPUT
+    sim, res = lone_routed
     params, step = sim.ctx.params, sim.ctx.engines.step
     route_step = ScalarModel(params).step(16, 2048.0, params.fabric_id("h100-ibgda"), True)[0]
     decode = np.mean([step.iteration_s(1, 1, prompt + g, prompt + g) for g in range(1, output)])
@@ -34,6 +43,18 @@ def test_lone_routed_request_tpot_and_route_bytes_by_hand(tmp_path):
     g = params.geometry
     rows = 16 * prompt + 16 * (output - 1)
     assert res.summary["bytes"]["route"] == pytest.approx(rows * (g.q_bytes + g.p_bytes) * g.layers, rel=1e-9)
+
+
+def test_routed_messages_are_the_networks_messages(lone_routed):
+    """The engines' routed-message count (a query and a partial per exchange, per iteration, per holder) is the
+    network's own count of messages carried, and `send` computed two per engine event (one per leg): the
+    figure bench_sim prints is counted, not derived."""
+    sim, res = lone_routed
+    engine = res.summary["engine"]
+    model = sim.ctx.network.messages
+    exchanges = sim.ctx.params.exchanges
+    assert model.total_count() == engine["routed_messages"] == 2 * exchanges * engine["iterations"]
+    assert model.sends == 2 * engine["events"] < model.total_count()
 
 
 @pytest.mark.parametrize("policy", ["always-fetch", "always-route"])

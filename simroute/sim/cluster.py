@@ -19,7 +19,7 @@ from simroute.model.cost import CostParams, FabricParams
 from simroute.network import Topology
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
-from simroute.sim.holder import STAGING_OVERSUBSCRIPTION_LOSS, StagingPool
+from simroute.sim.holder import StagingPool
 from simroute.sim.placement import ChunkTable, PlacementResult
 from simroute.sim.placements import PLACEMENTS
 
@@ -99,17 +99,13 @@ class Cluster:
         per_host = len(gpus) // max(1, len({topology.host_of(gpu) for gpu in gpus}))
         if per_host % config.tp:
             raise ConfigurationError(f"tp = {config.tp} does not divide the {per_host} GPUs of a host", field="tp")
-        constant = lambda name, default: float(profile.constants[name].value) if name in profile.constants \
-            else default
-        staging = dict(elbow=int(constant("staging_elbow_streams", 8)),
-                       gain_at_elbow=constant("staging_gain_at_elbow", 0.07),
-                       oversubscription_loss=constant("staging_oversubscription_loss", STAGING_OVERSUBSCRIPTION_LOSS))
+        staging = profile.staging_params(config.staging_copy_GBps).pool_kwargs()   # simroute.model.staging
         instances = []
         for i, gpu in enumerate(gpus[::config.tp]):
             instances.append(Instance(
                 id=i, gpu=gpu, host=topology.host_of(gpu),
-                staging=StagingPool(env, config.staging_streams, config.staging_copy_GBps * 1e9,
-                                    layers=compute.params.geometry.layers, record=config.telemetry, **staging)))
+                staging=StagingPool(env, config.staging_streams, layers=compute.params.geometry.layers,
+                                    record=config.telemetry, **staging)))
         return instances
 
     def _check_fabrics(self) -> None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import simpy
 
+from simroute.model.staging import STAGING_OVERSUBSCRIPTION_LOSS
 from simroute.network.hashing import mix64
 
 if TYPE_CHECKING:
@@ -125,12 +126,6 @@ class FifoServer:
                 self.on_change()
 
 
-# Throughput lost per elbow's worth of streams beyond the elbow (scheduler oversubscription). The paper
-# reports that K = 16 regresses against K = 8 without a figure: a default, not a measurement; a profile may
-# set `staging_oversubscription_loss`.
-STAGING_OVERSUBSCRIPTION_LOSS = 0.05
-
-
 class StagingPool:
     """The holder's pool of K CUDA streams for the D2D copies that stage fetched chunks
     (Move the Query, Not the Cache, §6.2 and Fig 5b).
@@ -143,8 +138,9 @@ class StagingPool:
         1 / (1 - gain x (c - 1) / (E - 1))                for c <= E (the elbow, 8 on H100),
         1 / (1 - gain) x (1 - loss x (c - E) / E)         beyond it,
 
-    so K = 1 (a single async stream) is no faster than serial copies, K = E stages `gain` (7%) sooner, and
-    K = 2E regresses by `loss` (scheduler oversubscription).
+    so K = 1 (a single async stream) is no faster than serial copies, K = E spends `gain` less copy time, and
+    K = 2E regresses by `loss` (scheduler oversubscription). `gain` is a copy-time share, not the paper's 7%
+    fetch-time gain: simroute.model.staging derives it from that gain (`StagingParams.pool_kwargs`).
     """
 
     def __init__(self, env: simpy.Environment, streams: int, copy_Bps: float, *, layers: int, elbow: int = 8,

@@ -110,7 +110,8 @@ def horizon_costs(p: CostParams, *, mq_first: float, mq_step: float, steps: int,
 
     The reference for `horizon_costs_scalar` (a property test checks they agree); studies use it on arrays.
     """
-    first = costs(Shape(mq=mq_first, ct=ct, fabric=fabric, cached=cached, topk=topk, holders=holders), p)
+    first = costs(Shape(mq=mq_first, ct=ct, fabric=fabric, cached=cached, topk=topk, holders=holders,
+                        query_tokens=mq_first / mq_step), p)
     step = costs(Shape(mq=mq_step, ct=ct, fabric=fabric, cached=True, topk=topk, holders=holders), p)
     out = np.empty((3,) + np.shape(first["route"]["total"]))
     out[Primitive.ROUTE] = first["route"]["total"] + steps * step["route"]["total"]
@@ -127,7 +128,8 @@ def horizon_costs_scalar(m: ScalarModel, *, mq_first: float, mq_step: float, ste
                          reprefill_s: float | None = None) -> tuple[float, float, float]:
     """`horizon_costs` for one unit, in plain floats (the simulator's per-request path); `reprefill_s`
     replaces the closed form's re-prefill in local's cost."""
-    first_route, _, first_move, first_attend, prefill = m.step(mq_first, ct, fabric, cached, topk, holders, tp)
+    first_route, _, first_move, first_attend, prefill = m.step(mq_first, ct, fabric, cached, topk, holders, tp,
+                                                               mq_first / mq_step)   # the prompt's tokens
     if reprefill_s is not None:
         prefill = reprefill_s
     step_route, _, step_move, step_attend, _ = m.step(mq_step, ct, fabric, True, topk, holders, tp)

@@ -382,7 +382,8 @@ class DenseRequest(RequestProcess):
             else:
                 self.resident_tokens += tokens
         for fabric, tokens in largest.items():
-            route, _, move, _, _ = ctx.floor_model.step(self.mq_first, tokens, fabric, True, tp=tp)
+            route, _, move, _, _ = ctx.floor_model.step(self.mq_first, tokens, fabric, True, tp=tp,
+                                                        query_tokens=self.mq_first / self.heads)
             self.floor_chunks_s = max(self.floor_chunks_s, min(route, move, self._prefill_alone_s(tokens)))
 
     def _shape(self, fabric: int, tokens: float, cached: bool) -> RequestShape:

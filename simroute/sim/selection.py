@@ -159,7 +159,8 @@ class SelectionRequest(DenseRequest):
         ctx = self.ctx
         fabric = ctx.cluster.fabric_id(self.requester, ctx.cluster.instances[self.remote[0]])
         step = ctx.floor_model.step(self.mq_first, 0.0, fabric, True, topk=self.spec.topk,
-                                    holders=len(self.remote), tp=ctx.config.tp)
+                                    holders=len(self.remote), tp=ctx.config.tp,
+                                    query_tokens=self.mq_first / self.heads)
         self.floor_chunks_s = max(self.floor_chunks_s,
                                   min(step.route, step.fetch_move, self._prefill_alone_s(tokens)))
 

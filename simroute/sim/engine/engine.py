@@ -40,6 +40,7 @@ class StepTime(Protocol):
 
     def holder_partial_s(self, queries: float, rows_per_query: float | list[float],
                          key_tokens: float | list[float]) -> float: ...
+    # (StepTimeModel's also takes `dense=False` for a selection's queries; the exchange passes it only then)
 
 
 @dataclass(frozen=True)

@@ -264,11 +264,13 @@ class RouteExchange:
             sharing = 1 + others
             # the n requesters routing here share one call: n x this one's queries (as it sees them); one
             # query per requester (the common case) is the scalar form, every query alike
+            # a selection's kernel has a premium > 1: its tokens gather apart (no prefill block)
+            sparse = {} if premium == 1.0 else {"dense": False}
             if queries == 1:
-                kernel = holder.step.holder_partial_s(sharing, rows[0], keys[0])
+                kernel = holder.step.holder_partial_s(sharing, rows[0], keys[0], **sparse)
             else:
                 kernel = holder.step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
-                                                      keys * sharing if others else keys)
+                                                      keys * sharing if others else keys, **sparse)
             kernel *= premium
             rt = out + kernel + back + self.merge_s
             bare = max(bare, rt)

@@ -50,21 +50,40 @@ class ReplicaChoice:
     the agent-replicas study rose from 4 to 8 replicas; an added replica is now taken only if it is nearer
     or, at equal distance, less loaded.
 
+    Before distance, a holder this request already uses for another chunk: a routed request ships its query
+    block once per distinct holder, so spreading its chunks over more holders costs it more messages (with
+    nearest-only, 2 replicas of the agent-replicas study raised TTFT p99 by 3.9% over 1 replica; with this
+    rule by 0.5%, docs/REVIEW.md finding P8).
+
     One per request: it classifies its chunks at one simulated instant, so each holder's load is read once.
     """
 
-    __slots__ = ("ctx", "requester", "loads", "_latency")
+    __slots__ = ("ctx", "requester", "loads", "picked", "_latency")
 
     def __init__(self, ctx: SimContext, requester: Instance) -> None:
         self.ctx, self.requester = ctx, requester
         self.loads: dict[int, HolderLoad] = {}
+        self.picked: set[int] = set()               # holders this request's earlier chunks use
         self._latency: list[float] | None = None     # the requester's latency row, read on the first pick
 
     def pick(self, chunk: int) -> int | None:
         """The holder to use for `chunk`; None when nobody holds it."""
+        holder = self._pick(chunk)
+        if holder is not None:
+            self.picked.add(holder)
+        return holder
+
+    def _pick(self, chunk: int) -> int | None:
         holders = self.ctx.cluster.chunks.holders[chunk]
         if len(holders) <= 1:
             return holders[0] if holders else None
+        if self.picked:     # O(holders this request uses), not O(holders of a popular chunk)
+            held = self.ctx.copies.held
+            used = sorted(h for h in self.picked if (chunk, h) in held)
+            if len(used) == 1:
+                return used[0]
+            if used:
+                holders = used
         row = self._latency
         if row is None:
             row = self._latency = self.ctx.latency_row(self.requester)

@@ -102,11 +102,11 @@ def test_ttft_monotone_in_replicas_on_the_agent_study(tmp_path):
                                route_exchanges="once", policy="always-route", replicas=replicas,
                                router="hint")).summary   # requesters fixed: only the replicas vary
         ttft.append((s["ttft_ms"]["mean"], s["ttft_ms"]["p99"]))
-    # The tail may rise a little: a request's chunks spread over more distinct holders, and a routed first pass
-    # ships its whole query block to each (8 copies instead of 7 at 2 replicas), which the nearest-replica
-    # rule does not weigh. Hidden while first passes were charged the stretched decode curve (fidelity branch).
+    # The mean never rises. The p99 at 2 replicas is 0.5% above 1 replica's (14.43 vs 14.36 ms): which copy a
+    # request's first chunk takes decides where the rest go, and nearest-first does not weigh the holders'
+    # load (docs/REVIEW.md, finding P8); 1% bounds it, so a real regression still fails.
     for (m0, p0), (m1, p1) in zip(ttft, ttft[1:]):
-        assert m1 <= m0 * 1.001 and p1 <= p0 * 1.05, ttft
+        assert m1 <= m0 * 1.001 and p1 <= p0 * 1.01, ttft
 
 
 def test_copies_beyond_hbm_count_evictions_and_preemptions(tmp_path):

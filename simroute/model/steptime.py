@@ -66,6 +66,12 @@ class GpuSpec:
         return interp_clamped(tokens, eff[0], eff[1])
 
 
+def causal_pairs(tokens: float, earlier: float = 0.0) -> float:
+    """(query, key) pairs of `tokens` new tokens after `earlier` tokens, causal: each new token attends the
+    earlier ones and the new ones up to itself. The one formula for a prefill chunk's attention pairs."""
+    return tokens * earlier + tokens * (tokens + 1) / 2
+
+
 @dataclass(frozen=True)
 class BatchShape:
     """What one iteration computes (see docs/STEP_TIME.md).
@@ -90,7 +96,7 @@ class BatchShape:
         """`decode_seqs` sequences decoding over `context` tokens each, plus one prefill chunk of
         `prefill_tokens` tokens after `prefill_context` earlier tokens (causal: pairs up to the diagonal)."""
         pre_ctx = prefill_context + prefill_tokens
-        pre_pairs = prefill_tokens * prefill_context + prefill_tokens * (prefill_tokens + 1) / 2
+        pre_pairs = causal_pairs(prefill_tokens, prefill_context)
         has_prefill = 1 if prefill_tokens > 0 else 0
         return cls(new_tokens=float(decode_seqs + prefill_tokens), sequences=float(decode_seqs + has_prefill),
                    kv_read_tokens=float(decode_seqs * context + (pre_ctx if has_prefill else 0)),

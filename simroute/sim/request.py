@@ -22,6 +22,7 @@ from functools import partial
 
 import simpy
 
+from simroute.model.steptime import causal_pairs
 from simroute.sim.arrivals import RequestSpec
 from simroute.sim.cluster import Instance
 from simroute.sim.context import SimContext
@@ -346,7 +347,7 @@ class DenseRequest(RequestProcess):
         return plan
 
     def _prefill_alone_s(self, tokens: float) -> float:
-        pairs = tokens * (tokens + 1) / 2       # in the prefill form, as the engine charges a chunk of > 1 token
+        pairs = causal_pairs(tokens)       # in the prefill form, as the engine charges a chunk of > 1 token
         return self.ctx.engines.step.iteration_s(tokens, 1, tokens, pairs, pairs if tokens > 1 else 0.0)
 
     def decide(self, remote: list[RemoteChunk]) -> None:

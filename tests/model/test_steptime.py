@@ -264,3 +264,11 @@ def test_mla_prefill_attends_in_the_expanded_form():
     assert gqa.attention_s(8192, pairs) == gqa.attention_s(8192, pairs, prefill_pairs=pairs)
     b = BatchShape.uniform(4, 1000, prefill_tokens=512, prefill_context=100)
     assert b.prefill_pairs == 512 * 100 + 512 * 513 / 2 and b.attention_pairs == b.prefill_pairs + 4 * 1000
+
+
+def test_causal_pairs_by_hand_and_cut_anywhere():
+    """3 new tokens after 2: rows attend 3, 4 and 5 keys (12 pairs); a prompt cut into chunks has the pairs
+    of the whole (the engine charges each chunk after its earlier tokens)."""
+    from simroute.model.steptime import causal_pairs
+    assert causal_pairs(3, 2) == 12 and causal_pairs(1) == 1
+    assert causal_pairs(512, 0) + causal_pairs(1536, 512) == causal_pairs(2048)

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import simpy
 
 from simroute.errors import ConfigurationError, UnknownNameError
+from simroute.model.steptime import causal_pairs
 from simroute.sim.engine.exchange import HOLDER_MODES, MAX_UTILISATION, HolderPartials, RouteExchange
 from simroute.sim.engine.hbm import BLOCK_TOKENS, HbmBudget, blocks_for
 from simroute.sim.engine.log import IterationLog
@@ -221,7 +222,7 @@ class InstanceEngine:
         for seq, t in plan.prefill:
             base = seq.resident_tokens + seq.prefilled
             kv += base + t
-            chunk_pairs = t * base + t * (t + 1) / 2
+            chunk_pairs = causal_pairs(t, base)
             pairs += chunk_pairs
             if t > 1:
                 prefill_pairs += chunk_pairs

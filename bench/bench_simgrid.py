@@ -13,12 +13,22 @@ scales <= 1k: the box is shared), and FCT agreement against SimGrid C++ (median 
 difference). SimGrid is configured as pure max-min: CM02, latency and bandwidth factors 1, weight-S 0, no
 cross-traffic, no TCP window. Needs `libsimgrid-dev` and g++ (Debian: apt-get install libsimgrid-dev
 python3-simgrid); skips with the reason otherwise. Appends a row to bench/RESULTS.md.
-Run: python bench/bench_simgrid.py [--quick] [--repeat N] [--python-max N] [--scales 100,1000] [--no-record]
+`--reuse-simgrid 10000` takes SimGrid C++'s wall and CPU at those scales from the latest RESULTS.md row that has
+them instead of rerunning it (~440 s at 10k in flight: the flow set is the same, seeded); FCT agreement is then
+against the compiled replay, which that row checked against SimGrid.
+`--floor` measures, on the 100-in-flight flow set, what bounds the online engine at small scale: CPU us per
+event of the same SimPy driver with a flow that does nothing but fire at a fixed time (the caller's own two
+events per flow), plus the engine's two (flush, wake-up), and numba's dispatch of a kernel shaped like the
+online core's; beside the online engine's and SimGrid C++'s CPU us per event.
+Run: python bench/bench_simgrid.py [--quick] [--repeat N] [--python-max N] [--scales 100,1000]
+     [--reuse-simgrid 10000] [--floor] [--no-record]
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import shutil
 import subprocess
 import sys
@@ -114,6 +124,67 @@ def replay_compiled(topo, flows) -> tuple[float, float, np.ndarray]:
     return time.perf_counter() - t0, time.process_time() - c0, result.fct_s
 
 
+def simpy_floor(flows, engine_events: bool) -> float:
+    """CPU s of the online driver over `flows` where a transfer is one event firing at a fixed time (no engine);
+    with `engine_events`, also the two events per flow the engine schedules (its flush and a wake-up)."""
+    from simpy.events import NORMAL
+    env = simpy.Environment()
+
+    def transfer(size: float) -> simpy.Event:
+        event = env.event()
+        event._ok, event._value = True, None
+        env.schedule(event, NORMAL, 1e-3 + size * 1e-12)
+        if engine_events:
+            env.timeout(0)
+            env.timeout(1e-3)
+        return event
+
+    def driver():
+        for t, size, _links in flows:
+            if t > env.now:
+                yield env.timeout(t - env.now)
+            transfer(size)
+
+    env.process(driver())
+    c0 = time.process_time()
+    env.run()
+    return time.process_time() - c0
+
+
+def dispatch_floor(calls: int = 20000) -> float:
+    """CPU s of one call to a compiled kernel that does nothing, with the online core's arguments (a float,
+    an int, three arrays) and result (five scalars)."""
+    import numba
+
+    @numba.njit
+    def nothing(now, n_pend, fbuf, ibuf, bbuf):
+        return 0, 0, now, n_pend, fbuf.shape[0] + ibuf.shape[0] + bbuf.shape[0]
+
+    fbuf, ibuf, bbuf = np.zeros(60_000), np.zeros(100_000, dtype=np.int64), np.zeros(25_000, dtype=np.int8)
+    nothing(0.0, 0, fbuf, ibuf, bbuf)
+    c0 = time.process_time()
+    for _ in range(calls):
+        nothing(0.0, 0, fbuf, ibuf, bbuf)
+    return (time.process_time() - c0) / calls
+
+
+def measure_floor(topo, binary: Path, workdir: Path, repeat: int) -> dict[str, float]:
+    """CPU us per event of what bounds the online engine at 100 flows in flight (see the module docstring)."""
+    flows = closed_loop_flow_set(topo, *SCALES[0])
+    events = 2 * len(flows)
+    flows_file = write_flows(topo, flows, workdir)
+    best: dict[str, float] = {}
+    for _ in range(max(repeat, 5)):
+        for name, run in (("simpy_caller", lambda: simpy_floor(flows, False)),
+                          ("simpy_with_engine_events", lambda: simpy_floor(flows, True)),
+                          ("online", lambda: replay_simroute(topo, flows)[1]),
+                          ("simgrid", lambda: replay_simgrid([str(binary)], flows, flows_file)[1])):
+            best[name] = min(best.get(name, math.inf), run())
+    figures = {f"floor_{name}_cpu_us_per_event": round(cpu / events * 1e6, 3) for name, cpu in best.items()}
+    figures["floor_dispatch_us_per_call"] = round(dispatch_floor() * 1e6, 3)
+    return figures
+
+
 def build_simgrid(workdir: Path) -> tuple[Path | None, str]:
     if shutil.which("g++") is None:
         return None, "g++ not found"
@@ -154,13 +225,27 @@ def replay_simgrid(command: list[str], flows, flows_file: Path) -> tuple[float, 
     return wall, cpu, finish - np.array([t for t, _s, _l in flows])
 
 
+def recorded_simgrid(tag: str) -> tuple[float, float, str] | None:
+    """SimGrid C++'s (wall s, CPU s, date) at one scale from the latest RESULTS.md row that ran it."""
+    from _common import RESULTS
+    found = None
+    for line in RESULTS.read_text().splitlines():
+        wall = re.search(rf"\b{tag}_simgrid_s=([0-9.,]+)", line)
+        cpu = re.search(rf"\b{tag}_simgrid_cpu_s=([0-9.,]+)", line)
+        if wall and cpu and f"{tag}_simgrid_reused" not in line:
+            found = (float(wall.group(1).replace(",", "")), float(cpu.group(1).replace(",", "")),
+                     line.split("|")[1].strip())
+    return found
+
+
 def _option(name: str, default: str) -> str:
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
 
 
 def measure_scale(topo, n_concurrent: int, n_finish: int, binary: Path, py_ok: bool, repeat: int,
-                  workdir: Path) -> dict[str, float | int]:
-    """Every path on one flow set; best-of-`repeat` walls at <= 1k flows in flight."""
+                  workdir: Path, reuse: bool = False) -> dict[str, float | int]:
+    """Every path on one flow set; best-of-`repeat` walls at <= 1k flows in flight. With `reuse`, SimGrid C++
+    is not run: its figures come from RESULTS.md (`recorded_simgrid`)."""
     flows = closed_loop_flow_set(topo, n_concurrent, n_finish)
     events = 2 * len(flows)
     flows_file = write_flows(topo, flows, workdir)
@@ -172,6 +257,10 @@ def measure_scale(topo, n_concurrent: int, n_finish: int, binary: Path, py_ok: b
              "simgrid": lambda: replay_simgrid([str(binary)], flows, flows_file)}
     if py_ok:
         paths["simgrid_py"] = lambda: replay_simgrid([PY_BINDINGS, str(PY_SOURCE)], flows, flows_file)
+    tag = f"{n_concurrent // 1000}k" if n_concurrent >= 1000 else str(n_concurrent)
+    recorded = recorded_simgrid(tag) if reuse else None
+    if recorded is not None:
+        del paths["simgrid"]
     for _ in range(runs):                       # interleaved, so a burst of load hits every path alike
         for name, run in paths.items():
             if name == "simgrid_py" and name in walls:
@@ -180,8 +269,13 @@ def measure_scale(topo, n_concurrent: int, n_finish: int, binary: Path, py_ok: b
             walls.setdefault(name, []).append(wall)
             cpus.setdefault(name, []).append(cpu)
             fcts[name] = fct
-    tag = f"{n_concurrent // 1000}k" if n_concurrent >= 1000 else str(n_concurrent)
-    figures: dict[str, float | int] = {f"{tag}_flows": len(flows)}
+    figures: dict[str, float | int | str] = {f"{tag}_flows": len(flows)}
+    reference = "simgrid"
+    if recorded is not None:
+        walls["simgrid"], cpus["simgrid"] = [recorded[0]], [recorded[1]]
+        fcts["simgrid"] = fcts["replay"]            # agreement below is then against the compiled replay
+        figures[f"{tag}_simgrid_reused"] = recorded[2]
+        reference = "replay"
     for name in walls:
         figures[f"{tag}_{name}_s"] = round(min(walls[name]), 4)
         figures[f"{tag}_{name}_cpu_s"] = round(min(cpus[name]), 4)
@@ -189,6 +283,8 @@ def measure_scale(topo, n_concurrent: int, n_finish: int, binary: Path, py_ok: b
     for name in ("online", "replay"):
         figures[f"{tag}_{name}_vs_simgrid"] = round(min(walls["simgrid"]) / min(walls[name]), 2)
         figures[f"{tag}_{name}_vs_simgrid_cpu"] = round(min(cpus["simgrid"]) / min(cpus[name]), 2)
+        if name == reference:
+            continue
         rel = np.abs(fcts[name] - fcts["simgrid"]) / fcts["simgrid"]
         figures[f"{tag}_{name}_fct_rel_median"] = float(f"{np.median(rel):.2e}")
         figures[f"{tag}_{name}_fct_rel_max"] = float(f"{rel.max():.2e}")
@@ -196,9 +292,9 @@ def measure_scale(topo, n_concurrent: int, n_finish: int, binary: Path, py_ok: b
     figures[f"{tag}_replay_vs_online_fct_rel_max"] = float(f"{rel.max():.2e}")
     shown = ", ".join(f"{name} {' / '.join(f'{w:.3f}' for w in walls[name])} s (cpu best {min(cpus[name]):.3f})"
                       for name in walls)
-    print(f"  {n_concurrent} in flight, {len(flows)} flows, {events} events: {shown}; replay vs SimGrid FCT rel "
-          f"diff median {figures[f'{tag}_replay_fct_rel_median']:.1e} max {figures[f'{tag}_replay_fct_rel_max']:.1e}",
-          flush=True)
+    agreement = f"online vs {'SimGrid' if reference == 'simgrid' else 'replay (SimGrid reused)'} FCT rel diff " \
+        f"median {figures[f'{tag}_online_fct_rel_median']:.1e} max {figures[f'{tag}_online_fct_rel_max']:.1e}"
+    print(f"  {n_concurrent} in flight, {len(flows)} flows, {events} events: {shown}; {agreement}", flush=True)
     return figures
 
 
@@ -208,6 +304,7 @@ def main() -> None:
         wanted = {int(x) for x in _option("--scales", "").split(",")}
         scales = [scale for scale in SCALES if scale[0] in wanted]
     repeat = int(_option("--repeat", "3"))
+    reuse = {int(x) for x in _option("--reuse-simgrid", "").split(",") if x}
     python_max = int(_option("--python-max", "1000"))
     topo = zero_latency_topology()
     replay_compiled(topo, [(0.0, 1e6, topo.path_ids(0, 1)[0])])          # compile (or load the cache) first
@@ -221,9 +318,15 @@ def main() -> None:
         if py_why:
             print(f"[simgrid comparison] SimGrid Python bindings skipped: {py_why}")
         figures: dict[str, float | int | str] = {}
+        if "--floor" in sys.argv:
+            figures = measure_floor(topo, binary, workdir, repeat)
+            record("online engine floor at 100 flows in flight (fattree-1024, CPU us per start or finish event)",
+                   figures, target="online <= SimGrid C++")
+            return
         for n_concurrent, n_finish in scales:
             figures.update(measure_scale(topo, n_concurrent, n_finish, binary,
-                                         not py_why and n_concurrent <= python_max, repeat, workdir))
+                                         not py_why and n_concurrent <= python_max, repeat, workdir,
+                                         reuse=n_concurrent in reuse))
         record("simgrid comparison (fattree-1024, pinned paths; online engine and compiled replay)", figures,
                target=">= 1x SimGrid C++ at every scale")
 

@@ -43,7 +43,7 @@ SCENARIOS = {   # name -> (trace name or None for the shipped one, extra `simrou
     "sparse-adaptive": ("sparse", ["--policy", "adaptive"]),
     "disagg": ("disagg", []),
     "corpus": ("corpus", []),
-    "corpus-adaptive-tp2": ("corpus", ["--policy", "adaptive", "--tp", "2"]),
+    "corpus-adaptive-tp2": ("corpus", ["--policy", "adaptive", "--model", "deepseek-v2-lite", "--tp", "2"]),
 }
 
 DROPPED_SUMMARY_KEYS = ("versions",)

@@ -74,8 +74,8 @@ BUGS = {
                                        "share = topk / (len(self.remote) + (1 if here_tokens > 0 else 0))",
                                        "share = topk / len(self.remote)"),
     # replica choice, placement, fetch, policy
-    "nearest-replica-ignored": ("simroute/sim/holder.py", "tied = [h for h, lat in zip(holders, latency) if lat == nearest]",
-                                "tied = list(holders)"),
+    "nearest-replica-ignored": ("simroute/sim/holder.py", "latency = list(map(row.__getitem__, holders))",
+                                "latency = [0.0] * len(holders)"),
     "placement-capacity-ignored": ("simroute/sim/placement.py",
                                    "if used[inst] + size <= capacity_bytes and inst not in holders[ci]:",
                                    "if inst not in holders[ci]:"),
@@ -85,7 +85,8 @@ BUGS = {
                                          "return r / (1 - self.gain) * max(1 - self.loss * (c - e) / e, 0.05)",
                                          "return r / (1 - self.gain)"),
     "tp-ignored-in-fetch": ("simroute/sim/request.py", "nbytes / ctx.config.tp,", "nbytes,"),
-    "splice-not-charged": ("simroute/sim/request.py", "yield ctx.env.timeout(splice)", "yield ctx.env.timeout(0.0)"),
+    "splice-not-charged": ("simroute/sim/request.py", "self.env.timeout(self.splice_s(self.tokens))",
+                           "self.env.timeout(0.0)"),
     "adaptive-ignores-holder-queue": ("simroute/sim/policies/adaptive.py",
                                       "route += live.holder_wait_s * (1 + s.steps) * exchanges", "route += 0.0"),
 }

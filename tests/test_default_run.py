@@ -143,7 +143,10 @@ def test_bf16_weights_do_not_fit_the_default_and_say_so(cli, tmp_path):
     code, out, err = cli("run", "--weights", "bf16", "-o", str(tmp_path / "out"))
     msg = (err or out).strip()
     assert code == 2 and "Traceback" not in out + err and len(msg.splitlines()) == 1
-    assert "169.6 GB of weights per GPU" in msg and "141.0 GB" in msg and "h200-sxm" in msg
+    h200 = load_profile(shipped_dir() / "gpus" / "h200-sxm.yaml").gpu_spec()
+    bf16 = load_profile(default_profile_path()).step_model("deepseek-v3", gpu_spec=h200, tp=8, weight_dtype="bf16")
+    assert f"{bf16.weight_bytes_per_gpu / 1e9:.1f} GB of weights per GPU" in msg and "141.0 GB" in msg
+    assert "h200-sxm" in msg and bf16.weight_bytes_per_gpu > 141.0e9
     assert not (tmp_path / "out").exists()
 
 
@@ -152,7 +155,7 @@ def _default_cfg(trace, **kw):
     from simroute.sim import RunConfig
     from simroute.sim.config import DEFAULT_RUN
     return RunConfig(topology=str(default_topology_path()), trace=str(trace), calib=str(default_profile_path()),
-                     batch_window_us=0.0, dispatch_window_us=0.0, **DEFAULT_RUN, **kw)
+                     **DEFAULT_RUN, **kw)
 
 
 def test_on_the_default_model_resident_is_never_slower_than_fetch_then_attend(tmp_path):

@@ -14,6 +14,7 @@ from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.ioutil import load_yaml, write_text_atomic
 from simroute.model.cost import CostParams, FabricParams
 from simroute.model.geometry import get_model
+from simroute.model.staging import STAGING_OVERSUBSCRIPTION_LOSS, StagingParams, copy_saving_at_elbow, fitted_copy_Bps
 from simroute.model.steptime import GpuSpec, StepTimeModel
 
 # Constants the cost model cannot do without, with the unit each must be given in.
@@ -161,6 +162,37 @@ class Profile:
         return StepTimeModel(geom, spec, tp, allreduce_Bps=ar_Bps, allreduce_latency_s=ar_lat, holder_curve=curve,
                              cuda_graphs=cuda_graphs)
 
+    def staging_params(self, copy_GBps: float | None = None) -> StagingParams:
+        """The holders' staging pool (simroute.model.staging). One stream's copy rate: `copy_GBps` when given
+        (the run's --staging-copy-GBps), else the profile's `staging_copy_GBps` (the staging probe's K = 1
+        measurement, or the shipped fit to §6.1-§6.2), else the fit itself. The pool's copy-time saving at the
+        elbow: the probe's measured `staging_copy_gain_at_elbow` if the profile has it, else the paper's
+        fetch-time gain (`staging_gain_at_elbow`, at `staging_fetch_p50_ms`) spent on the staging copies."""
+        c = self.constants
+        value = lambda name, default: float(c[name].value) if name in c else default
+        elbow = int(value("staging_elbow_streams", 8))
+        gain, p50_s = value("staging_gain_at_elbow", 0.07), value("staging_fetch_p50_ms", 6.0) * 1e-3
+        if copy_GBps is not None:
+            copy_Bps, copy_src = copy_GBps * 1e9, "the run's staging_copy_GBps"
+        elif "staging_copy_GBps" in c:
+            copy_Bps, copy_src = c["staging_copy_GBps"].value * 1e9, _prov_text(c["staging_copy_GBps"])
+        else:
+            copy_Bps, copy_src = fitted_copy_Bps(gain, p50_s, elbow), "fitted: simroute.model.staging"
+        if not copy_Bps > 0:
+            raise ConfigurationError("must be > 0", file=self.origin.get("const:staging_copy_GBps"),
+                                     field="constants.staging_copy_GBps")
+        clamped = False
+        if "staging_copy_gain_at_elbow" in c:
+            saving, saving_src = float(c["staging_copy_gain_at_elbow"].value), \
+                _prov_text(c["staging_copy_gain_at_elbow"])
+        else:
+            saving, clamped = copy_saving_at_elbow(gain, p50_s, copy_Bps, elbow)
+            saving_src = f"derived from the fetch-time gain {gain:g} at a {p50_s * 1e3:g} ms p50" + \
+                (" (cut to 1 - 1/E: this copy rate stages too fast to save that much)" if clamped else "")
+        loss = value("staging_oversubscription_loss", STAGING_OVERSUBSCRIPTION_LOSS)
+        return StagingParams(elbow=elbow, copy_Bps=copy_Bps, copy_saving=saving, oversubscription_loss=loss,
+                             clamped=clamped, sources=(("copy_Bps", copy_src), ("copy_saving", saving_src)))
+
     def check_complete(self) -> None:
         """Raise if a constant the cost model needs is missing or of the wrong shape."""
         for key, shape in REQUIRED_CONSTANTS.items():
@@ -189,7 +221,7 @@ class Profile:
         if cache_dtype != geom.cache_dtype:
             geom = geom.with_cache_dtype(cache_dtype)
         return CostParams(
-            geometry=geom,
+            geometry=geom, holder_prefill_s=self._prefill_form(model, cache_dtype),
             fabrics=tuple(self.fabric_params(n) for n in self.fabrics),
             splice_ct=tuple(x for x, _ in splice), splice_s=tuple(y * 1e-3 for _, y in splice),
             holder_n=tuple(x for x, _ in holder), holder_s=tuple(y * 1e-6 for _, y in holder),
@@ -204,6 +236,17 @@ class Profile:
             host_per_row_s=c["host_per_row_us"].value * 1e-6,
             **switches,
         )
+
+    def _prefill_form(self, model: str, cache_dtype: str) -> tuple[float, float] | None:
+        """The prefill-form coefficients of the profile's instance GPU (`StepTimeModel.prefill_form_coeffs`)
+        that the closed form charges a routed first pass by; None when the profile names no GPU entry."""
+        try:
+            gpu = self.instance_gpu()
+        except ConfigurationError:
+            return None
+        if gpu not in self.gpus:
+            return None
+        return self.step_model(model, gpu=gpu, cache_dtype=cache_dtype).prefill_form_coeffs()
 
 
 def _loc(err: dict) -> str:

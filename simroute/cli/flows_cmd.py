@@ -3,7 +3,11 @@
 A thin front over `simroute.network.replay` (the compiled whole-flow-set replay). The flow file is Parquet or
 CSV, one row per flow: `start_s`, `nbytes`, and the path either as `links` (link ids of the topology; a list
 in Parquet, space-separated in CSV) or as `src`, `dst` GPU names with an optional `path_index` (one of the
-equal-cost paths; without it ECMP hashes the row's 5-tuple with `--seed`). Optional: `rate_cap_Bps`.
+equal-cost paths; without it ECMP hashes the row's 5-tuple with `--seed`). Optional: `rate_cap_Bps`, and
+`delay_s` (the flow enters the network at start_s + delay_s; its FCT still counts from start_s).
+
+A run's flows (`net_flows.parquet`, or the run directory itself) carry all of these (network/schema.py
+FLOW_COLUMNS) and the topology their link ids belong to, which is checked against `-t`.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from simroute.cli.common import checked
 from simroute.errors import ConfigurationError
 
 FLOW_FILE_HELP = ("Parquet or CSV, one row per flow: start_s, nbytes, and links (link ids) or src, dst "
-                  "[, path_index]; optional rate_cap_Bps.")
+                  "[, path_index]; optional rate_cap_Bps, delay_s. Or a run directory (its net_flows.parquet).")
+RUN_FLOWS = ("net_flows.parquet", "flows.parquet")    # in a run directory; in a telemetry export's
+RUN_ONLY_COLUMNS = ("fid", "end_s", "sport")     # a run's flows table without `links` is from an older simroute
 
 
 def _backends_help() -> str:
@@ -25,17 +31,31 @@ def _backends_help() -> str:
     return "auto (numba where available), " + ", ".join(sorted(REPLAY_BACKENDS))
 
 
-def read_flow_table(path: Path) -> Any:
-    """The flow file as a DataFrame (Parquet or CSV by suffix), or a ConfigurationError naming it."""
+def flow_file(path: Path) -> Path:
+    """The flow file a FLOWS argument names: the file itself, or a run directory's net_flows.parquet (a
+    telemetry export's flows.parquet)."""
+    if path.is_dir():
+        found = next((path / name for name in RUN_FLOWS if (path / name).is_file()), None)
+        if found is None:
+            raise ConfigurationError(f"is a directory without {' or '.join(RUN_FLOWS)} (a run written with "
+                                     "telemetry has the first)", file=path)
+        return found
+    return path
+
+
+def read_flow_table(path: Path) -> tuple[Any, dict[bytes, bytes] | None]:
+    """The flow file as a DataFrame (Parquet or CSV by suffix) and its Parquet key-value metadata, or a
+    ConfigurationError naming it."""
     import pandas as pd
 
     from simroute.ioutil import check_input_file
     check_input_file(path, what="flow file")
     try:
         if path.suffix.lower() == ".csv":
-            return pd.read_csv(path, dtype={"links": str})
+            return pd.read_csv(path, dtype={"links": str}), None
         import pyarrow.parquet as pq
-        return pq.read_table(path).to_pandas()
+        table = pq.read_table(path)
+        return table.to_pandas(), table.schema.metadata
     except (OSError, ValueError, pd.errors.ParserError) as exc:
         raise ConfigurationError(f"not a readable {'CSV' if path.suffix.lower() == '.csv' else 'Parquet'} flow "
                                  f"file: {str(exc).splitlines()[0][:200]}", file=path) from None
@@ -66,6 +86,10 @@ def _paths(frame: Any, topology: Any, path: Path, seed: int) -> list[tuple[int, 
                 raise ConfigurationError(f"row {row}: link ids must be integers, got {str(value)[:60]!r}",
                                          file=path, field="links") from None
         return out
+    if all(name in frame for name in RUN_ONLY_COLUMNS):
+        raise ConfigurationError("a run's flows from before link ids were recorded: its src/dst rows would be "
+                                 "hashed onto paths again, not the run's; rerun the run to replay it", file=path,
+                                 field="links")
     if "src" not in frame or "dst" not in frame:
         raise ConfigurationError("give the path as a links column or as src and dst columns", file=path,
                                  field="links")
@@ -87,9 +111,34 @@ def _paths(frame: Any, topology: Any, path: Path, seed: int) -> list[tuple[int, 
     return out
 
 
-def summary(result: Any) -> dict[str, Any]:
+def load_flow_set(path: Path, topology: Any, seed: int) -> tuple[Any, Any, int]:
+    """The flow file at `path` as a FlowSet on `topology` (checked), each flow's `start_s` (its FCT's
+    origin: a flow with `delay_s` arrives at start_s + delay_s), and how many flows the run that wrote it
+    left unfinished (absent from the file)."""
     import numpy as np
-    fct = result.fct_s[np.isfinite(result.fct_s)]
+
+    from simroute.network.replay import FlowSet
+    from simroute.network.schema import check_flows_topology, unfinished_flows
+    frame, metadata = read_flow_table(path)
+    check_flows_topology(metadata, topology.name, topology.links, file=path)
+    paths = _paths(frame, topology, path, seed)
+    caps = _column(frame, "rate_cap_Bps", path) if "rate_cap_Bps" in frame else None
+    start = _column(frame, "start_s", path)
+    arrival = start
+    if "delay_s" in frame:
+        delay = _column(frame, "delay_s", path)
+        bad = np.flatnonzero(~np.isfinite(delay) | (delay < 0))
+        if bad.size:
+            raise ConfigurationError(f"row {int(bad[0])}: must be finite and >= 0", file=path, field="delay_s")
+        arrival = start + delay
+    flows = FlowSet.from_paths(arrival, _column(frame, "nbytes", path), paths, caps)
+    flows.check(len(topology.links), source=str(path))
+    return flows, start, unfinished_flows(metadata)
+
+
+def summary(result: Any, fct_s: Any) -> dict[str, Any]:
+    import numpy as np
+    fct = fct_s[np.isfinite(fct_s)]
     return {"flows": int(len(result.finish_s)), "events": result.events, "steps": result.steps,
             "solves": result.solves, "groups_per_solve": result.solved_groups / max(result.solves, 1),
             "backend": result.backend, "wall_s": result.wall_s,
@@ -124,36 +173,36 @@ def register(app: typer.Typer) -> None:
         from simroute.cli.common import echo_json, table
         from simroute.ioutil import atomic_path, check_output_path
         from simroute.network import load_topology
-        from simroute.network.replay import FlowSet, replay
+        from simroute.network.replay import replay
         from simroute.shipped import resolve_input
 
+        path = flow_file(flows_file)
         if output is not None:
-            check_output_path(output, directory=False, inputs=[flows_file], flag="--output")
+            check_output_path(output, directory=False, inputs=[path], flag="--output")
             if output.exists():
                 raise ConfigurationError("exists; choose a new path (simroute never overwrites a file)", file=output,
                                          field="--output")
         topo = load_topology(resolve_input("topology", topology, strict=True))
-        frame = read_flow_table(flows_file)
-        paths = _paths(frame, topo, flows_file, seed)
-        caps = _column(frame, "rate_cap_Bps", flows_file) if "rate_cap_Bps" in frame else None
-        flows = FlowSet.from_paths(_column(frame, "start_s", flows_file), _column(frame, "nbytes", flows_file),
-                                   paths, caps)
-        flows.check(len(topo.links), source=str(flows_file))
+        flows, start, unfinished = load_flow_set(path, topo, seed)
+        if unfinished:
+            typer.echo(f"note: {path}: the run stopped with {unfinished} flows still running; they are not in "
+                       "the file, so the flows they shared links with replay faster than they ran", err=True)
         result = replay(flows, [link.capacity_Bps for link in topo.links],
                         latency_s=[link.latency_s for link in topo.links], backend=backend)
+        fct = result.finish_s - start
         if output is not None:
             import pandas as pd
             import pyarrow as pa
             import pyarrow.parquet as pq
-            out = pd.DataFrame({"flow": np.arange(len(flows)), "start_s": flows.arrival_s, "nbytes": flows.nbytes,
-                                "finish_s": result.finish_s, "fct_s": result.fct_s})
+            out = pd.DataFrame({"flow": np.arange(len(flows)), "start_s": start, "nbytes": flows.nbytes,
+                                "finish_s": result.finish_s, "fct_s": fct})
             with atomic_path(output) as tmp:
                 pq.write_table(pa.Table.from_pandas(out, preserve_index=False), tmp)
-        figures = summary(result)
+        figures = summary(result, fct)
         if as_json:
             echo_json(figures)
         else:
-            table(f"replay of {flows_file.name} on {topo.summary()['name']}", ["figure", "value"],
+            table(f"replay of {path.name} on {topo.summary()['name']}", ["figure", "value"],
                   [[key, f"{value:.6g}" if isinstance(value, float) else value] for key, value in figures.items()])
         if output is not None and not as_json:
             typer.echo(f"wrote {output}")

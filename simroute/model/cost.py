@@ -9,7 +9,8 @@ Modelling choices (documented in docs/MODEL.md):
 - `route_exchanges="per-layer"` pays one routed round trip per layer per decode step (layer l's query needs
   layer l-1's merged output); `"once"` is the paper's accounting (§5.4: ship the query once).
 - Holder compute follows the calibrated curve over requesters N at h_q = 16, ct = 2048 (FlashMLA, paper
-  §6.3); a batch of Mq query rows over ct tokens is charged as N_eff = Mq/16 x ct/2048 requesters.
+  §6.3); a batch of Mq query rows over ct tokens is charged as N_eff = Mq/16 x ct/2048 requesters. A first
+  pass (one sequence's T > 1 query tokens) is a prefill block, not T decode requesters: `holder_prefill_s`.
 - fetch and local also pay the requester's own attention over the copy each step (`attend`), the cost
   route moves to the holder; the amortisation horizon is the current step plus R reuse steps.
 """
@@ -70,6 +71,10 @@ class CostParams:
     holder_heads_ref: int = 16             # = HOLDER_HEADS_REF
     holder_ct_ref: int = 2048              # = HOLDER_CT_REF
     route_exchanges: Literal["per-layer", "once"] = "per-layer"
+    # the prefill form of a routed query block (T > 1 query tokens of one sequence): seconds per key read and
+    # per (row, key) pair on one GPU, from the profile's instance GPU (`StepTimeModel.prefill_form_coeffs`);
+    # None: no GPU entry, the holder curve alone
+    holder_prefill_s: tuple[float, float] | None = None
     host_overhead: bool = False            # the Python-client regime of paper §5.3
     host_fixed_s: float = 3.5e-3
     host_per_row_s: float = 12.5e-6
@@ -115,7 +120,8 @@ class Shape:
     mq: routed query rows (sequences x query heads x query tokens); ct: chunk tokens; fabric: index into
     CostParams.fabrics; holders: M holders a selection spans; topk: selection budget (0 = dense);
     reuse: later steps R that would reuse a fetched copy; cached: attended at its cached offset (splice
-    elides); tp: tensor-parallel degree of the rank pairing.
+    elides); tp: tensor-parallel degree of the rank pairing; query_tokens: tokens per sequence in the first
+    step's rows (1 at decode; a first pass's prompt tokens: its block is charged in the prefill form).
     """
 
     mq: np.ndarray | float
@@ -126,6 +132,7 @@ class Shape:
     reuse: np.ndarray | int = 0
     cached: np.ndarray | bool = False
     tp: np.ndarray | int = 1
+    query_tokens: np.ndarray | float = 1
 
 
 class Ops:
@@ -175,20 +182,44 @@ def holder_curve_s(work, holder_n, holder_s, ops=FLOATS):
     return ops.curve(ops.maximum(work, 1e-9), holder_n, holder_s)
 
 
-def holder_compute_s(rows, ct, topk, p: CostParams, ops=ARRAYS):
+def holder_prefill_s(rows, keys, s_per_key: float, s_per_row_key: float, ops=FLOATS):
+    """A query block of one sequence's T > 1 tokens (`rows` = T x heads on one GPU) over `keys` key tokens,
+    one layer, in the prefill form a serving engine runs it in: the keys read once, rows x keys FLOPs in MLA's
+    expanded form (the step model's prefill attention; both coefficients per key token, the kept token
+    fraction folded in: `StepTimeModel.prefill_form_coeffs`, whose `holder_partial_s` charges the same
+    products inside its batch roofline; docs/MODEL.md, "Routed first pass")."""
+    return ops.maximum(keys * s_per_key, rows * keys * s_per_row_key)
+
+
+def holder_compute_s(rows, ct, topk, p: CostParams, ops=ARRAYS, query_tokens=1):
     """Partial attention of `rows` query rows over `ct` resident tokens (or `topk` selected entries): the
     measured holder curve at the batch's work, times the sparse kernel's premium under selection. Floats or
-    arrays (`ops`); the cost terms, the predicate and the simulator's policy all call this."""
+    arrays (`ops`); the cost terms, the predicate and the simulator's policy all call this.
+
+    The curve is a decode kernel (N requesters, one token each, every one reading its keys), so a dense block
+    of `query_tokens` T > 1 tokens of one sequence (a routed first pass) is charged as a prefill: the larger
+    of the curve at one token's rows (rows / T: the block is no faster than one decode step) and
+    `holder_prefill_s` of all its rows, not the curve stretched to T x the key reads. Under selection each
+    query token gathers its own top-k entries, so T tokens are T gathers: the curve as at decode."""
     sparse = topk > 0
     frac, hr, cr = p.geometry.token_fraction, p.holder_heads_ref, p.holder_ct_ref
+    has_block = p.holder_prefill_s is not None and ops.any(query_tokens > 1)    # decode: one cheap test
+    if has_block:
+        block = (query_tokens > 1) * (topk <= 0)        # dense blocks (1 / True), floats or arrays
+        has_block = ops.any(block)
+    floor_rows = ops.where(block, rows / query_tokens, rows) if has_block else rows
     if not ops.any(sparse):
-        return holder_curve_s(holder_work(rows, ct, frac, hr, cr), p.holder_n, p.holder_s, ops)
-    if ops.all(sparse):     # a batch of selections only: no masking
-        return holder_curve_s(holder_work(rows, topk, frac, hr, cr), p.holder_n, p.holder_s, ops) * \
-            sparse_premium(topk, p, ops)
-    dense_s = holder_curve_s(holder_work(rows, ops.where(sparse, topk, ct), frac, hr, cr), p.holder_n, p.holder_s,
-                             ops)
-    return dense_s * ops.where(sparse, sparse_premium(topk, p, ops), 1.0)
+        attended, premium = ct, 1.0
+    elif ops.all(sparse):     # a batch of selections only: no masking
+        attended, premium = topk, sparse_premium(topk, p, ops)
+    else:
+        attended, premium = ops.where(sparse, topk, ct), ops.where(sparse, sparse_premium(topk, p, ops), 1.0)
+    curve_s = holder_curve_s(holder_work(floor_rows, attended, frac, hr, cr), p.holder_n, p.holder_s, ops)
+    if has_block:
+        s_key, s_row_key = p.holder_prefill_s
+        prefill_s = holder_prefill_s(rows, attended, s_key, s_row_key, ops)
+        curve_s = ops.where(block, ops.maximum(curve_s, prefill_s), curve_s)
+    return curve_s * premium
 
 
 def splice_s(ct, p: CostParams, ops=ARRAYS):
@@ -223,11 +254,12 @@ class StepParts(NamedTuple):
     sparse: object
 
 
-def step_parts(mq, ct, fabric, topk, holders, tp, cached, p: CostParams, ops=ARRAYS) -> StepParts:
+def step_parts(mq, ct, fabric, topk, holders, tp, cached, p: CostParams, ops=ARRAYS, qt=1) -> StepParts:
     """The one cost formula (paper §4), floats or arrays. Route: M parallel exchanges per step, each holder
     attending its k/M share of a selection (the step waits for the slowest, identical here); fetch: pull the
     chunk and splice it, or gather the selection every step; local: re-prefill. fetch and local also pay the
-    requester's attention over the copy, the work route moves to the holder."""
+    requester's attention over the copy, the work route moves to the holder. `qt`: query tokens per sequence
+    in the rows (a first pass's prompt; `holder_compute_s` charges such a block in the prefill form)."""
     g = p.geometry
     probe, qp_per_row_s, kv_per_token_s = ops.fabric_row(p, fabric)
     unit_tp = tp == 1 if isinstance(tp, (int, float)) else False
@@ -243,15 +275,15 @@ def step_parts(mq, ct, fabric, topk, holders, tp, cached, p: CostParams, ops=ARR
         k_holder = ops.maximum(topk / holders, 1.0)
         if not every_sparse:
             k_holder = k_holder * sparse
-        compute = holder_compute_s(mq, ct, k_holder, p, ops)
-        attend = holder_compute_s(mq, ct, topk, p, ops)
+        compute = holder_compute_s(mq, ct, k_holder, p, ops, qt)
+        attend = holder_compute_s(mq, ct, topk, p, ops, qt)
         gather = g.layers * (p.gather_base_s / p.gather_k_ref * topk + p.gather_per_holder_s * holders)
     else:
         k_holder = topk
-        compute = attend = holder_compute_s(mq, ct, topk, p, ops)
+        compute = attend = holder_compute_s(mq, ct, topk, p, ops, qt)
         gather = None
     if p.host_overhead and p.holder_amortisation:
-        compute = holder_compute_s(mq * p.dispatch_batch, ct, k_holder, p, ops) / p.dispatch_batch
+        compute = holder_compute_s(mq * p.dispatch_batch, ct, k_holder, p, ops, qt) / p.dispatch_batch
     ret_extra = 2.0 * probe if (p.host_overhead and not p.collapsed_response) else 0.0
     pull = splice = None
     if not every_sparse:
@@ -273,9 +305,11 @@ def _inputs(shape: Shape):
     """The shape's fields as float / bool arrays, converted once."""
     f8 = np.float64
     tp = float(shape.tp) if np.ndim(shape.tp) == 0 else np.asarray(shape.tp, dtype=f8)   # 1 skips the divides
+    qt = shape.query_tokens if np.ndim(shape.query_tokens) == 0 and shape.query_tokens == 1 else \
+        np.asarray(shape.query_tokens, dtype=f8)                                           # 1: decode rows
     return (np.asarray(shape.mq, dtype=f8), np.asarray(shape.ct, dtype=f8), np.asarray(shape.fabric),
             np.asarray(shape.topk, dtype=f8), np.asarray(shape.holders, dtype=f8), tp,
-            np.asarray(shape.cached, dtype=bool), 1.0 + np.asarray(shape.reuse, dtype=f8))
+            np.asarray(shape.cached, dtype=bool), 1.0 + np.asarray(shape.reuse, dtype=f8), qt)
 
 
 def costs(shape: Shape, p: CostParams) -> dict[str, dict[str, np.ndarray]]:
@@ -284,8 +318,8 @@ def costs(shape: Shape, p: CostParams) -> dict[str, dict[str, np.ndarray]]:
     Returns {primitive: {term: array, ..., "total": array, "wire_bytes": array}}.
     """
     g = p.geometry
-    mq, ct, fabric, topk, holders, tp, cached, steps = _inputs(shape)
-    s = step_parts(mq, ct, fabric, topk, holders, tp, cached, p)
+    mq, ct, fabric, topk, holders, tp, cached, steps, qt = _inputs(shape)
+    s = step_parts(mq, ct, fabric, topk, holders, tp, cached, p, ARRAYS, qt)
     zero = np.zeros(np.broadcast(mq, ct, topk, steps, fabric, holders, cached).shape)
     per_step = steps * float(p.exchanges)
     host_route, host_fetch = host_s(mq, p)

@@ -58,8 +58,8 @@ MIN_SPLIT = 1024    # below this the split's fixed cost outweighs what it saves
 
 def _totals(shape: Shape, p: CostParams, out: np.ndarray | None = None) -> np.ndarray:
     """`totals` without the dense / sparse split."""
-    mq, ct, fabric, topk, holders, tp, cached, steps = _inputs(shape)
-    s = step_parts(mq, ct, fabric, topk, holders, tp, cached, p)
+    mq, ct, fabric, topk, holders, tp, cached, steps, qt = _inputs(shape)
+    s = step_parts(mq, ct, fabric, topk, holders, tp, cached, p, qt=qt)
     per_step = steps * float(p.exchanges)
     route_x = s.probe + s.wire
     route_x += s.compute + (p.merge_s + s.ret_extra if p.host_overhead else p.merge_s)

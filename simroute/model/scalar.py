@@ -43,10 +43,11 @@ class ScalarModel:
         return holder_compute_s(rows, ct, topk, self.p, FLOATS)
 
     def step(self, mq: float, ct: float, fabric: int, cached: bool, topk: int = 0, holders: int = 1,
-             tp: int = 1) -> StepCosts:
-        """One step's costs (route, route without holder compute, fetch move, attend, local prefill)."""
+             tp: int = 1, query_tokens: float = 1) -> StepCosts:
+        """One step's costs (route, route without holder compute, fetch move, attend, local prefill);
+        `query_tokens` > 1: the rows are one sequence's first pass (`cost.holder_compute_s`)."""
         p, exch = self.p, self.exch
-        s = step_parts(mq, ct, fabric, topk, holders, tp, cached, p, FLOATS)
+        s = step_parts(mq, ct, fabric, topk, holders, tp, cached, p, FLOATS, query_tokens)
         no_compute = exch * (s.probe + s.wire + s.ret_extra + p.merge_s)
         route = no_compute + exch * s.compute
         move = s.gather if topk > 0 else s.pull + s.splice

@@ -66,6 +66,12 @@ class GpuSpec:
         return interp_clamped(tokens, eff[0], eff[1])
 
 
+def causal_pairs(tokens: float, earlier: float = 0.0) -> float:
+    """(query, key) pairs of `tokens` new tokens after `earlier` tokens, causal: each new token attends the
+    earlier ones and the new ones up to itself. The one formula for a prefill chunk's attention pairs."""
+    return tokens * earlier + tokens * (tokens + 1) / 2
+
+
 @dataclass(frozen=True)
 class BatchShape:
     """What one iteration computes (see docs/STEP_TIME.md).
@@ -90,7 +96,7 @@ class BatchShape:
         """`decode_seqs` sequences decoding over `context` tokens each, plus one prefill chunk of
         `prefill_tokens` tokens after `prefill_context` earlier tokens (causal: pairs up to the diagonal)."""
         pre_ctx = prefill_context + prefill_tokens
-        pre_pairs = prefill_tokens * prefill_context + prefill_tokens * (prefill_tokens + 1) / 2
+        pre_pairs = causal_pairs(prefill_tokens, prefill_context)
         has_prefill = 1 if prefill_tokens > 0 else 0
         return cls(new_tokens=float(decode_seqs + prefill_tokens), sequences=float(decode_seqs + has_prefill),
                    kv_read_tokens=float(decode_seqs * context + (pre_ctx if has_prefill else 0)),
@@ -129,9 +135,15 @@ class _LayerKind:
     expert_weight_bytes: float     # one routed expert's matrices (0 without MoE)
     experts: int
     experts_per_token: int
-    flops_per_token: float         # of the bf16 GEMMs
-    fp8_flops_per_token: float     # of the FP8 GEMMs (0 for a bf16 checkpoint)
+    flops_per_token: float         # of the bf16 GEMMs every token passes (attention projections, FFN, shared experts)
+    fp8_flops_per_token: float     # of those GEMMs in FP8 (0 for a bf16 checkpoint)
+    expert_flops_per_token: float  # of the routed experts' bf16 GEMMs (k experts per token)
+    expert_fp8_flops_per_token: float
     act_bytes_per_token: float
+
+
+def _flops(ops: Sequence[LinearOp], fp8: bool) -> float:
+    return float(sum(2 * op.k * op.n * op.active for op in ops if op.fp8 == fp8))
 
 
 def _fold(ops: Sequence[LinearOp], count: int) -> _LayerKind:
@@ -143,8 +155,8 @@ def _fold(ops: Sequence[LinearOp], count: int) -> _LayerKind:
         expert_weight_bytes=float(sum(op.weight_bytes for op in routed)),
         experts=routed[0].experts if routed else 0,
         experts_per_token=routed[0].active if routed else 0,
-        flops_per_token=float(sum(2 * op.k * op.n * op.active for op in ops if not op.fp8)),
-        fp8_flops_per_token=float(sum(2 * op.k * op.n * op.active for op in ops if op.fp8)),
+        flops_per_token=_flops(dense, False), fp8_flops_per_token=_flops(dense, True),
+        expert_flops_per_token=_flops(routed, False), expert_fp8_flops_per_token=_flops(routed, True),
         act_bytes_per_token=float(sum((op.k + op.n) * op.active * WEIGHT_BYTES for op in ops)))
 
 
@@ -154,6 +166,15 @@ def experts_touched(experts: int, per_token: int, tokens: float) -> float:
     if experts <= 0 or tokens <= 0:
         return 0.0
     return experts * (1.0 - (1.0 - per_token / experts) ** tokens)
+
+
+def expert_load(experts: int, per_token: int, tokens: float) -> tuple[float, float]:
+    """(experts touched, tokens each touched expert's GEMM sees) in an iteration of `tokens` tokens under
+    uniform routing: the T x k token-expert assignments spread over the E (1 - (1 - k/E)^T) experts they touch,
+    1 token each at T = 1, T k / E once every expert is touched. The second sets that GEMM's M, hence its place
+    on the GEMM-efficiency curve (docs/STEP_TIME.md, "MoE")."""
+    touched = experts_touched(experts, per_token, tokens)
+    return touched, (tokens * per_token / touched if touched > 0 else 0.0)
 
 
 class StepTimeModel:
@@ -184,12 +205,13 @@ class StepTimeModel:
         head = g.lm_head_op(tp)
         self._head_bytes, self._head_flops = float(head.weight_bytes), 2.0 * head.k * head.n
         self._kind_rows = tuple((k.count, k.dense_weight_bytes, k.expert_weight_bytes, k.experts,
-                                 k.experts_per_token, k.flops_per_token, k.fp8_flops_per_token, k.act_bytes_per_token)
+                                 k.experts_per_token, k.flops_per_token, k.fp8_flops_per_token,
+                                 k.expert_flops_per_token, k.expert_fp8_flops_per_token, k.act_bytes_per_token)
                                 for k in self._kinds)
         self._head_act_bytes = -(-g.vocab // tp) * WEIGHT_BYTES          # the logits written per sequence
         # the hot path's constants, folded once
         self._peak, self._bw = gpu.peak_flops, gpu.achievable_hbm_Bps
-        uses_fp8 = any(k.fp8_flops_per_token for k in self._kinds)
+        uses_fp8 = any(k.fp8_flops_per_token or k.expert_fp8_flops_per_token for k in self._kinds)
         self.fp8_rate = uses_fp8 and gpu.has_fp8
         self._peak_fp8 = gpu.peak_fp8_flops if self.fp8_rate else gpu.peak_flops
         self.notes: tuple[str, ...] = () if not uses_fp8 or gpu.has_fp8 else (
@@ -201,10 +223,11 @@ class StepTimeModel:
         heads_per_gpu = -(-g.heads_q // tp)
         self._attn_flops_pair_layer = 2.0 * heads_per_gpu * (g.d_qk + g.d_v) * g.token_fraction
         expanded = (g.qk_nope_head_dim + g.rope_dims + g.v_head_dim) if g.is_mla else (g.d_qk + g.d_v)
-        self._prefill_flops_pair_layer = 2.0 * heads_per_gpu * expanded * g.token_fraction
+        self._prefill_s_per_row_key = 2.0 * expanded * g.token_fraction / self._attn_rate   # one head's row
         self._attn_s_per_kv_token = self._kv_bytes_token_layer / self._bw
         self._attn_s_per_pair = self._attn_flops_pair_layer / self._attn_rate
-        self._prefill_s_per_pair = self._prefill_flops_pair_layer / self._attn_rate
+        self._prefill_s_per_pair = heads_per_gpu * self._prefill_s_per_row_key
+        self._heads_q = g.heads_q
         # a routed row is one query head of one token, split over the holder's TP ranks
         self._holder_s_per_pair = 2.0 * (g.d_qk + g.d_v) * g.token_fraction / tp / self._attn_rate
         ring_steps = 2.0 * (tp - 1)
@@ -233,17 +256,26 @@ class StepTimeModel:
 
     # ---- terms ------------------------------------------------------------------------------------------
     def _linear(self, tokens: float) -> tuple[float, float, float]:
-        """(seconds over all layers, memory-bound seconds, compute-bound seconds) of the linear ops."""
-        fraction = self.gpu.gemm_fraction(tokens)
-        rate, rate_fp8 = self._peak * fraction, self._peak_fp8 * fraction
+        """(seconds over all layers, memory-bound seconds, compute-bound seconds) of the linear ops. The GEMMs
+        every token passes run at the curve's fraction at the iteration's tokens; each routed expert's at its
+        own share (`expert_load`), the M its GEMM actually has."""
+        gemm_fraction = self.gpu.gemm_fraction
+        fraction = gemm_fraction(tokens)
+        peak, peak_fp8 = self._peak, self._peak_fp8
+        rate, rate_fp8 = peak * fraction, peak_fp8 * fraction
         inv_bw = self._inv_bw
         total = mem_s = comp_s = 0.0
-        for count, dense_bytes, expert_bytes, experts, per_token, flops_token, fp8_flops_token, act_token \
-                in self._kind_rows:
-            weights = dense_bytes + experts_touched(experts, per_token, tokens) * expert_bytes if experts \
-                else dense_bytes
-            mem = (weights + tokens * act_token) * inv_bw
+        for count, dense_bytes, expert_bytes, experts, per_token, flops_token, fp8_flops_token, expert_flops, \
+                expert_fp8_flops, act_token in self._kind_rows:
             comp = tokens * (flops_token / rate + fp8_flops_token / rate_fp8)
+            if experts:
+                touched, per_expert = expert_load(experts, per_token, tokens)
+                weights = dense_bytes + touched * expert_bytes
+                if per_expert > 0:
+                    comp += tokens * (expert_flops / peak + expert_fp8_flops / peak_fp8) / gemm_fraction(per_expert)
+            else:
+                weights = dense_bytes
+            mem = (weights + tokens * act_token) * inv_bw
             if mem >= comp:
                 mem_s += count * mem
             else:
@@ -300,22 +332,47 @@ class StepTimeModel:
         n = self.geometry.layers if layers is None else layers
         return n * self._attention(kv_read_tokens, attention_pairs, prefill_pairs)[0]
 
+    def prefill_form_coeffs(self) -> tuple[float, float]:
+        """(seconds per key token read, seconds per (row, key token) pair) of attention in the prefill form on
+        one GPU, one layer: what `cost.holder_prefill_s` charges a routed query block of T > 1 tokens."""
+        return self._attn_s_per_kv_token, self._prefill_s_per_row_key
+
     def holder_partial_s(self, queries: float, rows_per_query: float | Sequence[float],
-                         key_tokens: float | Sequence[float]) -> float:
+                         key_tokens: float | Sequence[float], *, dense: bool = True) -> float:
         """One holder kernel call answering `queries` routed partial-attention queries (one layer): each of
-        `rows_per_query` rows over its `key_tokens` keys (scalars, or one value per query). The roofline over
-        the batch's total keys and rows x keys, floored by the profile's measured holder curve at the batch's
-        reference-requester work per GPU (the query heads split over the TP ranks), so that an idle holder
-        reproduces the measurement."""
+        `rows_per_query` rows (the query heads x its tokens) over its `key_tokens` keys (scalars, or one value
+        per query). The roofline over the batch's total keys and its FLOPs, floored by the profile's measured
+        holder curve at the batch's reference-requester work per GPU (the query heads split over the TP
+        ranks), so that an idle holder reproduces the measurement. A query of T > 1 tokens (a first pass's
+        prefill chunk) is a prefill block: its FLOPs in the prefill form (`cost.holder_prefill_s`), and it
+        counts toward the curve's work as one token's rows, as the closed form's `holder_compute_s` charges it.
+        `dense=False` (a sparse selection's queries: each token gathers its own top-k) keeps every row on the
+        curve, as at decode."""
+        heads = self._heads_q if dense else float("inf")
         if isinstance(rows_per_query, (int, float)) and isinstance(key_tokens, (int, float)):
-            keys, pairs = queries * key_tokens, queries * rows_per_query * key_tokens
+            keys = queries * key_tokens
+            if rows_per_query > heads:
+                pairs, block_pairs, floor_pairs = 0.0, keys * rows_per_query, keys * heads
+            else:
+                pairs, block_pairs = keys * rows_per_query, 0.0
+                floor_pairs = pairs
         else:
             rows = [rows_per_query] * int(queries) if isinstance(rows_per_query, (int, float)) else rows_per_query
             toks = [key_tokens] * len(rows) if isinstance(key_tokens, (int, float)) else key_tokens
-            keys, pairs = float(sum(toks)), float(sum(r * t for r, t in zip(rows, toks)))
-        roof = max(keys * self._attn_s_per_kv_token, pairs * self._holder_s_per_pair)
+            keys, pairs, block_pairs, floor_pairs = float(sum(toks)), 0.0, 0.0, 0.0
+            for r, t in zip(rows, toks):
+                if r > heads:
+                    block_pairs += r * t
+                    floor_pairs += heads * t
+                else:
+                    pairs += r * t
+                    floor_pairs += r * t
+        # one kernel over every query's keys; decode rows in the absorbed form, blocks in the prefill form (the
+        # batch form of `cost.holder_prefill_s`, same coefficients: `prefill_form_coeffs`)
+        roof = max(keys * self._attn_s_per_kv_token,
+                   pairs * self._holder_s_per_pair + block_pairs / self.tp * self._prefill_s_per_row_key)
         if self.holder_curve is None:
             return roof
         # pairs = rows x keys; each GPU of the TP group computes its heads' share (the curve is one GPU's)
-        work = holder_work(pairs / self.tp, 1.0, self.geometry.token_fraction, *self.holder_ref)
+        work = holder_work(floor_pairs / self.tp, 1.0, self.geometry.token_fraction, *self.holder_ref)
         return max(roof, holder_curve_s(work, self.holder_curve[0], self.holder_curve[1]))

@@ -171,6 +171,22 @@ def mark_links(links, slot, n_links, seen, count):
     return count
 
 
+@njit_inline
+def commit_group(now, g, fresh, same, rate, work, last_t, next_work, due):
+    """The commit rule of one re-solved group (every commit kernel's): it keeps its rate while |fresh - old| <=
+    same x old (returns -1.0); otherwise its work clock is advanced at the old rate, the rate replaced and its
+    completion time recomputed, and the old rate is returned."""
+    old = rate[g]
+    if abs(fresh - old) <= same * old:
+        return -1.0
+    if now > last_t[g]:
+        work[g] += old * (now - last_t[g])
+        last_t[g] = now
+    rate[g] = fresh
+    due[g] = now + (next_work[g] - work[g]) / fresh if fresh > 0 else np.inf
+    return old
+
+
 @njit
 def commit_rates_numba(now, new_rate, new_bn, links, rate, bn, work, last_t, next_work, due, same, n_links):
     """Same contract as kernels.commit_rates_numpy: commit the groups whose rate moved, return their links."""
@@ -179,15 +195,8 @@ def commit_rates_numba(now, new_rate, new_bn, links, rate, bn, work, last_t, nex
     count = 0
     for g in range(groups):
         bn[g] = new_bn[g]
-        fresh, old = new_rate[g], rate[g]
-        if abs(fresh - old) <= same * old:
-            continue
-        if now > last_t[g]:
-            work[g] += old * (now - last_t[g])
-            last_t[g] = now
-        rate[g] = fresh
-        due[g] = now + (next_work[g] - work[g]) / fresh if fresh > 0 else np.inf
-        count = mark_links(links, g, n_links, touched, count)
+        if commit_group(now, g, new_rate[g], same, rate, work, last_t, next_work, due) >= 0:
+            count = mark_links(links, g, n_links, touched, count)
     out = np.empty(count, dtype=np.int64)
     j = 0
     for lid in range(n_links):
@@ -343,6 +352,21 @@ def link_level(lid, level, cap, member, deg, n, rate, status, new_rate, scratch_
 @njit
 def cascade_numba(seeds, dirty, links, n, gcap, rate, bn, cap, load, member, deg, limit, eps, group_int,
                   group_flag, new_rate, link_flag, heap_int, heap_key, stack):
+    """`cascade_into` with its outputs allocated: returns (ok, slots, rate, bn) of the groups re-solved."""
+    groups = rate.shape[0]
+    out = np.empty(groups, dtype=np.int64)
+    rates = np.empty(groups)
+    bns = np.empty(groups, dtype=np.int64)
+    width = member.shape[1]
+    ok, count = cascade_into(seeds, dirty, links, n, gcap, rate, bn, cap, load, member, deg, limit, eps, group_int,
+                             group_flag, new_rate, link_flag, heap_int, heap_key, stack, out, rates, bns,
+                             np.empty(width), np.empty(width))
+    return ok, out[:count], rates[:count], bns[:count]
+
+
+@njit
+def cascade_into(seeds, dirty, links, n, gcap, rate, bn, cap, load, member, deg, limit, eps, group_int,
+                 group_flag, new_rate, link_flag, heap_int, heap_key, stack, out, rates, bns, scratch_rate, scratch_n):
     """Incremental max-min after a change: progressive filling that touches only what can move.
 
     seeds: slots of groups whose flow count changed (or new groups); dirty: links that lost a group; load:
@@ -356,12 +380,13 @@ def cascade_numba(seeds, dirty, links, n, gcap, rate, bn, cap, load, member, deg
     - RELEASE: a kept group's bottleneck is dirty; if that link no longer fills at the group's rate, the
       group takes another of its links that does (or its cap) at the same rate, else it becomes unfixed.
     A group whose status changes makes its links dirty, so the work follows the groups whose rate can
-    change. Returns (ok, slots, rate, bn) of the groups re-solved (rate unchanged where only the
-    bottleneck moved); ok is False once more than `limit` groups left KEEP (the caller solves from
-    scratch). Exact: everything skipped behaves as in the previous solution's progressive filling.
+    change. Writes the slots, rates and bottlenecks of the groups re-solved (rate unchanged where only the
+    bottleneck moved) into out / rates / bns (room for every group) and returns (ok, how many); ok is
+    False once more than `limit` groups left KEEP (the caller solves from scratch). Exact: everything skipped behaves as in the previous solution's progressive filling.
     Scratch arrays come from the caller (`cascade_scratch`) and are left as found: group_int (4, slots),
     group_flag (2, slots) int8 zeros, new_rate (slots), link_flag (3, n_ids) int8 zeros, heap_int (2, items)
-    whose second row is -1, heap_key (items), stack (2 n_ids), items = 2 n_ids + slots.
+    whose second row is -1, heap_key (items), stack (2 n_ids), items = 2 n_ids + slots; scratch_rate and
+    scratch_n as wide as `member`.
     One function on purpose: every event kind shares the statuses and the heap.
     """
     n_ids = cap.shape[0]
@@ -376,9 +401,6 @@ def cascade_numba(seeds, dirty, links, n, gcap, rate, bn, cap, load, member, deg
     n_dirty = 0                                        # links that left CLEAN, listed from stack[n_ids] on
     aborted = False
     size = 0
-    width = member.shape[1]
-    scratch_rate = np.empty(width)
-    scratch_n = np.empty(width)
     top = 0
     for i in range(seeds.shape[0]):
         g = seeds[i]
@@ -554,9 +576,6 @@ def cascade_numba(seeds, dirty, links, n, gcap, rate, bn, cap, load, member, deg
         if status[rebound[i]] == _KEEP:
             extra += 1
     count = n_touched + extra if ok else 0
-    out = np.empty(count, dtype=np.int64)
-    rates = np.empty(count)
-    bns = np.empty(count, dtype=np.int64)
     j = 0
     for i in range(n_touched):
         g = touched[i]
@@ -580,7 +599,7 @@ def cascade_numba(seeds, dirty, links, n, gcap, rate, bn, cap, load, member, deg
             j += 1
         status[g] = _KEEP
         listed[g] = False
-    return ok, out, rates, bns
+    return ok, count
 
 
 @njit
@@ -621,13 +640,8 @@ def commit_slots_numba(now, slots, new_rate, new_bn, links, flows, rate, bn, wor
     for m in range(n_moved):
         i = moved[m]
         g = slots[i]
-        fresh, old = new_rate[i], rate[g]
-        if now > last_t[g]:
-            work[g] += old * (now - last_t[g])
-            last_t[g] = now
-        rate[g] = fresh
-        due[g] = now + (next_work[g] - work[g]) / fresh if fresh > 0 else np.inf
-        delta = (fresh - old) * flows[g]
+        old = commit_group(now, g, new_rate[i], 0.0, rate, work, last_t, next_work, due)   # moved: kept out above
+        delta = (new_rate[i] - old) * flows[g]
         for k in range(links.shape[0]):
             lid = links[k, g]
             if lid < n_links:

@@ -40,13 +40,13 @@ from simroute.network.hashing import SPORT_MAX, SPORT_MIN, flow_key, mix64
 from simroute.network.kernels import SolverBackend, compiled_available, solver_backend
 from simroute.network.maxmin import Group, fill
 from simroute.network.messages import MessageModel, MessageRoute
-from simroute.network.routing import (ARK_ELEPHANT_BYTES, ARK_HASH_S, ARK_LOOKUP_S, ROUTING_STRATEGIES, ROUTINGS,
-                                      RouteChoice)
+from simroute.network.routing import ARK_ELEPHANT_BYTES, ARK_HASH_S, ARK_LOOKUP_S, ROUTING_STRATEGIES, ROUTINGS
 from simroute.network.telemetry import FULL_LOAD, Telemetry
 from simroute.network.topology import EngineTopology
 
 INF = math.inf
 _EPS = 1e-9
+_CORE_ABORT = 2          # the online core's status for a cascade past its limit, then a full solve (_online.ST_ABORT)
 _SAME = 1e-12            # a full re-solve keeps a group's rate when it moved by less (summation-order noise)
 
 __all__ = ["ARK_HASH_S", "ARK_LOOKUP_S", "FlowEngine", "FlowRecord", "ROUTINGS"]
@@ -62,8 +62,10 @@ def _succeed_later(env: simpy.Environment, event: simpy.Event, value: Any, delay
 
 
 class FlowRecord(NamedTuple):
-    """A finished flow. `start` is when transfer() was called, `end` when its last byte arrived. A named
-    tuple: one is built per flow on the hot path, about four times cheaper than a frozen dataclass."""
+    """A finished flow. `start` is when transfer() was called, `end` when its last byte arrived; it entered
+    the network `delay_s` after `start` (a routing controller's time) with rate cap `rate_cap_Bps` (inf: none),
+    which is what a replay of it needs. A named tuple: one is built per flow on the hot path, about four
+    times cheaper than a frozen dataclass."""
 
     fid: int
     src: str
@@ -75,6 +77,8 @@ class FlowRecord(NamedTuple):
     spine: str | None
     sport: int
     tag: Any = None
+    rate_cap_Bps: float = INF
+    delay_s: float = 0.0
 
     @property
     def path(self) -> tuple[int, ...]:
@@ -89,7 +93,7 @@ class _Flow:
     """An active bulk flow (engine-internal)."""
 
     __slots__ = ("fid", "src", "dst", "nbytes", "start", "links", "spine", "sport", "tag", "event",
-                 "latency", "reserved", "cap", "finish_work")
+                 "latency", "reserved", "cap", "finish_work", "delay", "slot")
 
     def __init__(self, fid: int, src: str, dst: str, nbytes: float, start: float, links: tuple[int, ...],
                  spine: str | None, sport: int, tag: Any, event: simpy.Event, latency: float,
@@ -97,7 +101,8 @@ class _Flow:
         self.fid, self.src, self.dst, self.nbytes, self.start = fid, src, dst, nbytes, start
         self.links, self.spine, self.sport, self.tag, self.event = links, spine, sport, tag, event
         self.latency, self.reserved, self.cap = latency, reserved, cap
-        self.finish_work = 0.0
+        self.finish_work = nbytes        # bytes to go when handed to the online core; the group's work clock at
+        #                                  the last byte once in an object-mode group
 
 
 class _GroupColumns:
@@ -211,6 +216,13 @@ class FlowEngine:
     # a full solve, so it starts much later.
     arrays_on = 512
     arrays_off = 256
+    # Compiled, exact and without a link series, the engine moves from object mode into the online core
+    # (`_online.OnlineCore`: one kernel call per step over packed buffers) once `core_on` groups are active,
+    # and stays there (array mode is then never used). Below that, a run never imports numba (a small CLI
+    # run does not pay ~0.5 s to load the kernels); the core is faster than object mode at every size
+    # measured (bench_simgrid.py: 100 flows in flight ~2.5x).
+    online_core = True
+    core_on = 64
     numpy_arrays_on = 4096
     numpy_arrays_off = 2048
     # Array mode: an incremental re-solve involving more than this fraction of the groups (and more than
@@ -234,6 +246,7 @@ class FlowEngine:
         self.rate_tolerance = float(rate_tolerance)
         self._slack = max(self.rate_tolerance, _EPS)
         self.strategy = ROUTING_STRATEGIES[routing](self)
+        self._spine_of = hasattr(topology, "spine_of")
         if solver not in ("auto", "numba", "numpy"):
             raise UnknownNameError("solver", solver, ("auto", "numba", "numpy"))
         self._solver = solver
@@ -255,8 +268,11 @@ class FlowEngine:
         self._heap: list[tuple[float, int, int, Group]] = []
         self._seq = 0
         self._pending: list[_Flow] = []
-        self._flush_scheduled = False
-        self._wake_t = INF
+        self._flush_queued = False
+        self._flush = simpy.Event(env)
+        self._flush._ok, self._flush._value = True, None
+        self._wake_t = self._wake_at = INF
+        self._wake_pool: list[simpy.Event] = []
         self._stamp = 0
         self._fid = 0
         self.version = 0                     # bumps on every bulk change (message share caches key on it)
@@ -269,6 +285,10 @@ class FlowEngine:
         self.max_rate_error = 0.0            # tolerance mode: largest relative rate deviation committed
         self.cascade_aborts = 0              # array mode: cascades that reached cascade_limit (full solve then)
         self._columns: _GroupColumns | None = None
+        self._core: Any = None
+        self._core_due = INF
+        self._want_core = (self.online_core and solver != "numpy" and compiled_available()
+                           and self.rate_tolerance == 0 and not record_series)
         self._capacity_padded = np.array(self.cap + [INF])
         self.telemetry = Telemetry(self, record_series=record_series, keep_records=keep_records,
                                    window_s=telemetry_window_s)
@@ -284,8 +304,8 @@ class FlowEngine:
 
     @property
     def array_mode(self) -> bool:
-        """True while group state lives in columns and re-ratings are full solves."""
-        return self._columns is not None
+        """True while group state lives in columns (array mode or the online core)."""
+        return self._columns is not None or self._core is not None
 
     # ---- bulk flows ---------------------------------------------------------------------------
     def transfer(self, src: str, dst: str, nbytes: float, *, rate_cap_Bps: float | None = None, tag: Any = None,
@@ -301,26 +321,28 @@ class FlowEngine:
         event = env.event()
         self._fid += 1
         nbytes = float(nbytes)
-        sport = self._sport()
-        choice = RouteChoice(0, sport, None, 0.0)
+        sport = self._ports.pop() if self._ports else self._sport()
+        reserved, delay = None, 0.0
         if path is not None:
-            links = tuple(int(link) for link in path)
-            spine = topo.spine_of(links) if hasattr(topo, "spine_of") else None
+            links = tuple(map(int, path))
+            spine = topo.spine_of(links) if self._spine_of else None
         else:
+            index = 0
             if path_index is not None:
-                choice = RouteChoice(int(path_index), sport, None, 0.0)
+                index = int(path_index)
             elif nbytes > 0 and topo.n_choices(src_index, dst_index) > 1:
-                choice = self.strategy.choose(src_index, dst_index, nbytes, sport)
-            links, spine = topo.path_ids(src_index, dst_index, choice.path_index)
-        latency = 0.0
+                index, sport, reserved, delay = self.strategy.choose(src_index, dst_index, nbytes, sport)
+            links, spine = topo.path_ids(src_index, dst_index, index)
+        latency, table = 0.0, self._latency
         for link in links:
-            latency += self._latency[link]
-        flow = _Flow(self._fid, src, dst, nbytes, env.now, links, spine, choice.sport, tag, event, latency,
-                     choice.reserved, INF if rate_cap_Bps is None else float(rate_cap_Bps))
+            latency += table[link]
+        flow = _Flow(self._fid, src, dst, nbytes, env.now, links, spine, sport, tag, event, latency, reserved,
+                     INF if rate_cap_Bps is None else float(rate_cap_Bps))
+        flow.delay = delay               # the routing controller's time before it enters the network
         if nbytes <= 0 or not links:
-            self._complete(flow, env.now + choice.delay_s)
-        elif choice.delay_s > 0:
-            env.timeout(choice.delay_s).callbacks.append(lambda _e, flow=flow: self._enqueue(flow))
+            self._complete(flow, env.now + delay)
+        elif delay > 0:
+            env.timeout(delay).callbacks.append(lambda _e, flow=flow: self._enqueue(flow))
         else:
             self._enqueue(flow)
         return event
@@ -332,24 +354,61 @@ class FlowEngine:
 
     def _enqueue(self, flow: _Flow) -> None:
         self._pending.append(flow)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.env.timeout(0).callbacks.append(self._on_wake)
+        if not self._flush_queued and self._wake_at != self.env.now:
+            # one flush event per instant, reused (see `_on_flush`); none where a wake-up queued for this
+            # instant will take the start anyway
+            self._flush_queued = True
+            flush = self._flush
+            flush.callbacks = [self._on_flush]
+            self.env.schedule(flush, NORMAL, 0)
+
+    def _on_flush(self, _event: simpy.Event) -> None:
+        """Handle the starts of this instant unless a completion at the same instant already took them. The
+        flush is one event object, rescheduled while it is not queued (SimPy pops it, then runs its
+        callbacks: it is free again from then on), which saves a Timeout per instant."""
+        self._flush_queued = False
+        if self._pending:
+            self._on_wake()
+
+    def _on_wake_event(self, event: simpy.Event) -> None:
+        """A pooled wake-up fired. `_wake_at == env.now` must mean "a wake-up for this instant is still
+        queued" (so a start may skip its flush): reset it as soon as one for this instant fires."""
+        self._wake_pool.append(event)
+        if self.env.now == self._wake_at:
+            self._wake_at = INF
+        self._on_wake()
 
     def _on_wake(self, _event: simpy.Event | None = None) -> None:
         now = self.env.now
         if now >= self._wake_t * (1 - 1e-15):
             self._wake_t = INF
-        self.telemetry.advance_to(now)
-        if self._columns is not None:
+        if now >= self.telemetry.window_end:
+            self.telemetry.advance_to(now)
+        if self._core is not None:
+            if self._pending or self._core_due <= now + 1e-12 * max(1.0, now):
+                self._step_core(now)
+            elif self._core_due < INF:                   # a stale wake-up: nothing to do but wait again
+                self._schedule_wake(self._core_due, now)
+        elif self._columns is not None:
             self._step_arrays(now)
         else:
             self._step_objects(now)
 
     def _schedule_wake(self, next_t: float, now: float) -> None:
+        """A wake-up at next_t unless one is queued before it. Wake-up events are reused from a pool (one
+        event each, as a timeout, without building one per wake-up); `_wake_at` is when the earliest fires."""
         if next_t < self._wake_t:
             self._wake_t = next_t
-            self.env.timeout(max(0.0, next_t - now)).callbacks.append(self._on_wake)
+            delay = max(0.0, next_t - now)
+            self._wake_at = now + delay
+            pool = self._wake_pool
+            if pool:
+                event = pool.pop()
+            else:
+                event = simpy.Event(self.env)
+                event._ok, event._value = True, None
+            event.callbacks = [self._on_wake_event]
+            self.env.schedule(event, NORMAL, delay)
 
     # ---- shared bookkeeping of one group's membership ----------------------------------------
     def _group_for(self, flow: _Flow, now: float) -> Group:
@@ -422,6 +481,9 @@ class FlowEngine:
             self._advance(group, now)
             self._join(group, flow, now)
             seeds.add(group)
+        if self._want_core and len(self._groups) >= self.core_on:
+            self._core_enter(now)
+            return
         if len(self._groups) >= self.arrays_on:            # many groups: array mode, starting with a full solve
             self._arrays_build(now)
             self._full_solve(now)
@@ -442,7 +504,6 @@ class FlowEngine:
         self.steps += 1
         self.flow_events += len(pending)
         self._pending = []
-        self._flush_scheduled = False
         return pending
 
     def _join(self, group: Group, flow: _Flow, now: float) -> None:
@@ -541,6 +602,69 @@ class FlowEngine:
                 if fresh > 0:
                     heapq.heappush(heap, (now + (group.flows[0][0] - group.work) / fresh, group.version,
                                           self._seq, group))
+
+    # ---- the online core -----------------------------------------------------------------------
+    def _core_enter(self, now: float) -> None:
+        """Move from object mode into the online core: links integrated up to now, every active flow handed
+        to the core with its bytes to go, then one step solves them all (from scratch). Link load, flow
+        counts and the telemetry clocks become views of the core's buffers."""
+        from simroute.network._online import OnlineCore
+        self.telemetry.flush(now)
+        flows = []
+        for group in self._groups.values():
+            self._advance(group, now)
+            for finish_work, _seq, flow in sorted(group.flows):
+                flow.finish_work = max(finish_work - group.work, 0.0)
+                flows.append(flow)
+        self._groups.clear()
+        for members in self._link_groups:
+            members.clear()
+        self._heap.clear()
+        self._wake_t = INF
+        self._core = OnlineCore(self.cap, cascade_limit=self.cascade_limit, cascade_floor=self.cascade_floor,
+                                same=_SAME, full=FULL_LOAD, on_relayout=self._core_views)
+        self._core_views()
+        self._core_run(now, flows)
+
+    def _core_views(self) -> None:
+        """Take the views of the core's link fields (again after it grew its buffers)."""
+        core, n_links = self._core, len(self.cap)
+        self.load = core.field("float", "l_load")                  # + the sentinel's slot (never read)
+        self.link_n = core.field("int", "l_n")[:n_links]
+        self.telemetry.bind_arrays(core.field("float", "l_bytes")[:n_links], core.field("float", "l_sat")[:n_links],
+                                   core.field("float", "l_t")[:n_links])
+
+    def _step_core(self, now: float) -> None:
+        """Starts of this instant and completions due, in one kernel call; then the finished flows' events."""
+        pending = self._pending
+        self.steps += 1
+        if pending:
+            self._pending = []
+            self.flow_events += len(pending)
+            self.n_active += len(pending)
+            spine_change = self.telemetry.spine_change
+            for flow in pending:
+                if flow.spine is not None:
+                    spine_change(flow.spine, 1, now)
+        self._core_run(now, pending)
+
+    def _core_run(self, now: float, starts: list[_Flow]) -> None:
+        status, done, next_due, solved = self._core.run(now, starts)
+        self._core_due = next_due
+        if status > 0:
+            self.rerates += 1
+            self.version += 1
+            self.rerated_groups += solved
+            if status == _CORE_ABORT:
+                self.cascade_aborts += 1
+                self.full_solves += 1
+        if done:
+            self.flow_events += len(done)
+            self.n_active -= len(done)
+            for flow in done:
+                self._complete(flow, now + flow.latency)
+        if next_due < INF:
+            self._schedule_wake(next_due, now)
 
     # ---- array mode ---------------------------------------------------------------------------
     def _step_arrays(self, now: float) -> None:
@@ -711,7 +835,7 @@ class FlowEngine:
         if flow.spine is not None and flow.links and flow.nbytes > 0:
             self.telemetry.spine_change(flow.spine, -1, self.env.now)
         record = FlowRecord(flow.fid, flow.src, flow.dst, flow.nbytes, flow.start, at, flow.links, flow.spine,
-                            flow.sport, flow.tag)
+                            flow.sport, flow.tag, flow.cap, flow.delay)
         self.telemetry.flow_done(record)
         delay = at - self.env.now
         if delay > 0:
@@ -724,6 +848,9 @@ class FlowEngine:
         """Current rate of every active flow (fid -> B/s)."""
         columns = self._columns
         out: dict[int, float] = {}
+        if self._core is not None:
+            rates, owner = self._core.field("float", "g_rate"), self._core.field("int", "f_group")
+            return {flow.fid: float(rates[owner[flow.slot]]) for flow in self._core.flows if flow is not None}
         for group in self._groups.values():
             rate = group.rate if columns is None else float(columns.rate[group.slot])
             for _work, _seq, flow in group.flows:
@@ -732,6 +859,8 @@ class FlowEngine:
 
     def active_flows(self) -> list[tuple[int, tuple[int, ...], float]]:
         """(fid, link ids, cap) of every active flow: enough to recompute max-min from scratch."""
+        if self._core is not None:
+            return [(flow.fid, flow.links, flow.cap) for flow in self._core.flows if flow is not None]
         return [(flow.fid, group.links, group.cap) for group in self._groups.values()
                 for _work, _seq, flow in group.flows]
 
@@ -774,8 +903,8 @@ class FlowEngine:
 
         No re-rating and no event: the caller yields env.timeout(delay). See `MessageModel`.
         """
-        return self.send_message(self.messages.route(src, dst), nbytes, t_probe_s=t_probe_s,
-                                 single_block_Bps=single_block_Bps, now=now, include_latency=include_latency)
+        return self.messages.delay(src, dst, nbytes, t_probe_s, single_block_Bps,
+                                   self.env.now if now is None else now, include_latency)
 
     def send_message(self, route: MessageRoute, nbytes: float, *, t_probe_s: float, single_block_Bps: float,
                      now: float | None = None, include_latency: bool = True) -> float:

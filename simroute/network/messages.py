@@ -14,8 +14,9 @@ ramp) at the first pair that does not, rising on from there. A message holds eac
 `wire_occupancy` of its dispatch time (one block's puts leave gaps a second block's fill), which is why
 three concurrent requesters do not queue on one 25 GB/s uplink in Fig. 7. See docs/NETWORK.md.
 
-Per message (the hot path, `MessageModel.send`): one dict lookup (or none with a `MessageRoute` handle),
-two short loops over the path's links, two LRU touches; nothing allocated.
+Per message (the hot path, `MessageModel.send`): two short loops over the path's links, two LRU touches and
+the byte counts; nothing allocated. By name (`MessageModel.delay`), the route comes from a table indexed by
+source then destination name (filled once per pair, so a message builds no key), then `send`.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class MessageRoute:
     """A cached message path src -> dst: links, propagation, shares at the last bulk change, NIC ports."""
 
     __slots__ = ("src", "dst", "links", "latency_s", "version", "link_wire", "rate_Bps", "single_block_Bps",
-                 "sent_bytes", "sent_count", "window", "window_bytes", "pair", "src_nic", "dst_nic", "spine")
+                 "sent_bytes", "sent_count", "window", "window_bytes", "pair", "src_nic", "dst_nic", "spine",
+                 "contexts")
 
     def __init__(self, src: str, dst: str, links: tuple[int, ...], latency_s: float, pair: int,
                  src_nic: int, dst_nic: int, spine: str | None) -> None:
@@ -64,6 +66,8 @@ class MessageRoute:
         self.pair = pair                   # queue-pair id (both directions of a requester-holder pair share it)
         self.src_nic, self.dst_nic = src_nic, dst_nic     # NIC context caches touched (-1 = none: intra-host)
         self.spine = spine
+        # the (pairs, times) lists of both NICs' context caches, bound once (empty: no context check)
+        self.contexts: tuple[tuple[list[int], list[float]], ...] = ()
 
 
 class MessageModel:
@@ -73,7 +77,9 @@ class MessageModel:
     def __init__(self, params: MessageModelParams | None = None) -> None:
         self.params = params or MessageModelParams()
         self.routes: dict[tuple[str, str], MessageRoute] = {}
+        self._table: dict[str, dict[str, MessageRoute]] = {}   # source -> destination -> route (by-name path)
         self.misses = 0
+        self.sends = 0          # messages whose delay `send` computed (each `account`ed one stands for others)
 
     def attach(self, engine: "FlowEngine") -> None:
         self.engine = engine
@@ -97,10 +103,21 @@ class MessageModel:
         return nic
 
     def route(self, src: str, dst: str) -> MessageRoute:
+        """The pair's route (built on first use, then kept: one ECMP path per pair)."""
         route = self.routes.get((src, dst))
         if route is None:
             route = self.routes[(src, dst)] = self._build(src, dst)
+            self._table.setdefault(src, {})[dst] = route
         return route
+
+    def delay(self, src: str, dst: str, nbytes: float, t_probe_s: float, single_block_Bps: float, now: float,
+              include_latency: bool = True) -> float:
+        """`send` by name: the route from the source -> destination table (no key built per message)."""
+        try:
+            route = self._table[src][dst]
+        except KeyError:
+            route = self.route(src, dst)
+        return self.send(route, nbytes, t_probe_s, single_block_Bps, now, include_latency)
 
     def _build(self, src: str, dst: str) -> MessageRoute:
         engine = self.engine
@@ -114,8 +131,11 @@ class MessageModel:
         spine = topo.spine_of(links) if hasattr(topo, "spine_of") else None
         pair = (src, dst) if src <= dst else (dst, src)
         pair_id = self._pair_ids.setdefault(pair, len(self._pair_ids))
-        return MessageRoute(src, dst, links, sum(engine._latency[link] for link in links), pair_id, src_nic,
-                            dst_nic, spine)
+        route = MessageRoute(src, dst, links, sum(engine._latency[link] for link in links), pair_id, src_nic,
+                             dst_nic, spine)
+        if src_nic >= 0 and self._contexts_on:
+            route.contexts = tuple((self.contexts[nic], self._context_times[nic]) for nic in (src_nic, dst_nic))
+        return route
 
     def _refresh(self, route: MessageRoute, single_block_Bps: float) -> None:
         """Shares and wire time per byte on each link, at the engine's current bulk state."""
@@ -142,8 +162,7 @@ class MessageModel:
         of those was used within the window. A pair already a NIC's most recent one (a reply, a loop's next
         message) only refreshes its time. One loop for both NICs: it runs on every message."""
         pair, slots, horizon, missed = route.pair, self._slots, now - self._window_s, False
-        for nic in (route.src_nic, route.dst_nic):
-            pairs, times = self.contexts[nic], self._context_times[nic]
+        for pairs, times in route.contexts:
             if pairs and pairs[-1] == pair:
                 times[-1] = now
             else:
@@ -168,20 +187,20 @@ class MessageModel:
             self._refresh(route, single_block_Bps)
         busy = self.busy
         start = now
-        for link, _wire in route.link_wire:
+        for link in route.links:
             if busy[link] > start:
                 start = busy[link]
         rate = route.rate_Bps
         hold = nbytes
         extra = 0.0
-        if route.src_nic >= 0 and self._contexts_on:
-            if self._pair_misses(route, now):
-                self.misses += 1
-                extra = self._miss_s
-                rate *= self._miss_factor
-                hold = nbytes / self._miss_factor
+        if route.contexts and self._pair_misses(route, now):
+            self.misses += 1
+            extra = self._miss_s
+            rate *= self._miss_factor
+            hold = nbytes / self._miss_factor
         for link, wire in route.link_wire:
             busy[link] = start + hold * wire
+        self.sends += 1
         self.account(route, nbytes, 1, now)
         return start - now + extra + t_probe_s + nbytes / rate + (route.latency_s if include_latency else 0.0)
 
@@ -204,3 +223,7 @@ class MessageModel:
 
     def total_bytes(self) -> float:
         return sum(route.sent_bytes for route in self.routes.values())
+
+    def total_count(self) -> int:
+        """Messages carried so far: those `send` computed and those `account`ed beside them."""
+        return sum(route.sent_count for route in self.routes.values())

@@ -192,3 +192,58 @@ def parse_topology(raw: object, *, file: str | Path = "<topology>") -> TopologyS
 
 def load_topology_spec(path: str | Path) -> TopologySpec:
     return parse_topology(load_yaml(path), file=path)
+
+
+# ---- flow tables -------------------------------------------------------------------------------------------
+# A run's net_flows.parquet and a telemetry export's flows.parquet: one row per finished bulk flow. The columns
+# `simroute flows replay` reads are marked; with them a run's flows replay on the run's topology as they ran.
+FLOWS_SCHEMA = "simroute.flows/1"
+FLOW_COLUMNS: dict[str, str] = {
+    "fid": "flow id (engine order)", "src": "source GPU", "dst": "destination GPU",
+    "nbytes": "bytes (replay)", "start_s": "transfer() called (replay)", "end_s": "last byte arrived",
+    "fct_s": "end_s - start_s", "spine": "spine crossed (None within a leaf)", "sport": "5-tuple source port",
+    "n_links": "links of its path", "tag": "what the simulation moved (fetch, pd, gather)",
+    "links": "the pinned path: link ids of the topology, in path order (replay)",
+    "rate_cap_Bps": "rate cap, inf for none (replay)",
+    "delay_s": "routing controller's time before it entered the network at start_s + delay_s (replay)",
+}
+
+
+def topology_fingerprint(links: list) -> str:
+    """sha256 (16 hex) of a topology's directed links (id, endpoints, capacity, latency): link ids recorded on
+    one topology mean the same links on another only if these agree."""
+    import hashlib
+    h = hashlib.sha256()
+    for link in links:
+        h.update(f"{link.id} {link.src} {link.dst} {float(link.capacity_Bps)!r} {float(link.latency_s)!r}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def flows_metadata(topology_name: str, links: list, unfinished: int = 0) -> dict[bytes, bytes]:
+    """Key-value metadata of a flow table: its schema, the topology its link ids belong to, and how many flows
+    were still running when the run stopped (they are not in the table, so a replay lacks their load)."""
+    return {b"simroute.schema": FLOWS_SCHEMA.encode(), b"simroute.topology": topology_name.encode(),
+            b"simroute.topology_links": str(len(links)).encode(),
+            b"simroute.topology_fingerprint": topology_fingerprint(links).encode(),
+            b"simroute.flows_unfinished": str(int(unfinished)).encode()}
+
+
+def unfinished_flows(metadata: dict[bytes, bytes] | None) -> int:
+    """Flows a run left running (0 for tables without the metadata)."""
+    value = (metadata or {}).get(b"simroute.flows_unfinished", b"0")
+    return int(value) if value.isdigit() else 0
+
+
+def check_flows_topology(metadata: dict[bytes, bytes] | None, topology_name: str, links: list, *,
+                         file: str | Path) -> None:
+    """Raise ConfigurationError (field `links`) when a flow table's link ids were recorded on another topology
+    than the one given; tables without the metadata (a user's own file) are taken as they are."""
+    meta = metadata or {}
+    recorded = meta.get(b"simroute.topology_fingerprint")
+    if recorded is None or recorded.decode() == topology_fingerprint(links):
+        return
+    name = meta.get(b"simroute.topology", b"?").decode()
+    count = meta.get(b"simroute.topology_links", b"?").decode()
+    raise ConfigurationError(f"link ids recorded on topology '{name}' ({count} links), not on '{topology_name}' "
+                             f"({len(links)} links, other capacities or endpoints); replay with that topology",
+                             file=file, field="links")

@@ -86,6 +86,15 @@ class Telemetry:
             convert(self._bytes), convert(self._saturated), convert(self._link_t), convert(self._window_mark))
         self.joined.clear()
 
+    def bind_arrays(self, link_bytes: np.ndarray, saturated: np.ndarray, link_t: np.ndarray) -> None:
+        """Keep the per-link clocks in the given arrays (views of the engine's online core, which integrates
+        them in its kernel): what was recorded so far is copied in, and array mode is on for good."""
+        for target, values in ((link_bytes, self._bytes), (saturated, self._saturated), (link_t, self._link_t)):
+            target[:] = values
+        self._bytes, self._saturated, self._link_t = link_bytes, saturated, link_t
+        self._window_mark = np.array(self._window_mark, dtype=float)
+        self.joined.clear()
+
     def touch(self, link: int, now: float) -> None:
         """Integrate one link's bulk bytes up to now (called just before its load changes)."""
         self.touch_path((link,), now)
@@ -235,7 +244,10 @@ class Telemetry:
             "start_s": [rec.start for rec in records], "end_s": [rec.end for rec in records],
             "fct_s": [rec.end - rec.start for rec in records], "spine": [rec.spine for rec in records],
             "sport": [rec.sport for rec in records], "n_links": [len(rec.links) for rec in records],
-            "tag": [None if rec.tag is None else str(rec.tag) for rec in records]})
+            "tag": [None if rec.tag is None else str(rec.tag) for rec in records],
+            # what `simroute flows replay` needs (network/schema.py FLOW_COLUMNS): the pinned path, cap, delay
+            "links": [list(rec.links) for rec in records], "rate_cap_Bps": [rec.rate_cap_Bps for rec in records],
+            "delay_s": [rec.delay_s for rec in records]})
 
     def links_frame(self) -> "pd.DataFrame":
         """One row per directed link: bulk and message bytes, mean utilisation (both), time saturated."""

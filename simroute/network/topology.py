@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 import networkx as nx
+import numpy as np
 
 from simroute.errors import UnknownNameError
 from simroute.network.hashing import mix64
@@ -440,6 +441,58 @@ class Topology:
         middle, spine = self.middle_at(src_leaf, dst_leaf, choice % self.n_middle(src_leaf, dst_leaf))
         return up + middle + down, spine
 
+    def path_latency_s(self, ia: int, ib: int) -> float:
+        """Summed link latency of the first equal-cost path between GPU indices (the reference, per pair)."""
+        links, _spine = self.path_ids(ia, ib)
+        return sum(self.links[link].latency_s for link in links)
+
+    def latency_row(self, ia: int, targets: Sequence[int]) -> list[float]:
+        """`path_latency_s(ia, ib)` for every GPU index ib in `targets`, equal to it bit for bit.
+
+        Across hosts a path is up[ia] + middle(leaf pair, choice 0) + down[ib], so its latencies are the
+        concatenation of three segments' sequences, and there are few distinct segments (on the fat-tree: one
+        up and one down per GPU kind, one middle per tier: same leaf, same pod, across cores). Targets are
+        grouped by (middle, down) segment, and each group's sum is taken once over the very sequence the
+        per-pair sum adds, in its order, so it is the same float. Same-host or shared-NIC targets (at most a
+        host's GPUs) take the per-pair path. A 1024-GPU row costs ~0.1 ms instead of ~1024 path walks."""
+        targets = np.asarray(targets, dtype=np.int64)
+        if not len(targets):
+            return []
+        row = np.zeros(len(targets))
+        per_host, per_leaf = self.spec.gpus_per_host, self.spec.hosts_per_leaf
+        src_host = ia // per_host
+        hosts = targets // per_host
+        nics = self._nic_ids()
+        near = (hosts == src_host) | (nics[targets] == nics[ia])
+        far = np.flatnonzero(~near)
+        if len(far):
+            segments = self._segments()
+            leaves = hosts[far] // per_leaf
+            src_leaf = src_host // per_leaf
+            middle = np.array([segments.middle_id(self, src_leaf, leaf) for leaf in range(self.n_leaves)])
+            down = segments.down_of[targets[far]]
+            _groups, first, inverse = np.unique(middle[leaves] * segments.n_down + down, return_index=True,
+                                               return_inverse=True)
+            up = segments.up[segments.up_of[ia]]
+            sums = [sum(up + segments.middle[middle[leaves[at]]] + segments.down[down[at]]) for at in first]
+            row[far] = np.asarray(sums)[inverse.reshape(-1)]
+        for at in np.flatnonzero(near).tolist():
+            row[at] = self.path_latency_s(ia, int(targets[at]))
+        return row.tolist()
+
+    def _nic_ids(self) -> np.ndarray:
+        ids = getattr(self, "_nic_id_array", None)
+        if ids is None:
+            names: dict[str, int] = {}
+            ids = self._nic_id_array = np.array([names.setdefault(nic, len(names)) for nic in self._nic_of])
+        return ids
+
+    def _segments(self) -> "_LatencySegments":
+        segments = getattr(self, "_latency_segments", None)
+        if segments is None:
+            segments = self._latency_segments = _LatencySegments(self)
+        return segments
+
     def path_choices(self, ia: int, ib: int) -> list[tuple[tuple[int, ...], str | None]]:
         """All equal-cost paths between GPU indices as (link ids, spine)."""
         return [self.path_ids(ia, ib, i) for i in range(self.n_choices(ia, ib))]
@@ -508,6 +561,43 @@ class Topology:
             "bisection_GBps": self.bisection_Bps() / 1e9,
             "oversubscription": getattr(self, "oversubscription", 1.0),
         }
+
+
+class _LatencySegments:
+    """The distinct latency sequences of the three segments of a cross-host path, interned to small ids:
+    per GPU its up (to its leaf) and down (from its leaf) sequence, per leaf pair its first middle path's."""
+
+    def __init__(self, topology: Topology) -> None:
+        latency = [link.latency_s for link in topology.links]
+        self.up: list[tuple[float, ...]] = []
+        self.down: list[tuple[float, ...]] = []
+        self.up_of = self._intern([tuple(latency[link] for link in links) for links in topology._up], self.up)
+        self.down_of = self._intern([tuple(latency[link] for link in links) for links in topology._down], self.down)
+        self.n_down = len(self.down)
+        self.middle: list[tuple[float, ...]] = []
+        self._middle_ids: dict[tuple[float, ...], int] = {}
+        self._middle_of: dict[tuple[int, int], int] = {}
+        self._latency = latency
+
+    @staticmethod
+    def _intern(sequences: list[tuple[float, ...]], distinct: list[tuple[float, ...]]) -> np.ndarray:
+        ids: dict[tuple[float, ...], int] = {}
+        of = [ids.setdefault(seq, len(ids)) for seq in sequences]
+        distinct.extend(ids)
+        return np.array(of, dtype=np.int64)
+
+    def middle_id(self, topology: Topology, src_leaf: int, dst_leaf: int) -> int:
+        key = (src_leaf, dst_leaf)
+        found = self._middle_of.get(key)
+        if found is None:
+            links, _top = topology.middle_at(src_leaf, dst_leaf, 0)
+            seq = tuple(self._latency[link] for link in links)
+            found = self._middle_ids.get(seq)
+            if found is None:
+                found = self._middle_ids[seq] = len(self.middle)
+                self.middle.append(seq)
+            self._middle_of[key] = found
+        return found
 
 
 def load_topology(path: str | Path) -> Topology:

@@ -4,9 +4,8 @@ Tracks (processes, named by metadata events):
 - requesters: each request an async slice from arrival to completion on its requester instance, with two
   nested phases, "to first token" (arrival -> TTFT: prefill, attends, queueing) and "decode";
 - network flows: each bulk flow an async slice on its source GPU (bytes, spine, tag in args);
-- holders: each routed-query batch an async slice on its holder and the queue left behind as a counter track
-  (from the holders table); with instance engines, each engine event's holder partial work (placed at the
-  event's start: the log keeps its length, not its offset);
+- holders: each engine event's holder partial work (placed at the event's start: the log keeps its length,
+  not its offset), from the iterations table;
 - staging: each holder's staging pool (copies waiting / copying) as counter tracks;
 - instance engines: each engine event (a batch of iterations) a slice on its instance, when the run logged them.
 Async events (`b` / `e` with an id) are used because requests, flows and batches overlap on one instance.
@@ -81,18 +80,6 @@ def flow_events(ev: list, flows, limit: int) -> dict[str, int]:
     return tids
 
 
-def holder_events(ev: list, holders, limit: int) -> None:
-    h = holders.to_pandas()
-    for i, row in enumerate(h.head(limit).itertuples(index=False)):
-        if not _finite(row.time_s):
-            continue
-        ev.append({"name": f"queue of holder {int(row.holder)}", "ph": "C", "ts": float(row.time_s) * 1e6,
-                   "pid": HOLDERS, "tid": int(row.holder), "args": {"queued": int(row.queue)}})
-        if row.batch_size > 0:
-            _async(ev, f"batch of {int(row.batch_size)}", "holder", HOLDERS, int(row.holder), f"h{i}",
-                   float(row.time_s), float(row.time_s) + float(row.batch_duration_s))
-
-
 def holder_work_events(ev: list, iterations, limit: int) -> None:
     it = iterations.to_pandas()
     if "holder_work_s" not in it:
@@ -116,8 +103,6 @@ def build_events(tables: dict[str, Any], max_events: int = 500_000) -> list[dict
     ev: list[dict[str, Any]] = []
     request_events(ev, tables["requests"], max_events)
     gpu_tids = flow_events(ev, tables["net_flows"], max_events) if tables.get("net_flows") is not None else {}
-    if tables.get("holders") is not None:
-        holder_events(ev, tables["holders"], max_events)
     if tables.get("staging") is not None:
         staging_events(ev, tables["staging"], max_events)
     if tables.get("iterations") is not None:

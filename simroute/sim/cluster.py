@@ -1,4 +1,4 @@
-"""The cluster: instances (a GPU or a tensor-parallel group) with their servers, the chunks and who holds
+"""The cluster: instances (a GPU or a tensor-parallel group) with their staging pools, the chunks and who holds
 them, and the calibrated fabric between any two instances.
 
 Canonical chunks are pinned where placement put them; fetched or re-prefilled copies live in the instance
@@ -19,7 +19,7 @@ from simroute.model.cost import CostParams, FabricParams
 from simroute.network import Topology
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
-from simroute.sim.holder import STAGING_OVERSUBSCRIPTION_LOSS, FifoServer, HolderServer, StagingPool
+from simroute.sim.holder import StagingPool
 from simroute.sim.placement import ChunkTable, PlacementResult
 from simroute.sim.placements import PLACEMENTS
 
@@ -27,13 +27,12 @@ from simroute.sim.placements import PLACEMENTS
 @dataclass(eq=False)
 class Instance:
     """One serving instance: requester for the requests routed to it, holder of the chunks in its HBM (the
-    HBM itself is its engine's budget, `SimContext.engines[id].hbm`)."""
+    HBM itself, its iterations and the partial attention it runs for others are its engine's:
+    `SimContext.engines[id]`)."""
 
     id: int
     gpu: str                      # the GPU whose NIC / links carry this instance's traffic
     host: int
-    compute: FifoServer           # prefill / re-prefill / splice on this instance, one at a time
-    holder_server: HolderServer   # batched partial attention for the queries routed to this instance
     staging: StagingPool          # D2D staging of the chunks fetched from this instance
 
 
@@ -100,20 +99,13 @@ class Cluster:
         per_host = len(gpus) // max(1, len({topology.host_of(gpu) for gpu in gpus}))
         if per_host % config.tp:
             raise ConfigurationError(f"tp = {config.tp} does not divide the {per_host} GPUs of a host", field="tp")
-        constant = lambda name, default: float(profile.constants[name].value) if name in profile.constants \
-            else default
-        staging = dict(elbow=int(constant("staging_elbow_streams", 8)),
-                       gain_at_elbow=constant("staging_gain_at_elbow", 0.07),
-                       oversubscription_loss=constant("staging_oversubscription_loss", STAGING_OVERSUBSCRIPTION_LOSS))
+        staging = profile.staging_params(config.staging_copy_GBps).pool_kwargs()   # simroute.model.staging
         instances = []
         for i, gpu in enumerate(gpus[::config.tp]):
             instances.append(Instance(
                 id=i, gpu=gpu, host=topology.host_of(gpu),
-                compute=FifoServer(env, 1),
-                holder_server=HolderServer(env, i, compute.batch_s, config.batch_window_us * 1e-6,
-                                           config.holder_streams, record=config.telemetry),
-                staging=StagingPool(env, config.staging_streams, config.staging_copy_GBps * 1e9,
-                                    layers=compute.params.geometry.layers, record=config.telemetry, **staging)))
+                staging=StagingPool(env, config.staging_streams, layers=compute.params.geometry.layers,
+                                    record=config.telemetry, **staging)))
         return instances
 
     def _check_fabrics(self) -> None:

@@ -93,14 +93,9 @@ class RunConfig:
     micro_batch_overlap: bool = setting(False, "Two micro-batches: one's routed exchanges behind the other's "
                                                "compute (reports the share of exchange time hidden).")
     check_hbm: bool = setting(False, "Assert the HBM invariant at every engine iteration (tests).")
-    batch_window_us: float = setting(10.0, "Holder batching window: routed queries arriving within it are "
-                                           "computed as one batch (us).", minimum=0)
-    dispatch_window_us: float = setting(5.0, "Requester dispatcher window: same-chunk queries to one holder "
-                                             "share a message (us; 0 = off).", minimum=0)
-    holder_streams: int = setting(1, "Holder batches computed concurrently.", minimum=1)
     staging_streams: int = setting(8, "K, the CUDA streams of each holder's D2D staging pool.", minimum=1)
-    staging_copy_GBps: float = setting(200.0, "D2D copy rate of one staging stream (GB/s; a default, not "
-                                              "measured).", minimum=0, exclusive_minimum=True)
+    staging_copy_GBps: float | None = setting(None, "D2D copy rate of one staging stream (GB/s); the profile's "
+                                                     "staging_copy_GBps if unset.", minimum=0, exclusive_minimum=True)
     decode_steps_per_event: int = setting(8, "Identical decode iterations one engine event may stand for (cut "
                                              "at arrivals and completions; docs/MODEL.md).", minimum=1)
     prefill_us: float | None = setting(None, "Re-prefill cost per token-layer (us); the profile's value if "
@@ -110,7 +105,7 @@ class RunConfig:
                                     minimum=0, exclusive_minimum=True, option="until")
     slo_ttft_ms: float = setting(500.0, "TTFT SLO for attainment (ms).", minimum=0)
     slo_tpot_ms: float = setting(100.0, "TPOT SLO for attainment (ms).", minimum=0)
-    telemetry: bool = setting(True, "Write per-flow / per-link / holder telemetry tables.")
+    telemetry: bool = setting(True, "Write per-flow / per-link / per-holder / iteration tables.")
     link_series: bool = setting(False, "Also write per-link utilisation time series (large on long runs).")
 
     def __post_init__(self) -> None:

@@ -22,7 +22,6 @@ from simroute.sim.policy import Policy
 
 if TYPE_CHECKING:
     from simroute.sim.cluster import Cluster, Instance
-    from simroute.sim.dispatcher import RoutedExchanges
     from simroute.sim.engine.build import EngineSet
     from simroute.sim.engine.serving import ChunkCopies
     from simroute.sim.router import Router
@@ -36,7 +35,7 @@ class SimContext:
     - `profile`, `params`, `compute`: the calibration, the cost parameters, the GPU-time formulas.
     - `model` (decisions) and `floor_model` (the uncongested TTFT floor: no host overhead, which the
       simulator does not charge).
-    - `cluster`, `exchanges`: instances, chunks and placement; the routed-exchange service.
+    - `cluster`: instances, chunks and placement.
     - `policy`, `router`: the registered variants this run uses.
     - `recorder`: per-request columns and the decision log.
     - `engines`, `copies`: every instance's serving engine (iterations, HBM budget, holder partials) and the
@@ -55,7 +54,6 @@ class SimContext:
     model: ScalarModel
     floor_model: ScalarModel
     cluster: Cluster
-    exchanges: RoutedExchanges
     policy: Policy
     router: Router
     recorder: Recorder
@@ -64,18 +62,33 @@ class SimContext:
     completed: int = 0
     routing: dict[int, int] = field(default_factory=dict)   # holder -> dense requests routing there, not done
     _done: dict[int, simpy.Event] = field(default_factory=dict)
-    _latency: dict[tuple[int, int], float] = field(default_factory=dict)
+    _latency_rows: dict[int, list[float]] = field(default_factory=dict)
+    _instance_gpus: list[int] | None = None          # each instance's GPU index (the rows' targets)
+    _query_kernel_s: float | None = None
+
+    @property
+    def query_kernel_s(self) -> float:
+        """One routed query's kernel on a holder (the calibrated curve at one reference requester; fixed for
+        the run, read by every holder-load reading)."""
+        if self._query_kernel_s is None:
+            self._query_kernel_s = self.compute.batch_s(1.0)
+        return self._query_kernel_s
+
+    def latency_row(self, src: Instance) -> list[float]:
+        """Path latency from `src` to every instance, indexed by instance id: the summed link latency of the
+        topology's first equal-cost path between their GPUs (how near a holder is, before any load). One row
+        per requester, computed at once and kept (the topology does not change during a run)."""
+        row = self._latency_rows.get(src.id)
+        if row is None:
+            topology = self.topology
+            if self._instance_gpus is None:
+                self._instance_gpus = [topology.index(instance.gpu) for instance in self.cluster.instances]
+            row = self._latency_rows[src.id] = topology.latency_row(topology.index(src.gpu), self._instance_gpus)
+        return row
 
     def path_latency_s(self, src: Instance, dst: Instance) -> float:
-        """Summed link latency of the topology's (first equal-cost) path between two instances' GPUs: how
-        near a holder is, before any load (cached: the topology does not change during a run)."""
-        key = (src.id, dst.id)
-        latency = self._latency.get(key)
-        if latency is None:
-            topology = self.topology
-            links, _spine = topology.path_ids(topology.index(src.gpu), topology.index(dst.gpu))
-            latency = self._latency[key] = sum(topology.links[link].latency_s for link in links)
-        return latency
+        """The path latency between two instances (`latency_row`'s entry)."""
+        return self.latency_row(src)[dst.id]
 
     def done_event(self, request: int) -> simpy.Event:
         """Fires when request `request` completes or is dropped (closed-loop children wait on it)."""

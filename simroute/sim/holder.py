@@ -1,21 +1,17 @@
-"""The holder side: how loaded a holder looks to a requester (`HolderLoad`) and which replica of a chunk a
-request uses (`ReplicaChoice`); the pre-engine batching server for routed queries (nothing submits to it
-since sparse selections run on the instance engines) and the K-stream staging pool.
-
-Routed queries that reach a holder within its batching window (`batch_window_us`) form one batch; its time follows
-the calibrated compute curve (flat to N ~ 8 requesters, then linear: Move the Query, Not the Cache, §6.3).
-Callback-driven rather than one SimPy process per query, so millions of exchanges stay cheap.
+"""The holder side: how loaded a holder looks to a requester (`HolderLoad`), which replica of a chunk a
+request uses (`ReplicaChoice`), and the K-stream staging pool of fetched chunks. A holder's routed partial
+attention runs on its instance engine (`sim.engine.exchange.HolderPartials`).
 """
 
 from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 import simpy
 
+from simroute.model.staging import STAGING_OVERSUBSCRIPTION_LOSS
 from simroute.network.hashing import mix64
 
 if TYPE_CHECKING:
@@ -37,7 +33,7 @@ class HolderLoad(NamedTuple):
 
 def holder_load(ctx: SimContext, holder: Instance, requester: int = -1) -> HolderLoad:
     """`holder`'s load as `requester` (an instance id; -1: nobody's demand left out) would see it."""
-    per_query_s = ctx.compute.batch_s(1.0)
+    per_query_s = ctx.query_kernel_s
     engine = ctx.engines[holder.id]
     wait = engine.partials.wait_s(per_query_s, ctx.env.now, engine.busy, engine.layer_s, requester)
     return HolderLoad(ctx.routing.get(holder.id, 0), wait, len(engine.running) + len(engine.waiting))
@@ -54,139 +50,60 @@ class ReplicaChoice:
     the agent-replicas study rose from 4 to 8 replicas; an added replica is now taken only if it is nearer
     or, at equal distance, less loaded.
 
+    Before distance, a holder this request already uses for another chunk: a routed request ships its query
+    block once per distinct holder, so spreading its chunks over more holders costs it more messages (with
+    nearest-only, 2 replicas of the agent-replicas study raised TTFT p99 by 3.9% over 1 replica; with this
+    rule by 0.5%, docs/REVIEW.md finding P8).
+
     One per request: it classifies its chunks at one simulated instant, so each holder's load is read once.
     """
 
-    __slots__ = ("ctx", "requester", "loads")
+    __slots__ = ("ctx", "requester", "loads", "picked", "_latency")
 
     def __init__(self, ctx: SimContext, requester: Instance) -> None:
         self.ctx, self.requester = ctx, requester
         self.loads: dict[int, HolderLoad] = {}
+        self.picked: set[int] = set()               # holders this request's earlier chunks use
+        self._latency: list[float] | None = None     # the requester's latency row, read on the first pick
 
     def pick(self, chunk: int) -> int | None:
         """The holder to use for `chunk`; None when nobody holds it."""
+        holder = self._pick(chunk)
+        if holder is not None:
+            self.picked.add(holder)
+        return holder
+
+    def _pick(self, chunk: int) -> int | None:
         holders = self.ctx.cluster.chunks.holders[chunk]
         if len(holders) <= 1:
             return holders[0] if holders else None
-        ctx, here = self.ctx, self.requester
-        instances = ctx.cluster.instances
-        latency = [ctx.path_latency_s(here, instances[h]) for h in holders]
+        if self.picked:     # O(holders this request uses), not O(holders of a popular chunk)
+            held = self.ctx.copies.held
+            used = sorted(h for h in self.picked if (chunk, h) in held)
+            if len(used) == 1:
+                return used[0]
+            if used:
+                holders = used
+        row = self._latency
+        if row is None:
+            row = self._latency = self.ctx.latency_row(self.requester)
+        latency = list(map(row.__getitem__, holders))     # popular chunks have hundreds of holders: kept in C
         nearest = min(latency)
+        if latency.count(nearest) == 1:     # load is read only where distance ties
+            return holders[latency.index(nearest)]
         tied = [h for h, lat in zip(holders, latency) if lat == nearest]
-        if len(tied) == 1:          # load is read only where distance ties (most picks on a large fabric)
-            return tied[0]
-        return min(tied, key=lambda h: (self._load(h), mix64(h * 1_000_003 + here.id)))
+        loads = [self._load(h) for h in tied]
+        least = min(loads)
+        if loads.count(least) == 1:
+            return tied[loads.index(least)]
+        here = self.requester.id            # equally loaded too: the hash spreads requesters over them
+        return min((h for h, load in zip(tied, loads) if load == least), key=lambda h: mix64(h * 1_000_003 + here))
 
     def _load(self, holder: int) -> HolderLoad:
         load = self.loads.get(holder)
         if load is None:
             load = self.loads[holder] = holder_load(self.ctx, self.ctx.cluster.instances[holder], self.requester.id)
         return load
-
-
-class QueuedQuery(NamedTuple):
-    """A routed query waiting on a holder."""
-
-    work: float          # reference requesters (rows / heads_ref x attended tokens / ct_ref)
-    premium: float       # sparse kernel premium (1.0 dense)
-    weight: float        # exchanges the simulated query stands for
-    done: simpy.Event    # fires when its partial is computed
-
-
-class HolderServer:
-    """Batches routed queries; `submit` returns an event that fires when the query's partial is computed.
-
-    A query carries `work` (its size in reference requesters: rows/16 x ct/2048), a kernel `premium`
-    (sparse selection) and a `weight` (how many exchanges the simulated one stands for: layers x steps).
-    """
-
-    __slots__ = ("env", "instance", "curve", "window", "streams", "queue", "busy", "armed", "deadline", "generation",
-                 "batches", "queries", "max_queue", "samples", "record")
-
-    def __init__(self, env: simpy.Environment, instance: int, curve: Callable[[float], float], window_s: float,
-                 streams: int, record: bool = True) -> None:
-        self.env, self.instance, self.curve = env, instance, curve
-        self.window, self.streams = window_s, streams
-        self.queue: list[QueuedQuery] = []
-        self.busy = 0
-        self.armed = False
-        self.deadline = 0.0
-        self.generation = 0               # of the armed window timer (older ones are ignored)
-        self.batches = 0
-        self.queries = 0
-        self.max_queue = 0
-        self.record = record
-        # time, queue length, batch size (0 = an arrival), batch duration (0 for an arrival)
-        self.samples = (array("d"), array("i"), array("i"), array("d"))
-
-    def submit(self, work: float, premium: float, weight: float, delay_s: float = 0.0) -> simpy.Event:
-        """Queue a routed query arriving after `delay_s` (its outbound message)."""
-        done = self.env.event()
-        if delay_s > 0:
-            self.env.timeout(delay_s).callbacks.append(lambda _e: self._arrive(work, premium, weight, done))
-        else:
-            self._arrive(work, premium, weight, done)
-        return done
-
-    def _arrive(self, work: float, premium: float, weight: float, done: simpy.Event) -> None:
-        self.queue.append(QueuedQuery(work, premium, weight, done))
-        self.queries += 1
-        if len(self.queue) > self.max_queue:
-            self.max_queue = len(self.queue)
-        if self.record:
-            self._sample(0)
-        if self.busy < self.streams:
-            # A weighted query stands for `weight` exchanges in dilated time: the window dilates with it, and
-            # the lightest query queued sets it (a first pass is not held back by a decode macro-step's window).
-            deadline = self.env.now + self.window * weight
-            if not self.armed or deadline < self.deadline:
-                self.armed, self.deadline = True, deadline
-                self.generation += 1
-                generation = self.generation
-                self.env.timeout(deadline - self.env.now).callbacks.append(lambda _e: self._dispatch(generation))
-
-    def _dispatch(self, generation: int | None = None) -> None:
-        if generation is not None and generation != self.generation:
-            return                        # a window superseded by an earlier one
-        self.armed = False
-        if not self.queue or self.busy >= self.streams:
-            return
-        batch, self.queue = self.queue, []
-        self.busy += 1
-        self.batches += 1
-        # Queries of different weights share the batch only for as many exchanges as they overlap: segment j
-        # runs (w_j - w_{j-1}) exchanges over the queries still in it, and each query ends with its segment.
-        batch.sort(key=lambda query: query.weight)
-        env, elapsed, previous_weight, start, n = self.env, 0.0, 0.0, 0, len(batch)
-        while start < n:
-            weight = batch[start].weight
-            rest = batch[start:]
-            elapsed += (weight - previous_weight) * self.curve(sum(query.work for query in rest)) \
-                * max(query.premium for query in rest)
-            end = start
-            while end < n and batch[end].weight == weight:
-                end += 1
-            ending = [query.done for query in batch[start:end]]
-            last = end == n
-            env.timeout(elapsed).callbacks.append(lambda _e, ending=ending, last=last: self._finish(ending, last))
-            previous_weight, start = weight, end
-        if self.record:
-            self._sample(n, elapsed)
-
-    def _finish(self, ending: list[simpy.Event], last: bool) -> None:
-        for ev in ending:
-            ev.succeed()
-        if last:
-            self.busy -= 1
-            if self.queue and not self.armed:
-                self._dispatch()
-
-    def _sample(self, batch_size: int, duration: float = 0.0) -> None:
-        t, q, b, d = self.samples
-        t.append(self.env.now)
-        q.append(len(self.queue))
-        b.append(batch_size)
-        d.append(duration)
 
 
 class FifoServer:
@@ -228,12 +145,6 @@ class FifoServer:
                 self.on_change()
 
 
-# Throughput lost per elbow's worth of streams beyond the elbow (scheduler oversubscription). The paper
-# reports that K = 16 regresses against K = 8 without a figure: a default, not a measurement; a profile may
-# set `staging_oversubscription_loss`.
-STAGING_OVERSUBSCRIPTION_LOSS = 0.05
-
-
 class StagingPool:
     """The holder's pool of K CUDA streams for the D2D copies that stage fetched chunks
     (Move the Query, Not the Cache, §6.2 and Fig 5b).
@@ -246,8 +157,9 @@ class StagingPool:
         1 / (1 - gain x (c - 1) / (E - 1))                for c <= E (the elbow, 8 on H100),
         1 / (1 - gain) x (1 - loss x (c - E) / E)         beyond it,
 
-    so K = 1 (a single async stream) is no faster than serial copies, K = E stages `gain` (7%) sooner, and
-    K = 2E regresses by `loss` (scheduler oversubscription).
+    so K = 1 (a single async stream) is no faster than serial copies, K = E spends `gain` less copy time, and
+    K = 2E regresses by `loss` (scheduler oversubscription). `gain` is a copy-time share, not the paper's 7%
+    fetch-time gain: simroute.model.staging derives it from that gain (`StagingParams.pool_kwargs`).
     """
 
     def __init__(self, env: simpy.Environment, streams: int, copy_Bps: float, *, layers: int, elbow: int = 8,

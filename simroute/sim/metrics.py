@@ -90,6 +90,68 @@ class Recorder:
                          "primitive": names[prim]})
 
 
+# holders.parquet: one row per holder (instance), from its engine's counters. Calls are counted per requester
+# (n requesters sharing one kernel call count n) and, like queries, once per exchange.
+HOLDER_COLUMNS = {
+    "holder": "instance id", "gpu": "its GPU endpoint", "host": "its host",
+    "queries": "routed queries it answered (x exchanges)", "calls": "kernel calls it ran for requesters",
+    "queries_per_call": "queries per call", "mean_fan_in": "requesters sharing a call, mean over calls",
+    "max_fan_in": "most requesters that shared one call",
+    "work_s": "partial-attention GPU seconds it ran for others", "work_share": "work_s / simulated time",
+    "charged_s": "of work_s, what lengthened its own iterations",
+    "wait_s": "expected queueing wait of its calls, summed", "mean_wait_s": "wait_s per call",
+    "busy_s": "its engine's events (own iterations, their exchange waits, partials run inline)",
+    "busy_share": "busy_s / simulated time",
+}
+
+
+def holder_table(engines: list[Any], instances: list[Any], sim_time_s: float):
+    """Per-holder load (HOLDER_COLUMNS) from the instance engines' counters (`InstanceEngine.busy_s`,
+    `HolderPartials`): what a capacity planner reads when a holder nears the fan-in elbow of its curve."""
+    import pyarrow as pa
+    parts = [engine.partials for engine in engines]
+    col = lambda name: np.array([float(getattr(p, name)) for p in parts])
+    calls, queries, work = col("calls"), col("queries"), col("work_s")
+    wait, fan_in = col("queued_s"), col("fan_in_calls")
+    busy = np.array([float(engine.busy_s) for engine in engines])
+    span = sim_time_s if sim_time_s > 0 else np.nan
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_call = lambda x: np.where(calls > 0, x / calls, np.nan)
+        return pa.table({
+            "holder": np.array([inst.id for inst in instances], dtype=np.int32),
+            "gpu": [inst.gpu for inst in instances], "host": np.array([inst.host for inst in instances], np.int32),
+            "queries": queries, "calls": calls, "queries_per_call": per_call(queries),
+            "mean_fan_in": per_call(fan_in), "max_fan_in": np.array([p.max_fan_in for p in parts], np.int32),
+            "work_s": work, "work_share": work / span, "charged_s": col("charged_s"),
+            "wait_s": wait, "mean_wait_s": per_call(wait), "busy_s": busy, "busy_share": busy / span})
+
+
+def holder_summary(table) -> dict[str, Any]:
+    """The run's holder figures (summary.json `holders`) from `holder_table`: totals, and the busiest holder
+    (most partial-attention work) in its own figures; None where no holder answered a routed query."""
+    cols = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
+    calls = float(cols["calls"].sum())
+    ratio = lambda name, scale=1.0: float(cols[name].sum() / calls * scale) if calls > 0 else None
+    busiest = None
+    if len(cols["work_s"]) and cols["work_s"].max() > 0:
+        i = int(np.argmax(cols["work_s"]))          # the first of equals: the lowest id
+        busiest = {"holder": int(cols["holder"][i]), "work_s": float(cols["work_s"][i]),
+                   "work_share": float(cols["work_share"][i]), "busy_share": float(cols["busy_share"][i]),
+                   "mean_fan_in": float(cols["mean_fan_in"][i]), "max_fan_in": int(cols["max_fan_in"][i]),
+                   "mean_wait_us": float(cols["mean_wait_s"][i] * 1e6)}
+    return {"queries": float(cols["queries"].sum()), "calls": calls, "queries_per_call": ratio("queries"),
+            "mean_fan_in": _fan_in(cols, calls), "max_fan_in": int(cols["max_fan_in"].max(initial=0)),
+            "mean_wait_us": ratio("wait_s", 1e6), "busiest": busiest}
+
+
+def _fan_in(cols: dict[str, np.ndarray], calls: float) -> float | None:
+    """Call-weighted mean fan-in over every holder."""
+    if calls <= 0:
+        return None
+    answered = cols["calls"] > 0
+    return float((cols["mean_fan_in"][answered] * cols["calls"][answered]).sum() / calls)
+
+
 def percentiles(x: np.ndarray, scale: float = 1e3) -> dict[str, float | None]:
     x = x[np.isfinite(x)]
     if x.size == 0:

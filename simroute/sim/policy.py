@@ -15,13 +15,16 @@ the request flow take the name from the registry.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import ClassVar, NamedTuple
 
 import numpy as np
 
 from simroute.model.cost import CostParams, Shape, costs
 from simroute.model.scalar import ScalarModel
+from simroute.model.steptime import BatchShape, StepTimeModel
 from simroute.sim.registry import Registry
 from simroute.sim.vocab import Primitive
 
@@ -66,16 +69,21 @@ class LiveState:
 
 @dataclass(frozen=True, slots=True)
 class DecisionContext:
+    """What a policy sees. `reprefill_s(tokens)`, when set, prices local's re-prefill as the run's engines
+    charge it (`engine_reprefill_s`); unset, the closed form's `ct L c` prices it (the paper's model)."""
+
     shape: RequestShape
     live: LiveState | None          # None unless the policy sets `needs_live_state`
     params: CostParams
     model: ScalarModel
+    reprefill_s: Callable[[float], float] | None = None
 
     def horizon(self) -> HorizonCosts:
         s = self.shape
+        reprefill = None if self.reprefill_s is None else self.reprefill_s(s.tokens)
         return HorizonCosts(*horizon_costs_scalar(self.model, mq_first=s.mq_first, mq_step=s.mq_step,
                                                   steps=s.steps, ct=s.tokens, fabric=s.fabric, cached=s.cached,
-                                                  topk=s.topk, holders=s.holders, tp=s.tp))
+                                                  topk=s.topk, holders=s.holders, tp=s.tp, reprefill_s=reprefill))
 
 
 class Policy(ABC):
@@ -102,7 +110,8 @@ def horizon_costs(p: CostParams, *, mq_first: float, mq_step: float, steps: int,
 
     The reference for `horizon_costs_scalar` (a property test checks they agree); studies use it on arrays.
     """
-    first = costs(Shape(mq=mq_first, ct=ct, fabric=fabric, cached=cached, topk=topk, holders=holders), p)
+    first = costs(Shape(mq=mq_first, ct=ct, fabric=fabric, cached=cached, topk=topk, holders=holders,
+                        query_tokens=mq_first / mq_step), p)
     step = costs(Shape(mq=mq_step, ct=ct, fabric=fabric, cached=True, topk=topk, holders=holders), p)
     out = np.empty((3,) + np.shape(first["route"]["total"]))
     out[Primitive.ROUTE] = first["route"]["total"] + steps * step["route"]["total"]
@@ -115,12 +124,32 @@ def horizon_costs(p: CostParams, *, mq_first: float, mq_step: float, steps: int,
 
 
 def horizon_costs_scalar(m: ScalarModel, *, mq_first: float, mq_step: float, steps: int, ct: float,
-                         fabric: int, cached: bool, topk: int = 0, holders: int = 1,
-                         tp: int = 1) -> tuple[float, float, float]:
-    """`horizon_costs` for one unit, in plain floats (the simulator's per-request path)."""
-    first_route, _, first_move, first_attend, prefill = m.step(mq_first, ct, fabric, cached, topk, holders, tp)
+                         fabric: int, cached: bool, topk: int = 0, holders: int = 1, tp: int = 1,
+                         reprefill_s: float | None = None) -> tuple[float, float, float]:
+    """`horizon_costs` for one unit, in plain floats (the simulator's per-request path); `reprefill_s`
+    replaces the closed form's re-prefill in local's cost."""
+    first_route, _, first_move, first_attend, prefill = m.step(mq_first, ct, fabric, cached, topk, holders, tp,
+                                                               mq_first / mq_step)   # the prompt's tokens
+    if reprefill_s is not None:
+        prefill = reprefill_s
     step_route, _, step_move, step_attend, _ = m.step(mq_step, ct, fabric, True, topk, holders, tp)
     route = first_route + steps * step_route
     fetch = first_move + first_attend + steps * ((step_move + step_attend) if topk > 0 else step_attend)
     local = prefill + first_attend + steps * step_attend
     return route, fetch, local
+
+
+@lru_cache(maxsize=4096)
+def engine_reprefill_s(step: StepTimeModel, chunk: float, tokens: float) -> float:
+    """Seconds an instance engine takes to re-prefill `tokens` alone: one sequence prefilled in chunks of at
+    most `chunk` tokens (the scheduler's `prefill_chunk`), one step-time iteration each, each chunk attending
+    the tokens before it in the prefill form (a one-token chunk in the decode form), as the engine's
+    iteration charges a prefill chunk. The policies' price of local where a run has engines."""
+    done, total = 0.0, 0.0
+    while done < tokens:
+        t = min(chunk, tokens - done)
+        batch = BatchShape.uniform(prefill_tokens=t, prefill_context=done)
+        total += step.iteration_s(batch.new_tokens, batch.sequences, batch.kv_read_tokens, batch.attention_pairs,
+                                  batch.prefill_pairs if t > 1 else 0.0)
+        done += t
+    return total

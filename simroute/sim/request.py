@@ -18,15 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import simpy
 
+from simroute.model.steptime import causal_pairs
 from simroute.sim.arrivals import RequestSpec
 from simroute.sim.cluster import Instance
 from simroute.sim.context import SimContext
 from simroute.sim.engine.serving import serve, ttft_parts
 from simroute.sim.holder import ReplicaChoice, holder_load
-from simroute.sim.policy import DecisionContext, LiveState, RequestShape
+from simroute.sim.policy import DecisionContext, LiveState, RequestShape, engine_reprefill_s
 from simroute.sim.vocab import DropReason, Primitive
 
 Steps = Iterator[simpy.Event]
@@ -57,6 +59,13 @@ def holder_wait_s(ctx: SimContext, holder: Instance) -> float:
     return holder_load(ctx, holder).wait_s
 
 
+def reprefill_price(ctx: SimContext, requester: Instance) -> Callable[[float], float]:
+    """Local's re-prefill of some tokens as the requester's engine charges it (`engine_reprefill_s`), so the
+    policies decide on what the run will charge rather than on the closed form's `ct L c`."""
+    engine = ctx.engines[requester.id]
+    return partial(engine_reprefill_s, ctx.engines.step, engine.scheduler.prefill_chunk(engine.options))
+
+
 def build_decision_context(ctx: SimContext, requester: Instance, holders: Sequence[Instance], shape: RequestShape,
                            copy_bytes: float, free_bytes: float) -> DecisionContext:
     """The one place a `DecisionContext` is made (dense chunks and sparse selections alike). Live state is
@@ -67,33 +76,37 @@ def build_decision_context(ctx: SimContext, requester: Instance, holders: Sequen
         live = LiveState(holder_wait_s=max(holder_wait_s(ctx, h) for h in holders),
                          path_share_Bps=min(path_share_Bps(ctx, h, requester) for h in holders),
                          hbm_free=free_bytes > copy_bytes)
-    return DecisionContext(shape=shape, live=live, params=ctx.params, model=ctx.model)
+    return DecisionContext(shape=shape, live=live, params=ctx.params, model=ctx.model,
+                           reprefill_s=reprefill_price(ctx, requester))
 
 
 class RequestDecisions:
-    """One dense request's chunk decisions: made once per distinct (chunk shape, live state) rather than once
-    per chunk, with the holders' live state measured once per holder rather than once per chunk.
+    """One dense request's decisions, one per holder block (see `holder_blocks`): made once per distinct
+    (block shape, live state) rather than once per block, with the holders' live state measured once per
+    holder.
 
-    Exact, not an approximation: the memo key holds everything the per-chunk `build_decision_context`
-    decision reads. A request decides all its chunks at one simulated instant in one process step, so
-    holder engines' partials and layers and link shares cannot change between its chunks; the requester's HBM
-    room does (each fetch reserves blocks), so whether a copy fits is asked per chunk (`ChunkCopies.fits`,
+    Exact, not an approximation: the memo key holds everything the `build_decision_context` decision reads.
+    A request decides all its blocks at one simulated instant in one process step, so holder engines'
+    partials and layers and link shares cannot change between its blocks; the requester's HBM room does
+    (each fetch reserves blocks), so whether a block's copies fit is asked per block (`ChunkCopies.fits_blocks`,
     which stops at the first unpinned copies that suffice). Without live state a choice depends on the
-    shape only, so chunks of one size on one fabric (an agent trace's 64-token blocks) share it.
+    block's shape only, so blocks of one size on one fabric share it.
     """
 
-    __slots__ = ("ctx", "requester", "shape_of", "live", "holders", "chosen")
+    __slots__ = ("ctx", "requester", "shape_of", "live", "holders", "chosen", "reprefill_s")
 
     def __init__(self, ctx: SimContext, requester: Instance,
                  shape_of: Callable[[int, float, bool], RequestShape]) -> None:
         self.ctx, self.requester, self.shape_of = ctx, requester, shape_of
         self.live = ctx.policy.needs_live_state
+        self.reprefill_s = reprefill_price(ctx, requester)
         self.holders: dict[int, tuple[float, float]] = {}      # holder -> (wait per query, path share)
         self.chosen: dict[tuple, Primitive] = {}
 
-    def choose(self, chunk: int, holder: Instance, fabric: int, tokens: float, cached: bool,
+    def choose(self, chunk_list: Sequence[int], holder: Instance, fabric: int, tokens: float, cached: bool,
                copy_bytes: float) -> Primitive:
-        """The run's policy's choice for one remote chunk of this request."""
+        """The run's policy's choice for one holder block of this request: `chunk_list` on `holder`, `tokens`
+        in all, `copy_bytes` to copy them."""
         ctx = self.ctx
         if not self.live:
             key: tuple = (fabric, tokens, cached)
@@ -106,13 +119,16 @@ class RequestDecisions:
         if state is None:
             state = self.holders[holder.id] = (holder_wait_s(ctx, holder),
                                                path_share_Bps(ctx, holder, self.requester))
-        hbm_free = copy_bytes > 0 and ctx.copies.fits(chunk, self.requester.id)
+        copies = ctx.copies
+        hbm_free = copy_bytes > 0 and copies.fits_blocks(sum(copies.blocks(c) for c in chunk_list),
+                                                         self.requester.id)
         key = (fabric, tokens, cached, state, hbm_free)
         primitive = self.chosen.get(key)
         if primitive is None:
             live = LiveState(holder_wait_s=state[0], path_share_Bps=state[1], hbm_free=hbm_free)
             primitive = self.chosen[key] = ctx.policy.choose(DecisionContext(
-                shape=self.shape_of(fabric, tokens, cached), live=live, params=ctx.params, model=ctx.model))
+                shape=self.shape_of(fabric, tokens, cached), live=live, params=ctx.params, model=ctx.model,
+                reprefill_s=self.reprefill_s))
         return primitive
 
 
@@ -124,6 +140,37 @@ class RemoteChunk:
     holder: int
     cached: bool
     primitive: Primitive = Primitive.ROUTE
+
+
+def holder_blocks(remote: Sequence[RemoteChunk]) -> dict[tuple[int, bool], list[RemoteChunk]]:
+    """The decision unit of a dense request: its remote chunks per (holder, cached offset), in the order of
+    their first chunk. The engine charges route per holder (one query per layer covers every chunk there) and
+    fetch per holder (one pull), so a decision priced per chunk would charge each chunk its own exchanges and
+    holder-kernel floor, and the same tokens would route or fetch depending on how they were cut."""
+    blocks: dict[tuple[int, bool], list[RemoteChunk]] = {}
+    for item in remote:
+        blocks.setdefault((item.holder, item.cached), []).append(item)
+    return blocks
+
+
+class SpliceBatch:
+    """One request's splice: the chunks it fetched to serve at another offset are re-rotated and scattered
+    together, one launch per layer over their summed tokens, once the last of their pulls has landed (as a
+    batched engine splices; the measured curve is launch-bound, so one splice per chunk would make the same
+    tokens cost more the finer they are cut). A single chunk costs the measured per-chunk splice."""
+
+    def __init__(self, env: simpy.Environment, pulls: int, splice_s: Callable[[float], float]) -> None:
+        self.env, self.pulls, self.splice_s = env, pulls, splice_s
+        self.tokens = 0.0
+        self.done = env.event()
+
+    def landed(self, tokens: float) -> simpy.Event:
+        """One pull's `tokens` to splice have arrived; the event fires when the request's splice is done."""
+        self.tokens += tokens
+        self.pulls -= 1
+        if self.pulls == 0:
+            self.env.timeout(self.splice_s(self.tokens)).callbacks.append(lambda _event: self.done.succeed())
+        return self.done
 
 
 @dataclass
@@ -278,7 +325,7 @@ class DenseRequest(RequestProcess):
         replicas = ReplicaChoice(ctx, requester)
         for chunk, cached in zip(spec.chunk_indices, spec.cached):
             pending = chunks.pending.get((chunk, here))
-            if pending is not None or here in chunks.holders[chunk]:
+            if pending is not None or copies.holds(chunk, here):
                 copies.touch(chunk, here)
                 self.pin(chunk, here)
                 self.resident_tokens += float(chunks.tokens[chunk])
@@ -300,38 +347,44 @@ class DenseRequest(RequestProcess):
         return plan
 
     def _prefill_alone_s(self, tokens: float) -> float:
-        pairs = tokens * (tokens + 1) / 2       # in the prefill form, as the engine charges a chunk of > 1 token
+        pairs = causal_pairs(tokens)       # in the prefill form, as the engine charges a chunk of > 1 token
         return self.ctx.engines.step.iteration_s(tokens, 1, tokens, pairs, pairs if tokens > 1 else 0.0)
 
     def decide(self, remote: list[RemoteChunk]) -> None:
-        """The policy's choice per remote chunk. A fetch takes the copy's blocks in the requester's HBM now;
-        if they cannot be had (running sequences' KV and pinned copies fill it), the chunk is routed instead.
-        The floor: the cheapest primitive of the largest remote chunk per fabric, uncongested."""
+        """The policy's choice per holder block (`holder_blocks`), priced on the block's summed tokens. A fetch
+        takes each chunk's copy blocks in the requester's HBM now; a chunk whose blocks cannot be had (running
+        sequences' KV and pinned copies fill it) is routed instead. The floor: the cheapest primitive of the
+        largest remote chunk per fabric, uncongested."""
         ctx, requester = self.ctx, self.requester
         chunks, tp, copies = ctx.cluster.chunks, ctx.config.tp, ctx.copies
-        largest: dict[int, float] = {}
         own_kv = self.spec.prompt_tokens + self.spec.output_tokens
         decisions = RequestDecisions(ctx, requester, self._shape)
+        for (holder_id, cached), items in holder_blocks(remote).items():
+            holder = ctx.cluster.instances[holder_id]
+            chunk_list = [item.chunk for item in items]
+            primitive = decisions.choose(chunk_list, holder, ctx.cluster.fabric_id(requester, holder),
+                                         float(sum(chunks.tokens[c] for c in chunk_list)), cached,
+                                         float(sum(chunks.bytes[c] for c in chunk_list)))
+            for item in items:     # pinned at once: a later reservation must not evict this copy
+                item.primitive = primitive
+                if primitive == Primitive.FETCH and not copies.reserve(item.chunk, requester.id, own_kv):
+                    item.primitive = Primitive.ROUTE
+                    copies.fell_back += 1
+                self.pin(item.chunk, item.holder if item.primitive == Primitive.ROUTE else requester.id)
+        largest: dict[int, float] = {}
         for item in remote:
-            holder = ctx.cluster.instances[item.holder]
             tokens = float(chunks.tokens[item.chunk])
-            fabric = ctx.cluster.fabric_id(requester, holder)
-            item.primitive = decisions.choose(item.chunk, holder, fabric, tokens, item.cached,
-                                              float(chunks.bytes[item.chunk]))
-            if item.primitive == Primitive.FETCH and not copies.reserve(item.chunk, requester.id, own_kv):
-                item.primitive = Primitive.ROUTE
-                copies.fell_back += 1
+            fabric = ctx.cluster.fabric_id(requester, ctx.cluster.instances[item.holder])
             if tokens > largest.get(fabric, 0.0):
                 largest[fabric] = tokens
             self.record(item.chunk, item.holder, item.primitive)
             if item.primitive == Primitive.ROUTE:
-                self.pin(item.chunk, item.holder)
                 self.routes[item.holder] = self.routes.get(item.holder, 0.0) + tokens
             else:
-                self.pin(item.chunk, requester.id)
                 self.resident_tokens += tokens
         for fabric, tokens in largest.items():
-            route, _, move, _, _ = ctx.floor_model.step(self.mq_first, tokens, fabric, True, tp=tp)
+            route, _, move, _, _ = ctx.floor_model.step(self.mq_first, tokens, fabric, True, tp=tp,
+                                                        query_tokens=self.mq_first / self.heads)
             self.floor_chunks_s = max(self.floor_chunks_s, min(route, move, self._prefill_alone_s(tokens)))
 
     def _shape(self, fabric: int, tokens: float, cached: bool) -> RequestShape:
@@ -352,11 +405,14 @@ class DenseRequest(RequestProcess):
                 fetches.setdefault(item.holder, []).append(item)
             elif item.primitive == Primitive.LOCAL:
                 prefill_here.append(item.chunk)
+        spliced = [holder for holder, items in fetches.items() if any(not item.cached for item in items)]
+        splice = SpliceBatch(ctx.env, len(spliced), ctx.compute.splice_s) if spliced else None
         for holder, items in fetches.items():
             ready = ctx.env.event()
             for item in items:
                 chunks.pending[(item.chunk, here)] = ready
-            ops.append(ctx.env.process(self.fetch(items, ctx.cluster.instances[holder], ready)))
+            ops.append(ctx.env.process(self.fetch(items, ctx.cluster.instances[holder], ready,
+                                                  splice if holder in spliced else None)))
         if prefill_here:
             ready = ctx.env.event()
             for chunk in prefill_here:
@@ -365,9 +421,11 @@ class DenseRequest(RequestProcess):
         return ops
 
     # ---- copies ---------------------------------------------------------------------------------------
-    def fetch(self, items: list[RemoteChunk], holder: Instance, ready: simpy.Event) -> Steps:
+    def fetch(self, items: list[RemoteChunk], holder: Instance, ready: simpy.Event,
+              splice: SpliceBatch | None) -> Steps:
         """The chunks fetched from one holder, as one multi-block pull: staged on the holder's copy engines,
-        one bulk flow, each chunk served at another offset spliced; their blocks were reserved."""
+        one bulk flow, then (if some are served at another offset) the request's one splice; their blocks were
+        reserved."""
         ctx, requester = self.ctx, self.requester
         chunks = ctx.cluster.chunks
         nbytes = float(sum(chunks.bytes[item.chunk] for item in items))
@@ -378,9 +436,8 @@ class DenseRequest(RequestProcess):
             yield ctx.network.transfer(holder.gpu, requester.gpu, nbytes / ctx.config.tp,
                                        rate_cap_Bps=fabric.bulk_Bps, tag="fetch")
             ctx.recorder.bytes_fetch[self.spec.request_id] += nbytes
-            splice = sum(ctx.compute.splice_s(float(chunks.tokens[item.chunk])) for item in items if not item.cached)
-            if splice > 0:
-                yield ctx.env.timeout(splice)
+            if splice is not None:
+                yield splice.landed(float(sum(chunks.tokens[item.chunk] for item in items if not item.cached)))
             for item in items:
                 ctx.copies.arrived(item.chunk, requester.id)
         finally:
@@ -406,7 +463,7 @@ class DenseRequest(RequestProcess):
         ctx, rid = self.ctx, self.spec.request_id
         yield self.done
         seq = self.sequence
-        ctx.recorder.bytes_route[rid] += ctx.exchanges.wire_bytes(seq.routed_rows, ctx.params.exchanges)
+        ctx.recorder.bytes_route[rid] += seq.routed_rows * ctx.params.geometry.qp_bytes * ctx.params.exchanges
         ctx.recorder.preemptions[rid] = seq.preemptions
 
     def finish(self) -> None:

@@ -20,16 +20,16 @@ from simroute.calib import load_profile
 from simroute.ioutil import sha256_file
 from simroute.model.scalar import ScalarModel
 from simroute.network import FlowEngine, load_topology
+from simroute.network.schema import flows_metadata
 from simroute.sim.arrivals import Arrivals, attendance_counts
 from simroute.sim.cluster import ChunkStore, Cluster, Instance
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
 from simroute.sim.context import SimContext
-from simroute.sim.dispatcher import RoutedExchanges
 from simroute.sim.engine import BLOCK_TOKENS, EngineOptions
 from simroute.sim.engine.build import EngineSet
 from simroute.sim.engine.serving import ChunkCopies
-from simroute.sim.metrics import Recorder, summarise, write_outputs
+from simroute.sim.metrics import Recorder, holder_summary, holder_table, summarise, write_outputs
 from simroute.sim.placements import PLACEMENTS
 from simroute.sim.policies import POLICIES
 from simroute.sim.request import launch, path_share_Bps
@@ -99,8 +99,6 @@ class Simulation:
             compute=compute, model=ScalarModel(params),
             floor_model=ScalarModel(replace(params, host_overhead=False)),   # the simulator charges no host overhead
             cluster=cluster,
-            exchanges=RoutedExchanges(env, network, cluster, params, compute, window_s=cfg.dispatch_window_us * 1e-6,
-                                      tp=cfg.tp),
             policy=POLICIES.get(cfg.policy)(), router=ROUTERS.get(cfg.router)(), recorder=Recorder(self.n_requests),
             engines=engines, copies=copies)
 
@@ -145,8 +143,8 @@ class Simulation:
         calib = hashlib.sha256("".join(sha256_file(f) for f in calib_files).encode()).hexdigest()
         inputs = {"topology": sha256_file(cfg.topology), "trace": sha256_file(cfg.trace),
                   "calib": calib, "calib_files": [str(f) for f in calib_files]}
-        holders = [inst.holder_server for inst in cluster.instances]
         instances = cluster.instances
+        holders = holder_table(ctx.engines.engines, instances, float(ctx.env.now))
         requests = ctx.recorder.requests_table()
         extra = {
             "instances": len(instances), "gpus": len(topology.gpus),
@@ -154,12 +152,7 @@ class Simulation:
             "placement": {"policy": cfg.placement, "overflow_chunks": cluster.placement.overflow_chunks,
                           "overflow_bytes": cluster.placement.overflow_bytes,
                           "replicated_chunks": cluster.placement.replicated_chunks},
-            "dispatcher": {"routed_queries": ctx.exchanges.queries, "messages": ctx.exchanges.messages},
-            "holders": {"batches": int(sum(server.batches for server in holders)),
-                        "routed_queries": int(sum(server.queries for server in holders)),
-                        "mean_batch": (sum(server.queries for server in holders) /
-                                       max(1, sum(server.batches for server in holders))),
-                        "max_queue": int(max((server.max_queue for server in holders), default=0)),
+            "holders": {**holder_summary(holders),
                         "max_staging_queue": int(max((inst.staging.max_queue for inst in instances), default=0)),
                         "evictions": int(sum(engine.hbm.evictions for engine in ctx.engines.engines)),
                         "copies_refused": int(sum(engine.hbm.refused for engine in ctx.engines.engines)),
@@ -175,9 +168,9 @@ class Simulation:
                 "iterations_per_wall_s": engine["iterations"] / wall if wall > 0 else None,
                 "routed_messages_per_wall_s": engine["routed_messages"] / wall if wall > 0 else None,
                 "requests_per_wall_s": summary["completed"] / wall if wall > 0 else None,
-                "routed_queries_per_wall_s": extra["holders"]["routed_queries"] / wall if wall > 0 else None}
+                "routed_queries_per_wall_s": extra["holders"]["queries"] / wall if wall > 0 else None}
         tables = {"requests": requests, "decisions": ctx.recorder.decisions_table(),
-                  "holders": self._holder_table() if cfg.telemetry else None,
+                  "holders": holders if cfg.telemetry else None,
                   "staging": self._staging_table() if cfg.telemetry else None,
                   "iterations": ctx.engines.log.table() if cfg.telemetry else None}
         tables.update(self._network_tables())
@@ -217,20 +210,18 @@ class Simulation:
                   "net_spines": pd.DataFrame(series, columns=["t_s", "spine", "active_flows"])}
         if tel.record_series:
             frames["net_link_series"] = pd.DataFrame(tel.series, columns=["link", "t0_s", "t1_s", "utilisation"])
-        return {k: pa.Table.from_pandas(v, preserve_index=False) for k, v in frames.items()}
+        tables = {k: pa.Table.from_pandas(v, preserve_index=False) for k, v in frames.items()}
+        flows, topology = tables["net_flows"], self.ctx.topology    # stamped for `flows replay` to check
+        stamp = flows_metadata(topology.name, topology.links, len(self.ctx.network.active_flows()))
+        tables["net_flows"] = flows.replace_schema_metadata({**(flows.schema.metadata or {}), **stamp})
+        return tables
 
     def _spine_names(self) -> list[str]:
         return sorted({link.dst for link in self.ctx.topology.links if link.dst.startswith(("spine", "core"))},
                       key=lambda n: (len(n), n))
 
-    def _holder_table(self):
-        """Routed-query queue and batches of every holder over time."""
-        return _samples_table(self.ctx.cluster.instances, lambda inst: inst.holder_server.samples,
-                              (("time_s", np.float64), ("queue", np.int32), ("batch_size", np.int32),
-                               ("batch_duration_s", np.float64)))
-
     def _staging_table(self):
-        """The holders' staging pools over time (both holder queues are observable)."""
+        """The holders' staging pools over time."""
         return _samples_table(self.ctx.cluster.instances, lambda inst: inst.staging.samples,
                               (("time_s", np.float64), ("waiting", np.int32), ("copying", np.int32)))
 

@@ -81,7 +81,7 @@ class SelectionRequest(DenseRequest):
         self.primitive = self._choose(tokens)
         if self.primitive == Primitive.FETCH and not self._reserve_gather(share):
             self.primitive = Primitive.ROUTE
-            ctx.copies.fell_back += 1
+            ctx.copies.fell_back += len(remote)     # per chunk, as the decisions (and a dense request) count
         for item in remote:                 # route and fetch read the holders' chunks; local makes copies here
             item.primitive = self.primitive
             self.record(item.chunk, item.holder, self.primitive)
@@ -159,7 +159,8 @@ class SelectionRequest(DenseRequest):
         ctx = self.ctx
         fabric = ctx.cluster.fabric_id(self.requester, ctx.cluster.instances[self.remote[0]])
         step = ctx.floor_model.step(self.mq_first, 0.0, fabric, True, topk=self.spec.topk,
-                                    holders=len(self.remote), tp=ctx.config.tp)
+                                    holders=len(self.remote), tp=ctx.config.tp,
+                                    query_tokens=self.mq_first / self.heads)
         self.floor_chunks_s = max(self.floor_chunks_s,
                                   min(step.route, step.fetch_move, self._prefill_alone_s(tokens)))
 

@@ -324,6 +324,38 @@ def _bottleneck_sections(b: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
     return [(f"Utilisation by tier ({window})", tiers), ("Hottest links", hot)]
 
 
+# holders.parquet column -> the run report's heading, and the scale it is shown at
+HOLDER_VIEW = {"holder": ("holder", 1), "gpu": ("GPU", 1), "queries": ("queries", 1),
+               "queries_per_call": ("queries / call", 1), "mean_fan_in": ("mean fan-in", 1),
+               "max_fan_in": ("max fan-in", 1), "work_share": ("partial work (% of time)", 100),
+               "busy_share": ("busy (% of time)", 100), "mean_wait_s": ("mean wait (us)", 1e6)}
+HOLDER_ROWS = 16
+
+
+def _holder_sections(d: Path) -> tuple[list[tuple[str, pd.DataFrame]], list[str]]:
+    """The busiest holders by partial-attention work (holders.parquet), or a note where the run's file is from
+    before the engines' per-holder counters (the retired batching server's samples, zeros on the engine path)."""
+    path = d / "holders.parquet"
+    if not path.exists():
+        return [], []
+    try:
+        t = pd.read_parquet(path)
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(f"not a readable Parquet table: {str(exc).splitlines()[0][:160]}",
+                                 file=path) from None
+    if "batch_size" in t and "work_s" not in t:
+        return [], [f"{path.name} is from an older simroute (holder batch samples, zeros since requests run on "
+                    "the instance engines): rerun the run for per-holder load."]
+    for name in HOLDER_VIEW:
+        if name not in t:
+            raise ConfigurationError("missing column", file=path, field=name)
+    busiest = t.sort_values(["work_s", "holder"], ascending=[False, True]).head(HOLDER_ROWS)
+    view = pd.DataFrame({title: busiest[name].to_numpy() * scale if scale != 1 else busiest[name].to_numpy()
+                         for name, (title, scale) in HOLDER_VIEW.items()})
+    shown = f"the {HOLDER_ROWS} busiest of {len(t)}" if len(t) > HOLDER_ROWS else f"all {len(t)}"
+    return [(f"Holders by partial-attention work ({shown})", view)], []
+
+
 def _hbm_table(d: Path) -> pd.DataFrame | None:
     """The engine's per-instance iteration table with HBM columns, when the run wrote one."""
     for name in ("iterations", "engine", "hbm"):
@@ -356,7 +388,8 @@ def _run(d: Path) -> Report:
             Figure("Per-spine concurrent flows (ARK Fig 3)", lambda: figures.spine_heatmap(spines),
                    lambda o: plots.spine_heatmap(spines, o / "spines.png")),
             Figure("HBM composition", lambda: figures.hbm_composition(hbm))]
-    return Report(f"simroute run: {d.name}", _run_sections(s), figs)
+    holders, notes = _holder_sections(d)
+    return Report(f"simroute run: {d.name}", _run_sections(s) + holders, figs, notes)
 
 
 # ---- rendering -------------------------------------------------------------------------------------------

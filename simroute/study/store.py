@@ -24,7 +24,8 @@ METRICS: tuple[str, ...] = (
     "slo_attainment", "bytes_route", "bytes_fetch", "bytes_local", "bytes_pd_transfer",
     "n_route", "n_fetch", "n_local", "n_resident", "n_first_touch",
     "instances", "max_link_utilisation", "peak_spine_flows", "fct_pd_mean_ms", "fct_pd_p95_ms",
-    "fct_fetch_mean_ms", "holder_batches", "holder_mean_batch", "holder_max_queue", "evictions",
+    "fct_fetch_mean_ms", "holder_queries_per_call", "holder_max_fan_in", "holder_mean_wait_us",
+    "busiest_holder_work_share", "evictions",
     "copies_refused", "overflow_chunks", "sim_time_s",
 )
 
@@ -48,9 +49,10 @@ def flatten(summary: dict[str, Any]) -> dict[str, float]:
     row["fct_pd_mean_ms"] = net.get("fct_ms_pd", {}).get("mean")
     row["fct_pd_p95_ms"] = net.get("fct_ms_pd", {}).get("p95")
     row["fct_fetch_mean_ms"] = net.get("fct_ms_fetch", {}).get("mean")
-    row["holder_batches"] = hold.get("batches")
-    row["holder_mean_batch"] = hold.get("mean_batch")
-    row["holder_max_queue"] = hold.get("max_queue")
+    row["holder_queries_per_call"] = hold.get("queries_per_call")
+    row["holder_max_fan_in"] = hold.get("max_fan_in")
+    row["holder_mean_wait_us"] = hold.get("mean_wait_us")
+    row["busiest_holder_work_share"] = (hold.get("busiest") or {}).get("work_share")
     row["evictions"] = hold.get("evictions")
     row["copies_refused"] = hold.get("copies_refused")
     row["overflow_chunks"] = s.get("placement", {}).get("overflow_chunks")

@@ -124,10 +124,12 @@ def test_holder_floor_is_per_gpu_under_tp_in_the_engine_and_the_closed_form():
     step1 = prof.step_model("deepseek-v3", gpu_spec=_spec("h200-sxm"), tp=1)
     step8 = prof.step_model("deepseek-v3", gpu_spec=_spec("h200-sxm"), tp=8)
     rows, keys = 128 * 16, 65536.0                       # a 16-token first pass of 128 heads over 64k tokens
-    curve8 = holder_compute_s(rows / 8, keys, 0, params)
+    curve8 = holder_compute_s(rows / 8, keys, 0, params, query_tokens=16)
     assert step8.holder_partial_s(1, rows, keys) == pytest.approx(curve8, rel=1e-9)     # the curve beats the roofline
     assert step8.holder_partial_s(1, rows, keys) < step1.holder_partial_s(1, rows, keys) / 4
     m = ScalarModel(params)
-    parts1, parts8 = m.step(rows, keys, 0, True, tp=1), m.step(rows, keys, 0, True, tp=8)
+    parts1 = m.step(rows, keys, 0, True, tp=1, query_tokens=16)
+    parts8 = m.step(rows, keys, 0, True, tp=8, query_tokens=16)
     assert parts8[0] < parts1[0]                            # route: wire and holder work split over the ranks
-    assert holder_compute_s(rows, keys, 0, params) == pytest.approx(step1.holder_partial_s(1, rows, keys), rel=1e-9)
+    assert holder_compute_s(rows, keys, 0, params, query_tokens=16) == \
+        pytest.approx(step1.holder_partial_s(1, rows, keys), rel=1e-9)

@@ -68,6 +68,10 @@ def test_step_time_holder_floor_is_the_holder_compute_function():
     roof_only = StepTimeModel(m.geometry, m.gpu, m.tp)
     p = prof.cost_params("deepseek-v2-lite")
     for rows, ct in ((16, 2048), (256, 2048), (16 * 64, 4096), (16, 100_000)):
-        floor = holder_compute_s(float(rows), float(ct), 0, p, FLOATS)      # what the predicate charges
+        # one query is one sequence: rows / 16 heads are its tokens (> 1: a first pass, the prefill form)
+        floor = holder_compute_s(float(rows), float(ct), 0, p, FLOATS, rows / 16)   # what the predicate charges
         assert m.holder_partial_s(1, rows, ct) == pytest.approx(max(floor, roof_only.holder_partial_s(1, rows, ct)),
                                                                 rel=1e-12)
+    # 16 one-token decodes (16 queries, each reading the chunk) are the paper's Mq = 256 decode point
+    assert m.holder_partial_s(16, 16, 2048) == pytest.approx(holder_compute_s(256.0, 2048.0, 0, p, FLOATS), rel=1e-12)
+    assert m.holder_partial_s(1, 256, 2048) < m.holder_partial_s(16, 16, 2048)    # one 16-token block reads it once

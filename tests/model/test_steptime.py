@@ -141,6 +141,45 @@ def test_moe_reads_only_the_experts_it_touches():
     assert many > 5 * one          # 256 tokens touch most of the 256 experts
 
 
+def _compute_bound(gpu: GpuSpec) -> GpuSpec:
+    """The GPU with a GEMM curve that separates small from large M, and HBM so fast every linear op is
+    compute-bound (the linear term is then its FLOPs over the rate, countable by hand)."""
+    return replace(gpu, hbm_Bps=1e30, gemm_efficiency=((1.0, 4096.0), (0.1, 0.9)))
+
+
+def test_each_routed_expert_gemm_runs_at_its_own_token_count():
+    """Uniform top-k routing: an iteration of T tokens gives each touched expert T k / touched tokens, and that
+    M, not T, sets the expert GEMMs' fraction of peak; shared experts and projections see all T."""
+    g = get_model("deepseek-v2-lite")                          # E = 64, k = 6, 2 shared experts, bf16
+    gpu = _compute_bound(spec("h100-sxm"))
+    m = StepTimeModel(g, gpu)
+    frac = lambda tokens: 0.1 + 0.8 * (tokens - 1) / 4095
+    for tokens in (1, 16, 2048):
+        ops = g.linear_ops(1, "moe")
+        routed = sum(2 * op.k * op.n * op.active for op in ops if op.experts > 1)
+        every = sum(2 * op.k * op.n for op in ops if op.experts == 1)
+        touched = 64 * (1 - (1 - 6 / 64) ** tokens)
+        per_expert = tokens * 6 / touched                     # 1 at T = 1, ~192 at T = 2048
+        moe = tokens * (every / frac(tokens) + routed / frac(per_expert)) / gpu.peak_flops
+        dense_ops = g.linear_ops(1, "dense")
+        dense = tokens * sum(2 * op.k * op.n for op in dense_ops) / frac(tokens) / gpu.peak_flops
+        linear = m.iteration(BatchShape(tokens, 1, 0, 0)).linear_s_per_layer * g.layers
+        assert linear == pytest.approx(26 * moe + 1 * dense, rel=1e-9), tokens
+    assert 6 * 2048 / (64 * (1 - (58 / 64) ** 2048)) == pytest.approx(192)
+
+
+def test_routed_expert_rate_changes_nothing_for_a_dense_model_and_keeps_more_tokens_slower():
+    gpu = _compute_bound(spec("h100-sxm"))
+    llama = StepTimeModel(get_model("llama-3.1-8b"), gpu)
+    flops = sum(2 * op.k * op.n for op in get_model("llama-3.1-8b").linear_ops(1, "dense"))
+    got = llama.iteration(BatchShape(512, 1, 0, 0)).linear_s_per_layer
+    assert got == pytest.approx(512 * flops / (0.1 + 0.8 * 511 / 4095) / gpu.peak_flops, rel=1e-9)
+    for name, tp, gpu_name in (("deepseek-v3", 8, "h200-sxm"), ("deepseek-v2-lite", 1, "h100-sxm")):
+        m = _model(name, gpu_name, tp=tp)
+        times = [m.iteration(BatchShape(t, 1, 0, 0)).iteration_s for t in range(1, 9000, 97)]
+        assert all(b >= a for a, b in zip(times, times[1:])), name
+
+
 def test_attention_is_one_kernel_over_the_whole_context():
     m = _model("deepseek-v2-lite")
     whole = m.attention_s(8192, 8192)
@@ -225,3 +264,11 @@ def test_mla_prefill_attends_in_the_expanded_form():
     assert gqa.attention_s(8192, pairs) == gqa.attention_s(8192, pairs, prefill_pairs=pairs)
     b = BatchShape.uniform(4, 1000, prefill_tokens=512, prefill_context=100)
     assert b.prefill_pairs == 512 * 100 + 512 * 513 / 2 and b.attention_pairs == b.prefill_pairs + 4 * 1000
+
+
+def test_causal_pairs_by_hand_and_cut_anywhere():
+    """3 new tokens after 2: rows attend 3, 4 and 5 keys (12 pairs); a prompt cut into chunks has the pairs
+    of the whole (the engine charges each chunk after its earlier tokens)."""
+    from simroute.model.steptime import causal_pairs
+    assert causal_pairs(3, 2) == 12 and causal_pairs(1) == 1
+    assert causal_pairs(512, 0) + causal_pairs(1536, 512) == causal_pairs(2048)

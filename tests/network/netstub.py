@@ -31,10 +31,23 @@ class StubTopology:
         return 1
 
 
+class CoreFromFirst(FlowEngine):
+    """The online core from the first group on (where numba is importable; object mode otherwise)."""
+
+    core_on = 1
+
+
+class ObjectMode(FlowEngine):
+    """The engine without its online core: object mode (Python incremental fill), array mode from 512 groups."""
+
+    online_core = False
+
+
 class AlwaysFull(FlowEngine):
     """Keeps group arrays from the first group on and abandons every cascade: every re-rating is a full solve
     or a mix of the two paths (the budget lets one or two groups through incrementally)."""
 
+    online_core = False
     arrays_on = 1
     arrays_off = 0
     budget_base = 1

@@ -77,6 +77,7 @@ def approx_rel(r):
 class _EarlyArrays(FlowEngine):
     """Array mode from 200 groups on, object mode again below 100: a run crosses both ways."""
 
+    online_core = False
     arrays_on = numpy_arrays_on = 200
     arrays_off = numpy_arrays_off = 100
 
@@ -155,15 +156,19 @@ def test_compiled_and_reference_paths_give_the_same_completions():
         assert runs["numba"][fid] == pytest.approx(end, rel=1e-9)
 
 
-def test_object_and_array_modes_give_the_same_completions():
+def test_object_and_array_modes_and_the_online_core_give_the_same_completions():
     class ObjectsOnly(FlowEngine):
+        online_core = False
         arrays_on = numpy_arrays_on = 10**9
 
     objects = {r.fid: r.end for r in _closed_loop(300, 150, seed=2, cls=ObjectsOnly)[1].telemetry.records}
     arrays = {r.fid: r.end for r in _closed_loop(300, 150, seed=2)[1].telemetry.records}
-    assert objects.keys() == arrays.keys()
+    env, core_engine, *_ = _closed_loop(300, 150, seed=2, cls=FlowEngine)
+    core = {r.fid: r.end for r in core_engine.telemetry.records}
+    assert core_engine._core is not None or compiled_backend() is None
+    assert objects.keys() == arrays.keys() == core.keys()
     for fid, end in objects.items():
-        assert arrays[fid] == pytest.approx(end, rel=1e-9)
+        assert arrays[fid] == pytest.approx(end, rel=1e-9) and core[fid] == pytest.approx(end, rel=1e-9)
 
 
 def test_tolerance_mode_bounds_and_reports_its_error():

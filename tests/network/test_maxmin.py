@@ -10,7 +10,7 @@ from pytest import approx
 
 from simroute.network import FlowEngine, maxmin_rates
 
-from netstub import AlwaysFull, StubTopology
+from netstub import AlwaysFull, CoreFromFirst, ObjectMode, StubTopology
 
 
 def _engine(caps, routes):
@@ -59,7 +59,8 @@ flow_st = st.tuples(st.floats(0.0, 5.0), st.floats(1.0, 500.0), st.lists(st.inte
                     st.one_of(st.none(), st.floats(0.5, 20.0)))
 
 
-@pytest.mark.parametrize("engine", [FlowEngine, AlwaysFull], ids=["incremental", "full-solve path"])
+@pytest.mark.parametrize("engine", [CoreFromFirst, ObjectMode, AlwaysFull],
+                         ids=["online core (compiled) or object mode (without numba)", "object mode", "full-solve path"])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(flows=st.lists(flow_st, min_size=1, max_size=24), checks=st.lists(st.floats(0.01, 40.0), min_size=1,
                                                                            max_size=6),

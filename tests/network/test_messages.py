@@ -122,3 +122,30 @@ def test_context_misses_match_the_working_set_rule():
         assert got == expected, step
         hits, misses = hits + (not got), misses + got
     assert hits and misses                                  # both answers were exercised
+
+
+def test_by_name_is_the_handle_path_and_counts_every_message():
+    """`message_delay` by name and `send_message` over handles give the same delays and leave the same link
+    clocks; each pair's route is built once (the name table returns that same handle); `sends` counts the
+    messages whose delay was computed and `total_count` those plus the ones `account`ed beside them."""
+    import random
+    rng = random.Random(5)
+    topo = load_topology(shipped_topology("fattree"))
+    by_name, by_handle = (FlowEngine(simpy.Environment(), topo) for _ in range(2))
+    gpus = topo.gpus[::5]                      # across hosts: NICs serve several queue pairs
+    kw = dict(t_probe_s=16e-6, single_block_Bps=25e9)
+    now = 0.0
+    for _ in range(400):
+        src, dst = rng.sample(gpus, 2)
+        now += rng.choice([0.0, 1e-6, 1e-5, 3e-4])
+        nbytes = rng.choice([1e3, 64e3])
+        a = by_name.message_delay(src, dst, nbytes, now=now, **kw)
+        b = by_handle.send_message(by_handle.message_route(src, dst), nbytes, now=now, **kw)
+        assert a == b
+    assert by_name.messages.busy == by_handle.messages.busy
+    assert by_name.messages.misses == by_handle.messages.misses > 0
+    model = by_name.messages
+    assert all(model.route(src, dst) is route for (src, dst), route in model.routes.items())
+    assert model.sends == model.total_count() == 400
+    model.account(next(iter(model.routes.values())), 1e3, 7, now)
+    assert model.sends == 400 and model.total_count() == 407

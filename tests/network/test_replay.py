@@ -94,12 +94,13 @@ def test_every_backend_matches_the_textbook_progression(case):
 @given(flow_sets())
 def test_compiled_replay_matches_the_engine_in_array_mode(case):
     flows, capacity, latency = case
-    saved = FlowEngine.arrays_on, FlowEngine.arrays_off
+    saved = FlowEngine.arrays_on, FlowEngine.arrays_off, FlowEngine.online_core
     FlowEngine.arrays_on, FlowEngine.arrays_off = 1, 0      # every engine step a full compiled solve
+    FlowEngine.online_core = False
     try:
         online = replay(flows, capacity, latency_s=latency, backend="engine")
     finally:
-        FlowEngine.arrays_on, FlowEngine.arrays_off = saved
+        FlowEngine.arrays_on, FlowEngine.arrays_off, FlowEngine.online_core = saved
     compiled = replay(flows, capacity, latency_s=latency, backend="numba")
     _close(compiled.finish_s, online.finish_s, flows.arrival_s)
     assert compiled.events == online.events

@@ -77,8 +77,9 @@ def test_windows_stay_bounded_by_merging(testbed):
     assert np.all(matrix >= 0)
 
 
-@pytest.mark.parametrize("arrays_on", [10**9, 12], ids=["object mode", "crossing array mode"])
-def test_windows_hold_every_bulk_byte(arrays_on):
+@pytest.mark.parametrize("arrays_on, core", [(10**9, False), (12, False), (10**9, True)],
+                         ids=["object mode", "crossing array mode", "online core (compiled)"])
+def test_windows_hold_every_bulk_byte(arrays_on, core):
     """Window closes visit only the links that can hold bytes (loaded at the last close, or joined since):
     summed over the windows, each link still has exactly the bytes of the flows that crossed it, also when
     flows start and end inside one window and when the engine moves into array mode and back."""
@@ -89,6 +90,7 @@ def test_windows_hold_every_bulk_byte(arrays_on):
             type(self).entered += 1
             super()._arrays_build(now)
 
+    Engine.online_core, Engine.core_on = core, 1
     Engine.arrays_on = Engine.numpy_arrays_on = arrays_on
     Engine.arrays_off = Engine.numpy_arrays_off = arrays_on // 2
     topo = load_topology(TOPO_DIR / "fattree-1024.yaml")
@@ -115,4 +117,5 @@ def test_windows_hold_every_bulk_byte(arrays_on):
         want[list(ev.value.links)] += ev.value.nbytes
     assert matrix.sum(0) == pytest.approx(want, rel=1e-5, abs=1.0)        # float32 windows
     assert eng.telemetry.link_bytes == pytest.approx(want, rel=1e-9, abs=1e-3)
-    assert (Engine.entered > 0) == (arrays_on < 10**9) and not eng.array_mode     # in and out again
+    assert (Engine.entered > 0) == (arrays_on < 10**9)
+    assert eng.array_mode == (eng._core is not None)                   # array mode: in and out again

@@ -3,6 +3,7 @@ the JSON is strict, and every effect the issue lists is a row."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -112,23 +113,24 @@ def test_local_row_is_the_step_models_prefill(card, tmp_path):
     assert card["fig1b-local"].simulated < card["fig1b-local"].lo       # the gap the note explains
 
 
-def test_staging_rows_run_the_papers_testbed_and_scale_with_the_staging_share(tmp_path):
-    """On paper-testbed the staging copies are a few % of the fetch (the note's reason); make them the
-    bottleneck (a slow copy rate) and the same rows show a K = 8 gain many times larger: the rows measure the
-    pool through the simulator, they do not read its 7% back."""
+def test_staging_rows_spend_the_papers_fetch_saving_and_a_shared_nic_hides_it(tmp_path):
+    """A lone fetch at K = 8 arrives the paper's 0.45 ms (7% of its 6.45 ms serialised fetch) sooner than at
+    K = 1: the pool spends that fetch-time gain on the copies. With four requesters on the holder's NIC the
+    pulls finish at the NIC's pace and the p50 moves much less (the elbow row's note)."""
     ctx = v.Ctx(tmp_path)
     first, n = v.STAGING_REQUESTERS
-    trace = v.fanin_trace(tmp_path / "s.parquet", n - first, first_requester=first, holder=0, output_tokens=1)
 
-    def gain(copy_GBps):
-        p50 = {k: float(np.median(v.column(ctx.run(trace, policy="always-fetch", staging_streams=k,
-                                                    staging_copy_GBps=copy_GBps), "ttft_s"))) for k in (1, 8)}
-        return 1 - p50[8] / p50[1], p50[1]
-    fast, fast_ttft = gain(200.0)
-    slow, _ = gain(2.0)
-    _, share, paper_gain = v.staging_share(ctx, 200.0, fast_ttft)
-    assert share < 0.1 and abs(fast) < paper_gain * share + 0.005
-    assert slow > 10 * max(abs(fast), 1e-4) and slow <= paper_gain + 1e-9
+    @functools.cache
+    def ttft(requesters: int, k: int) -> float:
+        trace = v.fanin_trace(tmp_path / f"s{requesters}.parquet", requesters, first_requester=first, holder=0,
+                              output_tokens=1)
+        return float(np.median(v.column(ctx.run(trace, policy="always-fetch", staging_streams=k), "ttft_s")))
+    saved = 0.07 * 6.0e-3 / 0.93
+    assert ttft(1, 1) - ttft(1, 8) == pytest.approx(saved, rel=0.01)
+    lone, shared = 1 - ttft(1, 8) / ttft(1, 1), 1 - ttft(n - first, 8) / ttft(n - first, 1)
+    assert 0 < shared < lone / 3
+    stage_s, share, saving = v.staging_share(ctx, None, ttft(1, 1))
+    assert stage_s * saving == pytest.approx(saved, rel=0.01) and share < 0.15
 
 
 def test_ark_ttft_gain_is_the_fct_gain_diluted_by_prefill(tmp_path):

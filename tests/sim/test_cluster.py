@@ -21,7 +21,7 @@ from simroute.sim.routers import ROUTERS
 
 
 def _instance():
-    return Instance(id=0, gpu="h0.g0", host=0, compute=None, holder_server=None, staging=None)
+    return Instance(id=0, gpu="h0.g0", host=0, staging=None)
 
 
 def test_chunk_pins_count_the_requests_relying_on_a_copy():
@@ -144,53 +144,3 @@ def test_a_fabric_the_profile_lacks_fails_at_construction(tmp_path):
     with pytest.raises(ConfigurationError, match="no-such-fabric") as err:
         Simulation(cfg)
     assert "fabrics.no-such-fabric" in str(err.value)
-
-
-def _exchanges(tmp_path, window_us):
-    sim = Simulation(_testbed_cfg(single_chunk_trace(tmp_path / "t.parquet", requester=4, holder=0),
-                                  dispatch_window_us=window_us, batch_window_us=0.0))
-    return sim.ctx, sim.ctx.cluster.instances
-
-
-def test_dispatcher_coalesces_same_chunk_queries_within_its_window(tmp_path):
-    ctx, inst = _exchanges(tmp_path, 5.0)
-    ends = []
-
-    def query(t, rows):
-        yield ctx.env.timeout(t)
-        yield ctx.exchanges.exchange(inst[4], inst[0], rows, 2048.0, 0, 1)
-        ends.append(ctx.env.now)
-    for t in (0.0, 2e-6):
-        ctx.env.process(query(t, 16))
-    ctx.env.process(query(20e-6, 16))                  # after the window: a second message
-    ctx.env.run()
-    assert ctx.exchanges.queries == 3 and ctx.exchanges.messages == 2
-    assert ends[0] == ends[1] < ends[2]
-    assert inst[0].holder_server.queries == 2          # one holder query per message
-
-
-def test_dispatcher_keeps_other_chunks_and_holders_apart_and_window_zero_sends_at_once(tmp_path):
-    ctx, inst = _exchanges(tmp_path, 5.0)
-    ctx.exchanges.exchange(inst[4], inst[0], 16, 2048.0, 0, 1)
-    ctx.exchanges.exchange(inst[4], inst[0], 16, 1024.0, 0, 1)
-    ctx.exchanges.exchange(inst[4], inst[1], 16, 2048.0, 0, 1)
-    assert ctx.exchanges.messages == 3
-    ctx, inst = _exchanges(tmp_path, 0.0)
-    done = ctx.exchanges.exchange(inst[4], inst[0], 16, 2048.0, 0, 1)
-    assert not ctx.exchanges.open                      # nothing held back
-    ctx.env.run()
-    assert done.triggered
-
-
-def test_exchange_round_trip_is_message_out_holder_batch_message_back(tmp_path):
-    ctx, inst = _exchanges(tmp_path, 0.0)
-    fabric = ctx.cluster.fabric(inst[4], inst[0])
-    g, rows = ctx.params.geometry, 64
-    done = ctx.exchanges.exchange(inst[4], inst[0], rows, 2048.0, 0, 1)
-    ctx.env.run()
-    work, premium = ctx.compute.partial_work(rows, 2048.0, 0)
-    out = fabric.t_probe_s + rows * g.q_bytes / fabric.single_block_Bps
-    back = fabric.turnaround_s + rows * g.p_bytes / fabric.single_block_Bps
-    assert done.triggered
-    assert ctx.env.now == pytest.approx(out + ctx.compute.batch_s(work) * premium + back, rel=1e-6)
-    assert ctx.exchanges.wire_bytes(rows, 1) == rows * g.qp_bytes

@@ -15,8 +15,8 @@ BASE = dict(topology="t.yaml", trace="t.parquet", calib="c.yaml")
 
 
 @pytest.mark.parametrize("field,value,problem", [
-    ("tp", True, "must be an integer"), ("tp", 0, "must be >= 1"), ("holder_streams", 0, "must be >= 1"),
-    ("hbm_gb", math.nan, "must be finite"), ("batch_window_us", math.inf, "must be finite"),
+    ("tp", True, "must be an integer"), ("tp", 0, "must be >= 1"), ("staging_streams", 0, "must be >= 1"),
+    ("hbm_gb", math.nan, "must be finite"), ("staging_copy_GBps", math.inf, "must be finite"),
     ("staging_copy_GBps", 0.0, "must be > 0"), ("hot_fraction", 1.5, "must be <= 1"), ("seed", -1, ">= 0"),
     ("until_s", 0.0, "must be > 0"), ("replicas", "2", "must be an integer"), ("telemetry", 1, "must be bool"),
     ("prefill_us", -1.0, "must be >= 0"), ("slo_ttft_ms", "500", "must be a number"),
@@ -56,20 +56,20 @@ def test_every_field_is_a_run_option_with_its_help_and_default():
             assert option.default == DEFAULT_RUN.get(f.name, f.default)
     assert DEFAULT_RUN and set(DEFAULT_RUN) <= {f.name for f in dataclasses.fields(RunConfig)}
     assert options["until_s"].name == "until"
-    assert "--holder-streams" in options["holder_streams"].default.param_decls
+    assert "--staging-streams" in options["staging_streams"].default.param_decls
     assert "--staging-copy-GBps" in options["staging_copy_GBps"].default.param_decls
 
 
-def test_run_passes_holder_streams_and_staging_rate_through(cli, tmp_path):
-    code, out, err = cli("run", "-o", str(tmp_path / "r"), "--max-requests", "3", "--holder-streams", "2",
+def test_run_passes_staging_streams_and_rate_through(cli, tmp_path):
+    code, out, err = cli("run", "-o", str(tmp_path / "r"), "--max-requests", "3", "--staging-streams", "2",
                          "--staging-copy-GBps", "50", "--no-telemetry", "--json")
     assert code == 0, err
     config = json.loads(out)["config"]
-    assert config["holder_streams"] == 2 and config["staging_copy_GBps"] == 50.0 and config["telemetry"] is False
+    assert config["staging_streams"] == 2 and config["staging_copy_GBps"] == 50.0 and config["telemetry"] is False
     assert not (tmp_path / "r" / "holders.parquet").exists()
 
 
-@pytest.mark.parametrize("args", [("--holder-streams", "0"), ("--staging-copy-GBps", "nan"), ("--policy", "x")])
+@pytest.mark.parametrize("args", [("--staging-streams", "0"), ("--staging-copy-GBps", "nan"), ("--policy", "x")])
 def test_bad_run_options_exit_2_with_one_line(cli, tmp_path, args):
     code, _, err = cli("run", "-o", str(tmp_path / "r"), *args)
     assert code == 2 and len(err.strip().splitlines()) == 1

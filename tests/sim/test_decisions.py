@@ -1,6 +1,6 @@
-"""A dense request's chunk decisions (`RequestDecisions`): memoised per (shape, live state) and measured once
-per holder, they must equal the per-chunk reference (a fresh `DecisionContext` for every chunk, HBM room
-summed over every copy) on randomized cluster states: holder engines' partials and layers, link load, a
+"""A dense request's decisions (`RequestDecisions`): one per holder block, memoised per (block shape, live state)
+and measured once per holder, they must equal the per-block reference (a fresh `DecisionContext` for every
+(holder, cached offset) block on its summed tokens, HBM room summed over every copy) on randomized cluster states: holder engines' partials and layers, link load, a
 requester HBM nearly full of copies (some pinned), chunks of mixed sizes repeated within the request."""
 
 from __future__ import annotations
@@ -69,28 +69,35 @@ def _room_blocks(hbm) -> int:
 
 
 def _reference(sim: Simulation, spec: RequestSpec, remote: list[RemoteChunk]) -> tuple[list, list[bool]]:
-    """Per chunk: live state and HBM room measured afresh, one DecisionContext, then the reservation."""
+    """Per holder block ((holder, cached offset), in the order of its first chunk): live state and HBM room
+    measured afresh, one DecisionContext on the block's summed tokens, then each chunk's reservation."""
     ctx = sim.ctx
     requester, chunks = ctx.cluster.instances[REQUESTER], ctx.cluster.chunks
     hbm = ctx.engines[REQUESTER].hbm
     heads = ctx.params.geometry.heads_q
-    chosen, fitted = [], []
-    for item in remote:
-        holder = ctx.cluster.instances[item.holder]
+    blocks: dict[tuple[int, bool], list[int]] = {}
+    for i, item in enumerate(remote):
+        blocks.setdefault((item.holder, item.cached), []).append(i)
+    chosen: list = [None] * len(remote)
+    fitted = []
+    for (holder_id, cached), members in blocks.items():
+        holder = ctx.cluster.instances[holder_id]
+        block = [remote[i].chunk for i in members]
         shape = RequestShape(mq_first=heads * spec.prompt_tokens, mq_step=heads, steps=spec.output_tokens - 1,
-                             tokens=float(chunks.tokens[item.chunk]), fabric=ctx.cluster.fabric_id(requester, holder),
-                             cached=item.cached, tp=ctx.config.tp)
-        copy_bytes = float(chunks.bytes[item.chunk])
-        fits = _room_blocks(hbm) >= ctx.copies.blocks(item.chunk)
+                             tokens=float(sum(chunks.tokens[c] for c in block)),
+                             fabric=ctx.cluster.fabric_id(requester, holder), cached=cached, tp=ctx.config.tp)
+        copy_bytes = float(sum(chunks.bytes[c] for c in block))
+        fits = _room_blocks(hbm) >= sum(ctx.copies.blocks(c) for c in block)
         fitted.append(fits)
         primitive = ctx.policy.choose(build_decision_context(ctx, requester, [holder], shape, copy_bytes,
                                                              copy_bytes * 2 if fits else 0.0))
-        if primitive == Primitive.FETCH and not ctx.copies.reserve(
-                item.chunk, REQUESTER, spec.prompt_tokens + spec.output_tokens):
-            primitive = Primitive.ROUTE
-            ctx.copies.fell_back += 1
-        chunks.pin(item.chunk, item.holder if primitive == Primitive.ROUTE else REQUESTER)
-        chosen.append(primitive)
+        for i in members:
+            chosen[i] = primitive
+            if primitive == Primitive.FETCH and not ctx.copies.reserve(
+                    remote[i].chunk, REQUESTER, spec.prompt_tokens + spec.output_tokens):
+                chosen[i] = Primitive.ROUTE
+                ctx.copies.fell_back += 1
+            chunks.pin(remote[i].chunk, remote[i].holder if chosen[i] == Primitive.ROUTE else REQUESTER)
     return chosen, fitted
 
 
@@ -101,7 +108,7 @@ def _after(sim: Simulation) -> tuple:
 
 
 @pytest.mark.parametrize("policy,seeds", [("adaptive", 30), ("paper", 8)])
-def test_memoised_decisions_equal_the_per_chunk_reference_on_random_states(trace, policy, seeds):
+def test_memoised_decisions_equal_the_per_block_reference_on_random_states(trace, policy, seeds):
     seen, flipped = set(), 0
     for seed in range(seeds):
         sim, spec, remote = _state(trace, seed, policy)
@@ -115,7 +122,7 @@ def test_memoised_decisions_equal_the_per_chunk_reference_on_random_states(trace
         seen.update(expected)
         flipped += len(set(fitted)) > 1
     # the states exercise the decision: more than one primitive, and a request whose own fetches used up
-    # the room (a copy fitted for an early chunk and not for a later one)
+    # the room (a block's copies fitted for an early block and not for a later one)
     assert len(seen) >= 2
     if policy == "adaptive":
         assert flipped > 0
@@ -127,3 +134,5 @@ def test_fits_stops_early_but_agrees_with_the_room_it_sums(trace):
         hbm, copies = sim.ctx.engines[REQUESTER].hbm, sim.ctx.copies
         for ci in range(REMOTE_CHUNKS):
             assert copies.fits(ci, REQUESTER) == (_room_blocks(hbm) >= copies.blocks(ci))
+        for need in (1, 64, 300, 5000):
+            assert copies.fits_blocks(need, REQUESTER) == (_room_blocks(hbm) >= need)

@@ -180,3 +180,31 @@ def test_adding_a_policy_is_one_file_plus_one_registry_line(tmp_path):
         POLICIES.unregister("never-local")
     with pytest.raises(UnknownNameError):
         _testbed(trace, policy="never-local")
+
+
+@pytest.mark.parametrize("scheduler", ["sarathi", "vllm"])
+def test_local_is_priced_at_what_the_engine_charges_for_the_re_prefill(tmp_path, scheduler):
+    """A 5000-token re-prefill alone on an idle engine takes `engine_reprefill_s` (three chunks of at most
+    2048 tokens under sarathi, one under vllm), the price a run's DecisionContext gives local; a context
+    without it keeps the closed form's ct L c."""
+    from simroute.sim.policy import engine_reprefill_s
+    from simroute.sim.request import reprefill_price
+    from simroute.scenarios.traces import write_trace
+    chunks = [{"chunk_id": 0, "tokens": 5000, "canonical": True, "holder_hint": 5, "cached_offset": 0}]
+    reqs = [{"arrival_s": 100.0, "requester_hint": 0, "prompt_tokens": 16, "output_tokens": 2, "chunk_ids": [0]}]
+    trace = write_trace(tmp_path / "t.parquet", reqs, chunks)       # its request arrives after the check
+    sim = Simulation(RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
+                               calib=str(default_profile_path()), scheduler=scheduler))
+    requester = sim.ctx.cluster.instances[0]
+    done = sim.ctx.copies.reprefill([0], requester.id, 0)
+    sim.env.run(until=done)
+    price = reprefill_price(sim.ctx, requester)
+    assert sim.env.now == pytest.approx(price(5000.0), rel=1e-12)
+    step = sim.ctx.engines.step
+    chunked, whole = engine_reprefill_s(step, 2048.0, 5000.0), engine_reprefill_s(step, float("inf"), 5000.0)
+    assert chunked != whole and price(5000.0) == (chunked if scheduler == "sarathi" else whole)
+    closed = _ctx(tokens=5000.0).horizon()
+    priced = DecisionContext(_ctx(tokens=5000.0).shape, None, PARAMS, MODEL, reprefill_s=price).horizon()
+    assert (priced.route, priced.fetch) == (closed.route, closed.fetch)
+    assert priced.local - closed.local == pytest.approx(price(5000.0) - 5000.0 * PARAMS.geometry.layers
+                                                        * PARAMS.prefill_s_per_token_layer, rel=1e-9)

@@ -125,3 +125,17 @@ def test_the_nearest_replica_first_then_the_less_loaded_at_equal_distance(tmp_pa
     first = _pick(sim, 0)
     ctx.routing[first] = 1
     assert _pick(sim, 0) == 40 - first
+
+
+@pytest.mark.parametrize("only", [5, 6])
+def test_a_request_keeps_its_chunks_on_a_holder_it_already_uses(sim, only):
+    """A routed request ships its query block once per distinct holder: a chunk that a holder this request
+    already uses also holds goes there, whichever of two idle, equally near copies the hash would pick."""
+    holders, held = sim.ctx.cluster.chunks.holders, sim.ctx.copies.held
+    holders[0] = [only]
+    holders.append([5, 6])                    # a second chunk, held by both
+    held.update({(0, only), (1, 5), (1, 6)})
+    choice = ReplicaChoice(sim.ctx, sim.instances[4])
+    assert choice.pick(0) == only and choice.pick(1) == only
+    alone = {ReplicaChoice(sim.ctx, sim.instances[r]).pick(1) for r in range(8)}
+    assert alone == {5, 6}                    # without the first chunk, requesters spread over both

@@ -15,7 +15,7 @@ from simroute.scenarios.traces import single_chunk_trace, write_trace
 
 def _testbed(trace, **kw) -> RunConfig:
     return RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
-                     calib=str(default_profile_path()), batch_window_us=0.0, dispatch_window_us=0.0, **kw)
+                     calib=str(default_profile_path()), **kw)
 
 
 def _prefill_s(step, tokens: float, context: float = 0.0) -> float:
@@ -39,7 +39,8 @@ def test_uncontended_ttft_is_the_closed_form(tmp_path, policy, prompt, tp):
     sim.run()
     m = ScalarModel(sim.ctx.params)
     step = sim.ctx.engines.step
-    r1, _, move, _, _ = m.step(16 * prompt, 2048.0, sim.ctx.params.fabric_id("h100-ibgda"), False, tp=tp)
+    r1, _, move, _, _ = m.step(16 * prompt, 2048.0, sim.ctx.params.fabric_id("h100-ibgda"), False, tp=tp,
+                               query_tokens=prompt)
     want = {"always-route": _prefill_s(step, prompt) + r1,
             "always-fetch": move + _prefill_s(step, prompt, 2048.0),
             "always-local": _prefill_s(step, 2048.0) + _prefill_s(step, prompt, 2048.0)}[policy]

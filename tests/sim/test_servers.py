@@ -1,71 +1,11 @@
-"""The holder-side servers, one at a time: batching server, FIFO server, staging pool and its elbow."""
+"""The holder-side servers, one at a time: FIFO server, staging pool and its elbow."""
 
 from __future__ import annotations
 
 import pytest
 import simpy
 
-from simroute.sim.holder import FifoServer, HolderServer, StagingPool
-
-
-def _curve(work: float) -> float:
-    """A holder curve with the calibrated shape: flat to 8 reference requesters, then linear."""
-    return 1e-5 * max(work, 8.0) / 8.0
-
-
-# ---- HolderServer ---------------------------------------------------------------------------------------
-def _holder_run(arrivals, *, window_s=1e-6, streams=1):
-    """arrivals: [(t_arrive, work, premium, weight)] -> completion time of each."""
-    env = simpy.Environment()
-    server = HolderServer(env, 0, _curve, window_s, streams)
-    done = {}
-
-    def client(i, t, work, premium, weight):
-        yield env.timeout(t)
-        yield server.submit(work, premium, weight)
-        done[i] = env.now
-    for i, a in enumerate(arrivals):
-        env.process(client(i, *a))
-    env.run()
-    return [done[i] for i in range(len(arrivals))], server
-
-
-def test_queries_within_the_window_form_one_batch_on_the_curve():
-    times, server = _holder_run([(0.0, 4.0, 1.0, 1), (0.5e-6, 4.0, 1.0, 1)], window_s=1e-6)
-    assert server.batches == 1 and server.queries == 2
-    # the batch opens at the first arrival + window, and costs curve(4 + 4) once
-    assert times[0] == times[1] == pytest.approx(1e-6 + _curve(8.0))
-
-
-def test_batches_beyond_the_flat_region_cost_more_and_a_late_query_waits():
-    times, server = _holder_run([(0.0, 16.0, 1.0, 1), (5e-6, 16.0, 1.0, 1)], window_s=1e-6)
-    assert server.batches == 2
-    first_end = 1e-6 + _curve(16.0)
-    assert times[0] == pytest.approx(first_end)
-    assert times[1] == pytest.approx(first_end + _curve(16.0))   # busy until then (one stream), no new window
-
-
-def test_two_streams_compute_two_batches_at_once():
-    one, _ = _holder_run([(0.0, 16.0, 1.0, 1), (5e-6, 16.0, 1.0, 1)], streams=1)
-    two, _ = _holder_run([(0.0, 16.0, 1.0, 1), (5e-6, 16.0, 1.0, 1)], streams=2)
-    assert two[1] < one[1]
-    assert two[1] == pytest.approx(5e-6 + 1e-6 + _curve(16.0))
-
-
-def test_premium_and_weight_scale_the_batch():
-    base, _ = _holder_run([(0.0, 4.0, 1.0, 1)])
-    sparse, _ = _holder_run([(0.0, 4.0, 2.5, 1)])
-    weighted, _ = _holder_run([(0.0, 4.0, 1.0, 3)])
-    assert sparse[0] - 1e-6 == pytest.approx(2.5 * (base[0] - 1e-6))
-    # a weight-3 query stands for 3 back-to-back exchanges: window and compute both dilate
-    assert weighted[0] == pytest.approx(3 * base[0])
-
-
-def test_mixed_weights_share_the_batch_only_while_they_overlap():
-    times, _ = _holder_run([(0.0, 4.0, 1.0, 1), (0.0, 4.0, 1.0, 2)], window_s=1e-6)
-    shared = _curve(8.0)
-    assert times[0] == pytest.approx(1e-6 + shared)                 # first exchange with both queries
-    assert times[1] == pytest.approx(1e-6 + shared + _curve(4.0))   # second exchange alone
+from simroute.sim.holder import FifoServer, StagingPool
 
 
 # ---- FifoServer ---------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ REQUESTER, HOLDERS, TOPK, FABRIC = 0, [1, 2, 3], 2048, "h100-nvlink4"
 
 def _cfg(trace, topology="paper-testbed", **kw) -> RunConfig:
     return RunConfig(topology=str(shipped_topology(topology)), trace=str(trace), calib=str(default_profile_path()),
-                     batch_window_us=0.0, dispatch_window_us=0.0, check_hbm=True, **kw)
+                     check_hbm=True, **kw)
 
 
 def _lone(tmp_path, policy, prompt=200, output=33):

@@ -72,9 +72,9 @@ def run_dir(tmp_path_factory):
     from simroute.network import default_topology_path
     from simroute.sim import RunConfig, simulate
     from simroute.sim.config import default_trace_path
-    d = tmp_path_factory.mktemp("run") / "run"
-    simulate(RunConfig(topology=str(default_topology_path()), trace=str(default_trace_path()),
-                       calib=str(default_profile_path())), d)
+    d = tmp_path_factory.mktemp("run") / "run"   # always-fetch: its bulk copies saturate a NIC-leaf link,
+    simulate(RunConfig(topology=str(default_topology_path()), trace=str(default_trace_path()),   # a bottleneck
+                       calib=str(default_profile_path()), policy="always-fetch"), d)             # to name
     return d
 
 

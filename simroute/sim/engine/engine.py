@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import simpy
 
 from simroute.errors import ConfigurationError, UnknownNameError
+from simroute.model.steptime import causal_pairs
 from simroute.sim.engine.exchange import HOLDER_MODES, MAX_UTILISATION, HolderPartials, RouteExchange
 from simroute.sim.engine.hbm import BLOCK_TOKENS, HbmBudget, blocks_for
 from simroute.sim.engine.log import IterationLog
@@ -40,6 +41,7 @@ class StepTime(Protocol):
 
     def holder_partial_s(self, queries: float, rows_per_query: float | list[float],
                          key_tokens: float | list[float]) -> float: ...
+    # (StepTimeModel's also takes `dense=False` for a selection's queries; the exchange passes it only then)
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class InstanceEngine:
         self.rejected = 0
         self.cuts = 0                   # macro events an arrival cut short
         self.hidden_s = self.exchange_total_s = 0.0
+        self.busy_s = 0.0               # summed event durations (own iterations, exchanges, partials run inline)
 
     # ---- interface -----------------------------------------------------------------------------------
     def submit(self, seq: Sequence) -> None:
@@ -219,7 +222,7 @@ class InstanceEngine:
         for seq, t in plan.prefill:
             base = seq.resident_tokens + seq.prefilled
             kv += base + t
-            chunk_pairs = t * base + t * (t + 1) / 2
+            chunk_pairs = causal_pairs(t, base)
             pairs += chunk_pairs
             if t > 1:
                 prefill_pairs += chunk_pairs
@@ -263,10 +266,11 @@ class InstanceEngine:
         by what the work asks of its busy GPU while both last (charge rate c x the event's busy share f, over
         the event's rest lengthened by it: cf (end - now) / (1 - cf), or cf (until - now) if the work ends
         first), prepaid against what the work accrues, so that it is not charged to the next event in one lump."""
-        if not self.busy or self._in_step or self._plan.empty:
+        plan = self._plan
+        if not self.busy or self._in_step or not (plan.prefill or plan.decode):
             return
         now = self.env.now
-        end = self._t0 + self._pre + self._plan.k * self._dt
+        end = self._t0 + self._pre + plan.k * self._dt
         rate = min(entry[4] * self.partials.busy_fraction, MAX_UTILISATION)
         if end <= now or rate <= 0:
             return
@@ -275,7 +279,7 @@ class InstanceEngine:
             return
         self._pre += extra
         self.partials.prepay(extra)
-        for seq, _tokens in self._plan.prefill:
+        for seq, _tokens in plan.prefill:
             seq.prefill_compute_s += extra
         self.log.extend(self._row, extra)           # the scheduled end fires early and waits the rest (_end)
 
@@ -316,6 +320,7 @@ class InstanceEngine:
             self.env.timeout(end - now).callbacks.append(lambda _e: self._end(gen))
             return
         self._in_step = True
+        self.busy_s += now - self._t0
         plan, dt, log = self._plan, self._dt, self.log
         k = plan.k
         self.exchange_total_s += self._exch * k

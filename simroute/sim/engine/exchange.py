@@ -49,7 +49,7 @@ class HolderPartials:
     """
 
     __slots__ = ("mode", "interference", "demand", "tail", "expiry", "calls", "queries", "work_s", "charged_s",
-                 "kernel_s", "last_take", "prepaid", "busy_fraction")
+                 "kernel_s", "last_take", "prepaid", "busy_fraction", "queued_s", "fan_in_calls", "max_fan_in")
 
     def __init__(self, mode: str = "inline", interference: float = 0.3) -> None:
         self.mode = mode
@@ -65,31 +65,34 @@ class HolderPartials:
         self.last_take = 0.0            # the holder's charge is accrued up to here
         self.prepaid = 0.0              # of it, what the last event's stretch already paid
         self.busy_fraction = 1.0        # the share of the holder's last event its own GPU work took
+        self.queued_s = 0.0             # summed expected wait of the calls that ran (x exchanges)
+        self.fan_in_calls = 0.0         # summed requesters sharing each call that ran (x exchanges)
+        self.max_fan_in = 0             # most requesters that shared one call
 
     def _prune(self, now: float) -> list[list]:
-        """The entries still asking (until > now); ended ones with charge left move to `tail`."""
+        """The entries still asking (until > now); ended ones with charge left move to `tail` (in list order).
+        It rebuilds the list whenever the earliest span has ended (most requester events): comprehensions
+        rather than an append per entry."""
         d = self.demand
         if now >= self.expiry:
-            last, keep, expiry = self.last_take, [], INF
-            for x in d:
-                if x[1] > now:
-                    keep.append(x)
-                    if x[1] < expiry:
-                        expiry = x[1]
-                elif x[4] > 0 and x[1] > last:
-                    self.tail.append(x)
-            d[:] = keep
-            self.expiry = expiry
+            last = self.last_take
+            self.tail.extend([x for x in d if x[1] <= now and x[4] > 0 and x[1] > last])
+            d[:] = [x for x in d if x[1] > now]
+            self.expiry = min([x[1] for x in d], default=INF)
         return d
 
     def others(self, now: float, requester: int) -> tuple[float, int]:
-        """(GPU s per s the other requesters now ask of this holder, how many they are): one pass."""
-        rho, seen = 0.0, set()
-        for x in self._prune(now):
+        """(GPU s per s the other requesters now ask of this holder, how many they are): one pass. It runs
+        once per routed leg of every requester event, so it builds nothing unless two entries of other
+        requesters are live (a requester usually has one: its current event's), when it counts them apart."""
+        rho, entries = 0.0, 0
+        for x in (self._prune(now) if now >= self.expiry else self.demand):
             if x[3] != requester:
                 rho += x[2]
-                seen.add(x[3])
-        return rho, len(seen)
+                entries += 1
+        if entries > 1:
+            entries = len({x[3] for x in self.demand if x[3] != requester})
+        return rho, entries
 
     def utilisation(self, now: float, requester: int = -1) -> float:
         """GPU seconds per second of partial attention the other requesters now ask of this holder."""
@@ -130,6 +133,13 @@ class HolderPartials:
         if entry[1] < self.expiry:
             self.expiry = entry[1]
         return entry
+
+    def served(self, calls: float, wait_s: float, sharing: int) -> None:
+        """`calls` calls ran, each after an expected `wait_s` and shared by `sharing` requesters (per-holder
+        load: holders.parquet)."""
+        self.queued_s += wait_s * calls
+        self.fan_in_calls += sharing * calls
+        self.max_fan_in = max(self.max_fan_in, sharing)
 
     def retract(self, kernel_s: float, calls: float, queries: float, entry: list | None, fraction: float) -> None:
         """Undo `add` for `calls` calls that did not run (the requester's event was cut short, after
@@ -254,11 +264,13 @@ class RouteExchange:
             sharing = 1 + others
             # the n requesters routing here share one call: n x this one's queries (as it sees them); one
             # query per requester (the common case) is the scalar form, every query alike
+            # a selection's kernel has a premium > 1: its tokens gather apart (no prefill block)
+            sparse = {} if premium == 1.0 else {"dense": False}
             if queries == 1:
-                kernel = holder.step.holder_partial_s(sharing, rows[0], keys[0])
+                kernel = holder.step.holder_partial_s(sharing, rows[0], keys[0], **sparse)
             else:
                 kernel = holder.step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
-                                                      keys * sharing if others else keys)
+                                                      keys * sharing if others else keys, **sparse)
             kernel *= premium
             rt = out + kernel + back + self.merge_s
             bare = max(bare, rt)
@@ -273,7 +285,7 @@ class RouteExchange:
             if entry is not None and entry[4] > 0:
                 holder.absorb(entry)            # the holder's event under way runs its share now
             partials.kernel_s.append(kernel)
-            settled.append((holder, kernel / sharing, queries, entry, leg_out, leg_back, sizes))
+            settled.append((holder, kernel / sharing, queries, entry, wait, sharing, leg_out, leg_back, sizes))
             if rt + wait > worst:
                 worst, worst_wait = rt + wait, wait
         return ex * worst, ex * worst_wait, settled
@@ -283,6 +295,8 @@ class RouteExchange:
         one sampled per leg (which `send_message` counted)."""
         ex = self.exchanges
         self.messages += 2 * ex * k * len(legs)
+        for holder, _share, _queries, _entry, wait, sharing, *_ in legs:
+            holder.partials.served(ex * k, wait, sharing)
         if not self._fast:
             return
         account, now = self.net.messages.account, self.net.env.now

@@ -15,7 +15,7 @@ from simroute.sim.engine.sequence import DECODE, PREFILL, Sequence
 from simroute.sim.registry import Registry
 
 if TYPE_CHECKING:
-    from simroute.sim.engine.engine import InstanceEngine
+    from simroute.sim.engine.engine import EngineOptions, InstanceEngine
 
 
 @dataclass
@@ -39,6 +39,10 @@ class Scheduler(ABC):
 
     @abstractmethod
     def plan(self, engine: "InstanceEngine") -> Plan: ...
+
+    def prefill_chunk(self, options: "EngineOptions") -> float:
+        """The largest chunk of one sequence's prefill when it runs alone (whole prompts unless overridden)."""
+        return float("inf")
 
 
 SCHEDULERS: Registry[type[Scheduler]] = Registry("scheduler")
@@ -87,6 +91,9 @@ class SarathiScheduler(Scheduler):
     Sarathi-Serve's stall-free batching: every iteration carries
     every running decode, and the token budget's remainder is filled with prefill chunks of at most
     `prefill_chunk` tokens (partly prefilled sequences first, then newly admitted ones)."""
+
+    def prefill_chunk(self, options: "EngineOptions") -> float:
+        return float(min(options.prefill_chunk, options.token_budget))
 
     def plan(self, engine: "InstanceEngine") -> Plan:
         opts = engine.options

@@ -41,11 +41,13 @@ class ChunkCopies:
     """Copies of chunks in the engines' HBM budgets, kept consistent with the chunk store's holder lists.
 
     `holders[ci]` lists the instances holding chunk ci (canonical or copy); `pins` maps (ci, instance) to
-    the requests relying on that copy."""
+    the requests relying on that copy. `held` is the same relation as a set of (ci, instance), so asking
+    whether an instance holds a chunk does not scan a popular chunk's list of hundreds of holders."""
 
     def __init__(self, engines: EngineSet, holders: list[list[int]], pins: dict[tuple[int, int], int],
                  tokens: Any) -> None:
         self.engines, self.holders, self.pins, self.tokens = engines, holders, pins, tokens
+        self.held = {(ci, eid) for ci, instances in enumerate(holders) for eid in instances}
         self.fell_back = 0              # fetches that did not fit in the requester's HBM (routed instead)
         for eng in engines.engines:
             eid = eng.eid
@@ -53,8 +55,13 @@ class ChunkCopies:
             eng.hbm.on_evict = lambda ci, eid=eid: self._evicted(ci, eid)
 
     def _evicted(self, ci: int, eid: int) -> None:
-        if eid in self.holders[ci]:
+        if (ci, eid) in self.held:
+            self.held.discard((ci, eid))
             self.holders[ci].remove(eid)
+
+    def holds(self, ci: int, eid: int) -> bool:
+        """Whether instance eid holds chunk ci now (canonical or an arrived copy)."""
+        return (ci, eid) in self.held
 
     def blocks(self, ci: int) -> int:
         return blocks_for(int(self.tokens[ci]))
@@ -71,10 +78,14 @@ class ChunkCopies:
         return unplaced
 
     def fits(self, ci: int, eid: int) -> bool:
-        """Whether a copy of ci could take blocks on eid now (free, or by evicting unpinned copies). Scans the
-        copies LRU first and stops once enough are found (pinned copies are the recently used ones)."""
+        """Whether a copy of ci could take blocks on eid now (`fits_blocks`)."""
+        return self.fits_blocks(self.blocks(ci), eid)
+
+    def fits_blocks(self, need: int, eid: int) -> bool:
+        """Whether `need` blocks of copies could be had on eid now (free, or by evicting unpinned copies). Scans
+        the copies LRU first and stops once enough are found (pinned copies are the recently used ones)."""
         hbm = self.engines[eid].hbm
-        need, room = self.blocks(ci), hbm.free_blocks
+        room = hbm.free_blocks
         if room >= need:
             return True
         evictable = hbm.evictable
@@ -92,7 +103,8 @@ class ChunkCopies:
 
     def arrived(self, ci: int, eid: int) -> None:
         """The reserved copy is in HBM: from now on the instance holds the chunk."""
-        if eid not in self.holders[ci]:
+        if (ci, eid) not in self.held:
+            self.held.add((ci, eid))
             self.holders[ci].append(eid)
 
     def touch(self, ci: int, eid: int) -> None:

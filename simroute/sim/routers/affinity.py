@@ -56,9 +56,8 @@ class AffinityRouter(Router):
 
     @staticmethod
     def load(cluster: Cluster) -> np.ndarray:
-        """Per instance: requests in flight + GPU work running or queued on it."""
-        return cluster.active + np.fromiter((i.compute.busy + len(i.compute.waiting) for i in cluster.instances),
-                                            dtype=np.int64, count=len(cluster.instances))
+        """Per instance: requests in flight."""
+        return cluster.active.copy()
 
     def overloaded(self, inst: int, cluster: Cluster) -> bool:
         load = self.load(cluster)

@@ -42,7 +42,7 @@ def test_lone_routed_request_is_step_model_plus_closed_form(exchanges):
     req.submit(seq)
     env.run()
     step, fab, heads = es.step, fabric_id(0, 40), es.step.geometry.heads_q
-    route_first = scalar.step(heads * prompt, ct, fab, True)[0]
+    route_first = scalar.step(heads * prompt, ct, fab, True, query_tokens=prompt)[0]   # a prefill block
     pairs = prompt * resident + prompt * (prompt + 1) / 2
     ttft = step.iteration_s(prompt, 1, resident + prompt, pairs, prefill_pairs=pairs) + route_first
     assert seq.t_first_token == pytest.approx(ttft, rel=0.01)

@@ -1,0 +1,51 @@
+"""HolderPartials' view of the other requesters routing to a holder (the per-leg query of every requester event)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from simroute.sim.engine.exchange import HolderPartials
+
+
+def _reference(demand: list[list], now: float, requester: int) -> tuple[float, int]:
+    """From scratch: the live entries (until > now) of the other requesters, their rates in list order."""
+    rho = 0.0
+    for entry in demand:
+        if entry[1] > now and entry[3] != requester:
+            rho += entry[2]
+    return rho, len({entry[3] for entry in demand if entry[1] > now and entry[3] != requester})
+
+
+def test_others_counts_distinct_live_requesters_and_sums_their_rates_in_order():
+    """Random adds (several entries per requester, overlapping spans), retractions and queries at rising times:
+    `others` equals the from-scratch count and sum bit for bit, and `concurrent` counts the asker once."""
+    rng = random.Random(3)
+    partials, history = HolderPartials(), []
+    now, checked_multi = 0.0, 0
+    for step in range(1500):
+        now += rng.choice([0.0, 1e-6, 1e-4, 2e-3])
+        requester = rng.randrange(6)
+        if rng.random() < 0.4:
+            entry = partials.add(1e-5, 2.0, 1.0, now, rng.choice([1e-4, 1e-3, 5e-3]), rng.random() < 0.5, requester)
+            history.append(entry)
+        elif history and rng.random() < 0.2:
+            entry = rng.choice(history)
+            partials.retract(1e-5, 1.0, 1.0, entry, rng.random())
+        expected = _reference(history, now, requester)
+        got = partials.others(now, requester)
+        assert got == expected, step
+        assert partials.concurrent(now, requester) == 1 + expected[1]
+        live = [e for e in history if e[1] > now and e[3] != requester]
+        checked_multi += len(live) > len({e[3] for e in live})
+    assert checked_multi > 30          # a requester with two live entries was counted once, many times
+
+
+def test_others_of_an_idle_holder_is_zero():
+    assert HolderPartials().others(1.0, 0) == (0.0, 0)
+    partials = HolderPartials()
+    partials.add(1e-5, 1.0, 1.0, 0.0, 1e-3, True, 4)
+    assert partials.others(0.5e-3, 4) == (0.0, 0)                    # only the asker itself
+    assert partials.others(0.5e-3, 5) == pytest.approx((1e-5 / 1e-3, 1))
+    assert partials.others(2e-3, 5) == (0.0, 0)                      # its span ended

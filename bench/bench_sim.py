@@ -23,7 +23,7 @@ stands for its TP rank pairs' messages, the network carrying one pair's bytes). 
 delay of `routed_msgs_sent` one by one (FIFO link clocks, NIC contexts): one per leg per engine event, the
 others of that event share its delay (they see the same network state) and are counted with their bytes.
 `routed_msgs_vs_bare_simpy` divides the routed messages per CPU second by SimPy's bare events per CPU second,
-measured in the same process just before.
+measured once in the same process.
 Run: python bench/bench_sim.py [agents|ark|zipf|azure|conversation|agent-real|agents-growth|bare-simpy ...]
      [--no-record] [--policy P]   (conversation / agent-real / agents-growth: one policy instead of all)
      [--sizes N,N,...] [--repeat R]  (agents-growth: conversations per size; the least CPU time of R runs)
@@ -32,6 +32,7 @@ Run: python bench/bench_sim.py [agents|ark|zipf|azure|conversation|agent-real|ag
 from __future__ import annotations
 
 import sys
+from functools import lru_cache
 import tempfile
 import time
 from pathlib import Path
@@ -52,8 +53,10 @@ POLICIES = ("paper", "always-route", "always-fetch", "always-local", "adaptive")
 SHARED = ROOT.parent / "shared" / "traces"
 
 
+@lru_cache(maxsize=None)
 def bare_simpy(events: int = 300_000) -> dict[str, float]:
-    """SimPy's own rate on this box: one process yielding `events` timeouts (the floor of any SimPy model)."""
+    """SimPy's own rate on this box: one process yielding `events` timeouts (the floor of any SimPy model).
+    Measured once per process (a property of the box, not of a run); callers must not mutate the dict."""
     env = simpy.Environment()
 
     def ticks():

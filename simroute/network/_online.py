@@ -506,8 +506,5 @@ class OnlineCore:
         """Groups in use."""
         return self._count
 
-    def flow_rate(self, slot: int) -> float:
-        return float(self.field("float", "g_rate")[self.field("int", "f_group")[slot]])
-
 
 __all__ = ["HAVE_NUMBA", "OnlineCore", "core_step"]

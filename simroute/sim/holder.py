@@ -31,12 +31,17 @@ class HolderLoad(NamedTuple):
     sequences: int       # the engine's own running and waiting sequences
 
 
+def holder_wait_s(ctx: SimContext, holder: Instance, requester: int = -1) -> float:
+    """Expected wait of one routed query on `holder` now, `requester`'s own demand left out (-1: nobody's)."""
+    engine = ctx.engines[holder.id]
+    return engine.partials.wait_s(ctx.query_kernel_s, ctx.env.now, engine.busy, engine.layer_s, requester)
+
+
 def holder_load(ctx: SimContext, holder: Instance, requester: int = -1) -> HolderLoad:
     """`holder`'s load as `requester` (an instance id; -1: nobody's demand left out) would see it."""
-    per_query_s = ctx.query_kernel_s
     engine = ctx.engines[holder.id]
-    wait = engine.partials.wait_s(per_query_s, ctx.env.now, engine.busy, engine.layer_s, requester)
-    return HolderLoad(ctx.routing.get(holder.id, 0), wait, len(engine.running) + len(engine.waiting))
+    return HolderLoad(ctx.routing.get(holder.id, 0), holder_wait_s(ctx, holder, requester),
+                      len(engine.running) + len(engine.waiting))
 
 
 class ReplicaChoice:

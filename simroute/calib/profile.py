@@ -9,12 +9,14 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from simroute.calib.optables import load_operator_tables_cached
 from simroute.calib.schema import Constant, FabricSpec, GpuFileSpec, ProfileFile
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.ioutil import load_yaml, write_text_atomic
 from simroute.model.cost import CostParams, FabricParams
 from simroute.model.geometry import get_model
 from simroute.model.staging import STAGING_OVERSUBSCRIPTION_LOSS, StagingParams, copy_saving_at_elbow, fitted_copy_Bps
+from simroute.model.optables import OperatorTables
 from simroute.model.steptime import GpuSpec, StepTimeModel
 
 # Constants the cost model cannot do without, with the unit each must be given in.
@@ -92,8 +94,9 @@ class Profile:
         except KeyError:
             raise UnknownNameError("gpu", name, list(self.gpus)) from None
 
-    def gpu_spec(self, name: str | None = None) -> GpuSpec:
-        """The step-time model's GpuSpec of GPU entry `name` (the profile's instance GPU by default)."""
+    def gpu_spec(self, name: str | None = None, *, tables: bool = True) -> GpuSpec:
+        """The step-time model's GpuSpec of GPU entry `name` (the profile's instance GPU by default), with its
+        operator tables unless `tables` is False (the roofline alone)."""
         name = name or self.instance_gpu()
         e = self.gpu_entry(name)
         gemm = e.gemm_efficiency
@@ -107,7 +110,36 @@ class Profile:
                        iteration_overhead_s=e.iteration_overhead_us.value * 1e-6, sources=sources,
                        iteration_overhead_graph_s=(e.iteration_overhead_graph_us.value * 1e-6
                                                    if e.iteration_overhead_graph_us is not None else None),
-                       peak_fp8_flops=e.peak_fp8_TFLOPs.value * 1e12 if e.peak_fp8_TFLOPs is not None else None)
+                       peak_fp8_flops=e.peak_fp8_TFLOPs.value * 1e12 if e.peak_fp8_TFLOPs is not None else None,
+                       kernel_floor_s=e.kernel_floor_us.value * 1e-6 if e.kernel_floor_us is not None else 0.0,
+                       allreduce_bus_Bps=(e.allreduce_bus_GBps.value * 1e9 if e.allreduce_bus_GBps is not None
+                                          else None),
+                       allreduce_latency_s=(e.allreduce_latency_us.value * 1e-6
+                                            if e.allreduce_latency_us is not None else None),
+                       operator_tables=self.operator_tables(name) if tables else None)
+
+    def operator_tables_dir(self, name: str) -> Path | None:
+        """The directory of GPU entry `name`'s operator tables (relative to the file naming them), if any."""
+        ref = self.gpu_entry(name).operator_tables
+        if ref is None:
+            return None
+        base = Path(self.origin.get(f"gpu:{name}", self.files[0] if self.files else "."))
+        # relative to the file naming them; an entry copied from a shipped GPU file into another profile (the
+        # probes' measured profile) keeps the shipped tables' relative path, so calib/gpus/ is tried second
+        for candidate in (base.parent / ref.path, shipped_dir() / "gpus" / ref.path):
+            if candidate.is_dir():
+                return candidate.resolve()
+        return (base.parent / ref.path).resolve()
+
+    def operator_tables(self, name: str) -> OperatorTables | None:
+        """GPU entry `name`'s operator tables (loaded once per process), or None if it names none."""
+        directory = self.operator_tables_dir(name)
+        if directory is None:
+            return None
+        if not directory.is_dir():
+            raise ConfigurationError("operator_tables.path is not a directory", file=self.origin.get(f"gpu:{name}"),
+                                     field=f"gpus.{name}.operator_tables.path")
+        return load_operator_tables_cached(str(directory))
 
     def find_gpu_spec(self, name: str) -> GpuSpec | None:
         """GPU entry `name` from this profile, else from the shipped calib/gpus/<name>.yaml; None if neither
@@ -140,11 +172,11 @@ class Profile:
     def step_model(self, model: str = "deepseek-v2-lite", *, gpu: str | None = None, tp: int = 1,
                    intra_host_fabric: str | None = None, cache_dtype: str = "bf16",
                    gpu_spec: GpuSpec | None = None, cuda_graphs: bool = False,
-                   weight_dtype: str | None = None) -> StepTimeModel:
+                   weight_dtype: str | None = None, kv_layout: str = "replicated") -> StepTimeModel:
         """The step-time model of an instance of `tp` GPUs serving `model`. The TP all-reduce runs over
         `intra_host_fabric` (its bulk rate and probe latency); the GPU is that fabric's unless `gpu` is given
         (or `gpu_spec`, an entry taken from another profile). `weight_dtype` overrides the checkpoint's
-        (bf16 / fp8)."""
+        (bf16 / fp8); `kv_layout` where an MLA latent lives under TP (steptime.KV_LAYOUTS)."""
         geom = get_model(model)
         if cache_dtype != geom.cache_dtype:
             geom = geom.with_cache_dtype(cache_dtype)
@@ -160,7 +192,7 @@ class Profile:
         if holder is not None and holder.points:
             curve = (tuple(x for x, _ in holder.points), tuple(y * 1e-6 for _, y in holder.points))
         return StepTimeModel(geom, spec, tp, allreduce_Bps=ar_Bps, allreduce_latency_s=ar_lat, holder_curve=curve,
-                             cuda_graphs=cuda_graphs)
+                             cuda_graphs=cuda_graphs, kv_layout=kv_layout)
 
     def staging_params(self, copy_GBps: float | None = None) -> StagingParams:
         """The holders' staging pool (simroute.model.staging). One stream's copy rate: `copy_GBps` when given

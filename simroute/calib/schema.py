@@ -97,6 +97,16 @@ class FabricSpec(BaseModel):
         return _require_positive(c, "a bandwidth")
 
 
+class OperatorTablesRef(BaseModel):
+    """Where a GPU entry's operator tables are (docs/STEP_TIME.md, "Operator tables"): a directory holding a
+    tables.yaml manifest, relative to the file that names it."""
+
+    model_config = STRICT
+
+    path: str
+    note: str = ""
+
+
 class GpuFileSpec(BaseModel):
     """One GPU entry of the `gpus:` section (docs/STEP_TIME.md): datasheet peaks and achievable fractions."""
 
@@ -112,8 +122,12 @@ class GpuFileSpec(BaseModel):
     attention_efficiency: Constant
     iteration_overhead_us: Constant
     iteration_overhead_graph_us: Constant | None = None   # under CUDA graphs, when measured
+    kernel_floor_us: Constant | None = None     # the least time one kernel launch takes (the roofline's floor)
+    allreduce_bus_GBps: Constant | None = None  # a switched board's all-reduce bus bandwidth (NVSwitch)
+    allreduce_latency_us: Constant | None = None
+    operator_tables: OperatorTablesRef | None = None   # measured operator tables (the step model's first source)
 
-    @field_validator("peak_bf16_TFLOPs", "peak_fp8_TFLOPs", "hbm_GBps", "hbm_GB")
+    @field_validator("peak_bf16_TFLOPs", "peak_fp8_TFLOPs", "hbm_GBps", "hbm_GB", "allreduce_bus_GBps")
     @classmethod
     def _positive_value(cls, c: Constant | None) -> Constant | None:
         if c is None:
@@ -128,11 +142,13 @@ class GpuFileSpec(BaseModel):
             raise ValueError("an achievable fraction must lie in (0, 1]")
         return c
 
-    @field_validator("iteration_overhead_us")
+    @field_validator("iteration_overhead_us", "kernel_floor_us", "allreduce_latency_us")
     @classmethod
-    def _scalar(cls, c: Constant) -> Constant:
-        if c.value is None:
-            raise ValueError("must be a scalar 'value'")
+    def _scalar(cls, c: Constant | None) -> Constant | None:
+        if c is None:
+            return None
+        if c.value is None or c.value < 0:
+            raise ValueError("must be a scalar 'value' >= 0")
         return c
 
 

@@ -290,11 +290,15 @@ def model_step(
     fabric: str = typer.Option(None, help="Fabric of the TP all-reduce (default: the fastest naming the GPU)."),
     weights: str = typer.Option(None, help="Weight dtype of the linear layers: bf16 | fp8 (default: the "
                                            "checkpoint's, e.g. fp8 for DeepSeek-V3)."),
+    kv_cache: str = typer.Option("bf16", "--kv-cache", help="KV-cache dtype: bf16 | fp8."),
+    roofline: bool = typer.Option(False, "--roofline", help="Ignore the GPU's measured operator tables: the "
+                                                            "datasheet roofline with kernel floors alone."),
     calib: str = typer.Option("paper-all", help=CALIB_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
-    """One engine iteration's time, term by term, with the roofline bound each term hit and the sources of
-    the GPU's constants (docs/STEP_TIME.md).
+    """One engine iteration's time, term by term: each term from the GPU's measured operator tables where they
+    cover it (measured / interpolated / extrapolated), else the roofline, and the sources of the GPU's
+    constants (docs/STEP_TIME.md).
 
     Example: simroute model step --model llama-3.1-70b --gpu h100-sxm --tp 8 --tokens 64 --decode-seqs 64 --context 4096
     """
@@ -304,12 +308,14 @@ def model_step(
         raise ConfigurationError(f"--decode-seqs {decode_seqs} exceeds --tokens {tokens}", field="decode-seqs")
     prof, gpu_prof = _step_profile(calib, gpu)
     fab = _allreduce_fabric(prof, gpu, fabric, tp)
-    m = prof.step_model(model, tp=tp, intra_host_fabric=fab, gpu_spec=gpu_prof.gpu_spec(gpu), weight_dtype=weights)
+    m = prof.step_model(model, tp=tp, intra_host_fabric=fab, gpu_spec=gpu_prof.gpu_spec(gpu, tables=not roofline),
+                        weight_dtype=weights, cache_dtype=kv_cache)
     batch = BatchShape.uniform(decode_seqs, context, prefill_tokens=tokens - decode_seqs,
                                prefill_context=prefill_context)
     terms = m.iteration(batch).as_ms()
     inputs = {"model": model, "gpu": gpu, "tp": tp, "tokens": tokens, "decode_seqs": decode_seqs, "context": context,
-              "prefill_context": prefill_context, "allreduce_fabric": fab, "calib": calib, "weights": weights}
+              "prefill_context": prefill_context, "allreduce_fabric": fab, "calib": calib, "weights": weights,
+              "kv_cache": kv_cache, "roofline": roofline}
     g = m.geometry
     dtype = {"weight_dtype": g.weight_dtype, "weight_dtype_source": g.sources.get("weight_dtype", "default: bf16"),
              "linear_fp8_rate": m.fp8_rate, "notes": list(m.notes)}
@@ -319,15 +325,16 @@ def model_step(
     if json_out:
         echo_json({**terms, **sizes, **dtype, "inputs": inputs, "gpu_sources": m.gpu.sources})
         return
-    b = terms["bounds"]
-    rows = [["iteration", f"{terms['iteration_ms']:.4f}", ""],
-            ["linear (per layer)", f"{terms['linear_ms_per_layer']:.4f}", b["linear"]],
-            ["attention (per layer)", f"{terms['attention_ms_per_layer']:.4f}", b["attention"]],
-            ["all-reduce (per layer)", f"{terms['allreduce_ms_per_layer']:.4f}", b["allreduce"]],
-            ["LM head", f"{terms['lm_head_ms']:.4f}", b["lm_head"]],
-            ["overhead", f"{terms['overhead_ms']:.4f}", ""]]
+    b, look, src = terms["bounds"], terms["term_lookups"], terms["term_sources"]
+    rows = [["iteration", f"{terms['iteration_ms']:.4f}", "", "", ""]]
+    for label, key, term in (("linear (per layer)", "linear_ms_per_layer", "linear"),
+                             ("attention (per layer)", "attention_ms_per_layer", "attention"),
+                             ("all-reduce (per layer)", "allreduce_ms_per_layer", "allreduce"),
+                             ("elementwise (per layer)", "elementwise_ms_per_layer", "elementwise"),
+                             ("LM head", "lm_head_ms", "lm_head"), ("overhead", "overhead_ms", "overhead")):
+        rows.append([label, f"{terms[key]:.4f}", b.get(term, ""), look.get(term, ""), src.get(term, "")])
     table(f"{model} on {tp} x {gpu}: {tokens} tokens ({decode_seqs} decodes at context {context}), "
-          f"{terms['layers']} layers", ["term", "ms", "bound"], rows)
+          f"{terms['layers']} layers", ["term", "ms", "bound", "from", "table"], rows)
     rate = "the FP8 rate" if m.fp8_rate else "the bf16 rate"
     typer.echo(f"weights {g.weight_dtype} ({dtype['weight_dtype_source']}); linear GEMMs at {rate}")
     for note in m.notes:

@@ -21,6 +21,7 @@ from typing import Sequence, Union
 from simroute.model.cost import HOLDER_CT_REF, HOLDER_HEADS_REF, holder_curve_s, holder_work
 from simroute.model.curves import interp_clamped
 from simroute.model.geometry import WEIGHT_BYTES, LinearOp, ModelGeometry
+from simroute.model.optables import Lookup, OperatorTables
 
 Curve = tuple[tuple[float, ...], tuple[float, ...]]
 Efficiency = Union[float, Curve]
@@ -28,6 +29,21 @@ Efficiency = Union[float, Curve]
 MEMORY, COMPUTE = "memory", "compute"
 LATENCY, BANDWIDTH, NONE = "latency", "bandwidth", "none"
 ALLREDUCES_PER_LAYER = 2          # after attention's output projection and after the FFN / MoE
+# Memory-bound kernels of every layer that no operator table holds (the attention tables time the backend's
+# call, its KV-cache store included; the MoE table SGLang's whole fused_moe, its activation included): the input
+# and post-attention RMSNorms with the residual add fused in (each reads the hidden state and the residual and
+# writes both), RoPE on the rank's query and key heads (in place), MLA's q_a / kv_a RMSNorms on the two latents
+# (one launch's floor: SGLang runs the pair on two streams) and the FFN activation (silu(gate) x up: reads 2 f,
+# writes f per token; in a MoE layer the shared experts', and the routed experts' only where no MoE table
+# measured them). Each costs bytes / achievable HBM bandwidth plus the GPU's per-kernel floor.
+NORMS_PER_LAYER = 2
+NORM_ACCESSES = 4                 # fused add + RMSNorm: hidden state and residual in, both out
+ELEMENTWISE_KERNELS_PER_LAYER = NORMS_PER_LAYER + 1   # and RoPE; + the MLA latent norms, + each activation
+# Where an MLA latent lives under tensor parallelism (docs/STEP_TIME.md, "MLA KV under TP"): `replicated`, the
+# serving engines' TP attention (SGLang's and vLLM's default: every rank holds the whole latent and attends its
+# own heads), or `tpla`, the layout of "Move the Query, Not the Cache" §8 (the latent column-partitioned over
+# the ranks, each attending every head over its 1/N slice). GQA models split their KV heads either way.
+KV_LAYOUTS = ("replicated", "tpla")
 
 
 @dataclass(frozen=True)
@@ -49,6 +65,10 @@ class GpuSpec:
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     iteration_overhead_graph_s: float | None = None     # the same iteration under CUDA graphs, when measured
     peak_fp8_flops: float | None = None                 # dense FP8 tensor-core peak (None: the GPU has none)
+    kernel_floor_s: float = 0.0                         # the least time any kernel launch takes (roofline floor)
+    allreduce_bus_Bps: float | None = None              # the board's all-reduce bus bandwidth (NVSwitch), if any
+    allreduce_latency_s: float | None = None            # and its latency per all-reduce
+    operator_tables: OperatorTables | None = field(default=None, compare=False, hash=False, repr=False)
 
     @property
     def achievable_hbm_Bps(self) -> float:
@@ -89,6 +109,7 @@ class BatchShape:
     kv_read_tokens: float
     attention_pairs: float
     prefill_pairs: float = 0.0
+    decode_sequences: float | None = None     # None: every sequence but one prefill chunk (if any) decodes
 
     @classmethod
     def uniform(cls, decode_seqs: int = 0, context: int = 0, prefill_tokens: int = 0,
@@ -100,14 +121,16 @@ class BatchShape:
         has_prefill = 1 if prefill_tokens > 0 else 0
         return cls(new_tokens=float(decode_seqs + prefill_tokens), sequences=float(decode_seqs + has_prefill),
                    kv_read_tokens=float(decode_seqs * context + (pre_ctx if has_prefill else 0)),
-                   attention_pairs=float(decode_seqs * context + pre_pairs), prefill_pairs=float(pre_pairs))
+                   attention_pairs=float(decode_seqs * context + pre_pairs), prefill_pairs=float(pre_pairs),
+                   decode_sequences=float(decode_seqs))
 
 
 @dataclass(frozen=True)
 class StepTerms:
-    """One iteration's time, term by term (seconds). iteration_s = layers x (linear + attention + allreduce)
-    per layer + lm_head_s + overhead_s. bounds: term -> "memory" / "compute" (all-reduce: "latency" /
-    "bandwidth" / "none")."""
+    """One iteration's time, term by term (seconds). iteration_s = layers x (linear + attention + allreduce +
+    elementwise) per layer + lm_head_s + overhead_s. bounds: term -> "memory" / "compute" (all-reduce:
+    "latency" / "bandwidth" / "none"; a term read from a table: "measured"). sources / lookups: which operator
+    table each term read (or "roofline") and whether at a grid point, between, or past the grid."""
 
     iteration_s: float
     linear_s_per_layer: float
@@ -117,13 +140,18 @@ class StepTerms:
     lm_head_s: float
     layers: int
     bounds: dict[str, str]
+    elementwise_s_per_layer: float = 0.0
+    sources: dict[str, str] = field(default_factory=dict)      # term -> the table it read, or "roofline"
+    lookups: dict[str, str] = field(default_factory=dict)      # term -> measured / interpolated / extrapolated / roofline
 
     def as_ms(self) -> dict[str, object]:
-        """The CLI's view: every term in ms, plus the bounds."""
+        """The CLI's view: every term in ms, plus the bounds and each term's source."""
         return {"iteration_ms": self.iteration_s * 1e3, "linear_ms_per_layer": self.linear_s_per_layer * 1e3,
                 "attention_ms_per_layer": self.attention_s_per_layer * 1e3,
-                "allreduce_ms_per_layer": self.allreduce_s_per_layer * 1e3, "lm_head_ms": self.lm_head_s * 1e3,
-                "overhead_ms": self.overhead_s * 1e3, "layers": self.layers, "bounds": dict(self.bounds)}
+                "allreduce_ms_per_layer": self.allreduce_s_per_layer * 1e3,
+                "elementwise_ms_per_layer": self.elementwise_s_per_layer * 1e3, "lm_head_ms": self.lm_head_s * 1e3,
+                "overhead_ms": self.overhead_s * 1e3, "layers": self.layers, "bounds": dict(self.bounds),
+                "term_sources": dict(self.sources), "term_lookups": dict(self.lookups)}
 
 
 @dataclass(frozen=True)
@@ -191,10 +219,16 @@ class StepTimeModel:
 
     def __init__(self, geometry: ModelGeometry, gpu: GpuSpec, tp: int = 1, *, allreduce_Bps: float = float("inf"),
                  allreduce_latency_s: float = 0.0, holder_curve: Curve | None = None,
-                 holder_ref: tuple[int, int] = (HOLDER_HEADS_REF, HOLDER_CT_REF), cuda_graphs: bool = False) -> None:
+                 holder_ref: tuple[int, int] = (HOLDER_HEADS_REF, HOLDER_CT_REF), cuda_graphs: bool = False,
+                 kv_layout: str = "replicated") -> None:
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
+        if kv_layout not in KV_LAYOUTS:
+            raise ValueError(f"kv_layout must be one of {', '.join(KV_LAYOUTS)}, got {kv_layout!r}")
         self.geometry, self.gpu, self.tp = geometry, gpu, tp
+        self.kv_layout = kv_layout
+        # ranks an MLA latent is split over (1: every rank holds all of it)
+        self.kv_shards = tp if (geometry.is_mla and kv_layout == "tpla") else 1
         self.allreduce_Bps, self.allreduce_latency_s = allreduce_Bps, allreduce_latency_s
         graph_s = gpu.iteration_overhead_graph_s
         self._layers = geometry.layers
@@ -219,7 +253,7 @@ class StepTimeModel:
             "GEMMs run at the bf16 rate (weight-only FP8, dequantised in the kernel)",)
         self._inv_bw = 1.0 / self._bw
         self._attn_rate = gpu.peak_flops * gpu.attention_efficiency
-        self._kv_bytes_token_layer = g.b_kv_per_gpu(tp) * g.token_fraction
+        self._kv_bytes_token_layer = g.b_kv_per_gpu(tp) * g.token_fraction / self.kv_shards
         heads_per_gpu = -(-g.heads_q // tp)
         self._attn_flops_pair_layer = 2.0 * heads_per_gpu * (g.d_qk + g.d_v) * g.token_fraction
         expanded = (g.qk_nope_head_dim + g.rope_dims + g.v_head_dim) if g.is_mla else (g.d_qk + g.d_v)
@@ -231,8 +265,48 @@ class StepTimeModel:
         # a routed row is one query head of one token, split over the holder's TP ranks
         self._holder_s_per_pair = 2.0 * (g.d_qk + g.d_v) * g.token_fraction / tp / self._attn_rate
         ring_steps = 2.0 * (tp - 1)
-        self._ar_latency_s = ALLREDUCES_PER_LAYER * ring_steps * allreduce_latency_s
-        self._ar_s_per_token = ALLREDUCES_PER_LAYER * ring_steps / tp * g.hidden * WEIGHT_BYTES / allreduce_Bps
+        if gpu.allreduce_bus_Bps is not None:
+            # a switched board (NVSwitch): one latency per all-reduce, 2 (tp - 1) / tp of the message over the bus
+            self._ar_latency_s = ALLREDUCES_PER_LAYER * (gpu.allreduce_latency_s or 0.0)
+            self._ar_s_per_token = (ALLREDUCES_PER_LAYER * ring_steps / tp * g.hidden * WEIGHT_BYTES
+                                    / gpu.allreduce_bus_Bps)
+        else:
+            self._ar_latency_s = ALLREDUCES_PER_LAYER * ring_steps * allreduce_latency_s
+            self._ar_s_per_token = ALLREDUCES_PER_LAYER * ring_steps / tp * g.hidden * WEIGHT_BYTES / allreduce_Bps
+        # the kernel floor: no launch takes less than the GPU's floor, so a layer of n kernels no less than n floors
+        self._floor_s = gpu.kernel_floor_s
+        self._kernels_per_kind = tuple(len(g.linear_ops(tp, kind)) for kind, n in g.layer_kinds().items() if n > 0)
+        # the elementwise kernels: (seconds per token, launch floors) over every layer, with the routed experts'
+        # activation (the roofline's MoE) and without it (a measured fused-MoE kernel holds it)
+        rope = 2 * (-(-g.heads_q // tp) + g.kv_heads_per_gpu(tp)) * g.rope_dims
+        latent = 2 * (g.q_lora_rank + g.d_v) if g.is_mla else 0
+        attn_side = NORMS_PER_LAYER * NORM_ACCESSES * g.hidden + rope + latent
+        attn_kernels = ELEMENTWISE_KERNELS_PER_LAYER + (1 if latent else 0)
+        roof, tabled = [0.0, 0.0], [0.0, 0.0]
+        for kind, n in g.layer_kinds().items():
+            if n <= 0:
+                continue
+            outside = g.intermediate if kind == "dense" else g.shared_experts * g.expert_intermediate
+            routed = 0 if kind == "dense" else g.experts_per_token * g.expert_intermediate
+            for slot, widths in ((roof, (outside, routed)), (tabled, (outside,))):
+                acts = [w for w in widths if w > 0]
+                slot[0] += n * (attn_side + sum(3 * -(-w // tp) for w in acts)) * WEIGHT_BYTES * self._inv_bw
+                slot[1] += n * (attn_kernels + len(acts)) * self._floor_s
+        self._elementwise_s_per_token, self._elementwise_floor_s = roof
+        self._elementwise_tabled = tuple(tabled)
+        self._measured = None
+        self._token_cache: dict[tuple[float, float, float], tuple[float, float, float]] = {}
+        if gpu.operator_tables is not None:
+            from simroute.model.opstep import MeasuredStep
+
+            self._measured = MeasuredStep(
+                g, tp, gpu.operator_tables, cuda_graphs=cuda_graphs, kv_shards=self.kv_shards,
+                kernel_floor_s=gpu.kernel_floor_s,
+                roofline_linear=lambda tokens: self._linear(tokens)[0],
+                roofline_attention=lambda kv, pairs, pre: self._attention(kv, pairs, pre)[0],
+                roofline_allreduce=lambda tokens: self._allreduce(tokens)[0],
+                roofline_lm_head=lambda seqs: self._lm_head(seqs)[0])
+            self.notes = self.notes + tuple(self._measured.notes)
 
     # ---- sizes ------------------------------------------------------------------------------------------
     @property
@@ -245,9 +319,25 @@ class StepTimeModel:
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
         """Cached bytes one token costs on one GPU, over all layers (`geometry.kv_bytes_per_token` on the
-        rank's share of the cached heads)."""
+        rank's share of the cached heads; of an MLA latent, all of it, or 1/tp under the `tpla` layout)."""
         g = self.geometry
-        return g.kv_bytes_per_token * g.kv_heads_per_gpu(self.tp) / g.kv_heads
+        return g.kv_bytes_per_token * g.kv_heads_per_gpu(self.tp) / g.kv_heads / self.kv_shards
+
+    def fanout_s(self, copy_bytes: float) -> float:
+        """Time to spread a fetched MLA copy over the host under the `replicated` layout: each rank pulled 1/tp
+        of it over its own NIC, and every rank must hold all of it, so the host all-gathers: each GPU receives
+        (tp - 1) / tp of the copy over NVLink (the board's all-reduce bus rate, else the intra-host fabric's),
+        one latency. 0 where nothing fans out (tp 1, tpla, GQA: a rank's KV heads are its own)."""
+        if self.tp == 1 or not self.geometry.is_mla or self.kv_shards > 1 or copy_bytes <= 0:
+            return 0.0
+        gpu = self.gpu
+        rate = gpu.allreduce_bus_Bps if gpu.allreduce_bus_Bps is not None else self.allreduce_Bps
+        latency = gpu.allreduce_latency_s if gpu.allreduce_latency_s is not None else self.allreduce_latency_s
+        return latency + (self.tp - 1) / self.tp * copy_bytes / rate
+
+    def fanout_bytes(self, copy_bytes: float) -> float:
+        """NVLink bytes of that all-gather, over the whole host: tp ranks x (tp - 1) / tp of the copy."""
+        return (self.tp - 1) * copy_bytes if self.fanout_s(copy_bytes) > 0 else 0.0
 
     def kv_capacity_tokens(self, hbm_reserved_bytes: float = 0.0) -> int:
         """Tokens of KV that fit beside the weights (and `hbm_reserved_bytes` more, per GPU); 0 if none."""
@@ -265,8 +355,9 @@ class StepTimeModel:
         rate, rate_fp8 = peak * fraction, peak_fp8 * fraction
         inv_bw = self._inv_bw
         total = mem_s = comp_s = 0.0
-        for count, dense_bytes, expert_bytes, experts, per_token, flops_token, fp8_flops_token, expert_flops, \
-                expert_fp8_flops, act_token in self._kind_rows:
+        floor = self._floor_s
+        for (count, dense_bytes, expert_bytes, experts, per_token, flops_token, fp8_flops_token, expert_flops,
+             expert_fp8_flops, act_token), kernels in zip(self._kind_rows, self._kernels_per_kind):
             comp = tokens * (flops_token / rate + fp8_flops_token / rate_fp8)
             if experts:
                 touched, per_expert = expert_load(experts, per_token, tokens)
@@ -276,6 +367,8 @@ class StepTimeModel:
             else:
                 weights = dense_bytes
             mem = (weights + tokens * act_token) * inv_bw
+            if floor and mem < kernels * floor > comp:      # launch-bound: every kernel at its floor
+                mem = kernels * floor
             if mem >= comp:
                 mem_s += count * mem
             else:
@@ -288,6 +381,8 @@ class StepTimeModel:
         """(seconds, bytes time, FLOPs time) of one layer's attention kernel."""
         mem = kv_read_tokens * self._attn_s_per_kv_token
         comp = (attention_pairs - prefill_pairs) * self._attn_s_per_pair + prefill_pairs * self._prefill_s_per_pair
+        if kv_read_tokens > 0 and mem < self._floor_s > comp:
+            mem = self._floor_s
         return (mem if mem >= comp else comp), mem, comp
 
     def _allreduce(self, tokens: float) -> tuple[float, str]:
@@ -300,31 +395,94 @@ class StepTimeModel:
     def _lm_head(self, sequences: float) -> tuple[float, str]:
         if sequences <= 0:
             return 0.0, NONE
-        mem = (self._head_bytes + sequences * self._head_act_bytes) * self._inv_bw
+        mem = max((self._head_bytes + sequences * self._head_act_bytes) * self._inv_bw, self._floor_s)
         comp = sequences * self._head_flops / (self._peak * self.gpu.gemm_fraction(sequences))
         return (mem, MEMORY) if mem >= comp else (comp, COMPUTE)
 
+    def _elementwise(self, tokens: float) -> float:
+        """The memory-bound per-layer kernels no table holds (norms, RoPE, activations), over every layer."""
+        if tokens <= 0:
+            return 0.0
+        if self._measured is not None and self._measured.linear_measured:
+            per_token, floor = self._elementwise_tabled
+            return tokens * per_token + floor
+        return tokens * self._elementwise_s_per_token + self._elementwise_floor_s
+
+    def _split(self, new_tokens: float, sequences: float, kv_read_tokens: float, attention_pairs: float,
+               prefill_pairs: float, decode_sequences: float | None) -> tuple[float, float, float, float, float]:
+        """(decode sequences, their KV tokens, prefill sequences, prefill KV tokens, prefill pairs) of a batch:
+        a decode sequence's pairs are its context, so the decode KV is the pairs outside prefill chunks."""
+        prefill_seqs = 1.0 if prefill_pairs > 0 else 0.0
+        decode_seqs = sequences - prefill_seqs if decode_sequences is None else decode_sequences
+        prefill_seqs = max(sequences - decode_seqs, 0.0)
+        decode_kv = max(attention_pairs - prefill_pairs, 0.0)
+        return decode_seqs, decode_kv, prefill_seqs, max(kv_read_tokens - decode_kv, 0.0), prefill_pairs
+
+    def _token_terms(self, new_tokens: float, sequences: float, decode_seqs: float) -> tuple[float, float, float]:
+        """The measured model's token-dependent terms, cached per (tokens, sequences, decodes): iterations of a
+        run repeat these counts, while their contexts (the attention term) differ."""
+        key = (new_tokens, sequences, decode_seqs)
+        hit = self._token_cache.get(key)
+        if hit is None:
+            if len(self._token_cache) > 65536:
+                self._token_cache.clear()
+            hit = self._token_cache[key] = self._measured.token_terms_s(new_tokens, sequences, decode_seqs)
+        return hit
+
     def iteration(self, batch: BatchShape) -> StepTerms:
-        """One iteration's terms and the bound each hit."""
+        """One iteration's terms, the bound each hit and the table each read."""
         layers = self.geometry.layers
+        elementwise = self._elementwise(batch.new_tokens)
+        if self._measured is not None:
+            decode_seqs, decode_kv, prefill_seqs, prefill_kv, prefill_pairs = self._split(
+                batch.new_tokens, batch.sequences, batch.kv_read_tokens, batch.attention_pairs, batch.prefill_pairs,
+                batch.decode_sequences)
+            lin, ar, head = self._token_terms(batch.new_tokens, batch.sequences, decode_seqs)
+            attn = self._measured.attention_s(decode_seqs, decode_kv, prefill_seqs, prefill_pairs, prefill_kv)
+            overhead = self._overhead_s
+            total = lin + elementwise + layers * (attn + ar) + head + overhead
+            src = self._measured.sources
+            attention_src = [src[k] for k, on in (("attention_decode", decode_seqs > 0),
+                                                  ("attention_prefill", prefill_pairs > 0)) if on]
+            sources = {name: src[name].table for name in ("linear", "allreduce", "lm_head")}
+            sources["attention"] = "; ".join(t.table for t in attention_src) or "none"
+            lookups = {name: how.value for name, how in self._measured.shape_lookups(
+                batch.new_tokens, batch.sequences, decode_seqs, decode_kv, prefill_seqs, prefill_pairs).items()}
+            sources["elementwise"] = sources["overhead"] = "roofline"
+            lookups["elementwise"] = lookups["overhead"] = Lookup.ROOFLINE.value
+            bounds = {name: ("measured" if lookups[name] != Lookup.ROOFLINE.value else "roofline")
+                      for name in ("linear", "attention", "allreduce", "lm_head")}
+            return StepTerms(iteration_s=total, linear_s_per_layer=lin / layers, attention_s_per_layer=attn,
+                             allreduce_s_per_layer=ar, overhead_s=overhead, lm_head_s=head, layers=layers,
+                             bounds=bounds, elementwise_s_per_layer=elementwise / layers, sources=sources,
+                             lookups=lookups)
         lin, lin_mem, lin_comp = self._linear(batch.new_tokens)
         attn, attn_mem, attn_comp = self._attention(batch.kv_read_tokens, batch.attention_pairs, batch.prefill_pairs)
         ar, ar_bound = self._allreduce(batch.new_tokens)
         head, head_bound = self._lm_head(batch.sequences)
         overhead = self._overhead_s
-        total = lin + layers * (attn + ar) + head + overhead
+        total = lin + elementwise + layers * (attn + ar) + head + overhead
         bounds = {"linear": MEMORY if lin_mem >= lin_comp else COMPUTE,
                   "attention": MEMORY if attn_mem >= attn_comp else COMPUTE,
                   "allreduce": ar_bound, "lm_head": head_bound}
+        roof = {name: "roofline" for name in ("linear", "attention", "allreduce", "lm_head", "elementwise", "overhead")}
         return StepTerms(iteration_s=total, linear_s_per_layer=lin / layers, attention_s_per_layer=attn,
-                         allreduce_s_per_layer=ar, overhead_s=overhead, lm_head_s=head, layers=layers, bounds=bounds)
+                         allreduce_s_per_layer=ar, overhead_s=overhead, lm_head_s=head, layers=layers, bounds=bounds,
+                         elementwise_s_per_layer=elementwise / layers, sources=dict(roof), lookups=dict(roof))
 
     def iteration_s(self, new_tokens: float, sequences: float, kv_read_tokens: float, attention_pairs: float,
-                    prefill_pairs: float = 0.0) -> float:
+                    prefill_pairs: float = 0.0, decode_sequences: float | None = None) -> float:
         """`iteration(...).iteration_s` on plain floats: the simulator's hot loop."""
+        if self._measured is not None:
+            decode_seqs, decode_kv, prefill_seqs, prefill_kv, prefill_pairs = self._split(
+                new_tokens, sequences, kv_read_tokens, attention_pairs, prefill_pairs, decode_sequences)
+            lin, ar, head = self._token_terms(new_tokens, sequences, decode_seqs)
+            attn = self._measured.attention_s(decode_seqs, decode_kv, prefill_seqs, prefill_pairs, prefill_kv)
+            return lin + self._elementwise(new_tokens) + self._layers * (attn + ar) + head + self._overhead_s
         attn = self._attention(kv_read_tokens, attention_pairs, prefill_pairs)[0]
-        return (self._linear(new_tokens)[0] + self._layers * (attn + self._allreduce(new_tokens)[0])
-                + self._lm_head(sequences)[0] + self._overhead_s)
+        return (self._linear(new_tokens)[0] + self._elementwise(new_tokens)
+                + self._layers * (attn + self._allreduce(new_tokens)[0]) + self._lm_head(sequences)[0]
+                + self._overhead_s)
 
     def attention_s(self, kv_read_tokens: float, attention_pairs: float, layers: int | None = None,
                     prefill_pairs: float = 0.0) -> float:

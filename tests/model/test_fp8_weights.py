@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from simroute.calib import load_profile
@@ -13,7 +15,8 @@ FP8_BYTES = 1.0 + 4.0 / (128 * 128)          # e4m3 + one fp32 scale per 128 x 1
 
 
 def _spec(gpu: str):
-    return load_profile(shipped_dir() / "gpus" / f"{gpu}.yaml").gpu_spec(gpu)
+    # the bare roofline (no operator tables, no kernel floor): these tests pin its FP8 arithmetic
+    return replace(load_profile(shipped_dir() / "gpus" / f"{gpu}.yaml").gpu_spec(gpu, tables=False), kernel_floor_s=0.0)
 
 
 def _pair(model="deepseek-v3", gpu="h200-sxm", tp=8):
@@ -64,7 +67,8 @@ def test_weight_bound_decode_iteration_roughly_halves():
     t8, t16 = fp8.iteration(one), bf16.iteration(one)
     assert t8.bounds["linear"] == t16.bounds["linear"] == "memory"
     assert t8.linear_s_per_layer / t16.linear_s_per_layer == pytest.approx(0.5, abs=0.02)
-    assert 0.5 < t8.iteration_s / t16.iteration_s < 0.6     # the bf16 LM head, attention and overhead stay
+    # the bf16 LM head, attention, the elementwise kernels and the overhead stay
+    assert 0.5 < t8.iteration_s / t16.iteration_s < 0.65
 
 
 def test_flop_bound_prefill_runs_at_the_fp8_rate():

@@ -24,7 +24,10 @@ def _h200_profile():
 
 
 def spec(name: str) -> GpuSpec:
-    return _h200_profile().gpu_spec(name) if name == "h200-sxm" else PAPER_ALL.gpu_spec(name)
+    """The bare roofline (no operator tables, no kernel floor): these tests pin its formulas by hand counts;
+    tests/model/test_optables.py pins the tables and the floors."""
+    prof = _h200_profile() if name == "h200-sxm" else PAPER_ALL
+    return replace(prof.gpu_spec(name, tables=False), kernel_floor_s=0.0)
 
 
 def test_gpu_entries_load_with_datasheet_peaks():
@@ -64,7 +67,8 @@ def test_terms_add_up_and_hot_path_agrees():
     for b in (BatchShape.uniform(1, 100), BatchShape.uniform(64, 4096, prefill_tokens=512, prefill_context=1000)):
         t = m.iteration(b)
         assert t.iteration_s == pytest.approx(t.layers * (t.linear_s_per_layer + t.attention_s_per_layer +
-                                                          t.allreduce_s_per_layer) + t.lm_head_s + t.overhead_s)
+                                                          t.allreduce_s_per_layer + t.elementwise_s_per_layer)
+                                              + t.lm_head_s + t.overhead_s)
         assert m.iteration_s(b.new_tokens, b.sequences, b.kv_read_tokens, b.attention_pairs, b.prefill_pairs) == \
             pytest.approx(t.iteration_s, rel=1e-12)
 
@@ -110,10 +114,19 @@ def test_tp_splits_weights_and_kv():
 def test_allreduce_only_with_tp_and_over_the_given_fabric():
     b = BatchShape.uniform(64, 1000)
     assert _model(tp=1).iteration(b).allreduce_s_per_layer == 0.0
-    slow = _model(tp=4, allreduce_Bps=20e9, allreduce_latency_s=8e-6).iteration(b)
-    fast = _model(tp=4, allreduce_Bps=125e9, allreduce_latency_s=1.2e-6).iteration(b)
+    ring = replace(spec("h100-sxm"), allreduce_bus_Bps=None, allreduce_latency_s=None)   # no switched board
+    geom = get_model("llama-3.1-8b")
+    slow = StepTimeModel(geom, ring, 4, allreduce_Bps=20e9, allreduce_latency_s=8e-6).iteration(b)
+    fast = StepTimeModel(geom, ring, 4, allreduce_Bps=125e9, allreduce_latency_s=1.2e-6).iteration(b)
     assert slow.allreduce_s_per_layer > fast.allreduce_s_per_layer > 0
     assert slow.bounds["allreduce"] in ("latency", "bandwidth")
+    # ring by hand: 2 all-reduces x 2 (tp - 1) steps of latency + 2 (tp - 1) / tp of 64 x 4096 x 2 B per GPU
+    msg = 64 * geom.hidden * 2
+    assert fast.allreduce_s_per_layer == pytest.approx(2 * (6 * 1.2e-6 + 6 / 4 * msg / 125e9), rel=1e-12)
+    # a switched board (the GPU entry's NVSwitch bus): one latency per all-reduce, the bytes over the bus
+    board = replace(ring, allreduce_bus_Bps=365e9, allreduce_latency_s=3.3e-6)
+    switched = StepTimeModel(geom, board, 4, allreduce_Bps=20e9, allreduce_latency_s=8e-6).iteration(b)
+    assert switched.allreduce_s_per_layer == pytest.approx(2 * (3.3e-6 + 6 / 4 * msg / 365e9), rel=1e-12)
 
 
 def test_measured_constants_override_datasheet_derived_ones():

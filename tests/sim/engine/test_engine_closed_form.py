@@ -99,13 +99,18 @@ class _StepSpy:
 
 
 def _lone_prefill(prompt: int, chunk: int):
+    """A lone prompt on engine 0, charged by the step model's roofline (these tests pin the prefill form's FLOPs
+    by hand; the operator tables' prefill rows are pinned in tests/model/test_optables.py)."""
     env, es, *_ = _engines()
     es[0].options = EngineOptions(steps_per_event=8, check_hbm=True, token_budget=chunk, prefill_chunk=chunk)
-    spy = es[0].step = _StepSpy(es.step)
+    profile = load_profile(default_profile_path())
+    roofline = profile.step_model(MODEL, gpu_spec=profile.gpu_spec(es.step.gpu.name, tables=False),
+                                  intra_host_fabric=None)
+    spy = es[0].step = _StepSpy(roofline)
     seq = Sequence(0, prompt, 1)
     es[0].submit(seq)
     env.run()
-    return seq, spy, es.step
+    return seq, spy, roofline
 
 
 def test_lone_long_prefill_is_charged_in_the_prefill_form_by_hand_count():

@@ -1,0 +1,249 @@
+"""Import NVIDIA's measured operator database from the `aiconfigurator-core` package (PyPI, Apache-2.0).
+
+The package ships its measurements as `aiconfigurator_core/systems/data/<gpu>/<op>/<framework>/<version>/
+*.parquet` (latencies in ms, one row per measured shape, collected with the named framework's kernels on the
+named GPU; a `collection_meta.yaml` beside each). This module maps the files simroute's step-time model reads
+onto simroute's table format (simroute.calib.optables): same rows, renamed columns, latencies in us, and a
+manifest entry per table naming the package, its version, the source file and its collection metadata.
+
+Mapping (aiconfigurator file -> simroute kind: rows kept):
+- gemm/gemm_perf -> gemm: every dtype (bfloat16 -> bf16; fp8 per-tensor; fp8_block, the 128x128 block scaling of
+  DeepSeek-V3 checkpoints).
+- moe/moe_perf -> moe: every dtype and token distribution.
+- attention/context_attention_perf, generation_attention_perf -> attention_prefill / attention_decode: full
+  attention only (window_size 0), bf16 activations; FlashAttention-3 rows where both kernels were measured
+  (SGLang's default backend on Hopper); decode context = isl + step.
+- mla/context_mla_perf, generation_mla_perf -> mla_prefill / mla_decode: num_heads is the heads of one rank.
+- mla_bmm/mla_bmm_perf -> mla_bmm: stage pre (mla_gen_pre) and post (mla_gen_post).
+- comm/<framework>/custom_allreduce_perf -> allreduce (mode graph / eager: the framework's custom all-reduce
+  replayed in a CUDA graph or launched eagerly); comm/nccl/<version>/nccl_perf all_reduce -> allreduce mode nccl.
+  message_elements counts bf16 values (the file's message_size; 33,554,432 elements = 64 MiB).
+A kind the asked version lacks is taken from the newest version of the same framework that has it, and its
+manifest entry says which.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simroute.errors import ConfigurationError
+from simroute.model.optables import LATENCY_COLUMN, OpKind
+
+PACKAGE = "aiconfigurator-core"
+LICENCE = "Apache-2.0 (aiconfigurator-core; NOTICE: Copyright (c) NVIDIA CORPORATION & AFFILIATES)"
+# simroute GPU entry -> aiconfigurator system name
+GPU_NAMES = {"h200-sxm": "h200_sxm", "h100-sxm": "h100_sxm", "a100-80gb": "a100_sxm", "rtxpro6000": "rtx_pro_6000_server"}
+_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+
+# kind -> (op folder, file stem under the framework's version folder)
+_FILES: dict[OpKind, tuple[str, str]] = {
+    OpKind.GEMM: ("gemm", "gemm_perf"),
+    OpKind.MOE: ("moe", "moe_perf"),
+    OpKind.ATTENTION_PREFILL: ("attention", "context_attention_perf"),
+    OpKind.ATTENTION_DECODE: ("attention", "generation_attention_perf"),
+    OpKind.MLA_PREFILL: ("mla", "context_mla_perf"),
+    OpKind.MLA_DECODE: ("mla", "generation_mla_perf"),
+    OpKind.MLA_BMM: ("mla_bmm", "mla_bmm_perf"),
+    OpKind.ALLREDUCE: ("comm", "custom_allreduce_perf"),
+}
+
+
+def package_root() -> tuple[Path, str]:
+    """The installed package's data directory and version; a clear error when it is not installed."""
+    import importlib.metadata
+    import importlib.util
+
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigurationError(f"the {PACKAGE} package is not installed (pip install {PACKAGE}), or give --from "
+                                 "the directory that holds its systems/data", field="--from")
+    root = Path(next(iter(spec.submodule_search_locations))) / "systems" / "data"
+    return root, importlib.metadata.version(PACKAGE)
+
+
+def _unpacked_version(data_root: Path) -> str:
+    """The version of an unpacked wheel (its dist-info's METADATA beside the package folder), if it is there."""
+    for meta in data_root.parent.parent.parent.glob("aiconfigurator_core-*.dist-info/METADATA"):
+        for line in meta.read_text(errors="replace").splitlines():
+            if line.startswith("Version:"):
+                return line.split(":", 1)[1].strip()
+    return "unknown (read from --from)"
+
+
+def _dtype(value: str) -> str:
+    return _DTYPES.get(value, value)
+
+
+def _version_key(version: str) -> tuple:
+    parts = []
+    for piece in version.replace("rc", ".").replace("post", ".").split("."):
+        parts.append(int(piece) if piece.isdigit() else -1)
+    return tuple(parts)
+
+
+def _pick_version(folder: Path, version: str, stem: str) -> Path | None:
+    """The asked version's folder if it holds `stem`.parquet, else the newest version folder that does."""
+    exact = folder / version / f"{stem}.parquet"
+    if exact.is_file():
+        return exact
+    found = sorted((p for p in folder.glob(f"*/{stem}.parquet")), key=lambda p: _version_key(p.parent.name))
+    return found[-1] if found else None
+
+
+def _read(path: Path):
+    import pandas as pd
+
+    try:
+        return pd.read_parquet(path)
+    except Exception as exc:  # damaged or unreadable file
+        raise ConfigurationError(f"not a readable Parquet file ({type(exc).__name__})", file=path) from None
+
+
+def _meta(path: Path) -> str:
+    meta = path.parent / "collection_meta.yaml"
+    if not meta.is_file():
+        return ""
+    lines = [ln.strip() for ln in meta.read_text(errors="replace").splitlines() if ln.strip() and
+             not ln.lstrip().startswith("#")]
+    return "; ".join(lines)[:400]
+
+
+def _convert(kind: OpKind, frame) -> dict[str, Any]:
+    """One aiconfigurator frame -> simroute columns (latency ms -> us)."""
+    lat = frame["latency"].to_numpy(dtype=float) * 1e3
+    if kind is OpKind.GEMM:
+        return {"dtype": [_dtype(v) for v in frame["gemm_dtype"]], "m": frame["m"], "n": frame["n"],
+                "k": frame["k"], LATENCY_COLUMN: lat}
+    if kind is OpKind.MOE:
+        return {"dtype": [_dtype(v) for v in frame["moe_dtype"]], "distribution": frame["distribution"],
+                "tokens": frame["num_tokens"], "hidden": frame["hidden_size"], "inter": frame["inter_size"],
+                "topk": frame["topk"], "experts": frame["num_experts"], "moe_tp": frame["moe_tp_size"],
+                "moe_ep": frame["moe_ep_size"], LATENCY_COLUMN: lat}
+    if kind in (OpKind.ATTENTION_PREFILL, OpKind.ATTENTION_DECODE):
+        cols = {"kv_dtype": [_dtype(v) for v in frame["kv_cache_dtype"]], "batch": frame["batch_size"],
+                "heads": frame["num_heads"], "kv_heads": frame["num_key_value_heads"], "head_dim": frame["head_dim"],
+                LATENCY_COLUMN: lat}
+        if kind is OpKind.ATTENTION_PREFILL:
+            cols["isl"] = frame["isl"]
+        else:
+            cols["context"] = frame["isl"] + frame["step"]
+        return cols
+    if kind in (OpKind.MLA_PREFILL, OpKind.MLA_DECODE):
+        cols = {"kv_dtype": [_dtype(v) for v in frame["kv_cache_dtype"]], "batch": frame["batch_size"],
+                "heads": frame["num_heads"], LATENCY_COLUMN: lat}
+        if kind is OpKind.MLA_PREFILL:
+            cols["isl"] = frame["isl"]
+        else:
+            cols["context"] = frame["isl"] + frame["step"]
+        return cols
+    if kind is OpKind.MLA_BMM:
+        return {"stage": [v.removeprefix("mla_gen_") for v in frame["op_name"]],
+                "dtype": [_dtype(v) for v in frame["bmm_dtype"]], "tokens": frame["num_tokens"],
+                "heads": frame["num_heads"], LATENCY_COLUMN: lat}
+    if kind is OpKind.ALLREDUCE:
+        return {"mode": [v.rsplit("_", 1)[-1] for v in frame["backend"]],
+                "dtype": [_dtype(v) for v in frame["allreduce_dtype"]], "gpus": frame["num_gpus"],
+                "message_elements": frame["message_size"], LATENCY_COLUMN: lat}
+    raise AssertionError(kind)
+
+
+def _filter(kind: OpKind, frame):
+    """Keep the rows the step model reads (see the module docstring)."""
+    if kind in (OpKind.ATTENTION_PREFILL, OpKind.ATTENTION_DECODE):
+        if "window_size" in frame:
+            frame = frame[frame["window_size"] == 0]
+        if "attn_dtype" in frame:
+            frame = frame[frame["attn_dtype"] == "bfloat16"]
+        keys = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "step"]
+        source = frame["kernel_source"] if "kernel_source" in frame else ""
+        frame = frame.assign(_fa3=(source != "fa3")).sort_values("_fa3", kind="stable")
+        frame = frame.drop_duplicates(keys, keep="first").drop(columns="_fa3")
+    if kind is OpKind.MOE:
+        keys = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+                "moe_ep_size", "distribution"]
+        frame = frame.sort_values("latency", kind="stable").drop_duplicates(keys, keep="first")
+    return frame
+
+
+def _nccl_allreduce(system: Path):
+    """NCCL's all-reduce rows (mode nccl), from the newest nccl version folder; None without one."""
+    import pandas as pd
+
+    path = _pick_version(system / "comm" / "nccl", "", "nccl_perf")
+    if path is None:
+        return None, None
+    frame = _read(path)
+    frame = frame[(frame["op_name"] == "all_reduce") & frame["nccl_dtype"].isin(["half", "bfloat16"])]
+    return pd.DataFrame({"backend": "x_nccl", "allreduce_dtype": frame["nccl_dtype"].map(
+        lambda v: "bfloat16" if v in ("half", "bfloat16") else v), "num_gpus": frame["num_gpus"],
+        "message_size": frame["message_size"], "latency": frame["latency"]}), path
+
+
+def import_tables(gpu: str, framework: str, version: str | None, output: str | Path,
+                  data_root: str | Path | None = None) -> dict[str, Any]:
+    """Write simroute tables for `gpu` (a simroute GPU entry name or an aiconfigurator system name) under
+    `framework` [`version`] to `output`; returns a summary (rows per kind, versions read, skipped kinds)."""
+    import pandas as pd
+
+    from simroute.calib.optables import write_operator_tables
+
+    if data_root is None:
+        root, pkg_version = package_root()
+    else:
+        root = Path(data_root)
+        if (root / "aiconfigurator_core" / "systems" / "data").is_dir():
+            root = root / "aiconfigurator_core" / "systems" / "data"
+        elif (root / "systems" / "data").is_dir():
+            root = root / "systems" / "data"
+        pkg_version = _unpacked_version(root)
+    system_name = GPU_NAMES.get(gpu, gpu)
+    system = root / system_name
+    if not system.is_dir():
+        known = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+        raise ConfigurationError(f"no measurements for GPU '{gpu}' (known: {', '.join(known) or 'none'})",
+                                 file=root, field="--gpu")
+    versions = sorted({p.name for p in system.glob(f"*/{framework}/*") if p.is_dir()}, key=_version_key)
+    if not versions:
+        raise ConfigurationError(f"no '{framework}' measurements for {system_name}", file=system, field="--framework")
+    version = version or versions[-1]
+    if version not in versions:
+        raise ConfigurationError(f"version '{version}' not measured for {system_name} {framework} (measured: "
+                                 f"{', '.join(versions)})", file=system, field="--version")
+    tables: dict[OpKind, dict[str, Any]] = {}
+    entries: dict[OpKind, dict[str, Any]] = {}
+    skipped: list[str] = []
+    for kind, (folder, stem) in _FILES.items():
+        path = _pick_version(system / folder / framework, version, stem)
+        if path is None:
+            skipped.append(kind.value)
+            continue
+        frame = _filter(kind, _read(path))
+        if kind is OpKind.ALLREDUCE:
+            nccl, nccl_path = _nccl_allreduce(system)
+            if nccl is not None:
+                frame = pd.concat([frame[["backend", "allreduce_dtype", "num_gpus", "message_size", "latency"]],
+                                   nccl], ignore_index=True)
+        if frame.empty:
+            skipped.append(kind.value)
+            continue
+        tables[kind] = _convert(kind, frame)
+        rel = path.relative_to(root)
+        entries[kind] = {"source_file": f"aiconfigurator_core/systems/data/{rel}",
+                         "framework_version": path.parent.name, "device": str(frame["device"].iloc[0])
+                         if "device" in frame else system_name, "collection_meta": _meta(path)}
+        if kind is OpKind.ALLREDUCE and nccl is not None:
+            entries[kind]["nccl_file"] = f"aiconfigurator_core/systems/data/{nccl_path.relative_to(root)}"
+    if not tables:
+        raise ConfigurationError(f"no operator tables the step model reads under {system_name} {framework} {version}",
+                                 file=system)
+    provenance = {"kind": "measured", "package": PACKAGE, "package_version": pkg_version, "licence": LICENCE,
+                  "ref": f"NVIDIA's measured operator database shipped in {PACKAGE} {pkg_version}, "
+                         f"systems/data/{system_name} ({framework} {version})"}
+    write_operator_tables(output, gpu=gpu, framework=framework, version=version, provenance=provenance,
+                          tables=tables, entries=entries)
+    return {"gpu": gpu, "framework": framework, "version": version, "output": str(output),
+            "rows": {k.value: int(np.asarray(v[LATENCY_COLUMN]).size) for k, v in tables.items()},
+            "versions": {k.value: e["framework_version"] for k, e in entries.items()}, "skipped": skipped}

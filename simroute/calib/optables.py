@@ -1,0 +1,164 @@
+"""Operator tables on disk: one directory per GPU and framework version (docs/STEP_TIME.md, "Operator tables").
+
+    calib/ops/<gpu>/<framework>-<version>/
+        tables.yaml          # manifest: schema, gpu, framework, version, provenance, one entry per table
+        gemm.parquet         # one file per operator kind (simroute.model.optables.OpKind), columns per SCHEMA
+        ...
+
+The probes (`simroute calibrate`) and the importers (`simroute calib import aiconfigurator`) both write this
+format through `write_operator_tables`, so a measured box and a published database are interchangeable. Each
+manifest entry carries its provenance: `kind` (measured / paper / datasheet), and where it was measured
+(`box`, `device`) or published (`package`, `package_version`, `source_file`, `licence`).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from simroute.errors import ConfigurationError
+from simroute.model.optables import LATENCY_COLUMN, SCHEMA, OperatorTables, OpKind, OpTable
+
+MANIFEST = "tables.yaml"
+SCHEMA_TAG = "simroute.optables/1"
+PROVENANCE_KINDS = ("measured", "paper", "datasheet", "fitted")
+
+
+def _fail(problem: str, path: Path, field: str | None = None) -> ConfigurationError:
+    return ConfigurationError(problem, file=path, field=field)
+
+
+def load_operator_tables(directory: str | Path) -> OperatorTables:
+    """Read a table directory (manifest + parquet files); every column checked against the schema."""
+    import pyarrow.parquet as pq
+
+    from simroute.ioutil import load_yaml
+
+    root = Path(directory)
+    manifest_path = root / MANIFEST
+    if not manifest_path.is_file():
+        raise _fail("operator-table directory has no tables.yaml manifest", root)
+    manifest = load_yaml(manifest_path)
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA_TAG:
+        raise _fail(f"not an operator-table manifest (schema must be {SCHEMA_TAG})", manifest_path, "schema")
+    for key in ("gpu", "framework", "version"):
+        if not isinstance(manifest.get(key), str) or not manifest[key]:
+            raise _fail("missing or not a string", manifest_path, key)
+    provenance = manifest.get("provenance")
+    if not isinstance(provenance, dict) or provenance.get("kind") not in PROVENANCE_KINDS:
+        raise _fail(f"provenance.kind must be one of {', '.join(PROVENANCE_KINDS)}", manifest_path, "provenance")
+    entries = manifest.get("tables")
+    if not isinstance(entries, dict) or not entries:
+        raise _fail("no tables listed", manifest_path, "tables")
+    tables: dict[OpKind, OpTable] = {}
+    for name, entry in entries.items():
+        try:
+            kind = OpKind(name)
+        except ValueError:
+            raise _fail(f"unknown operator kind (known: {', '.join(k.value for k in OpKind)})", manifest_path,
+                        f"tables.{name}") from None
+        entry = entry if isinstance(entry, dict) else {}
+        file = root / f"{kind.value}.parquet"
+        if not file.is_file():
+            raise _fail("listed in tables.yaml but the file is missing", file)
+        try:
+            data = pq.read_table(file)
+        except Exception as exc:  # pyarrow raises several types for damaged files
+            raise _fail(f"not a readable Parquet file ({type(exc).__name__})", file) from None
+        cats, nums = SCHEMA[kind]
+        missing = [c for c in (*cats, *nums, LATENCY_COLUMN) if c not in data.column_names]
+        if missing:
+            raise _fail(f"missing column(s) {', '.join(missing)}", file)
+        latency = np.asarray(data.column(LATENCY_COLUMN).to_numpy(zero_copy_only=False), dtype=float)
+        if latency.size == 0 or not np.all(np.isfinite(latency)) or np.any(latency <= 0):
+            raise _fail("latencies must be finite and > 0 (and at least one row)", file, LATENCY_COLUMN)
+        numeric = {c: np.asarray(data.column(c).to_numpy(zero_copy_only=False), dtype=float) for c in nums}
+        for c, arr in numeric.items():
+            if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+                raise _fail("shape values must be finite and >= 0", file, c)
+        categorical = {c: np.asarray(data.column(c).to_numpy(zero_copy_only=False)).astype(str) for c in cats}
+        source = {"file": str(Path(manifest["gpu"]) / root.name / file.name), "kind": str(provenance["kind"]),
+                  **{k: str(v) for k, v in entry.items() if isinstance(v, (str, int, float))}}
+        tables[kind] = OpTable(kind, categorical, numeric, latency, source)
+    return OperatorTables(gpu=manifest["gpu"], framework=manifest["framework"], version=str(manifest["version"]),
+                          tables=tables, provenance={k: str(v) for k, v in provenance.items()}, path=str(root))
+
+
+@functools.lru_cache(maxsize=16)
+def load_operator_tables_cached(directory: str) -> OperatorTables:
+    """`load_operator_tables` once per resolved directory and process (runs build many step models)."""
+    return load_operator_tables(directory)
+
+
+def write_operator_tables(directory: str | Path, *, gpu: str, framework: str, version: str,
+                          provenance: Mapping[str, Any], tables: Mapping[OpKind, Mapping[str, Any]],
+                          entries: Mapping[OpKind, Mapping[str, Any]] | None = None) -> Path:
+    """Write a table directory atomically (a temporary sibling, renamed into place; an existing directory is
+    never replaced: the caller picks a new path). `tables[kind]` maps each schema column and latency_us to a
+    sequence of equal length."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import yaml
+
+    from simroute.ioutil import atomic_path
+
+    target = Path(directory)
+    if provenance.get("kind") not in PROVENANCE_KINDS:
+        raise ValueError(f"provenance kind must be one of {PROVENANCE_KINDS}")
+    with atomic_path(target, directory=True, what="operator tables") as tmp:
+        listing: dict[str, Any] = {}
+        for kind, columns in tables.items():
+            cats, nums = SCHEMA[kind]
+            arrays = {c: pa.array([str(v) for v in columns[c]]) for c in cats}
+            arrays.update({c: pa.array(np.asarray(columns[c], dtype=np.int64) if _integral(columns[c])
+                                       else np.asarray(columns[c], dtype=float)) for c in nums})
+            arrays[LATENCY_COLUMN] = pa.array(np.asarray(columns[LATENCY_COLUMN], dtype=float))
+            pq.write_table(pa.table(arrays), Path(tmp) / f"{kind.value}.parquet", compression="zstd")
+            listing[kind.value] = {"rows": len(columns[LATENCY_COLUMN]), **dict((entries or {}).get(kind, {}))}
+        manifest = {"schema": SCHEMA_TAG, "gpu": gpu, "framework": framework, "version": version,
+                    "provenance": dict(provenance), "tables": listing}
+        (Path(tmp) / MANIFEST).write_text(yaml.safe_dump(manifest, sort_keys=False, width=120))
+    return target
+
+
+def _integral(values: Any) -> bool:
+    arr = np.asarray(values, dtype=float)
+    return bool(arr.size) and bool(np.all(arr == np.round(arr)))
+
+
+def diff_operator_tables(left: OperatorTables, right: OperatorTables) -> list[dict[str, Any]]:
+    """Op-by-op comparison of two table sets at the shapes both hold: per kind and categorical selection, the
+    shared rows, their median and largest ratio right / left. Kinds only one side has are listed too."""
+    rows: list[dict[str, Any]] = []
+    for kind in OpKind:
+        a, b = left.get(kind), right.get(kind)
+        if a is None and b is None:
+            continue
+        if a is None or b is None:
+            rows.append({"kind": kind.value, "selection": "", "shared_points": 0,
+                         "note": f"only in {'right' if a is None else 'left'}"})
+            continue
+        cats, nums = SCHEMA[kind]
+        index_a = _index(a, cats, nums)
+        index_b = _index(b, cats, nums)
+        by_selection: dict[tuple, list[float]] = {}
+        for key, lat in index_a.items():
+            other = index_b.get(key)
+            if other is not None:
+                by_selection.setdefault(key[:len(cats)], []).append(other / lat)
+        if not by_selection:
+            rows.append({"kind": kind.value, "selection": "", "shared_points": 0, "note": "no shared shapes"})
+        for selection, ratios in sorted(by_selection.items()):
+            arr = np.asarray(ratios)
+            worst = float(arr[np.argmax(np.abs(np.log(arr)))])
+            rows.append({"kind": kind.value, "selection": ",".join(selection), "shared_points": int(arr.size),
+                         "median_ratio": float(np.median(arr)), "worst_ratio": worst, "note": ""})
+    return rows
+
+
+def _index(table: OpTable, cats: tuple[str, ...], nums: tuple[str, ...]) -> dict[tuple, float]:
+    keys = zip(*(table.categorical[c].tolist() for c in cats), *(table.numeric[c].tolist() for c in nums))
+    return {tuple(key): float(lat) for key, lat in zip(keys, table.latency_us.tolist())}

@@ -1,0 +1,354 @@
+"""One engine iteration composed from measured operator tables (docs/STEP_TIME.md, "Composition").
+
+An iteration runs, per layer, the kernels a serving engine launches (SGLang's order; vLLM's differs only in
+fusions the tables already measure):
+- the attention projections and the FFN or shared experts as GEMMs at the iteration's token count (MLA: q_a,
+  q_b, kv_a and o; kv_b only for prefill tokens, which attend in the expanded form; decode tokens run kv_b's
+  halves as the absorbed per-head BMMs, `mla_bmm` pre and post);
+- the router GEMM and the fused routed-expert kernel (`moe`, at the iteration's tokens, skewed routing), the
+  shared experts beside it on a second stream up to 1024 tokens and after it above (SGLang's dual-stream
+  threshold);
+- attention: decode sequences on the decode table at their mean context, prefill chunks on the prefill table
+  at the sequence length whose causal pairs equal the chunk's (a chunk after a prefix attends as much);
+- two all-reduces of tokens x hidden bf16 values (after attention and after the FFN / MoE) when tp > 1: the
+  custom all-reduce (CUDA-graph rows for decode-only batches, eager ones otherwise) up to its 8 MiB, NCCL past it;
+plus the LM head GEMM on the sampled positions. The per-layer memory-bound kernels the tables do not hold (norms,
+RoPE, activations) and the iteration overhead are simroute.model.steptime's.
+
+Each group of kernels that a table cannot answer (a shape no row covers, a model whose MoE shape was never
+measured) falls back to the roofline of simroute.model.steptime, floored per kernel; `sources` says which term
+read which table and `lookups` whether it was measured, interpolated, extrapolated or roofline.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+from simroute.model.geometry import LinearOp, ModelGeometry
+from simroute.model.optables import Curve, Lookup, OperatorTables, OpKind, Surface, TableMiss
+
+# Weight dtypes of a geometry -> the GEMM table's dtype (FP8 checkpoints use 128 x 128 block scales: DeepGEMM's
+# fp8_block kernels in SGLang; the per-tensor fp8 rows are a different kernel).
+GEMM_DTYPE = {"bf16": "bf16", "fp8": "fp8_block"}
+MOE_DTYPE = {"bf16": "bf16", "fp8": "fp8_block"}
+KV_DTYPE = {"bf16": "bf16", "fp8": "fp8"}
+# The routed experts' token distribution the fused-MoE rows are read at: a power law of exponent 1.01 over the
+# experts (the database's measured skewed routing, which aiconfigurator composes by default), not the
+# perfectly balanced rows, which no real router achieves batch by batch.
+MOE_DISTRIBUTION = "power_law_1.01"
+SHARED_PREFIX = "shared_"
+# GEMMs a serving engine fuses into one launch: MLA's q_a and kv_a read the same hidden state (SGLang's fused
+# down-projection, n = q_lora_rank + kv_lora_rank + rope)
+FUSED = (("q_a", "kv_a"),)
+
+
+def _fused(ops: list[LinearOp]) -> list[LinearOp]:
+    """`ops` with each fusable group (same input width and dtype) replaced by one GEMM of their summed n."""
+    out = list(ops)
+    for group in FUSED:
+        members = [op for op in out if op.name in group]
+        if len(members) == len(group) and len({(op.k, op.weight_dtype) for op in members}) == 1:
+            fused = LinearOp("+".join(group), members[0].k, sum(op.n for op in members),
+                             weight_dtype=members[0].weight_dtype)
+            out = [fused if op is members[0] else op for op in out if op is members[0] or op not in members]
+    return out
+ALLREDUCE_MODES = ("graph", "eager", "nccl")
+# SGLang's custom all-reduce (the table's graph / eager rows) serves messages of at most 8 MiB
+# (CustomAllreduce._MAX_CAR_SIZE = 8192 * 1024 bytes; `should_custom_ar`); a larger one, a prefill's
+# tokens x hidden, goes to NCCL (pynccl), graph or not.
+CUSTOM_ALLREDUCE_MAX_BYTES = 8192 * 1024
+ALLREDUCE_BYTES = 2                      # bf16 activations
+# SGLang runs the shared experts beside the routed ones on a second stream only for batches of at most this
+# many tokens (DeepseekV2MoE.forward's DUAL_STREAM_TOKEN_THRESHOLD); a larger batch runs them one after the other.
+SHARED_OVERLAP_MAX_TOKENS = 1024
+
+
+@dataclass(frozen=True)
+class TermSource:
+    """Which table (or the roofline) a term read, and what the lookup rests on."""
+
+    table: str
+    lookup: Lookup
+
+
+class MeasuredStep:
+    """The table-driven terms of one instance (a TP group of `tp` GPUs serving `geometry`).
+
+    Built once per (model, GPU entry, TP); the hot path (`token_terms_s`, `attention_s`) does a bisect per term.
+    The `roofline_*` callables supply each term's fallback (the floored roofline of the same instance). Extend by adding a kernel group to `_build` and to `token_terms_s`
+    together; `terms` returns the same numbers term by term (a test checks they agree)."""
+
+    def __init__(self, geometry: ModelGeometry, tp: int, tables: OperatorTables, *, cuda_graphs: bool,
+                 kv_shards: int = 1, kernel_floor_s: float = 0.0,
+                 roofline_linear: Callable[[float], float], roofline_attention: Callable[[float, float, float], float],
+                 roofline_allreduce: Callable[[float], float], roofline_lm_head: Callable[[float], float]) -> None:
+        self.geometry, self.tp, self.tables = geometry, tp, tables
+        self.cuda_graphs = cuda_graphs
+        # tpla (kv_shards = tp): a rank attends every head over 1/tp of the latent. No table measures that
+        # kernel: it is the TP-1 kernel's time (all heads, whole latent) over tp, no less than one launch.
+        self.kv_shards, self.kernel_floor_s = kv_shards, kernel_floor_s
+        self._roof_linear, self._roof_attention = roofline_linear, roofline_attention
+        self._roof_allreduce, self._roof_lm_head = roofline_allreduce, roofline_lm_head
+        self.sources: dict[str, TermSource] = {}
+        self.notes: list[str] = []
+        self._build()
+
+    # ---- construction -------------------------------------------------------------------------------
+    def _gemm_curve(self, op: LinearOp, dtype: str | None = None) -> Curve | None:
+        table = self.tables.get(OpKind.GEMM)
+        if table is None:
+            return None
+        want = dtype or GEMM_DTYPE.get(op.weight_dtype, "bf16")
+        have = set(table.values("dtype"))
+        if want not in have:
+            if "bf16" not in have:
+                return None
+            if want != "bf16":
+                self._note(f"no {want} GEMM rows for {self.tables.label}: its GEMMs read the bf16 rows")
+            want = "bf16"
+        try:
+            return table.curve("m", {"n": op.n, "k": op.k}, {"dtype": want})
+        except TableMiss:
+            return None
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def _sum(self, curves: list[Curve]) -> Curve:
+        total = curves[0]
+        for curve in curves[1:]:
+            total = total.plus(curve)
+        return total
+
+    def _build(self) -> None:
+        g, tp = self.geometry, self.tp
+        self._kinds: list[tuple[int, Curve | None, Curve | None, Curve | None, Curve | None, Curve | None]] = []
+        linear_lookups: list[Lookup] = []
+        linear_tables: set[str] = set()
+        self._dense_flags: list[bool] = []
+        for kind, count in g.layer_kinds().items():
+            if count <= 0:
+                continue
+            ops = _fused(g.linear_ops(tp, kind))
+            every_token = [op for op in ops if op.experts == 1 and op.name != "kv_b"
+                           and not op.name.startswith(SHARED_PREFIX)]
+            curves = [self._gemm_curve(op) for op in every_token]
+            dense = self._sum(curves) if curves and all(c is not None for c in curves) else None
+            shared_ops = [op for op in ops if op.name.startswith(SHARED_PREFIX)]
+            shared_curves = [self._gemm_curve(op) for op in shared_ops]
+            shared = self._sum(shared_curves) if shared_curves and all(c is not None for c in shared_curves) else None
+            if shared_ops and shared is None:
+                dense = None
+            prefill_only = None                         # MLA's kv_b: prefill tokens only (expanded form)
+            decode_only = None                          # MLA's absorbed BMMs: decode tokens only
+            if g.is_mla:
+                kv_b = next(op for op in ops if op.name == "kv_b")
+                prefill_only = self._gemm_curve(kv_b)
+                decode_only = self._bmm_curve()
+            routed = self._moe_curve() if kind == "moe" else None
+            if kind == "moe" and routed is None:
+                self._note(f"no fused-MoE rows for {g.name}'s expert shape at TP {tp} in {self.tables.label}: "
+                           "its routed experts run on the roofline")
+            for curve in (dense, prefill_only, decode_only, routed):
+                if curve is not None:
+                    linear_lookups.append(curve.status)
+                    linear_tables.add(curve.table.split(" (")[0])
+            self._kinds.append((count, dense, prefill_only, decode_only, routed, shared))
+            self._dense_flags.append(kind == "dense")
+        # every kernel group of every layer kind must come from a table, else the whole linear term is the
+        # roofline's (a half-measured sum would mix two error models)
+        self.linear_measured = bool(self._kinds) and all(
+            dense is not None and (routed is not None or kind_count_is_dense)
+            and (not g.is_mla or (prefill_only is not None and decode_only is not None))
+            for (count, dense, prefill_only, decode_only, routed, _shared), kind_count_is_dense
+            in zip(self._kinds, self._dense_flags))
+        if not self.linear_measured and self._kinds:
+            self._note(f"the linear kernels of {g.name} at TP {tp} are not all in {self.tables.label}: "
+                       "the linear term is the roofline's")
+        self.sources["linear"] = TermSource(", ".join(sorted(linear_tables)) if self.linear_measured else "roofline",
+                                            Lookup.worst(*linear_lookups) if self.linear_measured
+                                            else Lookup.ROOFLINE)
+        self._build_attention()
+        self._build_allreduce()
+        head = g.lm_head_op(tp)
+        self._lm_head = self._gemm_curve(head, "bf16")
+        self.sources["lm_head"] = TermSource(self._lm_head.table if self._lm_head else "roofline",
+                                             self._lm_head.status if self._lm_head else Lookup.ROOFLINE)
+
+    def _bmm_curve(self) -> Curve | None:
+        table = self.tables.get(OpKind.MLA_BMM)
+        if table is None:
+            return None
+        heads = math.ceil(self.geometry.heads_q / self.tp)
+        dtype = "fp8" if self.geometry.weight_dtype == "fp8" and "fp8" in table.values("dtype") else "bf16"
+        try:
+            return table.curve("tokens", {"heads": heads}, {"stage": "pre", "dtype": dtype}).plus(
+                table.curve("tokens", {"heads": heads}, {"stage": "post", "dtype": dtype}))
+        except TableMiss:
+            return None
+
+    def _moe_curve(self) -> Curve | None:
+        table = self.tables.get(OpKind.MOE)
+        g = self.geometry
+        if table is None:
+            return None
+        dtype = MOE_DTYPE.get(g.weight_dtype, "bf16")
+        if dtype not in table.values("dtype"):
+            return None
+        fixed = {"hidden": g.hidden, "inter": g.expert_intermediate, "topk": g.experts_per_token,
+                 "experts": g.routed_experts, "moe_tp": self.tp, "moe_ep": 1}
+        for distribution in (MOE_DISTRIBUTION, "balanced"):
+            try:
+                curve = table.curve("tokens", fixed, {"dtype": dtype, "distribution": distribution})
+            except TableMiss:
+                continue
+            if distribution != MOE_DISTRIBUTION:
+                self._note(f"no {MOE_DISTRIBUTION} MoE rows for {g.name}: its routed experts read the balanced ones")
+            return curve
+        return None
+
+    def _build_attention(self) -> None:
+        g, tp = self.geometry, self.tp
+        kv_dtype = KV_DTYPE.get(g.cache_dtype, "bf16")
+        heads = g.heads_q if self.kv_shards > 1 else math.ceil(g.heads_q / tp)
+        if self.kv_shards > 1:
+            self._note(f"tpla layout: a rank's MLA attention is the {g.heads_q}-head kernel's time / {tp} (no table "
+                       "measures TPLA's per-shard kernel)")
+        self._decode: Surface | None = None
+        self._prefill: Surface | None = None
+        if g.is_mla:
+            decode_kind, prefill_kind, fixed = OpKind.MLA_DECODE, OpKind.MLA_PREFILL, {"heads": heads}
+        else:
+            kv_heads = g.kv_heads_per_gpu(tp)
+            decode_kind, prefill_kind = OpKind.ATTENTION_DECODE, OpKind.ATTENTION_PREFILL
+            fixed = {"heads": heads, "kv_heads": kv_heads, "head_dim": g.d_qk}
+        if g.index_topk or g.token_compression:
+            self._note(f"{g.name}'s sparse or compressed attention has no table kind: attention runs on the roofline")
+        else:
+            for kind, axis, slot in ((decode_kind, "context", "_decode"), (prefill_kind, "isl", "_prefill")):
+                table = self.tables.get(kind)
+                if table is None:
+                    continue
+                try:
+                    setattr(self, slot, Surface.from_table(table, "batch", axis, fixed, {"kv_dtype": kv_dtype}))
+                except TableMiss:
+                    self._note(f"no {kind.value} rows at {fixed} ({kv_dtype} KV) in {self.tables.label}")
+        for name, surface in (("attention_decode", self._decode), ("attention_prefill", self._prefill)):
+            self.sources[name] = TermSource(surface.table if surface else "roofline",
+                                            surface.status if surface else Lookup.ROOFLINE)
+
+    def _build_allreduce(self) -> None:
+        self._allreduce: dict[str, Curve] = {}
+        table = self.tables.get(OpKind.ALLREDUCE)
+        if self.tp == 1:
+            self.sources["allreduce"] = TermSource("none (tp 1)", Lookup.MEASURED)
+            return
+        if table is not None:
+            for mode in ALLREDUCE_MODES:
+                if mode not in table.values("mode"):
+                    continue
+                try:
+                    self._allreduce[mode] = table.curve("message_elements", {"gpus": self.tp},
+                                                        {"mode": mode, "dtype": "bf16"})
+                except TableMiss:
+                    continue
+        chosen = self._ar_curve(True, 1.0)
+        self.sources["allreduce"] = TermSource(chosen.table if chosen else "roofline",
+                                               chosen.status if chosen else Lookup.ROOFLINE)
+
+    # ---- the hot path ---------------------------------------------------------------------------------
+    def _ar_curve(self, decode_only: bool, elements: float) -> Curve | None:
+        """The all-reduce a batch launches for a message of `elements` bf16 values: past the custom all-reduce's
+        8 MiB, NCCL's rows; below it, engines replay decode-only batches as CUDA graphs (SGLang and vLLM capture
+        them by default), so those read the graph rows, and a batch with prefill runs eagerly."""
+        if elements * ALLREDUCE_BYTES > CUSTOM_ALLREDUCE_MAX_BYTES and "nccl" in self._allreduce:
+            return self._allreduce["nccl"]
+        mode = "graph" if decode_only else "eager"
+        return self._allreduce.get(mode) or self._allreduce.get("nccl") or next(iter(self._allreduce.values()), None)
+
+    def token_terms_s(self, new_tokens: float, sequences: float, decode_seqs: float) -> tuple[float, float, float]:
+        """(linear kernels over all layers, all-reduces of one layer, LM head) seconds: the kernels whose work
+        depends only on the batch's token and sequence counts (the caller caches them per count)."""
+        prefill_tokens = max(new_tokens - decode_seqs, 0.0)
+        if self.linear_measured:
+            linear = 0.0
+            for count, dense, prefill_only, decode_only, routed, shared in self._kinds:
+                layer = dense.seconds(new_tokens)  # type: ignore[union-attr]
+                if prefill_only is not None and prefill_tokens > 0:
+                    layer += prefill_only.seconds(prefill_tokens)
+                if decode_only is not None and decode_seqs > 0:
+                    layer += decode_only.seconds(decode_seqs)
+                shared_s = shared.seconds(new_tokens) if shared is not None else 0.0
+                if routed is not None:                 # the shared experts overlap the routed kernel
+                    routed_s = routed.seconds(new_tokens)     # (on a second stream, up to 1024 tokens)
+                    if new_tokens > SHARED_OVERLAP_MAX_TOKENS:
+                        layer += routed_s + shared_s
+                    else:
+                        layer += routed_s if routed_s >= shared_s else shared_s
+                else:
+                    layer += shared_s
+                linear += count * layer
+        else:
+            linear = self._roof_linear(new_tokens)
+        allreduce = 0.0
+        if self.tp > 1 and new_tokens > 0:
+            curve = self._ar_curve(prefill_tokens == 0, new_tokens * self.geometry.hidden)
+            allreduce = (2.0 * curve.seconds(new_tokens * self.geometry.hidden) if curve is not None
+                         else self._roof_allreduce(new_tokens))
+        head = self._lm_head.seconds(sequences) if self._lm_head is not None else self._roof_lm_head(sequences)
+        return linear, allreduce, head
+
+    def attention_s(self, decode_seqs: float, decode_kv: float, prefill_seqs: float, prefill_pairs: float,
+                    prefill_kv: float) -> float:
+        """One layer's attention: decode sequences at their mean context, prefill chunks at the length whose
+        causal pairs equal theirs (both tables' time is per layer, for one rank's heads; under tpla, the
+        all-heads kernel over the rank's share of the latent)."""
+        measured = roofline = 0.0
+        if decode_seqs > 0 and decode_kv > 0:
+            if self._decode is not None:
+                measured += self._decode.seconds(decode_seqs, decode_kv / decode_seqs)
+            else:
+                roofline += self._roof_attention(decode_kv, decode_kv, 0.0)
+        if prefill_seqs > 0 and prefill_pairs > 0:
+            if self._prefill is not None:
+                per_seq = prefill_pairs / prefill_seqs
+                isl = (math.sqrt(8.0 * per_seq + 1.0) - 1.0) / 2.0      # s (s + 1) / 2 = pairs
+                measured += self._prefill.seconds(prefill_seqs, isl)
+            else:
+                roofline += self._roof_attention(prefill_kv, prefill_pairs, prefill_pairs)
+        if self.kv_shards > 1 and measured > 0:
+            measured = max(measured / self.kv_shards, self.kernel_floor_s)
+        return measured + roofline
+
+    def shape_lookups(self, new_tokens: float, sequences: float, decode_seqs: float, decode_kv: float,
+                      prefill_seqs: float, prefill_pairs: float) -> dict[str, Lookup]:
+        """What each term rests on at this batch shape (not only at the model's fixed coordinates): a token count
+        or context past a table's grid makes the term extrapolated. Off the hot path (`StepTimeModel.iteration`)."""
+        prefill_tokens = max(new_tokens - decode_seqs, 0.0)
+        out = {name: self.sources[name].lookup for name in ("linear", "allreduce", "lm_head")}
+        if self.linear_measured and new_tokens > 0:
+            parts = []
+            for _count, dense, prefill_only, decode_only, routed, shared in self._kinds:
+                parts += [c.lookup(new_tokens)[1] for c in (dense, routed, shared) if c is not None]
+                if prefill_only is not None and prefill_tokens > 0:
+                    parts.append(prefill_only.lookup(prefill_tokens)[1])
+                if decode_only is not None and decode_seqs > 0:
+                    parts.append(decode_only.lookup(decode_seqs)[1])
+            out["linear"] = Lookup.worst(out["linear"], *parts)
+        curve = self._ar_curve(prefill_tokens == 0, new_tokens * self.geometry.hidden) if self.tp > 1 else None
+        if curve is not None and new_tokens > 0:
+            out["allreduce"] = curve.lookup(new_tokens * self.geometry.hidden)[1]
+        if self._lm_head is not None and sequences > 0:
+            out["lm_head"] = self._lm_head.lookup(sequences)[1]
+        attention: list[Lookup] = []
+        if decode_seqs > 0 and decode_kv > 0:
+            attention.append(self._decode.lookup(decode_seqs, decode_kv / decode_seqs)[1] if self._decode
+                             else Lookup.ROOFLINE)
+        if prefill_seqs > 0 and prefill_pairs > 0:
+            isl = (math.sqrt(8.0 * prefill_pairs / prefill_seqs + 1.0) - 1.0) / 2.0
+            attention.append(self._prefill.lookup(prefill_seqs, isl)[1] if self._prefill else Lookup.ROOFLINE)
+        out["attention"] = Lookup.worst(*attention)
+        return out

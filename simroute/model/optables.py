@@ -1,0 +1,366 @@
+"""Measured operator tables: the step-time model's primary source (docs/STEP_TIME.md, "Operator tables").
+
+A table holds one operator kind's measured latencies on one GPU under one serving framework and version: shape
+columns (numeric, e.g. GEMM m, n, k) and categorical ones (dtype, kernel mode), and a latency per row. The
+tables come from the probes (`simroute calibrate`) or from a published database (`simroute calib import
+aiconfigurator`); both write the same format (simroute.calib.optables), so the model cannot tell them apart.
+
+This module is pure numpy: it answers "how long does this operator take at this shape" from a table by
+interpolating on the table's own grid, in log-log space (the grids are geometric: tokens, batch, context and
+message size double from row to row), with what each answer rests on (`Lookup`): a grid point (`measured`),
+between grid points (`interpolated`) or past the last one (`extrapolated`, along the last segment's log-log
+slope: never a silent clamp; below the first point a curve stays flat, since no kernel gets faster than
+its smallest measured launch). Each curve is made monotone in its axis before use (more tokens, batch or
+context never make a kernel faster), by isotonic regression in log latency (`isotonic`): a run of points that
+violates the order (a tile boundary or timing noise: the H200 GEMM table has such runs at about 4 in 10 of
+its points) is replaced by the geometric mean of the run. That is the least-squares monotone fit, so it
+adds no bias (lowering each point to the next larger shape's time, the other way to force monotonicity,
+made the GEMM table 6% faster on average). `Curve.adjusted` counts the points it moved by more than 2%.
+
+The step-time model folds a model's fixed coordinates (n and k of each GEMM, heads, head width) into curves
+over the one axis that varies from iteration to iteration (tokens, batch, context) once, when it is built, so
+the simulator's hot loop does a bisect per term.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from enum import Enum
+from itertools import product
+from typing import Mapping, Sequence
+
+import numpy as np
+
+
+class OpKind(str, Enum):
+    """The operator kinds a table may hold (the file name of its table is `<kind>.parquet`)."""
+
+    GEMM = "gemm"                            # dense GEMM: m tokens x k -> n, per weight dtype
+    MOE = "moe"                              # fused routed-expert MoE kernel (tp / ep split)
+    ATTENTION_PREFILL = "attention_prefill"  # GQA/MHA causal prefill of isl tokens, batch sequences
+    ATTENTION_DECODE = "attention_decode"    # GQA/MHA decode of batch sequences over context tokens
+    MLA_PREFILL = "mla_prefill"              # MLA prefill (expanded form), heads per rank
+    MLA_DECODE = "mla_decode"                # MLA decode (absorbed form), heads per rank
+    MLA_BMM = "mla_bmm"                      # MLA's absorbed per-head BMMs (pre: q_nope x W_UK, post: x W_UV)
+    ALLREDUCE = "allreduce"                  # TP all-reduce of message_elements bf16 values over gpus GPUs
+
+
+# Each kind's columns: (categorical, numeric). The numeric ones are shape axes (interpolated); the categorical
+# ones select rows exactly. latency_us is every table's value column.
+SCHEMA: dict[OpKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    OpKind.GEMM: (("dtype",), ("m", "n", "k")),
+    OpKind.MOE: (("dtype", "distribution"), ("tokens", "hidden", "inter", "topk", "experts", "moe_tp", "moe_ep")),
+    OpKind.ATTENTION_PREFILL: (("kv_dtype",), ("batch", "isl", "heads", "kv_heads", "head_dim")),
+    OpKind.ATTENTION_DECODE: (("kv_dtype",), ("batch", "context", "heads", "kv_heads", "head_dim")),
+    OpKind.MLA_PREFILL: (("kv_dtype",), ("batch", "isl", "heads")),
+    OpKind.MLA_DECODE: (("kv_dtype",), ("batch", "context", "heads")),
+    OpKind.MLA_BMM: (("stage", "dtype"), ("tokens", "heads")),
+    OpKind.ALLREDUCE: (("mode", "dtype"), ("gpus", "message_elements")),
+}
+LATENCY_COLUMN = "latency_us"
+
+
+class Lookup(str, Enum):
+    """What a term's time rests on, from most to least direct."""
+
+    MEASURED = "measured"          # a grid point of a table
+    INTERPOLATED = "interpolated"  # between grid points of a table
+    EXTRAPOLATED = "extrapolated"  # past a table's grid, along its last log-log segment
+    ROOFLINE = "roofline"          # no table covers it: the datasheet roofline with kernel floors
+
+    @staticmethod
+    def worst(*lookups: "Lookup") -> "Lookup":
+        return max(lookups, key=_LOOKUP_ORDER.__getitem__) if lookups else Lookup.MEASURED
+
+
+_LOOKUP_ORDER = {Lookup.MEASURED: 0, Lookup.INTERPOLATED: 1, Lookup.EXTRAPOLATED: 2, Lookup.ROOFLINE: 3}
+
+
+class TableMiss(LookupError):
+    """No rows of a table cover the asked coordinates (the caller falls back to the roofline)."""
+
+
+@dataclass(frozen=True)
+class OpTable:
+    """One operator kind's rows: `categorical` and `numeric` columns (equal-length arrays) and latencies in us.
+
+    `source` says where the rows come from (the manifest's entry: provenance kind, box or package, file)."""
+
+    kind: OpKind
+    categorical: Mapping[str, np.ndarray]
+    numeric: Mapping[str, np.ndarray]
+    latency_us: np.ndarray
+    source: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        cats, nums = SCHEMA[self.kind]
+        if set(self.categorical) != set(cats) or set(self.numeric) != set(nums):
+            raise ValueError(f"{self.kind.value} table needs columns {cats + nums}, got "
+                             f"{tuple(self.categorical) + tuple(self.numeric)}")
+
+    @property
+    def rows(self) -> int:
+        return int(self.latency_us.shape[0])
+
+    @property
+    def label(self) -> str:
+        """How outputs name the table: kind and the file it was read from."""
+        return f"{self.kind.value} ({self.source.get('file', 'in memory')})"
+
+    def values(self, column: str) -> list:
+        """The distinct values of a column (sorted)."""
+        arr = self.categorical.get(column, self.numeric.get(column))
+        if arr is None:
+            raise KeyError(column)
+        return sorted(set(arr.tolist()))
+
+    def _mask(self, where: Mapping[str, str]) -> np.ndarray:
+        mask = np.ones(self.rows, dtype=bool)
+        for col, val in where.items():
+            mask &= self.categorical[col] == val
+        return mask
+
+    def curve(self, axis: str, fixed: Mapping[str, float], where: Mapping[str, str] | None = None) -> "Curve":
+        """Latency over `axis` with the other numeric columns at `fixed` and categorical ones at `where`.
+
+        Each fixed coordinate is bracketed by the grid values the rows hold (exact, between two, or past the
+        outermost two), and the corner curves are combined linearly in log latency over log coordinate. The
+        corners' axis grids are intersected. Raises TableMiss when no rows cover a corner."""
+        where = dict(where or {})
+        base = self._mask(where)
+        if not base.any():
+            raise TableMiss(f"{self.kind.value}: no rows with {where}")
+        status = Lookup.MEASURED
+        brackets: list[list[tuple[str, float, float]]] = []
+        for col, target in fixed.items():
+            grid = sorted(set(self.numeric[col][base].tolist()))
+            corners, how = _bracket(grid, float(target))
+            status = Lookup.worst(status, how)
+            brackets.append([(col, value, weight) for value, weight in corners])
+        axis_grid: set[float] | None = None
+        corner_curves: list[tuple[float, dict[float, float]]] = []
+        for combo in product(*brackets) if brackets else [()]:
+            mask = base.copy()
+            weight = 1.0
+            for col, value, w in combo:
+                mask &= self.numeric[col] == value
+                weight *= w
+            if not mask.any():
+                raise TableMiss(f"{self.kind.value}: no rows at {dict((c, v) for c, v, _ in combo)} with {where}")
+            xs, lat = self.numeric[axis][mask], self.latency_us[mask]
+            points = {float(x): float(y) for x, y in zip(xs.tolist(), lat.tolist())}
+            corner_curves.append((weight, points))
+            axis_grid = set(points) if axis_grid is None else axis_grid & set(points)
+        grid_x = sorted(x for x in (axis_grid or ()) if x > 0)
+        if len(grid_x) < 2:
+            raise TableMiss(f"{self.kind.value}: fewer than two {axis} points shared at {dict(fixed)} {where}")
+        log_y = [sum(w * math.log(pts[x] * 1e-6) for w, pts in corner_curves) for x in grid_x]
+        return Curve.from_points(grid_x, [math.exp(v) for v in log_y], status=status, table=self.label)
+
+
+def _bracket(grid: Sequence[float], target: float) -> tuple[list[tuple[float, float]], Lookup]:
+    """Grid values around `target` with their log-space weights, and whether it is on, inside or past the grid."""
+    if not grid:
+        raise TableMiss("empty grid")
+    if target in grid:
+        return [(target, 1.0)], Lookup.MEASURED
+    if len(grid) == 1 or target <= 0:
+        raise TableMiss(f"coordinate {target} off a one-point grid {list(grid)}")
+    i = bisect_right(grid, target)
+    lo, hi = (grid[0], grid[1]) if i == 0 else (grid[-2], grid[-1]) if i >= len(grid) else (grid[i - 1], grid[i])
+    t = (math.log(target) - math.log(lo)) / (math.log(hi) - math.log(lo))
+    how = Lookup.INTERPOLATED if 0.0 < t < 1.0 else Lookup.EXTRAPOLATED
+    return [(lo, 1.0 - t), (hi, t)], how
+
+
+ADJUSTED_LOG = math.log(1.02)      # a point the monotone fit moved by more than 2% counts as adjusted
+
+
+def isotonic(values: Sequence[float]) -> list[float]:
+    """The non-decreasing sequence closest to `values` in least squares (pool adjacent violators): each run
+    that breaks the order becomes its mean."""
+    blocks: list[list[float]] = []            # [mean, count]
+    for v in values:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            mean, count = blocks.pop()
+            prev_mean, prev_count = blocks[-1]
+            total = prev_count + count
+            blocks[-1] = [(prev_mean * prev_count + mean * count) / total, total]
+    out: list[float] = []
+    for mean, count in blocks:
+        out.extend([mean] * int(count))
+    return out
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Seconds over one positive axis, piecewise linear in log-log between grid points, extended along the
+    outermost segments' slopes (so a GEMM past its last m grows linearly, not clamped). `status` is what the
+    fixed coordinates rest on; `lookup` adds whether x itself is on, between or past the points."""
+
+    log_x: tuple[float, ...]
+    log_y: tuple[float, ...]
+    status: Lookup = Lookup.MEASURED
+    table: str = ""
+    adjusted: int = 0          # measured points lowered to keep the curve monotone (see the module docstring)
+
+    @classmethod
+    def from_points(cls, xs: Sequence[float], seconds: Sequence[float], *, status: Lookup = Lookup.MEASURED,
+                    table: str = "") -> "Curve":
+        """A monotone curve through (x, seconds) points (x increasing, all positive): the isotonic fit in log
+        seconds (see the module docstring)."""
+        raw = [math.log(y) for y in seconds]
+        fit = isotonic(raw)
+        adjusted = sum(1 for a, b in zip(raw, fit) if abs(a - b) > ADJUSTED_LOG)
+        return cls(tuple(math.log(x) for x in xs), tuple(fit), status, table, adjusted)
+
+    @property
+    def xs(self) -> tuple[float, ...]:
+        return tuple(math.exp(v) for v in self.log_x)
+
+    @property
+    def seconds_at_points(self) -> tuple[float, ...]:
+        return tuple(math.exp(v) for v in self.log_y)
+
+    def seconds(self, x: float) -> float:
+        """The hot path: seconds at x > 0 (0 at x <= 0: no work launches no kernel)."""
+        if x <= 0:
+            return 0.0
+        lx, ly = self.log_x, self.log_y
+        v = math.log(x)
+        i = bisect_right(lx, v) - 1
+        if i < 0:
+            i = 0
+        elif i >= len(lx) - 1:
+            i = len(lx) - 2
+        if v <= lx[0]:
+            return math.exp(ly[0])             # below the grid: the smallest launch's time (the kernel floor)
+        slope = (ly[i + 1] - ly[i]) / (lx[i + 1] - lx[i])
+        return math.exp(ly[i] + (v - lx[i]) * slope)
+
+    def lookup(self, x: float) -> tuple[float, Lookup]:
+        """Seconds at x and what they rest on."""
+        v = math.log(x) if x > 0 else -math.inf
+        if x > 0 and (v < self.log_x[0] - 1e-12 or v > self.log_x[-1] + 1e-12):
+            how = Lookup.EXTRAPOLATED
+        elif any(abs(v - p) < 1e-9 for p in self.log_x):
+            how = Lookup.MEASURED
+        else:
+            how = Lookup.INTERPOLATED
+        return self.seconds(x), Lookup.worst(self.status, how)
+
+    def plus(self, other: "Curve") -> "Curve":
+        """The sum of two curves on the union of their grids (two kernels launched one after the other)."""
+        xs = sorted(set(self.xs) | set(other.xs))
+        return Curve.from_points(xs, [self.seconds(x) + other.seconds(x) for x in xs],
+                                 status=Lookup.worst(self.status, other.status),
+                                 table="; ".join(t for t in (self.table, other.table) if t))
+
+
+ISOTONIC_PASSES = 4
+
+
+def _monotone_rows(curves: Sequence[Curve]) -> tuple[Curve, ...]:
+    """Row curves (each monotone in its column axis) made monotone across rows too: on the union of their column
+    grids, alternating isotonic fits down each column and along each row, then a running maximum down the
+    columns (which keeps every row monotone: a maximum of non-decreasing rows is non-decreasing) so that a
+    larger batch is never faster at any column point. Each row keeps its own column range (a point past it
+    stays an extrapolation)."""
+    grid = sorted(set().union(*(set(c.log_x) for c in curves)))
+    matrix = [[c.seconds(math.exp(v)) for v in grid] for c in curves]
+    logs = [[math.log(y) for y in row] for row in matrix]
+    for _ in range(ISOTONIC_PASSES):
+        for j in range(len(grid)):
+            column = isotonic([row[j] for row in logs])
+            for row, value in zip(logs, column):
+                row[j] = value
+        logs = [isotonic(row) for row in logs]
+    for i in range(1, len(logs)):
+        logs[i] = [max(a, b) for a, b in zip(logs[i - 1], logs[i])]
+    out = []
+    for curve, row in zip(curves, logs):
+        lo, hi = curve.log_x[0] - 1e-12, curve.log_x[-1] + 1e-12
+        keep = [(v, y) for v, y in zip(grid, row) if lo <= v <= hi]
+        out.append(Curve(tuple(v for v, _ in keep), tuple(y for _, y in keep), curve.status, curve.table,
+                         curve.adjusted))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Surface:
+    """Seconds over two axes (batch, and context or isl), as one `Curve` over the second axis per grid value of
+    the first, combined in log-log between the two around the asked batch."""
+
+    log_rows: tuple[float, ...]
+    curves: tuple[Curve, ...]
+
+    @classmethod
+    def from_table(cls, table: OpTable, row_axis: str, col_axis: str, fixed: Mapping[str, float],
+                   where: Mapping[str, str] | None = None) -> "Surface":
+        rows, curves = [], []
+        for value in table.values(row_axis):
+            if value <= 0:
+                continue
+            try:
+                curves.append(table.curve(col_axis, {**fixed, row_axis: value}, where))
+                rows.append(math.log(value))
+            except TableMiss:
+                continue
+        if len(curves) < 2:
+            raise TableMiss(f"{table.kind.value}: fewer than two {row_axis} rows at {dict(fixed)} {where}")
+        return cls(tuple(rows), _monotone_rows(curves))
+
+    @property
+    def status(self) -> Lookup:
+        return Lookup.worst(*(c.status for c in self.curves))
+
+    @property
+    def table(self) -> str:
+        return self.curves[0].table
+
+    def seconds(self, row: float, col: float) -> float:
+        if row <= 0 or col <= 0:
+            return 0.0
+        lr = self.log_rows
+        v = math.log(row)
+        if v <= lr[0]:
+            return self.curves[0].seconds(col)          # below the first row: flat, as a curve below its grid
+        i = bisect_right(lr, v) - 1
+        i = len(lr) - 2 if i >= len(lr) - 1 else i
+        lo, hi = self.curves[i].seconds(col), self.curves[i + 1].seconds(col)
+        t = (v - lr[i]) / (lr[i + 1] - lr[i])
+        return math.exp(math.log(lo) + t * (math.log(hi) - math.log(lo)))
+
+    def lookup(self, row: float, col: float) -> tuple[float, Lookup]:
+        v = math.log(row) if row > 0 else -math.inf
+        lr = self.log_rows
+        if v < lr[0] - 1e-12 or v > lr[-1] + 1e-12:
+            how = Lookup.EXTRAPOLATED
+        elif any(abs(v - p) < 1e-9 for p in lr):
+            how = Lookup.MEASURED
+        else:
+            how = Lookup.INTERPOLATED
+        i = min(range(len(lr)), key=lambda j: abs(lr[j] - v))
+        return self.seconds(row, col), Lookup.worst(how, self.curves[i].lookup(col)[1])
+
+
+@dataclass(frozen=True)
+class OperatorTables:
+    """The tables of one GPU under one framework version, and where they come from (the manifest)."""
+
+    gpu: str
+    framework: str
+    version: str
+    tables: Mapping[OpKind, OpTable]
+    provenance: Mapping[str, str] = field(default_factory=dict)
+    path: str = ""
+
+    def get(self, kind: OpKind) -> OpTable | None:
+        return self.tables.get(kind)
+
+    @property
+    def label(self) -> str:
+        return f"{self.gpu} {self.framework} {self.version}"

@@ -189,3 +189,22 @@ def test_on_the_default_model_chunking_is_invariant(tmp_path, policy):
     tpot = {chunk: simulate(_default_cfg(_one_document(tmp_path, chunk), policy=policy)).summary["tpot_ms"]["p50"]
             for chunk in (8192, 16384, 65536)}
     assert max(tpot.values()) <= 1.05 * min(tpot.values()), tpot
+
+
+def test_kv_layout_one_story_per_layout(default_run, tmp_path):
+    """replicated (the default): every fetched copy is all-gathered inside the host, 7 x its bytes over NVLink at
+    TP 8; tpla: no fan-out, and a rank holds 1/8 of the latent, so 8x the KV room."""
+    from simroute.cli.main import main
+    s = _summary(default_run / "plain")
+    assert s["engine"]["kv_layout"] == "replicated" and s["config"]["kv_layout"] == "replicated"
+    requests = pq.read_table(default_run / "plain" / "requests.parquet").to_pandas()
+    fetched = requests[requests["bytes_fetch"] > 0]
+    assert len(fetched) > 0
+    assert np.allclose(fetched["bytes_fetch_fanout"], 7 * fetched["bytes_fetch"])
+    assert s["bytes"]["fetch_fanout_nvlink"] == pytest.approx(7 * s["bytes"]["fetch"])
+    assert main(["run", "--kv-layout", "tpla", "--max-requests", "300", "-o", str(tmp_path / "tpla")]) == 0
+    t = _summary(tmp_path / "tpla")
+    assert t["engine"]["kv_layout"] == "tpla" and t["bytes"]["fetch_fanout_nvlink"] == 0.0
+    block_tpla = 64 * 576 * 2 * 61 / 8
+    assert t["engine"]["hbm"]["kv_capacity_tokens"] == int(
+        (141e9 - t["engine"]["hbm"]["weights_gb_per_gpu"] * GB) // block_tpla) * 64

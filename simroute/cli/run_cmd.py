@@ -137,9 +137,15 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
           [[pc["route"], pc["fetch"], pc["local"], pc["resident"], pc["first-touch"]]])
     _print_why(s)
     b = s["bytes"]
-    table("bytes", ["route", "fetch", "pd transfer"] + list(s["network"].get("bytes_by_tier", {})),
+    fanout = b.get("fetch_fanout_nvlink", 0.0)
+    table("bytes", ["route", "fetch", "pd transfer"] + (["fetch fan-out (in host)"] if fanout else [])
+          + list(s["network"].get("bytes_by_tier", {})),
           [[f"{b['route'] / 1e9:.3f} GB", f"{b['fetch'] / 1e9:.3f} GB", f"{b['pd_transfer'] / 1e9:.3f} GB"]
+           + ([f"{fanout / 1e9:.3f} GB"] if fanout else [])
            + [f"{v / 1e9:.3f} GB" for v in s["network"].get("bytes_by_tier", {}).values()]])
+    if fanout:
+        typer.echo(f"kv layout {eng.get('kv_layout')}: every rank holds the whole MLA latent, so each fetched copy "
+                   "(1/tp per rank over the network) is all-gathered inside the host over NVLink")
     slo = s["slo"]
     att = "-" if slo["attainment"] is None else f"{100 * slo['attainment']:.1f}%"
     hp = eng["holder_partials"]

@@ -17,6 +17,7 @@ from typing import Any
 from simroute.checks import check_number
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.model.geometry import WEIGHT_DTYPE_BYTES
+from simroute.model.steptime import KV_LAYOUTS
 from simroute.network.routing import ROUTING_STRATEGIES
 from simroute.sim.engine.exchange import HOLDER_MODES
 from simroute.sim.engine.scheduler import SCHEDULERS
@@ -75,6 +76,10 @@ class RunConfig:
     tp: int = setting(1, "GPUs per instance (a tensor-parallel group inside a host).", minimum=1)
     weights: str | None = setting(None, "Weight dtype of the linear layers (default: the checkpoint's, e.g. fp8 "
                                         "for DeepSeek-V3).", choices=tuple(WEIGHT_DTYPE_BYTES))
+    kv_layout: str = setting("replicated", "Where an MLA latent lives under TP: replicated (every rank holds it "
+                                           "all, the serving engines' TP attention; a fetch lands 1/tp per rank "
+                                           "and fans out over NVLink) or tpla (the paper's §8: 1/tp per rank, "
+                                           "rank-paired fetch and route).", choices=KV_LAYOUTS)
     hbm_gb: float | None = setting(None, "HBM per GPU (GB): weights, running sequences' KV, canonical chunks and "
                                          "copies share it; the GPU entry's capacity if unset.", minimum=0,
                                    exclusive_minimum=True)

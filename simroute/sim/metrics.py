@@ -23,7 +23,7 @@ class Recorder:
     """Preallocated per-request columns (index = request_id) and a decision log."""
 
     FLOAT_COLS = ("arrival", "ttft", "tpot", "e2e", "ttft_floor", "bytes_route", "bytes_fetch", "bytes_pd",
-                  "ttft_queueing", "ttft_prefill_compute", "ttft_transfer", "ttft_exchanges", "ttft_holder_wait")
+                  "bytes_fanout", "ttft_queueing", "ttft_prefill_compute", "ttft_transfer", "ttft_exchanges", "ttft_holder_wait")
     TTFT_PARTS = ("queueing", "prefill_compute", "transfer", "exchanges", "holder_wait")
 
     def __init__(self, n: int) -> None:
@@ -72,7 +72,8 @@ class Recorder:
         }
         for code, name in PRIMITIVE_NAMES.items():
             cols[f"n_{name.replace('-', '_')}"] = self.counts[:, code]
-        cols.update({"bytes_route": self.bytes_route, "bytes_fetch": self.bytes_fetch, "bytes_pd": self.bytes_pd})
+        cols.update({"bytes_route": self.bytes_route, "bytes_fetch": self.bytes_fetch, "bytes_pd": self.bytes_pd,
+                     "bytes_fetch_fanout": self.bytes_fanout})
         cols.update({f"ttft_{name}_s": getattr(self, f"ttft_{name}") for name in self.TTFT_PARTS})
         cols["preemptions"] = self.preemptions
         return pa.table(cols)
@@ -186,7 +187,7 @@ def summarise(rec: Recorder, *, config: dict[str, Any], inputs: dict[str, str], 
         "slo": {"ttft_ms": config["slo_ttft_ms"], "tpot_ms": config["slo_tpot_ms"],
                 "attainment": float(np.mean((ttft <= slo_t) & (tpot <= slo_p))) if done.any() else None},
         "bytes": {"route": float(rec.bytes_route.sum()), "fetch": float(rec.bytes_fetch.sum()), "local": 0.0,
-                  "pd_transfer": float(rec.bytes_pd.sum())},
+                  "pd_transfer": float(rec.bytes_pd.sum()), "fetch_fanout_nvlink": float(rec.bytes_fanout.sum())},
         "primitive_counts": {p.label: int(counts[p]) for p in Primitive},
         **extra,
         "sim_time_s": sim_time_s,

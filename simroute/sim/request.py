@@ -427,10 +427,16 @@ class DenseRequest(RequestProcess):
         try:
             yield from holder.staging.stage(nbytes)
             fabric = ctx.cluster.fabric(requester, holder)
-            # Tensor-parallel rank pairs each move 1/tp of the latent in parallel (on their own NICs).
+            # Tensor-parallel rank pairs each move 1/tp of the latent in parallel (on their own NICs); under the
+            # replicated MLA layout every rank then needs the whole copy: the host all-gathers it over NVLink.
             yield ctx.network.transfer(holder.gpu, requester.gpu, nbytes / ctx.config.tp,
                                        rate_cap_Bps=fabric.bulk_Bps, tag="fetch")
             ctx.recorder.bytes_fetch[self.spec.request_id] += nbytes
+            step = ctx.engines.step
+            fanout = step.fanout_s(nbytes)
+            if fanout > 0:
+                yield ctx.env.timeout(fanout)
+                ctx.recorder.bytes_fanout[self.spec.request_id] += step.fanout_bytes(nbytes)
             if splice is not None:
                 yield splice.landed(float(sum(chunks.tokens[item.chunk] for item in items if not item.cached)))
             for item in items:

@@ -84,7 +84,7 @@ class Simulation:
                             intra_host_fabric=topology.spec.intra.fabric, network=network, fabric_of=fabric_of,
                             options=engine_options(cfg), exchanges_per_step=params.exchanges,
                             merge_s=params.merge_s, hbm_gb=cfg.hbm_gb, record=cfg.telemetry,
-                            host_gpu=topology.spec.gpu, weight_dtype=cfg.weights)
+                            host_gpu=topology.spec.gpu, weight_dtype=cfg.weights, kv_layout=cfg.kv_layout)
         # Canonical chunks may pin `chunk_hbm_share` of what the weights leave (in the chunks' byte units).
         chunk_capacity = (engines[0].hbm.capacity_blocks * BLOCK_TOKENS * compute.kv_bytes_per_token
                           * cfg.chunk_hbm_share) if len(engines) else 0.0

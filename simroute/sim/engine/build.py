@@ -17,7 +17,7 @@ from simroute.sim.engine.log import IterationLog
 
 
 def _step_model(profile: Profile, model: str, tp: int, intra_host_fabric: str | None, host_gpu: str | None = None,
-                weight_dtype: str | None = None) -> StepTimeModel:
+                weight_dtype: str | None = None, kv_layout: str = "replicated") -> StepTimeModel:
     """The profile's step-time model, on the topology's host GPU when `host_gpu` names a GPU entry (the
     profile's or a shipped one), else the GPU the intra-host fabric names; a profile that calibrates fabrics
     only (a host probe run) and names no GPU gets the shipped default profile's GPU entry (datasheet values,
@@ -28,11 +28,12 @@ def _step_model(profile: Profile, model: str, tp: int, intra_host_fabric: str | 
         if spec is None:
             profile.instance_gpu(intra_host_fabric)
         return profile.step_model(model, tp=tp, intra_host_fabric=intra_host_fabric, gpu_spec=spec,
-                                  weight_dtype=weight_dtype)
+                                  weight_dtype=weight_dtype, kv_layout=kv_layout)
     except ConfigurationError:
         pass
     from simroute.calib import default_profile_path, load_profile
-    return load_profile(default_profile_path()).step_model(model, tp=tp, weight_dtype=weight_dtype, gpu_spec=spec)
+    return load_profile(default_profile_path()).step_model(model, tp=tp, weight_dtype=weight_dtype, gpu_spec=spec,
+                                                           kv_layout=kv_layout)
 
 
 class EngineSet:
@@ -46,8 +47,10 @@ class EngineSet:
     def __init__(self, env: simpy.Environment, profile: Profile, *, model: str, tp: int, gpus: Seq[str],
                  intra_host_fabric: str | None, network: Any, fabric_of: Callable[[int, int], Any],
                  options: EngineOptions, exchanges_per_step: int, merge_s: float, hbm_gb: float | None = None,
-                 record: bool = True, host_gpu: str | None = None, weight_dtype: str | None = None) -> None:
-        self.step: StepTimeModel = _step_model(profile, model, tp, intra_host_fabric, host_gpu, weight_dtype)
+                 record: bool = True, host_gpu: str | None = None, weight_dtype: str | None = None,
+                 kv_layout: str = "replicated") -> None:
+        self.step: StepTimeModel = _step_model(profile, model, tp, intra_host_fabric, host_gpu, weight_dtype,
+                                               kv_layout)
         g = self.step.geometry
         self.log = IterationLog(enabled=record)
         self.exchange = RouteExchange(network, lambda a, b: fabric_of(a.eid, b.eid), q_bytes=g.q_bytes,
@@ -83,6 +86,7 @@ class EngineSet:
             "scheduler": es[0].options.scheduler if es else None,
             "gpu": self.step.gpu.name, "model": self.step.geometry.name,
             "weight_dtype": self.step.geometry.weight_dtype, "fp8_rate": self.step.fp8_rate,
+            "kv_layout": self.step.kv_layout, "kv_shards": self.step.kv_shards,
             "iterations": int(log.iterations), "events": int(log.events),
             "preemptions": int(sum(e.preemptions for e in es)), "rejected": int(sum(e.rejected for e in es)),
             "hbm": {"capacity_gb_per_gpu": self.hbm_bytes / 1e9, "weights_gb_per_gpu": self.step.weight_bytes_per_gpu / 1e9,

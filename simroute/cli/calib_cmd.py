@@ -1,4 +1,5 @@
-"""`simroute calib list|show|validate|diff`: inspect calibration profiles and their provenance."""
+"""`simroute calib list|show|validate|diff|import`: inspect calibration profiles and their provenance, compare
+operator tables, import a published operator database."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import typer
 
 from simroute.cli.common import table
 
-calib_app = typer.Typer(help="Calibration profiles: list, show with provenance, validate, diff.",
+calib_app = typer.Typer(help="Calibration profiles: list, show with provenance, validate, diff, import.",
                         no_args_is_help=True)
+import_app = typer.Typer(help="Import a published measured operator database as simroute operator tables.",
+                         no_args_is_help=True)
+calib_app.add_typer(import_app, name="import")
 
 
 @calib_app.command("list")
@@ -64,20 +68,36 @@ def calib_validate(profiles: list[Path] = typer.Argument(..., help="Profile file
 
 
 @calib_app.command("diff")
-def calib_diff(a: str = typer.Argument(..., help="First profile."), b: str = typer.Argument(..., help="Second profile."),
+def calib_diff(a: str = typer.Argument(..., help="First profile (with --tables: a table directory or a profile)."),
+               b: str = typer.Argument(..., help="Second profile (with --tables: a table directory or a profile)."),
                all_rows: bool = typer.Option(False, "--all", help="Show equal constants too."),
                gpu: str = typer.Option(None, "--gpu", help="Only this GPU entry, with the achievable rates "
-                                                          "derived from it (datasheet peak x fraction)."),
+                                                          "derived from it (datasheet peak x fraction); with "
+                                                          "--tables, the entry whose operator_tables a profile "
+                                                          "argument names."),
+               tables: bool = typer.Option(False, "--tables", help="Compare operator tables op by op (per kind "
+                                           "and dtype: shared shapes, median and worst latency ratio B/A) "
+                                           "instead of constants."),
                json_out: bool = typer.Option(False, "--json", help="Print the rows as JSON instead of a table.")) -> None:
     """Compare two profiles side by side (value, B/A and provenance); with --gpu, one GPU entry's constants
-    and the rates the step-time model derives from them, e.g. measured vs datasheet-derived.
+    and the rates the step-time model derives from them, e.g. measured vs datasheet-derived; with --tables, two
+    sets of operator tables at the shapes both measured.
 
     Example: simroute calib diff gpus/h200-sxm calib/measured/h200/profile.yaml --gpu h200-sxm
+    Example: simroute calib diff calib/ops/h200-sxm/sglang-0.5.14 /tmp/ops-h200 --tables
     """
+    if tables:
+        _diff_tables(a, b, gpu, json_out)
+        return
     from simroute.calib import flatten, load_profile
     pa, pb = load_profile(a), load_profile(b)
     fa, fb = flatten(pa), flatten(pb)
     if gpu is not None:
+        if gpu not in pa.gpus and gpu not in pb.gpus:
+            from simroute.errors import ConfigurationError
+            known = sorted(set(pa.gpus) | set(pb.gpus))
+            raise ConfigurationError(f"GPU entry '{gpu}' is in neither profile (their entries: "
+                                     f"{', '.join(known) or 'none'})", field="--gpu")
         fa = {k: v for k, v in {**fa, **derived_rates(pa, gpu)}.items() if k.startswith(f"gpus.{gpu}.")}
         fb = {k: v for k, v in {**fb, **derived_rates(pb, gpu)}.items() if k.startswith(f"gpus.{gpu}.")}
     rows = []
@@ -93,6 +113,108 @@ def calib_diff(a: str = typer.Argument(..., help="First profile."), b: str = typ
         return
     table(f"{a}  vs  {b}", columns, rows)
     typer.echo(f"{len(rows)} differing constants" if not all_rows else f"{len(rows)} constants")
+
+
+def load_tables_arg(arg: str, gpu: str | None, flag: str):
+    """The operator tables an argument of `calib diff --tables` names: a table directory (its tables.yaml), or a
+    profile whose GPU entry `gpu` names operator_tables."""
+    from simroute.calib.optables import MANIFEST, load_operator_tables
+    from simroute.errors import ConfigurationError
+    path = Path(arg)
+    if path.is_dir():
+        if not (path / MANIFEST).is_file():
+            raise ConfigurationError(f"is a directory without a {MANIFEST} manifest: not an operator-table "
+                                     "directory", file=path, field=flag)
+        return load_operator_tables(path)
+    from simroute.calib import load_profile
+    prof = load_profile(arg)
+    if gpu is None:
+        if len(prof.gpus) != 1:
+            raise ConfigurationError(f"is a profile: name the GPU entry whose operator tables to compare with --gpu "
+                                     f"(entries: {', '.join(sorted(prof.gpus)) or 'none'})", file=arg, field="--gpu")
+        gpu = next(iter(prof.gpus))
+    if gpu not in prof.gpus:
+        raise ConfigurationError(f"GPU entry '{gpu}' is not in this profile (entries: "
+                                 f"{', '.join(sorted(prof.gpus)) or 'none'})", file=arg, field="--gpu")
+    found = prof.operator_tables(gpu)
+    if found is None:
+        raise ConfigurationError(f"GPU entry '{gpu}' names no operator_tables", file=prof.origin.get(f"gpu:{gpu}", arg),
+                                 field=f"gpus.{gpu}.operator_tables")
+    return found
+
+
+def _provenance_text(t) -> str:
+    p = t.provenance
+    where = ", ".join(f"{k} {p[k]}" for k in ("box", "device", "package", "package_version") if p.get(k))
+    return f"{p.get('kind', '?')}" + (f" ({where})" if where else "")
+
+
+def _diff_tables(a: str, b: str, gpu: str | None, json_out: bool) -> None:
+    from simroute.calib.optables import diff_operator_tables
+    ta, tb = load_tables_arg(a, gpu, "A"), load_tables_arg(b, gpu, "B")
+    rows = diff_operator_tables(ta, tb)
+    if json_out:
+        from simroute.cli.common import echo_json
+        echo_json({"A": {"path": ta.path, "label": ta.label, "provenance": dict(ta.provenance)},
+                   "B": {"path": tb.path, "label": tb.label, "provenance": dict(tb.provenance)}, "rows": rows})
+        return
+    typer.echo(f"A: {ta.label} ({ta.path}): {_provenance_text(ta)}")
+    typer.echo(f"B: {tb.label} ({tb.path}): {_provenance_text(tb)}")
+    fmt = lambda v: f"{v:.3g}" if isinstance(v, float) else ""
+    table("operator tables, B/A at the shapes both hold",
+          ["kind", "selection", "shared points", "median B/A", "worst B/A", "note"],
+          [[r["kind"], r["selection"], r["shared_points"], fmt(r.get("median_ratio")), fmt(r.get("worst_ratio")),
+            r["note"]] for r in rows])
+    compared = [r for r in rows if r["shared_points"]]
+    typer.echo(f"{len(compared)} selections compared over {sum(r['shared_points'] for r in compared)} shared shapes"
+               + (f"; {len(rows) - len(compared)} kinds without shared shapes" if len(rows) > len(compared) else ""))
+
+
+@import_app.command("aiconfigurator")
+def import_aiconfigurator(
+    gpu: str = typer.Option(..., "--gpu", help="simroute GPU entry (h200-sxm, h100-sxm, a100-80gb, rtxpro6000) or "
+                            "an aiconfigurator system name (h200_sxm)."),
+    framework: str = typer.Option("sglang", "--framework", help="Serving framework whose kernels were measured."),
+    version: str = typer.Option(None, "--version", help="Framework version (default: the newest measured)."),
+    source: Path = typer.Option(None, "--from", help="Directory holding the package's systems/data (an unpacked "
+                                "wheel or a checkout); default: the installed aiconfigurator-core package."),
+    out: Path = typer.Option(..., "-o", "--out", help="Table directory to write (new, or one simroute wrote)."),
+    json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Convert aiconfigurator-core's measured operator database (NVIDIA, Apache-2.0) into simroute operator
+    tables: same rows, latencies in us, a tables.yaml manifest with the provenance of every table.
+
+    Example: simroute calib import aiconfigurator --gpu h200-sxm --framework sglang -o /tmp/ops/h200-sxm
+    """
+    from simroute.calib.aiconfigurator import import_tables
+    from simroute.calib.optables import load_operator_tables
+    from simroute.errors import ConfigurationError
+    from simroute.ioutil import claim_output
+    if source is not None and not source.is_dir():
+        raise ConfigurationError("not a directory (give the folder that holds systems/data)", file=source,
+                                 field="--from")
+    with claim_output(out, directory=True, inputs=[source], flag="--out", what="operator tables"):
+        summary = import_tables(gpu, framework, version, out, data_root=source)
+    written = load_operator_tables(out)
+    summary["provenance"] = dict(written.provenance)
+    summary["output"] = str(Path(out).resolve())
+    if json_out:
+        from simroute.cli.common import echo_json
+        echo_json(summary)
+        return
+    table(f"{summary['gpu']} {framework} {summary['version']} -> {out}", ["kind", "rows", "read from version"],
+          [[k, n, summary["versions"].get(k, "")] for k, n in summary["rows"].items()])
+    if summary["skipped"]:
+        typer.echo(f"skipped (not measured for this GPU and framework): {', '.join(summary['skipped'])}")
+    prov = summary["provenance"]
+    typer.echo(f"provenance: {prov.get('kind')}: {prov.get('ref', '')}")
+    if prov.get("licence"):
+        typer.echo(f"licence: {prov['licence']}")
+    typer.echo("to use them, point a GPU entry at the directory (a relative path resolves against the file that "
+               "holds the entry):")
+    typer.echo(f"  gpus:\n    {gpu}:\n      operator_tables: {{path: {summary['output']}, note: imported from "
+               f"aiconfigurator-core}}")
+    typer.echo(f"compare: simroute calib diff <other tables> {out} --tables")
 
 
 def _ratio(a: str, b: str) -> str:

@@ -1,5 +1,5 @@
 """`simroute calibrate`: capability report, probes with a progress bar, fits with MAPE, then the profile
-with per-constant provenance and the raw samples as Parquet beside it."""
+with per-constant provenance, the raw samples as Parquet and the step probes' operator tables beside it."""
 
 from __future__ import annotations
 
@@ -65,7 +65,9 @@ def calibrate(
         from simroute.errors import ConfigurationError
         raise ConfigurationError("is a directory; --out names the profile file (e.g. DIR/profile.yaml)", file=target)
     if dry_run:
-        typer.echo(f"dry run: would write {target} and {target.parent / 'samples.parquet'}")
+        typer.echo(f"dry run: would write {target} and {target.parent / 'samples.parquet'}"
+                   + (f", and operator tables under {target.parent / 'ops'}" if any(
+                       p.name in ("gemm", "decode-attention", "prefill-attention") for p in probes) else ""))
         return
 
     from tqdm import tqdm
@@ -103,6 +105,12 @@ def calibrate(
         n_def = sum(1 for c in cal.profile.constants.values() if c.provenance.kind == "default")
         typer.echo(f"wrote {cal.profile_path} ({len(cal.profile.fabrics)} fabrics, {len(cal.profile.constants)} "
                    f"constants, {n_def} paper defaults standing in) and {cal.samples_path}")
+        if cal.tables_path:
+            rows = ", ".join(f"{k} {n}" for k, n in cal.tables_rows.items())
+            typer.echo(f"wrote operator tables {cal.tables_path} (rows: {rows}); the profile's GPU entry "
+                       f"{cal.profile.gpu} names them (operator_tables.path)")
+            typer.echo(f"compare: simroute calib diff gpus/{cal.profile.gpu} {cal.profile_path} --tables --gpu "
+                       f"{cal.profile.gpu}")
         typer.echo(f"inspect: simroute calib show {cal.profile_path}")
     elif not cal.measured():
         raise typer.Exit(1)

@@ -1,5 +1,7 @@
 """The calibrate pipeline as a library call: capability -> probes (each in a subprocess) -> fits ->
-profile + raw samples, written atomically. The CLI (`simroute calibrate`) only prints what this returns."""
+profile + raw samples, written atomically, and the step-time probes' per-shape latencies as operator tables
+beside the profile (simroute.probes.step_tables), which its GPU entry names. The CLI (`simroute calibrate`)
+only prints what this returns."""
 
 from __future__ import annotations
 
@@ -41,6 +43,8 @@ class Calibration:
     samples_path: Path | None = None
     profile: Any = None
     notes: list[str] = field(default_factory=list)
+    tables_path: Path | None = None         # the operator tables the step-time probes wrote, if any
+    tables_rows: dict[str, int] = field(default_factory=dict)
 
     def measured(self) -> list[str]:
         return [o.probe.name for o in self.outcomes if o.ok]
@@ -75,13 +79,18 @@ def run_probes(probes: list[Probe], cap: Capability, *, quick: bool = False, pes
 
 def calibrate(out: Path | None = None, *, only: Iterable[str] | None = None, quick: bool = False, pes: int = 1,
               timeout_s: float | None = None, on_done: Callable[[ProbeOutcome], None] | None = None,
-              cap: Capability | None = None, write: bool = True) -> Calibration:
-    """Run the probes and (if anything was measured) write the profile and its samples beside it."""
+              cap: Capability | None = None, write: bool = True, gpu: str | None = None,
+              extra_args: dict[str, Any] | None = None) -> Calibration:
+    """Run the probes and (if anything was measured) write the profile and its samples beside it, and the step
+    probes' operator tables under <profile dir>/ops/<gpu>/<framework>-<version>/ (named by the GPU entry).
+    `gpu` is the GPU entry (default: matched from the capability); `extra_args` go to every probe
+    (`{"backend": "reference"}`: the dry run, numpy on the CPU)."""
     from simroute.calib.writer import write_profile_checked, write_samples
     from simroute.probes.assemble import build_profile
     cap = cap or detect()
     probes = select(only)
-    outcomes = run_probes(probes, cap, quick=quick, pes=pes, timeout_s=timeout_s, on_done=on_done)
+    outcomes = run_probes(probes, cap, quick=quick, pes=pes, timeout_s=timeout_s, on_done=on_done,
+                          extra_args=extra_args)
     cal = Calibration(cap, outcomes)
     if not write:
         return cal
@@ -90,11 +99,46 @@ def calibrate(out: Path | None = None, *, only: Iterable[str] | None = None, qui
         return cal
     out = Path(out) if out else default_out(cap.hostname)
     samples = [s for o in outcomes for s in o.samples]
-    data = build_profile(outcomes, cap, out, SAMPLES_NAME)
+    data = build_profile(outcomes, cap, out, SAMPLES_NAME, gpu=gpu)
+    written = _write_tables(data, outcomes, cap, out, cal)
     samples_path = out.parent / SAMPLES_NAME
     # The profile is checked (loads back, gives cost_params) before the samples and it are renamed into place.
-    cal.profile = write_profile_checked(data, out, before_commit=lambda: write_samples(
-        samples, samples_path, metadata={"simroute.box": cap.box, "simroute.profile": out.name}))
+    try:
+        cal.profile = write_profile_checked(data, out, before_commit=lambda: write_samples(
+            samples, samples_path, metadata={"simroute.box": cap.box, "simroute.profile": out.name}))
+    except BaseException:
+        from simroute.probes.step_tables import remove_written
+        remove_written(written)
+        raise
     cal.samples_path = samples_path
     cal.profile_path = out
     return cal
+
+
+def _write_tables(data: dict[str, Any], outcomes: list[ProbeOutcome], cap: Capability, out: Path,
+                  cal: Calibration):
+    """Write the step probes' operator tables beside the profile and name them in its GPU entry (`data`)."""
+    from simroute.probes.step_tables import step_tables, write_step_tables
+    tables = step_tables(outcomes)
+    if tables is None:
+        return None
+    cal.notes.extend(tables.notes)
+    entry = data.get("gpu")
+    if not entry or entry not in data.get("gpus", {}):
+        cal.notes.append("operator tables not written: the profile has no GPU entry to name them (the per-shape "
+                         "timings are in samples.parquet)")
+        return None
+    from simroute.errors import SimrouteError
+    try:
+        written = write_step_tables(tables, box=cap.hostname, box_description=cap.box, gpu=entry, profile_path=out,
+                                    samples_name=SAMPLES_NAME)
+    except (SimrouteError, OSError) as exc:       # the profile is still worth writing: say why, keep going
+        cal.notes.append(f"operator tables not written: {exc}")
+        return None
+    data["gpus"][entry]["operator_tables"] = written.ref
+    if tables.dry_run:
+        data["description"] += f"; its operator tables are a dry run ({tables.device}): not GPU timings"
+        cal.notes.append(f"warning: the operator tables are a dry run ({tables.framework} on the CPU): never "
+                         f"simulate {entry} with this profile")
+    cal.tables_path, cal.tables_rows = written.path, tables.rows
+    return written

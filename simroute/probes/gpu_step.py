@@ -46,7 +46,8 @@ def _tokens(be: StepBackend, tokens: tuple[int, ...] = TOKENS) -> tuple[int, ...
 
 
 def _base(be: StepBackend, dl: Deadline, **results: Any) -> dict[str, Any]:
-    return {"backend": be.name, "measures_gpu": be.measures_gpu, "sweep": dl.note(), **be.info(), **results}
+    return {"backend": be.name, "measures_gpu": be.measures_gpu, "sweep": dl.note(), "framework": be.framework,
+            "framework_version": be.framework_version, "dtype": be.dtype_label, **be.info(), **results}
 
 
 # ---- HBM: device-to-device copy ----------------------------------------------------------------------------
@@ -121,12 +122,17 @@ def _check_gemm(be: StepBackend) -> float:
     return err
 
 
+def run_shape(be: StepBackend, shape: GemmShape) -> tuple[int, int]:
+    """(k, n) as timed: the model's on the GPU, narrower on the numpy stand-in."""
+    return (shape.k, shape.n) if be.measures_gpu else (max(shape.k // REF_SHRINK, 8), max(shape.n // REF_SHRINK, 8))
+
+
 def _time_shape(be: StepBackend, shape: GemmShape, tokens: tuple[int, ...], dl: Deadline, warm: int, reps: int,
                 l2_bytes: int) -> tuple[dict[int, float], int]:
     """(seconds per GEMM of `shape` at each token count, FLOPs per token as run: narrower on the numpy
     stand-in); weights rotate over enough copies to exceed the L2 (a weight read from L2 would flatter the
     memory-bound small-token GEMMs)."""
-    k, n = (shape.k, shape.n) if be.measures_gpu else (max(shape.k // REF_SHRINK, 8), max(shape.n // REF_SHRINK, 8))
+    k, n = run_shape(be, shape)
     wbytes = k * n * 2
     copies = min(max(ceil_div(3 * l2_bytes, wbytes), 1), 8) if l2_bytes else 1
     weights = [be.randn((k, n), seed=10 + c, scale=1 / math.sqrt(k)) for c in range(copies)]
@@ -153,7 +159,8 @@ def probe_gemm(args: dict[str, Any]) -> dict:
     shapes, samples = {}, []
     for shape in dl.points("gemm shapes", plan):
         times, flops_per_token = _time_shape(be, shape, tokens, dl, warm, reps, l2)
-        shapes[shape.key] = {"k": shape.k, "n": shape.n, "uses": list(shape.uses),
+        k_run, n_run = run_shape(be, shape)
+        shapes[shape.key] = {"k": shape.k, "n": shape.n, "k_run": k_run, "n_run": n_run, "uses": list(shape.uses),
                              "seconds": {str(m): t for m, t in times.items()},
                              "TFLOPs": {str(m): m * flops_per_token / t / 1e12 for m, t in times.items()}}
         samples += [{"series": "gemm", "x": float(m), "value": t, "unit": "s", "k": shape.k, "n": shape.n,
@@ -199,6 +206,14 @@ class AttentionKind:
     d_qk: int
     d_v: int
     mla: bool
+
+    def table_columns(self, phase: str) -> dict[str, Any]:
+        """The operator-table kind this shape's timings belong to (simroute.model.optables) and its shape
+        columns: MLA (absorbed decode, or the expanded prefill, whose heads are all the table keys) or GQA."""
+        mla = self.mla or self.name.startswith("mla-")
+        if mla:
+            return {"table": f"mla_{phase}", "heads": self.heads}
+        return {"table": f"attention_{phase}", "heads": self.heads, "kv_heads": self.kv_heads, "head_dim": self.d_qk}
 
     def kv_bytes_per_token(self) -> int:
         """Cached bytes per token of one layer (bf16): the 576-wide latent for MLA, K and V for GQA."""
@@ -306,7 +321,7 @@ def probe_decode_attention(args: dict[str, Any]) -> dict:
         t = summary(be.time(fn, warm, reps, dl))
         nbytes = batch * ctx * kind.kv_bytes_per_token()
         points.append({"kind": kind.name, "context": ctx, "batch": batch, "seconds": t, "kv_bytes": nbytes,
-                       "GBps": nbytes / t / 1e9})
+                       "GBps": nbytes / t / 1e9, **kind.table_columns("decode")})
         samples.append({"series": f"decode_{kind.name}", "x": float(ctx), "value": t, "unit": "s", "batch": batch})
     if not points:
         raise TimeoutError("probe deadline reached before the first decode point was timed")
@@ -329,7 +344,8 @@ def probe_prefill_attention(args: dict[str, Any]) -> dict:
                                                                                        kind.d_v)))
         t = summary(be.time(lambda: be.attention(q, k, v, True, 1 / math.sqrt(kind.d_qk)), warm, reps, dl))
         flops = 2.0 * kind.heads * s * (s + 1) / 2 * (kind.d_qk + kind.d_v)
-        points.append({"kind": kind.name, "tokens": s, "seconds": t, "flops": flops, "TFLOPs": flops / t / 1e12})
+        points.append({"kind": kind.name, "tokens": s, "seconds": t, "flops": flops, "TFLOPs": flops / t / 1e12,
+                       "batch": 1, **kind.table_columns("prefill")})
         samples.append({"series": f"prefill_{kind.name}", "x": float(s), "value": t, "unit": "s"})
     if not points:
         raise TimeoutError("probe deadline reached before the first prefill point was timed")

@@ -22,6 +22,11 @@ class StepBackend:
 
     name = "?"
     measures_gpu = False
+    # what ran, for the operator tables the probes write (simroute.probes.step_tables): the framework and its
+    # version, and the element type of the operands ("bf16" on the GPU)
+    framework = "?"
+    framework_version = ""
+    dtype_label = "?"
 
     def randn(self, shape: tuple[int, ...], seed: int, scale: float = 1.0) -> Any:
         raise NotImplementedError
@@ -100,8 +105,13 @@ class NumpyBackend(StepBackend):
 
     name = "reference (numpy on the CPU; no GPU)"
 
+    framework = "numpy-dry-run"
+    framework_version = np.__version__
+
     def __init__(self, dtype: Any = np.float32) -> None:
         self.dtype = dtype
+        name = np.dtype(dtype).name
+        self.dtype_label = {"float32": "fp32", "float64": "fp64"}.get(name, name)
 
     def randn(self, shape, seed, scale=1.0):
         return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(self.dtype)
@@ -206,6 +216,7 @@ class TorchBackend(StepBackend):
         self.measures_gpu = device == "cuda"
         where = torch.cuda.get_device_name(0) if self.measures_gpu else "the CPU (no GPU: measures nothing)"
         self.name = f"torch {torch.__version__} bf16 on {where}"
+        self.framework, self.framework_version, self.dtype_label = "torch", str(torch.__version__), "bf16"
 
     def randn(self, shape, seed, scale=1.0):
         g = self.t.Generator(device=self.dev).manual_seed(seed)

@@ -16,6 +16,7 @@ import pytest
 from simroute.model.geometry import get_model
 from simroute.probes import gpu_step as gs
 from simroute.probes import step_constants as sc
+from simroute.probes.capability import Capability
 from simroute.probes.framework import run_probe
 from simroute.probes.gpu_common import BACKEND_ENV
 from simroute.probes.registry import PROBES
@@ -238,3 +239,115 @@ def test_torch_backend_operators_agree_with_numpy_on_the_cpu() -> None:
     b = be.empty_like(a)
     be.copy(b, a)
     assert np.array_equal(be.host(a), be.host(b))
+
+
+# ---- the probes' operator tables (simroute.probes.step_tables) ---------------------------------------------------
+DRY_BOX = Capability(hostname="drybox", cpu_model="Test CPU", cpus=2, python="3.12", gpus=1,
+                     gpu_names=["NVIDIA H200"])
+
+
+@pytest.fixture(scope="module")
+def dry_cal(tmp_path_factory):
+    """`simroute calibrate`'s pipeline in a dry run (numpy on the CPU) of the three table probes, one model."""
+    from simroute.probes.calibrate import calibrate
+    out = tmp_path_factory.mktemp("dry") / "drybox" / "profile.yaml"
+    return calibrate(out, only=["gemm", "decode-attention", "prefill-attention"], quick=True, cap=DRY_BOX,
+                     extra_args={"backend": "reference", "models": ["llama-2-7b"]})
+
+
+def test_dry_run_writes_the_probes_operator_tables_and_the_gpu_entry_names_them(dry_cal) -> None:
+    """The writer runs in the dry run; the tests look at kinds, shapes and provenance, never at the numbers."""
+    import yaml
+    from simroute.calib.optables import load_operator_tables
+    from simroute.model.optables import OpKind
+    assert dry_cal.profile_path is not None, dry_cal.notes
+    assert {o.probe.name for o in dry_cal.outcomes if o.ok} == {"gemm", "decode-attention", "prefill-attention"}
+    tables_dir = dry_cal.tables_path
+    assert tables_dir.parent == dry_cal.profile_path.parent / "ops" / "h200-sxm"
+    assert tables_dir.name.startswith("numpy-dry-run-")
+    t = load_operator_tables(tables_dir)
+    assert (t.gpu, t.framework) == ("h200-sxm", "numpy-dry-run")
+    assert set(t.tables) == {OpKind.GEMM, OpKind.MLA_DECODE, OpKind.ATTENTION_DECODE, OpKind.ATTENTION_PREFILL,
+                             OpKind.MLA_PREFILL}
+    # provenance: measured, on this box, and unmistakably not a GPU's
+    assert t.provenance["kind"] == "measured" and t.provenance["box"] == "drybox"
+    assert t.provenance["device"] == "cpu (dry run)" and t.provenance["dry_run"] == "true"
+    assert "DRY RUN" in t.provenance["warning"]
+    # GEMM rows: every planned llama-2-7b shape (as timed: narrowed) at every dry-run token count
+    gemm = t.get(OpKind.GEMM)
+    plan = gs.gemm_plan(("llama-2-7b",))
+    from simroute.probes.step_backend import NumpyBackend
+    shapes = {gs.run_shape(NumpyBackend(), s) for s in plan}
+    tokens = {float(m) for m in gs.TOKENS if m <= gs.REF_MAX_TOKENS}
+    got = set(zip(gemm.numeric["m"].tolist(), gemm.numeric["k"].tolist(), gemm.numeric["n"].tolist()))
+    assert got == {(m, float(k), float(n)) for m in tokens for k, n in shapes}
+    assert gemm.values("dtype") == ["fp32"]                     # what ran: the model's bf16 rows find none
+    # decode attention: MLA (V2-Lite's 16 heads, V3's 128) and Llama's GQA over the dry run's grid
+    mla = t.get(OpKind.MLA_DECODE)
+    assert mla.values("heads") == [16.0, 128.0] and mla.values("context") == [64.0, 256.0]
+    assert mla.values("batch") == [1.0, 4.0] and mla.rows == 8
+    gqa = t.get(OpKind.ATTENTION_DECODE)
+    assert (gqa.values("heads"), gqa.values("kv_heads"), gqa.values("head_dim")) == ([32.0], [32.0], [128.0])
+    assert gqa.rows == 4
+    pre = t.get(OpKind.ATTENTION_PREFILL)
+    assert pre.values("isl") == [64.0, 128.0] and pre.values("batch") == [1.0]
+    assert t.get(OpKind.MLA_PREFILL).values("heads") == [16.0]
+    # the profile's GPU entry names the tables, relative to the profile, and says they are a dry run
+    raw = yaml.safe_load(dry_cal.profile_path.read_text())
+    ref = raw["gpus"]["h200-sxm"]["operator_tables"]
+    assert ref["path"] == f"ops/h200-sxm/{tables_dir.name}" and "DRY RUN" in ref["note"]
+    assert "dry run" in raw["description"]
+    prof = dry_cal.profile
+    assert prof.operator_tables_dir("h200-sxm") == tables_dir.resolve()
+    resolved = prof.operator_tables("h200-sxm")
+    assert resolved is not None and resolved.provenance["device"] == "cpu (dry run)"
+    assert any("dry run" in n for n in dry_cal.notes)
+
+
+def test_probe_results_become_table_rows(tmp_path: Path) -> None:
+    """Synthetic results of a torch run: units (s -> us), kinds, columns, provenance and the entry's reference."""
+    from simroute.calib.optables import load_operator_tables
+    from simroute.model.optables import OpKind
+    from simroute.probes import step_tables as st
+    from simroute.probes.framework import ProbeOutcome
+    base = {"backend": "torch 2.5.1+cu124 bf16 on NVIDIA H200", "measures_gpu": True, "framework": "torch",
+            "framework_version": "2.5.1+cu124", "dtype": "bf16", "device": "NVIDIA H200"}
+    gemm = {**base, "shapes": {"4096x12288": {"k": 4096, "n": 12288, "k_run": 4096, "n_run": 12288,
+                                              "seconds": {"1": 2e-5, "2": 3e-5}}}}
+    dec = {**base, "kernels": {"mla-deepseek-v3": "FlashMLA", "gqa-llama-2-7b": "sdpa"}, "points": [
+        {"kind": "mla-deepseek-v3", "batch": 4, "context": 512, "seconds": 1e-5, "table": "mla_decode",
+         "heads": 128},
+        {"kind": "gqa-llama-2-7b", "batch": 4, "context": 512, "seconds": 4e-6, "table": "attention_decode",
+         "heads": 32, "kv_heads": 32, "head_dim": 128}]}
+    hbm = {**base, "best_GBps": 4000.0}
+    outcomes = [ProbeOutcome(PROBES["gemm"], "ok", "", 1.0, gemm), ProbeOutcome(PROBES["hbm"], "ok", "", 1.0, hbm),
+                ProbeOutcome(PROBES["decode-attention"], "ok", "", 1.0, dec),
+                ProbeOutcome(PROBES["prefill-attention"], "failed", "boom", 1.0, {})]
+    tables = st.step_tables(outcomes)
+    assert (tables.framework, tables.version, tables.device, tables.dry_run) == ("torch", "2.5.1+cu124",
+                                                                                  "NVIDIA H200", False)
+    assert set(tables.tables) == {OpKind.GEMM, OpKind.MLA_DECODE, OpKind.ATTENTION_DECODE}   # only what ran
+    profile = tmp_path / "box" / "profile.yaml"
+    w = st.write_step_tables(tables, box="h200box", box_description="h200box (Xeon)", gpu="h200-sxm",
+                             profile_path=profile)
+    assert w.path == tmp_path / "box" / "ops" / "h200-sxm" / "torch-2.5.1-cu124" and w.created
+    assert w.ref["path"] == "ops/h200-sxm/torch-2.5.1-cu124" and "DRY RUN" not in w.ref["note"]
+    t = load_operator_tables(w.path)
+    assert (t.framework, t.version) == ("torch", "2.5.1+cu124")
+    assert t.provenance["kind"] == "measured" and t.provenance["box"] == "h200box"
+    assert t.provenance["device"] == "NVIDIA H200" and "dry_run" not in t.provenance
+    g = t.get(OpKind.GEMM)
+    assert sorted(zip(g.numeric["m"].tolist(), g.latency_us.tolist())) == [(1.0, pytest.approx(20.0)),
+                                                                            (2.0, pytest.approx(30.0))]
+    assert g.values("dtype") == ["bf16"] and g.values("n") == [12288.0] and g.values("k") == [4096.0]
+    assert t.get(OpKind.MLA_DECODE).latency_us.tolist() == [pytest.approx(10.0)]
+    assert t.get(OpKind.MLA_DECODE).source["kernel"] == "FlashMLA"
+    assert t.get(OpKind.ATTENTION_DECODE).values("kv_dtype") == ["bf16"]
+    # a directory there that simroute did not write is never replaced: a fresh name is taken
+    (w.path / "notes.txt").write_text("mine")
+    w2 = st.write_step_tables(tables, box="h200box", box_description="h200box", gpu="h200-sxm", profile_path=profile)
+    assert w2.path.name == "torch-2.5.1-cu124-2" and (w.path / "notes.txt").read_text() == "mine"
+    # a directory simroute wrote (the previous run's) is replaced
+    w3 = st.write_step_tables(tables, box="h200box", box_description="h200box", gpu="h200-sxm", profile_path=profile)
+    assert w3.path == w2.path and not w3.created
+    assert st.step_tables([ProbeOutcome(PROBES["hbm"], "ok", "", 1.0, hbm)]) is None

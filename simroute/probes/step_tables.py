@@ -1,0 +1,194 @@
+"""The step-time probes' per-shape latencies as operator tables (docs/STEP_TIME.md, "Operator tables";
+docs/PROBES.md, "Operator tables"): the same format `simroute calib import aiconfigurator` writes
+(simroute.calib.optables), so the step-time model reads a measured box the way it reads a published database.
+
+What each probe contributes (only kinds a probe measured; every row one timed shape, latency in us):
+- `gemm` -> gemm: dtype, m = tokens, n, k (the shape as timed: the numpy dry run's are narrower);
+- `decode-attention` -> mla_decode (batch, context, heads) for absorbed MLA, attention_decode (batch, context,
+  heads, kv_heads, head_dim) for GQA; kv_dtype is the operands' dtype;
+- `prefill-attention` -> mla_prefill (batch, isl, heads) for MLA's expanded prefill, attention_prefill (batch,
+  isl, heads, kv_heads, head_dim) for GQA; one causal sequence (batch 1) of isl tokens.
+
+The manifest's provenance says `measured`, on which box (the host name), which device (the GPU's name) and which
+framework ran (torch and its version). A dry run (numpy on the CPU) writes the same files so the writer is
+exercised, but marked so that nothing mistakes them for a GPU's: device `cpu (dry run)`, framework
+`numpy-dry-run`, the dtype actually used (fp32), a `warning` in the manifest and in the GPU entry's note; the
+step model, which reads bf16 rows, finds none of them and keeps its roofline.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from simroute.model.optables import LATENCY_COLUMN, SCHEMA, OpKind
+from simroute.probes.framework import ProbeOutcome
+
+TABLE_PROBES = ("gemm", "decode-attention", "prefill-attention")
+DRY_RUN_DEVICE = "cpu (dry run)"
+DRY_RUN_WARNING = ("DRY RUN: numpy on the CPU with narrowed GEMM shapes, not GPU timings; never simulate a GPU "
+                   "with these tables")
+
+
+@dataclass
+class ProbeTables:
+    """Operator-table columns from one calibration run, and what ran them."""
+
+    framework: str
+    version: str
+    device: str
+    dry_run: bool
+    tables: dict[OpKind, dict[str, list]] = field(default_factory=dict)
+    entries: dict[OpKind, dict[str, Any]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rows(self) -> dict[str, int]:
+        return {k.value: len(cols[LATENCY_COLUMN]) for k, cols in self.tables.items()}
+
+
+def _add(tables: dict[OpKind, dict[tuple, float]], kind: OpKind, key: dict[str, Any], seconds: float) -> None:
+    """One row, keyed by the kind's columns in schema order (a shape timed twice keeps its first timing)."""
+    cats, nums = SCHEMA[kind]
+    row = tuple(str(key[c]) for c in cats) + tuple(float(key[c]) for c in nums)
+    if seconds > 0:
+        tables.setdefault(kind, {}).setdefault(row, seconds * 1e6)
+
+
+def _gemm_rows(r: dict[str, Any], rows: dict[OpKind, dict[tuple, float]]) -> None:
+    for shape in r.get("shapes", {}).values():
+        k, n = shape.get("k_run", shape["k"]), shape.get("n_run", shape["n"])
+        for m, t in shape.get("seconds", {}).items():
+            _add(rows, OpKind.GEMM, {"dtype": r["dtype"], "m": int(m), "n": n, "k": k}, t)
+
+
+def _attention_rows(r: dict[str, Any], phase: str, rows: dict[OpKind, dict[tuple, float]]) -> list[str]:
+    skipped = []
+    for p in r.get("points", []):
+        table = p.get("table")
+        if table is None:                       # results of a probe from before the tables: no shape columns
+            skipped.append(p.get("kind", "?"))
+            continue
+        key = {**p, "kv_dtype": r["dtype"]}
+        if phase == "prefill":
+            key["isl"] = p["tokens"]
+        _add(rows, OpKind(table), key, p["seconds"])
+    return sorted(set(skipped))
+
+
+def step_tables(outcomes: list[ProbeOutcome]) -> ProbeTables | None:
+    """The operator tables the table probes' results hold (None when none of them measured anything). The
+    first probe's framework is the tables'; a probe run under another is left out, saying so."""
+    found: ProbeTables | None = None
+    rows: dict[OpKind, dict[tuple, float]] = {}
+    for o in outcomes:
+        if not o.ok or o.probe.name not in TABLE_PROBES or "dtype" not in o.results:
+            continue
+        r = o.results
+        framework, version = str(r.get("framework", "?")), str(r.get("framework_version", ""))
+        dry = not r.get("measures_gpu", False)
+        device = DRY_RUN_DEVICE if dry else str(r.get("device", "?"))
+        if found is None:
+            found = ProbeTables(framework, version, device, dry)
+        elif (framework, version, device) != (found.framework, found.version, found.device):
+            found.notes.append(f"probe {o.probe.name} ran under {framework} {version} on {device}, not "
+                               f"{found.framework} {found.version} on {found.device}: its timings left out")
+            continue
+        before = set(rows)
+        if o.probe.name == "gemm":
+            _gemm_rows(r, rows)
+        else:
+            missing = _attention_rows(r, o.probe.name.split("-")[0], rows)
+            if missing:
+                found.notes.append(f"probe {o.probe.name}: points without shape columns left out ({missing})")
+        for kind in set(rows) - before:
+            found.entries[kind] = _entry(o, kind, dry)
+    if found is None or not rows:
+        return None
+    for kind, by_key in rows.items():
+        cats, nums = SCHEMA[kind]
+        keys = sorted(by_key)
+        cols: dict[str, list] = {c: [key[i] for key in keys] for i, c in enumerate(cats)}
+        cols.update({c: [key[len(cats) + i] for key in keys] for i, c in enumerate(nums)})
+        cols[LATENCY_COLUMN] = [by_key[key] for key in keys]
+        found.tables[kind] = cols
+    found.tables = dict(sorted(found.tables.items(), key=lambda kv: list(OpKind).index(kv[0])))
+    return found
+
+
+def _entry(o: ProbeOutcome, kind: OpKind, dry: bool) -> dict[str, Any]:
+    r = o.results
+    entry: dict[str, Any] = {"probe": o.probe.name, "backend": str(r.get("backend", "")),
+                             "sweep": str(r.get("sweep", ""))}
+    kernels = r.get("kernels")
+    if isinstance(kernels, dict) and kernels:
+        mla = kind in (OpKind.MLA_DECODE, OpKind.MLA_PREFILL)
+        used = {v for k, v in kernels.items() if k.startswith("mla-") == mla}
+        if used:
+            entry["kernel"] = ", ".join(sorted(used))
+    if kind is OpKind.GEMM:
+        entry["note"] = ("weights rotated over copies larger than the L2; shapes are every shipped model's linear "
+                         "layers at TP 1/2/4/8") + ("; narrowed 16x for the numpy dry run" if dry else "")
+    if kind in (OpKind.ATTENTION_PREFILL, OpKind.MLA_PREFILL):
+        entry["note"] = "one causal sequence of isl tokens (batch 1)"
+    return entry
+
+
+def directory_name(framework: str, version: str) -> str:
+    """`<framework>-<version>`, with anything but letters, digits, '.', '_' and '-' replaced by '-'."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", f"{framework}-{version}" if version else framework)
+
+
+def free_directory(base: Path) -> Path:
+    """`base`, unless it holds files simroute did not write (never replaced): then `base-2`, `base-3`, ..."""
+    from simroute.ioutil import foreign_files
+    candidate, i = base, 1
+    while candidate.exists() and (not candidate.is_dir() or foreign_files(candidate)):
+        i += 1
+        candidate = base.with_name(f"{base.name}-{i}")
+    return candidate
+
+
+@dataclass
+class WrittenTables:
+    path: Path            # the table directory
+    ref: dict[str, str]   # the GPU entry's operator_tables: path relative to the profile, note
+    created: bool         # False when it replaced a directory a previous run wrote
+    tables: ProbeTables
+
+
+def write_step_tables(tables: ProbeTables, *, box: str, box_description: str, gpu: str, profile_path: Path,
+                      samples_name: str = "samples.parquet") -> WrittenTables:
+    """Write `tables` to <profile dir>/ops/<gpu>/<framework>-<version>/ (atomically; a directory holding files
+    simroute did not write is left alone and a fresh name taken) and return the GPU entry's reference to it."""
+    from simroute.calib.optables import write_operator_tables
+    base = Path(profile_path).parent
+    target = free_directory(base / "ops" / gpu / directory_name(tables.framework, tables.version))
+    created = not target.exists()
+    date = dt.date.today().isoformat()
+    what = ", ".join(sorted({e["probe"] for e in tables.entries.values()}))
+    provenance: dict[str, Any] = {
+        "kind": "measured", "box": box, "device": tables.device, "framework": tables.framework,
+        "framework_version": tables.version, "date": date, "samples": samples_name,
+        "ref": f"simroute calibrate, probes {what}, on {box_description}"}
+    if tables.dry_run:
+        provenance["dry_run"] = "true"
+        provenance["warning"] = DRY_RUN_WARNING
+    write_operator_tables(target, gpu=gpu, framework=tables.framework, version=tables.version or "unknown",
+                          provenance=provenance, tables=tables.tables, entries=tables.entries)
+    rel = target.relative_to(base).as_posix()
+    note = (f"measured by simroute calibrate on {box} ({tables.device}, {tables.framework} {tables.version}), {date}: "
+            + ", ".join(f"{k} {n} rows" for k, n in tables.rows.items()))
+    if tables.dry_run:
+        note = f"{DRY_RUN_WARNING}. {note}"
+    return WrittenTables(target, {"path": rel, "note": note}, created, tables)
+
+
+def remove_written(written: WrittenTables | None) -> None:
+    """Undo `write_step_tables` when the profile naming them could not be written (only a new directory)."""
+    if written is not None and written.created and written.path.is_dir():
+        shutil.rmtree(written.path, ignore_errors=True)

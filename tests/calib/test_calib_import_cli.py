@@ -1,0 +1,228 @@
+"""`simroute calib import aiconfigurator` and `simroute calib diff --tables` on a tiny fake aiconfigurator tree
+(systems/data/<system>/<op>/<framework>/<version>/*.parquet with the package's column names): the real package is
+never needed. Row counts and the ms -> us conversion are checked by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from simroute.calib.optables import load_operator_tables
+from simroute.calib.profile import shipped_dir
+from simroute.model.optables import OpKind
+
+SYSTEM = "h200_sxm"
+
+
+def _parquet(root: Path, op: str, framework: str, version: str, stem: str, rows: list[dict]) -> Path:
+    folder = root / "systems" / "data" / SYSTEM / op / framework / version
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{stem}.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    return path
+
+
+def fake_tree(root: Path, scale: float = 1.0) -> Path:
+    """A fake aiconfigurator data tree: sglang 0.5.14 (gemm, moe, decode attention, custom all-reduce) and an
+    older 0.5.9 that alone has mla_bmm (read from it, and said so); NCCL rows beside. Latencies in ms x `scale`."""
+    v = "0.5.14"
+    _parquet(root, "gemm", "sglang", v, "gemm_perf", [
+        {"gemm_dtype": "bfloat16", "m": m, "n": 4096, "k": 4096, "latency": 0.01 * m * scale} for m in (1, 2, 4)]
+        + [{"gemm_dtype": "fp8_block", "m": 1, "n": 4096, "k": 4096, "latency": 0.007 * scale}])
+    moe = {"moe_dtype": "bfloat16", "hidden_size": 2048, "inter_size": 1408, "topk": 6, "num_experts": 64,
+           "moe_tp_size": 1, "moe_ep_size": 1, "distribution": "power_law_1.01"}
+    _parquet(root, "moe", "sglang", v, "moe_perf", [
+        {**moe, "num_tokens": 1, "latency": 0.05 * scale},
+        {**moe, "num_tokens": 1, "latency": 0.04 * scale},            # a duplicate shape: the faster row is kept
+        {**moe, "num_tokens": 8, "latency": 0.09 * scale}])
+    att = {"batch_size": 4, "isl": 1024, "num_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+           "kv_cache_dtype": "bfloat16", "attn_dtype": "bfloat16", "window_size": 0}
+    _parquet(root, "attention", "sglang", v, "generation_attention_perf", [
+        {**att, "step": 1, "kernel_source": "fa3", "latency": 0.02 * scale},
+        {**att, "step": 1, "kernel_source": "flashinfer", "latency": 0.03 * scale},   # FA3 preferred: dropped
+        {**att, "step": 1, "window_size": 128, "kernel_source": "fa3", "latency": 0.01},  # sliding window: dropped
+        {**att, "step": 1025, "kernel_source": "fa3", "latency": 0.035 * scale}])
+    _parquet(root, "comm", "sglang", v, "custom_allreduce_perf", [
+        {"backend": "sglang_graph", "allreduce_dtype": "bfloat16", "num_gpus": 2, "message_size": 1024,
+         "latency": 0.006 * scale}])
+    nccl = root / "systems" / "data" / SYSTEM / "comm" / "nccl" / "2.21.5"
+    nccl.mkdir(parents=True)
+    pd.DataFrame([{"op_name": "all_reduce", "nccl_dtype": "half", "num_gpus": 2, "message_size": 1024,
+                   "latency": 0.012 * scale},
+                  {"op_name": "all_gather", "nccl_dtype": "half", "num_gpus": 2, "message_size": 1024,
+                   "latency": 0.5}]).to_parquet(nccl / "nccl_perf.parquet")
+    _parquet(root, "mla_bmm", "sglang", "0.5.9", "mla_bmm_perf", [
+        {"op_name": "mla_gen_pre", "bmm_dtype": "bfloat16", "num_tokens": t, "num_heads": 16, "latency": 0.003 * t}
+        for t in (1, 2)])
+    (root / "systems" / "data" / SYSTEM / "gemm" / "sglang" / v / "collection_meta.yaml").write_text(
+        "framework: sglang\nversion: 0.5.14\n")
+    return root
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    return fake_tree(tmp_path / "aic")
+
+
+def _import(cli, tree: Path, out: Path, *extra: str):
+    return cli("calib", "import", "aiconfigurator", "--gpu", "h200-sxm", "--framework", "sglang", "--from", str(tree),
+               "-o", str(out), *extra)
+
+
+def test_import_converts_rows_and_latencies_and_says_where_they_come_from(cli, tree: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ops" / "h200-sxm" / "sglang-0.5.14"
+    code, text, err = _import(cli, tree, out)
+    assert code == 0, err
+    t = load_operator_tables(out)
+    assert (t.gpu, t.framework, t.version) == ("h200-sxm", "sglang", "0.5.14")
+    assert set(t.tables) == {OpKind.GEMM, OpKind.MOE, OpKind.ATTENTION_DECODE, OpKind.ALLREDUCE, OpKind.MLA_BMM}
+    gemm = t.get(OpKind.GEMM)
+    assert gemm.rows == 4
+    rows = sorted(zip(gemm.categorical["dtype"].tolist(), gemm.numeric["m"].tolist(), gemm.latency_us.tolist()))
+    # 0.01 ms x m -> 10 us x m; bfloat16 -> bf16, fp8_block kept as is
+    assert rows == [("bf16", 1.0, pytest.approx(10.0)), ("bf16", 2.0, pytest.approx(20.0)),
+                    ("bf16", 4.0, pytest.approx(40.0)), ("fp8_block", 1.0, pytest.approx(7.0))]
+    moe = t.get(OpKind.MOE)
+    assert moe.rows == 2 and sorted(moe.latency_us.tolist()) == [pytest.approx(40.0), pytest.approx(90.0)]
+    dec = t.get(OpKind.ATTENTION_DECODE)
+    # window rows and the non-FA3 duplicate dropped; context = isl + step
+    assert sorted(zip(dec.numeric["context"].tolist(), dec.latency_us.tolist())) == [
+        (1025.0, pytest.approx(20.0)), (2049.0, pytest.approx(35.0))]
+    ar = t.get(OpKind.ALLREDUCE)
+    assert sorted(zip(ar.categorical["mode"].tolist(), ar.latency_us.tolist())) == [
+        ("graph", pytest.approx(6.0)), ("nccl", pytest.approx(12.0))]
+    assert t.get(OpKind.MLA_BMM).categorical["stage"].tolist() == ["pre", "pre"]
+    # the manifest: provenance of the whole and of each table
+    assert t.provenance["kind"] == "measured" and t.provenance["package"] == "aiconfigurator-core"
+    assert "Apache-2.0" in t.provenance["licence"] and "h200_sxm" in t.provenance["ref"]
+    manifest = yaml.safe_load((out / "tables.yaml").read_text())
+    assert manifest["tables"]["gemm"]["source_file"].endswith("h200_sxm/gemm/sglang/0.5.14/gemm_perf.parquet")
+    gemm_entry = manifest["tables"]["gemm"]
+    assert gemm_entry["rows"] == 4 and "version: 0.5.14" in gemm_entry["collection_meta"]
+    assert manifest["tables"]["mla_bmm"]["framework_version"] == "0.5.9"      # taken from the older version
+    assert manifest["tables"]["allreduce"]["nccl_file"].endswith("comm/nccl/2.21.5/nccl_perf.parquet")
+    # the summary: rows per kind, versions read, skipped kinds, provenance, how to use them
+    assert "gemm" in text and "0.5.9" in text and "skipped" in text and "attention_prefill" in text
+    assert "provenance: measured" in text and "operator_tables" in text and str(out.resolve()) in text
+
+
+def test_import_json_summary(cli, tree: Path, tmp_path: Path) -> None:
+    code, text, err = _import(cli, tree, tmp_path / "o", "--json")
+    assert code == 0, err
+    s = json.loads(text)
+    assert s["rows"] == {"gemm": 4, "moe": 2, "attention_decode": 2, "mla_bmm": 2, "allreduce": 2}
+    assert s["versions"]["mla_bmm"] == "0.5.9" and s["versions"]["gemm"] == "0.5.14"
+    assert set(s["skipped"]) == {"attention_prefill", "mla_prefill", "mla_decode"}
+    assert s["provenance"]["kind"] == "measured"
+
+
+@pytest.mark.parametrize("args, field, words", [
+    (("--gpu", "b200-sxm"), "--gpu", "no measurements for GPU 'b200-sxm'"),
+    (("--gpu", "h200-sxm", "--framework", "vllm"), "--framework", "no 'vllm' measurements"),
+    (("--gpu", "h200-sxm", "--version", "9.9"), "--version", "version '9.9' not measured"),
+])
+def test_unknown_gpu_framework_or_version_is_one_line_exit_2(cli, tree: Path, tmp_path: Path, args, field,
+                                                             words) -> None:
+    out = tmp_path / "o"
+    code, text, err = cli("calib", "import", "aiconfigurator", *args, "--from", str(tree), "-o", str(out))
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert f"field '{field}'" in err and words in err
+    assert not out.exists()
+
+
+def test_without_the_package_or_from_the_error_says_how(cli, tmp_path: Path) -> None:
+    import importlib.util
+    if importlib.util.find_spec("aiconfigurator_core") is not None:
+        pytest.skip("aiconfigurator-core is installed here")
+    code, _, err = cli("calib", "import", "aiconfigurator", "--gpu", "h200-sxm", "-o", str(tmp_path / "o"))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "pip install aiconfigurator-core" in err and "--from" in err
+    code, _, err = cli("calib", "import", "aiconfigurator", "--gpu", "h200-sxm", "--from", str(tmp_path / "nope"),
+                       "-o", str(tmp_path / "o"))
+    assert code == 2 and "field '--from'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_existing_output_is_not_overwritten(cli, tree: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my notes")
+    code, _, err = _import(cli, tree, mine)
+    assert code == 2 and "notes.txt" in err and len(err.strip().splitlines()) == 1
+    assert (mine / "notes.txt").read_text() == "my notes" and not (mine / "tables.yaml").exists()
+    # a directory simroute wrote is replaced (a re-import), atomically
+    out = tmp_path / "ops"
+    assert _import(cli, tree, out)[0] == 0
+    assert _import(cli, tree, out)[0] == 0
+    assert load_operator_tables(out).get(OpKind.GEMM).rows == 4
+    # the output may not lie inside the data it reads
+    code, _, err = _import(cli, tree, tree / "systems" / "out")
+    assert code == 2 and "field '--out'" in err
+
+
+# ---- calib diff --tables -------------------------------------------------------------------------------------
+def test_diff_tables_op_by_op(cli, tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert _import(cli, fake_tree(tmp_path / "aic1"), a)[0] == 0
+    assert _import(cli, fake_tree(tmp_path / "aic2", scale=2.0), b)[0] == 0
+    code, text, err = cli("calib", "diff", str(a), str(b), "--tables", "--json")
+    assert code == 0, err
+    doc = json.loads(text)
+    assert doc["A"]["provenance"]["kind"] == doc["B"]["provenance"]["kind"] == "measured"
+    rows = {(r["kind"], r["selection"]): r for r in doc["rows"]}
+    gemm = rows[("gemm", "bf16")]
+    assert gemm["shared_points"] == 3 and gemm["median_ratio"] == pytest.approx(2.0)
+    assert gemm["worst_ratio"] == pytest.approx(2.0)
+    assert rows[("gemm", "fp8_block")]["shared_points"] == 1
+    assert rows[("mla_bmm", "pre,bf16")]["median_ratio"] == pytest.approx(1.0)    # unscaled in the fake
+    assert rows[("allreduce", "nccl,bf16")]["median_ratio"] == pytest.approx(2.0)
+    code, text, err = cli("calib", "diff", str(a), str(b), "--tables")
+    assert code == 0 and "median B/A" in text and "selections compared" in text
+
+
+def _profile_naming(tmp_path: Path, tables: Path) -> Path:
+    """A profile whose h200-sxm entry (the shipped one) names `tables` (a path relative to the profile)."""
+    doc = yaml.safe_load((shipped_dir() / "gpus" / "h200-sxm.yaml").read_text())
+    doc["gpus"]["h200-sxm"]["operator_tables"] = {"path": tables.name, "note": "test tables"}
+    path = tables.parent / "profile.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_diff_tables_of_profiles_names_the_gpu_entry(cli, tmp_path: Path) -> None:
+    a = tmp_path / "pa" / "ops"
+    b = tmp_path / "pb" / "ops"
+    assert _import(cli, fake_tree(tmp_path / "aic1"), a)[0] == 0
+    assert _import(cli, fake_tree(tmp_path / "aic2", scale=0.5), b)[0] == 0
+    pa, pb = _profile_naming(tmp_path, a), _profile_naming(tmp_path, b)
+    code, text, err = cli("calib", "diff", str(pa), str(pb), "--tables", "--gpu", "h200-sxm", "--json")
+    assert code == 0, err
+    rows = {(r["kind"], r["selection"]): r for r in json.loads(text)["rows"]}
+    assert rows[("gemm", "bf16")]["median_ratio"] == pytest.approx(0.5)
+    code, text, err = cli("calib", "diff", str(a), str(pb), "--tables", "--json")    # a directory and a profile
+    assert code == 0, err                                                             # (one entry: no --gpu needed)
+    for args, words in (((str(pa), str(pb), "--tables", "--gpu", "h100-sxm"), "'h100-sxm' is not in this profile"),
+                        ((str(tmp_path), str(b), "--tables"), "without a tables.yaml"),
+                        ((str(pa), str(b), "--tables", "--gpu", "b200"), "'b200' is not in this profile")):
+        code, _, err = cli("calib", "diff", *args)
+        assert code == 2 and words in err and len(err.strip().splitlines()) == 1, (args, err)
+
+
+def test_diff_tables_of_an_entry_without_tables_is_a_clean_error(cli, tmp_path: Path) -> None:
+    doc = yaml.safe_load((shipped_dir() / "gpus" / "h200-sxm.yaml").read_text())
+    doc["gpus"]["h200-sxm"].pop("operator_tables", None)
+    p = tmp_path / "plain.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code, _, err = cli("calib", "diff", str(p), str(p), "--tables", "--gpu", "h200-sxm")
+    assert code == 2 and "names no operator_tables" in err and len(err.strip().splitlines()) == 1
+
+
+def test_diff_gpu_in_neither_profile_is_a_clean_error(cli) -> None:
+    h200 = str(shipped_dir() / "gpus" / "h200-sxm.yaml")
+    code, text, err = cli("calib", "diff", h200, h200, "--gpu", "no-such-gpu")
+    assert code == 2 and "field '--gpu'" in err and "in neither profile" in err and "h200-sxm" in err
+    assert "differing constants" not in text and len(err.strip().splitlines()) == 1

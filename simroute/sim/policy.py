@@ -70,20 +70,25 @@ class LiveState:
 @dataclass(frozen=True, slots=True)
 class DecisionContext:
     """What a policy sees. `reprefill_s(tokens)`, when set, prices local's re-prefill as the run's engines
-    charge it (`engine_reprefill_s`); unset, the closed form's `ct L c` prices it (the paper's model)."""
+    charge it (`engine_reprefill_s`); unset, the closed form's `ct L c` prices it (the paper's model).
+    `fanout_s(tokens)`, when set, is what the run adds to fetching a copy of that many tokens (the in-host
+    all-gather of the replicated MLA layout); unset, nothing (the paper's model)."""
 
     shape: RequestShape
     live: LiveState | None          # None unless the policy sets `needs_live_state`
     params: CostParams
     model: ScalarModel
     reprefill_s: Callable[[float], float] | None = None
+    fanout_s: Callable[[float], float] | None = None
 
     def horizon(self) -> HorizonCosts:
         s = self.shape
         reprefill = None if self.reprefill_s is None else self.reprefill_s(s.tokens)
+        fanout = 0.0 if self.fanout_s is None else self.fanout_s(s.tokens)
         return HorizonCosts(*horizon_costs_scalar(self.model, mq_first=s.mq_first, mq_step=s.mq_step,
                                                   steps=s.steps, ct=s.tokens, fabric=s.fabric, cached=s.cached,
-                                                  topk=s.topk, holders=s.holders, tp=s.tp, reprefill_s=reprefill))
+                                                  topk=s.topk, holders=s.holders, tp=s.tp, reprefill_s=reprefill,
+                                                  fanout_s=fanout))
 
 
 class Policy(ABC):
@@ -125,9 +130,10 @@ def horizon_costs(p: CostParams, *, mq_first: float, mq_step: float, steps: int,
 
 def horizon_costs_scalar(m: ScalarModel, *, mq_first: float, mq_step: float, steps: int, ct: float,
                          fabric: int, cached: bool, topk: int = 0, holders: int = 1, tp: int = 1,
-                         reprefill_s: float | None = None) -> tuple[float, float, float]:
+                         reprefill_s: float | None = None, fanout_s: float = 0.0) -> tuple[float, float, float]:
     """`horizon_costs` for one unit, in plain floats (the simulator's per-request path); `reprefill_s`
-    replaces the closed form's re-prefill in local's cost."""
+    replaces the closed form's re-prefill in local's cost; `fanout_s` is added to a dense fetch (the
+    in-host all-gather of the replicated MLA layout, `StepTimeModel.fanout_s`)."""
     first_route, _, first_move, first_attend, prefill = m.step(mq_first, ct, fabric, cached, topk, holders, tp,
                                                                mq_first / mq_step)   # the prompt's tokens
     if reprefill_s is not None:
@@ -135,6 +141,8 @@ def horizon_costs_scalar(m: ScalarModel, *, mq_first: float, mq_step: float, ste
     step_route, _, step_move, step_attend, _ = m.step(mq_step, ct, fabric, True, topk, holders, tp)
     route = first_route + steps * step_route
     fetch = first_move + first_attend + steps * ((step_move + step_attend) if topk > 0 else step_attend)
+    if topk <= 0:
+        fetch += fanout_s
     local = prefill + first_attend + steps * step_attend
     return route, fetch, local
 

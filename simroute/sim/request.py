@@ -61,6 +61,15 @@ def reprefill_price(ctx: SimContext, requester: Instance) -> Callable[[float], f
     return partial(engine_reprefill_s, ctx.engines.step, engine.scheduler.prefill_chunk(engine.options))
 
 
+def fanout_price(ctx: SimContext) -> Callable[[float], float] | None:
+    """A fetched copy's in-host fan-out by its tokens, as the run charges it (`StepTimeModel.fanout_s`), or None
+    where nothing fans out (tp 1, the tpla layout, GQA)."""
+    step, kv_per_token = ctx.engines.step, ctx.compute.kv_bytes_per_token
+    if step.fanout_s(kv_per_token) <= 0:
+        return None
+    return lambda tokens: step.fanout_s(tokens * kv_per_token)
+
+
 def build_decision_context(ctx: SimContext, requester: Instance, holders: Sequence[Instance], shape: RequestShape,
                            copy_bytes: float, free_bytes: float) -> DecisionContext:
     """The one place a `DecisionContext` is made (dense chunks and sparse selections alike). Live state is
@@ -72,7 +81,7 @@ def build_decision_context(ctx: SimContext, requester: Instance, holders: Sequen
                          path_share_Bps=min(path_share_Bps(ctx, h, requester) for h in holders),
                          hbm_free=free_bytes > copy_bytes)
     return DecisionContext(shape=shape, live=live, params=ctx.params, model=ctx.model,
-                           reprefill_s=reprefill_price(ctx, requester))
+                           reprefill_s=reprefill_price(ctx, requester), fanout_s=fanout_price(ctx))
 
 
 class RequestDecisions:
@@ -88,13 +97,14 @@ class RequestDecisions:
     block's shape only, so blocks of one size on one fabric share it.
     """
 
-    __slots__ = ("ctx", "requester", "shape_of", "live", "holders", "chosen", "reprefill_s")
+    __slots__ = ("ctx", "requester", "shape_of", "live", "holders", "chosen", "reprefill_s", "fanout_s")
 
     def __init__(self, ctx: SimContext, requester: Instance,
                  shape_of: Callable[[int, float, bool], RequestShape]) -> None:
         self.ctx, self.requester, self.shape_of = ctx, requester, shape_of
         self.live = ctx.policy.needs_live_state
         self.reprefill_s = reprefill_price(ctx, requester)
+        self.fanout_s = fanout_price(ctx)
         self.holders: dict[int, tuple[float, float]] = {}      # holder -> (wait per query, path share)
         self.chosen: dict[tuple, Primitive] = {}
 
@@ -123,7 +133,7 @@ class RequestDecisions:
             live = LiveState(holder_wait_s=state[0], path_share_Bps=state[1], hbm_free=hbm_free)
             primitive = self.chosen[key] = ctx.policy.choose(DecisionContext(
                 shape=self.shape_of(fabric, tokens, cached), live=live, params=ctx.params, model=ctx.model,
-                reprefill_s=self.reprefill_s))
+                reprefill_s=self.reprefill_s, fanout_s=self.fanout_s))
         return primitive
 
 

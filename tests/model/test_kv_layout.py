@@ -67,3 +67,22 @@ def test_tpla_attention_is_the_all_heads_kernel_over_one_rank_share():
 def test_unknown_layout_refused():
     with pytest.raises(ValueError, match="kv_layout"):
         _model("striped")
+
+
+def test_the_policy_prices_the_fan_out_it_will_be_charged():
+    """horizon_costs_scalar adds the fan-out to a dense fetch only: route and local are unchanged, and a sparse
+    selection (gathered every step, never a whole copy) pays none."""
+    from simroute.calib import default_profile_path
+    from simroute.model.scalar import ScalarModel
+    from simroute.sim.policy import horizon_costs_scalar
+
+    m = ScalarModel(load_profile(default_profile_path()).cost_params("deepseek-v3", route_exchanges="per-layer"))
+    cross = [f.name for f in m.p.fabrics].index("h100-ibgda")
+    fan = _model("replicated").fanout_s(65536 * get_model("deepseek-v3").kv_bytes_per_token)
+    assert fan > 1e-3                       # ~11 ms for a 4.6 GB copy at the board's 370 GB/s
+    kw = dict(mq_first=128 * 16, mq_step=128, steps=31, ct=65536, fabric=cross, cached=True, tp=8)
+    plain, fanned = horizon_costs_scalar(m, **kw), horizon_costs_scalar(m, fanout_s=fan, **kw)
+    assert fanned[0] == plain[0] and fanned[2] == plain[2]
+    assert fanned[1] == pytest.approx(plain[1] + fan, rel=1e-12)
+    sparse = dict(kw, topk=2048, holders=1)
+    assert horizon_costs_scalar(m, fanout_s=fan, **sparse) == horizon_costs_scalar(m, **sparse)

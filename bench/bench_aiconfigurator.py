@@ -1,0 +1,308 @@
+"""simroute's step time side by side with NVIDIA's `aiconfigurator cli estimate` (same measured operator data).
+
+simroute composes an iteration from the operator tables it imported from aiconfigurator-core
+(calib/ops/<gpu>/sglang-0.5.14); aiconfigurator composes its own from the same database. This bench puts the two
+compositions side by side, one engine iteration at a time:
+- decode: `--estimate-mode static_gen --osl 2` is one decode step of `batch` sequences over isl + 1 tokens
+  (TPOT); simroute: `batch` decodes, each attending isl + 1 tokens;
+- prefill: `--estimate-mode static_ctx --batch-size 1 --osl 1` is one prefill of isl tokens (TTFT); simroute:
+  one prefill chunk of isl tokens.
+Both sides: backend sglang 0.5.14, the checkpoint's weight dtype (DeepSeek-V3 FP8 block-scaled, Llama bf16),
+a bf16 KV cache (SGLang's `--kv-cache-dtype auto` on these checkpoints; aiconfigurator would infer fp8 for
+DeepSeek-V3, so the bench passes `--kvcache-quant-mode bfloat16`), TP attention and TP MoE (moe_tp = tp, ep 1).
+
+aiconfigurator's static estimates carry no per-iteration CPU overhead (launch, scheduling, sampling), which
+simroute's iteration does (`overhead_ms`, the GPU entry's stand-in). The table shows both of simroute's figures;
+the ratio judged against the target is the like-for-like one, simroute's kernel time (iteration - overhead) over
+aiconfigurator's.
+
+aiconfigurator runs in its own venv (its pins differ from simroute's), called as a subprocess:
+    python3 -m venv bench/.venv-aic && bench/.venv-aic/bin/pip install aiconfigurator==0.12.0
+The bench skips with a message when that venv is missing.
+
+Run: PYTHONPATH=. python3 bench/bench_aiconfigurator.py [--no-record] [--ops] [--only LABEL,...] [--jobs 2]
+     (--ops: each point's per-op times on both sides, aiconfigurator's composite ops opened into their kernels)
+Target: simroute within 15% of aiconfigurator at every point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from _common import record
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / "bench" / ".venv-aic"
+AIC = VENV / "bin" / "aiconfigurator"
+AIC_PY = VENV / "bin" / "python"
+BACKEND, BACKEND_VERSION = "sglang", "0.5.14"
+TARGET = 0.15
+
+
+@dataclass(frozen=True)
+class Point:
+    label: str
+    model: str            # simroute geometry
+    hf: str               # aiconfigurator model path (a config it ships in aiconfigurator_core/model_configs)
+    gpu: str              # simroute GPU entry
+    system: str           # aiconfigurator system
+    tp: int
+    phase: str            # "decode" | "prefill"
+    batch: int            # decode sequences (prefill: 1)
+    isl: int              # decode: context before the step; prefill: tokens
+    moe: bool = False
+
+
+def _points() -> list[Point]:
+    ds = dict(model="deepseek-v3", hf="deepseek-ai/DeepSeek-V3", gpu="h200-sxm", system="h200_sxm", tp=8, moe=True)
+    l70 = dict(model="llama-3.1-70b", hf="meta-llama/Meta-Llama-3.1-70B", gpu="h100-sxm", system="h100_sxm", tp=4)
+    l8 = dict(model="llama-3.1-8b", hf="meta-llama/Meta-Llama-3.1-8B", gpu="h100-sxm", system="h100_sxm", tp=1)
+    pts = []
+    for b in (1, 8, 32, 128):
+        pts.append(Point(f"dsv3-d{b}-4k", phase="decode", batch=b, isl=4096, **ds))
+    for b in (1, 8):
+        pts.append(Point(f"dsv3-d{b}-32k", phase="decode", batch=b, isl=32768, **ds))
+    for n in (1024, 4096, 16384):
+        pts.append(Point(f"dsv3-p{n // 1024}k", phase="prefill", batch=1, isl=n, **ds))
+    for name, geo in (("l70", l70), ("l8", l8)):
+        for b in (1, 16, 64):
+            pts.append(Point(f"{name}-d{b}-4k", phase="decode", batch=b, isl=4096, **geo))
+        for n in (1024, 4096):
+            pts.append(Point(f"{name}-p{n // 1024}k", phase="prefill", batch=1, isl=n, **geo))
+    return pts
+
+
+# ---- simroute ---------------------------------------------------------------------------------------------
+_MODELS: dict = {}
+
+
+def simroute_step(p: Point) -> dict:
+    """simroute's iteration for the point, term by term (ms), as `simroute model step --json` prints it."""
+    from simroute.cli.model_cmd import _allreduce_fabric, _step_profile
+    from simroute.model.steptime import BatchShape
+
+    key = (p.model, p.gpu, p.tp)
+    if key not in _MODELS:
+        prof, gpu_prof = _step_profile("paper-all", p.gpu)
+        fab = _allreduce_fabric(prof, p.gpu, None, p.tp)
+        _MODELS[key] = prof.step_model(p.model, tp=p.tp, intra_host_fabric=fab,
+                                       gpu_spec=gpu_prof.gpu_spec(p.gpu, tables=True), cache_dtype="bf16")
+    m = _MODELS[key]
+    batch = (BatchShape.uniform(decode_seqs=p.batch, context=p.isl + 1) if p.phase == "decode"
+             else BatchShape.uniform(prefill_tokens=p.isl))
+    return m.iteration(batch).as_ms()
+
+
+def simroute_ops(p: Point) -> list[tuple[str, float]]:
+    """simroute's per-layer kernels (us) for --ops: each GEMM, the MoE, attention, all-reduce, elementwise."""
+    from simroute.model.opstep import SHARED_PREFIX, _fused
+
+    m = _MODELS[(p.model, p.gpu, p.tp)]
+    ms, g = m._measured, m.geometry
+    tokens = p.batch if p.phase == "decode" else p.isl
+    decodes = p.batch if p.phase == "decode" else 0
+    out = []
+    for kind, count in g.layer_kinds().items():
+        if count <= 0 or (g.layer_kinds().get("moe", 0) and kind == "dense"):
+            continue                                    # MoE models: show the MoE layers (the many)
+        for op in _fused(g.linear_ops(p.tp, kind)):
+            if op.experts > 1 or (op.name == "kv_b" and decodes):
+                continue
+            curve = ms._gemm_curve(op)
+            tag = " (shared, overlaps the routed experts)" if op.name.startswith(SHARED_PREFIX) else ""
+            out.append((f"{op.name} n={op.n} k={op.k} {op.weight_dtype}{tag}",
+                        curve.seconds(tokens) * 1e6 if curve else float("nan")))
+        if g.is_mla and decodes:
+            bmm = ms._bmm_curve()
+            out.append(("mla_bmm pre + post", bmm.seconds(decodes) * 1e6 if bmm else float("nan")))
+        if kind == "moe":
+            routed = ms._moe_curve()
+            out.append(("moe routed (fused)", routed.seconds(tokens) * 1e6 if routed else float("nan")))
+    return out
+
+
+# ---- aiconfigurator -----------------------------------------------------------------------------------------
+def aic_args(p: Point) -> list[str]:
+    args = ["cli", "estimate", "--model", p.hf, "--system", p.system, "--backend", BACKEND,
+            "--backend-version", BACKEND_VERSION, "--tp", str(p.tp), "--kvcache-quant-mode", "bfloat16",
+            "--detail", "time", "--top-n", "50", "--log-level", "WARNING", "--no-color"]
+    if p.moe:
+        args += ["--moe-tp-size", str(p.tp), "--moe-ep-size", "1"]
+    if p.phase == "decode":
+        args += ["--estimate-mode", "static_gen", "--batch-size", str(p.batch), "--isl", str(p.isl), "--osl", "2"]
+    else:
+        args += ["--estimate-mode", "static_ctx", "--batch-size", "1", "--isl", str(p.isl), "--osl", "1"]
+    return args
+
+
+_OP_LINE = re.compile(r"^\s+(\S.*?)\s+([\d.]+) ms\s+([\d.]+) ms\s")
+
+
+def aic_estimate(p: Point) -> dict:
+    """aiconfigurator's estimate for the point: the iteration (TPOT or TTFT, ms) and its top-level ops (ms)."""
+    proc = subprocess.run([str(AIC), *aic_args(p)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    text = proc.stdout
+    field = "TPOT" if p.phase == "decode" else "TTFT"
+    hit = re.search(rf"^\s*{field}:\s+([\d.]+) ms", text, re.M)
+    if proc.returncode != 0 or hit is None:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return {"error": f"aiconfigurator exit {proc.returncode}: {tail}"}
+    ops, section = {}, False
+    for line in text.splitlines():
+        if re.match(r"^(Generation|Context) phase \(total", line):
+            section = True
+            continue
+        if section:
+            m = _OP_LINE.match(line)
+            if m:
+                ops[m.group(1)] = float(m.group(2))
+            elif not line.strip():
+                section = False
+    return {"iteration_ms": float(hit.group(1)), "ops": ops}
+
+
+# Runs inside the venv: the same estimate through aiconfigurator's Python API, then every op of the phase's op
+# list evaluated alone at the point's shape, composite ops (FallbackOp, OverlapOp) opened into their children.
+_AIC_OPS_SCRIPT = r"""
+import json, logging, sys, warnings
+warnings.filterwarnings("ignore"); logging.disable(logging.WARNING)
+import aiconfigurator.sdk.models as M, aiconfigurator.sdk.perf_database as P
+from aiconfigurator.cli import api
+from aiconfigurator_core.sdk.engine import _evaluate_single_op
+cap = {}
+_gm, _gd = M.get_model, P.get_database_view
+M.get_model = lambda *a, **k: cap.setdefault("model", _gm(*a, **k))
+P.get_database_view = lambda *a, **k: cap.setdefault("db", _gd(*a, **k))
+kw, phase, bs, s = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+api.cli_estimate(**kw)
+model, db = cap["model"], cap["db"]
+rows = []
+def walk(op, depth):
+    try:
+        r = _evaluate_single_op(db, op, is_context=phase == "prefill", batch_size=bs, s=s, prefix=0, x=None,
+                                imbalance_correction_scale=1.0)
+        lat = float(getattr(r, "latency", r))
+    except Exception as exc:
+        lat = None
+    try:
+        scale = float(op._scale_factor)
+    except Exception:
+        scale = None
+    rows.append([depth, op._name, type(op).__name__, lat, scale])
+    for attr in ("_primary", "_fallback", "_group_a", "_group_b"):
+        kids = getattr(op, attr, None)
+        if kids is None:
+            continue
+        for kid in (kids if isinstance(kids, (list, tuple)) else [kids]):
+            walk(kid, depth + 1)
+for op in (model.context_ops if phase == "prefill" else model.generation_ops):
+    walk(op, 0)
+print(json.dumps(rows))
+"""
+
+
+def aic_ops(p: Point) -> list:
+    kw = {"model_path": p.hf, "system_name": p.system, "backend_name": BACKEND, "backend_version": BACKEND_VERSION,
+          "tp_size": p.tp, "kvcache_quant_mode": "bfloat16",
+          "mode": "static_gen" if p.phase == "decode" else "static_ctx",
+          "batch_size": p.batch, "isl": p.isl, "osl": 2 if p.phase == "decode" else 1}
+    if p.moe:
+        kw.update(moe_tp_size=p.tp, moe_ep_size=1)
+    s = p.isl + 1 if p.phase == "decode" else p.isl
+    proc = subprocess.run([str(AIC_PY), "-c", _AIC_OPS_SCRIPT, json.dumps(kw), p.phase, str(p.batch), str(s)],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return [[0, f"(per-op probe failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]})", "", None, None]]
+
+
+# ---- the table ----------------------------------------------------------------------------------------------
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ops", action="store_true", help="print each point's per-op times on both sides")
+    ap.add_argument("--only", default="", help="comma-separated point labels (default: all)")
+    ap.add_argument("--jobs", type=int, default=2, help="aiconfigurator processes at once")
+    args, _ = ap.parse_known_args()
+    if not AIC.exists():
+        print(f"[aiconfigurator] skipped: no aiconfigurator venv at {VENV.relative_to(ROOT)} (make it with "
+              "`python3 -m venv bench/.venv-aic && bench/.venv-aic/bin/pip install aiconfigurator==0.12.0`)")
+        return
+    version = subprocess.run([str(AIC_PY), "-c", "import importlib.metadata as m; print(m.version("
+                              "'aiconfigurator'), m.version('aiconfigurator-core'))"],
+                             capture_output=True, text=True).stdout.split()
+    points = _points()
+    if args.only:
+        keep = set(args.only.split(","))
+        points = [p for p in points if p.label in keep]
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        aic = list(pool.map(aic_estimate, points))
+    header = (f"{'point':14s} {'shape':26s} {'simroute':>9s} {'kernels':>9s} {'aiconf':>9s} {'kern/aic':>8s} "
+              f"{'iter/aic':>8s}")
+    print(f"aiconfigurator {' / core '.join(version)}; backend {BACKEND} {BACKEND_VERSION}; ms per iteration")
+    print(header)
+    print("-" * len(header))
+    ratios: dict[str, float] = {}
+    failures = []
+    for p, a in zip(points, aic):
+        sr = simroute_step(p)
+        kernels = sr["iteration_ms"] - sr["overhead_ms"]
+        shape = (f"{p.model} tp{p.tp} " + (f"dec {p.batch}@{p.isl // 1024}k" if p.phase == "decode"
+                                            else f"pre {p.isl // 1024}k"))
+        if "error" in a:
+            failures.append(p.label)
+            print(f"{p.label:14s} {shape:26s} {sr['iteration_ms']:9.3f} {kernels:9.3f}   {a['error']}")
+            continue
+        r, ri = kernels / a["iteration_ms"], sr["iteration_ms"] / a["iteration_ms"]
+        ratios[p.label] = r
+        flag = "" if abs(r - 1) <= TARGET else "  <-- outside 15%"
+        print(f"{p.label:14s} {shape:26s} {sr['iteration_ms']:9.3f} {kernels:9.3f} {a['iteration_ms']:9.3f} "
+              f"{r:8.3f} {ri:8.3f}{flag}")
+        if args.ops:
+            _print_ops(p, sr, a)
+    if not ratios:
+        print("[aiconfigurator] no point ran")
+        return
+    worst = max(ratios, key=lambda k: abs(ratios[k] - 1))
+    inside = sum(abs(r - 1) <= TARGET for r in ratios.values())
+    figures: dict[str, float | int | str] = {
+        "aiconfigurator": version[0] if version else "?", "points": len(ratios), "within_15pct": inside,
+        "worst": f"{worst} {ratios[worst]:.3f}"}
+    figures.update({k: round(v, 3) for k, v in ratios.items()})
+    if failures:
+        figures["failed"] = ",".join(failures)
+    record("aiconfigurator", figures, target="simroute kernel time / aiconfigurator within 15% at every point")
+
+
+def _print_ops(p: Point, sr: dict, a: dict) -> None:
+    per = {k: sr[k] * 1e3 for k in ("linear_ms_per_layer", "attention_ms_per_layer", "allreduce_ms_per_layer",
+                                    "elementwise_ms_per_layer")}
+    print(f"    simroute per layer (us): " + ", ".join(f"{k.removesuffix('_ms_per_layer')} {v:.1f}"
+                                                     for k, v in per.items())
+          + f"; lm_head {sr['lm_head_ms'] * 1e3:.1f}; overhead {sr['overhead_ms'] * 1e3:.0f} ({sr['layers']} layers)")
+    for name, us in simroute_ops(p):
+        print(f"      {name:60s} {us:9.2f} us")
+    print("    aiconfigurator ops (us per layer where scaled by the layer count; ms totals in brackets):")
+    for depth, name, kind, lat, scale in aic_ops(p):
+        if lat is None:
+            print(f"      {'  ' * depth}{name:{58 - 2 * depth}s} {'n/a':>9s}    ({kind})")
+            continue
+        if scale is None:                       # a composite: its children carry the layer count
+            print(f"      {'  ' * depth}{name:{58 - 2 * depth}s} {'':9s}    [{lat:.3f} ms] ({kind})")
+            continue
+        layers = scale if scale > 1 else 1.0
+        print(f"      {'  ' * depth}{name:{58 - 2 * depth}s} {lat * 1e3 / layers:9.2f} us [{lat:.3f} ms] ({kind})")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()

@@ -291,6 +291,8 @@ def model_step(
     weights: str = typer.Option(None, help="Weight dtype of the linear layers: bf16 | fp8 (default: the "
                                            "checkpoint's, e.g. fp8 for DeepSeek-V3)."),
     kv_cache: str = typer.Option("bf16", "--kv-cache", help="KV-cache dtype: bf16 | fp8."),
+    kv_layout: str = typer.Option("replicated", "--kv-layout", help="Where an MLA latent lives under TP: "
+                                  "replicated (every rank holds it all) | tpla (1/tp per rank, the paper's §8)."),
     roofline: bool = typer.Option(False, "--roofline", help="Ignore the GPU's measured operator tables: the "
                                                             "datasheet roofline with kernel floors alone."),
     calib: str = typer.Option("paper-all", help=CALIB_HELP),
@@ -303,25 +305,43 @@ def model_step(
     Example: simroute model step --model llama-3.1-70b --gpu h100-sxm --tp 8 --tokens 64 --decode-seqs 64 --context 4096
     """
     from simroute.errors import ConfigurationError
-    from simroute.model.steptime import BatchShape
+    from simroute.model.geometry import get_model
+    from simroute.model.steptime import KV_LAYOUTS, BatchShape
     if decode_seqs > tokens:
         raise ConfigurationError(f"--decode-seqs {decode_seqs} exceeds --tokens {tokens}", field="decode-seqs")
+    for flag, value in (("--tokens", tokens), ("--context", context), ("--prefill-context", prefill_context)):
+        if value > MAX_SHAPE_TOKENS:
+            raise ConfigurationError(f"{flag} {value:,} is past any serving engine's context ({MAX_SHAPE_TOKENS:,} "
+                                     "tokens at most)", field=flag.lstrip("-"))
+    if kv_layout not in KV_LAYOUTS:
+        raise ConfigurationError(f"unknown layout '{kv_layout}' (known: {', '.join(KV_LAYOUTS)})", field="kv-layout")
+    _check_tp_divides_heads(get_model(model), tp)
     prof, gpu_prof = _step_profile(calib, gpu)
     fab = _allreduce_fabric(prof, gpu, fabric, tp)
     m = prof.step_model(model, tp=tp, intra_host_fabric=fab, gpu_spec=gpu_prof.gpu_spec(gpu, tables=not roofline),
-                        weight_dtype=weights, cache_dtype=kv_cache)
+                        weight_dtype=weights, cache_dtype=kv_cache, kv_layout=kv_layout)
     batch = BatchShape.uniform(decode_seqs, context, prefill_tokens=tokens - decode_seqs,
                                prefill_context=prefill_context)
     terms = m.iteration(batch).as_ms()
     inputs = {"model": model, "gpu": gpu, "tp": tp, "tokens": tokens, "decode_seqs": decode_seqs, "context": context,
               "prefill_context": prefill_context, "allreduce_fabric": fab, "calib": calib, "weights": weights,
-              "kv_cache": kv_cache, "roofline": roofline}
+              "kv_cache": kv_cache, "kv_layout": kv_layout, "roofline": roofline}
     g = m.geometry
     dtype = {"weight_dtype": g.weight_dtype, "weight_dtype_source": g.sources.get("weight_dtype", "default: bf16"),
              "linear_fp8_rate": m.fp8_rate, "notes": list(m.notes)}
+    kv_tokens = decode_seqs * context + (prefill_context + tokens - decode_seqs if tokens > decode_seqs else 0)
     sizes = {"weight_GB_per_gpu": m.weight_bytes_per_gpu / 1e9,
              "kv_bytes_per_token_per_gpu": m.kv_bytes_per_token_per_gpu, "kv_capacity_tokens": m.kv_capacity_tokens(),
-             "weights_fit": m.weight_bytes_per_gpu < m.gpu.hbm_bytes}
+             "weights_fit": m.weight_bytes_per_gpu < m.gpu.hbm_bytes, "kv_tokens": kv_tokens,
+             "kv_fits": kv_tokens <= m.kv_capacity_tokens()}
+    # a shape that cannot exist on this instance still gets its terms, flagged in the notes
+    if not sizes["weights_fit"]:
+        dtype["notes"].append(f"the weights ({sizes['weight_GB_per_gpu']:.1f} GB per GPU) do not fit in one {gpu}'s "
+                              f"{m.gpu.hbm_bytes / 1e9:.0f} GB at tp = {tp}: the terms are what the iteration would "
+                              "cost if they did")
+    elif not sizes["kv_fits"]:
+        dtype["notes"].append(f"the batch's KV ({kv_tokens:,} tokens) exceeds the {sizes['kv_capacity_tokens']:,} "
+                              f"tokens of HBM the weights leave on {tp} x {gpu}: no engine could hold this batch")
     if json_out:
         echo_json({**terms, **sizes, **dtype, "inputs": inputs, "gpu_sources": m.gpu.sources})
         return
@@ -337,14 +357,25 @@ def model_step(
           f"{terms['layers']} layers", ["term", "ms", "bound", "from", "table"], rows)
     rate = "the FP8 rate" if m.fp8_rate else "the bf16 rate"
     typer.echo(f"weights {g.weight_dtype} ({dtype['weight_dtype_source']}); linear GEMMs at {rate}")
-    for note in m.notes:
-        typer.echo(f"note: {note}")
     typer.echo(f"weights {sizes['weight_GB_per_gpu']:.1f} GB per GPU; KV {sizes['kv_bytes_per_token_per_gpu']:,.0f} B "
                f"per token per GPU; KV capacity {sizes['kv_capacity_tokens']:,} tokens")
-    if not sizes["weights_fit"]:
-        typer.echo(f"note: the weights do not fit in one {gpu}'s {m.gpu.hbm_bytes / 1e9:.0f} GB at tp = {tp}; "
-                   "the terms are what the iteration would cost if they did")
+    for note in dtype["notes"]:
+        typer.echo(f"note: {note}")
     table("GPU constants and their sources", ["constant", "source"], [[k, v] for k, v in m.gpu.sources.items()])
+
+
+MAX_SHAPE_TOKENS = 10_000_000      # 10M tokens: beyond every shipped model's context window by an order
+
+
+def _check_tp_divides_heads(geometry, tp: int) -> None:
+    """A TP degree that splits no head evenly is no engine's configuration: refuse it (exit 2)."""
+    from simroute.errors import ConfigurationError
+    if geometry.heads_q % tp:
+        raise ConfigurationError(f"--tp {tp} does not divide {geometry.name}'s {geometry.heads_q} query heads",
+                                 field="tp")
+    if not geometry.is_mla and geometry.kv_heads % tp and tp % geometry.kv_heads:
+        raise ConfigurationError(f"--tp {tp} neither divides nor is a multiple of {geometry.name}'s "
+                                 f"{geometry.kv_heads} KV heads", field="tp")
 
 
 def register(app: typer.Typer) -> None:

@@ -98,3 +98,27 @@ def test_prefill_tokens_cost_more_than_decode(cli):
 def test_bad_input_one_line_exit_2(cli, args):
     code, out, err = cli("model", "step", *args)
     assert code == 2 and "Traceback" not in out + err and (err or out).strip()
+
+
+@pytest.mark.parametrize("args, field, words", [
+    (("--tp", "3", "--tokens", "1"), "tp", "does not divide deepseek-v2-lite's 16 query heads"),
+    (("--model", "llama-3.1-8b", "--tp", "6", "--tokens", "1"), "tp", "does not divide llama-3.1-8b's 32 query"),
+    (("--tokens", "20000000"), "tokens", "past any serving engine's context"),
+    (("--tokens", "1", "--decode-seqs", "1", "--context", "99999999"), "context", "past any serving engine"),
+    (("--tokens", "1", "--kv-layout", "striped"), "kv-layout", "unknown layout 'striped'"),
+])
+def test_shapes_that_cannot_exist_are_refused(cli, args, field, words):
+    code, out, err = cli("model", "step", *args)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert f"field '{field}'" in err and words in err
+
+
+def test_kv_beyond_hbm_is_flagged_not_hidden(cli):
+    args = ("--model", "deepseek-v3", "--gpu", "h200-sxm", "--tp", "8", "--tokens", "64", "--decode-seqs", "64")
+    fits, too_big = _step(cli, *args, "--context", "4096"), _step(cli, *args, "--context", "20000")
+    assert fits["kv_fits"] and fits["kv_tokens"] == 64 * 4096 and fits["notes"] == []
+    assert not too_big["kv_fits"] and too_big["kv_tokens"] == 64 * 20_000 > too_big["kv_capacity_tokens"]
+    assert any("exceeds" in note and "no engine could hold" in note for note in too_big["notes"])
+    # the tpla layout holds 1/8 of the latent per rank: the same batch fits
+    tpla = _step(cli, *args, "--context", "20000", "--kv-layout", "tpla")
+    assert tpla["kv_fits"] and tpla["kv_capacity_tokens"] > 7.9 * too_big["kv_capacity_tokens"]

@@ -189,8 +189,11 @@ def local_note(ctx: Ctx, local_s: float, chunk_tokens: int = 2048) -> str:
             f"expert's weights read once, GEMMs at the cited {step.gpu.gemm_fraction(chunk_tokens):.2f} of peak, "
             f"each routed expert's at {step.gpu.gemm_fraction(per_expert):.2f} for its ~{per_expert:.0f} tokens), "
             f"{c * 1e6:.2f} us per token-layer; the paper's c = 0.5-1.5 us is its prototype's re-prefill (stack "
-            f"not stated), {0.5e-6 / c:.1f}-{1.5e-6 / c:.1f}x slower than this roofline. Even GEMMs at 0.4 of "
-            f"peak give {slow.iteration_s * 1e3:.1f} ms, below the band's {chunk_tokens * L * 0.5e-3:.1f} ms.")
+            f"not stated), {0.5e-6 / c:.1f}-{1.5e-6 / c:.1f}x slower than this roofline. GEMMs at 0.4 of peak "
+            f"would give {slow.iteration_s * 1e3:.1f} ms against the band's {chunk_tokens * L * 0.5e-3:.1f}-"
+            f"{chunk_tokens * L * 1.5e-3:.1f} ms. "
+            f"Where each term comes from: linear {terms.lookups['linear']}, attention {terms.lookups['attention']}"
+            + (f" ({'; '.join(step.notes)})" if step.notes else "") + ".")
 
 
 def decode_point_rows(ctx: Ctx) -> list[Row]:

@@ -150,7 +150,7 @@ class OpTable:
             if not mask.any():
                 raise TableMiss(f"{self.kind.value}: no rows at {dict((c, v) for c, v, _ in combo)} with {where}")
             xs, lat = self.numeric[axis][mask], self.latency_us[mask]
-            points = {float(x): float(y) for x, y in zip(xs.tolist(), lat.tolist())}
+            points = _repeats_merged(xs.tolist(), lat.tolist())
             corner_curves.append((weight, points))
             axis_grid = set(points) if axis_grid is None else axis_grid & set(points)
         grid_x = sorted(x for x in (axis_grid or ()) if x > 0)
@@ -158,6 +158,15 @@ class OpTable:
             raise TableMiss(f"{self.kind.value}: fewer than two {axis} points shared at {dict(fixed)} {where}")
         log_y = [sum(w * math.log(pts[x] * 1e-6) for w, pts in corner_curves) for x in grid_x]
         return Curve.from_points(grid_x, [math.exp(v) for v in log_y], status=status, table=self.label)
+
+
+def _repeats_merged(xs: Sequence[float], latencies_us: Sequence[float]) -> dict[float, float]:
+    """x -> latency, a shape measured more than once taking the geometric mean of its measurements (the H100
+    MLA tables hold every shape twice, 1-2% apart)."""
+    logs: dict[float, list[float]] = {}
+    for x, y in zip(xs, latencies_us):
+        logs.setdefault(float(x), []).append(math.log(y))
+    return {x: math.exp(sum(v) / len(v)) for x, v in logs.items()}
 
 
 def _bracket(grid: Sequence[float], target: float) -> tuple[list[tuple[float, float]], Lookup]:

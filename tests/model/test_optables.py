@@ -185,3 +185,11 @@ def test_the_tables_replace_the_roofline_where_they_cover_it():
     one = BatchShape.uniform(1, 4096)
     assert measured.iteration(one).iteration_s > 1.3 * roofline.iteration(one).iteration_s
     assert roofline.iteration(one).lookups["linear"] == "roofline"
+
+
+def test_a_shape_measured_twice_reads_the_geometric_mean_of_its_measurements():
+    table = OpTable(OpKind.MLA_BMM, {"stage": np.array(["pre"] * 4), "dtype": np.array(["bf16"] * 4)},
+                    {"tokens": np.array([1.0, 1.0, 2.0, 2.0]), "heads": np.full(4, 16.0)},
+                    np.array([10.0, 40.0, 30.0, 30.0]))
+    curve = table.curve("tokens", {"heads": 16}, {"stage": "pre", "dtype": "bf16"})
+    assert curve.seconds(1) == pytest.approx(20e-6) and curve.seconds(2) == pytest.approx(30e-6)

@@ -33,7 +33,7 @@ from simroute.errors import ConfigurationError
 from simroute.model.optables import LATENCY_COLUMN, OpKind
 
 PACKAGE = "aiconfigurator-core"
-LICENCE = "Apache-2.0 (aiconfigurator-core; NOTICE: Copyright (c) NVIDIA CORPORATION & AFFILIATES)"
+LICENCE = "Apache-2.0 (aiconfigurator-core; the database files carry: Copyright (c) 2026 NVIDIA CORPORATION & AFFILIATES)"
 # simroute GPU entry -> aiconfigurator system name
 GPU_NAMES = {"h200-sxm": "h200_sxm", "h100-sxm": "h100_sxm", "a100-80gb": "a100_sxm", "rtxpro6000": "rtx_pro_6000_server"}
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}

@@ -4,6 +4,7 @@
     python probes/run_single_gpu.py OUT_DIR [--wheels .whl] [--budget-s 480] [--quick] [--box NAME] [--gpu ENTRY]
     python probes/run_single_gpu.py OUT_DIR --dry-run [--rehearsal-s 60]       # what CI runs, on a CPU
     python probes/run_single_gpu.py --print-wheels                              # the pip download command
+    python probes/run_single_gpu.py --write-tables OUT_DIR                      # here, once the files are back
 
 1. Installs what the box lacks (pydantic and its dependencies, simpy, nvshmem4py) from a local wheel folder,
    one wheel at a time with `--no-index --no-deps`: nothing is fetched, an absent wheel costs only what needs it.
@@ -11,8 +12,13 @@
    in its own subprocess, whose sweeps stop at its deadline and keep what they measured; a probe never gets
    more than what is left of the total budget.
 3. Writes into OUT_DIR: profile.yaml (provenance per constant; the step-time constants in the GPU entry),
-   samples.parquet, results.json (every probe's raw results), capability.json, calibrate.log. Commit OUT_DIR
-   as calib/measured/<box>/.
+   samples.parquet, results.json (every probe's raw results), capability.json, calibrate.log: no more, since
+   at most 8 files, two folders deep, come back from the box.
+4. Afterwards, here, once the files are back: `--write-tables OUT_DIR` (no probes, no GPU) rebuilds the step
+   probes' outcomes from OUT_DIR/results.json and writes their per-shape latencies as operator tables,
+   OUT_DIR/ops/<gpu>/<framework>-<version>/, with the writer `simroute calibrate` uses
+   (simroute.probes.calibrate.write_tables), and names them in OUT_DIR/profile.yaml's GPU entry
+   (`operator_tables`). Then commit OUT_DIR as calib/measured/<box>/.
 
 --dry-run rehearses the whole plan on a CPU: the GPU probes run their numpy reference implementations (cupy's
 kernels and torch replaced, see simroute/probes/refcupy.py and step_backend.py) under the same shares of a
@@ -73,7 +79,12 @@ def wheel_command(gpu: bool = True) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="After the run, once OUT_DIR's files are back on a machine with this checkout:\n"
+                                        "  python probes/run_single_gpu.py --write-tables OUT_DIR\n"
+                                        "writes the step probes' operator tables (OUT_DIR/ops/<gpu>/...) and names "
+                                        "them in OUT_DIR/profile.yaml\n(not on the box: at most "
+                                        f"{MAX_FILES} files, {MAX_DEPTH} folders down, come back). See docs/PROBES.md.")
     ap.add_argument("out_dir", type=Path, nargs="?", help="where the outputs go (at most two folders deep)")
     ap.add_argument("--wheels", type=Path, default=REPO / ".whl", help="local wheel folder (default .whl/)")
     ap.add_argument("--budget-s", type=float, default=480.0, help="wall budget of the whole run (default 480)")
@@ -86,8 +97,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--gpu", default=None, help="GPU entry for the step-time constants (default: matched; "
                                                 "dry run: h200-sxm)")
     ap.add_argument("--print-wheels", action="store_true", help="print the pip download command and exit")
+    ap.add_argument("--write-tables", type=Path, default=None, metavar="OUT_DIR",
+                    help="here, after the files come back: write the step probes' operator tables from "
+                         "OUT_DIR/results.json into OUT_DIR/ops/ and name them in OUT_DIR/profile.yaml (no probes)")
     a = ap.parse_args(argv)
     if a.print_wheels:
+        return a
+    if a.write_tables is not None:
+        if a.out_dir is not None:
+            ap.error("--write-tables OUT_DIR takes the folder itself; give no other OUT_DIR")
         return a
     if a.out_dir is None:
         ap.error("OUT_DIR is required")
@@ -218,8 +236,7 @@ def write_outputs(a: argparse.Namespace, cap, outcomes: list, log) -> int:
     from simroute.ioutil import atomic_path
     out = a.out_dir / "profile.yaml"
     with atomic_path(a.out_dir / "results.json") as tmp:
-        tmp.write_text(json.dumps({o.probe.name: {"status": o.status, "message": o.message, "seconds": o.seconds,
-                                                  "results": o.results} for o in outcomes}, indent=1, default=float))
+        tmp.write_text(results_json(outcomes))
     if not any(o.ok for o in outcomes):
         log("nothing was measured: no profile written")
         return 1
@@ -235,6 +252,89 @@ def write_outputs(a: argparse.Namespace, cap, outcomes: list, log) -> int:
         f"{', '.join(data.get('gpus', {})) or 'none'}), samples.parquet, results.json")
     _log_layer_vs_model(outcomes, prof, data.get("gpu"), log)
     return 0
+
+
+def results_json(outcomes: list) -> str:
+    """results.json: every probe's status, message, seconds and raw results (what --write-tables reads)."""
+    return json.dumps({o.probe.name: {"status": o.status, "message": o.message, "seconds": o.seconds,
+                                      "results": o.results} for o in outcomes}, indent=1, default=float)
+
+
+def outcomes_from_results(results: dict) -> list:
+    """The ProbeOutcomes results.json holds (no samples: those are in samples.parquet); probes this checkout
+    does not know are left out."""
+    from simroute.probes.framework import ProbeOutcome
+    from simroute.probes.registry import PROBES
+    if not isinstance(results, dict):
+        raise ValueError("not a mapping of probe name to its outcome")
+    out = []
+    for name, r in results.items():
+        if name not in PROBES:
+            continue
+        if not isinstance(r, dict) or not isinstance(r.get("results", {}), dict):
+            raise ValueError(f"probe {name}: not an outcome (status, message, seconds, results)")
+        out.append(ProbeOutcome(PROBES[name], str(r.get("status", "failed")), str(r.get("message", "")),
+                                float(r.get("seconds", 0.0)), dict(r.get("results") or {})))
+    return out
+
+
+def write_tables_after(out_dir: Path, say=print) -> int:
+    """--write-tables OUT_DIR: the operator tables `simroute calibrate` writes, from the one-shot's outputs.
+
+    Rebuilds the outcomes from OUT_DIR/results.json (box names from capability.json), writes
+    OUT_DIR/ops/<gpu>/<framework>-<version>/ with simroute.probes.calibrate.write_tables and rewrites
+    OUT_DIR/profile.yaml (checked, atomically) with its GPU entry's operator_tables naming them. Bad input: one
+    line, exit 2, nothing changed. Run again, it replaces the directory it wrote, never one it did not."""
+    import yaml
+    from dataclasses import fields
+    from simroute.calib.writer import write_profile_checked
+    from simroute.probes.calibrate import SAMPLES_NAME, write_tables
+    from simroute.probes.capability import Capability
+    from simroute.probes.step_tables import TABLE_PROBES, remove_written, step_tables
+
+    def bad(why: str) -> int:
+        print(f"--write-tables {out_dir}: {why}; nothing changed", file=sys.stderr)
+        return 2
+
+    profile = out_dir / "profile.yaml"
+    for name in ("results.json", "capability.json", "profile.yaml"):
+        if not (out_dir / name).is_file():
+            return bad(f"no {name} there (the one-shot run's outputs: {', '.join(OUTPUTS)})")
+    try:
+        outcomes = outcomes_from_results(json.loads((out_dir / "results.json").read_text()))
+        capd = json.loads((out_dir / "capability.json").read_text())
+        data = yaml.safe_load(profile.read_text())
+        known = {f.name for f in fields(Capability)}
+        cap = Capability(**{k: v for k, v in capd.items() if k in known})
+        tables = step_tables(outcomes)
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, yaml.YAMLError) as exc:
+        return bad(f"unreadable input: {type(exc).__name__}: {exc}")
+    if tables is None:
+        return bad(f"results.json holds no step probe results ({', '.join(TABLE_PROBES)} measured nothing)")
+    if not isinstance(data, dict) or not data.get("gpu") or data["gpu"] not in (data.get("gpus") or {}):
+        return bad("profile.yaml has no GPU entry (`gpu:` naming one of its `gpus:`) to name the tables")
+    written, notes = write_tables(data, outcomes, box=cap.hostname, box_description=cap.box, profile_path=profile,
+                                  samples_name=SAMPLES_NAME)
+    if written is None:
+        return bad(notes[-1] if notes else "operator tables not written")
+    try:
+        write_profile_checked(data, profile)
+    except Exception as exc:                 # the profile stays as it was; a directory made just now goes
+        remove_written(written)
+        print(f"--write-tables {out_dir}: profile.yaml naming the tables did not check, left as it was: "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    for note in notes:
+        say(note)
+    rows = ", ".join(f"{k} {n} rows" for k, n in written.tables.rows.items())
+    say(f"wrote {written.path} ({rows}{'' if written.created else '; replaced the one written before'}) and named "
+        f"it in {profile} (gpus.{data['gpu']}.operator_tables: {written.ref['path']})")
+    return 0
+
+
+def _has_table_results(outcomes: list) -> bool:
+    from simroute.probes.step_tables import TABLE_PROBES
+    return any(o.ok and o.probe.name in TABLE_PROBES for o in outcomes)
 
 
 def _log_layer_vs_model(outcomes: list, prof, gpu: str | None, log) -> None:
@@ -256,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.print_wheels:
         print(wheel_command())
         return 0
+    if a.write_tables is not None:
+        return write_tables_after(a.write_tables)
     t0 = time.monotonic()
     end = t0 + a.budget_s
     a.out_dir.mkdir(parents=True, exist_ok=True)
@@ -301,6 +403,10 @@ def main(argv: list[str] | None = None) -> int:
         log(f"OUTPUT LIMIT: {p}")
     log(f"done in {time.monotonic() - t0:.0f} s (" + (f"rehearsal of the {a.budget_s:.0f} s plan)" if a.dry_run
                                                        else f"budget {a.budget_s:.0f} s)"))
+    if rc == 0 and _has_table_results(outcomes):
+        log(f"next        once these files are back (not on the box: at most {MAX_FILES} files come back), run here "
+            f"`python probes/run_single_gpu.py --write-tables OUT_DIR` on the folder they landed in (this run's "
+            f"{a.out_dir}): it writes the step probes' operator tables to OUT_DIR/ops/ and names them in profile.yaml")
     logf.close()
     return rc or (3 if problems else 0)
 

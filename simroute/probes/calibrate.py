@@ -9,12 +9,15 @@ import socket
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simroute.errors import UnknownNameError
 from simroute.probes.capability import Capability, detect
 from simroute.probes.framework import Probe, ProbeOutcome, requirement_gap, run_probe
 from simroute.probes.registry import HOST_TRANSPORT, PROBES
+
+if TYPE_CHECKING:
+    from simroute.probes.step_tables import WrittenTables
 
 SAMPLES_NAME = "samples.parquet"
 
@@ -100,7 +103,10 @@ def calibrate(out: Path | None = None, *, only: Iterable[str] | None = None, qui
     out = Path(out) if out else default_out(cap.hostname)
     samples = [s for o in outcomes for s in o.samples]
     data = build_profile(outcomes, cap, out, SAMPLES_NAME, gpu=gpu)
-    written = _write_tables(data, outcomes, cap, out, cal)
+    written, notes = write_tables(data, outcomes, box=cap.hostname, box_description=cap.box, profile_path=out)
+    cal.notes.extend(notes)
+    if written is not None:
+        cal.tables_path, cal.tables_rows = written.path, written.tables.rows
     samples_path = out.parent / SAMPLES_NAME
     # The profile is checked (loads back, gives cost_params) before the samples and it are renamed into place.
     try:
@@ -115,30 +121,39 @@ def calibrate(out: Path | None = None, *, only: Iterable[str] | None = None, qui
     return cal
 
 
-def _write_tables(data: dict[str, Any], outcomes: list[ProbeOutcome], cap: Capability, out: Path,
-                  cal: Calibration):
-    """Write the step probes' operator tables beside the profile and name them in its GPU entry (`data`)."""
+def write_tables(data: dict[str, Any], outcomes: list[ProbeOutcome], *, box: str, box_description: str,
+                 profile_path: Path, samples_name: str = SAMPLES_NAME) -> tuple[WrittenTables | None, list[str]]:
+    """Write the step probes' operator tables beside the profile at `profile_path` and name them in its GPU
+    entry (`data`, the profile dict: its `gpus.<gpu>.operator_tables` set; a dry run's description says so).
+
+    Returns (the WrittenTables or None, notes). None with no note: no table probe measured anything; None with a
+    note `operator tables not written: ...`: the profile has no GPU entry, or writing failed (the profile is still
+    worth writing). `box` is the host name provenance gives, `box_description` the longer one. Used by
+    `calibrate()` and by `probes/run_single_gpu.py --write-tables` (the one-shot's results.json, afterwards).
+    Writing again replaces the directory a previous run wrote (never one simroute did not write: a fresh name is
+    taken) and does not repeat the description's dry-run remark."""
     from simroute.probes.step_tables import step_tables, write_step_tables
     tables = step_tables(outcomes)
     if tables is None:
-        return None
-    cal.notes.extend(tables.notes)
+        return None, []
+    notes = list(tables.notes)
     entry = data.get("gpu")
-    if not entry or entry not in data.get("gpus", {}):
-        cal.notes.append("operator tables not written: the profile has no GPU entry to name them (the per-shape "
-                         "timings are in samples.parquet)")
-        return None
+    if not entry or entry not in (data.get("gpus") or {}):
+        notes.append("operator tables not written: the profile has no GPU entry to name them (the per-shape "
+                     "timings are in samples.parquet)")
+        return None, notes
     from simroute.errors import SimrouteError
     try:
-        written = write_step_tables(tables, box=cap.hostname, box_description=cap.box, gpu=entry, profile_path=out,
-                                    samples_name=SAMPLES_NAME)
+        written = write_step_tables(tables, box=box, box_description=box_description, gpu=entry,
+                                    profile_path=Path(profile_path), samples_name=samples_name)
     except (SimrouteError, OSError) as exc:       # the profile is still worth writing: say why, keep going
-        cal.notes.append(f"operator tables not written: {exc}")
-        return None
+        notes.append(f"operator tables not written: {exc}")
+        return None, notes
     data["gpus"][entry]["operator_tables"] = written.ref
     if tables.dry_run:
-        data["description"] += f"; its operator tables are a dry run ({tables.device}): not GPU timings"
-        cal.notes.append(f"warning: the operator tables are a dry run ({tables.framework} on the CPU): never "
-                         f"simulate {entry} with this profile")
-    cal.tables_path, cal.tables_rows = written.path, tables.rows
-    return written
+        said = f"; its operator tables are a dry run ({tables.device}): not GPU timings"
+        if said not in data.get("description", ""):
+            data["description"] = data.get("description", "") + said
+        notes.append(f"warning: the operator tables are a dry run ({tables.framework} on the CPU): never "
+                     f"simulate {entry} with this profile")
+    return written, notes

@@ -107,9 +107,64 @@ def test_the_total_budget_caps_every_probe(tmp_path: Path) -> None:
     assert all("no budget left" in o.message for o in outcomes) and len(lines) == 2
 
 
+def _torch_like_outcomes() -> list:
+    """Synthetic results of a torch run of the table probes (and one probe that makes no table)."""
+    from simroute.probes.framework import ProbeOutcome
+    base = {"backend": "torch 2.5.1+cu124 bf16 on NVIDIA H200", "measures_gpu": True, "framework": "torch",
+            "framework_version": "2.5.1+cu124", "dtype": "bf16", "device": "NVIDIA H200"}
+    gemm = {**base, "shapes": {"4096x12288": {"k": 4096, "n": 12288, "k_run": 4096, "n_run": 12288,
+                                              "seconds": {1: 2e-5, 2: 3e-5}}}}
+    dec = {**base, "kernels": {"mla-deepseek-v3": "FlashMLA"}, "points": [
+        {"kind": "mla-deepseek-v3", "batch": 4, "context": 512, "seconds": 1e-5, "table": "mla_decode",
+         "heads": 128}]}
+    return [ProbeOutcome(PROBES["gemm"], "ok", "", 1.0, gemm), ProbeOutcome(PROBES["decode-attention"], "ok", "", 1.0, dec),
+            ProbeOutcome(PROBES["hbm"], "ok", "", 1.0, {**base, "best_GBps": 4000.0}),
+            ProbeOutcome(PROBES["prefill-attention"], "failed", "boom", 1.0, {})]
+
+
+def test_results_json_holds_what_the_tables_are_made_of() -> None:
+    """--write-tables rebuilds the outcomes from results.json: the same tables as from the run's own outcomes
+    (JSON's string keys and lists included)."""
+    from simroute.probes.step_tables import step_tables
+    m = _module()
+    outcomes = _torch_like_outcomes()
+    back = m.outcomes_from_results(json.loads(m.results_json(outcomes)))
+    assert [(o.probe.name, o.status) for o in back] == [(o.probe.name, o.status) for o in outcomes]
+    a, b = step_tables(outcomes), step_tables(back)
+    assert (b.framework, b.version, b.device, b.dry_run) == (a.framework, a.version, a.device, a.dry_run)
+    assert b.tables == a.tables and b.entries == a.entries and b.rows == {"gemm": 2, "mla_decode": 1}
+
+
+def test_write_tables_refuses_bad_input_in_one_line_and_changes_nothing(tmp_path: Path, capsys) -> None:
+    m = _module()
+    out = tmp_path / "h200"
+    out.mkdir()
+    (out / "capability.json").write_text(json.dumps({"hostname": "h200box", "cpu_model": "Xeon", "cpus": 16,
+                                                     "python": "3.12", "gpus": 1, "gpu_names": ["NVIDIA H200"]}))
+    (out / "profile.yaml").write_text(yaml.safe_dump({"description": "no GPU entry", "gpus": {}}))
+
+    def refused(what: str) -> None:
+        before = {p.name: p.read_bytes() for p in out.iterdir()}
+        assert m.main(["--write-tables", str(out)]) == 2
+        err = capsys.readouterr()
+        assert err.out == "" and len(err.err.strip().splitlines()) == 1 and what in err.err, err.err
+        assert "nothing changed" in err.err
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+    refused("no results.json")
+    only_hbm = [o for o in _torch_like_outcomes() if o.probe.name == "hbm"]
+    (out / "results.json").write_text(m.results_json(only_hbm))
+    refused("no step probe results")
+    (out / "results.json").write_text(m.results_json(_torch_like_outcomes()))
+    refused("no GPU entry")
+    (out / "results.json").write_text("{not json")
+    refused("unreadable")
+
+
 @pytest.mark.slow
 def test_dry_run_rehearses_the_whole_plan_and_reports_it_fits(tmp_path: Path) -> None:
-    """Must show: the dry run of the one-shot script passes and reports a plan that fits 8 minutes."""
+    """Must show: the dry run of the one-shot script passes and reports a plan that fits 8 minutes; afterwards
+    `--write-tables OUT_DIR` turns its results.json into the operator tables `simroute calibrate` writes."""
     m = _module()
     out = tmp_path / "h200"
     r = subprocess.run([sys.executable, str(SCRIPT), str(out), "--dry-run"],
@@ -136,3 +191,44 @@ def test_dry_run_rehearses_the_whole_plan_and_reports_it_fits(tmp_path: Path) ->
     prof = load_profile(out / "profile.yaml")
     prof.cost_params()
     assert prof.step_model("deepseek-v2-lite", gpu="h200-sxm").iteration_s(64, 64, 64 * 512, 64 * 512) > 0
+    assert "--write-tables OUT_DIR" in r.stdout.strip().splitlines()[-1]         # the last line says what is next
+    _write_tables_after_the_dry_run(out)
+
+
+def _write_tables_after_the_dry_run(out: Path) -> None:
+    """--write-tables on the dry run's OUT_DIR (as it comes back from the box): the tables, named in the
+    profile, marked as a dry run; a second run replaces its own directory; no results.json: exit 2, one line."""
+    from simroute.calib.optables import load_operator_tables
+
+    def write_tables(where: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(SCRIPT), "--write-tables", str(where)], capture_output=True,
+                              text=True, timeout=120, cwd=out.parent, env={**os.environ, "PYTHONPATH": ""})
+
+    r = write_tables(out)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "dry run" in r.stdout and "wrote" in r.stdout
+    dirs = list((out / "ops" / "h200-sxm").iterdir())
+    assert len(dirs) == 1 and dirs[0].name.startswith("numpy-dry-run")
+    t = load_operator_tables(dirs[0])
+    assert {k.value for k in t.tables} == {"gemm", "mla_decode", "attention_decode", "mla_prefill",
+                                            "attention_prefill"}
+    assert t.provenance["kind"] == "measured" and t.provenance["dry_run"] == "true"
+    assert t.provenance["device"] == "cpu (dry run)"
+    raw = yaml.safe_load((out / "profile.yaml").read_text())
+    assert raw["gpus"]["h200-sxm"]["operator_tables"]["path"] == f"ops/h200-sxm/{dirs[0].name}"
+    assert "DRY RUN" in raw["gpus"]["h200-sxm"]["operator_tables"]["note"]
+    assert raw["description"].startswith("DRY RUN") and raw["description"].count("operator tables are a dry run") == 1
+    resolved = load_profile(out / "profile.yaml").operator_tables("h200-sxm")
+    assert resolved is not None and resolved.provenance["dry_run"] == "true"
+    # again: its own directory replaced, not a foreign one beside it; the profile the same but for nothing
+    again = write_tables(out)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert [p.name for p in (out / "ops" / "h200-sxm").iterdir()] == [dirs[0].name]
+    raw2 = yaml.safe_load((out / "profile.yaml").read_text())
+    assert raw2 == raw
+    # bad input: one line, exit 2
+    empty = out.parent / "empty"
+    empty.mkdir()
+    bad = write_tables(empty)
+    assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1
+    assert "results.json" in bad.stderr and list(empty.iterdir()) == []

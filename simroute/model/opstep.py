@@ -76,7 +76,8 @@ class TermSource:
 class MeasuredStep:
     """The table-driven terms of one instance (a TP group of `tp` GPUs serving `geometry`).
 
-    Built once per (model, GPU entry, TP); the hot path (`token_terms_s`, `attention_s`) does a bisect per term.
+    Built once per (model, GPU entry, TP); the hot path (`token_terms_s`, `attention_s`) does a bisect per term,
+    and the step model caches whole iterations per exact shape in `shape_cache`.
     The `roofline_*` callables supply each term's fallback (the floored roofline of the same instance). Extend by adding a kernel group to `_build` and to `token_terms_s`
     together; `terms` returns the same numbers term by term (a test checks they agree)."""
 
@@ -93,6 +94,10 @@ class MeasuredStep:
         self._roof_allreduce, self._roof_lm_head = roofline_allreduce, roofline_lm_head
         self.sources: dict[str, TermSource] = {}
         self.notes: list[str] = []
+        # iteration seconds per exact batch shape (the arguments of StepTimeModel.iteration_s), filled and read
+        # by the owning step model: a run's engines repeat shapes (a decode at the same context on another
+        # instance, a re-prefill the policies price again), and the tables never change once built
+        self.shape_cache: dict[tuple, float] = {}
         self._build()
 
     # ---- construction -------------------------------------------------------------------------------

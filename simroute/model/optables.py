@@ -215,6 +215,18 @@ class Curve:
     status: Lookup = Lookup.MEASURED
     table: str = ""
     adjusted: int = 0          # measured points lowered to keep the curve monotone (see the module docstring)
+    # derived once for the hot path (`seconds`): each segment's log-log slope, the last segment's index and the
+    # time below the grid; the same expressions `seconds` used to evaluate per call, so the same floats
+    _slopes: tuple[float, ...] = field(default=(), init=False, repr=False, compare=False)
+    _last: int = field(default=0, init=False, repr=False, compare=False)
+    _floor: float = field(default=0.0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        lx, ly = self.log_x, self.log_y
+        object.__setattr__(self, "_slopes", tuple((ly[i + 1] - ly[i]) / (lx[i + 1] - lx[i])
+                                                  for i in range(len(lx) - 1)))
+        object.__setattr__(self, "_last", len(lx) - 2)
+        object.__setattr__(self, "_floor", math.exp(ly[0]) if ly else 0.0)
 
     @classmethod
     def from_points(cls, xs: Sequence[float], seconds: Sequence[float], *, status: Lookup = Lookup.MEASURED,
@@ -238,17 +250,14 @@ class Curve:
         """The hot path: seconds at x > 0 (0 at x <= 0: no work launches no kernel)."""
         if x <= 0:
             return 0.0
-        lx, ly = self.log_x, self.log_y
+        lx = self.log_x
         v = math.log(x)
-        i = bisect_right(lx, v) - 1
-        if i < 0:
-            i = 0
-        elif i >= len(lx) - 1:
-            i = len(lx) - 2
         if v <= lx[0]:
-            return math.exp(ly[0])             # below the grid: the smallest launch's time (the kernel floor)
-        slope = (ly[i + 1] - ly[i]) / (lx[i + 1] - lx[i])
-        return math.exp(ly[i] + (v - lx[i]) * slope)
+            return self._floor                 # below the grid: the smallest launch's time (the kernel floor)
+        i = bisect_right(lx, v) - 1            # >= 0 here; past the grid, the last segment's slope
+        if i > self._last:
+            i = self._last
+        return math.exp(self.log_y[i] + (v - lx[i]) * self._slopes[i])
 
     def lookup(self, x: float) -> tuple[float, Lookup]:
         """Seconds at x and what they rest on."""
@@ -305,6 +314,14 @@ class Surface:
 
     log_rows: tuple[float, ...]
     curves: tuple[Curve, ...]
+    # derived once for the hot path (`seconds`): the row gaps in log space and the last pair's index
+    _gaps: tuple[float, ...] = field(default=(), init=False, repr=False, compare=False)
+    _last: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        lr = self.log_rows
+        object.__setattr__(self, "_gaps", tuple(lr[i + 1] - lr[i] for i in range(len(lr) - 1)))
+        object.__setattr__(self, "_last", len(lr) - 2)
 
     @classmethod
     def from_table(cls, table: OpTable, row_axis: str, col_axis: str, fixed: Mapping[str, float],
@@ -338,10 +355,12 @@ class Surface:
         if v <= lr[0]:
             return self.curves[0].seconds(col)          # below the first row: flat, as a curve below its grid
         i = bisect_right(lr, v) - 1
-        i = len(lr) - 2 if i >= len(lr) - 1 else i
-        lo, hi = self.curves[i].seconds(col), self.curves[i + 1].seconds(col)
-        t = (v - lr[i]) / (lr[i + 1] - lr[i])
-        return math.exp(math.log(lo) + t * (math.log(hi) - math.log(lo)))
+        if i > self._last:
+            i = self._last
+        curves = self.curves
+        log_lo = math.log(curves[i].seconds(col))
+        t = (v - lr[i]) / self._gaps[i]
+        return math.exp(log_lo + t * (math.log(curves[i + 1].seconds(col)) - log_lo))
 
     def lookup(self, row: float, col: float) -> tuple[float, Lookup]:
         v = math.log(row) if row > 0 else -math.inf

@@ -472,13 +472,24 @@ class StepTimeModel:
 
     def iteration_s(self, new_tokens: float, sequences: float, kv_read_tokens: float, attention_pairs: float,
                     prefill_pairs: float = 0.0, decode_sequences: float | None = None) -> float:
-        """`iteration(...).iteration_s` on plain floats: the simulator's hot loop."""
-        if self._measured is not None:
+        """`iteration(...).iteration_s` on plain floats: the simulator's hot loop. The measured model keeps each
+        exact shape's seconds (`MeasuredStep.shape_cache`; no rounding: a shape seen again reads the same float)."""
+        measured = self._measured
+        if measured is not None:
+            key = (new_tokens, sequences, kv_read_tokens, attention_pairs, prefill_pairs, decode_sequences)
+            cache = measured.shape_cache
+            hit = cache.get(key)
+            if hit is not None:
+                return hit
             decode_seqs, decode_kv, prefill_seqs, prefill_kv, prefill_pairs = self._split(
                 new_tokens, sequences, kv_read_tokens, attention_pairs, prefill_pairs, decode_sequences)
             lin, ar, head = self._token_terms(new_tokens, sequences, decode_seqs)
-            attn = self._measured.attention_s(decode_seqs, decode_kv, prefill_seqs, prefill_pairs, prefill_kv)
-            return lin + self._elementwise(new_tokens) + self._layers * (attn + ar) + head + self._overhead_s
+            attn = measured.attention_s(decode_seqs, decode_kv, prefill_seqs, prefill_pairs, prefill_kv)
+            total = lin + self._elementwise(new_tokens) + self._layers * (attn + ar) + head + self._overhead_s
+            if len(cache) >= 131072:       # bounded (about 30 MiB at most); a run has far fewer shapes
+                cache.clear()
+            cache[key] = total
+            return total
         attn = self._attention(kv_read_tokens, attention_pairs, prefill_pairs)[0]
         return (self._linear(new_tokens)[0] + self._elementwise(new_tokens)
                 + self._layers * (attn + self._allreduce(new_tokens)[0]) + self._lm_head(sequences)[0]

@@ -157,7 +157,8 @@ def engine_reprefill_s(step: StepTimeModel, chunk: float, tokens: float) -> floa
     while done < tokens:
         t = min(chunk, tokens - done)
         batch = BatchShape.uniform(prefill_tokens=t, prefill_context=done)
+        one_token = t <= 1                          # charged as a decode-form query, as the engine does
         total += step.iteration_s(batch.new_tokens, batch.sequences, batch.kv_read_tokens, batch.attention_pairs,
-                                  batch.prefill_pairs if t > 1 else 0.0)
+                                  0.0 if one_token else batch.prefill_pairs, 1.0 if one_token else 0.0)
         done += t
     return total

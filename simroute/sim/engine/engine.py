@@ -37,7 +37,10 @@ class StepTime(Protocol):
     """What the engine asks of the step-time model (docs/STEP_TIME.md)."""
 
     def iteration_s(self, new_tokens: float, sequences: float, kv_read_tokens: float,
-                    attention_pairs: float, prefill_pairs: float = 0.0) -> float: ...
+                    attention_pairs: float, prefill_pairs: float = 0.0,
+                    decode_sequences: float | None = None) -> float: ...
+    # (decode_sequences: the sequences attending in the decode form, one query token each; a measured model
+    # splits the batch's attention by it)
 
     def holder_partial_s(self, queries: float, rows_per_query: float | list[float],
                          key_tokens: float | list[float]) -> float: ...
@@ -210,7 +213,7 @@ class InstanceEngine:
         heads = self.heads
         kv = pairs = prefill_pairs = seq_wait = 0.0
         groups: dict[Any, list] = {}
-        new = len(plan.decode)
+        new = decode_form = len(plan.decode)         # sequences attending in the decode form (one query token)
         for seq in plan.decode:
             ctx = seq.resident_tokens + seq.prompt + seq.generated + (k - 1) / 2
             kv += ctx
@@ -226,12 +229,15 @@ class InstanceEngine:
             pairs += chunk_pairs
             if t > 1:
                 prefill_pairs += chunk_pairs
+            else:
+                decode_form += 1
             new += t
             if seq.routes:
                 _add_routes(groups, seq, heads * t)
             if seq.step_wait is not None:
                 seq_wait = max(seq_wait, seq.step_wait(1))
-        compute = self.step.iteration_s(new, len(plan.decode) + len(plan.prefill), kv, pairs, prefill_pairs)
+        compute = self.step.iteration_s(new, len(plan.decode) + len(plan.prefill), kv, pairs, prefill_pairs,
+                                        decode_form)
         if groups and self.exchange is None:
             raise RuntimeError("a routed sequence on an engine without a RouteExchange")
         return compute, groups, seq_wait

@@ -14,7 +14,8 @@ class FakeStep:
     prefill_pair_s_per_layer = 2.5e-12 # the same pair in the prefill form (MLA expanded: fewer FLOPs)
     overhead_s = 2e-4
 
-    def iteration_s(self, new_tokens, sequences, kv_read_tokens, attention_pairs, prefill_pairs=0.0):
+    def iteration_s(self, new_tokens, sequences, kv_read_tokens, attention_pairs, prefill_pairs=0.0,
+                    decode_sequences=None):
         linear = max(self.weight_s_per_layer, new_tokens * self.flop_s_per_token_layer)
         flops = ((attention_pairs - prefill_pairs) * self.pair_s_per_layer
                  + prefill_pairs * self.prefill_pair_s_per_layer)

@@ -121,7 +121,7 @@ def test_lone_long_prefill_is_charged_in_the_prefill_form_by_hand_count():
     seq, spy, step = _lone_prefill(prompt, prompt)
     g, gpu = step.geometry, step.gpu
     pairs = prompt * (prompt + 1) / 2
-    assert spy.calls == [(prompt, 1, prompt, pairs, pairs)]
+    assert spy.calls == [(prompt, 1, prompt, pairs, pairs, 0)]       # no sequence in the decode form
     assert seq.t_first_token == pytest.approx(step.iteration_s(prompt, 1, prompt, pairs, pairs), rel=1e-12)
     rate = gpu.peak_flops * gpu.attention_efficiency
     expanded = 2 * g.heads_q * (g.qk_nope_head_dim + g.rope_dims + g.v_head_dim) * pairs / rate
@@ -144,7 +144,7 @@ def test_chunked_prefill_attention_costs_the_same_however_the_prompt_is_cut():
     for chunk in (2048, 512):
         seq, spy, step = _lone_prefill(prompt, chunk)
         assert len(spy.calls) == prompt // chunk and all(c[4] == c[3] > 0 for c in spy.calls)
-        attention[chunk] = sum(step.attention_s(kv, pairs, prefill_pairs=pre) for _n, _s, kv, pairs, pre in spy.calls)
+        attention[chunk] = sum(step.attention_s(kv, pairs, prefill_pairs=pre) for _n, _s, kv, pairs, pre, _d in spy.calls)
     whole = step.attention_s(prompt, prompt * (prompt + 1) / 2, prefill_pairs=prompt * (prompt + 1) / 2)
     assert attention[512] == pytest.approx(attention[2048], rel=0.05)
     assert attention[2048] == pytest.approx(whole, rel=0.05)

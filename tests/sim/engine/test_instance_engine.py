@@ -365,8 +365,8 @@ def test_prefill_chunks_pass_their_pairs_in_the_prefill_form_and_a_one_token_chu
     eng.submit(Sequence(0, 300, 1, resident_tokens=1000.0))
     env.run()
     pairs = 300 * 1000 + 300 * 301 / 2
-    assert spy.calls == [(300, 1, 1300.0, pairs, pairs)]
+    assert spy.calls == [(300, 1, 1300.0, pairs, pairs, 0)]        # no sequence in the decode form
     spy.calls.clear()
     eng.submit(Sequence(1, 1, 1, resident_tokens=5000.0))
     env.run()
-    assert spy.calls == [(1, 1, 5001.0, 5001.0, 0.0)]
+    assert spy.calls == [(1, 1, 5001.0, 5001.0, 0.0, 1)]           # the one-token chunk: one decode-form query

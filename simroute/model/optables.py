@@ -93,6 +93,9 @@ class OpTable:
     numeric: Mapping[str, np.ndarray]
     latency_us: np.ndarray
     source: Mapping[str, str] = field(default_factory=dict)
+    # what was derived from the rows, by its arguments (distinct values, curves, TableMiss): a process builds many
+    # step models from one loaded table, and every derived value is immutable
+    _memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         cats, nums = SCHEMA[self.kind]
@@ -111,10 +114,13 @@ class OpTable:
 
     def values(self, column: str) -> list:
         """The distinct values of a column (sorted)."""
-        arr = self.categorical.get(column, self.numeric.get(column))
-        if arr is None:
-            raise KeyError(column)
-        return sorted(set(arr.tolist()))
+        key = ("values", column)
+        if key not in self._memo:
+            arr = self.categorical.get(column, self.numeric.get(column))
+            if arr is None:
+                raise KeyError(column)
+            self._memo[key] = tuple(sorted(set(arr.tolist())))
+        return list(self._memo[key])
 
     def _mask(self, where: Mapping[str, str]) -> np.ndarray:
         mask = np.ones(self.rows, dtype=bool)
@@ -128,6 +134,18 @@ class OpTable:
         Each fixed coordinate is bracketed by the grid values the rows hold (exact, between two, or past the
         outermost two), and the corner curves are combined linearly in log latency over log coordinate. The
         corners' axis grids are intersected. Raises TableMiss when no rows cover a corner."""
+        key = ("curve", axis, tuple(sorted(fixed.items())), tuple(sorted((where or {}).items())))
+        if key not in self._memo:
+            try:
+                self._memo[key] = self._curve(axis, fixed, where)
+            except TableMiss as miss:
+                self._memo[key] = miss
+        found = self._memo[key]
+        if isinstance(found, TableMiss):
+            raise TableMiss(*found.args)
+        return found
+
+    def _curve(self, axis: str, fixed: Mapping[str, float], where: Mapping[str, str] | None) -> "Curve":
         where = dict(where or {})
         base = self._mask(where)
         if not base.any():
@@ -182,6 +200,15 @@ def _bracket(grid: Sequence[float], target: float) -> tuple[list[tuple[float, fl
     t = (math.log(target) - math.log(lo)) / (math.log(hi) - math.log(lo))
     how = Lookup.INTERPOLATED if 0.0 < t < 1.0 else Lookup.EXTRAPOLATED
     return [(lo, 1.0 - t), (hi, t)], how
+
+
+def _position(v: float, grid: Sequence[float]) -> Lookup:
+    """Where log coordinate `v` lies on a log grid: on a point, between two, or past either end."""
+    if v < grid[0] - 1e-12 or v > grid[-1] + 1e-12:
+        return Lookup.EXTRAPOLATED
+    if any(abs(v - p) < 1e-9 for p in grid):
+        return Lookup.MEASURED
+    return Lookup.INTERPOLATED
 
 
 ADJUSTED_LOG = math.log(1.02)      # a point the monotone fit moved by more than 2% counts as adjusted
@@ -261,14 +288,9 @@ class Curve:
 
     def lookup(self, x: float) -> tuple[float, Lookup]:
         """Seconds at x and what they rest on."""
-        v = math.log(x) if x > 0 else -math.inf
-        if x > 0 and (v < self.log_x[0] - 1e-12 or v > self.log_x[-1] + 1e-12):
-            how = Lookup.EXTRAPOLATED
-        elif any(abs(v - p) < 1e-9 for p in self.log_x):
-            how = Lookup.MEASURED
-        else:
-            how = Lookup.INTERPOLATED
-        return self.seconds(x), Lookup.worst(self.status, how)
+        if x <= 0:
+            return 0.0, self.status                  # no work launches no kernel
+        return self.seconds(x), Lookup.worst(self.status, _position(math.log(x), self.log_x))
 
     def plus(self, other: "Curve") -> "Curve":
         """The sum of two curves on the union of their grids (two kernels launched one after the other)."""
@@ -363,16 +385,14 @@ class Surface:
         return math.exp(log_lo + t * (math.log(curves[i + 1].seconds(col)) - log_lo))
 
     def lookup(self, row: float, col: float) -> tuple[float, Lookup]:
-        v = math.log(row) if row > 0 else -math.inf
-        lr = self.log_rows
-        if v < lr[0] - 1e-12 or v > lr[-1] + 1e-12:
-            how = Lookup.EXTRAPOLATED
-        elif any(abs(v - p) < 1e-9 for p in lr):
-            how = Lookup.MEASURED
-        else:
-            how = Lookup.INTERPOLATED
-        i = min(range(len(lr)), key=lambda j: abs(lr[j] - v))
-        return self.seconds(row, col), Lookup.worst(how, self.curves[i].lookup(col)[1])
+        """Seconds at (row, col) and what they rest on: the row's position among the rows, and the column's on
+        the row curves it reads (both around a row between two)."""
+        if row <= 0 or col <= 0:
+            return 0.0, self.status
+        v, lr = math.log(row), self.log_rows
+        i = min(max(bisect_right(lr, v) - 1, 0), len(lr) - 1)
+        rows = {i, min(i + 1, len(lr) - 1)} if lr[0] < v < lr[-1] else {i}
+        return self.seconds(row, col), Lookup.worst(_position(v, lr), *(self.curves[j].lookup(col)[1] for j in rows))
 
 
 @dataclass(frozen=True)

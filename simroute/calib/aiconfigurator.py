@@ -220,16 +220,21 @@ def import_tables(gpu: str, framework: str, version: str | None, output: str | P
         if path is None:
             skipped.append(kind.value)
             continue
-        frame = _filter(kind, _read(path))
-        if kind is OpKind.ALLREDUCE:
-            nccl, nccl_path = _nccl_allreduce(system)
-            if nccl is not None:
-                frame = pd.concat([frame[["backend", "allreduce_dtype", "num_gpus", "message_size", "latency"]],
-                                   nccl], ignore_index=True)
-        if frame.empty:
-            skipped.append(kind.value)
-            continue
-        tables[kind] = _convert(kind, frame)
+        try:
+            frame = _filter(kind, _read(path))
+            if kind is OpKind.ALLREDUCE:
+                nccl, nccl_path = _nccl_allreduce(system)
+                if nccl is not None:
+                    frame = pd.concat([frame[["backend", "allreduce_dtype", "num_gpus", "message_size", "latency"]],
+                                       nccl], ignore_index=True)
+            if frame.empty:
+                skipped.append(kind.value)
+                continue
+            tables[kind] = _convert(kind, frame)
+        except KeyError as exc:                    # a file of another schema version
+            raise ConfigurationError(f"lacks the column {exc} this importer reads", file=path) from None
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"a column does not hold what this importer reads ({exc})", file=path) from None
         rel = path.relative_to(root)
         entries[kind] = {"source_file": f"aiconfigurator_core/systems/data/{rel}",
                          "framework_version": path.parent.name, "device": str(frame["device"].iloc[0])

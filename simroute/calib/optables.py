@@ -20,7 +20,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from simroute.errors import ConfigurationError
-from simroute.model.optables import LATENCY_COLUMN, SCHEMA, OperatorTables, OpKind, OpTable
+from simroute.model.optables import LATENCY_COLUMN, SCHEMA, OperatorTables, OpKind, OpTable, repeats_merged
 
 MANIFEST = "tables.yaml"
 SCHEMA_TAG = "simroute.optables/1"
@@ -72,10 +72,10 @@ def load_operator_tables(directory: str | Path) -> OperatorTables:
         missing = [c for c in (*cats, *nums, LATENCY_COLUMN) if c not in data.column_names]
         if missing:
             raise _fail(f"missing column(s) {', '.join(missing)}", file)
-        latency = np.asarray(data.column(LATENCY_COLUMN).to_numpy(zero_copy_only=False), dtype=float)
+        latency = _floats(data, LATENCY_COLUMN, file)
         if latency.size == 0 or not np.all(np.isfinite(latency)) or np.any(latency <= 0):
             raise _fail("latencies must be finite and > 0 (and at least one row)", file, LATENCY_COLUMN)
-        numeric = {c: np.asarray(data.column(c).to_numpy(zero_copy_only=False), dtype=float) for c in nums}
+        numeric = {c: _floats(data, c, file) for c in nums}
         for c, arr in numeric.items():
             if not np.all(np.isfinite(arr)) or np.any(arr < 0):
                 raise _fail("shape values must be finite and >= 0", file, c)
@@ -85,6 +85,14 @@ def load_operator_tables(directory: str | Path) -> OperatorTables:
         tables[kind] = OpTable(kind, categorical, numeric, latency, source)
     return OperatorTables(gpu=manifest["gpu"], framework=manifest["framework"], version=str(manifest["version"]),
                           tables=tables, provenance={k: str(v) for k, v in provenance.items()}, path=str(root))
+
+
+def _floats(data: Any, column: str, file: Path) -> np.ndarray:
+    """A Parquet column as floats, or the one-line error naming the file and column."""
+    try:
+        return np.asarray(data.column(column).to_numpy(zero_copy_only=False), dtype=float)
+    except (TypeError, ValueError):
+        raise _fail("must hold numbers", file, column) from None
 
 
 @functools.lru_cache(maxsize=16)
@@ -160,5 +168,6 @@ def diff_operator_tables(left: OperatorTables, right: OperatorTables) -> list[di
 
 
 def _index(table: OpTable, cats: tuple[str, ...], nums: tuple[str, ...]) -> dict[tuple, float]:
-    keys = zip(*(table.categorical[c].tolist() for c in cats), *(table.numeric[c].tolist() for c in nums))
-    return {tuple(key): float(lat) for key, lat in zip(keys, table.latency_us.tolist())}
+    """Shape -> latency, a shape measured more than once at the geometric mean (as the step model reads it)."""
+    keys = list(zip(*(table.categorical[c].tolist() for c in cats), *(table.numeric[c].tolist() for c in nums)))
+    return repeats_merged(keys, table.latency_us.tolist())

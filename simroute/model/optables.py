@@ -168,7 +168,7 @@ class OpTable:
             if not mask.any():
                 raise TableMiss(f"{self.kind.value}: no rows at {dict((c, v) for c, v, _ in combo)} with {where}")
             xs, lat = self.numeric[axis][mask], self.latency_us[mask]
-            points = _repeats_merged(xs.tolist(), lat.tolist())
+            points = repeats_merged([float(x) for x in xs.tolist()], lat.tolist())
             corner_curves.append((weight, points))
             axis_grid = set(points) if axis_grid is None else axis_grid & set(points)
         grid_x = sorted(x for x in (axis_grid or ()) if x > 0)
@@ -178,12 +178,12 @@ class OpTable:
         return Curve.from_points(grid_x, [math.exp(v) for v in log_y], status=status, table=self.label)
 
 
-def _repeats_merged(xs: Sequence[float], latencies_us: Sequence[float]) -> dict[float, float]:
-    """x -> latency, a shape measured more than once taking the geometric mean of its measurements (the H100
+def repeats_merged(keys: Sequence, latencies_us: Sequence[float]) -> dict:
+    """key -> latency, a shape measured more than once taking the geometric mean of its measurements (the H100
     MLA tables hold every shape twice, 1-2% apart)."""
-    logs: dict[float, list[float]] = {}
-    for x, y in zip(xs, latencies_us):
-        logs.setdefault(float(x), []).append(math.log(y))
+    logs: dict = {}
+    for key, y in zip(keys, latencies_us):
+        logs.setdefault(key, []).append(math.log(y))
     return {x: math.exp(sum(v) / len(v)) for x, v in logs.items()}
 
 
@@ -241,7 +241,7 @@ class Curve:
     log_y: tuple[float, ...]
     status: Lookup = Lookup.MEASURED
     table: str = ""
-    adjusted: int = 0          # measured points lowered to keep the curve monotone (see the module docstring)
+    adjusted: int = 0          # measured points the monotone fit moved by more than 2% (module docstring)
     # derived once for the hot path (`seconds`): each segment's log-log slope, the last segment's index and the
     # time below the grid; the same expressions `seconds` used to evaluate per call, so the same floats
     _slopes: tuple[float, ...] = field(default=(), init=False, repr=False, compare=False)
@@ -391,7 +391,7 @@ class Surface:
             return 0.0, self.status
         v, lr = math.log(row), self.log_rows
         i = min(max(bisect_right(lr, v) - 1, 0), len(lr) - 1)
-        rows = {i, min(i + 1, len(lr) - 1)} if lr[0] < v < lr[-1] else {i}
+        rows = {i, i + 1} if lr[i] < v < lr[-1] else {i}
         return self.seconds(row, col), Lookup.worst(_position(v, lr), *(self.curves[j].lookup(col)[1] for j in rows))
 
 

@@ -450,7 +450,11 @@ class StepTimeModel:
                 batch.new_tokens, batch.sequences, decode_seqs, decode_kv, prefill_seqs, prefill_pairs).items()}
             sources["elementwise"] = sources["overhead"] = "roofline"
             lookups["elementwise"] = lookups["overhead"] = Lookup.ROOFLINE.value
-            bounds = {name: ("measured" if lookups[name] != Lookup.ROOFLINE.value else "roofline")
+            for name, absent in (("allreduce", self.tp == 1 or batch.new_tokens <= 0), ("attention", not attention_src)):
+                if absent:                                  # a term that launches no kernel rests on nothing
+                    lookups[name] = NONE
+            bounds = {name: (NONE if lookups[name] == NONE else
+                             "measured" if lookups[name] != Lookup.ROOFLINE.value else "roofline")
                       for name in ("linear", "attention", "allreduce", "lm_head")}
             return StepTerms(iteration_s=total, linear_s_per_layer=lin / layers, attention_s_per_layer=attn,
                              allreduce_s_per_layer=ar, overhead_s=overhead, lm_head_s=head, layers=layers,
@@ -466,6 +470,8 @@ class StepTimeModel:
                   "attention": MEMORY if attn_mem >= attn_comp else COMPUTE,
                   "allreduce": ar_bound, "lm_head": head_bound}
         roof = {name: "roofline" for name in ("linear", "attention", "allreduce", "lm_head", "elementwise", "overhead")}
+        if ar_bound == NONE:
+            roof["allreduce"] = NONE                        # tp 1 (or no tokens): no all-reduce launches
         return StepTerms(iteration_s=total, linear_s_per_layer=lin / layers, attention_s_per_layer=attn,
                          allreduce_s_per_layer=ar, overhead_s=overhead, lm_head_s=head, layers=layers, bounds=bounds,
                          elementwise_s_per_layer=elementwise / layers, sources=dict(roof), lookups=dict(roof))

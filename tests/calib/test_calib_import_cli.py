@@ -226,3 +226,23 @@ def test_diff_gpu_in_neither_profile_is_a_clean_error(cli) -> None:
     code, text, err = cli("calib", "diff", h200, h200, "--gpu", "no-such-gpu")
     assert code == 2 and "field '--gpu'" in err and "in neither profile" in err and "h200-sxm" in err
     assert "differing constants" not in text and len(err.strip().splitlines()) == 1
+
+
+def test_a_file_of_another_schema_is_one_line_exit_2(cli, tree: Path, tmp_path: Path) -> None:
+    gemm = tree / "systems" / "data" / SYSTEM / "gemm" / "sglang" / "0.5.14" / "gemm_perf.parquet"
+    pd.DataFrame([{"dtype": "bfloat16", "m": 1, "n": 8, "k": 8, "latency": 0.01}]).to_parquet(gemm)
+    out = tmp_path / "o"
+    code, text, err = _import(cli, tree, out)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "gemm_perf.parquet" in err and "lacks the column 'gemm_dtype'" in err and not out.exists()
+
+
+def test_a_table_with_a_non_numeric_shape_column_is_one_line_exit_2(cli, tree: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ops"
+    assert _import(cli, tree, out)[0] == 0
+    frame = pd.read_parquet(out / "gemm.parquet")
+    frame["m"] = frame["m"].astype(str).replace({"1": "x"})
+    frame.to_parquet(out / "gemm.parquet")
+    code, text, err = cli("calib", "diff", str(out), str(out), "--tables")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "gemm.parquet" in err and "field 'm'" in err and "must hold numbers" in err

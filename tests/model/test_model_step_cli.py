@@ -34,7 +34,9 @@ def test_every_gpu_and_model_prints_its_terms(cli, gpu, model):
     assert d["bounds"]["allreduce"] in ("none", "measured")
     # every term names its source: an operator table of this GPU, or the roofline
     assert set(d["term_lookups"]) >= {"linear", "attention", "allreduce", "lm_head"}
-    assert all(v in ("measured", "interpolated", "extrapolated", "roofline") for v in d["term_lookups"].values())
+    assert all(v in ("measured", "interpolated", "extrapolated", "roofline", "none")
+               for v in d["term_lookups"].values())
+    assert d["term_lookups"]["allreduce"] == "none"           # tp 1: no all-reduce launches
     src = d["gpu_sources"]
     assert src["hbm_GBps"].startswith("datasheet: NVIDIA")
     assert src["peak_bf16_TFLOPs"].startswith(("datasheet: NVIDIA", "fitted: derived from the NVIDIA"))

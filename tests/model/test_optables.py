@@ -2,13 +2,14 @@
 grid, what each answer rests on, the monotone fit, and the table-driven iteration against the shipped tables.
 
 Each shipped op kind: a curve through one selection of the table (model shapes on the grid) gives back every
-measured point within 2% of its isotonic fit, every point of an already monotone run within 2% of the measured
+measured point within 2% of its isotonic fit, every point the fit left in place within 2% of the measured
 value, and no bias over the table (mean log deviation within 1%)."""
 
 from __future__ import annotations
 
 import collections
 import math
+import zlib
 
 import numpy as np
 import pytest
@@ -51,8 +52,8 @@ def _selections(table: OpTable, axis: str, count: int, seed: int):
 def test_table_points_reproduced_by_the_interpolation(h200, kind):
     table = h200.get(kind)
     axis = AXIS[kind]
-    deviations, exact_runs = [], 0
-    for where, fixed, rows in _selections(table, axis, 12, seed=hash(kind.value) % 1000):
+    deviations, exact_points = [], 0
+    for where, fixed, rows in _selections(table, axis, 12, seed=zlib.crc32(kind.value.encode())):
         curve = table.curve(axis, fixed, where)
         assert curve.status is Lookup.MEASURED                   # every fixed coordinate is a grid value
         order = np.argsort(table.numeric[axis][rows])
@@ -64,11 +65,12 @@ def test_table_points_reproduced_by_the_interpolation(h200, kind):
         got = np.log([curve.seconds(x) for x in xs])
         assert np.all(np.abs(got - fit) < TWO_PERCENT)            # the curve goes through its fitted points
         assert np.all(np.diff(got) >= -1e-12)                     # and is monotone
-        if np.all(np.diff(measured) >= 0):                        # an already monotone run is left as measured
-            exact_runs += 1
-            assert np.all(np.abs(got - measured) < TWO_PERCENT)
+        untouched = np.abs(fit - measured) < 1e-12               # points the monotone fit left as measured
+        assert np.all(np.abs(got - measured)[untouched] < TWO_PERCENT)
+        exact_points += int(untouched.sum())
         assert sum(abs(a - b) > TWO_PERCENT for a, b in zip(fit, measured)) == curve.adjusted
         deviations.extend(got - measured)
+    assert exact_points > 0                                     # measured points given back as measured
     assert abs(float(np.mean(deviations))) < 0.01               # the monotone fit adds no bias
     assert [curve.lookup(x)[1] for x in (xs[0], xs[-1])] == [Lookup.MEASURED, Lookup.MEASURED]
 

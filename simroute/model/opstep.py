@@ -31,8 +31,7 @@ from simroute.model.optables import Curve, Lookup, OperatorTables, OpKind, Surfa
 
 # Weight dtypes of a geometry -> the GEMM table's dtype (FP8 checkpoints use 128 x 128 block scales: DeepGEMM's
 # fp8_block kernels in SGLang; the per-tensor fp8 rows are a different kernel).
-GEMM_DTYPE = {"bf16": "bf16", "fp8": "fp8_block"}
-MOE_DTYPE = {"bf16": "bf16", "fp8": "fp8_block"}
+GEMM_DTYPE = MOE_DTYPE = {"bf16": "bf16", "fp8": "fp8_block"}
 KV_DTYPE = {"bf16": "bf16", "fp8": "fp8"}
 # The routed experts' token distribution the fused-MoE rows are read at: a power law of exponent 1.01 over the
 # experts (the database's measured skewed routing, which aiconfigurator composes by default), not the

@@ -160,10 +160,10 @@ def test_every_term_of_the_default_regime_reads_a_table(v3):
 @pytest.mark.parametrize("model, gpu, tp", [("deepseek-v3", "h200-sxm", 8), ("llama-3.1-70b", "h100-sxm", 4),
                                             ("llama-3.1-8b", "h100-sxm", 1)])
 def test_measured_iteration_monotone_in_tokens_batch_and_context(model, gpu, tp):
-    m = v3_like = _model(model, gpu, tp)
-    decode = [v3_like.iteration(BatchShape.uniform(b, 4096)).iteration_s for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
-    context = [m.iteration(BatchShape.uniform(16, c)).iteration_s for c in (128, 1024, 4096, 16_384, 65_536)]
-    prefill = [m.iteration(BatchShape.uniform(0, 0, prefill_tokens=t)).iteration_s
+    step = _model(model, gpu, tp)
+    decode = [step.iteration(BatchShape.uniform(b, 4096)).iteration_s for b in (1, 2, 4, 8, 16, 32, 64, 128, 256)]
+    context = [step.iteration(BatchShape.uniform(16, c)).iteration_s for c in (128, 1024, 4096, 16_384, 65_536)]
+    prefill = [step.iteration(BatchShape.uniform(0, 0, prefill_tokens=t)).iteration_s
                for t in (16, 128, 512, 1024, 2048, 4096, 8192, 16_384)]
     for series in (decode, context, prefill):
         assert all(b >= a for a, b in zip(series, series[1:])), series

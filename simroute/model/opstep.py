@@ -237,7 +237,9 @@ class MeasuredStep:
                 if table is None:
                     continue
                 try:
-                    setattr(self, slot, Surface.from_table(table, "batch", axis, fixed, {"kv_dtype": kv_dtype}))
+                    # a probe times prefill one sequence at a time: more sequences scale from it (flagged)
+                    setattr(self, slot, Surface.from_table(table, "batch", axis, fixed, {"kv_dtype": kv_dtype},
+                                                           one_row_scales=slot == "_prefill"))
                 except TableMiss:
                     self._note(f"no {kind.value} rows at {fixed} ({kv_dtype} KV) in {self.tables.label}")
         for name, surface in (("attention_decode", self._decode), ("attention_prefill", self._prefill)):

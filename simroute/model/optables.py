@@ -347,7 +347,10 @@ class Surface:
 
     @classmethod
     def from_table(cls, table: OpTable, row_axis: str, col_axis: str, fixed: Mapping[str, float],
-                   where: Mapping[str, str] | None = None) -> "Surface":
+                   where: Mapping[str, str] | None = None, *, one_row_scales: bool = False) -> "Surface":
+        """The surface over (row_axis, col_axis). `one_row_scales`: a table with a single row value (a probe
+        that timed one sequence) still makes a surface, whose time past that row grows in proportion to the row
+        count (independent sequences, one after another: an upper bound) and is flagged extrapolated."""
         rows, curves = [], []
         for value in table.values(row_axis):
             if value <= 0:
@@ -357,6 +360,10 @@ class Surface:
                 rows.append(math.log(value))
             except TableMiss:
                 continue
+        if len(curves) == 1 and one_row_scales:
+            scaled = Curve(curves[0].log_x, tuple(y + math.log(2.0) for y in curves[0].log_y), Lookup.EXTRAPOLATED,
+                           curves[0].table, curves[0].adjusted)
+            return cls((rows[0], rows[0] + math.log(2.0)), (curves[0], scaled))
         if len(curves) < 2:
             raise TableMiss(f"{table.kind.value}: fewer than two {row_axis} rows at {dict(fixed)} {where}")
         return cls(tuple(rows), _monotone_rows(curves))

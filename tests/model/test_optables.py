@@ -195,3 +195,18 @@ def test_a_shape_measured_twice_reads_the_geometric_mean_of_its_measurements():
                     np.array([10.0, 40.0, 30.0, 30.0]))
     curve = table.curve("tokens", {"heads": 16}, {"stage": "pre", "dtype": "bf16"})
     assert curve.seconds(1) == pytest.approx(20e-6) and curve.seconds(2) == pytest.approx(30e-6)
+
+
+def test_a_prefill_table_of_one_batch_size_scales_with_the_sequences_and_says_so():
+    """A probe times prefill one sequence at a time: two sequences cost twice one (independent sequences one
+    after another, an upper bound), flagged extrapolated; the measured batch is read as measured."""
+    isl = np.array([128.0, 1024.0, 4096.0])
+    table = OpTable(OpKind.MLA_PREFILL, {"kv_dtype": np.array(["bf16"] * 3)},
+                    {"batch": np.ones(3), "isl": isl, "heads": np.full(3, 16.0)}, np.array([20.0, 100.0, 900.0]))
+    with pytest.raises(TableMiss):
+        Surface.from_table(table, "batch", "isl", {"heads": 16}, {"kv_dtype": "bf16"})
+    surface = Surface.from_table(table, "batch", "isl", {"heads": 16}, {"kv_dtype": "bf16"}, one_row_scales=True)
+    assert surface.lookup(1, 1024) == (pytest.approx(100e-6), Lookup.MEASURED)
+    assert surface.lookup(2, 1024) == (pytest.approx(200e-6), Lookup.EXTRAPOLATED)
+    assert surface.lookup(8, 1024) == (pytest.approx(800e-6), Lookup.EXTRAPOLATED)
+    assert surface.lookup(3, 4096)[1] is Lookup.EXTRAPOLATED

@@ -25,6 +25,7 @@ import simpy
 from simroute.sim.arrivals import RequestSpec
 from simroute.sim.cluster import Instance
 from simroute.sim.context import SimContext
+from simroute.sim.engine.sequence import THRASHED
 from simroute.sim.engine.serving import serve, ttft_parts
 from simroute.sim.holder import ReplicaChoice, holder_wait_s
 from simroute.sim.policy import DecisionContext, LiveState, RequestShape, engine_reprefill_s
@@ -482,7 +483,9 @@ class DenseRequest(RequestProcess):
         routing = self.ctx.routing
         for holder in self.routes:
             routing[holder] -= 1
-        if self.sequence is not None and self.sequence.output < 0:
-            self.ctx.recorder.drop(self.spec.request_id, DropReason.KV_NEVER_FITS)
+        refused = [seq.refused for seq in (self.prefill_sequence, self.sequence) if seq is not None and seq.refused]
+        if refused:
+            self.ctx.recorder.drop(self.spec.request_id,
+                                   DropReason.THRASHED if THRASHED in refused else DropReason.KV_NEVER_FITS)
         for instance in {instance for _, instance in self.pins}:
             self.ctx.engines[instance].poke()

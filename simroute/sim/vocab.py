@@ -48,6 +48,8 @@ class DropReason(IntEnum):
     UNKNOWN_CHUNK = 3           # the request attends a chunk id the chunk table lacks
     PARENT_DROPPED = 4          # a closed-loop request whose parent was dropped
     KV_NEVER_FITS = 5           # its KV exceeds what the instance's HBM leaves beside weights and chunks
+    THRASHED = 6                # preempted more than the engine's max_preemptions times (recompute thrash)
+    STALLED = 7                 # the run ran out of events while it still waited (nothing left to wake it)
 
     @property
     def label(self) -> str:
@@ -57,4 +59,5 @@ class DropReason(IntEnum):
 _DROP_LABELS = {DropReason.NONE: "", DropReason.UNFINISHED: "unfinished at --until",
                 DropReason.REQUESTER_OUT_OF_RANGE: "requester out of range",
                 DropReason.UNKNOWN_CHUNK: "unknown chunk id",
-                DropReason.PARENT_DROPPED: "closed-loop parent dropped", DropReason.KV_NEVER_FITS: "KV never fits in HBM"}
+                DropReason.PARENT_DROPPED: "closed-loop parent dropped", DropReason.KV_NEVER_FITS: "KV never fits in HBM",
+                DropReason.THRASHED: "preempted too often", DropReason.STALLED: "stalled"}

@@ -9,6 +9,13 @@ plus the partial-attention work it did for other requesters as a holder. KV live
 (hbm.py): admission waits for blocks, copies are evicted before running sequences are preempted
 (recompute: the victim re-prefills its prompt and generated tokens).
 
+Progress: a sequence whose KV at its largest (`Sequence.peak_tokens`) cannot fit beside the pinned chunks is
+refused when submitted (it would otherwise be admitted, outgrow HBM alone, preempt itself and recompute
+forever); admission leaves room for one event's growth of every sequence that decodes next; a sequence
+preempted while an event is planned is not re-admitted in the same plan; one preempted more than
+`max_preemptions` times is refused (`THRASHED`) rather than recomputed again; an idle engine whose queue head
+does not fit admits the sequences behind it (`_plan_past_the_head`).
+
 One SimPy event per engine event: while only decodes run, an event stands for `k` identical iterations
 (up to `steps_per_event`, never past a completion; a new arrival cuts it at the next iteration boundary).
 Their context grows by one token per iteration; the event charges the mid-point context, which is exact
@@ -30,7 +37,7 @@ from simroute.sim.engine.exchange import HOLDER_MODES, MAX_UTILISATION, HolderPa
 from simroute.sim.engine.hbm import BLOCK_TOKENS, HbmBudget, blocks_for
 from simroute.sim.engine.log import IterationLog
 from simroute.sim.engine.scheduler import SCHEDULERS, Plan, get_scheduler
-from simroute.sim.engine.sequence import DECODE, DONE, PREFILL, WAITING, Sequence
+from simroute.sim.engine.sequence import DECODE, DONE, NEVER_FITS, PREFILL, THRASHED, WAITING, Sequence
 
 
 class StepTime(Protocol):
@@ -60,6 +67,7 @@ class EngineOptions:
     interference: float = 0.3       # `stream`: share of partial work that slows the holder's own iterations
     overlap: bool = False           # two micro-batches: exchanges of one behind compute of the other
     check_hbm: bool = False         # assert the HBM invariant at every iteration (tests)
+    max_preemptions: int = 64       # preemptions of one sequence before it is refused (a thrash guard)
 
     def __post_init__(self) -> None:
         if self.scheduler not in SCHEDULERS:
@@ -69,6 +77,8 @@ class EngineOptions:
         for name in ("max_running", "token_budget", "prefill_chunk", "steps_per_event"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"must be >= 1, got {getattr(self, name)}", field=name)
+        if self.max_preemptions < 0:
+            raise ConfigurationError(f"must be >= 0, got {self.max_preemptions}", field="max_preemptions")
         if not 0 <= self.interference <= 1:
             raise ConfigurationError("must be within [0, 1]", field="interference")
 
@@ -102,8 +112,13 @@ class InstanceEngine:
         self._row = -1                      # its row in the iteration log
         self._in_step = False
         self._admitted = 0
+        self._held: list[Sequence] = []     # preempted while the current event was planned: not re-admitted in it
+        # blocks one decoding sequence may add in one event (k <= steps_per_event tokens)
+        self._growth_blocks = -(-options.steps_per_event // BLOCK_TOKENS)
         self.preemptions = 0
-        self.rejected = 0
+        self.rejected = 0               # refused: never fits (`NEVER_FITS`) or preempted too often (`THRASHED`)
+        self.thrashed = 0
+        self.most_preempted = 0         # the most preemptions of one sequence
         self.cuts = 0                   # macro events an arrival cut short
         self.hidden_s = self.exchange_total_s = 0.0
         self.busy_s = 0.0               # summed event durations (own iterations, exchanges, partials run inline)
@@ -112,6 +127,9 @@ class InstanceEngine:
     def submit(self, seq: Sequence) -> None:
         seq.t_submit = self.env.now
         seq.phase = WAITING
+        if blocks_for(seq.peak_tokens) > self.hbm.capacity_blocks - self.hbm.pinned_blocks:
+            self._refuse(seq, NEVER_FITS)     # can never fit: refused rather than thrashing or waiting forever
+            return
         self.waiting.append(seq)
         if self._in_step:
             return                          # the event being processed picks it up
@@ -127,20 +145,18 @@ class InstanceEngine:
 
     def admit(self, seq: Sequence) -> bool:
         """Move the head of the waiting queue to the running set if the cap and its KV blocks allow."""
-        if len(self.running) >= self.options.max_running:
+        if len(self.running) >= self.options.max_running or (self._held and seq in self._held):
             return False
         target = seq.recompute if seq.recompute else seq.prompt
         need = blocks_for(target)
-        # vLLM's 1% watermark: admission leaves head-room for running sequences' growth, at least the one block
-        # each may take in the next event (else a small HBM livelocks: admit, preempt it to grow, admit again)
-        watermark = max(self.hbm.capacity_blocks // 100, len(self.running)) if self.running else 0
+        # vLLM's 1% watermark: admission leaves head-room for the growth of the sequences that decode next, the
+        # blocks each may take in one event (else a small HBM livelocks: admit, preempt it to grow, admit again);
+        # a sequence whose KV arrived prefilled decodes at once and counts itself
+        decoding = len(self.running) + (seq.to_prefill <= 0)
+        watermark = max(self.hbm.capacity_blocks // 100, decoding * self._growth_blocks) if decoding else 0
         if self.hbm.reserve_kv(need + watermark):
             self.hbm.release_kv(watermark)
         else:
-            if not self.running and need > self.hbm.capacity_blocks - self.hbm.pinned_blocks:
-                self.waiting.popleft()          # can never fit: refused rather than waiting forever
-                self.rejected += 1
-                self._finish(seq, failed=True)
             return False
         self.waiting.popleft()
         seq.blocks = need
@@ -151,6 +167,15 @@ class InstanceEngine:
         seq.phase = PREFILL if seq.to_prefill > 0 else DECODE
         self.running.append(seq)
         return True
+
+    def state(self) -> dict[str, Any]:
+        """Where this engine stands (the run's account of work left over): queue lengths, free KV blocks and
+        what the head of the waiting queue needs."""
+        head = self.waiting[0] if self.waiting else None
+        return {"instance": self.eid, "busy": self.busy, "waiting": len(self.waiting), "running": len(self.running),
+                "free_blocks": self.hbm.free_blocks, "capacity_blocks": self.hbm.capacity_blocks,
+                "head_blocks": blocks_for(head.recompute or head.prompt) if head is not None else 0,
+                "head_preemptions": head.preemptions if head is not None else 0}
 
     def macro_k(self, decode: list[Sequence]) -> int:
         if not decode:
@@ -163,6 +188,10 @@ class InstanceEngine:
         plan = self.scheduler.plan(self)
         while plan.decode and not self._grow(plan):
             plan = self.scheduler.plan(self)    # a preemption changed the running set: plan again
+        if plan.empty and self.waiting and not self.running:
+            plan = self._plan_past_the_head()
+        if self._held:
+            self._held.clear()
         self._in_step = False
         self._plan = plan
         if plan.empty:
@@ -200,6 +229,21 @@ class InstanceEngine:
                       self._hidden * k, h.weight_bytes, h.kv_blocks * b, h.pinned_blocks * b,
                       h.copy_blocks * b, h.free_blocks * b))
         self._schedule(pre + k * dt)
+
+    def _plan_past_the_head(self) -> Plan:
+        """Nothing runs and the head of the queue does not fit: the blocks it waits for are copies pinned by
+        requests queued behind it (a re-prefilled chunk's request waits for its own sequence), which only
+        they can release. Plan with the sequences behind it, FCFS, keeping the head (and any others that do
+        not fit) at the front of the queue."""
+        blocked: list[Sequence] = []
+        plan = Plan()
+        while plan.empty and self.waiting:
+            blocked.append(self.waiting.popleft())
+            plan = self.scheduler.plan(self)
+            while plan.decode and not self._grow(plan):
+                plan = self.scheduler.plan(self)
+        self.waiting.extendleft(reversed(blocked))
+        return plan
 
     def _batch_cost(self, plan: Plan) -> tuple[float, dict, float]:
         """The step-time model's iteration time for the batch, its routed groups by holder, and the slowest
@@ -265,6 +309,12 @@ class InstanceEngine:
         seq.phase = WAITING
         seq.preemptions += 1
         self.preemptions += 1
+        if seq.preemptions > self.most_preempted:
+            self.most_preempted = seq.preemptions
+        if seq.preemptions > self.options.max_preemptions:
+            self._refuse(seq, THRASHED)
+            return
+        self._held.append(seq)
         self.waiting.appendleft(seq)
 
     def absorb(self, entry: list) -> None:
@@ -378,6 +428,13 @@ class InstanceEngine:
                 self._finish(seq)
         self._plan = Plan()
         self._begin()
+
+    def _refuse(self, seq: Sequence, reason: int) -> None:
+        """End a sequence unserved (`output` -1, `refused` says why); its request is dropped."""
+        seq.refused = reason
+        self.rejected += 1
+        self.thrashed += reason == THRASHED
+        self._finish(seq, failed=True)
 
     def _finish(self, seq: Sequence, failed: bool = False) -> None:
         if seq in self.running:

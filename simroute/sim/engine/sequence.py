@@ -9,6 +9,9 @@ from typing import Any
 # phases
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
 
+# why an engine refused a sequence (`Sequence.refused`; its `output` is then -1)
+NOT_REFUSED, NEVER_FITS, THRASHED = 0, 1, 2
+
 
 class RouteShare:
     """What one sequence asks of one holder per exchange: one query covering every chunk it attends there
@@ -41,7 +44,7 @@ class Sequence:
                  "phase", "prefilled", "generated", "blocks", "recompute", "t_submit", "t_scheduled",
                  "t_first_token", "t_done", "t_last_token",
                  "prefill_compute_s", "exchange_s", "holder_wait_s", "preemptions", "admit_order", "routed_rows",
-                 "step_wait")
+                 "step_wait", "refused")
 
     def __init__(self, rid: int, prompt: int, output: int, *, resident_tokens: float = 0.0,
                  routes: tuple[RouteShare, ...] = (), keep_kv: bool = False,
@@ -67,12 +70,19 @@ class Sequence:
         self.preemptions = 0
         self.admit_order = 0
         self.routed_rows = 0.0          # query rows sent, summed over holders and steps (x exchanges = bytes / (q+p))
+        self.refused = NOT_REFUSED
 
     @property
     def to_prefill(self) -> int:
         """Tokens still to prefill (the prompt, or prompt + generated after a preemption)."""
         target = self.recompute if self.recompute else self.prompt
         return target - self.prefilled
+
+    @property
+    def peak_tokens(self) -> int:
+        """Tokens of its own KV at its largest: the prompt and every generated token but the last (the engine
+        reserves a decode event's blocks up to `prompt + output`; a prefill-only sequence holds its prompt)."""
+        return self.prompt + self.output if self.output > 1 else self.prompt
 
     @property
     def remaining_decode(self) -> int:

@@ -128,9 +128,11 @@ class Simulation:
         ctx.env.run(until=self.cfg.until_s)
         wall = time.perf_counter() - t0
         rec = ctx.recorder
+        # without --until the run ends when no event is left: a request still pending then waits for nothing
+        left = DropReason.UNFINISHED if self.cfg.until_s is not None else DropReason.STALLED
         for r in np.flatnonzero(rec.status == Status.PENDING):
             if not np.isnan(rec.arrival[r]) or self.cfg.until_s is not None:
-                rec.drop(int(r), DropReason.UNFINISHED)
+                rec.drop(int(r), left)
         return self._result(wall)
 
     def _result(self, wall: float) -> RunResult:

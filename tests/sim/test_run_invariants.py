@@ -93,6 +93,21 @@ def test_until_and_max_requests(corpus_trace):
     assert s["sim_time_s"] <= 2.0 + 1e-9
 
 
+def test_a_run_that_stops_making_progress_ends_with_an_account(corpus_trace, monkeypatch):
+    """A planted admission bug (request 7's sequence is never admitted): the run still ends when no event is
+    left, the request is dropped as stalled (not as unfinished at an --until it did not have), the others pass
+    it, and the summary says where the work was left."""
+    from simroute.sim.engine.engine import InstanceEngine
+    admit = InstanceEngine.admit
+    monkeypatch.setattr(InstanceEngine, "admit", lambda engine, seq: seq.rid != 7 and admit(engine, seq))
+    s = simulate(_cfg(corpus_trace, max_requests=50)).summary
+    assert s["dropped_by_reason"] == {"stalled": 1} and s["completed"] == 49
+    left = s["engine"]["left_over"]
+    assert (left["instances"], left["waiting"], left["running"]) == (1, 1, 0)
+    head = left["examples"][0]
+    assert head["busy"] is False and head["waiting"] == 1 and head["head_blocks"] > 0
+
+
 def test_requester_out_of_range_is_dropped_with_reason(tmp_path):
     trace = single_chunk_trace(tmp_path / "t.parquet", requester=999, holder=1)
     res = simulate(_cfg(trace))

@@ -89,6 +89,9 @@ class EngineSet:
             "kv_layout": self.step.kv_layout, "kv_shards": self.step.kv_shards,
             "iterations": int(log.iterations), "events": int(log.events),
             "preemptions": int(sum(e.preemptions for e in es)), "rejected": int(sum(e.rejected for e in es)),
+            "max_preemptions_of_a_sequence": int(max((e.most_preempted for e in es), default=0)),
+            "thrashed": int(sum(e.thrashed for e in es)),
+            "left_over": left_over(es),
             "hbm": {"capacity_gb_per_gpu": self.hbm_bytes / 1e9, "weights_gb_per_gpu": self.step.weight_bytes_per_gpu / 1e9,
                     "kv_capacity_tokens": int(es[0].hbm.capacity_blocks * 64) if es else 0,
                     "evictions": int(sum(e.hbm.evictions for e in es)),
@@ -107,6 +110,14 @@ class EngineSet:
             if any(e.options.overlap for e in es) else 0.0,
             "itl_ms": log.itl_percentiles(),
         }
+
+
+def left_over(engines: Seq[InstanceEngine], examples: int = 4) -> dict[str, Any]:
+    """The work still queued when the run ended (at --until, or stalled with no event left): how many
+    instances and sequences, and the first few instances' state (why their heads were not admitted)."""
+    busy = [e for e in engines if e.waiting or e.running]
+    return {"instances": len(busy), "waiting": sum(len(e.waiting) for e in busy),
+            "running": sum(len(e.running) for e in busy), "examples": [e.state() for e in busy[:examples]]}
 
 
 def hbm_at_peak(log: IterationLog) -> dict[str, float] | None:

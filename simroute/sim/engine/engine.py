@@ -104,11 +104,12 @@ class InstanceEngine:
         self.running: list[Sequence] = []
         self.busy = False
         self.layer_s = 0.0              # per-layer time of the current iteration (holder layer waits)
-        self._gen = 0
-        self._plan = Plan()
+        self._timer: simpy.Event | None = None     # the timeout that ends the current event
+        self._on_end_callback = self._on_end       # bound once: appended to every event's timeout
+        self._plan = _IDLE
         self._t0 = self._dt = self._pre = self._stretch = 0.0
         self._exch = self._hidden = 0.0     # per iteration of the current event: exchange time, of it hidden
-        self._legs: list[tuple] = []        # the current event's routed legs (settled when it ends)
+        self._legs: list[tuple] = _NO_LEGS  # the current event's routed legs (settled when it ends)
         self._row = -1                      # its row in the iteration log
         self._in_step = False
         self._admitted = 0
@@ -188,47 +189,60 @@ class InstanceEngine:
         plan = self.scheduler.plan(self)
         while plan.decode and not self._grow(plan):
             plan = self.scheduler.plan(self)    # a preemption changed the running set: plan again
-        if plan.empty and self.waiting and not self.running:
+        prefill, decode = plan.prefill, plan.decode
+        if not prefill and not decode and self.waiting and not self.running:
             plan = self._plan_past_the_head()
+            prefill, decode = plan.prefill, plan.decode
         if self._held:
             self._held.clear()
         self._in_step = False
         self._plan = plan
-        if plan.empty:
+        if not prefill and not decode:
             self.busy = False
             self.layer_s = 0.0
             return
+        now = self.env.now
         if not self.busy:
-            self.partials.skip(self.env.now)    # partials it answered while idle cost its own work nothing
+            self.partials.skip(now)             # partials it answered while idle cost its own work nothing
         self.busy = True
-        compute, groups, seq_wait = self._batch_cost(plan)
+        compute, groups, seq_wait, new_tokens = self._batch_cost(plan)
         k = plan.k
-        exch = wait = 0.0
-        legs: list[tuple] = []
         if groups:
             exch, wait, legs = self.exchange.iteration(self, groups, k, compute)
-        exch = max(exch, seq_wait)      # sequences' own waits (gathers) run beside the routed exchanges
-        pre, stretch = self.partials.charge(self.env.now, compute, k, compute + exch)
+        else:
+            exch = wait = 0.0
+            legs = _NO_LEGS
+        if seq_wait > exch:             # sequences' own waits (gathers) run beside the routed exchanges
+            exch = seq_wait
+        pre, stretch = self.partials.charge(now, compute, k, compute + exch)
         dt = compute + exch
-        if self.options.overlap and exch > 0:
+        if exch > 0 and self.options.overlap:
             dt = max(compute, compute / 2 + exch)       # per layer: max(c, c/2 + r), summed over layers
-        self._exch, self._hidden, self._legs = exch, compute + exch - dt, legs
+        hidden = compute + exch - dt
+        self._exch, self._hidden, self._legs = exch, hidden, legs
         dt += stretch
-        self._t0, self._dt, self._pre, self._stretch = self.env.now, dt, pre, stretch
+        self._t0, self._dt, self._pre, self._stretch = now, dt, pre, stretch
         self.layer_s = compute / self.layers    # GPU-busy time per layer (its own exchange waits leave it idle)
-        for seq, _tokens in plan.prefill:
-            seq.prefill_compute_s += compute + pre + stretch    # its GPU time, partials run for others included
-            seq.exchange_s += exch
-            seq.holder_wait_s += wait
+        if prefill:
+            gpu_s = compute + pre + stretch     # its GPU time, partials run for others included
+            for seq, _tokens in prefill:
+                seq.prefill_compute_s += gpu_s
+                seq.exchange_s += exch
+                seq.holder_wait_s += wait
         if self.options.check_hbm:
             self.hbm.check()
-        h = self.hbm
-        b = h.block_bytes
-        self._row = self.log.add((self.eid, self.env.now, pre + k * dt, k, len(plan.decode), len(plan.prefill),
-                      len(plan.decode) + sum(t for _, t in plan.prefill), compute, exch, wait, pre + k * stretch,
-                      self._hidden * k, h.weight_bytes, h.kv_blocks * b, h.pinned_blocks * b,
-                      h.copy_blocks * b, h.free_blocks * b))
-        self._schedule(pre + k * dt)
+        duration = pre + k * dt
+        log = self.log
+        if log.enabled:
+            h = self.hbm
+            b = h.block_bytes
+            kv, pinned, copies = h.kv_blocks, h.pinned_blocks, h.copy_blocks
+            self._row = log.add((self.eid, now, duration, k, len(decode), len(prefill), new_tokens, compute, exch,
+                                 wait, pre + k * stretch, hidden * k, h.weight_bytes, kv * b, pinned * b,
+                                 copies * b, (h.capacity_blocks - kv - pinned - copies) * b))
+        else:
+            self._row = log.count(k)
+        self._arm(duration)
 
     def _plan_past_the_head(self) -> Plan:
         """Nothing runs and the head of the queue does not fit: the blocks it waits for are copies pinned by
@@ -245,9 +259,9 @@ class InstanceEngine:
         self.waiting.extendleft(reversed(blocked))
         return plan
 
-    def _batch_cost(self, plan: Plan) -> tuple[float, dict, float]:
-        """The step-time model's iteration time for the batch, its routed groups by holder, and the slowest
-        of its sequences' own per-iteration waits (`Sequence.step_wait`).
+    def _batch_cost(self, plan: Plan) -> tuple[float, dict, float, int]:
+        """The step-time model's iteration time for the batch, its routed groups by holder, the slowest
+        of its sequences' own per-iteration waits (`Sequence.step_wait`) and its new tokens.
 
         A prefill chunk of more than one token attends in the prefill form (`prefill_pairs`: MLA's expanded,
         non-absorbed kernel, as vLLM's and SGLang's MLA backends run prefill); a one-token chunk (a fully
@@ -255,17 +269,23 @@ class InstanceEngine:
         one token as a decode)."""
         k = plan.k
         heads = self.heads
-        kv = pairs = prefill_pairs = seq_wait = 0.0
-        groups: dict[Any, list] = {}
-        new = decode_form = len(plan.decode)         # sequences attending in the decode form (one query token)
-        for seq in plan.decode:
-            ctx = seq.resident_tokens + seq.prompt + seq.generated + (k - 1) / 2
+        decode = plan.decode
+        kv = prefill_pairs = seq_wait = 0.0
+        groups: dict[Any, list] | None = None        # built only when a sequence routes
+        new = decode_form = len(decode)              # sequences attending in the decode form (one query token)
+        mid = (k - 1) / 2                            # the mid-point context of k iterations
+        for seq in decode:
+            ctx = seq.resident_tokens + seq.prompt + seq.generated + mid
             kv += ctx
-            pairs += ctx
             if seq.routes:
+                if groups is None:
+                    groups = {}
                 _add_routes(groups, seq, heads)
             if seq.step_wait is not None:
-                seq_wait = max(seq_wait, seq.step_wait(k))
+                wait = seq.step_wait(k)
+                if wait > seq_wait:
+                    seq_wait = wait
+        pairs = kv                                   # a decode token attends its whole context
         for seq, t in plan.prefill:
             base = seq.resident_tokens + seq.prefilled
             kv += base + t
@@ -277,14 +297,18 @@ class InstanceEngine:
                 decode_form += 1
             new += t
             if seq.routes:
+                if groups is None:
+                    groups = {}
                 _add_routes(groups, seq, heads * t)
             if seq.step_wait is not None:
-                seq_wait = max(seq_wait, seq.step_wait(1))
-        compute = self.step.iteration_s(new, len(plan.decode) + len(plan.prefill), kv, pairs, prefill_pairs,
+                wait = seq.step_wait(1)
+                if wait > seq_wait:
+                    seq_wait = wait
+        compute = self.step.iteration_s(new, len(decode) + len(plan.prefill), kv, pairs, prefill_pairs,
                                         decode_form)
         if groups and self.exchange is None:
             raise RuntimeError("a routed sequence on an engine without a RouteExchange")
-        return compute, groups, seq_wait
+        return compute, groups, seq_wait, new
 
     def _grow(self, plan: Plan) -> bool:
         """Reserve the decode KV blocks of the next k tokens; if they do not fit (copies were already evicted
@@ -339,10 +363,22 @@ class InstanceEngine:
             seq.prefill_compute_s += extra
         self.log.extend(self._row, extra)           # the scheduled end fires early and waits the rest (_end)
 
-    def _schedule(self, delay: float) -> None:
-        self._gen += 1
-        gen = self._gen
-        self.env.timeout(delay).callbacks.append(lambda _e: self._end(gen))
+    def _arm(self, delay: float) -> None:
+        """The current event ends `delay` from now: one timeout calls `_on_end`. A cut or a lengthened event
+        arms a new one; a timeout that is no longer `_timer` is stale and ignored."""
+        timer = self.env.timeout(delay)
+        timer.callbacks.append(self._on_end_callback)
+        self._timer = timer
+
+    def _on_end(self, timer: simpy.Event) -> None:
+        if timer is not self._timer:
+            return                                  # superseded by a cut
+        now = self.env.now
+        end = self._t0 + self._pre + self._plan.k * self._dt
+        if end > now + 1e-12 * max(1.0, now):      # absorbed partial work lengthened the event meanwhile
+            self._arm(end - now)
+            return
+        self._end()
 
     def _cut(self) -> None:
         """A new arrival ends a k-iteration decode event at the next iteration boundary."""
@@ -362,34 +398,28 @@ class InstanceEngine:
                         self._hidden * done)
         self.cuts += 1
         plan.k = done
-        self._gen += 1
-        gen = self._gen
         end = self._t0 + self._pre + done * dt
-        self.env.timeout(max(0.0, end - self.env.now)).callbacks.append(lambda _e: self._end(gen))
+        self._arm(max(0.0, end - self.env.now))
 
-    def _end(self, gen: int) -> None:
-        if gen != self._gen:
-            return
-        now = self.env.now
-        end = self._t0 + self._pre + self._plan.k * self._dt
-        if end > now + 1e-12 * max(1.0, now):      # absorbed partial work lengthened the event meanwhile
-            self.env.timeout(end - now).callbacks.append(lambda _e: self._end(gen))
-            return
+    def _end(self) -> None:
+        """The event's iterations ran: prefill chunks advance (a finished prompt yields its first token),
+        decodes generate k tokens each (inter-token gaps logged), finished sequences leave; then the next."""
         self._in_step = True
+        now = self.env.now
         self.busy_s += now - self._t0
-        plan, dt, log = self._plan, self._dt, self.log
+        plan, dt = self._plan, self._dt
         k = plan.k
         self.exchange_total_s += self._exch * k
         self.hidden_s += self._hidden * k
         if self._legs:
             self.exchange.settle(self._legs, k)
-            self._legs = []
+            self._legs = _NO_LEGS
         heads = self.heads
         for seq, t in plan.prefill:
             if seq.routes:
                 seq.routed_rows += heads * t * len(seq.routes)
             seq.prefilled += t
-            if seq.to_prefill > 0:
+            if (seq.recompute or seq.prompt) > seq.prefilled:     # `to_prefill` > 0, inlined (hot)
                 continue
             if seq.recompute:                       # recomputed after a preemption: resumes decoding
                 seq.recompute = 0
@@ -406,27 +436,39 @@ class InstanceEngine:
                     self._finish(seq)
                 else:
                     seq.phase = DECODE
-        if plan.decode:
+        decode = plan.decode
+        if decode:
             t0 = self._t0
             first_end = t0 + self._pre + dt
             continuing = 0                  # decoded in the previous event too: one gap entry for all of them
-            finished = []
-            for seq in plan.decode:
+            finished = None
+            gap = self.log.gaps.append      # (seconds, tokens) pairs: IterationLog.gap, inlined (hot)
+            for seq in decode:
                 if seq.routes:
                     seq.routed_rows += heads * len(seq.routes) * k
-                if seq.t_last_token == t0:
+                last = seq.t_last_token
+                if last == t0:
                     continuing += 1
                 else:
-                    log.gap(first_end - seq.t_last_token, 1)
-                seq.generated += k
+                    gap(first_end - last)
+                    gap(1)
+                generated = seq.generated + k
+                seq.generated = generated
                 seq.t_last_token = now
-                if seq.generated >= seq.output:
+                if generated >= seq.output:
+                    if finished is None:
+                        finished = []
                     finished.append(seq)
-            log.gap(first_end - t0, continuing)
-            log.gap(dt, len(plan.decode) * (k - 1))
-            for seq in finished:
-                self._finish(seq)
-        self._plan = Plan()
+            if continuing > 0:
+                gap(first_end - t0)
+                gap(continuing)
+            if k > 1:
+                gap(dt)
+                gap(len(decode) * (k - 1))
+            if finished is not None:
+                for seq in finished:
+                    self._finish(seq)
+        self._plan = _IDLE
         self._begin()
 
     def _refuse(self, seq: Sequence, reason: int) -> None:
@@ -448,6 +490,10 @@ class InstanceEngine:
             seq.output = -1
         if seq.on_done is not None:
             seq.on_done(seq)
+
+
+_IDLE = Plan()          # the plan of an idle engine (never changed: `_cut` only shortens a running k > 1 event)
+_NO_LEGS: list = []     # an event that routes nothing (never appended to)
 
 
 def _add_routes(groups: dict, seq: Sequence, rows: float) -> None:

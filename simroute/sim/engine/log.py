@@ -12,25 +12,39 @@ COLUMNS = (("instance", "i"), ("t_start_s", "d"), ("duration_s", "d"), ("iterati
            ("kv_bytes", "d"), ("pinned_bytes", "d"), ("copy_bytes", "d"), ("free_bytes", "d"))
 
 
+NAMES = tuple(name for name, _ in COLUMNS)
+WIDTH = len(COLUMNS)
+ITERATIONS, DURATION, HOLDER_WORK, HIDDEN = (NAMES.index(name) for name in ("iterations", "duration_s",
+                                                                           "holder_work_s", "hidden_s"))
+
+
 class IterationLog:
     """One row per engine event (an event of `iterations` > 1 stands for that many identical decode
-    iterations, each `(duration_s - holder_work_s) / iterations` long). `enabled = False` keeps counters only."""
+    iterations, each `(duration_s - holder_work_s) / iterations` long). `enabled = False` keeps counters only.
+
+    The rows live in one flat array of doubles, `WIDTH` values a row (one `extend` per event rather than an
+    append per column: the log is on every engine event's path); integer columns are exact in a double and
+    are cast back when read (`cols`, `table`). Inter-token gaps likewise, as (seconds, tokens) pairs."""
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
-        self.cols = {name: array(code) for name, code in COLUMNS}
+        self.rows = array("d")
         self.iterations = 0
         self.events = 0
-        self.itl_s = array("d")         # inter-token gap values ...
-        self.itl_n = array("d")         # ... and how many tokens saw each
+        self.gaps = array("d")          # inter-token gap values and how many tokens saw each, interleaved
 
     def add(self, row: tuple) -> int:
-        """Append one event's row; returns its index (for `revise`)."""
+        """Append one event's row (`WIDTH` values in COLUMNS order); returns its index (for `revise`)."""
         self.events += 1
         self.iterations += row[3]
         if self.enabled:
-            for (name, _), value in zip(COLUMNS, row):
-                self.cols[name].append(value)
+            self.rows.extend(row)
+        return self.events - 1
+
+    def count(self, iterations: int) -> int:
+        """An event with the log disabled: the counters only; returns its index."""
+        self.events += 1
+        self.iterations += iterations
         return self.events - 1
 
     def revise(self, index: int, planned: int, ran: int, duration_s: float, holder_work_s: float,
@@ -39,35 +53,52 @@ class IterationLog:
         duration, holder work and hidden exchange time as run."""
         self.iterations -= planned - ran
         if self.enabled:
-            cols = self.cols
-            cols["iterations"][index] = ran
-            cols["duration_s"][index] = duration_s
-            cols["holder_work_s"][index] = holder_work_s
-            cols["hidden_s"][index] = hidden_s
+            rows, at = self.rows, index * WIDTH
+            rows[at + ITERATIONS] = ran
+            rows[at + DURATION] = duration_s
+            rows[at + HOLDER_WORK] = holder_work_s
+            rows[at + HIDDEN] = hidden_s
 
     def extend(self, index: int, seconds: float) -> None:
         """Event `index` ran `seconds` of holder work more than planned (its duration and holder work)."""
         if self.enabled:
-            self.cols["duration_s"][index] += seconds
-            self.cols["holder_work_s"][index] += seconds
+            rows, at = self.rows, index * WIDTH
+            rows[at + DURATION] += seconds
+            rows[at + HOLDER_WORK] += seconds
 
     def gap(self, seconds: float, tokens: float) -> None:
         if tokens > 0:
-            self.itl_s.append(seconds)
-            self.itl_n.append(tokens)
+            self.gaps.append(seconds)
+            self.gaps.append(tokens)
+
+    def column(self, name: str) -> np.ndarray:
+        """One column as a numpy array of its type (a copy: the log may still grow)."""
+        i = NAMES.index(name)
+        values = np.frombuffer(self.rows, dtype=np.float64)[i::WIDTH] if len(self.rows) else np.zeros(0)
+        return values.astype(np.int32) if COLUMNS[i][1] == "i" else values.copy()
+
+    @property
+    def cols(self) -> dict[str, np.ndarray]:
+        """Every column by name (copies; see `column`)."""
+        return {name: self.column(name) for name in NAMES}
+
+    @property
+    def itl_s(self) -> np.ndarray:
+        return np.frombuffer(self.gaps, dtype=np.float64)[0::2].copy() if len(self.gaps) else np.zeros(0)
+
+    @property
+    def itl_n(self) -> np.ndarray:
+        return np.frombuffer(self.gaps, dtype=np.float64)[1::2].copy() if len(self.gaps) else np.zeros(0)
 
     def table(self):
         import pyarrow as pa
-        return pa.table({name: np.frombuffer(self.cols[name], dtype=np.int32 if code == "i" else np.float64)
-                         if len(self.cols[name]) else np.zeros(0, np.int32 if code == "i" else np.float64)
-                         for name, code in COLUMNS})
+        return pa.table({name: self.column(name) for name in NAMES})
 
     def itl_percentiles(self, scale: float = 1e3) -> dict[str, float | None]:
         """Token-weighted inter-token latency percentiles (every generated token after the first counts once)."""
-        if not len(self.itl_s):
+        if not len(self.gaps):
             return {"mean": None, "p50": None, "p95": None, "p99": None, "max": None}
-        v = np.frombuffer(self.itl_s, dtype=np.float64)
-        w = np.frombuffer(self.itl_n, dtype=np.float64)
+        v, w = self.itl_s, self.itl_n
         order = np.argsort(v, kind="stable")
         v, w = v[order], w[order]
         cum = np.cumsum(w) / w.sum()

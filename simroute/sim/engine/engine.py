@@ -178,17 +178,26 @@ class InstanceEngine:
                 "head_blocks": blocks_for(head.recompute or head.prompt) if head is not None else 0,
                 "head_preemptions": head.preemptions if head is not None else 0}
 
-    def macro_k(self, decode: list[Sequence]) -> int:
-        if not decode:
-            return 1
-        return max(1, min(self.options.steps_per_event, min(s.remaining_decode for s in decode)))
+    def _plan_next(self) -> Plan:
+        """The scheduler's plan; a decode-only one stands for k identical iterations: up to steps_per_event,
+        never past the first completion (`Sequence.remaining_decode`, inlined)."""
+        plan = self.scheduler.plan(self)
+        if plan.macro and plan.decode:
+            least = self.options.steps_per_event
+            for seq in plan.decode:
+                generated = seq.generated
+                left = seq.output - (generated if generated > 1 else 1)
+                if left < least:
+                    least = left
+            plan.k = least if least > 1 else 1
+        return plan
 
     # ---- one event -------------------------------------------------------------------------------------
     def _begin(self) -> None:
         self._in_step = True
-        plan = self.scheduler.plan(self)
+        plan = self._plan_next()
         while plan.decode and not self._grow(plan):
-            plan = self.scheduler.plan(self)    # a preemption changed the running set: plan again
+            plan = self._plan_next()    # a preemption changed the running set: plan again
         prefill, decode = plan.prefill, plan.decode
         if not prefill and not decode and self.waiting and not self.running:
             plan = self._plan_past_the_head()
@@ -253,9 +262,9 @@ class InstanceEngine:
         plan = Plan()
         while plan.empty and self.waiting:
             blocked.append(self.waiting.popleft())
-            plan = self.scheduler.plan(self)
+            plan = self._plan_next()
             while plan.decode and not self._grow(plan):
-                plan = self.scheduler.plan(self)
+                plan = self._plan_next()
         self.waiting.extendleft(reversed(blocked))
         return plan
 
@@ -315,11 +324,19 @@ class InstanceEngine:
         by `reserve_kv`), preempt the latest admitted sequence (KV freed, recomputed later) and return False."""
         k = plan.k
         block = BLOCK_TOKENS
-        want = [-(-(s.prompt + s.generated + k) // block) for s in plan.decode]   # blocks_for, inlined (hot)
-        need = sum(want) - sum(s.blocks for s in plan.decode)
-        if self.hbm.reserve_kv(need):
-            for s, blocks in zip(plan.decode, want):
-                s.blocks = blocks
+        need = 0
+        grown = None                    # (sequence, blocks) of those that cross a block boundary
+        for seq in plan.decode:
+            want = -(-(seq.prompt + seq.generated + k) // block)      # blocks_for, inlined (hot)
+            if want != seq.blocks:
+                need += want - seq.blocks
+                if grown is None:
+                    grown = []
+                grown.append((seq, want))
+        if need <= 0 or self.hbm.reserve_kv(need):
+            if grown is not None:
+                for seq, want in grown:
+                    seq.blocks = want
             return True
         self._preempt(max(self.running, key=lambda s: s.admit_order))
         return False

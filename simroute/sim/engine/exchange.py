@@ -166,8 +166,15 @@ class HolderPartials:
         request now routing here asks while the event lasts, at its charge rate x the busy share, prepaid for
         the next take). A kernel that finds the holder's GPU idle (during its own exchange waits) delays
         nobody."""
-        last = self.last_take
         busy_fraction = compute_s / own_s if own_s > 0 else 0.0
+        if not self.demand and not self.tail:      # nobody routes here (most events): nothing accrued or asked
+            pre = max(0.0, 0.0 * self.busy_fraction - self.prepaid)
+            self.busy_fraction = busy_fraction
+            self.last_take = now
+            self.prepaid = 0.0
+            self.charged_s += pre + 0.0
+            return pre, 0.0
+        last = self.last_take
         accrued = rho = 0.0
         active = []
         for begin, until, _rate, _requester, charge in self._prune(now):

@@ -8,7 +8,6 @@ reserves their KV blocks and enforces the running-sequence cap) and never touche
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from simroute.sim.engine.sequence import DECODE, PREFILL, Sequence
@@ -18,18 +17,26 @@ if TYPE_CHECKING:
     from simroute.sim.engine.engine import EngineOptions, InstanceEngine
 
 
-@dataclass
 class Plan:
     """One (macro-)iteration: prefill chunks (sequence, tokens), decoding sequences, and how many identical
-    decode iterations it stands for (`k` > 1 only when nothing but decode runs)."""
+    decode iterations it stands for. A scheduler sets `macro` when nothing but decode runs; the engine then
+    picks `k` (up to its steps per event, never past a completion)."""
 
-    prefill: list[tuple[Sequence, int]] = field(default_factory=list)
-    decode: list[Sequence] = field(default_factory=list)
-    k: int = 1
+    __slots__ = ("prefill", "decode", "k", "macro")
+
+    def __init__(self, prefill: list[tuple[Sequence, int]] | None = None, decode: list[Sequence] | None = None,
+                 k: int = 1, macro: bool = False) -> None:
+        self.prefill = prefill if prefill is not None else []
+        self.decode = decode if decode is not None else []
+        self.k = k
+        self.macro = macro
 
     @property
     def empty(self) -> bool:
         return not self.prefill and not self.decode
+
+    def __repr__(self) -> str:
+        return f"Plan(prefill={self.prefill!r}, decode={self.decode!r}, k={self.k}, macro={self.macro})"
 
 
 class Scheduler(ABC):
@@ -80,8 +87,7 @@ class VllmScheduler(Scheduler):
                 used += tokens
         if prefill:
             return Plan(prefill=prefill)
-        decode = _decoding(engine)
-        return Plan(decode=decode, k=engine.macro_k(decode))
+        return Plan(decode=_decoding(engine), macro=True)
 
 
 @SCHEDULERS.register("sarathi")
@@ -97,27 +103,38 @@ class SarathiScheduler(Scheduler):
 
     def plan(self, engine: "InstanceEngine") -> Plan:
         opts = engine.options
-        decode = _decoding(engine)
-        budget = opts.token_budget - len(decode)
-        prefill: list[tuple[Sequence, int]] = []
+        decode: list[Sequence] = []
+        partial: list[Sequence] | None = None       # running sequences part-way through their prefill
         for seq in engine.running:
-            if budget <= 0:
-                break
-            if seq.phase == PREFILL:
-                tokens = min(seq.to_prefill, opts.prefill_chunk, budget)
+            phase = seq.phase
+            if phase == DECODE:
+                decode.append(seq)
+            elif phase == PREFILL:
+                if partial is None:
+                    partial = []
+                partial.append(seq)
+        budget = opts.token_budget - len(decode)
+        chunk = opts.prefill_chunk
+        prefill: list[tuple[Sequence, int]] = []
+        if partial is not None:
+            for seq in partial:
+                if budget <= 0:
+                    break
+                tokens = min(seq.to_prefill, chunk, budget)
                 prefill.append((seq, tokens))
                 budget -= tokens
-        while budget > 0 and engine.waiting:
-            seq = engine.waiting[0]
+        waiting = engine.waiting
+        while budget > 0 and waiting:
+            seq = waiting[0]
             if not engine.admit(seq):
                 break
-            tokens = min(seq.to_prefill, opts.prefill_chunk, budget)
+            tokens = min(seq.to_prefill, chunk, budget)
             if tokens > 0:
                 prefill.append((seq, tokens))
                 budget -= tokens
             else:                       # its KV arrived prefilled (PD decode side): it decodes now
                 decode.append(seq)
                 budget -= 1
-        if prefill or any(s.phase == PREFILL for s in engine.running):
-            return Plan(prefill=prefill, decode=decode)
-        return Plan(decode=decode, k=engine.macro_k(decode))
+        if prefill or partial is not None:
+            return Plan(prefill, decode)
+        return Plan(decode=decode, macro=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numpy as np
 import simpy
 
 from simroute.sim.engine.build import EngineSet
@@ -47,6 +48,8 @@ class ChunkCopies:
     def __init__(self, engines: EngineSet, holders: list[list[int]], pins: dict[tuple[int, int], int],
                  tokens: Any) -> None:
         self.engines, self.holders, self.pins, self.tokens = engines, holders, pins, tokens
+        # each chunk's KV blocks, once (asked per chunk of every request: a numpy scalar read costs more)
+        self._blocks = [blocks_for(int(t)) for t in np.asarray(tokens).tolist()]
         self.held = {(ci, eid) for ci, instances in enumerate(holders) for eid in instances}
         self.fell_back = 0              # fetches that did not fit in the requester's HBM (routed instead)
         for eng in engines.engines:
@@ -64,7 +67,7 @@ class ChunkCopies:
         return (ci, eid) in self.held
 
     def blocks(self, ci: int) -> int:
-        return blocks_for(int(self.tokens[ci]))
+        return self._blocks[ci]
 
     def pin_canonical(self, per_instance_chunks: list[list[int]]) -> list[int]:
         """Pin placement's chunks in their instances' budgets; returns the chunks that did not fit (the

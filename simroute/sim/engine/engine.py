@@ -447,8 +447,8 @@ class InstanceEngine:
             else:
                 seq.generated = 1
                 seq.t_first_token = seq.t_last_token = now
-                if seq.on_first_token is not None:
-                    seq.on_first_token(seq)
+                if seq.first_token is not None:
+                    seq.first_token.succeed(seq)
                 if seq.output == 1:
                     self._finish(seq)
                 else:
@@ -507,6 +507,10 @@ class InstanceEngine:
             seq.output = -1
         if seq.on_done is not None:
             seq.on_done(seq)
+        if seq.first_token is not None and not seq.first_token.triggered:
+            seq.first_token.succeed(seq)        # refused before its first token: it never comes (output -1)
+        if seq.done is not None:
+            seq.done.succeed(seq)
 
 
 _IDLE = Plan()          # the plan of an idle engine (never changed: `_cut` only shortens a running k > 1 event)

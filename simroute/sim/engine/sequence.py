@@ -4,7 +4,10 @@ the holders it routes to, and the clocks its metrics come from."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import simpy
 
 # phases
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
@@ -34,13 +37,17 @@ class Sequence:
     chunks it attends (pinned or copies: no KV blocks of its own), then `output` tokens are generated: the
     first by the last prefill iteration, the rest one per decode iteration. `output = 0` is a re-prefill of a
     chunk (`keep_kv`: its blocks become a copy in `on_done`). `routes` are attended remotely every iteration.
+    `first_token` and `done`, when given, are events the engine succeeds (with the sequence) when its first
+    token is out and when it is done or refused (`first_token` too, if it never came); `on_done`, when
+    given, runs inside the engine's step before it plans again (HBM bookkeeping: a re-prefill's KV becomes
+    copies there).
     `step_wait(k)`, when given, is the critical-path wait each of its iterations pays before its attention
     (a sparse selection's fetch gathers its top-k entries every step), asked once per engine event of k
     iterations, in seconds per iteration: the iteration waits for the slowest of its routed exchanges and
     its sequences' waits (counted in `exchange_s`).
     """
 
-    __slots__ = ("rid", "prompt", "resident_tokens", "output", "routes", "keep_kv", "on_first_token", "on_done",
+    __slots__ = ("rid", "prompt", "resident_tokens", "output", "routes", "keep_kv", "first_token", "done", "on_done",
                  "phase", "prefilled", "generated", "blocks", "recompute", "t_submit", "t_scheduled",
                  "t_first_token", "t_done", "t_last_token",
                  "prefill_compute_s", "exchange_s", "holder_wait_s", "preemptions", "admit_order", "routed_rows",
@@ -48,7 +55,7 @@ class Sequence:
 
     def __init__(self, rid: int, prompt: int, output: int, *, resident_tokens: float = 0.0,
                  routes: tuple[RouteShare, ...] = (), keep_kv: bool = False,
-                 on_first_token: Callable[["Sequence"], None] | None = None,
+                 first_token: "simpy.Event | None" = None, done: "simpy.Event | None" = None,
                  on_done: Callable[["Sequence"], None] | None = None,
                  step_wait: Callable[[int], float] | None = None) -> None:
         self.rid = rid
@@ -57,7 +64,8 @@ class Sequence:
         self.output = output
         self.routes = routes
         self.keep_kv = keep_kv
-        self.on_first_token = on_first_token
+        self.first_token = first_token
+        self.done = done
         self.on_done = on_done
         self.step_wait = step_wait
         self.phase = WAITING

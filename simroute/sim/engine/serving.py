@@ -120,7 +120,7 @@ class ChunkCopies:
         done = eng.env.event()
         sizes = [self.blocks(ci) for ci in chunks]
 
-        def finished(seq: Sequence) -> None:
+        def hand_over(seq: Sequence) -> None:
             if seq.output >= 0:           # not refused: its blocks become the copies
                 left = seq.blocks
                 for ci, blocks in zip(chunks, sizes):
@@ -130,10 +130,9 @@ class ChunkCopies:
                     self.arrived(ci, eid)
                 eng.hbm.release_kv(left)
                 seq.blocks = 0
-            done.succeed(seq)
 
         tokens = int(sum(int(self.tokens[ci]) for ci in chunks))
-        eng.submit(Sequence(rid, tokens, 0, keep_kv=True, on_done=finished))
+        eng.submit(Sequence(rid, tokens, 0, keep_kv=True, on_done=hand_over, done=done))
         return done
 
 
@@ -153,7 +152,7 @@ def serve(engines: EngineSet, eid: int, rid: int, *, prompt: int, output: int, r
         prompt = max(prompt, 1)        # a fully cached prompt still runs its last token to sample the first
     shares = tuple(RouteShare(engines[h], keys, route_premium) for h, keys in sorted((routes or {}).items()))
     seq = Sequence(rid, prompt, output, resident_tokens=resident_tokens, routes=shares, step_wait=step_wait,
-                   on_first_token=lambda s: first.succeed(s), on_done=lambda s: _done(s, first, done))
+                   first_token=first, done=done)
     if prefilled:
         seq.prefilled = prompt
         seq.generated = 1
@@ -162,8 +161,3 @@ def serve(engines: EngineSet, eid: int, rid: int, *, prompt: int, output: int, r
     eng.submit(seq)
     return seq, first, done
 
-
-def _done(seq: Sequence, first: simpy.Event, done: simpy.Event) -> None:
-    if not first.triggered:           # refused (it can never fit): both events fire, output -1 says why
-        first.succeed(seq)
-    done.succeed(seq)

@@ -20,6 +20,13 @@ One SimPy event per engine event: while only decodes run, an event stands for `k
 (up to `steps_per_event`, never past a completion; a new arrival cuts it at the next iteration boundary).
 Their context grows by one token per iteration; the event charges the mid-point context, which is exact
 while the attention term is linear in context.
+
+The loop, in named steps: `submit` queues a sequence (and starts an idle engine); `_begin` plans the next
+event (`_plan_next`: the scheduler's batch, then `_grow` reserves the decodes' blocks, preempting if they do
+not fit), costs it (`_batch_cost`, the routed exchanges, the holder's partials), logs its row and `_arm`s one
+timeout; `_on_end` (a timeout that is no longer the armed one is stale) calls `_end`, which advances the
+sequences (first-token and done events succeed), and `_begin` again. `_cut` ends a macro event early when
+a sequence arrives; `absorb` lengthens one by partial work a requester started meanwhile.
 """
 
 from __future__ import annotations
@@ -84,8 +91,9 @@ class EngineOptions:
 
 
 class InstanceEngine:
-    """One instance's serving engine. `submit(seq)` queues a sequence; its callbacks fire at its first
-    token and when it is done. Also a holder: `partials` is the work it does for other requesters.
+    """One instance's serving engine. `submit(seq)` queues a sequence; its `first_token` and `done` events
+    succeed when its first token is out and when it is done. Also a holder: `partials` is the work it does
+    for other requesters.
 
     Extend by registering a scheduler (scheduler.py); the iteration cost lives in the step-time model.
     """

@@ -1,20 +1,35 @@
 """Iteration schedulers: which sequences run in the next engine iteration, and with how many tokens.
 
-A scheduler is a registered class: subclass `Scheduler`, implement `plan(engine) -> Plan`, and decorate it
-with `@SCHEDULERS.register("name")` (its docstring's first line is its help text). It admits waiting sequences through `engine.admit(seq)` (which
-reserves their KV blocks and enforces the running-sequence cap) and never touches HBM itself.
+A scheduler is a registered class: subclass `Scheduler`, implement `plan(queue) -> Plan`, and decorate it
+with `@SCHEDULERS.register("name")` (its docstring's first line is its help text). It sees the engine only as
+an `EngineQueue`: the running set, the waiting queue, the options, and `admit(seq)`, the admission gate
+(which reserves the sequence's KV blocks and enforces the running-sequence cap; as vLLM's scheduler asks its
+KV cache manager, one admission at a time, since each reservation decides whether the next fits). It never
+touches HBM itself; a decode-only plan sets `macro` and the engine picks how many iterations it stands for.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar
+from collections import deque
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from simroute.sim.engine.sequence import DECODE, PREFILL, Sequence
 from simroute.sim.registry import Registry
 
 if TYPE_CHECKING:
-    from simroute.sim.engine.engine import EngineOptions, InstanceEngine
+    from simroute.sim.engine.engine import EngineOptions
+
+
+class EngineQueue(Protocol):
+    """What a scheduler sees of its engine."""
+
+    options: "EngineOptions"
+    running: list[Sequence]
+    waiting: deque[Sequence]
+
+    def admit(self, seq: Sequence) -> bool:
+        """Move the head of `waiting` to `running` if the cap and its KV blocks allow."""
 
 
 class Plan:
@@ -45,7 +60,7 @@ class Scheduler(ABC):
     name: ClassVar[str]
 
     @abstractmethod
-    def plan(self, engine: "InstanceEngine") -> Plan: ...
+    def plan(self, queue: EngineQueue) -> Plan: ...
 
     def prefill_chunk(self, options: "EngineOptions") -> float:
         """The largest chunk of one sequence's prefill when it runs alone (whole prompts unless overridden)."""
@@ -59,8 +74,8 @@ def get_scheduler(name: str) -> Scheduler:
     return SCHEDULERS.get(name)()
 
 
-def _decoding(engine: "InstanceEngine") -> list[Sequence]:
-    return [s for s in engine.running if s.phase == DECODE]
+def _decoding(queue: EngineQueue) -> list[Sequence]:
+    return [s for s in queue.running if s.phase == DECODE]
 
 
 @SCHEDULERS.register("vllm")
@@ -71,23 +86,23 @@ class VllmScheduler(Scheduler):
     admitted, the iteration prefills whole prompts (up to the token budget, at least one); otherwise every
     running sequence decodes one token. New prompts therefore stall running decodes (TPOT pays, TTFT gains)."""
 
-    def plan(self, engine: "InstanceEngine") -> Plan:
+    def plan(self, queue: EngineQueue) -> Plan:
         prefill: list[tuple[Sequence, int]] = []
         used = 0
-        budget = engine.options.token_budget
-        while engine.waiting:
-            seq = engine.waiting[0]
+        budget = queue.options.token_budget
+        while queue.waiting:
+            seq = queue.waiting[0]
             tokens = seq.to_prefill
             if prefill and used + tokens > budget:
                 break
-            if not engine.admit(seq):
+            if not queue.admit(seq):
                 break
             if tokens > 0:
                 prefill.append((seq, tokens))
                 used += tokens
         if prefill:
             return Plan(prefill=prefill)
-        return Plan(decode=_decoding(engine), macro=True)
+        return Plan(decode=_decoding(queue), macro=True)
 
 
 @SCHEDULERS.register("sarathi")
@@ -101,11 +116,11 @@ class SarathiScheduler(Scheduler):
     def prefill_chunk(self, options: "EngineOptions") -> float:
         return float(min(options.prefill_chunk, options.token_budget))
 
-    def plan(self, engine: "InstanceEngine") -> Plan:
-        opts = engine.options
+    def plan(self, queue: EngineQueue) -> Plan:
+        opts = queue.options
         decode: list[Sequence] = []
         partial: list[Sequence] | None = None       # running sequences part-way through their prefill
-        for seq in engine.running:
+        for seq in queue.running:
             phase = seq.phase
             if phase == DECODE:
                 decode.append(seq)
@@ -123,10 +138,10 @@ class SarathiScheduler(Scheduler):
                 tokens = min(seq.to_prefill, chunk, budget)
                 prefill.append((seq, tokens))
                 budget -= tokens
-        waiting = engine.waiting
+        waiting = queue.waiting
         while budget > 0 and waiting:
             seq = waiting[0]
-            if not engine.admit(seq):
+            if not queue.admit(seq):
                 break
             tokens = min(seq.to_prefill, chunk, budget)
             if tokens > 0:

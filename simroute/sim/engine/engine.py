@@ -187,9 +187,15 @@ class InstanceEngine:
                 "head_preemptions": head.preemptions if head is not None else 0}
 
     def _plan_next(self) -> Plan:
-        """The scheduler's plan; a decode-only one stands for k identical iterations: up to steps_per_event,
-        never past the first completion (`Sequence.remaining_decode`, inlined)."""
-        plan = self.scheduler.plan(self)
+        """Admit what the scheduler asks (in order, until one does not fit), then its plan of the running set; a
+        decode-only plan stands for k identical iterations: up to steps_per_event, never past the first
+        completion (`Sequence.remaining_decode`, inlined)."""
+        scheduler, waiting = self.scheduler, self.waiting
+        if waiting:
+            for _ in range(scheduler.admissions(self)):
+                if not self.admit(waiting[0]):
+                    break
+        plan = scheduler.plan(self.running, self.options)
         if plan.macro and plan.decode:
             least = self.options.steps_per_event
             for seq in plan.decode:

@@ -1,11 +1,11 @@
 """Iteration schedulers: which sequences run in the next engine iteration, and with how many tokens.
 
-A scheduler is a registered class: subclass `Scheduler`, implement `plan(queue) -> Plan`, and decorate it
-with `@SCHEDULERS.register("name")` (its docstring's first line is its help text). It sees the engine only as
-an `EngineQueue`: the running set, the waiting queue, the options, and `admit(seq)`, the admission gate
-(which reserves the sequence's KV blocks and enforces the running-sequence cap; as vLLM's scheduler asks its
-KV cache manager, one admission at a time, since each reservation decides whether the next fits). It never
-touches HBM itself; a decode-only plan sets `macro` and the engine picks how many iterations it stands for.
+A scheduler is a registered class: subclass `Scheduler`, implement `admissions(queue) -> int` and
+`plan(running, options) -> Plan`, and decorate it with `@SCHEDULERS.register("name")` (its docstring's first
+line is its help text). It returns its decisions and calls nothing back: `admissions` says how many at the
+head of the waiting queue to admit (FCFS, as if each fits); the engine admits them in order, reserving their
+KV blocks, and stops at the first that does not fit (or the running-sequence cap); `plan` then batches the
+running set. A decode-only plan sets `macro` and the engine picks how many iterations it stands for.
 """
 
 from __future__ import annotations
@@ -22,14 +22,11 @@ if TYPE_CHECKING:
 
 
 class EngineQueue(Protocol):
-    """What a scheduler sees of its engine."""
+    """What a scheduler sees of its engine when it chooses admissions (read only)."""
 
     options: "EngineOptions"
     running: list[Sequence]
     waiting: deque[Sequence]
-
-    def admit(self, seq: Sequence) -> bool:
-        """Move the head of `waiting` to `running` if the cap and its KV blocks allow."""
 
 
 class Plan:
@@ -55,12 +52,18 @@ class Plan:
 
 
 class Scheduler(ABC):
-    """Contract: `plan` returns the next iteration's batch; an empty plan means the engine may go idle."""
+    """Contract, in two steps the engine takes: `admissions` says how many sequences at the head of the
+    waiting queue to admit now (the engine admits them in order and stops at the first that does not fit);
+    then `plan` returns the next iteration's batch from the running set alone. An empty plan means the
+    engine may go idle. Neither touches HBM nor calls back into the engine."""
 
     name: ClassVar[str]
 
     @abstractmethod
-    def plan(self, queue: EngineQueue) -> Plan: ...
+    def admissions(self, queue: EngineQueue) -> int: ...
+
+    @abstractmethod
+    def plan(self, running: list[Sequence], options: "EngineOptions") -> Plan: ...
 
     def prefill_chunk(self, options: "EngineOptions") -> float:
         """The largest chunk of one sequence's prefill when it runs alone (whole prompts unless overridden)."""
@@ -74,10 +77,6 @@ def get_scheduler(name: str) -> Scheduler:
     return SCHEDULERS.get(name)()
 
 
-def _decoding(queue: EngineQueue) -> list[Sequence]:
-    return [s for s in queue.running if s.phase == DECODE]
-
-
 @SCHEDULERS.register("vllm")
 class VllmScheduler(Scheduler):
     """prefill-first: whole prompts as soon as they fit, decodes wait.
@@ -86,23 +85,26 @@ class VllmScheduler(Scheduler):
     admitted, the iteration prefills whole prompts (up to the token budget, at least one); otherwise every
     running sequence decodes one token. New prompts therefore stall running decodes (TPOT pays, TTFT gains)."""
 
-    def plan(self, queue: EngineQueue) -> Plan:
-        prefill: list[tuple[Sequence, int]] = []
-        used = 0
+    def admissions(self, queue: EngineQueue) -> int:
         budget = queue.options.token_budget
-        while queue.waiting:
-            seq = queue.waiting[0]
+        used = count = 0
+        prefilling = False
+        for seq in queue.waiting:
             tokens = seq.to_prefill
-            if prefill and used + tokens > budget:
+            if prefilling and used + tokens > budget:
                 break
-            if not queue.admit(seq):
-                break
+            count += 1
             if tokens > 0:
-                prefill.append((seq, tokens))
+                prefilling = True
                 used += tokens
+        return count
+
+    def plan(self, running: list[Sequence], options: "EngineOptions") -> Plan:
+        # whole prompts: a sequence is mid-prefill only in the event that admitted it
+        prefill = [(seq, seq.to_prefill) for seq in running if seq.phase == PREFILL]
         if prefill:
             return Plan(prefill=prefill)
-        return Plan(decode=_decoding(queue), macro=True)
+        return Plan(decode=[seq for seq in running if seq.phase == DECODE], macro=True)
 
 
 @SCHEDULERS.register("sarathi")
@@ -111,16 +113,44 @@ class SarathiScheduler(Scheduler):
 
     Sarathi-Serve's stall-free batching: every iteration carries
     every running decode, and the token budget's remainder is filled with prefill chunks of at most
-    `prefill_chunk` tokens (partly prefilled sequences first, then newly admitted ones)."""
+    `prefill_chunk` tokens (partly prefilled sequences first, then newly admitted ones, in admission order)."""
 
     def prefill_chunk(self, options: "EngineOptions") -> float:
         return float(min(options.prefill_chunk, options.token_budget))
 
-    def plan(self, queue: EngineQueue) -> Plan:
-        opts = queue.options
-        decode: list[Sequence] = []
-        partial: list[Sequence] | None = None       # running sequences part-way through their prefill
+    def admissions(self, queue: EngineQueue) -> int:
+        """As many as the budget left by the running decodes and prefill chunks takes: each a chunk, or one
+        token if its KV arrived prefilled (PD decode side: it decodes at once)."""
+        options = queue.options
+        chunk = options.prefill_chunk
+        budget = options.token_budget
+        partial = None
         for seq in queue.running:
+            phase = seq.phase
+            if phase == DECODE:
+                budget -= 1
+            elif phase == PREFILL:
+                if partial is None:
+                    partial = []
+                partial.append(seq)
+        if partial is not None:
+            for seq in partial:
+                if budget <= 0:
+                    break
+                budget -= min(seq.to_prefill, chunk, budget)
+        count = 0
+        for seq in queue.waiting:
+            if budget <= 0:
+                break
+            tokens = min(seq.to_prefill, chunk, budget)
+            budget -= tokens if tokens > 0 else 1
+            count += 1
+        return count
+
+    def plan(self, running: list[Sequence], options: "EngineOptions") -> Plan:
+        decode: list[Sequence] = []
+        partial: list[Sequence] | None = None       # running sequences with prompt tokens left to prefill
+        for seq in running:
             phase = seq.phase
             if phase == DECODE:
                 decode.append(seq)
@@ -128,28 +158,15 @@ class SarathiScheduler(Scheduler):
                 if partial is None:
                     partial = []
                 partial.append(seq)
-        budget = opts.token_budget - len(decode)
-        chunk = opts.prefill_chunk
+        if partial is None:
+            return Plan(decode=decode, macro=True)
+        budget = options.token_budget - len(decode)
+        chunk = options.prefill_chunk
         prefill: list[tuple[Sequence, int]] = []
-        if partial is not None:
-            for seq in partial:
-                if budget <= 0:
-                    break
-                tokens = min(seq.to_prefill, chunk, budget)
-                prefill.append((seq, tokens))
-                budget -= tokens
-        waiting = queue.waiting
-        while budget > 0 and waiting:
-            seq = waiting[0]
-            if not queue.admit(seq):
+        for seq in partial:
+            if budget <= 0:
                 break
             tokens = min(seq.to_prefill, chunk, budget)
-            if tokens > 0:
-                prefill.append((seq, tokens))
-                budget -= tokens
-            else:                       # its KV arrived prefilled (PD decode side): it decodes now
-                decode.append(seq)
-                budget -= 1
-        if prefill or partial is not None:
-            return Plan(prefill, decode)
-        return Plan(decode=decode, macro=True)
+            prefill.append((seq, tokens))
+            budget -= tokens
+        return Plan(prefill, decode)

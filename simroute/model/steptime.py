@@ -234,6 +234,7 @@ class StepTimeModel:
         self._layers = geometry.layers
         self._overhead_s = graph_s if (cuda_graphs and graph_s is not None) else gpu.iteration_overhead_s
         self.holder_curve, self.holder_ref = holder_curve, holder_ref
+        self._partial_cache: dict[tuple, float] = {}    # holder_partial_s of scalar queries, per exact shape
         g = geometry
         self._kinds = tuple(_fold(g.linear_ops(tp, kind), n) for kind, n in g.layer_kinds().items() if n > 0)
         head = g.lm_head_op(tp)
@@ -523,8 +524,14 @@ class StepTimeModel:
         counts toward the curve's work as one token's rows, as the closed form's `holder_compute_s` charges it.
         `dense=False` (a sparse selection's queries: each token gathers its own top-k) keeps every row on the
         curve, as at decode."""
+        scalar = isinstance(rows_per_query, (int, float)) and isinstance(key_tokens, (int, float))
+        if scalar:      # one call per routed (requester, holder) pair of every engine event: kept per exact shape
+            key = (queries, rows_per_query, key_tokens, dense)
+            hit = self._partial_cache.get(key)
+            if hit is not None:
+                return hit
         heads = self._heads_q if dense else float("inf")
-        if isinstance(rows_per_query, (int, float)) and isinstance(key_tokens, (int, float)):
+        if scalar:
             keys = queries * key_tokens
             if rows_per_query > heads:
                 pairs, block_pairs, floor_pairs = 0.0, keys * rows_per_query, keys * heads
@@ -546,8 +553,13 @@ class StepTimeModel:
         # batch form of `cost.holder_prefill_s`, same coefficients: `prefill_form_coeffs`)
         roof = max(keys * self._attn_s_per_kv_token,
                    pairs * self._holder_s_per_pair + block_pairs / self.tp * self._prefill_s_per_row_key)
-        if self.holder_curve is None:
-            return roof
-        # pairs = rows x keys; each GPU of the TP group computes its heads' share (the curve is one GPU's)
-        work = holder_work(floor_pairs / self.tp, 1.0, self.geometry.token_fraction, *self.holder_ref)
-        return max(roof, holder_curve_s(work, self.holder_curve[0], self.holder_curve[1]))
+        if self.holder_curve is not None:
+            # pairs = rows x keys; each GPU of the TP group computes its heads' share (the curve is one GPU's)
+            work = holder_work(floor_pairs / self.tp, 1.0, self.geometry.token_fraction, *self.holder_ref)
+            roof = max(roof, holder_curve_s(work, self.holder_curve[0], self.holder_curve[1]))
+        if scalar:
+            cache = self._partial_cache
+            if len(cache) >= 131072:       # bounded, as the shape cache; a run has far fewer shapes
+                cache.clear()
+            cache[key] = roof
+        return roof

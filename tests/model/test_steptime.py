@@ -285,3 +285,14 @@ def test_causal_pairs_by_hand_and_cut_anywhere():
     from simroute.model.steptime import causal_pairs
     assert causal_pairs(3, 2) == 12 and causal_pairs(1) == 1
     assert causal_pairs(512, 0) + causal_pairs(1536, 512) == causal_pairs(2048)
+
+
+def test_holder_kernel_per_exact_shape_is_the_uncached_value():
+    """A scalar holder call is kept per exact (queries, rows, keys, dense): a repeat reads the same float the
+    per-query form computes, and another shape or the sparse form is not served from it."""
+    model = _model(tp=2)
+    first = model.holder_partial_s(3, 32, 4096)
+    assert model.holder_partial_s(3, 32, 4096) == first
+    assert first == _model(tp=2).holder_partial_s(3, [32, 32, 32], [4096, 4096, 4096])
+    assert model.holder_partial_s(3, 32, 8192) > first
+    assert model.holder_partial_s(3, 32, 4096, dense=False) == _model(tp=2).holder_partial_s(3, 32, 4096, dense=False)

@@ -245,12 +245,11 @@ class RouteExchange:
             self._routes[key] = legs
         return legs
 
-    def _send(self, leg: Any, nbytes: float, t_probe_s: float, single_block_Bps: float) -> float:
-        if self._fast:
-            return self.net.send_message(leg, nbytes, t_probe_s=t_probe_s, single_block_Bps=single_block_Bps,
-                                         include_latency=False)
+    def _send(self, leg: Any, nbytes: float, *, t_probe_s: float, single_block_Bps: float,
+              include_latency: bool = False) -> float:
+        """A network without a message model (`message_delay` only): the delay of one message of the leg."""
         return self.net.message_delay(leg[0], leg[1], nbytes, t_probe_s=t_probe_s,
-                                      single_block_Bps=single_block_Bps, include_latency=False)
+                                      single_block_Bps=single_block_Bps, include_latency=include_latency)
 
     def iteration(self, engine: "InstanceEngine", groups: dict, k: int,
                   compute_s: float) -> tuple[float, float, list[tuple]]:
@@ -259,25 +258,32 @@ class RouteExchange:
         engine to [rows, key_tokens, premium]: one entry per query in the lists (each routing sequence's own),
         and the batch's largest premium (the sparse kernel's factor over dense, `RouteShare.premium`)."""
         now, tp, ex, me = engine.env.now, self.tp, self.exchanges, engine.eid
+        send = self.net.send_message if self._fast else self._send      # the message model, called directly
         legs = []
         bare = 0.0                      # the slowest round trip without holder waits
         for holder, (rows, keys, premium) in groups.items():
             leg_out, leg_back, fab = self._legs(engine, holder)
             queries, total_rows = len(rows), sum(rows)
             out_bytes, back_bytes = total_rows * self.q_bytes / tp, total_rows * self.p_bytes / tp
-            out = self._send(leg_out, out_bytes, fab.t_probe_s, fab.single_block_Bps)
-            back = self._send(leg_back, back_bytes, fab.turnaround_s, fab.single_block_Bps)
+            out = send(leg_out, out_bytes, t_probe_s=fab.t_probe_s, single_block_Bps=fab.single_block_Bps,
+                       include_latency=False)
+            back = send(leg_back, back_bytes, t_probe_s=fab.turnaround_s, single_block_Bps=fab.single_block_Bps,
+                        include_latency=False)
             rho, others = holder.partials.others(now, me)
             sharing = 1 + others
             # the n requesters routing here share one call: n x this one's queries (as it sees them); one
             # query per requester (the common case) is the scalar form, every query alike
             # a selection's kernel has a premium > 1: its tokens gather apart (no prefill block)
-            sparse = {} if premium == 1.0 else {"dense": False}
+            partial_s = holder.step.holder_partial_s
             if queries == 1:
-                kernel = holder.step.holder_partial_s(sharing, rows[0], keys[0], **sparse)
+                kernel = partial_s(sharing, rows[0], keys[0]) if premium == 1.0 else \
+                    partial_s(sharing, rows[0], keys[0], dense=False)
+            elif premium == 1.0:
+                kernel = partial_s(queries * sharing, rows * sharing if others else rows,
+                                   keys * sharing if others else keys)
             else:
-                kernel = holder.step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
-                                                      keys * sharing if others else keys, **sparse)
+                kernel = partial_s(queries * sharing, rows * sharing if others else rows,
+                                   keys * sharing if others else keys, dense=False)
             kernel *= premium
             rt = out + kernel + back + self.merge_s
             bare = max(bare, rt)

@@ -1,0 +1,100 @@
+"""The instance engine's cost per iteration on the real-trace benches, with an output fingerprint per run.
+
+For each policy (or those named) on the Mooncake conversation trace (`conversation`) or the Claude-Code agent
+trace (`agent-real`), built as bench_sim.py builds them: CPU seconds of `Simulation.run` (the box is shared:
+CPU, not wall), engine iterations and events (an event of k > 1 iterations stands for k identical decode
+iterations), CPU microseconds per iteration and per event, and a fingerprint of the run's outputs (the summary
+without `versions` and the engine's progress counters added by issue 24, and every table's column bytes), so
+that a before/after comparison shows both the cost and that the outputs did not change.
+
+    python bench/bench_engine_iteration.py conversation [POLICY ...] [--json OUT] [--repeat R] [--no-record]
+    PYTHONPATH=/path/to/other/checkout python bench/bench_engine_iteration.py ...   # the same on other code
+
+Appends one row per trace to RESULTS.md (least CPU of R runs per policy) unless --no-record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_sim  # noqa: E402  (the traces, built as the simulator benchmarks build them)
+from _common import record  # noqa: E402
+
+from simroute.calib import default_profile_path  # noqa: E402
+from simroute.network import shipped_topology  # noqa: E402
+from simroute.sim import RunConfig, Simulation  # noqa: E402
+
+ADDED_ENGINE_KEYS = ("max_preemptions_of_a_sequence", "thrashed", "left_over")   # absent before issue 24
+
+
+def table_hash(table) -> str:
+    digest = hashlib.sha256()
+    for name in table.column_names:
+        digest.update(name.encode())
+        column = table.column(name).combine_chunks()
+        for buffer in column.buffers():
+            if buffer is not None:
+                digest.update(buffer.to_pybytes())
+    return digest.hexdigest()[:16]
+
+
+def fingerprint(result) -> dict[str, str]:
+    summary = dict(result.summary)
+    summary.pop("versions", None)
+    summary["engine"] = {k: v for k, v in summary["engine"].items() if k not in ADDED_ENGINE_KEYS}
+    # where the files lie differs between checkouts; their contents are hashed in `inputs`
+    summary["config"] = {k: v for k, v in summary["config"].items() if k not in ("topology", "trace", "calib")}
+    summary["inputs"] = {k: v for k, v in summary["inputs"].items() if k != "calib_files"}
+    prints = {"summary": hashlib.sha256(json.dumps(summary, sort_keys=True, default=str).encode()).hexdigest()[:16]}
+    for name, table in sorted(result.tables.items()):
+        if table is not None and hasattr(table, "column_names"):
+            prints[name] = table_hash(table)
+    return prints
+
+
+def run(trace: Path, policy: str) -> dict:
+    cfg = RunConfig(topology=str(shipped_topology("fattree")), trace=str(trace), calib=str(default_profile_path()),
+                    policy=policy, router="least-loaded")
+    sim = Simulation(cfg)
+    cpu = time.process_time()
+    result = sim.run()
+    cpu = time.process_time() - cpu
+    engine = result.summary["engine"]
+    return {"cpu_s": cpu, "iterations": engine["iterations"], "events": engine["events"],
+            "us_per_iteration": cpu / engine["iterations"] * 1e6, "us_per_event": cpu / engine["events"] * 1e6,
+            "fingerprint": fingerprint(result)}
+
+
+def main() -> None:
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    out = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
+    repeat = int(sys.argv[sys.argv.index("--repeat") + 1]) if "--repeat" in sys.argv else 1
+    args = [a for a in args if a not in (out, str(repeat))]
+    which, policies = args[0], args[1:] or list(bench_sim.POLICIES)
+    with tempfile.TemporaryDirectory(prefix="simroute-engine-") as tmp:
+        trace = (bench_sim.conversation_trace if which == "conversation" else bench_sim.agent_trace)(Path(tmp))
+        rows = {}
+        for policy in policies:
+            runs = [run(trace, policy) for _ in range(repeat)]
+            best = min(runs, key=lambda r: r["cpu_s"])
+            assert all(r["fingerprint"] == best["fingerprint"] for r in runs), "a run is not deterministic"
+            rows[policy] = best
+            print(which, policy, json.dumps({k: round(v, 3) if isinstance(v, float) else v
+                                             for k, v in best.items() if k != "fingerprint"}), flush=True)
+    if out:
+        Path(out).write_text(json.dumps(rows, indent=1) + "\n")
+    figures = {}
+    for policy, row in rows.items():
+        figures[f"{policy}_us_per_iteration"] = row["us_per_iteration"]
+        figures[f"{policy}_us_per_event"] = row["us_per_event"]
+    record(f"engine_iteration_{which}", figures, target="<= 10 us per iteration (CPU)")
+
+
+if __name__ == "__main__":
+    main()

@@ -63,7 +63,6 @@ class SimContext:
     routing: dict[int, int] = field(default_factory=dict)   # holder -> dense requests routing there, not done
     _done: dict[int, simpy.Event] = field(default_factory=dict)
     _latency_rows: dict[int, list[float]] = field(default_factory=dict)
-    _latency_classes: dict[int, list[list[int]]] = field(default_factory=dict)
     _instance_gpus: list[int] | None = None          # each instance's GPU index (the rows' targets)
     _query_kernel_s: float | None = None
 
@@ -86,17 +85,6 @@ class SimContext:
                 self._instance_gpus = [topology.index(instance.gpu) for instance in self.cluster.instances]
             row = self._latency_rows[src.id] = topology.latency_row(topology.index(src.gpu), self._instance_gpus)
         return row
-
-    def latency_classes(self, src: Instance) -> list[list[int]]:
-        """The instances grouped by their path latency from `src` (`latency_row`), nearest group first, each in
-        id order; kept per requester like the rows."""
-        classes = self._latency_classes.get(src.id)
-        if classes is None:
-            by_latency: dict[float, list[int]] = {}
-            for instance, latency in enumerate(self.latency_row(src)):
-                by_latency.setdefault(latency, []).append(instance)
-            classes = self._latency_classes[src.id] = [by_latency[lat] for lat in sorted(by_latency)]
-        return classes
 
     def path_latency_s(self, src: Instance, dst: Instance) -> float:
         """The path latency between two instances (`latency_row`'s entry)."""

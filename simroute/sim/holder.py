@@ -82,7 +82,6 @@ class ReplicaChoice:
         holders = self.ctx.cluster.chunks.holders[chunk]
         if len(holders) <= 1:
             return holders[0] if holders else None
-        tied = None
         if self.picked:     # O(holders this request uses), not O(holders of a popular chunk)
             held = self.ctx.copies.held
             used = sorted(h for h in self.picked if (chunk, h) in held)
@@ -90,43 +89,20 @@ class ReplicaChoice:
                 return used[0]
             if used:
                 holders = used
-        if holders is self.ctx.cluster.chunks.holders[chunk]:
-            tied = self._nearest_near_first(chunk, len(holders))
-        if tied is None:
-            row = self._latency
-            if row is None:
-                row = self._latency = self.ctx.latency_row(self.requester)
-            latency = list(map(row.__getitem__, holders))     # kept in C: a popular chunk has hundreds of holders
-            nearest = min(latency)
-            if latency.count(nearest) == 1:     # load is read only where distance ties
-                return holders[latency.index(nearest)]
-            tied = [h for h, lat in zip(holders, latency) if lat == nearest]
-        elif len(tied) == 1:
-            return tied[0]
-        routing = self.ctx.routing          # HolderLoad compares `routing` first: only the fewest need the rest
-        fewest = min(routing.get(h, 0) for h in tied)
-        tied = [h for h in tied if routing.get(h, 0) == fewest]
+        row = self._latency
+        if row is None:
+            row = self._latency = self.ctx.latency_row(self.requester)
+        latency = list(map(row.__getitem__, holders))     # popular chunks have hundreds of holders: kept in C
+        nearest = min(latency)
+        if latency.count(nearest) == 1:     # load is read only where distance ties
+            return holders[latency.index(nearest)]
+        tied = [h for h, lat in zip(holders, latency) if lat == nearest]
         loads = [self._load(h) for h in tied]
         least = min(loads)
         if loads.count(least) == 1:
             return tied[loads.index(least)]
         here = self.requester.id            # equally loaded too: the hash spreads requesters over them
         return min((h for h, load in zip(tied, loads) if load == least), key=lambda h: mix64(h * 1_000_003 + here))
-
-    def _nearest_near_first(self, chunk: int, holders: int) -> list[int] | None:
-        """The holders of `chunk` at the least path latency, found by walking the requester's distance classes
-        from the nearest out (`SimContext.latency_classes`), or None once that would look at more instances
-        than the chunk has holders (then reading every holder's distance costs less). A chunk most instances
-        hold (the head of a Zipf corpus) is found in the requester's own host instead of across ~1000 holders."""
-        held, budget = self.ctx.copies.held, holders
-        for members in self.ctx.latency_classes(self.requester):
-            if len(members) > budget:
-                return None
-            found = [h for h in members if (chunk, h) in held]
-            if found:
-                return found
-            budget -= len(members)
-        return None
 
     def _load(self, holder: int) -> HolderLoad:
         load = self.loads.get(holder)

@@ -198,6 +198,22 @@ def summarise(rec: Recorder, *, config: dict[str, Any], inputs: dict[str, str], 
     }
 
 
+def incomplete_account(summary: dict[str, Any]) -> str | None:
+    """One line on why a run completed fewer than all its requests (None when all completed): the count, then
+    each drop reason with its count and what to change."""
+    requests, completed = int(summary["requests"]), int(summary["completed"])
+    if completed >= requests:
+        return None
+    labels = {reason.label: reason for reason in DropReason}
+    reasons = "; ".join(f"{count:,} {label}" + (f" ({labels[label].advice})" if label in labels
+                                                 and labels[label].advice else "")
+                        for label, count in summary.get("dropped_by_reason", {}).items())
+    pending = requests - completed - int(summary["dropped"])
+    if pending > 0:
+        reasons += ("; " if reasons else "") + f"{pending:,} never arrived or never finished"
+    return f"completed {completed:,} of {requests:,} requests: {reasons}"
+
+
 def _mean_ms(x: np.ndarray) -> float | None:
     x = x[np.isfinite(x)]
     return float(x.mean() * 1e3) if x.size else None

@@ -21,7 +21,7 @@ from simroute.ioutil import sha256_file
 from simroute.model.scalar import ScalarModel
 from simroute.network import FlowEngine, load_topology
 from simroute.network.schema import flows_metadata
-from simroute.sim.arrivals import Arrivals, attendance_counts
+from simroute.sim.arrivals import Arrivals, arrival_load, attendance_counts
 from simroute.sim.cluster import ChunkStore, Cluster, Instance
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
@@ -67,7 +67,7 @@ class Simulation:
     def __init__(self, cfg: RunConfig, progress: Callable[[int, int], None] | None = None) -> None:
         self.cfg = cfg
         self.progress = progress
-        topology = load_topology(cfg.topology)
+        topology = load_topology(cfg.topology, hosts=cfg.hosts)
         profile = load_profile(cfg.calib)
         params = profile.cost_params(cfg.model, route_exchanges=cfg.route_exchanges, prefill_us=cfg.prefill_us)
         env = simpy.Environment()
@@ -94,6 +94,7 @@ class Simulation:
         copies.pin_canonical(_chunks_per_instance(chunks.holders, len(cluster.instances)))
         n = int(self.meta["requests"])
         self.n_requests = n if cfg.max_requests is None else min(n, cfg.max_requests)
+        self.load = arrival_load(cfg.trace, self.n_requests, qps=cfg.qps, time_scale=cfg.time_scale)
         self.ctx = SimContext(
             config=cfg, env=env, topology=topology, network=network, profile=profile, params=params,
             compute=compute, model=ScalarModel(params),
@@ -123,7 +124,7 @@ class Simulation:
         ctx = self.ctx
         t0 = time.perf_counter()
         arrivals = Arrivals(ctx, self.n_requests, self._sorted_chunk_ids, start=lambda spec: launch(ctx, spec),
-                            progress=self.progress)
+                            progress=self.progress, time_scale=self.load.time_scale)
         ctx.env.process(arrivals.feed())
         ctx.env.run(until=self.cfg.until_s)
         wall = time.perf_counter() - t0
@@ -147,7 +148,8 @@ class Simulation:
         holders = holder_table(ctx.engines.engines, instances, float(ctx.env.now))
         requests = ctx.recorder.requests_table()
         extra = {
-            "instances": len(instances), "gpus": len(topology.gpus),
+            "instances": len(instances), "gpus": len(topology.gpus), "hosts": topology.spec.hosts,
+            "load": self.load.as_dict(),
             "topology": {**topology.summary(), "spine_names": self._spine_names()},
             "placement": {"policy": cfg.placement, "overflow_chunks": cluster.placement.overflow_chunks,
                           "overflow_bytes": cluster.placement.overflow_bytes,
@@ -181,7 +183,11 @@ class Simulation:
         s: dict[str, Any] = {"routing": self.cfg.routing, "flows": int(tel.n_done)}
         links = tel.links_frame()
         total = links["bulk_bytes"] + links["message_bytes"]
-        s["bytes_by_tier"] = {str(k): float(v) for k, v in total.groupby(links["tier"]).sum().items()}
+        # The network carries one TP rank pair's share of every transfer (docs/MODEL.md, "Tensor parallelism"):
+        # the other ranks' NICs carry the same on parallel links of each tier, so a tier's whole traffic is tp x.
+        per_gpu = {str(k): float(v) for k, v in total.groupby(links["tier"]).sum().items()}
+        s["bytes_by_tier"] = {k: v * self.cfg.tp for k, v in per_gpu.items()}
+        s["bytes_by_tier_per_gpu"] = per_gpu
         s["max_link_utilisation"] = float(links["mean_utilisation"].max()) if len(links) else 0.0
         s["bottlenecks"] = tel.bottlenecks()      # per tier / hottest links: peak, p99, mean, saturated (net)
         peaks: dict[str, int] = {name: 0 for name in self._spine_names()}   # idle spines show as 0

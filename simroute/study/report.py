@@ -294,14 +294,22 @@ def _run_sections(s: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
         ("Primitives per (chunk, request)", pd.DataFrame([s["primitive_counts"]])),
         ("Bytes (GB)", pd.DataFrame([{k: round(v / 1e9, 4) for k, v in s["bytes"].items()}])),
         ("Network", pd.DataFrame([{"flows": net.get("flows"),
-                                   "most saturated tier": (net.get("bottlenecks") or {}).get("most_saturated_tier"),
+                                   "most saturated tier": _most_saturated(net.get("bottlenecks") or {}),
                                    "max link mean utilisation": net.get("max_link_utilisation"),
                                    "peak spine flows": max(net.get("peak_spine_concurrency", {}).values(),
                                                            default=0),
-                                   **{f"{k} bytes (GB)": round(v / 1e9, 4)
+                                   **{f"{k} link bytes, all TP ranks (GB)": round(v / 1e9, 4)
                                       for k, v in net.get("bytes_by_tier", {}).items()}}])),
         *_bottleneck_sections(net.get("bottlenecks") or {}),
     ]
+
+
+def _most_saturated(b: dict[str, Any]) -> str:
+    """The bottleneck tier's name, or why none is named (no tier's p99 window utilisation reached the floor)."""
+    if b.get("most_saturated_tier"):
+        return str(b["most_saturated_tier"])
+    floor = b.get("most_saturated_floor_p99")
+    return f"none (no tier's p99 utilisation reached {100 * floor:.0f}%)" if floor is not None else "none"
 
 
 def _bottleneck_sections(b: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
@@ -312,8 +320,8 @@ def _bottleneck_sections(b: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
     tiers = pd.DataFrame([{"tier": t, "links": v.get("links"), "peak": v.get("peak_utilisation"),
                            "p99": v.get("p99_utilisation"), "mean": v.get("mean_utilisation"),
                            "saturated link-s": v.get("saturated_link_s"),
-                           "bulk GB": (v.get("bulk_bytes") or 0) / 1e9,
-                           "message GB": (v.get("message_bytes") or 0) / 1e9}
+                           "bulk GB (one TP rank)": (v.get("bulk_bytes") or 0) / 1e9,
+                           "message GB (one TP rank)": (v.get("message_bytes") or 0) / 1e9}
                           for t, v in b["tiers"].items()])
     hot = pd.DataFrame([{"tier": h.get("tier"), "link": f"{h.get('src')} -> {h.get('dst')}",
                          "peak": h.get("peak_utilisation"), "p99": h.get("p99_utilisation"),

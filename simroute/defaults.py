@@ -26,3 +26,7 @@ def deployment(model: str = DEFAULT_MODEL, tp: int = DEFAULT_TP, gpu: str = DEFA
 # ask for it by this name; it is never a silent default.
 PAPER_MODEL = "deepseek-v2-lite"
 PAPER_DEPLOYMENT: dict[str, object] = {"model": PAPER_MODEL, "tp": 1}
+
+# A run that completes fewer of its requests is no answer to a capacity question: `run` exits 1 below it, and
+# studies and plans mark such points and keep them out of frontiers and answers.
+MIN_COMPLETION = 0.9

@@ -12,8 +12,7 @@ from typing import Callable
 import typer
 
 from simroute.cli.common import checked, console, echo_json, table
-
-MIN_COMPLETION = 0.9    # a run that completes fewer of its requests is no answer to a capacity question
+from simroute.defaults import MIN_COMPLETION
 
 
 def run_options() -> list[tuple[str, inspect.Parameter]]:

@@ -130,8 +130,10 @@ class Simulation:
         wall = time.perf_counter() - t0
         rec = ctx.recorder
         for r in np.flatnonzero(rec.status == Status.PENDING):
-            if not np.isnan(rec.arrival[r]) or self.cfg.until_s is not None:
+            if self.cfg.until_s is not None:
                 rec.drop(int(r), DropReason.UNFINISHED)
+            elif not np.isnan(rec.arrival[r]):     # no --until: the run ran out of events with it unfinished
+                rec.drop(int(r), DropReason.STALLED)
         return self._result(wall)
 
     def _result(self, wall: float) -> RunResult:

@@ -224,11 +224,20 @@ def _band(fig, go, g, x, col, name, colour, dash, row=None, column=None):
         fig.add_trace(go.Scatter(x=xs, y=list(y + ci) + list(y - ci)[::-1], fill="toself", fillcolor=colour,
                                  opacity=0.15, line=dict(width=0), hoverinfo="skip", showlegend=False,
                                  legendgroup=name), **kw)
+    order = PALETTE.index(colour) if colour in PALETTE else 0
     fig.add_trace(go.Scatter(x=g[x], y=y, mode="lines+markers", name=name, legendgroup=name,
-                             line=dict(color=colour, dash=dash)), **kw)
+                             line=dict(color=colour, dash=dash, width=max(1.0, 3.0 - 0.5 * order)),
+                             marker=series_marker(order)), **kw)
 
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+SYMBOLS = ("circle", "square-open", "diamond-open", "x", "triangle-up-open", "cross", "star-open", "hexagon-open")
+
+
+def series_marker(order: int) -> dict:
+    """Each series its own marker symbol and a size that shrinks with its order, and later lines are thinner:
+    two series with identical results (one policy equal to another) stay visible one inside the other."""
+    return dict(symbol=SYMBOLS[order % len(SYMBOLS)], size=max(5, 12 - 2 * (order % 4)))
 
 
 def latency_vs_load(agg: pd.DataFrame, x: str) -> Any:

@@ -29,7 +29,7 @@ from simroute.sim.context import SimContext
 from simroute.sim.engine import BLOCK_TOKENS, EngineOptions
 from simroute.sim.engine.build import EngineSet
 from simroute.sim.engine.serving import ChunkCopies
-from simroute.sim.metrics import Recorder, holder_summary, holder_table, summarise, write_outputs
+from simroute.sim.metrics import Recorder, holder_summary, holder_table, overload, summarise, write_outputs
 from simroute.sim.placements import PLACEMENTS
 from simroute.sim.policies import POLICIES
 from simroute.sim.request import launch, path_share_Bps
@@ -149,9 +149,10 @@ class Simulation:
         instances = cluster.instances
         holders = holder_table(ctx.engines.engines, instances, float(ctx.env.now))
         requests = ctx.recorder.requests_table()
+        completed = ctx.recorder.status == Status.COMPLETED
         extra = {
             "instances": len(instances), "gpus": len(topology.gpus), "hosts": topology.spec.hosts,
-            "load": self.load.as_dict(),
+            "load": {**self.load.as_dict(), **overload(ctx.recorder.arrival[completed], ctx.recorder.ttft[completed])},
             "topology": {**topology.summary(), "spine_names": self._spine_names()},
             "placement": {"policy": cfg.placement, "overflow_chunks": cluster.placement.overflow_chunks,
                           "overflow_bytes": cluster.placement.overflow_bytes,

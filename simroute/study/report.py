@@ -113,6 +113,8 @@ def aggregate(df: pd.DataFrame, x: str | None, series: list[str], slo: list[str]
         r["meets"] = meets(records, tuple(slo)) if slo else None
         r["finished"] = all(finished(row) for row in records)
         r["completion"] = float((g["completed"] / g["requests"]).min()) if len(g) else np.nan
+        r["overloaded"] = float(g["overloaded"].fillna(0).max()) if "overloaded" in g else 0.0
+        r["ttft_growth"] = float(g["ttft_growth"].max()) if "ttft_growth" in g else np.nan
         rows.append(r)
     agg = pd.DataFrame(rows)
     agg["series"] = [", ".join(f"{s}={r[s]}" for s in series if s in agg) for _, r in agg.iterrows()]
@@ -166,7 +168,9 @@ def marks(agg: pd.DataFrame) -> list[str]:
     cols = [c for c in IDENTITY_COLS if c in agg]
     for _, row in agg.iterrows():
         notes = []
-        if not row.get("finished", True):
+        if row.get("overloaded", 0) > 0:
+            notes.append(f"arrivals above service (late TTFT x{row.get('ttft_growth', float('nan')):.0f} the early)")
+        elif not row.get("finished", True):
             notes.append(f"did not finish ({row.get('completion', float('nan')):.0%} completed < "
                          f"{MIN_COMPLETION:.0%})")
         key = tuple(None if pd.isna(row[c]) else round(float(row[c]), 6) for c in cols)

@@ -52,12 +52,14 @@ def parse_slo(text: str) -> Condition:
 
 
 def finished(row: dict[str, Any]) -> bool:
-    """A point that ran and completed at least MIN_COMPLETION of its requests: only these can meet an SLO (a run
-    that dropped most of its requests has the latencies of the few that got through)."""
+    """A point that ran, completed at least MIN_COMPLETION of its requests and whose arrivals did not outrun its
+    service (`overloaded`, simroute.sim.metrics.overload): only these can meet an SLO. A run that dropped most of
+    its requests has the latencies of the few that got through; an overloaded one, latencies set by the trace's
+    length."""
     requests, completed = row.get("requests"), row.get("completed")
     return (row.get("status") == "ok" and isinstance(requests, (int, float)) and isinstance(completed, (int, float))
             and not math.isnan(requests) and not math.isnan(completed) and requests > 0
-            and completed >= MIN_COMPLETION * requests)
+            and completed >= MIN_COMPLETION * requests and row.get("overloaded") != 1.0)
 
 
 def meets(rows: list[dict[str, Any]], slo: tuple[str, ...]) -> bool:

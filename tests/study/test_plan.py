@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -112,3 +113,21 @@ def test_instances_auto_sizes_a_generated_corpus_to_the_cluster(tmp_path, hosts)
     assert cluster_instances(cfg, str(tmp_path / "s.yaml"), tmp_path) == hosts * 8 // 4
     payload, _ = prepare(cfg, str(tmp_path / "s.yaml"), tmp_path)
     assert payload["trace"]["params"]["instances"] == hosts * 2
+
+
+def test_overload_is_a_queue_that_keeps_growing():
+    from simroute.sim.metrics import OVERLOAD_MIN_REQUESTS, overload
+    arrival = np.arange(100, dtype=float)
+    steady = overload(arrival, np.full(100, 0.5))
+    growing = overload(arrival, 0.2 * arrival + 0.1)          # each request waits longer than the last
+    assert steady == {"ttft_growth": pytest.approx(1.0), "overloaded": False}
+    assert growing["overloaded"] and growing["ttft_growth"] == pytest.approx(17.5 / 7.5, rel=0.02)
+    fast = overload(arrival, 1e-3 * (arrival + 1))             # grows, but every TTFT is under 0.1 s
+    assert not fast["overloaded"]
+    assert overload(arrival[:OVERLOAD_MIN_REQUESTS - 1], arrival[:OVERLOAD_MIN_REQUESTS - 1])["overloaded"] is False
+    from simroute.study.search import finished
+    row = {"status": "ok", "requests": 100.0, "completed": 100.0}
+    assert finished(row) and not finished({**row, "overloaded": 1.0})
+    agg = pd.DataFrame({"config": ["a"], "finished": [False], "completion": [1.0], "overloaded": [1.0],
+                        "ttft_growth": [9.0]})
+    assert marks(agg) == ["arrivals above service (late TTFT x9 the early)"]

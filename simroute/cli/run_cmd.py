@@ -188,6 +188,10 @@ def _print_why(s: dict) -> None:
     horizons behind them, and one GPU's HBM at the busiest moment (summary.json `why`, `engine.hbm`)."""
     c = console()
     why, hbm = s.get("why"), s["engine"]["hbm"]
+    counts = s["primitive_counts"]
+    if counts["route"] + counts["fetch"] + counts["local"] == 0 and s["completed"]:
+        c.print("no chunk crossed instances: every attended chunk was resident on its requester or first touched "
+                "there, so the policy chose nothing and no policy can differ on this trace (no cross-instance reuse)")
     if why:
         med = why["median_output_tokens"]
         fmt = lambda v: "-" if v is None else f"{v:g}"

@@ -127,6 +127,8 @@ class Simulation:
                             progress=self.progress, time_scale=self.load.time_scale)
         ctx.env.process(arrivals.feed())
         ctx.env.run(until=self.cfg.until_s)
+        while self.cfg.until_s is None and any([engine.unblock() for engine in ctx.engines.engines]):
+            ctx.env.run()       # no event was left: idle engines broke a hold-and-wait deadlock (engine.unblock)
         wall = time.perf_counter() - t0
         rec = ctx.recorder
         for r in np.flatnonzero(rec.status == Status.PENDING):

@@ -109,3 +109,28 @@ def test_agents_at_a_qps_arrive_at_that_rate_in_order(tmp_path):
     again = generate("agents", tmp_path / "b.parquet", seed=3,
                      params={"documents": 3, "subagents": 100, "requests_per_agent": 5, "qps": 40.0})
     assert pq.read_table(again / "requests.parquet").equals(pq.read_table(trace / "requests.parquet"))
+
+
+def test_a_run_without_cross_instance_reuse_says_policies_cannot_differ(cli, tmp_path):
+    trace = _open_loop_trace(tmp_path / "t.parquet", n=3)
+    code, out, err = cli("run", "--trace", trace, "--model", "deepseek-v2-lite", "--tp", 1, "-o", tmp_path / "r")
+    assert code == 0, err
+    assert "no policy can differ on this trace" in " ".join(out.split())
+    fetch = tmp_path / "f.parquet"
+    from simroute.scenarios.traces import single_chunk_trace
+    single_chunk_trace(fetch, requester=8, holder=0)
+    code, out, err = cli("run", "--trace", fetch, "--model", "deepseek-v2-lite", "--tp", 1, "-o", tmp_path / "r2")
+    assert code == 0 and "no policy can differ" not in " ".join(out.split())
+
+
+def test_an_idle_engine_breaks_a_hold_and_wait_deadlock():
+    """The default trace on 2 hosts: one instance's waiting sub-agent requests hold the copies they fetched, which
+    fill the HBM their document's 96k-token root needs to be admitted; with no event left, FCFS admission stalled
+    26 of 100 requests. The idle engine admits the first waiting request that fits; all complete."""
+    from simroute.sim import Simulation
+    from simroute.sim.config import default_trace_path
+    sim = Simulation(RunConfig(topology="fattree", trace=str(default_trace_path()), calib="h100-ibgda", hosts=2,
+                               max_requests=100))
+    s = sim.run().summary
+    assert s["completed"] == 100 and s["dropped_by_reason"] == {}
+    assert all(not engine.waiting and not engine.running for engine in sim.ctx.engines.engines)

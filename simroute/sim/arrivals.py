@@ -72,10 +72,11 @@ def arrival_load(trace: str, n_requests: int, *, qps: float | None, time_scale: 
     first = last = None
     count = seen = 0
     for batch in iter_request_batches(trace, columns=["arrival_s", "after_id"]):
-        arrival = batch.column(0).to_numpy()[: n_requests - seen]
-        after = batch.column(1).to_numpy()[: n_requests - seen]
+        # nulls read as NaN (-1 for after_id) and are left out: the request checker names them when the run reads them
+        arrival = batch.column(0).to_numpy(zero_copy_only=False).astype(float)[: n_requests - seen]
+        after = batch.column(1).fill_null(-1).to_numpy(zero_copy_only=False)[: n_requests - seen]
         seen += len(arrival)
-        open_loop = arrival[(after < 0) | (after >= n_requests)]
+        open_loop = arrival[((after < 0) | (after >= n_requests)) & np.isfinite(arrival)]
         if open_loop.size:
             first = float(open_loop[0]) if first is None else first
             last = float(open_loop[-1])

@@ -91,7 +91,8 @@ def test_macro_steps_keep_ttft_and_bound_the_tpot_error(tmp_path):
         "suffix_tokens": 256, "output_tokens": 128, "think_s": 1.0})
     h100 = tmp_path / "fattree-h100.yaml"       # the default fat-tree with the fabric's H100s (as measured before)
     h100.write_text(default_topology_path().read_text().replace("gpu: h200-sxm", "gpu: h100-sxm"))
-    base = dict(topology=str(h100), trace=str(trace), calib=str(default_profile_path()), policy="always-route")
+    base = dict(topology=str(h100), trace=str(trace), calib=str(default_profile_path()), policy="always-route",
+                **PAPER_DEPLOYMENT)
     exact = simulate(RunConfig(decode_steps_per_event=1, **base)).summary
     for s in (4, 16):
         macro = simulate(RunConfig(decode_steps_per_event=s, **base)).summary

@@ -39,7 +39,7 @@ BUGS = {
     "pins-ignored-on-eviction": (HBM, "if self.evictable(key):", "if True:"),
     "pinned-chunk-overcommits-hbm": (HBM, "if blocks > self.free_blocks:", "if False:"),
     # engine admission, preemption, iteration cost
-    "running-cap-ignored": (ENGINE, "if len(self.running) >= self.options.max_running:", "if False:"),
+    "running-cap-ignored": (ENGINE, "if len(self.running) >= self.options.max_running or", "if False or"),
     "preempts-earliest-admitted": (ENGINE, "self._preempt(max(self.running, key=lambda s: s.admit_order))",
                                    "self._preempt(min(self.running, key=lambda s: s.admit_order))"),
     "preempted-goes-to-the-back": (ENGINE, "self.waiting.appendleft(seq)", "self.waiting.append(seq)"),
@@ -50,13 +50,13 @@ BUGS = {
                                            "return tokens * earlier + tokens"),
     "decode-ignores-resident-chunks": (ENGINE, "ctx = seq.resident_tokens + seq.prompt + seq.generated",
                                        "ctx = seq.prompt + seq.generated"),
-    "macro-event-past-a-completion": (ENGINE, "min(s.remaining_decode for s in decode)",
-                                      "max(s.remaining_decode for s in decode)"),
+    "macro-event-past-a-completion": (ENGINE, "if left < least:\n                    least = left",
+                                      "if left > least:\n                    least = left"),
     "overlap-hides-all-compute": (ENGINE, "dt = max(compute, compute / 2 + exch)", "dt = max(compute, exch)"),
     # schedulers
-    "sarathi-decodes-outside-budget": (SCHEDULER, "budget = opts.token_budget - len(decode)",
-                                       "budget = opts.token_budget"),
-    "vllm-token-budget-ignored": (SCHEDULER, "if prefill and used + tokens > budget:", "if False:"),
+    "sarathi-decodes-outside-budget": (SCHEDULER, "budget = options.token_budget - len(decode)",
+                                       "budget = options.token_budget"),
+    "vllm-token-budget-ignored": (SCHEDULER, "if prefilling and used + tokens > budget:", "if False:"),
     # routed exchanges (engine/exchange.py): per (request, holder, layer), holder waits
     "merge-time-dropped": (EXCHANGE, "rt = out + kernel + back + self.merge_s", "rt = out + kernel + back"),
     "exchange-once-not-per-layer": (EXCHANGE, "return ex * worst,", "return worst,"),

@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FAST_TESTS = ["tests/sim/test_servers.py", "tests/sim/test_cluster.py", "tests/sim/test_replica.py",
               "tests/sim/test_policies.py",
               "tests/sim/test_semantics.py", "tests/sim/test_config.py", "tests/sim/engine/test_instance_engine.py",
-              "tests/sim/engine/test_engine_closed_form.py", "tests/sim/test_sparse_engine.py"]
+              "tests/sim/engine/test_engine_closed_form.py", "tests/sim/test_sparse_engine.py",
+              "tests/sim/engine/test_engine_progress.py", "tests/sim/engine/test_scheduler.py"]
 FAST_TESTS += sorted(str(path.relative_to(ROOT)) for path in ROOT.glob("tests/sim/**/test_planted_*.py"))
 FAST_TESTS += [name for name in ("tests/sim/engine/test_hbm.py",) if (ROOT / name).exists()]
 
@@ -52,6 +53,13 @@ BUGS = {
                                        "ctx = seq.prompt + seq.generated"),
     "macro-event-past-a-completion": (ENGINE, "if left < least:\n                    least = left",
                                       "if left > least:\n                    least = left"),
+    # progress under HBM pressure (issue 24): a sequence that can never fit, the growth room admission keeps,
+    # a victim re-admitted in the plan that preempted it, an idle engine behind a head that does not fit
+    "never-fits-judged-by-prompt": (ENGINE, "if blocks_for(seq.peak_tokens) >", "if blocks_for(seq.prompt) >"),
+    "admission-forgets-growth": (ENGINE, "decoding * self._growth_blocks) if decoding else 0",
+                                 "len(self.running)) if self.running else 0"),
+    "victim-readmitted-at-once": (ENGINE, "or (self._held and seq in self._held):", ":"),
+    "idle-engine-waits-behind-head": (ENGINE, "plan = self._plan_past_the_head()", "pass"),
     "overlap-hides-all-compute": (ENGINE, "dt = max(compute, compute / 2 + exch)", "dt = max(compute, exch)"),
     # schedulers
     "sarathi-decodes-outside-budget": (SCHEDULER, "budget = options.token_budget - len(decode)",

@@ -10,7 +10,7 @@ import simpy
 
 from fakes import FakeStep
 from simroute.sim.engine import Sequence, blocks_for
-from simroute.sim.engine.sequence import DONE, NEVER_FITS, THRASHED
+from simroute.sim.engine.sequence import DECODE, DONE, NEVER_FITS, THRASHED
 
 # the shortest iteration FakeStep can run: overhead + every layer's weights read once
 MIN_ITERATION_S = FakeStep.overhead_s + FakeStep.layers * FakeStep.weight_s_per_layer
@@ -127,3 +127,30 @@ def test_an_idle_engine_admits_past_a_head_that_waits_for_copies_pinned_behind_i
     env.run(until=100.0)
     assert small.phase == DONE and big.phase == DONE and big.generated == 10
     assert big.t_scheduled >= small.t_done and eng.hbm.evictions == 1
+
+
+def test_admission_keeps_one_events_growth_of_every_sequence_that_decodes_next(make_engine):
+    """128 steps per event: a decoding sequence may take 2 blocks an event. With 8 decoding, admission leaves
+    16 blocks (more than vLLM's 1% watermark, 10 of 1000); a prefilled arrival decodes at once and counts
+    itself (18)."""
+    env = simpy.Environment()
+    eng = make_engine(env, hbm_tokens=64_000, steps_per_event=128)
+    assert eng.hbm.capacity_blocks == 1000
+    for i in range(8):
+        seq = Sequence(i, 640, 500)
+        seq.phase, seq.prefilled, seq.generated, seq.blocks = DECODE, 640, 1, 10
+        eng.running.append(seq)
+    assert eng.hbm.reserve_kv(80)
+    free = eng.hbm.free_blocks
+    for need, room, prefilled, admitted in ((free - 15, 16, False, False), (free - 16, 16, False, True),
+                                            (free - 17, 18, True, False), (free - 18, 18, True, True)):
+        seq = Sequence(100 + need, need * 64, 10)
+        if prefilled:
+            seq.prefilled, seq.generated = seq.prompt, 1
+        eng.waiting.clear()
+        eng.waiting.append(seq)
+        assert eng.admit(seq) is admitted, (need, room)
+        if admitted:
+            assert eng.hbm.free_blocks == room
+            eng.running.remove(seq)
+            eng.hbm.release_kv(seq.blocks)

@@ -50,6 +50,7 @@ class ChunkCopies:
         self.engines, self.holders, self.pins, self.tokens = engines, holders, pins, tokens
         # each chunk's KV blocks, once (asked per chunk of every request: a numpy scalar read costs more)
         self._blocks = [blocks_for(int(t)) for t in np.asarray(tokens).tolist()]
+        self._hbm = [eng.hbm for eng in engines.engines]    # by instance id (asked per chunk, too)
         self.held = {(ci, eid) for ci, instances in enumerate(holders) for eid in instances}
         self.fell_back = 0              # fetches that did not fit in the requester's HBM (routed instead)
         for eng in engines.engines:
@@ -87,7 +88,7 @@ class ChunkCopies:
     def fits_blocks(self, need: int, eid: int) -> bool:
         """Whether `need` blocks of copies could be had on eid now (free, or by evicting unpinned copies). Scans
         the copies LRU first and stops once enough are found (pinned copies are the recently used ones)."""
-        hbm = self.engines[eid].hbm
+        hbm = self._hbm[eid]
         room = hbm.free_blocks
         if room >= need:
             return True
@@ -102,16 +103,17 @@ class ChunkCopies:
     def reserve(self, ci: int, eid: int, keep_free_tokens: int = 0) -> bool:
         """Blocks for a copy about to arrive (fetch): taken now (LRU-evicting unpinned copies), leaving room
         for `keep_free_tokens` of KV (the request's own); False if they cannot be had, and nothing changed."""
-        return self.engines[eid].hbm.add_copy(ci, self.blocks(ci), keep_free=blocks_for(keep_free_tokens))
+        return self._hbm[eid].add_copy(ci, self._blocks[ci], keep_free=blocks_for(keep_free_tokens))
 
     def arrived(self, ci: int, eid: int) -> None:
         """The reserved copy is in HBM: from now on the instance holds the chunk."""
-        if (ci, eid) not in self.held:
-            self.held.add((ci, eid))
+        key = (ci, eid)
+        if key not in self.held:
+            self.held.add(key)
             self.holders[ci].append(eid)
 
     def touch(self, ci: int, eid: int) -> None:
-        self.engines[eid].hbm.touch(ci)
+        self._hbm[eid].touch(ci)
 
     def reprefill(self, chunks: list[int], eid: int, rid: int) -> simpy.Event:
         """Prefill `chunks` on instance eid as engine work (one sequence of their tokens, no output) whose KV

@@ -268,10 +268,10 @@ class InstanceEngine:
         self._arm(duration)
 
     def _plan_past_the_head(self) -> Plan:
-        """Nothing runs and the head of the queue does not fit: the blocks it waits for are copies pinned by
-        requests queued behind it (a re-prefilled chunk's request waits for its own sequence), which only
-        they can release. Plan with the sequences behind it, FCFS, keeping the head (and any others that do
-        not fit) at the front of the queue."""
+        """Nothing runs and the head of the queue does not fit: the blocks it waits for are copies that requests
+        queued behind it hold (fetched or re-prefilled for them, pinned until they finish), which only they can
+        release (hold-and-wait). Plan with the sequences behind it, FCFS, keeping the head (and any others
+        that do not fit) at the front of the queue."""
         blocked: list[Sequence] = []
         plan = Plan()
         while plan.empty and self.waiting:

@@ -27,7 +27,8 @@ FAST_TESTS += sorted(str(path.relative_to(ROOT)) for path in ROOT.glob("tests/si
 FAST_TESTS += [name for name in ("tests/sim/engine/test_hbm.py",) if (ROOT / name).exists()]
 
 ENGINE, EXCHANGE, HBM = "simroute/sim/engine/engine.py", "simroute/sim/engine/exchange.py", "simroute/sim/engine/hbm.py"
-SCHEDULER, SELECTION = "simroute/sim/engine/scheduler.py", "simroute/sim/selection.py"
+SARATHI, VLLM = "simroute/sim/schedulers/sarathi.py", "simroute/sim/schedulers/vllm.py"
+SELECTION = "simroute/sim/selection.py"
 
 # name -> (file, exact text, replacement): each a behaviour on a request's path a reviewer would call a bug
 BUGS = {
@@ -54,9 +55,9 @@ BUGS = {
                                       "max(s.remaining_decode for s in decode)"),
     "overlap-hides-all-compute": (ENGINE, "dt = max(compute, compute / 2 + exch)", "dt = max(compute, exch)"),
     # schedulers
-    "sarathi-decodes-outside-budget": (SCHEDULER, "budget = opts.token_budget - len(decode)",
+    "sarathi-decodes-outside-budget": (SARATHI, "budget = opts.token_budget - len(decode)",
                                        "budget = opts.token_budget"),
-    "vllm-token-budget-ignored": (SCHEDULER, "if prefill and used + tokens > budget:", "if False:"),
+    "vllm-token-budget-ignored": (VLLM, "if prefill and used + tokens > budget:", "if False:"),
     # routed exchanges (engine/exchange.py): per (request, holder, layer), holder waits
     "merge-time-dropped": (EXCHANGE, "rt = out + kernel + back + self.merge_s", "rt = out + kernel + back"),
     "exchange-once-not-per-layer": (EXCHANGE, "return ex * worst,", "return worst,"),
@@ -78,12 +79,12 @@ BUGS = {
     # replica choice, placement, fetch, policy
     "nearest-replica-ignored": ("simroute/sim/holder.py", "latency = list(map(row.__getitem__, holders))",
                                 "latency = [0.0] * len(holders)"),
-    "placement-capacity-ignored": ("simroute/sim/placement.py",
+    "placement-capacity-ignored": ("simroute/sim/placements/base.py",
                                    "if used[inst] + size <= capacity_bytes and inst not in holders[ci]:",
                                    "if inst not in holders[ci]:"),
-    "staging-elbow-ignored": ("simroute/sim/holder.py", "return r / (1 - self.gain * (c - 1) / (e - 1))",
+    "staging-elbow-ignored": ("simroute/sim/staging.py", "return r / (1 - self.gain * (c - 1) / (e - 1))",
                               "return r"),
-    "staging-oversubscription-ignored": ("simroute/sim/holder.py",
+    "staging-oversubscription-ignored": ("simroute/sim/staging.py",
                                          "return r / (1 - self.gain) * max(1 - self.loss * (c - e) / e, 0.05)",
                                          "return r / (1 - self.gain)"),
     "tp-ignored-in-fetch": ("simroute/sim/request.py", "nbytes / ctx.config.tp,", "nbytes,"),

@@ -18,13 +18,13 @@ from simroute.checks import check_number
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.model.geometry import WEIGHT_DTYPE_BYTES
 from simroute.model.steptime import KV_LAYOUTS
-from simroute.network.routing import ROUTING_STRATEGIES
-from simroute.sim.engine.exchange import HOLDER_MODES
-from simroute.sim.engine.scheduler import SCHEDULERS
-from simroute.sim.placements import PLACEMENTS
-from simroute.sim.policies import POLICIES
-from simroute.sim.registry import Registry
-from simroute.sim.routers import ROUTERS
+from simroute.sim.registry import Registry, registry
+from simroute.sim.vocab import HOLDER_MODES
+
+# Names are checked against the registries of their kinds: each loads its plug-in package on first read, so
+# this value object imports none of them (simroute/sim/registry.py).
+POLICIES, ROUTERS, PLACEMENTS = registry("policy"), registry("router"), registry("placement")
+SCHEDULERS, ROUTINGS = registry("scheduler"), registry("routing")
 
 ROUTE_EXCHANGES = ("per-layer", "once")
 
@@ -64,7 +64,7 @@ class RunConfig:
                               "default h100-ibgda.")
     model: str = setting("deepseek-v2-lite", "Model geometry.")
     policy: str = setting("paper", "Route / fetch / local policy.", choices=POLICIES)
-    routing: str = setting("ecmp", "Path selection for bulk flows.", choices=ROUTING_STRATEGIES)
+    routing: str = setting("ecmp", "Path selection for bulk flows.", choices=ROUTINGS)
     seed: int = setting(0, "Seed: a run is a pure function of its inputs and this.", minimum=0)
     route_exchanges: str = setting("per-layer", "per-layer (exact: one exchange per layer) or once (the paper's "
                                                 "accounting).", choices=ROUTE_EXCHANGES)

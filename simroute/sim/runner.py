@@ -30,10 +30,9 @@ from simroute.sim.engine import BLOCK_TOKENS, EngineOptions
 from simroute.sim.engine.build import EngineSet
 from simroute.sim.engine.serving import ChunkCopies
 from simroute.sim.metrics import Recorder, holder_summary, holder_table, summarise, write_outputs
-from simroute.sim.placements import PLACEMENTS
-from simroute.sim.policies import POLICIES
-from simroute.sim.request import launch, path_share_Bps
-from simroute.sim.routers import ROUTERS
+from simroute.sim.launch import launch
+from simroute.sim.registry import registry, run_rng
+from simroute.sim.request import path_share_Bps
 from simroute.sim.vocab import DropReason, Status
 from simroute.workload import read_chunks, read_trace_meta
 from simroute.workload.validate import check_chunks
@@ -76,8 +75,8 @@ class Simulation:
         compute = ComputeModel(params)
         self.meta = read_trace_meta(cfg.trace)
         chunks, self._sorted_chunk_ids = read_chunk_store(cfg.trace, compute.kv_bytes_per_token)
-        popularity = attendance_counts(cfg.trace, chunks.ids) if PLACEMENTS.get(cfg.placement).needs_popularity \
-            else None
+        needs_popularity = registry("placement").get(cfg.placement).needs_popularity
+        popularity = attendance_counts(cfg.trace, chunks.ids) if needs_popularity else None
         gpus = topology.gpus[::cfg.tp]
         fabric_of = lambda a, b: cluster.fabric(cluster.instances[a], cluster.instances[b])
         engines = EngineSet(env, profile, model=cfg.model, tp=cfg.tp, gpus=gpus,
@@ -99,7 +98,9 @@ class Simulation:
             compute=compute, model=ScalarModel(params),
             floor_model=ScalarModel(replace(params, host_overhead=False)),   # the simulator charges no host overhead
             cluster=cluster,
-            policy=POLICIES.get(cfg.policy)(), router=ROUTERS.get(cfg.router)(), recorder=Recorder(self.n_requests),
+            policy=registry("policy").create(cfg.policy, cfg, run_rng(cfg.seed, "policy")),
+            router=registry("router").create(cfg.router, cfg, run_rng(cfg.seed, "router")),
+            recorder=Recorder(self.n_requests),
             engines=engines, copies=copies)
 
     # ---- shortcuts for scenario code ---------------------------------------------------------------------

@@ -157,6 +157,11 @@ class Profile:
         shipped = shipped_dir() / "gpus" / f"{name}.yaml"
         return shipped if len(Path(name).parts) == 1 and shipped.exists() else None
 
+    def gpu_entry_names(self) -> list[str]:
+        """Every GPU entry a run may name: this profile's, then the shipped calib/gpus/*.yaml."""
+        shipped = sorted(path.stem for path in (shipped_dir() / "gpus").glob("*.yaml"))
+        return list(self.gpus) + [name for name in shipped if name not in self.gpus]
+
     def instance_gpu(self, intra_host_fabric: str | None = None) -> str:
         """The GPU of an instance whose hosts' intra-host fabric is `intra_host_fabric` (the fabric's `gpu:`),
         else the profile's `gpu:`."""

@@ -63,6 +63,9 @@ class RunConfig:
     calib: str = setting(help="Calibration profile: a YAML path or a shipped name (see `simroute calib list`); "
                               "default h100-ibgda.")
     model: str = setting("deepseek-v2-lite", "Model geometry.")
+    gpu: str | None = setting(None, "GPU entry of the instances: a name in the profile's gpus or a shipped "
+                                    "calib/gpus/NAME.yaml (see `simroute calib list`); the topology's hosts.gpu if "
+                                    "unset.")
     policy: str = setting("paper", "Route / fetch / local policy.", choices=POLICIES)
     routing: str = setting("ecmp", "Path selection for bulk flows.", choices=ROUTINGS)
     seed: int = setting(0, "Seed: a run is a pure function of its inputs and this.", minimum=0)

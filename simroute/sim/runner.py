@@ -17,6 +17,8 @@ import numpy as np
 import simpy
 
 from simroute.calib import load_profile
+from simroute.calib.profile import Profile
+from simroute.errors import UnknownNameError
 from simroute.ioutil import sha256_file
 from simroute.model.scalar import ScalarModel
 from simroute.network import FlowEngine, load_topology
@@ -56,6 +58,16 @@ def read_chunk_store(trace: str, kv_bytes_per_token: float) -> tuple[ChunkStore,
     return store, sorted_ids
 
 
+def run_gpu(cfg: RunConfig, hosts_gpu: str | None, profile: Profile) -> str | None:
+    """The GPU entry a run's instances use: `--gpu` (which must name an entry), else the topology's hosts.gpu
+    (which may be a label that names none: the profile's instance GPU then)."""
+    if cfg.gpu is None:
+        return hosts_gpu
+    if profile.gpu_entry_file(cfg.gpu) is None:
+        raise UnknownNameError("gpu", cfg.gpu, profile.gpu_entry_names())
+    return cfg.gpu
+
+
 class Simulation:
     """One run. `run()` returns a RunResult; `simulate()` below also writes it.
 
@@ -68,6 +80,7 @@ class Simulation:
         self.progress = progress
         topology = load_topology(cfg.topology)
         profile = load_profile(cfg.calib)
+        self.gpu = run_gpu(cfg, topology.spec.gpu, profile)
         params = profile.cost_params(cfg.model, route_exchanges=cfg.route_exchanges, prefill_us=cfg.prefill_us)
         env = simpy.Environment()
         network = FlowEngine(env, topology, routing=cfg.routing, seed=cfg.seed, record_series=cfg.link_series,
@@ -83,7 +96,7 @@ class Simulation:
                             intra_host_fabric=topology.spec.intra.fabric, network=network, fabric_of=fabric_of,
                             options=engine_options(cfg), exchanges_per_step=params.exchanges,
                             merge_s=params.merge_s, hbm_gb=cfg.hbm_gb, record=cfg.telemetry,
-                            host_gpu=topology.spec.gpu, weight_dtype=cfg.weights, kv_layout=cfg.kv_layout)
+                            host_gpu=self.gpu, weight_dtype=cfg.weights, kv_layout=cfg.kv_layout)
         # Canonical chunks may pin `chunk_hbm_share` of what the weights leave (in the chunks' byte units).
         chunk_capacity = (engines[0].hbm.capacity_blocks * BLOCK_TOKENS * compute.kv_bytes_per_token
                           * cfg.chunk_hbm_share) if len(engines) else 0.0
@@ -138,7 +151,7 @@ class Simulation:
         cfg, ctx = self.cfg, self.ctx
         cluster, topology = ctx.cluster, ctx.topology
         calib_files = list(ctx.profile.files)
-        gpu_file = ctx.profile.gpu_entry_file(topology.spec.gpu)    # the hosts' GPU entry, when read from a file
+        gpu_file = ctx.profile.gpu_entry_file(self.gpu)    # the instances' GPU entry, when read from a file
         if gpu_file is not None and str(gpu_file) not in map(str, calib_files):
             calib_files.append(gpu_file)
         calib = hashlib.sha256("".join(sha256_file(f) for f in calib_files).encode()).hexdigest()

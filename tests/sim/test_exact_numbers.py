@@ -1,0 +1,133 @@
+"""Exact values of the simulator's small formulas: summary percentiles against numpy, the token-weighted
+inter-token latency percentiles, KV blocks, the affinity router's headroom, the adaptive policy's path
+penalty, and the hash placement's probe order. A wrong factor, rounding or threshold fails here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simroute.calib import load_profile
+from simroute.model.scalar import ScalarModel
+from simroute.sim.engine.hbm import BLOCK_TOKENS, blocks_for
+from simroute.sim.engine.log import IterationLog
+from simroute.sim.metrics import percentiles
+from simroute.sim.placements.hashed import HashPlacement
+from simroute.sim.policies.adaptive import AdaptivePolicy
+from simroute.sim.policies.base import DecisionContext, LiveState, RequestShape
+from simroute.sim.request_spec import RequestSpec
+from simroute.sim.routers.affinity import AffinityRouter
+
+PARAMS = load_profile("h100-ibgda").cost_params()
+IB = PARAMS.fabric_id("h100-ibgda")       # single-block and bulk both 25 GB/s
+
+
+# ---- summary percentiles ---------------------------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(min_value=0, max_value=1e3, allow_nan=False), min_size=1, max_size=200),
+       st.integers(min_value=0, max_value=5))
+def test_summary_percentiles_are_numpys_of_the_finite_values_in_ms(values, missing):
+    x = np.array(values + [np.nan] * missing + [np.inf] * (missing // 2))
+    finite = np.array(values)
+    out = percentiles(x)
+    p50, p95, p99 = np.percentile(finite, [50, 95, 99]) * 1e3
+    assert out == {"mean": float(finite.mean() * 1e3), "p50": float(p50), "p95": float(p95), "p99": float(p99),
+                   "max": float(finite.max() * 1e3)}
+
+
+def test_summary_percentiles_by_hand():
+    out = percentiles(np.arange(1, 101) / 1e3)          # 1 .. 100 ms
+    assert (out["p50"], out["p95"], out["p99"], out["max"]) == pytest.approx((50.5, 95.05, 99.01, 100.0))
+    assert percentiles(np.array([np.nan]))["p95"] is None
+
+
+def test_inter_token_percentiles_weigh_each_gap_by_its_tokens():
+    log = IterationLog()
+    for seconds, tokens in ((0.001, 3.0), (0.002, 1.0), (0.003, 1.0)):     # 3 tokens saw 1 ms, 1 saw 2, 1 saw 3
+        log.gap(seconds, tokens)
+    out = log.itl_percentiles()
+    assert out["p50"] == 1.0 and out["p95"] == 3.0 and out["max"] == 3.0      # cumulative 0.6, 0.8, 1.0
+    assert out["mean"] == pytest.approx((3 * 1 + 2 + 3) / 5)
+
+
+# ---- KV blocks ---------------------------------------------------------------------------------------
+def test_a_partly_filled_block_is_a_whole_block():
+    assert BLOCK_TOKENS == 64
+    assert [blocks_for(t) for t in (0, 1, 63, 64, 65, 96, 127.9, 128, 129)] == [0, 1, 1, 1, 2, 2, 2, 2, 3]
+
+
+@given(st.integers(min_value=1, max_value=10**7))
+def test_blocks_hold_the_tokens_with_less_than_one_block_to_spare(tokens):
+    blocks = blocks_for(tokens)
+    assert (blocks - 1) * BLOCK_TOKENS < tokens <= blocks * BLOCK_TOKENS
+
+
+# ---- thresholds ----------------------------------------------------------------------------------------
+class _Cluster:
+    def __init__(self, active):
+        self.active = np.array(active, dtype=np.int64)
+        self.instances = list(range(len(active)))
+
+
+def test_affinity_spills_only_past_its_headroom():
+    router = AffinityRouter()
+    assert AffinityRouter.HEADROOM == 1
+    assert not router.overloaded(0, _Cluster([2, 1, 1]))        # 2 <= 1 + 1: stays
+    assert router.overloaded(0, _Cluster([3, 1, 1]))            # 3 > 1 + 1: spills
+    assert not router.overloaded(1, _Cluster([3, 1, 1]))
+
+
+def test_affinity_spill_is_two_hashed_choices_by_request_id():
+    from simroute.network.hashing import mix64
+    router, cluster = AffinityRouter(), _Cluster([0, 0, 0, 0, 0])
+    spec = RequestSpec(12345, -1, -1, 16, 2, [], [], 0, 0)
+    key = mix64(12345)
+    first, second = key % 5, (key >> 32) % 5
+    cluster.active[[first, second]] = [1, 2] if first != second else [1, 1]
+    picked = router.spill(spec, cluster, np.zeros(5))
+    assert picked == first                                       # the less loaded of the two
+
+
+def _ctx(live, tp=1):
+    shape = RequestShape(mq_first=256.0, mq_step=16.0, steps=1, tokens=2048.0, fabric=IB, cached=False, tp=tp)
+    return DecisionContext(shape, live, PARAMS, ScalarModel(PARAMS))
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_adaptive_path_penalty_by_hand(tp):
+    # a path sharing 0.1 GB/s instead of the fabric's 25 GB/s: route's 27 exchanges x 272 query rows x 2184
+    # bytes, and fetch's 2048 tokens x 1152 bytes x 27 layers, each per rank (1/tp), at 1/0.1e9 - 1/25e9 s/B
+    base = _ctx(None, tp).horizon()
+    crowded = AdaptivePolicy.adjusted(_ctx(LiveState(0.0, 0.1e9, True), tp))
+    per_byte = 1 / 0.1e9 - 1 / 25e9
+    assert crowded.route - base.route == pytest.approx(27 * 272 * 2184 / tp * per_byte, rel=1e-9)
+    assert crowded.fetch - base.fetch == pytest.approx(2048 * 1152 * 27 / tp * per_byte, rel=1e-9)
+    queued = AdaptivePolicy.adjusted(_ctx(LiveState(1e-3, None, True), tp))
+    assert queued.route - base.route == pytest.approx(1e-3 * 2 * 27, rel=1e-9)     # (1 + steps) x exchanges
+
+
+# ---- hash placement's probe -------------------------------------------------------------------------------
+@given(st.integers(min_value=2, max_value=40), st.integers(min_value=0, max_value=2**64 - 1))
+def test_the_hash_probe_visits_every_instance_once(instances, chunk_hash):
+    order = list(HashPlacement(seed=0).candidates(chunk_hash, instances))
+    assert sorted(order) == list(range(instances))
+    assert order[0] == chunk_hash % instances
+
+
+# ---- HBM block accounting --------------------------------------------------------------------------------
+def test_hbm_budget_counts_blocks_by_hand():
+    from simroute.sim.engine.hbm import HbmBudget
+    # 1 GB of HBM, 0.2 GB of weights, 1000 bytes of KV a token: 64,000-byte blocks, 12,500 of them
+    hbm = HbmBudget(1e9, 0.2e9, 1000.0)
+    assert (hbm.block_bytes, hbm.capacity_blocks, hbm.free_blocks) == (64_000, 12_500, 12_500)
+    assert hbm.pin(500) and hbm.reserve_kv(10_000) and hbm.add_copy("a", 1_000) and hbm.add_copy("b", 900)
+    assert hbm.free_blocks == 100 and hbm.free_bytes == 100 * 64_000
+    assert not hbm.pin(101) and hbm.pinned_blocks == 500            # a pin never evicts
+    assert hbm.add_copy("c", 1_050)                                 # evicts "a" alone (LRU): 1,100 free
+    assert list(hbm.copies) == ["b", "c"] and hbm.free_blocks == 50 and hbm.evictions == 1
+    assert not hbm.reserve_kv(2_001) and hbm.kv_blocks == 10_000    # 50 + 900 + 1,050 < 2,001: nothing moves
+    hbm.release_kv(4_000)
+    hbm.check()
+    assert hbm.free_blocks == 4_050 and hbm.peak_kv_blocks == 10_000

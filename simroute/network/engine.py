@@ -36,11 +36,13 @@ import simpy
 from simpy.events import NORMAL
 
 from simroute.errors import UnknownNameError
-from simroute.network.hashing import SPORT_MAX, SPORT_MIN, flow_key, mix64
+from simroute.network.hashing import SPORT_MAX, SPORT_MIN
 from simroute.network.kernels import SolverBackend, compiled_available, solver_backend
 from simroute.network.maxmin import Group, fill
 from simroute.network.messages import MessageModel, MessageRoute
-from simroute.network.routing import ARK_ELEPHANT_BYTES, ARK_HASH_S, ARK_LOOKUP_S, ROUTING_STRATEGIES, ROUTINGS
+from simroute.network.paths import PathService
+from simroute.network.routing import (ARK_ELEPHANT_BYTES, ARK_HASH_S, ARK_LOOKUP_S, ROUTING_STRATEGIES, ROUTINGS,
+                                     ArkSettings)
 from simroute.network.telemetry import FULL_LOAD, Telemetry
 from simroute.network.topology import EngineTopology
 
@@ -240,12 +242,11 @@ class FlowEngine:
         if routing not in ROUTING_STRATEGIES:
             raise UnknownNameError("routing", routing, ROUTINGS)
         self.env, self.topology, self.routing, self.seed = env, topology, routing, int(seed)
-        self.ark_elephant_bytes = float(ark_elephant_bytes)
-        self.ark_delay_s = ark_hash_s + ark_lookup_s
-        self.port_search = int(port_search)
+        self.paths = PathService(topology, self.seed)     # paths, latency, ECMP, reservations (routing, messages)
+        self.ark = ArkSettings(float(ark_elephant_bytes), ark_hash_s + ark_lookup_s, int(port_search))
         self.rate_tolerance = float(rate_tolerance)
         self._slack = max(self.rate_tolerance, _EPS)
-        self.strategy = ROUTING_STRATEGIES[routing](self)
+        self.strategy = ROUTING_STRATEGIES[routing](self.paths, self.ark)
         self._spine_of = hasattr(topology, "spine_of")
         if solver not in ("auto", "numba", "numpy"):
             raise UnknownNameError("solver", solver, ("auto", "numba", "numpy"))
@@ -259,10 +260,8 @@ class FlowEngine:
         self._ports: list[int] = []
         n_links = len(topology.links)
         self.cap: list[float] = [link.capacity_Bps for link in topology.links]
-        self._latency = [link.latency_s for link in topology.links]
         self.load: list[float] | np.ndarray = [0.0] * n_links   # committed bulk load per link (B/s)
         self.link_n: list[int] = [0] * n_links                   # active bulk flows per link
-        self.reserved: list[int] = [0] * n_links                 # routing reservation table (middle links)
         self._link_groups: list[set[Group]] = [set() for _ in range(n_links)]
         self._groups: dict[tuple, Group] = {}
         self._heap: list[tuple[float, int, int, Group]] = []
@@ -275,7 +274,9 @@ class FlowEngine:
         self._wake_pool: list[simpy.Event] = []
         self._stamp = 0
         self._fid = 0
-        self.version = 0                     # bumps on every bulk change (message share caches key on it)
+        # public, read-only to others: moves whenever bulk flows change (a start, a finish, a re-rating), so a
+        # cache of link shares keys on it (the message model's routes); a plain attribute: read per message
+        self.bulk_version = 0
         self.n_active = 0
         self.rerates = 0                     # solver rounds (fill calls and full solves)
         self.rerated_groups = 0
@@ -333,9 +334,7 @@ class FlowEngine:
             elif nbytes > 0 and topo.n_choices(src_index, dst_index) > 1:
                 index, sport, reserved, delay = self.strategy.choose(src_index, dst_index, nbytes, sport)
             links, spine = topo.path_ids(src_index, dst_index, index)
-        latency, table = 0.0, self._latency
-        for link in links:
-            latency += table[link]
+        latency = self.paths.latency_s(links)
         flow = _Flow(self._fid, src, dst, nbytes, env.now, links, spine, sport, tag, event, latency, reserved,
                      INF if rate_cap_Bps is None else float(rate_cap_Bps))
         flow.delay = delay               # the routing controller's time before it enters the network
@@ -531,7 +530,7 @@ class FlowEngine:
         """
         self._stamp += 1
         stamp = self._stamp
-        self.version += 1
+        self.bulk_version += 1
         solving = [group for group in seeds if group.n > 0]
         check = set(dirty)
         for group in solving:
@@ -653,7 +652,7 @@ class FlowEngine:
         self._core_due = next_due
         if status > 0:
             self.rerates += 1
-            self.version += 1
+            self.bulk_version += 1
             self.rerated_groups += solved
             if status == _CORE_ABORT:
                 self.cascade_aborts += 1
@@ -757,7 +756,7 @@ class FlowEngine:
             self.cascade_aborts += 1
             return False
         self.rerates += 1
-        self.version += 1
+        self.bulk_version += 1
         self.rerated_groups += len(solved)
         self._commit_slots(now, solved, rate, bn, _SAME)
         return True
@@ -768,7 +767,7 @@ class FlowEngine:
         self.rerates += 1
         self.full_solves += 1
         self.rerated_groups += count
-        self.version += 1
+        self.bulk_version += 1
         if count == 0:
             return
         rate, bn = self.backend.fill_groups(columns.links[:, :count], columns.flows[:count], columns.cap[:count],
@@ -830,8 +829,7 @@ class FlowEngine:
 
     def _complete(self, flow: _Flow, at: float) -> None:
         if flow.reserved is not None:
-            for link in flow.reserved:
-                self.reserved[link] -= 1
+            self.paths.release(flow.reserved)
         if flow.spine is not None and flow.links and flow.nbytes > 0:
             self.telemetry.spine_change(flow.spine, -1, self.env.now)
         record = FlowRecord(flow.fid, flow.src, flow.dst, flow.nbytes, flow.start, at, flow.links, flow.spine,
@@ -917,12 +915,7 @@ class FlowEngine:
         """Bytes of every latency-bound message sent so far."""
         return self.messages.total_bytes()
 
-    def message_sport(self, src_index: int, dst_index: int) -> int:
-        """The fixed source port of a pair's message queue pair (messages of a pair share one path)."""
-        return SPORT_MIN + mix64(self.seed ^ (src_index << 20) ^ dst_index) % (SPORT_MAX - SPORT_MIN + 1)
-
-    def message_links(self, src_index: int, dst_index: int) -> tuple[int, ...]:
-        topo = self.topology
-        sport = self.message_sport(src_index, dst_index)
-        choice = topo.ecmp_choice(src_index, dst_index, flow_key(src_index, dst_index, sport), self.seed)
-        return topo.path_ids(src_index, dst_index, choice)[0]
+    @property
+    def reserved(self) -> tuple[int, ...]:
+        """Routing reservations per link (`paths.reservations`)."""
+        return self.paths.reservations

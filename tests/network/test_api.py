@@ -26,7 +26,7 @@ def test_a_new_routing_strategy_is_one_class(ark_topo):
         name = "last-spine"
 
         def choose(self, src_index, dst_index, nbytes, sport):
-            return RouteChoice(self.engine.topology.n_choices(src_index, dst_index) - 1, sport, None, 0.0)
+            return RouteChoice(self.paths.choices(src_index, dst_index) - 1, sport, None, 0.0)
 
     try:
         env = simpy.Environment()
@@ -77,7 +77,7 @@ def test_ark_elephant_threshold_catches_chunk_pulls(ark_topo):
     pull = eng.transfer("h0.g0", "h1.g0", 15.9e6)
     mouse = eng.transfer("h0.g1", "h1.g1", 1e5)
     env.run()
-    controller = eng.ark_delay_s
+    controller = eng.ark.delay_s
     lat = sum(link.latency_s for link in ark_topo.path("h0.g0", "h1.g0"))
     assert pull.value.end == pytest.approx(15.9e6 / 25e9 + controller + lat, rel=1e-9)
     assert mouse.value.end == pytest.approx(1e5 / 25e9 + lat, rel=1e-9)

@@ -16,6 +16,7 @@ from typing import Any
 
 from simroute.checks import check_number
 from simroute.errors import ConfigurationError, UnknownNameError
+from simroute.model.cost import ROUTE_EXCHANGES
 from simroute.model.geometry import WEIGHT_DTYPE_BYTES
 from simroute.model.steptime import KV_LAYOUTS
 from simroute.sim.registry import Registry, registry
@@ -25,8 +26,6 @@ from simroute.sim.vocab import HOLDER_MODES
 # this value object imports none of them (simroute/sim/registry.py).
 POLICIES, ROUTERS, PLACEMENTS = registry("policy"), registry("router"), registry("placement")
 SCHEDULERS, ROUTINGS = registry("scheduler"), registry("routing")
-
-ROUTE_EXCHANGES = ("per-layer", "once")
 
 
 def default_trace_path() -> Path:

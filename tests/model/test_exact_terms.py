@@ -189,3 +189,20 @@ def test_holder_work_is_rows_times_keys_over_the_reference_requester():
     from simroute.model.cost import holder_work
     assert holder_work(16, 2048) == 1.0                     # one reference requester: h_q 16 x ct 2048
     assert holder_work(32, 4096, 0.5) == 2.0                # twice the rows and keys, half the tokens kept
+
+
+def test_distinct_experts_and_their_tokens_under_uniform_routing():
+    from simroute.model.steptime import expert_load, experts_touched
+    assert experts_touched(64, 6, 1) == pytest.approx(6.0, rel=REL)                 # one token: its 6 experts
+    assert experts_touched(64, 6, 2) == pytest.approx(64 * (1 - (58 / 64) ** 2), rel=REL)     # 11.4375
+    assert experts_touched(64, 6, 0) == 0.0
+    touched, per_expert = expert_load(64, 6, 2)
+    assert per_expert == pytest.approx(2 * 6 / 11.4375, rel=REL)                   # 12 assignments spread
+
+
+def test_linear_term_is_two_flops_per_weight_per_token():
+    # Llama-2-7B, one layer: q, k, v, o 4 x 4096^2 and the SwiGLU FFN 3 x 4096 x 11008 = 202,375,168 weights;
+    # 8192 tokens x 2 FLOPs each at 50 TFLOP/s achievable: compute-bound (the weights read in 0.8 ms)
+    terms = StepTimeModel(get_model("llama-2-7b"), GPU).iteration(BatchShape.uniform(prefill_tokens=8192))
+    assert terms.linear_s_per_layer == pytest.approx(8192 * 2 * 202_375_168 / 50e12, rel=REL)
+    assert terms.bounds["linear"] == "compute"

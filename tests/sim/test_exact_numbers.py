@@ -131,3 +131,37 @@ def test_hbm_budget_counts_blocks_by_hand():
     hbm.release_kv(4_000)
     hbm.check()
     assert hbm.free_blocks == 4_050 and hbm.peak_kv_blocks == 10_000
+
+
+# ---- a holder's queue ------------------------------------------------------------------------------------
+def test_holder_queue_wait_is_md1_plus_half_a_layer_inline():
+    from simroute.sim.engine.exchange import MAX_UTILISATION, HolderPartials
+    inline, stream = HolderPartials("inline"), HolderPartials("stream")
+    # M/D/1: a 40 us kernel at rho 0.5 waits 40 x 0.5 / (2 x 0.5) = 20 us; inline, plus half a 100 us layer
+    assert stream.queue_wait_s(40e-6, 0.5, True, 100e-6) == pytest.approx(20e-6, rel=1e-12)
+    assert inline.queue_wait_s(40e-6, 0.5, True, 100e-6) == pytest.approx(70e-6, rel=1e-12)
+    assert inline.queue_wait_s(40e-6, 0.5, False, 100e-6) == pytest.approx(20e-6, rel=1e-12)
+    capped = MAX_UTILISATION * 40e-6 / (2 * (1 - MAX_UTILISATION))                 # rho capped at 0.95
+    assert stream.queue_wait_s(40e-6, 3.0, False, 0.0) == pytest.approx(capped, rel=1e-12)
+    assert stream.queue_wait_s(40e-6, 0.0, True, 100e-6) == 0.0
+
+
+# ---- the summary's SLO, throughput and counts --------------------------------------------------------------
+def test_summary_attainment_goodput_and_throughput_by_hand():
+    from simroute.sim.metrics import Recorder, summarise
+    from simroute.sim.vocab import DropReason
+    rec = Recorder(4)
+    rec.ttft[:] = [0.1, 0.6, 0.2, np.nan]          # s; SLOs below: TTFT 500 ms, TPOT 100 ms
+    rec.tpot[:] = [0.05, 0.05, 0.2, np.nan]
+    rec.e2e[:] = [1.0, 2.0, 3.0, np.nan]
+    rec.output_tokens[:] = [10, 20, 30, 40]
+    for request in range(3):
+        rec.complete(request)
+    rec.drop(3, DropReason.UNFINISHED)
+    config = {"slo_ttft_ms": 500.0, "slo_tpot_ms": 100.0, "seed": 7}
+    out = summarise(rec, config=config, inputs={}, sim_time_s=2.0, extra={})
+    assert (out["completed"], out["dropped"], out["dropped_by_reason"]) == (3, 1, {"unfinished at --until": 1})
+    assert out["slo"]["attainment"] == pytest.approx(1 / 3)                # only request 0 meets both
+    assert out["throughput"]["goodput_requests_per_s"] == pytest.approx(1 / 2.0)
+    assert out["throughput"]["output_tokens_per_s"] == pytest.approx((10 + 20 + 30) / 2.0)
+    assert out["ttft_ms"]["mean"] == pytest.approx(300.0) and out["e2e_ms"]["max"] == pytest.approx(3000.0)

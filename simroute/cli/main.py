@@ -36,6 +36,7 @@ COMMAND_MODULES: list[str] = [
     "validate_cmd",
     "report_cmd",
     "flows_cmd",
+    "plan_cmd",
 ]
 
 

@@ -108,7 +108,8 @@ def test_cli_predict_json(cli):
     assert obj["choice"] in ("route", "fetch", "local")
     assert set(obj["cost_us"]) == set(obj["wire_bytes"]) == set(obj["terms_us"]) == {"route", "fetch", "local"}
     assert obj["choice"] == min(obj["cost_us"], key=obj["cost_us"].get)
-    assert obj["wire_bytes"]["fetch"] == 2048 * 1152 * 27
+    assert obj["inputs"]["model"] == "deepseek-v3" and obj["inputs"]["tp"] == 8     # the one default deployment
+    assert obj["wire_bytes"]["fetch"] == 2048 * 1152 * 61       # its 576-wide bf16 latent over 61 layers
 
 
 @pytest.mark.parametrize("args, words", [

@@ -108,8 +108,9 @@ def _requests_trace(path: Path, n: int = 24, *, requester: int = -1, gap_s: floa
 
 def _config(trace: Path, **kw) -> RunConfig:
     from simroute.calib import default_profile_path
+    from simroute.defaults import PAPER_DEPLOYMENT
     return RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
-                     calib=str(kw.pop("calib", default_profile_path())), **kw)
+                     calib=str(kw.pop("calib", default_profile_path())), **{**PAPER_DEPLOYMENT, **kw})
 
 
 def test_a_dropped_in_router_draws_from_the_runs_seed(tmp_path, drop_in):

@@ -11,13 +11,14 @@ from simroute.scenarios.traces import single_chunk_trace
 from simroute.sim import RunConfig, Simulation
 from simroute.sim.engine.serving import serve
 from simroute.sim.holder import ReplicaChoice, holder_load
+from simroute.defaults import PAPER_DEPLOYMENT
 
 
 @pytest.fixture
 def sim(tmp_path):
     """The paper testbed (hosts 0-3 and 4-7), chunk 0 held by 5 and 6 (requester 4's host)."""
     trace = single_chunk_trace(tmp_path / "t.parquet", requester=4, holder=0)
-    sim = Simulation(RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
+    sim = Simulation(RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("paper-testbed")), trace=str(trace),
                                calib=str(default_profile_path())))
     sim.ctx.cluster.chunks.holders[0] = [5, 6]
     return sim
@@ -97,7 +98,7 @@ def test_the_routing_count_follows_requests_from_decision_to_finish(tmp_path, mo
         counted.append(all(self.ctx.routing[h] > 0 for h in self.routes) and bool(self.routes))
         return real(self, plan)
     monkeypatch.setattr(DenseRequest, "start_first_pass", spy)
-    cfg = RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
+    cfg = RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("paper-testbed")), trace=str(trace),
                     calib=str(default_profile_path()), policy="always-route")
     run = Simulation(cfg)
     res = run.run()
@@ -109,7 +110,7 @@ def test_the_nearest_replica_first_then_the_less_loaded_at_equal_distance(tmp_pa
     """Fat-tree: from h0, h1 shares the leaf (2 links), h2 and h3 are across a spine (4 links). A busy
     replica on the leaf is still nearer than idle ones across the spine; between those two, load decides."""
     trace = single_chunk_trace(tmp_path / "t.parquet", requester=0, holder=8)
-    sim = Simulation(RunConfig(topology=str(shipped_topology("fattree")), trace=str(trace),
+    sim = Simulation(RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("fattree")), trace=str(trace),
                                calib=str(default_profile_path())))
     ctx, inst = sim.ctx, sim.instances
     assert inst[8].host == 1 and inst[16].host == 2 and inst[24].host == 3

@@ -28,7 +28,8 @@ FAST_TESTS = ["tests/sim/test_servers.py", "tests/sim/test_cluster.py", "tests/s
               "tests/sim/test_policies.py",
               "tests/sim/test_semantics.py", "tests/sim/test_config.py", "tests/sim/engine/test_instance_engine.py",
               "tests/sim/engine/test_engine_closed_form.py", "tests/sim/test_sparse_engine.py"]
-FAST_TESTS += [name for name in ("tests/sim/test_exact_numbers.py",) if (ROOT / name).exists()]
+# the exact-value tests first: they fail in seconds where a bug would make an engine test hang
+FAST_TESTS = [name for name in ("tests/sim/test_exact_numbers.py",) if (ROOT / name).exists()] + FAST_TESTS
 FAST_TESTS += sorted(str(path.relative_to(ROOT)) for path in ROOT.glob("tests/sim/**/test_planted_*.py"))
 FAST_TESTS += [name for name in ("tests/sim/engine/test_hbm.py",) if (ROOT / name).exists()]
 
@@ -180,9 +181,17 @@ def stale(bugs: list[str], root: Path = ROOT) -> list[str]:
     return problems
 
 
-def _pytest(copy: Path, tests: list[str]) -> int:
-    return subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
-                          cwd=copy, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
+TIMEOUT_S = 600      # a subset still running after this is stopped: the bug made it hang (counted as caught)
+
+
+def _pytest(copy: Path, tests: list[str], timeout_s: float | None = None) -> int:
+    """pytest's exit status on the copy; -1 if it ran past `timeout_s` (stopped)."""
+    try:
+        return subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                              cwd=copy, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              timeout=timeout_s).returncode
+    except subprocess.TimeoutExpired:
+        return -1
 
 
 def run(bugs: list[str], override: list[str] | None = None) -> int:
@@ -209,12 +218,14 @@ def run(bugs: list[str], override: list[str] | None = None) -> int:
             original = path.read_text()
             path.write_text(original.replace(old, new))
             try:
-                caught = _pytest(copy, subsets[name]) != 0
+                status = _pytest(copy, subsets[name], TIMEOUT_S)
             finally:
                 path.write_text(original)
+            caught = status != 0
             survived += not caught
             label = "the fast sim subset" if subsets[name] == FAST_TESTS else " ".join(subsets[name])
-            print(f"{name:36s} {'caught' if caught else 'SURVIVED'}  ({label})", flush=True)
+            verdict = "caught (hung: stopped)" if status == -1 else "caught" if caught else "SURVIVED"
+            print(f"{name:36s} {verdict}  ({label})", flush=True)
     print(f"{len(bugs) - survived} of {len(bugs)} planted bugs caught")
     return 1 if survived else 0
 

@@ -165,3 +165,21 @@ def test_summary_attainment_goodput_and_throughput_by_hand():
     assert out["throughput"]["goodput_requests_per_s"] == pytest.approx(1 / 2.0)
     assert out["throughput"]["output_tokens_per_s"] == pytest.approx((10 + 20 + 30) / 2.0)
     assert out["ttft_ms"]["mean"] == pytest.approx(300.0) and out["e2e_ms"]["max"] == pytest.approx(3000.0)
+
+
+# ---- one request's bytes, end to end ---------------------------------------------------------------------
+@pytest.mark.parametrize("policy", ["always-route", "always-fetch", "always-local"])
+def test_one_requests_bytes_by_hand(tmp_path, policy):
+    from simroute.calib import default_profile_path
+    from simroute.defaults import PAPER_DEPLOYMENT
+    from simroute.network import shipped_topology
+    from simroute.scenarios.traces import single_chunk_trace
+    from simroute.sim import RunConfig, simulate
+    trace = single_chunk_trace(tmp_path / "t.parquet", requester=4, holder=0, prompt_tokens=16, output_tokens=4)
+    summary = simulate(RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
+                                 calib=str(default_profile_path()), policy=policy, **PAPER_DEPLOYMENT)).summary
+    # route: (16 prompt tokens + 3 decode steps) x 16 heads = 304 query rows, each q + p = 2184 bytes, once per
+    # layer (27 exchanges); fetch: the 2048-token chunk's c_KV, 1152 bytes a token-layer x 27 layers, once
+    expected = {"always-route": (304 * 2184 * 27, 0.0), "always-fetch": (0.0, 2048 * 1152 * 27),
+                "always-local": (0.0, 0.0)}[policy]
+    assert (summary["bytes"]["route"], summary["bytes"]["fetch"]) == expected

@@ -49,3 +49,12 @@ def test_a_context_miss_holds_the_wire_for_the_slowed_rate():
 def test_bisection_of_the_testbed_is_half_its_nics():
     testbed = load_topology(TOPO_DIR / "paper-testbed.yaml")      # 2 hosts x 4 NICs x 25 GB/s, one switch
     assert testbed.bisection_Bps() == 2 * 4 * 25e9 / 2
+
+
+def test_a_gpu_pair_in_a_host_is_one_intra_host_latency_apart_whatever_the_switching():
+    from simroute.network import shipped_topology
+    for name in ("paper-testbed", "fattree"):          # an NVLink mesh (one hop) and an NVSwitch (two halves)
+        topology = load_topology(shipped_topology(name))
+        path = topology.path("h0.g0", "h0.g1")
+        assert sum(link.latency_s for link in path) == pytest.approx(topology.spec.intra.latency_s, rel=1e-12)
+        assert min(link.capacity_Bps for link in path) == topology.spec.intra.link_Bps

@@ -11,7 +11,7 @@ from typing import Callable
 
 import typer
 
-from simroute.cli.common import checked, console, echo_json, table
+from simroute.cli.common import checked, console, echo_json, lazy_command, table
 from simroute.defaults import MIN_COMPLETION
 
 
@@ -210,4 +210,7 @@ def _print_why(s: dict) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("run")(run_command())
+    def run() -> None:    # a stub: the options and what runs come from run_command(), built on first use
+        raise AssertionError("unreachable: the lazy command calls run_command()'s callback")
+    run.__doc__ = _run.__doc__
+    app.command("run", cls=lazy_command(run_command, "run"))(run)

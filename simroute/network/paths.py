@@ -9,9 +9,12 @@ none of them reads another's internals. It knows the topology and the run's seed
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from simroute.network.hashing import SPORT_MAX, SPORT_MIN, flow_key, mix64
-from simroute.network.topology import EngineTopology
+
+if TYPE_CHECKING:      # a type only: routing (which the CLI's help lists) stays as light as hashing
+    from simroute.network.topology import EngineTopology
 
 
 class PathService:

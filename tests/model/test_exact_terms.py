@@ -206,3 +206,24 @@ def test_linear_term_is_two_flops_per_weight_per_token():
     terms = StepTimeModel(get_model("llama-2-7b"), GPU).iteration(BatchShape.uniform(prefill_tokens=8192))
     assert terms.linear_s_per_layer == pytest.approx(8192 * 2 * 202_375_168 / 50e12, rel=REL)
     assert terms.bounds["linear"] == "compute"
+
+
+def test_the_bytes_of_a_row_and_a_token_by_hand():
+    # MLA: c_KV is the 512-dim latent + 64 RoPE dims in bf16 (1152 bytes a token-layer); a routed row sends the
+    # absorbed query (576 dims, 1152 bytes) and gets back 512 bf16 values + an fp32 max and sum (1032 bytes,
+    # "Move the Query, Not the Cache" §3.2)
+    for name in ("deepseek-v2-lite", "deepseek-v3"):
+        geometry = get_model(name)
+        assert (geometry.b_kv, geometry.q_bytes, geometry.p_bytes, geometry.qp_bytes) == (1152, 1152, 1032, 2184)
+        assert geometry.kv_bytes_per_token == 1152 * geometry.layers
+    # GQA (Llama-3.1-8B): 8 KV heads x 128 dims x K and V x 2 bytes; a row is one head's 128-dim query
+    llama = get_model("llama-3.1-8b")
+    assert (llama.b_kv, llama.q_bytes, llama.p_bytes) == (8 * 128 * 2 * 2, 256, 264)
+
+
+def test_parameter_counts_match_the_published_sizes():
+    # DeepSeek-V2-Lite 15.7B total; DeepSeek-V3 671B total and 37B activated per token (their model cards)
+    assert get_model("deepseek-v2-lite").params() == pytest.approx(15.7e9, rel=5e-3)
+    v3 = get_model("deepseek-v3")
+    assert v3.params() == pytest.approx(671e9, rel=5e-3)
+    assert v3.params(active=True) == pytest.approx(37e9, rel=0.02)

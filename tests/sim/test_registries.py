@@ -178,3 +178,41 @@ def test_the_run_config_loads_no_plug_in_module():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "[]"
+
+
+def test_every_router_only_reads_its_cluster_view(tmp_path):
+    """Each registered router picks from a view whose arrays cannot be written and whose holder lists are
+    tuples: a router that wrote to the cluster would raise here. The simulator's Cluster offers every name of
+    the view."""
+    import numpy as np
+
+    from simroute.sim.cluster import Cluster
+    from simroute.sim.request_spec import RequestSpec
+    from simroute.sim.routers.base import ClusterView
+
+    class _Instance:
+        def __init__(self, index):
+            self.id, self.host = index, index // 4
+
+    class _Chunks:
+        holders = ((0,), (2, 5), ())
+        tokens = np.array([512, 256, 128])
+
+    class _View:
+        instances = tuple(_Instance(i) for i in range(8))
+        active = np.array([3, 1, 0, 2, 0, 1, 4, 0])
+        chunks = _Chunks()
+
+    _View.active.setflags(write=False)
+    _Chunks.tokens.setflags(write=False)
+    for name in registry("router"):
+        router = registry("router").create(name, CONFIG, run_rng(0, "router"))
+        for spec in (RequestSpec(7, -1, -1, 16, 2, [0, 1], [True, True], 0, 0),
+                     RequestSpec(8, 3, -1, 16, 2, [2], [True], 0, 0)):
+            picked = router.pick(spec, _View())
+            assert picked is None or picked in _View.instances, name
+    view_names = {name for name in dir(ClusterView) if not name.startswith("_")}
+    assert view_names == {"instances", "active", "chunks"}
+    cluster = Simulation(_config(_requests_trace(tmp_path / "t.parquet", n=2))).ctx.cluster
+    assert isinstance(cluster, Cluster) and all(hasattr(cluster, name) for name in view_names)
+    assert hasattr(cluster.chunks, "holders") and hasattr(cluster.chunks, "tokens")

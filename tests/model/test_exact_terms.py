@@ -227,3 +227,25 @@ def test_parameter_counts_match_the_published_sizes():
     v3 = get_model("deepseek-v3")
     assert v3.params() == pytest.approx(671e9, rel=5e-3)
     assert v3.params(active=True) == pytest.approx(37e9, rel=0.02)
+
+
+def test_the_calibrated_curves_interpolate_and_extrapolate_by_hand():
+    from simroute.model.curves import interp_clamped, interp_extrap
+    xs, ys = (1.0, 8.0, 16.0, 256.0), (15.0, 15.0, 37.0, 400.0)
+    assert interp_extrap(0.5, xs, ys) == 15.0                                  # flat below the first point
+    assert interp_extrap(12.0, xs, ys) == pytest.approx(15.0 + 4 * 22 / 8)     # halfway from 8 to 16: 26
+    assert interp_extrap(512.0, xs, ys) == pytest.approx(400.0 + 256 * 363 / 240)   # the last slope beyond
+    assert interp_clamped(512.0, xs, ys) == 400.0 and interp_clamped(0.0, xs, ys) == 15.0
+
+
+def test_the_holder_curve_and_the_splice_as_the_simulator_charges_them():
+    from simroute.sim.compute import ComputeModel
+    params = load_profile("h100-ibgda").cost_params()
+    compute = ComputeModel(params)
+    (n0, n1, n2, *_), (s0, s1, s2, *_) = params.holder_n, params.holder_s
+    assert compute.batch_s(n0 / 2) == s0                                          # flat below the first point
+    middle = (n1 + n2) / 2                                                        # halfway between two points
+    assert compute.batch_s(middle) == pytest.approx((s1 + s2) / 2, rel=1e-12)
+    (c0, c1, *_), (t0, t1, *_) = params.splice_ct, params.splice_s
+    assert compute.splice_s((c0 + c1) / 2) == pytest.approx((t0 + t1) / 2, rel=1e-12)
+    assert compute.kv_bytes_per_token == 31_104.0                                 # 27 layers x 1152 bytes

@@ -40,11 +40,13 @@ import simpy
 
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.model.steptime import causal_pairs
-from simroute.sim.engine.exchange import HOLDER_MODES, MAX_UTILISATION, HolderPartials, RouteExchange
+from simroute.sim.engine.exchange import MAX_UTILISATION, HolderPartials, RouteExchange
 from simroute.sim.engine.hbm import BLOCK_TOKENS, HbmBudget, blocks_for
 from simroute.sim.engine.log import IterationLog
-from simroute.sim.engine.scheduler import SCHEDULERS, Plan, get_scheduler
 from simroute.sim.engine.sequence import DECODE, DONE, NEVER_FITS, PREFILL, THRASHED, WAITING, Sequence
+from simroute.sim.registry import registry
+from simroute.sim.schedulers.base import Plan
+from simroute.sim.vocab import HOLDER_MODES
 
 
 class StepTime(Protocol):
@@ -77,8 +79,8 @@ class EngineOptions:
     max_preemptions: int = 64       # preemptions of one sequence before it is refused (a thrash guard)
 
     def __post_init__(self) -> None:
-        if self.scheduler not in SCHEDULERS:
-            raise UnknownNameError("scheduler", self.scheduler, list(SCHEDULERS))
+        if self.scheduler not in registry("scheduler"):
+            raise UnknownNameError("scheduler", self.scheduler, list(registry("scheduler")))
         if self.holder_mode not in HOLDER_MODES:
             raise UnknownNameError("holder_mode", self.holder_mode, list(HOLDER_MODES))
         for name in ("max_running", "token_budget", "prefill_chunk", "steps_per_event"):
@@ -95,7 +97,7 @@ class InstanceEngine:
     succeed when its first token is out and when it is done. Also a holder: `partials` is the work it does
     for other requesters.
 
-    Extend by registering a scheduler (scheduler.py); the iteration cost lives in the step-time model.
+    Extend by registering a scheduler (simroute/sim/schedulers/); the iteration cost lives in the step-time model.
     """
 
     def __init__(self, env: simpy.Environment, eid: int, gpu: str, step: StepTime, hbm: HbmBudget,
@@ -103,7 +105,7 @@ class InstanceEngine:
                  log: IterationLog | None = None) -> None:
         self.env, self.eid, self.gpu = env, eid, gpu
         self.step, self.hbm, self.options = step, hbm, options
-        self.scheduler = get_scheduler(options.scheduler)
+        self.scheduler = registry("scheduler").get(options.scheduler)()
         self.layers, self.heads = layers, heads
         self.exchange = exchange
         self.log = log if log is not None else IterationLog()

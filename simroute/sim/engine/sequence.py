@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from simroute.sim.vocab import DECODE, DONE, PREFILL, WAITING  # noqa: F401  (the phases, re-exported)
+
 if TYPE_CHECKING:
     import simpy
-
-# phases
-WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
 
 # why an engine refused a sequence (`Sequence.refused`; its `output` is then -1)
 NOT_REFUSED, NEVER_FITS, THRASHED = 0, 1, 2

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import deque
 from types import SimpleNamespace
 
-from simroute.sim.engine import EngineOptions, Sequence, get_scheduler
+from simroute.sim.engine import EngineOptions, Sequence
+from simroute.sim.schedulers import get_scheduler
 from simroute.sim.engine.sequence import DECODE, PREFILL
 
 

@@ -25,6 +25,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -96,8 +97,22 @@ def _write_manifest(directory: Path) -> None:
     (directory / MANIFEST).write_text(json.dumps(doc, sort_keys=True) + "\n")
 
 
+def _owned_subdirs(directory: Path, listed: dict[str, Any]) -> list[Path]:
+    """Subdirectories simroute wrote whole after the parent (a report inside a run): each carries its own
+    manifest and none of its files is foreign, so they belong to simroute as much as the parent's files do."""
+    out = []
+    for sub in sorted(p for p in directory.iterdir() if p.is_dir() and not p.is_symlink()):
+        if (sub / MANIFEST).is_file() and not any(k.startswith(sub.name + "/") for k in listed) \
+                and not foreign_files(sub):
+            out.append(sub)
+    return out
+
+
 def foreign_files(directory: Path) -> list[str]:
-    """What in `directory` simroute did not write there (or was changed since): empty means replaceable."""
+    """What in `directory` simroute did not write there (or was changed since): empty means replaceable.
+
+    A subdirectory with a manifest of its own that lists all of it (a report written into a run) is
+    simroute's too: a later run may replace the whole directory."""
     entries = [p for p in directory.rglob("*") if p.name != MANIFEST or p.parent != directory]
     if not entries:
         return []
@@ -107,7 +122,10 @@ def foreign_files(directory: Path) -> list[str]:
             raise TypeError
     except (OSError, ValueError, TypeError, KeyError):
         return sorted(p.relative_to(directory).as_posix() for p in entries if not p.is_dir())[:3] or ["(folders)"]
-    actual = _manifest(directory)
+    owned = _owned_subdirs(directory, listed)
+    inside = lambda p: any(sub == p or sub in p.parents for sub in owned)
+    entries = [p for p in entries if not inside(p)]
+    actual = {name: stat for name, stat in _manifest(directory).items() if not inside(directory / name)}
     foreign = [name for name, stat in actual.items() if listed.get(name) != stat]
     extra = [p.relative_to(directory).as_posix() for p in entries
              if (p.is_symlink() or not (p.is_file() or p.is_dir()))]
@@ -205,6 +223,7 @@ def claim_output(target: str | Path, *, directory: bool = True, inputs: Iterable
     """
     target = check_output_path(target, directory=directory, inputs=inputs, flag=flag)
     with lock_output(target, flag=flag):
+        clean_stale_temps(target)
         if directory:
             check_replaceable(target, what=what)
         yield target
@@ -248,12 +267,44 @@ def _replace_directory(tmp: Path, target: Path, what: str) -> None:
     _remove(old)
 
 
+def _temp_prefix(target: Path) -> str:
+    """Temporary names carry the writer's pid, so a later writer can tell debris of a killed one."""
+    return f".{target.name}.simroute-{os.getpid()}-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:          # EPERM: alive, someone else's
+        return True
+    return True
+
+
+def clean_stale_temps(target: Path) -> list[Path]:
+    """Remove what killed writers of `target` left beside it (`.NAME.simroute-PID-*.tmp`, `.NAME.old-PID`),
+    where that PID no longer runs. Called under the target's lock, at the next write."""
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.(?:simroute-(\d+)-[^./]*\.tmp|old-(\d+))$")
+    removed = []
+    try:
+        siblings = list(target.parent.iterdir())
+    except OSError:
+        return removed
+    for path in siblings:
+        match = pattern.match(path.name)
+        if match and not _pid_alive(int(match.group(1) or match.group(2))):
+            _remove(path)
+            removed.append(path)
+    return removed
+
+
 def _temp_beside(target: Path, directory: bool) -> Path:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         if directory:
-            return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            return Path(tempfile.mkdtemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent))
+        fd, name = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent)
         os.close(fd)
         return Path(name)
     except OSError as exc:
@@ -269,6 +320,7 @@ def atomic_path(target: str | Path, *, directory: bool = False, what: str = "out
     """
     target = Path(target)
     with claim_output(target, directory=directory, what=what):
+        created = _missing_folders(target.parent)
         tmp = _temp_beside(target, directory)
         # mkstemp / mkdtemp create 0600 / 0700: give the result the permissions a plain open() would have.
         umask = os.umask(0)
@@ -285,6 +337,94 @@ def atomic_path(target: str | Path, *, directory: bool = False, what: str = "out
                 os.replace(tmp, target)
         except BaseException:
             _remove(tmp)
+            for folder in created:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            raise
+
+
+def _listed_unchanged(path: Path) -> bool:
+    """Whether `path` is a file its folder's manifest lists, unchanged since simroute wrote it."""
+    try:
+        listed = json.loads((path.parent / MANIFEST).read_text())["files"]
+        st = path.lstat()
+    except (OSError, ValueError, TypeError, KeyError):
+        return False
+    return isinstance(listed, dict) and path.is_file() and not path.is_symlink() \
+        and listed.get(path.name) == [st.st_size, st.st_mtime_ns]
+
+
+def check_new_file(target: str | Path, *, flag: str | None = None,
+                   inputs: Iterable[str | Path | None] = ()) -> Path:
+    """A single output file: new, or one simroute wrote into a folder of its own (listed unchanged in the
+    folder's manifest). Anything else is the user's and is never overwritten."""
+    target = check_output_path(target, directory=False, inputs=inputs, flag=flag)
+    if (target.exists() or target.is_symlink()) and not _listed_unchanged(target):
+        raise ConfigurationError("exists and simroute did not write it (or it was changed since): refusing to "
+                                 "overwrite it; choose a new path", file=target, field=flag)
+    return target
+
+
+def _record_files(directory: Path, names: Iterable[str]) -> None:
+    """Add `names` (files just written) to `directory`'s manifest, keeping what it already listed."""
+    doc: dict[str, Any] = {"written_by": "simroute", "files": {}}
+    with contextlib.suppress(OSError, ValueError):
+        old = json.loads((directory / MANIFEST).read_text())
+        if isinstance(old, dict) and isinstance(old.get("files"), dict):
+            doc = old
+    for name in names:
+        st = (directory / name).stat()
+        doc["files"][name] = [st.st_size, st.st_mtime_ns]
+    tmp = _temp_beside(directory / MANIFEST, False)
+    try:
+        tmp.write_text(json.dumps(doc, sort_keys=True) + "\n")
+        os.replace(tmp, directory / MANIFEST)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def _missing_folders(directory: Path) -> list[Path]:
+    """`directory` and those of its ancestors that do not exist yet, innermost first."""
+    out = []
+    while not directory.exists() and directory != directory.parent:
+        out.append(directory)
+        directory = directory.parent
+    return out
+
+
+@contextlib.contextmanager
+def atomic_files(directory: str | Path, names: Iterable[str], *, flag: str | None = None,
+                 inputs: Iterable[str | Path | None] = ()) -> Iterator[dict[str, Path]]:
+    """Write several files into `directory` as one output: each must be new or simroute's own (checked
+    before any work), all are written to temporaries, and renamed only when the whole block succeeds.
+
+    The folder may hold other files (a user's `figs/`); the folder's manifest then lists the files simroute
+    put there, which is what lets the next write replace them and nothing else. A failed write leaves the
+    folder as it was (a folder it had to create is removed again)."""
+    names = list(names)
+    directory = check_output_path(directory, directory=True, inputs=inputs, flag=flag)
+    with lock_output(directory, flag=flag):
+        for name in names:
+            check_new_file(directory / name, flag=flag)
+        created = _missing_folders(directory)
+        temps: dict[str, Path] = {}
+        umask = os.umask(0)
+        os.umask(umask)
+        try:
+            for name in names:
+                temps[name] = _temp_beside(directory / name, False)
+                os.chmod(temps[name], 0o666 & ~umask)
+            yield temps
+            for name in names:
+                os.replace(temps[name], directory / name)
+            _record_files(directory, names)
+        except BaseException:
+            for tmp in temps.values():
+                _remove(tmp)
+            for folder in created:
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
             raise
 
 

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pyarrow import ArrowException
 
 from simroute.errors import ConfigurationError
-from simroute.ioutil import load_json, write_text_atomic
+from simroute.ioutil import atomic_path, check_output_path, check_replaceable, load_json
 from simroute.study import figures, plots
 from simroute.study.search import meets
 from simroute.study.store import Store
@@ -28,6 +29,10 @@ CI_COLS = [f"{m}_{s}" for m in ("ttft_ms", "tpot_ms") for s in ("p50", "p99")]
 MEAN_COLS = CI_COLS + ["slo_attainment", "bytes_route", "bytes_fetch", "bytes_pd_transfer", "completed",
                        "requests", "n_route", "n_fetch", "n_local", "max_link_utilisation", "peak_spine_flows",
                        "fct_pd_mean_ms", "fct_pd_p95_ms"]
+# the columns the report's figures read from a run's tables
+RUN_REQUEST_COLUMNS = ("status", "ttft_s", "tpot_s")
+LINK_COLUMNS = ("link", "src", "dst", "tier")
+SPINE_COLUMNS = ("t_s", "spine", "active_flows")
 
 
 @dataclass
@@ -49,8 +54,17 @@ class Report:
 
 def write_report(directory: str | Path, out: str | Path | None = None, fmt: str = "html",
                  png: bool = True) -> Path | str:
-    """Report on a study or run directory. html: writes report.html (+ PNGs), returns its path; md: the text."""
+    """Report on a study or run directory. html: writes report.html (+ PNGs), returns its path; md: the text.
+
+    Everything is read and checked before anything is written; the report directory is then written whole
+    (a temporary beside it, renamed), with a manifest, so a run holding its report stays simroute's own."""
     d = Path(directory)
+    if not d.is_dir():
+        raise ConfigurationError("not found" if not d.exists() else "is not a directory; give a run or study "
+                                 "directory", file=d)
+    out_dir = None
+    if fmt != "md":
+        out_dir = check_report_out(d, Path(out) if out else d / "report")
     if (d / "study.json").exists() or (d / "points").is_dir():
         rep = _study(d)
     elif (d / "summary.json").exists():
@@ -61,17 +75,29 @@ def write_report(directory: str | Path, out: str | Path | None = None, fmt: str 
     if fmt == "md":
         return "\n".join([f"# {rep.title}", ""] + [f"> {n}\n" for n in rep.notes]
                          + [f"## {h}\n\n{_md(t)}\n" for h, t in rep.sections if len(t)])
-    out_dir = Path(out) if out else d / "report"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    drawn = [(f.caption, fig) for f in rep.figures if (fig := f.interactive()) is not None]
-    if png:
-        for f in rep.figures:
-            if f.png is not None:
-                f.png(out_dir)
-    tables = [(h, _html_table(t)) for h, t in rep.sections if len(t)]
-    page = out_dir / "report.html"
-    write_text_atomic(page, figures.page(rep.title, tables, drawn, rep.notes))
-    return page
+    assert out_dir is not None
+    with atomic_path(out_dir, directory=True, what="report") as tmp:
+        drawn = [(f.caption, fig) for f in rep.figures if (fig := f.interactive()) is not None]
+        if png:
+            for f in rep.figures:
+                if f.png is not None:
+                    f.png(tmp)
+        tables = [(h, _html_table(t)) for h, t in rep.sections if len(t)]
+        (tmp / "report.html").write_text(figures.page(rep.title, tables, drawn, rep.notes))
+    return out_dir / "report.html"
+
+
+def check_report_out(d: Path, out_dir: Path) -> Path:
+    """The report directory: never the run or study it reads, a folder holding it, or one of its files."""
+    source = d.resolve()
+    target = out_dir.resolve()
+    if target == source or target in source.parents:
+        raise ConfigurationError(f"is or holds {d}, the directory this report reads: choose another path (the "
+                                 "default is DIR/report)", file=out_dir, field="--out")
+    inputs = [p for p in d.iterdir() if p.resolve() != target]
+    check_output_path(out_dir, directory=True, inputs=inputs, flag="--out")
+    check_replaceable(out_dir, what="report")
+    return out_dir
 
 
 # ---- a study ---------------------------------------------------------------------------------------------
@@ -181,8 +207,26 @@ def load_study_meta(path: Path) -> dict[str, Any]:
     return meta
 
 
-def _read_parquet(path: Path) -> pd.DataFrame | None:
-    return pd.read_parquet(path) if path.exists() else None
+def _read_parquet(path: Path, *, required: bool = False, columns: tuple[str, ...] = ()) -> pd.DataFrame | None:
+    """A Parquet table of a run (None if the run did not write it and it is optional); damaged, dangling or
+    missing-but-required is one line naming the file."""
+    if path.is_symlink() and not path.exists():
+        raise ConfigurationError("is a dangling link", file=path)
+    if not path.exists():
+        if required:
+            raise ConfigurationError("missing (the directory looks damaged: every run writes it)", file=path)
+        return None
+    if not path.is_file():
+        raise ConfigurationError("is not a file", file=path)
+    try:
+        table = pd.read_parquet(path)
+    except (OSError, ValueError, TypeError, ArrowException) as exc:
+        raise ConfigurationError(f"not a readable Parquet table: {' '.join(str(exc).split())[:160]}",
+                                 file=path) from None
+    for name in columns:
+        if name not in table:
+            raise ConfigurationError("missing column", file=path, field=name)
+    return table
 
 
 def _tpot_modelled(agg: pd.DataFrame) -> bool:
@@ -192,6 +236,9 @@ def _tpot_modelled(agg: pd.DataFrame) -> bool:
 
 def _study(d: Path) -> Report:
     meta = load_study_meta(d / "study.json") if (d / "study.json").exists() else {}
+    if not (d / "points").is_dir():
+        raise ConfigurationError("missing or not a directory: a study directory holds its finished points there "
+                                 "(has its sweep run yet?)", file=d / "points")
     df = Store(d).read()
     searches = load_json(d / "search.json") if (d / "search.json").exists() else []
     if not isinstance(searches, list):
@@ -244,8 +291,9 @@ def _study_figures(d: Path, df: pd.DataFrame, agg: pd.DataFrame, x: str | None, 
     """A study's figures; link and spine figures at the search answers (or each series' largest x)."""
     reps = _answer_runs(df, searches) if searches else _representatives(df, x, series)
     where = "at each search answer" if searches else f"runs at the largest {x}"
-    links = {k: _read_parquet(d / "runs" / v / "net_links.parquet") for k, v in reps.items()}
-    spines = {k: _read_parquet(d / "runs" / v / "net_spines.parquet") for k, v in reps.items()}
+    links = {k: _read_parquet(d / "runs" / v / "net_links.parquet", columns=LINK_COLUMNS) for k, v in reps.items()}
+    spines = {k: _read_parquet(d / "runs" / v / "net_spines.parquet", columns=SPINE_COLUMNS)
+              for k, v in reps.items()}
     xx = x or "_"
     figs = [Figure(f"TTFT and TPOT percentiles vs {x}", lambda: figures.latency_vs_load(agg, xx),
                    lambda o: plots.latency_vs_load(agg, xx, o / "latency.png") if x in agg else None),
@@ -338,11 +386,7 @@ def _holder_sections(d: Path) -> tuple[list[tuple[str, pd.DataFrame]], list[str]
     path = d / "holders.parquet"
     if not path.exists():
         return [], []
-    try:
-        t = pd.read_parquet(path)
-    except (OSError, ValueError) as exc:
-        raise ConfigurationError(f"not a readable Parquet table: {str(exc).splitlines()[0][:160]}",
-                                 file=path) from None
+    t = _read_parquet(path)
     if "batch_size" in t and "work_s" not in t:
         return [], [f"{path.name} is from an older simroute (holder batch samples, zeros since requests run on "
                     "the instance engines): rerun the run for per-holder load."]
@@ -374,9 +418,9 @@ def _run(d: Path) -> Report:
     b = s["bytes"]
     agg = pd.DataFrame([{"config": "run", "bytes_route": b["route"], "bytes_fetch": b["fetch"],
                          "bytes_pd_transfer": b["pd_transfer"]}])
-    req = _read_parquet(d / "requests.parquet")
-    links = {"run": _read_parquet(d / "net_links.parquet")}
-    spines = {"run": _read_parquet(d / "net_spines.parquet")}
+    req = _read_parquet(d / "requests.parquet", required=True, columns=RUN_REQUEST_COLUMNS)
+    links = {"run": _read_parquet(d / "net_links.parquet", columns=LINK_COLUMNS)}
+    spines = {"run": _read_parquet(d / "net_spines.parquet", columns=SPINE_COLUMNS)}
     hbm = _hbm_table(d)
     figs = [Figure("TTFT and TPOT distributions", lambda: figures.latency_cdf(req),
                    lambda o: plots.latency_cdf(req, o / "latency.png") if req is not None else None),

@@ -76,7 +76,7 @@ class Store:
         p = self.point_path(key)
         if not p.exists():
             return None
-        return pq.read_table(p, columns=["status"]).column(0)[0].as_py()
+        return _read_point(p, ["status"]).column(0)[0].as_py()
 
     def write(self, key: str, meta: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
         """Store a finished point (its run outputs first, then the point row that marks it done)."""
@@ -101,8 +101,27 @@ class Store:
         files = sorted(self.points_dir.glob("*.parquet")) if self.points_dir.exists() else []
         if not files:
             return pd.DataFrame(columns=["key", "status", "error", "seed", "labels_json", *METRICS])
-        df = pa.concat_tables([pq.read_table(f) for f in files], promote_options="permissive").to_pandas()
+        df = pa.concat_tables([_read_point(f) for f in files], promote_options="permissive").to_pandas()
         labels = [json.loads(s) for s in df["labels_json"]]
         for name in sorted({k for d in labels for k in d}):
             df[f"axis:{name}"] = [d.get(name) for d in labels]
         return df
+
+
+POINT_COLUMNS = ("key", "status", "error", "seed", "labels_json")
+
+
+def _read_point(path: Path, columns: list[str] | None = None) -> pa.Table:
+    """One stored point, or a one-line error naming its file (truncated, empty, another file's schema)."""
+    from simroute.errors import ConfigurationError
+    try:
+        table = pq.read_table(path, columns=columns)
+    except (OSError, ValueError, TypeError, pa.ArrowException) as exc:
+        raise ConfigurationError(f"not a readable point of this study: {' '.join(str(exc).split())[:160]}",
+                                 file=path) from None
+    for name in columns or POINT_COLUMNS:
+        if name not in table.column_names:
+            raise ConfigurationError("missing column: not a point of a simroute study", file=path, field=name)
+    if table.num_rows != 1:
+        raise ConfigurationError(f"holds {table.num_rows} rows; a stored point holds one", file=path)
+    return table

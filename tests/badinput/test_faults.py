@@ -1,0 +1,123 @@
+"""Faults of the machine (a full disk, a read-only file system, a closed or ASCII-only stdout) are user-facing
+errors: one line saying what could not be written, exit 2 (1 for a stdout whose reader went away), never the
+70 of an internal error, and no output replaced or left half-written."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def listing(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
+
+
+def one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err and "internal error" not in err, err
+    return lines[0]
+
+
+def test_a_full_disk_while_a_run_writes_is_one_line_and_keeps_the_previous_run(cli, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    code, _, err = cli("run", "--max-requests", "5", "-o", out)
+    assert code == 0, err
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    import simroute.ioutil as ioutil
+
+    def full(directory):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory / ioutil.MANIFEST))
+    monkeypatch.setattr(ioutil, "_write_manifest", full)
+    code, _, err = cli("run", "--max-requests", "5", "--seed", "4", "-o", out)
+    line = one_line(err)
+    assert code == 2 and "no space left" in line and str(tmp_path) in line, line
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert listing(tmp_path) == sorted(["run", *(f"run/{n}" for n in before)])     # no .tmp, no .lock
+
+
+def test_a_full_disk_reported_by_pyarrow_without_an_errno_is_recognised(cli, tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    def full(where, *_args, **_kwargs):
+        raise OSError(f"Failed to open local file '{where}'. Detail: [errno 28] No space left on device")
+    monkeypatch.setattr(pq, "ParquetWriter", full)
+    code, _, err = cli("trace", "gen", "corpus", "-p", "requests=5", "-o", tmp_path / "t.parquet")
+    line = one_line(err)
+    assert code == 2 and "no space left" in line, line
+    assert listing(tmp_path) == []
+
+
+def test_a_full_disk_while_writing_figures_leaves_the_folder_as_it_was(cli, tmp_path, monkeypatch):
+    import pandas as pd
+    figs = tmp_path / "figs"
+    figs.mkdir()
+    (figs / "mine.txt").write_text("keep")
+
+    def full(self, path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    monkeypatch.setattr(pd.DataFrame, "to_csv", full)
+    code, _, err = cli("model", "crossover", "-o", figs)
+    assert code == 2 and "no space left" in one_line(err)
+    assert listing(tmp_path) == ["figs", "figs/mine.txt"]
+
+
+def test_a_read_only_file_system_is_one_line(cli, tmp_path, monkeypatch):
+    import simroute.ioutil as ioutil
+
+    def read_only(*_args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), kwargs.get("dir"))
+    monkeypatch.setattr(ioutil.tempfile, "mkdtemp", read_only)
+    code, _, err = cli("run", "--max-requests", "5", "-o", tmp_path / "run")
+    line = one_line(err)
+    assert code == 2 and "read-only" in line.lower() and "run" in line, line
+    assert listing(tmp_path) == []
+
+
+def test_a_read_only_file_system_at_the_rename_keeps_the_old_output(cli, tmp_path, monkeypatch):
+    import simroute.ioutil as ioutil
+    (tmp_path / "figs").mkdir()
+    code, _, err = cli("model", "bandwidth", "-o", tmp_path / "figs")
+    assert code == 0, err
+    before = {p.name: p.read_bytes() for p in (tmp_path / "figs").iterdir()}
+
+    def read_only(src, dst):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(dst))
+    monkeypatch.setattr(ioutil.os, "replace", read_only)
+    code, _, err = cli("model", "bandwidth", "--mq", "64", "-o", tmp_path / "figs")
+    assert code == 2 and "read-only" in one_line(err)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "figs").iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["figs"]
+
+
+def _simroute(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "simroute", *args], cwd=ROOT, text=True, timeout=120, **kwargs)
+
+
+@pytest.mark.parametrize("argv", [("model", "list"), ("calib", "list"), ("predict",), ("topo", "show", "fattree")])
+def test_a_closed_stdout_is_one_line_exit_1(argv):
+    res = _simroute(*argv, stdout=None, stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1))
+    assert res.returncode == 1 and "standard output" in one_line(res.stderr), res.stderr
+
+
+def test_a_reader_that_leaves_early_is_not_an_internal_error(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "simroute", "model", "list", "--json"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.read(10)
+    proc.stdout.close()                      # like `| head -c 10`
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) in (0, 1), err
+    assert "internal error" not in err and "Traceback" not in err and len(err.strip().splitlines()) <= 1, err
+
+
+@pytest.mark.parametrize("argv", [("calib", "list"), ("model", "list"), ("predict",)])
+def test_an_ascii_only_stdout_writes_escapes_not_an_internal_error(argv):
+    res = _simroute(*argv, capture_output=True, env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout and res.stderr == ""

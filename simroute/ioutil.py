@@ -320,7 +320,7 @@ def atomic_path(target: str | Path, *, directory: bool = False, what: str = "out
     """
     target = Path(target)
     with claim_output(target, directory=directory, what=what):
-        created = _missing_folders(target.parent)
+        created = missing_folders(target.parent)
         tmp = _temp_beside(target, directory)
         # mkstemp / mkdtemp create 0600 / 0700: give the result the permissions a plain open() would have.
         umask = os.umask(0)
@@ -384,7 +384,7 @@ def _record_files(directory: Path, names: Iterable[str]) -> None:
         raise
 
 
-def _missing_folders(directory: Path) -> list[Path]:
+def missing_folders(directory: Path) -> list[Path]:
     """`directory` and those of its ancestors that do not exist yet, innermost first."""
     out = []
     while not directory.exists() and directory != directory.parent:
@@ -407,7 +407,7 @@ def atomic_files(directory: str | Path, names: Iterable[str], *, flag: str | Non
     with lock_output(directory, flag=flag):
         for name in names:
             check_new_file(directory / name, flag=flag)
-        created = _missing_folders(directory)
+        created = missing_folders(directory)
         temps: dict[str, Path] = {}
         umask = os.umask(0)
         os.umask(umask)

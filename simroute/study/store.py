@@ -1,5 +1,6 @@
 """The study's result store: `points/<key>.parquet`, one single-row file per finished point (the Parquet dataset
-of the study), plus `runs/<key>/` with that run's own output files.
+of the study), plus `runs/<key>/` with that run's own output files and `perf/<key>.json` with its wall-clock
+figures (kept out of the points, so a study's results are a pure function of its inputs).
 
 A point's file is written last and atomically, so its existence means the point is done: a killed study
 leaves no half-points and a rerun skips exactly the finished ones. Failed points store their error.
@@ -67,6 +68,7 @@ class Store:
         self.root = Path(root)
         self.points_dir = self.root / "points"
         self.runs_dir = self.root / "runs"
+        self.perf_dir = self.root / "perf"
 
     def point_path(self, key: str) -> Path:
         return self.points_dir / f"{key}.parquet"
@@ -89,7 +91,10 @@ class Store:
                "seed": int(meta["seed"]), "labels_json": json.dumps(meta["labels"], sort_keys=True, default=str),
                "search_json": json.dumps(meta.get("search"), sort_keys=True, default=str),
                "config_json": json.dumps(meta["config"], sort_keys=True, default=str),
-               **metrics, "wall_s": float((result.get("perf") or {}).get("wall_s") or math.nan)}
+               **metrics}
+        if result.get("perf"):      # wall-clock figures apart: a point's row is a pure function of its inputs
+            from simroute.ioutil import dumps_json, write_text_atomic
+            write_text_atomic(self.perf_dir / f"{key}.json", dumps_json(result["perf"], indent=2, default=str) + "\n")
         table = pa.table({k: [v] for k, v in row.items()})
         with atomic_path(self.point_path(key)) as tmp:
             pq.write_table(table, tmp)

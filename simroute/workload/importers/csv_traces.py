@@ -17,6 +17,7 @@ import pandas as pd
 import pyarrow as pa
 
 from simroute.errors import ConfigurationError
+from simroute.ioutil import check_line_lengths
 from simroute.workload.importers.common import (register_importer, BATCH_LINES, ImportOptions, check_int_range, check_nonneg,
                                                 open_input)
 from simroute.workload.writer import TraceWriter
@@ -32,6 +33,7 @@ def _header(file: Path, required: dict[str, str], optional: dict[str, str]) -> d
         head = f.read(1 << 16)
     if b"\x00" in head:
         raise ConfigurationError("is a binary file, not CSV text", file=file)
+    check_line_lengths(file)
     try:
         cols = pd.read_csv(file, nrows=0, encoding="utf-8").columns
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:

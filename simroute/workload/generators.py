@@ -139,6 +139,34 @@ def check_sizes(requests: int, chunks: int = 0, instances: int = 0, tenants: int
         check(value <= bound, f"{value:,} {what} is more than the {bound:,} a generated trace may hold")
 
 
+MAX_REFS = 200_000_000          # chunk references (list entries) a generated trace may hold in all
+REQUEST_BYTES = 96               # a generated request's columns, in memory while it is built
+REF_BYTES = 9                    # one chunk reference: an int64 id and a bool
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine can still hand out (MemAvailable), None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_memory(requests: int, refs: int) -> None:
+    """A generator that builds the whole trace in memory: its size, checked before anything is allocated
+    (ValueError with the figure, not a MemoryError mid-way)."""
+    check(refs <= MAX_REFS, f"{refs:,} chunk references is more than the {MAX_REFS:,} a generated trace may hold")
+    need = requests * REQUEST_BYTES + refs * REF_BYTES
+    free = available_memory()
+    if free is not None:
+        check(need <= 0.8 * free, f"the trace would need ~{need / 2**30:.1f} GiB of memory to build; this machine "
+                                  f"has {free / 2**30:.1f} GiB available")
+
+
 def check(cond: bool, message: str) -> None:
     """Params validation in __post_init__: a ValueError becomes a ConfigurationError in make_params."""
     if not cond:

@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from simroute.workload.generators import check, check_sizes, dict_strings, lengths, register, tenant_names
+from simroute.workload.generators import check, check_memory, check_sizes, dict_strings, lengths, register, tenant_names
 from simroute.workload.writer import TraceWriter, list_array
 
 
@@ -48,8 +48,10 @@ class AgentsParams:
         check(self.think_s >= 0 and self.doc_interval_s >= 0 and self.suffix_sigma >= 0 and self.output_sigma >= 0,
               "think_s, doc_interval_s, suffix_sigma and output_sigma must be >= 0")
         check(self.rate_per_agent > 0 and self.nominal_tpot_s >= 0, "rate_per_agent must be > 0")
-        check_sizes(self.documents * (1 + self.subagents * self.requests_per_agent),
-                    self.documents * -(-self.doc_tokens // self.chunk_tokens), 0, self.tenants)
+        requests = self.documents * (1 + self.subagents * self.requests_per_agent)
+        n_chunks = -(-self.doc_tokens // self.chunk_tokens)
+        check_sizes(requests, self.documents * n_chunks, 0, self.tenants)
+        check_memory(requests, requests * n_chunks)      # every request lists its document's chunks
 
 
 @register("agents", AgentsParams, "documents pinned as prefixes, forked by N sub-agents each")

@@ -55,6 +55,10 @@ def predict(
     """
     from simroute.model import PRIMITIVES, Shape, costs_scalar, decide
     from simroute.model.cost import TERMS
+    if topk > ct:
+        from simroute.errors import ConfigurationError
+        raise ConfigurationError(f"--topk {topk} selects more tokens than the chunk's --ct {ct} holds",
+                                 field="--topk")
 
     p = _params(calib, model, route_exchanges, prefill_us, host_overhead, collapsed_response,
                 holder_amortisation, dispatcher_batching, cache_dtype)

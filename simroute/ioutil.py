@@ -222,7 +222,7 @@ def claim_output(target: str | Path, *, directory: bool = True, inputs: Iterable
     (`atomic_path`) reuse the claim.
     """
     target = check_output_path(target, directory=directory, inputs=inputs, flag=flag)
-    with lock_output(target, flag=flag):
+    with undo_folders(target.parent), lock_output(target, flag=flag):
         clean_stale_temps(target)
         if directory:
             check_replaceable(target, what=what)
@@ -320,7 +320,6 @@ def atomic_path(target: str | Path, *, directory: bool = False, what: str = "out
     """
     target = Path(target)
     with claim_output(target, directory=directory, what=what):
-        created = missing_folders(target.parent)
         tmp = _temp_beside(target, directory)
         # mkstemp / mkdtemp create 0600 / 0700: give the result the permissions a plain open() would have.
         umask = os.umask(0)
@@ -337,9 +336,6 @@ def atomic_path(target: str | Path, *, directory: bool = False, what: str = "out
                 os.replace(tmp, target)
         except BaseException:
             _remove(tmp)
-            for folder in created:
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
             raise
 
 
@@ -384,6 +380,20 @@ def _record_files(directory: Path, names: Iterable[str]) -> None:
         raise
 
 
+@contextlib.contextmanager
+def undo_folders(directory: Path) -> Iterator[None]:
+    """On failure inside, remove the folders up to `directory` that did not exist on entry (and are empty
+    again): a failed write leaves no trace of the path it would have made."""
+    created = missing_folders(directory)
+    try:
+        yield
+    except BaseException:
+        for folder in created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
 def missing_folders(directory: Path) -> list[Path]:
     """`directory` and those of its ancestors that do not exist yet, innermost first."""
     out = []
@@ -404,10 +414,9 @@ def atomic_files(directory: str | Path, names: Iterable[str], *, flag: str | Non
     folder as it was (a folder it had to create is removed again)."""
     names = list(names)
     directory = check_output_path(directory, directory=True, inputs=inputs, flag=flag)
-    with lock_output(directory, flag=flag):
+    with undo_folders(directory), lock_output(directory, flag=flag):
         for name in names:
             check_new_file(directory / name, flag=flag)
-        created = missing_folders(directory)
         temps: dict[str, Path] = {}
         umask = os.umask(0)
         os.umask(umask)
@@ -422,9 +431,6 @@ def atomic_files(directory: str | Path, names: Iterable[str], *, flag: str | Non
         except BaseException:
             for tmp in temps.values():
                 _remove(tmp)
-            for folder in created:
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
             raise
 
 

@@ -207,6 +207,7 @@ def run_study(study: Study, out_dir: str | Path, *, jobs: int | None = None, ray
             fresh = bool(created) or not any(out.iterdir())
             out.mkdir(parents=True, exist_ok=True)
             try:
+                Store(out).check()           # a damaged point stops the resume before anything is rewritten
                 _write_manifest(study, out)
                 run = _run(study, out, be, points, max_points=max_points, retry_failed=retry_failed,
                            progress=progress)

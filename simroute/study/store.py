@@ -100,6 +100,12 @@ class Store:
             pq.write_table(table, tmp)
         return row
 
+    def check(self) -> None:
+        """Every stored point readable (a one-line error naming the first that is not)."""
+        if self.points_dir.is_dir():
+            for path in sorted(self.points_dir.glob("*.parquet")):
+                _read_point(path, ["status"])
+
     def read(self):
         """Every stored point as a pandas DataFrame (labels expanded into `axis:<name>` columns)."""
         import pandas as pd

@@ -97,22 +97,21 @@ def _write_manifest(directory: Path) -> None:
     (directory / MANIFEST).write_text(json.dumps(doc, sort_keys=True) + "\n")
 
 
-def _owned_subdirs(directory: Path, listed: dict[str, Any]) -> list[Path]:
-    """Subdirectories simroute wrote whole after the parent (a report inside a run): each carries its own
-    manifest and none of its files is foreign, so they belong to simroute as much as the parent's files do."""
-    out = []
+def _nested_outputs(directory: Path, listed: dict[str, Any]) -> dict[Path, list[str]]:
+    """Subdirectories simroute wrote whole after the parent (a report inside a run), each with what in it
+    simroute did not write: they carry their own manifest, so they answer for their own files."""
+    out = {}
     for sub in sorted(p for p in directory.iterdir() if p.is_dir() and not p.is_symlink()):
-        if (sub / MANIFEST).is_file() and not any(k.startswith(sub.name + "/") for k in listed) \
-                and not foreign_files(sub):
-            out.append(sub)
+        if (sub / MANIFEST).is_file() and not any(k.startswith(sub.name + "/") for k in listed):
+            out[sub] = [f"{sub.name}/{name}" for name in foreign_files(sub)]
     return out
 
 
 def foreign_files(directory: Path) -> list[str]:
     """What in `directory` simroute did not write there (or was changed since): empty means replaceable.
 
-    A subdirectory with a manifest of its own that lists all of it (a report written into a run) is
-    simroute's too: a later run may replace the whole directory."""
+    A subdirectory with a manifest of its own (a report written into a run) answers for its own files: if
+    all of them are simroute's, so is the subdirectory, and a later run may replace the whole directory."""
     entries = [p for p in directory.rglob("*") if p.name != MANIFEST or p.parent != directory]
     if not entries:
         return []
@@ -122,14 +121,14 @@ def foreign_files(directory: Path) -> list[str]:
             raise TypeError
     except (OSError, ValueError, TypeError, KeyError):
         return sorted(p.relative_to(directory).as_posix() for p in entries if not p.is_dir())[:3] or ["(folders)"]
-    owned = _owned_subdirs(directory, listed)
-    inside = lambda p: any(sub == p or sub in p.parents for sub in owned)
+    nested = _nested_outputs(directory, listed)
+    inside = lambda p: any(sub == p or sub in p.parents for sub in nested)
     entries = [p for p in entries if not inside(p)]
     actual = {name: stat for name, stat in _manifest(directory).items() if not inside(directory / name)}
     foreign = [name for name, stat in actual.items() if listed.get(name) != stat]
     extra = [p.relative_to(directory).as_posix() for p in entries
              if (p.is_symlink() or not (p.is_file() or p.is_dir()))]
-    return sorted(foreign + extra)
+    return sorted(foreign + extra + [name for names in nested.values() for name in names])
 
 
 def check_replaceable(target: str | Path, markers: tuple[str, ...] = (), what: str = "output") -> None:

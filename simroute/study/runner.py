@@ -201,9 +201,9 @@ def run_study(study: Study, out_dir: str | Path, *, jobs: int | None = None, ray
     check_study_dir(study, out)
     points = _plan(study, out)
     be = backend or make_backend(jobs, ray_address)
+    created = missing_folders(out)           # before the lock, whose file lands in out's parent
     try:
         with lock_output(out, flag="--out"):
-            created = missing_folders(out)
             fresh = bool(created) or not any(out.iterdir())
             out.mkdir(parents=True, exist_ok=True)
             try:
@@ -218,20 +218,28 @@ def run_study(study: Study, out_dir: str | Path, *, jobs: int | None = None, ray
             if fresh and run.executed and run.failed == run.executed:
                 _discard(out, created)         # nothing but failures: no study directory for them
                 run.discarded = True
-            return run
+    except Exception:
+        _remove_empty(created[1:])
+        raise
     finally:
         if backend is None:
             be.close()
+    if run.discarded:
+        _remove_empty(created[1:])            # the folders made for it, now that the lock file is gone
+    return run
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
 
 
 def _discard(out: Path, created: list[Path]) -> None:
-    """Empty a study directory this sweep started: remove it and the folders made for it, or, where it was
-    an empty directory already, its contents."""
+    """Empty a study directory this sweep started: remove it (the caller removes the folders made for it once
+    the lock is released), or, where it was an empty directory already, its contents."""
     if created:
         shutil.rmtree(out, ignore_errors=True)
-        for folder in created[1:]:
-            with contextlib.suppress(OSError):
-                folder.rmdir()
         return
     for child in out.iterdir():
         if child.is_dir() and not child.is_symlink():

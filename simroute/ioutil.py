@@ -408,14 +408,16 @@ def atomic_files(directory: str | Path, names: Iterable[str], *, flag: str | Non
     """Write several files into `directory` as one output: each must be new or simroute's own (checked
     before any work), all are written to temporaries, and renamed only when the whole block succeeds.
 
-    The folder may hold other files (a user's `figs/`); the folder's manifest then lists the files simroute
-    put there, which is what lets the next write replace them and nothing else. A failed write leaves the
-    folder as it was (a folder it had to create is removed again)."""
+    The folder may hold other files (a user's `figs/`, the working directory of `topo show --png`); its
+    manifest then lists the files simroute put there, which is what lets the next write replace them and
+    nothing else. A failed write leaves the folder as it was (a folder it had to create is removed again).
+    `inputs` are files the command reads: none of the outputs may be one."""
     names = list(names)
-    directory = check_output_path(directory, directory=True, inputs=inputs, flag=flag)
+    inputs = list(inputs)
+    directory = check_output_path(directory, directory=True, flag=flag)
     with undo_folders(directory), lock_output(directory, flag=flag):
         for name in names:
-            check_new_file(directory / name, flag=flag)
+            check_new_file(directory / name, flag=flag, inputs=inputs)
         temps: dict[str, Path] = {}
         umask = os.umask(0)
         os.umask(umask)

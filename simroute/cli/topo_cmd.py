@@ -102,7 +102,9 @@ def register(app: typer.Typer) -> None:
         for k, v in rows:
             typer.echo(f"{k:<{w}}  {v}")
         if png is not None:
-            _draw(t, png)
+            from simroute.ioutil import atomic_files
+            with atomic_files(png.parent, [png.name], flag="--png", inputs=[source]) as tmp:
+                _draw(t, tmp[png.name])
             typer.echo(f"wrote {png}")
 
     app.add_typer(topo, name="topo")

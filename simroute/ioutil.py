@@ -221,11 +221,28 @@ def claim_output(target: str | Path, *, directory: bool = True, inputs: Iterable
     (`atomic_path`) reuse the claim.
     """
     target = check_output_path(target, directory=directory, inputs=inputs, flag=flag)
-    with undo_folders(target.parent), lock_output(target, flag=flag):
+    with naming_faults(target), undo_folders(target.parent), lock_output(target, flag=flag):
         clean_stale_temps(target)
         if directory:
             check_replaceable(target, what=what)
         yield target
+
+
+@contextlib.contextmanager
+def naming_faults(target: Path) -> Iterator[None]:
+    """A fault of the machine while writing `target` (a full disk, a read-only file system) is reported
+    against `target`, not a temporary name or no name at all (`simroute_output` on the OSError)."""
+    try:
+        yield
+    except OSError as exc:
+        temporary = any(_TEMP_NAME.search(part) for part in target.parts)     # a write inside a temporary
+        if getattr(exc, "simroute_output", None) is None and not temporary:
+            with contextlib.suppress(AttributeError):
+                exc.simroute_output = str(target)
+        raise
+
+
+_TEMP_NAME = re.compile(r"\.simroute-\d+-[^./]*\.tmp$")
 
 
 # -- atomic writes --------------------------------------------------------------------------------------------
@@ -415,7 +432,8 @@ def atomic_files(directory: str | Path, names: Iterable[str], *, flag: str | Non
     names = list(names)
     inputs = list(inputs)
     directory = check_output_path(directory, directory=True, flag=flag)
-    with undo_folders(directory), lock_output(directory, flag=flag):
+    with naming_faults(directory / names[0] if len(names) == 1 else directory), undo_folders(directory), \
+            lock_output(directory, flag=flag):
         for name in names:
             check_new_file(directory / name, flag=flag, inputs=inputs)
         temps: dict[str, Path] = {}

@@ -127,7 +127,7 @@ def machine_fault(exc: OSError) -> tuple[str, int] | None:
         return "cannot write to standard output: it is closed (a closed pipe or 1>&-)", 1
     if code not in DISK_FAULTS:
         return None
-    where = exc.filename or _path_in(str(exc))
+    where = getattr(exc, "simroute_output", None) or exc.filename or _path_in(str(exc))
     verb = "write" if code in (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG) else "access"
     return f"cannot {verb} {where or 'a file'}: {DISK_FAULTS[code]}; no output was replaced", 2
 

@@ -121,3 +121,58 @@ def test_an_ascii_only_stdout_writes_escapes_not_an_internal_error(argv):
     res = _simroute(*argv, capture_output=True, env={**os.environ, "PYTHONIOENCODING": "ascii"})
     assert res.returncode == 0, res.stderr
     assert res.stdout and res.stderr == ""
+
+
+# -- real file systems, where this machine lets the tests mount them (root in a container that allows it) ------
+def _mount(where: Path, *options: str) -> bool:
+    if os.geteuid() != 0 or not Path("/bin/mount").exists() and not Path("/usr/bin/mount").exists():
+        return False
+    where.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", ",".join(options), "tmpfs", str(where)],
+                         capture_output=True, text=True)
+    return res.returncode == 0
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    mounted: list[Path] = []
+
+    def make(name: str, *options: str) -> Path:
+        where = tmp_path / name
+        if not _mount(where, *options):
+            pytest.skip("cannot mount a tmpfs here (needs root and a container that allows mounts)")
+        mounted.append(where)
+        return where
+    yield make
+    for where in reversed(mounted):
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+@pytest.mark.parametrize("argv", [
+    ("run", "--max-requests", "200", "-o", "{disk}/run"),
+    ("trace", "gen", "corpus", "-p", "requests=20000", "-o", "{disk}/t.parquet"),
+    ("topo", "show", "fattree-1024", "--png", "{disk}/topo.png"),
+    ("model", "bandwidth", "-o", "{disk}/figs"),
+])
+def test_a_really_full_disk_is_one_line_naming_the_output_and_leaves_nothing(cli, tmpfs, argv):
+    disk = tmpfs("small", "size=32k")
+    (disk / "keep.txt").write_text("the user's")
+    code, _, err = cli(*[a.replace("{disk}", str(disk)) for a in argv])
+    line = one_line(err)
+    assert code == 2 and "no space left" in line and str(disk) in line, line
+    assert sorted(p.name for p in disk.iterdir()) == ["keep.txt"]
+
+
+def test_a_really_read_only_file_system_is_one_line_and_keeps_the_previous_output(cli, tmpfs):
+    disk = tmpfs("ro", "size=64m")
+    code, _, err = cli("model", "crossover", "-o", disk / "figs")
+    assert code == 0, err
+    before = {p.name: p.read_bytes() for p in (disk / "figs").iterdir()}
+    subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True, capture_output=True)
+    for argv in (("model", "crossover", "-o", disk / "figs"), ("run", "--max-requests", "5", "-o", disk / "run"),
+                 ("trace", "gen", "corpus", "-p", "requests=5", "-o", disk / "t.parquet")):
+        code, _, err = cli(*argv)
+        line = one_line(err)
+        assert code == 2 and str(disk) in line, line
+    assert {p.name: p.read_bytes() for p in (disk / "figs").iterdir()} == before
+    assert sorted(p.name for p in disk.iterdir()) == ["figs"]

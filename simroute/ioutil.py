@@ -377,7 +377,7 @@ def check_new_file(target: str | Path, *, flag: str | None = None,
     return target
 
 
-def _record_files(directory: Path, names: Iterable[str]) -> None:
+def record_files(directory: Path, names: Iterable[str]) -> None:
     """Add `names` (files just written) to `directory`'s manifest, keeping what it already listed."""
     doc: dict[str, Any] = {"written_by": "simroute", "files": {}}
     with contextlib.suppress(OSError, ValueError):
@@ -446,7 +446,7 @@ def atomic_files(directory: str | Path, names: Iterable[str], *, flag: str | Non
             yield temps
             for name in names:
                 os.replace(temps[name], directory / name)
-            _record_files(directory, names)
+            record_files(directory, names)
         except BaseException:
             for tmp in temps.values():
                 _remove(tmp)

@@ -58,6 +58,7 @@ def get_generator(kind: str) -> Generator:
 
 
 MAX_PARAM_INT = 2**31 - 1
+MAX_SIGMA = 10.0
 
 
 def _coerce(value: Any, typ: Any, name: str, kind: str) -> Any:
@@ -105,6 +106,8 @@ def make_params(kind: str, overrides: dict[str, Any] | None = None) -> Any:
         if key not in fields:
             raise UnknownNameError(f"parameter of generator '{kind}'", key, list(fields))
         values[key] = _coerce(value, fields[key], key, kind)
+        if key.endswith("_sigma"):        # every generator's log-normal spread: 0 (none) up to a wide 10
+            check_number(values[key], key, minimum=0, maximum=MAX_SIGMA)
     try:
         return gen.params(**values)
     except ValueError as exc:

@@ -517,6 +517,9 @@ def semantics_cases() -> list[Case]:
                           needs_trace=True))
         cases.append(Case(f"sem-run-trace-{tag}", ("run", "--trace", "{trace}", "-o", "{d}/out"), names,
                           damage=edit, needs_trace=True))
+    for kind, name in (("corpus", "prefix_sigma"), ("sparse", "prompt_sigma"), ("disagg", "output_sigma")):
+        cases.append(Case(f"sem-gen-{kind}-{name}-negative", ("trace", "gen", kind, "-p", f"{name}=-1", "-o",
+                                                               "{d}/g.parquet"), name))
     run = lambda tag, names, *args: Case(f"sem-run-{tag}", ("run", *args, "-o", "{d}/out"), names)
     cases += [
         run("max-requests-zero", "max", "--max-requests", "0"),

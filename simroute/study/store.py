@@ -135,4 +135,20 @@ def _read_point(path: Path, columns: list[str] | None = None) -> pa.Table:
             raise ConfigurationError("missing column: not a point of a simroute study", file=path, field=name)
     if table.num_rows != 1:
         raise ConfigurationError(f"holds {table.num_rows} rows; a stored point holds one", file=path)
+    for name in table.column_names:
+        kind = table.schema.field(name).type
+        text = name in ("key", "status", "error") or name.endswith("_json")
+        if text and not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise ConfigurationError(f"must be text, got {kind}", file=path, field=name)
+        if (name in METRICS or name == "seed") and not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+            raise ConfigurationError(f"must be numeric, got {kind}", file=path, field=name)
+    if "status" in table.column_names and table.column("status")[0].as_py() not in ("ok", "failed"):
+        raise ConfigurationError("must be 'ok' or 'failed'", file=path, field="status")
+    if "labels_json" in table.column_names:
+        try:
+            labels = json.loads(table.column("labels_json")[0].as_py() or "")
+        except ValueError:
+            labels = None
+        if not isinstance(labels, dict):
+            raise ConfigurationError("must be a JSON object of axis labels", file=path, field="labels_json")
     return table

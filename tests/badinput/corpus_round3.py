@@ -84,6 +84,20 @@ def _replace_parquet(rel: str, columns: dict[str, list]):
     return edit
 
 
+def _column_to(rel: str, column: str, value: Any, rows: int | None = None):
+    """Set every value of one column of a Parquet table (added if absent) to `value` (its type follows)."""
+    def edit(root: Path) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        path = _one(root, rel)
+        table = pq.read_table(path)
+        array = pa.array([value] * table.num_rows)
+        i = table.schema.get_field_index(column)
+        table = table.append_column(column, array) if i < 0 else table.set_column(i, column, array)
+        pq.write_table(table, path)
+    return edit
+
+
 def _json_edit(rel: str, fn):
     def edit(root: Path) -> None:
         path = _one(root, rel)
@@ -217,6 +231,32 @@ def report_cases() -> list[Case]:
         study("search-object", lambda root: (root / "study" / "search.json").write_text("{}"), "search.json"),
         study("run-links-truncated", _truncate("study/runs/*/net_links.parquet"), "net_links.parquet"),
         study("md-point-corrupted", _garbage(point), ".parquet", "--format", "md"),
+        run("requests-zero-rows", lambda root: _rewrite(root / "run", "requests.parquet",
+                                                        lambda t: t.slice(0, 0)), "requests.parquet"),
+        run("ttft-text", _column_to(req, "ttft_s", "fast"), "ttft_s"),
+        run("ttft-infinite", _column_to(req, "ttft_s", float("inf")), "ttft_s"),
+        run("status-number", _column_to(req, "status", 1), "status"),
+        run("links-utilisation-text", _column_to("run/net_links.parquet", "mean_utilisation", "high"),
+            "mean_utilisation"),
+        run("spines-flows-text", _column_to("run/net_spines.parquet", "active_flows", "many"), "active_flows"),
+        run("iterations-instance-text", _column_to("run/iterations.parquet", "instance", "i0"), "instance"),
+        run("holders-work-text", _column_to("run/holders.parquet", "work_s", "lots"), "work_s"),
+        run("summary-bytes-text", _json_edit("run/summary.json", lambda s: {**s, "bytes": {**s["bytes"],
+                                                                                          "route": "x"}}), "bytes"),
+        run("summary-config-empty", _json_edit("run/summary.json", lambda s: {**s, "config": {}}), "config"),
+        run("summary-ttft-text", _json_edit("run/summary.json", lambda s: {**s, "ttft_ms": {"p50": "x"}}),
+            "ttft_ms"),
+        run("summary-network-list", _json_edit("run/summary.json", lambda s: {**s, "network": [1]}), "network"),
+        study("labels-not-json", _column_to(point, "labels_json", "{bad"), "labels_json"),
+        study("labels-list", _column_to(point, "labels_json", "[1]"), "labels_json"),
+        study("metric-text", _column_to(point, "ttft_ms_p99", "x"), "ttft_ms_p99"),
+        study("status-unknown", _column_to(point, "status", "maybe"), "status"),
+        study("seed-text", _column_to(point, "seed", "0"), "seed"),
+        study("slo-unreadable", _json_edit("study/study.json", lambda m: {**m, "slo": ["p99 ttft_ms <= "]}), "slo"),
+        study("slo-number", _json_edit("study/study.json", lambda m: {**m, "slo": [5]}), "slo"),
+        study("search-entry-number", lambda root: (root / "study" / "search.json").write_text("[1]"), "search.json"),
+        study("search-labels-number", lambda root: (root / "study" / "search.json").write_text(json.dumps(
+            [{"labels": 1, "field": "x", "status": "ok", "slo": [], "probes": {}}])), "labels"),
         Case("report-a-file", ("report", "{d}/f.txt"), "f.txt", {"f.txt": "not a directory"}),
         Case("report-empty-dir", ("report", "{d}/e"), "e", {"e": None}),
     ]

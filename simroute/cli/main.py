@@ -13,6 +13,7 @@ import importlib
 import io
 import os
 import sys
+from typing import Any
 
 import typer
 
@@ -65,14 +66,25 @@ def main(argv: list[str] | None = None) -> int:
     Any exception that is not a `SimrouteError` or a usage error is a bug in simroute, whatever input caused
     it: its traceback goes to a log file (`internal_error_log`) and the user sees where, never a bare dump.
     """
+    saved = sys.stdout, sys.stderr
     _guard_standard_streams()
+    try:
+        return _main(argv)
+    finally:
+        if isinstance(sys.stdout, _TaggedStream):
+            sys.stdout = saved[0] if saved[0] is not None else sys.stdout
+        if saved[1] is not None:
+            sys.stderr = saved[1]
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         rc = app(args=argv, standalone_mode=False)   # click returns typer.Exit's code here rather than raising
         if isinstance(rc, int) and rc:
             return rc
         _flush_stdout()
     except SimrouteError as exc:
-        typer.secho(f"error: {_one_line(str(exc))}", fg=typer.colors.RED, err=True)
+        _say(f"error: {_one_line(str(exc))}")
         return exc.exit_code
     except OSError as exc:
         fault = machine_fault(exc)
@@ -86,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     except typer.Exit as exc:
         return exc.exit_code
     except (typer.Abort, KeyboardInterrupt):
-        typer.echo("aborted", err=True)
+        _say("aborted")
         return 130
     except Exception as exc:  # noqa: BLE001 - the last line of defence, see the docstring
         # Usage errors (missing argument, bad option value, unknown command) come from the click that typer
@@ -128,8 +140,38 @@ def machine_fault(exc: OSError) -> tuple[str, int] | None:
     if code not in DISK_FAULTS:
         return None
     where = getattr(exc, "simroute_output", None) or exc.filename or _path_in(str(exc))
+    if where == STDOUT:
+        return f"cannot write to standard output: {DISK_FAULTS[code]}", 2
     verb = "write" if code in (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EFBIG) else "access"
     return f"cannot {verb} {where or 'a file'}: {DISK_FAULTS[code]}; no output was replaced", 2
+
+
+STDOUT = "standard output"
+
+
+class _TaggedStream:
+    """stdout, with its write faults marked as stdout's (a full /dev/full, a pipe gone), so the one-line error
+    says what could not be written; everything else is the stream's own."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            exc.simroute_output = STDOUT
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as exc:
+            exc.simroute_output = STDOUT
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _path_in(text: str) -> str | None:
@@ -157,11 +199,24 @@ def _guard_standard_streams() -> None:
     (an ASCII-only terminal) writes escapes instead of failing."""
     if sys.stdout is None:
         sys.stdout = _ClosedStream()
+    if sys.stderr is None or not _usable(sys.stderr):   # nowhere to say anything: the exit code is all that is left
+        sys.stderr = open(os.devnull, "w")      # noqa: SIM115 - lives as long as the process
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if callable(reconfigure):
             with contextlib.suppress(ValueError, OSError, io.UnsupportedOperation):
                 reconfigure(errors="backslashreplace")
+    if not isinstance(sys.stdout, (_ClosedStream, _TaggedStream)):
+        sys.stdout = _TaggedStream(sys.stdout)
+
+
+def _usable(stream: Any) -> bool:
+    """False for a standard stream over a descriptor that was closed before simroute started (`2>&-`)."""
+    try:
+        os.fstat(stream.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation) as exc:
+        return not (isinstance(exc, OSError) and exc.errno == errno.EBADF)
+    return True
 
 
 def _flush_stdout() -> None:
@@ -194,7 +249,7 @@ def _usage_error(exc: Exception) -> int:
     """click's usage error as one line: what is wrong, with the command to ask for help."""
     ctx = getattr(exc, "ctx", None)
     where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-    typer.secho(f"error: {_one_line(exc.format_message())}{where}", fg=typer.colors.RED, err=True)
+    _say(f"error: {_one_line(exc.format_message())}{where}")
     return getattr(exc, "exit_code", 2) or 2
 
 

@@ -176,3 +176,16 @@ def test_a_really_read_only_file_system_is_one_line_and_keeps_the_previous_outpu
         assert code == 2 and str(disk) in line, line
     assert {p.name: p.read_bytes() for p in (disk / "figs").iterdir()} == before
     assert sorted(p.name for p in disk.iterdir()) == ["figs"]
+
+
+def test_a_closed_stderr_still_exits_2_for_bad_input():
+    res = _simroute("run", "--seed", "-1", stdout=subprocess.PIPE, stderr=None, preexec_fn=lambda: os.close(2))
+    assert res.returncode == 2
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+@pytest.mark.parametrize("argv", [("model", "list"), ("predict",), ("trace", "gen", "--help")])
+def test_stdout_on_a_full_device_is_one_line_naming_stdout(argv):
+    with open("/dev/full", "w") as full:
+        res = _simroute(*argv, stdout=full, stderr=subprocess.PIPE)
+    assert res.returncode == 2 and "standard output" in one_line(res.stderr) and "no space" in res.stderr

@@ -302,6 +302,9 @@ def clean_stale_temps(target: Path) -> list[Path]:
     """Remove what killed writers of `target` left beside it (`.NAME.simroute-PID-*.tmp`, `.NAME.old-PID`),
     where that PID no longer runs. Called under the target's lock, at the next write."""
     pattern = re.compile(rf"^\.{re.escape(target.name)}\.(?:simroute-(\d+)-[^./]*\.tmp|old-(\d+))$")
+    # before temporaries carried a pid (mkstemp's 8 random characters): under the lock no writer of this target
+    # is alive, so one of these left beside it is a killed writer's
+    legacy = re.compile(rf"^\.{re.escape(target.name)}\.[a-z0-9_]{{8}}\.tmp$")
     removed = []
     try:
         siblings = list(target.parent.iterdir())
@@ -309,7 +312,7 @@ def clean_stale_temps(target: Path) -> list[Path]:
         return removed
     for path in siblings:
         match = pattern.match(path.name)
-        if match and not _pid_alive(int(match.group(1) or match.group(2))):
+        if match and not _pid_alive(int(match.group(1) or match.group(2))) or legacy.match(path.name):
             _remove(path)
             removed.append(path)
     return removed

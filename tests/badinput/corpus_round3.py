@@ -427,6 +427,8 @@ def bound_cases() -> list[Case]:
                          + "x" * LONG_LINE + '"}\n'}),
         Case("bound-azure-endless-line", ("trace", "import", "azure", "{d}/t.csv", "-o", "{d}/o.parquet"), "t.csv",
              {"t.csv": AZURE_HEADER + AZURE_ROW + "9" * LONG_LINE + ",1,1\n"}),
+        Case("bound-agent-file-huge", ("trace", "import", "agent", "{d}/a.json", "-o", "{d}/o.parquet"), "a.json",
+             {"a.json": json.dumps(AGENT_DOC)}, setup=lambda root: os.truncate(root / "a.json", 65 << 20)),
         Case("bound-gen-agents-references", ("trace", "gen", "agents", "-p", "documents=100", "-p", "subagents=100",
                                              "-p", "requests_per_agent=40", "-p", "doc_tokens=100000", "-p",
                                              "chunk_tokens=128", "-o", "{d}/g.parquet"), "agents"),

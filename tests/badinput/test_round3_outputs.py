@@ -91,6 +91,8 @@ def test_a_killed_writers_temporaries_go_at_the_next_write_and_a_live_ones_stay(
     running.mkdir()
     other = tmp_path / f".other.simroute-{dead}-abc.tmp"          # another target's: not this write's to clean
     other.write_text("x")
+    legacy = tmp_path / ".o.parquet.k2j4_x9a.tmp"                 # an older simroute's name, without a pid
+    legacy.mkdir()
     with atomic_path(target, directory=True) as tmp:
         (tmp / "x").write_text("1")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["o.parquet", running.name, other.name])

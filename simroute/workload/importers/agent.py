@@ -24,7 +24,7 @@ from simroute.workload.importers.common import register_importer, ImportOptions
 from simroute.workload.writer import TraceWriter, list_array
 
 BLOCK = 64
-MAX_FILE_BYTES = 1 << 30
+MAX_FILE_BYTES = 64 << 20      # one conversation; parsed whole, so bounded (the public ones are ~100 kB)
 MAX_NESTING = 64
 
 

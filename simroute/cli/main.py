@@ -124,7 +124,11 @@ DISK_FAULTS = {errno.ENOSPC: "no space left on the device", errno.EROFS: "the fi
                errno.EDQUOT: "the disk quota is exceeded", errno.EFBIG: "the file is too large for the file system",
                errno.EIO: "an input/output error of the device", errno.EACCES: "permission denied",
                errno.EPERM: "operation not permitted", errno.EMFILE: "too many open files",
-               errno.ENFILE: "too many open files in the system"}
+               errno.ENFILE: "too many open files in the system",
+               # a path the file system cannot take: the user's to change, like any other bad input
+               errno.ENAMETOOLONG: "the file name is too long for the file system",
+               errno.ELOOP: "too many levels of symbolic links", errno.ENOTDIR: "a part of the path is not a directory",
+               errno.EISDIR: "it is a directory", errno.ENXIO: "no such device"}
 STREAM_FAULTS = (errno.EPIPE, errno.EBADF)
 FAULT_TEXTS = {"No space left on device": errno.ENOSPC, "Read-only file system": errno.EROFS,
                "Disk quota exceeded": errno.EDQUOT, "Broken pipe": errno.EPIPE}

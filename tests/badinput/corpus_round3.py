@@ -581,6 +581,27 @@ def _both_trace(*edits):
     return edit
 
 
+LONG = "n" * 300            # past any file system's 255-byte name
+
+
+def path_cases() -> list[Case]:
+    """Paths the file system cannot take (too long, a symlink loop): one line, exit 2, like any bad input."""
+    loop = _both(lambda root: os.symlink(root / "loop2", root / "loop1"),
+                 lambda root: os.symlink(root / "loop1", root / "loop2"))
+    return [
+        Case("path-run-o-too-long", ("run", "--max-requests", "3", "-o", f"{{d}}/{LONG}"), LONG),
+        Case("path-crossover-o-too-long", ("model", "crossover", "-o", f"{{d}}/{LONG}"), LONG),
+        Case("path-png-too-long", ("topo", "show", "fattree", "--png", f"{{d}}/{LONG}.png"), LONG),
+        Case("path-gen-o-too-long", ("trace", "gen", "corpus", "-o", f"{{d}}/{LONG}.parquet"), LONG),
+        Case("path-topology-too-long", ("topo", "show", f"{{d}}/{LONG}.yaml"), LONG),
+        Case("path-trace-too-long", ("trace", "info", f"{{d}}/{LONG}.parquet"), LONG),
+        Case("path-report-too-long", ("report", f"{{d}}/{LONG}"), LONG),
+        Case("path-topology-loop", ("topo", "show", "{d}/loop1"), "loop1", setup=loop),
+        Case("path-run-o-loop", ("run", "--max-requests", "3", "-o", "{d}/loop1/out"), "loop1", setup=loop),
+        Case("path-trace-loop", ("trace", "info", "{d}/loop1"), "loop1", setup=loop),
+    ]
+
+
 def round3_cases() -> list[Case]:
     return (output_cases() + report_cases() + newer_command_cases() + bound_cases() + study_runtime_cases()
-            + semantics_cases())
+            + semantics_cases() + path_cases())

@@ -123,7 +123,7 @@ def _paths(frame: Any, topology: Any, path: Path, seed: int) -> list[tuple[int, 
         if choices is not None:
             if not (choices[row] >= 0 and float(choices[row]).is_integer()):
                 raise ConfigurationError(f"row {row}: must be an integer >= 0", file=path, field="path_index")
-            count = topology.path_count(ia, ib)
+            count = topology.n_choices(ia, ib)
             if choices[row] >= count:
                 raise ConfigurationError(f"row {row}: {int(choices[row])} is past the {count} equal-cost paths "
                                          f"from {src} to {dst} (0..{count - 1})", file=path, field="path_index")

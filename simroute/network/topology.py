@@ -441,16 +441,6 @@ class Topology:
         middle, spine = self.middle_at(src_leaf, dst_leaf, choice % self.n_middle(src_leaf, dst_leaf))
         return up + middle + down, spine
 
-    def path_count(self, ia: int, ib: int) -> int:
-        """How many equal-cost paths `path_ids` chooses among between two GPU indices (1 inside a host or a
-        NIC's domain)."""
-        per_host = self.spec.gpus_per_host
-        src_host, dst_host = ia // per_host, ib // per_host
-        if src_host == dst_host or self._nic_of[ia] == self._nic_of[ib]:
-            return 1
-        per_leaf = self.spec.hosts_per_leaf
-        return self.n_middle(src_host // per_leaf, dst_host // per_leaf)
-
     def path_latency_s(self, ia: int, ib: int) -> float:
         """Summed link latency of the first equal-cost path between GPU indices (the reference, per pair)."""
         links, _spine = self.path_ids(ia, ib)

@@ -234,7 +234,7 @@ def _flow_frame(n: int = 60, seed: int = 3):
     choices = rng.integers(0, 4, n)
     frame = pd.DataFrame({"start_s": np.sort(rng.uniform(0, 5e-3, n)), "nbytes": rng.uniform(1e6, 5e7, n),
                           "src": [topo.gpus[a] for a, _b in pairs], "dst": [topo.gpus[b] for _a, b in pairs],
-                          "path_index": [int(c) % topo.path_count(int(a), int(b)) for c, (a, b) in zip(choices, pairs)]})
+                          "path_index": [int(c) % topo.n_choices(int(a), int(b)) for c, (a, b) in zip(choices, pairs)]})
     return topo, frame
 
 

@@ -195,10 +195,11 @@ def model_chunk(
         q = replace(p, fabrics=tuple(p.fabrics))
         lo = fetch_local_crossover_ct(q, mq=mq, fabric=f, prefill_us=1.5)
         hi = fetch_local_crossover_ct(q, mq=mq, fabric=f, prefill_us=0.5)
-        said.append(f"route exchanges: {route_exchanges.value}" + (" (the paper's accounting for Fig 1b: one exchange for"
-                   " all layers; the simulator's default is per-layer)" if route_exchanges.value == "once" else ""))
+        said.append(f"route exchanges: {route_exchanges.value}" + (
+            " (the paper's accounting for Fig 1b: one exchange for all layers; the simulator's default is per-layer)"
+            if route_exchanges.value == "once" else ""))
         said.append(f"fetch beats local above ct ~ {lo:.0f}-{hi:.0f} tokens (c = 1.5..0.5 us); "
-                   f"wrote {out / 'chunk.csv'} and {out / 'chunk.png'}")
+                    f"wrote {out / 'chunk.csv'} and {out / 'chunk.png'}")
     for line in said:
         typer.echo(line)
 
@@ -239,9 +240,10 @@ def model_bandwidth(
                title=f"cost vs bandwidth, Mq = {mq}, ct = {ct}, route exchanges: {route_exchanges.value}")
         ax.legend(fontsize=8)
         save_png(fig, tmp["bandwidth.png"])
+        crossing = (f"the route and fetch curves cross at {cross:.2f} GB/s (dashed)" if cross is not None
+                    else "the route curve stays below fetch over the plotted range")
         said.append(f"route's byte term exceeds fetch's splice below {bw_star / 1e9:.2f} GB/s (Mq (q+p) / T_splice, "
-                   "dotted line); " + (f"the route and fetch curves cross at {cross:.2f} GB/s (dashed)" if cross is not None
-                                       else "the route curve stays below fetch over the plotted range"))
+                    f"dotted line); {crossing}")
         said.append(f"wrote {out / 'bandwidth.csv'} and {out / 'bandwidth.png'}")
     for line in said:
         typer.echo(line)

@@ -45,6 +45,7 @@ from simroute.calib import default_profile_path
 from simroute.network import shipped_topology
 from simroute.sim import RunConfig, Simulation
 from simroute.workload import generate, import_trace
+from simroute.defaults import PAPER_DEPLOYMENT
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -130,7 +131,8 @@ def agents(tmp: Path) -> None:
     trace = generate("agents", tmp / "agents256.parquet", seed=1, params={
         "documents": 1, "doc_tokens": 32768, "subagents": 256, "requests_per_agent": 2, "output_tokens": 128,
         "arrival": "poisson", "rate_per_agent": 0.5})
-    cfg = RunConfig(topology=str(shipped_topology("fattree")), trace=str(trace), calib=str(default_profile_path()),
+    cfg = RunConfig(**PAPER_DEPLOYMENT,
+                    topology=str(shipped_topology("fattree")), trace=str(trace), calib=str(default_profile_path()),
                     policy="always-route", router="least-loaded", decode_steps_per_event=16)
     _, fig = _run(cfg)
     record("sim_agents256_64gpu", {**fig, "peak_rss_MiB": peak_rss_mb()})
@@ -140,7 +142,7 @@ def ark(tmp: Path) -> None:
     from simroute.scenarios.ark import MODEL, TOPOLOGY, disagg_trace
     trace = disagg_trace(tmp / "ark.parquet", qps=25, duration_s=600, seed=1)
     cfg = RunConfig(topology=str(shipped_topology(TOPOLOGY)), trace=str(trace),
-                    calib=str(default_profile_path()), routing="ark", model=MODEL, prefill_us=0.02,
+                    calib=str(default_profile_path()), routing="ark", model=MODEL, tp=1, prefill_us=0.02,
                     decode_steps_per_event=64)
     _, fig = _run(cfg)
     record("sim_ark_qps25_600s", {**fig, "peak_rss_MiB": peak_rss_mb()}, target=">= 100x real time")
@@ -151,7 +153,7 @@ def zipf(tmp: Path) -> None:
     trace = generate("corpus", tmp / "zipf.parquet", seed=1, params={
         "requests": 100_000, "chunks": 50_000, "instances": 1024, "qps": 2000.0})
     gen_s = time.perf_counter() - t
-    cfg = RunConfig(topology=str(shipped_topology("fattree-1024")), trace=str(trace),
+    cfg = RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("fattree-1024")), trace=str(trace),
                     calib=str(default_profile_path()), policy="paper", decode_steps_per_event=32,
                     router="least-loaded")   # the corpus's hints name 8 requesters: spread them
     _, fig = _run(cfg)
@@ -162,7 +164,8 @@ def zipf(tmp: Path) -> None:
 def azure(tmp: Path) -> None:
     src = ROOT.parent / "shared" / "traces" / "azure_llm_2023_code.csv"
     trace = import_trace("azure", [src], tmp / "azure.parquet")
-    cfg = RunConfig(topology=str(shipped_topology("fattree")), trace=str(trace), calib=str(default_profile_path()),
+    cfg = RunConfig(**PAPER_DEPLOYMENT,
+                    topology=str(shipped_topology("fattree")), trace=str(trace), calib=str(default_profile_path()),
                     router="least-loaded")
     _, fig = _run(cfg)
     record("sim_azure_code", {**fig, "peak_rss_MiB": peak_rss_mb()}, target=">= 2,000 requests/s")
@@ -208,7 +211,7 @@ def _policies() -> list[str]:
 def _every_policy(name: str, trace: Path) -> None:
     """One run per policy (or the one --policy names) on the fat-tree, least-loaded requesters."""
     for policy in _policies():
-        cfg = RunConfig(topology=str(shipped_topology("fattree")), trace=str(trace),
+        cfg = RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("fattree")), trace=str(trace),
                         calib=str(default_profile_path()), policy=policy, router="least-loaded")
         _, fig = _run(cfg)
         record(f"sim_{name}_{policy}", {**fig, "peak_rss_MiB": peak_rss_mb()}, target="<= 30 s wall")
@@ -240,7 +243,7 @@ def agents_growth(tmp: Path) -> None:
         size_dir = tmp / f"agents{copies}"
         size_dir.mkdir()
         trace = agent_trace(size_dir, copies=copies)
-        cfg = RunConfig(topology=str(shipped_topology("fattree")), trace=str(trace),
+        cfg = RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("fattree")), trace=str(trace),
                         calib=str(default_profile_path()), policy=policy, router="least-loaded")
         runs = [_run(cfg, sampler=True)[1] for _ in range(repeat)]
         fig = min(runs, key=lambda f: f["cpu_s"])

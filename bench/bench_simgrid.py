@@ -19,7 +19,8 @@ against the compiled replay, which that row checked against SimGrid.
 `--floor` measures, on the 100-in-flight flow set, what bounds the online engine at small scale: CPU us per
 event of the same SimPy driver with a flow that does nothing but fire at a fixed time (the caller's own two
 events per flow), plus the engine's two (flush, wake-up), and numba's dispatch of a kernel shaped like the
-online core's; beside the online engine's and SimGrid C++'s CPU us per event.
+online core's; beside the online engine's and SimGrid C++'s CPU us per event, and the part of the online
+engine's spent inside its compiled step (`online_kernel`: the max-min solve and commit, dispatch included).
 Run: python bench/bench_simgrid.py [--quick] [--repeat N] [--python-max N] [--scales 100,1000]
      [--reuse-simgrid 10000] [--floor] [--no-record]
 """
@@ -168,6 +169,26 @@ def dispatch_floor(calls: int = 20000) -> float:
     return (time.process_time() - c0) / calls
 
 
+def kernel_cpu(topo, flows) -> float:
+    """CPU s spent inside the online core's compiled step (`_online.core_step`, dispatch included) during one
+    online replay of `flows`: the share of the online engine's cost that is max-min solving, not Python."""
+    import simroute.network._online as online
+    kernel, spent = online.core_step, [0]
+
+    def timed(*args):
+        start = time.thread_time_ns()
+        out = kernel(*args)
+        spent[0] += time.thread_time_ns() - start
+        return out
+
+    online.core_step = timed
+    try:
+        replay_simroute(topo, flows)
+    finally:
+        online.core_step = kernel
+    return spent[0] / 1e9
+
+
 def measure_floor(topo, binary: Path, workdir: Path, repeat: int) -> dict[str, float]:
     """CPU us per event of what bounds the online engine at 100 flows in flight (see the module docstring)."""
     flows = closed_loop_flow_set(topo, *SCALES[0])
@@ -178,6 +199,7 @@ def measure_floor(topo, binary: Path, workdir: Path, repeat: int) -> dict[str, f
         for name, run in (("simpy_caller", lambda: simpy_floor(flows, False)),
                           ("simpy_with_engine_events", lambda: simpy_floor(flows, True)),
                           ("online", lambda: replay_simroute(topo, flows)[1]),
+                          ("online_kernel", lambda: kernel_cpu(topo, flows)),
                           ("simgrid", lambda: replay_simgrid([str(binary)], flows, flows_file)[1])):
             best[name] = min(best.get(name, math.inf), run())
     figures = {f"floor_{name}_cpu_us_per_event": round(cpu / events * 1e6, 3) for name, cpu in best.items()}

@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from simroute.defaults import PAPER_DEPLOYMENT
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -63,10 +64,12 @@ def config(scenario: str, policy: str, trace_dir: Path):
     from simroute.sim import RunConfig
     calib = str(default_profile_path())
     if scenario == "zipf":
-        return RunConfig(topology=str(shipped_topology("fattree-1024")), trace=str(trace_dir / "zipf.parquet"),
+        return RunConfig(**PAPER_DEPLOYMENT,
+                         topology=str(shipped_topology("fattree-1024")), trace=str(trace_dir / "zipf.parquet"),
                          calib=calib, policy=policy, decode_steps_per_event=32, router="least-loaded")
     trace = trace_dir / ("conversation.parquet" if scenario == "conversation" else "agents-real.parquet")
-    return RunConfig(topology=str(shipped_topology("fattree")), trace=str(trace), calib=calib, policy=policy,
+    return RunConfig(**PAPER_DEPLOYMENT,
+                     topology=str(shipped_topology("fattree")), trace=str(trace), calib=calib, policy=policy,
                      router="least-loaded")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from simroute.defaults import PAPER_DEPLOYMENT
 from pathlib import Path
 
 
@@ -23,7 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     for trace in args.traces:
         print(f"\n{trace.name}: router, TTFT p50 / p99 ms, SLO attainment, fetch / local / resident, wall s")
         for router in args.routers.split(","):
-            res = simulate(RunConfig(topology=str(default_topology_path()), trace=str(trace), router=router,
+            res = simulate(RunConfig(**PAPER_DEPLOYMENT,
+                                     topology=str(default_topology_path()), trace=str(trace), router=router,
                                      calib=str(default_profile_path()), seed=args.seed, telemetry=False))
             s = res.summary
             pc = s["primitive_counts"]

@@ -125,9 +125,8 @@ def _summary_of_default():
     if "s" not in _CACHE:
         from simroute.network import default_topology_path
         from simroute.sim import RunConfig, simulate
-        from simroute.sim.config import DEFAULT_RUN
         cfg = RunConfig(topology=str(default_topology_path()), trace=str(default_trace_path()),
-                        calib=str(default_profile_path()), **DEFAULT_RUN)
+                        calib=str(default_profile_path()))
         _CACHE["s"] = simulate(cfg).summary
     return _CACHE["s"]
 
@@ -153,9 +152,8 @@ def test_bf16_weights_do_not_fit_the_default_and_say_so(cli, tmp_path):
 def _default_cfg(trace, **kw):
     from simroute.network import default_topology_path
     from simroute.sim import RunConfig
-    from simroute.sim.config import DEFAULT_RUN
     return RunConfig(topology=str(default_topology_path()), trace=str(trace), calib=str(default_profile_path()),
-                     **DEFAULT_RUN, **kw)
+                     **{**kw})
 
 
 def test_on_the_default_model_resident_is_never_slower_than_fetch_then_attend(tmp_path):

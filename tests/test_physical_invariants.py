@@ -34,6 +34,7 @@ from simroute.sim import RunConfig, Simulation
 from simroute.sim.metrics import write_outputs
 from simroute.sim.policies import POLICIES
 from simroute.sim.policy import HorizonCosts, horizon_costs_scalar
+from simroute.defaults import PAPER_DEPLOYMENT
 
 POLICY_NAMES = POLICIES.names()
 FORCED = ("always-route", "always-fetch", "always-local")
@@ -99,7 +100,7 @@ class Bench:
 
 def config(trace: Path, topology: str = "paper-testbed", **overrides) -> RunConfig:
     topo = topology if topology.endswith(".yaml") else str(shipped_topology(topology))
-    return RunConfig(topology=topo, trace=str(trace), calib=str(default_profile_path()), **overrides)
+    return RunConfig(topology=topo, trace=str(trace), calib=str(default_profile_path()), **{**PAPER_DEPLOYMENT, **overrides})
 
 
 @pytest.fixture(scope="module")

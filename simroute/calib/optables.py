@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -33,8 +33,6 @@ def _fail(problem: str, path: Path, field: str | None = None) -> ConfigurationEr
 
 def load_operator_tables(directory: str | Path) -> OperatorTables:
     """Read a table directory (manifest + parquet files); every column checked against the schema."""
-    import pyarrow.parquet as pq
-
     from simroute.ioutil import load_yaml
 
     root = Path(directory)
@@ -64,11 +62,11 @@ def load_operator_tables(directory: str | Path) -> OperatorTables:
         file = root / f"{kind.value}.parquet"
         if not file.is_file():
             raise _fail("listed in tables.yaml but the file is missing", file)
+        cats, nums = SCHEMA[kind]
         try:
-            data = pq.read_table(file)
+            data = _read_parquet(file, labels=cats)
         except Exception as exc:  # pyarrow raises several types for damaged files
             raise _fail(f"not a readable Parquet file ({type(exc).__name__})", file) from None
-        cats, nums = SCHEMA[kind]
         missing = [c for c in (*cats, *nums, LATENCY_COLUMN) if c not in data.column_names]
         if missing:
             raise _fail(f"missing column(s) {', '.join(missing)}", file)
@@ -79,7 +77,7 @@ def load_operator_tables(directory: str | Path) -> OperatorTables:
         for c, arr in numeric.items():
             if not np.all(np.isfinite(arr)) or np.any(arr < 0):
                 raise _fail("shape values must be finite and >= 0", file, c)
-        categorical = {c: np.asarray(data.column(c).to_numpy(zero_copy_only=False)).astype(str) for c in cats}
+        categorical = {c: _labels(data.column(c)) for c in cats}
         source = {"file": str(Path(manifest["gpu"]) / root.name / file.name), "kind": str(provenance["kind"]),
                   **{k: str(v) for k, v in entry.items() if isinstance(v, (str, int, float))}}
         tables[kind] = OpTable(kind, categorical, numeric, latency, source)
@@ -90,9 +88,40 @@ def load_operator_tables(directory: str | Path) -> OperatorTables:
 def _floats(data: Any, column: str, file: Path) -> np.ndarray:
     """A Parquet column as floats, or the one-line error naming the file and column."""
     try:
-        return np.asarray(data.column(column).to_numpy(zero_copy_only=False), dtype=float)
+        return _numbers(data.column(column))
     except (TypeError, ValueError):
         raise _fail("must hold numbers", file, column) from None
+
+
+def _numbers(column: Any) -> np.ndarray:
+    """An Arrow column (or array) as a float array. A column of plain numbers is read from its buffers: pyarrow's
+    `to_numpy` imports pandas on first use, which was most of what `simroute predict` waited for."""
+    import pyarrow as pa
+    kind = column.type
+    if column.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+        dtype = np.dtype(kind.to_pandas_dtype())
+        parts = [np.frombuffer(chunk.buffers()[1], dtype=dtype, count=len(chunk), offset=chunk.offset * dtype.itemsize)
+                 for chunk in getattr(column, "chunks", [column])]
+        return np.concatenate(parts).astype(float) if parts else np.empty(0)
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=float)
+
+
+def _read_parquet(file: Path, labels: Sequence[str]) -> Any:
+    """A table file, its `labels` (categorical) columns read as dictionaries. Not `read_table`, whose dataset
+    layer imports pandas (0.3 s of `simroute predict`); one thread, since a few MB gain nothing from more."""
+    import pyarrow.parquet as pq
+    present = set(pq.ParquetFile(file).schema_arrow.names)
+    return pq.ParquetFile(file, read_dictionary=[c for c in labels if c in present]).read(use_threads=False)
+
+
+def _labels(column: Any) -> np.ndarray:
+    """An Arrow column as a str array; a dictionary column through its dictionary, for `_numbers`'s reason."""
+    import pyarrow as pa
+    if column.null_count == 0 and pa.types.is_dictionary(column.type) and pa.types.is_string(column.type.value_type):
+        parts = [np.asarray(chunk.dictionary.to_pylist(), dtype=str)[_numbers(chunk.indices).astype(np.int64)]
+                 for chunk in column.chunks]
+        return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, dtype=str)
+    return np.asarray(column.to_numpy(zero_copy_only=False)).astype(str)
 
 
 @functools.lru_cache(maxsize=16)

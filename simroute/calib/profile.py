@@ -278,7 +278,10 @@ class Profile:
             return None
         if gpu not in self.gpus:
             return None
-        return self.step_model(model, gpu=gpu, cache_dtype=cache_dtype).prefill_form_coeffs()
+        # the coefficients are the GPU's rates, not table lookups: the roofline step model gives the same ones
+        # without loading and reducing the operator tables (most of what `simroute predict` waited for)
+        return self.step_model(model, gpu_spec=self.gpu_spec(gpu, tables=False),
+                               cache_dtype=cache_dtype).prefill_form_coeffs()
 
 
 def _loc(err: dict) -> str:

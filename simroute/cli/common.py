@@ -3,11 +3,49 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import typer
 
 CALIB_HELP = "Calibration profile: a YAML path or a shipped name (see `simroute calib list`)."
+
+
+def lazy_command(build: Callable[[], Callable[..., None]], name: str):
+    """A `cls=` for `app.command(name, cls=...)` on a stub: the command's options and callback come from
+    `build()` (a function with the real signature), called when they are first needed (parsing the command's
+    arguments or printing its own help), not when the CLI is built. `simroute run`'s options are read from
+    RunConfig, which imports the simulator's registries; every other command and `--help` need not wait for
+    that. The stub's docstring is what `simroute --help` lists."""
+    from typer.core import TyperCommand
+
+    class LazyCommand(TyperCommand):
+        _built: Any = None
+
+        def _real(self) -> Any:
+            if self._built is None:
+                single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+                single.command(name)(build())
+                type(self)._built = typer.main.get_command(single)   # one command: a command, not a group
+            return self._built
+
+        @property
+        def params(self) -> list:
+            return self._real().params
+
+        @params.setter
+        def params(self, _stub: list) -> None:
+            pass
+
+        @property
+        def callback(self) -> Callable[..., Any] | None:
+            return self._real().callback
+
+        @callback.setter
+        def callback(self, _stub: Callable[..., Any] | None) -> None:
+            pass
+
+    return LazyCommand
 
 
 def console():

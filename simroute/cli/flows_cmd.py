@@ -26,9 +26,9 @@ RUN_FLOWS = ("net_flows.parquet", "flows.parquet")    # in a run directory; in a
 RUN_ONLY_COLUMNS = ("fid", "end_s", "sport")     # a run's flows table without `links` is from an older simroute
 
 
-def _backends_help() -> str:
-    from simroute.network.replay import REPLAY_BACKENDS
-    return "auto (numba where available), " + ", ".join(sorted(REPLAY_BACKENDS))
+# The names in simroute.network.replay.REPLAY_BACKENDS, written out so that building the CLI (every command's
+# `--help`) does not import the flow engine; tests/test_light_commands.py keeps the two equal.
+BACKENDS_HELP = "auto (numba where available), engine, engine-numpy, numba"
 
 
 def flow_file(path: Path) -> Path:
@@ -191,7 +191,7 @@ def register(app: typer.Typer) -> None:
         topology: str = typer.Option("fattree", "-t", "--topology", help="Topology YAML or a shipped name."),
         output: Path = typer.Option(None, "-o", "--output", help="Write per-flow finish_s / fct_s here (a new "
                                                                  "Parquet file)."),
-        backend: str = typer.Option("auto", "--backend", help="Replay backend: " + _backends_help() + "."),
+        backend: str = typer.Option("auto", "--backend", help="Replay backend: " + BACKENDS_HELP + "."),
         seed: int = typer.Option(0, "--seed", help="ECMP hash seed for rows given as src/dst without path_index.",
                                  callback=checked("--seed", integer=True, minimum=0, maximum=2**63 - 1)),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),

@@ -2,7 +2,9 @@
 
 Each concern registers its commands from its own module (`simroute/cli/<name>_cmd.py`, a `register(app)`
 function), so the CLI stays thin and modules can be added without touching the others. Heavy imports
-(pandas, simpy, matplotlib) happen inside the commands, keeping `--help` fast.
+(pandas, simpy, matplotlib, the simulator, the flow engine) happen inside the commands, and `run`'s options,
+read from RunConfig, are built on first use (`common.lazy_command`), keeping `--help` and `predict` fast;
+tests/test_light_commands.py checks what they import, bench/bench_cli.py times them.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ COMMAND_MODULES: list[str] = [
     "validate_cmd",
     "report_cmd",
     "flows_cmd",
+    "plan_cmd",
 ]
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from simroute.cli.common import CALIB_HELP, checked, echo_json, fmt_bytes, fmt_us, table
+from simroute.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_TP
 
 
 class Offset(str, Enum):
@@ -29,7 +30,7 @@ def _params(calib: str, model: str, exchanges: Exchanges, prefill_us: float | No
 
 
 def predict(
-    model: str = typer.Option("deepseek-v2-lite", help="Model geometry (see `simroute model list`)."),
+    model: str = typer.Option(DEFAULT_MODEL, help="Model geometry (see `simroute model list`)."),
     fabric: str = typer.Option("h100-ibgda", help="Fabric of the requester-holder path (a profile fabric)."),
     mq: int = typer.Option(256, "--mq", min=1, help="Routed query rows Mq (sequences x query heads)."),
     ct: int = typer.Option(2048, "--ct", min=1, help="Chunk tokens."),
@@ -37,7 +38,7 @@ def predict(
     topk: int = typer.Option(0, min=0, help="Selection budget k (0 = dense attention)."),
     reuse: int = typer.Option(0, min=0, help="Later steps R that would reuse a fetched copy."),
     offset: Offset = typer.Option(Offset.rehome, help="cached: a true prefix (splice elides); rehome: moved."),
-    tp: int = typer.Option(1, min=1, help="Tensor-parallel degree (rank-paired routing, per-rank bytes / N)."),
+    tp: int = typer.Option(DEFAULT_TP, min=1, help="Tensor-parallel degree (rank-paired routing, per-rank bytes / N)."),
     calib: str = typer.Option("h100-ibgda", help=CALIB_HELP),
     route_exchanges: Exchanges = typer.Option(Exchanges.per_layer, help="per-layer (exact) or once (paper §5.4)."),
     prefill_us: float = typer.Option(None, help="Re-prefill cost c per token-layer (us); profile value if unset.",
@@ -76,7 +77,8 @@ def predict(
                               "route_exchanges": route_exchanges.value, "host_overhead": host_overhead}})
         return
     g = p.geometry
-    typer.echo(f"{model} on {fabric}: q+p = {g.qp_bytes} B/row, b_KV = {g.b_kv} B/token-layer, L = {g.layers}; "
+    typer.echo(f"{model} at TP {tp} on {fabric}: q+p = {g.qp_bytes} B/row, b_KV = {g.b_kv} B/token-layer, "
+               f"L = {g.layers}; "
                f"Mq = {mq}, ct = {ct}, k = {topk or 'dense'}, M = {holders}, R = {reuse}, offset = {offset.value}, "
                f"route exchanges = {route_exchanges.value}")
     for prim in PRIMITIVES:
@@ -301,9 +303,9 @@ def _allreduce_fabric(prof, gpu: str, fabric: str | None, tp: int) -> str | None
 
 @model_app.command("step")
 def model_step(
-    model: str = typer.Option("deepseek-v2-lite", help="Model geometry (see `simroute model list`)."),
-    gpu: str = typer.Option("h100-sxm", help="GPU entry (a profile's `gpus:` or shipped calib/gpus/<name>.yaml)."),
-    tp: int = typer.Option(1, "--tp", min=1, help="Tensor-parallel degree of the instance."),
+    model: str = typer.Option(DEFAULT_MODEL, help="Model geometry (see `simroute model list`)."),
+    gpu: str = typer.Option(DEFAULT_GPU, help="GPU entry (a profile's `gpus:` or shipped calib/gpus/<name>.yaml)."),
+    tp: int = typer.Option(DEFAULT_TP, "--tp", min=1, help="Tensor-parallel degree of the instance."),
     tokens: int = typer.Option(..., "--tokens", min=1, help="Tokens computed this iteration (decodes + prefill)."),
     decode_seqs: int = typer.Option(0, "--decode-seqs", min=0, help="Of --tokens, one-token decodes."),
     context: int = typer.Option(0, "--context", min=0, help="Context each decoding sequence attends (tokens)."),

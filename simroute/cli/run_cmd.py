@@ -11,13 +11,14 @@ from typing import Callable
 
 import typer
 
-from simroute.cli.common import console, echo_json, table
+from simroute.cli.common import checked, console, echo_json, lazy_command, table
+from simroute.defaults import MIN_COMPLETION
 
 
 def run_options() -> list[tuple[str, inspect.Parameter]]:
     """(RunConfig field, CLI parameter) per field: names, defaults, help and value lists from the field
     metadata (simroute/sim/config.py), so an option can never drift from the config it fills."""
-    from simroute.sim.config import DEFAULT_RUN, RunConfig, field_types
+    from simroute.sim.config import RunConfig, field_types
     from simroute.sim.registry import Registry
     hints = typing.get_type_hints(RunConfig)
     out = []
@@ -35,7 +36,7 @@ def run_options() -> list[tuple[str, inspect.Parameter]]:
         elif choices is not None:
             help_text += f" One of: {' | '.join(choices)}."
         required = f.default is dataclasses.MISSING
-        default = None if required else DEFAULT_RUN.get(f.name, f.default)     # the shipped default scenario
+        default = None if required else f.default
         annotation = typing.Optional[base] if (optional or required) else base
         out.append((f.name, inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
                                               default=typer.Option(default, flag, help=help_text))))
@@ -53,6 +54,11 @@ def _cli_only_options() -> list[inspect.Parameter]:
             False, "--json", help="Print summary.json instead of tables.")),
         inspect.Parameter("progress", kw, annotation=typing.Optional[bool], default=typer.Option(
             None, help="Progress bar (default: when stderr is a terminal).")),
+        inspect.Parameter("min_completion", kw, annotation=float, default=typer.Option(
+            MIN_COMPLETION, "--min-completion", callback=checked("--min-completion", minimum=0, maximum=1),
+            help="Exit 1 when fewer than this share of the requests complete (the outputs are kept).")),
+        inspect.Parameter("strict", kw, annotation=bool, default=typer.Option(
+            False, "--strict", help="Exit 1 unless every request completes.")),
     ]
 
 
@@ -69,6 +75,7 @@ def _run(**options: typing.Any) -> None:
 
     out, timeline = options.pop("out"), options.pop("timeline")
     json_out, progress = options.pop("json_out"), options.pop("progress")
+    min_completion, strict = options.pop("min_completion"), options.pop("strict")
     values = {field: options[param.name] for field, param in run_options()}
     shipped = {"topology": default_topology_path, "trace": default_trace_path, "calib": default_profile_path}
     for name, default in shipped.items():
@@ -86,8 +93,23 @@ def _run(**options: typing.Any) -> None:
             write_timeline(tmp[timeline.name], res.tables)
     if json_out:
         echo_json(res.summary)
+    else:
+        print_summary(res.summary, res.perf, out)
+    check_completion(res.summary, min_completion=1.0 if strict else min_completion, out=out)
+
+
+def check_completion(summary: dict, *, min_completion: float, out: Path) -> None:
+    """Say on one line (stderr) why requests did not complete; exit 1 below `min_completion` (outputs kept)."""
+    from simroute.sim.metrics import incomplete_account
+    account = incomplete_account(summary)
+    if account is None:
         return
-    print_summary(res.summary, res.perf, out)
+    typer.echo(f"simroute run: {account}", err=True)
+    share = summary["completed"] / summary["requests"] if summary["requests"] else 0.0
+    if share < min_completion:
+        typer.echo(f"simroute run: {share:.0%} completed, below --min-completion {min_completion:g}: not an answer "
+                   f"(outputs kept in {out}/)", err=True)
+        raise typer.Exit(1)
 
 
 def _progress_bar(progress: bool | None) -> Callable[[int, int], None] | None:
@@ -139,11 +161,15 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
     _print_why(s)
     b = s["bytes"]
     fanout = b.get("fetch_fanout_nvlink", 0.0)
-    table("bytes", ["route", "fetch", "pd transfer"] + (["fetch fan-out (in host)"] if fanout else [])
-          + list(s["network"].get("bytes_by_tier", {})),
+    table("bytes (whole instances, all TP ranks)", ["route", "fetch", "pd transfer"]
+          + (["fetch fan-out (in host)"] if fanout else [])
+          + [f"{tier} links" for tier in s["network"].get("bytes_by_tier", {})],
           [[f"{b['route'] / 1e9:.3f} GB", f"{b['fetch'] / 1e9:.3f} GB", f"{b['pd_transfer'] / 1e9:.3f} GB"]
            + ([f"{fanout / 1e9:.3f} GB"] if fanout else [])
            + [f"{v / 1e9:.3f} GB" for v in s["network"].get("bytes_by_tier", {}).values()]])
+    if cfg["tp"] > 1 and s["network"].get("bytes_by_tier"):
+        typer.echo(f"link bytes: a byte counts on every link it crosses; each of the {cfg['tp']} TP ranks' NICs "
+                   f"carries 1/{cfg['tp']} of them (the per-GPU share, summary.json network.bytes_by_tier_per_gpu)")
     if fanout:
         typer.echo(f"kv layout {eng.get('kv_layout')}: every rank holds the whole MLA latent, so each fetched copy "
                    "(1/tp per rank over the network) is all-gathered inside the host over NVLink")
@@ -163,6 +189,10 @@ def _print_why(s: dict) -> None:
     horizons behind them, and one GPU's HBM at the busiest moment (summary.json `why`, `engine.hbm`)."""
     c = console()
     why, hbm = s.get("why"), s["engine"]["hbm"]
+    counts = s["primitive_counts"]
+    if counts["route"] + counts["fetch"] + counts["local"] == 0 and s["completed"]:
+        c.print("no chunk crossed instances: every attended chunk was resident on its requester or first touched "
+                "there, so the policy chose nothing and no policy can differ on this trace (no cross-instance reuse)")
     if why:
         med = why["median_output_tokens"]
         fmt = lambda v: "-" if v is None else f"{v:g}"
@@ -181,4 +211,7 @@ def _print_why(s: dict) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("run")(run_command())
+    def run() -> None:    # a stub: the options and what runs come from run_command(), built on first use
+        raise AssertionError("unreachable: the lazy command calls run_command()'s callback")
+    run.__doc__ = _run.__doc__
+    app.command("run", cls=lazy_command(run_command, "run"))(run)

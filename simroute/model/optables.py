@@ -128,6 +128,15 @@ class OpTable:
             mask &= self.categorical[col] == val
         return mask
 
+    def _rows(self, where: Mapping[str, str]) -> np.ndarray:
+        """The rows `where` selects, in file order (memoized: a step model reads many curves at one dtype)."""
+        key = ("rows", tuple(sorted(where.items())))
+        if key not in self._memo:
+            rows = np.flatnonzero(self._mask(where))
+            rows.flags.writeable = False
+            self._memo[key] = rows
+        return self._memo[key]
+
     def curve(self, axis: str, fixed: Mapping[str, float], where: Mapping[str, str] | None = None) -> "Curve":
         """Latency over `axis` with the other numeric columns at `fixed` and categorical ones at `where`.
 
@@ -147,27 +156,28 @@ class OpTable:
 
     def _curve(self, axis: str, fixed: Mapping[str, float], where: Mapping[str, str] | None) -> "Curve":
         where = dict(where or {})
-        base = self._mask(where)
-        if not base.any():
+        rows = self._rows(where)
+        if not rows.size:
             raise TableMiss(f"{self.kind.value}: no rows with {where}")
+        column = {col: self.numeric[col][rows] for col in (*fixed, axis)}
         status = Lookup.MEASURED
         brackets: list[list[tuple[str, float, float]]] = []
         for col, target in fixed.items():
-            grid = sorted(set(self.numeric[col][base].tolist()))
+            grid = np.unique(column[col]).tolist()
             corners, how = _bracket(grid, float(target))
             status = Lookup.worst(status, how)
             brackets.append([(col, value, weight) for value, weight in corners])
         axis_grid: set[float] | None = None
         corner_curves: list[tuple[float, dict[float, float]]] = []
         for combo in product(*brackets) if brackets else [()]:
-            mask = base.copy()
+            mask = np.ones(rows.size, dtype=bool)
             weight = 1.0
             for col, value, w in combo:
-                mask &= self.numeric[col] == value
+                mask &= column[col] == value
                 weight *= w
             if not mask.any():
                 raise TableMiss(f"{self.kind.value}: no rows at {dict((c, v) for c, v, _ in combo)} with {where}")
-            xs, lat = self.numeric[axis][mask], self.latency_us[mask]
+            xs, lat = column[axis][mask], self.latency_us[rows[mask]]
             points = repeats_merged([float(x) for x in xs.tolist()], lat.tolist())
             corner_curves.append((weight, points))
             axis_grid = set(points) if axis_grid is None else axis_grid & set(points)

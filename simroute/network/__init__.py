@@ -11,13 +11,37 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simroute.network.engine import FlowEngine, FlowRecord
-from simroute.network.hashing import mix64
-from simroute.network.maxmin import maxmin_rates
-from simroute.network.messages import MessageModel, MessageModelParams, MessageRoute
-from simroute.network.routing import ROUTING_STRATEGIES, ROUTINGS, RoutingStrategy, register_routing
-from simroute.network.telemetry import Telemetry
-from simroute.network.topology import FABRICS, TIERS, EngineTopology, Fabric, Link, Topology, load_topology
+from typing import Any
+
+# Public names and the module that defines each: loaded on first use (PEP 562), so that importing a light
+# submodule (`simroute.network.hashing`, `.routing`) or the package for `shipped_topology` does not pull in the
+# flow engine, networkx, pydantic and numpy (the CLI's `--help` and `predict` stay fast).
+_LAZY: dict[str, str] = {
+    "FlowEngine": "engine", "FlowRecord": "engine",
+    "mix64": "hashing",
+    "maxmin_rates": "maxmin",
+    "MessageModel": "messages", "MessageModelParams": "messages", "MessageRoute": "messages",
+    "ROUTING_STRATEGIES": "routing", "ROUTINGS": "routing", "RoutingStrategy": "routing",
+    "register_routing": "routing",
+    "Telemetry": "telemetry",
+    "FABRICS": "topology", "TIERS": "topology", "EngineTopology": "topology", "Fabric": "topology",
+    "Link": "topology", "Topology": "topology", "load_topology": "topology",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'simroute.network' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(f"simroute.network.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "topologies"
 

@@ -190,8 +190,13 @@ def parse_topology(raw: object, *, file: str | Path = "<topology>") -> TopologyS
         oversubscription=net.oversubscription, switch_latency_s=net.latency_us * US, source=str(file))
 
 
-def load_topology_spec(path: str | Path) -> TopologySpec:
-    return parse_topology(load_yaml(path), file=path)
+def load_topology_spec(path: str | Path, *, hosts: int | None = None) -> TopologySpec:
+    """The topology of a file; `hosts` resizes its family (the same hosts, NICs, leaves and spines per leaf) to
+    that many hosts, checked like a file that said so (`simroute run --hosts`, a study's `hosts` axis)."""
+    raw = load_yaml(path)
+    if hosts is not None and isinstance(raw, dict) and isinstance(raw.get("hosts"), dict):
+        raw = {**raw, "hosts": {**raw["hosts"], "count": hosts}}
+    return parse_topology(raw, file=path)
 
 
 # ---- flow tables -------------------------------------------------------------------------------------------

@@ -600,6 +600,7 @@ class _LatencySegments:
         return found
 
 
-def load_topology(path: str | Path) -> Topology:
-    """Load, validate and build a topology YAML (ConfigurationError names file and field)."""
-    return Topology(load_topology_spec(path))
+def load_topology(path: str | Path, *, hosts: int | None = None) -> Topology:
+    """Load, validate and build a topology YAML (ConfigurationError names file and field); `hosts` resizes it
+    (`load_topology_spec`)."""
+    return Topology(load_topology_spec(path, hosts=hosts))

@@ -54,7 +54,7 @@ def disagg_trace(path: Path, *, qps: float, duration_s: float, seed: int, prompt
 
 def ark_point(trace: Path, qps: float, routing: str, seed: int) -> ArkPoint:
     cfg = RunConfig(topology=str(shipped_topology(TOPOLOGY)), trace=str(trace),
-                    calib=str(default_profile_path()), routing=routing, seed=seed, model=MODEL,
+                    calib=str(default_profile_path()), routing=routing, seed=seed, model=MODEL, tp=1,
                     decode_steps_per_event=64, slo_ttft_ms=10_000)
     res = simulate(cfg)
     s, net = res.summary, res.summary["network"]

@@ -29,6 +29,7 @@ from simroute.network import load_topology, shipped_topology
 from simroute.scenarios.traces import fanin_trace, selection_trace, single_chunk_trace, write_trace
 from simroute.sim.config import RunConfig
 from simroute.sim.runner import RunResult, simulate
+from simroute.defaults import PAPER_DEPLOYMENT
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class Ctx:
 
     def config(self, trace: Path, topology: str, **kw) -> RunConfig:
         return RunConfig(topology=str(shipped_topology(topology)), trace=str(trace), calib=str(default_profile_path()),
-                         decode_steps_per_event=1, telemetry=True, **kw)
+                         decode_steps_per_event=1, telemetry=True, **{**PAPER_DEPLOYMENT, **kw})
 
     def run(self, trace: Path, topology: str = "paper-testbed", **kw) -> RunResult:
         return simulate(self.config(trace, topology, **kw))

@@ -47,14 +47,61 @@ def attendance_counts(trace: str, chunk_ids: np.ndarray) -> np.ndarray:
     return counts
 
 
+@dataclass(frozen=True)
+class ArrivalLoad:
+    """How a run rescales the trace's open-loop arrival times (`--qps`, `--time-scale`): arrival_s x `time_scale`,
+    nothing else changed (closed-loop requests keep their think times, prompts and outputs are untouched)."""
+
+    time_scale: float             # factor on every open-loop arrival_s (1: the trace as written)
+    trace_qps: float | None       # the replayed open-loop requests' own mean rate, (n - 1) / span; None if < 2
+    open_loop_requests: int
+
+    @property
+    def offered_qps(self) -> float | None:
+        return None if self.trace_qps is None else self.trace_qps / self.time_scale
+
+    def as_dict(self) -> dict[str, float | int | None]:
+        return {"time_scale": self.time_scale, "trace_qps": self.trace_qps, "offered_qps": self.offered_qps,
+                "open_loop_requests": self.open_loop_requests}
+
+
+def arrival_load(trace: str, n_requests: int, *, qps: float | None, time_scale: float | None) -> ArrivalLoad:
+    """The rescaling a run applies: `qps` sets the open-loop mean rate (from the first `n_requests` rows' own),
+    `time_scale` multiplies arrival times directly; neither: the trace as written. A streamed pre-pass."""
+    from simroute.errors import ConfigurationError
+    first = last = None
+    count = seen = 0
+    for batch in iter_request_batches(trace, columns=["arrival_s", "after_id"]):
+        # nulls read as NaN (-1 for after_id) and are left out: the request checker names them when the run reads them
+        arrival = batch.column(0).to_numpy(zero_copy_only=False).astype(float)[: n_requests - seen]
+        after = batch.column(1).fill_null(-1).to_numpy(zero_copy_only=False)[: n_requests - seen]
+        seen += len(arrival)
+        open_loop = arrival[((after < 0) | (after >= n_requests)) & np.isfinite(arrival)]
+        if open_loop.size:
+            first = float(open_loop[0]) if first is None else first
+            last = float(open_loop[-1])
+            count += int(open_loop.size)
+        if seen >= n_requests:
+            break
+    own = (count - 1) / (last - first) if count >= 2 and last is not None and last > first else None
+    if qps is not None:
+        if own is None:
+            raise ConfigurationError(f"the trace's {count} open-loop request(s) span no time, so there is no rate to "
+                                     "rescale; use --time-scale or a trace with open-loop arrivals", field="qps")
+        return ArrivalLoad(own / qps, own, count)
+    return ArrivalLoad(1.0 if time_scale is None else float(time_scale), own, count)
+
+
 class Arrivals:
-    """Feeds the trace's first `n_requests` requests into the run; `start(spec)` launches one."""
+    """Feeds the trace's first `n_requests` requests into the run; `start(spec)` launches one. Open-loop arrival
+    times are multiplied by `time_scale` (`ArrivalLoad`)."""
 
     def __init__(self, ctx: SimContext, n_requests: int, sorted_chunk_ids: np.ndarray,
                  start: Callable[[RequestSpec], None],
-                 progress: Callable[[int, int], None] | None = None) -> None:
+                 progress: Callable[[int, int], None] | None = None, time_scale: float = 1.0) -> None:
         self.ctx, self.n_requests, self.start, self.progress = ctx, n_requests, start, progress
         self.sorted_chunk_ids = sorted_chunk_ids
+        self.time_scale = time_scale
 
     def feed(self) -> Iterator[simpy.Event]:
         """A SimPy process: stream batches; open-loop requests wait for arrival_s, closed-loop ones for their
@@ -87,6 +134,8 @@ class Arrivals:
         ctx, n, until = self.ctx, self.n_requests, self.ctx.config.until_s
         column = {name: batch.column(name) for name in REQUEST_COLUMNS}
         ids, arrival, after, think = (column[c].to_numpy() for c in ("request_id", "arrival_s", "after_id", "think_s"))
+        if self.time_scale != 1.0:
+            arrival = arrival * self.time_scale
         hint, prefill_hint = column["requester_hint"].to_numpy(), column["prefill_hint"].to_numpy()
         prompt, output = column["prompt_tokens"].to_numpy(), column["output_tokens"].to_numpy()
         topk, spanned = column["topk"].to_numpy(), column["holders_spanned"].to_numpy()

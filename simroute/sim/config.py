@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from simroute.checks import check_number
+from simroute.defaults import DEFAULT_MODEL, DEFAULT_TP
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.model.geometry import WEIGHT_DTYPE_BYTES
 from simroute.model.steptime import KV_LAYOUTS
@@ -32,13 +33,6 @@ ROUTE_EXCHANGES = ("per-layer", "once")
 def default_trace_path() -> Path:
     """The shipped default trace (an agentic scenario), found inside the installed package."""
     return Path(__file__).resolve().parent.parent / "data" / "traces" / "agents-default.parquet"
-
-
-# The shipped default scenario, what `simroute run` with no arguments models: DeepSeek-V3 (FP8 weights) at TP 8
-# on the default topology's HGX H200 hosts (README, "What the shipped default shows"). These are the CLI's
-# defaults; RunConfig's own stay the small model (DeepSeek-V2-Lite at TP 1) that tests, scenarios and studies
-# build on, so that a study or a test topology with other GPUs does not inherit a model that needs 8 H200s.
-DEFAULT_RUN: dict[str, Any] = {"model": "deepseek-v3", "tp": 8}
 
 
 def setting(default: Any = MISSING, help: str = "", *, minimum: float | None = None, maximum: float | None = None,
@@ -65,7 +59,9 @@ class RunConfig:
     trace: str = setting(help="Trace dataset (*.parquet directory; default: the shipped agents trace).")
     calib: str = setting(help="Calibration profile: a YAML path or a shipped name (see `simroute calib list`); "
                               "default h100-ibgda.")
-    model: str = setting("deepseek-v2-lite", "Model geometry.")
+    hosts: int | None = setting(None, "Hosts of the topology's family (its hosts, NICs, leaves and spines per leaf "
+                                      "at this size); the topology file's count if unset.", minimum=1)
+    model: str = setting(DEFAULT_MODEL, "Model geometry (default: the one default deployment, simroute/defaults.py).")
     policy: str = setting("paper", "Route / fetch / local policy.", choices=POLICIES)
     routing: str = setting("ecmp", "Path selection for bulk flows.", choices=ROUTING_STRATEGIES)
     seed: int = setting(0, "Seed: a run is a pure function of its inputs and this.", minimum=0)
@@ -76,7 +72,7 @@ class RunConfig:
     hot_fraction: float = setting(0.01, "Share of chunks replicated under `popularity` placement.", minimum=0,
                                   maximum=1)
     router: str = setting("affinity", "Requester choice per request.", choices=ROUTERS)
-    tp: int = setting(1, "GPUs per instance (a tensor-parallel group inside a host).", minimum=1)
+    tp: int = setting(DEFAULT_TP, "GPUs per instance (a tensor-parallel group inside a host).", minimum=1)
     weights: str | None = setting(None, "Weight dtype of the linear layers (default: the checkpoint's, e.g. fp8 "
                                         "for DeepSeek-V3).", choices=tuple(WEIGHT_DTYPE_BYTES))
     kv_layout: str = setting("replicated", "Where an MLA latent lives under TP: replicated (every rank holds it "
@@ -110,6 +106,11 @@ class RunConfig:
     prefill_us: float | None = setting(None, "Re-prefill cost per token-layer (us); the profile's value if "
                                              "unset.", minimum=0)
     max_requests: int | None = setting(None, "Replay only the first N requests.", minimum=1)
+    qps: float | None = setting(None, "Open-loop arrival rate (requests/s): the trace's open-loop arrival times are "
+                                      "rescaled to this mean rate (think times, prompts and outputs unchanged); "
+                                      "the trace's own rate if unset.", minimum=0, exclusive_minimum=True)
+    time_scale: float | None = setting(None, "Multiply the trace's open-loop arrival times by this (0.5 = twice "
+                                             "the load); not with --qps.", minimum=0, exclusive_minimum=True)
     until_s: float | None = setting(None, "Stop at this simulated time (s); unfinished requests are dropped.",
                                     minimum=0, exclusive_minimum=True, option="until")
     slo_ttft_ms: float = setting(500.0, "TTFT SLO for attainment (ms).", minimum=0)
@@ -130,6 +131,8 @@ class RunConfig:
             raise ConfigurationError(f"{self.prefill_chunk} exceeds token_budget {self.token_budget}: no iteration "
                                      "could hold such a chunk (lower prefill_chunk or raise token_budget)",
                                      field="prefill_chunk")
+        if self.qps is not None and self.time_scale is not None:
+            raise ConfigurationError("set the load by --qps or by --time-scale, not both", field="qps")
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -198,6 +198,44 @@ def summarise(rec: Recorder, *, config: dict[str, Any], inputs: dict[str, str], 
     }
 
 
+# Last-quarter median TTFT over the second quarter's: a queue that grows linearly from the start (arrivals above
+# service) gives (7/8) / (3/8) = 2.3; a stable queue about 1.
+OVERLOAD_GROWTH = 2.0
+OVERLOAD_MIN_TTFT_S = 1.0    # ... and the late requests waited at least this long (a fast run is no backlog)
+OVERLOAD_MIN_REQUESTS = 40   # fewer completed requests say nothing about a trend
+
+
+def overload(arrival_s: np.ndarray, ttft_s: np.ndarray) -> dict[str, Any]:
+    """Did arrivals outrun service? The completed requests in arrival order: when the last quarter's median TTFT is
+    OVERLOAD_GROWTH x the second quarter's (and at least OVERLOAD_MIN_TTFT_S), the queue grew for the whole run,
+    so its latencies depend on how long the trace is, not on the cluster: `overloaded`."""
+    order = np.argsort(arrival_s, kind="stable")
+    ttft = np.asarray(ttft_s, dtype=float)[order]
+    if ttft.size < OVERLOAD_MIN_REQUESTS:
+        return {"ttft_growth": None, "overloaded": False}
+    quarter = ttft.size // 4
+    early, late = float(np.median(ttft[quarter:2 * quarter])), float(np.median(ttft[-quarter:]))
+    growth = late / early if early > 0 else None
+    return {"ttft_growth": growth,
+            "overloaded": bool(growth is not None and growth >= OVERLOAD_GROWTH and late >= OVERLOAD_MIN_TTFT_S)}
+
+
+def incomplete_account(summary: dict[str, Any]) -> str | None:
+    """One line on why a run completed fewer than all its requests (None when all completed): the count, then
+    each drop reason with its count and what to change."""
+    requests, completed = int(summary["requests"]), int(summary["completed"])
+    if completed >= requests:
+        return None
+    labels = {reason.label: reason for reason in DropReason}
+    reasons = "; ".join(f"{count:,} {label}" + (f" ({labels[label].advice})" if label in labels
+                                                 and labels[label].advice else "")
+                        for label, count in summary.get("dropped_by_reason", {}).items())
+    pending = requests - completed - int(summary["dropped"])
+    if pending > 0:
+        reasons += ("; " if reasons else "") + f"{pending:,} never arrived or never finished"
+    return f"completed {completed:,} of {requests:,} requests: {reasons}"
+
+
 def _mean_ms(x: np.ndarray) -> float | None:
     x = x[np.isfinite(x)]
     return float(x.mean() * 1e3) if x.size else None

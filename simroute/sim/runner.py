@@ -21,7 +21,7 @@ from simroute.ioutil import sha256_file
 from simroute.model.scalar import ScalarModel
 from simroute.network import FlowEngine, load_topology
 from simroute.network.schema import flows_metadata
-from simroute.sim.arrivals import Arrivals, attendance_counts
+from simroute.sim.arrivals import Arrivals, arrival_load, attendance_counts
 from simroute.sim.cluster import ChunkStore, Cluster, Instance
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
@@ -29,7 +29,7 @@ from simroute.sim.context import SimContext
 from simroute.sim.engine import BLOCK_TOKENS, EngineOptions
 from simroute.sim.engine.build import EngineSet
 from simroute.sim.engine.serving import ChunkCopies
-from simroute.sim.metrics import Recorder, holder_summary, holder_table, summarise, write_outputs
+from simroute.sim.metrics import Recorder, holder_summary, holder_table, overload, summarise, write_outputs
 from simroute.sim.placements import PLACEMENTS
 from simroute.sim.policies import POLICIES
 from simroute.sim.request import launch, path_share_Bps
@@ -67,7 +67,7 @@ class Simulation:
     def __init__(self, cfg: RunConfig, progress: Callable[[int, int], None] | None = None) -> None:
         self.cfg = cfg
         self.progress = progress
-        topology = load_topology(cfg.topology)
+        topology = load_topology(cfg.topology, hosts=cfg.hosts)
         profile = load_profile(cfg.calib)
         params = profile.cost_params(cfg.model, route_exchanges=cfg.route_exchanges, prefill_us=cfg.prefill_us)
         env = simpy.Environment()
@@ -94,6 +94,7 @@ class Simulation:
         copies.pin_canonical(_chunks_per_instance(chunks.holders, len(cluster.instances)))
         n = int(self.meta["requests"])
         self.n_requests = n if cfg.max_requests is None else min(n, cfg.max_requests)
+        self.load = arrival_load(cfg.trace, self.n_requests, qps=cfg.qps, time_scale=cfg.time_scale)
         self.ctx = SimContext(
             config=cfg, env=env, topology=topology, network=network, profile=profile, params=params,
             compute=compute, model=ScalarModel(params),
@@ -123,14 +124,18 @@ class Simulation:
         ctx = self.ctx
         t0 = time.perf_counter()
         arrivals = Arrivals(ctx, self.n_requests, self._sorted_chunk_ids, start=lambda spec: launch(ctx, spec),
-                            progress=self.progress)
+                            progress=self.progress, time_scale=self.load.time_scale)
         ctx.env.process(arrivals.feed())
         ctx.env.run(until=self.cfg.until_s)
+        while self.cfg.until_s is None and any([engine.unblock() for engine in ctx.engines.engines]):
+            ctx.env.run()       # no event was left: idle engines broke a hold-and-wait deadlock (engine.unblock)
         wall = time.perf_counter() - t0
         rec = ctx.recorder
         for r in np.flatnonzero(rec.status == Status.PENDING):
-            if not np.isnan(rec.arrival[r]) or self.cfg.until_s is not None:
+            if self.cfg.until_s is not None:
                 rec.drop(int(r), DropReason.UNFINISHED)
+            elif not np.isnan(rec.arrival[r]):     # no --until: the run ran out of events with it unfinished
+                rec.drop(int(r), DropReason.STALLED)
         return self._result(wall)
 
     def _result(self, wall: float) -> RunResult:
@@ -146,8 +151,10 @@ class Simulation:
         instances = cluster.instances
         holders = holder_table(ctx.engines.engines, instances, float(ctx.env.now))
         requests = ctx.recorder.requests_table()
+        completed = ctx.recorder.status == Status.COMPLETED
         extra = {
-            "instances": len(instances), "gpus": len(topology.gpus),
+            "instances": len(instances), "gpus": len(topology.gpus), "hosts": topology.spec.hosts,
+            "load": {**self.load.as_dict(), **overload(ctx.recorder.arrival[completed], ctx.recorder.ttft[completed])},
             "topology": {**topology.summary(), "spine_names": self._spine_names()},
             "placement": {"policy": cfg.placement, "overflow_chunks": cluster.placement.overflow_chunks,
                           "overflow_bytes": cluster.placement.overflow_bytes,
@@ -181,7 +188,11 @@ class Simulation:
         s: dict[str, Any] = {"routing": self.cfg.routing, "flows": int(tel.n_done)}
         links = tel.links_frame()
         total = links["bulk_bytes"] + links["message_bytes"]
-        s["bytes_by_tier"] = {str(k): float(v) for k, v in total.groupby(links["tier"]).sum().items()}
+        # The network carries one TP rank pair's share of every transfer (docs/MODEL.md, "Tensor parallelism"):
+        # the other ranks' NICs carry the same on parallel links of each tier, so a tier's whole traffic is tp x.
+        per_gpu = {str(k): float(v) for k, v in total.groupby(links["tier"]).sum().items()}
+        s["bytes_by_tier"] = {k: v * self.cfg.tp for k, v in per_gpu.items()}
+        s["bytes_by_tier_per_gpu"] = per_gpu
         s["max_link_utilisation"] = float(links["mean_utilisation"].max()) if len(links) else 0.0
         s["bottlenecks"] = tel.bottlenecks()      # per tier / hottest links: peak, p99, mean, saturated (net)
         peaks: dict[str, int] = {name: 0 for name in self._spine_names()}   # idle spines show as 0

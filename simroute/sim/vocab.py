@@ -48,13 +48,33 @@ class DropReason(IntEnum):
     UNKNOWN_CHUNK = 3           # the request attends a chunk id the chunk table lacks
     PARENT_DROPPED = 4          # a closed-loop request whose parent was dropped
     KV_NEVER_FITS = 5           # its KV exceeds what the instance's HBM leaves beside weights and chunks
+    STALLED = 6                 # it arrived, yet the run ran out of events with it unfinished (no --until)
 
     @property
     def label(self) -> str:
         return _DROP_LABELS[self]
 
+    @property
+    def advice(self) -> str:
+        """What a user can change so that such requests run (printed beside an incomplete run's count)."""
+        return _DROP_ADVICE.get(self, "")
+
 
 _DROP_LABELS = {DropReason.NONE: "", DropReason.UNFINISHED: "unfinished at --until",
                 DropReason.REQUESTER_OUT_OF_RANGE: "requester out of range",
                 DropReason.UNKNOWN_CHUNK: "unknown chunk id",
-                DropReason.PARENT_DROPPED: "closed-loop parent dropped", DropReason.KV_NEVER_FITS: "KV never fits in HBM"}
+                DropReason.PARENT_DROPPED: "closed-loop parent dropped", DropReason.KV_NEVER_FITS: "KV never fits in HBM",
+                DropReason.STALLED: "stalled"}
+
+_DROP_ADVICE = {
+    DropReason.UNFINISHED: "the run stopped at --until before they finished; raise --until or lower the load",
+    DropReason.REQUESTER_OUT_OF_RANGE: "the trace names more instances than the cluster has (instances = hosts x "
+                                       "GPUs per host / tp): regenerate the trace for this cluster, or change "
+                                       "--tp / --hosts",
+    DropReason.UNKNOWN_CHUNK: "the trace's requests attend chunk ids its chunk table lacks; rebuild the trace",
+    DropReason.PARENT_DROPPED: "their closed-loop parent was dropped first",
+    DropReason.STALLED: "the engines held them with nothing left that could free room or finish them: a "
+                        "simroute limitation; please report it with the command",
+    DropReason.KV_NEVER_FITS: "a request's KV exceeds what one instance's HBM leaves beside the weights; raise --tp "
+                              "or --hbm-gb, or pick a smaller model",
+}

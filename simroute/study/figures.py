@@ -138,6 +138,7 @@ def link_heatmap(links: dict[str, pd.DataFrame | None]) -> Any:
         fig.add_vline(x=b + 0.5, line=dict(color="white", width=2))
     fig.update_xaxes(tickangle=60, tickfont=dict(size=8), title_text="link (tier | src -> dst; busiest "
                      f"{MAX_LINKS_PER_TIER} per tier)")
+    fig.update_yaxes(title_text="utilisation statistic (per run)")
     return _layout(fig, "Link utilisation by tier", height=380 + 18 * len(rows))
 
 
@@ -175,6 +176,7 @@ def spine_heatmap(spines: dict[str, pd.DataFrame | None]) -> Any:
                                  colorbar=dict(title="flows"), showscale=i == 1,
                                  hovertemplate="t %{x:.3f} s<br>%{y}: %{z:.0f} flows<extra></extra>"), i, 1)
     fig.update_xaxes(title_text="simulated time (s)", row=len(mats), col=1)
+    fig.update_yaxes(title_text="spine")
     return _layout(fig, "Concurrent flows per spine (ARK Fig 3)", height=220 + 160 * len(mats))
 
 
@@ -203,7 +205,8 @@ def bytes_per_primitive(agg: pd.DataFrame, label_col: str, *, over_seeds: bool) 
     go = _go()
     fig = go.Figure([go.Bar(x=agg[label_col].astype(str), y=agg[c].fillna(0) / 1e9, name=n) for c, n in cols
                      if c in agg])
-    fig.update_layout(barmode="stack", yaxis_title="GB" + (" (mean over seeds)" if over_seeds else ""))
+    fig.update_layout(barmode="stack", yaxis_title="GB" + (" (mean over seeds)" if over_seeds else ""),
+                      xaxis_title="configuration" if label_col != "primitive" else "primitive")
     return _layout(fig, "Bytes per primitive")
 
 
@@ -224,11 +227,20 @@ def _band(fig, go, g, x, col, name, colour, dash, row=None, column=None):
         fig.add_trace(go.Scatter(x=xs, y=list(y + ci) + list(y - ci)[::-1], fill="toself", fillcolor=colour,
                                  opacity=0.15, line=dict(width=0), hoverinfo="skip", showlegend=False,
                                  legendgroup=name), **kw)
+    order = PALETTE.index(colour) if colour in PALETTE else 0
     fig.add_trace(go.Scatter(x=g[x], y=y, mode="lines+markers", name=name, legendgroup=name,
-                             line=dict(color=colour, dash=dash)), **kw)
+                             line=dict(color=colour, dash=dash, width=max(1.0, 3.0 - 0.5 * order)),
+                             marker=series_marker(order)), **kw)
 
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
+SYMBOLS = ("circle", "square-open", "diamond-open", "x", "triangle-up-open", "cross", "star-open", "hexagon-open")
+
+
+def series_marker(order: int) -> dict:
+    """Each series its own marker symbol and a size that shrinks with its order, and later lines are thinner:
+    two series with identical results (one policy equal to another) stay visible one inside the other."""
+    return dict(symbol=SYMBOLS[order % len(SYMBOLS)], size=max(5, 12 - 2 * (order % 4)))
 
 
 def latency_vs_load(agg: pd.DataFrame, x: str) -> Any:
@@ -279,7 +291,7 @@ def frontier(agg: pd.DataFrame, x: str, slo: list[str], searches: list[dict[str,
         fig = go.Figure(go.Bar(x=labels, y=[v or 0 for v in vals], text=[s["status"] if v is None else f"{v:g}"
                                                                          for s, v in zip(searches, vals)],
                                textposition="outside", name="answer"))
-        fig.update_layout(yaxis_title=f"{s0['goal']} {s0['field']}")
+        fig.update_layout(yaxis_title=f"{s0['goal']} {s0['field']}", xaxis_title="search group")
         return _layout(fig, f"{s0['goal']} {s0['field']} meeting {' and '.join(s0['slo'])}")
     if agg.empty or not slo or x not in agg:
         return None
@@ -301,6 +313,7 @@ def frontier(agg: pd.DataFrame, x: str, slo: list[str], searches: list[dict[str,
         fig.add_hline(y=c.value, line=dict(dash="dot", color="black"), annotation_text=f"SLO {text}",
                       row=1, col=j)
         fig.update_xaxes(title_text=x, row=1, col=j)
+        fig.update_yaxes(title_text=col, row=1, col=j)
     return _layout(fig, "SLO frontier at the study's SLO (filled: every seed meets every condition)")
 
 

@@ -21,7 +21,7 @@ from pyarrow import ArrowException
 from simroute.errors import ConfigurationError
 from simroute.ioutil import atomic_path, check_output_path, check_replaceable, load_json
 from simroute.study import figures, plots
-from simroute.study.search import meets, parse_slo
+from simroute.study.search import finished, meets, parse_slo
 from simroute.study.store import Store
 
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
@@ -139,18 +139,84 @@ def aggregate(df: pd.DataFrame, x: str | None, series: list[str], slo: list[str]
             r[c] = float(g[c].mean())
         for c in CI_COLS:
             r[f"{c}_ci"] = T95.get(n - 1, 1.96) * float(g[c].std(ddof=1)) / np.sqrt(n) if n > 1 else np.nan
-        r["meets"] = meets(g.to_dict("records"), tuple(slo)) if slo else None
+        records = g.to_dict("records")
+        r["meets"] = meets(records, tuple(slo)) if slo else None
+        r["finished"] = all(finished(row) for row in records)
+        r["completion"] = float((g["completed"] / g["requests"]).min()) if len(g) else np.nan
+        r["overloaded"] = float(g["overloaded"].fillna(0).max()) if "overloaded" in g else 0.0
+        r["ttft_growth"] = float(g["ttft_growth"].max()) if "ttft_growth" in g else np.nan
         rows.append(r)
     agg = pd.DataFrame(rows)
     agg["series"] = [", ".join(f"{s}={r[s]}" for s in series if s in agg) for _, r in agg.iterrows()]
     agg["config"] = [(f"{r['series']} @ " if r["series"] else "") + (f"{x}={r[x]}" if x in agg else "")
                      for _, r in agg.iterrows()]
+    agg["marks"] = marks(agg)
     if x in agg:
         rank = {s: i for i, s in enumerate(dict.fromkeys(agg["series"]))}
         num = pd.to_numeric(agg[x], errors="coerce")
         agg["_r"], agg["_x"] = agg["series"].map(rank), num if num.notna().all() else agg[x].astype(str)
         agg = agg.sort_values(["_r", "_x"], kind="stable").drop(columns=["_r", "_x"])
     return agg.reset_index(drop=True)
+
+
+# Axes that cost (more is more hardware): their frontier is the smallest value meeting the SLO. Any other axis is
+# a load (qps, time scale, requests, tokens): its frontier is the largest value meeting the SLO.
+RESOURCE_AXES = ("hosts", "instances", "replicas", "hbm_gb", "gpus", "tp", "spines", "staging_streams",
+                 "max_running_seqs", "token_budget")
+
+
+def frontier_goal(axis: str) -> str:
+    """'min' for a resource axis (fewest hosts meeting the SLO), 'max' for a load axis (most QPS)."""
+    return "min" if axis.split(".")[-1] in RESOURCE_AXES else "max"
+
+
+def frontier_value(group: pd.DataFrame, axis: str, goal: str) -> Any:
+    """The frontier of one series: the extreme axis value among points meeting the SLO, compared as numbers
+    when every label is one (so 8 < 16 < 32, not '8' > '32' > '16'), else as the labels' given order."""
+    met = group[group["meets"].fillna(False).astype(bool)]
+    if met.empty:
+        return "none"
+    values = pd.to_numeric(met[axis], errors="coerce")
+    if values.notna().all():
+        pick = values.idxmin() if goal == "min" else values.idxmax()
+    else:
+        pick = met.index[0] if goal == "min" else met.index[-1]
+    return met.loc[pick, axis]
+
+
+IDENTITY_COLS = ("ttft_ms_p50", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p99", "bytes_route", "bytes_fetch",
+                 "n_route", "n_fetch", "n_local", "completed")
+
+
+def marks(agg: pd.DataFrame) -> list[str]:
+    """Per configuration: 'did not finish' when a seed completed under MIN_COMPLETION of its requests (such points
+    are kept out of frontiers and answers), and 'identical to <config>' when its results equal an earlier one's
+    (one policy choosing exactly as another: the curves coincide)."""
+    from simroute.defaults import MIN_COMPLETION
+    seen: dict[tuple, str] = {}
+    out = []
+    cols = [c for c in IDENTITY_COLS if c in agg]
+    for _, row in agg.iterrows():
+        notes = []
+        if row.get("overloaded", 0) > 0:
+            notes.append(f"arrivals above service (late TTFT x{row.get('ttft_growth', float('nan')):.0f} the early)")
+        elif not row.get("finished", True):
+            notes.append(f"did not finish ({row.get('completion', float('nan')):.0%} completed < "
+                         f"{MIN_COMPLETION:.0%})")
+        key = tuple(None if pd.isna(row[c]) else round(float(row[c]), 6) for c in cols)
+        if key in seen and cols:
+            notes.append(f"identical to {seen[key]}")
+        else:
+            seen.setdefault(key, str(row["config"]))
+        out.append("; ".join(notes))
+    return out
+
+
+def no_reuse(agg: pd.DataFrame) -> bool:
+    """True when no point moved a chunk across instances (route = fetch = 0 everywhere): the trace has no
+    cross-instance reuse, so no policy can differ from another on it."""
+    cols = [c for c in ("n_route", "n_fetch") if c in agg]
+    return bool(len(agg) and cols and float(agg[cols].fillna(0).to_numpy().sum()) == 0.0)
 
 
 def _representatives(df: pd.DataFrame, x: str | None, series: list[str], limit: int = 8) -> dict[str, str]:
@@ -304,7 +370,7 @@ def _study(d: Path) -> Report:
     slo = list(meta.get("slo") or (meta.get("search") or {}).get("slo") or [])
     agg = aggregate(df, x, series, slo)
     notes = []
-    table_cols = ["config", "seeds", *CI_COLS, "slo_attainment", "completed", "bytes_route", "bytes_fetch",
+    table_cols = ["config", "marks", "seeds", *CI_COLS, "slo_attainment", "completed", "bytes_route", "bytes_fetch",
                   "bytes_pd_transfer", "max_link_utilisation", "peak_spine_flows"]
     has_pd = len(agg) and "bytes_pd_transfer" in agg and float(agg["bytes_pd_transfer"].max()) > 0
     if has_pd:   # prefill -> decode KV transfers: their FCT is the ARK paper's headline metric
@@ -313,6 +379,12 @@ def _study(d: Path) -> Report:
         table_cols = [c for c in table_cols if not c.startswith("tpot_ms")]
         notes.append("TPOT is 0 at every point (no decode step time and no cross-instance decode work in these "
                      "runs), so it is left out.")
+    if no_reuse(agg):
+        notes.append("No run moved a chunk between instances (route = fetch = 0 at every point): the trace has no "
+                     "cross-instance reuse, so the policies cannot differ on it; their results are identical.")
+    if len(agg) and (~agg["finished"]).any():
+        notes.append("Points marked 'did not finish' completed too few of their requests to be compared; they are "
+                     "kept out of the SLO frontier and of every search answer.")
     if slo:
         notes.append(f"SLO of this study: {' and '.join(slo)}. 'slo_attainment' is each run's own attainment "
                      "(against the run's slo_ttft_ms / slo_tpot_ms); the frontier uses the study's SLO.")
@@ -327,16 +399,18 @@ def _study(d: Path) -> Report:
             "probes (value: met)": ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in s["probes"].items())}
             for s in searches])))
     elif slo and len(agg) and x in agg:
-        sections.append((f"SLO frontier ({' and '.join(slo)}, all seeds)", pd.DataFrame([{
-            "series": s or "all", f"largest {x} meeting the SLO": (g.loc[g["meets"].astype(bool), x].max()
-                                                                   if g["meets"].any() else "none")}
-            for s, g in agg.groupby("series", sort=False)])))
+        goal = frontier_goal(x)
+        sections.append((f"SLO frontier ({' and '.join(slo)}, all seeds, finished points only)", pd.DataFrame([{
+            "series": s or "all", f"{'largest' if goal == 'max' else 'smallest'} {x} meeting the SLO":
+                frontier_value(g, x, goal)} for s, g in agg.groupby("series", sort=False)])))
     failed = df[df["status"] == "failed"]
     if len(failed):
         sections.append(("Failed points", pd.DataFrame({
             "key": failed["key"], "labels": failed["labels_json"], "seed": failed["seed"],
             "error": [e.splitlines()[0] if e else "" for e in failed["error"]]})))
     figs = _study_figures(d, df, agg, x, series, slo, searches, bool(has_pd), multi_seed)
+    if (d / "plan.json").exists():
+        sections.insert(0, ("Capacity plan (plan.md)", _plan_table(load_json(d / "plan.json"), d)))
     if meta.get("description"):
         sections.insert(0, ("About", pd.DataFrame({"study": [meta["description"]],
                                                      "points": [len(df)], "failed": [len(failed)]})))
@@ -385,6 +459,21 @@ def _fmt(t: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
+def _plan_table(answer: Any, d: Path) -> pd.DataFrame:
+    """One row per policy of a plan: fewest hosts, status, what binds below it."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("policies"), dict):
+        raise ConfigurationError("is not a plan answer (no 'policies')", file=d / "plan.json")
+    rows = []
+    for name, p in answer["policies"].items():
+        b = p.get("binding") or {}
+        rows.append({"policy": name + (" (the answer)" if name == answer.get("policy") else ""),
+                     "fewest hosts": p.get("hosts") if p.get("hosts") is not None else "none in range",
+                     "status": p.get("status"), "SLO": " and ".join(answer.get("slo", [])),
+                     "binding below it": (f"at {b.get('hosts')} hosts: {', '.join(b.get('violated', []))}; "
+                                          f"{b.get('resource')}") if b else "-"})
+    return pd.DataFrame(rows)
+
+
 # ---- a single run ----------------------------------------------------------------------------------------
 def _run_sections(s: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
     cfg = s["config"]
@@ -399,14 +488,22 @@ def _run_sections(s: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
         ("Primitives per (chunk, request)", pd.DataFrame([s["primitive_counts"]])),
         ("Bytes (GB)", pd.DataFrame([{k: round(v / 1e9, 4) for k, v in s["bytes"].items()}])),
         ("Network", pd.DataFrame([{"flows": net.get("flows"),
-                                   "most saturated tier": (net.get("bottlenecks") or {}).get("most_saturated_tier"),
+                                   "most saturated tier": _most_saturated(net.get("bottlenecks") or {}),
                                    "max link mean utilisation": net.get("max_link_utilisation"),
                                    "peak spine flows": max(net.get("peak_spine_concurrency", {}).values(),
                                                            default=0),
-                                   **{f"{k} bytes (GB)": round(v / 1e9, 4)
+                                   **{f"{k} link bytes, all TP ranks (GB)": round(v / 1e9, 4)
                                       for k, v in net.get("bytes_by_tier", {}).items()}}])),
         *_bottleneck_sections(net.get("bottlenecks") or {}),
     ]
+
+
+def _most_saturated(b: dict[str, Any]) -> str:
+    """The bottleneck tier's name, or why none is named (no tier's p99 window utilisation reached the floor)."""
+    if b.get("most_saturated_tier"):
+        return str(b["most_saturated_tier"])
+    floor = b.get("most_saturated_floor_p99")
+    return f"none (no tier's p99 utilisation reached {100 * floor:.0f}%)" if floor is not None else "none"
 
 
 def _bottleneck_sections(b: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
@@ -417,8 +514,8 @@ def _bottleneck_sections(b: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
     tiers = pd.DataFrame([{"tier": t, "links": v.get("links"), "peak": v.get("peak_utilisation"),
                            "p99": v.get("p99_utilisation"), "mean": v.get("mean_utilisation"),
                            "saturated link-s": v.get("saturated_link_s"),
-                           "bulk GB": (v.get("bulk_bytes") or 0) / 1e9,
-                           "message GB": (v.get("message_bytes") or 0) / 1e9}
+                           "bulk GB (one TP rank)": (v.get("bulk_bytes") or 0) / 1e9,
+                           "message GB (one TP rank)": (v.get("message_bytes") or 0) / 1e9}
                           for t, v in b["tiers"].items()])
     hot = pd.DataFrame([{"tier": h.get("tier"), "link": f"{h.get('src')} -> {h.get('dst')}",
                          "peak": h.get("peak_utilisation"), "p99": h.get("p99_utilisation"),

@@ -67,7 +67,7 @@ def check_input(name: str, value: Any, file: str, where: str) -> None:
         try:
             if name == "trace":
                 from simroute.workload import make_params
-                make_params(str(value["generate"]), params)
+                make_params(str(value["generate"]), _sized(params, 1))
             elif name == "topology":
                 from simroute.study.topogen import check_topology_spec
                 check_topology_spec(str(value["generate"]), params)
@@ -129,6 +129,8 @@ def prepare(cfg: dict[str, Any], study_file: str, study_dir: Path) -> tuple[dict
             kind, params = str(value["generate"]), dict(value.get("params") or {})
             if name == "trace":
                 from simroute.workload import make_params
+                if params.get("instances") == AUTO:
+                    params = _sized(params, cluster_instances(cfg, study_file, study_dir))
                 params = dataclasses.asdict(make_params(kind, params))
                 gseed = int(value.get("seed", 0)) + seed
             else:
@@ -147,6 +149,33 @@ def prepare(cfg: dict[str, Any], study_file: str, study_dir: Path) -> tuple[dict
             path = Path(loc["path"]) if loc["kind"] == "path" else _shipped(name, loc["name"])
             ident[name] = {"sha256": _content_hash(path)}
     return payload, digest(ident)
+
+
+AUTO = "auto"     # a generated trace's `instances: auto`: sized to the point's cluster (hosts x GPUs / tp)
+
+
+def _sized(params: dict[str, Any], instances: int) -> dict[str, Any]:
+    return {**params, "instances": instances} if params.get("instances") == AUTO else params
+
+
+def cluster_instances(cfg: dict[str, Any], study_file: str, study_dir: Path) -> int:
+    """Instances of a point's cluster: its topology (resized to `hosts`) x GPUs per host / tp."""
+    from simroute.defaults import DEFAULT_TP
+    from simroute.network.schema import load_topology_spec
+    topology = cfg["topology"]
+    if _is_gen(topology):
+        from simroute.study.topogen import fabric_pair
+        from simroute.network.schema import parse_topology
+        spec = parse_topology(fabric_pair(**dict(topology.get("params") or {})))
+    else:
+        loc = _locate("topology", str(topology), study_file)
+        if loc is None:
+            raise ConfigurationError(f"'{topology}' not found", file=study_file, field="topology")
+        path = Path(loc["path"]) if loc["kind"] == "path" else _shipped("topology", loc["name"])
+        spec = load_topology_spec(path, hosts=cfg.get("hosts"))
+    if topology is not None and _is_gen(topology) and cfg.get("hosts") is not None:
+        raise ConfigurationError("a generated topology has no hosts to resize", file=study_file, field="hosts")
+    return max(1, spec.hosts * spec.gpus_per_host // int(cfg.get("tp", DEFAULT_TP)))
 
 
 _HASHES: dict[tuple[str, float], str] = {}

@@ -137,7 +137,8 @@ def make_point(study: Study, out_dir: Path, labels: dict[str, Any], seed: int,
     return Point(key, labels, seed, payload, search)
 
 
-STUDY_ENTRIES = {"study.json", "search.json", "points", "runs", "perf", "inputs", "report", MANIFEST}
+STUDY_ENTRIES = {"study.json", "search.json", "points", "runs", "perf", "inputs", "report", MANIFEST,
+                 "plan.yaml", "plan.json", "plan.md"}     # a plan's own files beside its study
 
 
 def check_study_dir(study: Study, out: Path) -> None:

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from simroute.defaults import MIN_COMPLETION
 from simroute.study.store import METRICS, STATS
 
 OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
@@ -50,11 +51,21 @@ def parse_slo(text: str) -> Condition:
         raise ValueError(f"not a number: '{value}' in SLO '{text}'") from None
 
 
+def finished(row: dict[str, Any]) -> bool:
+    """A point that ran, completed at least MIN_COMPLETION of its requests and whose arrivals did not outrun its
+    service (`overloaded`, simroute.sim.metrics.overload): only these can meet an SLO. A run that dropped most of
+    its requests has the latencies of the few that got through; an overloaded one, latencies set by the trace's
+    length."""
+    requests, completed = row.get("requests"), row.get("completed")
+    return (row.get("status") == "ok" and isinstance(requests, (int, float)) and isinstance(completed, (int, float))
+            and not math.isnan(requests) and not math.isnan(completed) and requests > 0
+            and completed >= MIN_COMPLETION * requests and row.get("overloaded") != 1.0)
+
+
 def meets(rows: list[dict[str, Any]], slo: tuple[str, ...]) -> bool:
-    """All seeds' rows ran, completed something, and meet every condition."""
+    """All seeds' rows finished (`finished`) and meet every condition."""
     conds = [parse_slo(s) for s in slo]
-    return bool(rows) and all(r.get("status") == "ok" and (r.get("completed") or 0) > 0
-                              and all(c.holds(r) for c in conds) for r in rows)
+    return bool(rows) and all(finished(r) and all(c.holds(r) for c in conds) for r in rows)
 
 
 @dataclass

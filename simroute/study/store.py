@@ -27,7 +27,7 @@ METRICS: tuple[str, ...] = (
     "instances", "max_link_utilisation", "peak_spine_flows", "fct_pd_mean_ms", "fct_pd_p95_ms",
     "fct_fetch_mean_ms", "holder_queries_per_call", "holder_max_fan_in", "holder_mean_wait_us",
     "busiest_holder_work_share", "evictions",
-    "copies_refused", "overflow_chunks", "sim_time_s",
+    "copies_refused", "overflow_chunks", "sim_time_s", "overloaded", "ttft_growth",
 )
 
 
@@ -58,6 +58,9 @@ def flatten(summary: dict[str, Any]) -> dict[str, float]:
     row["copies_refused"] = hold.get("copies_refused")
     row["overflow_chunks"] = s.get("placement", {}).get("overflow_chunks")
     row["sim_time_s"] = s.get("sim_time_s")
+    load = s.get("load") or {}
+    row["overloaded"] = None if load.get("overloaded") is None else float(bool(load["overloaded"]))
+    row["ttft_growth"] = load.get("ttft_growth")
     return {k: (math.nan if row.get(k) is None else float(row[k])) for k in METRICS}
 
 

@@ -67,6 +67,11 @@ def _coerce(value: Any, typ: Any, name: str, kind: str) -> Any:
     Strict: no bool for a number, no numeric strings, finite floats, integers that fit in 32 bits.
     """
     field = f"{kind}.{name}"
+    optional = [a for a in typing.get_args(typ) if a is not type(None)]
+    if len(optional) == 1 and type(None) in typing.get_args(typ):     # `float | None`: null leaves it unset
+        if value is None:
+            return None
+        typ = optional[0]
     if typing.get_origin(typ) is typing.Literal:
         choices = typing.get_args(typ)
         if not isinstance(value, str) or value not in choices:

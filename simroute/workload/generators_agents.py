@@ -40,6 +40,8 @@ class AgentsParams:
     rate_per_agent: float = 0.5       # requests/s of each sub-agent (poisson)
     doc_interval_s: float = 5.0       # documents start this far apart
     nominal_tpot_s: float = 0.02      # for the nominal arrival_s of closed-loop requests only
+    qps: float | None = None          # set: the whole trace is one open-loop Poisson stream of this mean rate
+                                      # (overrides arrival, think_s, rate_per_agent and doc_interval_s)
 
     def __post_init__(self) -> None:
         for name in ("documents", "doc_tokens", "chunk_tokens", "subagents", "requests_per_agent",
@@ -48,10 +50,31 @@ class AgentsParams:
         check(self.think_s >= 0 and self.doc_interval_s >= 0 and self.suffix_sigma >= 0 and self.output_sigma >= 0,
               "think_s, doc_interval_s, suffix_sigma and output_sigma must be >= 0")
         check(self.rate_per_agent > 0 and self.nominal_tpot_s >= 0, "rate_per_agent must be > 0")
+        check(self.qps is None or (isinstance(self.qps, (int, float)) and 0 < self.qps < 1e9),
+              "qps must be a rate > 0 (requests/s) or unset")
         requests = self.documents * (1 + self.subagents * self.requests_per_agent)
         n_chunks = -(-self.doc_tokens // self.chunk_tokens)
         check_sizes(requests, self.documents * n_chunks, 0, self.tenants)
         check_memory(requests, requests * n_chunks)      # every request lists its document's chunks
+
+
+def _stream_at_rate(rng: np.random.Generator, p: AgentsParams, per_doc: int,
+                    turns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival, after, think) of an open-loop trace whose requests arrive as one Poisson stream of `p.qps`:
+    the stream's instants are dealt to the requests at random, then each document's root takes its document's
+    first instant and each sub-agent's turns keep their order, so the load is exactly the asked rate."""
+    n = p.documents * per_doc
+    instants = np.cumsum(rng.exponential(1.0 / p.qps, size=n))
+    arrival = instants[rng.permutation(n)]
+    first_agent = 1 if p.root else 0
+    for d in range(p.documents):
+        base = d * per_doc
+        if p.root:
+            earliest = base + int(np.argmin(arrival[base:base + per_doc]))
+            arrival[[base, earliest]] = arrival[[earliest, base]]
+        idx = base + first_agent + np.arange(p.subagents * turns).reshape(p.subagents, turns)
+        arrival[idx] = np.sort(arrival[idx], axis=1)
+    return arrival, np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.float32)
 
 
 @register("agents", AgentsParams, "documents pinned as prefixes, forked by N sub-agents each")
@@ -98,6 +121,8 @@ def gen_agents(writer: TraceWriter, p: AgentsParams, rng: np.random.Generator) -
                     done = np.full(p.subagents, start)
                 arrival[cur] = done + think[cur]
                 prev = cur
+    if p.qps is not None:
+        arrival, after, think = _stream_at_rate(rng, p, per_doc, R)
     # Arrival order; references are input positions, remapped through the inverse permutation.
     order = np.argsort(arrival, kind="stable")
     inv = np.empty_like(order)

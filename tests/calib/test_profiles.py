@@ -101,6 +101,23 @@ def test_incomplete_profile_cannot_simulate(tmp_path):
         load_profile(p).cost_params()
 
 
+@pytest.mark.parametrize("gpu", ["h100-sxm", "h200-sxm"])
+@pytest.mark.parametrize("model", ["deepseek-v3", "deepseek-v2-lite"])
+def test_the_prefill_form_does_not_read_the_operator_tables(gpu, model):
+    """`Profile.cost_params` takes the prefill-form coefficients from a step model built without operator
+    tables (loading them was most of `simroute predict`'s time): the coefficients are the GPU's rates, the
+    same with the tables as without. If a table ever feeds them, this fails and `_prefill_form` must load them."""
+    import dataclasses
+    profile = load_profile("h100-ibgda")
+    spec = profile.find_gpu_spec(gpu)
+    assert spec.operator_tables is not None
+    for tp in (1, 8):
+        with_tables = profile.step_model(model, gpu_spec=spec, tp=tp).prefill_form_coeffs()
+        roofline = profile.step_model(model, gpu_spec=dataclasses.replace(spec, operator_tables=None),
+                                      tp=tp).prefill_form_coeffs()
+        assert with_tables == roofline and all(c > 0 for c in roofline)
+
+
 def test_cli_predict_json(cli):
     code, out, _ = cli("predict", "--json", "--mq", "256", "--ct", "2048")
     assert code == 0
@@ -108,7 +125,8 @@ def test_cli_predict_json(cli):
     assert obj["choice"] in ("route", "fetch", "local")
     assert set(obj["cost_us"]) == set(obj["wire_bytes"]) == set(obj["terms_us"]) == {"route", "fetch", "local"}
     assert obj["choice"] == min(obj["cost_us"], key=obj["cost_us"].get)
-    assert obj["wire_bytes"]["fetch"] == 2048 * 1152 * 27
+    assert obj["inputs"]["model"] == "deepseek-v3" and obj["inputs"]["tp"] == 8     # the one default deployment
+    assert obj["wire_bytes"]["fetch"] == 2048 * 1152 * 61       # its 576-wide bf16 latent over 61 layers
 
 
 @pytest.mark.parametrize("args, words", [

@@ -21,7 +21,8 @@ def _step(cli, *args):
 @pytest.mark.parametrize("gpu", GPUS)
 @pytest.mark.parametrize("model", list(MODELS))
 def test_every_gpu_and_model_prints_its_terms(cli, gpu, model):
-    d = _step(cli, "--model", model, "--gpu", gpu, "--tokens", "32", "--decode-seqs", "32", "--context", "2048")
+    d = _step(cli, "--model", model, "--gpu", gpu, "--tp", "1", "--tokens", "32", "--decode-seqs", "32",
+              "--context", "2048")
     for term in TERMS:
         assert d[term] >= 0, term
     assert d["iteration_ms"] > d["overhead_ms"] > 0
@@ -56,7 +57,8 @@ def test_tp_uses_the_gpus_own_fabric(cli):
     d8 = _step(cli, "--model", "llama-3.1-70b", "--gpu", "a100-80gb", "--tp", "8", "--tokens", "64",
                "--decode-seqs", "64", "--context", "4096")
     assert d8["inputs"]["allreduce_fabric"] == "a100-nvlink3" and d8["allreduce_ms_per_layer"] > 0
-    d1 = _step(cli, "--model", "llama-3.1-70b", "--gpu", "a100-80gb", "--tokens", "64", "--decode-seqs", "64",
+    d1 = _step(cli, "--model", "llama-3.1-70b", "--gpu", "a100-80gb", "--tp", "1", "--tokens", "64",
+               "--decode-seqs", "64",
                "--context", "4096")
     assert d8["weight_GB_per_gpu"] == pytest.approx(d1["weight_GB_per_gpu"] / 8, rel=0.01)
     assert d8["weights_fit"] and not d1["weights_fit"]          # 141 GB of weights on one 80 GB A100
@@ -79,14 +81,14 @@ def test_weight_dtype_shown_and_overridable(cli):
     assert fp8_t["term_lookups"]["linear"] in ("measured", "interpolated") and fp8_t["notes"] == []
     assert bf16_t["term_lookups"]["linear"] == "roofline"
     assert any("no fused-MoE rows" in note for note in bf16_t["notes"])
-    a100 = _step(cli, "--model", "deepseek-v3", "--gpu", "a100-80gb", "--tokens", "4")
+    a100 = _step(cli, "--model", "deepseek-v3", "--gpu", "a100-80gb", "--tp", "1", "--tokens", "4")
     assert not a100["linear_fp8_rate"] and "bf16 rate" in a100["notes"][0]
 
 
 def test_prefill_tokens_cost_more_than_decode(cli):
-    decode = _step(cli, "--model", "llama-3.1-8b", "--tokens", "1", "--decode-seqs", "1", "--context", "8192",
-                   "--roofline")
-    prefill = _step(cli, "--model", "llama-3.1-8b", "--tokens", "8192", "--roofline")
+    one_gpu = ("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1", "--roofline")
+    decode = _step(cli, *one_gpu, "--tokens", "1", "--decode-seqs", "1", "--context", "8192")
+    prefill = _step(cli, *one_gpu, "--tokens", "8192")
     assert prefill["iteration_ms"] > 5 * decode["iteration_ms"]
     assert prefill["bounds"]["linear"] == "compute" and decode["bounds"]["linear"] == "memory"
 
@@ -103,7 +105,7 @@ def test_bad_input_one_line_exit_2(cli, args):
 
 
 @pytest.mark.parametrize("args, field, words", [
-    (("--tp", "3", "--tokens", "1"), "tp", "does not divide deepseek-v2-lite's 16 query heads"),
+    (("--tp", "3", "--tokens", "1"), "tp", "does not divide deepseek-v3's 128 query heads"),
     (("--model", "llama-3.1-8b", "--tp", "6", "--tokens", "1"), "tp", "does not divide llama-3.1-8b's 32 query"),
     (("--tokens", "20000000"), "tokens", "past any serving engine's context"),
     (("--tokens", "1", "--decode-seqs", "1", "--context", "99999999"), "context", "past any serving engine"),

@@ -42,6 +42,21 @@ def test_saturated_uplink_is_the_hottest_link(testbed):
     assert coarse["hottest_links"][0]["peak_utilisation"] == pytest.approx(0.4, rel=1e-3)  # 50 MB in 5 ms
 
 
+def test_a_moment_at_capacity_names_no_bottleneck(testbed):
+    """One flow fills its NIC link while it lasts; over a mostly idle run the tier is no bottleneck (p99 window
+    utilisation below BOTTLENECK_P99), though its links spent time at capacity."""
+    from simroute.network.telemetry import BOTTLENECK_P99
+    env = simpy.Environment()
+    eng = FlowEngine(env, testbed, telemetry_window_s=1e-3)
+    eng.transfer("h0.g0", "h1.g0", 25e6)          # 1 ms at 25 GB/s ...
+    env.run()
+    env.run(until=1.0)                             # ... in a second of idle links
+    out = eng.telemetry.bottlenecks()
+    assert out["tiers"]["nic-leaf"]["saturated_link_s"] == pytest.approx(2e-3, rel=1e-3)   # up- and downlink
+    assert out["tiers"]["nic-leaf"]["p99_utilisation"] < BOTTLENECK_P99
+    assert out["most_saturated_tier"] is None and out["most_saturated_floor_p99"] == BOTTLENECK_P99
+
+
 def test_routed_messages_count_in_link_bytes_and_utilisation(testbed):
     env = simpy.Environment()
     eng = FlowEngine(env, testbed, telemetry_window_s=1e-3)

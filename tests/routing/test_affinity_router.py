@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from simroute.scenarios.traces import write_trace
+from simroute.defaults import PAPER_DEPLOYMENT
 
 
 def _run(trace: Path, router: str, **kw):
@@ -16,7 +17,7 @@ def _run(trace: Path, router: str, **kw):
     from simroute.network import default_topology_path
     from simroute.sim import RunConfig, simulate
     return simulate(RunConfig(topology=str(default_topology_path()), trace=str(trace), router=router,
-                              calib=str(default_profile_path()), telemetry=False, **kw))
+                              calib=str(default_profile_path()), telemetry=False, **{**PAPER_DEPLOYMENT, **kw}))
 
 
 def _requests(res):

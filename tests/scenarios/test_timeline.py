@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 
 from simroute.scenarios.timeline import build_events, validate_events, write_timeline
+from simroute.defaults import PAPER_DEPLOYMENT
 
 
 def _strict(text: str) -> dict:
@@ -26,7 +27,7 @@ def runs(tmp_path_factory):
     from simroute.sim.config import default_trace_path
     out = {}
     for policy in ("paper", "always-route"):
-        cfg = RunConfig(topology=str(default_topology_path()), trace=str(default_trace_path()),
+        cfg = RunConfig(**PAPER_DEPLOYMENT, topology=str(default_topology_path()), trace=str(default_trace_path()),
                         calib=str(default_profile_path()), policy=policy, telemetry=True)
         path = tmp_path_factory.mktemp(policy) / "t.json"
         tables = simulate(cfg).tables

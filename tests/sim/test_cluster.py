@@ -18,6 +18,7 @@ from simroute.network.hashing import mix64
 from simroute.sim.placement import ChunkTable, mix64_array
 from simroute.sim.placements import PLACEMENTS
 from simroute.sim.routers import ROUTERS
+from simroute.defaults import PAPER_DEPLOYMENT
 
 
 def _instance():
@@ -130,7 +131,7 @@ def test_locality_router_goes_where_most_chunk_tokens_are():
 # ---- the cluster as built by a run ---------------------------------------------------------------------
 def _testbed_cfg(trace, **kw):
     return RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
-                     calib=str(default_profile_path()), **kw)
+                     calib=str(default_profile_path()), **{**PAPER_DEPLOYMENT, **kw})
 
 
 def test_a_fabric_the_profile_lacks_fails_at_construction(tmp_path):
@@ -140,7 +141,7 @@ def test_a_fabric_the_profile_lacks_fails_at_construction(tmp_path):
     topo = tmp_path / "t.yaml"
     topo.write_text(yaml.safe_dump(spec))
     trace = single_chunk_trace(tmp_path / "t.parquet", requester=4, holder=0)
-    cfg = RunConfig(topology=str(topo), trace=str(trace), calib=str(default_profile_path()))
+    cfg = RunConfig(**PAPER_DEPLOYMENT, topology=str(topo), trace=str(trace), calib=str(default_profile_path()))
     with pytest.raises(ConfigurationError, match="no-such-fabric") as err:
         Simulation(cfg)
     assert "fabrics.no-such-fabric" in str(err.value)

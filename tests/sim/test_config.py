@@ -46,15 +46,13 @@ def test_extra_is_gone():
 
 def test_every_field_is_a_run_option_with_its_help_and_default():
     from simroute.cli.run_cmd import run_options
-    from simroute.sim.config import DEFAULT_RUN
     options = dict(run_options())
     assert list(options) == [f.name for f in dataclasses.fields(RunConfig)]
     for f in dataclasses.fields(RunConfig):
         option = options[f.name].default
         assert option.help.startswith(f.metadata["help"])
-        if f.default is not dataclasses.MISSING:     # the CLI starts from the shipped default scenario
-            assert option.default == DEFAULT_RUN.get(f.name, f.default)
-    assert DEFAULT_RUN and set(DEFAULT_RUN) <= {f.name for f in dataclasses.fields(RunConfig)}
+        if f.default is not dataclasses.MISSING:     # the CLI's default is the config's: one place
+            assert option.default == f.default
     assert options["until_s"].name == "until"
     assert "--staging-streams" in options["staging_streams"].default.param_decls
     assert "--staging-copy-GBps" in options["staging_copy_GBps"].default.param_decls
@@ -73,3 +71,20 @@ def test_run_passes_staging_streams_and_rate_through(cli, tmp_path):
 def test_bad_run_options_exit_2_with_one_line(cli, tmp_path, args):
     code, _, err = cli("run", "-o", str(tmp_path / "r"), *args)
     assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_one_default_deployment_for_every_command():
+    """run, predict, model step and RunConfig all default to the deployment of simroute/defaults.py."""
+    import inspect
+    from simroute import defaults
+    from simroute.cli.model_cmd import model_step, predict
+    cfg_fields = {f.name: f.default for f in dataclasses.fields(RunConfig)}
+    assert (cfg_fields["model"], cfg_fields["tp"]) == (defaults.DEFAULT_MODEL, defaults.DEFAULT_TP)
+    for command in (predict, model_step):
+        params = inspect.signature(command).parameters
+        assert params["model"].default.default == defaults.DEFAULT_MODEL, command.__name__
+        assert params["tp"].default.default == defaults.DEFAULT_TP, command.__name__
+    assert inspect.signature(model_step).parameters["gpu"].default.default == defaults.DEFAULT_GPU
+    from simroute.network import shipped_topology
+    from simroute.network.schema import load_topology_spec
+    assert load_topology_spec(shipped_topology(defaults.DEFAULT_TOPOLOGY)).gpu == defaults.DEFAULT_GPU

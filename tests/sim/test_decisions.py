@@ -16,6 +16,7 @@ from simroute.sim.arrivals import RequestSpec
 from simroute.sim.policy import RequestShape
 from simroute.sim.request import DenseRequest, RemoteChunk, build_decision_context
 from simroute.sim.vocab import Primitive
+from simroute.defaults import PAPER_DEPLOYMENT
 
 REQUESTER = 4
 SIZES = (64, 448, 512, 2048, 8192)
@@ -33,7 +34,7 @@ def trace(tmp_path_factory):
 
 def _state(trace, seed: int, policy: str = "adaptive") -> tuple[Simulation, RequestSpec, list[RemoteChunk]]:
     """A fresh simulation put into the seed's random state, and the request's remote chunks."""
-    sim = Simulation(RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
+    sim = Simulation(RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("paper-testbed")), trace=str(trace),
                                calib=str(default_profile_path()), policy=policy))
     rng = np.random.default_rng(seed)
     ctx, instances = sim.ctx, sim.ctx.cluster.instances

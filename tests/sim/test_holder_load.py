@@ -14,7 +14,7 @@ import pytest
 from simroute.calib import default_profile_path
 from simroute.network import default_topology_path
 from simroute.sim import RunConfig, simulate
-from simroute.sim.config import DEFAULT_RUN, default_trace_path
+from simroute.sim.config import default_trace_path
 from simroute.sim.metrics import HOLDER_COLUMNS, holder_summary
 
 
@@ -22,7 +22,7 @@ from simroute.sim.metrics import HOLDER_COLUMNS, holder_summary
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("holders") / "run"
     cfg = RunConfig(topology=str(default_topology_path()), trace=str(default_trace_path()),
-                    calib=str(default_profile_path()), policy="always-route", max_requests=48, **DEFAULT_RUN)
+                    calib=str(default_profile_path()), policy="always-route", max_requests=48)
     res = simulate(cfg, out)
     return out, res, pq.read_table(out / "holders.parquet").to_pandas()
 

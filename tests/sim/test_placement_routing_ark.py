@@ -12,6 +12,7 @@ from simroute.scenarios.ark import ark_sweep
 from simroute.sim.placement import ChunkTable
 from simroute.sim.placements import PLACEMENTS
 from simroute.workload import generate
+from simroute.defaults import PAPER_DEPLOYMENT
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,8 @@ def place(kind, ids, nbytes, canonical, hint, n_instances, capacity, *, seed, po
 
 
 def _cfg(trace, **kw):
-    return RunConfig(topology=str(default_topology_path()), trace=str(trace), calib=str(default_profile_path()), **kw)
+    return RunConfig(topology=str(default_topology_path()), trace=str(trace), calib=str(default_profile_path()),
+                     **{**PAPER_DEPLOYMENT, **kw})
 
 
 @pytest.mark.parametrize("kind", ["hash", "consistent-hash", "popularity"])

@@ -17,6 +17,7 @@ from simroute.sim import RunConfig, Simulation, simulate
 from simroute.sim.policies import POLICIES, adaptive
 from simroute.sim.policy import DecisionContext, HorizonCosts, LiveState, Policy, RequestShape
 from simroute.sim.vocab import Primitive
+from simroute.defaults import PAPER_DEPLOYMENT
 
 PARAMS = load_profile("h100-ibgda").cost_params()
 MODEL = ScalarModel(PARAMS)
@@ -122,7 +123,7 @@ def spy():
 
 def _testbed(trace, **kw):
     return RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
-                     calib=str(default_profile_path()), **kw)
+                     calib=str(default_profile_path()), **{**PAPER_DEPLOYMENT, **kw})
 
 
 def test_sparse_and_dense_requests_both_give_the_policy_live_state(tmp_path, spy):
@@ -193,7 +194,7 @@ def test_local_is_priced_at_what_the_engine_charges_for_the_re_prefill(tmp_path,
     chunks = [{"chunk_id": 0, "tokens": 5000, "canonical": True, "holder_hint": 5, "cached_offset": 0}]
     reqs = [{"arrival_s": 100.0, "requester_hint": 0, "prompt_tokens": 16, "output_tokens": 2, "chunk_ids": [0]}]
     trace = write_trace(tmp_path / "t.parquet", reqs, chunks)       # its request arrives after the check
-    sim = Simulation(RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
+    sim = Simulation(RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("paper-testbed")), trace=str(trace),
                                calib=str(default_profile_path()), scheduler=scheduler))
     requester = sim.ctx.cluster.instances[0]
     done = sim.ctx.copies.reprefill([0], requester.id, 0)

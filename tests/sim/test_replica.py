@@ -11,16 +11,28 @@ from simroute.scenarios.traces import single_chunk_trace
 from simroute.sim import RunConfig, Simulation
 from simroute.sim.engine.serving import serve
 from simroute.sim.holder import ReplicaChoice, holder_load
+from simroute.defaults import PAPER_DEPLOYMENT
 
 
 @pytest.fixture
 def sim(tmp_path):
     """The paper testbed (hosts 0-3 and 4-7), chunk 0 held by 5 and 6 (requester 4's host)."""
     trace = single_chunk_trace(tmp_path / "t.parquet", requester=4, holder=0)
-    sim = Simulation(RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
+    sim = Simulation(RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("paper-testbed")), trace=str(trace),
                                calib=str(default_profile_path())))
-    sim.ctx.cluster.chunks.holders[0] = [5, 6]
+    _hold(sim.ctx, 0, [5, 6])
     return sim
+
+
+def _hold(ctx, chunk: int, instances: list[int]) -> None:
+    """`chunk` held by exactly `instances`: the chunk table's list and the held set agree, as ChunkCopies keeps
+    them (the replica choice reads both)."""
+    holders, held = ctx.cluster.chunks.holders, ctx.copies.held
+    while len(holders) <= chunk:
+        holders.append([])
+    held.difference_update({key for key in held if key[0] == chunk})
+    holders[chunk] = list(instances)
+    held.update((chunk, h) for h in instances)
 
 
 def _pick(sim, requester: int) -> int | None:
@@ -28,14 +40,13 @@ def _pick(sim, requester: int) -> int | None:
 
 
 def test_a_same_host_replica_is_nearest_nobody_none_and_idle_ties_spread_over_replicas(sim):
-    holders = sim.ctx.cluster.chunks.holders
-    holders[0] = [1, 5, 6]
+    _hold(sim.ctx, 0, [1, 5, 6])
     assert _pick(sim, 0) == 1 and _pick(sim, 4) in (5, 6)
-    holders[0] = [5, 6]                       # both remote for host 0's requesters, all engines idle
+    _hold(sim.ctx, 0, [5, 6])                 # both remote for host 0's requesters, all engines idle
     assert {_pick(sim, r) for r in range(4)} == {5, 6}
-    holders[0] = [6]
+    _hold(sim.ctx, 0, [6])
     assert _pick(sim, 4) == 6
-    holders[0] = []
+    _hold(sim.ctx, 0, [])
     assert _pick(sim, 4) is None
 
 
@@ -97,7 +108,7 @@ def test_the_routing_count_follows_requests_from_decision_to_finish(tmp_path, mo
         counted.append(all(self.ctx.routing[h] > 0 for h in self.routes) and bool(self.routes))
         return real(self, plan)
     monkeypatch.setattr(DenseRequest, "start_first_pass", spy)
-    cfg = RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
+    cfg = RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("paper-testbed")), trace=str(trace),
                     calib=str(default_profile_path()), policy="always-route")
     run = Simulation(cfg)
     res = run.run()
@@ -109,19 +120,19 @@ def test_the_nearest_replica_first_then_the_less_loaded_at_equal_distance(tmp_pa
     """Fat-tree: from h0, h1 shares the leaf (2 links), h2 and h3 are across a spine (4 links). A busy
     replica on the leaf is still nearer than idle ones across the spine; between those two, load decides."""
     trace = single_chunk_trace(tmp_path / "t.parquet", requester=0, holder=8)
-    sim = Simulation(RunConfig(topology=str(shipped_topology("fattree")), trace=str(trace),
+    sim = Simulation(RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("fattree")), trace=str(trace),
                                calib=str(default_profile_path())))
     ctx, inst = sim.ctx, sim.instances
     assert inst[8].host == 1 and inst[16].host == 2 and inst[24].host == 3
     assert ctx.path_latency_s(inst[0], inst[8]) < ctx.path_latency_s(inst[0], inst[16]) \
         == ctx.path_latency_s(inst[0], inst[24])
-    ctx.cluster.chunks.holders[0] = [16, 24, 8]
+    _hold(ctx, 0, [16, 24, 8])
     for rid in range(8):
         serve(ctx.engines, 8, rid, prompt=2048, output=64)
     sim.env.run(until=1e-4)
     assert holder_load(ctx, inst[8], 0).wait_s > 0
     assert _pick(sim, 0) == 8
-    ctx.cluster.chunks.holders[0] = [16, 24]
+    _hold(ctx, 0, [16, 24])
     first = _pick(sim, 0)
     ctx.routing[first] = 1
     assert _pick(sim, 0) == 40 - first
@@ -131,11 +142,41 @@ def test_the_nearest_replica_first_then_the_less_loaded_at_equal_distance(tmp_pa
 def test_a_request_keeps_its_chunks_on_a_holder_it_already_uses(sim, only):
     """A routed request ships its query block once per distinct holder: a chunk that a holder this request
     already uses also holds goes there, whichever of two idle, equally near copies the hash would pick."""
-    holders, held = sim.ctx.cluster.chunks.holders, sim.ctx.copies.held
-    holders[0] = [only]
-    holders.append([5, 6])                    # a second chunk, held by both
-    held.update({(0, only), (1, 5), (1, 6)})
+    _hold(sim.ctx, 0, [only])
+    _hold(sim.ctx, 1, [5, 6])                 # a second chunk, held by both
     choice = ReplicaChoice(sim.ctx, sim.instances[4])
     assert choice.pick(0) == only and choice.pick(1) == only
     alone = {ReplicaChoice(sim.ctx, sim.instances[r]).pick(1) for r in range(8)}
     assert alone == {5, 6}                    # without the first chunk, requesters spread over both
+
+
+def _reference_pick(ctx, requester, holders: list[int]) -> int:
+    """The rule as documented, every holder's distance read: nearest, then least HolderLoad, then the hash."""
+    from simroute.network.hashing import mix64
+    inst = ctx.cluster.instances
+    latency = {h: ctx.path_latency_s(requester, inst[h]) for h in holders}
+    nearest = min(latency.values())
+    tied = [h for h in holders if latency[h] == nearest]
+    loads = {h: holder_load(ctx, inst[h], requester.id) for h in tied}
+    least = min(loads.values())
+    return min((h for h in tied if loads[h] == least), key=lambda h: mix64(h * 1_000_003 + requester.id))
+
+
+def test_the_choice_equals_the_documented_rule_on_random_holder_sets(tmp_path):
+    """Nearest, then least HolderLoad, then the hash: on random holder sets (2 to all 64 instances of the
+    fat-tree) and random routing counts, the choice is the rule's with every holder's distance and load read."""
+    import random
+    trace = single_chunk_trace(tmp_path / "t.parquet", requester=0, holder=8)
+    sim = Simulation(RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("fattree")), trace=str(trace),
+                               calib=str(default_profile_path())))
+    ctx, rng = sim.ctx, random.Random(7)
+    n = len(sim.instances)
+    for _ in range(300):
+        holders = rng.sample(range(n), rng.choice([2, 3, 8, 20, 40, 60, n]))
+        _hold(ctx, 0, holders)
+        ctx.routing.clear()
+        ctx.routing.update({h: rng.choice([0, 0, 1, 2]) for h in rng.sample(range(n), 10)})
+        requester = sim.instances[rng.randrange(n)]
+        if requester.id in holders:
+            continue                              # a resident chunk never reaches the replica choice
+        assert ReplicaChoice(ctx, requester).pick(0) == _reference_pick(ctx, requester, holders)

@@ -27,7 +27,7 @@ RUNS = {"network": ("ark-paper", "ecmp"), "capped": ("fattree", "ark")}
 
 def _run(trace: Path, out: Path, topology: str, routing: str, **kw) -> Path:
     cfg = RunConfig(topology=str(shipped_topology(topology)), trace=str(trace), calib=str(default_profile_path()),
-                    routing=routing, seed=1, model=MODEL, decode_steps_per_event=64, **kw)
+                    routing=routing, seed=1, model=MODEL, tp=1, decode_steps_per_event=64, **kw)
     simulate(cfg, out)
     return out
 

@@ -15,6 +15,7 @@ from simroute.network import default_topology_path
 from simroute.sim import RunConfig, Simulation, simulate
 from simroute.scenarios.traces import single_chunk_trace, write_trace
 from simroute.workload import generate
+from simroute.defaults import PAPER_DEPLOYMENT
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,8 @@ def corpus_trace(tmp_path_factory) -> Path:
 
 
 def _cfg(trace, **kw) -> RunConfig:
-    return RunConfig(topology=str(default_topology_path()), trace=str(trace), calib=str(default_profile_path()), **kw)
+    return RunConfig(topology=str(default_topology_path()), trace=str(trace), calib=str(default_profile_path()),
+                     **{**PAPER_DEPLOYMENT, **kw})
 
 
 @pytest.mark.parametrize("policy", ["paper", "adaptive", "always-route", "always-fetch", "always-local"])
@@ -101,7 +103,7 @@ def test_requester_out_of_range_is_dropped_with_reason(tmp_path):
 
 def test_profile_without_the_topologys_fabric_is_a_clear_error(tmp_path):
     trace = single_chunk_trace(tmp_path / "t.parquet", requester=0, holder=40)
-    cfg = RunConfig(topology=str(default_topology_path()), trace=str(trace),
+    cfg = RunConfig(**PAPER_DEPLOYMENT, topology=str(default_topology_path()), trace=str(trace),
                     calib=str(Path(default_profile_path()).parent / "paper-all.yaml").replace("paper-all",
                                                                                            "paper-all"))
     simulate(cfg)  # paper-all has every fabric: fine
@@ -110,7 +112,7 @@ def test_profile_without_the_topologys_fabric_is_a_clear_error(tmp_path):
         Path(default_profile_path()).parent / "shared.yaml", Path(default_profile_path()).parent / "fabrics" /
         "h100-nvlink4.yaml"))
     with pytest.raises(ConfigurationError, match="h100-ibgda"):
-        simulate(RunConfig(topology=str(default_topology_path()), trace=str(trace), calib=str(bad)))
+        simulate(RunConfig(**PAPER_DEPLOYMENT, topology=str(default_topology_path()), trace=str(trace), calib=str(bad)))
 
 
 def test_closed_loop_requests_wait_for_their_parent(tmp_path):

@@ -11,11 +11,12 @@ from simroute.model.scalar import ScalarModel
 from simroute.network import default_topology_path, shipped_topology
 from simroute.sim import RunConfig, Simulation, simulate
 from simroute.scenarios.traces import single_chunk_trace, write_trace
+from simroute.defaults import PAPER_DEPLOYMENT
 
 
 def _testbed(trace, **kw) -> RunConfig:
     return RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
-                     calib=str(default_profile_path()), **kw)
+                     calib=str(default_profile_path()), **{**PAPER_DEPLOYMENT, **kw})
 
 
 def _prefill_s(step, tokens: float, context: float = 0.0) -> float:
@@ -90,7 +91,8 @@ def test_macro_steps_keep_ttft_and_bound_the_tpot_error(tmp_path):
         "suffix_tokens": 256, "output_tokens": 128, "think_s": 1.0})
     h100 = tmp_path / "fattree-h100.yaml"       # the default fat-tree with the fabric's H100s (as measured before)
     h100.write_text(default_topology_path().read_text().replace("gpu: h200-sxm", "gpu: h100-sxm"))
-    base = dict(topology=str(h100), trace=str(trace), calib=str(default_profile_path()), policy="always-route")
+    base = dict(topology=str(h100), trace=str(trace), calib=str(default_profile_path()), policy="always-route",
+                **PAPER_DEPLOYMENT)
     exact = simulate(RunConfig(decode_steps_per_event=1, **base)).summary
     for s in (4, 16):
         macro = simulate(RunConfig(decode_steps_per_event=s, **base)).summary
@@ -105,7 +107,8 @@ def test_staging_elbow_end_to_end(tmp_path):
     trace = fanin_trace(tmp_path / "f.parquet", 32, holder=0, output_tokens=1)
     p50 = {}
     for k in (1, 4, 8, 16):
-        cfg = RunConfig(topology=str(default_topology_path()), trace=str(trace), calib=str(default_profile_path()),
+        cfg = RunConfig(**PAPER_DEPLOYMENT,
+                        topology=str(default_topology_path()), trace=str(trace), calib=str(default_profile_path()),
                         policy="always-fetch", staging_streams=k, staging_copy_GBps=20.0)
         p50[k] = simulate(cfg).summary["ttft_ms"]["p50"]
     assert p50[8] < p50[4] < p50[1] and p50[16] > p50[8]

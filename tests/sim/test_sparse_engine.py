@@ -14,6 +14,7 @@ from simroute.scenarios.traces import selection_trace, write_trace
 from simroute.sim import RunConfig, Simulation, simulate
 from simroute.sim.engine import RouteShare, Sequence
 from simroute.workload import generate
+from simroute.defaults import PAPER_DEPLOYMENT
 
 # The holders on the requester's host: one NVLink link each (identical, independent legs; across hosts the
 # M query messages would queue on the requester's one NIC, which the closed form does not model).
@@ -22,7 +23,7 @@ REQUESTER, HOLDERS, TOPK, FABRIC = 0, [1, 2, 3], 2048, "h100-nvlink4"
 
 def _cfg(trace, topology="paper-testbed", **kw) -> RunConfig:
     return RunConfig(topology=str(shipped_topology(topology)), trace=str(trace), calib=str(default_profile_path()),
-                     check_hbm=True, **kw)
+                     check_hbm=True, **{**PAPER_DEPLOYMENT, **kw})
 
 
 def _lone(tmp_path, policy, prompt=200, output=33):

@@ -10,6 +10,8 @@ description: a tiny grid for tests
 base:
   topology: fattree
   calib: h100-ibgda
+  model: deepseek-v2-lite
+  tp: 1
   trace: {generate: corpus, params: {requests: 40, chunks: 32, instances: 64, output_tokens: 16}}
 axes:
   policy: [paper, always-fetch]

@@ -3,6 +3,7 @@ exports, Markdown, single runs, search studies drawn at the answer, and the fixe
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from html.parser import HTMLParser
@@ -13,6 +14,7 @@ import pandas as pd
 import pytest
 
 from simroute.study import figures, load_study, run_study, write_report
+from simroute.defaults import PAPER_DEPLOYMENT
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -38,16 +40,31 @@ def static_plots(page: Path) -> int:
     return len(re.findall(r"class=\"plotly-graph-div\"", text))
 
 
-def browser_plots(page: Path) -> int:
-    """Load the page in headless Chromium: no console message, and the number of plots it rendered."""
+def browser_plots(page: Path, screenshot: Path | None = None) -> int:
+    """Load the page in headless Chromium: no console message, every rendered plot has a title and labelled x
+    and y axes; returns the number of plots it rendered, and saves a screenshot when asked. Without Chromium the
+    check skips, except under CI=true where it fails (.ci/run installs Chromium from the Debian packages)."""
     if not CHROMIUM.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{CHROMIUM} not installed under CI=true: .ci/run installs it (apt-get install chromium)")
         pytest.skip(f"{CHROMIUM} not installed (Debian: apt-get install chromium): browser check skipped")
-    res = subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr",
-                          "--v=0", "--virtual-time-budget=10000", "--dump-dom", page.resolve().as_uri()],
-                         capture_output=True, text=True, timeout=120)
+    flags = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+             "--virtual-time-budget=10000"]
+    res = subprocess.run(flags + ["--dump-dom", page.resolve().as_uri()], capture_output=True, text=True,
+                         timeout=120)
     console = [line for line in res.stderr.splitlines() if ":CONSOLE" in line]
     assert not console, console[:5]
-    return len(re.findall(r"class=\"plotly-graph-div js-plotly-plot\"", res.stdout))
+    rendered = res.stdout.split('class="plotly-graph-div js-plotly-plot"')[1:]
+    for panel in rendered:
+        title = re.findall(r'class="gtitle"[^>]*>(.*?)</text>', panel)
+        xs = [t for t in re.findall(r'class="x\d*title"[^>]*>(.*?)</text>', panel) if t.strip()]
+        ys = [t for t in re.findall(r'class="y\d*title"[^>]*>(.*?)</text>', panel) if t.strip()]
+        assert title and xs and ys, f"panel {title[:1]} lacks a labelled axis: x {xs[:1]}, y {ys[:1]}"
+    if screenshot is not None:
+        subprocess.run(flags + ["--window-size=1280,2400", f"--screenshot={screenshot}", page.resolve().as_uri()],
+                       capture_output=True, timeout=120, check=True)
+        assert screenshot.stat().st_size > 20_000       # a blank page is a few KB
+    return len(rendered)
 
 
 def test_browser_check_catches_console_errors(tmp_path):
@@ -73,7 +90,8 @@ def run_dir(tmp_path_factory):
     from simroute.sim import RunConfig, simulate
     from simroute.sim.config import default_trace_path
     d = tmp_path_factory.mktemp("run") / "run"   # always-fetch: its bulk copies saturate a NIC-leaf link,
-    simulate(RunConfig(topology=str(default_topology_path()), trace=str(default_trace_path()),   # a bottleneck
+    simulate(RunConfig(**PAPER_DEPLOYMENT,
+                       topology=str(default_topology_path()), trace=str(default_trace_path()),   # a bottleneck
                        calib=str(default_profile_path()), policy="always-fetch"), d)             # to name
     return d
 
@@ -83,7 +101,7 @@ def test_study_page_is_self_contained_and_renders(study_dir):
     assert page.name == "report.html"
     n = static_plots(page)
     assert n == 5           # latency, frontier, bytes, link heatmap, spine heatmap
-    assert browser_plots(page) == n
+    assert browser_plots(page, screenshot=study_dir / "study.png") == n
     for png in ("latency.png", "slo_frontier.png", "bytes.png"):
         assert (page.parent / png).stat().st_size > 1000        # PNG export kept
 
@@ -92,7 +110,20 @@ def test_run_page_renders(run_dir):
     page = write_report(run_dir)
     n = static_plots(page)
     assert n >= 4           # CDFs, TTFT breakdown, bytes, links (+ spines when a spine carried a flow)
-    assert browser_plots(page) == n
+    assert browser_plots(page, screenshot=run_dir / "run.png") == n
+
+
+def test_plan_page_renders(cli, tmp_path):
+    """A plan's directory: its study page opens with the plan table and every panel renders with labelled axes."""
+    out = tmp_path / "plan"
+    code, _, err = cli("plan", "--workload", "agents", "-p", "documents=1", "-p", "doc_tokens=8192", "-p",
+                       "subagents=8", "-p", "requests_per_agent=1", "--qps", "4", "--hosts-max", "4", "--seeds", "1",
+                       "--compare", "always-fetch", "-j", "1", "-o", out)
+    assert code == 0, err
+    page = out / "report" / "report.html"
+    assert "Capacity plan (plan.md)" in page.read_text()
+    n = static_plots(page)
+    assert n >= 2 and browser_plots(page, screenshot=tmp_path / "plan.png") == n
 
 
 def test_markdown_tables(study_dir, run_dir):
@@ -197,6 +228,7 @@ def test_run_report_names_the_bottleneck(run_dir):
     md = write_report(run_dir, fmt="md")
     import json
     b = json.loads((run_dir / "summary.json").read_text())["network"]["bottlenecks"]
-    assert f"| {b['most_saturated_tier']} |" in md and "## Hottest links" in md
+    named = b["most_saturated_tier"] or "none (no tier's p99 utilisation reached 50%)"
+    assert f"| {named} |" in md and "## Hottest links" in md
     hot = b["hottest_links"][0]
     assert f"{hot['src']} -> {hot['dst']}" in md and "ms windows over" in md

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from simroute.shipped import DATA, resolve_input, shipped_names
+from simroute.defaults import PAPER_DEPLOYMENT
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,7 +49,7 @@ def test_legend_lists_only_drawn_tiers(tmp_path, monkeypatch):
 
 def test_run_accepts_names(tmp_path):
     from simroute.sim import RunConfig
-    cfg = RunConfig(topology="paper-testbed", trace="agents-default", calib="h100-ibgda")
+    cfg = RunConfig(**PAPER_DEPLOYMENT, topology="paper-testbed", trace="agents-default", calib="h100-ibgda")
     assert Path(cfg.topology).exists() and Path(cfg.trace).exists() and Path(cfg.calib).exists()
 
 

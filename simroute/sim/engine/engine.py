@@ -125,6 +125,23 @@ class InstanceEngine:
         if not self.busy and not self._in_step and self.waiting:
             self._begin()
 
+    def unblock(self) -> bool:
+        """Break a hold-and-wait deadlock of an idle engine (called only when no event is left in the run): its
+        waiting sequences hold the copies they fetched, and those fill the HBM the waiting head needs, so FCFS
+        admission would wait forever. The first waiting sequence that fits (beside copies nobody uses) moves to
+        the head and the engine starts; its finish unpins its copies, which makes room for the rest. False when
+        none fits (a true stall, reported as such)."""
+        if self.busy or self.running or not self.waiting:
+            return False
+        room = self.hbm.free_blocks + sum(size for key, size in self.hbm.copies.items() if self.hbm.evictable(key))
+        for position, seq in enumerate(self.waiting):
+            if position and blocks_for(seq.recompute if seq.recompute else seq.prompt) <= room:
+                del self.waiting[position]
+                self.waiting.appendleft(seq)
+                self._begin()
+                return self.busy
+        return False
+
     def admit(self, seq: Sequence) -> bool:
         """Move the head of the waiting queue to the running set if the cap and its KV blocks allow."""
         if len(self.running) >= self.options.max_running:

@@ -12,11 +12,12 @@ from simroute.scenarios.traces import single_chunk_trace, write_trace
 from simroute.sim import RunConfig, Simulation, simulate
 from simroute.sim.config import default_trace_path
 from simroute.workload import generate
+from simroute.defaults import PAPER_DEPLOYMENT
 
 
 def _cfg(trace, topology="fattree", **kw) -> RunConfig:
     return RunConfig(topology=str(shipped_topology(topology)), trace=str(trace), calib=str(default_profile_path()),
-                     **kw)
+                     **{**PAPER_DEPLOYMENT, **kw})
 
 
 LONE_PROMPT, LONE_OUTPUT = 100, 33
@@ -99,7 +100,7 @@ def replica_ttft(tmp_path_factory):
         "rate_per_agent": 0.5})
     ttft = []
     for replicas in (1, 2, 4, 8):
-        s = simulate(RunConfig(topology=str(shipped_topology("fattree")), trace=str(trace),
+        s = simulate(RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("fattree")), trace=str(trace),
                                calib=str(default_profile_path()), placement="popularity", hot_fraction=1.0,
                                route_exchanges="once", policy="always-route", replicas=replicas,
                                router="hint")).summary
@@ -147,7 +148,7 @@ def test_tpot_rises_with_qps(tmp_path):
 
 
 def test_ttft_breakdown_sums_to_ttft():
-    res = simulate(RunConfig(topology=str(default_topology_path()), trace=str(default_trace_path()),
+    res = simulate(RunConfig(**PAPER_DEPLOYMENT, topology=str(default_topology_path()), trace=str(default_trace_path()),
                              calib=str(default_profile_path()), policy="paper"))
     req = res.tables["requests"].to_pandas()
     parts = req[[f"ttft_{p}_s" for p in ("queueing", "prefill_compute", "transfer", "exchanges",

@@ -1,0 +1,98 @@
+"""`simroute plan`: the fewest hosts meeting the SLOs at a load (a thin layer over simroute.study.plan)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from simroute.cli.common import checked, console
+from simroute.defaults import DEFAULT_CALIB, DEFAULT_MODEL, DEFAULT_TOPOLOGY, DEFAULT_TP, DEFAULT_TRACE
+
+
+def plan(
+    trace: str = typer.Option(None, help=f"Trace: a path or a shipped name (default {DEFAULT_TRACE}); or use "
+                                         "--workload."),
+    workload: str = typer.Option(None, help="Generate the workload instead: agents | corpus | ... (see `simroute "
+                                            "trace gen --help`); sized to each host count where it has `instances`."),
+    param: list[str] = typer.Option([], "-p", "--param", help="Workload generator parameter key=value (repeatable)."),
+    model: str = typer.Option(DEFAULT_MODEL, help="Model geometry."),
+    tp: int = typer.Option(DEFAULT_TP, "--tp", callback=checked("--tp", integer=True, minimum=1),
+                           help="GPUs per instance."),
+    topology: str = typer.Option(DEFAULT_TOPOLOGY, help="Topology whose family is resized to each host count."),
+    calib: str = typer.Option(DEFAULT_CALIB, help="Calibration profile."),
+    slo: list[str] = typer.Option([], "--slo", help="An SLO every seed must meet, e.g. 'p99 ttft_ms <= 2000' "
+                                                    "(repeatable; default: p99 TTFT <= 2 s and p99 TPOT <= 50 ms)."),
+    qps: float = typer.Option(None, "--qps", callback=checked("--qps", minimum=0, exclusive_minimum=True),
+                              help="Load: open-loop requests per second (a generator's own qps, else the trace's "
+                                   "arrivals rescaled)."),
+    time_scale: float = typer.Option(None, "--time-scale", callback=checked("--time-scale", minimum=0,
+                                                                            exclusive_minimum=True),
+                                     help="Load: the trace's arrival times x this (0.5 = twice the load)."),
+    hosts_min: int = typer.Option(1, "--hosts-min", callback=checked("--hosts-min", integer=True, minimum=1)),
+    hosts_max: int = typer.Option(64, "--hosts-max", callback=checked("--hosts-max", integer=True, minimum=2,
+                                                                      maximum=4096)),
+    policy: str = typer.Option("paper", help="The policy the answer is for."),
+    compare: str = typer.Option("always-route,always-fetch", help="Other policies to search too (comma list; '' "
+                                                                  "for none): what they would need."),
+    seeds: int = typer.Option(3, callback=checked("--seeds", integer=True, minimum=1, maximum=100),
+                              help="Seeds per probe: the answer holds when every seed meets every SLO."),
+    max_requests: int = typer.Option(None, "--max-requests", callback=checked("--max-requests", integer=True,
+                                                                              minimum=1),
+                                     help="Replay only the first N requests of each run."),
+    out: Path = typer.Option(Path("results/plan"), "-o", "--out", help="Plan directory (resumable)."),
+    jobs: int = typer.Option(None, "-j", "--jobs", callback=checked("--jobs", integer=True, minimum=1, maximum=1024),
+                             help="Worker processes (default: all cores; 1: inline)."),
+    progress: bool = typer.Option(None, help="Progress bar (default: when stderr is a terminal)."),
+) -> None:
+    """The fewest hosts that meet the SLOs at a load: searched over seeds, with what binds below it, route vs
+    fetch counts, and what the other policies would need. Writes plan.md, plan.json and report/report.html.
+
+    Example: simroute plan --workload agents -p documents=1 -p doc_tokens=98304 -p subagents=256 --qps 8 \\
+    --slo 'p99 ttft_ms <= 2000' --slo 'p99 tpot_ms <= 50' --hosts-max 16 -o results/plan
+    """
+    from simroute.errors import ConfigurationError
+    from simroute.study.plan import DEFAULT_SLO, PlanRequest, run_plan
+    from simroute.study.report import write_report
+    if trace is not None and workload is not None:
+        raise ConfigurationError("give --trace or --workload, not both", field="--workload")
+    if param and workload is None:
+        raise ConfigurationError("-p sets a generator parameter: give --workload too", field="--param")
+    if qps is not None and time_scale is not None:
+        raise ConfigurationError("set the load by --qps or by --time-scale, not both", field="--qps")
+    if hosts_min >= hosts_max:
+        raise ConfigurationError(f"need --hosts-min < --hosts-max, got {hosts_min} and {hosts_max}",
+                                 field="--hosts-min")
+    spec = {"generate": workload, "params": _parse_sets(param)} if workload else (trace or DEFAULT_TRACE)
+    request = PlanRequest(trace=spec, model=model, tp=tp, topology=topology, calib=calib,
+                          slo=tuple(slo) or DEFAULT_SLO, qps=qps, time_scale=time_scale, hosts_min=hosts_min,
+                          hosts_max=hosts_max, policy=policy,
+                          compare=tuple(p.strip() for p in compare.split(",") if p.strip()), seeds=seeds,
+                          max_requests=max_requests)
+    c = console()
+    c.print(f"[bold]simroute plan[/bold]: {model} at TP {tp} on {topology}, hosts {hosts_min}-{hosts_max}, "
+            f"policies {', '.join([policy, *request.compare])}, {seeds} seed(s); SLO {' and '.join(request.slo)}")
+    run, answer, memo = run_plan(request, out, jobs=jobs, progress=progress)
+    page = write_report(out)
+    own = answer["policies"][answer["policy"]]
+    verdict = (f"{own['hosts']} host{'s' if own['hosts'] != 1 else ''}" if own["hosts"] is not None else
+               f"no host count in {hosts_min}-{hosts_max} meets the SLO")
+    c.print(f"answer ({answer['policy']}): {verdict} ({own['status']}); "
+            + "; ".join(f"{p}: {v['hosts'] if v['hosts'] is not None else 'none'}"
+                        for p, v in answer["policies"].items() if p != answer["policy"]))
+    if own.get("binding"):
+        b = own["binding"]
+        c.print(f"binding at {b['hosts']} hosts: {', '.join(b['violated']) or '-'}; {b['resource']}")
+    c.print(f"{run.executed} runs ({run.failed} failed), {run.skipped} stored, {run.wall_s:.1f} s; memo {memo}, "
+            f"report {page}")
+    if own["hosts"] is None:
+        raise typer.Exit(1)
+
+
+def _parse_sets(items: list[str]) -> dict:
+    from simroute.cli.trace_cmd import _parse_sets as parse
+    return parse(items)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan)

@@ -1,0 +1,266 @@
+"""`simroute plan`: the fewest hosts that meet the SLOs at a load, and what binds below that.
+
+A plan is a study the planner need not write: a search over `hosts` (the topology's family resized, a generated
+corpus sized with it), one group per policy so that the answer comes with what the other policies would need,
+repeated over seeds (an answer holds only when every seed meets every SLO). The study lands in the plan's
+directory (`plan.yaml`, resumable with `simroute sweep plan.yaml`), and `plan_answer` reads it back into the
+memo: the answer, a band over seeds, the binding constraint at the largest host count that failed, route /
+fetch / local counts at the answer, and the other policies' answers. Anchors: AIConfigurator's `recommend`
+(fewest GPUs meeting a target) and Vidur's capacity search; neither models the network or shared documents.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simroute.defaults import DEFAULT_CALIB, DEFAULT_MODEL, DEFAULT_TOPOLOGY, DEFAULT_TP, DEFAULT_TRACE, MIN_COMPLETION
+from simroute.errors import ConfigurationError
+from simroute.ioutil import load_json, write_text_atomic
+from simroute.study.search import finished
+
+DEFAULT_SLO = ("p99 ttft_ms <= 2000", "p99 tpot_ms <= 50")
+DEFAULT_COMPARE = ("always-route", "always-fetch")
+PLAN_FILE = "plan.yaml"
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What a planner asks: a workload at a load, a model, SLOs, and the host range to search."""
+
+    trace: str | dict[str, Any] = DEFAULT_TRACE          # a trace path / shipped name, or {generate, params}
+    model: str = DEFAULT_MODEL
+    tp: int = DEFAULT_TP
+    topology: str = DEFAULT_TOPOLOGY
+    calib: str = DEFAULT_CALIB
+    slo: tuple[str, ...] = DEFAULT_SLO
+    qps: float | None = None
+    time_scale: float | None = None
+    hosts_min: int = 1
+    hosts_max: int = 64
+    policy: str = "paper"
+    compare: tuple[str, ...] = DEFAULT_COMPARE
+    seeds: int = 3
+    max_requests: int | None = None
+    base: dict[str, Any] = field(default_factory=dict)   # further RunConfig fields
+
+    def study_document(self, name: str = "plan") -> dict[str, Any]:
+        """The study this plan runs (written as plan.yaml beside its results)."""
+        base: dict[str, Any] = {"topology": self.topology, "calib": self.calib, "model": self.model, "tp": self.tp,
+                                "trace": self._trace(), **self.base}
+        if self.max_requests is not None:
+            base["max_requests"] = self.max_requests
+        if self.time_scale is not None:
+            base["time_scale"] = self.time_scale
+        if self.qps is not None and not self._generator_takes("qps"):
+            base["qps"] = self.qps
+        policies = [self.policy, *[p for p in self.compare if p != self.policy]]
+        return {"name": name, "description": f"simroute plan: fewest hosts meeting {' and '.join(self.slo)}",
+                "base": base, "axes": {"policy": policies}, "seeds": self.seeds, "keep": "summary",
+                "search": {"field": "hosts", "goal": "min", "lo": self.hosts_min, "hi": self.hosts_max,
+                           "integer": True, "slo": list(self.slo)}}
+
+    def _generator_takes(self, name: str) -> bool:
+        if not isinstance(self.trace, dict):
+            return False
+        from simroute.workload.generators import get_generator
+        import typing
+        return name in typing.get_type_hints(get_generator(str(self.trace["generate"])).params)
+
+    def _trace(self) -> str | dict[str, Any]:
+        """The trace spec: a generator sized to each point's cluster (`instances: auto`) and driven at `qps`."""
+        if not isinstance(self.trace, dict):
+            return self.trace
+        params = dict(self.trace.get("params") or {})
+        if self._generator_takes("instances"):
+            params.setdefault("instances", "auto")
+        if self.qps is not None and self._generator_takes("qps"):
+            params["qps"] = self.qps
+        return {**self.trace, "params": params}
+
+
+def study_name(out: Path) -> str:
+    """The plan's study name: its directory's name, made a valid study name."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", out.resolve().name)[:100]
+    return name if re.match(r"[A-Za-z0-9_]", name) else "plan"
+
+
+def run_plan(request: PlanRequest, out: str | Path, *, jobs: int | None = None,
+             progress: bool | None = None) -> tuple[Any, dict[str, Any], Path]:
+    """Run (or resume) the plan's study into `out`, then write plan.yaml, plan.json and plan.md there.
+
+    The study file is written to a private temp directory first (a study directory holds only what simroute
+    wrote), with input paths made absolute; plan.yaml is its copy beside the results.
+    """
+    from simroute.study import load_study, run_study
+    out = Path(out)
+    doc = request.study_document(name=study_name(out))
+    for key in ("topology", "calib", "trace"):
+        value = doc["base"][key]
+        if isinstance(value, str) and Path(value).exists():
+            doc["base"][key] = str(Path(value).resolve())
+    text = "# written by simroute plan; rerun with: simroute sweep plan.yaml\n" + yaml.safe_dump(doc, sort_keys=False)
+    with tempfile.TemporaryDirectory(prefix="simroute-plan-") as tmp:
+        study_file = Path(tmp) / PLAN_FILE
+        study_file.write_text(text)
+        run = run_study(load_study(study_file), out, jobs=jobs, progress=progress)
+    write_text_atomic(out / PLAN_FILE, text)
+    answer, memo = write_plan(out)
+    return run, answer, memo
+
+
+# ---- reading the answer back -------------------------------------------------------------------------------
+def plan_answer(directory: str | Path) -> dict[str, Any]:
+    """The plan's answer from a finished plan directory (study.json, points/, search.json, runs/*/summary.json)."""
+    from simroute.study.search import parse_slo
+    from simroute.study.store import Store
+    d = Path(directory)
+    searches = load_json(d / "search.json") if (d / "search.json").exists() else None
+    if not isinstance(searches, list) or not searches:
+        raise ConfigurationError("holds no finished search (search.json); run `simroute plan` into it first", file=d)
+    df = Store(d).read()
+    slo = [parse_slo(s) for s in searches[0]["slo"]]
+    by_policy = {}
+    for search in searches:
+        policy = str(search["labels"].get("policy", "paper"))
+        rows = df[(df["axis:policy"].astype(str) == policy)] if "axis:policy" in df else df
+        by_policy[policy] = _policy_answer(d, search, rows, slo)
+    primary = next(iter(by_policy))
+    return {"policy": primary, "slo": searches[0]["slo"], "answer_hosts": by_policy[primary]["hosts"],
+            "status": by_policy[primary]["status"], "policies": by_policy}
+
+
+def _policy_answer(d: Path, search: dict[str, Any], rows: Any, slo: list[Any]) -> dict[str, Any]:
+    hosts = search["answer"]
+    probes = []
+    for value in sorted({int(v) for v in rows["axis:hosts"].dropna()}) if "axis:hosts" in rows else []:
+        at = [r for r in rows.to_dict("records") if int(r["axis:hosts"]) == value]
+        ok = [r for r in at if finished(r)]
+        meet = [r for r in ok if all(c.holds(r) for c in slo)]
+        probes.append({"hosts": value, "seeds": len(at), "finished": len(ok), "met": len(meet),
+                       **{c.column: _mean([r.get(c.column) for r in ok]) for c in slo},
+                       "n_route": _mean([r.get("n_route") for r in ok]), "n_fetch": _mean([r.get("n_fetch") for r in ok]),
+                       "n_local": _mean([r.get("n_local") for r in ok]),
+                       "n_resident": _mean([r.get("n_resident") for r in ok]), "keys": [r["key"] for r in at]})
+    answer = next((p for p in probes if p["hosts"] == hosts), None)
+    failing = [p for p in probes if hosts is None or p["hosts"] < hosts]
+    below = failing[-1] if failing else None
+    any_met = [p["hosts"] for p in probes if p["met"] > 0]
+    return {"hosts": hosts, "status": search["status"], "probes": probes,
+            "band": [min(any_met), hosts] if any_met and hosts is not None else None,
+            "at_answer": answer, "binding": _binding(d, below, slo) if below else None}
+
+
+def _mean(values: list[Any]) -> float | None:
+    clean = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return sum(clean) / len(clean) if clean else None
+
+
+def _binding(d: Path, probe: dict[str, Any], slo: list[Any]) -> dict[str, Any]:
+    """What failed at the largest host count that did not meet the SLOs, and the resource behind it."""
+    summaries = [load_json(p) for key in probe["keys"] if (p := d / "runs" / key / "summary.json").exists()]
+    if not summaries:
+        return {"hosts": probe["hosts"], "violated": [], "resource": "unknown (no run summary stored)"}
+    s = summaries[0]
+    violated = [str(c) for c in slo if probe.get(c.column) is None or not c.holds({c.column: probe[c.column]})]
+    if probe["finished"] < probe["seeds"]:
+        violated.insert(0, f"completion below {MIN_COMPLETION:.0%}")
+    return {"hosts": probe["hosts"], "violated": violated, "resource": binding_resource(s, violated)}
+
+
+def binding_resource(s: dict[str, Any], violated: list[str]) -> str:
+    """The resource a failing run ran out of, from its summary: HBM, a network tier, a holder, or compute."""
+    engine, holders = s.get("engine", {}), s.get("holders", {})
+    reasons = s.get("dropped_by_reason", {})
+    if reasons.get("KV never fits in HBM") or engine.get("preemptions", 0) > 0 or holders.get("copies_refused", 0):
+        return (f"HBM: {engine.get('preemptions', 0):,} preemptions, {holders.get('copies_refused', 0):,} copies "
+                f"refused, {reasons.get('KV never fits in HBM', 0):,} requests whose KV never fits")
+    tier = ((s.get("network") or {}).get("bottlenecks") or {}).get("most_saturated_tier")
+    if tier:
+        return f"network tier {tier} (p99 window utilisation above half its capacity)"
+    busiest = (holders.get("busiest") or {}).get("work_share") or 0.0
+    if busiest > 0.5:
+        return (f"holder fan-in: the busiest holder spends {busiest:.0%} of its time on routed partials "
+                f"(max fan-in {holders.get('max_fan_in')})")
+    parts = s.get("ttft_breakdown_ms") or {}
+    if any(v.startswith("tpot") or "tpot" in v for v in violated) and not any("ttft" in v for v in violated):
+        return "compute: the decode step time of the batch each instance runs (TPOT)"
+    largest = max(((k, v) for k, v in parts.items() if v), key=lambda kv: kv[1], default=(None, 0.0))
+    where = {"queueing": "requests queue for busy engines", "prefill_compute": "prefill compute",
+             "transfer": "fetch transfers", "exchanges": "routed exchanges", "holder_wait": "waiting on holders"}
+    return f"compute: TTFT is mostly {where.get(largest[0], largest[0] or 'unknown')} ({largest[1]:.0f} ms mean)"
+
+
+# ---- the memo ------------------------------------------------------------------------------------------------
+def plan_markdown(answer: dict[str, Any], request_doc: dict[str, Any]) -> str:
+    """The memo: one paragraph of answer, then the table of policies and the probes behind the answer."""
+    base = request_doc.get("base", {})
+    policy = answer["policy"]
+    own = answer["policies"][policy]
+    slo = " and ".join(answer["slo"])
+    trace = base.get("trace")
+    workload = (f"{trace['generate']} ({', '.join(f'{k}={v}' for k, v in (trace.get('params') or {}).items())})"
+                if isinstance(trace, dict) else Path(str(trace)).name)
+    load = (f"at {base['qps']} requests/s" if base.get("qps") else f"time scale {base['time_scale']}"
+            if base.get("time_scale") else "at the trace's own load")
+    if isinstance(trace, dict) and (trace.get("params") or {}).get("qps"):
+        load = f"at {trace['params']['qps']} requests/s"
+    lines = [f"# Capacity plan: {base.get('model')} at TP {base.get('tp')} on {Path(str(base.get('topology'))).stem}",
+             "", f"Workload: {workload}, {load}; SLO: {slo}, every one of {request_doc.get('seeds')} seeds.", ""]
+    if own["hosts"] is None:
+        lines.append(f"**No host count in {request_doc['search']['lo']}-{request_doc['search']['hi']} meets the SLO "
+                     f"under policy {policy}** ({own['status']}).")
+    else:
+        band = own["band"]
+        lines.append(f"**Answer: {_hosts(own['hosts'])}** under policy {policy} ({own['status']}; some seed meets the "
+                     f"SLO from {_hosts(band[0])})." if band else f"**Answer: {_hosts(own['hosts'])}** under {policy}.")
+        at = own["at_answer"] or {}
+        if at:
+            lines.append(f"At the answer: route {_fmt(at.get('n_route'))}, fetch {_fmt(at.get('n_fetch'))}, "
+                         f"local {_fmt(at.get('n_local'))}, resident {_fmt(at.get('n_resident'))} (chunk, request) "
+                         "pairs per run (mean over seeds; resident: the chunk was already on the requester).")
+    if own["binding"]:
+        b = own["binding"]
+        lines.append(f"Binding below the answer (at {b['hosts']} hosts): {', '.join(b['violated']) or '-'}; "
+                     f"{b['resource']}.")
+    lines += ["", "| policy | fewest hosts | status | binding below it |", "|---|---|---|---|"]
+    for name, p in answer["policies"].items():
+        b = p["binding"]
+        lines.append(f"| {name} | {p['hosts'] if p['hosts'] is not None else 'none in range'} | {p['status']} | "
+                     f"{(', '.join(b['violated']) + '; ' + b['resource']) if b else '-'} |")
+    cols = [c for c in own["probes"][0] if c not in ("keys", "hosts", "seeds", "finished", "met")] if own["probes"] else []
+    lines += ["", f"Probes of policy {policy}:", "",
+              "| hosts | seeds met / finished / run | " + " | ".join(cols) + " |",
+              "|---" * (2 + len(cols)) + "|"]
+    for p in own["probes"]:
+        lines.append(f"| {p['hosts']} | {p['met']} / {p['finished']} / {p['seeds']} | "
+                     + " | ".join(_fmt(p[c]) for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _hosts(count: int) -> str:
+    return f"{count} host" + ("" if count == 1 else "s")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.1f}" if isinstance(value, float) else str(value)
+
+
+def write_plan(directory: str | Path) -> tuple[dict[str, Any], Path]:
+    """plan.json and plan.md of a finished plan directory."""
+    d = Path(directory)
+    answer = plan_answer(d)
+    doc = yaml.safe_load((d / PLAN_FILE).read_text()) if (d / PLAN_FILE).exists() else {}
+    write_text_atomic(d / "plan.json", json.dumps(answer, indent=2, default=str) + "\n")
+    memo = d / "plan.md"
+    write_text_atomic(memo, plan_markdown(answer, doc))
+    return answer, memo

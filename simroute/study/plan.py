@@ -111,6 +111,9 @@ def run_plan(request: PlanRequest, out: str | Path, *, jobs: int | None = None,
         study_file = Path(tmp) / PLAN_FILE
         study_file.write_text(text)
         run = run_study(load_study(study_file), out, jobs=jobs, progress=progress)
+    if run.discarded:           # every run failed: the study kept no directory, so there is no plan to write
+        raise ConfigurationError(f"every one of its {run.executed} runs failed, the first with: "
+                                 f"{' '.join(run.first_error.split())[:300]}; nothing was kept", file=out)
     write_text_atomic(out / PLAN_FILE, text)
     answer, memo = write_plan(out)
     return run, answer, memo

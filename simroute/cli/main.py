@@ -103,6 +103,10 @@ def _main(argv: list[str] | None) -> int:
     except (typer.Abort, KeyboardInterrupt):
         _say("aborted")
         return 130
+    except MemoryError:      # what the size checks did not foresee: still the input's size, not a crash
+        _say("error: not enough memory for this input on this machine (a smaller trace, study or --max-requests "
+             "would fit); no output was replaced")
+        return 2
     except Exception as exc:  # noqa: BLE001 - the last line of defence, see the docstring
         # Usage errors (missing argument, bad option value, unknown command) come from the click that typer
         # uses, which may be typer's bundled copy rather than the `click` package: match them by behaviour.

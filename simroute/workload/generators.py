@@ -164,10 +164,15 @@ def available_memory() -> int | None:
     return None
 
 
+def check_refs(refs: float) -> None:
+    """The chunk references (list entries) a trace would hold in all, within the bound (work and size)."""
+    check(refs <= MAX_REFS, f"{refs:,.0f} chunk references is more than the {MAX_REFS:,} a generated trace may hold")
+
+
 def check_memory(requests: int, refs: int) -> None:
     """A generator that builds the whole trace in memory: its size, checked before anything is allocated
     (ValueError with the figure, not a MemoryError mid-way)."""
-    check(refs <= MAX_REFS, f"{refs:,} chunk references is more than the {MAX_REFS:,} a generated trace may hold")
+    check_refs(refs)
     need = requests * REQUEST_BYTES + refs * REF_BYTES
     free = available_memory()
     if free is not None:

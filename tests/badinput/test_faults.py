@@ -189,3 +189,15 @@ def test_stdout_on_a_full_device_is_one_line_naming_stdout(argv):
     with open("/dev/full", "w") as full:
         res = _simroute(*argv, stdout=full, stderr=subprocess.PIPE)
     assert res.returncode == 2 and "standard output" in one_line(res.stderr) and "no space" in res.stderr
+
+
+def test_running_out_of_memory_is_one_line_not_an_internal_error(cli, tmp_path, monkeypatch):
+    """What the size checks do not foresee still ends in one line, exit 2, nothing written."""
+    import simroute.workload.writer as writer
+
+    def exhausted(*_args, **_kwargs):
+        raise MemoryError
+    monkeypatch.setattr(writer.TraceWriter, "add_requests", exhausted)
+    code, _, err = cli("trace", "gen", "corpus", "-p", "requests=5", "-o", tmp_path / "t.parquet")
+    assert code == 2 and "not enough memory" in one_line(err)
+    assert listing(tmp_path) == []

@@ -4,6 +4,7 @@ errors: one line saying what could not be written, exit 2 (1 for a stdout whose 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import subprocess
@@ -106,13 +107,19 @@ def test_a_closed_stdout_is_one_line_exit_1(argv):
     assert res.returncode == 1 and "standard output" in one_line(res.stderr), res.stderr
 
 
-def test_a_reader_that_leaves_early_is_not_an_internal_error(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "simroute", "model", "list", "--json"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    proc.stdout.read(10)
-    proc.stdout.close()                      # like `| head -c 10`
+@pytest.mark.parametrize("argv", [("model", "list", "--json"), ("calib", "show", "h100-ibgda")])
+def test_a_reader_that_leaves_early_is_not_an_internal_error(argv):
+    import fcntl
+    read_end, write_end = os.pipe()
+    with contextlib.suppress(OSError):        # a one-page pipe: the 16-25 kB output must block, then break
+        fcntl.fcntl(write_end, 1031, 4096)    # F_SETPIPE_SZ
+    proc = subprocess.Popen([sys.executable, "-m", "simroute", *argv], cwd=ROOT, stdout=write_end,
+                            stderr=subprocess.PIPE, text=True)
+    os.close(write_end)
+    os.read(read_end, 10)
+    os.close(read_end)                        # like `| head -c 10`
     err = proc.stderr.read()
-    assert proc.wait(timeout=120) in (0, 1), err
+    assert proc.wait(timeout=120) in (0, 1), err       # 0 where the kernel let the whole output in first
     assert "internal error" not in err and "Traceback" not in err and len(err.strip().splitlines()) <= 1, err
 
 
@@ -201,3 +208,18 @@ def test_running_out_of_memory_is_one_line_not_an_internal_error(cli, tmp_path, 
     code, _, err = cli("trace", "gen", "corpus", "-p", "requests=5", "-o", tmp_path / "t.parquet")
     assert code == 2 and "not enough memory" in one_line(err)
     assert listing(tmp_path) == []
+
+
+def test_a_broken_pipe_on_stdout_is_one_line_exit_1(monkeypatch, capsys):
+    """EPIPE injected at stdout's write (what `| head` does once the reader has left)."""
+    import io
+
+    from simroute.cli.main import main
+
+    class Broken(io.StringIO):
+        def write(self, text):
+            raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+    monkeypatch.setattr(sys, "stdout", Broken())
+    code = main(["model", "list", "--json"])
+    err = capsys.readouterr().err
+    assert code == 1 and "standard output" in one_line(err)

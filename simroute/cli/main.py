@@ -73,9 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     _guard_standard_streams()
     try:
         return _main(argv)
-    finally:
-        if isinstance(sys.stdout, _TaggedStream):
-            sys.stdout = saved[0] if saved[0] is not None else sys.stdout
+    except SystemExit as exc:       # click's own exit on a broken pipe (it quiets the streams and exits 1)
+        sys.stdout = saved[0] if saved[0] is not None else sys.stdout
+        _silence_stdout()           # so the interpreter's exit-time flush has nothing left to fail on
+        return exc.code if isinstance(exc.code, int) else 1
+    finally:                        # the caller's streams back (a test's capture, an embedding program's)
+        if saved[0] is not None:
+            sys.stdout = saved[0]
         if saved[1] is not None:
             sys.stderr = saved[1]
 

@@ -92,9 +92,20 @@ def _manifest(directory: Path) -> dict[str, list[int]]:
     return out
 
 
-def _write_manifest(directory: Path) -> None:
-    doc = {"written_by": "simroute", "files": _manifest(directory)}
+def _write_manifest(directory: Path, kind: str | None = None) -> None:
+    doc: dict[str, Any] = {"written_by": "simroute", "files": _manifest(directory)}
+    if kind is not None:
+        doc["kind"] = kind
     (directory / MANIFEST).write_text(json.dumps(doc, sort_keys=True) + "\n")
+
+
+def manifest_kind(directory: Path) -> str | None:
+    """The kind a simroute directory's manifest declares (`report`, `study`), None where it declares none."""
+    try:
+        doc = json.loads((directory / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc.get("kind") if isinstance(doc, dict) and isinstance(doc.get("kind"), str) else None
 
 
 def _nested_outputs(directory: Path, listed: dict[str, Any]) -> dict[Path, list[str]]:
@@ -331,7 +342,8 @@ def _temp_beside(target: Path, directory: bool) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_path(target: str | Path, *, directory: bool = False, what: str = "output") -> Iterator[Path]:
+def atomic_path(target: str | Path, *, directory: bool = False, what: str = "output",
+                kind: str | None = None) -> Iterator[Path]:
     """Yield a temporary path beside `target`; move it onto `target` only if the block succeeds.
 
     Works for files and for directories (a Parquet dataset, a run's output folder); a directory gets a
@@ -347,7 +359,7 @@ def atomic_path(target: str | Path, *, directory: bool = False, what: str = "out
         try:
             yield tmp
             if directory:
-                _write_manifest(tmp)
+                _write_manifest(tmp, kind)
                 _replace_directory(tmp, target, what)
             else:
                 if target.is_dir():

@@ -19,7 +19,7 @@ import pandas as pd
 from pyarrow import ArrowException
 
 from simroute.errors import ConfigurationError
-from simroute.ioutil import atomic_path, check_output_path, check_replaceable, load_json
+from simroute.ioutil import atomic_path, check_output_path, check_replaceable, load_json, manifest_kind
 from simroute.study import figures, plots
 from simroute.study.search import finished, meets, parse_slo
 from simroute.study.store import Store
@@ -80,7 +80,7 @@ def write_report(directory: str | Path, out: str | Path | None = None, fmt: str 
         return "\n".join([f"# {rep.title}", ""] + [f"> {n}\n" for n in rep.notes]
                          + [f"## {h}\n\n{_md(t)}\n" for h, t in rep.sections if len(t)])
     assert out_dir is not None
-    with atomic_path(out_dir, directory=True, what="report") as tmp:
+    with atomic_path(out_dir, directory=True, what="report", kind="report") as tmp:
         drawn = [(f.caption, fig) for f in rep.figures if (fig := f.interactive()) is not None]
         if png:
             for f in rep.figures:
@@ -101,6 +101,10 @@ def check_report_out(d: Path, out_dir: Path) -> Path:
     inputs = [p for p in d.iterdir() if p.resolve() != target]
     check_output_path(out_dir, directory=True, inputs=inputs, flag="--out")
     check_replaceable(out_dir, what="report")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and manifest_kind(out_dir) != "report":
+        raise ConfigurationError("holds simroute's results of another kind (a run, a trace, a study), not a report: "
+                                 "a report never replaces them; choose a new or empty directory", file=out_dir,
+                                 field="--out")
     return out_dir
 
 

@@ -112,6 +112,14 @@ def _one(root: Path, rel: str) -> Path:
     return sorted(root.glob(rel))[0]
 
 
+def _record_all(directory: Path, files: dict[str, str]) -> None:
+    """Write files into a folder and list them in its manifest, as simroute's own run would."""
+    from simroute.ioutil import record_files
+    for name, text in files.items():
+        (directory / name).write_text(text)
+    record_files(directory, list(files))
+
+
 def _link(name: str, target: str):
     return lambda root: os.symlink(root / target, root / name)
 
@@ -171,6 +179,9 @@ def output_cases() -> list[Case]:
         Case("out-report-study-into-itself", ("report", "{d}/study", "-o", "{d}/study"), "study", needs_study=True),
         Case("out-report-study-onto-points", ("report", "{d}/study", "-o", "{d}/study/points"), "points",
              needs_study=True),
+        Case("out-report-over-another-run", ("report", "{d}/run", "-o", "{d}/other"), "other",
+             {"other/.simroute-manifest.json": json.dumps({"written_by": "simroute", "files": {}})}, needs_run=True,
+             setup=lambda root: _record_all(root / "other", {"summary.json": "{}", "requests.parquet": "x"})),
         Case("out-report-format", ("report", "{d}/run", "--format", "pdf"), "--format", needs_run=True),
         Case("out-run-timeline-user-file", ("run", "--max-requests", "5", "--timeline", "{d}/tl.json", "-o",
                                             "{d}/out"), "tl.json", {"tl.json": '{"mine": 1}'}),

@@ -159,6 +159,10 @@ def check_replaceable(target: str | Path, markers: tuple[str, ...] = (), what: s
         shown = ", ".join(foreign[:3]) + (" ..." if len(foreign) > 3 else "")
         raise ConfigurationError(f"holds files simroute did not write there ({shown}): refusing to replace it "
                                  f"with the {what} (choose a new or empty directory)", file=target)
+    kind = manifest_kind(target)
+    if kind is not None and what != "output" and kind != what:
+        raise ConfigurationError(f"holds simroute's {kind}, not a {what}: a {what} never replaces it (choose a new "
+                                 "or empty directory)", file=target)
 
 
 # -- the lock -------------------------------------------------------------------------------------------------
@@ -359,7 +363,7 @@ def atomic_path(target: str | Path, *, directory: bool = False, what: str = "out
         try:
             yield tmp
             if directory:
-                _write_manifest(tmp, kind)
+                _write_manifest(tmp, kind if kind is not None else (what if what != "output" else None))
                 _replace_directory(tmp, target, what)
             else:
                 if target.is_dir():

@@ -80,7 +80,7 @@ def write_report(directory: str | Path, out: str | Path | None = None, fmt: str 
         return "\n".join([f"# {rep.title}", ""] + [f"> {n}\n" for n in rep.notes]
                          + [f"## {h}\n\n{_md(t)}\n" for h, t in rep.sections if len(t)])
     assert out_dir is not None
-    with atomic_path(out_dir, directory=True, what="report", kind="report") as tmp:
+    with atomic_path(out_dir, directory=True, what="report") as tmp:
         drawn = [(f.caption, fig) for f in rep.figures if (fig := f.interactive()) is not None]
         if png:
             for f in rep.figures:

@@ -120,6 +120,15 @@ def _record_all(directory: Path, files: dict[str, str]) -> None:
     record_files(directory, list(files))
 
 
+def _kinded(directory: Path, kind: str) -> None:
+    """A folder as simroute writes one of `kind` (a manifest listing its one file)."""
+    directory.mkdir()
+    (directory / "summary.json").write_text("{}")
+    st = (directory / "summary.json").stat()
+    (directory / ".simroute-manifest.json").write_text(json.dumps(
+        {"written_by": "simroute", "kind": kind, "files": {"summary.json": [st.st_size, st.st_mtime_ns]}}))
+
+
 def _link(name: str, target: str):
     return lambda root: os.symlink(root / target, root / name)
 
@@ -182,6 +191,10 @@ def output_cases() -> list[Case]:
         Case("out-report-over-another-run", ("report", "{d}/run", "-o", "{d}/other"), "other",
              {"other/.simroute-manifest.json": json.dumps({"written_by": "simroute", "files": {}})}, needs_run=True,
              setup=lambda root: _record_all(root / "other", {"summary.json": "{}", "requests.parquet": "x"})),
+        Case("out-run-over-a-trace", ("run", "--max-requests", "3", "-o", "{trace}"), "trace.parquet",
+             needs_trace=True),
+        Case("out-gen-over-a-run", ("trace", "gen", "corpus", "-p", "requests=5", "-o", "{d}/r.parquet"), "r.parquet",
+             setup=lambda root: _kinded(root / "r.parquet", "simroute run")),
         Case("out-report-format", ("report", "{d}/run", "--format", "pdf"), "--format", needs_run=True),
         Case("out-run-timeline-user-file", ("run", "--max-requests", "5", "--timeline", "{d}/tl.json", "-o",
                                             "{d}/out"), "tl.json", {"tl.json": '{"mine": 1}'}),

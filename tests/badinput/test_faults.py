@@ -33,7 +33,7 @@ def test_a_full_disk_while_a_run_writes_is_one_line_and_keeps_the_previous_run(c
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     import simroute.ioutil as ioutil
 
-    def full(directory):
+    def full(directory, *_kind):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory / ioutil.MANIFEST))
     monkeypatch.setattr(ioutil, "_write_manifest", full)
     code, _, err = cli("run", "--max-requests", "5", "--seed", "4", "-o", out)

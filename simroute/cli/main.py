@@ -74,8 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except SystemExit as exc:       # click's own exit on a broken pipe (it quiets the streams and exits 1)
+        pipe_gone = type(sys.stdout).__name__ == "PacifyFlushWrapper"
         sys.stdout = saved[0] if saved[0] is not None else sys.stdout
-        _silence_stdout()           # so the interpreter's exit-time flush has nothing left to fail on
+        if pipe_gone:
+            _silence_stdout()       # so the interpreter's exit-time flush has nothing left to fail on
         return exc.code if isinstance(exc.code, int) else 1
     finally:                        # the caller's streams back (a test's capture, an embedding program's)
         if saved[0] is not None:

@@ -189,8 +189,8 @@ def register(app: typer.Typer) -> None:
     def replay_cmd(
         flows_file: Path = typer.Argument(..., metavar="FLOWS", help=FLOW_FILE_HELP),
         topology: str = typer.Option("fattree", "-t", "--topology", help="Topology YAML or a shipped name."),
-        output: Path = typer.Option(None, "-o", "--output", help="Write per-flow finish_s / fct_s here (a new "
-                                                                 "Parquet file)."),
+        output: Path = typer.Option(None, "-o", "--output", help="Write per-flow finish_s / fct_s here (a Parquet "
+                                                                 "file: new, or one simroute wrote there)."),
         backend: str = typer.Option("auto", "--backend", help="Replay backend: " + BACKENDS_HELP + "."),
         seed: int = typer.Option(0, "--seed", help="ECMP hash seed for rows given as src/dst without path_index.",
                                  callback=checked("--seed", integer=True, minimum=0, maximum=2**63 - 1)),
@@ -203,17 +203,14 @@ def register(app: typer.Typer) -> None:
         import numpy as np
 
         from simroute.cli.common import echo_json, table
-        from simroute.ioutil import atomic_path, check_output_path
+        from simroute.ioutil import atomic_files, check_new_file
         from simroute.network import load_topology
         from simroute.network.replay import replay
         from simroute.shipped import resolve_input
 
         path = flow_file(flows_file)
-        if output is not None:
-            check_output_path(output, directory=False, inputs=[path], flag="--output")
-            if output.exists():
-                raise ConfigurationError("exists; choose a new path (simroute never overwrites a file)", file=output,
-                                         field="--output")
+        if output is not None:      # never over a user's file: new, or the one simroute wrote there before
+            check_new_file(output, inputs=[path], flag="--output")
         topo = load_topology(resolve_input("topology", topology, strict=True))
         flows, start, unfinished = load_flow_set(path, topo, seed)
         if unfinished:
@@ -228,8 +225,8 @@ def register(app: typer.Typer) -> None:
             import pyarrow.parquet as pq
             out = pd.DataFrame({"flow": np.arange(len(flows)), "start_s": start, "nbytes": flows.nbytes,
                                 "finish_s": result.finish_s, "fct_s": fct})
-            with atomic_path(output) as tmp:
-                pq.write_table(pa.Table.from_pandas(out, preserve_index=False), tmp)
+            with atomic_files(output.parent, [output.name], flag="--output", inputs=[path]) as tmp:
+                pq.write_table(pa.Table.from_pandas(out, preserve_index=False), tmp[output.name])
         figures = summary(result, fct)
         if as_json:
             echo_json(figures)

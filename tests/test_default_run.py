@@ -14,7 +14,7 @@ from simroute.calib import default_profile_path, load_profile
 from simroute.calib.profile import shipped_dir
 from simroute.model.scalar import ScalarModel
 from simroute.sim.config import default_trace_path
-from simroute.sim.policy import horizon_costs_scalar
+from simroute.sim.policies.base import horizon_costs_scalar
 from simroute.workload.reader import read_trace_meta
 
 GB = 1e9

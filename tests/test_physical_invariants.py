@@ -33,7 +33,7 @@ from simroute.scenarios.traces import fanin_trace, single_chunk_trace, write_tra
 from simroute.sim import RunConfig, Simulation
 from simroute.sim.metrics import write_outputs
 from simroute.sim.policies import POLICIES
-from simroute.sim.policy import HorizonCosts, horizon_costs_scalar
+from simroute.sim.policies.base import HorizonCosts, horizon_costs_scalar
 from simroute.defaults import PAPER_DEPLOYMENT
 
 POLICY_NAMES = POLICIES.names()

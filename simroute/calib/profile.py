@@ -13,7 +13,7 @@ from simroute.calib.optables import load_operator_tables_cached
 from simroute.calib.schema import Constant, FabricSpec, GpuFileSpec, ProfileFile
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.ioutil import load_yaml, write_text_atomic
-from simroute.model.cost import CostParams, FabricParams
+from simroute.model.cost import ROUTE_EXCHANGES, CostParams, FabricParams
 from simroute.model.geometry import get_model
 from simroute.model.staging import STAGING_OVERSUBSCRIPTION_LOSS, StagingParams, copy_saving_at_elbow, fitted_copy_Bps
 from simroute.model.optables import OperatorTables
@@ -157,6 +157,11 @@ class Profile:
         shipped = shipped_dir() / "gpus" / f"{name}.yaml"
         return shipped if len(Path(name).parts) == 1 and shipped.exists() else None
 
+    def gpu_entry_names(self) -> list[str]:
+        """Every GPU entry a run may name: this profile's, then the shipped calib/gpus/*.yaml."""
+        shipped = sorted(path.stem for path in (shipped_dir() / "gpus").glob("*.yaml"))
+        return list(self.gpus) + [name for name in shipped if name not in self.gpus]
+
     def instance_gpu(self, intra_host_fabric: str | None = None) -> str:
         """The GPU of an instance whose hosts' intra-host fabric is `intra_host_fabric` (the fabric's `gpu:`),
         else the profile's `gpu:`."""
@@ -243,8 +248,8 @@ class Profile:
                     prefill_us: float | None = None, cache_dtype: str = "bf16", **switches: Any) -> CostParams:
         """The model's CostParams for `model` on every fabric of this profile."""
         self.check_complete()
-        if route_exchanges not in ("per-layer", "once"):
-            raise UnknownNameError("route_exchanges", route_exchanges, ["per-layer", "once"])
+        if route_exchanges not in ROUTE_EXCHANGES:
+            raise UnknownNameError("route_exchanges", route_exchanges, ROUTE_EXCHANGES)
         c = self.constants
         splice = c["splice_ms"].points
         holder = c["holder_compute_dense_us"].points

@@ -20,6 +20,7 @@ def plan(
     tp: int = typer.Option(DEFAULT_TP, "--tp", callback=checked("--tp", integer=True, minimum=1),
                            help="GPUs per instance."),
     topology: str = typer.Option(DEFAULT_TOPOLOGY, help="Topology whose family is resized to each host count."),
+    gpu: str = typer.Option(None, help="GPU entry of the instances (default: the topology's hosts.gpu)."),
     calib: str = typer.Option(DEFAULT_CALIB, help="Calibration profile."),
     slo: list[str] = typer.Option([], "--slo", help="An SLO every seed must meet, e.g. 'p99 ttft_ms <= 2000' "
                                                     "(repeatable; default: p99 TTFT <= 2 s and p99 TPOT <= 50 ms)."),
@@ -64,22 +65,23 @@ def plan(
         raise ConfigurationError(f"need --hosts-min < --hosts-max, got {hosts_min} and {hosts_max}",
                                  field="--hosts-min")
     spec = {"generate": workload, "params": _parse_sets(param)} if workload else (trace or DEFAULT_TRACE)
-    request = PlanRequest(trace=spec, model=model, tp=tp, topology=topology, calib=calib,
+    request = PlanRequest(trace=spec, model=model, tp=tp, topology=topology, gpu=gpu, calib=calib,
                           slo=tuple(slo) or DEFAULT_SLO, qps=qps, time_scale=time_scale, hosts_min=hosts_min,
                           hosts_max=hosts_max, policy=policy,
                           compare=tuple(p.strip() for p in compare.split(",") if p.strip()), seeds=seeds,
                           max_requests=max_requests)
     c = console()
-    c.print(f"[bold]simroute plan[/bold]: {model} at TP {tp} on {topology}, hosts {hosts_min}-{hosts_max}, "
+    c.print(f"[bold]simroute plan[/bold]: {model} at TP {tp} on {topology}"
+            + (f" ({gpu})" if gpu else "") + f", hosts {hosts_min}-{hosts_max}, "
             f"policies {', '.join([policy, *request.compare])}, {seeds} seed(s); SLO {' and '.join(request.slo)}")
     run, answer, memo = run_plan(request, out, jobs=jobs, progress=progress)
     page = write_report(out)
     own = answer["policies"][answer["policy"]]
     verdict = (f"{own['hosts']} host{'s' if own['hosts'] != 1 else ''}" if own["hosts"] is not None else
                f"no host count in {hosts_min}-{hosts_max} meets the SLO")
-    c.print(f"answer ({answer['policy']}): {verdict} ({own['status']}); "
-            + "; ".join(f"{p}: {v['hosts'] if v['hosts'] is not None else 'none'}"
-                        for p, v in answer["policies"].items() if p != answer["policy"]))
+    others = [f"{p}: {v['hosts'] if v['hosts'] is not None else 'none'}"
+              for p, v in answer["policies"].items() if p != answer["policy"]]
+    c.print(f"answer ({answer['policy']}): {verdict} ({own['status']})" + "".join(f"; {o}" for o in others))
     if own.get("binding"):
         b = own["binding"]
         c.print(f"binding at {b['hosts']} hosts: {', '.join(b['violated']) or '-'}; {b['resource']}")

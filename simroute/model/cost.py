@@ -18,7 +18,8 @@ Modelling choices (documented in docs/MODEL.md):
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Literal, NamedTuple
+from enum import StrEnum
+from typing import NamedTuple
 
 import numpy as np
 
@@ -51,6 +52,16 @@ class FabricTables(NamedTuple):
     kv_per_token_s: np.ndarray     # one token's cache over all layers at the bulk rate
 
 
+class RouteExchanges(StrEnum):
+    """How many routed exchanges a decode step pays (`CostParams.route_exchanges`, `RunConfig.route_exchanges`)."""
+
+    PER_LAYER = "per-layer"   # exact: layer l's query needs layer l-1's merged output, one round trip a layer
+    ONCE = "once"             # the paper's accounting (§5.4: ship the query once)
+
+
+ROUTE_EXCHANGES = tuple(mode.value for mode in RouteExchanges)
+
+
 @dataclass(frozen=True)
 class CostParams:
     """Every constant the closed form needs; built from a calibration profile (simroute.calib)."""
@@ -70,7 +81,7 @@ class CostParams:
     gather_k_ref: int = 2048
     holder_heads_ref: int = 16             # = HOLDER_HEADS_REF
     holder_ct_ref: int = 2048              # = HOLDER_CT_REF
-    route_exchanges: Literal["per-layer", "once"] = "per-layer"
+    route_exchanges: str = "per-layer"     # a `RouteExchanges` value
     # the prefill form of a routed query block (T > 1 query tokens of one sequence): seconds per key read and
     # per (row, key) pair on one GPU, from the profile's instance GPU (`StepTimeModel.prefill_form_coeffs`);
     # None: no GPU entry, the holder curve alone
@@ -110,7 +121,7 @@ class CostParams:
 
     @property
     def exchanges(self) -> int:
-        return self.geometry.layers if self.route_exchanges == "per-layer" else 1
+        return self.geometry.layers if self.route_exchanges == RouteExchanges.PER_LAYER else 1
 
 
 @dataclass

@@ -17,7 +17,7 @@ at the elbow (the fraction of S_1 it no longer spends) is
 `fitted_copy_Bps` is the one-stream rate at which that bound is met exactly: the rate whose E-fold parallel
 pool saves the paper's 0.45 ms (123 GB/s). The shipped profile carries it as `staging_copy_GBps` (provenance
 `fitted`); the staging probe replaces it with its K = 1 measurement, and its measured copy-time saving
-(`staging_copy_gain_at_elbow`) replaces the derived one. `StagingPool` (simroute/sim/holder.py) charges a
+(`staging_copy_gain_at_elbow`) replaces the derived one. `StagingPool` (simroute/sim/staging.py) charges a
 chunk S_1 x (1 - saving x (c - 1) / (E - 1)) with c copies in flight, past the elbow the oversubscription loss.
 """
 

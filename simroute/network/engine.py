@@ -36,11 +36,14 @@ import simpy
 from simpy.events import NORMAL
 
 from simroute.errors import UnknownNameError
-from simroute.network.hashing import SPORT_MAX, SPORT_MIN, flow_key, mix64
+from simroute.network.columns import GroupColumns
+from simroute.network.hashing import SPORT_MAX, SPORT_MIN
 from simroute.network.kernels import SolverBackend, compiled_available, solver_backend
 from simroute.network.maxmin import Group, fill
 from simroute.network.messages import MessageModel, MessageRoute
-from simroute.network.routing import ARK_ELEPHANT_BYTES, ARK_HASH_S, ARK_LOOKUP_S, ROUTING_STRATEGIES, ROUTINGS
+from simroute.network.paths import PathService
+from simroute.network.routing import (ARK_ELEPHANT_BYTES, ARK_HASH_S, ARK_LOOKUP_S, ROUTING_STRATEGIES, ROUTINGS,
+                                     ArkSettings)
 from simroute.network.telemetry import FULL_LOAD, Telemetry
 from simroute.network.topology import EngineTopology
 
@@ -105,102 +108,6 @@ class _Flow:
         #                                  the last byte once in an object-mode group
 
 
-class _GroupColumns:
-    """Array-mode group state, one column per group (slot); links padded with the sentinel id n_links.
-
-    With a backend that has the incremental re-solve, also which groups use each link (`member[l, :deg[l]]`,
-    kept by the backend's membership kernels as groups come and go)."""
-
-    def __init__(self, n_links: int, slots: int, width: int, backend: SolverBackend | None = None) -> None:
-        self.n_links = n_links
-        self.backend = backend if backend is not None and backend.cascade is not None else None
-        self.member = np.full((n_links + 1, 1), -1, dtype=np.int64)
-        self.deg = np.zeros(n_links + 1, dtype=np.int64)
-        self._scratch: tuple[np.ndarray, ...] | None = None
-        self.links = np.full((width, slots), n_links, dtype=np.int64)
-        self.flows = np.zeros(slots)
-        self.cap = np.full(slots, INF)
-        self.rate = np.zeros(slots)
-        self.bn = np.full(slots, -2, dtype=np.int64)
-        self.work = np.zeros(slots)
-        self.last_t = np.zeros(slots)
-        self.next_work = np.full(slots, INF)
-        self.due = np.full(slots, INF)
-        self.groups: list[Group] = []
-
-    _FIELDS = (("flows", 0.0), ("cap", INF), ("rate", 0.0), ("bn", -2), ("work", 0.0), ("last_t", 0.0),
-               ("next_work", INF), ("due", INF))
-
-    def grow(self, width: int) -> None:
-        """Room for twice the slots (or wider link columns)."""
-        slots = self.links.shape[1]
-        extra = slots if len(self.groups) == slots else 0
-        links = np.full((max(width, self.links.shape[0]), slots + extra), self.n_links, dtype=np.int64)
-        links[:self.links.shape[0], :slots] = self.links
-        self.links = links
-        if extra:
-            for name, fill_value in self._FIELDS:
-                old = getattr(self, name)
-                setattr(self, name, np.concatenate([old, np.full(extra, fill_value, dtype=old.dtype)]))
-
-    def add(self, group: Group) -> None:
-        slot, width = len(self.groups), len(group.links)
-        if slot == self.links.shape[1] or width > self.links.shape[0]:
-            self.grow(width)
-        column = self.links[:, slot]
-        column[:width] = group.links
-        column[width:] = self.n_links
-        self.flows[slot], self.cap[slot], self.rate[slot], self.bn[slot] = group.n, group.cap, group.rate, group.bn
-        self.work[slot], self.last_t[slot] = group.work, group.last_t
-        self.next_work[slot] = group.flows[0][0] if group.flows else INF
-        rate = group.rate
-        self.due[slot] = (group.last_t + (self.next_work[slot] - group.work) / rate) if rate > 0 and group.flows \
-            else INF
-        group.slot = slot
-        self.groups.append(group)
-        backend = self.backend
-        if backend is not None and not backend.members_add(self.member, self.deg, self.links, slot, self.n_links):
-            self.member, self.deg = backend.members_build(self.links, slot + 1, self.n_links, 2 * self.member.shape[1])
-
-    def remove(self, group: Group) -> None:
-        """Free a group's slot by moving the last column into it."""
-        slot, last = group.slot, len(self.groups) - 1
-        if self.backend is not None:
-            self.backend.members_remove(self.member, self.deg, self.links, slot, last, self.n_links)
-        if slot != last:
-            moved = self.groups[last]
-            self.groups[slot] = moved
-            moved.slot = slot
-            self.links[:, slot] = self.links[:, last]
-            for name, _fill in self._FIELDS:
-                column = getattr(self, name)
-                column[slot] = column[last]
-        self.groups.pop()
-        self.due[last] = INF
-        group.slot = -1
-
-    def cascade_scratch(self) -> tuple[np.ndarray, ...]:
-        """The cascade kernel's scratch arrays (see `cascade_numba`), sized for the current slots; the kernel
-        leaves them as it found them, so they are allocated once per size."""
-        slots, ids = self.links.shape[1], self.n_links + 1
-        scratch = self._scratch
-        if scratch is None or scratch[0].shape[1] < slots:
-            heap_int = np.empty((2, 2 * ids + slots), dtype=np.int64)
-            heap_int[1] = -1
-            scratch = self._scratch = (np.zeros((4, slots), dtype=np.int64), np.zeros((2, slots), dtype=np.int8),
-                                       np.zeros(slots), np.zeros((3, ids), dtype=np.int8), heap_int,
-                                       np.empty(2 * ids + slots), np.empty(2 * ids, dtype=np.int64))
-        return scratch
-
-    def write_back(self) -> None:
-        """Copy the column state into the group objects (when leaving array mode)."""
-        for group in self.groups:
-            slot = group.slot
-            group.rate, group.bn = float(self.rate[slot]), int(self.bn[slot])
-            group.work, group.last_t = float(self.work[slot]), float(self.last_t[slot])
-            group.slot = -1
-
-
 class FlowEngine:
     """Bulk flows (`transfer`) and latency-bound messages (`message_delay`) over a topology.
 
@@ -240,12 +147,11 @@ class FlowEngine:
         if routing not in ROUTING_STRATEGIES:
             raise UnknownNameError("routing", routing, ROUTINGS)
         self.env, self.topology, self.routing, self.seed = env, topology, routing, int(seed)
-        self.ark_elephant_bytes = float(ark_elephant_bytes)
-        self.ark_delay_s = ark_hash_s + ark_lookup_s
-        self.port_search = int(port_search)
+        self.paths = PathService(topology, self.seed)     # paths, latency, ECMP, reservations (routing, messages)
+        self.ark = ArkSettings(float(ark_elephant_bytes), ark_hash_s + ark_lookup_s, int(port_search))
         self.rate_tolerance = float(rate_tolerance)
         self._slack = max(self.rate_tolerance, _EPS)
-        self.strategy = ROUTING_STRATEGIES[routing](self)
+        self.strategy = ROUTING_STRATEGIES[routing](self.paths, self.ark)
         self._spine_of = hasattr(topology, "spine_of")
         if solver not in ("auto", "numba", "numpy"):
             raise UnknownNameError("solver", solver, ("auto", "numba", "numpy"))
@@ -259,10 +165,8 @@ class FlowEngine:
         self._ports: list[int] = []
         n_links = len(topology.links)
         self.cap: list[float] = [link.capacity_Bps for link in topology.links]
-        self._latency = [link.latency_s for link in topology.links]
         self.load: list[float] | np.ndarray = [0.0] * n_links   # committed bulk load per link (B/s)
         self.link_n: list[int] = [0] * n_links                   # active bulk flows per link
-        self.reserved: list[int] = [0] * n_links                 # routing reservation table (middle links)
         self._link_groups: list[set[Group]] = [set() for _ in range(n_links)]
         self._groups: dict[tuple, Group] = {}
         self._heap: list[tuple[float, int, int, Group]] = []
@@ -275,7 +179,9 @@ class FlowEngine:
         self._wake_pool: list[simpy.Event] = []
         self._stamp = 0
         self._fid = 0
-        self.version = 0                     # bumps on every bulk change (message share caches key on it)
+        # public, read-only to others: moves whenever bulk flows change (a start, a finish, a re-rating), so a
+        # cache of link shares keys on it (the message model's routes); a plain attribute: read per message
+        self.bulk_version = 0
         self.n_active = 0
         self.rerates = 0                     # solver rounds (fill calls and full solves)
         self.rerated_groups = 0
@@ -284,7 +190,7 @@ class FlowEngine:
         self.flow_events = 0                 # flow starts + finishes handled in those steps
         self.max_rate_error = 0.0            # tolerance mode: largest relative rate deviation committed
         self.cascade_aborts = 0              # array mode: cascades that reached cascade_limit (full solve then)
-        self._columns: _GroupColumns | None = None
+        self._columns: GroupColumns | None = None
         self._core: Any = None
         self._core_due = INF
         self._want_core = (self.online_core and solver != "numpy" and compiled_available()
@@ -333,9 +239,7 @@ class FlowEngine:
             elif nbytes > 0 and topo.n_choices(src_index, dst_index) > 1:
                 index, sport, reserved, delay = self.strategy.choose(src_index, dst_index, nbytes, sport)
             links, spine = topo.path_ids(src_index, dst_index, index)
-        latency, table = 0.0, self._latency
-        for link in links:
-            latency += table[link]
+        latency = self.paths.latency_s(links)
         flow = _Flow(self._fid, src, dst, nbytes, env.now, links, spine, sport, tag, event, latency, reserved,
                      INF if rate_cap_Bps is None else float(rate_cap_Bps))
         flow.delay = delay               # the routing controller's time before it enters the network
@@ -531,7 +435,7 @@ class FlowEngine:
         """
         self._stamp += 1
         stamp = self._stamp
-        self.version += 1
+        self.bulk_version += 1
         solving = [group for group in seeds if group.n > 0]
         check = set(dirty)
         for group in solving:
@@ -653,7 +557,7 @@ class FlowEngine:
         self._core_due = next_due
         if status > 0:
             self.rerates += 1
-            self.version += 1
+            self.bulk_version += 1
             self.rerated_groups += solved
             if status == _CORE_ABORT:
                 self.cascade_aborts += 1
@@ -757,7 +661,7 @@ class FlowEngine:
             self.cascade_aborts += 1
             return False
         self.rerates += 1
-        self.version += 1
+        self.bulk_version += 1
         self.rerated_groups += len(solved)
         self._commit_slots(now, solved, rate, bn, _SAME)
         return True
@@ -768,7 +672,7 @@ class FlowEngine:
         self.rerates += 1
         self.full_solves += 1
         self.rerated_groups += count
-        self.version += 1
+        self.bulk_version += 1
         if count == 0:
             return
         rate, bn = self.backend.fill_groups(columns.links[:, :count], columns.flows[:count], columns.cap[:count],
@@ -795,7 +699,7 @@ class FlowEngine:
         """Enter array mode: group state moves into columns, the heap is dropped."""
         groups = list(self._groups.values())
         width = max([len(group.links) for group in groups] + [1])
-        columns = _GroupColumns(len(self.cap), max(1024, 2 * len(groups)), width, self.backend)
+        columns = GroupColumns(len(self.cap), max(1024, 2 * len(groups)), width, self.backend)
         for group in groups:
             self._advance(group, now)
             columns.add(group)
@@ -830,8 +734,7 @@ class FlowEngine:
 
     def _complete(self, flow: _Flow, at: float) -> None:
         if flow.reserved is not None:
-            for link in flow.reserved:
-                self.reserved[link] -= 1
+            self.paths.release(flow.reserved)
         if flow.spine is not None and flow.links and flow.nbytes > 0:
             self.telemetry.spine_change(flow.spine, -1, self.env.now)
         record = FlowRecord(flow.fid, flow.src, flow.dst, flow.nbytes, flow.start, at, flow.links, flow.spine,
@@ -917,12 +820,7 @@ class FlowEngine:
         """Bytes of every latency-bound message sent so far."""
         return self.messages.total_bytes()
 
-    def message_sport(self, src_index: int, dst_index: int) -> int:
-        """The fixed source port of a pair's message queue pair (messages of a pair share one path)."""
-        return SPORT_MIN + mix64(self.seed ^ (src_index << 20) ^ dst_index) % (SPORT_MAX - SPORT_MIN + 1)
-
-    def message_links(self, src_index: int, dst_index: int) -> tuple[int, ...]:
-        topo = self.topology
-        sport = self.message_sport(src_index, dst_index)
-        choice = topo.ecmp_choice(src_index, dst_index, flow_key(src_index, dst_index, sport), self.seed)
-        return topo.path_ids(src_index, dst_index, choice)[0]
+    @property
+    def reserved(self) -> tuple[int, ...]:
+        """Routing reservations per link (`paths.reservations`)."""
+        return self.paths.reservations

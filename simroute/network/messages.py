@@ -123,7 +123,8 @@ class MessageModel:
         engine = self.engine
         topo = engine.topology
         src_index, dst_index = topo.index(src), topo.index(dst)
-        links = engine.message_links(src_index, dst_index)
+        paths = engine.paths
+        links = paths.message_links(src_index, dst_index)
         all_links = topo.links
         nic_hops = [link for link in links if all_links[link].tier == "nic-leaf"]
         src_nic = self._nic(all_links[nic_hops[0]].src) if nic_hops else -1
@@ -131,7 +132,7 @@ class MessageModel:
         spine = topo.spine_of(links) if hasattr(topo, "spine_of") else None
         pair = (src, dst) if src <= dst else (dst, src)
         pair_id = self._pair_ids.setdefault(pair, len(self._pair_ids))
-        route = MessageRoute(src, dst, links, sum(engine._latency[link] for link in links), pair_id, src_nic,
+        route = MessageRoute(src, dst, links, paths.latency_s(links), pair_id, src_nic,
                              dst_nic, spine)
         if src_nic >= 0 and self._contexts_on:
             route.contexts = tuple((self.contexts[nic], self._context_times[nic]) for nic in (src_nic, dst_nic))
@@ -149,7 +150,7 @@ class MessageModel:
                 rate = share
         route.link_wire = tuple(wire)
         route.rate_Bps = rate
-        route.version = engine.version
+        route.version = engine.bulk_version
         route.single_block_Bps = single_block_Bps
 
     def _pair_misses(self, route: MessageRoute, now: float) -> bool:
@@ -183,7 +184,7 @@ class MessageModel:
              include_latency: bool = True) -> float:
         """Delay of one message sent at `now` (see module docstring). A measured probe already holds the
         path's propagation: callers passing one can leave the links' latency out (`include_latency=False`)."""
-        if route.version != self.engine.version or route.single_block_Bps != single_block_Bps:
+        if route.version != self.engine.bulk_version or route.single_block_Bps != single_block_Bps:
             self._refresh(route, single_block_Bps)
         busy = self.busy
         start = now

@@ -1,8 +1,9 @@
 """Routing strategies: how a bulk flow picks one of its equal-cost paths. One registered class per strategy.
 
-A strategy sees the flow (GPU indices, bytes, the source port drawn for it) and the engine's reservation
-table, and returns a `RouteChoice`: the path index among the topology's equal-cost paths, the source port
-actually used, the links it reserved (released when the flow ends) and the set-up delay it charges.
+A strategy sees the flow (GPU indices, bytes, the source port drawn for it), the engine's path service
+(`PathService`: equal-cost paths, ECMP, the reservation table) and the ARK settings (`ArkSettings`), and
+returns a `RouteChoice`: the path index among the topology's equal-cost paths, the source port actually used,
+the links it reserved (released when the flow ends) and the set-up delay it charges.
 
 To add one: subclass `RoutingStrategy`, give it a unique `name`, decorate it with `@register_routing`;
 `FlowEngine(routing=name)` and every CLI listing (`ROUTINGS`) pick it up.
@@ -11,13 +12,12 @@ To add one: subclass `RoutingStrategy`, give it a unique `name`, decorate it wit
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar, NamedTuple
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
 
-from simroute.network.hashing import SPORT_MAX, SPORT_MIN, flow_key
+from simroute.network.hashing import SPORT_MAX, SPORT_MIN
+from simroute.network.paths import PathService
 from simroute.network.registry import registrar
-
-if TYPE_CHECKING:
-    from simroute.network.engine import FlowEngine
 
 ARK_HASH_S = 4.10e-6      # paper: ARK, Table 1 (controller hash computation)
 ARK_LOOKUP_S = 0.87e-6    # paper: ARK, Table 1 (reservation-table lookup)
@@ -39,35 +39,38 @@ class RouteChoice(NamedTuple):
     delay_s: float                   # controller time charged before the flow starts
 
 
+@dataclass(frozen=True)
+class ArkSettings:
+    """ARK's knobs (the engine's constructor arguments): the elephant threshold, the controller's delay per
+    elephant (hash + lookup) and how many source ports an elephant may try."""
+
+    elephant_bytes: float = ARK_ELEPHANT_BYTES
+    delay_s: float = ARK_HASH_S + ARK_LOOKUP_S
+    port_search: int = 16384
+
+
 class RoutingStrategy(ABC):
     """Picks an equal-cost path for a bulk flow with more than one choice (see module docstring)."""
 
     name: ClassVar[str]
 
-    def __init__(self, engine: "FlowEngine") -> None:
-        self.engine = engine
+    def __init__(self, paths: PathService, ark: ArkSettings) -> None:
+        self.paths, self.ark = paths, ark
 
     @abstractmethod
     def choose(self, src_index: int, dst_index: int, nbytes: float, sport: int) -> RouteChoice:
         """Path for a flow between GPU indices with `nbytes` and a freshly drawn source port."""
 
     def ecmp(self, src_index: int, dst_index: int, sport: int) -> int:
-        engine = self.engine
-        return engine.topology.ecmp_choice(src_index, dst_index, flow_key(src_index, dst_index, sport), engine.seed)
+        return self.paths.ecmp(src_index, dst_index, sport)
 
     def reserve(self, src_index: int, dst_index: int, path_index: int) -> tuple[int, ...]:
-        """Count the flow on its middle (switch) links in the engine's reservation table."""
-        topo, table = self.engine.topology, self.engine.reserved
-        middle = topo.middle(topo.leaf_of(src_index), topo.leaf_of(dst_index))[path_index][0]
-        for link in middle:
-            table[link] += 1
-        return middle
+        """Count the flow on its middle (switch) links in the reservation table."""
+        return self.paths.reserve_middle(src_index, dst_index, path_index)
 
     def middle_scores(self, src_index: int, dst_index: int) -> list[tuple[int, int]]:
         """(max, sum) of reserved flows over each middle path's links: lower is emptier."""
-        topo, table = self.engine.topology, self.engine.reserved
-        middles = topo.middle(topo.leaf_of(src_index), topo.leaf_of(dst_index))
-        return [(max(table[link] for link in m), sum(table[link] for link in m)) for m, _spine in middles]
+        return self.paths.middle_scores(src_index, dst_index)
 
 
 ROUTING_STRATEGIES: dict[str, type[RoutingStrategy]] = {}
@@ -94,15 +97,15 @@ class ArkRouting(RoutingStrategy):
     name = "ark"
 
     def choose(self, src_index: int, dst_index: int, nbytes: float, sport: int) -> RouteChoice:
-        engine = self.engine
-        if nbytes < engine.ark_elephant_bytes:
+        ark = self.ark
+        if nbytes < ark.elephant_bytes:
             return RouteChoice(self.ecmp(src_index, dst_index, sport), sport, None, 0.0)
         scores = self.middle_scores(src_index, dst_index)
         best = min(scores)
         targets = {i for i, score in enumerate(scores) if score == best}
         span = SPORT_MAX - SPORT_MIN + 1
         choice = self.ecmp(src_index, dst_index, sport)
-        for step in range(1, engine.port_search):
+        for step in range(1, ark.port_search):
             if choice in targets:
                 break
             port = SPORT_MIN + (sport - SPORT_MIN + step) % span
@@ -110,7 +113,7 @@ class ArkRouting(RoutingStrategy):
             if choice in targets:
                 sport = port
                 break
-        return RouteChoice(choice, sport, self.reserve(src_index, dst_index, choice), engine.ark_delay_s)
+        return RouteChoice(choice, sport, self.reserve(src_index, dst_index, choice), ark.delay_s)
 
 
 @register_routing

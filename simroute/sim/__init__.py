@@ -1,13 +1,14 @@
 """The cluster simulation: composes the model, the calibration profile, the network engine and a workload.
 
 `Simulation`, `simulate` and `RunResult` load on first use, so that importing `simroute.sim.config` (the CLI
-does, to build `simroute run`'s options) does not pull in the whole simulator.
+does, to build `simroute run`'s options) does not pull in the whole simulator; the registries (`POLICIES`,
+`ROUTERS`, `PLACEMENTS`, `ROUTINGS`) load their plug-in packages (the network layer, for routings) on first
+read.
 """
 
 from typing import Any
 
-from simroute.network.routing import ROUTINGS
-from simroute.sim.config import POLICIES, PLACEMENTS, ROUTERS, RunConfig
+from simroute.sim.config import POLICIES, PLACEMENTS, ROUTERS, ROUTINGS, RunConfig
 
 __all__ = ["POLICIES", "PLACEMENTS", "ROUTERS", "ROUTINGS", "RunConfig", "RunResult", "Simulation", "simulate"]
 

@@ -11,6 +11,7 @@ import numpy as np
 import simpy
 
 from simroute.sim.context import SimContext
+from simroute.sim.request_spec import RequestSpec
 from simroute.sim.vocab import DropReason, Status
 from simroute.workload import iter_request_batches
 from simroute.workload.validate import RequestChecker
@@ -18,21 +19,6 @@ from simroute.workload.validate import RequestChecker
 REQUEST_COLUMNS = ["request_id", "arrival_s", "after_id", "think_s", "requester_hint", "prefill_hint",
                    "prompt_tokens", "output_tokens", "chunk_ids", "chunk_at_cached_offset", "topk",
                    "holders_spanned", "parent_id", "tenant"]
-
-
-@dataclass(frozen=True, slots=True)
-class RequestSpec:
-    """One request as the trace gives it (chunk ids already resolved to chunk indices)."""
-
-    request_id: int
-    requester_hint: int       # instance to serve it (-1 = the router decides)
-    prefill_hint: int         # instance that prefills its prompt (-1 = the requester; PD disaggregation)
-    prompt_tokens: int
-    output_tokens: int
-    chunk_indices: list[int]
-    cached: list[bool]        # per chunk: served at the offset it was cached at
-    topk: int                 # sparse selection budget (0 = dense)
-    holders_spanned: int      # holders a sparse selection spans
 
 
 def attendance_counts(trace: str, chunk_ids: np.ndarray) -> np.ndarray:

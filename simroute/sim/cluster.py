@@ -19,9 +19,9 @@ from simroute.model.cost import CostParams, FabricParams
 from simroute.network import Topology
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
-from simroute.sim.holder import StagingPool
-from simroute.sim.placement import ChunkTable, PlacementResult
-from simroute.sim.placements import PLACEMENTS
+from simroute.sim.placements.base import ChunkTable, PlacementResult
+from simroute.sim.registry import registry, run_rng
+from simroute.sim.staging import StagingPool
 
 
 @dataclass(eq=False)
@@ -121,8 +121,7 @@ class Cluster:
 
     def _place(self, popularity: np.ndarray | None) -> PlacementResult:
         cfg = self.config
-        placement = PLACEMENTS.get(cfg.placement)(seed=cfg.seed, replicas=cfg.replicas,
-                                                  hot_fraction=cfg.hot_fraction)
+        placement = registry("placement").create(cfg.placement, cfg, run_rng(cfg.seed, "placement"))
         result = placement.place(self.chunks.table(), len(self.instances), self.chunk_capacity_bytes,
                                  popularity=popularity)
         for chunk, holders in enumerate(result.holders):

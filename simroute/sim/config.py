@@ -17,17 +17,16 @@ from typing import Any
 from simroute.checks import check_number
 from simroute.defaults import DEFAULT_MODEL, DEFAULT_TP
 from simroute.errors import ConfigurationError, UnknownNameError
+from simroute.model.cost import ROUTE_EXCHANGES
 from simroute.model.geometry import WEIGHT_DTYPE_BYTES
 from simroute.model.steptime import KV_LAYOUTS
-from simroute.network.routing import ROUTING_STRATEGIES
-from simroute.sim.engine.exchange import HOLDER_MODES
-from simroute.sim.engine.scheduler import SCHEDULERS
-from simroute.sim.placements import PLACEMENTS
-from simroute.sim.policies import POLICIES
-from simroute.sim.registry import Registry
-from simroute.sim.routers import ROUTERS
+from simroute.sim.registry import Registry, registry
+from simroute.sim.vocab import HOLDER_MODES
 
-ROUTE_EXCHANGES = ("per-layer", "once")
+# Names are checked against the registries of their kinds: each loads its plug-in package on first read, so
+# this value object imports none of them (simroute/sim/registry.py).
+POLICIES, ROUTERS, PLACEMENTS = registry("policy"), registry("router"), registry("placement")
+SCHEDULERS, ROUTINGS = registry("scheduler"), registry("routing")
 
 
 def default_trace_path() -> Path:
@@ -62,8 +61,11 @@ class RunConfig:
     hosts: int | None = setting(None, "Hosts of the topology's family (its hosts, NICs, leaves and spines per leaf "
                                       "at this size); the topology file's count if unset.", minimum=1)
     model: str = setting(DEFAULT_MODEL, "Model geometry (default: the one default deployment, simroute/defaults.py).")
+    gpu: str | None = setting(None, "GPU entry of the instances: a name in the profile's gpus or a shipped "
+                                    "calib/gpus/NAME.yaml (see `simroute calib list`); the topology's hosts.gpu if "
+                                    "unset.")
     policy: str = setting("paper", "Route / fetch / local policy.", choices=POLICIES)
-    routing: str = setting("ecmp", "Path selection for bulk flows.", choices=ROUTING_STRATEGIES)
+    routing: str = setting("ecmp", "Path selection for bulk flows.", choices=ROUTINGS)
     seed: int = setting(0, "Seed: a run is a pure function of its inputs and this.", minimum=0)
     route_exchanges: str = setting("per-layer", "per-layer (exact: one exchange per layer) or once (the paper's "
                                                 "accounting).", choices=ROUTE_EXCHANGES)

@@ -18,13 +18,13 @@ from simroute.network import FlowEngine, Topology
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
 from simroute.sim.metrics import Recorder
-from simroute.sim.policy import Policy
+from simroute.sim.policies.base import Policy
+from simroute.sim.routers.base import Router
 
 if TYPE_CHECKING:
     from simroute.sim.cluster import Cluster, Instance
     from simroute.sim.engine.build import EngineSet
     from simroute.sim.engine.serving import ChunkCopies
-    from simroute.sim.router import Router
 
 
 @dataclass(eq=False)

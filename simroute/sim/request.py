@@ -22,36 +22,21 @@ from functools import partial
 
 import simpy
 
-from simroute.sim.arrivals import RequestSpec
 from simroute.sim.cluster import Instance
 from simroute.sim.context import SimContext
 from simroute.sim.engine.serving import serve, ttft_parts
 from simroute.sim.holder import ReplicaChoice, holder_wait_s
-from simroute.sim.policy import DecisionContext, LiveState, RequestShape, engine_reprefill_s
+from simroute.sim.policies.base import DecisionContext, LiveState, RequestShape, engine_reprefill_s
+from simroute.sim.request_spec import RequestSpec
 from simroute.sim.vocab import DropReason, Primitive
 
 Steps = Iterator[simpy.Event]
-
-
-def launch(ctx: SimContext, spec: RequestSpec) -> None:
-    """Start one request: its requester from the router, its prefill instance from the trace's hint."""
-    from simroute.sim.selection import SelectionRequest
-    requester = ctx.router.pick(spec, ctx.cluster)
-    instances = ctx.cluster.instances
-    if requester is None or spec.prefill_hint >= len(instances):
-        ctx.recorder.drop(spec.request_id, DropReason.REQUESTER_OUT_OF_RANGE)
-        ctx.done_event(spec.request_id).succeed()
-        return
-    prefill = instances[spec.prefill_hint] if spec.prefill_hint >= 0 else None
-    kind = SelectionRequest if spec.topk > 0 else DenseRequest
-    ctx.env.process(kind(ctx, spec, requester, prefill).run())
 
 
 def path_share_Bps(ctx: SimContext, src: Instance, dst: Instance) -> float:
     """Bytes/s a new transfer src -> dst would get now (the network engine's least link share over the path):
     live link state for policies that ask for it."""
     return ctx.network.path_share(src.gpu, dst.gpu)
-
 
 
 def reprefill_price(ctx: SimContext, requester: Instance) -> Callable[[float], float]:

@@ -17,6 +17,8 @@ import numpy as np
 import simpy
 
 from simroute.calib import load_profile
+from simroute.calib.profile import Profile
+from simroute.errors import UnknownNameError
 from simroute.ioutil import sha256_file
 from simroute.model.scalar import ScalarModel
 from simroute.network import FlowEngine, load_topology
@@ -29,11 +31,10 @@ from simroute.sim.context import SimContext
 from simroute.sim.engine import BLOCK_TOKENS, EngineOptions
 from simroute.sim.engine.build import EngineSet
 from simroute.sim.engine.serving import ChunkCopies
+from simroute.sim.launch import launch
 from simroute.sim.metrics import Recorder, holder_summary, holder_table, overload, summarise, write_outputs
-from simroute.sim.placements import PLACEMENTS
-from simroute.sim.policies import POLICIES
-from simroute.sim.request import launch, path_share_Bps
-from simroute.sim.routers import ROUTERS
+from simroute.sim.registry import registry, run_rng
+from simroute.sim.request import path_share_Bps
 from simroute.sim.vocab import DropReason, Status
 from simroute.workload import read_chunks, read_trace_meta
 from simroute.workload.validate import check_chunks
@@ -57,6 +58,16 @@ def read_chunk_store(trace: str, kv_bytes_per_token: float) -> tuple[ChunkStore,
     return store, sorted_ids
 
 
+def run_gpu(cfg: RunConfig, hosts_gpu: str | None, profile: Profile) -> str | None:
+    """The GPU entry a run's instances use: `--gpu` (which must name an entry), else the topology's hosts.gpu
+    (which may be a label that names none: the profile's instance GPU then)."""
+    if cfg.gpu is None:
+        return hosts_gpu
+    if profile.gpu_entry_file(cfg.gpu) is None:
+        raise UnknownNameError("gpu", cfg.gpu, profile.gpu_entry_names())
+    return cfg.gpu
+
+
 class Simulation:
     """One run. `run()` returns a RunResult; `simulate()` below also writes it.
 
@@ -69,6 +80,7 @@ class Simulation:
         self.progress = progress
         topology = load_topology(cfg.topology, hosts=cfg.hosts)
         profile = load_profile(cfg.calib)
+        self.gpu = run_gpu(cfg, topology.spec.gpu, profile)
         params = profile.cost_params(cfg.model, route_exchanges=cfg.route_exchanges, prefill_us=cfg.prefill_us)
         env = simpy.Environment()
         network = FlowEngine(env, topology, routing=cfg.routing, seed=cfg.seed, record_series=cfg.link_series,
@@ -76,15 +88,15 @@ class Simulation:
         compute = ComputeModel(params)
         self.meta = read_trace_meta(cfg.trace)
         chunks, self._sorted_chunk_ids = read_chunk_store(cfg.trace, compute.kv_bytes_per_token)
-        popularity = attendance_counts(cfg.trace, chunks.ids) if PLACEMENTS.get(cfg.placement).needs_popularity \
-            else None
+        needs_popularity = registry("placement").get(cfg.placement).needs_popularity
+        popularity = attendance_counts(cfg.trace, chunks.ids) if needs_popularity else None
         gpus = topology.gpus[::cfg.tp]
         fabric_of = lambda a, b: cluster.fabric(cluster.instances[a], cluster.instances[b])
         engines = EngineSet(env, profile, model=cfg.model, tp=cfg.tp, gpus=gpus,
                             intra_host_fabric=topology.spec.intra.fabric, network=network, fabric_of=fabric_of,
                             options=engine_options(cfg), exchanges_per_step=params.exchanges,
                             merge_s=params.merge_s, hbm_gb=cfg.hbm_gb, record=cfg.telemetry,
-                            host_gpu=topology.spec.gpu, weight_dtype=cfg.weights, kv_layout=cfg.kv_layout)
+                            host_gpu=self.gpu, weight_dtype=cfg.weights, kv_layout=cfg.kv_layout)
         # Canonical chunks may pin `chunk_hbm_share` of what the weights leave (in the chunks' byte units).
         chunk_capacity = (engines[0].hbm.capacity_blocks * BLOCK_TOKENS * compute.kv_bytes_per_token
                           * cfg.chunk_hbm_share) if len(engines) else 0.0
@@ -100,7 +112,9 @@ class Simulation:
             compute=compute, model=ScalarModel(params),
             floor_model=ScalarModel(replace(params, host_overhead=False)),   # the simulator charges no host overhead
             cluster=cluster,
-            policy=POLICIES.get(cfg.policy)(), router=ROUTERS.get(cfg.router)(), recorder=Recorder(self.n_requests),
+            policy=registry("policy").create(cfg.policy, cfg, run_rng(cfg.seed, "policy")),
+            router=registry("router").create(cfg.router, cfg, run_rng(cfg.seed, "router")),
+            recorder=Recorder(self.n_requests),
             engines=engines, copies=copies)
 
     # ---- shortcuts for scenario code ---------------------------------------------------------------------
@@ -142,7 +156,7 @@ class Simulation:
         cfg, ctx = self.cfg, self.ctx
         cluster, topology = ctx.cluster, ctx.topology
         calib_files = list(ctx.profile.files)
-        gpu_file = ctx.profile.gpu_entry_file(topology.spec.gpu)    # the hosts' GPU entry, when read from a file
+        gpu_file = ctx.profile.gpu_entry_file(self.gpu)    # the instances' GPU entry, when read from a file
         if gpu_file is not None and str(gpu_file) not in map(str, calib_files):
             calib_files.append(gpu_file)
         calib = hashlib.sha256("".join(sha256_file(f) for f in calib_files).encode()).hexdigest()

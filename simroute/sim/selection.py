@@ -21,8 +21,8 @@ import simpy
 
 from simroute.model.cost import FLOATS, sparse_premium
 from simroute.sim.engine.hbm import blocks_for
-from simroute.sim.engine.sequence import DECODE
-from simroute.sim.policy import RequestShape
+from simroute.sim.vocab import DECODE
+from simroute.sim.policies.base import RequestShape
 from simroute.sim.request import ChunkPlan, DenseRequest, RemoteChunk, Steps, build_decision_context
 from simroute.sim.vocab import Primitive
 

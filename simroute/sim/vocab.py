@@ -7,7 +7,7 @@ names. The integer values are the codes stored in memory; the labels are what th
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 
 
 class Primitive(IntEnum):
@@ -78,3 +78,17 @@ _DROP_ADVICE = {
     DropReason.KV_NEVER_FITS: "a request's KV exceeds what one instance's HBM leaves beside the weights; raise --tp "
                               "or --hbm-gb, or pick a smaller model",
 }
+
+
+# A sequence's phase on an instance engine (plain ints: the engine compares them in its inner loop).
+WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
+
+
+class HolderMode(StrEnum):
+    """Where a holder runs the routed partial attention it serves (`RunConfig.holder_mode`)."""
+
+    INLINE = "inline"     # between / inside its own iterations
+    STREAM = "stream"     # on a concurrent stream, slowing its own iterations by the interference share
+
+
+HOLDER_MODES = tuple(mode.value for mode in HolderMode)

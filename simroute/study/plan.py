@@ -39,6 +39,7 @@ class PlanRequest:
     model: str = DEFAULT_MODEL
     tp: int = DEFAULT_TP
     topology: str = DEFAULT_TOPOLOGY
+    gpu: str | None = None                              # the instances' GPU entry (default: the topology's hosts.gpu)
     calib: str = DEFAULT_CALIB
     slo: tuple[str, ...] = DEFAULT_SLO
     qps: float | None = None
@@ -57,6 +58,8 @@ class PlanRequest:
                                 "trace": self._trace(), **self.base}
         if self.max_requests is not None:
             base["max_requests"] = self.max_requests
+        if self.gpu is not None:
+            base["gpu"] = self.gpu
         if self.time_scale is not None:
             base["time_scale"] = self.time_scale
         if self.qps is not None and not self._generator_takes("qps"):
@@ -215,7 +218,9 @@ def plan_markdown(answer: dict[str, Any], request_doc: dict[str, Any]) -> str:
             if base.get("time_scale") else "at the trace's own load")
     if isinstance(trace, dict) and (trace.get("params") or {}).get("qps"):
         load = f"at {trace['params']['qps']} requests/s"
-    lines = [f"# Capacity plan: {base.get('model')} at TP {base.get('tp')} on {Path(str(base.get('topology'))).stem}",
+    gpu = f" ({base['gpu']} GPUs)" if base.get("gpu") else ""
+    lines = [f"# Capacity plan: {base.get('model')} at TP {base.get('tp')} on {Path(str(base.get('topology'))).stem}"
+             f"{gpu}",
              "", f"Workload: {workload}, {load}; SLO: {slo}, every one of {request_doc.get('seeds')} seeds.", ""]
     if own["hosts"] is None:
         lines.append(f"**No host count in {request_doc['search']['lo']}-{request_doc['search']['hi']} meets the SLO "

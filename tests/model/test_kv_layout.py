@@ -74,7 +74,7 @@ def test_the_policy_prices_the_fan_out_it_will_be_charged():
     selection (gathered every step, never a whole copy) pays none."""
     from simroute.calib import default_profile_path
     from simroute.model.scalar import ScalarModel
-    from simroute.sim.policy import horizon_costs_scalar
+    from simroute.sim.policies.base import horizon_costs_scalar
 
     m = ScalarModel(load_profile(default_profile_path()).cost_params("deepseek-v3", route_exchanges="per-layer"))
     cross = [f.name for f in m.p.fabrics].index("h100-ibgda")

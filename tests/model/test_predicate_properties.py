@@ -74,7 +74,7 @@ def test_vectorised_equals_elementwise_and_blocked():
        collapsed_response=True, holder_amortisation=True, dispatcher_batching=True)]), st.integers(0, 500))
 def test_scalar_fast_path_equals_vectorised(s, p, steps):
     from simroute.model.scalar import ScalarModel
-    from simroute.sim.policy import horizon_costs, horizon_costs_scalar
+    from simroute.sim.policies.base import horizon_costs, horizon_costs_scalar
     m = ScalarModel(p)
     kw = dict(mq_first=float(s["mq"]), mq_step=16.0, steps=steps, topk=s["topk"], holders=s["holders"])
     vec = horizon_costs(p, ct=np.array([float(s["ct"])]), fabric=np.array([s["fabric"]]),

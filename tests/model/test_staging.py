@@ -13,7 +13,7 @@ from simroute.calib import load_profile, shipped_dir
 from simroute.errors import ConfigurationError
 from simroute.model.staging import (copy_saving_at_elbow, elbow_fetch_saving_s, fitted_copy_Bps,
                                     paper_chunk_bytes)
-from simroute.sim.holder import StagingPool
+from simroute.sim.staging import StagingPool
 
 CHUNK = 2048 * 576 * 2 * 27          # the paper's chunk: 2048 tokens x (512 + 64) x bf16 x 27 layers
 SAVED = 0.07 * 6.0e-3 / 0.93         # 7% of the K = 1 round trip, which is 6.0 ms at K = 8 / 0.93

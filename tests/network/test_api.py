@@ -26,7 +26,7 @@ def test_a_new_routing_strategy_is_one_class(ark_topo):
         name = "last-spine"
 
         def choose(self, src_index, dst_index, nbytes, sport):
-            return RouteChoice(self.engine.topology.n_choices(src_index, dst_index) - 1, sport, None, 0.0)
+            return RouteChoice(self.paths.choices(src_index, dst_index) - 1, sport, None, 0.0)
 
     try:
         env = simpy.Environment()
@@ -77,7 +77,27 @@ def test_ark_elephant_threshold_catches_chunk_pulls(ark_topo):
     pull = eng.transfer("h0.g0", "h1.g0", 15.9e6)
     mouse = eng.transfer("h0.g1", "h1.g1", 1e5)
     env.run()
-    controller = eng.ark_delay_s
+    controller = eng.ark.delay_s
     lat = sum(link.latency_s for link in ark_topo.path("h0.g0", "h1.g0"))
     assert pull.value.end == pytest.approx(15.9e6 / 25e9 + controller + lat, rel=1e-9)
     assert mouse.value.end == pytest.approx(1e5 / 25e9 + lat, rel=1e-9)
+
+
+def test_routing_and_messages_use_the_engine_only_through_its_public_interface():
+    """Strategies and the message model read paths through `PathService` and bulk state through public
+    names (`link_share`, `bulk_version`, `cap`, `telemetry`, `topology`, `paths`): no private attribute of
+    the engine, and not the reservation table or solver state directly."""
+    import ast
+    from pathlib import Path
+
+    import simroute.network as network
+    root = Path(network.__file__).parent
+    allowed = {"link_share", "bulk_version", "cap", "telemetry", "topology", "paths"}
+    for name in ("routing.py", "messages.py", "paths.py"):
+        tree = ast.parse((root / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "engine":
+                assert node.attr in allowed, f"network/{name}:{node.lineno} reads engine.{node.attr}"
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) \
+                    and node.value.attr == "engine":
+                assert node.attr in allowed, f"network/{name}:{node.lineno} reads self.engine.{node.attr}"

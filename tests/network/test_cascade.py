@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from simroute.network import maxmin_rates
 from simroute.network import _compiled
-from simroute.network.engine import _GroupColumns
+from simroute.network.columns import GroupColumns
 from simroute.network.kernels import NUMPY_BACKEND, commit_slots_numpy, compiled_backend
 
 from test_large import _closed_loop, _EarlyArrays, assert_maxmin
@@ -73,7 +73,7 @@ class _State:
     def cascade(self, seeds, dirty, limit=10**9):
         links, member, deg = self.arrays()
         groups = len(self.paths)
-        scratch = _GroupColumns(N_LINKS, max(groups, 1), 5).cascade_scratch()   # the engine's own scratch
+        scratch = GroupColumns(N_LINKS, max(groups, 1), 5).cascade_scratch()   # the engine's own scratch
         ok, slots, rate, bn = _kernel("cascade_numba", self.mode)(
             np.array(seeds, dtype=np.int64), np.array(dirty, dtype=np.int64), links, np.array(self.n),
             np.array(self.gcap), self.rate.copy(), self.bn.copy(), self.capacity, self.load(links), member, deg,

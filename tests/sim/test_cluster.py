@@ -12,10 +12,10 @@ from simroute.errors import ConfigurationError
 from simroute.network import shipped_topology
 from simroute.scenarios.traces import single_chunk_trace
 from simroute.sim import RunConfig, Simulation
-from simroute.sim.arrivals import RequestSpec
+from simroute.sim.request_spec import RequestSpec
 from simroute.sim.cluster import ChunkStore, Instance
 from simroute.network.hashing import mix64
-from simroute.sim.placement import ChunkTable, mix64_array
+from simroute.sim.placements.base import ChunkTable, mix64_array
 from simroute.sim.placements import PLACEMENTS
 from simroute.sim.routers import ROUTERS
 from simroute.defaults import PAPER_DEPLOYMENT

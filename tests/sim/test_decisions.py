@@ -12,8 +12,8 @@ from simroute.calib import default_profile_path
 from simroute.network import shipped_topology
 from simroute.scenarios.traces import write_trace
 from simroute.sim import RunConfig, Simulation
-from simroute.sim.arrivals import RequestSpec
-from simroute.sim.policy import RequestShape
+from simroute.sim.request_spec import RequestSpec
+from simroute.sim.policies.base import RequestShape
 from simroute.sim.request import DenseRequest, RemoteChunk, build_decision_context
 from simroute.sim.vocab import Primitive
 from simroute.defaults import PAPER_DEPLOYMENT

@@ -9,7 +9,7 @@ from simroute.calib import default_profile_path
 from simroute.network import default_topology_path
 from simroute.sim import RunConfig, Simulation, simulate
 from simroute.scenarios.ark import ark_sweep
-from simroute.sim.placement import ChunkTable
+from simroute.sim.placements.base import ChunkTable
 from simroute.sim.placements import PLACEMENTS
 from simroute.workload import generate
 from simroute.defaults import PAPER_DEPLOYMENT
@@ -101,7 +101,7 @@ def test_adaptive_policy_reacts_to_holder_queue_and_link_state():
     from simroute.calib import load_profile
     from simroute.model.scalar import ScalarModel
     from simroute.sim.policies import POLICIES
-    from simroute.sim.policy import DecisionContext, LiveState, RequestShape
+    from simroute.sim.policies.base import DecisionContext, LiveState, RequestShape
     params = load_profile("h100-ibgda").cost_params()
     model = ScalarModel(params)
     shape = RequestShape(mq_first=16 * 16, mq_step=16, steps=1, tokens=2048.0,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import simpy
 
-from simroute.sim.holder import FifoServer, StagingPool
+from simroute.sim.staging import FifoServer, StagingPool
 
 
 # ---- FifoServer ---------------------------------------------------------------------------------------

@@ -131,3 +131,16 @@ def test_overload_is_a_queue_that_keeps_growing():
     agg = pd.DataFrame({"config": ["a"], "finished": [False], "completion": [1.0], "overloaded": [1.0],
                         "ttft_growth": [9.0]})
     assert marks(agg) == ["arrivals above service (late TTFT x9 the early)"]
+
+
+def test_plan_study_carries_the_deployment_and_sizes_generated_corpora():
+    from simroute.study.plan import PlanRequest
+    doc = PlanRequest(trace={"generate": "corpus", "params": {"requests": 10}}, gpu="h100-sxm", model="llama-3.1-8b",
+                      tp=2, qps=3.0, compare=("always-fetch", "paper")).study_document()
+    assert {k: doc["base"][k] for k in ("gpu", "model", "tp")} == {"gpu": "h100-sxm", "model": "llama-3.1-8b", "tp": 2}
+    assert doc["base"]["trace"]["params"] == {"requests": 10, "instances": "auto", "qps": 3.0}
+    assert "qps" not in doc["base"]          # the generator's own rate, not a rescaling of it
+    assert doc["axes"] == {"policy": ["paper", "always-fetch"]}
+    assert doc["search"]["field"] == "hosts" and doc["search"]["goal"] == "min"
+    imported = PlanRequest(trace="agents-default", qps=2.0).study_document()
+    assert imported["base"]["qps"] == 2.0 and imported["base"]["trace"] == "agents-default"

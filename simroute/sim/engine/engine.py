@@ -26,11 +26,13 @@ import simpy
 
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.model.steptime import causal_pairs
-from simroute.sim.engine.exchange import HOLDER_MODES, MAX_UTILISATION, HolderPartials, RouteExchange
+from simroute.sim.engine.exchange import MAX_UTILISATION, HolderPartials, RouteExchange
 from simroute.sim.engine.hbm import BLOCK_TOKENS, HbmBudget, blocks_for
 from simroute.sim.engine.log import IterationLog
-from simroute.sim.engine.scheduler import SCHEDULERS, Plan, get_scheduler
 from simroute.sim.engine.sequence import DECODE, DONE, PREFILL, WAITING, Sequence
+from simroute.sim.registry import registry
+from simroute.sim.schedulers.base import Plan
+from simroute.sim.vocab import HOLDER_MODES
 
 
 class StepTime(Protocol):
@@ -62,8 +64,8 @@ class EngineOptions:
     check_hbm: bool = False         # assert the HBM invariant at every iteration (tests)
 
     def __post_init__(self) -> None:
-        if self.scheduler not in SCHEDULERS:
-            raise UnknownNameError("scheduler", self.scheduler, list(SCHEDULERS))
+        if self.scheduler not in registry("scheduler"):
+            raise UnknownNameError("scheduler", self.scheduler, list(registry("scheduler")))
         if self.holder_mode not in HOLDER_MODES:
             raise UnknownNameError("holder_mode", self.holder_mode, list(HOLDER_MODES))
         for name in ("max_running", "token_budget", "prefill_chunk", "steps_per_event"):
@@ -77,7 +79,7 @@ class InstanceEngine:
     """One instance's serving engine. `submit(seq)` queues a sequence; its callbacks fire at its first
     token and when it is done. Also a holder: `partials` is the work it does for other requesters.
 
-    Extend by registering a scheduler (scheduler.py); the iteration cost lives in the step-time model.
+    Extend by registering a scheduler (simroute/sim/schedulers/); the iteration cost lives in the step-time model.
     """
 
     def __init__(self, env: simpy.Environment, eid: int, gpu: str, step: StepTime, hbm: HbmBudget,
@@ -85,7 +87,7 @@ class InstanceEngine:
                  log: IterationLog | None = None) -> None:
         self.env, self.eid, self.gpu = env, eid, gpu
         self.step, self.hbm, self.options = step, hbm, options
-        self.scheduler = get_scheduler(options.scheduler)
+        self.scheduler = registry("scheduler").get(options.scheduler)()
         self.layers, self.heads = layers, heads
         self.exchange = exchange
         self.log = log if log is not None else IterationLog()

@@ -29,10 +29,11 @@ from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from simroute.sim.vocab import HolderMode
+
 if TYPE_CHECKING:
     from simroute.sim.engine.engine import InstanceEngine
 
-HOLDER_MODES = ("inline", "stream")
 INF = float("inf")
 MAX_UTILISATION = 0.95          # the fluid queue's wait is capped where rho -> 1 (no unbounded backlog)
 
@@ -51,7 +52,7 @@ class HolderPartials:
     __slots__ = ("mode", "interference", "demand", "tail", "expiry", "calls", "queries", "work_s", "charged_s",
                  "kernel_s", "last_take", "prepaid", "busy_fraction", "queued_s", "fan_in_calls", "max_fan_in")
 
-    def __init__(self, mode: str = "inline", interference: float = 0.3) -> None:
+    def __init__(self, mode: str = HolderMode.INLINE, interference: float = 0.3) -> None:
         self.mode = mode
         self.interference = interference
         self.demand: list[list] = []    # [from, until, GPU s per s, requester, charge per s] routing here now
@@ -112,7 +113,7 @@ class HolderPartials:
         """`wait_s` at a known utilisation of the other requesters."""
         rho = min(utilisation, MAX_UTILISATION)
         wait = kernel_s * rho / (2 * (1 - rho)) if rho > 0 else 0.0
-        if self.mode == "inline" and holder_busy:
+        if self.mode == HolderMode.INLINE and holder_busy:
             wait += holder_layer_s / 2
         return wait
 
@@ -127,7 +128,7 @@ class HolderPartials:
         if span_s <= 0:
             return None
         # on an idle holder the kernels use an idle GPU: nobody waits for them (no charge)
-        charge = (1.0 if self.mode == "inline" else self.interference) if holder_busy else 0.0
+        charge = (1.0 if self.mode == HolderMode.INLINE else self.interference) if holder_busy else 0.0
         entry = [now, now + span_s, work / span_s, requester, charge * work / span_s]
         self.demand.append(entry)
         if entry[1] < self.expiry:

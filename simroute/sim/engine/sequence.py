@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-# phases
-WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
+from simroute.sim.vocab import DECODE, DONE, PREFILL, WAITING  # noqa: F401  (the phases, re-exported)
 
 
 class RouteShare:

@@ -1,8 +1,9 @@
-"""The built-in placements. Each module registers its class in `PLACEMENTS` when imported."""
+"""The built-in placements: every module of this package is imported (`discover`) and registers its class in
+`PLACEMENTS`; a new placement is one new module here."""
 
-from simroute.sim.placement import PLACEMENTS, Placement
+from simroute.sim.placements.base import PLACEMENTS, ChunkTable, Placement, PlacementResult
+from simroute.sim.registry import discover
 
-# The registry line: one module per placement, registration order = CLI help order.
-from simroute.sim.placements import hashed, consistent_hash, popularity  # noqa: E402,F401  (imported to register)
+discover(__name__, __path__)
 
-__all__ = ["PLACEMENTS", "Placement"]
+__all__ = ["PLACEMENTS", "ChunkTable", "Placement", "PlacementResult"]

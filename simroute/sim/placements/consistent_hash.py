@@ -6,7 +6,7 @@ import bisect
 from collections.abc import Iterator
 
 from simroute.network.hashing import mix64
-from simroute.sim.placement import PLACEMENTS, Placement
+from simroute.sim.placements.base import PLACEMENTS, Placement
 
 VIRTUAL_NODES = 64
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from math import gcd
 
 from simroute.network.hashing import mix64
-from simroute.sim.placement import PLACEMENTS, Placement
+from simroute.sim.placements.base import PLACEMENTS, Placement
 
 
 @PLACEMENTS.register("hash")

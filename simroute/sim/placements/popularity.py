@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simroute.sim.placement import PLACEMENTS, ChunkTable
+from simroute.sim.placements.base import PLACEMENTS, ChunkTable
 from simroute.sim.placements.hashed import HashPlacement
 
 

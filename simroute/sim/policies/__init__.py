@@ -1,11 +1,9 @@
-"""The built-in policies. Each module registers its classes in `POLICIES` when imported.
+"""The built-in policies: every module of this package is imported (`discover`) and registers its classes in
+`POLICIES`; a new policy is one new module here."""
 
-Adding a policy: a new module here (or anywhere importable) plus its name on the import line below.
-"""
+from simroute.sim.policies.base import POLICIES, DecisionContext, Policy
+from simroute.sim.registry import discover
 
-from simroute.sim.policy import POLICIES, DecisionContext, Policy
-
-# The registry line: one module per policy family, registration order = CLI help order.
-from simroute.sim.policies import paper, forced, adaptive  # noqa: E402,F401  (imported to register)
+discover(__name__, __path__)
 
 __all__ = ["POLICIES", "DecisionContext", "Policy"]

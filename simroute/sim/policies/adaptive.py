@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from simroute.sim.policy import POLICIES, DecisionContext, HorizonCosts, Policy
+from simroute.sim.policies.base import POLICIES, DecisionContext, HorizonCosts, Policy
 from simroute.sim.vocab import Primitive
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from simroute.sim.policy import POLICIES, DecisionContext, Policy
+from simroute.sim.policies.base import POLICIES, DecisionContext, Policy
 from simroute.sim.vocab import Primitive
 
 

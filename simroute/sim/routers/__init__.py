@@ -1,8 +1,9 @@
-"""The built-in routers. Each module registers its class in `ROUTERS` when imported."""
+"""The built-in routers: every module of this package is imported (`discover`) and registers its class in
+`ROUTERS`; a new router is one new module here."""
 
-from simroute.sim.router import ROUTERS, Router
+from simroute.sim.registry import discover
+from simroute.sim.routers.base import ROUTERS, ClusterView, InstanceRef, Router
 
-# The registry line: one module per router, registration order = CLI help order.
-from simroute.sim.routers import affinity, hint, round_robin, least_loaded, locality, prefix_hash  # noqa: E402,F401  (imported to register)
+discover(__name__, __path__)
 
-__all__ = ["ROUTERS", "Router"]
+__all__ = ["ROUTERS", "ClusterView", "InstanceRef", "Router"]

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from simroute.network.hashing import mix64
-from simroute.sim.router import ROUTERS, Router
-
-if TYPE_CHECKING:
-    from simroute.sim.arrivals import RequestSpec
-    from simroute.sim.cluster import Cluster, Instance
+from simroute.sim.request_spec import RequestSpec
+from simroute.sim.routers.base import ROUTERS, ClusterView, InstanceRef, Router
 
 
 @ROUTERS.register("affinity")
@@ -31,7 +28,7 @@ class AffinityRouter(Router):
 
     HEADROOM: ClassVar[int] = 1
 
-    def pick(self, request: RequestSpec, cluster: Cluster) -> Instance | None:
+    def pick(self, request: RequestSpec, cluster: ClusterView) -> InstanceRef | None:
         hint = request.requester_hint
         if hint >= 0:
             return cluster.instances[hint] if hint < len(cluster.instances) else None
@@ -45,7 +42,7 @@ class AffinityRouter(Router):
         return self.spill(request, cluster, score)
 
     @staticmethod
-    def resident_tokens(request: RequestSpec, cluster: Cluster) -> np.ndarray:
+    def resident_tokens(request: RequestSpec, cluster: ClusterView) -> np.ndarray:
         """Per instance, the request's chunk tokens it already holds (canonical or copy)."""
         chunks = cluster.chunks
         score = np.zeros(len(cluster.instances))
@@ -55,15 +52,15 @@ class AffinityRouter(Router):
         return score
 
     @staticmethod
-    def load(cluster: Cluster) -> np.ndarray:
+    def load(cluster: ClusterView) -> np.ndarray:
         """Per instance: requests in flight."""
         return cluster.active.copy()
 
-    def overloaded(self, inst: int, cluster: Cluster) -> bool:
+    def overloaded(self, inst: int, cluster: ClusterView) -> bool:
         load = self.load(cluster)
         return bool(load[inst] > load.min() + self.HEADROOM)
 
-    def spill(self, request: RequestSpec, cluster: Cluster, score: np.ndarray) -> Instance:
+    def spill(self, request: RequestSpec, cluster: ClusterView, score: np.ndarray) -> InstanceRef:
         """Power of two choices by a hash of the request id: fewer in flight wins, then more resident tokens."""
         n = len(cluster.instances)
         allowed = np.flatnonzero(score >= 0) if (score >= 0).any() else np.arange(n)

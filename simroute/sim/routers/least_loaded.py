@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from simroute.sim.router import ROUTERS, Router
-
-if TYPE_CHECKING:
-    from simroute.sim.arrivals import RequestSpec
-    from simroute.sim.cluster import Cluster, Instance
+from simroute.sim.request_spec import RequestSpec
+from simroute.sim.routers.base import ROUTERS, ClusterView, InstanceRef, Router
 
 
 @ROUTERS.register("least-loaded")
 class LeastLoadedRouter(Router):
     """Fewest requests in flight (ties rotate), ignoring hints."""
 
-    def pick(self, request: RequestSpec, cluster: Cluster) -> Instance | None:
+    def pick(self, request: RequestSpec, cluster: ClusterView) -> InstanceRef | None:
         return self.least_loaded(cluster)

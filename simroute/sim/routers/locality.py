@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from simroute.sim.router import ROUTERS, Router
-
-if TYPE_CHECKING:
-    from simroute.sim.arrivals import RequestSpec
-    from simroute.sim.cluster import Cluster, Instance
+from simroute.sim.request_spec import RequestSpec
+from simroute.sim.routers.base import ROUTERS, ClusterView, InstanceRef, Router
 
 
 @ROUTERS.register("locality")
 class LocalityRouter(Router):
     """Where most of the request's chunk tokens already are (least-loaded among ties and otherwise)."""
 
-    def pick(self, request: RequestSpec, cluster: Cluster) -> Instance | None:
+    def pick(self, request: RequestSpec, cluster: ClusterView) -> InstanceRef | None:
         chunks = cluster.chunks
         if request.chunk_indices:
             score = np.zeros(len(cluster.instances))

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from simroute.sim.router import ROUTERS, Router
-
-if TYPE_CHECKING:
-    from simroute.sim.arrivals import RequestSpec
-    from simroute.sim.cluster import Cluster, Instance
+from simroute.sim.request_spec import RequestSpec
+from simroute.sim.routers.base import ROUTERS, ClusterView, InstanceRef, Router
 
 
 @ROUTERS.register("round-robin")
 class RoundRobinRouter(Router):
     """Instances in turn, ignoring hints."""
 
-    def pick(self, request: RequestSpec, cluster: Cluster) -> Instance | None:
+    def pick(self, request: RequestSpec, cluster: ClusterView) -> InstanceRef | None:
         self.rotation = (self.rotation + 1) % len(cluster.instances)
         return cluster.instances[self.rotation]

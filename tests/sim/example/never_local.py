@@ -1,12 +1,12 @@
 """An example policy, the whole of it: the cheaper of route and fetch by the paper's predicate, never local.
 
-Adding it to simroute is this file plus one registry line (its module on the import line of
-simroute/sim/policies/__init__.py); the test imports it instead, which runs the same decorator.
+Adding it to simroute is this file in simroute/sim/policies/ (the package discovers its modules); the test
+imports it instead, which runs the same decorator.
 """
 
 from __future__ import annotations
 
-from simroute.sim.policy import POLICIES, DecisionContext, Policy
+from simroute.sim.policies.base import POLICIES, DecisionContext, Policy
 from simroute.sim.vocab import Primitive
 
 

@@ -7,9 +7,9 @@ decode steps (one query row per head). Every policy sees the same `DecisionConte
 the live state of the holders and the path (when the policy asks for it), and the cost model.
 
 To add a policy: write a module in `simroute/sim/policies/` with a `Policy` subclass decorated by
-`@POLICIES.register("name")` (its docstring's first line is the CLI help), then add the module to the
-import line in `simroute/sim/policies/__init__.py`. Nothing else changes: `RunConfig`, the CLI help and
-the request flow take the name from the registry.
+`@POLICIES.register("name")` (its docstring's first line is the CLI help); the package discovers its
+modules. Nothing else changes: `RunConfig`, the CLI help and the request flow take the name from the
+registry.
 """
 
 from __future__ import annotations
@@ -18,15 +18,18 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import ClassVar, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import numpy as np
 
 from simroute.model.cost import CostParams, Shape, costs
 from simroute.model.scalar import ScalarModel
 from simroute.model.steptime import BatchShape, StepTimeModel
-from simroute.sim.registry import Registry
+from simroute.sim.registry import Registry, registry
 from simroute.sim.vocab import Primitive
+
+if TYPE_CHECKING:
+    from simroute.sim.config import RunConfig
 
 
 class HorizonCosts(NamedTuple):
@@ -102,11 +105,16 @@ class Policy(ABC):
     name: ClassVar[str]
     needs_live_state: ClassVar[bool] = False
 
+    @classmethod
+    def from_run(cls, config: RunConfig, rng: np.random.Generator) -> Policy:
+        """The policy for one run (the built-ins need neither the config nor randomness)."""
+        return cls()
+
     @abstractmethod
     def choose(self, ctx: DecisionContext) -> Primitive: ...
 
 
-POLICIES: Registry[type[Policy]] = Registry("policy")
+POLICIES: Registry[type[Policy]] = registry("policy")
 
 
 def horizon_costs(p: CostParams, *, mq_first: float, mq_step: float, steps: int, ct: np.ndarray,

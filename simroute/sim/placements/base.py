@@ -6,7 +6,7 @@ Non-canonical chunks are created on first prefill, not placed.
 
 To add a placement: a module in `simroute/sim/placements/` with a `Placement` subclass decorated by
 `@PLACEMENTS.register("name")` that yields each chunk's candidate instances in order (and, to replicate,
-overrides `copies_wanted`), plus its name on the import line of `simroute/sim/placements/__init__.py`.
+overrides `copies_wanted`); the package discovers its modules.
 """
 
 from __future__ import annotations
@@ -14,12 +14,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from simroute.network.hashing import mix64
-from simroute.sim.registry import Registry
+from simroute.sim.registry import Registry, registry
+
+if TYPE_CHECKING:
+    from simroute.sim.config import RunConfig
 
 
 def mix64_array(x: np.ndarray) -> np.ndarray:
@@ -66,6 +69,11 @@ class Placement(ABC):
         self.seed, self.replicas, self.hot_fraction = seed, replicas, hot_fraction
         self.salt = mix64(seed)
 
+    @classmethod
+    def from_run(cls, config: RunConfig, rng: np.random.Generator) -> Placement:
+        """The placement for one run: the run's seed salts the hashes (it draws nothing from `rng`)."""
+        return cls(seed=config.seed, replicas=config.replicas, hot_fraction=config.hot_fraction)
+
     @abstractmethod
     def candidates(self, chunk_hash: int, n_instances: int) -> Iterator[int]: ...
 
@@ -109,4 +117,4 @@ def _chain(hint: int, order: Iterator[int]) -> Iterator[int]:
     yield from order
 
 
-PLACEMENTS: Registry[type[Placement]] = Registry("placement")
+PLACEMENTS: Registry[type[Placement]] = registry("placement")

@@ -25,6 +25,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -91,13 +92,37 @@ def _manifest(directory: Path) -> dict[str, list[int]]:
     return out
 
 
-def _write_manifest(directory: Path) -> None:
-    doc = {"written_by": "simroute", "files": _manifest(directory)}
+def _write_manifest(directory: Path, kind: str | None = None) -> None:
+    doc: dict[str, Any] = {"written_by": "simroute", "files": _manifest(directory)}
+    if kind is not None:
+        doc["kind"] = kind
     (directory / MANIFEST).write_text(json.dumps(doc, sort_keys=True) + "\n")
 
 
+def manifest_kind(directory: Path) -> str | None:
+    """The kind a simroute directory's manifest declares (`report`, `study`), None where it declares none."""
+    try:
+        doc = json.loads((directory / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc.get("kind") if isinstance(doc, dict) and isinstance(doc.get("kind"), str) else None
+
+
+def _nested_outputs(directory: Path, listed: dict[str, Any]) -> dict[Path, list[str]]:
+    """Subdirectories simroute wrote whole after the parent (a report inside a run), each with what in it
+    simroute did not write: they carry their own manifest, so they answer for their own files."""
+    out = {}
+    for sub in sorted(p for p in directory.iterdir() if p.is_dir() and not p.is_symlink()):
+        if (sub / MANIFEST).is_file() and not any(k.startswith(sub.name + "/") for k in listed):
+            out[sub] = [f"{sub.name}/{name}" for name in foreign_files(sub)]
+    return out
+
+
 def foreign_files(directory: Path) -> list[str]:
-    """What in `directory` simroute did not write there (or was changed since): empty means replaceable."""
+    """What in `directory` simroute did not write there (or was changed since): empty means replaceable.
+
+    A subdirectory with a manifest of its own (a report written into a run) answers for its own files: if
+    all of them are simroute's, so is the subdirectory, and a later run may replace the whole directory."""
     entries = [p for p in directory.rglob("*") if p.name != MANIFEST or p.parent != directory]
     if not entries:
         return []
@@ -107,11 +132,14 @@ def foreign_files(directory: Path) -> list[str]:
             raise TypeError
     except (OSError, ValueError, TypeError, KeyError):
         return sorted(p.relative_to(directory).as_posix() for p in entries if not p.is_dir())[:3] or ["(folders)"]
-    actual = _manifest(directory)
+    nested = _nested_outputs(directory, listed)
+    inside = lambda p: any(sub == p or sub in p.parents for sub in nested)
+    entries = [p for p in entries if not inside(p)]
+    actual = {name: stat for name, stat in _manifest(directory).items() if not inside(directory / name)}
     foreign = [name for name, stat in actual.items() if listed.get(name) != stat]
     extra = [p.relative_to(directory).as_posix() for p in entries
              if (p.is_symlink() or not (p.is_file() or p.is_dir()))]
-    return sorted(foreign + extra)
+    return sorted(foreign + extra + [name for names in nested.values() for name in names])
 
 
 def check_replaceable(target: str | Path, markers: tuple[str, ...] = (), what: str = "output") -> None:
@@ -131,6 +159,10 @@ def check_replaceable(target: str | Path, markers: tuple[str, ...] = (), what: s
         shown = ", ".join(foreign[:3]) + (" ..." if len(foreign) > 3 else "")
         raise ConfigurationError(f"holds files simroute did not write there ({shown}): refusing to replace it "
                                  f"with the {what} (choose a new or empty directory)", file=target)
+    kind = manifest_kind(target)
+    if kind is not None and what != "output" and kind != what:
+        raise ConfigurationError(f"holds simroute's {kind}, not a {what}: a {what} never replaces it (choose a new "
+                                 "or empty directory)", file=target)
 
 
 # -- the lock -------------------------------------------------------------------------------------------------
@@ -204,10 +236,28 @@ def claim_output(target: str | Path, *, directory: bool = True, inputs: Iterable
     (`atomic_path`) reuse the claim.
     """
     target = check_output_path(target, directory=directory, inputs=inputs, flag=flag)
-    with lock_output(target, flag=flag):
+    with naming_faults(target), undo_folders(target.parent), lock_output(target, flag=flag):
+        clean_stale_temps(target)
         if directory:
             check_replaceable(target, what=what)
         yield target
+
+
+@contextlib.contextmanager
+def naming_faults(target: Path) -> Iterator[None]:
+    """A fault of the machine while writing `target` (a full disk, a read-only file system) is reported
+    against `target`, not a temporary name or no name at all (`simroute_output` on the OSError)."""
+    try:
+        yield
+    except OSError as exc:
+        temporary = any(_TEMP_NAME.search(part) for part in target.parts)     # a write inside a temporary
+        if getattr(exc, "simroute_output", None) is None and not temporary:
+            with contextlib.suppress(AttributeError):
+                exc.simroute_output = str(target)
+        raise
+
+
+_TEMP_NAME = re.compile(r"\.simroute-\d+-[^./]*\.tmp$")
 
 
 # -- atomic writes --------------------------------------------------------------------------------------------
@@ -248,12 +298,47 @@ def _replace_directory(tmp: Path, target: Path, what: str) -> None:
     _remove(old)
 
 
+def _temp_prefix(target: Path) -> str:
+    """Temporary names carry the writer's pid, so a later writer can tell debris of a killed one."""
+    return f".{target.name}.simroute-{os.getpid()}-"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:          # EPERM: alive, someone else's
+        return True
+    return True
+
+
+def clean_stale_temps(target: Path) -> list[Path]:
+    """Remove what killed writers of `target` left beside it (`.NAME.simroute-PID-*.tmp`, `.NAME.old-PID`),
+    where that PID no longer runs. Called under the target's lock, at the next write."""
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.(?:simroute-(\d+)-[^./]*\.tmp|old-(\d+))$")
+    # before temporaries carried a pid (mkstemp's 8 random characters): under the lock no writer of this target
+    # is alive, so one of these left beside it is a killed writer's
+    legacy = re.compile(rf"^\.{re.escape(target.name)}\.[a-z0-9_]{{8}}\.tmp$")
+    removed = []
+    try:
+        siblings = list(target.parent.iterdir())
+    except OSError:
+        return removed
+    for path in siblings:
+        match = pattern.match(path.name)
+        if match and not _pid_alive(int(match.group(1) or match.group(2))) or legacy.match(path.name):
+            _remove(path)
+            removed.append(path)
+    return removed
+
+
 def _temp_beside(target: Path, directory: bool) -> Path:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         if directory:
-            return Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
-        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            return Path(tempfile.mkdtemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent))
+        fd, name = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=".tmp", dir=target.parent)
         os.close(fd)
         return Path(name)
     except OSError as exc:
@@ -261,7 +346,8 @@ def _temp_beside(target: Path, directory: bool) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_path(target: str | Path, *, directory: bool = False, what: str = "output") -> Iterator[Path]:
+def atomic_path(target: str | Path, *, directory: bool = False, what: str = "output",
+                kind: str | None = None) -> Iterator[Path]:
     """Yield a temporary path beside `target`; move it onto `target` only if the block succeeds.
 
     Works for files and for directories (a Parquet dataset, a run's output folder); a directory gets a
@@ -277,7 +363,7 @@ def atomic_path(target: str | Path, *, directory: bool = False, what: str = "out
         try:
             yield tmp
             if directory:
-                _write_manifest(tmp)
+                _write_manifest(tmp, kind if kind is not None else (what if what != "output" else None))
                 _replace_directory(tmp, target, what)
             else:
                 if target.is_dir():
@@ -285,6 +371,104 @@ def atomic_path(target: str | Path, *, directory: bool = False, what: str = "out
                 os.replace(tmp, target)
         except BaseException:
             _remove(tmp)
+            raise
+
+
+def _listed_unchanged(path: Path) -> bool:
+    """Whether `path` is a file its folder's manifest lists, unchanged since simroute wrote it."""
+    try:
+        listed = json.loads((path.parent / MANIFEST).read_text())["files"]
+        st = path.lstat()
+    except (OSError, ValueError, TypeError, KeyError):
+        return False
+    return isinstance(listed, dict) and path.is_file() and not path.is_symlink() \
+        and listed.get(path.name) == [st.st_size, st.st_mtime_ns]
+
+
+def check_new_file(target: str | Path, *, flag: str | None = None,
+                   inputs: Iterable[str | Path | None] = ()) -> Path:
+    """A single output file: new, or one simroute wrote into a folder of its own (listed unchanged in the
+    folder's manifest). Anything else is the user's and is never overwritten."""
+    target = check_output_path(target, directory=False, inputs=inputs, flag=flag)
+    if (target.exists() or target.is_symlink()) and not _listed_unchanged(target):
+        raise ConfigurationError("exists and simroute did not write it (or it was changed since): refusing to "
+                                 "overwrite it; choose a new path", file=target, field=flag)
+    return target
+
+
+def record_files(directory: Path, names: Iterable[str]) -> None:
+    """Add `names` (files just written) to `directory`'s manifest, keeping what it already listed."""
+    doc: dict[str, Any] = {"written_by": "simroute", "files": {}}
+    with contextlib.suppress(OSError, ValueError):
+        old = json.loads((directory / MANIFEST).read_text())
+        if isinstance(old, dict) and isinstance(old.get("files"), dict):
+            doc = old
+    for name in names:
+        st = (directory / name).stat()
+        doc["files"][name] = [st.st_size, st.st_mtime_ns]
+    tmp = _temp_beside(directory / MANIFEST, False)
+    try:
+        tmp.write_text(json.dumps(doc, sort_keys=True) + "\n")
+        os.replace(tmp, directory / MANIFEST)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def undo_folders(directory: Path) -> Iterator[None]:
+    """On failure inside, remove the folders up to `directory` that did not exist on entry (and are empty
+    again): a failed write leaves no trace of the path it would have made."""
+    created = missing_folders(directory)
+    try:
+        yield
+    except BaseException:
+        for folder in created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+
+
+def missing_folders(directory: Path) -> list[Path]:
+    """`directory` and those of its ancestors that do not exist yet, innermost first."""
+    out = []
+    while not directory.exists() and directory != directory.parent:
+        out.append(directory)
+        directory = directory.parent
+    return out
+
+
+@contextlib.contextmanager
+def atomic_files(directory: str | Path, names: Iterable[str], *, flag: str | None = None,
+                 inputs: Iterable[str | Path | None] = ()) -> Iterator[dict[str, Path]]:
+    """Write several files into `directory` as one output: each must be new or simroute's own (checked
+    before any work), all are written to temporaries, and renamed only when the whole block succeeds.
+
+    The folder may hold other files (a user's `figs/`, the working directory of `topo show --png`); its
+    manifest then lists the files simroute put there, which is what lets the next write replace them and
+    nothing else. A failed write leaves the folder as it was (a folder it had to create is removed again).
+    `inputs` are files the command reads: none of the outputs may be one."""
+    names = list(names)
+    inputs = list(inputs)
+    directory = check_output_path(directory, directory=True, flag=flag)
+    with naming_faults(directory / names[0] if len(names) == 1 else directory), undo_folders(directory), \
+            lock_output(directory, flag=flag):
+        for name in names:
+            check_new_file(directory / name, flag=flag, inputs=inputs)
+        temps: dict[str, Path] = {}
+        umask = os.umask(0)
+        os.umask(umask)
+        try:
+            for name in names:
+                temps[name] = _temp_beside(directory / name, False)
+                os.chmod(temps[name], 0o666 & ~umask)
+            yield temps
+            for name in names:
+                os.replace(temps[name], directory / name)
+            record_files(directory, names)
+        except BaseException:
+            for tmp in temps.values():
+                _remove(tmp)
             raise
 
 
@@ -356,26 +540,71 @@ def _check_nesting(text: str, path: Path) -> None:
             depth = max(depth - 1, 0)
 
 
-def _safe_load(text: str) -> Any:
-    """`yaml.safe_load` through libyaml where installed (the calibration profile and its includes parse 5-10x
-    faster); a document libyaml refuses is parsed again by the pure loader, whose error messages are the ones
-    users see."""
+MAX_YAML_NODES = 100_000       # values a document may expand to through aliases beyond 10x its own count
+
+
+def _expanded_size(root: yaml.Node, path: Path) -> None:
+    """Refuse a document whose aliases expand it past MAX_YAML_NODES (a "billion laughs"): PyYAML shares the
+    repeated object, but every consumer that walks it (validation, copying, JSON) walks each repetition."""
+    sizes: dict[int, int] = {}
+    unique = 0
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:               # post-order without recursion: children's sizes before their parent's
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [item for pair in node.value for item in pair]
+        if not done:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+            continue
+        unique += 1
+        sizes[id(node)] = 1 + sum(sizes[id(child)] for child in children)
+        if sizes[id(node)] > max(MAX_YAML_NODES, 10 * unique):
+            raise ConfigurationError(f"not a config file: its aliases expand it past {MAX_YAML_NODES:,} values "
+                                     "(an alias bomb?)", file=path)
+
+
+def _safe_load(text: str, path: Path) -> Any:
+    """yaml.safe_load, with the alias expansion measured on the composed nodes before anything is built.
+
+    Through libyaml where installed (the calibration profile and its includes parse 5-10x faster); a document
+    libyaml refuses is parsed again by the pure loader, whose error messages are the ones users see."""
     fast = getattr(yaml, "CSafeLoader", None)
     if fast is not None:
         try:
-            return yaml.load(text, Loader=fast)   # noqa: S506 - a safe loader
+            return _load_checked(fast, text, path)
         except yaml.YAMLError:
             pass
-    return yaml.safe_load(text)
+    return _load_checked(yaml.SafeLoader, text, path)
+
+
+def _load_checked(loader_class: Any, text: str, path: Path) -> Any:
+    loader = loader_class(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _expanded_size(node, path)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def load_yaml(path: str | Path) -> Any:
-    """Load a YAML file, turning I/O, encoding and syntax errors into a ConfigurationError naming the file."""
+    """Load a YAML file, turning I/O, encoding and syntax errors into a ConfigurationError naming the file.
+
+    The one YAML loader of every config (topologies, profiles, studies, generator presets): nesting and
+    alias expansion are bounded, so no file makes it hang."""
     path = Path(path)
     text = read_text(path, what="YAML file")
     _check_nesting(text, path)
     try:
-        return _safe_load(text)
+        return _safe_load(text, path)
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         raise ConfigurationError(f"not valid YAML: {getattr(exc, 'problem', None) or exc}", file=path,
@@ -394,6 +623,45 @@ def load_json(path: str | Path, *, what: str = "JSON file", max_bytes: int | Non
         raise ConfigurationError(f"not valid JSON: {exc.msg}", file=path, line=exc.lineno) from None
     except RecursionError:
         raise ConfigurationError("not valid JSON: nested too deeply", file=path) from None
+
+
+MAX_LINE_BYTES = 64 << 20     # a line of a trace longer than this is not a record (no real trace has one)
+
+
+def bounded_lines(stream: Any, file: Path, *, max_bytes: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of a binary stream, never holding more than `max_bytes` of one line."""
+    lineno = 0
+    while True:
+        raw = stream.readline(max_bytes + 1)
+        if not raw:
+            return
+        lineno += 1
+        if len(raw) > max_bytes:
+            raise ConfigurationError(f"line is longer than {max_bytes:,} bytes: not a trace record", file=file,
+                                     line=lineno)
+        yield lineno, raw
+
+
+def check_line_lengths(file: Path, *, max_bytes: int = MAX_LINE_BYTES, block: int = 1 << 20) -> None:
+    """Refuse a text file with a line longer than `max_bytes`, reading it in bounded blocks (a parser handed
+    a 2 GiB line would hold it whole)."""
+    block = min(block, max_bytes)          # a line inside one block is then never too long by itself
+    run, lineno = 0, 1                     # bytes of the current line so far, its number
+    with file.open("rb") as f:
+        while data := f.read(block):
+            first = data.find(b"\n")
+            if first < 0:
+                run += len(data)
+            else:
+                if run + first > max_bytes:
+                    break
+                lineno += data.count(b"\n")
+                run = len(data) - data.rfind(b"\n") - 1
+            if run > max_bytes:
+                break
+        else:
+            return
+    raise ConfigurationError(f"line is longer than {max_bytes:,} bytes: not a trace record", file=file, line=lineno)
 
 
 def sha256_file(path: str | Path) -> str:

@@ -66,6 +66,8 @@ class Constant(BaseModel):
                 raise ValueError("'points' x values must increase strictly")
             if any(p[1] < 0 for p in self.points):
                 raise ValueError("'points' y values must be non-negative")
+            if xs[0] < 0:      # every curve's x is a count (tokens, requesters, top-k): never below zero
+                raise ValueError(f"'points' x values must be non-negative, got {xs[0]}")
         if self.range is not None and self.range[0] > self.range[1]:
             raise ValueError("'range' must be [low, high]")
         return self
@@ -140,6 +142,8 @@ class GpuFileSpec(BaseModel):
         ys = [c.value] if c.value is not None else [y for _, y in c.points or []]
         if any(not 0 < y <= 1 for y in ys):
             raise ValueError("an achievable fraction must lie in (0, 1]")
+        if any(x <= 0 for x, _ in c.points or []):
+            raise ValueError("an efficiency curve's x (tokens) must be > 0")
         return c
 
     @field_validator("iteration_overhead_us", "kernel_floor_us", "allreduce_latency_us")

@@ -98,6 +98,12 @@ def calib_diff(a: str = typer.Argument(..., help="First profile (with --tables: 
             known = sorted(set(pa.gpus) | set(pb.gpus))
             raise ConfigurationError(f"GPU entry '{gpu}' is in neither profile (their entries: "
                                      f"{', '.join(known) or 'none'})", field="--gpu")
+        for name, prof in ((a, pa), (b, pb)):
+            if gpu not in prof.gpus:
+                from simroute.errors import ConfigurationError
+                raise ConfigurationError(f"GPU entry '{gpu}' is absent from {name} (its entries: "
+                                         f"{', '.join(sorted(prof.gpus)) or 'none'}): nothing to compare it with",
+                                         field="--gpu")
         fa = {k: v for k, v in {**fa, **derived_rates(pa, gpu)}.items() if k.startswith(f"gpus.{gpu}.")}
         fb = {k: v for k, v in {**fb, **derived_rates(pb, gpu)}.items() if k.startswith(f"gpus.{gpu}.")}
     rows = []

@@ -64,6 +64,9 @@ def calibrate(
     if target.is_dir():
         from simroute.errors import ConfigurationError
         raise ConfigurationError("is a directory; --out names the profile file (e.g. DIR/profile.yaml)", file=target)
+    from simroute.ioutil import check_new_file, record_files
+    for path in (target, target.parent / "samples.parquet"):     # a user's profile is never measured over
+        check_new_file(path, flag="--out")
     if dry_run:
         typer.echo(f"dry run: would write {target} and {target.parent / 'samples.parquet'}"
                    + (f", and operator tables under {target.parent / 'ops'}" if any(
@@ -80,6 +83,7 @@ def calibrate(
         lines.append(o.line())
     cal = run(target, only=only, quick=quick, pes=pes, timeout_s=timeout, on_done=done, cap=cap)
     bar.close()
+    record_files(target.parent, [p.name for p in (target, target.parent / "samples.parquet") if p.is_file()])
     for line in lines:
         typer.echo(line)
 

@@ -61,13 +61,22 @@ def read_flow_table(path: Path) -> tuple[Any, dict[bytes, bytes] | None]:
                                  f"file: {str(exc).splitlines()[0][:200]}", file=path) from None
 
 
+MAX_FLOW_BYTES = 2.0 ** 60      # an exabyte: past it a size is corrupted, and the replay's time is unbounded
+MAX_START_S = 1e9               # ~31 years
+
+
 def _column(frame: Any, name: str, path: Path, *, dtype: type = float) -> Any:
+    """A numeric column as `dtype`: text, booleans and (for integers) nulls are refused, not coerced."""
     import numpy as np
     if name not in frame:
         raise ConfigurationError(f"missing column (columns: {', '.join(map(str, frame.columns))})", file=path,
                                  field=name)
+    column = frame[name]
+    if column.dtype.kind not in "iuf":
+        raise ConfigurationError(f"must be numeric, got a column of {column.dtype} (text, booleans or mixed "
+                                 "values)", file=path, field=name)
     try:
-        return np.asarray(frame[name].to_numpy(), dtype=dtype)
+        return np.asarray(column.to_numpy(), dtype=dtype)
     except (TypeError, ValueError):
         raise ConfigurationError(f"must be numeric ({dtype.__name__})", file=path, field=name) from None
 
@@ -81,10 +90,15 @@ def _paths(frame: Any, topology: Any, path: Path, seed: int) -> list[tuple[int, 
         for row, value in enumerate(frame["links"].tolist()):
             try:
                 items = value.split() if isinstance(value, str) else ([] if value is None else list(value))
+                if any(isinstance(item, (bool, float)) and not float(item).is_integer() for item in items):
+                    raise ValueError
                 out.append(tuple(int(item) for item in items))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise ConfigurationError(f"row {row}: link ids must be integers, got {str(value)[:60]!r}",
                                          file=path, field="links") from None
+            if not out[-1]:
+                raise ConfigurationError(f"row {row}: a flow crosses at least one link; this one has none",
+                                         file=path, field="links")
         return out
     if all(name in frame for name in RUN_ONLY_COLUMNS):
         raise ConfigurationError("a run's flows from before link ids were recorded: its src/dst rows would be "
@@ -96,13 +110,23 @@ def _paths(frame: Any, topology: Any, path: Path, seed: int) -> list[tuple[int, 
     choices = _column(frame, "path_index", path, dtype=float) if "path_index" in frame else None
     out = []
     for row, (src, dst) in enumerate(zip(frame["src"].tolist(), frame["dst"].tolist())):
+        if not isinstance(src, str) or not isinstance(dst, str):
+            raise ConfigurationError(f"row {row}: src and dst must be GPU names, got {str(src)[:40]!r} -> "
+                                     f"{str(dst)[:40]!r}", file=path, field="src/dst")
         try:
-            ia, ib = topology.index(str(src)), topology.index(str(dst))
+            ia, ib = topology.index(src), topology.index(dst)
         except UnknownNameError as exc:
             raise ConfigurationError(f"row {row}: {exc}", file=path, field="src/dst") from None
+        if ia == ib:
+            raise ConfigurationError(f"row {row}: a flow from {src} to itself crosses no link", file=path,
+                                     field="src/dst")
         if choices is not None:
             if not (choices[row] >= 0 and float(choices[row]).is_integer()):
                 raise ConfigurationError(f"row {row}: must be an integer >= 0", file=path, field="path_index")
+            count = topology.n_choices(ia, ib)
+            if choices[row] >= count:
+                raise ConfigurationError(f"row {row}: {int(choices[row])} is past the {count} equal-cost paths "
+                                         f"from {src} to {dst} (0..{count - 1})", file=path, field="path_index")
             choice = int(choices[row])
         else:
             sport = SPORT_MIN + mix64(seed ^ row) % (SPORT_MAX - SPORT_MIN + 1)
@@ -120,6 +144,8 @@ def load_flow_set(path: Path, topology: Any, seed: int) -> tuple[Any, Any, int]:
     from simroute.network.replay import FlowSet
     from simroute.network.schema import check_flows_topology, unfinished_flows
     frame, metadata = read_flow_table(path)
+    if len(frame) == 0:
+        raise ConfigurationError("holds no flows: nothing to replay", file=path)
     check_flows_topology(metadata, topology.name, topology.links, file=path)
     paths = _paths(frame, topology, path, seed)
     caps = _column(frame, "rate_cap_Bps", path) if "rate_cap_Bps" in frame else None
@@ -131,7 +157,13 @@ def load_flow_set(path: Path, topology: Any, seed: int) -> tuple[Any, Any, int]:
         if bad.size:
             raise ConfigurationError(f"row {int(bad[0])}: must be finite and >= 0", file=path, field="delay_s")
         arrival = start + delay
-    flows = FlowSet.from_paths(arrival, _column(frame, "nbytes", path), paths, caps)
+    nbytes = _column(frame, "nbytes", path)
+    for name, values, bound in (("start_s", arrival, MAX_START_S), ("nbytes", nbytes, MAX_FLOW_BYTES)):
+        past = np.flatnonzero(np.isfinite(values) & (values > bound))
+        if past.size:
+            raise ConfigurationError(f"row {int(past[0])}: {values[past[0]]:g} is past {bound:g} (corrupted, or in "
+                                     "other units?)", file=path, field=name)
+    flows = FlowSet.from_paths(arrival, nbytes, paths, caps)
     flows.check(len(topology.links), source=str(path))
     return flows, start, unfinished_flows(metadata)
 
@@ -157,8 +189,8 @@ def register(app: typer.Typer) -> None:
     def replay_cmd(
         flows_file: Path = typer.Argument(..., metavar="FLOWS", help=FLOW_FILE_HELP),
         topology: str = typer.Option("fattree", "-t", "--topology", help="Topology YAML or a shipped name."),
-        output: Path = typer.Option(None, "-o", "--output", help="Write per-flow finish_s / fct_s here (a new "
-                                                                 "Parquet file)."),
+        output: Path = typer.Option(None, "-o", "--output", help="Write per-flow finish_s / fct_s here (a Parquet "
+                                                                 "file: new, or one simroute wrote there)."),
         backend: str = typer.Option("auto", "--backend", help="Replay backend: " + BACKENDS_HELP + "."),
         seed: int = typer.Option(0, "--seed", help="ECMP hash seed for rows given as src/dst without path_index.",
                                  callback=checked("--seed", integer=True, minimum=0, maximum=2**63 - 1)),
@@ -171,17 +203,14 @@ def register(app: typer.Typer) -> None:
         import numpy as np
 
         from simroute.cli.common import echo_json, table
-        from simroute.ioutil import atomic_path, check_output_path
+        from simroute.ioutil import atomic_files, check_new_file
         from simroute.network import load_topology
         from simroute.network.replay import replay
         from simroute.shipped import resolve_input
 
         path = flow_file(flows_file)
-        if output is not None:
-            check_output_path(output, directory=False, inputs=[path], flag="--output")
-            if output.exists():
-                raise ConfigurationError("exists; choose a new path (simroute never overwrites a file)", file=output,
-                                         field="--output")
+        if output is not None:      # never over a user's file: new, or the one simroute wrote there before
+            check_new_file(output, inputs=[path], flag="--output")
         topo = load_topology(resolve_input("topology", topology, strict=True))
         flows, start, unfinished = load_flow_set(path, topo, seed)
         if unfinished:
@@ -196,8 +225,8 @@ def register(app: typer.Typer) -> None:
             import pyarrow.parquet as pq
             out = pd.DataFrame({"flow": np.arange(len(flows)), "start_s": start, "nbytes": flows.nbytes,
                                 "finish_s": result.finish_s, "fct_s": fct})
-            with atomic_path(output) as tmp:
-                pq.write_table(pa.Table.from_pandas(out, preserve_index=False), tmp)
+            with atomic_files(output.parent, [output.name], flag="--output", inputs=[path]) as tmp:
+                pq.write_table(pa.Table.from_pandas(out, preserve_index=False), tmp[output.name])
         figures = summary(result, fct)
         if as_json:
             echo_json(figures)

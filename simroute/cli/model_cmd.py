@@ -56,6 +56,10 @@ def predict(
     """
     from simroute.model import PRIMITIVES, Shape, costs_scalar, decide
     from simroute.model.cost import TERMS
+    if topk > ct:
+        from simroute.errors import ConfigurationError
+        raise ConfigurationError(f"--topk {topk} selects more tokens than the chunk's --ct {ct} holds",
+                                 field="--topk")
 
     p = _params(calib, model, route_exchanges, prefill_us, host_overhead, collapsed_response,
                 holder_amortisation, dispatcher_batching, cache_dtype)
@@ -128,13 +132,20 @@ def model_crossover(
 
     Example: simroute model crossover -o figs/
     """
+    from simroute.ioutil import atomic_files
+    with atomic_files(out, ("crossover.csv", "crossover.png"), flag="--out") as tmp:
+        p = _params(calib, model, Exchanges.per_layer, None)
+        _crossover_figure(p, model, tmp["crossover.csv"], tmp["crossover.png"])
+    typer.echo(f"wrote {out / 'crossover.csv'} and {out / 'crossover.png'}")
+
+
+def _crossover_figure(p, model: str, csv_path: Path, png_path: Path) -> None:
     import numpy as np
     from simroute.model.sweeps import crossover_map
     from simroute.plotting import pyplot, save_png, write_csv
-    p = _params(calib, model, Exchanges.per_layer, None)
     mq, ct = 2.0 ** np.arange(0, 14), 2.0 ** np.arange(4, 15)
     data = crossover_map(p, mq, ct)
-    write_csv(data, out / "crossover.csv")
+    write_csv(data, csv_path)
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4.5))
     z = (100 * data["route_saving"]).reshape(len(mq), len(ct))
@@ -144,8 +155,7 @@ def model_crossover(
            title=f"route wire-byte saving (%), {model}", ylim=(mq[0], mq[-1]))
     ax.legend(loc="lower right")
     fig.colorbar(im, ax=ax)
-    save_png(fig, out / "crossover.png")
-    typer.echo(f"wrote {out / 'crossover.csv'} and {out / 'crossover.png'}")
+    save_png(fig, png_path)
 
 
 @model_app.command("chunk")
@@ -165,29 +175,35 @@ def model_chunk(
     import numpy as np
     from simroute.model.sweeps import cost_vs_chunk, fetch_local_crossover_ct
     from simroute.plotting import pyplot, save_png, write_csv
-    p = _params(calib, model, route_exchanges, None)
-    f = p.fabric_id(fabric)
-    ct = np.unique(np.round(2.0 ** np.linspace(4, 13, 64)))
-    d = cost_vs_chunk(p, ct, mq=mq, fabric=f, bw_Bps=bw_gbps * 1e9)
-    write_csv(d, out / "chunk.csv")
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    ax.fill_between(ct, d["local_lo_s"] * 1e6, d["local_hi_s"] * 1e6, color="purple", alpha=0.2,
-                    label="local band (c 0.5-1.5 us)")
-    for prim, col in (("route", "green"), ("fetch", "red"), ("local", "purple")):
-        ax.plot(ct, d[f"{prim}_s"] * 1e6, color=col, label=prim)
-    ax.set(xscale="log", yscale="log", xlabel="chunk tokens ct", ylabel="cost (us)",
-           title=f"cost vs chunk size, Mq = {mq}, {bw_gbps:g} GB/s, route exchanges: {route_exchanges.value}")
-    ax.legend()
-    save_png(fig, out / "chunk.png")
-    from dataclasses import replace
-    q = replace(p, fabrics=tuple(p.fabrics))
-    lo = fetch_local_crossover_ct(q, mq=mq, fabric=f, prefill_us=1.5)
-    hi = fetch_local_crossover_ct(q, mq=mq, fabric=f, prefill_us=0.5)
-    typer.echo(f"route exchanges: {route_exchanges.value}" + (" (the paper's accounting for Fig 1b: one exchange for"
-               " all layers; the simulator's default is per-layer)" if route_exchanges.value == "once" else ""))
-    typer.echo(f"fetch beats local above ct ~ {lo:.0f}-{hi:.0f} tokens (c = 1.5..0.5 us); "
-               f"wrote {out / 'chunk.csv'} and {out / 'chunk.png'}")
+    from simroute.ioutil import atomic_files
+    said: list[str] = []
+    with atomic_files(out, ("chunk.csv", "chunk.png"), flag="--out") as tmp:
+        p = _params(calib, model, route_exchanges, None)
+        f = p.fabric_id(fabric)
+        ct = np.unique(np.round(2.0 ** np.linspace(4, 13, 64)))
+        d = cost_vs_chunk(p, ct, mq=mq, fabric=f, bw_Bps=bw_gbps * 1e9)
+        write_csv(d, tmp["chunk.csv"])
+        plt = pyplot()
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        ax.fill_between(ct, d["local_lo_s"] * 1e6, d["local_hi_s"] * 1e6, color="purple", alpha=0.2,
+                        label="local band (c 0.5-1.5 us)")
+        for prim, col in (("route", "green"), ("fetch", "red"), ("local", "purple")):
+            ax.plot(ct, d[f"{prim}_s"] * 1e6, color=col, label=prim)
+        ax.set(xscale="log", yscale="log", xlabel="chunk tokens ct", ylabel="cost (us)",
+               title=f"cost vs chunk size, Mq = {mq}, {bw_gbps:g} GB/s, route exchanges: {route_exchanges.value}")
+        ax.legend()
+        save_png(fig, tmp["chunk.png"])
+        from dataclasses import replace
+        q = replace(p, fabrics=tuple(p.fabrics))
+        lo = fetch_local_crossover_ct(q, mq=mq, fabric=f, prefill_us=1.5)
+        hi = fetch_local_crossover_ct(q, mq=mq, fabric=f, prefill_us=0.5)
+        said.append(f"route exchanges: {route_exchanges.value}" + (
+            " (the paper's accounting for Fig 1b: one exchange for all layers; the simulator's default is per-layer)"
+            if route_exchanges.value == "once" else ""))
+        said.append(f"fetch beats local above ct ~ {lo:.0f}-{hi:.0f} tokens (c = 1.5..0.5 us); "
+                    f"wrote {out / 'chunk.csv'} and {out / 'chunk.png'}")
+    for line in said:
+        typer.echo(line)
 
 
 @model_app.command("bandwidth")
@@ -206,27 +222,33 @@ def model_bandwidth(
     from simroute.model.cost import route_loses_below_bw
     from simroute.model.sweeps import cost_vs_bandwidth
     from simroute.plotting import pyplot, save_png, write_csv
-    p = _params(calib, model, route_exchanges, None)
-    bw = 10.0 ** np.linspace(-1, 3, 41) * 1e9
-    d = cost_vs_bandwidth(p, bw, mq=mq, ct=ct, fabric=p.fabric_id(fabric))
-    write_csv(d, out / "bandwidth.csv")
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    for prim, col in (("route", "green"), ("fetch", "red"), ("local", "purple")):
-        ax.plot(d["bw_GBps"], d[f"{prim}_s"] * 1e6, color=col, label=prim)
-    bw_star = float(route_loses_below_bw(mq, ct, p))
-    ax.axvline(bw_star / 1e9, color="grey", ls=":", label=f"route bytes = fetch splice ({bw_star / 1e9:.2f} GB/s)")
-    cross = curve_crossing(d["bw_GBps"], d["route_s"], d["fetch_s"])
-    if cross is not None:
-        ax.axvline(cross, color="black", ls="--", lw=0.8, label=f"route = fetch ({cross:.2f} GB/s)")
-    ax.set(xscale="log", yscale="log", xlabel="effective bandwidth (GB/s)", ylabel="cost (us)",
-           title=f"cost vs bandwidth, Mq = {mq}, ct = {ct}, route exchanges: {route_exchanges.value}")
-    ax.legend(fontsize=8)
-    save_png(fig, out / "bandwidth.png")
-    typer.echo(f"route's byte term exceeds fetch's splice below {bw_star / 1e9:.2f} GB/s (Mq (q+p) / T_splice, "
-               "dotted line); " + (f"the route and fetch curves cross at {cross:.2f} GB/s (dashed)" if cross is not None
-                                   else "the route curve stays below fetch over the plotted range"))
-    typer.echo(f"wrote {out / 'bandwidth.csv'} and {out / 'bandwidth.png'}")
+    from simroute.ioutil import atomic_files
+    said: list[str] = []
+    with atomic_files(out, ("bandwidth.csv", "bandwidth.png"), flag="--out") as tmp:
+        p = _params(calib, model, route_exchanges, None)
+        bw = 10.0 ** np.linspace(-1, 3, 41) * 1e9
+        d = cost_vs_bandwidth(p, bw, mq=mq, ct=ct, fabric=p.fabric_id(fabric))
+        write_csv(d, tmp["bandwidth.csv"])
+        plt = pyplot()
+        fig, ax = plt.subplots(figsize=(6, 4.5))
+        for prim, col in (("route", "green"), ("fetch", "red"), ("local", "purple")):
+            ax.plot(d["bw_GBps"], d[f"{prim}_s"] * 1e6, color=col, label=prim)
+        bw_star = float(route_loses_below_bw(mq, ct, p))
+        ax.axvline(bw_star / 1e9, color="grey", ls=":", label=f"route bytes = fetch splice ({bw_star / 1e9:.2f} GB/s)")
+        cross = curve_crossing(d["bw_GBps"], d["route_s"], d["fetch_s"])
+        if cross is not None:
+            ax.axvline(cross, color="black", ls="--", lw=0.8, label=f"route = fetch ({cross:.2f} GB/s)")
+        ax.set(xscale="log", yscale="log", xlabel="effective bandwidth (GB/s)", ylabel="cost (us)",
+               title=f"cost vs bandwidth, Mq = {mq}, ct = {ct}, route exchanges: {route_exchanges.value}")
+        ax.legend(fontsize=8)
+        save_png(fig, tmp["bandwidth.png"])
+        crossing = (f"the route and fetch curves cross at {cross:.2f} GB/s (dashed)" if cross is not None
+                    else "the route curve stays below fetch over the plotted range")
+        said.append(f"route's byte term exceeds fetch's splice below {bw_star / 1e9:.2f} GB/s (Mq (q+p) / T_splice, "
+                    f"dotted line); {crossing}")
+        said.append(f"wrote {out / 'bandwidth.csv'} and {out / 'bandwidth.png'}")
+    for line in said:
+        typer.echo(line)
 
 
 def curve_crossing(x, a, b) -> float | None:

@@ -71,10 +71,12 @@ def plan(
                           compare=tuple(p.strip() for p in compare.split(",") if p.strip()), seeds=seeds,
                           max_requests=max_requests)
     c = console()
-    c.print(f"[bold]simroute plan[/bold]: {model} at TP {tp} on {topology}"
-            + (f" ({gpu})" if gpu else "") + f", hosts {hosts_min}-{hosts_max}, "
-            f"policies {', '.join([policy, *request.compare])}, {seeds} seed(s); SLO {' and '.join(request.slo)}")
-    run, answer, memo = run_plan(request, out, jobs=jobs, progress=progress)
+
+    def announce() -> None:
+        c.print(f"[bold]simroute plan[/bold]: {model} at TP {tp} on {topology}"
+                + (f" ({gpu})" if gpu else "") + f", hosts {hosts_min}-{hosts_max}, "
+                f"policies {', '.join([policy, *request.compare])}, {seeds} seed(s); SLO {' and '.join(request.slo)}")
+    run, answer, memo = run_plan(request, out, jobs=jobs, progress=progress, announce=announce)
     page = write_report(out)
     own = answer["policies"][answer["policy"]]
     verdict = (f"{own['hosts']} host{'s' if own['hosts'] != 1 else ''}" if own["hosts"] is not None else

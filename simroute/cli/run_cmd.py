@@ -82,14 +82,15 @@ def _run(**options: typing.Any) -> None:
         values[name] = str(values[name] or default())
     values["telemetry"] = values["telemetry"] or timeline is not None    # a timeline needs the telemetry
     cfg = RunConfig(**values)
-    from simroute.ioutil import check_output_path, claim_output   # paths checked and -o locked before simulating
-    if timeline is not None:
-        check_output_path(timeline, directory=False, inputs=[out, cfg.trace, cfg.topology], flag="--timeline")
+    from simroute.ioutil import atomic_files, check_new_file, claim_output   # checked, -o locked before simulating
+    if timeline is not None:      # never over a user's file: new, or one simroute wrote there
+        check_new_file(timeline, inputs=[out, cfg.trace, cfg.topology, cfg.calib], flag="--timeline")
     with claim_output(out, inputs=[cfg.trace, cfg.topology, timeline], flag="--out", what="simroute run"):
         res = simulate(cfg, out, progress=_progress_bar(progress))
     if timeline is not None:
         from simroute.scenarios.timeline import write_timeline
-        write_timeline(timeline, res.tables)
+        with atomic_files(timeline.parent, [timeline.name], flag="--timeline") as tmp:
+            write_timeline(tmp[timeline.name], res.tables)
     if json_out:
         echo_json(res.summary)
     else:

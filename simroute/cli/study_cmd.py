@@ -34,16 +34,23 @@ def sweep(
     run = run_study(study, out, jobs=jobs, ray_address=ray_address, max_points=max_points,
                     retry_failed=retry_failed, progress=progress)
     c = console()
-    c.print(f"study {study.name}: {run.executed} run ({run.failed} failed), {run.skipped} already stored, "
-            f"in {run.wall_s:.1f} s -> {run.out_dir}" + ("; stopped at --max-points, rerun to continue"
-                                                          if run.stopped else ""))
+    if run.discarded:
+        c.print(f"study {study.name}: every one of its {run.executed} points failed")
+    else:
+        c.print(f"study {study.name}: {run.executed} run ({run.failed} failed), {run.skipped} already stored, "
+                f"in {run.wall_s:.1f} s -> {run.out_dir}" + ("; stopped at --max-points, rerun to continue"
+                                                              if run.stopped else ""))
     for s in run.searches:
         c.print(f"  {s['goal']} {s['field']} with {' and '.join(s['slo'])} at {s['labels'] or 'base'}: "
                 f"{s['answer']} ({s['status']})")
-    if report:
+    if report and not run.discarded:
         from simroute.study.report import write_report
         c.print(f"report: {write_report(run.out_dir)}")
     if run.failed:
+        kept = ("nothing was kept (the study directory held only these failures)" if run.discarded
+                else f"the failed points are stored in {run.out_dir}")
+        typer.secho(f"error: {run.failed} of {run.executed} points failed, the first with: "
+                    f"{' '.join(run.first_error.split())[:300]}; {kept}", fg=typer.colors.RED, err=True)
         raise typer.Exit(1)
 
 

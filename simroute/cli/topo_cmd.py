@@ -83,9 +83,13 @@ def register(app: typer.Typer) -> None:
 
         Example: simroute topo show fattree-1024 --png fattree.png
         """
+        from simroute.ioutil import check_new_file
         from simroute.network import load_topology
         from simroute.shipped import resolve_input
-        t = load_topology(resolve_input("topology", file, strict=True))
+        source = resolve_input("topology", file, strict=True)
+        if png is not None:      # before any work: a user's file of that name is never overwritten
+            check_new_file(png, flag="--png", inputs=[source])
+        t = load_topology(source)
         s = t.summary()
         rows = [("topology", s["name"]), ("hosts x GPUs", f"{s['hosts']} x {s['gpus_per_host']} = {s['gpus']}"),
                 ("intra-host", s["intra"]), ("NIC", f"per {s['nic_per']}, {s['nic_GBps']:g} GB/s"),
@@ -98,7 +102,9 @@ def register(app: typer.Typer) -> None:
         for k, v in rows:
             typer.echo(f"{k:<{w}}  {v}")
         if png is not None:
-            _draw(t, png)
+            from simroute.ioutil import atomic_files
+            with atomic_files(png.parent, [png.name], flag="--png", inputs=[source]) as tmp:
+                _draw(t, tmp[png.name])
             typer.echo(f"wrote {png}")
 
     app.add_typer(topo, name="topo")

@@ -66,8 +66,14 @@ def gen(
         params.update(preset.get("params") or {})
         if seed is None and "seed" in preset:
             seed = check_number(preset["seed"], "seed", file=config, integer=True, minimum=0, maximum=2**63 - 1)
+    from_file = dict(params)
     params.update(_parse_sets(param))
-    p = make_params(kind, params)
+    try:
+        p = make_params(kind, params)
+    except ConfigurationError as exc:
+        if config is None or not from_file:
+            raise
+        raise ConfigurationError(f"params: {exc}", file=config) from None     # the preset's values are in play
     if show_params:
         for key, value in dataclasses.asdict(p).items():
             typer.echo(f"{key} = {value}")

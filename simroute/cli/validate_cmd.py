@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import typer
 
+from simroute.checks import check_number
 from simroute.cli.common import echo_json, table
+from simroute.errors import ConfigurationError
 
 
 def _fmt(v: float) -> str:
@@ -29,14 +31,25 @@ def validate(
     exit code 1. Example: simroute validate --json --only table1,ark
     """
     from simroute.scenarios.validate import SECTIONS, scorecard, select_sections
-    sections = select_sections([s.strip() for s in only.split(",") if s.strip()]) if only else SECTIONS
+    # every flag is parsed before any section runs (a bad value must not cost minutes of simulation first)
+    if only is not None:
+        names = [s.strip() for s in only.split(",") if s.strip()]
+        if not names:
+            raise ConfigurationError(f"{only!r} names no section; give comma-separated section names, or leave "
+                                     "--only out to run all", field="--only")
+        sections = select_sections(names)
+    else:
+        sections = SECTIONS
+    qps = parse_qps(ark_qps)
+    check_number(ark_duration, "--ark-duration", minimum=0, exclusive_minimum=True, maximum=MAX_ARK_DURATION_S)
+    check_number(seed, "--seed", integer=True, minimum=0, maximum=2**63 - 1)
     rows = scorecard(sections)
     failed = sum(r.verdict != "pass" for r in rows)
     if json_out:
         echo_json({"rows": [r.as_dict() for r in rows], "passed": len(rows) - failed, "failed": failed})
     else:
         if ark:
-            _ark_table([float(q) for q in ark_qps.split(",") if q.strip()], ark_duration, seed)
+            _ark_table(qps, ark_duration, seed)
         table("paper effects, simulated (band: what passes)", ["id", "effect", "source", "paper", "simulated",
                                                                 "band", "verdict"],
               [[r.id, r.effect, r.source, f"{_fmt(r.paper)} {r.unit}", f"{_fmt(r.simulated)} {r.unit}",
@@ -48,6 +61,23 @@ def validate(
                 typer.echo(f"- {r.id} ({'pass' if r.verdict == 'pass' else 'FAIL'}): {r.note}")
     if failed and strict:
         raise typer.Exit(1)
+
+
+MAX_ARK_DURATION_S = 86_400.0     # a simulated day per point: past it, the sweep would not end in a session
+MAX_ARK_QPS = 10_000.0
+
+
+def parse_qps(text: str) -> list[float]:
+    """--ark-qps: comma-separated rates, each finite and in (0, MAX_ARK_QPS]."""
+    values = []
+    for item in text.split(","):
+        try:
+            value = float(item.strip())
+        except ValueError:
+            raise ConfigurationError(f"{item.strip()!r} is not a number (give e.g. 5,15,25)",
+                                     field="--ark-qps") from None
+        values.append(check_number(value, "--ark-qps", minimum=0, exclusive_minimum=True, maximum=MAX_ARK_QPS))
+    return values
 
 
 def _ark_table(qps: list[float], duration: float, seed: int) -> None:

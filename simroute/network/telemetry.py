@@ -344,7 +344,7 @@ class Telemetry:
             frames["link_series"] = pd.DataFrame(self.series, columns=["link", "t0_s", "t1_s", "utilisation"])
         directory = Path(directory)
         check_replaceable(directory, ("flows.parquet", "links.parquet"), "telemetry export")
-        with atomic_path(directory, directory=True) as tmp:
+        with atomic_path(directory, directory=True, what="telemetry export") as tmp:
             for name, df in frames.items():
                 pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp / f"{name}.parquet")
         return directory

@@ -18,7 +18,7 @@ from simroute.workload.validate import RequestChecker
 
 REQUEST_COLUMNS = ["request_id", "arrival_s", "after_id", "think_s", "requester_hint", "prefill_hint",
                    "prompt_tokens", "output_tokens", "chunk_ids", "chunk_at_cached_offset", "topk",
-                   "holders_spanned", "parent_id"]
+                   "holders_spanned", "parent_id", "tenant"]
 
 
 def attendance_counts(trace: str, chunk_ids: np.ndarray) -> np.ndarray:

@@ -44,6 +44,9 @@ def setting(default: Any = MISSING, help: str = "", *, minimum: float | None = N
     return field(default=default, metadata=meta)
 
 
+MAX_DECODE_STEPS_PER_EVENT = 65_536    # past any output length a decode run could have in one event
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything a run depends on besides the input files' contents (which are hashed into the summary).
@@ -100,10 +103,11 @@ class RunConfig:
     staging_copy_GBps: float | None = setting(None, "D2D copy rate of one staging stream (GB/s); the profile's "
                                                      "staging_copy_GBps if unset.", minimum=0, exclusive_minimum=True)
     decode_steps_per_event: int = setting(8, "Identical decode iterations one engine event may stand for (cut "
-                                             "at arrivals and completions; docs/MODEL.md).", minimum=1)
+                                             "at arrivals and completions; docs/MODEL.md).", minimum=1,
+                                          maximum=MAX_DECODE_STEPS_PER_EVENT)
     prefill_us: float | None = setting(None, "Re-prefill cost per token-layer (us); the profile's value if "
                                              "unset.", minimum=0)
-    max_requests: int | None = setting(None, "Replay only the first N requests.", minimum=0)
+    max_requests: int | None = setting(None, "Replay only the first N requests.", minimum=1)
     qps: float | None = setting(None, "Open-loop arrival rate (requests/s): the trace's open-loop arrival times are "
                                       "rescaled to this mean rate (think times, prompts and outputs unchanged); "
                                       "the trace's own rate if unset.", minimum=0, exclusive_minimum=True)
@@ -125,6 +129,10 @@ class RunConfig:
             value = _checked(f.name, getattr(self, f.name), hints[f.name], f.metadata)
             if value is not getattr(self, f.name):
                 object.__setattr__(self, f.name, value)     # an integral float given for an int field
+        if self.scheduler == "sarathi" and self.prefill_chunk > self.token_budget:
+            raise ConfigurationError(f"{self.prefill_chunk} exceeds token_budget {self.token_budget}: no iteration "
+                                     "could hold such a chunk (lower prefill_chunk or raise token_budget)",
+                                     field="prefill_chunk")
         if self.qps is not None and self.time_scale is not None:
             raise ConfigurationError("set the load by --qps or by --time-scale, not both", field="qps")
 

@@ -275,7 +275,7 @@ def write_outputs(out_dir: Path, summary: dict[str, Any], tables: dict[str, Any]
     import pyarrow.parquet as pq
     from simroute.ioutil import atomic_path, check_replaceable
     check_replaceable(out_dir, ("summary.json",), "simroute run")
-    with atomic_path(out_dir, directory=True) as tmp:
+    with atomic_path(out_dir, directory=True, what="simroute run") as tmp:
         for name, table in tables.items():
             if table is not None:
                 pq.write_table(table, tmp / f"{name}.parquet", compression="zstd")

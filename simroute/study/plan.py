@@ -95,15 +95,44 @@ def study_name(out: Path) -> str:
     return name if re.match(r"[A-Za-z0-9_]", name) else "plan"
 
 
-def run_plan(request: PlanRequest, out: str | Path, *, jobs: int | None = None,
-             progress: bool | None = None) -> tuple[Any, dict[str, Any], Path]:
+# A study field's head (in a study error) -> the plan flag that set it.
+PLAN_FLAGS = {"policy": "--policy / --compare", "model": "--model", "tp": "--tp", "topology": "--topology",
+              "calib": "--calib", "gpu": "--gpu", "qps": "--qps", "time_scale": "--time-scale",
+              "max_requests": "--max-requests", "hosts": "--hosts-min / --hosts-max", "search.slo": "--slo"}
+
+
+def _plan_flag(field: str | None, request: PlanRequest) -> str:
+    """The flag a study error's field came from ('axes.policy=paper: model' -> '--model')."""
+    name = (field or "").split(": ")[-1].split(".")[0] if field and not field.startswith("search.") else field or ""
+    if name == "trace":
+        return "--workload / -p" if isinstance(request.trace, dict) else "--trace"
+    return PLAN_FLAGS.get(name, name or "plan")
+
+
+def _check_gpu(request: PlanRequest) -> None:
+    """An unknown --gpu fails here, not in every run."""
+    if request.gpu is None:
+        return
+    from simroute.calib import load_profile
+    from simroute.errors import UnknownNameError
+    profile = load_profile(request.calib)
+    if profile.gpu_entry_file(request.gpu) is None and request.gpu not in profile.gpus:
+        raise ConfigurationError(str(UnknownNameError("gpu", request.gpu, profile.gpu_entry_names())),
+                                 field="--gpu")
+
+
+def run_plan(request: PlanRequest, out: str | Path, *, jobs: int | None = None, progress: bool | None = None,
+             announce: Any = None) -> tuple[Any, dict[str, Any], Path]:
     """Run (or resume) the plan's study into `out`, then write plan.yaml, plan.json and plan.md there.
 
     The study file is written to a private temp directory first (a study directory holds only what simroute
-    wrote), with input paths made absolute; plan.yaml is its copy beside the results.
+    wrote), with input paths made absolute; plan.yaml is its copy beside the results. Every input is checked
+    before any run: an error names the plan's flag, not the temporary study file. `announce()` is called once
+    the plan is valid (the CLI's header).
     """
     from simroute.study import load_study, run_study
     out = Path(out)
+    _check_gpu(request)
     doc = request.study_document(name=study_name(out))
     for key in ("topology", "calib", "trace"):
         value = doc["base"][key]
@@ -113,7 +142,16 @@ def run_plan(request: PlanRequest, out: str | Path, *, jobs: int | None = None,
     with tempfile.TemporaryDirectory(prefix="simroute-plan-") as tmp:
         study_file = Path(tmp) / PLAN_FILE
         study_file.write_text(text)
-        run = run_study(load_study(study_file), out, jobs=jobs, progress=progress)
+        try:
+            study = load_study(study_file)
+        except ConfigurationError as exc:
+            raise ConfigurationError(exc.problem, field=_plan_flag(exc.field, request)) from None
+        if announce is not None:
+            announce()
+        run = run_study(study, out, jobs=jobs, progress=progress)
+    if run.discarded:           # every run failed: the study kept no directory, so there is no plan to write
+        raise ConfigurationError(f"every one of its {run.executed} runs failed, the first with: "
+                                 f"{' '.join(run.first_error.split())[:300]}; nothing was kept", file=out)
     write_text_atomic(out / PLAN_FILE, text)
     answer, memo = write_plan(out)
     return run, answer, memo

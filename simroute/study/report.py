@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pyarrow import ArrowException
 
 from simroute.errors import ConfigurationError
-from simroute.ioutil import load_json, write_text_atomic
+from simroute.ioutil import atomic_path, check_output_path, check_replaceable, load_json, manifest_kind
 from simroute.study import figures, plots
-from simroute.study.search import finished, meets
+from simroute.study.search import finished, meets, parse_slo
 from simroute.study.store import Store
 
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
@@ -28,6 +29,14 @@ CI_COLS = [f"{m}_{s}" for m in ("ttft_ms", "tpot_ms") for s in ("p50", "p99")]
 MEAN_COLS = CI_COLS + ["slo_attainment", "bytes_route", "bytes_fetch", "bytes_pd_transfer", "completed",
                        "requests", "n_route", "n_fetch", "n_local", "max_link_utilisation", "peak_spine_flows",
                        "fct_pd_mean_ms", "fct_pd_p95_ms"]
+# the columns the report's figures read from a run's tables (required), and the text columns among all it reads:
+# every other column a table has must be numeric (a run writes them so; a damaged file is refused in one line)
+RUN_REQUEST_COLUMNS = ("status", "ttft_s", "tpot_s")
+LINK_COLUMNS = ("link", "src", "dst", "tier")
+SPINE_COLUMNS = ("t_s", "spine", "active_flows")
+TEXT_COLUMNS = {"requests.parquet": ("status", "drop_reason", "tenant"), "net_links.parquet": ("src", "dst", "tier"),
+                "net_spines.parquet": ("spine",), "holders.parquet": ("gpu",), "iterations.parquet": ()}
+FINITE_COLUMNS = ("ttft_s", "tpot_s", "e2e_s")      # NaN: not completed; never infinite
 
 
 @dataclass
@@ -49,8 +58,17 @@ class Report:
 
 def write_report(directory: str | Path, out: str | Path | None = None, fmt: str = "html",
                  png: bool = True) -> Path | str:
-    """Report on a study or run directory. html: writes report.html (+ PNGs), returns its path; md: the text."""
+    """Report on a study or run directory. html: writes report.html (+ PNGs), returns its path; md: the text.
+
+    Everything is read and checked before anything is written; the report directory is then written whole
+    (a temporary beside it, renamed), with a manifest, so a run holding its report stays simroute's own."""
     d = Path(directory)
+    if not d.is_dir():
+        raise ConfigurationError("not found" if not d.exists() else "is not a directory; give a run or study "
+                                 "directory", file=d)
+    out_dir = None
+    if fmt != "md":
+        out_dir = check_report_out(d, Path(out) if out else d / "report")
     if (d / "study.json").exists() or (d / "points").is_dir():
         rep = _study(d)
     elif (d / "summary.json").exists():
@@ -61,17 +79,33 @@ def write_report(directory: str | Path, out: str | Path | None = None, fmt: str 
     if fmt == "md":
         return "\n".join([f"# {rep.title}", ""] + [f"> {n}\n" for n in rep.notes]
                          + [f"## {h}\n\n{_md(t)}\n" for h, t in rep.sections if len(t)])
-    out_dir = Path(out) if out else d / "report"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    drawn = [(f.caption, fig) for f in rep.figures if (fig := f.interactive()) is not None]
-    if png:
-        for f in rep.figures:
-            if f.png is not None:
-                f.png(out_dir)
-    tables = [(h, _html_table(t)) for h, t in rep.sections if len(t)]
-    page = out_dir / "report.html"
-    write_text_atomic(page, figures.page(rep.title, tables, drawn, rep.notes))
-    return page
+    assert out_dir is not None
+    with atomic_path(out_dir, directory=True, what="report") as tmp:
+        drawn = [(f.caption, fig) for f in rep.figures if (fig := f.interactive()) is not None]
+        if png:
+            for f in rep.figures:
+                if f.png is not None:
+                    f.png(tmp)
+        tables = [(h, _html_table(t)) for h, t in rep.sections if len(t)]
+        (tmp / "report.html").write_text(figures.page(rep.title, tables, drawn, rep.notes))
+    return out_dir / "report.html"
+
+
+def check_report_out(d: Path, out_dir: Path) -> Path:
+    """The report directory: never the run or study it reads, a folder holding it, or one of its files."""
+    source = d.resolve()
+    target = out_dir.resolve()
+    if target == source or target in source.parents:
+        raise ConfigurationError(f"is or holds {d}, the directory this report reads: choose another path (the "
+                                 "default is DIR/report)", file=out_dir, field="--out")
+    inputs = [p for p in d.iterdir() if p.resolve() != target]
+    check_output_path(out_dir, directory=True, inputs=inputs, flag="--out")
+    check_replaceable(out_dir, what="report")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and manifest_kind(out_dir) != "report":
+        raise ConfigurationError("holds simroute's results of another kind (a run, a trace, a study), not a report: "
+                                 "a report never replaces them; choose a new or empty directory", file=out_dir,
+                                 field="--out")
+    return out_dir
 
 
 # ---- a study ---------------------------------------------------------------------------------------------
@@ -244,11 +278,84 @@ def load_study_meta(path: Path) -> dict[str, Any]:
     for key, kind in STUDY_META.items():
         if key in meta and not isinstance(meta[key], kind):
             raise ConfigurationError(f"has the wrong type ({type(meta[key]).__name__})", file=path, field=key)
+    _check_slo(meta.get("slo"), path, "slo")
+    if isinstance(meta.get("search"), dict):
+        _check_slo(meta["search"].get("slo"), path, "search.slo")
     return meta
 
 
-def _read_parquet(path: Path) -> pd.DataFrame | None:
-    return pd.read_parquet(path) if path.exists() else None
+def _check_slo(slo: Any, path: Path, field: str) -> None:
+    """An SLO the report will evaluate: a condition or a list of them, each one `parse_slo` reads."""
+    if slo is None:
+        return
+    for item in [slo] if isinstance(slo, str) else slo if isinstance(slo, list) else [slo]:
+        if not isinstance(item, str):
+            raise ConfigurationError(f"must be SLO conditions (text), got {str(item)[:40]!r}", file=path, field=field)
+        try:
+            parse_slo(item)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc), file=path, field=field) from None
+
+
+SEARCH_FIELDS = {"labels": dict, "field": str, "status": str, "slo": list, "probes": dict}
+
+
+def load_searches(path: Path) -> list[dict[str, Any]]:
+    """search.json: a list of search results with the fields the report reads."""
+    searches = load_json(path)
+    if not isinstance(searches, list):
+        raise ConfigurationError("must be a list of search results", file=path)
+    for i, entry in enumerate(searches):
+        if not isinstance(entry, dict):
+            raise ConfigurationError("must be an object", file=path, field=f"[{i}]")
+        for key, kind in SEARCH_FIELDS.items():
+            if not isinstance(entry.get(key), kind):
+                raise ConfigurationError(f"must be {kind.__name__}", file=path, field=f"[{i}].{key}")
+        answer = entry.get("answer")
+        if not (answer is None or isinstance(answer, (int, float)) and not isinstance(answer, bool)):
+            raise ConfigurationError("must be a number or null", file=path, field=f"[{i}].answer")
+        _check_slo(entry["slo"], path, f"[{i}].slo")
+    return searches
+
+
+def _read_parquet(path: Path, *, required: bool = False, columns: tuple[str, ...] = ()) -> pd.DataFrame | None:
+    """A Parquet table of a run (None if the run did not write it and it is optional); damaged, dangling or
+    missing-but-required is one line naming the file."""
+    if path.is_symlink() and not path.exists():
+        raise ConfigurationError("is a dangling link", file=path)
+    if not path.exists():
+        if required:
+            raise ConfigurationError("missing (the directory looks damaged: every run writes it)", file=path)
+        return None
+    if not path.is_file():
+        raise ConfigurationError("is not a file", file=path)
+    try:
+        table = pd.read_parquet(path)
+    except (OSError, ValueError, TypeError, ArrowException) as exc:
+        raise ConfigurationError(f"not a readable Parquet table: {' '.join(str(exc).split())[:160]}",
+                                 file=path) from None
+    for name in columns:
+        if name not in table:
+            raise ConfigurationError("missing column", file=path, field=name)
+    check_column_kinds(table, path, TEXT_COLUMNS.get(path.name, ()))
+    return table
+
+
+def check_column_kinds(table: pd.DataFrame, path: Path, text: tuple[str, ...]) -> None:
+    """Text where a run writes text, numbers (not booleans, not infinite latencies) everywhere else."""
+    for name in table.columns:
+        kind = table[name].dtype.kind
+        if table[name].isna().all():      # an empty table or an all-null column (Arrow's null type): nothing to read
+            continue
+        if name in text:
+            if kind not in "OUST":
+                raise ConfigurationError(f"must be text, got {table[name].dtype}", file=path, field=str(name))
+            continue
+        if kind not in "iuf":
+            raise ConfigurationError(f"must be numeric, got {table[name].dtype}", file=path, field=str(name))
+        if name in FINITE_COLUMNS and np.isinf(table[name].to_numpy(dtype=float)).any():
+            raise ConfigurationError("holds an infinite value (a run writes a time or leaves it empty)", file=path,
+                                     field=str(name))
 
 
 def _tpot_modelled(agg: pd.DataFrame) -> bool:
@@ -258,10 +365,11 @@ def _tpot_modelled(agg: pd.DataFrame) -> bool:
 
 def _study(d: Path) -> Report:
     meta = load_study_meta(d / "study.json") if (d / "study.json").exists() else {}
+    if not (d / "points").is_dir():
+        raise ConfigurationError("missing or not a directory: a study directory holds its finished points there "
+                                 "(has its sweep run yet?)", file=d / "points")
     df = Store(d).read()
-    searches = load_json(d / "search.json") if (d / "search.json").exists() else []
-    if not isinstance(searches, list):
-        raise ConfigurationError("must be a list of search results", file=d / "search.json")
+    searches = load_searches(d / "search.json") if (d / "search.json").exists() else []
     x, series = axes_of(meta) if meta else (None, [])
     slo = list(meta.get("slo") or (meta.get("search") or {}).get("slo") or [])
     agg = aggregate(df, x, series, slo)
@@ -318,8 +426,9 @@ def _study_figures(d: Path, df: pd.DataFrame, agg: pd.DataFrame, x: str | None, 
     """A study's figures; link and spine figures at the search answers (or each series' largest x)."""
     reps = _answer_runs(df, searches) if searches else _representatives(df, x, series)
     where = "at each search answer" if searches else f"runs at the largest {x}"
-    links = {k: _read_parquet(d / "runs" / v / "net_links.parquet") for k, v in reps.items()}
-    spines = {k: _read_parquet(d / "runs" / v / "net_spines.parquet") for k, v in reps.items()}
+    links = {k: _read_parquet(d / "runs" / v / "net_links.parquet", columns=LINK_COLUMNS) for k, v in reps.items()}
+    spines = {k: _read_parquet(d / "runs" / v / "net_spines.parquet", columns=SPINE_COLUMNS)
+              for k, v in reps.items()}
     xx = x or "_"
     figs = [Figure(f"TTFT and TPOT percentiles vs {x}", lambda: figures.latency_vs_load(agg, xx),
                    lambda o: plots.latency_vs_load(agg, xx, o / "latency.png") if x in agg else None),
@@ -435,11 +544,7 @@ def _holder_sections(d: Path) -> tuple[list[tuple[str, pd.DataFrame]], list[str]
     path = d / "holders.parquet"
     if not path.exists():
         return [], []
-    try:
-        t = pd.read_parquet(path)
-    except (OSError, ValueError) as exc:
-        raise ConfigurationError(f"not a readable Parquet table: {str(exc).splitlines()[0][:160]}",
-                                 file=path) from None
+    t = _read_parquet(path)
     if "batch_size" in t and "work_s" not in t:
         return [], [f"{path.name} is from an older simroute (holder batch samples, zeros since requests run on "
                     "the instance engines): rerun the run for per-holder load."]
@@ -462,18 +567,71 @@ def _hbm_table(d: Path) -> pd.DataFrame | None:
     return None
 
 
+NUMBER = "number"
+NUMBER_OR_NULL = "number or null"
+NUMBERS = "a mapping of numbers"
+NUMBERS_OR_NULL = "a mapping of numbers or nulls"
+TEXT = "text"
+# what the run report reads from summary.json (a nested dict is a section; an optional one is marked with "?")
+SUMMARY_FIELDS: dict[str, Any] = {
+    "config": {"topology": TEXT, "trace": TEXT, "calib": TEXT, "policy": TEXT, "routing": TEXT},
+    "seed": NUMBER, "requests": NUMBER, "completed": NUMBER, "dropped": NUMBER,
+    "slo": {"attainment": NUMBER_OR_NULL},
+    "ttft_ms": NUMBERS_OR_NULL, "tpot_ms": NUMBERS_OR_NULL, "e2e_ms": NUMBERS_OR_NULL,
+    "primitive_counts": NUMBERS, "bytes": NUMBERS,
+    "network?": {"flows?": NUMBER_OR_NULL, "max_link_utilisation?": NUMBER_OR_NULL,
+                 "peak_spine_concurrency?": NUMBERS, "bytes_by_tier?": NUMBERS,
+                 "bottlenecks?": {"window_s?": NUMBER_OR_NULL, "span_s?": NUMBER_OR_NULL,
+                                  "most_saturated_tier?": (str, type(None))}},
+}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_summary(doc: Any, spec: dict[str, Any], path: Path, where: str = "") -> None:
+    """summary.json has every field the report reads, of the kind a run writes (one line naming the field)."""
+    if not isinstance(doc, dict):
+        raise ConfigurationError("not a simroute run summary: must be a JSON object", file=path, field=where or None)
+    for key, kind in spec.items():
+        name = key.rstrip("?")
+        field = f"{where}.{name}" if where else name
+        if name not in doc or (doc[name] is None and key.endswith("?")):
+            if key.endswith("?"):
+                continue
+            raise ConfigurationError("missing: not a simroute run summary (or a damaged one)", file=path, field=field)
+        value = doc[name]
+        if isinstance(kind, dict):
+            check_summary(value, kind, path, field)
+        elif isinstance(kind, tuple):
+            if not isinstance(value, kind):
+                raise ConfigurationError(f"has the wrong type ({type(value).__name__})", file=path, field=field)
+        elif kind == TEXT and not isinstance(value, str) or kind == NUMBER and not _is_number(value) \
+                or kind == NUMBER_OR_NULL and not (value is None or _is_number(value)):
+            raise ConfigurationError(f"must be {kind}, got {str(value)[:40]!r}", file=path, field=field)
+        elif kind in (NUMBERS, NUMBERS_OR_NULL):
+            nullable = kind == NUMBERS_OR_NULL
+            if not isinstance(value, dict) or not all(_is_number(v) or (nullable and v is None)
+                                                      for v in value.values()):
+                raise ConfigurationError(f"must be {kind}", file=path, field=field)
+
+
 def _run(d: Path) -> Report:
     s = load_json(d / "summary.json")
-    for key in ("config", "ttft_ms", "tpot_ms", "e2e_ms", "bytes", "slo"):
-        if not isinstance(s, dict) or not isinstance(s.get(key), dict):
-            raise ConfigurationError("not a simroute run summary (missing or malformed)", file=d / "summary.json",
-                                     field=key)
+    check_summary(s, SUMMARY_FIELDS, d / "summary.json")
+    for key in ("route", "fetch", "pd_transfer"):
+        if key not in s["bytes"]:
+            raise ConfigurationError("missing: not a simroute run summary (or a damaged one)",
+                                     file=d / "summary.json", field=f"bytes.{key}")
     b = s["bytes"]
     agg = pd.DataFrame([{"config": "run", "bytes_route": b["route"], "bytes_fetch": b["fetch"],
                          "bytes_pd_transfer": b["pd_transfer"]}])
-    req = _read_parquet(d / "requests.parquet")
-    links = {"run": _read_parquet(d / "net_links.parquet")}
-    spines = {"run": _read_parquet(d / "net_spines.parquet")}
+    req = _read_parquet(d / "requests.parquet", required=True, columns=RUN_REQUEST_COLUMNS)
+    if not len(req):
+        raise ConfigurationError("holds no requests (a run writes one row per request)", file=d / "requests.parquet")
+    links = {"run": _read_parquet(d / "net_links.parquet", columns=LINK_COLUMNS)}
+    spines = {"run": _read_parquet(d / "net_spines.parquet", columns=SPINE_COLUMNS)}
     hbm = _hbm_table(d)
     figs = [Figure("TTFT and TPOT distributions", lambda: figures.latency_cdf(req),
                    lambda o: plots.latency_cdf(req, o / "latency.png") if req is not None else None),

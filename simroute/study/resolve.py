@@ -79,9 +79,33 @@ def check_input(name: str, value: Any, file: str, where: str) -> None:
     if not isinstance(value, str) or not value:
         raise ConfigurationError("must be a shipped name, a path or {generate: ..., params: ...}", file=file,
                                  field=fld)
-    if _locate(name, value, file) is None:
+    loc = _locate(name, value, file)
+    if loc is None:
         raise ConfigurationError(f"'{value}' is neither a file (relative to the study) nor a shipped {name}",
                                  file=file, field=fld)
+    if loc["kind"] == "path":
+        _check_input_file(name, Path(loc["path"]))
+
+
+_CHECKED: set[tuple[str, str, float]] = set()
+
+
+def _check_input_file(name: str, path: Path) -> None:
+    """A study's own input file, read the way a point will read it, at load: a damaged trace, topology or
+    profile is one line now, not a failure of every point later (checked once per file and mtime)."""
+    key = (name, str(path), path.stat().st_mtime)
+    if key in _CHECKED:
+        return
+    if name == "trace":
+        from simroute.workload.reader import read_trace_meta
+        read_trace_meta(path)
+    elif name == "topology":
+        from simroute.network import load_topology
+        load_topology(path)
+    else:
+        from simroute.calib import load_profile
+        load_profile(path)
+    _CHECKED.add(key)
 
 
 def _locate(name: str, value: str, file: str) -> dict[str, str] | None:

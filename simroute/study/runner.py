@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -16,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from simroute.errors import ConfigurationError
-from simroute.ioutil import MANIFEST, check_output_path, dumps_json, lock_output, write_text_atomic
+from simroute.ioutil import (MANIFEST, missing_folders, check_output_path, dumps_json, lock_output,
+                             write_text_atomic)
 from simroute.study.backends import Backend, Task, make_backend
 from simroute.study.resolve import materialise, prepare
 from simroute.study.search import Bisection, meets
@@ -43,6 +45,8 @@ class StudyRun:
     skipped: int = 0
     failed: int = 0
     stopped: bool = False             # max_points reached before the study was complete
+    discarded: bool = False           # every point failed in a new directory: it was removed again
+    first_error: str = ""             # the first failed point's error, its first line
     wall_s: float = 0.0
     searches: list[dict[str, Any]] = field(default_factory=list)
 
@@ -93,6 +97,7 @@ class _Executor:
             self.run.executed += 1
             if res.get("error"):
                 self.run.failed += 1
+                self.run.first_error = self.run.first_error or str(res["error"]).strip().splitlines()[0]
             if self.bar is not None:
                 self.bar.set_postfix_str(f"failed {self.run.failed}" if self.run.failed else "")
                 self.bar.update(1)
@@ -132,7 +137,7 @@ def make_point(study: Study, out_dir: Path, labels: dict[str, Any], seed: int,
     return Point(key, labels, seed, payload, search)
 
 
-STUDY_ENTRIES = {"study.json", "search.json", "points", "runs", "inputs", "report", MANIFEST,
+STUDY_ENTRIES = {"study.json", "search.json", "points", "runs", "perf", "inputs", "report", MANIFEST,
                  "plan.yaml", "plan.json", "plan.md"}     # a plan's own files beside its study
 
 
@@ -160,6 +165,17 @@ def check_study_dir(study: Study, out: Path) -> None:
     if doc.get("name") != study.name:
         raise ConfigurationError(f"holds the results of study {doc.get('name')!r}, not {study.name!r}: choose "
                                  "another directory", file=out, field="--out")
+    if doc.get("base") not in (None, study_fingerprint(study)):
+        raise ConfigurationError(f"holds the results of another study named {study.name!r} (its base config "
+                                 "differs): choose another directory, or rerun the study that made it",
+                                 file=out, field="--out")
+
+
+def study_fingerprint(study: Study) -> str:
+    """What makes two studies of one name the same study: the base config every point starts from (axes and
+    seeds may grow between reruns; points are keyed by their own configs)."""
+    from simroute.study.resolve import digest
+    return digest({"base": study.base, "search_field": study.search.field if study.search else None})
 
 
 def _plan(study: Study, out: Path) -> list[Point] | None:
@@ -186,15 +202,52 @@ def run_study(study: Study, out_dir: str | Path, *, jobs: int | None = None, ray
     check_study_dir(study, out)
     points = _plan(study, out)
     be = backend or make_backend(jobs, ray_address)
+    created = missing_folders(out)           # before the lock, whose file lands in out's parent
     try:
         with lock_output(out, flag="--out"):
+            fresh = bool(created) or not any(out.iterdir())
             out.mkdir(parents=True, exist_ok=True)
-            _write_manifest(study, out)
-            return _run(study, out, be, points, max_points=max_points, retry_failed=retry_failed,
-                        progress=progress)
+            try:
+                Store(out).check()           # a damaged point stops the resume before anything is rewritten
+                _write_manifest(study, out)
+                run = _run(study, out, be, points, max_points=max_points, retry_failed=retry_failed,
+                           progress=progress)
+            except Exception:
+                if fresh:
+                    _discard(out, created)
+                raise
+            if fresh and run.executed and run.failed == run.executed:
+                _discard(out, created)         # nothing but failures: no study directory for them
+                run.discarded = True
+    except Exception:
+        _remove_empty(created[1:])
+        raise
     finally:
         if backend is None:
             be.close()
+    if run.discarded:
+        _remove_empty(created[1:])            # the folders made for it, now that the lock file is gone
+    return run
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def _discard(out: Path, created: list[Path]) -> None:
+    """Empty a study directory this sweep started: remove it (the caller removes the folders made for it once
+    the lock is released), or, where it was an empty directory already, its contents."""
+    if created:
+        shutil.rmtree(out, ignore_errors=True)
+        return
+    for child in out.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                child.unlink()
 
 
 def _run(study: Study, out: Path, be: Backend, points: list[Point] | None, *, max_points: int | None,
@@ -254,5 +307,5 @@ def _write_manifest(study: Study, out: Path) -> None:
            "cases": study.cases, "seeds": list(study.seeds), "slo": list(study.slo), "report": study.report,
            "search": None if study.search is None else study.search.__dict__, "base": study.base}
     write_text_atomic(out / "study.json", dumps_json(doc, indent=2, default=str) + "\n")
-    marker = {"written_by": "simroute", "kind": "study", "name": study.name}
+    marker = {"written_by": "simroute", "kind": "study", "name": study.name, "base": study_fingerprint(study)}
     write_text_atomic(out / MANIFEST, json.dumps(marker, sort_keys=True) + "\n")

@@ -297,6 +297,9 @@ def _validate_points(study: Study) -> None:
             flat = {k: v for k, v in cfg.items() if k not in INPUTS}
             try:
                 RunConfig(topology="-", trace="-", calib="-", **flat)
+                if isinstance(flat.get("model"), str):      # a name the run would only look up at run time
+                    from simroute.model.geometry import get_model
+                    get_model(flat["model"])
             except SimrouteError as exc:
                 fld = getattr(exc, "field", None) or getattr(exc, "kind", None)
                 raise ConfigurationError(str(exc), file=study.file, field=f"{where}: {fld}") from None

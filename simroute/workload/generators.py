@@ -58,6 +58,7 @@ def get_generator(kind: str) -> Generator:
 
 
 MAX_PARAM_INT = 2**31 - 1
+MAX_SIGMA = 10.0
 
 
 def _coerce(value: Any, typ: Any, name: str, kind: str) -> Any:
@@ -110,6 +111,8 @@ def make_params(kind: str, overrides: dict[str, Any] | None = None) -> Any:
         if key not in fields:
             raise UnknownNameError(f"parameter of generator '{kind}'", key, list(fields))
         values[key] = _coerce(value, fields[key], key, kind)
+        if key.endswith("_sigma"):        # every generator's log-normal spread: 0 (none) up to a wide 10
+            check_number(values[key], key, minimum=0, maximum=MAX_SIGMA)
     try:
         return gen.params(**values)
     except ValueError as exc:
@@ -142,6 +145,39 @@ def check_sizes(requests: int, chunks: int = 0, instances: int = 0, tenants: int
     for what, value, bound in (("requests", requests, MAX_REQUESTS), ("chunks", chunks, MAX_CHUNKS),
                                ("instances", instances, MAX_INSTANCES), ("tenants", tenants, MAX_TENANTS)):
         check(value <= bound, f"{value:,} {what} is more than the {bound:,} a generated trace may hold")
+
+
+MAX_REFS = 200_000_000          # chunk references (list entries) a generated trace may hold in all
+REQUEST_BYTES = 96               # a generated request's columns, in memory while it is built
+REF_BYTES = 9                    # one chunk reference: an int64 id and a bool
+
+
+def available_memory() -> int | None:
+    """Bytes of memory this machine can still hand out (MemAvailable), None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_refs(refs: float) -> None:
+    """The chunk references (list entries) a trace would hold in all, within the bound (work and size)."""
+    check(refs <= MAX_REFS, f"{refs:,.0f} chunk references is more than the {MAX_REFS:,} a generated trace may hold")
+
+
+def check_memory(requests: int, refs: int) -> None:
+    """A generator that builds the whole trace in memory: its size, checked before anything is allocated
+    (ValueError with the figure, not a MemoryError mid-way)."""
+    check_refs(refs)
+    need = requests * REQUEST_BYTES + refs * REF_BYTES
+    free = available_memory()
+    if free is not None:
+        check(need <= 0.8 * free, f"the trace would need ~{need / 2**30:.1f} GiB of memory to build; this machine "
+                                  f"has {free / 2**30:.1f} GiB available")
 
 
 def check(cond: bool, message: str) -> None:

@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from simroute.workload.generators import check, check_sizes, dict_strings, lengths, register, tenant_names
+from simroute.workload.generators import check, check_memory, check_sizes, dict_strings, lengths, register, tenant_names
 from simroute.workload.writer import TraceWriter, list_array
 
 
@@ -52,8 +52,10 @@ class AgentsParams:
         check(self.rate_per_agent > 0 and self.nominal_tpot_s >= 0, "rate_per_agent must be > 0")
         check(self.qps is None or (isinstance(self.qps, (int, float)) and 0 < self.qps < 1e9),
               "qps must be a rate > 0 (requests/s) or unset")
-        check_sizes(self.documents * (1 + self.subagents * self.requests_per_agent),
-                    self.documents * -(-self.doc_tokens // self.chunk_tokens), 0, self.tenants)
+        requests = self.documents * (1 + self.subagents * self.requests_per_agent)
+        n_chunks = -(-self.doc_tokens // self.chunk_tokens)
+        check_sizes(requests, self.documents * n_chunks, 0, self.tenants)
+        check_memory(requests, requests * n_chunks)      # every request lists its document's chunks
 
 
 def _stream_at_rate(rng: np.random.Generator, p: AgentsParams, per_doc: int,

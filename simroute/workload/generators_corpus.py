@@ -10,8 +10,8 @@ import dataclasses
 import numpy as np
 import pyarrow as pa
 
-from simroute.workload.generators import (GEN_BATCH, check, check_sizes, dedupe_rows, dict_strings, lengths,
-                                          poisson_arrivals, register, tenant_names)
+from simroute.workload.generators import (GEN_BATCH, check, check_refs, check_sizes, dedupe_rows, dict_strings,
+                                          lengths, poisson_arrivals, register, tenant_names)
 from simroute.workload.writer import TraceWriter, list_array
 
 
@@ -40,6 +40,7 @@ class CorpusParams:
         check(1 <= self.chunks_per_request <= self.max_chunks_per_request,
               "chunks_per_request must be within [1, max_chunks_per_request]")
         check_sizes(self.requests, self.chunks, self.instances, self.tenants)
+        check_refs(self.requests * min(self.chunks_per_request, self.chunks))     # the mean a request attends
 
 
 @register("corpus", CorpusParams, "canonical Zipf-popular corpus attended after per-request prefixes")
@@ -100,6 +101,7 @@ class SparseParams:
               "chunks_per_holder_request must be <= chunks_per_holder")
         check(self.spanned < 1 << 15 and self.qps > 0, "spanned must fit int16; qps > 0")
         check_sizes(self.requests, self.holders * self.chunks_per_holder, self.holders, self.tenants)
+        check_refs(self.requests * self.spanned * self.chunks_per_holder_request)
 
 
 @register("sparse", SparseParams, "top-k selection over chunks spread on M holders (DSA/NSA)")

@@ -28,6 +28,8 @@ def _open(path: str | Path, name: str, table: str) -> tuple[pq.ParquetFile, dict
     except (pa.ArrowException, OSError) as exc:
         raise ConfigurationError(f"not a readable Parquet file: {exc}", file=file) from None
     meta = validate_schema(pf.schema_arrow, file, table)
+    if table == "requests" and pf.metadata.num_rows == 0:
+        raise ConfigurationError("holds no requests: nothing to replay", file=file)
     return pf, meta
 
 

@@ -87,7 +87,7 @@ def trace_info(path: str | Path, *, lru_capacity_tokens: int | None = None,
                batch_rows: int = 65_536) -> TraceInfo:
     """Statistics of a trace in one pass over its request row groups (memory: a few numbers per request)."""
     meta = read_trace_meta(path)
-    chunks = read_chunks(path, columns=["chunk_id", "tokens", "cached_offset", "holder_hint"])
+    chunks = read_chunks(path, columns=["chunk_id", "tokens", "cached_offset", "holder_hint", "corpus"])
     check_chunks(path, chunks)
     ids = chunks["chunk_id"].to_numpy()
     tokens = chunks["tokens"].to_numpy().astype(np.int64)

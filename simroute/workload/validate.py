@@ -32,6 +32,26 @@ def _no_nulls(table: pa.Table | pa.RecordBatch, file: Path, row0: int = 0) -> No
                                      field=name)
 
 
+MAX_TIME_S = 1e9          # ~31 years: an arrival or think time past it is corrupted or in other units
+STRING_COLUMNS = ("tenant",)
+
+
+def control_characters(column: pa.Array | pa.ChunkedArray) -> int | None:
+    """The first row of a string column holding a NUL or another control character, None if there is none."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    values = column.dictionary if pa.types.is_dictionary(column.type) else column
+    if not pa.types.is_string(values.type) and not pa.types.is_large_string(values.type):
+        return None
+    hit = pc.match_substring_regex(values, r"[\x00-\x1f]").fill_null(False).to_numpy(zero_copy_only=False)
+    if not hit.any():
+        return None
+    if pa.types.is_dictionary(column.type):
+        rows = np.isin(column.indices.to_numpy(zero_copy_only=False), np.flatnonzero(hit))
+        return int(np.flatnonzero(rows)[0]) if rows.any() else None
+    return int(np.flatnonzero(hit)[0])
+
+
 def _hint_range(v: np.ndarray, name: str, instances: int | None) -> np.ndarray:
     """Rows of a placement hint outside [-1, instances) (-1 = no hint)."""
     hi = instances if instances is not None else np.iinfo(np.int64).max
@@ -57,6 +77,11 @@ def check_chunks(path: str | Path, table: pa.Table, instances: int | None = None
             bound = f"-1 or below the {instances} instances" if instances is not None else ">= -1"
             raise ConfigurationError(f"row {int(bad[0])}: holder_hint = {v[bad[0]]} (must be {bound})", file=file,
                                      field="holder_hint")
+    if "corpus" in table.column_names:
+        bad_row = control_characters(table.column("corpus"))
+        if bad_row is not None:
+            raise ConfigurationError(f"row {bad_row}: holds a NUL or control character in a name", file=file,
+                                     field="corpus")
     s = np.sort(ids)
     dup = np.flatnonzero(np.diff(s) == 0)
     if dup.size:
@@ -102,6 +127,20 @@ class RequestChecker:
             t = batch.column("think_s").to_numpy()
             if not np.all(np.isfinite(t)):
                 self._fail(np.flatnonzero(~np.isfinite(t))[0], "think_s", "think time is not finite")
+            late = np.flatnonzero(t > MAX_TIME_S)
+            if late.size:
+                self._fail(late[0], "think_s", f"think time {t[late[0]]:g} s is past {MAX_TIME_S:g} s")
+        if "prompt_tokens" in names and "chunk_ids" in names:
+            prompt = batch.column("prompt_tokens").to_numpy()
+            counts = pc.list_value_length(batch.column("chunk_ids")).to_numpy(zero_copy_only=False)
+            empty = np.flatnonzero((prompt == 0) & (counts == 0))
+            if empty.size:
+                self._fail(empty[0], "prompt_tokens", "a request of zero tokens (no prompt and no chunks)")
+        for name in STRING_COLUMNS:
+            if name in names:
+                bad = control_characters(batch.column(name))
+                if bad is not None:
+                    self._fail(bad, name, "holds a NUL or control character in a name")
         for name in self.NON_NEGATIVE:
             if name in names:
                 v = batch.column(name).to_numpy()
@@ -131,6 +170,10 @@ class RequestChecker:
     def _arrivals(self, a: np.ndarray) -> None:
         if not np.all(np.isfinite(a)):
             self._fail(np.flatnonzero(~np.isfinite(a))[0], "arrival_s", "arrival time is not finite")
+        late = np.flatnonzero(a > MAX_TIME_S)
+        if late.size:
+            self._fail(late[0], "arrival_s", f"arrival time {a[late[0]]:g} s is past {MAX_TIME_S:g} s (corrupted, "
+                                             "or in other units?)")
         prev = np.concatenate(([self.last], a[:-1]))
         back = np.flatnonzero(a < prev)
         if back.size:

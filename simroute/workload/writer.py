@@ -86,6 +86,24 @@ def _table(fields: list[pa.Field], schema: pa.Schema, defaults: dict[str, Any],
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+MAX_ARRIVAL_S = 1e9        # ~31 years after the trace's start: past it, a time is in other units or corrupted
+
+
+def _empty_requests(cols: dict[str, Any], n: int) -> np.ndarray:
+    """Rows with no prompt token and no chunk: requests that ask for nothing."""
+    prompt = cols.get("prompt_tokens")
+    if prompt is None:
+        return np.zeros(0, dtype=np.int64)
+    prompt = np.broadcast_to(np.asarray(prompt.to_numpy(zero_copy_only=False) if isinstance(prompt, pa.Array)
+                                        else prompt), (n,))
+    chunks = cols.get("chunk_ids")
+    if isinstance(chunks, (pa.ListArray, pa.LargeListArray)):
+        counts = pc.list_value_length(chunks).fill_null(0).to_numpy(zero_copy_only=False)
+    else:
+        counts = np.zeros(n, dtype=np.int64)
+    return np.flatnonzero((prompt == 0) & (counts == 0))
+
+
 class TraceWriter:
     """Writes requests.parquet and chunks.parquet into `directory` (a temp dir from `open_trace_writer`).
 
@@ -125,6 +143,16 @@ class TraceWriter:
             bad = int(np.flatnonzero(~np.isfinite(arrival))[0])
             raise ConfigurationError("arrival time is not finite", file=self.source, field="arrival_s",
                                      line=int(lines[bad]) if lines is not None else None)
+        late = np.flatnonzero(arrival > MAX_ARRIVAL_S)
+        if len(late):
+            raise ConfigurationError(f"arrival time {arrival[late[0]]:g} s is past {MAX_ARRIVAL_S:g} s (a "
+                                     "timestamp in other units, or corrupted?)", file=self.source,
+                                     field="arrival_s", line=int(lines[late[0]]) if lines is not None else None)
+        empty = _empty_requests(cols, n)
+        if len(empty):
+            raise ConfigurationError("a request of zero tokens (no prompt and no chunks): nothing to serve",
+                                     file=self.source, field="prompt_tokens",
+                                     line=int(lines[empty[0]]) if lines is not None else None)
         prev = np.concatenate(([self._last_arrival], arrival[:-1]))
         back = np.flatnonzero(arrival < prev)
         if len(back) and self._unsorted_at is None:

@@ -29,6 +29,9 @@ class Case:
     damage: Callable[[Any], None] | None = None      # edits the copied {trace} (Parquet damage)
     needs_trace: bool = False
     pending: str = ""                                # the owner whose file must still change (xfail until then)
+    needs_run: bool = False                          # a valid small run copied to {d}/run
+    needs_study: bool = False                        # a valid one-point study (STUDY3) copied to {d}/study
+    setup: Callable[[Path], None] | None = None      # edits the materialised directory (damage, links)
 
 
 def _yaml(doc: Any) -> str:
@@ -565,8 +568,9 @@ def cli_cases() -> list[Case]:
 
 
 def all_cases() -> list[Case]:
+    from corpus_round3 import round3_cases
     cases = (topology_cases() + profile_cases() + study_cases() + mooncake_cases() + csv_cases() + agent_cases()
-             + trace_cases() + cli_cases())
+             + trace_cases() + cli_cases() + round3_cases())
     ids = [c.id for c in cases]
     dup = {i for i in ids if ids.count(i) > 1}
     assert not dup, f"duplicate case ids: {sorted(dup)}"

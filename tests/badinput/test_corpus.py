@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -21,6 +22,15 @@ def test_the_corpus_is_big_and_covers_every_area():
             "gen"} <= prefixes
 
 
+def test_round_3_covers_every_class_of_issue_22():
+    """Output safety, damaged reports, the newer commands, bounds, studies at run time, silent semantics."""
+    from corpus_round3 import round3_cases
+    cases = round3_cases()
+    assert len(cases) >= 120
+    assert {c.id.split("-")[0] for c in cases} >= {"out", "report", "step", "calib", "flows", "validate", "predict",
+                                                   "bound", "sweep3", "sem"}
+
+
 @pytest.fixture(scope="session")
 def valid_trace(tmp_path_factory) -> Path:
     from simroute.workload import generate
@@ -29,12 +39,35 @@ def valid_trace(tmp_path_factory) -> Path:
                                                     "place_chunks": True})
 
 
-def snapshot(root: Path) -> dict[str, bytes | None]:
-    """Every path under root with its bytes (None for a directory), hidden files included."""
-    return {p.relative_to(root).as_posix(): (None if p.is_dir() else p.read_bytes()) for p in sorted(root.rglob("*"))}
+@pytest.fixture(scope="session")
+def valid_run(tmp_path_factory) -> Path:
+    """A small run directory (every table a report reads), for the report and flows cases."""
+    from simroute.cli.main import main
+    out = tmp_path_factory.mktemp("valid") / "run"
+    assert main(["run", "--max-requests", "20", "-o", str(out)]) == 0
+    return out
 
 
-def materialise(case: Case, root: Path, trace: Path) -> None:
+@pytest.fixture(scope="session")
+def valid_study(tmp_path_factory) -> Path:
+    """A one-point study directory of corpus_round3.STUDY3."""
+    import yaml
+    from corpus_round3 import STUDY3
+    from simroute.cli.main import main
+    root = tmp_path_factory.mktemp("valid")
+    (root / "s.yaml").write_text(yaml.safe_dump(STUDY3))
+    assert main(["sweep", str(root / "s.yaml"), "-o", str(root / "study"), "-j", "1"]) == 0
+    return root / "study"
+
+
+def snapshot(root: Path) -> dict[str, bytes | str | None]:
+    """Every path under root with its bytes (None for a directory, the target for a link), hidden files
+    included."""
+    return {p.relative_to(root).as_posix(): (os.readlink(p) if p.is_symlink() else None if p.is_dir()
+                                             else p.read_bytes()) for p in sorted(root.rglob("*"))}
+
+
+def materialise(case: Case, root: Path, trace: Path, request: pytest.FixtureRequest) -> None:
     for name, content in case.files.items():
         path = root / name
         if content is None:
@@ -46,6 +79,11 @@ def materialise(case: Case, root: Path, trace: Path) -> None:
         shutil.copytree(trace, root / "trace.parquet")
         if case.damage is not None:
             case.damage(root / "trace.parquet")
+    for flag, fixture, name in ((case.needs_run, "valid_run", "run"), (case.needs_study, "valid_study", "study")):
+        if flag:       # copied with their timestamps, so their manifests still hold
+            shutil.copytree(request.getfixturevalue(fixture), root / name, symlinks=True, dirs_exist_ok=True)
+    if case.setup is not None:
+        case.setup(root)
 
 
 PARAMS = [pytest.param(c, id=c.id, marks=[pytest.mark.xfail(reason=c.pending, strict=False)] if c.pending else [])
@@ -58,10 +96,11 @@ def test_pending_cases_are_few_and_name_their_owner():
 
 
 @pytest.mark.parametrize("case", PARAMS)
-def test_bad_input_is_one_line_exit_2_and_changes_nothing(case: Case, cli, tmp_path, valid_trace, monkeypatch):
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(case: Case, cli, tmp_path, valid_trace, monkeypatch,
+                                                         request):
     root = tmp_path / "d"
     root.mkdir()
-    materialise(case, root, valid_trace)
+    materialise(case, root, valid_trace, request)
     monkeypatch.chdir(root)                 # anything written to a relative default path lands under root too
     before = snapshot(root)
     fill = lambda s: s.replace("{d}", str(root)).replace("{trace}", str(root / "trace.parquet"))

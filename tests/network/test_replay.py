@@ -230,9 +230,11 @@ def _flow_frame(n: int = 60, seed: int = 3):
     topo = load_topology(shipped_topology("fattree"))
     rng = np.random.default_rng(seed)
     pairs = rng.integers(0, len(topo.gpus), size=(n, 2))
+    pairs[:, 1] = np.where(pairs[:, 0] == pairs[:, 1], (pairs[:, 1] + 1) % len(topo.gpus), pairs[:, 1])  # no self-flow
+    choices = rng.integers(0, 4, n)
     frame = pd.DataFrame({"start_s": np.sort(rng.uniform(0, 5e-3, n)), "nbytes": rng.uniform(1e6, 5e7, n),
                           "src": [topo.gpus[a] for a, _b in pairs], "dst": [topo.gpus[b] for _a, b in pairs],
-                          "path_index": rng.integers(0, 4, n)})
+                          "path_index": [int(c) % topo.n_choices(int(a), int(b)) for c, (a, b) in zip(choices, pairs)]})
     return topo, frame
 
 

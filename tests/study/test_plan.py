@@ -144,3 +144,16 @@ def test_plan_study_carries_the_deployment_and_sizes_generated_corpora():
     assert doc["search"]["field"] == "hosts" and doc["search"]["goal"] == "min"
     imported = PlanRequest(trace="agents-default", qps=2.0).study_document()
     assert imported["base"]["qps"] == 2.0 and imported["base"]["trace"] == "agents-default"
+
+
+@pytest.mark.parametrize("args, field", [(("--policy", "bogus"), "--policy / --compare"),
+                                         (("--compare", "nope"), "--policy / --compare"),
+                                         (("--model", "gpt-9"), "--model"), (("--topology", "nowhere"), "--topology"),
+                                         (("--slo", "fast please"), "--slo"), (("--gpu", "tpu-v9"), "--gpu"),
+                                         (("--workload", "agents", "-p", "bogus=1"), "--workload / -p"),
+                                         (("--trace", "/nonexistent/t.parquet"), "--trace")])
+def test_plan_errors_name_the_flag_not_a_temporary_study(cli, tmp_path, args, field):
+    code, out, err = cli("plan", *args, "--hosts-max", 2, "--seeds", 1, "-o", tmp_path / "p")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert f"field '{field}'" in err and "plan.yaml" not in err and "simroute-plan-" not in err
+    assert not (tmp_path / "p").exists()

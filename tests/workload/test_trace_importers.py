@@ -153,9 +153,9 @@ def test_agent_real_trace(tmp_path, shared_traces):
 def test_agent_ids_namespaced_per_file(tmp_path, shared_traces):
     src = shared_traces / "agent_trace_0277.json"
     doc = json.loads(src.read_text())
-    for name in ("c1.json", "c2.json"):
+    for name in ("c1.json", "c2.json"):         # two conversations (distinct ids) with the same local hash ids
         (tmp_path / "in").mkdir(exist_ok=True)
-        (tmp_path / "in" / name).write_text(json.dumps(doc))
+        (tmp_path / "in" / name).write_text(json.dumps({**doc, "id": name}))
     out = import_trace("agent", tmp_path / "in", tmp_path / "two.parquet")
     single = read_chunks(import_trace("agent", src, tmp_path / "one.parquet")).num_rows
     assert read_chunks(out).num_rows == 2 * single                           # never collide
@@ -173,7 +173,7 @@ def test_agent_bad_input(tmp_path, no_leftovers):
         import_trace("agent", bad, tmp_path / "o.parquet")
     assert e.value.line == 3
     bad.write_text('{"requests": [{"t": 0, "in": -3, "out": 1, "hash_ids": []}]}')
-    with pytest.raises(ConfigurationError, match="must be >= 0"):
+    with pytest.raises(ConfigurationError, match="must be >= 1"):      # a request reads at least one token
         import_trace("agent", bad, tmp_path / "o.parquet")
     assert not (tmp_path / "o.parquet").exists() and no_leftovers(tmp_path) == []
 

@@ -24,7 +24,7 @@ from simroute.workload.importers.common import register_importer, ImportOptions
 from simroute.workload.writer import TraceWriter, list_array
 
 BLOCK = 64
-MAX_FILE_BYTES = 1 << 30
+MAX_FILE_BYTES = 64 << 20      # one conversation; parsed whole, so bounded (the public ones are ~100 kB)
 MAX_NESTING = 64
 
 
@@ -49,13 +49,17 @@ MAX_TOKENS = 2**31 - 1
 MAX_BLOCK = 1 << 20
 
 
+MAX_SECONDS = 1e8          # ~3 years: a time past this is a corrupted record, not a conversation
+REQUEST_TYPES = ("n", "subagent")     # a request and a sub-agent marker (kv-cache-tester's two kinds)
+
+
 def _num(obj: dict[str, Any], key: str, file: Path, where: str, *, integer: bool = False,
-         default: Any = None) -> Any:
+         default: Any = None, minimum: float = 0) -> Any:
     v = obj.get(key, default)
     if v is None:
         raise ConfigurationError(f"missing '{key}'", file=file, field=f"{where}.{key}")
-    return check_number(v, f"{where}.{key}", file=file, integer=integer, minimum=0,
-                        maximum=MAX_TOKENS if integer else None)
+    return check_number(v, f"{where}.{key}", file=file, integer=integer, minimum=minimum,
+                        maximum=MAX_TOKENS if integer else MAX_SECONDS)
 
 
 def _stream(conv: _Conv, entries: Any, t0: float, spawner: int, file: Path, ns: Any, block: int,
@@ -72,10 +76,17 @@ def _stream(conv: _Conv, entries: Any, t0: float, spawner: int, file: Path, ns: 
         if not isinstance(e, dict):
             raise ConfigurationError("an entry must be an object", file=file, field=at)
         t = t0 + _num(e, "t", file, at)
-        if e.get("type") == "subagent" or "requests" in e:
+        if t > MAX_SECONDS:
+            raise ConfigurationError(f"lies {t:g} s after its conversation's start (at most {MAX_SECONDS:g})",
+                                     file=file, field=f"{at}.t")
+        kind = e.get("type", "n")
+        if kind not in REQUEST_TYPES:
+            raise ConfigurationError(f"unknown request type {str(kind)[:40]!r}; known: {', '.join(REQUEST_TYPES)}",
+                                     file=file, field=f"{at}.type")
+        if kind == "subagent" or "requests" in e:
             _stream(conv, e.get("requests"), t, prev, file, ns, block, f"{at}.requests", model_tenant)
             continue
-        n_in = int(_num(e, "in", file, at, integer=True))
+        n_in = int(_num(e, "in", file, at, integer=True, minimum=1))      # a request reads at least a token
         hids = e.get("hash_ids", [])
         if not isinstance(hids, list) or any(type(h) is not int or not -2**63 <= h < 2**63 for h in hids):
             raise ConfigurationError("hash_ids must be a list of 64-bit integers", file=file, field=f"{at}.hash_ids")
@@ -124,7 +135,18 @@ def _read_file(conv: _Conv, file: Path, k: int, opts: ImportOptions) -> str:
                                  field="hash_id_scope")
     _stream(conv, doc["requests"], 0.0, -1, file, "global" if scope == "global" else k, block, "requests",
             model_tenant=False)
-    return str(doc.get("id", file.stem))
+    return _trace_id(doc, file)
+
+
+def _trace_id(doc: dict[str, Any], file: Path) -> str:
+    """The conversation's id (the file's name without one): a non-empty text without control characters."""
+    if "id" not in doc:
+        return file.stem
+    ident = doc["id"]
+    if not isinstance(ident, str) or not ident.strip() or any(ord(ch) < 32 for ch in ident) or len(ident) > 256:
+        raise ConfigurationError(f"must be a non-empty name (at most 256 characters, no control characters), got "
+                                 f"{str(ident)[:40]!r}", file=file, field="id")
+    return ident
 
 
 @register_importer("agent")
@@ -132,9 +154,19 @@ def import_agent(writer: TraceWriter, files: list[Path], opts: ImportOptions) ->
     conv = _Conv()
     corpus_of: list[str] = []
     file_of: list[int] = []
+    seen_files: dict[Path, Path] = {}
+    seen_ids: dict[str, Path] = {}
     for k, file in enumerate(files):
+        same = seen_files.setdefault(file.resolve(), file)
+        if same is not file:
+            raise ConfigurationError(f"given twice (also as {same}): each conversation is imported once", file=file)
         before = len(conv.t)
-        corpus_of.append(_read_file(conv, file, k, opts))
+        ident = _read_file(conv, file, k, opts)
+        if ident in seen_ids:
+            raise ConfigurationError(f"trace id {ident!r} is also the id of {seen_ids[ident]}: two conversations "
+                                     "with one id (a copied file?)", file=file, field="id")
+        seen_ids[ident] = file
+        corpus_of.append(ident)
         file_of.extend([k] * (len(conv.t) - before))
     n = len(conv.t)
     arrival = np.asarray(conv.t, dtype=np.float64)

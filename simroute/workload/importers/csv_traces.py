@@ -17,6 +17,7 @@ import pandas as pd
 import pyarrow as pa
 
 from simroute.errors import ConfigurationError
+from simroute.ioutil import check_line_lengths
 from simroute.workload.importers.common import (register_importer, BATCH_LINES, ImportOptions, check_int_range, check_nonneg,
                                                 open_input)
 from simroute.workload.writer import TraceWriter
@@ -32,10 +33,19 @@ def _header(file: Path, required: dict[str, str], optional: dict[str, str]) -> d
         head = f.read(1 << 16)
     if b"\x00" in head:
         raise ConfigurationError("is a binary file, not CSV text", file=file)
+    check_line_lengths(file)
     try:
         cols = pd.read_csv(file, nrows=0, encoding="utf-8").columns
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as exc:
         raise ConfigurationError(f"not a CSV file: {_one_line(exc)}", file=file, line=1) from None
+    seen: dict[str, str] = {}
+    wanted = {*required.values(), *optional.values()}
+    for column in _raw_header(file):
+        norm = _norm(column)
+        if norm in wanted and norm in seen:
+            raise ConfigurationError(f"columns {seen[norm]!r} and {column!r} both name the same field: which "
+                                     "one to read is ambiguous", file=file, line=1, field=column)
+        seen[norm] = column
     by_norm = {_norm(c): c for c in cols}
     found = {}
     for key, norm in {**required, **optional}.items():
@@ -45,6 +55,13 @@ def _header(file: Path, required: dict[str, str], optional: dict[str, str]) -> d
             raise ConfigurationError(f"missing column (header has: {', '.join(map(str, cols))})",
                                      file=file, line=1, field=key)
     return found
+
+
+def _raw_header(file: Path) -> list[str]:
+    """The header's names as written (pandas renames a repeated name to 'name.1', hiding the repeat)."""
+    import csv
+    with file.open(newline="", encoding="utf-8", errors="replace") as f:
+        return [name.strip() for name in next(csv.reader(f), [])]
 
 
 def _chunks(file: Path, usecols: list[str]) -> Iterator[tuple[pd.DataFrame, np.ndarray]]:

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from simroute.errors import ConfigurationError
+from simroute.ioutil import bounded_lines
 from simroute.workload.importers.common import (register_importer, BATCH_LINES, BlockRegistry, ImportOptions,
                                                 check_int_range, check_nonneg, open_input, row_positions)
 from simroute.workload.writer import TraceWriter, list_array
@@ -99,7 +100,7 @@ def import_mooncake(writer: TraceWriter, files: list[Path], opts: ImportOptions)
                                                    "hash_flat", "hash_len")}
     loads = json.loads
     with open_input(file) as f:
-        for lineno, raw in enumerate(f, 1):
+        for lineno, raw in bounded_lines(f, file):
             if not raw.strip():
                 continue
             try:

@@ -15,6 +15,7 @@ import json
 import math
 import re
 import tempfile
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,6 @@ class PlanRequest:
         if not isinstance(self.trace, dict):
             return False
         from simroute.workload.generators import get_generator
-        import typing
         return name in typing.get_type_hints(get_generator(str(self.trace["generate"])).params)
 
     def _trace(self) -> str | dict[str, Any]:
@@ -231,7 +231,7 @@ def binding_resource(s: dict[str, Any], violated: list[str]) -> str:
         return (f"holder fan-in: the busiest holder spends {busiest:.0%} of its time on routed partials "
                 f"(max fan-in {holders.get('max_fan_in')})")
     parts = s.get("ttft_breakdown_ms") or {}
-    if any(v.startswith("tpot") or "tpot" in v for v in violated) and not any("ttft" in v for v in violated):
+    if any("tpot" in v for v in violated) and not any("ttft" in v for v in violated):
         return "compute: the decode step time of the batch each instance runs (TPOT)"
     largest = max(((k, v) for k, v in parts.items() if v), key=lambda kv: kv[1], default=(None, 0.0))
     where = {"queueing": "requests queue for busy engines", "prefill_compute": "prefill compute",

@@ -20,7 +20,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from simroute.errors import ConfigurationError
-from simroute.model.optables import LATENCY_COLUMN, SCHEMA, OperatorTables, OpKind, OpTable, repeats_merged
+from simroute.model.optables import (ELEMENTWISE_KERNEL_NAMES, LATENCY_COLUMN, SCHEMA, OperatorTables, OpKind, OpTable,
+                                     repeats_merged)
 
 MANIFEST = "tables.yaml"
 SCHEMA_TAG = "simroute.optables/1"
@@ -78,6 +79,11 @@ def load_operator_tables(directory: str | Path) -> OperatorTables:
             if not np.all(np.isfinite(arr)) or np.any(arr < 0):
                 raise _fail("shape values must be finite and >= 0", file, c)
         categorical = {c: _labels(data.column(c)) for c in cats}
+        if kind is OpKind.ELEMENTWISE:
+            unknown = sorted(set(categorical["kernel"].tolist()) - set(ELEMENTWISE_KERNEL_NAMES))
+            if unknown:
+                raise _fail(f"unknown elementwise kernel(s) {', '.join(unknown)} (known: "
+                            f"{', '.join(ELEMENTWISE_KERNEL_NAMES)})", file, "kernel")
         source = {"file": str(Path(manifest["gpu"]) / root.name / file.name), "kind": str(provenance["kind"]),
                   **{k: str(v) for k, v in entry.items() if isinstance(v, (str, int, float))}}
         tables[kind] = OpTable(kind, categorical, numeric, latency, source)
@@ -125,9 +131,65 @@ def _labels(column: Any) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=16)
-def load_operator_tables_cached(directory: str) -> OperatorTables:
-    """`load_operator_tables` once per resolved directory and process (runs build many step models)."""
-    return load_operator_tables(directory)
+def load_operator_tables_cached(directory: str, fill: str | None = None) -> OperatorTables:
+    """`load_operator_tables` once per resolved directory (and fill directory) and process (runs build many step
+    models); with `fill`, the two merged op kind by op kind (`merge_operator_tables`)."""
+    own = load_operator_tables(directory)
+    return own if fill is None else merge_operator_tables(own, load_operator_tables(fill))
+
+
+def merge_operator_tables(own: OperatorTables, fill: OperatorTables) -> OperatorTables:
+    """`own`'s tables, and for each op kind it lacks, `fill`'s (a probe-written set that measured some kinds,
+    filled from the published one: a kind the probes did not time falls back to measured data before the
+    roofline). Each table keeps its source file, and `answered_by` names the directory that answered it; the
+    merged provenance lists which kinds came from where. Both must be the same GPU's."""
+    if own.gpu != fill.gpu:
+        raise _fail(f"fill tables are for GPU '{fill.gpu}', these for '{own.gpu}'", Path(fill.path) / MANIFEST, "gpu")
+    tables: dict[OpKind, OpTable] = {}
+    for kind in OpKind:
+        chosen, directory = (own.get(kind), own.path) if own.get(kind) is not None else (fill.get(kind), fill.path)
+        if chosen is None:
+            continue
+        tables[kind] = OpTable(kind, chosen.categorical, chosen.numeric, chosen.latency_us,
+                               {**chosen.source, "answered_by": directory})
+    provenance = {**own.provenance,
+                  "fill": f"{fill.path} ({fill.framework} {fill.version}, {fill.provenance.get('kind', '?')})",
+                  "own_kinds": ", ".join(kind.value for kind in OpKind if own.get(kind) is not None),
+                  "filled_kinds": ", ".join(kind.value for kind in OpKind
+                                            if own.get(kind) is None and fill.get(kind) is not None)}
+    return OperatorTables(gpu=own.gpu, framework=own.framework, version=own.version, tables=tables,
+                          provenance=provenance, path=own.path)
+
+
+def shipped_tables_name(gpu: str) -> str | None:
+    """The published tables the shipped GPU entry `gpu` names, as a name under calib/ops
+    (`h200-sxm/sglang-0.5.14`), or None: what a probe-written table directory's `fill` names."""
+    from simroute.calib.profile import shipped_dir
+    from simroute.ioutil import load_yaml
+
+    entry_file = shipped_dir() / "gpus" / f"{gpu}.yaml"
+    if len(Path(gpu).parts) != 1 or not entry_file.is_file():
+        return None
+    entry = ((load_yaml(entry_file) or {}).get("gpus") or {}).get(gpu) or {}
+    path = (entry.get("operator_tables") or {}).get("path")
+    if not isinstance(path, str):
+        return None
+    directory = (entry_file.parent / path).resolve()
+    ops = (shipped_dir() / "ops").resolve()
+    if not (directory / MANIFEST).is_file() or ops not in directory.parents:
+        return None
+    return directory.relative_to(ops).as_posix()
+
+
+def resolve_fill(fill: str, naming_file: Path) -> Path | None:
+    """The table directory a `fill` names: a path relative to the file naming it, else a shipped tables name
+    under calib/ops (`h200-sxm/sglang-0.5.14`); None when neither holds a tables.yaml."""
+    from simroute.calib.profile import shipped_dir
+
+    for candidate in (naming_file.parent / fill, shipped_dir() / "ops" / fill, shipped_dir() / "gpus" / fill):
+        if (candidate / MANIFEST).is_file():
+            return candidate.resolve()
+    return None
 
 
 def write_operator_tables(directory: str | Path, *, gpu: str, framework: str, version: str,

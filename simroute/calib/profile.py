@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from simroute.calib.optables import load_operator_tables_cached
+from simroute.calib.optables import load_operator_tables_cached, resolve_fill
 from simroute.calib.schema import Constant, FabricSpec, GpuFileSpec, ProfileFile
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.ioutil import load_yaml, write_text_atomic
@@ -132,14 +132,24 @@ class Profile:
         return (base.parent / ref.path).resolve()
 
     def operator_tables(self, name: str) -> OperatorTables | None:
-        """GPU entry `name`'s operator tables (loaded once per process), or None if it names none."""
+        """GPU entry `name`'s operator tables (loaded once per process), or None if it names none; with
+        `operator_tables.fill`, the kinds they lack from the tables `fill` names (`merge_operator_tables`)."""
         directory = self.operator_tables_dir(name)
         if directory is None:
             return None
+        naming_file = self.origin.get(f"gpu:{name}")
         if not directory.is_dir():
-            raise ConfigurationError("operator_tables.path is not a directory", file=self.origin.get(f"gpu:{name}"),
+            raise ConfigurationError("operator_tables.path is not a directory", file=naming_file,
                                      field=f"gpus.{name}.operator_tables.path")
-        return load_operator_tables_cached(str(directory))
+        fill = self.gpu_entry(name).operator_tables.fill
+        if fill is None:
+            return load_operator_tables_cached(str(directory))
+        fill_directory = resolve_fill(fill, Path(naming_file or (self.files[0] if self.files else ".")))
+        if fill_directory is None:
+            raise ConfigurationError(f"'{fill}' names no operator-table directory (a path holding tables.yaml, "
+                                     "relative to this file, or a shipped name under calib/ops)", file=naming_file,
+                                     field=f"gpus.{name}.operator_tables.fill")
+        return load_operator_tables_cached(str(directory), str(fill_directory))
 
     def find_gpu_spec(self, name: str) -> GpuSpec | None:
         """GPU entry `name` from this profile, else from the shipped calib/gpus/<name>.yaml; None if neither

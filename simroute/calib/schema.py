@@ -107,6 +107,7 @@ class OperatorTablesRef(BaseModel):
 
     path: str
     note: str = ""
+    fill: str | None = None   # tables for the op kinds `path` lacks: a shipped tables name or a path
 
 
 class GpuFileSpec(BaseModel):

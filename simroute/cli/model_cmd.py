@@ -379,6 +379,10 @@ def model_step(
         rows.append([label, f"{terms[key]:.4f}", b.get(term, ""), look.get(term, ""), src.get(term, "")])
     table(f"{model} on {tp} x {gpu}: {tokens} tokens ({decode_seqs} decodes at context {context}), "
           f"{terms['layers']} layers", ["term", "ms", "bound", "from", "table"], rows)
+    table("elementwise kernels (ms over the layers that launch them)",
+          ["kernel", "role", "width", "layers", "ms", "from", "table"],
+          [[kernel["kernel"], kernel["role"], str(kernel["width"]), str(kernel["layers"]), f"{kernel['ms']:.4f}",
+            kernel["lookup"], kernel["table"]] for kernel in terms["elementwise_kernels"]])
     rate = "the FP8 rate" if m.fp8_rate else "the bf16 rate"
     typer.echo(f"weights {g.weight_dtype} ({dtype['weight_dtype_source']}); linear GEMMs at {rate}")
     typer.echo(f"weights {sizes['weight_GB_per_gpu']:.1f} GB per GPU; KV {sizes['kv_bytes_per_token_per_gpu']:,.0f} B "

@@ -12,8 +12,10 @@ fusions the tables already measure):
   at the sequence length whose causal pairs equal the chunk's (a chunk after a prefix attends as much);
 - two all-reduces of tokens x hidden bf16 values (after attention and after the FFN / MoE) when tp > 1: the
   custom all-reduce (CUDA-graph rows for decode-only batches, eager ones otherwise) up to its 8 MiB, NCCL past it;
-plus the LM head GEMM on the sampled positions. The per-layer memory-bound kernels the tables do not hold (norms,
-RoPE, activations) and the iteration overhead are simroute.model.steptime's.
+plus the LM head GEMM on the sampled positions, and the per-layer memory-bound kernels (fused add + RMSNorms, RoPE,
+MLA's latent norms, activations: the one list `steptime.elementwise_kernels`) from the `elementwise` table kernel by
+kernel, each no faster than the GPU's kernel floor, the roofline's for a kernel the table lacks. The iteration
+overhead is simroute.model.steptime's.
 
 Each group of kernels that a table cannot answer (a shape no row covers, a model whose MoE shape was never
 measured) falls back to the roofline of simroute.model.steptime, floored per kernel; `sources` says which term
@@ -24,10 +26,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from simroute.model.geometry import LinearOp, ModelGeometry
 from simroute.model.optables import Curve, Lookup, OperatorTables, OpKind, Surface, TableMiss
+
+if TYPE_CHECKING:
+    from simroute.model.steptime import ElementwiseKernel
+
+# the activations' dtype: the elementwise kernels run on bf16 hidden states whatever the weights' dtype
+ELEMENTWISE_DTYPE = "bf16"
 
 # Weight dtypes of a geometry -> the GEMM table's dtype (FP8 checkpoints use 128 x 128 block scales: DeepGEMM's
 # fp8_block kernels in SGLang; the per-tensor fp8 rows are a different kernel).
@@ -82,6 +90,8 @@ class MeasuredStep:
 
     def __init__(self, geometry: ModelGeometry, tp: int, tables: OperatorTables, *, cuda_graphs: bool,
                  kv_shards: int = 1, kernel_floor_s: float = 0.0,
+                 elementwise_layers: Sequence[tuple[int, Sequence[ElementwiseKernel]]] = (),
+                 roofline_elementwise: Callable[[ElementwiseKernel, float], float] | None = None,
                  roofline_linear: Callable[[float], float], roofline_attention: Callable[[float, float, float], float],
                  roofline_allreduce: Callable[[float], float], roofline_lm_head: Callable[[float], float]) -> None:
         self.geometry, self.tp, self.tables = geometry, tp, tables
@@ -91,6 +101,7 @@ class MeasuredStep:
         self.kv_shards, self.kernel_floor_s = kv_shards, kernel_floor_s
         self._roof_linear, self._roof_attention = roofline_linear, roofline_attention
         self._roof_allreduce, self._roof_lm_head = roofline_allreduce, roofline_lm_head
+        self._elementwise_layers, self._roof_elementwise = tuple(elementwise_layers), roofline_elementwise
         self.sources: dict[str, TermSource] = {}
         self.notes: list[str] = []
         # iteration seconds per exact batch shape (the arguments of StepTimeModel.iteration_s), filled and read
@@ -177,10 +188,70 @@ class MeasuredStep:
                                             else Lookup.ROOFLINE)
         self._build_attention()
         self._build_allreduce()
+        self._build_elementwise()
         head = g.lm_head_op(tp)
         self._lm_head = self._gemm_curve(head, "bf16")
         self.sources["lm_head"] = TermSource(self._lm_head.table if self._lm_head else "roofline",
                                              self._lm_head.status if self._lm_head else Lookup.ROOFLINE)
+
+    def _build_elementwise(self) -> None:
+        """Each elementwise kernel of each layer kind with its table curve (None: the roofline's). The routed
+        experts' activation is left out where a measured fused-MoE kernel holds it."""
+        table = self.tables.get(OpKind.ELEMENTWISE)
+        floor_us = self.kernel_floor_s * 1e6
+        self.elementwise_parts: list[tuple[int, ElementwiseKernel, Curve | None]] = []
+        for count, kernels in self._elementwise_layers:
+            for kernel in kernels:
+                if kernel.in_fused_moe and self.linear_measured:
+                    continue
+                curve = None
+                if table is not None:
+                    try:
+                        curve = table.curve("tokens", {"width": kernel.width},
+                                            {"kernel": kernel.kernel, "dtype": ELEMENTWISE_DTYPE})
+                    except TableMiss:
+                        self._note(f"no elementwise {kernel.kernel} rows at width {kernel.width} in "
+                                   f"{self.tables.label}: the {kernel.role} runs on the roofline")
+                    if curve is not None and curve.seconds_at_points[0] < self.kernel_floor_s:
+                        self._note(f"elementwise {kernel.kernel} rows at width {kernel.width} in {self.tables.label} "
+                                   f"fall below the {floor_us:.2f} us kernel floor ({curve.seconds_at_points[0] * 1e6:.2f} "
+                                   "us at the fewest tokens): raised to it")
+                self.elementwise_parts.append((count, kernel, curve))
+        self.elementwise_tabled = any(curve is not None for _count, _kernel, curve in self.elementwise_parts)
+        tables = sorted({curve.table for _count, _kernel, curve in self.elementwise_parts if curve is not None})
+        if any(curve is None for _count, _kernel, curve in self.elementwise_parts):
+            tables.append("roofline")
+        lookups = [curve.status if curve is not None else Lookup.ROOFLINE
+                   for _count, _kernel, curve in self.elementwise_parts]
+        self.sources["elementwise"] = TermSource("; ".join(tables) if self.elementwise_tabled else "roofline",
+                                                 Lookup.worst(*lookups) if self.elementwise_tabled
+                                                 else Lookup.ROOFLINE)
+
+    def _elementwise_kernel_s(self, kernel: ElementwiseKernel, curve: Curve | None, tokens: float) -> float:
+        """One launch of `kernel`: the table's time raised to the kernel floor, or the roofline's."""
+        if curve is None:
+            return self._roof_elementwise(kernel, tokens) if self._roof_elementwise is not None else 0.0
+        measured = curve.seconds(tokens)
+        return measured if measured >= self.kernel_floor_s else self.kernel_floor_s
+
+    def elementwise_s(self, tokens: float) -> float:
+        """The elementwise kernels of every layer at `tokens` tokens (0 at no tokens: nothing launches)."""
+        if tokens <= 0:
+            return 0.0
+        return sum(count * self._elementwise_kernel_s(kernel, curve, tokens)
+                   for count, kernel, curve in self.elementwise_parts)
+
+    def elementwise_breakdown(self, tokens: float) -> tuple[dict[str, object], ...]:
+        """Each elementwise kernel at `tokens` tokens: role, kernel, width, layers, ms over them, lookup, table."""
+        rows = []
+        for count, kernel, curve in self.elementwise_parts:
+            seconds = self._elementwise_kernel_s(kernel, curve, tokens) if tokens > 0 else 0.0
+            lookup = curve.lookup(tokens)[1] if curve is not None and tokens > 0 else (
+                curve.status if curve is not None else Lookup.ROOFLINE)
+            rows.append({"role": kernel.role, "kernel": kernel.kernel, "width": kernel.width, "layers": count,
+                         "ms": count * seconds * 1e3, "lookup": lookup.value,
+                         "table": curve.table if curve is not None else "roofline"})
+        return tuple(rows)
 
     def _bmm_curve(self) -> Curve | None:
         table = self.tables.get(OpKind.MLA_BMM)
@@ -357,4 +428,8 @@ class MeasuredStep:
             isl = (math.sqrt(8.0 * prefill_pairs / prefill_seqs + 1.0) - 1.0) / 2.0
             attention.append(self._prefill.lookup(prefill_seqs, isl)[1] if self._prefill else Lookup.ROOFLINE)
         out["attention"] = Lookup.worst(*attention)
+        out["elementwise"] = self.sources["elementwise"].lookup
+        if self.elementwise_tabled and new_tokens > 0:
+            out["elementwise"] = Lookup.worst(*(curve.lookup(new_tokens)[1] if curve is not None else Lookup.ROOFLINE
+                                                for _count, _kernel, curve in self.elementwise_parts))
         return out

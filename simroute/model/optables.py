@@ -45,6 +45,7 @@ class OpKind(str, Enum):
     MLA_DECODE = "mla_decode"                # MLA decode (absorbed form), heads per rank
     MLA_BMM = "mla_bmm"                      # MLA's absorbed per-head BMMs (pre: q_nope x W_UK, post: x W_UV)
     ALLREDUCE = "allreduce"                  # TP all-reduce of message_elements bf16 values over gpus GPUs
+    ELEMENTWISE = "elementwise"              # a layer's memory-bound kernels (norms, RoPE, activation) by width
 
 
 # Each kind's columns: (categorical, numeric). The numeric ones are shape axes (interpolated); the categorical
@@ -58,7 +59,12 @@ SCHEMA: dict[OpKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
     OpKind.MLA_DECODE: (("kv_dtype",), ("batch", "context", "heads")),
     OpKind.MLA_BMM: (("stage", "dtype"), ("tokens", "heads")),
     OpKind.ALLREDUCE: (("mode", "dtype"), ("gpus", "message_elements")),
+    OpKind.ELEMENTWISE: (("kernel", "dtype"), ("tokens", "width")),
 }
+# The elementwise table's `kernel` values (docs/STEP_TIME.md, "Elementwise kernels"): SGLang's fused residual add +
+# RMSNorm, a plain RMSNorm, rotary embedding in place, and the gated activation silu(gate) x up. `width` is the
+# elements per token of the row one launch works on, on one rank (simroute.model.steptime.elementwise_kernels).
+ELEMENTWISE_KERNEL_NAMES = ("add_rmsnorm", "rmsnorm", "rope", "silu_mul")
 LATENCY_COLUMN = "latency_us"
 
 

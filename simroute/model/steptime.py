@@ -29,16 +29,13 @@ Efficiency = Union[float, Curve]
 MEMORY, COMPUTE = "memory", "compute"
 LATENCY, BANDWIDTH, NONE = "latency", "bandwidth", "none"
 ALLREDUCES_PER_LAYER = 2          # after attention's output projection and after the FFN / MoE
-# Memory-bound kernels of every layer that no operator table holds (the attention tables time the backend's
-# call, its KV-cache store included; the MoE table SGLang's whole fused_moe, its activation included): the input
-# and post-attention RMSNorms with the residual add fused in (each reads the hidden state and the residual and
-# writes both), RoPE on the rank's query and key heads (in place), MLA's q_a / kv_a RMSNorms on the two latents
-# (one launch's floor: SGLang runs the pair on two streams) and the FFN activation (silu(gate) x up: reads 2 f,
-# writes f per token; in a MoE layer the shared experts', and the routed experts' only where no MoE table
-# measured them). Each costs bytes / achievable HBM bandwidth plus the GPU's per-kernel floor.
-NORMS_PER_LAYER = 2
+# Memory-bound kernels of every layer that the GEMM, MoE and attention tables do not time (the attention tables
+# time the backend's call, its KV-cache store included; the MoE table SGLang's whole fused_moe, its activation
+# included): listed once by `elementwise_kernels`, read from an `elementwise` operator table where one has the
+# kernel, else each bytes / achievable HBM bandwidth plus the GPU's per-kernel floor.
+NORMS_PER_LAYER = 2               # the input and post-attention norms
 NORM_ACCESSES = 4                 # fused add + RMSNorm: hidden state and residual in, both out
-ELEMENTWISE_KERNELS_PER_LAYER = NORMS_PER_LAYER + 1   # and RoPE; + the MLA latent norms, + each activation
+ACTIVATION_ACCESSES = 3           # silu(gate) x up: gate and up in, the product out
 # Where an MLA latent lives under tensor parallelism (docs/STEP_TIME.md, "MLA KV under TP"): `replicated`, the
 # serving engines' TP attention (SGLang's and vLLM's default: every rank holds the whole latent and attends its
 # own heads), or `tpla`, the layout of "Move the Query, Not the Cache" §8 (the latent column-partitioned over
@@ -143,6 +140,8 @@ class StepTerms:
     elementwise_s_per_layer: float = 0.0
     sources: dict[str, str] = field(default_factory=dict)      # term -> the table it read, or "roofline"
     lookups: dict[str, str] = field(default_factory=dict)      # term -> measured / interpolated / extrapolated / roofline
+    # each elementwise kernel: role, kernel, width, layers, ms over those layers, lookup and table (or roofline)
+    elementwise_kernels: tuple[dict[str, object], ...] = ()
 
     def as_ms(self) -> dict[str, object]:
         """The CLI's view: every term in ms, plus the bounds and each term's source."""
@@ -151,7 +150,8 @@ class StepTerms:
                 "allreduce_ms_per_layer": self.allreduce_s_per_layer * 1e3,
                 "elementwise_ms_per_layer": self.elementwise_s_per_layer * 1e3, "lm_head_ms": self.lm_head_s * 1e3,
                 "overhead_ms": self.overhead_s * 1e3, "layers": self.layers, "bounds": dict(self.bounds),
-                "term_sources": dict(self.sources), "term_lookups": dict(self.lookups)}
+                "term_sources": dict(self.sources), "term_lookups": dict(self.lookups),
+                "elementwise_kernels": [dict(kernel) for kernel in self.elementwise_kernels]}
 
 
 @dataclass(frozen=True)
@@ -203,6 +203,44 @@ def expert_load(experts: int, per_token: int, tokens: float) -> tuple[float, flo
     on the GEMM-efficiency curve (docs/STEP_TIME.md, "MoE")."""
     touched = experts_touched(experts, per_token, tokens)
     return touched, (tokens * per_token / touched if touched > 0 else 0.0)
+
+
+@dataclass(frozen=True)
+class ElementwiseKernel:
+    """One memory-bound kernel launch of a layer: the elementwise table's `kernel` and `width` columns it is read
+    at, what it does in the layer, and the elements per token it reads and writes (the roofline's bytes / 2)."""
+
+    kernel: str                 # add_rmsnorm | rmsnorm | rope | silu_mul (optables.ELEMENTWISE_KERNEL_NAMES)
+    role: str                   # its place in the layer (outputs name it)
+    width: int                  # elements per token of the row it works on, on one rank
+    elements_per_token: int     # elements read + written per token
+    in_fused_moe: bool = False  # the routed experts' activation: part of a measured fused-MoE kernel
+
+
+def elementwise_kernels(geometry: ModelGeometry, tp: int, layer_kind: str) -> tuple[ElementwiseKernel, ...]:
+    """The memory-bound kernels one layer of `layer_kind` launches on one rank, one launch each: the one list the
+    roofline and the elementwise table both read. Two fused add + RMSNorms (hidden state and residual in and
+    out), RoPE on the rank's query and key heads (in place), MLA's q_a / kv_a RMSNorms (one launch: SGLang runs
+    the pair on two streams; read at their summed width), and the gated activation of the dense FFN, of the
+    shared experts and of the routed experts (the last inside a measured fused-MoE kernel)."""
+    model = geometry
+    rotated = (-(-model.heads_q // tp) + model.kv_heads_per_gpu(tp)) * model.rope_dims
+    kernels = [ElementwiseKernel("add_rmsnorm", role, model.hidden, NORM_ACCESSES * model.hidden)
+               for role in ("input norm", "post-attention norm")[:NORMS_PER_LAYER]]
+    kernels.append(ElementwiseKernel("rope", "rope (q and k heads)", rotated, 2 * rotated))
+    if model.is_mla:
+        latent = model.q_lora_rank + model.d_v
+        kernels.append(ElementwiseKernel("rmsnorm", "mla latent norms (q_a, kv_a)", latent, 2 * latent))
+    if layer_kind == "dense":
+        activations = (("ffn activation", model.intermediate, False),)
+    else:
+        activations = (("shared experts activation", model.shared_experts * model.expert_intermediate, False),
+                       ("routed experts activation", model.experts_per_token * model.expert_intermediate, True))
+    for role, width, fused in activations:
+        if width > 0:
+            per_rank = -(-width // tp)
+            kernels.append(ElementwiseKernel("silu_mul", role, per_rank, ACTIVATION_ACCESSES * per_rank, fused))
+    return tuple(kernels)
 
 
 class StepTimeModel:
@@ -277,22 +315,16 @@ class StepTimeModel:
         # the kernel floor: no launch takes less than the GPU's floor, so a layer of n kernels no less than n floors
         self._floor_s = gpu.kernel_floor_s
         self._kernels_per_kind = tuple(len(g.linear_ops(tp, kind)) for kind, n in g.layer_kinds().items() if n > 0)
-        # the elementwise kernels: (seconds per token, launch floors) over every layer, with the routed experts'
-        # activation (the roofline's MoE) and without it (a measured fused-MoE kernel holds it)
-        rope = 2 * (-(-g.heads_q // tp) + g.kv_heads_per_gpu(tp)) * g.rope_dims
-        latent = 2 * (g.q_lora_rank + g.d_v) if g.is_mla else 0
-        attn_side = NORMS_PER_LAYER * NORM_ACCESSES * g.hidden + rope + latent
-        attn_kernels = ELEMENTWISE_KERNELS_PER_LAYER + (1 if latent else 0)
+        # the elementwise kernels (`elementwise_kernels`) of every layer kind, and their roofline summed over the
+        # layers as (seconds per token, launch floors): with the routed experts' activation (the roofline's MoE)
+        # and without it (a measured fused-MoE kernel holds it)
+        self.elementwise_layers = tuple((count, elementwise_kernels(g, tp, kind))
+                                        for kind, count in g.layer_kinds().items() if count > 0)
         roof, tabled = [0.0, 0.0], [0.0, 0.0]
-        for kind, n in g.layer_kinds().items():
-            if n <= 0:
-                continue
-            outside = g.intermediate if kind == "dense" else g.shared_experts * g.expert_intermediate
-            routed = 0 if kind == "dense" else g.experts_per_token * g.expert_intermediate
-            for slot, widths in ((roof, (outside, routed)), (tabled, (outside,))):
-                acts = [w for w in widths if w > 0]
-                slot[0] += n * (attn_side + sum(3 * -(-w // tp) for w in acts)) * WEIGHT_BYTES * self._inv_bw
-                slot[1] += n * (attn_kernels + len(acts)) * self._floor_s
+        for count, kernels in self.elementwise_layers:
+            for slot, chosen in ((roof, kernels), (tabled, [kern for kern in kernels if not kern.in_fused_moe])):
+                slot[0] += count * sum(kern.elements_per_token for kern in chosen) * WEIGHT_BYTES * self._inv_bw
+                slot[1] += count * len(chosen) * self._floor_s
         self._elementwise_s_per_token, self._elementwise_floor_s = roof
         self._elementwise_tabled = tuple(tabled)
         self._measured = None
@@ -302,7 +334,8 @@ class StepTimeModel:
 
             self._measured = MeasuredStep(
                 g, tp, gpu.operator_tables, cuda_graphs=cuda_graphs, kv_shards=self.kv_shards,
-                kernel_floor_s=gpu.kernel_floor_s,
+                kernel_floor_s=gpu.kernel_floor_s, elementwise_layers=self.elementwise_layers,
+                roofline_elementwise=self.elementwise_kernel_s,
                 roofline_linear=lambda tokens: self._linear(tokens)[0],
                 roofline_attention=lambda kv, pairs, pre: self._attention(kv, pairs, pre)[0],
                 roofline_allreduce=lambda tokens: self._allreduce(tokens)[0],
@@ -401,13 +434,38 @@ class StepTimeModel:
         return (mem, MEMORY) if mem >= comp else (comp, COMPUTE)
 
     def _elementwise(self, tokens: float) -> float:
-        """The memory-bound per-layer kernels no table holds (norms, RoPE, activations), over every layer."""
+        """The memory-bound per-layer kernels (norms, RoPE, activations), over every layer: the elementwise table's
+        where the GPU has one, else the roofline (without the routed experts' activation when a measured
+        fused-MoE kernel holds it)."""
         if tokens <= 0:
             return 0.0
-        if self._measured is not None and self._measured.linear_measured:
-            per_token, floor = self._elementwise_tabled
-            return tokens * per_token + floor
+        measured = self._measured
+        if measured is not None:
+            if measured.elementwise_tabled:
+                return measured.elementwise_s(tokens)
+            if measured.linear_measured:
+                per_token, floor = self._elementwise_tabled
+                return tokens * per_token + floor
         return tokens * self._elementwise_s_per_token + self._elementwise_floor_s
+
+    def elementwise_kernel_s(self, kernel: ElementwiseKernel, tokens: float) -> float:
+        """One launch of `kernel` over `tokens` tokens on the roofline: its bytes at the achievable HBM rate plus
+        one kernel floor (the per-kernel fallback of the elementwise table)."""
+        if tokens <= 0:
+            return 0.0
+        return tokens * kernel.elements_per_token * WEIGHT_BYTES * self._inv_bw + self._floor_s
+
+    def elementwise_breakdown(self, tokens: float) -> tuple[dict[str, object], ...]:
+        """Each elementwise kernel of each layer kind at `tokens` tokens: its role, kernel and width, the layers
+        launching it, its ms over those layers, and what it rests on (the table and lookup, or the roofline).
+        Off the hot path (`model step`)."""
+        measured = self._measured
+        if measured is not None:
+            return measured.elementwise_breakdown(tokens)
+        return tuple({"role": kern.role, "kernel": kern.kernel, "width": kern.width, "layers": count,
+                      "ms": count * self.elementwise_kernel_s(kern, tokens) * 1e3,
+                      "lookup": Lookup.ROOFLINE.value, "table": "roofline"}
+                     for count, kernels in self.elementwise_layers for kern in kernels)
 
     def _split(self, new_tokens: float, sequences: float, kv_read_tokens: float, attention_pairs: float,
                prefill_pairs: float, decode_sequences: float | None) -> tuple[float, float, float, float, float]:
@@ -449,8 +507,8 @@ class StepTimeModel:
             sources["attention"] = "; ".join(t.table for t in attention_src) or "none"
             lookups = {name: how.value for name, how in self._measured.shape_lookups(
                 batch.new_tokens, batch.sequences, decode_seqs, decode_kv, prefill_seqs, prefill_pairs).items()}
-            sources["elementwise"] = sources["overhead"] = "roofline"
-            lookups["elementwise"] = lookups["overhead"] = Lookup.ROOFLINE.value
+            sources["elementwise"] = src["elementwise"].table
+            sources["overhead"] = lookups["overhead"] = Lookup.ROOFLINE.value
             for name, absent in (("allreduce", self.tp == 1 or batch.new_tokens <= 0), ("attention", not attention_src)):
                 if absent:                                  # a term that launches no kernel rests on nothing
                     lookups[name] = NONE
@@ -460,7 +518,7 @@ class StepTimeModel:
             return StepTerms(iteration_s=total, linear_s_per_layer=lin / layers, attention_s_per_layer=attn,
                              allreduce_s_per_layer=ar, overhead_s=overhead, lm_head_s=head, layers=layers,
                              bounds=bounds, elementwise_s_per_layer=elementwise / layers, sources=sources,
-                             lookups=lookups)
+                             lookups=lookups, elementwise_kernels=self.elementwise_breakdown(batch.new_tokens))
         lin, lin_mem, lin_comp = self._linear(batch.new_tokens)
         attn, attn_mem, attn_comp = self._attention(batch.kv_read_tokens, batch.attention_pairs, batch.prefill_pairs)
         ar, ar_bound = self._allreduce(batch.new_tokens)
@@ -475,7 +533,8 @@ class StepTimeModel:
             roof["allreduce"] = NONE                        # tp 1 (or no tokens): no all-reduce launches
         return StepTerms(iteration_s=total, linear_s_per_layer=lin / layers, attention_s_per_layer=attn,
                          allreduce_s_per_layer=ar, overhead_s=overhead, lm_head_s=head, layers=layers, bounds=bounds,
-                         elementwise_s_per_layer=elementwise / layers, sources=dict(roof), lookups=dict(roof))
+                         elementwise_s_per_layer=elementwise / layers, sources=dict(roof), lookups=dict(roof),
+                         elementwise_kernels=self.elementwise_breakdown(batch.new_tokens))
 
     def iteration_s(self, new_tokens: float, sequences: float, kv_read_tokens: float, attention_pairs: float,
                     prefill_pairs: float = 0.0, decode_sequences: float | None = None) -> float:

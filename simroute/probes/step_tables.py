@@ -156,7 +156,7 @@ def free_directory(base: Path) -> Path:
 @dataclass
 class WrittenTables:
     path: Path            # the table directory
-    ref: dict[str, str]   # the GPU entry's operator_tables: path relative to the profile, note
+    ref: dict[str, str]   # the GPU entry's operator_tables: path relative to the profile, note, fill
     created: bool         # False when it replaced a directory a previous run wrote
     tables: ProbeTables
 
@@ -164,8 +164,10 @@ class WrittenTables:
 def write_step_tables(tables: ProbeTables, *, box: str, box_description: str, gpu: str, profile_path: Path,
                       samples_name: str = "samples.parquet") -> WrittenTables:
     """Write `tables` to <profile dir>/ops/<gpu>/<framework>-<version>/ (atomically; a directory holding files
-    simroute did not write is left alone and a fresh name taken) and return the GPU entry's reference to it."""
-    from simroute.calib.optables import write_operator_tables
+    simroute did not write is left alone and a fresh name taken) and return the GPU entry's reference to it,
+    whose `fill` names the shipped (published) tables of the same GPU, if any: an op kind the probes did not
+    time is read from those before the roofline."""
+    from simroute.calib.optables import shipped_tables_name, write_operator_tables
     base = Path(profile_path).parent
     target = free_directory(base / "ops" / gpu / directory_name(tables.framework, tables.version))
     created = not target.exists()
@@ -185,7 +187,12 @@ def write_step_tables(tables: ProbeTables, *, box: str, box_description: str, gp
             + ", ".join(f"{k} {n} rows" for k, n in tables.rows.items()))
     if tables.dry_run:
         note = f"{DRY_RUN_WARNING}. {note}"
-    return WrittenTables(target, {"path": rel, "note": note}, created, tables)
+    ref = {"path": rel, "note": note}
+    fill = shipped_tables_name(gpu)
+    if fill is not None:
+        ref["fill"] = fill
+        ref["note"] = f"{note}; the kinds not probed read the shipped {fill}"
+    return WrittenTables(target, ref, created, tables)
 
 
 def remove_written(written: WrittenTables | None) -> None:

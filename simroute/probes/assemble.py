@@ -150,7 +150,8 @@ def instance_gpu(cap: Capability, gpu: str | None = None) -> str | None:
 def _step_section(outcomes: list[ProbeOutcome], entry: str | None, pv: _Prov) -> tuple[dict, dict, str]:
     """({entry: GPU entry with the step probes' constants}, extra constants, why not) for the profile."""
     from simroute.probes.step_constants import STEP_PROBES, gpu_entry
-    if not any(o.ok and o.probe.name in STEP_PROBES for o in outcomes):
+    from simroute.probes.step_tables import TABLE_PROBES
+    if not any(o.ok and o.probe.name in (*STEP_PROBES, *TABLE_PROBES) for o in outcomes):
         return {}, {}, "no step-time probe measured anything"
     entries = shipped_gpu_entries()
     if entry not in entries:

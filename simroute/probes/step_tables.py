@@ -7,7 +7,10 @@ What each probe contributes (only kinds a probe measured; every row one timed sh
 - `decode-attention` -> mla_decode (batch, context, heads) for absorbed MLA, attention_decode (batch, context,
   heads, kv_heads, head_dim) for GQA; kv_dtype is the operands' dtype;
 - `prefill-attention` -> mla_prefill (batch, isl, heads) for MLA's expanded prefill, attention_prefill (batch,
-  isl, heads, kv_heads, head_dim) for GQA; one causal sequence (batch 1) of isl tokens.
+  isl, heads, kv_heads, head_dim) for GQA; one causal sequence (batch 1) of isl tokens;
+- `moe` -> moe (dtype, distribution balanced, tokens, hidden, inter, topk, experts, moe_tp, moe_ep 1) and
+  `elementwise` -> elementwise (kernel, dtype, tokens, width): simroute.probes.gpu_tables, whose points carry
+  their table's columns; the entry names the implementation that ran (a fused kernel, or torch's stand-in).
 
 The manifest's provenance says `measured`, on which box (the host name), which device (the GPU's name) and which
 framework ran (torch and its version). A dry run (numpy on the CPU) writes the same files so the writer is
@@ -28,7 +31,7 @@ from typing import Any
 from simroute.model.optables import LATENCY_COLUMN, SCHEMA, OpKind
 from simroute.probes.framework import ProbeOutcome
 
-TABLE_PROBES = ("gemm", "decode-attention", "prefill-attention")
+TABLE_PROBES = ("gemm", "decode-attention", "prefill-attention", "moe", "elementwise")
 DRY_RUN_DEVICE = "cpu (dry run)"
 DRY_RUN_WARNING = ("DRY RUN: numpy on the CPU with narrowed GEMM shapes, not GPU timings; never simulate a GPU "
                    "with these tables")
@@ -80,6 +83,15 @@ def _attention_rows(r: dict[str, Any], phase: str, rows: dict[OpKind, dict[tuple
     return sorted(set(skipped))
 
 
+COLUMN_PROBES = ("moe", "elementwise")     # their points hold their table's columns (simroute.probes.gpu_tables)
+
+
+def _column_rows(results: dict[str, Any], rows: dict[OpKind, dict[tuple, float]]) -> None:
+    """Points that name their table and carry its columns; the dtype is the probe's operands'."""
+    for point in results.get("points", []):
+        _add(rows, OpKind(point["table"]), {**point, "dtype": results["dtype"]}, point["seconds"])
+
+
 def step_tables(outcomes: list[ProbeOutcome]) -> ProbeTables | None:
     """The operator tables the table probes' results hold (None when none of them measured anything). The
     first probe's framework is the tables'; a probe run under another is left out, saying so."""
@@ -101,6 +113,8 @@ def step_tables(outcomes: list[ProbeOutcome]) -> ProbeTables | None:
         before = set(rows)
         if o.probe.name == "gemm":
             _gemm_rows(r, rows)
+        elif o.probe.name in COLUMN_PROBES:
+            _column_rows(r, rows)
         else:
             missing = _attention_rows(r, o.probe.name.split("-")[0], rows)
             if missing:
@@ -135,6 +149,11 @@ def _entry(o: ProbeOutcome, kind: OpKind, dry: bool) -> dict[str, Any]:
                          "layers at TP 1/2/4/8") + ("; narrowed 16x for the numpy dry run" if dry else "")
     if kind in (OpKind.ATTENTION_PREFILL, OpKind.MLA_PREFILL):
         entry["note"] = "one causal sequence of isl tokens (batch 1)"
+    if kind in (OpKind.MOE, OpKind.ELEMENTWISE):
+        entry["implementation"] = str(r.get("implementation", "?"))
+    if kind is OpKind.MOE:
+        entry["note"] = ("balanced routing (every expert the same load), tensor-parallel experts without expert "
+                         "parallelism (moe_ep 1), bf16 weights") + ("; narrowed for the numpy dry run" if dry else "")
     return entry
 
 

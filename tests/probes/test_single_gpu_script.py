@@ -213,7 +213,7 @@ def _write_tables_after_the_dry_run(out: Path) -> None:
     t = load_operator_tables(dirs[0])
     # every kind the probes timed a point of, and no other (the rehearsal's deadlines decide how far each sweep
     # gets on a loaded box, so the set is read from results.json, not fixed)
-    timed = {"gemm"} | {point["table"] for name in ("decode-attention", "prefill-attention")
+    timed = {"gemm"} | {point["table"] for name in ("decode-attention", "prefill-attention", "moe", "elementwise")
                         for point in results[name]["results"].get("points", []) if point.get("table")}
     assert {"gemm", "mla_decode", "attention_decode"} <= timed
     assert {k.value for k in t.tables} == timed

@@ -84,12 +84,12 @@ class MoeShape:
 def moe_plan(models: list, tps: tuple[int, ...] = TPS) -> list[MoeShape]:
     """The distinct routed-expert shapes of the models' MoE layers at each TP degree (TP 1 first)."""
     uses: dict[tuple[int, int, int, int, int], list[str]] = {}
-    for tp in tps:
+    for tp_size in tps:
         for model in models:
             if not model.routed_experts or not model.layer_kinds().get("moe"):
                 continue
-            key = (model.hidden, model.expert_intermediate, model.experts_per_token, model.routed_experts, tp)
-            uses.setdefault(key, []).append(f"{model.name}/tp{tp}")
+            key = (model.hidden, model.expert_intermediate, model.experts_per_token, model.routed_experts, tp_size)
+            uses.setdefault(key, []).append(f"{model.name}/tp{tp_size}")
     return [MoeShape(*key, tuple(found)) for key, found in uses.items()]
 
 
@@ -109,8 +109,8 @@ def moe_reference(hidden_states: np.ndarray, gate_up: np.ndarray, down: np.ndarr
         if not rows.size:
             continue
         projected = hidden_states[rows] @ gate_up[expert].T                       # [rows, 2 I]
-        gate, up = projected[:, :inter], projected[:, inter:]
-        activated = gate / (1.0 + np.exp(-gate)) * up
+        gate, up_projection = projected[:, :inter], projected[:, inter:]
+        activated = gate / (1.0 + np.exp(-gate)) * up_projection
         np.add.at(out, rows, (activated @ down[expert].T) * weights[rows, slots][:, None])
     return out
 
@@ -224,10 +224,10 @@ def probe_moe(args: dict[str, Any]) -> dict:
 def elementwise_plan(models: list, tps: tuple[int, ...] = TPS) -> list[tuple[str, int]]:
     """The distinct (kernel, width) launches of the models' layers at each TP degree (steptime's one list)."""
     seen: dict[tuple[str, int], None] = {}
-    for tp in tps:
+    for tp_size in tps:
         for model in models:
             for layer_kind in model.layer_kinds():
-                for kernel in elementwise_kernels(model, tp, layer_kind):
+                for kernel in elementwise_kernels(model, tp_size, layer_kind):
                     seen.setdefault((kernel.kernel, kernel.width), None)
     return sorted(seen, key=lambda launch: (ELEMENTWISE_KERNEL_NAMES.index(launch[0]), launch[1]))
 
@@ -247,8 +247,8 @@ def elementwise_reference(kernel: str, states: np.ndarray, residual: np.ndarray)
         return np.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
     if kernel == "silu_mul":                   # states holds gate and up side by side: [tokens, 2 width]
         width = states.shape[-1] // 2
-        gate, up = states[..., :width], states[..., width:]
-        return gate / (1.0 + np.exp(-gate)) * up
+        gate, up_projection = states[..., :width], states[..., width:]
+        return gate / (1.0 + np.exp(-gate)) * up_projection
     raise ValueError(f"unknown elementwise kernel {kernel}")
 
 

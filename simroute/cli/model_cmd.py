@@ -61,30 +61,32 @@ def predict(
         raise ConfigurationError(f"--topk {topk} selects more tokens than the chunk's --ct {ct} holds",
                                  field="--topk")
 
-    p = _params(calib, model, route_exchanges, prefill_us, host_overhead, collapsed_response,
+    params = _params(calib, model, route_exchanges, prefill_us, host_overhead, collapsed_response,
                 holder_amortisation, dispatcher_batching, cache_dtype)
-    shape = Shape(mq=mq, ct=ct, fabric=p.fabric_id(fabric), holders=holders, topk=topk, reuse=reuse,
+    shape = Shape(mq=mq, ct=ct, fabric=params.fabric_id(fabric), holders=holders, topk=topk, reuse=reuse,
                   cached=offset is Offset.cached, tp=tp)
-    c = costs_scalar(shape, p)
-    choice = PRIMITIVES[int(decide(shape, p).choice.reshape(-1)[0])]
+    costs = costs_scalar(shape, params)
+    choice = PRIMITIVES[int(decide(shape, params).choice.reshape(-1)[0])]
     if json_out:
         echo_json({"choice": choice,
-                   "cost_us": {k: c[k]["total"] * 1e6 for k in PRIMITIVES},
-                   "wire_bytes": {k: c[k]["wire_bytes"] for k in PRIMITIVES},
-                   "terms_us": {k: {t: c[k][t] * 1e6 for t in TERMS[k]} for k in PRIMITIVES},
+                   "cost_us": {primitive: costs[primitive]["total"] * 1e6 for primitive in PRIMITIVES},
+                   "wire_bytes": {primitive: costs[primitive]["wire_bytes"] for primitive in PRIMITIVES},
+                   "terms_us": {primitive: {term: costs[primitive][term] * 1e6 for term in TERMS[primitive]}
+                                for primitive in PRIMITIVES},
                    "inputs": {"model": model, "fabric": fabric, "mq": mq, "ct": ct, "holders": holders, "topk": topk,
                               "reuse": reuse, "offset": offset.value, "tp": tp, "calib": calib,
                               "route_exchanges": route_exchanges.value, "host_overhead": host_overhead}})
         return
-    g = p.geometry
-    typer.echo(f"{model} at TP {tp} on {fabric}: q+p = {g.qp_bytes} B/row, b_KV = {g.b_kv} B/token-layer, "
-               f"L = {g.layers}; "
+    geometry = params.geometry
+    typer.echo(f"{model} at TP {tp} on {fabric}: q+p = {geometry.qp_bytes} B/row, b_KV = {geometry.b_kv} "
+               "B/token-layer, "
+               f"L = {geometry.layers}; "
                f"Mq = {mq}, ct = {ct}, k = {topk or 'dense'}, M = {holders}, R = {reuse}, offset = {offset.value}, "
                f"route exchanges = {route_exchanges.value}")
     for prim in PRIMITIVES:
-        rows = [[t, fmt_us(c[prim][t])] for t in TERMS[prim]]
-        rows.append(["total", fmt_us(c[prim]["total"])])
-        rows.append(["wire bytes", fmt_bytes(c[prim]["wire_bytes"])])
+        rows = [[term, fmt_us(costs[prim][term])] for term in TERMS[prim]]
+        rows.append(["total", fmt_us(costs[prim]["total"])])
+        rows.append(["wire bytes", fmt_bytes(costs[prim]["wire_bytes"])])
         table(f"{prim}" + ("  <- chosen" if prim == choice else ""), ["term", "us"], rows)
     typer.echo(f"choice: {choice}")
 
@@ -102,25 +104,26 @@ def model_list(json_out: bool = typer.Option(False, "--json", help="Every dimens
     from dataclasses import asdict
     from simroute.model import MODELS
     if json_out:
-        echo_json({m.name: {**asdict(m), "params": m.params(), "active_params": m.active_params}
-                   for m in MODELS.values()})
+        echo_json({geom.name: {**asdict(geom), "params": geom.params(), "active_params": geom.active_params}
+                   for geom in MODELS.values()})
         return
 
-    def experts(m) -> str:
-        return f"{m.routed_experts}: {m.experts_per_token}+{m.shared_experts} x {m.expert_intermediate}" \
-            if m.is_moe else "-"
+    def experts(geom) -> str:
+        return f"{geom.routed_experts}: {geom.experts_per_token}+{geom.shared_experts} x {geom.expert_intermediate}" \
+            if geom.is_moe else "-"
 
-    def source(m) -> str:
-        assumed = sorted(k for k, v in m.sources.items() if v.startswith("assumed"))
-        configs = sorted({v.removeprefix("HF config.json of ") for v in m.sources.values()
-                          if v.startswith("HF config.json of ")})
+    def source(geom) -> str:
+        assumed = sorted(field_name for field_name, value in geom.sources.items() if value.startswith("assumed"))
+        configs = sorted({value.removeprefix("HF config.json of ") for value in geom.sources.values()
+                          if value.startswith("HF config.json of ")})
         return "; ".join(configs + ([f"assumed: {len(assumed)} dims"] if assumed else []))
 
     table("models", ["model", "layers", "h_q", "kv", "hidden", "ffn", "experts", "params B", "active B", "top-k",
                      "q+p B", "b_KV B", "dimensions from"],
-          [[m.name, m.layers, m.heads_q, m.kv_heads, m.hidden, m.intermediate, experts(m), f"{m.params() / 1e9:.1f}",
-            f"{m.active_params / 1e9:.1f}", m.index_topk or "-", m.qp_bytes, m.b_kv, source(m)]
-           for m in MODELS.values()])
+          [[geom.name, geom.layers, geom.heads_q, geom.kv_heads, geom.hidden, geom.intermediate, experts(geom),
+            f"{geom.params() / 1e9:.1f}", f"{geom.active_params / 1e9:.1f}", geom.index_topk or "-", geom.qp_bytes,
+            geom.b_kv, source(geom)]
+           for geom in MODELS.values()])
 
 
 @model_app.command("crossover")
@@ -134,27 +137,28 @@ def model_crossover(
     """
     from simroute.ioutil import atomic_files
     with atomic_files(out, ("crossover.csv", "crossover.png"), flag="--out") as tmp:
-        p = _params(calib, model, Exchanges.per_layer, None)
-        _crossover_figure(p, model, tmp["crossover.csv"], tmp["crossover.png"])
+        params = _params(calib, model, Exchanges.per_layer, None)
+        _crossover_figure(params, model, tmp["crossover.csv"], tmp["crossover.png"])
     typer.echo(f"wrote {out / 'crossover.csv'} and {out / 'crossover.png'}")
 
 
-def _crossover_figure(p, model: str, csv_path: Path, png_path: Path) -> None:
+def _crossover_figure(params, model: str, csv_path: Path, png_path: Path) -> None:
     import numpy as np
     from simroute.model.sweeps import crossover_map
     from simroute.plotting import pyplot, save_png, write_csv
     mq, ct = 2.0 ** np.arange(0, 14), 2.0 ** np.arange(4, 15)
-    data = crossover_map(p, mq, ct)
+    data = crossover_map(params, mq, ct)
     write_csv(data, csv_path)
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    z = (100 * data["route_saving"]).reshape(len(mq), len(ct))
-    im = ax.pcolormesh(ct, mq, z, cmap="RdYlGn", vmin=-100, vmax=100, shading="nearest")
-    ax.plot(ct, ct * p.geometry.b_kv * p.geometry.token_fraction / p.geometry.qp_bytes, "k--", label="break-even")
-    ax.set(xscale="log", yscale="log", xlabel="chunk tokens ct", ylabel="query rows Mq",
+    fig, axes = plt.subplots(figsize=(6, 4.5))
+    saving_percent = (100 * data["route_saving"]).reshape(len(mq), len(ct))
+    image = axes.pcolormesh(ct, mq, saving_percent, cmap="RdYlGn", vmin=-100, vmax=100, shading="nearest")
+    axes.plot(ct, ct * params.geometry.b_kv * params.geometry.token_fraction / params.geometry.qp_bytes, "k--",
+              label="break-even")
+    axes.set(xscale="log", yscale="log", xlabel="chunk tokens ct", ylabel="query rows Mq",
            title=f"route wire-byte saving (%), {model}", ylim=(mq[0], mq[-1]))
-    ax.legend(loc="lower right")
-    fig.colorbar(im, ax=ax)
+    axes.legend(loc="lower right")
+    fig.colorbar(image, ax=axes)
     save_png(fig, png_path)
 
 
@@ -178,29 +182,29 @@ def model_chunk(
     from simroute.ioutil import atomic_files
     said: list[str] = []
     with atomic_files(out, ("chunk.csv", "chunk.png"), flag="--out") as tmp:
-        p = _params(calib, model, route_exchanges, None)
-        f = p.fabric_id(fabric)
+        params = _params(calib, model, route_exchanges, None)
+        fabric_id = params.fabric_id(fabric)
         ct = np.unique(np.round(2.0 ** np.linspace(4, 13, 64)))
-        d = cost_vs_chunk(p, ct, mq=mq, fabric=f, bw_Bps=bw_gbps * 1e9)
-        write_csv(d, tmp["chunk.csv"])
+        series = cost_vs_chunk(params, ct, mq=mq, fabric=fabric_id, bw_Bps=bw_gbps * 1e9)
+        write_csv(series, tmp["chunk.csv"])
         plt = pyplot()
-        fig, ax = plt.subplots(figsize=(6, 4.5))
-        ax.fill_between(ct, d["local_lo_s"] * 1e6, d["local_hi_s"] * 1e6, color="purple", alpha=0.2,
+        fig, axes = plt.subplots(figsize=(6, 4.5))
+        axes.fill_between(ct, series["local_lo_s"] * 1e6, series["local_hi_s"] * 1e6, color="purple", alpha=0.2,
                         label="local band (c 0.5-1.5 us)")
         for prim, col in (("route", "green"), ("fetch", "red"), ("local", "purple")):
-            ax.plot(ct, d[f"{prim}_s"] * 1e6, color=col, label=prim)
-        ax.set(xscale="log", yscale="log", xlabel="chunk tokens ct", ylabel="cost (us)",
+            axes.plot(ct, series[f"{prim}_s"] * 1e6, color=col, label=prim)
+        axes.set(xscale="log", yscale="log", xlabel="chunk tokens ct", ylabel="cost (us)",
                title=f"cost vs chunk size, Mq = {mq}, {bw_gbps:g} GB/s, route exchanges: {route_exchanges.value}")
-        ax.legend()
+        axes.legend()
         save_png(fig, tmp["chunk.png"])
         from dataclasses import replace
-        q = replace(p, fabrics=tuple(p.fabrics))
-        lo = fetch_local_crossover_ct(q, mq=mq, fabric=f, prefill_us=1.5)
-        hi = fetch_local_crossover_ct(q, mq=mq, fabric=f, prefill_us=0.5)
+        params_copy = replace(params, fabrics=tuple(params.fabrics))
+        low_ct = fetch_local_crossover_ct(params_copy, mq=mq, fabric=fabric_id, prefill_us=1.5)
+        high_ct = fetch_local_crossover_ct(params_copy, mq=mq, fabric=fabric_id, prefill_us=0.5)
         said.append(f"route exchanges: {route_exchanges.value}" + (
             " (the paper's accounting for Fig 1b: one exchange for all layers; the simulator's default is per-layer)"
             if route_exchanges.value == "once" else ""))
-        said.append(f"fetch beats local above ct ~ {lo:.0f}-{hi:.0f} tokens (c = 1.5..0.5 us); "
+        said.append(f"fetch beats local above ct ~ {low_ct:.0f}-{high_ct:.0f} tokens (c = 1.5..0.5 us); "
                     f"wrote {out / 'chunk.csv'} and {out / 'chunk.png'}")
     for line in said:
         typer.echo(line)
@@ -225,22 +229,23 @@ def model_bandwidth(
     from simroute.ioutil import atomic_files
     said: list[str] = []
     with atomic_files(out, ("bandwidth.csv", "bandwidth.png"), flag="--out") as tmp:
-        p = _params(calib, model, route_exchanges, None)
-        bw = 10.0 ** np.linspace(-1, 3, 41) * 1e9
-        d = cost_vs_bandwidth(p, bw, mq=mq, ct=ct, fabric=p.fabric_id(fabric))
-        write_csv(d, tmp["bandwidth.csv"])
+        params = _params(calib, model, route_exchanges, None)
+        bandwidths = 10.0 ** np.linspace(-1, 3, 41) * 1e9
+        series = cost_vs_bandwidth(params, bandwidths, mq=mq, ct=ct, fabric=params.fabric_id(fabric))
+        write_csv(series, tmp["bandwidth.csv"])
         plt = pyplot()
-        fig, ax = plt.subplots(figsize=(6, 4.5))
+        fig, axes = plt.subplots(figsize=(6, 4.5))
         for prim, col in (("route", "green"), ("fetch", "red"), ("local", "purple")):
-            ax.plot(d["bw_GBps"], d[f"{prim}_s"] * 1e6, color=col, label=prim)
-        bw_star = float(route_loses_below_bw(mq, ct, p))
-        ax.axvline(bw_star / 1e9, color="grey", ls=":", label=f"route bytes = fetch splice ({bw_star / 1e9:.2f} GB/s)")
-        cross = curve_crossing(d["bw_GBps"], d["route_s"], d["fetch_s"])
+            axes.plot(series["bw_GBps"], series[f"{prim}_s"] * 1e6, color=col, label=prim)
+        bw_star = float(route_loses_below_bw(mq, ct, params))
+        axes.axvline(bw_star / 1e9, color="grey", ls=":",
+                     label=f"route bytes = fetch splice ({bw_star / 1e9:.2f} GB/s)")
+        cross = curve_crossing(series["bw_GBps"], series["route_s"], series["fetch_s"])
         if cross is not None:
-            ax.axvline(cross, color="black", ls="--", lw=0.8, label=f"route = fetch ({cross:.2f} GB/s)")
-        ax.set(xscale="log", yscale="log", xlabel="effective bandwidth (GB/s)", ylabel="cost (us)",
+            axes.axvline(cross, color="black", ls="--", lw=0.8, label=f"route = fetch ({cross:.2f} GB/s)")
+        axes.set(xscale="log", yscale="log", xlabel="effective bandwidth (GB/s)", ylabel="cost (us)",
                title=f"cost vs bandwidth, Mq = {mq}, ct = {ct}, route exchanges: {route_exchanges.value}")
-        ax.legend(fontsize=8)
+        axes.legend(fontsize=8)
         save_png(fig, tmp["bandwidth.png"])
         crossing = (f"the route and fetch curves cross at {cross:.2f} GB/s (dashed)" if cross is not None
                     else "the route curve stays below fetch over the plotted range")
@@ -251,16 +256,16 @@ def model_bandwidth(
         typer.echo(line)
 
 
-def curve_crossing(x, a, b) -> float | None:
+def curve_crossing(abscissa, first_curve, second_curve) -> float | None:
     """The x (log-interpolated) where curve a - b changes sign, the first one; None if it never does."""
     import numpy as np
-    x, diff = np.asarray(x, float), np.asarray(a, float) - np.asarray(b, float)
+    abscissa, diff = np.asarray(abscissa, float), np.asarray(first_curve, float) - np.asarray(second_curve, float)
     idx = np.flatnonzero(np.sign(diff[1:]) != np.sign(diff[:-1]))
     if not len(idx):
         return None
-    i = int(idx[0])
-    w = diff[i] / (diff[i] - diff[i + 1])
-    return float(np.exp(np.log(x[i]) + w * (np.log(x[i + 1]) - np.log(x[i]))))
+    index = int(idx[0])
+    weight = diff[index] / (diff[index] - diff[index + 1])
+    return float(np.exp(np.log(abscissa[index]) + weight * (np.log(abscissa[index + 1]) - np.log(abscissa[index]))))
 
 
 def _step_profile(calib: str, gpu: str):
@@ -272,7 +277,7 @@ def _step_profile(calib: str, gpu: str):
         return prof, prof
     shipped = shipped_dir() / "gpus" / f"{gpu}.yaml"
     if not shipped.exists():
-        names = sorted({*prof.gpus, *(f.stem for f in (shipped_dir() / "gpus").glob("*.yaml"))})
+        names = sorted({*prof.gpus, *(entry_file.stem for entry_file in (shipped_dir() / "gpus").glob("*.yaml"))})
         raise UnknownNameError("gpu", gpu, names)
     return prof, load_profile(shipped)
 
@@ -293,12 +298,12 @@ def _allreduce_fabric(prof, gpu: str, fabric: str | None, tp: int) -> str | None
     """The fabric the TP all-reduce runs over: the one given, else the fastest of the profile naming `gpu`."""
     if fabric is not None or tp == 1:
         return fabric
-    own = [n for n, f in prof.fabrics.items() if f.gpu == gpu] or _topology_fabrics(prof, gpu)
+    own = [name for name, fabric_spec in prof.fabrics.items() if fabric_spec.gpu == gpu] or _topology_fabrics(prof, gpu)
     if not own:
         from simroute.errors import ConfigurationError
         raise ConfigurationError(f"--tp {tp} needs --fabric for the all-reduce: no fabric of the profile names gpu "
                                  f"'{gpu}' (profile fabrics: {', '.join(prof.fabrics)})", field="fabric")
-    return max(own, key=lambda n: prof.fabric(n).link_peak_GBps.value)
+    return max(own, key=lambda name: prof.fabric(name).link_peak_GBps.value)
 
 
 @model_app.command("step")
@@ -342,54 +347,57 @@ def model_step(
     _check_tp_divides_heads(get_model(model), tp)
     prof, gpu_prof = _step_profile(calib, gpu)
     fab = _allreduce_fabric(prof, gpu, fabric, tp)
-    m = prof.step_model(model, tp=tp, intra_host_fabric=fab, gpu_spec=gpu_prof.gpu_spec(gpu, tables=not roofline),
+    step = prof.step_model(model, tp=tp, intra_host_fabric=fab, gpu_spec=gpu_prof.gpu_spec(gpu, tables=not roofline),
                         weight_dtype=weights, cache_dtype=kv_cache, kv_layout=kv_layout)
     batch = BatchShape.uniform(decode_seqs, context, prefill_tokens=tokens - decode_seqs,
                                prefill_context=prefill_context)
-    terms = m.iteration(batch).as_ms()
+    terms = step.iteration(batch).as_ms()
     inputs = {"model": model, "gpu": gpu, "tp": tp, "tokens": tokens, "decode_seqs": decode_seqs, "context": context,
               "prefill_context": prefill_context, "allreduce_fabric": fab, "calib": calib, "weights": weights,
               "kv_cache": kv_cache, "kv_layout": kv_layout, "roofline": roofline}
-    g = m.geometry
-    dtype = {"weight_dtype": g.weight_dtype, "weight_dtype_source": g.sources.get("weight_dtype", "default: bf16"),
-             "linear_fp8_rate": m.fp8_rate, "notes": list(m.notes)}
+    geometry = step.geometry
+    dtype = {"weight_dtype": geometry.weight_dtype,
+             "weight_dtype_source": geometry.sources.get("weight_dtype", "default: bf16"),
+             "linear_fp8_rate": step.fp8_rate, "notes": list(step.notes)}
     kv_tokens = decode_seqs * context + (prefill_context + tokens - decode_seqs if tokens > decode_seqs else 0)
-    sizes = {"weight_GB_per_gpu": m.weight_bytes_per_gpu / 1e9,
-             "kv_bytes_per_token_per_gpu": m.kv_bytes_per_token_per_gpu, "kv_capacity_tokens": m.kv_capacity_tokens(),
-             "weights_fit": m.weight_bytes_per_gpu < m.gpu.hbm_bytes, "kv_tokens": kv_tokens,
-             "kv_fits": kv_tokens <= m.kv_capacity_tokens()}
+    sizes = {"weight_GB_per_gpu": step.weight_bytes_per_gpu / 1e9,
+             "kv_bytes_per_token_per_gpu": step.kv_bytes_per_token_per_gpu,
+             "kv_capacity_tokens": step.kv_capacity_tokens(),
+             "weights_fit": step.weight_bytes_per_gpu < step.gpu.hbm_bytes, "kv_tokens": kv_tokens,
+             "kv_fits": kv_tokens <= step.kv_capacity_tokens()}
     # a shape that cannot exist on this instance still gets its terms, flagged in the notes
     if not sizes["weights_fit"]:
         dtype["notes"].append(f"the weights ({sizes['weight_GB_per_gpu']:.1f} GB per GPU) do not fit in one {gpu}'s "
-                              f"{m.gpu.hbm_bytes / 1e9:.0f} GB at tp = {tp}: the terms are what the iteration would "
+                              f"{step.gpu.hbm_bytes / 1e9:.0f} GB at tp = {tp}: the terms are what the iteration would "
                               "cost if they did")
     elif not sizes["kv_fits"]:
         dtype["notes"].append(f"the batch's KV ({kv_tokens:,} tokens) exceeds the {sizes['kv_capacity_tokens']:,} "
                               f"tokens of HBM the weights leave on {tp} x {gpu}: no engine could hold this batch")
     if json_out:
-        echo_json({**terms, **sizes, **dtype, "inputs": inputs, "gpu_sources": m.gpu.sources})
+        echo_json({**terms, **sizes, **dtype, "inputs": inputs, "gpu_sources": step.gpu.sources})
         return
-    b, look, src = terms["bounds"], terms["term_lookups"], terms["term_sources"]
+    second_curve, look, src = terms["bounds"], terms["term_lookups"], terms["term_sources"]
     rows = [["iteration", f"{terms['iteration_ms']:.4f}", "", "", ""]]
     for label, key, term in (("linear (per layer)", "linear_ms_per_layer", "linear"),
                              ("attention (per layer)", "attention_ms_per_layer", "attention"),
                              ("all-reduce (per layer)", "allreduce_ms_per_layer", "allreduce"),
                              ("elementwise (per layer)", "elementwise_ms_per_layer", "elementwise"),
                              ("LM head", "lm_head_ms", "lm_head"), ("overhead", "overhead_ms", "overhead")):
-        rows.append([label, f"{terms[key]:.4f}", b.get(term, ""), look.get(term, ""), src.get(term, "")])
+        rows.append([label, f"{terms[key]:.4f}", second_curve.get(term, ""), look.get(term, ""), src.get(term, "")])
     table(f"{model} on {tp} x {gpu}: {tokens} tokens ({decode_seqs} decodes at context {context}), "
           f"{terms['layers']} layers", ["term", "ms", "bound", "from", "table"], rows)
     table("elementwise kernels (ms over the layers that launch them)",
           ["kernel", "role", "width", "layers", "ms", "from", "table"],
           [[kernel["kernel"], kernel["role"], str(kernel["width"]), str(kernel["layers"]), f"{kernel['ms']:.4f}",
             kernel["lookup"], kernel["table"]] for kernel in terms["elementwise_kernels"]])
-    rate = "the FP8 rate" if m.fp8_rate else "the bf16 rate"
-    typer.echo(f"weights {g.weight_dtype} ({dtype['weight_dtype_source']}); linear GEMMs at {rate}")
+    rate = "the FP8 rate" if step.fp8_rate else "the bf16 rate"
+    typer.echo(f"weights {geometry.weight_dtype} ({dtype['weight_dtype_source']}); linear GEMMs at {rate}")
     typer.echo(f"weights {sizes['weight_GB_per_gpu']:.1f} GB per GPU; KV {sizes['kv_bytes_per_token_per_gpu']:,.0f} B "
                f"per token per GPU; KV capacity {sizes['kv_capacity_tokens']:,} tokens")
     for note in dtype["notes"]:
         typer.echo(f"note: {note}")
-    table("GPU constants and their sources", ["constant", "source"], [[k, v] for k, v in m.gpu.sources.items()])
+    table("GPU constants and their sources", ["constant", "source"],
+          [[constant, source] for constant, source in step.gpu.sources.items()])
 
 
 MAX_SHAPE_TOKENS = 10_000_000      # 10M tokens: beyond every shipped model's context window by an order

@@ -28,6 +28,7 @@ from simroute.model.geometry import MODELS, get_model
 from simroute.model.optables import ELEMENTWISE_KERNEL_NAMES, OpKind
 from simroute.model.steptime import elementwise_kernels
 from simroute.probes.gpu_common import Deadline, summary
+from simroute.probes.gpu_step import _base, _reps
 from simroute.probes.step_backend import NumpyBackend, StepBackend, backend_for, rel_err
 
 TPS = (1, 2, 4, 8)
@@ -41,18 +42,8 @@ CHECK_TOLERANCE = 3e-2               # bf16 against float64
 RMS_EPS = 1e-6
 
 
-def _reps(args: dict[str, Any]) -> tuple[int, int]:
-    return (1, 3) if args.get("quick") else (3, 10)
-
-
 def _tokens(backend: StepBackend, grid: tuple[int, ...]) -> tuple[int, ...]:
     return grid if backend.measures_gpu else DRY_TOKENS
-
-
-def _base(backend: StepBackend, deadline: Deadline, **results: Any) -> dict[str, Any]:
-    return {"backend": backend.name, "measures_gpu": backend.measures_gpu, "sweep": deadline.note(),
-            "framework": backend.framework, "framework_version": backend.framework_version,
-            "dtype": backend.dtype_label, **backend.info(), **results}
 
 
 def _models(args: dict[str, Any]) -> list:

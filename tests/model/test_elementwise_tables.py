@@ -141,3 +141,22 @@ def test_the_shipped_tables_keep_the_roofline_for_every_kernel():
     by_hand = geometry.layers * (32 * width_sum * 2 / step.gpu.achievable_hbm_Bps + 4 * step.gpu.kernel_floor_s)
     assert per_kernel == pytest.approx(by_hand, rel=1e-12)
     assert not math.isnan(per_kernel)
+
+
+def test_model_step_names_each_elementwise_kernels_source(cli):
+    import json
+    code, out, err = cli("model", "step", "--model", "deepseek-v3", "--gpu", "h200-sxm", "--tp", "8", "--tokens", "8",
+                         "--decode-seqs", "8", "--context", "4096", "--json")
+    assert code == 0, err
+    found = json.loads(out)
+    rows = found["elementwise_kernels"]
+    # DeepSeek-V3: 3 dense layers and 58 MoE layers; the measured fused MoE holds the routed experts' activation
+    assert [(row["kernel"], row["layers"]) for row in rows] == [
+        ("add_rmsnorm", 3), ("add_rmsnorm", 3), ("rope", 3), ("rmsnorm", 3), ("silu_mul", 3),
+        ("add_rmsnorm", 58), ("add_rmsnorm", 58), ("rope", 58), ("rmsnorm", 58), ("silu_mul", 58)]
+    assert {(row["lookup"], row["table"]) for row in rows} == {("roofline", "roofline")}
+    assert sum(row["ms"] for row in rows) == pytest.approx(found["elementwise_ms_per_layer"] * found["layers"],
+                                                           rel=1e-12)
+    code, out, err = cli("model", "step", "--model", "deepseek-v3", "--gpu", "h200-sxm", "--tp", "8", "--tokens", "8",
+                         "--decode-seqs", "8", "--context", "4096")
+    assert code == 0 and "elementwise kernels" in out and "mla latent norms (q_a, kv_a)" in out

@@ -32,13 +32,14 @@ def _params(calib: str, model: str, exchanges: Exchanges, prefill_us: float | No
 def predict(
     model: str = typer.Option(DEFAULT_MODEL, help="Model geometry (see `simroute model list`)."),
     fabric: str = typer.Option("h100-ibgda", help="Fabric of the requester-holder path (a profile fabric)."),
-    mq: int = typer.Option(256, "--mq", min=1, help="Routed query rows Mq (sequences x query heads)."),
-    ct: int = typer.Option(2048, "--ct", min=1, help="Chunk tokens."),
+    query_rows: int = typer.Option(256, "--mq", min=1, help="Routed query rows Mq (sequences x query heads)."),
+    chunk_tokens: int = typer.Option(2048, "--ct", min=1, help="Chunk tokens."),
     holders: int = typer.Option(1, min=1, help="Holders M a sparse selection spans."),
     topk: int = typer.Option(0, min=0, help="Selection budget k (0 = dense attention)."),
     reuse: int = typer.Option(0, min=0, help="Later steps R that would reuse a fetched copy."),
     offset: Offset = typer.Option(Offset.rehome, help="cached: a true prefix (splice elides); rehome: moved."),
-    tp: int = typer.Option(DEFAULT_TP, min=1, help="Tensor-parallel degree (rank-paired routing, per-rank bytes / N)."),
+    tp_size: int = typer.Option(DEFAULT_TP, "--tp", min=1,
+                                help="Tensor-parallel degree (rank-paired routing, per-rank bytes / N)."),
     calib: str = typer.Option("h100-ibgda", help=CALIB_HELP),
     route_exchanges: Exchanges = typer.Option(Exchanges.per_layer, help="per-layer (exact) or once (paper §5.4)."),
     prefill_us: float = typer.Option(None, help="Re-prefill cost c per token-layer (us); profile value if unset.",
@@ -56,15 +57,15 @@ def predict(
     """
     from simroute.model import PRIMITIVES, Shape, costs_scalar, decide
     from simroute.model.cost import TERMS
-    if topk > ct:
+    if topk > chunk_tokens:
         from simroute.errors import ConfigurationError
-        raise ConfigurationError(f"--topk {topk} selects more tokens than the chunk's --ct {ct} holds",
+        raise ConfigurationError(f"--topk {topk} selects more tokens than the chunk's --ct {chunk_tokens} holds",
                                  field="--topk")
 
     params = _params(calib, model, route_exchanges, prefill_us, host_overhead, collapsed_response,
                 holder_amortisation, dispatcher_batching, cache_dtype)
-    shape = Shape(mq=mq, ct=ct, fabric=params.fabric_id(fabric), holders=holders, topk=topk, reuse=reuse,
-                  cached=offset is Offset.cached, tp=tp)
+    shape = Shape(mq=query_rows, ct=chunk_tokens, fabric=params.fabric_id(fabric), holders=holders, topk=topk,
+                  reuse=reuse, cached=offset is Offset.cached, tp=tp_size)
     costs = costs_scalar(shape, params)
     choice = PRIMITIVES[int(decide(shape, params).choice.reshape(-1)[0])]
     if json_out:
@@ -73,16 +74,17 @@ def predict(
                    "wire_bytes": {primitive: costs[primitive]["wire_bytes"] for primitive in PRIMITIVES},
                    "terms_us": {primitive: {term: costs[primitive][term] * 1e6 for term in TERMS[primitive]}
                                 for primitive in PRIMITIVES},
-                   "inputs": {"model": model, "fabric": fabric, "mq": mq, "ct": ct, "holders": holders, "topk": topk,
-                              "reuse": reuse, "offset": offset.value, "tp": tp, "calib": calib,
-                              "route_exchanges": route_exchanges.value, "host_overhead": host_overhead}})
+                   "inputs": {"model": model, "fabric": fabric, "mq": query_rows, "ct": chunk_tokens,
+                              "holders": holders, "topk": topk, "reuse": reuse, "offset": offset.value, "tp": tp_size,
+                              "calib": calib, "route_exchanges": route_exchanges.value,
+                              "host_overhead": host_overhead}})
         return
     geometry = params.geometry
-    typer.echo(f"{model} at TP {tp} on {fabric}: q+p = {geometry.qp_bytes} B/row, b_KV = {geometry.b_kv} "
+    typer.echo(f"{model} at TP {tp_size} on {fabric}: q+p = {geometry.qp_bytes} B/row, b_KV = {geometry.b_kv} "
                "B/token-layer, "
                f"L = {geometry.layers}; "
-               f"Mq = {mq}, ct = {ct}, k = {topk or 'dense'}, M = {holders}, R = {reuse}, offset = {offset.value}, "
-               f"route exchanges = {route_exchanges.value}")
+               f"Mq = {query_rows}, ct = {chunk_tokens}, k = {topk or 'dense'}, M = {holders}, R = {reuse}, "
+               f"offset = {offset.value}, route exchanges = {route_exchanges.value}")
     for prim in PRIMITIVES:
         rows = [[term, fmt_us(costs[prim][term])] for term in TERMS[prim]]
         rows.append(["total", fmt_us(costs[prim]["total"])])
@@ -146,17 +148,19 @@ def _crossover_figure(params, model: str, csv_path: Path, png_path: Path) -> Non
     import numpy as np
     from simroute.model.sweeps import crossover_map
     from simroute.plotting import pyplot, save_png, write_csv
-    mq, ct = 2.0 ** np.arange(0, 14), 2.0 ** np.arange(4, 15)
-    data = crossover_map(params, mq, ct)
+    query_rows, chunk_tokens = 2.0 ** np.arange(0, 14), 2.0 ** np.arange(4, 15)
+    data = crossover_map(params, query_rows, chunk_tokens)
     write_csv(data, csv_path)
     plt = pyplot()
     fig, axes = plt.subplots(figsize=(6, 4.5))
-    saving_percent = (100 * data["route_saving"]).reshape(len(mq), len(ct))
-    image = axes.pcolormesh(ct, mq, saving_percent, cmap="RdYlGn", vmin=-100, vmax=100, shading="nearest")
-    axes.plot(ct, ct * params.geometry.b_kv * params.geometry.token_fraction / params.geometry.qp_bytes, "k--",
+    saving_percent = (100 * data["route_saving"]).reshape(len(query_rows), len(chunk_tokens))
+    image = axes.pcolormesh(chunk_tokens, query_rows, saving_percent, cmap="RdYlGn", vmin=-100, vmax=100,
+                            shading="nearest")
+    geometry = params.geometry
+    axes.plot(chunk_tokens, chunk_tokens * geometry.b_kv * geometry.token_fraction / geometry.qp_bytes, "k--",
               label="break-even")
     axes.set(xscale="log", yscale="log", xlabel="chunk tokens ct", ylabel="query rows Mq",
-           title=f"route wire-byte saving (%), {model}", ylim=(mq[0], mq[-1]))
+           title=f"route wire-byte saving (%), {model}", ylim=(query_rows[0], query_rows[-1]))
     axes.legend(loc="lower right")
     fig.colorbar(image, ax=axes)
     save_png(fig, png_path)
@@ -166,7 +170,7 @@ def _crossover_figure(params, model: str, csv_path: Path, png_path: Path) -> Non
 def model_chunk(
     out: Path = typer.Option(..., "-o", "--out", help="Output directory (CSV + PNG)."),
     model: str = typer.Option("deepseek-v2-lite"), fabric: str = typer.Option("h100-ibgda"),
-    mq: int = typer.Option(256, "--mq", min=1),
+    query_rows: int = typer.Option(256, "--mq", min=1),
     bw_gbps: float = typer.Option(70.0, help="Bandwidth (Fig 1b used 70 GB/s).",
                                   callback=checked("--bw-gbps", minimum=0, exclusive_minimum=True)),
     calib: str = typer.Option("h100-ibgda", help=CALIB_HELP),
@@ -184,23 +188,24 @@ def model_chunk(
     with atomic_files(out, ("chunk.csv", "chunk.png"), flag="--out") as tmp:
         params = _params(calib, model, route_exchanges, None)
         fabric_id = params.fabric_id(fabric)
-        ct = np.unique(np.round(2.0 ** np.linspace(4, 13, 64)))
-        series = cost_vs_chunk(params, ct, mq=mq, fabric=fabric_id, bw_Bps=bw_gbps * 1e9)
+        chunk_tokens = np.unique(np.round(2.0 ** np.linspace(4, 13, 64)))
+        series = cost_vs_chunk(params, chunk_tokens, mq=query_rows, fabric=fabric_id, bw_Bps=bw_gbps * 1e9)
         write_csv(series, tmp["chunk.csv"])
         plt = pyplot()
         fig, axes = plt.subplots(figsize=(6, 4.5))
-        axes.fill_between(ct, series["local_lo_s"] * 1e6, series["local_hi_s"] * 1e6, color="purple", alpha=0.2,
-                        label="local band (c 0.5-1.5 us)")
+        axes.fill_between(chunk_tokens, series["local_lo_s"] * 1e6, series["local_hi_s"] * 1e6, color="purple",
+                          alpha=0.2, label="local band (c 0.5-1.5 us)")
         for prim, col in (("route", "green"), ("fetch", "red"), ("local", "purple")):
-            axes.plot(ct, series[f"{prim}_s"] * 1e6, color=col, label=prim)
+            axes.plot(chunk_tokens, series[f"{prim}_s"] * 1e6, color=col, label=prim)
         axes.set(xscale="log", yscale="log", xlabel="chunk tokens ct", ylabel="cost (us)",
-               title=f"cost vs chunk size, Mq = {mq}, {bw_gbps:g} GB/s, route exchanges: {route_exchanges.value}")
+               title=f"cost vs chunk size, Mq = {query_rows}, {bw_gbps:g} GB/s, route exchanges: "
+                     f"{route_exchanges.value}")
         axes.legend()
         save_png(fig, tmp["chunk.png"])
         from dataclasses import replace
         params_copy = replace(params, fabrics=tuple(params.fabrics))
-        low_ct = fetch_local_crossover_ct(params_copy, mq=mq, fabric=fabric_id, prefill_us=1.5)
-        high_ct = fetch_local_crossover_ct(params_copy, mq=mq, fabric=fabric_id, prefill_us=0.5)
+        low_ct = fetch_local_crossover_ct(params_copy, mq=query_rows, fabric=fabric_id, prefill_us=1.5)
+        high_ct = fetch_local_crossover_ct(params_copy, mq=query_rows, fabric=fabric_id, prefill_us=0.5)
         said.append(f"route exchanges: {route_exchanges.value}" + (
             " (the paper's accounting for Fig 1b: one exchange for all layers; the simulator's default is per-layer)"
             if route_exchanges.value == "once" else ""))
@@ -214,7 +219,7 @@ def model_chunk(
 def model_bandwidth(
     out: Path = typer.Option(..., "-o", "--out", help="Output directory (CSV + PNG)."),
     model: str = typer.Option("deepseek-v2-lite"), fabric: str = typer.Option("h100-ibgda"),
-    mq: int = typer.Option(256, "--mq", min=1), ct: int = typer.Option(2048, "--ct", min=1),
+    query_rows: int = typer.Option(256, "--mq", min=1), chunk_tokens: int = typer.Option(2048, "--ct", min=1),
     calib: str = typer.Option("h100-ibgda", help=CALIB_HELP),
     route_exchanges: Exchanges = typer.Option(Exchanges.once, help="Fig 6a uses the paper's accounting (once)."),
 ) -> None:
@@ -231,20 +236,21 @@ def model_bandwidth(
     with atomic_files(out, ("bandwidth.csv", "bandwidth.png"), flag="--out") as tmp:
         params = _params(calib, model, route_exchanges, None)
         bandwidths = 10.0 ** np.linspace(-1, 3, 41) * 1e9
-        series = cost_vs_bandwidth(params, bandwidths, mq=mq, ct=ct, fabric=params.fabric_id(fabric))
+        series = cost_vs_bandwidth(params, bandwidths, mq=query_rows, ct=chunk_tokens, fabric=params.fabric_id(fabric))
         write_csv(series, tmp["bandwidth.csv"])
         plt = pyplot()
         fig, axes = plt.subplots(figsize=(6, 4.5))
         for prim, col in (("route", "green"), ("fetch", "red"), ("local", "purple")):
             axes.plot(series["bw_GBps"], series[f"{prim}_s"] * 1e6, color=col, label=prim)
-        bw_star = float(route_loses_below_bw(mq, ct, params))
+        bw_star = float(route_loses_below_bw(query_rows, chunk_tokens, params))
         axes.axvline(bw_star / 1e9, color="grey", ls=":",
                      label=f"route bytes = fetch splice ({bw_star / 1e9:.2f} GB/s)")
         cross = curve_crossing(series["bw_GBps"], series["route_s"], series["fetch_s"])
         if cross is not None:
             axes.axvline(cross, color="black", ls="--", lw=0.8, label=f"route = fetch ({cross:.2f} GB/s)")
         axes.set(xscale="log", yscale="log", xlabel="effective bandwidth (GB/s)", ylabel="cost (us)",
-               title=f"cost vs bandwidth, Mq = {mq}, ct = {ct}, route exchanges: {route_exchanges.value}")
+               title=f"cost vs bandwidth, Mq = {query_rows}, ct = {chunk_tokens}, route exchanges: "
+                     f"{route_exchanges.value}")
         axes.legend(fontsize=8)
         save_png(fig, tmp["bandwidth.png"])
         crossing = (f"the route and fetch curves cross at {cross:.2f} GB/s (dashed)" if cross is not None
@@ -294,14 +300,15 @@ def _topology_fabrics(prof, gpu: str) -> list[str]:
     return out
 
 
-def _allreduce_fabric(prof, gpu: str, fabric: str | None, tp: int) -> str | None:
+def _allreduce_fabric(prof, gpu: str, fabric: str | None, tp_size: int) -> str | None:
     """The fabric the TP all-reduce runs over: the one given, else the fastest of the profile naming `gpu`."""
-    if fabric is not None or tp == 1:
+    if fabric is not None or tp_size == 1:
         return fabric
     own = [name for name, fabric_spec in prof.fabrics.items() if fabric_spec.gpu == gpu] or _topology_fabrics(prof, gpu)
     if not own:
         from simroute.errors import ConfigurationError
-        raise ConfigurationError(f"--tp {tp} needs --fabric for the all-reduce: no fabric of the profile names gpu "
+        raise ConfigurationError(f"--tp {tp_size} needs --fabric for the all-reduce: no fabric of the profile names "
+                                 "gpu "
                                  f"'{gpu}' (profile fabrics: {', '.join(prof.fabrics)})", field="fabric")
     return max(own, key=lambda name: prof.fabric(name).link_peak_GBps.value)
 
@@ -310,7 +317,7 @@ def _allreduce_fabric(prof, gpu: str, fabric: str | None, tp: int) -> str | None
 def model_step(
     model: str = typer.Option(DEFAULT_MODEL, help="Model geometry (see `simroute model list`)."),
     gpu: str = typer.Option(DEFAULT_GPU, help="GPU entry (a profile's `gpus:` or shipped calib/gpus/<name>.yaml)."),
-    tp: int = typer.Option(DEFAULT_TP, "--tp", min=1, help="Tensor-parallel degree of the instance."),
+    tp_size: int = typer.Option(DEFAULT_TP, "--tp", min=1, help="Tensor-parallel degree of the instance."),
     tokens: int = typer.Option(..., "--tokens", min=1, help="Tokens computed this iteration (decodes + prefill)."),
     decode_seqs: int = typer.Option(0, "--decode-seqs", min=0, help="Of --tokens, one-token decodes."),
     context: int = typer.Option(0, "--context", min=0, help="Context each decoding sequence attends (tokens)."),
@@ -344,17 +351,18 @@ def model_step(
                                      "tokens at most)", field=flag.lstrip("-"))
     if kv_layout not in KV_LAYOUTS:
         raise ConfigurationError(f"unknown layout '{kv_layout}' (known: {', '.join(KV_LAYOUTS)})", field="kv-layout")
-    _check_tp_divides_heads(get_model(model), tp)
+    _check_tp_divides_heads(get_model(model), tp_size)
     prof, gpu_prof = _step_profile(calib, gpu)
-    fab = _allreduce_fabric(prof, gpu, fabric, tp)
-    step = prof.step_model(model, tp=tp, intra_host_fabric=fab, gpu_spec=gpu_prof.gpu_spec(gpu, tables=not roofline),
-                        weight_dtype=weights, cache_dtype=kv_cache, kv_layout=kv_layout)
+    fab = _allreduce_fabric(prof, gpu, fabric, tp_size)
+    step = prof.step_model(model, tp=tp_size, intra_host_fabric=fab,
+                           gpu_spec=gpu_prof.gpu_spec(gpu, tables=not roofline), weight_dtype=weights,
+                           cache_dtype=kv_cache, kv_layout=kv_layout)
     batch = BatchShape.uniform(decode_seqs, context, prefill_tokens=tokens - decode_seqs,
                                prefill_context=prefill_context)
     terms = step.iteration(batch).as_ms()
-    inputs = {"model": model, "gpu": gpu, "tp": tp, "tokens": tokens, "decode_seqs": decode_seqs, "context": context,
-              "prefill_context": prefill_context, "allreduce_fabric": fab, "calib": calib, "weights": weights,
-              "kv_cache": kv_cache, "kv_layout": kv_layout, "roofline": roofline}
+    inputs = {"model": model, "gpu": gpu, "tp": tp_size, "tokens": tokens, "decode_seqs": decode_seqs,
+              "context": context, "prefill_context": prefill_context, "allreduce_fabric": fab, "calib": calib,
+              "weights": weights, "kv_cache": kv_cache, "kv_layout": kv_layout, "roofline": roofline}
     geometry = step.geometry
     dtype = {"weight_dtype": geometry.weight_dtype,
              "weight_dtype_source": geometry.sources.get("weight_dtype", "default: bf16"),
@@ -368,11 +376,12 @@ def model_step(
     # a shape that cannot exist on this instance still gets its terms, flagged in the notes
     if not sizes["weights_fit"]:
         dtype["notes"].append(f"the weights ({sizes['weight_GB_per_gpu']:.1f} GB per GPU) do not fit in one {gpu}'s "
-                              f"{step.gpu.hbm_bytes / 1e9:.0f} GB at tp = {tp}: the terms are what the iteration would "
+                              f"{step.gpu.hbm_bytes / 1e9:.0f} GB at tp = {tp_size}: the terms are what the iteration "
+                              "would "
                               "cost if they did")
     elif not sizes["kv_fits"]:
         dtype["notes"].append(f"the batch's KV ({kv_tokens:,} tokens) exceeds the {sizes['kv_capacity_tokens']:,} "
-                              f"tokens of HBM the weights leave on {tp} x {gpu}: no engine could hold this batch")
+                              f"tokens of HBM the weights leave on {tp_size} x {gpu}: no engine could hold this batch")
     if json_out:
         echo_json({**terms, **sizes, **dtype, "inputs": inputs, "gpu_sources": step.gpu.sources})
         return
@@ -384,7 +393,7 @@ def model_step(
                              ("elementwise (per layer)", "elementwise_ms_per_layer", "elementwise"),
                              ("LM head", "lm_head_ms", "lm_head"), ("overhead", "overhead_ms", "overhead")):
         rows.append([label, f"{terms[key]:.4f}", second_curve.get(term, ""), look.get(term, ""), src.get(term, "")])
-    table(f"{model} on {tp} x {gpu}: {tokens} tokens ({decode_seqs} decodes at context {context}), "
+    table(f"{model} on {tp_size} x {gpu}: {tokens} tokens ({decode_seqs} decodes at context {context}), "
           f"{terms['layers']} layers", ["term", "ms", "bound", "from", "table"], rows)
     table("elementwise kernels (ms over the layers that launch them)",
           ["kernel", "role", "width", "layers", "ms", "from", "table"],
@@ -403,14 +412,14 @@ def model_step(
 MAX_SHAPE_TOKENS = 10_000_000      # 10M tokens: beyond every shipped model's context window by an order
 
 
-def _check_tp_divides_heads(geometry, tp: int) -> None:
+def _check_tp_divides_heads(geometry, tp_size: int) -> None:
     """A TP degree that splits no head evenly is no engine's configuration: refuse it (exit 2)."""
     from simroute.errors import ConfigurationError
-    if geometry.heads_q % tp:
-        raise ConfigurationError(f"--tp {tp} does not divide {geometry.name}'s {geometry.heads_q} query heads",
+    if geometry.heads_q % tp_size:
+        raise ConfigurationError(f"--tp {tp_size} does not divide {geometry.name}'s {geometry.heads_q} query heads",
                                  field="tp")
-    if not geometry.is_mla and geometry.kv_heads % tp and tp % geometry.kv_heads:
-        raise ConfigurationError(f"--tp {tp} neither divides nor is a multiple of {geometry.name}'s "
+    if not geometry.is_mla and geometry.kv_heads % tp_size and tp_size % geometry.kv_heads:
+        raise ConfigurationError(f"--tp {tp_size} neither divides nor is a multiple of {geometry.name}'s "
                                  f"{geometry.kv_heads} KV heads", field="tp")
 
 

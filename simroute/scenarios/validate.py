@@ -233,12 +233,13 @@ def wire_byte_rows(ctx: Ctx) -> list[Row]:
     bytes_by_policy = {policy: float(ctx.run(trace, policy=f"always-{policy}",
                                              route_exchanges="per-layer").summary["bytes"][policy])
                        for policy in ("route", "fetch")}
-    mq = 16 * ctx.geometry.heads_q
+    query_rows = 16 * ctx.geometry.heads_q
     return [Row("bytes-route-saving", "route's wire-byte saving over fetch at Mq 256, ct 2048", f"{MQ}, §2.1, §4",
                 76.0, 100 * (1 - bytes_by_policy["route"] / bytes_by_policy["fetch"]), "%", 73.0, 79.0, "±3 points",
                 "simulator byte accounting of the messages and the bulk copy"),
             Row("bytes-break-even", "wire-byte break-even Mq* at ct 2048", f"{MQ}, §4", 1080.0,
-                mq * bytes_by_policy["fetch"] / bytes_by_policy["route"], "rows", *rel_band(1080.0, 0.05), "±5%",
+                query_rows * bytes_by_policy["fetch"] / bytes_by_policy["route"], "rows", *rel_band(1080.0, 0.05),
+                "±5%",
                 "simulator byte accounting, route bytes linear in Mq")]
 
 
@@ -302,13 +303,15 @@ def holder_rows(ctx: Ctx) -> list[Row]:
 
 
 # ---- congestion: Fig 7 -------------------------------------------------------------------------------------
-def congestion_curve(ctx: Ctx, stream_counts: tuple[int, ...] = (0, 1, 2, 3, 4), mq: int = 1024) -> dict[int, float]:
+def congestion_curve(ctx: Ctx, stream_counts: tuple[int, ...] = (0, 1, 2, 3, 4),
+                     query_rows: int = 1024) -> dict[int, float]:
     """Route round trip at Mq with K other closed-loop requesters on the same NIC (Fig 7a): the network
     layer's `fig7_round_trips`, i.e. its message model with the NIC queue-pair context cache."""
     from simroute.network.fig7 import fig7_round_trips
     topo = load_topology(shipped_topology("paper-testbed"))
     fab = ctx.profile.fabric_params(topo.spec.nic_fabric)
-    trips = fig7_round_trips(topo, stream_counts, rows=mq, q_bytes=ctx.geometry.q_bytes, p_bytes=ctx.geometry.p_bytes,
+    trips = fig7_round_trips(topo, stream_counts, rows=query_rows, q_bytes=ctx.geometry.q_bytes,
+                             p_bytes=ctx.geometry.p_bytes,
                              t_probe_s=fab.t_probe_s + fab.turnaround_s, single_block_Bps=fab.single_block_Bps)
     return dict(zip(stream_counts, trips))
 
@@ -317,7 +320,7 @@ def congestion_rows(ctx: Ctx) -> list[Row]:
     """Fig 7a: flat through K = 2, +119% (Mq 1024) / +108% (Mq 256) once the link is fully subscribed at
     K = 3; never above fetch's splice. The NIC context cache's two parameters are fitted to this figure, so
     these rows check the fit reproduces onset and magnitude through the engine, not an independent prediction."""
-    round_trips, small = congestion_curve(ctx), congestion_curve(ctx, (0, 3), mq=256)
+    round_trips, small = congestion_curve(ctx), congestion_curve(ctx, (0, 3), query_rows=256)
     splice_ms = 2.91
     basis = "network engine: NIC queue-pair context cache (parameters fitted to Fig 7) and link queueing"
     return [

@@ -58,10 +58,11 @@ WHEEL_PYTHON = "3.12"
 
 # (probe, share of the budget), in run order; the shares leave RESERVE_SHARE for install, capability, writing.
 PLAN: tuple[tuple[str, float], ...] = (
-    ("splice", 0.12), ("holder", 0.14), ("staging", 0.06), ("hbm", 0.03), ("gemm", 0.15),
-    ("decode-attention", 0.08), ("prefill-attention", 0.05), ("decoder-layer", 0.10), ("launch-overhead", 0.03),
+    ("splice", 0.10), ("holder", 0.12), ("staging", 0.06), ("hbm", 0.03), ("gemm", 0.15),
+    ("decode-attention", 0.08), ("prefill-attention", 0.05), ("moe", 0.04), ("elementwise", 0.02),
+    ("decoder-layer", 0.08), ("launch-overhead", 0.03),
     ("nvshmem-loopback", 0.05), ("host-shm", 0.03), ("host-tcp", 0.03))
-RESERVE_SHARE = 1.0 - sum(s for _, s in PLAN)
+RESERVE_SHARE = 1.0 - sum(share for _, share in PLAN)
 MIN_PROBE_S = 5.0
 REHEARSAL_MIN_PROBE_S = 10.0        # numpy stand-ins on a shared CI core: set-up alone can take seconds
 OUTPUTS = ("profile.yaml", "samples.parquet", "results.json", "capability.json", "calibrate.log")
@@ -71,55 +72,57 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 def wheel_command(gpu: bool = True) -> str:
     """The `pip download` command that fetches BRING_WHEELS for the box's Python (run where there is network)."""
-    reqs = " ".join(r for r, _, needs_gpu in BRING_WHEELS if gpu or not needs_gpu)
+    reqs = " ".join(requirement for requirement, _, needs_gpu in BRING_WHEELS if gpu or not needs_gpu)
     return (f"pip download --no-deps --only-binary=:all: --python-version {WHEEL_PYTHON} --implementation cp "
             f"--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 "
             f"-d .whl {reqs}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="After the run, once OUT_DIR's files are back on a machine with this checkout:\n"
-                                        "  python probes/run_single_gpu.py --write-tables OUT_DIR\n"
-                                        "writes the step probes' operator tables (OUT_DIR/ops/<gpu>/...) and names "
-                                        "them in OUT_DIR/profile.yaml\n(not on the box: at most "
-                                        f"{MAX_FILES} files, {MAX_DEPTH} folders down, come back). See docs/PROBES.md.")
-    ap.add_argument("out_dir", type=Path, nargs="?", help="where the outputs go (at most two folders deep)")
-    ap.add_argument("--wheels", type=Path, default=REPO / ".whl", help="local wheel folder (default .whl/)")
-    ap.add_argument("--budget-s", type=float, default=480.0, help="wall budget of the whole run (default 480)")
-    ap.add_argument("--quick", action="store_true", help="fewer repetitions")
-    ap.add_argument("--dry-run", action="store_true", help="rehearse the plan on the CPU with reference probes")
-    ap.add_argument("--rehearsal-s", type=float, default=60.0, help="dry run: the budget whose shares the "
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="After the run, once OUT_DIR's files are back on a machine with this "
+                                            "checkout:\n"
+                                            "  python probes/run_single_gpu.py --write-tables OUT_DIR\n"
+                                            "writes the step probes' operator tables (OUT_DIR/ops/<gpu>/...) and names "
+                                            "them in OUT_DIR/profile.yaml\n(not on the box: at most "
+                                            f"{MAX_FILES} files, {MAX_DEPTH} folders down, come back). See "
+                                            "docs/PROBES.md.")
+    parser.add_argument("out_dir", type=Path, nargs="?", help="where the outputs go (at most two folders deep)")
+    parser.add_argument("--wheels", type=Path, default=REPO / ".whl", help="local wheel folder (default .whl/)")
+    parser.add_argument("--budget-s", type=float, default=480.0, help="wall budget of the whole run (default 480)")
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--dry-run", action="store_true", help="rehearse the plan on the CPU with reference probes")
+    parser.add_argument("--rehearsal-s", type=float, default=60.0, help="dry run: the budget whose shares the "
                                                                      "rehearsal's probes get")
-    ap.add_argument("--only", default="", help="comma-separated probes of the plan (default: all)")
-    ap.add_argument("--box", default=None, help="box name for provenance (default: hostname)")
-    ap.add_argument("--gpu", default=None, help="GPU entry for the step-time constants (default: matched; "
+    parser.add_argument("--only", default="", help="comma-separated probes of the plan (default: all)")
+    parser.add_argument("--box", default=None, help="box name for provenance (default: hostname)")
+    parser.add_argument("--gpu", default=None, help="GPU entry for the step-time constants (default: matched; "
                                                 "dry run: h200-sxm)")
-    ap.add_argument("--print-wheels", action="store_true", help="print the pip download command and exit")
-    ap.add_argument("--write-tables", type=Path, default=None, metavar="OUT_DIR",
+    parser.add_argument("--print-wheels", action="store_true", help="print the pip download command and exit")
+    parser.add_argument("--write-tables", type=Path, default=None, metavar="OUT_DIR",
                     help="here, after the files come back: write the step probes' operator tables from "
                          "OUT_DIR/results.json into OUT_DIR/ops/ and name them in OUT_DIR/profile.yaml (no probes)")
-    a = ap.parse_args(argv)
-    if a.print_wheels:
-        return a
-    if a.write_tables is not None:
-        if a.out_dir is not None:
-            ap.error("--write-tables OUT_DIR takes the folder itself; give no other OUT_DIR")
-        return a
-    if a.out_dir is None:
-        ap.error("OUT_DIR is required")
-    if a.budget_s < 60:
-        ap.error("--budget-s must be at least 60")
-    names = {n for n, _ in PLAN}
-    bad = [n for n in a.only.split(",") if n and n not in names]
+    args = parser.parse_args(argv)
+    if args.print_wheels:
+        return args
+    if args.write_tables is not None:
+        if args.out_dir is not None:
+            parser.error("--write-tables OUT_DIR takes the folder itself; give no other OUT_DIR")
+        return args
+    if args.out_dir is None:
+        parser.error("OUT_DIR is required")
+    if args.budget_s < 60:
+        parser.error("--budget-s must be at least 60")
+    names = {name for name, _ in PLAN}
+    bad = [name for name in args.only.split(",") if name and name not in names]
     if bad:
-        ap.error(f"--only: unknown probe(s) {bad}; the plan has {sorted(names)}")
-    return a
+        parser.error(f"--only: unknown probe(s) {bad}; the plan has {sorted(names)}")
+    return args
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", text)[:3])
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
 def missing(pairs: list[tuple[str, str]]) -> list[str]:
@@ -167,7 +170,7 @@ def _pip_install(reqs: list[str], wheels: Path) -> subprocess.CompletedProcess:
 def install(reqs: list[str], wheels: Path, log) -> None:
     """The wheels present in one pip call (pip's start-up is seconds); if that fails, one at a time, so that
     one bad wheel costs only what needs it. An absent wheel is reported and skipped."""
-    present = [r for r in reqs if _has_wheel(r, wheels)]
+    present = [requirement for requirement in reqs if _has_wheel(requirement, wheels)]
     for req in reqs:
         if req not in present:
             log(f"pip install {req}: FAILED no wheel for it in {wheels}")
@@ -176,8 +179,9 @@ def install(reqs: list[str], wheels: Path, log) -> None:
             log(f"pip install {req}: ok")
     else:
         for req in present:
-            r = _pip_install([req], wheels)
-            log(f"pip install {req}: {'ok' if r.returncode == 0 else 'FAILED ' + r.stderr.strip()[-300:]}")
+            installed = _pip_install([req], wheels)
+            log(f"pip install {req}: "
+                f"{'ok' if installed.returncode == 0 else 'FAILED ' + installed.stderr.strip()[-300:]}")
     importlib.invalidate_caches()
 
 
@@ -187,7 +191,7 @@ def plan_timeouts(budget_s: float, only: list[str] | None = None, floor_s: float
 
 
 def plan_lines(budget_s: float, tos: dict[str, float], dry_run: bool) -> list[str]:
-    lines = [f"plan        {name:<18} {to:5.0f} s" for name, to in tos.items()]
+    lines = [f"plan        {name:<18} {timeout_s:5.0f} s" for name, timeout_s in tos.items()]
     total = sum(tos.values())
     fits = total <= budget_s * (1 - RESERVE_SHARE / 2)
     lines.append(f"plan total  {total:.0f} s of probes + {budget_s - total:.0f} s for install, capability and "
@@ -200,12 +204,12 @@ def plan_lines(budget_s: float, tos: dict[str, float], dry_run: bool) -> list[st
 def check_outputs(out_dir: Path) -> list[str]:
     """What breaks the lease's limits: more than MAX_FILES files, one over MAX_FILE_BYTES, a path deeper than
     MAX_DEPTH folders below OUT_DIR's parent, a name outside letters, digits, '.', '_' and '-'."""
-    files = [p for p in out_dir.rglob("*") if p.is_file()]
+    files = [path for path in out_dir.rglob("*") if path.is_file()]
     bad = [f"{len(files)} files (at most {MAX_FILES})"] if len(files) > MAX_FILES else []
-    for p in files:
-        rel = p.relative_to(out_dir.parent)
-        if p.stat().st_size > MAX_FILE_BYTES:
-            bad.append(f"{rel}: {p.stat().st_size} bytes (at most {MAX_FILE_BYTES})")
+    for path in files:
+        rel = path.relative_to(out_dir.parent)
+        if path.stat().st_size > MAX_FILE_BYTES:
+            bad.append(f"{rel}: {path.stat().st_size} bytes (at most {MAX_FILE_BYTES})")
         if len(rel.parts) - 1 > MAX_DEPTH:
             bad.append(f"{rel}: deeper than {MAX_DEPTH} folders")
         if not all(SAFE_NAME.match(part) for part in rel.parts):
@@ -213,41 +217,42 @@ def check_outputs(out_dir: Path) -> list[str]:
     return bad
 
 
-def run_plan(a: argparse.Namespace, cap, tos: dict[str, float], end: float, reserve_s: float, log) -> list:
+def run_plan(args: argparse.Namespace, cap, tos: dict[str, float], end: float, reserve_s: float, log) -> list:
     """Run the planned probes in order; each gets its share, or what is left before the reserve."""
     from simroute.probes.calibrate import run_probes, select
     from simroute.probes.framework import ProbeOutcome
-    extra = {"backend": "reference"} if a.dry_run else {}
+    extra = {"backend": "reference"} if args.dry_run else {}
     outcomes = []
     for probe in select(list(tos)):
         left = end - time.monotonic() - reserve_s
         if left < MIN_PROBE_S:
             outcomes.append(ProbeOutcome(probe, "skipped", f"no budget left ({left:.0f} s)", 0.0))
         else:
-            quick = a.quick or a.dry_run or probe.name.startswith("host")
+            quick = args.quick or args.dry_run or probe.name.startswith("host")
             outcomes += run_probes([probe], cap, quick=quick, timeout_s=min(tos[probe.name], left), extra_args=extra)
         log(outcomes[-1].line())
     return outcomes
 
 
-def write_outputs(a: argparse.Namespace, cap, outcomes: list, log) -> int:
+def write_outputs(args: argparse.Namespace, cap, outcomes: list, log) -> int:
     from simroute.calib.writer import write_profile_checked, write_samples
     from simroute.probes.assemble import build_profile
     from simroute.ioutil import atomic_path
-    out = a.out_dir / "profile.yaml"
-    with atomic_path(a.out_dir / "results.json") as tmp:
+    out = args.out_dir / "profile.yaml"
+    with atomic_path(args.out_dir / "results.json") as tmp:
         tmp.write_text(results_json(outcomes))
-    if not any(o.ok for o in outcomes):
+    if not any(outcome.ok for outcome in outcomes):
         log("nothing was measured: no profile written")
         return 1
-    samples = [dict(s, probe=s.get("probe", o.probe.name)) for o in outcomes for s in o.samples]
-    gpu = a.gpu or ("h200-sxm" if a.dry_run else None)
+    samples = [dict(sample, probe=sample.get("probe", outcome.probe.name))
+               for outcome in outcomes for sample in outcome.samples]
+    gpu = args.gpu or ("h200-sxm" if args.dry_run else None)
     data = build_profile(outcomes, cap, out, gpu=gpu)
-    if a.dry_run:
+    if args.dry_run:
         data["description"] = ("DRY RUN (numpy reference implementations on a CPU, not a GPU measurement). "
                                + data["description"])
     prof = write_profile_checked(data, out, before_commit=lambda: write_samples(
-        samples, a.out_dir / "samples.parquet", metadata={"simroute.box": cap.box}))
+        samples, args.out_dir / "samples.parquet", metadata={"simroute.box": cap.box}))
     log(f"wrote {out} ({len(prof.fabrics)} fabrics, {len(prof.constants)} constants, GPU entries measured: "
         f"{', '.join(data.get('gpus', {})) or 'none'}), samples.parquet, results.json")
     _log_layer_vs_model(outcomes, prof, data.get("gpu"), log)
@@ -256,8 +261,9 @@ def write_outputs(a: argparse.Namespace, cap, outcomes: list, log) -> int:
 
 def results_json(outcomes: list) -> str:
     """results.json: every probe's status, message, seconds and raw results (what --write-tables reads)."""
-    return json.dumps({o.probe.name: {"status": o.status, "message": o.message, "seconds": o.seconds,
-                                      "results": o.results} for o in outcomes}, indent=1, default=float)
+    return json.dumps({outcome.probe.name: {"status": outcome.status, "message": outcome.message,
+                                            "seconds": outcome.seconds, "results": outcome.results}
+                       for outcome in outcomes}, indent=1, default=float)
 
 
 def outcomes_from_results(results: dict) -> list:
@@ -268,13 +274,14 @@ def outcomes_from_results(results: dict) -> list:
     if not isinstance(results, dict):
         raise ValueError("not a mapping of probe name to its outcome")
     out = []
-    for name, r in results.items():
+    for name, record in results.items():
         if name not in PROBES:
             continue
-        if not isinstance(r, dict) or not isinstance(r.get("results", {}), dict):
+        if not isinstance(record, dict) or not isinstance(record.get("results", {}), dict):
             raise ValueError(f"probe {name}: not an outcome (status, message, seconds, results)")
-        out.append(ProbeOutcome(PROBES[name], str(r.get("status", "failed")), str(r.get("message", "")),
-                                float(r.get("seconds", 0.0)), dict(r.get("results") or {})))
+        out.append(ProbeOutcome(PROBES[name], str(record.get("status", "failed")),
+                                str(record.get("message", "")),
+                                float(record.get("seconds", 0.0)), dict(record.get("results") or {})))
     return out
 
 
@@ -304,8 +311,8 @@ def write_tables_after(out_dir: Path, say=print) -> int:
         outcomes = outcomes_from_results(json.loads((out_dir / "results.json").read_text()))
         capd = json.loads((out_dir / "capability.json").read_text())
         data = yaml.safe_load(profile.read_text())
-        known = {f.name for f in fields(Capability)}
-        cap = Capability(**{k: v for k, v in capd.items() if k in known})
+        known = {field_spec.name for field_spec in fields(Capability)}
+        cap = Capability(**{key: value for key, value in capd.items() if key in known})
         tables = step_tables(outcomes)
     except (OSError, ValueError, TypeError, KeyError, AttributeError, yaml.YAMLError) as exc:
         return bad(f"unreadable input: {type(exc).__name__}: {exc}")
@@ -326,7 +333,7 @@ def write_tables_after(out_dir: Path, say=print) -> int:
         return 2
     for note in notes:
         say(note)
-    rows = ", ".join(f"{k} {n} rows" for k, n in written.tables.rows.items())
+    rows = ", ".join(f"{kind} {count} rows" for kind, count in written.tables.rows.items())
     say(f"wrote {written.path} ({rows}{'' if written.created else '; replaced the one written before'}) and named "
         f"it in {profile} (gpus.{data['gpu']}.operator_tables: {written.ref['path']})")
     return 0
@@ -334,37 +341,38 @@ def write_tables_after(out_dir: Path, say=print) -> int:
 
 def _has_table_results(outcomes: list) -> bool:
     from simroute.probes.step_tables import TABLE_PROBES
-    return any(o.ok and o.probe.name in TABLE_PROBES for o in outcomes)
+    return any(outcome.ok and outcome.probe.name in TABLE_PROBES for outcome in outcomes)
 
 
 def _log_layer_vs_model(outcomes: list, prof, gpu: str | None, log) -> None:
     from simroute.probes.step_constants import layer_vs_model
-    layer = next((o for o in outcomes if o.probe.name == "decoder-layer" and o.ok), None)
+    layer = next((outcome for outcome in outcomes if outcome.probe.name == "decoder-layer" and outcome.ok), None)
     if layer is None or gpu is None:
         return
     if layer.results.get("narrowed"):
         log("layer       vs step-time model: not compared (dry run: narrowed layers on numpy)")
         return
-    for r in layer_vs_model(layer.results["layers"], prof, gpu):
-        log(f"layer       {r['model']:<17} T={r['tokens']:<5} measured {r['measured_layer_ms']:.3f} ms "
-            f"(linear {r['measured_linear_ms']:.3f}, attention {r['measured_attention_ms']:.3f}) vs step-time model "
-            f"{r['model_layer_ms']:.3f} ms (linear {r['model_linear_ms']:.3f}, attention {r['model_attention_ms']:.3f})")
+    for row in layer_vs_model(layer.results["layers"], prof, gpu):
+        log(f"layer       {row['model']:<17} T={row['tokens']:<5} measured {row['measured_layer_ms']:.3f} ms "
+            f"(linear {row['measured_linear_ms']:.3f}, attention {row['measured_attention_ms']:.3f}) vs step-time "
+            f"model {row['model_layer_ms']:.3f} ms (linear {row['model_linear_ms']:.3f}, attention "
+            f"{row['model_attention_ms']:.3f})")
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = parse_args(argv)
-    if a.print_wheels:
+    args = parse_args(argv)
+    if args.print_wheels:
         print(wheel_command())
         return 0
-    if a.write_tables is not None:
-        return write_tables_after(a.write_tables)
-    t0 = time.monotonic()
-    end = t0 + a.budget_s
-    a.out_dir.mkdir(parents=True, exist_ok=True)
-    logf = (a.out_dir / "calibrate.log").open("a")
+    if args.write_tables is not None:
+        return write_tables_after(args.write_tables)
+    start = time.monotonic()
+    end = start + args.budget_s
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    logf = (args.out_dir / "calibrate.log").open("a")
 
     def log(msg: str) -> None:
-        line = f"[{time.monotonic() - t0:6.1f}s] {msg}"
+        line = f"[{time.monotonic() - start:6.1f}s] {msg}"
         print(line, flush=True)
         logf.write(line + "\n")
         logf.flush()
@@ -372,43 +380,44 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     os.environ.setdefault("NVSHMEM_REMOTE_TRANSPORT", "none")          # one box, no InfiniBand needed
     os.environ.setdefault("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo")
-    reqs, line = install_plan(a.wheels)
+    reqs, line = install_plan(args.wheels)
     log(line)
     if reqs:
-        install(reqs, a.wheels, log)
+        install(reqs, args.wheels, log)
     from simroute.probes.capability import detect, report_rows
     cap = detect()
-    if a.box:
-        cap.hostname = a.box
+    if args.box:
+        cap.hostname = args.box
     for what, val in report_rows(cap):
         log(f"capability  {what:<22} {val}")
-    (a.out_dir / "capability.json").write_text(json.dumps(cap.as_dict(), indent=2))
-    only = [n for n in a.only.split(",") if n]
-    for text in plan_lines(a.budget_s, plan_timeouts(a.budget_s, only), a.dry_run):
+    (args.out_dir / "capability.json").write_text(json.dumps(cap.as_dict(), indent=2))
+    only = [name for name in args.only.split(",") if name]
+    for text in plan_lines(args.budget_s, plan_timeouts(args.budget_s, only), args.dry_run):
         log(text)
-    run_budget = a.rehearsal_s if a.dry_run else a.budget_s
-    tos = plan_timeouts(a.budget_s, only)
-    if a.dry_run:                           # each probe under its share of the rehearsal; no total cap
+    run_budget = args.rehearsal_s if args.dry_run else args.budget_s
+    tos = plan_timeouts(args.budget_s, only)
+    if args.dry_run:                           # each probe under its share of the rehearsal; no total cap
         end = float("inf")
         tos = plan_timeouts(run_budget, only, REHEARSAL_MIN_PROBE_S)
         log(f"rehearsal   the same shares of {run_budget:.0f} s (at least {REHEARSAL_MIN_PROBE_S:.0f} s each)")
-    outcomes = run_plan(a, cap, tos, end, RESERVE_SHARE / 2 * run_budget, log)
-    rc = write_outputs(a, cap, outcomes, log)
-    log("measured: " + (", ".join(o.probe.name for o in outcomes if o.ok) or "nothing"))
-    for o in outcomes:
-        if not o.ok:
-            log(f"NOT measured: {o.probe.name}: {o.status}: {o.message}")
-    problems = check_outputs(a.out_dir)
-    for p in problems:
-        log(f"OUTPUT LIMIT: {p}")
-    log(f"done in {time.monotonic() - t0:.0f} s (" + (f"rehearsal of the {a.budget_s:.0f} s plan)" if a.dry_run
-                                                       else f"budget {a.budget_s:.0f} s)"))
-    if rc == 0 and _has_table_results(outcomes):
+    outcomes = run_plan(args, cap, tos, end, RESERVE_SHARE / 2 * run_budget, log)
+    exit_code = write_outputs(args, cap, outcomes, log)
+    log("measured: " + (", ".join(outcome.probe.name for outcome in outcomes if outcome.ok) or "nothing"))
+    for outcome in outcomes:
+        if not outcome.ok:
+            log(f"NOT measured: {outcome.probe.name}: {outcome.status}: {outcome.message}")
+    problems = check_outputs(args.out_dir)
+    for path in problems:
+        log(f"OUTPUT LIMIT: {path}")
+    log(f"done in {time.monotonic() - start:.0f} s (" + (f"rehearsal of the {args.budget_s:.0f} s plan)" if args.dry_run
+                                                       else f"budget {args.budget_s:.0f} s)"))
+    if exit_code == 0 and _has_table_results(outcomes):
         log(f"next        once these files are back (not on the box: at most {MAX_FILES} files come back), run here "
             f"`python probes/run_single_gpu.py --write-tables OUT_DIR` on the folder they landed in (this run's "
-            f"{a.out_dir}): it writes the step probes' operator tables to OUT_DIR/ops/ and names them in profile.yaml")
+            f"{args.out_dir}): it writes the step probes' operator tables to OUT_DIR/ops/ and names them in "
+            "profile.yaml")
     logf.close()
-    return rc or (3 if problems else 0)
+    return exit_code or (3 if problems else 0)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from simroute.errors import ConfigurationError
-from simroute.model.optables import LATENCY_COLUMN, SCHEMA, OperatorTables, OpKind, OpTable, repeats_merged
+from simroute.model.optables import (ELEMENTWISE_KERNEL_NAMES, LATENCY_COLUMN, SCHEMA, OperatorTables, OpKind, OpTable,
+                                     repeats_merged)
 
 MANIFEST = "tables.yaml"
 SCHEMA_TAG = "simroute.optables/1"
@@ -56,7 +57,7 @@ def load_operator_tables(directory: str | Path) -> OperatorTables:
         try:
             kind = OpKind(name)
         except ValueError:
-            raise _fail(f"unknown operator kind (known: {', '.join(k.value for k in OpKind)})", manifest_path,
+            raise _fail(f"unknown operator kind (known: {', '.join(member.value for member in OpKind)})", manifest_path,
                         f"tables.{name}") from None
         entry = entry if isinstance(entry, dict) else {}
         file = root / f"{kind.value}.parquet"
@@ -67,22 +68,28 @@ def load_operator_tables(directory: str | Path) -> OperatorTables:
             data = _read_parquet(file, labels=cats)
         except Exception as exc:  # pyarrow raises several types for damaged files
             raise _fail(f"not a readable Parquet file ({type(exc).__name__})", file) from None
-        missing = [c for c in (*cats, *nums, LATENCY_COLUMN) if c not in data.column_names]
+        missing = [column for column in (*cats, *nums, LATENCY_COLUMN) if column not in data.column_names]
         if missing:
             raise _fail(f"missing column(s) {', '.join(missing)}", file)
         latency = _floats(data, LATENCY_COLUMN, file)
         if latency.size == 0 or not np.all(np.isfinite(latency)) or np.any(latency <= 0):
             raise _fail("latencies must be finite and > 0 (and at least one row)", file, LATENCY_COLUMN)
-        numeric = {c: _floats(data, c, file) for c in nums}
-        for c, arr in numeric.items():
+        numeric = {column: _floats(data, column, file) for column in nums}
+        for column, arr in numeric.items():
             if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-                raise _fail("shape values must be finite and >= 0", file, c)
-        categorical = {c: _labels(data.column(c)) for c in cats}
+                raise _fail("shape values must be finite and >= 0", file, column)
+        categorical = {column: _labels(data.column(column)) for column in cats}
+        if kind is OpKind.ELEMENTWISE:
+            unknown = sorted(set(categorical["kernel"].tolist()) - set(ELEMENTWISE_KERNEL_NAMES))
+            if unknown:
+                raise _fail(f"unknown elementwise kernel(s) {', '.join(unknown)} (known: "
+                            f"{', '.join(ELEMENTWISE_KERNEL_NAMES)})", file, "kernel")
         source = {"file": str(Path(manifest["gpu"]) / root.name / file.name), "kind": str(provenance["kind"]),
-                  **{k: str(v) for k, v in entry.items() if isinstance(v, (str, int, float))}}
+                  **{key: str(value) for key, value in entry.items() if isinstance(value, (str, int, float))}}
         tables[kind] = OpTable(kind, categorical, numeric, latency, source)
     return OperatorTables(gpu=manifest["gpu"], framework=manifest["framework"], version=str(manifest["version"]),
-                          tables=tables, provenance={k: str(v) for k, v in provenance.items()}, path=str(root))
+                          tables=tables, provenance={key: str(value) for key, value in provenance.items()},
+                          path=str(root))
 
 
 def _floats(data: Any, column: str, file: Path) -> np.ndarray:
@@ -111,7 +118,8 @@ def _read_parquet(file: Path, labels: Sequence[str]) -> Any:
     layer imports pandas (0.3 s of `simroute predict`); one thread, since a few MB gain nothing from more."""
     import pyarrow.parquet as pq
     present = set(pq.ParquetFile(file).schema_arrow.names)
-    return pq.ParquetFile(file, read_dictionary=[c for c in labels if c in present]).read(use_threads=False)
+    return pq.ParquetFile(file, read_dictionary=[column for column in labels if column in present]).read(
+        use_threads=False)
 
 
 def _labels(column: Any) -> np.ndarray:
@@ -125,9 +133,65 @@ def _labels(column: Any) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=16)
-def load_operator_tables_cached(directory: str) -> OperatorTables:
-    """`load_operator_tables` once per resolved directory and process (runs build many step models)."""
-    return load_operator_tables(directory)
+def load_operator_tables_cached(directory: str, fill: str | None = None) -> OperatorTables:
+    """`load_operator_tables` once per resolved directory (and fill directory) and process (runs build many step
+    models); with `fill`, the two merged op kind by op kind (`merge_operator_tables`)."""
+    own = load_operator_tables(directory)
+    return own if fill is None else merge_operator_tables(own, load_operator_tables(fill))
+
+
+def merge_operator_tables(own: OperatorTables, fill: OperatorTables) -> OperatorTables:
+    """`own`'s tables, and for each op kind it lacks, `fill`'s (a probe-written set that measured some kinds,
+    filled from the published one: a kind the probes did not time falls back to measured data before the
+    roofline). Each table keeps its source file, and `answered_by` names the directory that answered it; the
+    merged provenance lists which kinds came from where. Both must be the same GPU's."""
+    if own.gpu != fill.gpu:
+        raise _fail(f"fill tables are for GPU '{fill.gpu}', these for '{own.gpu}'", Path(fill.path) / MANIFEST, "gpu")
+    tables: dict[OpKind, OpTable] = {}
+    for kind in OpKind:
+        chosen, directory = (own.get(kind), own.path) if own.get(kind) is not None else (fill.get(kind), fill.path)
+        if chosen is None:
+            continue
+        tables[kind] = OpTable(kind, chosen.categorical, chosen.numeric, chosen.latency_us,
+                               {**chosen.source, "answered_by": directory})
+    provenance = {**own.provenance,
+                  "fill": f"{fill.path} ({fill.framework} {fill.version}, {fill.provenance.get('kind', '?')})",
+                  "own_kinds": ", ".join(kind.value for kind in OpKind if own.get(kind) is not None),
+                  "filled_kinds": ", ".join(kind.value for kind in OpKind
+                                            if own.get(kind) is None and fill.get(kind) is not None)}
+    return OperatorTables(gpu=own.gpu, framework=own.framework, version=own.version, tables=tables,
+                          provenance=provenance, path=own.path)
+
+
+def shipped_tables_name(gpu: str) -> str | None:
+    """The published tables the shipped GPU entry `gpu` names, as a name under calib/ops
+    (`h200-sxm/sglang-0.5.14`), or None: what a probe-written table directory's `fill` names."""
+    from simroute.calib.profile import shipped_dir
+    from simroute.ioutil import load_yaml
+
+    entry_file = shipped_dir() / "gpus" / f"{gpu}.yaml"
+    if len(Path(gpu).parts) != 1 or not entry_file.is_file():
+        return None
+    entry = ((load_yaml(entry_file) or {}).get("gpus") or {}).get(gpu) or {}
+    path = (entry.get("operator_tables") or {}).get("path")
+    if not isinstance(path, str):
+        return None
+    directory = (entry_file.parent / path).resolve()
+    ops = (shipped_dir() / "ops").resolve()
+    if not (directory / MANIFEST).is_file() or ops not in directory.parents:
+        return None
+    return directory.relative_to(ops).as_posix()
+
+
+def resolve_fill(fill: str, naming_file: Path) -> Path | None:
+    """The table directory a `fill` names: a path relative to the file naming it, else a shipped tables name
+    under calib/ops (`h200-sxm/sglang-0.5.14`); None when neither holds a tables.yaml."""
+    from simroute.calib.profile import shipped_dir
+
+    for candidate in (naming_file.parent / fill, shipped_dir() / "ops" / fill, shipped_dir() / "gpus" / fill):
+        if (candidate / MANIFEST).is_file():
+            return candidate.resolve()
+    return None
 
 
 def write_operator_tables(directory: str | Path, *, gpu: str, framework: str, version: str,
@@ -149,9 +213,9 @@ def write_operator_tables(directory: str | Path, *, gpu: str, framework: str, ve
         listing: dict[str, Any] = {}
         for kind, columns in tables.items():
             cats, nums = SCHEMA[kind]
-            arrays = {c: pa.array([str(v) for v in columns[c]]) for c in cats}
-            arrays.update({c: pa.array(np.asarray(columns[c], dtype=np.int64) if _integral(columns[c])
-                                       else np.asarray(columns[c], dtype=float)) for c in nums})
+            arrays = {column: pa.array([str(value) for value in columns[column]]) for column in cats}
+            arrays.update({column: pa.array(np.asarray(columns[column], dtype=np.int64) if _integral(columns[column])
+                                       else np.asarray(columns[column], dtype=float)) for column in nums})
             arrays[LATENCY_COLUMN] = pa.array(np.asarray(columns[LATENCY_COLUMN], dtype=float))
             pq.write_table(pa.table(arrays), Path(tmp) / f"{kind.value}.parquet", compression="zstd")
             listing[kind.value] = {"rows": len(columns[LATENCY_COLUMN]), **dict((entries or {}).get(kind, {}))}
@@ -171,16 +235,16 @@ def diff_operator_tables(left: OperatorTables, right: OperatorTables) -> list[di
     shared rows, their median and largest ratio right / left. Kinds only one side has are listed too."""
     rows: list[dict[str, Any]] = []
     for kind in OpKind:
-        a, b = left.get(kind), right.get(kind)
-        if a is None and b is None:
+        left_table, right_table = left.get(kind), right.get(kind)
+        if left_table is None and right_table is None:
             continue
-        if a is None or b is None:
+        if left_table is None or right_table is None:
             rows.append({"kind": kind.value, "selection": "", "shared_points": 0,
-                         "note": f"only in {'right' if a is None else 'left'}"})
+                         "note": f"only in {'right' if left_table is None else 'left'}"})
             continue
         cats, nums = SCHEMA[kind]
-        index_a = _index(a, cats, nums)
-        index_b = _index(b, cats, nums)
+        index_a = _index(left_table, cats, nums)
+        index_b = _index(right_table, cats, nums)
         by_selection: dict[tuple, list[float]] = {}
         for key, lat in index_a.items():
             other = index_b.get(key)
@@ -198,5 +262,6 @@ def diff_operator_tables(left: OperatorTables, right: OperatorTables) -> list[di
 
 def _index(table: OpTable, cats: tuple[str, ...], nums: tuple[str, ...]) -> dict[tuple, float]:
     """Shape -> latency, a shape measured more than once at the geometric mean (as the step model reads it)."""
-    keys = list(zip(*(table.categorical[c].tolist() for c in cats), *(table.numeric[c].tolist() for c in nums)))
+    keys = list(zip(*(table.categorical[column].tolist() for column in cats),
+                    *(table.numeric[column].tolist() for column in nums)))
     return repeats_merged(keys, table.latency_us.tolist())

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from simroute.calib.optables import load_operator_tables_cached
+from simroute.calib.optables import load_operator_tables_cached, resolve_fill
 from simroute.calib.schema import Constant, FabricSpec, GpuFileSpec, ProfileFile
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.ioutil import load_yaml, write_text_atomic
@@ -44,14 +44,14 @@ def default_profile_path() -> Path:
 
 def resolve_profile_path(name_or_path: str | Path) -> Path:
     """A path, or the name of a shipped profile (`paper-h100`, `fabrics/h100-ibgda`)."""
-    p = Path(name_or_path)
-    if p.exists():
-        return p
+    path = Path(name_or_path)
+    if path.exists():
+        return path
     for cand in (shipped_dir() / f"{name_or_path}.yaml", shipped_dir() / str(name_or_path)):
         if cand.exists():
             return cand
     raise ConfigurationError("profile not found (neither a file nor a shipped profile name; "
-                             "see `simroute calib list`)", file=p)
+                             "see `simroute calib list`)", file=path)
 
 
 @dataclass(frozen=True)
@@ -82,11 +82,11 @@ class Profile:
                                      if self.files else None, field=f"constants.{name}") from None
 
     def fabric_params(self, name: str) -> FabricParams:
-        f = self.fabric(name)
-        return FabricParams(name=name, t_probe_s=f.t_probe_us.value * 1e-6,
-                            single_block_Bps=f.single_block_GBps.value * 1e9,
-                            bulk_Bps=f.link_peak_GBps.value * 1e9,
-                            turnaround_s=(f.turnaround_us.value * 1e-6) if f.turnaround_us else 0.0)
+        fabric_spec = self.fabric(name)
+        return FabricParams(name=name, t_probe_s=fabric_spec.t_probe_us.value * 1e-6,
+                            single_block_Bps=fabric_spec.single_block_GBps.value * 1e9,
+                            bulk_Bps=fabric_spec.link_peak_GBps.value * 1e9,
+                            turnaround_s=(fabric_spec.turnaround_us.value * 1e-6) if fabric_spec.turnaround_us else 0.0)
 
     def gpu_entry(self, name: str) -> GpuFileSpec:
         try:
@@ -98,24 +98,24 @@ class Profile:
         """The step-time model's GpuSpec of GPU entry `name` (the profile's instance GPU by default), with its
         operator tables unless `tables` is False (the roofline alone)."""
         name = name or self.instance_gpu()
-        e = self.gpu_entry(name)
-        gemm = e.gemm_efficiency
-        eff = gemm.value if gemm.value is not None else (tuple(x for x, _ in gemm.points or []),
-                                                          tuple(y for _, y in gemm.points or []))
-        sources = {k: _prov_text(getattr(e, k)) for k in type(e).model_fields
-                   if isinstance(getattr(e, k), Constant)}
-        return GpuSpec(name=name, peak_flops=e.peak_bf16_TFLOPs.value * 1e12, hbm_Bps=e.hbm_GBps.value * 1e9,
-                       hbm_bytes=e.hbm_GB.value * 1e9, hbm_efficiency=e.hbm_efficiency.value,
-                       gemm_efficiency=eff, attention_efficiency=e.attention_efficiency.value,
-                       iteration_overhead_s=e.iteration_overhead_us.value * 1e-6, sources=sources,
-                       iteration_overhead_graph_s=(e.iteration_overhead_graph_us.value * 1e-6
-                                                   if e.iteration_overhead_graph_us is not None else None),
-                       peak_fp8_flops=e.peak_fp8_TFLOPs.value * 1e12 if e.peak_fp8_TFLOPs is not None else None,
-                       kernel_floor_s=e.kernel_floor_us.value * 1e-6 if e.kernel_floor_us is not None else 0.0,
-                       allreduce_bus_Bps=(e.allreduce_bus_GBps.value * 1e9 if e.allreduce_bus_GBps is not None
+        entry = self.gpu_entry(name)
+        gemm = entry.gemm_efficiency
+        eff = gemm.value if gemm.value is not None else (tuple(point_x for point_x, _ in gemm.points or []),
+                                                          tuple(point_y for _, point_y in gemm.points or []))
+        sources = {field_name: _prov_text(getattr(entry, field_name)) for field_name in type(entry).model_fields
+                   if isinstance(getattr(entry, field_name), Constant)}
+        return GpuSpec(name=name, peak_flops=entry.peak_bf16_TFLOPs.value * 1e12, hbm_Bps=entry.hbm_GBps.value * 1e9,
+                       hbm_bytes=entry.hbm_GB.value * 1e9, hbm_efficiency=entry.hbm_efficiency.value,
+                       gemm_efficiency=eff, attention_efficiency=entry.attention_efficiency.value,
+                       iteration_overhead_s=entry.iteration_overhead_us.value * 1e-6, sources=sources,
+                       iteration_overhead_graph_s=(entry.iteration_overhead_graph_us.value * 1e-6
+                                                   if entry.iteration_overhead_graph_us is not None else None),
+                       peak_fp8_flops=entry.peak_fp8_TFLOPs.value * 1e12 if entry.peak_fp8_TFLOPs is not None else None,
+                       kernel_floor_s=entry.kernel_floor_us.value * 1e-6 if entry.kernel_floor_us is not None else 0.0,
+                       allreduce_bus_Bps=(entry.allreduce_bus_GBps.value * 1e9 if entry.allreduce_bus_GBps is not None
                                           else None),
-                       allreduce_latency_s=(e.allreduce_latency_us.value * 1e-6
-                                            if e.allreduce_latency_us is not None else None),
+                       allreduce_latency_s=(entry.allreduce_latency_us.value * 1e-6
+                                            if entry.allreduce_latency_us is not None else None),
                        operator_tables=self.operator_tables(name) if tables else None)
 
     def operator_tables_dir(self, name: str) -> Path | None:
@@ -132,14 +132,24 @@ class Profile:
         return (base.parent / ref.path).resolve()
 
     def operator_tables(self, name: str) -> OperatorTables | None:
-        """GPU entry `name`'s operator tables (loaded once per process), or None if it names none."""
+        """GPU entry `name`'s operator tables (loaded once per process), or None if it names none; with
+        `operator_tables.fill`, the kinds they lack from the tables `fill` names (`merge_operator_tables`)."""
         directory = self.operator_tables_dir(name)
         if directory is None:
             return None
+        naming_file = self.origin.get(f"gpu:{name}")
         if not directory.is_dir():
-            raise ConfigurationError("operator_tables.path is not a directory", file=self.origin.get(f"gpu:{name}"),
+            raise ConfigurationError("operator_tables.path is not a directory", file=naming_file,
                                      field=f"gpus.{name}.operator_tables.path")
-        return load_operator_tables_cached(str(directory))
+        fill = self.gpu_entry(name).operator_tables.fill
+        if fill is None:
+            return load_operator_tables_cached(str(directory))
+        fill_directory = resolve_fill(fill, Path(naming_file or (self.files[0] if self.files else ".")))
+        if fill_directory is None:
+            raise ConfigurationError(f"'{fill}' names no operator-table directory (a path holding tables.yaml, "
+                                     "relative to this file, or a shipped name under calib/ops)", file=naming_file,
+                                     field=f"gpus.{name}.operator_tables.fill")
+        return load_operator_tables_cached(str(directory), str(fill_directory))
 
     def find_gpu_spec(self, name: str) -> GpuSpec | None:
         """GPU entry `name` from this profile, else from the shipped calib/gpus/<name>.yaml; None if neither
@@ -190,12 +200,13 @@ class Profile:
         spec = gpu_spec or self.gpu_spec(gpu or self.instance_gpu(intra_host_fabric))
         ar_Bps, ar_lat = float("inf"), 0.0
         if intra_host_fabric is not None:
-            f = self.fabric_params(intra_host_fabric)
-            ar_Bps, ar_lat = f.bulk_Bps, f.t_probe_s
+            fabric_spec = self.fabric_params(intra_host_fabric)
+            ar_Bps, ar_lat = fabric_spec.bulk_Bps, fabric_spec.t_probe_s
         holder = self.constants.get("holder_compute_dense_us")
         curve = None
         if holder is not None and holder.points:
-            curve = (tuple(x for x, _ in holder.points), tuple(y * 1e-6 for _, y in holder.points))
+            curve = (tuple(point_x for point_x, _ in holder.points),
+                     tuple(point_y * 1e-6 for _, point_y in holder.points))
         return StepTimeModel(geom, spec, tp, allreduce_Bps=ar_Bps, allreduce_latency_s=ar_lat, holder_curve=curve,
                              cuda_graphs=cuda_graphs, kv_layout=kv_layout)
 
@@ -205,23 +216,24 @@ class Profile:
         measurement, or the shipped fit to §6.1-§6.2), else the fit itself. The pool's copy-time saving at the
         elbow: the probe's measured `staging_copy_gain_at_elbow` if the profile has it, else the paper's
         fetch-time gain (`staging_gain_at_elbow`, at `staging_fetch_p50_ms`) spent on the staging copies."""
-        c = self.constants
-        value = lambda name, default: float(c[name].value) if name in c else default
+        constants = self.constants
+        value = lambda name, default: float(constants[name].value) if name in constants else default
         elbow = int(value("staging_elbow_streams", 8))
         gain, p50_s = value("staging_gain_at_elbow", 0.07), value("staging_fetch_p50_ms", 6.0) * 1e-3
         if copy_GBps is not None:
             copy_Bps, copy_src = copy_GBps * 1e9, "the run's staging_copy_GBps"
-        elif "staging_copy_GBps" in c:
-            copy_Bps, copy_src = c["staging_copy_GBps"].value * 1e9, _prov_text(c["staging_copy_GBps"])
+        elif "staging_copy_GBps" in constants:
+            copy_Bps = constants["staging_copy_GBps"].value * 1e9
+            copy_src = _prov_text(constants["staging_copy_GBps"])
         else:
             copy_Bps, copy_src = fitted_copy_Bps(gain, p50_s, elbow), "fitted: simroute.model.staging"
         if not copy_Bps > 0:
             raise ConfigurationError("must be > 0", file=self.origin.get("const:staging_copy_GBps"),
                                      field="constants.staging_copy_GBps")
         clamped = False
-        if "staging_copy_gain_at_elbow" in c:
-            saving, saving_src = float(c["staging_copy_gain_at_elbow"].value), \
-                _prov_text(c["staging_copy_gain_at_elbow"])
+        if "staging_copy_gain_at_elbow" in constants:
+            saving, saving_src = float(constants["staging_copy_gain_at_elbow"].value), \
+                _prov_text(constants["staging_copy_gain_at_elbow"])
         else:
             saving, clamped = copy_saving_at_elbow(gain, p50_s, copy_Bps, elbow)
             saving_src = f"derived from the fetch-time gain {gain:g} at a {p50_s * 1e3:g} ms p50" + \
@@ -233,11 +245,11 @@ class Profile:
     def check_complete(self) -> None:
         """Raise if a constant the cost model needs is missing or of the wrong shape."""
         for key, shape in REQUIRED_CONSTANTS.items():
-            c = self.constant(key)
-            if shape.startswith("points") and c.points is None:
+            found = self.constant(key)
+            if shape.startswith("points") and found.points is None:
                 raise ConfigurationError(f"must be a curve ({shape})", file=self.origin.get(f"const:{key}"),
                                          field=f"constants.{key}")
-            if shape == "value" and c.value is None:
+            if shape == "value" and found.value is None:
                 raise ConfigurationError("must be a scalar 'value'", file=self.origin.get(f"const:{key}"),
                                          field=f"constants.{key}")
         if not self.fabrics:
@@ -250,27 +262,27 @@ class Profile:
         self.check_complete()
         if route_exchanges not in ROUTE_EXCHANGES:
             raise UnknownNameError("route_exchanges", route_exchanges, ROUTE_EXCHANGES)
-        c = self.constants
-        splice = c["splice_ms"].points
-        holder = c["holder_compute_dense_us"].points
-        prem = c["holder_sparse_premium"].points
+        constants = self.constants
+        splice = constants["splice_ms"].points
+        holder = constants["holder_compute_dense_us"].points
+        prem = constants["holder_sparse_premium"].points
         geom = get_model(model)
         if cache_dtype != geom.cache_dtype:
             geom = geom.with_cache_dtype(cache_dtype)
         return CostParams(
             geometry=geom, holder_prefill_s=self._prefill_form(model, cache_dtype),
-            fabrics=tuple(self.fabric_params(n) for n in self.fabrics),
-            splice_ct=tuple(x for x, _ in splice), splice_s=tuple(y * 1e-3 for _, y in splice),
-            holder_n=tuple(x for x, _ in holder), holder_s=tuple(y * 1e-6 for _, y in holder),
-            sparse_k=tuple(x for x, _ in prem), sparse_premium=tuple(y for _, y in prem),
-            merge_s=c["merge_us"].value * 1e-6,
+            fabrics=tuple(self.fabric_params(entry_name) for entry_name in self.fabrics),
+            splice_ct=tuple(point_x for point_x, _ in splice), splice_s=tuple(point_y * 1e-3 for _, point_y in splice),
+            holder_n=tuple(point_x for point_x, _ in holder), holder_s=tuple(point_y * 1e-6 for _, point_y in holder),
+            sparse_k=tuple(point_x for point_x, _ in prem), sparse_premium=tuple(point_y for _, point_y in prem),
+            merge_s=constants["merge_us"].value * 1e-6,
             prefill_s_per_token_layer=(prefill_us if prefill_us is not None
-                                       else c["prefill_us_per_token_layer"].value) * 1e-6,
-            gather_base_s=c["gather_base_ms_per_layer"].value * 1e-3,
-            gather_per_holder_s=c["gather_per_holder_ms_per_layer"].value * 1e-3,
+                                       else constants["prefill_us_per_token_layer"].value) * 1e-6,
+            gather_base_s=constants["gather_base_ms_per_layer"].value * 1e-3,
+            gather_per_holder_s=constants["gather_per_holder_ms_per_layer"].value * 1e-3,
             route_exchanges=route_exchanges,  # type: ignore[arg-type]
-            host_fixed_s=c["host_fixed_ms"].value * 1e-3,
-            host_per_row_s=c["host_per_row_us"].value * 1e-6,
+            host_fixed_s=constants["host_fixed_ms"].value * 1e-3,
+            host_per_row_s=constants["host_per_row_us"].value * 1e-6,
             **switches,
         )
 
@@ -290,7 +302,7 @@ class Profile:
 
 
 def _loc(err: dict) -> str:
-    return ".".join(str(x) for x in err["loc"] if not str(x).startswith("function-after"))
+    return ".".join(str(point_x) for point_x in err["loc"] if not str(point_x).startswith("function-after"))
 
 
 def _parse(path: Path) -> ProfileFile:
@@ -313,18 +325,21 @@ def _parse(path: Path) -> ProfileFile:
 UNIT_OF_SUFFIX = {"_us": "us", "_ms": "ms", "_GBps": "GB/s", "_GB": "GB", "_TFLOPs": "TFLOP/s"}
 
 
-def _check_units(pf: ProfileFile, path: Path) -> None:
+def _check_units(profile_file: ProfileFile, path: Path) -> None:
     """A constant's name carries its unit (`t_probe_us`); a `unit:` that says otherwise is an error, not a
     silent factor of 1000."""
-    items = [(f"fabrics.{n}.{k}", k, getattr(f, k)) for n, f in pf.fabrics.items() for k in type(f).model_fields
-             if isinstance(getattr(f, k), Constant)]
-    items += [(f"constants.{k}", k, c) for k, c in pf.constants.items()]
-    items += [(f"gpus.{n}.{k}", k, getattr(g, k)) for n, g in pf.gpus.items() for k in type(g).model_fields
-              if isinstance(getattr(g, k), Constant)]
-    for where, key, c in items:
-        want = next((u for suf, u in UNIT_OF_SUFFIX.items() if key.endswith(suf) or f"{suf}_" in key), None)
-        if c.unit is not None and want is not None and c.unit != want:
-            raise ConfigurationError(f"unit '{c.unit}' contradicts the name, which says {want}", file=path,
+    items = [(f"fabrics.{name}.{field_name}", field_name, getattr(fabric, field_name))
+             for name, fabric in profile_file.fabrics.items() for field_name in type(fabric).model_fields
+             if isinstance(getattr(fabric, field_name), Constant)]
+    items += [(f"constants.{field_name}", field_name, constant)
+              for field_name, constant in profile_file.constants.items()]
+    items += [(f"gpus.{name}.{field_name}", field_name, getattr(gpu_file_entry, field_name))
+              for name, gpu_file_entry in profile_file.gpus.items() for field_name in type(gpu_file_entry).model_fields
+              if isinstance(getattr(gpu_file_entry, field_name), Constant)]
+    for where, key, constant in items:
+        want = next((unit for suf, unit in UNIT_OF_SUFFIX.items() if key.endswith(suf) or f"{suf}_" in key), None)
+        if constant.unit is not None and want is not None and constant.unit != want:
+            raise ConfigurationError(f"unit '{constant.unit}' contradicts the name, which says {want}", file=path,
                                      field=f"{where}.unit")
 
 
@@ -333,16 +348,16 @@ def load_profile(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> Profile:
     path = resolve_profile_path(path).resolve()
     if path in _seen:
         raise ConfigurationError("include cycle", file=path, field="include")
-    pf = _parse(path)
-    _check_units(pf, path)
+    profile_file = _parse(path)
+    _check_units(profile_file, path)
     fabrics: dict[str, FabricSpec] = {}
     constants: dict[str, Constant] = {}
     gpus: dict[str, GpuFileSpec] = {}
     origin: dict[str, str] = {}
     files: list[str] = [str(path)]
-    box = pf.box.name if pf.box else None
-    gpu = pf.gpu
-    for inc in pf.include:
+    box = profile_file.box.name if profile_file.box else None
+    gpu = profile_file.gpu
+    for inc in profile_file.include:
         # "shipped:NAME" names a profile shipped with simroute (portable across boxes and installs);
         # anything else is a path relative to the including file.
         inc_path = shipped_dir() / inc.removeprefix("shipped:") if inc.startswith("shipped:") else path.parent / inc
@@ -355,21 +370,21 @@ def load_profile(path: str | Path, *, _seen: tuple[Path, ...] = ()) -> Profile:
         constants.update(sub.constants)
         gpus.update(sub.gpus)
         origin.update(sub.origin)
-        files.extend(f for f in sub.files if f not in files)     # a GPU file two fabrics include, once
+        files.extend(fabric for fabric in sub.files if fabric not in files)     # a GPU file two fabrics include, once
         box = box or sub.box
         gpu = gpu or sub.gpu
-    for n, f in pf.fabrics.items():
-        fabrics[n] = f
-        origin[f"fabric:{n}"] = str(path)
-    for n, c in pf.constants.items():
-        constants[n] = c
-        origin[f"const:{n}"] = str(path)
-    for n, g in pf.gpus.items():
-        gpus[n] = g
-        origin[f"gpu:{n}"] = str(path)
+    for name, fabric in profile_file.fabrics.items():
+        fabrics[name] = fabric
+        origin[f"fabric:{name}"] = str(path)
+    for name, constant in profile_file.constants.items():
+        constants[name] = constant
+        origin[f"const:{name}"] = str(path)
+    for name, gpu_file_entry in profile_file.gpus.items():
+        gpus[name] = gpu_file_entry
+        origin[f"gpu:{name}"] = str(path)
     _check_gpu_names(gpu, fabrics, gpus, path)
-    return Profile(name=pf.name, description=pf.description, box=box, fabrics=fabrics, constants=constants,
-                   files=tuple(files), origin=origin, gpus=gpus, gpu=gpu)
+    return Profile(name=profile_file.name, description=profile_file.description, box=box, fabrics=fabrics,
+                   constants=constants, files=tuple(files), origin=origin, gpus=gpus, gpu=gpu)
 
 
 def _check_gpu_names(gpu: str | None, fabrics: dict[str, FabricSpec], gpus: dict[str, GpuFileSpec],
@@ -378,10 +393,10 @@ def _check_gpu_names(gpu: str | None, fabrics: dict[str, FabricSpec], gpus: dict
     if gpu is not None and gpu not in gpus:
         raise ConfigurationError(f"names gpu '{gpu}', which no `gpus:` entry defines (have: {sorted(gpus)})",
                                  file=path, field="gpu")
-    for n, f in fabrics.items():
-        if f.gpu is not None and f.gpu not in gpus:
-            raise ConfigurationError(f"names gpu '{f.gpu}', which no `gpus:` entry defines (have: {sorted(gpus)})",
-                                     file=path, field=f"fabrics.{n}.gpu")
+    for name, fabric in fabrics.items():
+        if fabric.gpu is not None and fabric.gpu not in gpus:
+            raise ConfigurationError(f"names gpu '{fabric.gpu}', which no `gpus:` entry defines (have: {sorted(gpus)})",
+                                     file=path, field=f"fabrics.{name}.gpu")
 
 
 def write_profile(data: dict[str, Any], path: str | Path) -> Path:
@@ -396,10 +411,10 @@ def write_profile(data: dict[str, Any], path: str | Path) -> Path:
     return path
 
 
-def _prov_text(c: Constant) -> str:
+def _prov_text(constant: Constant) -> str:
     """'kind: ref on box', the provenance of a constant as one line."""
-    p = c.provenance
-    return p.kind + (f": {p.ref}" if p.ref else "") + (f" on {p.box}" if p.box else "")
+    path = constant.provenance
+    return path.kind + (f": {path.ref}" if path.ref else "") + (f" on {path.box}" if path.box else "")
 
 
 def flatten(profile: Profile) -> dict[str, tuple[str, str]]:
@@ -407,23 +422,24 @@ def flatten(profile: Profile) -> dict[str, tuple[str, str]]:
     and diff."""
     out: dict[str, tuple[str, str]] = {}
 
-    def fmt(c: Constant) -> tuple[str, str]:
-        v = f"{c.value:g}" if c.value is not None else " ".join(f"({x:g},{y:g})" for x, y in c.points or [])
-        if c.range:
-            v += f" [{c.range[0]:g}..{c.range[1]:g}]"
-        return v, _prov_text(c)
+    def fmt(constant: Constant) -> tuple[str, str]:
+        value_text = (f"{constant.value:g}" if constant.value is not None
+                      else " ".join(f"({point_x:g},{point_y:g})" for point_x, point_y in constant.points or []))
+        if constant.range:
+            value_text += f" [{constant.range[0]:g}..{constant.range[1]:g}]"
+        return value_text, _prov_text(constant)
 
-    for fname, f in profile.fabrics.items():
+    for fname, fabric in profile.fabrics.items():
         for key in ("t_probe_us", "single_block_GBps", "link_peak_GBps", "turnaround_us", "mape_amortised",
                     "mape_full"):
-            c = getattr(f, key)
-            if c is not None:
-                out[f"fabrics.{fname}.{key}"] = fmt(c)
-    for cname, c in profile.constants.items():
-        out[f"constants.{cname}"] = fmt(c)
-    for gname, g in profile.gpus.items():
-        for key in type(g).model_fields:
-            c = getattr(g, key)
-            if isinstance(c, Constant):
-                out[f"gpus.{gname}.{key}"] = fmt(c)
+            constant = getattr(fabric, key)
+            if constant is not None:
+                out[f"fabrics.{fname}.{key}"] = fmt(constant)
+    for cname, constant in profile.constants.items():
+        out[f"constants.{cname}"] = fmt(constant)
+    for gname, gpu_file_entry in profile.gpus.items():
+        for key in type(gpu_file_entry).model_fields:
+            constant = getattr(gpu_file_entry, key)
+            if isinstance(constant, Constant):
+                out[f"gpus.{gname}.{key}"] = fmt(constant)
     return out

@@ -61,22 +61,22 @@ class Constant(BaseModel):
         if self.points is not None:
             if len(self.points) < 1:
                 raise ValueError("'points' is empty")
-            xs = [p[0] for p in self.points]
-            if any(b <= a for a, b in zip(xs, xs[1:])):
+            coordinates = [point[0] for point in self.points]
+            if any(following <= previous for previous, following in zip(coordinates, coordinates[1:])):
                 raise ValueError("'points' x values must increase strictly")
-            if any(p[1] < 0 for p in self.points):
+            if any(point[1] < 0 for point in self.points):
                 raise ValueError("'points' y values must be non-negative")
-            if xs[0] < 0:      # every curve's x is a count (tokens, requesters, top-k): never below zero
-                raise ValueError(f"'points' x values must be non-negative, got {xs[0]}")
+            if coordinates[0] < 0:      # every curve's x is a count (tokens, requesters, top-k): never below zero
+                raise ValueError(f"'points' x values must be non-negative, got {coordinates[0]}")
         if self.range is not None and self.range[0] > self.range[1]:
             raise ValueError("'range' must be [low, high]")
         return self
 
 
-def _require_positive(c: Constant, what: str) -> Constant:
-    if c.value is None or c.value <= 0:
+def _require_positive(constant: Constant, what: str) -> Constant:
+    if constant.value is None or constant.value <= 0:
         raise ValueError(f"{what} must be a positive 'value'")
-    return c
+    return constant
 
 
 class FabricSpec(BaseModel):
@@ -95,8 +95,8 @@ class FabricSpec(BaseModel):
 
     @field_validator("single_block_GBps", "link_peak_GBps")
     @classmethod
-    def _positive(cls, c: Constant) -> Constant:
-        return _require_positive(c, "a bandwidth")
+    def _positive(cls, constant: Constant) -> Constant:
+        return _require_positive(constant, "a bandwidth")
 
 
 class OperatorTablesRef(BaseModel):
@@ -107,6 +107,7 @@ class OperatorTablesRef(BaseModel):
 
     path: str
     note: str = ""
+    fill: str | None = None   # tables for the op kinds `path` lacks: a shipped tables name or a path
 
 
 class GpuFileSpec(BaseModel):
@@ -131,29 +132,30 @@ class GpuFileSpec(BaseModel):
 
     @field_validator("peak_bf16_TFLOPs", "peak_fp8_TFLOPs", "hbm_GBps", "hbm_GB", "allreduce_bus_GBps")
     @classmethod
-    def _positive_value(cls, c: Constant | None) -> Constant | None:
-        if c is None:
+    def _positive_value(cls, constant: Constant | None) -> Constant | None:
+        if constant is None:
             return None
-        return _require_positive(c, "a peak or capacity")
+        return _require_positive(constant, "a peak or capacity")
 
     @field_validator("hbm_efficiency", "attention_efficiency", "gemm_efficiency")
     @classmethod
-    def _fraction(cls, c: Constant) -> Constant:
-        ys = [c.value] if c.value is not None else [y for _, y in c.points or []]
-        if any(not 0 < y <= 1 for y in ys):
+    def _fraction(cls, constant: Constant) -> Constant:
+        fractions = ([constant.value] if constant.value is not None
+                     else [fraction_value for _, fraction_value in constant.points or []])
+        if any(not 0 < fraction_value <= 1 for fraction_value in fractions):
             raise ValueError("an achievable fraction must lie in (0, 1]")
-        if any(x <= 0 for x, _ in c.points or []):
+        if any(coordinate <= 0 for coordinate, _ in constant.points or []):
             raise ValueError("an efficiency curve's x (tokens) must be > 0")
-        return c
+        return constant
 
     @field_validator("iteration_overhead_us", "kernel_floor_us", "allreduce_latency_us")
     @classmethod
-    def _scalar(cls, c: Constant | None) -> Constant | None:
-        if c is None:
+    def _scalar(cls, constant: Constant | None) -> Constant | None:
+        if constant is None:
             return None
-        if c.value is None or c.value < 0:
+        if constant.value is None or constant.value < 0:
             raise ValueError("must be a scalar 'value' >= 0")
-        return c
+        return constant
 
 
 class BoxSpec(BaseModel):

@@ -12,8 +12,10 @@ fusions the tables already measure):
   at the sequence length whose causal pairs equal the chunk's (a chunk after a prefix attends as much);
 - two all-reduces of tokens x hidden bf16 values (after attention and after the FFN / MoE) when tp > 1: the
   custom all-reduce (CUDA-graph rows for decode-only batches, eager ones otherwise) up to its 8 MiB, NCCL past it;
-plus the LM head GEMM on the sampled positions. The per-layer memory-bound kernels the tables do not hold (norms,
-RoPE, activations) and the iteration overhead are simroute.model.steptime's.
+plus the LM head GEMM on the sampled positions, and the per-layer memory-bound kernels (fused add + RMSNorms, RoPE,
+MLA's latent norms, activations: the one list `steptime.elementwise_kernels`) from the `elementwise` table kernel by
+kernel, each no faster than the GPU's kernel floor, the roofline's for a kernel the table lacks. The iteration
+overhead is simroute.model.steptime's.
 
 Each group of kernels that a table cannot answer (a shape no row covers, a model whose MoE shape was never
 measured) falls back to the roofline of simroute.model.steptime, floored per kernel; `sources` says which term
@@ -24,10 +26,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from simroute.model.geometry import LinearOp, ModelGeometry
 from simroute.model.optables import Curve, Lookup, OperatorTables, OpKind, Surface, TableMiss
+
+if TYPE_CHECKING:
+    from simroute.model.steptime import ElementwiseKernel
+
+# the activations' dtype: the elementwise kernels run on bf16 hidden states whatever the weights' dtype
+ELEMENTWISE_DTYPE = "bf16"
 
 # Weight dtypes of a geometry -> the GEMM table's dtype (FP8 checkpoints use 128 x 128 block scales: DeepGEMM's
 # fp8_block kernels in SGLang; the per-tensor fp8 rows are a different kernel).
@@ -47,11 +55,11 @@ def _fused(ops: list[LinearOp]) -> list[LinearOp]:
     """`ops` with each fusable group (same input width and dtype) replaced by one GEMM of their summed n."""
     out = list(ops)
     for group in FUSED:
-        members = [op for op in out if op.name in group]
-        if len(members) == len(group) and len({(op.k, op.weight_dtype) for op in members}) == 1:
-            fused = LinearOp("+".join(group), members[0].k, sum(op.n for op in members),
+        members = [gemm for gemm in out if gemm.name in group]
+        if len(members) == len(group) and len({(gemm.k, gemm.weight_dtype) for gemm in members}) == 1:
+            fused = LinearOp("+".join(group), members[0].k, sum(gemm.n for gemm in members),
                              weight_dtype=members[0].weight_dtype)
-            out = [fused if op is members[0] else op for op in out if op is members[0] or op not in members]
+            out = [fused if gemm is members[0] else gemm for gemm in out if gemm is members[0] or gemm not in members]
     return out
 ALLREDUCE_MODES = ("graph", "eager", "nccl")
 # SGLang's custom all-reduce (the table's graph / eager rows) serves messages of at most 8 MiB
@@ -80,17 +88,20 @@ class MeasuredStep:
     The `roofline_*` callables supply each term's fallback (the floored roofline of the same instance). Extend by adding a kernel group to `_build` and to `token_terms_s`
     together; `terms` returns the same numbers term by term (a test checks they agree)."""
 
-    def __init__(self, geometry: ModelGeometry, tp: int, tables: OperatorTables, *, cuda_graphs: bool,
+    def __init__(self, geometry: ModelGeometry, tp_size: int, tables: OperatorTables, *, cuda_graphs: bool,
                  kv_shards: int = 1, kernel_floor_s: float = 0.0,
+                 elementwise_layers: Sequence[tuple[int, Sequence[ElementwiseKernel]]] = (),
+                 roofline_elementwise: Callable[[ElementwiseKernel, float], float] | None = None,
                  roofline_linear: Callable[[float], float], roofline_attention: Callable[[float, float, float], float],
                  roofline_allreduce: Callable[[float], float], roofline_lm_head: Callable[[float], float]) -> None:
-        self.geometry, self.tp, self.tables = geometry, tp, tables
+        self.geometry, self.tp, self.tables = geometry, tp_size, tables
         self.cuda_graphs = cuda_graphs
         # tpla (kv_shards = tp): a rank attends every head over 1/tp of the latent. No table measures that
         # kernel: it is the TP-1 kernel's time (all heads, whole latent) over tp, no less than one launch.
         self.kv_shards, self.kernel_floor_s = kv_shards, kernel_floor_s
         self._roof_linear, self._roof_attention = roofline_linear, roofline_attention
         self._roof_allreduce, self._roof_lm_head = roofline_allreduce, roofline_lm_head
+        self._elementwise_layers, self._roof_elementwise = tuple(elementwise_layers), roofline_elementwise
         self.sources: dict[str, TermSource] = {}
         self.notes: list[str] = []
         # iteration seconds per exact batch shape (the arguments of StepTimeModel.iteration_s), filled and read
@@ -100,11 +111,11 @@ class MeasuredStep:
         self._build()
 
     # ---- construction -------------------------------------------------------------------------------
-    def _gemm_curve(self, op: LinearOp, dtype: str | None = None) -> Curve | None:
+    def _gemm_curve(self, gemm: LinearOp, dtype: str | None = None) -> Curve | None:
         table = self.tables.get(OpKind.GEMM)
         if table is None:
             return None
-        want = dtype or GEMM_DTYPE.get(op.weight_dtype, "bf16")
+        want = dtype or GEMM_DTYPE.get(gemm.weight_dtype, "bf16")
         have = set(table.values("dtype"))
         if want not in have:
             if "bf16" not in have:
@@ -113,7 +124,7 @@ class MeasuredStep:
                 self._note(f"no {want} GEMM rows for {self.tables.label}: its GEMMs read the bf16 rows")
             want = "bf16"
         try:
-            return table.curve("m", {"n": op.n, "k": op.k}, {"dtype": want})
+            return table.curve("m", {"n": gemm.n, "k": gemm.k}, {"dtype": want})
         except TableMiss:
             return None
 
@@ -128,33 +139,35 @@ class MeasuredStep:
         return total
 
     def _build(self) -> None:
-        g, tp = self.geometry, self.tp
+        geometry, tp_size = self.geometry, self.tp
         self._kinds: list[tuple[int, Curve | None, Curve | None, Curve | None, Curve | None, Curve | None]] = []
         linear_lookups: list[Lookup] = []
         linear_tables: set[str] = set()
         self._dense_flags: list[bool] = []
-        for kind, count in g.layer_kinds().items():
+        for kind, count in geometry.layer_kinds().items():
             if count <= 0:
                 continue
-            ops = _fused(g.linear_ops(tp, kind))
-            every_token = [op for op in ops if op.experts == 1 and op.name != "kv_b"
-                           and not op.name.startswith(SHARED_PREFIX)]
-            curves = [self._gemm_curve(op) for op in every_token]
-            dense = self._sum(curves) if curves and all(c is not None for c in curves) else None
-            shared_ops = [op for op in ops if op.name.startswith(SHARED_PREFIX)]
-            shared_curves = [self._gemm_curve(op) for op in shared_ops]
-            shared = self._sum(shared_curves) if shared_curves and all(c is not None for c in shared_curves) else None
+            ops = _fused(geometry.linear_ops(tp_size, kind))
+            every_token = [gemm for gemm in ops if gemm.experts == 1 and gemm.name != "kv_b"
+                           and not gemm.name.startswith(SHARED_PREFIX)]
+            curves = [self._gemm_curve(gemm) for gemm in every_token]
+            dense = self._sum(curves) if curves and all(part_curve is not None for part_curve in curves) else None
+            shared_ops = [gemm for gemm in ops if gemm.name.startswith(SHARED_PREFIX)]
+            shared_curves = [self._gemm_curve(gemm) for gemm in shared_ops]
+            shared = (self._sum(shared_curves)
+                      if shared_curves and all(part_curve is not None for part_curve in shared_curves) else None)
             if shared_ops and shared is None:
                 dense = None
             prefill_only = None                         # MLA's kv_b: prefill tokens only (expanded form)
             decode_only = None                          # MLA's absorbed BMMs: decode tokens only
-            if g.is_mla:
-                kv_b = next(op for op in ops if op.name == "kv_b")
+            if geometry.is_mla:
+                kv_b = next(gemm for gemm in ops if gemm.name == "kv_b")
                 prefill_only = self._gemm_curve(kv_b)
                 decode_only = self._bmm_curve()
             routed = self._moe_curve() if kind == "moe" else None
             if kind == "moe" and routed is None:
-                self._note(f"no fused-MoE rows for {g.name}'s expert shape at TP {tp} in {self.tables.label}: "
+                self._note(f"no fused-MoE rows for {geometry.name}'s expert shape at TP {tp_size} in "
+                           f"{self.tables.label}: "
                            "its routed experts run on the roofline")
             for curve in (dense, prefill_only, decode_only, routed):
                 if curve is not None:
@@ -166,21 +179,82 @@ class MeasuredStep:
         # roofline's (a half-measured sum would mix two error models)
         self.linear_measured = bool(self._kinds) and all(
             dense is not None and (routed is not None or kind_count_is_dense)
-            and (not g.is_mla or (prefill_only is not None and decode_only is not None))
+            and (not geometry.is_mla or (prefill_only is not None and decode_only is not None))
             for (count, dense, prefill_only, decode_only, routed, _shared), kind_count_is_dense
             in zip(self._kinds, self._dense_flags))
         if not self.linear_measured and self._kinds:
-            self._note(f"the linear kernels of {g.name} at TP {tp} are not all in {self.tables.label}: "
+            self._note(f"the linear kernels of {geometry.name} at TP {tp_size} are not all in {self.tables.label}: "
                        "the linear term is the roofline's")
         self.sources["linear"] = TermSource(", ".join(sorted(linear_tables)) if self.linear_measured else "roofline",
                                             Lookup.worst(*linear_lookups) if self.linear_measured
                                             else Lookup.ROOFLINE)
         self._build_attention()
         self._build_allreduce()
-        head = g.lm_head_op(tp)
+        self._build_elementwise()
+        head = geometry.lm_head_op(tp_size)
         self._lm_head = self._gemm_curve(head, "bf16")
         self.sources["lm_head"] = TermSource(self._lm_head.table if self._lm_head else "roofline",
                                              self._lm_head.status if self._lm_head else Lookup.ROOFLINE)
+
+    def _build_elementwise(self) -> None:
+        """Each elementwise kernel of each layer kind with its table curve (None: the roofline's). The routed
+        experts' activation is left out where a measured fused-MoE kernel holds it."""
+        table = self.tables.get(OpKind.ELEMENTWISE)
+        floor_us = self.kernel_floor_s * 1e6
+        self.elementwise_parts: list[tuple[int, ElementwiseKernel, Curve | None]] = []
+        for count, kernels in self._elementwise_layers:
+            for kernel in kernels:
+                if kernel.in_fused_moe and self.linear_measured:
+                    continue
+                curve = None
+                if table is not None:
+                    try:
+                        curve = table.curve("tokens", {"width": kernel.width},
+                                            {"kernel": kernel.kernel, "dtype": ELEMENTWISE_DTYPE})
+                    except TableMiss:
+                        self._note(f"no elementwise {kernel.kernel} rows at width {kernel.width} in "
+                                   f"{self.tables.label}: the {kernel.role} runs on the roofline")
+                    if curve is not None and curve.seconds_at_points[0] < self.kernel_floor_s:
+                        self._note(f"elementwise {kernel.kernel} rows at width {kernel.width} in {self.tables.label} "
+                                   f"fall below the {floor_us:.2f} us kernel floor "
+                                   f"({curve.seconds_at_points[0] * 1e6:.2f} "
+                                   "us at the fewest tokens): raised to it")
+                self.elementwise_parts.append((count, kernel, curve))
+        self.elementwise_tabled = any(curve is not None for _count, _kernel, curve in self.elementwise_parts)
+        tables = sorted({curve.table for _count, _kernel, curve in self.elementwise_parts if curve is not None})
+        if any(curve is None for _count, _kernel, curve in self.elementwise_parts):
+            tables.append("roofline")
+        lookups = [curve.status if curve is not None else Lookup.ROOFLINE
+                   for _count, _kernel, curve in self.elementwise_parts]
+        self.sources["elementwise"] = TermSource("; ".join(tables) if self.elementwise_tabled else "roofline",
+                                                 Lookup.worst(*lookups) if self.elementwise_tabled
+                                                 else Lookup.ROOFLINE)
+
+    def _elementwise_kernel_s(self, kernel: ElementwiseKernel, curve: Curve | None, tokens: float) -> float:
+        """One launch of `kernel`: the table's time raised to the kernel floor, or the roofline's."""
+        if curve is None:
+            return self._roof_elementwise(kernel, tokens) if self._roof_elementwise is not None else 0.0
+        measured = curve.seconds(tokens)
+        return measured if measured >= self.kernel_floor_s else self.kernel_floor_s
+
+    def elementwise_s(self, tokens: float) -> float:
+        """The elementwise kernels of every layer at `tokens` tokens (0 at no tokens: nothing launches)."""
+        if tokens <= 0:
+            return 0.0
+        return sum(count * self._elementwise_kernel_s(kernel, curve, tokens)
+                   for count, kernel, curve in self.elementwise_parts)
+
+    def elementwise_breakdown(self, tokens: float) -> tuple[dict[str, object], ...]:
+        """Each elementwise kernel at `tokens` tokens: role, kernel, width, layers, ms over them, lookup, table."""
+        rows = []
+        for count, kernel, curve in self.elementwise_parts:
+            seconds = self._elementwise_kernel_s(kernel, curve, tokens) if tokens > 0 else 0.0
+            lookup = curve.lookup(tokens)[1] if curve is not None and tokens > 0 else (
+                curve.status if curve is not None else Lookup.ROOFLINE)
+            rows.append({"role": kernel.role, "kernel": kernel.kernel, "width": kernel.width, "layers": count,
+                         "ms": count * seconds * 1e3, "lookup": lookup.value,
+                         "table": curve.table if curve is not None else "roofline"})
+        return tuple(rows)
 
     def _bmm_curve(self) -> Curve | None:
         table = self.tables.get(OpKind.MLA_BMM)
@@ -196,41 +270,44 @@ class MeasuredStep:
 
     def _moe_curve(self) -> Curve | None:
         table = self.tables.get(OpKind.MOE)
-        g = self.geometry
+        geometry = self.geometry
         if table is None:
             return None
-        dtype = MOE_DTYPE.get(g.weight_dtype, "bf16")
+        dtype = MOE_DTYPE.get(geometry.weight_dtype, "bf16")
         if dtype not in table.values("dtype"):
             return None
-        fixed = {"hidden": g.hidden, "inter": g.expert_intermediate, "topk": g.experts_per_token,
-                 "experts": g.routed_experts, "moe_tp": self.tp, "moe_ep": 1}
+        fixed = {"hidden": geometry.hidden, "inter": geometry.expert_intermediate, "topk": geometry.experts_per_token,
+                 "experts": geometry.routed_experts, "moe_tp": self.tp, "moe_ep": 1}
         for distribution in (MOE_DISTRIBUTION, "balanced"):
             try:
                 curve = table.curve("tokens", fixed, {"dtype": dtype, "distribution": distribution})
             except TableMiss:
                 continue
             if distribution != MOE_DISTRIBUTION:
-                self._note(f"no {MOE_DISTRIBUTION} MoE rows for {g.name}: its routed experts read the balanced ones")
+                self._note(f"no {MOE_DISTRIBUTION} MoE rows for {geometry.name}: its routed experts read the "
+                           "balanced ones")
             return curve
         return None
 
     def _build_attention(self) -> None:
-        g, tp = self.geometry, self.tp
-        kv_dtype = KV_DTYPE.get(g.cache_dtype, "bf16")
-        heads = g.heads_q if self.kv_shards > 1 else math.ceil(g.heads_q / tp)
+        geometry, tp_size = self.geometry, self.tp
+        kv_dtype = KV_DTYPE.get(geometry.cache_dtype, "bf16")
+        heads = geometry.heads_q if self.kv_shards > 1 else math.ceil(geometry.heads_q / tp_size)
         if self.kv_shards > 1:
-            self._note(f"tpla layout: a rank's MLA attention is the {g.heads_q}-head kernel's time / {tp} (no table "
+            self._note(f"tpla layout: a rank's MLA attention is the {geometry.heads_q}-head kernel's time / {tp_size} "
+                       "(no table "
                        "measures TPLA's per-shard kernel)")
         self._decode: Surface | None = None
         self._prefill: Surface | None = None
-        if g.is_mla:
+        if geometry.is_mla:
             decode_kind, prefill_kind, fixed = OpKind.MLA_DECODE, OpKind.MLA_PREFILL, {"heads": heads}
         else:
-            kv_heads = g.kv_heads_per_gpu(tp)
+            kv_heads = geometry.kv_heads_per_gpu(tp_size)
             decode_kind, prefill_kind = OpKind.ATTENTION_DECODE, OpKind.ATTENTION_PREFILL
-            fixed = {"heads": heads, "kv_heads": kv_heads, "head_dim": g.d_qk}
-        if g.index_topk or g.token_compression:
-            self._note(f"{g.name}'s sparse or compressed attention has no table kind: attention runs on the roofline")
+            fixed = {"heads": heads, "kv_heads": kv_heads, "head_dim": geometry.d_qk}
+        if geometry.index_topk or geometry.token_compression:
+            self._note(f"{geometry.name}'s sparse or compressed attention has no table kind: attention runs on the "
+                       "roofline")
         else:
             for kind, axis, slot in ((decode_kind, "context", "_decode"), (prefill_kind, "isl", "_prefill")):
                 table = self.tables.get(kind)
@@ -338,7 +415,8 @@ class MeasuredStep:
         if self.linear_measured and new_tokens > 0:
             parts = []
             for _count, dense, prefill_only, decode_only, routed, shared in self._kinds:
-                parts += [c.lookup(new_tokens)[1] for c in (dense, routed, shared) if c is not None]
+                parts += [part_curve.lookup(new_tokens)[1] for part_curve in (dense, routed, shared)
+                          if part_curve is not None]
                 if prefill_only is not None and prefill_tokens > 0:
                     parts.append(prefill_only.lookup(prefill_tokens)[1])
                 if decode_only is not None and decode_seqs > 0:
@@ -357,4 +435,8 @@ class MeasuredStep:
             isl = (math.sqrt(8.0 * prefill_pairs / prefill_seqs + 1.0) - 1.0) / 2.0
             attention.append(self._prefill.lookup(prefill_seqs, isl)[1] if self._prefill else Lookup.ROOFLINE)
         out["attention"] = Lookup.worst(*attention)
+        out["elementwise"] = self.sources["elementwise"].lookup
+        if self.elementwise_tabled and new_tokens > 0:
+            out["elementwise"] = Lookup.worst(*(curve.lookup(new_tokens)[1] if curve is not None else Lookup.ROOFLINE
+                                                for _count, _kernel, curve in self.elementwise_parts))
         return out

@@ -45,6 +45,7 @@ class OpKind(str, Enum):
     MLA_DECODE = "mla_decode"                # MLA decode (absorbed form), heads per rank
     MLA_BMM = "mla_bmm"                      # MLA's absorbed per-head BMMs (pre: q_nope x W_UK, post: x W_UV)
     ALLREDUCE = "allreduce"                  # TP all-reduce of message_elements bf16 values over gpus GPUs
+    ELEMENTWISE = "elementwise"              # a layer's memory-bound kernels (norms, RoPE, activation) by width
 
 
 # Each kind's columns: (categorical, numeric). The numeric ones are shape axes (interpolated); the categorical
@@ -58,7 +59,12 @@ SCHEMA: dict[OpKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
     OpKind.MLA_DECODE: (("kv_dtype",), ("batch", "context", "heads")),
     OpKind.MLA_BMM: (("stage", "dtype"), ("tokens", "heads")),
     OpKind.ALLREDUCE: (("mode", "dtype"), ("gpus", "message_elements")),
+    OpKind.ELEMENTWISE: (("kernel", "dtype"), ("tokens", "width")),
 }
+# The elementwise table's `kernel` values (docs/STEP_TIME.md, "Elementwise kernels"): SGLang's fused residual add +
+# RMSNorm, a plain RMSNorm, rotary embedding in place, and the gated activation silu(gate) x up. `width` is the
+# elements per token of the row one launch works on, on one rank (simroute.model.steptime.elementwise_kernels).
+ELEMENTWISE_KERNEL_NAMES = ("add_rmsnorm", "rmsnorm", "rope", "silu_mul")
 LATENCY_COLUMN = "latency_us"
 
 
@@ -172,29 +178,31 @@ class OpTable:
         for combo in product(*brackets) if brackets else [()]:
             mask = np.ones(rows.size, dtype=bool)
             weight = 1.0
-            for col, value, w in combo:
+            for col, value, corner_weight in combo:
                 mask &= column[col] == value
-                weight *= w
+                weight *= corner_weight
             if not mask.any():
-                raise TableMiss(f"{self.kind.value}: no rows at {dict((c, v) for c, v, _ in combo)} with {where}")
-            xs, lat = column[axis][mask], self.latency_us[rows[mask]]
-            points = repeats_merged([float(x) for x in xs.tolist()], lat.tolist())
+                corner = dict((col_name, grid_value) for col_name, grid_value, _ in combo)
+                raise TableMiss(f"{self.kind.value}: no rows at {corner} with {where}")
+            coordinates, lat = column[axis][mask], self.latency_us[rows[mask]]
+            points = repeats_merged([float(coordinate) for coordinate in coordinates.tolist()], lat.tolist())
             corner_curves.append((weight, points))
             axis_grid = set(points) if axis_grid is None else axis_grid & set(points)
-        grid_x = sorted(x for x in (axis_grid or ()) if x > 0)
+        grid_x = sorted(coordinate for coordinate in (axis_grid or ()) if coordinate > 0)
         if len(grid_x) < 2:
             raise TableMiss(f"{self.kind.value}: fewer than two {axis} points shared at {dict(fixed)} {where}")
-        log_y = [sum(w * math.log(pts[x] * 1e-6) for w, pts in corner_curves) for x in grid_x]
-        return Curve.from_points(grid_x, [math.exp(v) for v in log_y], status=status, table=self.label)
+        log_y = [sum(corner_weight * math.log(pts[coordinate] * 1e-6) for corner_weight, pts in corner_curves)
+                 for coordinate in grid_x]
+        return Curve.from_points(grid_x, [math.exp(log_value) for log_value in log_y], status=status, table=self.label)
 
 
 def repeats_merged(keys: Sequence, latencies_us: Sequence[float]) -> dict:
     """key -> latency, a shape measured more than once taking the geometric mean of its measurements (the H100
     MLA tables hold every shape twice, 1-2% apart)."""
     logs: dict = {}
-    for key, y in zip(keys, latencies_us):
-        logs.setdefault(key, []).append(math.log(y))
-    return {x: math.exp(sum(v) / len(v)) for x, v in logs.items()}
+    for key, ordinate in zip(keys, latencies_us):
+        logs.setdefault(key, []).append(math.log(ordinate))
+    return {coordinate: math.exp(sum(value) / len(value)) for coordinate, value in logs.items()}
 
 
 def _bracket(grid: Sequence[float], target: float) -> tuple[list[tuple[float, float]], Lookup]:
@@ -205,18 +213,19 @@ def _bracket(grid: Sequence[float], target: float) -> tuple[list[tuple[float, fl
         return [(target, 1.0)], Lookup.MEASURED
     if len(grid) == 1 or target <= 0:
         raise TableMiss(f"coordinate {target} off a one-point grid {list(grid)}")
-    i = bisect_right(grid, target)
-    lo, hi = (grid[0], grid[1]) if i == 0 else (grid[-2], grid[-1]) if i >= len(grid) else (grid[i - 1], grid[i])
-    t = (math.log(target) - math.log(lo)) / (math.log(hi) - math.log(lo))
-    how = Lookup.INTERPOLATED if 0.0 < t < 1.0 else Lookup.EXTRAPOLATED
-    return [(lo, 1.0 - t), (hi, t)], how
+    index = bisect_right(grid, target)
+    low, high = ((grid[0], grid[1]) if index == 0 else (grid[-2], grid[-1]) if index >= len(grid)
+                 else (grid[index - 1], grid[index]))
+    fraction = (math.log(target) - math.log(low)) / (math.log(high) - math.log(low))
+    how = Lookup.INTERPOLATED if 0.0 < fraction < 1.0 else Lookup.EXTRAPOLATED
+    return [(low, 1.0 - fraction), (high, fraction)], how
 
 
-def _position(v: float, grid: Sequence[float]) -> Lookup:
+def _position(value: float, grid: Sequence[float]) -> Lookup:
     """Where log coordinate `v` lies on a log grid: on a point, between two, or past either end."""
-    if v < grid[0] - 1e-12 or v > grid[-1] + 1e-12:
+    if value < grid[0] - 1e-12 or value > grid[-1] + 1e-12:
         return Lookup.EXTRAPOLATED
-    if any(abs(v - p) < 1e-9 for p in grid):
+    if any(abs(value - grid_point) < 1e-9 for grid_point in grid):
         return Lookup.MEASURED
     return Lookup.INTERPOLATED
 
@@ -228,8 +237,8 @@ def isotonic(values: Sequence[float]) -> list[float]:
     """The non-decreasing sequence closest to `values` in least squares (pool adjacent violators): each run
     that breaks the order becomes its mean."""
     blocks: list[list[float]] = []            # [mean, count]
-    for v in values:
-        blocks.append([float(v), 1.0])
+    for value in values:
+        blocks.append([float(value), 1.0])
         while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
             mean, count = blocks.pop()
             prev_mean, prev_count = blocks[-1]
@@ -259,55 +268,57 @@ class Curve:
     _floor: float = field(default=0.0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        lx, ly = self.log_x, self.log_y
-        object.__setattr__(self, "_slopes", tuple((ly[i + 1] - ly[i]) / (lx[i + 1] - lx[i])
-                                                  for i in range(len(lx) - 1)))
-        object.__setattr__(self, "_last", len(lx) - 2)
-        object.__setattr__(self, "_floor", math.exp(ly[0]) if ly else 0.0)
+        log_xs, log_ys = self.log_x, self.log_y
+        object.__setattr__(self, "_slopes", tuple((log_ys[index + 1] - log_ys[index])
+                                                  / (log_xs[index + 1] - log_xs[index])
+                                                  for index in range(len(log_xs) - 1)))
+        object.__setattr__(self, "_last", len(log_xs) - 2)
+        object.__setattr__(self, "_floor", math.exp(log_ys[0]) if log_ys else 0.0)
 
     @classmethod
-    def from_points(cls, xs: Sequence[float], seconds: Sequence[float], *, status: Lookup = Lookup.MEASURED,
+    def from_points(cls, coordinates: Sequence[float], seconds: Sequence[float], *, status: Lookup = Lookup.MEASURED,
                     table: str = "") -> "Curve":
         """A monotone curve through (x, seconds) points (x increasing, all positive): the isotonic fit in log
         seconds (see the module docstring)."""
-        raw = [math.log(y) for y in seconds]
+        raw = [math.log(ordinate) for ordinate in seconds]
         fit = isotonic(raw)
-        adjusted = sum(1 for a, b in zip(raw, fit) if abs(a - b) > ADJUSTED_LOG)
-        return cls(tuple(math.log(x) for x in xs), tuple(fit), status, table, adjusted)
+        adjusted = sum(1 for first, second in zip(raw, fit) if abs(first - second) > ADJUSTED_LOG)
+        return cls(tuple(math.log(coordinate) for coordinate in coordinates), tuple(fit), status, table, adjusted)
 
     @property
     def xs(self) -> tuple[float, ...]:
-        return tuple(math.exp(v) for v in self.log_x)
+        return tuple(math.exp(value) for value in self.log_x)
 
     @property
     def seconds_at_points(self) -> tuple[float, ...]:
-        return tuple(math.exp(v) for v in self.log_y)
+        return tuple(math.exp(value) for value in self.log_y)
 
-    def seconds(self, x: float) -> float:
+    def seconds(self, coordinate: float) -> float:
         """The hot path: seconds at x > 0 (0 at x <= 0: no work launches no kernel)."""
-        if x <= 0:
+        if coordinate <= 0:
             return 0.0
-        lx = self.log_x
-        v = math.log(x)
-        if v <= lx[0]:
+        log_xs = self.log_x
+        value = math.log(coordinate)
+        if value <= log_xs[0]:
             return self._floor                 # below the grid: the smallest launch's time (the kernel floor)
-        i = bisect_right(lx, v) - 1            # >= 0 here; past the grid, the last segment's slope
-        if i > self._last:
-            i = self._last
-        return math.exp(self.log_y[i] + (v - lx[i]) * self._slopes[i])
+        index = bisect_right(log_xs, value) - 1            # >= 0 here; past the grid, the last segment's slope
+        if index > self._last:
+            index = self._last
+        return math.exp(self.log_y[index] + (value - log_xs[index]) * self._slopes[index])
 
-    def lookup(self, x: float) -> tuple[float, Lookup]:
+    def lookup(self, coordinate: float) -> tuple[float, Lookup]:
         """Seconds at x and what they rest on."""
-        if x <= 0:
+        if coordinate <= 0:
             return 0.0, self.status                  # no work launches no kernel
-        return self.seconds(x), Lookup.worst(self.status, _position(math.log(x), self.log_x))
+        return self.seconds(coordinate), Lookup.worst(self.status, _position(math.log(coordinate), self.log_x))
 
     def plus(self, other: "Curve") -> "Curve":
         """The sum of two curves on the union of their grids (two kernels launched one after the other)."""
-        xs = sorted(set(self.xs) | set(other.xs))
-        return Curve.from_points(xs, [self.seconds(x) + other.seconds(x) for x in xs],
+        coordinates = sorted(set(self.xs) | set(other.xs))
+        return Curve.from_points(coordinates, [self.seconds(coordinate) + other.seconds(coordinate)
+                                               for coordinate in coordinates],
                                  status=Lookup.worst(self.status, other.status),
-                                 table="; ".join(t for t in (self.table, other.table) if t))
+                                 table="; ".join(label for label in (self.table, other.table) if label))
 
 
 ISOTONIC_PASSES = 4
@@ -319,22 +330,23 @@ def _monotone_rows(curves: Sequence[Curve]) -> tuple[Curve, ...]:
     columns (which keeps every row monotone: a maximum of non-decreasing rows is non-decreasing) so that a
     larger batch is never faster at any column point. Each row keeps its own column range (a point past it
     stays an extrapolation)."""
-    grid = sorted(set().union(*(set(c.log_x) for c in curves)))
-    matrix = [[c.seconds(math.exp(v)) for v in grid] for c in curves]
-    logs = [[math.log(y) for y in row] for row in matrix]
+    grid = sorted(set().union(*(set(row_curve.log_x) for row_curve in curves)))
+    matrix = [[row_curve.seconds(math.exp(log_value)) for log_value in grid] for row_curve in curves]
+    logs = [[math.log(ordinate) for ordinate in row] for row in matrix]
     for _ in range(ISOTONIC_PASSES):
-        for j in range(len(grid)):
-            column = isotonic([row[j] for row in logs])
+        for inner_index in range(len(grid)):
+            column = isotonic([row[inner_index] for row in logs])
             for row, value in zip(logs, column):
-                row[j] = value
+                row[inner_index] = value
         logs = [isotonic(row) for row in logs]
-    for i in range(1, len(logs)):
-        logs[i] = [max(a, b) for a, b in zip(logs[i - 1], logs[i])]
+    for index in range(1, len(logs)):
+        logs[index] = [max(first, second) for first, second in zip(logs[index - 1], logs[index])]
     out = []
     for curve, row in zip(curves, logs):
-        lo, hi = curve.log_x[0] - 1e-12, curve.log_x[-1] + 1e-12
-        keep = [(v, y) for v, y in zip(grid, row) if lo <= v <= hi]
-        out.append(Curve(tuple(v for v, _ in keep), tuple(y for _, y in keep), curve.status, curve.table,
+        low, high = curve.log_x[0] - 1e-12, curve.log_x[-1] + 1e-12
+        keep = [(log_value, ordinate) for log_value, ordinate in zip(grid, row) if low <= log_value <= high]
+        out.append(Curve(tuple(log_value for log_value, _ in keep), tuple(ordinate for _, ordinate in keep),
+                         curve.status, curve.table,
                          curve.adjusted))
     return tuple(out)
 
@@ -351,9 +363,10 @@ class Surface:
     _last: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        lr = self.log_rows
-        object.__setattr__(self, "_gaps", tuple(lr[i + 1] - lr[i] for i in range(len(lr) - 1)))
-        object.__setattr__(self, "_last", len(lr) - 2)
+        log_rows = self.log_rows
+        object.__setattr__(self, "_gaps", tuple(log_rows[index + 1] - log_rows[index]
+                                                for index in range(len(log_rows) - 1)))
+        object.__setattr__(self, "_last", len(log_rows) - 2)
 
     @classmethod
     def from_table(cls, table: OpTable, row_axis: str, col_axis: str, fixed: Mapping[str, float],
@@ -371,7 +384,8 @@ class Surface:
             except TableMiss:
                 continue
         if len(curves) == 1 and one_row_scales:
-            scaled = Curve(curves[0].log_x, tuple(y + math.log(2.0) for y in curves[0].log_y), Lookup.EXTRAPOLATED,
+            scaled = Curve(curves[0].log_x, tuple(ordinate + math.log(2.0) for ordinate in curves[0].log_y),
+                           Lookup.EXTRAPOLATED,
                            curves[0].table, curves[0].adjusted)
             return cls((rows[0], rows[0] + math.log(2.0)), (curves[0], scaled))
         if len(curves) < 2:
@@ -380,7 +394,7 @@ class Surface:
 
     @property
     def status(self) -> Lookup:
-        return Lookup.worst(*(c.status for c in self.curves))
+        return Lookup.worst(*(row_curve.status for row_curve in self.curves))
 
     @property
     def table(self) -> str:
@@ -389,27 +403,28 @@ class Surface:
     def seconds(self, row: float, col: float) -> float:
         if row <= 0 or col <= 0:
             return 0.0
-        lr = self.log_rows
-        v = math.log(row)
-        if v <= lr[0]:
+        log_rows = self.log_rows
+        value = math.log(row)
+        if value <= log_rows[0]:
             return self.curves[0].seconds(col)          # below the first row: flat, as a curve below its grid
-        i = bisect_right(lr, v) - 1
-        if i > self._last:
-            i = self._last
+        index = bisect_right(log_rows, value) - 1
+        if index > self._last:
+            index = self._last
         curves = self.curves
-        log_lo = math.log(curves[i].seconds(col))
-        t = (v - lr[i]) / self._gaps[i]
-        return math.exp(log_lo + t * (math.log(curves[i + 1].seconds(col)) - log_lo))
+        log_lo = math.log(curves[index].seconds(col))
+        fraction = (value - log_rows[index]) / self._gaps[index]
+        return math.exp(log_lo + fraction * (math.log(curves[index + 1].seconds(col)) - log_lo))
 
     def lookup(self, row: float, col: float) -> tuple[float, Lookup]:
         """Seconds at (row, col) and what they rest on: the row's position among the rows, and the column's on
         the row curves it reads (both around a row between two)."""
         if row <= 0 or col <= 0:
             return 0.0, self.status
-        v, lr = math.log(row), self.log_rows
-        i = min(max(bisect_right(lr, v) - 1, 0), len(lr) - 1)
-        rows = {i, i + 1} if lr[i] < v < lr[-1] else {i}
-        return self.seconds(row, col), Lookup.worst(_position(v, lr), *(self.curves[j].lookup(col)[1] for j in rows))
+        value, log_rows = math.log(row), self.log_rows
+        index = min(max(bisect_right(log_rows, value) - 1, 0), len(log_rows) - 1)
+        rows = {index, index + 1} if log_rows[index] < value < log_rows[-1] else {index}
+        return self.seconds(row, col), Lookup.worst(_position(value, log_rows),
+                                                    *(self.curves[inner_index].lookup(col)[1] for inner_index in rows))
 
 
 @dataclass(frozen=True)

@@ -29,16 +29,13 @@ Efficiency = Union[float, Curve]
 MEMORY, COMPUTE = "memory", "compute"
 LATENCY, BANDWIDTH, NONE = "latency", "bandwidth", "none"
 ALLREDUCES_PER_LAYER = 2          # after attention's output projection and after the FFN / MoE
-# Memory-bound kernels of every layer that no operator table holds (the attention tables time the backend's
-# call, its KV-cache store included; the MoE table SGLang's whole fused_moe, its activation included): the input
-# and post-attention RMSNorms with the residual add fused in (each reads the hidden state and the residual and
-# writes both), RoPE on the rank's query and key heads (in place), MLA's q_a / kv_a RMSNorms on the two latents
-# (one launch's floor: SGLang runs the pair on two streams) and the FFN activation (silu(gate) x up: reads 2 f,
-# writes f per token; in a MoE layer the shared experts', and the routed experts' only where no MoE table
-# measured them). Each costs bytes / achievable HBM bandwidth plus the GPU's per-kernel floor.
-NORMS_PER_LAYER = 2
+# Memory-bound kernels of every layer that the GEMM, MoE and attention tables do not time (the attention tables
+# time the backend's call, its KV-cache store included; the MoE table SGLang's whole fused_moe, its activation
+# included): listed once by `elementwise_kernels`, read from an `elementwise` operator table where one has the
+# kernel, else each bytes / achievable HBM bandwidth plus the GPU's per-kernel floor.
+NORMS_PER_LAYER = 2               # the input and post-attention norms
 NORM_ACCESSES = 4                 # fused add + RMSNorm: hidden state and residual in, both out
-ELEMENTWISE_KERNELS_PER_LAYER = NORMS_PER_LAYER + 1   # and RoPE; + the MLA latent norms, + each activation
+ACTIVATION_ACCESSES = 3           # silu(gate) x up: gate and up in, the product out
 # Where an MLA latent lives under tensor parallelism (docs/STEP_TIME.md, "MLA KV under TP"): `replicated`, the
 # serving engines' TP attention (SGLang's and vLLM's default: every rank holds the whole latent and attends its
 # own heads), or `tpla`, the layout of "Move the Query, Not the Cache" §8 (the latent column-partitioned over
@@ -143,6 +140,8 @@ class StepTerms:
     elementwise_s_per_layer: float = 0.0
     sources: dict[str, str] = field(default_factory=dict)      # term -> the table it read, or "roofline"
     lookups: dict[str, str] = field(default_factory=dict)      # term -> measured / interpolated / extrapolated / roofline
+    # each elementwise kernel: role, kernel, width, layers, ms over those layers, lookup and table (or roofline)
+    elementwise_kernels: tuple[dict[str, object], ...] = ()
 
     def as_ms(self) -> dict[str, object]:
         """The CLI's view: every term in ms, plus the bounds and each term's source."""
@@ -151,7 +150,8 @@ class StepTerms:
                 "allreduce_ms_per_layer": self.allreduce_s_per_layer * 1e3,
                 "elementwise_ms_per_layer": self.elementwise_s_per_layer * 1e3, "lm_head_ms": self.lm_head_s * 1e3,
                 "overhead_ms": self.overhead_s * 1e3, "layers": self.layers, "bounds": dict(self.bounds),
-                "term_sources": dict(self.sources), "term_lookups": dict(self.lookups)}
+                "term_sources": dict(self.sources), "term_lookups": dict(self.lookups),
+                "elementwise_kernels": [dict(kernel) for kernel in self.elementwise_kernels]}
 
 
 @dataclass(frozen=True)
@@ -171,21 +171,22 @@ class _LayerKind:
 
 
 def _flops(ops: Sequence[LinearOp], fp8: bool) -> float:
-    return float(sum(2 * op.k * op.n * op.active for op in ops if op.fp8 == fp8))
+    return float(sum(2 * gemm.k * gemm.n * gemm.active for gemm in ops if gemm.fp8 == fp8))
 
 
 def _fold(ops: Sequence[LinearOp], count: int) -> _LayerKind:
-    dense = [op for op in ops if op.experts == 1]
-    routed = [op for op in ops if op.experts > 1]
+    dense = [gemm for gemm in ops if gemm.experts == 1]
+    routed = [gemm for gemm in ops if gemm.experts > 1]
     return _LayerKind(
         count=count,
-        dense_weight_bytes=float(sum(op.weight_bytes for op in dense)),
-        expert_weight_bytes=float(sum(op.weight_bytes for op in routed)),
+        dense_weight_bytes=float(sum(gemm.weight_bytes for gemm in dense)),
+        expert_weight_bytes=float(sum(gemm.weight_bytes for gemm in routed)),
         experts=routed[0].experts if routed else 0,
         experts_per_token=routed[0].active if routed else 0,
         flops_per_token=_flops(dense, False), fp8_flops_per_token=_flops(dense, True),
         expert_flops_per_token=_flops(routed, False), expert_fp8_flops_per_token=_flops(routed, True),
-        act_bytes_per_token=float(sum((op.k + op.n) * op.active * WEIGHT_BYTES for op in ops)))
+        act_bytes_per_token=float(sum((gemm.k + gemm.n) * gemm.active * WEIGHT_BYTES
+                                      for gemm in ops)))
 
 
 def experts_touched(experts: int, per_token: int, tokens: float) -> float:
@@ -205,6 +206,44 @@ def expert_load(experts: int, per_token: int, tokens: float) -> tuple[float, flo
     return touched, (tokens * per_token / touched if touched > 0 else 0.0)
 
 
+@dataclass(frozen=True)
+class ElementwiseKernel:
+    """One memory-bound kernel launch of a layer: the elementwise table's `kernel` and `width` columns it is read
+    at, what it does in the layer, and the elements per token it reads and writes (the roofline's bytes / 2)."""
+
+    kernel: str                 # add_rmsnorm | rmsnorm | rope | silu_mul (optables.ELEMENTWISE_KERNEL_NAMES)
+    role: str                   # its place in the layer (outputs name it)
+    width: int                  # elements per token of the row it works on, on one rank
+    elements_per_token: int     # elements read + written per token
+    in_fused_moe: bool = False  # the routed experts' activation: part of a measured fused-MoE kernel
+
+
+def elementwise_kernels(geometry: ModelGeometry, tp_size: int, layer_kind: str) -> tuple[ElementwiseKernel, ...]:
+    """The memory-bound kernels one layer of `layer_kind` launches on one rank, one launch each: the one list the
+    roofline and the elementwise table both read. Two fused add + RMSNorms (hidden state and residual in and
+    out), RoPE on the rank's query and key heads (in place), MLA's q_a / kv_a RMSNorms (one launch: SGLang runs
+    the pair on two streams; read at their summed width), and the gated activation of the dense FFN, of the
+    shared experts and of the routed experts (the last inside a measured fused-MoE kernel)."""
+    model = geometry
+    rotated = (-(-model.heads_q // tp_size) + model.kv_heads_per_gpu(tp_size)) * model.rope_dims
+    kernels = [ElementwiseKernel("add_rmsnorm", role, model.hidden, NORM_ACCESSES * model.hidden)
+               for role in ("input norm", "post-attention norm")[:NORMS_PER_LAYER]]
+    kernels.append(ElementwiseKernel("rope", "rope (q and k heads)", rotated, 2 * rotated))
+    if model.is_mla:
+        latent = model.q_lora_rank + model.d_v
+        kernels.append(ElementwiseKernel("rmsnorm", "mla latent norms (q_a, kv_a)", latent, 2 * latent))
+    if layer_kind == "dense":
+        activations = (("ffn activation", model.intermediate, False),)
+    else:
+        activations = (("shared experts activation", model.shared_experts * model.expert_intermediate, False),
+                       ("routed experts activation", model.experts_per_token * model.expert_intermediate, True))
+    for role, width, fused in activations:
+        if width > 0:
+            per_rank = -(-width // tp_size)
+            kernels.append(ElementwiseKernel("silu_mul", role, per_rank, ACTIVATION_ACCESSES * per_rank, fused))
+    return tuple(kernels)
+
+
 class StepTimeModel:
     """The step time of one instance (a TP group of `tp` GPUs of `gpu` serving `geometry`).
 
@@ -217,36 +256,39 @@ class StepTimeModel:
     `iteration` and `iteration_s` together (a test checks they agree).
     """
 
-    def __init__(self, geometry: ModelGeometry, gpu: GpuSpec, tp: int = 1, *, allreduce_Bps: float = float("inf"),
+    def __init__(self, geometry: ModelGeometry, gpu: GpuSpec, tp_size: int = 1, *,
+                 allreduce_Bps: float = float("inf"),
                  allreduce_latency_s: float = 0.0, holder_curve: Curve | None = None,
                  holder_ref: tuple[int, int] = (HOLDER_HEADS_REF, HOLDER_CT_REF), cuda_graphs: bool = False,
                  kv_layout: str = "replicated") -> None:
-        if tp < 1:
-            raise ValueError(f"tp must be >= 1, got {tp}")
+        if tp_size < 1:
+            raise ValueError(f"tp must be >= 1, got {tp_size}")
         if kv_layout not in KV_LAYOUTS:
             raise ValueError(f"kv_layout must be one of {', '.join(KV_LAYOUTS)}, got {kv_layout!r}")
-        self.geometry, self.gpu, self.tp = geometry, gpu, tp
+        self.geometry, self.gpu, self.tp = geometry, gpu, tp_size
         self.kv_layout = kv_layout
         # ranks an MLA latent is split over (1: every rank holds all of it)
-        self.kv_shards = tp if (geometry.is_mla and kv_layout == "tpla") else 1
+        self.kv_shards = tp_size if (geometry.is_mla and kv_layout == "tpla") else 1
         self.allreduce_Bps, self.allreduce_latency_s = allreduce_Bps, allreduce_latency_s
         graph_s = gpu.iteration_overhead_graph_s
         self._layers = geometry.layers
         self._overhead_s = graph_s if (cuda_graphs and graph_s is not None) else gpu.iteration_overhead_s
         self.holder_curve, self.holder_ref = holder_curve, holder_ref
         self._partial_cache: dict[tuple, float] = {}    # holder_partial_s of scalar queries, per exact shape
-        g = geometry
-        self._kinds = tuple(_fold(g.linear_ops(tp, kind), n) for kind, n in g.layer_kinds().items() if n > 0)
-        head = g.lm_head_op(tp)
+        self._kinds = tuple(_fold(geometry.linear_ops(tp_size, kind), layer_count)
+                            for kind, layer_count in geometry.layer_kinds().items() if layer_count > 0)
+        head = geometry.lm_head_op(tp_size)
         self._head_bytes, self._head_flops = float(head.weight_bytes), 2.0 * head.k * head.n
-        self._kind_rows = tuple((k.count, k.dense_weight_bytes, k.expert_weight_bytes, k.experts,
-                                 k.experts_per_token, k.flops_per_token, k.fp8_flops_per_token,
-                                 k.expert_flops_per_token, k.expert_fp8_flops_per_token, k.act_bytes_per_token)
-                                for k in self._kinds)
-        self._head_act_bytes = -(-g.vocab // tp) * WEIGHT_BYTES          # the logits written per sequence
+        self._kind_rows = tuple((folded.count, folded.dense_weight_bytes, folded.expert_weight_bytes,
+                                 folded.experts,
+                                 folded.experts_per_token, folded.flops_per_token, folded.fp8_flops_per_token,
+                                 folded.expert_flops_per_token, folded.expert_fp8_flops_per_token,
+                                 folded.act_bytes_per_token)
+                                for folded in self._kinds)
+        self._head_act_bytes = -(-geometry.vocab // tp_size) * WEIGHT_BYTES       # the logits written per sequence
         # the hot path's constants, folded once
         self._peak, self._bw = gpu.peak_flops, gpu.achievable_hbm_Bps
-        uses_fp8 = any(k.fp8_flops_per_token or k.expert_fp8_flops_per_token for k in self._kinds)
+        uses_fp8 = any(folded.fp8_flops_per_token or folded.expert_fp8_flops_per_token for folded in self._kinds)
         self.fp8_rate = uses_fp8 and gpu.has_fp8
         self._peak_fp8 = gpu.peak_fp8_flops if self.fp8_rate else gpu.peak_flops
         self.notes: tuple[str, ...] = () if not uses_fp8 or gpu.has_fp8 else (
@@ -254,45 +296,43 @@ class StepTimeModel:
             "GEMMs run at the bf16 rate (weight-only FP8, dequantised in the kernel)",)
         self._inv_bw = 1.0 / self._bw
         self._attn_rate = gpu.peak_flops * gpu.attention_efficiency
-        self._kv_bytes_token_layer = g.b_kv_per_gpu(tp) * g.token_fraction / self.kv_shards
-        heads_per_gpu = -(-g.heads_q // tp)
-        self._attn_flops_pair_layer = 2.0 * heads_per_gpu * (g.d_qk + g.d_v) * g.token_fraction
-        expanded = (g.qk_nope_head_dim + g.rope_dims + g.v_head_dim) if g.is_mla else (g.d_qk + g.d_v)
-        self._prefill_s_per_row_key = 2.0 * expanded * g.token_fraction / self._attn_rate   # one head's row
+        self._kv_bytes_token_layer = geometry.b_kv_per_gpu(tp_size) * geometry.token_fraction / self.kv_shards
+        heads_per_gpu = -(-geometry.heads_q // tp_size)
+        self._attn_flops_pair_layer = 2.0 * heads_per_gpu * (geometry.d_qk + geometry.d_v) * geometry.token_fraction
+        expanded = ((geometry.qk_nope_head_dim + geometry.rope_dims + geometry.v_head_dim) if geometry.is_mla
+                    else (geometry.d_qk + geometry.d_v))
+        self._prefill_s_per_row_key = 2.0 * expanded * geometry.token_fraction / self._attn_rate   # one head's row
         self._attn_s_per_kv_token = self._kv_bytes_token_layer / self._bw
         self._attn_s_per_pair = self._attn_flops_pair_layer / self._attn_rate
         self._prefill_s_per_pair = heads_per_gpu * self._prefill_s_per_row_key
-        self._heads_q = g.heads_q
+        self._heads_q = geometry.heads_q
         # a routed row is one query head of one token, split over the holder's TP ranks
-        self._holder_s_per_pair = 2.0 * (g.d_qk + g.d_v) * g.token_fraction / tp / self._attn_rate
-        ring_steps = 2.0 * (tp - 1)
+        self._holder_s_per_pair = (2.0 * (geometry.d_qk + geometry.d_v) * geometry.token_fraction / tp_size
+                                   / self._attn_rate)
+        ring_steps = 2.0 * (tp_size - 1)
         if gpu.allreduce_bus_Bps is not None:
             # a switched board (NVSwitch): one latency per all-reduce, 2 (tp - 1) / tp of the message over the bus
             self._ar_latency_s = ALLREDUCES_PER_LAYER * (gpu.allreduce_latency_s or 0.0)
-            self._ar_s_per_token = (ALLREDUCES_PER_LAYER * ring_steps / tp * g.hidden * WEIGHT_BYTES
+            self._ar_s_per_token = (ALLREDUCES_PER_LAYER * ring_steps / tp_size * geometry.hidden * WEIGHT_BYTES
                                     / gpu.allreduce_bus_Bps)
         else:
             self._ar_latency_s = ALLREDUCES_PER_LAYER * ring_steps * allreduce_latency_s
-            self._ar_s_per_token = ALLREDUCES_PER_LAYER * ring_steps / tp * g.hidden * WEIGHT_BYTES / allreduce_Bps
+            self._ar_s_per_token = (ALLREDUCES_PER_LAYER * ring_steps / tp_size * geometry.hidden * WEIGHT_BYTES
+                                    / allreduce_Bps)
         # the kernel floor: no launch takes less than the GPU's floor, so a layer of n kernels no less than n floors
         self._floor_s = gpu.kernel_floor_s
-        self._kernels_per_kind = tuple(len(g.linear_ops(tp, kind)) for kind, n in g.layer_kinds().items() if n > 0)
-        # the elementwise kernels: (seconds per token, launch floors) over every layer, with the routed experts'
-        # activation (the roofline's MoE) and without it (a measured fused-MoE kernel holds it)
-        rope = 2 * (-(-g.heads_q // tp) + g.kv_heads_per_gpu(tp)) * g.rope_dims
-        latent = 2 * (g.q_lora_rank + g.d_v) if g.is_mla else 0
-        attn_side = NORMS_PER_LAYER * NORM_ACCESSES * g.hidden + rope + latent
-        attn_kernels = ELEMENTWISE_KERNELS_PER_LAYER + (1 if latent else 0)
+        self._kernels_per_kind = tuple(len(geometry.linear_ops(tp_size, kind))
+                                       for kind, layer_count in geometry.layer_kinds().items() if layer_count > 0)
+        # the elementwise kernels (`elementwise_kernels`) of every layer kind, and their roofline summed over the
+        # layers as (seconds per token, launch floors): with the routed experts' activation (the roofline's MoE)
+        # and without it (a measured fused-MoE kernel holds it)
+        self.elementwise_layers = tuple((count, elementwise_kernels(geometry, tp_size, kind))
+                                        for kind, count in geometry.layer_kinds().items() if count > 0)
         roof, tabled = [0.0, 0.0], [0.0, 0.0]
-        for kind, n in g.layer_kinds().items():
-            if n <= 0:
-                continue
-            outside = g.intermediate if kind == "dense" else g.shared_experts * g.expert_intermediate
-            routed = 0 if kind == "dense" else g.experts_per_token * g.expert_intermediate
-            for slot, widths in ((roof, (outside, routed)), (tabled, (outside,))):
-                acts = [w for w in widths if w > 0]
-                slot[0] += n * (attn_side + sum(3 * -(-w // tp) for w in acts)) * WEIGHT_BYTES * self._inv_bw
-                slot[1] += n * (attn_kernels + len(acts)) * self._floor_s
+        for count, kernels in self.elementwise_layers:
+            for slot, chosen in ((roof, kernels), (tabled, [kern for kern in kernels if not kern.in_fused_moe])):
+                slot[0] += count * sum(kern.elements_per_token for kern in chosen) * WEIGHT_BYTES * self._inv_bw
+                slot[1] += count * len(chosen) * self._floor_s
         self._elementwise_s_per_token, self._elementwise_floor_s = roof
         self._elementwise_tabled = tuple(tabled)
         self._measured = None
@@ -301,10 +341,11 @@ class StepTimeModel:
             from simroute.model.opstep import MeasuredStep
 
             self._measured = MeasuredStep(
-                g, tp, gpu.operator_tables, cuda_graphs=cuda_graphs, kv_shards=self.kv_shards,
-                kernel_floor_s=gpu.kernel_floor_s,
+                geometry, tp_size, gpu.operator_tables, cuda_graphs=cuda_graphs, kv_shards=self.kv_shards,
+                kernel_floor_s=gpu.kernel_floor_s, elementwise_layers=self.elementwise_layers,
+                roofline_elementwise=self.elementwise_kernel_s,
                 roofline_linear=lambda tokens: self._linear(tokens)[0],
-                roofline_attention=lambda kv, pairs, pre: self._attention(kv, pairs, pre)[0],
+                roofline_attention=lambda kv_tokens, pairs, pre: self._attention(kv_tokens, pairs, pre)[0],
                 roofline_allreduce=lambda tokens: self._allreduce(tokens)[0],
                 roofline_lm_head=lambda seqs: self._lm_head(seqs)[0])
             self.notes = self.notes + tuple(self._measured.notes)
@@ -313,16 +354,17 @@ class StepTimeModel:
     @property
     def weight_bytes_per_gpu(self) -> float:
         """All weights one GPU of the TP group holds: every layer (all experts), embedding and LM head."""
-        g = self.geometry
-        layers = sum(k.count * (k.dense_weight_bytes + k.experts * k.expert_weight_bytes) for k in self._kinds)
-        return layers + self._head_bytes + -(-g.vocab // self.tp) * g.hidden * WEIGHT_BYTES
+        geometry = self.geometry
+        layers = sum(folded.count * (folded.dense_weight_bytes + folded.experts * folded.expert_weight_bytes)
+                     for folded in self._kinds)
+        return layers + self._head_bytes + -(-geometry.vocab // self.tp) * geometry.hidden * WEIGHT_BYTES
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
         """Cached bytes one token costs on one GPU, over all layers (`geometry.kv_bytes_per_token` on the
         rank's share of the cached heads; of an MLA latent, all of it, or 1/tp under the `tpla` layout)."""
-        g = self.geometry
-        return g.kv_bytes_per_token * g.kv_heads_per_gpu(self.tp) / g.kv_heads / self.kv_shards
+        geometry = self.geometry
+        return geometry.kv_bytes_per_token * geometry.kv_heads_per_gpu(self.tp) / geometry.kv_heads / self.kv_shards
 
     def fanout_s(self, copy_bytes: float) -> float:
         """Time to spread a fetched MLA copy over the host under the `replicated` layout: each rank pulled 1/tp
@@ -401,13 +443,38 @@ class StepTimeModel:
         return (mem, MEMORY) if mem >= comp else (comp, COMPUTE)
 
     def _elementwise(self, tokens: float) -> float:
-        """The memory-bound per-layer kernels no table holds (norms, RoPE, activations), over every layer."""
+        """The memory-bound per-layer kernels (norms, RoPE, activations), over every layer: the elementwise table's
+        where the GPU has one, else the roofline (without the routed experts' activation when a measured
+        fused-MoE kernel holds it)."""
         if tokens <= 0:
             return 0.0
-        if self._measured is not None and self._measured.linear_measured:
-            per_token, floor = self._elementwise_tabled
-            return tokens * per_token + floor
+        measured = self._measured
+        if measured is not None:
+            if measured.elementwise_tabled:
+                return measured.elementwise_s(tokens)
+            if measured.linear_measured:
+                per_token, floor = self._elementwise_tabled
+                return tokens * per_token + floor
         return tokens * self._elementwise_s_per_token + self._elementwise_floor_s
+
+    def elementwise_kernel_s(self, kernel: ElementwiseKernel, tokens: float) -> float:
+        """One launch of `kernel` over `tokens` tokens on the roofline: its bytes at the achievable HBM rate plus
+        one kernel floor (the per-kernel fallback of the elementwise table)."""
+        if tokens <= 0:
+            return 0.0
+        return tokens * kernel.elements_per_token * WEIGHT_BYTES * self._inv_bw + self._floor_s
+
+    def elementwise_breakdown(self, tokens: float) -> tuple[dict[str, object], ...]:
+        """Each elementwise kernel of each layer kind at `tokens` tokens: its role, kernel and width, the layers
+        launching it, its ms over those layers, and what it rests on (the table and lookup, or the roofline).
+        Off the hot path (`model step`)."""
+        measured = self._measured
+        if measured is not None:
+            return measured.elementwise_breakdown(tokens)
+        return tuple({"role": kern.role, "kernel": kern.kernel, "width": kern.width, "layers": count,
+                      "ms": count * self.elementwise_kernel_s(kern, tokens) * 1e3,
+                      "lookup": Lookup.ROOFLINE.value, "table": "roofline"}
+                     for count, kernels in self.elementwise_layers for kern in kernels)
 
     def _split(self, new_tokens: float, sequences: float, kv_read_tokens: float, attention_pairs: float,
                prefill_pairs: float, decode_sequences: float | None) -> tuple[float, float, float, float, float]:
@@ -438,19 +505,19 @@ class StepTimeModel:
             decode_seqs, decode_kv, prefill_seqs, prefill_kv, prefill_pairs = self._split(
                 batch.new_tokens, batch.sequences, batch.kv_read_tokens, batch.attention_pairs, batch.prefill_pairs,
                 batch.decode_sequences)
-            lin, ar, head = self._token_terms(batch.new_tokens, batch.sequences, decode_seqs)
+            lin, allreduce, head = self._token_terms(batch.new_tokens, batch.sequences, decode_seqs)
             attn = self._measured.attention_s(decode_seqs, decode_kv, prefill_seqs, prefill_pairs, prefill_kv)
             overhead = self._overhead_s
-            total = lin + elementwise + layers * (attn + ar) + head + overhead
+            total = lin + elementwise + layers * (attn + allreduce) + head + overhead
             src = self._measured.sources
-            attention_src = [src[k] for k, on in (("attention_decode", decode_seqs > 0),
-                                                  ("attention_prefill", prefill_pairs > 0)) if on]
+            attention_src = [src[term] for term, present in (("attention_decode", decode_seqs > 0),
+                                                             ("attention_prefill", prefill_pairs > 0)) if present]
             sources = {name: src[name].table for name in ("linear", "allreduce", "lm_head")}
-            sources["attention"] = "; ".join(t.table for t in attention_src) or "none"
+            sources["attention"] = "; ".join(source.table for source in attention_src) or "none"
             lookups = {name: how.value for name, how in self._measured.shape_lookups(
                 batch.new_tokens, batch.sequences, decode_seqs, decode_kv, prefill_seqs, prefill_pairs).items()}
-            sources["elementwise"] = sources["overhead"] = "roofline"
-            lookups["elementwise"] = lookups["overhead"] = Lookup.ROOFLINE.value
+            sources["elementwise"] = src["elementwise"].table
+            sources["overhead"] = lookups["overhead"] = Lookup.ROOFLINE.value
             for name, absent in (("allreduce", self.tp == 1 or batch.new_tokens <= 0), ("attention", not attention_src)):
                 if absent:                                  # a term that launches no kernel rests on nothing
                     lookups[name] = NONE
@@ -458,15 +525,15 @@ class StepTimeModel:
                              "measured" if lookups[name] != Lookup.ROOFLINE.value else "roofline")
                       for name in ("linear", "attention", "allreduce", "lm_head")}
             return StepTerms(iteration_s=total, linear_s_per_layer=lin / layers, attention_s_per_layer=attn,
-                             allreduce_s_per_layer=ar, overhead_s=overhead, lm_head_s=head, layers=layers,
+                             allreduce_s_per_layer=allreduce, overhead_s=overhead, lm_head_s=head, layers=layers,
                              bounds=bounds, elementwise_s_per_layer=elementwise / layers, sources=sources,
-                             lookups=lookups)
+                             lookups=lookups, elementwise_kernels=self.elementwise_breakdown(batch.new_tokens))
         lin, lin_mem, lin_comp = self._linear(batch.new_tokens)
         attn, attn_mem, attn_comp = self._attention(batch.kv_read_tokens, batch.attention_pairs, batch.prefill_pairs)
-        ar, ar_bound = self._allreduce(batch.new_tokens)
+        allreduce, ar_bound = self._allreduce(batch.new_tokens)
         head, head_bound = self._lm_head(batch.sequences)
         overhead = self._overhead_s
-        total = lin + elementwise + layers * (attn + ar) + head + overhead
+        total = lin + elementwise + layers * (attn + allreduce) + head + overhead
         bounds = {"linear": MEMORY if lin_mem >= lin_comp else COMPUTE,
                   "attention": MEMORY if attn_mem >= attn_comp else COMPUTE,
                   "allreduce": ar_bound, "lm_head": head_bound}
@@ -474,8 +541,10 @@ class StepTimeModel:
         if ar_bound == NONE:
             roof["allreduce"] = NONE                        # tp 1 (or no tokens): no all-reduce launches
         return StepTerms(iteration_s=total, linear_s_per_layer=lin / layers, attention_s_per_layer=attn,
-                         allreduce_s_per_layer=ar, overhead_s=overhead, lm_head_s=head, layers=layers, bounds=bounds,
-                         elementwise_s_per_layer=elementwise / layers, sources=dict(roof), lookups=dict(roof))
+                         allreduce_s_per_layer=allreduce, overhead_s=overhead, lm_head_s=head, layers=layers,
+                         bounds=bounds,
+                         elementwise_s_per_layer=elementwise / layers, sources=dict(roof), lookups=dict(roof),
+                         elementwise_kernels=self.elementwise_breakdown(batch.new_tokens))
 
     def iteration_s(self, new_tokens: float, sequences: float, kv_read_tokens: float, attention_pairs: float,
                     prefill_pairs: float = 0.0, decode_sequences: float | None = None) -> float:
@@ -490,9 +559,9 @@ class StepTimeModel:
                 return hit
             decode_seqs, decode_kv, prefill_seqs, prefill_kv, prefill_pairs = self._split(
                 new_tokens, sequences, kv_read_tokens, attention_pairs, prefill_pairs, decode_sequences)
-            lin, ar, head = self._token_terms(new_tokens, sequences, decode_seqs)
+            lin, allreduce, head = self._token_terms(new_tokens, sequences, decode_seqs)
             attn = measured.attention_s(decode_seqs, decode_kv, prefill_seqs, prefill_pairs, prefill_kv)
-            total = lin + self._elementwise(new_tokens) + self._layers * (attn + ar) + head + self._overhead_s
+            total = lin + self._elementwise(new_tokens) + self._layers * (attn + allreduce) + head + self._overhead_s
             if len(cache) >= 131072:       # bounded (about 30 MiB at most); a run has far fewer shapes
                 cache.clear()
             cache[key] = total
@@ -505,8 +574,8 @@ class StepTimeModel:
     def attention_s(self, kv_read_tokens: float, attention_pairs: float, layers: int | None = None,
                     prefill_pairs: float = 0.0) -> float:
         """One attention kernel's work over a whole context, per layer, times `layers` (all by default)."""
-        n = self.geometry.layers if layers is None else layers
-        return n * self._attention(kv_read_tokens, attention_pairs, prefill_pairs)[0]
+        count = self.geometry.layers if layers is None else layers
+        return count * self._attention(kv_read_tokens, attention_pairs, prefill_pairs)[0]
 
     def prefill_form_coeffs(self) -> tuple[float, float]:
         """(seconds per key token read, seconds per (row, key token) pair) of attention in the prefill form on
@@ -542,13 +611,13 @@ class StepTimeModel:
             rows = [rows_per_query] * int(queries) if isinstance(rows_per_query, (int, float)) else rows_per_query
             toks = [key_tokens] * len(rows) if isinstance(key_tokens, (int, float)) else key_tokens
             keys, pairs, block_pairs, floor_pairs = float(sum(toks)), 0.0, 0.0, 0.0
-            for r, t in zip(rows, toks):
-                if r > heads:
-                    block_pairs += r * t
-                    floor_pairs += heads * t
+            for row_count, key_count in zip(rows, toks):
+                if row_count > heads:
+                    block_pairs += row_count * key_count
+                    floor_pairs += heads * key_count
                 else:
-                    pairs += r * t
-                    floor_pairs += r * t
+                    pairs += row_count * key_count
+                    floor_pairs += row_count * key_count
         # one kernel over every query's keys; decode rows in the absorbed form, blocks in the prefill form (the
         # batch form of `cost.holder_prefill_s`, same coefficients: `prefill_form_coeffs`)
         roof = max(keys * self._attn_s_per_kv_token,

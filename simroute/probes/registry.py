@@ -9,6 +9,7 @@ _G = "simroute.probes.gpu_single"
 _A = "simroute.probes.gpu_attn"
 _N = "simroute.probes.nvshmem_probes"
 _S = "simroute.probes.gpu_step"
+_T = "simroute.probes.gpu_tables"
 
 PROBES: dict[str, Probe] = {p.name: p for p in [
     Probe("host-shm", _H, "cpu", "round trip + BW, two processes over shared memory (q 1152 B / p 1032 B rows)",
@@ -33,6 +34,12 @@ PROBES: dict[str, Probe] = {p.name: p for p in [
           "MLA (FlashMLA or torch, (out, lse)) and GQA (SDPA)", deps=("torch",), timeout_s=120),
     Probe("prefill-attention", f"{_S}:probe_prefill_attention", "gpu1", "causal prefill attention FLOP rate -> "
           "attention_efficiency", deps=("torch",), timeout_s=60),
+    Probe("moe", f"{_T}:probe_moe", "gpu1", "fused routed experts (vLLM / SGLang fused_experts, else torch), "
+          "balanced routing, moe_tp 1/2/4/8 without EP, 1..8192 tokens -> the moe table", deps=("torch",),
+          timeout_s=180),
+    Probe("elementwise", f"{_T}:probe_elementwise", "gpu1", "add + RMSNorm, RMSNorm, RoPE, silu x up (sgl_kernel, "
+          "else torch) at every model width, 1..16384 tokens -> the elementwise table", deps=("torch",),
+          timeout_s=90),
     Probe("decoder-layer", f"{_S}:probe_decoder_layer", "gpu1", "one decoder layer (DeepSeek-V2-Lite dense + MoE, "
           "Llama-2-7b), random weights, per operator over tokens", deps=("torch",), timeout_s=120),
     Probe("launch-overhead", f"{_S}:probe_launch_overhead", "gpu1", "one iteration's launches, eager and CUDA graph "

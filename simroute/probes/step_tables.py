@@ -7,7 +7,10 @@ What each probe contributes (only kinds a probe measured; every row one timed sh
 - `decode-attention` -> mla_decode (batch, context, heads) for absorbed MLA, attention_decode (batch, context,
   heads, kv_heads, head_dim) for GQA; kv_dtype is the operands' dtype;
 - `prefill-attention` -> mla_prefill (batch, isl, heads) for MLA's expanded prefill, attention_prefill (batch,
-  isl, heads, kv_heads, head_dim) for GQA; one causal sequence (batch 1) of isl tokens.
+  isl, heads, kv_heads, head_dim) for GQA; one causal sequence (batch 1) of isl tokens;
+- `moe` -> moe (dtype, distribution balanced, tokens, hidden, inter, topk, experts, moe_tp, moe_ep 1) and
+  `elementwise` -> elementwise (kernel, dtype, tokens, width): simroute.probes.gpu_tables, whose points carry
+  their table's columns; the entry names the implementation that ran (a fused kernel, or torch's stand-in).
 
 The manifest's provenance says `measured`, on which box (the host name), which device (the GPU's name) and which
 framework ran (torch and its version). A dry run (numpy on the CPU) writes the same files so the writer is
@@ -28,7 +31,7 @@ from typing import Any
 from simroute.model.optables import LATENCY_COLUMN, SCHEMA, OpKind
 from simroute.probes.framework import ProbeOutcome
 
-TABLE_PROBES = ("gemm", "decode-attention", "prefill-attention")
+TABLE_PROBES = ("gemm", "decode-attention", "prefill-attention", "moe", "elementwise")
 DRY_RUN_DEVICE = "cpu (dry run)"
 DRY_RUN_WARNING = ("DRY RUN: numpy on the CPU with narrowed GEMM shapes, not GPU timings; never simulate a GPU "
                    "with these tables")
@@ -48,36 +51,46 @@ class ProbeTables:
 
     @property
     def rows(self) -> dict[str, int]:
-        return {k.value: len(cols[LATENCY_COLUMN]) for k, cols in self.tables.items()}
+        return {kind.value: len(cols[LATENCY_COLUMN]) for kind, cols in self.tables.items()}
 
 
 def _add(tables: dict[OpKind, dict[tuple, float]], kind: OpKind, key: dict[str, Any], seconds: float) -> None:
     """One row, keyed by the kind's columns in schema order (a shape timed twice keeps its first timing)."""
     cats, nums = SCHEMA[kind]
-    row = tuple(str(key[c]) for c in cats) + tuple(float(key[c]) for c in nums)
+    row = tuple(str(key[column]) for column in cats) + tuple(float(key[column]) for column in nums)
     if seconds > 0:
         tables.setdefault(kind, {}).setdefault(row, seconds * 1e6)
 
 
-def _gemm_rows(r: dict[str, Any], rows: dict[OpKind, dict[tuple, float]]) -> None:
-    for shape in r.get("shapes", {}).values():
-        k, n = shape.get("k_run", shape["k"]), shape.get("n_run", shape["n"])
-        for m, t in shape.get("seconds", {}).items():
-            _add(rows, OpKind.GEMM, {"dtype": r["dtype"], "m": int(m), "n": n, "k": k}, t)
+def _gemm_rows(results: dict[str, Any], rows: dict[OpKind, dict[tuple, float]]) -> None:
+    for shape in results.get("shapes", {}).values():
+        in_width, out_width = shape.get("k_run", shape["k"]), shape.get("n_run", shape["n"])
+        for tokens, seconds in shape.get("seconds", {}).items():
+            _add(rows, OpKind.GEMM, {"dtype": results["dtype"], "m": int(tokens), "n": out_width, "k": in_width},
+                 seconds)
 
 
-def _attention_rows(r: dict[str, Any], phase: str, rows: dict[OpKind, dict[tuple, float]]) -> list[str]:
+def _attention_rows(results: dict[str, Any], phase: str, rows: dict[OpKind, dict[tuple, float]]) -> list[str]:
     skipped = []
-    for p in r.get("points", []):
-        table = p.get("table")
+    for point in results.get("points", []):
+        table = point.get("table")
         if table is None:                       # results of a probe from before the tables: no shape columns
-            skipped.append(p.get("kind", "?"))
+            skipped.append(point.get("kind", "?"))
             continue
-        key = {**p, "kv_dtype": r["dtype"]}
+        key = {**point, "kv_dtype": results["dtype"]}
         if phase == "prefill":
-            key["isl"] = p["tokens"]
-        _add(rows, OpKind(table), key, p["seconds"])
+            key["isl"] = point["tokens"]
+        _add(rows, OpKind(table), key, point["seconds"])
     return sorted(set(skipped))
+
+
+COLUMN_PROBES = ("moe", "elementwise")     # their points hold their table's columns (simroute.probes.gpu_tables)
+
+
+def _column_rows(results: dict[str, Any], rows: dict[OpKind, dict[tuple, float]]) -> None:
+    """Points that name their table and carry its columns; the dtype is the probe's operands'."""
+    for point in results.get("points", []):
+        _add(rows, OpKind(point["table"]), {**point, "dtype": results["dtype"]}, point["seconds"])
 
 
 def step_tables(outcomes: list[ProbeOutcome]) -> ProbeTables | None:
@@ -85,49 +98,51 @@ def step_tables(outcomes: list[ProbeOutcome]) -> ProbeTables | None:
     first probe's framework is the tables'; a probe run under another is left out, saying so."""
     found: ProbeTables | None = None
     rows: dict[OpKind, dict[tuple, float]] = {}
-    for o in outcomes:
-        if not o.ok or o.probe.name not in TABLE_PROBES or "dtype" not in o.results:
+    for outcome in outcomes:
+        if not outcome.ok or outcome.probe.name not in TABLE_PROBES or "dtype" not in outcome.results:
             continue
-        r = o.results
-        framework, version = str(r.get("framework", "?")), str(r.get("framework_version", ""))
-        dry = not r.get("measures_gpu", False)
-        device = DRY_RUN_DEVICE if dry else str(r.get("device", "?"))
+        results = outcome.results
+        framework, version = str(results.get("framework", "?")), str(results.get("framework_version", ""))
+        dry = not results.get("measures_gpu", False)
+        device = DRY_RUN_DEVICE if dry else str(results.get("device", "?"))
         if found is None:
             found = ProbeTables(framework, version, device, dry)
         elif (framework, version, device) != (found.framework, found.version, found.device):
-            found.notes.append(f"probe {o.probe.name} ran under {framework} {version} on {device}, not "
+            found.notes.append(f"probe {outcome.probe.name} ran under {framework} {version} on {device}, not "
                                f"{found.framework} {found.version} on {found.device}: its timings left out")
             continue
         before = set(rows)
-        if o.probe.name == "gemm":
-            _gemm_rows(r, rows)
+        if outcome.probe.name == "gemm":
+            _gemm_rows(results, rows)
+        elif outcome.probe.name in COLUMN_PROBES:
+            _column_rows(results, rows)
         else:
-            missing = _attention_rows(r, o.probe.name.split("-")[0], rows)
+            missing = _attention_rows(results, outcome.probe.name.split("-")[0], rows)
             if missing:
-                found.notes.append(f"probe {o.probe.name}: points without shape columns left out ({missing})")
+                found.notes.append(f"probe {outcome.probe.name}: points without shape columns left out ({missing})")
         for kind in set(rows) - before:
-            found.entries[kind] = _entry(o, kind, dry)
+            found.entries[kind] = _entry(outcome, kind, dry)
     if found is None or not rows:
         return None
     for kind, by_key in rows.items():
         cats, nums = SCHEMA[kind]
         keys = sorted(by_key)
-        cols: dict[str, list] = {c: [key[i] for key in keys] for i, c in enumerate(cats)}
-        cols.update({c: [key[len(cats) + i] for key in keys] for i, c in enumerate(nums)})
+        cols: dict[str, list] = {column: [key[position] for key in keys] for position, column in enumerate(cats)}
+        cols.update({column: [key[len(cats) + position] for key in keys] for position, column in enumerate(nums)})
         cols[LATENCY_COLUMN] = [by_key[key] for key in keys]
         found.tables[kind] = cols
-    found.tables = dict(sorted(found.tables.items(), key=lambda kv: list(OpKind).index(kv[0])))
+    found.tables = dict(sorted(found.tables.items(), key=lambda item: list(OpKind).index(item[0])))
     return found
 
 
-def _entry(o: ProbeOutcome, kind: OpKind, dry: bool) -> dict[str, Any]:
-    r = o.results
-    entry: dict[str, Any] = {"probe": o.probe.name, "backend": str(r.get("backend", "")),
-                             "sweep": str(r.get("sweep", ""))}
-    kernels = r.get("kernels")
+def _entry(outcome: ProbeOutcome, kind: OpKind, dry: bool) -> dict[str, Any]:
+    results = outcome.results
+    entry: dict[str, Any] = {"probe": outcome.probe.name, "backend": str(results.get("backend", "")),
+                             "sweep": str(results.get("sweep", ""))}
+    kernels = results.get("kernels")
     if isinstance(kernels, dict) and kernels:
         mla = kind in (OpKind.MLA_DECODE, OpKind.MLA_PREFILL)
-        used = {v for k, v in kernels.items() if k.startswith("mla-") == mla}
+        used = {kernel_name for kernel_key, kernel_name in kernels.items() if kernel_key.startswith("mla-") == mla}
         if used:
             entry["kernel"] = ", ".join(sorted(used))
     if kind is OpKind.GEMM:
@@ -135,6 +150,11 @@ def _entry(o: ProbeOutcome, kind: OpKind, dry: bool) -> dict[str, Any]:
                          "layers at TP 1/2/4/8") + ("; narrowed 16x for the numpy dry run" if dry else "")
     if kind in (OpKind.ATTENTION_PREFILL, OpKind.MLA_PREFILL):
         entry["note"] = "one causal sequence of isl tokens (batch 1)"
+    if kind in (OpKind.MOE, OpKind.ELEMENTWISE):
+        entry["implementation"] = str(results.get("implementation", "?"))
+    if kind is OpKind.MOE:
+        entry["note"] = ("balanced routing (every expert the same load), tensor-parallel experts without expert "
+                         "parallelism (moe_ep 1), bf16 weights") + ("; narrowed for the numpy dry run" if dry else "")
     return entry
 
 
@@ -146,17 +166,17 @@ def directory_name(framework: str, version: str) -> str:
 def free_directory(base: Path) -> Path:
     """`base`, unless it holds files simroute did not write (never replaced): then `base-2`, `base-3`, ..."""
     from simroute.ioutil import foreign_files
-    candidate, i = base, 1
+    candidate, suffix = base, 1
     while candidate.exists() and (not candidate.is_dir() or foreign_files(candidate)):
-        i += 1
-        candidate = base.with_name(f"{base.name}-{i}")
+        suffix += 1
+        candidate = base.with_name(f"{base.name}-{suffix}")
     return candidate
 
 
 @dataclass
 class WrittenTables:
     path: Path            # the table directory
-    ref: dict[str, str]   # the GPU entry's operator_tables: path relative to the profile, note
+    ref: dict[str, str]   # the GPU entry's operator_tables: path relative to the profile, note, fill
     created: bool         # False when it replaced a directory a previous run wrote
     tables: ProbeTables
 
@@ -164,13 +184,15 @@ class WrittenTables:
 def write_step_tables(tables: ProbeTables, *, box: str, box_description: str, gpu: str, profile_path: Path,
                       samples_name: str = "samples.parquet") -> WrittenTables:
     """Write `tables` to <profile dir>/ops/<gpu>/<framework>-<version>/ (atomically; a directory holding files
-    simroute did not write is left alone and a fresh name taken) and return the GPU entry's reference to it."""
-    from simroute.calib.optables import write_operator_tables
+    simroute did not write is left alone and a fresh name taken) and return the GPU entry's reference to it,
+    whose `fill` names the shipped (published) tables of the same GPU, if any: an op kind the probes did not
+    time is read from those before the roofline."""
+    from simroute.calib.optables import shipped_tables_name, write_operator_tables
     base = Path(profile_path).parent
     target = free_directory(base / "ops" / gpu / directory_name(tables.framework, tables.version))
     created = not target.exists()
     date = dt.date.today().isoformat()
-    what = ", ".join(sorted({e["probe"] for e in tables.entries.values()}))
+    what = ", ".join(sorted({entry["probe"] for entry in tables.entries.values()}))
     provenance: dict[str, Any] = {
         "kind": "measured", "box": box, "device": tables.device, "framework": tables.framework,
         "framework_version": tables.version, "date": date, "samples": samples_name,
@@ -182,10 +204,15 @@ def write_step_tables(tables: ProbeTables, *, box: str, box_description: str, gp
                           provenance=provenance, tables=tables.tables, entries=tables.entries)
     rel = target.relative_to(base).as_posix()
     note = (f"measured by simroute calibrate on {box} ({tables.device}, {tables.framework} {tables.version}), {date}: "
-            + ", ".join(f"{k} {n} rows" for k, n in tables.rows.items()))
+            + ", ".join(f"{kind} {count} rows" for kind, count in tables.rows.items()))
     if tables.dry_run:
         note = f"{DRY_RUN_WARNING}. {note}"
-    return WrittenTables(target, {"path": rel, "note": note}, created, tables)
+    ref = {"path": rel, "note": note}
+    fill = shipped_tables_name(gpu)
+    if fill is not None:
+        ref["fill"] = fill
+        ref["note"] = f"{note}; the kinds not probed read the shipped {fill}"
+    return WrittenTables(target, ref, created, tables)
 
 
 def remove_written(written: WrittenTables | None) -> None:

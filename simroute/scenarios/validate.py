@@ -50,12 +50,13 @@ class Row:
     verdict: str = field(init=False)
 
     def __post_init__(self) -> None:
-        ok = math.isfinite(self.simulated) and self.lo <= self.simulated <= self.hi
-        object.__setattr__(self, "verdict", "pass" if ok else "fail")
+        passed = math.isfinite(self.simulated) and self.lo <= self.simulated <= self.hi
+        object.__setattr__(self, "verdict", "pass" if passed else "fail")
 
     def as_dict(self) -> dict:
         """JSON-ready: an open band end (infinite) is null."""
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
+        return {key: (None if isinstance(value, float) and not math.isfinite(value) else value)
+                for key, value in asdict(self).items()}
 
 
 MQ = "Move the Query, Not the Cache"
@@ -88,12 +89,12 @@ class Ctx:
         from simroute.model import get_model
         return get_model(self.model)
 
-    def config(self, trace: Path, topology: str, **kw) -> RunConfig:
+    def config(self, trace: Path, topology: str, **overrides) -> RunConfig:
         return RunConfig(topology=str(shipped_topology(topology)), trace=str(trace), calib=str(default_profile_path()),
-                         decode_steps_per_event=1, telemetry=True, **{**PAPER_DEPLOYMENT, **kw})
+                         decode_steps_per_event=1, telemetry=True, **{**PAPER_DEPLOYMENT, **overrides})
 
-    def run(self, trace: Path, topology: str = "paper-testbed", **kw) -> RunResult:
-        return simulate(self.config(trace, topology, **kw))
+    def run(self, trace: Path, topology: str = "paper-testbed", **overrides) -> RunResult:
+        return simulate(self.config(trace, topology, **overrides))
 
     @cached_property
     def bare_ttft_s(self) -> float:
@@ -120,8 +121,8 @@ def route_rt_s(ctx: Ctx, *, rows: int, q_bytes: float, p_bytes: float, k_backgro
     """Mean routed round trip through the network engine's message path (k other loops on the same uplink)."""
     from simroute.scenarios.network import closed_loop_rtt
     topo = load_topology(shipped_topology(topology))
-    g = topo.spec.gpus_per_host
-    holders = topo.gpus[1:g] if same_host else topo.gpus[g:2 * g]
+    gpus_per_host = topo.spec.gpus_per_host
+    holders = topo.gpus[1:gpus_per_host] if same_host else topo.gpus[gpus_per_host:2 * gpus_per_host]
     fab = ctx.profile.fabric_params(topo.spec.intra.fabric if same_host else topo.spec.nic_fabric)
     return closed_loop_rtt(topo, k_background, rows=rows, q_bytes=q_bytes, p_bytes=p_bytes,
                            t_probe_s=fab.t_probe_s + fab.turnaround_s, single_block_Bps=fab.single_block_Bps,
@@ -132,10 +133,10 @@ def table1_rows(ctx: Ctx) -> list[Row]:
     """Table 1: full round trip at Mq = 1024 for four payloads; the engine's message path on an idle link."""
     out = []
     for row_bytes, paper_us in ((900, 62.8), (2184, 115.8), (4368, 207.7), (8736, 389.1)):
-        q = row_bytes * ctx.geometry.q_bytes / ctx.geometry.qp_bytes
-        rt = route_rt_s(ctx, rows=1024, q_bytes=q, p_bytes=row_bytes - q) * 1e6
+        query_bytes = row_bytes * ctx.geometry.q_bytes / ctx.geometry.qp_bytes
+        trip_us = route_rt_s(ctx, rows=1024, q_bytes=query_bytes, p_bytes=row_bytes - query_bytes) * 1e6
         out.append(Row(f"table1-rt-{row_bytes}", f"route round trip, Mq 1024, {row_bytes} B/row, cross-node",
-                       f"{MQ}, Table 1", paper_us, rt, "us", *rel_band(paper_us, 0.10), "±10% (fit MAPE ~7%)",
+                       f"{MQ}, Table 1", paper_us, trip_us, "us", *rel_band(paper_us, 0.10), "±10% (fit MAPE ~7%)",
                        "network engine message path, profile T_probe and single-block BW"))
     return out
 
@@ -148,11 +149,11 @@ def affine_rt_us(ctx: Ctx, fabric: str, rows: int) -> float:
 
 def nvlink_note(ctx: Ctx, rt_us: float) -> str:
     """Why the intra-node decode route reads below the band: Table 2's affine fit, not the engine."""
-    nv, a100 = affine_rt_us(ctx, "h100-nvlink4", 256), affine_rt_us(ctx, "a100-nvlink3", 256)
+    h100_nvlink, a100 = affine_rt_us(ctx, "h100-nvlink4", 256), affine_rt_us(ctx, "a100-nvlink3", 256)
     fab = ctx.all_fabrics.fabric_params("h100-nvlink4")
     return (f"honest gap: the engine reproduces Table 2's affine fit for H100 NVLink 4.0 (T_probe "
             f"{fab.t_probe_s * 1e6:.1f} us + 256 x {ctx.geometry.qp_bytes:.0f} B / {fab.single_block_Bps / 1e9:.0f} "
-            f"GB/s = {nv:.1f} us; simulated {rt_us:.1f} us); that fit is good at "
+            f"GB/s = {h100_nvlink:.1f} us; simulated {rt_us:.1f} us); that fit is good at "
             "Mq >= 512 (3% MAPE) but misses small batches (18% MAPE over the whole sweep, Table 2), and the paper "
             "publishes no small-Mq turnaround for this fabric (its ~9 us, Fig 2b, is IBGDA's, and a constant one "
             "would break the 3% at Mq >= 512). The same affine form gives A100 NVLink 3.0 "
@@ -163,47 +164,53 @@ def table2_rows(ctx: Ctx) -> list[Row]:
     """Table 2 / Fig 6b: a decode-size route (Mq = 256) costs 31-48 us on every fabric."""
     out = []
     for same_host, name in ((False, "cross-node IBGDA"), (True, "intra-node NVLink 4.0")):
-        rt = route_rt_s(ctx, rows=256, q_bytes=ctx.geometry.q_bytes, p_bytes=ctx.geometry.p_bytes,
+        trip_us = route_rt_s(ctx, rows=256, q_bytes=ctx.geometry.q_bytes, p_bytes=ctx.geometry.p_bytes,
                         same_host=same_host) * 1e6
         out.append(Row(f"table2-decode-rt-{'intra' if same_host else 'cross'}",
-                       f"decode route round trip (Mq 256), {name}", f"{MQ}, Table 2, Fig 6b", 39.5, rt, "us",
+                       f"decode route round trip (Mq 256), {name}", f"{MQ}, Table 2, Fig 6b", 39.5, trip_us, "us",
                        31.0, 48.0, "inside the measured 31-48 us band (paper: its midpoint)",
-                       "network engine message path on paper-testbed", nvlink_note(ctx, rt) if same_host else ""))
+                       "network engine message path on paper-testbed", nvlink_note(ctx, trip_us) if same_host else ""))
     return out
 
 
 def local_note(ctx: Ctx, local_s: float, chunk_tokens: int = 2048) -> str:
-    """Why local re-prefill reads below ct L c: the step model's roofline with published kernel rates."""
+    """Why local re-prefill reads below ct L c: the step model's charge for one prefill of the chunk, term by
+    term, each with what it rests on (measured tables where the GPU's cover the model, else the roofline)."""
     from dataclasses import replace
     from simroute.model.steptime import BatchShape, expert_load
-    L = ctx.geometry.layers
-    c = local_s / (chunk_tokens * L)           # the simulated cost per token-layer
+    layers = ctx.geometry.layers
+    per_token_layer = local_s / (chunk_tokens * layers)           # the simulated cost per token-layer
     shape = BatchShape.uniform(prefill_tokens=chunk_tokens)
     step = ctx.profile.step_model(ctx.model)
     terms = step.iteration(shape)
     slow = ctx.profile.step_model(ctx.model, gpu_spec=replace(step.gpu, gemm_efficiency=0.4)).iteration(shape)
-    g = ctx.geometry
-    per_expert = expert_load(g.routed_experts, g.experts_per_token, chunk_tokens)[1] if g.routed_experts \
-        else chunk_tokens
-    return (f"honest gap: the engine charges the re-prefill as a {chunk_tokens}-token prefill on the step model "
-            f"({terms.iteration_s * 1e3:.1f} ms for the iteration, linear ops {terms.bounds['linear']}-bound: every "
-            f"expert's weights read once, GEMMs at the cited {step.gpu.gemm_fraction(chunk_tokens):.2f} of peak, "
-            f"each routed expert's at {step.gpu.gemm_fraction(per_expert):.2f} for its ~{per_expert:.0f} tokens), "
-            f"{c * 1e6:.2f} us per token-layer; the paper's c = 0.5-1.5 us is its prototype's re-prefill (stack "
-            f"not stated), {0.5e-6 / c:.1f}-{1.5e-6 / c:.1f}x slower than this roofline. GEMMs at 0.4 of peak "
-            f"would give {slow.iteration_s * 1e3:.1f} ms against the band's {chunk_tokens * L * 0.5e-3:.1f}-"
-            f"{chunk_tokens * L * 1.5e-3:.1f} ms. "
-            f"Where each term comes from: linear {terms.lookups['linear']}, attention {terms.lookups['attention']}"
+    geometry = ctx.geometry
+    per_expert = expert_load(geometry.routed_experts, geometry.experts_per_token, chunk_tokens)[1] \
+        if geometry.routed_experts else chunk_tokens
+    band_lo, band_hi = chunk_tokens * layers * 0.5e-3, chunk_tokens * layers * 1.5e-3
+    parts = ", ".join(f"{name} {seconds * 1e3:.1f} ms ({terms.lookups.get(name, 'roofline')})" for name, seconds in (
+        ("linear", terms.linear_s_per_layer * layers), ("attention", terms.attention_s_per_layer * layers),
+        ("elementwise", terms.elementwise_s_per_layer * layers), ("lm_head", terms.lm_head_s),
+        ("overhead", terms.overhead_s)))
+    return ("honest gap: still below the band. The engine charges the re-prefill as one "
+            f"{chunk_tokens}-token prefill on the step model on {step.gpu.name}: {local_s * 1e3:.1f} ms "
+            f"({terms.iteration_s * 1e3:.1f} ms for the iteration: {parts}), {per_token_layer * 1e6:.2f} us per "
+            f"token-layer, against the paper's {band_lo:.1f}-{band_hi:.1f} ms (c = 0.5-1.5 us, its prototype's "
+            f"re-prefill, stack not stated), {band_lo * 1e-3 / local_s:.1f}-{band_hi * 1e-3 / local_s:.1f}x this "
+            f"value. The linear term is the roofline's wherever no table holds the model's expert shape (GEMMs at "
+            f"the cited {step.gpu.gemm_fraction(chunk_tokens):.2f} of peak, each routed expert's at "
+            f"{step.gpu.gemm_fraction(per_expert):.2f} for its ~{per_expert:.0f} tokens); at 0.4 of peak the "
+            f"iteration would take {slow.iteration_s * 1e3:.1f} ms"
             + (f" ({'; '.join(step.notes)})" if step.notes else "") + ".")
 
 
 def decode_point_rows(ctx: Ctx) -> list[Row]:
     """Fig 1b, §5.1, §6.1: at decode (Mq 256, ct 2048, cross-node) route << fetch < local."""
     trace = single_chunk_trace(ctx.tmp / "fig1b.parquet", requester=0, holder=4, prompt_tokens=16)
-    cost = {p: attention_cost_s(ctx, ctx.run(trace, policy=f"always-{p}", route_exchanges="once"))
-            for p in ("route", "fetch", "local")}
+    cost = {policy: attention_cost_s(ctx, ctx.run(trace, policy=f"always-{policy}", route_exchanges="once"))
+            for policy in ("route", "fetch", "local")}
     fetch_p50 = ctx.profile.constant("staging_fetch_p50_ms").value
-    L = ctx.geometry.layers
+    layers = ctx.geometry.layers
     return [
         Row("fig1b-fetch", "fetch of a 2048-token chunk: all-layer pull + splice",
             f"{MQ}, §6.1 (per-fetch p50, IBGDA)", fetch_p50, cost["fetch"] * 1e3, "ms", *rel_band(fetch_p50, 0.20), "±20%",
@@ -212,7 +219,7 @@ def decode_point_rows(ctx: Ctx) -> list[Row]:
             f"{MQ}, Fig 6b (route > 60x below splice)", 60.0, cost["fetch"] / cost["route"], "x", 10.0, math.inf, ">= 10x (an order of magnitude)",
             "simulator: routed query, holder batch, partial back, merge vs fetch"),
         Row("fig1b-local", "local re-prefill of the chunk (ct L c, c = 0.5-1.5 us)", f"{MQ}, §4 (T_local)",
-            2048 * L * 1e-3, cost["local"] * 1e3, "ms", 2048 * L * 0.5e-3, 2048 * L * 1.5e-3,
+            2048 * layers * 1e-3, cost["local"] * 1e3, "ms", 2048 * layers * 0.5e-3, 2048 * layers * 1.5e-3,
             "inside ct x L x [0.5, 1.5] us", "simulator: re-prefill on the requester", local_note(ctx, cost["local"])),
     ]
 
@@ -223,14 +230,16 @@ def wire_byte_rows(ctx: Ctx) -> list[Row]:
     The paper compares one layer's exchange with one layer's cache, so route pays one exchange per layer here.
     """
     trace = single_chunk_trace(ctx.tmp / "bytes.parquet", requester=0, holder=4, prompt_tokens=16)
-    b = {p: float(ctx.run(trace, policy=f"always-{p}", route_exchanges="per-layer").summary["bytes"][p])
-         for p in ("route", "fetch")}
-    mq = 16 * ctx.geometry.heads_q
+    bytes_by_policy = {policy: float(ctx.run(trace, policy=f"always-{policy}",
+                                             route_exchanges="per-layer").summary["bytes"][policy])
+                       for policy in ("route", "fetch")}
+    query_rows = 16 * ctx.geometry.heads_q
     return [Row("bytes-route-saving", "route's wire-byte saving over fetch at Mq 256, ct 2048", f"{MQ}, §2.1, §4",
-                76.0, 100 * (1 - b["route"] / b["fetch"]), "%", 73.0, 79.0, "±3 points",
+                76.0, 100 * (1 - bytes_by_policy["route"] / bytes_by_policy["fetch"]), "%", 73.0, 79.0, "±3 points",
                 "simulator byte accounting of the messages and the bulk copy"),
             Row("bytes-break-even", "wire-byte break-even Mq* at ct 2048", f"{MQ}, §4", 1080.0,
-                mq * b["fetch"] / b["route"], "rows", *rel_band(1080.0, 0.05), "±5%",
+                query_rows * bytes_by_policy["fetch"] / bytes_by_policy["route"], "rows", *rel_band(1080.0, 0.05),
+                "±5%",
                 "simulator byte accounting, route bytes linear in Mq")]
 
 
@@ -238,9 +247,9 @@ def wire_byte_rows(ctx: Ctx) -> list[Row]:
 def fanout_rows(ctx: Ctx) -> list[Row]:
     """Fig 4a: route fan-out over the M holders a selection spans stays flat (parallel, probe-bound)."""
     cost = {}
-    for m in (1, 7):
-        trace = selection_trace(ctx.tmp / f"sel{m}.parquet", requester=0, holders=list(range(1, m + 1)))
-        cost[m] = attention_cost_s(ctx, ctx.run(trace, policy="always-route"))
+    for replicas in (1, 7):
+        trace = selection_trace(ctx.tmp / f"sel{replicas}.parquet", requester=0, holders=list(range(1, replicas + 1)))
+        cost[replicas] = attention_cost_s(ctx, ctx.run(trace, policy="always-route"))
     ratio = cost[7] / cost[1]
     return [Row("fig4a-route-fanout", "route fan-out cost, M = 7 holders over M = 1", f"{MQ}, Fig 4a, §5.4", 1.0,
                 ratio, "x", 0.8, 1.2, "flat: within ±20%",
@@ -260,9 +269,10 @@ def fanout_note(ratio: float) -> str:
             f"this cache model.")
 
 
-def fanin(ctx: Ctx, n: int, replicas: int = 1, first_requester: int = 8) -> float:
+def fanin(ctx: Ctx, requesters: int, replicas: int = 1, first_requester: int = 8) -> float:
     """Mean TPOT of N sub-agents (instances first_requester...) on one 2048-token document homed on instance 0."""
-    trace = fanin_trace(ctx.tmp / f"fanin{n}-{first_requester}.parquet", n, first_requester=first_requester, holder=0)
+    trace = fanin_trace(ctx.tmp / f"fanin{requesters}-{first_requester}.parquet", requesters,
+                        first_requester=first_requester, holder=0)
     res = ctx.run(trace, "fattree", policy="always-route", placement="popularity", replicas=replicas,
                   hot_fraction=1.0)
     return float(np.mean(column(res, "tpot_s")))
@@ -274,10 +284,10 @@ def holder_rows(ctx: Ctx) -> list[Row]:
     Where replicas land changes each requester's path (a replica on its own host is nearer than the home), so
     the replica row divides out that placement effect: the same requesters, each alone, with 4 replicas vs 1.
     """
-    tpot = {n: fanin(ctx, n) for n in (1, 8, 32)}
+    tpot = {requesters: fanin(ctx, requesters) for requesters in (1, 8, 32)}
     crowd = fanin(ctx, 32, 4) / tpot[32]
-    alone = np.mean([fanin(ctx, 1, 4, 8 + i) for i in range(32)]) / np.mean([fanin(ctx, 1, 1, 8 + i)
-                                                                            for i in range(32)])
+    alone = np.mean([fanin(ctx, 1, 4, 8 + offset) for offset in range(32)]) / np.mean([fanin(ctx, 1, 1, 8 + offset)
+                                                                            for offset in range(32)])
     return [
         Row("fig4b-fanin-flat", "TPOT with 8 sub-agents on one holder over 1", f"{MQ}, Fig 4b, §6.3", 1.0,
             tpot[8] / tpot[1], "x", 0.95, 1.15, "flat to N ~ 8: at most +15%",
@@ -293,33 +303,35 @@ def holder_rows(ctx: Ctx) -> list[Row]:
 
 
 # ---- congestion: Fig 7 -------------------------------------------------------------------------------------
-def congestion_curve(ctx: Ctx, ks: tuple[int, ...] = (0, 1, 2, 3, 4), mq: int = 1024) -> dict[int, float]:
+def congestion_curve(ctx: Ctx, stream_counts: tuple[int, ...] = (0, 1, 2, 3, 4),
+                     query_rows: int = 1024) -> dict[int, float]:
     """Route round trip at Mq with K other closed-loop requesters on the same NIC (Fig 7a): the network
     layer's `fig7_round_trips`, i.e. its message model with the NIC queue-pair context cache."""
     from simroute.network.fig7 import fig7_round_trips
     topo = load_topology(shipped_topology("paper-testbed"))
     fab = ctx.profile.fabric_params(topo.spec.nic_fabric)
-    trips = fig7_round_trips(topo, ks, rows=mq, q_bytes=ctx.geometry.q_bytes, p_bytes=ctx.geometry.p_bytes,
+    trips = fig7_round_trips(topo, stream_counts, rows=query_rows, q_bytes=ctx.geometry.q_bytes,
+                             p_bytes=ctx.geometry.p_bytes,
                              t_probe_s=fab.t_probe_s + fab.turnaround_s, single_block_Bps=fab.single_block_Bps)
-    return dict(zip(ks, trips))
+    return dict(zip(stream_counts, trips))
 
 
 def congestion_rows(ctx: Ctx) -> list[Row]:
     """Fig 7a: flat through K = 2, +119% (Mq 1024) / +108% (Mq 256) once the link is fully subscribed at
     K = 3; never above fetch's splice. The NIC context cache's two parameters are fitted to this figure, so
     these rows check the fit reproduces onset and magnitude through the engine, not an independent prediction."""
-    rt, small = congestion_curve(ctx), congestion_curve(ctx, (0, 3), mq=256)
+    round_trips, small = congestion_curve(ctx), congestion_curve(ctx, (0, 3), query_rows=256)
     splice_ms = 2.91
     basis = "network engine: NIC queue-pair context cache (parameters fitted to Fig 7) and link queueing"
     return [
         Row("fig7-onset", "route RT at K = 2 over K = 0 (Mq 1024)", f"{MQ}, Fig 7a, §8", 0.0,
-            100 * (rt[2] / rt[0] - 1), "%", -5.0, 10.0, "flat: at most +10%", basis),
+            100 * (round_trips[2] / round_trips[0] - 1), "%", -5.0, 10.0, "flat: at most +10%", basis),
         Row("fig7-saturated", "route RT at K = 3 over K = 0 (Mq 1024)", f"{MQ}, Fig 7a, §8", 119.0,
-            100 * (rt[3] / rt[0] - 1), "%", 80.0, 160.0, "+80% .. +160%", basis),
+            100 * (round_trips[3] / round_trips[0] - 1), "%", 80.0, 160.0, "+80% .. +160%", basis),
         Row("fig7-saturated-256", "route RT at K = 3 over K = 0 (Mq 256)", f"{MQ}, Fig 7a, §8 (45.6 -> 95 us)",
             108.0, 100 * (small[3] / small[0] - 1), "%", 70.0, 150.0, "+70% .. +150%", basis),
         Row("fig7-no-inversion", "splice / route RT at K = 4 (Mq 1024)", f"{MQ}, Fig 7a (~12x below the splice)",
-            12.0, splice_ms * 1e-3 / rt[4], "x", 1.0, math.inf, "route stays below fetch's splice (> 1x)",
+            12.0, splice_ms * 1e-3 / round_trips[4], "x", 1.0, math.inf, "route stays below fetch's splice (> 1x)",
             "network engine; splice 2.91 ms at ct 2048 (Move the Query, Not the Cache, §6.1)"),
     ]
 
@@ -343,7 +355,8 @@ def lone_fetch_gain(ctx: Ctx) -> float:
     fit's own regime, a reference for the elbow row's note."""
     trace = fanin_trace(ctx.tmp / "staging-lone.parquet", 1, first_requester=STAGING_REQUESTERS[0], holder=0,
                         output_tokens=1)
-    ttft = {k: column(ctx.run(trace, policy="always-fetch", staging_streams=k), "ttft_s")[0] for k in (1, 8)}
+    ttft = {streams: column(ctx.run(trace, policy="always-fetch", staging_streams=streams), "ttft_s")[0]
+            for streams in (1, 8)}
     return ttft[8] / ttft[1] - 1
 
 
@@ -379,17 +392,17 @@ def staging_notes(ctx: Ctx, copy_GBps: float | None, p50: dict[int, float]) -> t
 def staging_rows(ctx: Ctx) -> list[Row]:
     """§6.2: the holder's K-stream staging pool: K = 8 the elbow (p50 -7%), K = 16 regresses. As the paper
     runs it: the 2-node x 4-H100 testbed, the other node's GPUs fetching a chunk each from one holder."""
-    first, n = STAGING_REQUESTERS
-    trace = fanin_trace(ctx.tmp / "staging.parquet", n - first, first_requester=first, holder=0, n_chunks=1,
+    first, requesters = STAGING_REQUESTERS
+    trace = fanin_trace(ctx.tmp / "staging.parquet", requesters - first, first_requester=first, holder=0, n_chunks=1,
                         output_tokens=1)
-    p50 = {k: float(np.median(column(ctx.run(trace, policy="always-fetch", staging_streams=k), "ttft_s")))
-           for k in (1, 8, 16)}
+    p50 = {streams: float(np.median(column(ctx.run(trace, policy="always-fetch", staging_streams=streams), "ttft_s")))
+           for streams in (1, 8, 16)}
     gain = ctx.profile.constant("staging_gain_at_elbow").value
     elbow_note, past_note = staging_notes(ctx, ctx.config(trace, "paper-testbed").staging_copy_GBps, p50)
     basis = ("simulator: holder staging pool (one-stream rate fitted to this gain, simroute.model.staging) "
              "feeding the bulk flows on paper-testbed")
     return [
-        Row("staging-elbow", f"fetch TTFT p50 at K = 8 staging streams over K = 1 ({n - first} cross-node "
+        Row("staging-elbow", f"fetch TTFT p50 at K = 8 staging streams over K = 1 ({requesters - first} cross-node "
             "requesters, one chunk each)", f"{MQ}, §6.2", -100 * gain, 100 * (p50[8] / p50[1] - 1), "%",
             -100 * gain - 5, -100 * gain + 5, "±5 points", basis, elbow_note),
         Row("staging-past-elbow", "fetch TTFT p50 at K = 16 over K = 8",
@@ -417,8 +430,8 @@ def ark_points(ctx: Ctx, qps: float, duration_s: float, seeds: tuple[int, ...]) 
 def ark_notes(pairs: list[tuple], qps: float, ttft_red: float, fct_red: float) -> tuple[str, str]:
     """Why TTFT gains less than the paper and the ECMP spine peak is lower: the scenario's transfers are short
     against its prefill, and few are in flight (Little's law)."""
-    fct_s = float(np.mean([e.fct_mean_ms for e, _ in pairs])) / 1e3
-    ttft_s = float(np.mean([e.ttft_mean_ms for e, _ in pairs])) / 1e3
+    fct_s = float(np.mean([ecmp.fct_mean_ms for ecmp, _ in pairs])) / 1e3
+    ttft_s = float(np.mean([ecmp.ttft_mean_ms for ecmp, _ in pairs])) / 1e3
     setup = ("The ARK paper (packet-level RDMA simulation) states no model, prompt sizes or link rates, so the "
              "scenario's transfers (llama-3.1-8b KV, lognormal prompts of median 16k tokens, 25 GB/s NICs) are a "
              "choice, not its setup.")
@@ -438,17 +451,17 @@ def ark_rows(ctx: Ctx, qps: float = 25.0, duration_s: float = 60.0, seeds: tuple
     """ARK Figs 2-3: at QPS 25 ARK cuts mean / P95 FCT by 27.3% / 34.0%, TTFT by up to 12.9%; spine peaks.
     Reductions are the mean over `seeds` (independent Poisson traces), peaks the highest over them."""
     pairs = ark_points(ctx, qps, duration_s, seeds)
-    red = lambda x, y: 100 * (y / x - 1) if x else math.nan
-    mean_red = lambda attr: float(np.mean([red(getattr(e, attr), getattr(a, attr)) for e, a in pairs]))
+    red = lambda baseline, measured: 100 * (measured / baseline - 1) if baseline else math.nan
+    mean_red = lambda attr: float(np.mean([red(getattr(ecmp, attr), getattr(ark, attr)) for ecmp, ark in pairs]))
     fct, p95, ttft = mean_red("fct_mean_ms"), mean_red("fct_p95_ms"), mean_red("ttft_mean_ms")
-    peak_e = float(max(e.peak_spine_flows for e, _ in pairs))
-    peak_a = float(max(a.peak_spine_flows for _, a in pairs))
+    peak_e = float(max(ecmp.peak_spine_flows for ecmp, _ in pairs))
+    peak_a = float(max(ark.peak_spine_flows for _, ark in pairs))
     ttft_note, spine_note = ark_notes(pairs, qps, ttft, fct)
     if ttft > TTFT_BAND[1]:
         ttft_note = "honest gap: " + ttft_note
     elif ttft > TTFT_BAND[1] - 2.0:      # inside the band, within 2 points of its weak end
         ttft_note = "passes only at its band's weak end, not in the paper's regime: " + ttft_note
-    per_seed = "per seed: " + ", ".join(f"{red(e.fct_p95_ms, a.fct_p95_ms):+.1f}%" for e, a in pairs)
+    per_seed = "per seed: " + ", ".join(f"{red(ecmp.fct_p95_ms, ark.fct_p95_ms):+.1f}%" for ecmp, ark in pairs)
     basis = f"simulator: PD KV transfers on ark-paper, ECMP hashing vs ARK reservation, mean of seeds {seeds}"
     return [
         Row("ark-fct-mean", "mean KV-transfer FCT, ARK vs ECMP, QPS 25", f"{ARK}, Fig 2", -27.3, fct, "%",
@@ -471,20 +484,20 @@ SECTIONS: tuple[Callable[[Ctx], list[Row]], ...] = (
 
 def scorecard(sections: tuple[Callable[[Ctx], list[Row]], ...] = SECTIONS) -> list[Row]:
     """Run every section in a scratch directory; each row carries its own verdict."""
-    with tempfile.TemporaryDirectory(prefix="simroute-validate-") as d:
-        ctx = Ctx(Path(d))
+    with tempfile.TemporaryDirectory(prefix="simroute-validate-") as scratch:
+        ctx = Ctx(Path(scratch))
         return [row for section in sections for row in section(ctx)]
 
 
 def section_names() -> list[str]:
-    return [f.__name__.removesuffix("_rows") for f in SECTIONS]
+    return [section.__name__.removesuffix("_rows") for section in SECTIONS]
 
 
 def select_sections(names: list[str]) -> tuple[Callable[[Ctx], list[Row]], ...]:
     """The sections named (`table1`, `ark`, ...); unknown names are an error listing the known ones."""
     from simroute.errors import UnknownNameError
-    known = {f.__name__.removesuffix("_rows"): f for f in SECTIONS}
-    for n in names:
-        if n not in known:
-            raise UnknownNameError("validate section", n, list(known))
-    return tuple(known[n] for n in names)
+    known = {section.__name__.removesuffix("_rows"): section for section in SECTIONS}
+    for name in names:
+        if name not in known:
+            raise UnknownNameError("validate section", name, list(known))
+    return tuple(known[name] for name in names)

@@ -30,67 +30,68 @@ def _module():
 
 
 def test_arguments() -> None:
-    m = _module()
-    a = m.parse_args(["out", "--budget-s", "300", "--quick", "--only", "gemm,hbm"])
-    assert a.out_dir == Path("out") and a.budget_s == 300 and a.quick and not a.dry_run and a.only == "gemm,hbm"
-    assert a.wheels.name == ".whl"
+    script = _module()
+    args = script.parse_args(["out", "--budget-s", "300", "--quick", "--only", "gemm,hbm"])
+    assert args.out_dir == Path("out") and args.budget_s == 300 and args.quick and not args.dry_run
+    assert args.only == "gemm,hbm"
+    assert args.wheels.name == ".whl"
     for bad in (["out", "--budget-s", "10"], [], ["out", "--only", "nosuchprobe"]):
         with pytest.raises(SystemExit):
-            m.parse_args(bad)
+            script.parse_args(bad)
 
 
 def test_the_plan_covers_every_one_gpu_probe_and_fits_eight_minutes() -> None:
-    m = _module()
-    runnable = {n for n, p in PROBES.items() if not p.hidden and p.needs in ("cpu", "gpu1")}
-    assert {n for n, _ in m.PLAN} == runnable
-    t = m.plan_timeouts(480)
-    total = sum(t.values())
-    assert total <= 480 * (1 - m.RESERVE_SHARE / 2)
-    assert m.plan_lines(480, t, False)[-1].endswith("fits")
-    squeezed = {n: 60.0 for n in t}                          # a plan over the budget says so
-    assert m.plan_lines(480, squeezed, False)[-1].endswith("DOES NOT FIT")
-    assert m.plan_timeouts(480, ["gemm"]) == {"gemm": pytest.approx(dict(m.PLAN)["gemm"] * 480)}
+    script = _module()
+    runnable = {name for name, probe in PROBES.items() if not probe.hidden and probe.needs in ("cpu", "gpu1")}
+    assert {name for name, _ in script.PLAN} == runnable
+    timeouts = script.plan_timeouts(480)
+    total = sum(timeouts.values())
+    assert total <= 480 * (1 - script.RESERVE_SHARE / 2)
+    assert script.plan_lines(480, timeouts, False)[-1].endswith("fits")
+    squeezed = {name: 60.0 for name in timeouts}                          # a plan over the budget says so
+    assert script.plan_lines(480, squeezed, False)[-1].endswith("DOES NOT FIT")
+    assert script.plan_timeouts(480, ["gemm"]) == {"gemm": pytest.approx(dict(script.PLAN)["gemm"] * 480)}
 
 
 def test_install_plan_without_wheel_folder_says_so(tmp_path: Path) -> None:
-    m = _module()
-    reqs, line = m.install_plan(tmp_path / "nowheels")
+    script = _module()
+    reqs, line = script.install_plan(tmp_path / "nowheels")
     assert reqs == []
     assert ("no wheel folder" in line) or line == "all libraries present"
 
 
 def test_missing_means_absent_or_older_than_the_pin() -> None:
-    m = _module()
+    script = _module()
     import numpy
     have = numpy.__version__
-    assert m.missing([(f"numpy=={have}", "numpy")]) == []
-    assert m.missing([("numpy==999.0", "numpy")]) == ["numpy==999.0"]          # the box's is older
-    assert m.missing([("numpy==0.1", "numpy")]) == []                          # newer than the pin: kept
-    assert m.missing([("nosuchdist==1.0", "nosuchmodule_xyz")]) == ["nosuchdist==1.0"]
+    assert script.missing([(f"numpy=={have}", "numpy")]) == []
+    assert script.missing([("numpy==999.0", "numpy")]) == ["numpy==999.0"]          # the box's is older
+    assert script.missing([("numpy==0.1", "numpy")]) == []                          # newer than the pin: kept
+    assert script.missing([("nosuchdist==1.0", "nosuchmodule_xyz")]) == ["nosuchdist==1.0"]
 
 
 def test_the_documented_wheel_command_is_the_scripts() -> None:
-    m = _module()
-    cmd = m.wheel_command()
+    script = _module()
+    cmd = script.wheel_command()
     assert "--no-deps" in cmd and "--python-version 3.12" in cmd
-    assert all(req in cmd for req, _, _ in m.BRING_WHEELS)
+    assert all(req in cmd for req, _, _ in script.BRING_WHEELS)
     assert cmd in (ROOT / "docs" / "PROBES.md").read_text()
 
 
 def test_output_limits_are_checked(tmp_path: Path) -> None:
-    m = _module()
+    script = _module()
     out = tmp_path / "box"
     out.mkdir()
     (out / "profile.yaml").write_text("x")
-    assert m.check_outputs(out) == []
+    assert script.check_outputs(out) == []
     (out / "bad name.txt").write_text("x")
     (out / "a" / "b").mkdir(parents=True)
     (out / "a" / "b" / "deep.txt").write_text("x")
-    with (out / "big.bin").open("wb") as f:
-        f.truncate(m.MAX_FILE_BYTES + 1)
-    for i in range(6):
-        (out / f"f{i}").write_text("x")
-    problems = " | ".join(m.check_outputs(out))
+    with (out / "big.bin").open("wb") as handle:
+        handle.truncate(script.MAX_FILE_BYTES + 1)
+    for index in range(6):
+        (out / f"f{index}").write_text("x")
+    problems = " | ".join(script.check_outputs(out))
     assert "10 files" in problems and "bad name.txt" in problems and "deeper" in problems and "big.bin" in problems
 
 
@@ -98,13 +99,13 @@ def test_the_total_budget_caps_every_probe(tmp_path: Path) -> None:
     """A probe never gets more than what is left of the total: past it, the rest are skipped, saying so."""
     import time
     from simroute.probes.capability import detect
-    m = _module()
-    a = m.parse_args([str(tmp_path / "out"), "--only", "host-tcp,gemm"])
+    script = _module()
+    args = script.parse_args([str(tmp_path / "out"), "--only", "host-tcp,gemm"])
     lines: list[str] = []
-    outcomes = m.run_plan(a, detect(query_gpus=False), m.plan_timeouts(480, ["host-tcp", "gemm"]),
+    outcomes = script.run_plan(args, detect(query_gpus=False), script.plan_timeouts(480, ["host-tcp", "gemm"]),
                           time.monotonic() + 4.0, 0.0, lines.append)
-    assert [o.status for o in outcomes] == ["skipped", "skipped"]
-    assert all("no budget left" in o.message for o in outcomes) and len(lines) == 2
+    assert [outcome.status for outcome in outcomes] == ["skipped", "skipped"]
+    assert all("no budget left" in outcome.message for outcome in outcomes) and len(lines) == 2
 
 
 def _torch_like_outcomes() -> list:
@@ -117,7 +118,8 @@ def _torch_like_outcomes() -> list:
     dec = {**base, "kernels": {"mla-deepseek-v3": "FlashMLA"}, "points": [
         {"kind": "mla-deepseek-v3", "batch": 4, "context": 512, "seconds": 1e-5, "table": "mla_decode",
          "heads": 128}]}
-    return [ProbeOutcome(PROBES["gemm"], "ok", "", 1.0, gemm), ProbeOutcome(PROBES["decode-attention"], "ok", "", 1.0, dec),
+    return [ProbeOutcome(PROBES["gemm"], "ok", "", 1.0, gemm),
+            ProbeOutcome(PROBES["decode-attention"], "ok", "", 1.0, dec),
             ProbeOutcome(PROBES["hbm"], "ok", "", 1.0, {**base, "best_GBps": 4000.0}),
             ProbeOutcome(PROBES["prefill-attention"], "failed", "boom", 1.0, {})]
 
@@ -126,17 +128,20 @@ def test_results_json_holds_what_the_tables_are_made_of() -> None:
     """--write-tables rebuilds the outcomes from results.json: the same tables as from the run's own outcomes
     (JSON's string keys and lists included)."""
     from simroute.probes.step_tables import step_tables
-    m = _module()
+    script = _module()
     outcomes = _torch_like_outcomes()
-    back = m.outcomes_from_results(json.loads(m.results_json(outcomes)))
-    assert [(o.probe.name, o.status) for o in back] == [(o.probe.name, o.status) for o in outcomes]
-    a, b = step_tables(outcomes), step_tables(back)
-    assert (b.framework, b.version, b.device, b.dry_run) == (a.framework, a.version, a.device, a.dry_run)
-    assert b.tables == a.tables and b.entries == a.entries and b.rows == {"gemm": 2, "mla_decode": 1}
+    back = script.outcomes_from_results(json.loads(script.results_json(outcomes)))
+    assert ([(outcome.probe.name, outcome.status) for outcome in back]
+            == [(outcome.probe.name, outcome.status) for outcome in outcomes])
+    before, after = step_tables(outcomes), step_tables(back)
+    assert ((after.framework, after.version, after.device, after.dry_run)
+            == (before.framework, before.version, before.device, before.dry_run))
+    assert after.tables == before.tables and after.entries == before.entries
+    assert after.rows == {"gemm": 2, "mla_decode": 1}
 
 
 def test_write_tables_refuses_bad_input_in_one_line_and_changes_nothing(tmp_path: Path, capsys) -> None:
-    m = _module()
+    script = _module()
     out = tmp_path / "h200"
     out.mkdir()
     (out / "capability.json").write_text(json.dumps({"hostname": "h200box", "cpu_model": "Xeon", "cpus": 16,
@@ -144,18 +149,18 @@ def test_write_tables_refuses_bad_input_in_one_line_and_changes_nothing(tmp_path
     (out / "profile.yaml").write_text(yaml.safe_dump({"description": "no GPU entry", "gpus": {}}))
 
     def refused(what: str) -> None:
-        before = {p.name: p.read_bytes() for p in out.iterdir()}
-        assert m.main(["--write-tables", str(out)]) == 2
+        before = {probe.name: probe.read_bytes() for probe in out.iterdir()}
+        assert script.main(["--write-tables", str(out)]) == 2
         err = capsys.readouterr()
         assert err.out == "" and len(err.err.strip().splitlines()) == 1 and what in err.err, err.err
         assert "nothing changed" in err.err
-        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+        assert {probe.name: probe.read_bytes() for probe in out.iterdir()} == before
 
     refused("no results.json")
-    only_hbm = [o for o in _torch_like_outcomes() if o.probe.name == "hbm"]
-    (out / "results.json").write_text(m.results_json(only_hbm))
+    only_hbm = [outcome for outcome in _torch_like_outcomes() if outcome.probe.name == "hbm"]
+    (out / "results.json").write_text(script.results_json(only_hbm))
     refused("no step probe results")
-    (out / "results.json").write_text(m.results_json(_torch_like_outcomes()))
+    (out / "results.json").write_text(script.results_json(_torch_like_outcomes()))
     refused("no GPU entry")
     (out / "results.json").write_text("{not json")
     refused("unreadable")
@@ -165,15 +170,15 @@ def test_write_tables_refuses_bad_input_in_one_line_and_changes_nothing(tmp_path
 def test_dry_run_rehearses_the_whole_plan_and_reports_it_fits(tmp_path: Path) -> None:
     """Must show: the dry run of the one-shot script passes and reports a plan that fits 8 minutes; afterwards
     `--write-tables OUT_DIR` turns its results.json into the operator tables `simroute calibrate` writes."""
-    m = _module()
+    script = _module()
     out = tmp_path / "h200"
-    r = subprocess.run([sys.executable, str(SCRIPT), str(out), "--dry-run"],
+    completed = subprocess.run([sys.executable, str(SCRIPT), str(out), "--dry-run"],
                        capture_output=True, text=True, timeout=240, cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""})
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    total_line = next(line for line in r.stdout.splitlines() if "plan total" in line)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    total_line = next(line for line in completed.stdout.splitlines() if "plan total" in line)
     assert "480 s budget (8.0 min): fits" in total_line
     results = json.loads((out / "results.json").read_text())
-    assert set(results) == {n for n, _ in m.PLAN}
+    assert set(results) == {name for name, _ in script.PLAN}
     for name, res in results.items():
         if name == "nvshmem-loopback":                       # no reference implementation: says what it needs
             assert res["status"] == "missing-dep" and "nvshmem" in res["message"]
@@ -181,7 +186,7 @@ def test_dry_run_rehearses_the_whole_plan_and_reports_it_fits(tmp_path: Path) ->
         assert res["status"] == "ok", f"{name}: {res['status']}: {res['message']}"
         if PROBES[name].needs == "gpu1":                      # never passed off as a GPU measurement
             assert "reference" in res["results"]["backend"], name
-    assert m.check_outputs(out) == [] and {p.name for p in out.iterdir()} == set(m.OUTPUTS)
+    assert script.check_outputs(out) == [] and {probe.name for probe in out.iterdir()} == set(script.OUTPUTS)
     data = yaml.safe_load((out / "profile.yaml").read_text())
     assert data["description"].startswith("DRY RUN") and data["gpu"] == "h200-sxm"
     entry = data["gpus"]["h200-sxm"]
@@ -191,7 +196,7 @@ def test_dry_run_rehearses_the_whole_plan_and_reports_it_fits(tmp_path: Path) ->
     prof = load_profile(out / "profile.yaml")
     prof.cost_params()
     assert prof.step_model("deepseek-v2-lite", gpu="h200-sxm").iteration_s(64, 64, 64 * 512, 64 * 512) > 0
-    assert "--write-tables OUT_DIR" in r.stdout.strip().splitlines()[-1]         # the last line says what is next
+    assert "--write-tables OUT_DIR" in completed.stdout.strip().splitlines()[-1]      # the last line says what is next
     _write_tables_after_the_dry_run(out)
 
 
@@ -205,20 +210,20 @@ def _write_tables_after_the_dry_run(out: Path) -> None:
         return subprocess.run([sys.executable, str(SCRIPT), "--write-tables", str(where)], capture_output=True,
                               text=True, timeout=120, cwd=out.parent, env={**os.environ, "PYTHONPATH": ""})
 
-    r = write_tables(out)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert "dry run" in r.stdout and "wrote" in r.stdout
+    completed = write_tables(out)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert "dry run" in completed.stdout and "wrote" in completed.stdout
     dirs = list((out / "ops" / "h200-sxm").iterdir())
     assert len(dirs) == 1 and dirs[0].name.startswith("numpy-dry-run")
-    t = load_operator_tables(dirs[0])
+    timeouts = load_operator_tables(dirs[0])
     # every kind the probes timed a point of, and no other (the rehearsal's deadlines decide how far each sweep
     # gets on a loaded box, so the set is read from results.json, not fixed)
-    timed = {"gemm"} | {point["table"] for name in ("decode-attention", "prefill-attention")
+    timed = {"gemm"} | {point["table"] for name in ("decode-attention", "prefill-attention", "moe", "elementwise")
                         for point in results[name]["results"].get("points", []) if point.get("table")}
     assert {"gemm", "mla_decode", "attention_decode"} <= timed
-    assert {k.value for k in t.tables} == timed
-    assert t.provenance["kind"] == "measured" and t.provenance["dry_run"] == "true"
-    assert t.provenance["device"] == "cpu (dry run)"
+    assert {kind.value for kind in timeouts.tables} == timed
+    assert timeouts.provenance["kind"] == "measured" and timeouts.provenance["dry_run"] == "true"
+    assert timeouts.provenance["device"] == "cpu (dry run)"
     raw = yaml.safe_load((out / "profile.yaml").read_text())
     assert raw["gpus"]["h200-sxm"]["operator_tables"]["path"] == f"ops/h200-sxm/{dirs[0].name}"
     assert "DRY RUN" in raw["gpus"]["h200-sxm"]["operator_tables"]["note"]
@@ -228,7 +233,7 @@ def _write_tables_after_the_dry_run(out: Path) -> None:
     # again: its own directory replaced, not a foreign one beside it; the profile the same but for nothing
     again = write_tables(out)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert [p.name for p in (out / "ops" / "h200-sxm").iterdir()] == [dirs[0].name]
+    assert [probe.name for probe in (out / "ops" / "h200-sxm").iterdir()] == [dirs[0].name]
     raw2 = yaml.safe_load((out / "profile.yaml").read_text())
     assert raw2 == raw
     # bad input: one line, exit 2

@@ -13,8 +13,8 @@ import pytest
 from simroute.scenarios import validate as v
 
 
-def row(sim: float, lo: float = 1.0, hi: float = 2.0) -> v.Row:
-    return v.Row("r", "effect", "source", 1.5, sim, "x", lo, hi, "band", "basis")
+def row(sim: float, low: float = 1.0, high: float = 2.0) -> v.Row:
+    return v.Row("r", "effect", "source", 1.5, sim, "x", low, high, "band", "basis")
 
 
 @pytest.mark.parametrize("sim, verdict", [(1.0, "pass"), (2.0, "pass"), (0.999, "fail"), (2.001, "fail"),
@@ -24,14 +24,14 @@ def test_verdict_is_the_band(sim, verdict):
 
 
 def test_open_band_is_null_in_json():
-    d = row(5.0, 1.0, math.inf).as_dict()
-    assert d["hi"] is None and d["verdict"] == "pass"
-    json.dumps(d, allow_nan=False)
+    entry = row(5.0, 1.0, math.inf).as_dict()
+    assert entry["hi"] is None and entry["verdict"] == "pass"
+    json.dumps(entry, allow_nan=False)
 
 
 @pytest.fixture(scope="module")
 def card() -> dict[str, v.Row]:
-    return {r.id: r for r in v.scorecard()}
+    return {card_row.id: card_row for card_row in v.scorecard()}
 
 
 @pytest.mark.slow                      # the module's scorecard fixture: the whole scorecard once
@@ -42,8 +42,8 @@ def test_scorecard_covers_the_papers_effects(card):
                  "fig7-saturated", "staging-elbow", "ark-fct-mean", "ark-fct-p95", "ark-ttft-mean",
                  "ark-spine-ecmp", "ark-spine-ark"):
         assert must in ids
-    for r in card.values():
-        assert r.verdict in ("pass", "fail") and math.isfinite(r.paper) and r.lo <= r.hi
+    for card_row in card.values():
+        assert card_row.verdict in ("pass", "fail") and math.isfinite(card_row.paper) and card_row.lo <= card_row.hi
 
 
 def test_mechanism_rows_that_hold(card):
@@ -59,24 +59,25 @@ def test_mechanism_rows_that_hold(card):
 def test_congestion_rises_with_background_load():
     import tempfile
     from pathlib import Path
-    with tempfile.TemporaryDirectory() as d:
-        rt = v.congestion_curve(v.Ctx(Path(d)), ks=(0, 2, 4))
-    assert rt[0] <= rt[2] < rt[4]
+    with tempfile.TemporaryDirectory() as scratch:
+        round_trips = v.congestion_curve(v.Ctx(Path(scratch)), stream_counts=(0, 2, 4))
+    assert round_trips[0] <= round_trips[2] < round_trips[4]
 
 
 def test_a_broken_message_path_fails_its_rows(monkeypatch, tmp_path):
     """Rows are computed by the engine, not read back: a message model that ignores bytes fails Table 1."""
     from simroute.network.engine import FlowEngine
-    monkeypatch.setattr(FlowEngine, "message_delay", lambda self, *a, **k: 20e-6)
+    monkeypatch.setattr(FlowEngine, "message_delay", lambda self, *args, **kwargs: 20e-6)
     rows = v.table1_rows(v.Ctx(tmp_path))
-    assert rows and all(r.verdict == "fail" for r in rows)
+    assert rows and all(card_row.verdict == "fail" for card_row in rows)
 
 
 def test_validate_json_cli(cli):
     code, out, err = cli("validate", "--json", "--strict", "--only", "table1,wire_byte,table2")
     doc = json.loads(out)
-    assert {r["id"] for r in doc["rows"]} >= {"table1-rt-900", "bytes-break-even", "table2-decode-rt-intra"}
-    assert doc["failed"] == sum(r["verdict"] == "fail" for r in doc["rows"])
+    assert ({card_row["id"] for card_row in doc["rows"]}
+            >= {"table1-rt-900", "bytes-break-even", "table2-decode-rt-intra"})
+    assert doc["failed"] == sum(card_row["verdict"] == "fail" for card_row in doc["rows"])
     assert code == (1 if doc["failed"] else 0), err
 
 
@@ -87,9 +88,9 @@ def test_unknown_section_is_one_line(cli):
 
 # ---- the failing rows' notes: each states a reason a test can check ------------------------------------------
 def test_every_failing_row_says_why(card):
-    for r in card.values():
-        if r.verdict == "fail":
-            assert r.note.startswith("honest gap:") and len(r.note) > 80, r.id
+    for card_row in card.values():
+        if card_row.verdict == "fail":
+            assert card_row.note.startswith("honest gap:") and len(card_row.note) > 80, card_row.id
     assert "note" in card["table2-decode-rt-intra"].as_dict()
 
 
@@ -111,6 +112,9 @@ def test_local_row_is_the_step_models_prefill(card, tmp_path):
     prefill_ms = ctx.profile.step_model(ctx.model).iteration(BatchShape.uniform(prefill_tokens=2048)).iteration_s * 1e3
     assert prefill_ms <= card["fig1b-local"].simulated <= 1.3 * prefill_ms
     assert card["fig1b-local"].simulated < card["fig1b-local"].lo       # the gap the note explains
+    note = card["fig1b-local"].note
+    assert f": {card['fig1b-local'].simulated:.1f} ms (" in note and "against the paper's 27.6-82.9 ms" in note
+    assert "attention " in note and "(measured)" in note and "elementwise " in note
 
 
 def test_staging_rows_spend_the_papers_fetch_saving_and_a_shared_nic_hides_it(tmp_path):
@@ -118,16 +122,16 @@ def test_staging_rows_spend_the_papers_fetch_saving_and_a_shared_nic_hides_it(tm
     K = 1: the pool spends that fetch-time gain on the copies. With four requesters on the holder's NIC the
     pulls finish at the NIC's pace and the p50 moves much less (the elbow row's note)."""
     ctx = v.Ctx(tmp_path)
-    first, n = v.STAGING_REQUESTERS
+    first, last = v.STAGING_REQUESTERS
 
     @functools.cache
-    def ttft(requesters: int, k: int) -> float:
+    def ttft(requesters: int, streams: int) -> float:
         trace = v.fanin_trace(tmp_path / f"s{requesters}.parquet", requesters, first_requester=first, holder=0,
                               output_tokens=1)
-        return float(np.median(v.column(ctx.run(trace, policy="always-fetch", staging_streams=k), "ttft_s")))
+        return float(np.median(v.column(ctx.run(trace, policy="always-fetch", staging_streams=streams), "ttft_s")))
     saved = 0.07 * 6.0e-3 / 0.93
     assert ttft(1, 1) - ttft(1, 8) == pytest.approx(saved, rel=0.01)
-    lone, shared = 1 - ttft(1, 8) / ttft(1, 1), 1 - ttft(n - first, 8) / ttft(n - first, 1)
+    lone, shared = 1 - ttft(1, 8) / ttft(1, 1), 1 - ttft(last - first, 8) / ttft(last - first, 1)
     assert 0 < shared < lone / 3
     stage_s, share, saving = v.staging_share(ctx, None, ttft(1, 1))
     assert stage_s * saving == pytest.approx(saved, rel=0.01) and share < 0.15
@@ -136,7 +140,7 @@ def test_staging_rows_spend_the_papers_fetch_saving_and_a_shared_nic_hides_it(tm
 def test_ark_ttft_gain_is_the_fct_gain_diluted_by_prefill(tmp_path):
     """The ARK TTFT note's arithmetic: TTFT falls by the FCT cut times FCT's share of TTFT."""
     ctx = v.Ctx(tmp_path)
-    (e, a), = v.ark_points(ctx, 25.0, 30.0, (1,))
-    fct_red, ttft_red = a.fct_mean_ms / e.fct_mean_ms - 1, a.ttft_mean_ms / e.ttft_mean_ms - 1
-    assert ttft_red == pytest.approx(fct_red * e.fct_mean_ms / e.ttft_mean_ms, abs=0.015)
-    assert e.fct_mean_ms / e.ttft_mean_ms < 0.3          # prefill dominates TTFT in this scenario
+    (ecmp, args), = v.ark_points(ctx, 25.0, 30.0, (1,))
+    fct_red, ttft_red = args.fct_mean_ms / ecmp.fct_mean_ms - 1, args.ttft_mean_ms / ecmp.ttft_mean_ms - 1
+    assert ttft_red == pytest.approx(fct_red * ecmp.fct_mean_ms / ecmp.ttft_mean_ms, abs=0.015)
+    assert ecmp.fct_mean_ms / ecmp.ttft_mean_ms < 0.3          # prefill dominates TTFT in this scenario

@@ -8,30 +8,13 @@ shape on floats, never imports numpy.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from simroute.lazy import exports
 
-_HOMES = {
+__getattr__, __dir__, __all__ = exports(__name__, {
     "simroute.model.geometry": ("MODELS", "ModelGeometry", "get_model"),
     "simroute.model.cost": ("CostParams", "Shape", "PRIMITIVES", "costs", "costs_scalar"),
     "simroute.model.scalar": ("decide_scalar",),
     "simroute.model.predicate": ("decide", "Decision"),
     "simroute.model.fit": ("AffineFit", "fit_affine"),
     "simroute.model.steptime": ("BatchShape", "GpuSpec", "StepTerms", "StepTimeModel"),
-}
-_MODULE_OF = {name: module for module, names in _HOMES.items() for name in names}
-
-__all__ = list(_MODULE_OF)
-
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'simroute.model' has no attribute '{name}'")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+})

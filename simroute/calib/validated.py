@@ -1,12 +1,13 @@
 """The shipped profiles' cost constants, validated once and recorded by the hash of their files.
 
-Loading a profile parses its YAML and validates it with pydantic, most of the start-up of `simroute predict`
-(about 0.3 s of it on the development box). A shipped profile changes only with the package, so its
-`CostParams` inputs are recorded in `calib/validated-profiles.json` (the shipped folder), keyed by the SHA-256 of the
-files it is composed of: `cost_params` reads them from there while the files hash as recorded, and loads
-the profile as usual otherwise (a path of the user's, an edited file, a model or dtype not recorded).
-`tests/calib/test_validated.py` fails, naming the command that regenerates the record, when a shipped file
-changes, and checks the record's CostParams against the loaded profile's.
+Loading a profile parses its YAML and validates it with pydantic (and loads numpy through the step model),
+which with typer's own pydantic converter was most of what `simroute predict` waited for (bench/bench_cli.py).
+A shipped profile changes only with the package, so its `CostParams` inputs are recorded in
+`calib/validated-profiles.json` (the shipped folder), keyed by the SHA-256 of the files it is composed of:
+`cost_params` reads them from there while the files hash as recorded, and loads the profile as usual otherwise
+(a path of the user's, an edited file, a model or dtype not recorded). tests/calib/test_validated.py fails,
+naming the command that regenerates the record, when a shipped file or the code that reads it changes the
+record, and checks the record's CostParams against the loaded profile's.
 
 Regenerate: python -m simroute.calib.validated
 """
@@ -118,11 +119,11 @@ def build_record() -> dict[str, Any]:
 
 
 def stale() -> list[str]:
-    """The recorded profiles whose files no longer hash as recorded, and shipped profiles not recorded."""
+    """The shipped profiles whose record differs from what loading them gives now (their files changed, or
+    the code that turns a profile into CostParams did), and shipped profiles not recorded."""
     records = _records()
-    current = build_record()["profiles"]
-    return sorted(key for key in set(records) | set(current)
-                  if records.get(key, {}).get("sha256") != current.get(key, {}).get("sha256"))
+    current = json.loads(json.dumps(build_record()["profiles"]))       # as the record file would hold it
+    return sorted(key for key in set(records) | set(current) if records.get(key) != current.get(key))
 
 
 def main() -> None:

@@ -15,8 +15,8 @@ from simroute.errors import UnknownNameError
 
 def test_the_record_is_current_with_the_shipped_profiles():
     changed = validated.stale()
-    assert not changed, (f"shipped profiles changed since calib/validated-profiles.json was written: "
-                         f"{', '.join(changed)}; regenerate it with `{validated.REGENERATE}`")
+    assert not changed, (f"shipped profiles (or the code reading them) changed since calib/validated-profiles.json "
+                         f"was written: {', '.join(changed)}; regenerate it with `{validated.REGENERATE}`")
 
 
 def test_the_record_covers_the_default_profiles_and_is_read_without_loading_them(monkeypatch):

@@ -21,8 +21,13 @@ event of the same SimPy driver with a flow that does nothing but fire at a fixed
 events per flow), plus the engine's two (flush, wake-up), and numba's dispatch of a kernel shaped like the
 online core's; beside the online engine's and SimGrid C++'s CPU us per event, and the part of the online
 engine's spent inside its compiled step (`online_kernel`: the max-min solve and commit, dispatch included).
+`--profile` splits the online engine's CPU per event on the same flow set by where it is spent: the compiled
+step timed directly (as `--floor`'s `online_kernel`), the rest by cProfile's own time per function grouped by
+module (the online core's Python adaptor, the flow engine, path and topology lookups, telemetry, SimPy, the
+bench's caller), as shares scaled to the unprofiled CPU per event (cProfile inflates many small calls more than
+a few large ones: a guide to where the Python time goes, not a measurement of each part); needs no SimGrid.
 Run: python bench/bench_simgrid.py [--quick] [--repeat N] [--python-max N] [--scales 100,1000]
-     [--reuse-simgrid 10000] [--floor] [--no-record]
+     [--reuse-simgrid 10000] [--floor] [--profile] [--no-record]
 """
 
 from __future__ import annotations
@@ -207,6 +212,45 @@ def measure_floor(topo, binary: Path, workdir: Path, repeat: int) -> dict[str, f
     return figures
 
 
+PROFILE_GROUPS = (("online_core_python", "_online.py"), ("flow_engine", "network/engine.py"),
+                  ("paths_topology", "network/topology.py"), ("paths_topology", "network/paths.py"),
+                  ("telemetry", "network/telemetry.py"), ("simpy", "/simpy/"), ("caller", "bench_simgrid.py"))
+
+
+def measure_profile(topo, repeat: int) -> dict[str, float | int]:
+    """The online engine's CPU us per event at 100 flows in flight, split by where it is spent: the compiled
+    step timed directly (`kernel_cpu`), the rest by cProfile's own time per module group, scaled to the least
+    unprofiled CPU of `repeat` runs (see the module docstring)."""
+    import cProfile
+    import pstats
+    flows = closed_loop_flow_set(topo, *SCALES[0])
+    events = 2 * len(flows)
+    runs = max(repeat, 3)
+    cpu = min(replay_simroute(topo, flows)[1] for _ in range(runs))
+    kernel = min(kernel_cpu(topo, flows) for _ in range(runs))
+    profile = cProfile.Profile()
+    profile.runcall(replay_simroute, topo, flows)
+    spent: dict[str, float] = {}
+    steps = calls_of_step = 0
+    for (filename, _line, function), (calls, _primitive, own_s, _cumulative, _callers) in \
+            pstats.Stats(profile).stats.items():        # type: ignore[attr-defined]
+        if function == "core_step" and "_online.py" in filename:
+            calls_of_step = calls
+            continue                                    # timed directly above
+        if function == "step" and "/simpy/" in filename:
+            steps = calls
+        group = next((name for name, where in PROFILE_GROUPS if where in filename), "other")
+        spent[group] = spent.get(group, 0.0) + own_s
+    python_s, per_event = sum(spent.values()), 1e6 / events
+    figures: dict[str, float | int] = {
+        "flows": len(flows), "online_cpu_us_per_event": round(cpu * per_event, 3),
+        "simpy_steps_per_event": round(steps / events, 3), "compiled_steps_per_event": round(calls_of_step / events, 3),
+        "compiled_step_us_per_event": round(kernel * per_event, 3)}
+    for group in dict.fromkeys([name for name, _where in PROFILE_GROUPS] + ["other"]):
+        figures[f"{group}_us_per_event"] = round(spent.get(group, 0.0) / python_s * (cpu - kernel) * per_event, 3)
+    return figures
+
+
 def build_simgrid(workdir: Path) -> tuple[Path | None, str]:
     if shutil.which("g++") is None:
         return None, "g++ not found"
@@ -330,6 +374,11 @@ def main() -> None:
     python_max = int(_option("--python-max", "1000"))
     topo = zero_latency_topology()
     replay_compiled(topo, [(0.0, 1e6, topo.path_ids(0, 1)[0])])          # compile (or load the cache) first
+    if "--profile" in sys.argv:
+        record("online engine at 100 flows in flight, where its CPU goes (fattree-1024; the compiled step timed, the "
+               "rest by cProfile shares; CPU us per start or finish event)", measure_profile(topo, repeat),
+               target="online <= SimGrid C++")
+        return
     with tempfile.TemporaryDirectory(prefix="simroute-simgrid-") as tmp:
         workdir = Path(tmp)
         binary, why = build_simgrid(workdir)

@@ -122,9 +122,6 @@ def test_the_simulator_may_not_reach_into_studies_or_the_cli():
 
 
 # ---- no import circle inside the simulator (type-only and function-level imports count) -----------------
-# The engine loop's knot (engine <-> exchange: the exchange calls back into the engine) is issue 23's item 3,
-# reworked on its own branch; it is the only circle allowed, and only while that branch has not landed.
-PENDING_CIRCLES = [{"simroute.sim.engine.engine", "simroute.sim.engine.exchange"}]
 
 
 def import_graph(prefix: str) -> dict[str, set[str]]:
@@ -195,7 +192,7 @@ def circles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 
 def test_no_import_circle_in_the_simulator():
-    found = [c for c in circles(import_graph("simroute.sim")) if c not in PENDING_CIRCLES]
+    found = circles(import_graph("simroute.sim"))
     assert not found, "import circles in simroute/sim: " + "; ".join(" <-> ".join(sorted(c)) for c in found)
 
 

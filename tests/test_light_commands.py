@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,3 +64,57 @@ def test_the_run_command_builds_its_options_when_asked(cli):
     assert code == 0 and "--policy" in out and "--seed" in out and "--routing" in out
     code, _, err = cli("run", "--policy", "magic")
     assert code == 2 and "unknown policy 'magic'" in err
+
+
+# `simroute --help` and `predict` are what a user waits on: beyond the heavy layers above they import neither
+# numpy (predict evaluates one shape on floats; a shipped profile's constants come from calib/validated.py's
+# record) nor pydantic (typer's converter, bypassed for plain values by cli/common.plain_values), nor anything of
+# the network layer.
+LIGHTEST = ("numpy", "numba", "pydantic", "yaml", "simroute.network")
+FIRST_LOOK = """
+import contextlib, io, json, sys
+from simroute.cli.main import main
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    code = main(sys.argv[2:])
+loaded = [m for m in json.loads(sys.argv[1]) if m in sys.modules or any(k.startswith(m + ".") for k in sys.modules)]
+print(json.dumps([code, loaded, out.getvalue()]))
+"""
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["predict"], ["predict", "--json", "--model", "deepseek-v3", "--topk",
+                                                              "512", "--holders", "2", "--calib", "paper-all"]])
+def test_help_and_predict_import_neither_numpy_pydantic_nor_the_network_layer(argv):
+    done = subprocess.run([sys.executable, "-c", FIRST_LOOK, json.dumps(LIGHTEST), *argv], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    code, loaded, out = json.loads(done.stdout)
+    assert code == 0 and not loaded, loaded
+    assert ("choice:" in out or '"choice"' in out) if argv[0] == "predict" else "Commands" in out
+
+
+def test_help_lists_the_default_command_first_then_the_others_alphabetically(cli):
+    code, out, _ = cli("--help")
+    listed = [line.split()[1] for line in out.splitlines() if line.startswith("│ ") and len(line.split()) > 2
+              and line.split()[1].isalpha() and not line.split()[1].startswith("-")]
+    from simroute.cli.main import DEFAULT_COMMAND, app
+    import typer.main
+    commands = sorted(typer.main.get_command(app).commands)
+    assert code == 0 and listed[0] == DEFAULT_COMMAND == "run"
+    assert [name for name in listed if name in commands] == ["run"] + sorted(set(commands) - {"run"})
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["predict", "--mq", "0"], "Invalid value for '--mq': Input should be greater than or equal to 1"),
+    (["predict", "--ct", "1e3"], "Invalid value for '--ct': Input should be a valid integer"),
+    (["predict", "--offset", "Cached"], "Invalid value for '--offset': Value error, 'Cached' is not one of"),
+    (["predict", "--prefill-us", "nan"], "field '--prefill-us': must be finite, got nan")])
+def test_a_value_that_is_not_plain_gets_typers_own_check_and_message(cli, argv, message):
+    code, _, err = cli(*argv)
+    assert code == 2 and message in err
+
+
+def test_plain_values_convert_as_typer_does(cli):
+    """The same answer whether a value takes the plain path (`256`) or typer's converter (`+256`, `2.5e-1`)."""
+    plain = cli("predict", "--json", "--mq", "256", "--prefill-us", "0.25", "--offset", "cached")
+    typer_own = cli("predict", "--json", "--mq", "+256", "--prefill-us", "2.5e-1", "--offset", "cached")
+    assert plain[0] == 0 and plain == typer_own

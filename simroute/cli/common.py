@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
 CALIB_HELP = "Calibration profile: a YAML path or a shipped name (see `simroute calib list`)."
 
@@ -46,6 +47,80 @@ def lazy_command(build: Callable[[], Callable[..., None]], name: str):
             pass
 
     return LazyCommand
+
+
+def plain_values(params: list[Any]) -> None:
+    """Option values of plain types (str, int, float, an Enum) given plainly (`--mq 256`, `--offset cached`) are
+    converted by `_PlainValue`, in range, as typer would; anything else (a range violated, `1e3`, a path) goes
+    to typer's own conversion and its messages. Typer converts every value through a pydantic TypeAdapter,
+    and importing pydantic is most of what `simroute --help` and `predict` would otherwise wait for
+    (bench/bench_cli.py). A typer without that converter (no `_runtime_param`) is left as it is."""
+    for param in params:
+        if getattr(param, "_runtime_param", 0) is None and hasattr(param, "type_descriptor"):
+            param._runtime_param = _PlainValue(param.type_descriptor)
+
+
+class PlainValuesMixin:
+    """A command's (or group's) options and its `--help` converted by `plain_values`."""
+
+    params: list[Any]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        plain_values(self.params)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        plain_values([option] if option is not None else [])
+        return option
+
+
+class PlainValues(PlainValuesMixin, TyperCommand):
+    """A `cls=` for `app.command(name, cls=PlainValues)`: a light command's values without pydantic."""
+
+
+_NOT_PLAIN = object()
+_INT = r"-?(?:0|[1-9][0-9]*)"
+_FLOAT = _INT + r"(?:\.[0-9]+)?"
+
+
+class _PlainValue:
+    """Typer's coercion of one parameter for values of plain types; typer's own for every other value."""
+
+    def __init__(self, descriptor: Any) -> None:
+        self.annotation, self.info = descriptor.annotation, descriptor.parameter_info
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        if value is None and not (param.multiple or param.nargs == -1):
+            return None
+        plain = self._plain(value)
+        if plain is not _NOT_PLAIN:
+            return plain
+        param._runtime_param = None     # typer builds its own (pydantic) converter: its checks, its messages
+        return param.get_runtime_param().coerce(value, param=param, ctx=ctx)
+
+    def _plain(self, value: Any) -> Any:
+        import re
+        from enum import Enum
+        kind, info = self.annotation, self.info
+        if kind is str and isinstance(value, str):
+            return value
+        if isinstance(kind, type) and issubclass(kind, Enum) and info.case_sensitive:
+            for member in kind:
+                if value is member or (isinstance(value, str) and value == member.value):
+                    return member
+            return _NOT_PLAIN
+        if kind not in (int, float) or isinstance(value, bool) or getattr(info, "clamp", False):
+            return _NOT_PLAIN
+        if isinstance(value, str) and re.fullmatch(_INT if kind is int else _FLOAT, value):
+            number = kind(value)
+        elif isinstance(value, int) or (kind is float and isinstance(value, float) and value == value):
+            number = kind(value)
+        else:
+            return _NOT_PLAIN
+        if (info.min is not None and number < info.min) or (info.max is not None and number > info.max):
+            return _NOT_PLAIN
+        return number
 
 
 def console():

@@ -18,12 +18,27 @@ import sys
 from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from simroute import __version__
+from simroute.cli.common import PlainValuesMixin
 from simroute.errors import SimrouteError
+
+DEFAULT_COMMAND = "run"     # the product's main job: listed first by `simroute --help`
+
+
+class _CommandsInOrder(PlainValuesMixin, TyperGroup):
+    """`simroute --help` lists the default command first, then the others alphabetically; its options'
+    values are converted without pydantic where they are plain (`common.plain_values`)."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = sorted(self.commands)
+        return [DEFAULT_COMMAND] * (DEFAULT_COMMAND in names) + [n for n in names if n != DEFAULT_COMMAND]
+
 
 app = typer.Typer(
     name="simroute",
+    cls=_CommandsInOrder,
     help="Discrete-event cluster simulator of cross-instance attention (route / fetch / local), "
          "calibrated by hardware probes.",
     no_args_is_help=True,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from simroute.cli.common import CALIB_HELP, checked, echo_json, fmt_bytes, fmt_us, table
+from simroute.cli.common import CALIB_HELP, PlainValues, checked, echo_json, fmt_bytes, fmt_us, table
 from simroute.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_TP
 
 
@@ -23,10 +23,10 @@ class Exchanges(str, Enum):
 
 def _params(calib: str, model: str, exchanges: Exchanges, prefill_us: float | None, host: bool = False,
             collapsed: bool = False, amortise: bool = False, batching: bool = False, cache_dtype: str = "bf16"):
-    from simroute.calib import load_profile
-    return load_profile(calib).cost_params(model, route_exchanges=exchanges.value, prefill_us=prefill_us,
-                                           cache_dtype=cache_dtype, host_overhead=host, collapsed_response=collapsed,
-                                           holder_amortisation=amortise, dispatcher_batching=batching)
+    from simroute.calib.validated import cost_params     # a shipped profile's record: no YAML, pydantic or numpy
+    return cost_params(calib, model, route_exchanges=exchanges.value, prefill_us=prefill_us, cache_dtype=cache_dtype,
+                       host_overhead=host, collapsed_response=collapsed, holder_amortisation=amortise,
+                       dispatcher_batching=batching)
 
 
 def predict(
@@ -55,8 +55,8 @@ def predict(
 
     Example: simroute predict --model deepseek-v2-lite --fabric h100-ibgda --mq 256 --ct 2048
     """
-    from simroute.model import PRIMITIVES, Shape, costs_scalar, decide
-    from simroute.model.cost import TERMS
+    from simroute.model.cost import PRIMITIVES, TERMS, Shape, costs_scalar
+    from simroute.model.scalar import decide_scalar
     if topk > chunk_tokens:
         from simroute.errors import ConfigurationError
         raise ConfigurationError(f"--topk {topk} selects more tokens than the chunk's --ct {chunk_tokens} holds",
@@ -67,7 +67,7 @@ def predict(
     shape = Shape(mq=query_rows, ct=chunk_tokens, fabric=params.fabric_id(fabric), holders=holders, topk=topk,
                   reuse=reuse, cached=offset is Offset.cached, tp=tp_size)
     costs = costs_scalar(shape, params)
-    choice = PRIMITIVES[int(decide(shape, params).choice.reshape(-1)[0])]
+    choice = PRIMITIVES[decide_scalar(shape, params)[0]]
     if json_out:
         echo_json({"choice": choice,
                    "cost_us": {primitive: costs[primitive]["total"] * 1e6 for primitive in PRIMITIVES},
@@ -424,5 +424,5 @@ def _check_tp_divides_heads(geometry, tp_size: int) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("predict")(predict)
+    app.command("predict", cls=PlainValues)(predict)
     app.add_typer(model_app, name="model")

@@ -3,7 +3,8 @@
 
 The formula lives once, in `step_parts` (one step's pieces) and `holder_compute_s` (the holder curve), written
 over an `Ops` so that it runs on numpy arrays (`ARRAYS`: `costs` term tables, the predicate) and on plain
-floats (`FLOATS`: the simulator's per-request path, `scalar.ScalarModel`). Seconds and bytes.
+floats (`FLOATS`: the simulator's per-request path, `scalar.ScalarModel`; `SCALARS`: one shape in the vector
+path's arithmetic, `costs_scalar` and `scalar.decide_scalar`, which need no numpy). Seconds and bytes.
 
 Modelling choices (documented in docs/MODEL.md):
 - `route_exchanges="per-layer"` pays one routed round trip per layer per decode step (layer l's query needs
@@ -19,18 +20,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import NamedTuple
+from functools import cached_property
+from typing import TYPE_CHECKING, NamedTuple
 
-import numpy as np
-
-from simroute.model.curves import interp_clamped, interp_clamped_array, interp_extrap, interp_extrap_array
+from simroute.model.curves import (interp_clamped, interp_clamped_array, interp_clamped_as_array, interp_extrap,
+                                   interp_extrap_array)
 from simroute.model.geometry import ModelGeometry
+
+if TYPE_CHECKING:      # numpy is imported by the array functions that use it: one shape's costs need none
+    import numpy as np
 
 PRIMITIVES: tuple[str, ...] = ("route", "fetch", "local")
 ROUTE_TERMS = ("probe", "transfer", "compute", "return", "merge", "host")
 FETCH_TERMS = ("pull", "splice", "gather", "attend", "host")
 LOCAL_TERMS = ("prefill", "attend")
 TERMS = {"route": ROUTE_TERMS, "fetch": FETCH_TERMS, "local": LOCAL_TERMS}
+ROUTE, FETCH, LOCAL = 0, 1, 2      # indices into PRIMITIVES (the predicate's choice)
 
 
 @dataclass(frozen=True)
@@ -94,19 +99,23 @@ class CostParams:
     dispatcher_batching: bool = False      # reduction 3: host cost paid once per dispatch batch
     dispatch_batch: int = 8
     fabric_index: dict[str, int] = field(default_factory=dict, compare=False, hash=False)
-    tables: FabricTables = field(default=None, compare=False, hash=False, repr=False)  # type: ignore[assignment]
     float_rows: tuple[FabricTables, ...] = field(default=(), compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fabric_index", {f.name: i for i, f in enumerate(self.fabrics)})
         g = self.geometry
         kv_token = g.kv_bytes_per_token
-        object.__setattr__(self, "tables", FabricTables(
-            probe_s=np.array([f.t_probe_s + f.turnaround_s for f in self.fabrics]),
-            qp_per_row_s=np.array([g.qp_bytes / f.single_block_Bps for f in self.fabrics]),
-            kv_per_token_s=np.array([kv_token / f.bulk_Bps for f in self.fabrics])))
-        # the same per fabric as plain floats, for the float evaluator (numpy scalars are slow there)
-        object.__setattr__(self, "float_rows", tuple(FabricTables(*map(float, row)) for row in zip(*self.tables)))
+        # per fabric, plain floats: the float evaluators' rows, and the columns of the arrays' `tables`
+        object.__setattr__(self, "float_rows", tuple(
+            FabricTables(float(f.t_probe_s + f.turnaround_s), float(g.qp_bytes / f.single_block_Bps),
+                         float(kv_token / f.bulk_Bps)) for f in self.fabrics))
+
+    @cached_property
+    def tables(self) -> FabricTables:
+        """The per-fabric constants as arrays indexed by fabric id (built on first use: numpy is imported by
+        the array path only)."""
+        import numpy as np
+        return FabricTables(*(np.array(column, dtype=float) for column in zip(*self.float_rows)))
 
     def fabric_id(self, name: str) -> int:
         from simroute.errors import UnknownNameError
@@ -160,6 +169,7 @@ def _where_float(cond, a, b):
 
 
 def _fabric_row_arrays(p: "CostParams", fabric) -> FabricTables:
+    import numpy as np
     t = p.tables
     return FabricTables(np.take(t.probe_s, fabric), np.take(t.qp_per_row_s, fabric),
                         np.take(t.kv_per_token_s, fabric))
@@ -169,12 +179,27 @@ def _fabric_row_floats(p: "CostParams", fabric: int) -> FabricTables:
     return p.float_rows[fabric]
 
 
-# numpy arrays (the vectorised predicate, term tables) and plain floats (the simulator's per-request path,
-# ~20x faster than numpy there)
-ARRAYS = Ops(maximum=np.maximum, where=np.where, curve=interp_extrap_array, clamped=interp_clamped_array,
-             any_=np.any, all_=np.all, fabric_row=_fabric_row_arrays)
+class _ArrayOps(Ops):
+    """`Ops` over numpy arrays, bound on first use (so that importing the model does not import numpy)."""
+
+    def __init__(self) -> None:     # the attributes appear on first read, then are plain instance attributes
+        pass
+
+    def __getattr__(self, name: str):
+        import numpy as np
+        Ops.__init__(self, maximum=np.maximum, where=np.where, curve=interp_extrap_array,
+                     clamped=interp_clamped_array, any_=np.any, all_=np.all, fabric_row=_fabric_row_arrays)
+        return object.__getattribute__(self, name)
+
+
+# numpy arrays (the vectorised predicate, term tables), plain floats (the simulator's per-request path, ~20x
+# faster than numpy there) and one shape in the arrays' arithmetic (SCALARS: its clamped curves evaluated as
+# numpy does, so a one-shape answer equals the vectorised one bit for bit)
+ARRAYS: Ops = _ArrayOps()
 FLOATS = Ops(maximum=max, where=_where_float, curve=interp_extrap, clamped=interp_clamped, any_=bool, all_=bool,
              fabric_row=_fabric_row_floats)
+SCALARS = Ops(maximum=max, where=_where_float, curve=interp_extrap, clamped=interp_clamped_as_array, any_=bool,
+              all_=bool, fabric_row=_fabric_row_floats)
 
 
 HOLDER_HEADS_REF, HOLDER_CT_REF = 16, 2048   # the measured holder curve's h_q and ct (paper §6.3)
@@ -314,6 +339,7 @@ def host_s(mq, p: CostParams) -> tuple[object, float]:
 
 def _inputs(shape: Shape):
     """The shape's fields as float / bool arrays, converted once."""
+    import numpy as np
     f8 = np.float64
     tp = float(shape.tp) if np.ndim(shape.tp) == 0 else np.asarray(shape.tp, dtype=f8)   # 1 skips the divides
     qt = shape.query_tokens if np.ndim(shape.query_tokens) == 0 and shape.query_tokens == 1 else \
@@ -328,10 +354,30 @@ def costs(shape: Shape, p: CostParams) -> dict[str, dict[str, np.ndarray]]:
 
     Returns {primitive: {term: array, ..., "total": array, "wire_bytes": array}}.
     """
-    g = p.geometry
+    import numpy as np
     mq, ct, fabric, topk, holders, tp, cached, steps, qt = _inputs(shape)
     s = step_parts(mq, ct, fabric, topk, holders, tp, cached, p, ARRAYS, qt)
     zero = np.zeros(np.broadcast(mq, ct, topk, steps, fabric, holders, cached).shape)
+    return _term_table(s, mq, ct, topk, holders, steps, p, ARRAYS, zero)
+
+
+def scalar_inputs(shape: Shape):
+    """One shape's fields as `_inputs` gives them, as plain floats (fabric an int, cached a bool)."""
+    qt = shape.query_tokens
+    return (float(shape.mq), float(shape.ct), int(shape.fabric), float(shape.topk), float(shape.holders),
+            float(shape.tp), bool(shape.cached), 1.0 + float(shape.reuse), qt if qt == 1 else float(qt))
+
+
+def costs_scalar(shape: Shape, p: CostParams) -> dict[str, dict[str, float]]:
+    """`costs` for one shape, as plain floats (CLI tables, tests), equal to `costs`' bit for bit; no numpy."""
+    mq, ct, fabric, topk, holders, tp, cached, steps, qt = scalar_inputs(shape)
+    s = step_parts(mq, ct, fabric, topk, holders, tp, cached, p, SCALARS, qt)
+    return _term_table(s, mq, ct, topk, holders, steps, p, SCALARS, 0.0)
+
+
+def _term_table(s: StepParts, mq, ct, topk, holders, steps, p: CostParams, ops: Ops, zero):
+    """`costs`' table from one step's parts, arrays or floats (`zero`: the broadcast shape's zeros, or 0.0)."""
+    g = p.geometry
     per_step = steps * float(p.exchanges)
     host_route, host_fetch = host_s(mq, p)
     q_share = g.q_bytes / g.qp_bytes
@@ -339,16 +385,16 @@ def costs(shape: Shape, p: CostParams) -> dict[str, dict[str, np.ndarray]]:
              "compute": per_step * s.compute + zero,
              "return": per_step * (s.wire * (1.0 - q_share) + s.ret_extra) + zero,
              "merge": per_step * p.merge_s + zero, "host": steps * host_route + zero}
-    holders_m = np.where(s.sparse, np.maximum(holders, 1.0), 1.0)
+    holders_m = ops.where(s.sparse, ops.maximum(holders, 1.0), 1.0)
     route["wire_bytes"] = per_step * holders_m * mq * g.qp_bytes + zero
     attend = per_step * s.attend + zero
-    fetch = {"pull": zero if s.pull is None else np.where(s.sparse, 0.0, s.pull) + zero,
-             "splice": zero if s.splice is None else np.where(s.sparse, 0.0, s.splice) + zero,
-             "gather": (zero if s.gather is None else np.where(s.sparse, steps * s.gather, 0.0) + zero),
+    fetch = {"pull": zero if s.pull is None else ops.where(s.sparse, 0.0, s.pull) + zero,
+             "splice": zero if s.splice is None else ops.where(s.sparse, 0.0, s.splice) + zero,
+             "gather": (zero if s.gather is None else ops.where(s.sparse, steps * s.gather, 0.0) + zero),
              "attend": attend,
              "host": steps * host_fetch + zero}
     kv_token = g.kv_bytes_per_token
-    fetch["wire_bytes"] = np.where(s.sparse, steps * topk * kv_token, ct * kv_token) + zero
+    fetch["wire_bytes"] = ops.where(s.sparse, steps * topk * kv_token, ct * kv_token) + zero
     local = {"prefill": s.prefill + zero, "attend": attend, "wire_bytes": zero}
     out = {"route": route, "fetch": fetch, "local": local}
     for prim, terms in out.items():
@@ -356,28 +402,26 @@ def costs(shape: Shape, p: CostParams) -> dict[str, dict[str, np.ndarray]]:
     return out
 
 
-def costs_scalar(shape: Shape, p: CostParams) -> dict[str, dict[str, float]]:
-    """`costs` for one shape, as plain floats (CLI tables, tests)."""
-    return {prim: {k: float(np.asarray(v).reshape(-1)[0]) for k, v in terms.items()}
-            for prim, terms in costs(shape, p).items()}
-
-
 def route_transport_s(mq, fabric: FabricParams, g: ModelGeometry, tp: int = 1) -> np.ndarray:
     """One routed round trip's transport: probe + Mq (q+p) / BW (paper §4.2, what Table 1 measures)."""
+    import numpy as np
     mq = np.asarray(mq, dtype=float)
     return fabric.t_probe_s + fabric.turnaround_s + mq * g.qp_bytes / tp / fabric.single_block_Bps
 
 
 def wire_break_even_mq(ct, g: ModelGeometry) -> np.ndarray:
     """Mq* = ct b_KV / (q+p): above it route moves more bytes than pulling the chunk (one layer, §5.2)."""
+    import numpy as np
     return np.asarray(ct, dtype=float) * g.token_fraction * g.b_kv / g.qp_bytes
 
 
 def route_byte_saving(mq, ct, g: ModelGeometry) -> np.ndarray:
     """Fraction of wire bytes route saves against pulling the chunk (per layer; 76% at Mq 256, ct 2048)."""
+    import numpy as np
     return 1.0 - np.asarray(mq, dtype=float) * g.qp_bytes / (np.asarray(ct, dtype=float) * g.token_fraction * g.b_kv)
 
 
 def route_loses_below_bw(mq, ct, p: CostParams) -> np.ndarray:
     """Effective bandwidth below which route's byte term exceeds fetch's splice: Mq (q+p) / T_splice (§8)."""
+    import numpy as np
     return np.asarray(mq, dtype=float) * p.geometry.qp_bytes / splice_s(ct, p)

@@ -2,7 +2,8 @@
 
 `decide` is the function the simulator calls per decision batch: it sums `cost.step_parts` (the one cost
 formula) into the three totals over the horizon without building the per-term dictionaries of `cost.costs`
-(a property test checks both agree).
+(a property test checks both agree). `scalar.decide_scalar` is the same sum for one shape in plain floats
+(`simroute predict`, no numpy); a property test pins the two bit for bit.
 """
 
 from __future__ import annotations
@@ -11,9 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simroute.model.cost import PRIMITIVES, CostParams, Shape, _inputs, host_s, step_parts
-
-ROUTE, FETCH, LOCAL = 0, 1, 2
+from simroute.model.cost import FETCH, LOCAL, PRIMITIVES, ROUTE, CostParams, Shape, _inputs, host_s, step_parts
 
 
 @dataclass(frozen=True)

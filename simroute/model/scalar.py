@@ -1,4 +1,5 @@
-"""The cost model for one shape in plain Python floats: the simulator's per-request fast path.
+"""The cost model for one shape in plain Python floats: the simulator's per-request fast path, and the
+predicate for one shape (`decide_scalar`, what `simroute predict` answers with, no numpy imported).
 
 A request attends a handful of chunks, so numpy's per-call overhead dominates there; this evaluates the one
 cost formula (`cost.step_parts`) on floats, about 20x faster per shape than the array evaluation.
@@ -8,7 +9,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from simroute.model.cost import FLOATS, CostParams, holder_compute_s, host_s, step_parts
+from simroute.model.cost import (FETCH, FLOATS, LOCAL, ROUTE, SCALARS, CostParams, Shape, holder_compute_s, host_s,
+                                 scalar_inputs, step_parts)
 from simroute.model.curves import interp_extrap as _interp   # noqa: F401  (kept for existing importers)
 
 
@@ -56,3 +58,33 @@ class ScalarModel:
             route += host_route
             move += host_fetch
         return StepCosts(route, no_compute, move, exch * s.attend, s.prefill)
+
+
+def totals_scalar(shape: Shape, p: CostParams) -> tuple[float, float, float]:
+    """`predicate.totals` of one shape (route, fetch, local over the 1 + R step horizon), summed in the same
+    order on floats, so equal to it bit for bit (tests/model/test_scalar_predicate.py)."""
+    mq, ct, fabric, topk, holders, tp, cached, steps, qt = scalar_inputs(shape)
+    s = step_parts(mq, ct, fabric, topk, holders, tp, cached, p, SCALARS, qt)
+    per_step = steps * float(p.exchanges)
+    route_x = s.probe + s.wire
+    route_x += s.compute + (p.merge_s + s.ret_extra if p.host_overhead else p.merge_s)
+    attend = per_step * s.attend
+    route = per_step * route_x
+    fetch = s.pull + s.splice if s.gather is None else steps * s.gather     # one shape: dense or a selection
+    fetch += attend
+    local = s.prefill + attend
+    if p.host_overhead:
+        host_route, host_fetch = host_s(mq, p)
+        route += steps * host_route
+        fetch += steps * host_fetch
+    return route, fetch, local
+
+
+def decide_scalar(shape: Shape, p: CostParams) -> tuple[int, tuple[float, float, float]]:
+    """`predicate.decide` for one shape: (index into PRIMITIVES, the three totals); ties go to route, then
+    fetch (fewest moved bytes first)."""
+    totals = totals_scalar(shape, p)
+    route, fetch, local = totals
+    if route <= fetch and route <= local:
+        return ROUTE, totals
+    return (FETCH if fetch <= local and not route <= fetch else LOCAL), totals

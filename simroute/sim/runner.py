@@ -35,6 +35,7 @@ from simroute.sim.launch import launch
 from simroute.sim.metrics import Recorder, holder_summary, holder_table, overload, summarise, write_outputs
 from simroute.sim.registry import registry, run_rng
 from simroute.sim.request import path_share_Bps
+from simroute.sim.schedulers.base import Scheduler
 from simroute.sim.vocab import DropReason, Status
 from simroute.workload import read_chunks, read_trace_meta
 from simroute.workload.validate import check_chunks
@@ -96,7 +97,8 @@ class Simulation:
                             intra_host_fabric=topology.spec.intra.fabric, network=network, fabric_of=fabric_of,
                             options=engine_options(cfg), exchanges_per_step=params.exchanges,
                             merge_s=params.merge_s, hbm_gb=cfg.hbm_gb, record=cfg.telemetry,
-                            host_gpu=self.gpu, weight_dtype=cfg.weights, kv_layout=cfg.kv_layout)
+                            host_gpu=self.gpu, weight_dtype=cfg.weights, kv_layout=cfg.kv_layout,
+                            schedulers=scheduler_factory(cfg))
         # Canonical chunks may pin `chunk_hbm_share` of what the weights leave (in the chunks' byte units).
         chunk_capacity = (engines[0].hbm.capacity_blocks * BLOCK_TOKENS * compute.kv_bytes_per_token
                           * cfg.chunk_hbm_share) if len(engines) else 0.0
@@ -280,6 +282,13 @@ def _chunks_per_instance(holders: list[list[int]], n: int) -> list[list[int]]:
         for inst in where:
             per_instance[inst].append(chunk)
     return per_instance
+
+
+def scheduler_factory(cfg: RunConfig) -> Callable[[], Scheduler]:
+    """One instance engine's scheduler per call, built by the scheduler registry from the run's config and the
+    run's scheduler stream (one stream, drawn in instance order: a pure function of the seed)."""
+    schedulers, rng = registry("scheduler"), run_rng(cfg.seed, "scheduler")
+    return lambda: schedulers.create(cfg.scheduler, cfg, rng)
 
 
 def engine_options(cfg: RunConfig) -> EngineOptions:

@@ -216,3 +216,20 @@ def test_every_router_only_reads_its_cluster_view(tmp_path):
     cluster = Simulation(_config(_requests_trace(tmp_path / "t.parquet", n=2))).ctx.cluster
     assert isinstance(cluster, Cluster) and all(hasattr(cluster, name) for name in view_names)
     assert hasattr(cluster.chunks, "holders") and hasattr(cluster.chunks, "tokens")
+
+
+def test_a_scheduler_in_its_own_file_is_built_with_the_runs_seed(tmp_path, drop_in):
+    """Each instance engine's scheduler is built by the registry's `create(kind, config, rng)`, with the run's
+    scheduler stream: the toy's first draw per engine is that stream's, in instance order, and its random
+    admissions make the iteration log a function of the seed."""
+    drop_in("scheduler", "seeded_scheduler.py", "seeded-admissions")
+    trace = _requests_trace(tmp_path / "t.parquet", requester=0, gap_s=0.0)     # all at once, on one instance
+    simulation = Simulation(_config(trace, scheduler="seeded-admissions", seed=5))
+    rng = run_rng(5, "scheduler")
+    draws = [engine.scheduler.first_draw for engine in simulation.ctx.engines.engines]
+    assert len(draws) > 1 and draws == [int(rng.integers(1 << 30)) for _ in draws]
+    assert all(engine.scheduler.token_budget == simulation.cfg.token_budget for engine in simulation.ctx.engines)
+    prefills = lambda seed: simulate(_config(trace, scheduler="seeded-admissions", seed=seed)) \
+        .tables["iterations"].column("prefill_seqs").to_pylist()
+    first, again, other = prefills(5), prefills(5), prefills(6)
+    assert first == again and first != other and sum(first) == 24 and max(first) <= 3

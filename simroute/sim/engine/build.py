@@ -14,6 +14,7 @@ from simroute.sim.engine.engine import EngineOptions, InstanceEngine
 from simroute.sim.engine.exchange import RouteExchange
 from simroute.sim.engine.hbm import HbmBudget
 from simroute.sim.engine.log import IterationLog
+from simroute.sim.schedulers.base import Scheduler
 
 
 def _step_model(profile: Profile, model: str, tp: int, intra_host_fabric: str | None, host_gpu: str | None = None,
@@ -40,7 +41,7 @@ class EngineSet:
     """The engines of a run (index = instance id) and what they share.
 
     `gpus[i]` is instance i's network endpoint; `fabric_of(a, b)` the FabricParams between instances a and
-    b (by id). HBM per instance is the GPU's (or `hbm_gb` per GPU when given): weights, KV and chunks of one
+    b (by id); `schedulers()` builds one engine's scheduler (in instance order: the run's registry `create`). HBM per instance is the GPU's (or `hbm_gb` per GPU when given): weights, KV and chunks of one
     rank of the tensor-parallel group (an MLA latent is replicated on every rank; GQA heads are split).
     """
 
@@ -48,7 +49,7 @@ class EngineSet:
                  intra_host_fabric: str | None, network: Any, fabric_of: Callable[[int, int], Any],
                  options: EngineOptions, exchanges_per_step: int, merge_s: float, hbm_gb: float | None = None,
                  record: bool = True, host_gpu: str | None = None, weight_dtype: str | None = None,
-                 kv_layout: str = "replicated") -> None:
+                 kv_layout: str = "replicated", schedulers: Callable[[], Scheduler] | None = None) -> None:
         self.step: StepTimeModel = _step_model(profile, model, tp, intra_host_fabric, host_gpu, weight_dtype,
                                                kv_layout)
         g = self.step.geometry
@@ -68,7 +69,8 @@ class EngineSet:
         self.engines = [
             InstanceEngine(env, i, gpu, self.step,
                            HbmBudget(hbm_bytes, weights, self.step.kv_bytes_per_token_per_gpu), options,
-                           layers=g.layers, heads=g.heads_q, exchange=self.exchange, log=self.log)
+                           layers=g.layers, heads=g.heads_q, exchange=self.exchange, log=self.log,
+                           scheduler=schedulers() if schedulers is not None else None)
             for i, gpu in enumerate(gpus)]
 
     def __getitem__(self, i: int) -> InstanceEngine:

@@ -45,7 +45,7 @@ from simroute.sim.engine.hbm import BLOCK_TOKENS, HbmBudget, blocks_for
 from simroute.sim.engine.log import IterationLog
 from simroute.sim.engine.sequence import DECODE, DONE, NEVER_FITS, PREFILL, THRASHED, WAITING, Sequence
 from simroute.sim.registry import registry
-from simroute.sim.schedulers.base import Plan
+from simroute.sim.schedulers.base import Plan, Scheduler
 from simroute.sim.vocab import HOLDER_MODES
 
 
@@ -102,10 +102,12 @@ class InstanceEngine:
 
     def __init__(self, env: simpy.Environment, eid: int, gpu: str, step: StepTime, hbm: HbmBudget,
                  options: EngineOptions, *, layers: int, heads: int, exchange: RouteExchange | None = None,
-                 log: IterationLog | None = None) -> None:
+                 log: IterationLog | None = None, scheduler: Scheduler | None = None) -> None:
         self.env, self.eid, self.gpu = env, eid, gpu
         self.step, self.hbm, self.options = step, hbm, options
-        self.scheduler = registry("scheduler").get(options.scheduler)()
+        # a run hands each engine the scheduler its registry built (`EngineSet`); an engine built alone makes
+        # the plain one of `options.scheduler`
+        self.scheduler = scheduler if scheduler is not None else registry("scheduler").get(options.scheduler)()
         self.layers, self.heads = layers, heads
         self.exchange = exchange
         self.log = log if log is not None else IterationLog()

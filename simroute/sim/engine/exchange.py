@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from simroute.sim.vocab import HolderMode
 
-if TYPE_CHECKING:
-    from simroute.sim.engine.engine import InstanceEngine
+if TYPE_CHECKING:     # the engine as the exchange sees it, from a leaf module (no engine <-> exchange circle)
+    from simroute.sim.engine.peer import ExchangePeer as InstanceEngine
 
 INF = float("inf")
 MAX_UTILISATION = 0.95          # the fluid queue's wait is capped where rho -> 1 (no unbounded backlog)

@@ -26,17 +26,17 @@ class StepCosts(NamedTuple):
 class ScalarModel:
     """Per-step cost terms of one (chunk, request) shape; seconds."""
 
-    def __init__(self, p: CostParams) -> None:
-        self.p = p
-        g = p.geometry
-        self.L = float(g.layers)
-        self.exch = float(p.exchanges)
-        self.frac = g.token_fraction
-        self.q, self.pb, self.qp, self.bkv = g.q_bytes, g.p_bytes, g.qp_bytes, g.b_kv
-        self.probe = [row.probe_s for row in p.float_rows]
-        self.single = [f.single_block_Bps for f in p.fabrics]
-        self.bulk = [f.bulk_Bps for f in p.fabrics]
-        self.div = p.dispatch_batch if p.dispatcher_batching else 1
+    def __init__(self, params: CostParams) -> None:
+        self.p = params
+        geometry = params.geometry
+        self.L = float(geometry.layers)
+        self.exch = float(params.exchanges)
+        self.frac = geometry.token_fraction
+        self.q, self.pb, self.qp, self.bkv = geometry.q_bytes, geometry.p_bytes, geometry.qp_bytes, geometry.b_kv
+        self.probe = [row.probe_s for row in params.float_rows]
+        self.single = [fabric.single_block_Bps for fabric in params.fabrics]
+        self.bulk = [fabric.bulk_Bps for fabric in params.fabrics]
+        self.div = params.dispatch_batch if params.dispatcher_batching else 1
 
     def compute(self, rows: float, ct: float, topk: float = 0) -> float:
         """Holder (or local) partial attention of `rows` query rows, one exchange."""
@@ -46,13 +46,13 @@ class ScalarModel:
              tp: int = 1, query_tokens: float = 1) -> StepCosts:
         """One step's costs (route, route without holder compute, fetch move, attend, local prefill);
         `query_tokens` > 1: the rows are one sequence's first pass (`cost.holder_compute_s`)."""
-        p, exch = self.p, self.exch
-        s = step_parts(mq, ct, fabric, topk, holders, tp, cached, p, FLOATS, query_tokens)
-        no_compute = exch * (s.probe + s.wire + s.ret_extra + p.merge_s)
-        route = no_compute + exch * s.compute
-        move = s.gather if topk > 0 else s.pull + s.splice
-        if p.host_overhead:
-            host_route, host_fetch = host_s(mq, p)
+        params, exch = self.p, self.exch
+        parts = step_parts(mq, ct, fabric, topk, holders, tp, cached, params, FLOATS, query_tokens)
+        no_compute = exch * (parts.probe + parts.wire + parts.ret_extra + params.merge_s)
+        route = no_compute + exch * parts.compute
+        move = parts.gather if topk > 0 else parts.pull + parts.splice
+        if params.host_overhead:
+            host_route, host_fetch = host_s(mq, params)
             route += host_route
             move += host_fetch
-        return StepCosts(route, no_compute, move, exch * s.attend, s.prefill)
+        return StepCosts(route, no_compute, move, exch * parts.attend, parts.prefill)

@@ -81,7 +81,7 @@ class CostParams:
     gather_k_ref: int = 2048
     holder_heads_ref: int = 16             # = HOLDER_HEADS_REF
     holder_ct_ref: int = 2048              # = HOLDER_CT_REF
-    route_exchanges: str = "per-layer"     # a `RouteExchanges` value
+    route_exchanges: RouteExchanges = RouteExchanges.PER_LAYER     # its value (a string) is accepted too
     # the prefill form of a routed query block (T > 1 query tokens of one sequence): seconds per key read and
     # per (row, key) pair on one GPU, from the profile's instance GPU (`StepTimeModel.prefill_form_coeffs`);
     # None: no GPU entry, the holder curve alone
@@ -98,6 +98,7 @@ class CostParams:
     float_rows: tuple[FabricTables, ...] = field(default=(), compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "route_exchanges", RouteExchanges(self.route_exchanges))
         object.__setattr__(self, "fabric_index", {fabric.name: index for index, fabric in enumerate(self.fabrics)})
         geometry = self.geometry
         kv_token = geometry.kv_bytes_per_token

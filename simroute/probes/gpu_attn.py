@@ -225,7 +225,7 @@ def probe_holder(args: dict[str, Any]) -> dict:
     d16 = dense.get("16", {})
     if not d16:
         raise TimeoutError("probe deadline reached before the first holder batch was timed")
-    dense = {heads: by_n for heads, by_n in dense.items() if by_n}
+    dense = {heads: times_us for heads, times_us in dense.items() if times_us}
     shown = ", ".join(f"N={count} {d16[count]:.1f} us" for count in ("1", "16", "256") if count in d16)
     return {"results": {"kernel": kern.name, "check_rel_err": err, "dense_us": dense, "sparse_us": sparse,
                         "sparse_premium": premium, "sparse_kernel": f"per-requester gather of k from {store_rows} + "

@@ -122,7 +122,7 @@ def probe_splice(args: dict[str, Any]) -> dict:
                         "backend": backend_name(cp),
                         "kernel": f"{backend_name(cp)}: RawKernel rope_delta + scatter_pages (bf16 bits, YaRN theta)"},
             "samples": samples,
-            "message": "splice " + ", ".join(f"ct {step}: {seconds:.2f} ms" for step, seconds in splice_ms.items())
+            "message": "splice " + ", ".join(f"ct {chunk}: {millis:.2f} ms" for chunk, millis in splice_ms.items())
                        + f" (paper H100: 2.77-3.06 ms); rotation {rot_share:.0%}"}
 
 

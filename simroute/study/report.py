@@ -22,7 +22,7 @@ from pyarrow import ArrowException
 from simroute.errors import ConfigurationError
 from simroute.ioutil import atomic_path, check_output_path, check_replaceable, load_json, manifest_kind
 from simroute.study import figures, plots
-from simroute.study.search import finished, meets, parse_slo
+from simroute.study.search import Goal, finished, meets, parse_slo
 from simroute.study.store import Store
 
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
@@ -70,20 +70,20 @@ def write_report(directory: str | Path, out: str | Path | None = None, fmt: Repo
 
     Everything is read and checked before anything is written; the report directory is then written whole
     (a temporary beside it, renamed), with a manifest, so a run holding its report stays simroute's own."""
-    report_dir = Path(directory)
-    if not report_dir.is_dir():
-        raise ConfigurationError("not found" if not report_dir.exists() else "is not a directory; give a run or study "
-                                 "directory", file=report_dir)
+    input_dir = Path(directory)
+    if not input_dir.is_dir():
+        raise ConfigurationError("not found" if not input_dir.exists() else "is not a directory; give a run or study "
+                                 "directory", file=input_dir)
     out_dir = None
     if fmt != ReportFormat.MD:
-        out_dir = check_report_out(report_dir, Path(out) if out else report_dir / "report")
-    if (report_dir / "study.json").exists() or (report_dir / "points").is_dir():
-        rep = _study(report_dir)
-    elif (report_dir / "summary.json").exists():
-        rep = _run(report_dir)
+        out_dir = check_report_out(input_dir, Path(out) if out else input_dir / "report")
+    if (input_dir / "study.json").exists() or (input_dir / "points").is_dir():
+        rep = _study(input_dir)
+    elif (input_dir / "summary.json").exists():
+        rep = _run(input_dir)
     else:
         raise ConfigurationError("neither a study directory (study.json, points/) nor a run directory "
-                                 "(summary.json)", file=report_dir)
+                                 "(summary.json)", file=input_dir)
     if fmt == ReportFormat.MD:
         return "\n".join([f"# {rep.title}", ""] + [f"> {note}\n" for note in rep.notes]
                          + [f"## {heading}\n\n{_md(table)}\n" for heading, table in rep.sections if len(table)])
@@ -99,14 +99,14 @@ def write_report(directory: str | Path, out: str | Path | None = None, fmt: Repo
     return out_dir / "report.html"
 
 
-def check_report_out(report_dir: Path, out_dir: Path) -> Path:
+def check_report_out(input_dir: Path, out_dir: Path) -> Path:
     """The report directory: never the run or study it reads, a folder holding it, or one of its files."""
-    source = report_dir.resolve()
+    source = input_dir.resolve()
     target = out_dir.resolve()
     if target == source or target in source.parents:
-        raise ConfigurationError(f"is or holds {report_dir}, the directory this report reads: choose another path (the "
+        raise ConfigurationError(f"is or holds {input_dir}, the directory this report reads: choose another path (the "
                                  "default is DIR/report)", file=out_dir, field="--out")
-    inputs = [entry for entry in report_dir.iterdir() if entry.resolve() != target]
+    inputs = [entry for entry in input_dir.iterdir() if entry.resolve() != target]
     check_output_path(out_dir, directory=True, inputs=inputs, flag="--out")
     check_replaceable(out_dir, what="report")
     if out_dir.is_dir() and any(out_dir.iterdir()) and manifest_kind(out_dir) != "report":
@@ -181,12 +181,12 @@ RESOURCE_AXES = ("hosts", "instances", "replicas", "hbm_gb", "gpus", "tp", "spin
                  "max_running_seqs", "token_budget")
 
 
-def frontier_goal(axis: str) -> str:
-    """'min' for a resource axis (fewest hosts meeting the SLO), 'max' for a load axis (most QPS)."""
-    return "min" if axis.split(".")[-1] in RESOURCE_AXES else "max"
+def frontier_goal(axis: str) -> Goal:
+    """MIN for a resource axis (fewest hosts meeting the SLO), MAX for a load axis (most QPS)."""
+    return Goal.MIN if axis.split(".")[-1] in RESOURCE_AXES else Goal.MAX
 
 
-def frontier_value(group: pd.DataFrame, axis: str, goal: str) -> Any:
+def frontier_value(group: pd.DataFrame, axis: str, goal: Goal) -> Any:
     """The frontier of one series: the extreme axis value among points meeting the SLO, compared as numbers
     when every label is one (so 8 < 16 < 32, not '8' > '32' > '16'), else as the labels' given order."""
     met = group[group["meets"].fillna(False).astype(bool)]
@@ -194,9 +194,9 @@ def frontier_value(group: pd.DataFrame, axis: str, goal: str) -> Any:
         return "none"
     values = pd.to_numeric(met[axis], errors="coerce")
     if values.notna().all():
-        pick = values.idxmin() if goal == "min" else values.idxmax()
+        pick = values.idxmin() if goal == Goal.MIN else values.idxmax()
     else:
-        pick = met.index[0] if goal == "min" else met.index[-1]
+        pick = met.index[0] if goal == Goal.MIN else met.index[-1]
     return met.loc[pick, axis]
 
 
@@ -240,7 +240,7 @@ def _representatives(frame: pd.DataFrame, axis: str | None, series: list[str], l
     succeeded = frame[frame["status"] == "ok"]
     if succeeded.empty:
         return {}
-    cols = [f"axis:{search}" for search in series if f"axis:{search}" in succeeded]
+    cols = [f"axis:{name}" for name in series if f"axis:{name}" in succeeded]
     groups = succeeded.groupby(cols, sort=False) if cols else [((), succeeded)]
     out: dict[str, str] = {}
     for vals, group in groups:
@@ -376,13 +376,13 @@ def _tpot_modelled(agg: pd.DataFrame) -> bool:
     return "tpot_ms_p99" in agg and bool(agg["tpot_ms_p99"].fillna(0).abs().max() > 0)
 
 
-def _study(report_dir: Path) -> Report:
-    meta = load_study_meta(report_dir / "study.json") if (report_dir / "study.json").exists() else {}
-    if not (report_dir / "points").is_dir():
+def _study(input_dir: Path) -> Report:
+    meta = load_study_meta(input_dir / "study.json") if (input_dir / "study.json").exists() else {}
+    if not (input_dir / "points").is_dir():
         raise ConfigurationError("missing or not a directory: a study directory holds its finished points there "
-                                 "(has its sweep run yet?)", file=report_dir / "points")
-    frame = Store(report_dir).read()
-    searches = load_searches(report_dir / "search.json") if (report_dir / "search.json").exists() else []
+                                 "(has its sweep run yet?)", file=input_dir / "points")
+    frame = Store(input_dir).read()
+    searches = load_searches(input_dir / "search.json") if (input_dir / "search.json").exists() else []
     axis, series = axes_of(meta) if meta else (None, [])
     slo = list(meta.get("slo") or (meta.get("search") or {}).get("slo") or [])
     agg = aggregate(frame, axis, series, slo)
@@ -418,32 +418,33 @@ def _study(report_dir: Path) -> Report:
             for search in searches])))
     elif slo and len(agg) and axis in agg:
         goal = frontier_goal(axis)
+        column = f"{'largest' if goal == Goal.MAX else 'smallest'} {axis} meeting the SLO"
         sections.append((f"SLO frontier ({' and '.join(slo)}, all seeds, finished points only)", pd.DataFrame([{
-            "series": search or "all", f"{'largest' if goal == 'max' else 'smallest'} {axis} meeting the SLO":
-                frontier_value(group, axis, goal)} for search, group in agg.groupby("series", sort=False)])))
+            "series": series_label or "all", column: frontier_value(group, axis, goal)}
+            for series_label, group in agg.groupby("series", sort=False)])))
     failed = frame[frame["status"] == "failed"]
     if len(failed):
         sections.append(("Failed points", pd.DataFrame({
             "key": failed["key"], "labels": failed["labels_json"], "seed": failed["seed"],
             "error": [error.splitlines()[0] if error else "" for error in failed["error"]]})))
-    figs = _study_figures(report_dir, frame, agg, axis, series, slo, searches, bool(has_pd), multi_seed)
-    if (report_dir / "plan.json").exists():
-        sections.insert(0, ("Capacity plan (plan.md)", _plan_table(load_json(report_dir / "plan.json"), report_dir)))
+    figs = _study_figures(input_dir, frame, agg, axis, series, slo, searches, bool(has_pd), multi_seed)
+    if (input_dir / "plan.json").exists():
+        sections.insert(0, ("Capacity plan (plan.md)", _plan_table(load_json(input_dir / "plan.json"), input_dir)))
     if meta.get("description"):
         sections.insert(0, ("About", pd.DataFrame({"study": [meta["description"]],
                                                      "points": [len(frame)], "failed": [len(failed)]})))
-    return Report(f"simroute study: {meta.get('name', report_dir.name)}", sections, figs, notes)
+    return Report(f"simroute study: {meta.get('name', input_dir.name)}", sections, figs, notes)
 
 
-def _study_figures(report_dir: Path, frame: pd.DataFrame, agg: pd.DataFrame, axis: str | None, series: list[str],
+def _study_figures(input_dir: Path, frame: pd.DataFrame, agg: pd.DataFrame, axis: str | None, series: list[str],
                    slo: list[str],
                    searches: list[dict[str, Any]], has_pd: bool, multi_seed: bool) -> list[Figure]:
     """A study's figures; link and spine figures at the search answers (or each series' largest x)."""
     reps = _answer_runs(frame, searches) if searches else _representatives(frame, axis, series)
     where = "at each search answer" if searches else f"runs at the largest {axis}"
-    links = {key: _read_parquet(report_dir / "runs" / value / "net_links.parquet", columns=LINK_COLUMNS)
+    links = {key: _read_parquet(input_dir / "runs" / value / "net_links.parquet", columns=LINK_COLUMNS)
              for key, value in reps.items()}
-    spines = {key: _read_parquet(report_dir / "runs" / value / "net_spines.parquet", columns=SPINE_COLUMNS)
+    spines = {key: _read_parquet(input_dir / "runs" / value / "net_spines.parquet", columns=SPINE_COLUMNS)
               for key, value in reps.items()}
     axis_or_blank = axis or "_"
     figs = [Figure(f"TTFT and TPOT percentiles vs {axis}", lambda: figures.latency_vs_load(agg, axis_or_blank),
@@ -481,10 +482,10 @@ def _fmt(table: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def _plan_table(answer: Any, report_dir: Path) -> pd.DataFrame:
+def _plan_table(answer: Any, input_dir: Path) -> pd.DataFrame:
     """One row per policy of a plan: fewest hosts, status, what binds below it."""
     if not isinstance(answer, dict) or not isinstance(answer.get("policies"), dict):
-        raise ConfigurationError("is not a plan answer (no 'policies')", file=report_dir / "plan.json")
+        raise ConfigurationError("is not a plan answer (no 'policies')", file=input_dir / "plan.json")
     rows = []
     for name, entry in answer["policies"].items():
         binding = entry.get("binding") or {}
@@ -558,10 +559,10 @@ HOLDER_VIEW = {"holder": ("holder", 1), "gpu": ("GPU", 1), "queries": ("queries"
 HOLDER_ROWS = 16
 
 
-def _holder_sections(report_dir: Path) -> tuple[list[tuple[str, pd.DataFrame]], list[str]]:
+def _holder_sections(input_dir: Path) -> tuple[list[tuple[str, pd.DataFrame]], list[str]]:
     """The busiest holders by partial-attention work (holders.parquet), or a note where the run's file is from
     before the engines' per-holder counters (the retired batching server's samples, zeros on the engine path)."""
-    path = report_dir / "holders.parquet"
+    path = input_dir / "holders.parquet"
     if not path.exists():
         return [], []
     table = _read_parquet(path)
@@ -578,10 +579,10 @@ def _holder_sections(report_dir: Path) -> tuple[list[tuple[str, pd.DataFrame]], 
     return [(f"Holders by partial-attention work ({shown})", view)], []
 
 
-def _hbm_table(report_dir: Path) -> pd.DataFrame | None:
+def _hbm_table(input_dir: Path) -> pd.DataFrame | None:
     """The engine's per-instance iteration table with HBM columns, when the run wrote one."""
     for name in ("iterations", "engine", "hbm"):
-        table = _read_parquet(report_dir / f"{name}.parquet")
+        table = _read_parquet(input_dir / f"{name}.parquet")
         if table is not None and "instance" in table and any(col in table for col, _ in figures.HBM_PARTS):
             return table
     return None
@@ -637,23 +638,23 @@ def check_summary(doc: Any, spec: dict[str, Any], path: Path, where: str = "") -
                 raise ConfigurationError(f"must be {kind}", file=path, field=field)
 
 
-def _run(report_dir: Path) -> Report:
-    summary = load_json(report_dir / "summary.json")
-    check_summary(summary, SUMMARY_FIELDS, report_dir / "summary.json")
+def _run(input_dir: Path) -> Report:
+    summary = load_json(input_dir / "summary.json")
+    check_summary(summary, SUMMARY_FIELDS, input_dir / "summary.json")
     for key in ("route", "fetch", "pd_transfer"):
         if key not in summary["bytes"]:
             raise ConfigurationError("missing: not a simroute run summary (or a damaged one)",
-                                     file=report_dir / "summary.json", field=f"bytes.{key}")
+                                     file=input_dir / "summary.json", field=f"bytes.{key}")
     moved = summary["bytes"]
     agg = pd.DataFrame([{"config": "run", "bytes_route": moved["route"], "bytes_fetch": moved["fetch"],
                          "bytes_pd_transfer": moved["pd_transfer"]}])
-    req = _read_parquet(report_dir / "requests.parquet", required=True, columns=RUN_REQUEST_COLUMNS)
+    req = _read_parquet(input_dir / "requests.parquet", required=True, columns=RUN_REQUEST_COLUMNS)
     if not len(req):
         raise ConfigurationError("holds no requests (a run writes one row per request)",
-                                 file=report_dir / "requests.parquet")
-    links = {"run": _read_parquet(report_dir / "net_links.parquet", columns=LINK_COLUMNS)}
-    spines = {"run": _read_parquet(report_dir / "net_spines.parquet", columns=SPINE_COLUMNS)}
-    hbm = _hbm_table(report_dir)
+                                 file=input_dir / "requests.parquet")
+    links = {"run": _read_parquet(input_dir / "net_links.parquet", columns=LINK_COLUMNS)}
+    spines = {"run": _read_parquet(input_dir / "net_spines.parquet", columns=SPINE_COLUMNS)}
+    hbm = _hbm_table(input_dir)
     figs = [Figure("TTFT and TPOT distributions", lambda: figures.latency_cdf(req),
                    lambda out: plots.latency_cdf(req, out / "latency.png") if req is not None else None),
             Figure("TTFT breakdown per primitive", lambda: figures.ttft_breakdown(req)),
@@ -664,8 +665,8 @@ def _run(report_dir: Path) -> Report:
             Figure("Per-spine concurrent flows (ARK Fig 3)", lambda: figures.spine_heatmap(spines),
                    lambda out: plots.spine_heatmap(spines, out / "spines.png")),
             Figure("HBM composition", lambda: figures.hbm_composition(hbm))]
-    holders, notes = _holder_sections(report_dir)
-    return Report(f"simroute run: {report_dir.name}", _run_sections(summary) + holders, figs, notes)
+    holders, notes = _holder_sections(input_dir)
+    return Report(f"simroute run: {input_dir.name}", _run_sections(summary) + holders, figs, notes)
 
 
 # ---- rendering -------------------------------------------------------------------------------------------

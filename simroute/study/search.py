@@ -61,7 +61,7 @@ def parse_slo(text: str) -> Condition:
     match = _RE.match(text)
     if not match:
         raise ValueError(f"cannot read SLO '{text}'; write e.g. 'p99 ttft_ms <= 50' or 'slo_attainment >= 0.99'")
-    stat, metric, operator, value = match.groups()
+    stat, metric, comparison, value = match.groups()
     col = f"{metric}_{stat}" if stat else metric
     if col not in METRICS:
         latency = [f"{stat_name} {metric_name}" for metric_name in ("ttft_ms", "tpot_ms", "e2e_ms")
@@ -69,7 +69,7 @@ def parse_slo(text: str) -> Condition:
         raise ValueError(f"unknown SLO metric '{col}'; valid: {', '.join(latency)} or a column such as "
                          "slo_attainment, completed, bytes_fetch")
     try:
-        return Condition(col, operator, float(value))
+        return Condition(col, comparison, float(value))
     except ValueError:
         raise ValueError(f"not a number: '{value}' in SLO '{text}'") from None
 

@@ -56,6 +56,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--runner", required=True)
     ap.add_argument("--baseline-s", type=float, default=20.0, help="the runner's time on unmutated code")
+    ap.add_argument("--paths-to-mutate", default="simroute/sim", help="as given to the preparing `mutmut run`")
     a = ap.parse_args()
     cache = a.dir / ".mutmut-cache"
     set_baseline(cache, a.baseline_s)
@@ -64,7 +65,7 @@ def main() -> int:
     killed = survived = 0
     for mutant, filename, line, source in sample:
         reset(cache, mutant)
-        subprocess.run(["mutmut", "run", str(mutant), "--paths-to-mutate", "simroute/sim", "--tests-dir", "tests",
+        subprocess.run(["mutmut", "run", str(mutant), "--paths-to-mutate", a.paths_to_mutate, "--tests-dir", "tests",
                         "--runner", a.runner], cwd=a.dir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         state = status(cache, mutant)
         alive = state == "bad_survived"

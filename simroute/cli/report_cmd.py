@@ -20,11 +20,11 @@ def report(
     Example: simroute report results/ark  (writes results/ark/report/report.html); simroute report results/run --format md
     """
     from simroute.errors import ConfigurationError
-    from simroute.study.report import write_report
-    if fmt not in ("html", "md"):
+    from simroute.study.report import ReportFormat, write_report
+    if fmt not in {form.value for form in ReportFormat}:
         raise ConfigurationError("must be html or md", field="--format")
-    res = write_report(directory, out=out, fmt=fmt, png=png)
-    if fmt == "md":
+    res = write_report(directory, out=out, fmt=ReportFormat(fmt), png=png)
+    if fmt == ReportFormat.MD:
         typer.echo(res)
     else:
         console().print(f"report: {res}")

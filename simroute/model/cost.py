@@ -86,7 +86,7 @@ class CostParams:
     gather_k_ref: int = 2048
     holder_heads_ref: int = 16             # = HOLDER_HEADS_REF
     holder_ct_ref: int = 2048              # = HOLDER_CT_REF
-    route_exchanges: str = "per-layer"     # a `RouteExchanges` value
+    route_exchanges: RouteExchanges = RouteExchanges.PER_LAYER     # its value (a string) is accepted too
     # the prefill form of a routed query block (T > 1 query tokens of one sequence): seconds per key read and
     # per (row, key) pair on one GPU, from the profile's instance GPU (`StepTimeModel.prefill_form_coeffs`);
     # None: no GPU entry, the holder curve alone
@@ -102,13 +102,15 @@ class CostParams:
     float_rows: tuple[FabricTables, ...] = field(default=(), compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "fabric_index", {f.name: i for i, f in enumerate(self.fabrics)})
-        g = self.geometry
-        kv_token = g.kv_bytes_per_token
+        object.__setattr__(self, "route_exchanges", RouteExchanges(self.route_exchanges))
+        object.__setattr__(self, "fabric_index", {fabric.name: index for index, fabric in enumerate(self.fabrics)})
+        geometry = self.geometry
+        kv_token = geometry.kv_bytes_per_token
         # per fabric, plain floats: the float evaluators' rows, and the columns of the arrays' `tables`
         object.__setattr__(self, "float_rows", tuple(
-            FabricTables(float(f.t_probe_s + f.turnaround_s), float(g.qp_bytes / f.single_block_Bps),
-                         float(kv_token / f.bulk_Bps)) for f in self.fabrics))
+            FabricTables(float(fabric.t_probe_s + fabric.turnaround_s),
+                         float(geometry.qp_bytes / fabric.single_block_Bps),
+                         float(kv_token / fabric.bulk_Bps)) for fabric in self.fabrics))
 
     @cached_property
     def tables(self) -> FabricTables:
@@ -164,19 +166,19 @@ class Ops:
         self.any, self.all, self.fabric_row = any_, all_, fabric_row
 
 
-def _where_float(cond, a, b):
-    return a if cond else b
+def _where_float(cond, if_true, if_false):
+    return if_true if cond else if_false
 
 
-def _fabric_row_arrays(p: "CostParams", fabric) -> FabricTables:
+def _fabric_row_arrays(params: "CostParams", fabric) -> FabricTables:
     import numpy as np
-    t = p.tables
-    return FabricTables(np.take(t.probe_s, fabric), np.take(t.qp_per_row_s, fabric),
-                        np.take(t.kv_per_token_s, fabric))
+    tables = params.tables
+    return FabricTables(np.take(tables.probe_s, fabric), np.take(tables.qp_per_row_s, fabric),
+                        np.take(tables.kv_per_token_s, fabric))
 
 
-def _fabric_row_floats(p: "CostParams", fabric: int) -> FabricTables:
-    return p.float_rows[fabric]
+def _fabric_row_floats(params: "CostParams", fabric: int) -> FabricTables:
+    return params.float_rows[fabric]
 
 
 class _ArrayOps(Ops):
@@ -227,7 +229,7 @@ def holder_prefill_s(rows, keys, s_per_key: float, s_per_row_key: float, ops=FLO
     return ops.maximum(keys * s_per_key, rows * keys * s_per_row_key)
 
 
-def holder_compute_s(rows, ct, topk, p: CostParams, ops=ARRAYS, query_tokens=1):
+def holder_compute_s(rows, ct, topk, params: CostParams, ops=ARRAYS, query_tokens=1):
     """Partial attention of `rows` query rows over `ct` resident tokens (or `topk` selected entries): the
     measured holder curve at the batch's work, times the sparse kernel's premium under selection. Floats or
     arrays (`ops`); the cost terms, the predicate and the simulator's policy all call this.
@@ -238,8 +240,8 @@ def holder_compute_s(rows, ct, topk, p: CostParams, ops=ARRAYS, query_tokens=1):
     `holder_prefill_s` of all its rows, not the curve stretched to T x the key reads. Under selection each
     query token gathers its own top-k entries, so T tokens are T gathers: the curve as at decode."""
     sparse = topk > 0
-    frac, hr, cr = p.geometry.token_fraction, p.holder_heads_ref, p.holder_ct_ref
-    has_block = p.holder_prefill_s is not None and ops.any(query_tokens > 1)    # decode: one cheap test
+    frac, heads_ref, ct_ref = params.geometry.token_fraction, params.holder_heads_ref, params.holder_ct_ref
+    has_block = params.holder_prefill_s is not None and ops.any(query_tokens > 1)    # decode: one cheap test
     if has_block:
         block = (query_tokens > 1) * (topk <= 0)        # dense blocks (1 / True), floats or arrays
         has_block = ops.any(block)
@@ -247,25 +249,26 @@ def holder_compute_s(rows, ct, topk, p: CostParams, ops=ARRAYS, query_tokens=1):
     if not ops.any(sparse):
         attended, premium = ct, 1.0
     elif ops.all(sparse):     # a batch of selections only: no masking
-        attended, premium = topk, sparse_premium(topk, p, ops)
+        attended, premium = topk, sparse_premium(topk, params, ops)
     else:
-        attended, premium = ops.where(sparse, topk, ct), ops.where(sparse, sparse_premium(topk, p, ops), 1.0)
-    curve_s = holder_curve_s(holder_work(floor_rows, attended, frac, hr, cr), p.holder_n, p.holder_s, ops)
+        attended, premium = ops.where(sparse, topk, ct), ops.where(sparse, sparse_premium(topk, params, ops), 1.0)
+    work = holder_work(floor_rows, attended, frac, heads_ref, ct_ref)
+    curve_s = holder_curve_s(work, params.holder_n, params.holder_s, ops)
     if has_block:
-        s_key, s_row_key = p.holder_prefill_s
+        s_key, s_row_key = params.holder_prefill_s
         prefill_s = holder_prefill_s(rows, attended, s_key, s_row_key, ops)
         curve_s = ops.where(block, ops.maximum(curve_s, prefill_s), curve_s)
     return curve_s * premium
 
 
-def splice_s(ct, p: CostParams, ops=ARRAYS):
+def splice_s(ct, params: CostParams, ops=ARRAYS):
     """Delta-rotation + scatter of a chunk into the paged pool, all layers (paper §7)."""
-    return ops.curve(ct, p.splice_ct, p.splice_s)
+    return ops.curve(ct, params.splice_ct, params.splice_s)
 
 
-def sparse_premium(k, p: CostParams, ops=ARRAYS):
+def sparse_premium(topk, params: CostParams, ops=ARRAYS):
     """The sparse kernel's time over dense at matched k, clamped to the measured range."""
-    return ops.clamped(k, p.sparse_k, p.sparse_premium)
+    return ops.clamped(topk, params.sparse_k, params.sparse_premium)
 
 
 class StepParts(NamedTuple):
@@ -290,14 +293,14 @@ class StepParts(NamedTuple):
     sparse: object
 
 
-def step_parts(mq, ct, fabric, topk, holders, tp, cached, p: CostParams, ops=ARRAYS, qt=1) -> StepParts:
+def step_parts(mq, ct, fabric, topk, holders, tp, cached, params: CostParams, ops=ARRAYS, query_tokens=1) -> StepParts:
     """The one cost formula (paper §4), floats or arrays. Route: M parallel exchanges per step, each holder
     attending its k/M share of a selection (the step waits for the slowest, identical here); fetch: pull the
     chunk and splice it, or gather the selection every step; local: re-prefill. fetch and local also pay the
     requester's attention over the copy, the work route moves to the holder. `qt`: query tokens per sequence
     in the rows (a first pass's prompt; `holder_compute_s` charges such a block in the prefill form)."""
-    g = p.geometry
-    probe, qp_per_row_s, kv_per_token_s = ops.fabric_row(p, fabric)
+    geometry = params.geometry
+    probe, qp_per_row_s, kv_per_token_s = ops.fabric_row(params, fabric)
     unit_tp = tp == 1 if isinstance(tp, (int, float)) else False
     if not unit_tp:
         tp = ops.maximum(tp, 1.0)
@@ -311,117 +314,121 @@ def step_parts(mq, ct, fabric, topk, holders, tp, cached, p: CostParams, ops=ARR
         k_holder = ops.maximum(topk / holders, 1.0)
         if not every_sparse:
             k_holder = k_holder * sparse
-        compute = holder_compute_s(mq, ct, k_holder, p, ops, qt)
-        attend = holder_compute_s(mq, ct, topk, p, ops, qt)
-        gather = g.layers * (p.gather_base_s / p.gather_k_ref * topk + p.gather_per_holder_s * holders)
+        compute = holder_compute_s(mq, ct, k_holder, params, ops, query_tokens)
+        attend = holder_compute_s(mq, ct, topk, params, ops, query_tokens)
+        gather = geometry.layers * (params.gather_base_s / params.gather_k_ref * topk
+                                    + params.gather_per_holder_s * holders)
     else:
         k_holder = topk
-        compute = attend = holder_compute_s(mq, ct, topk, p, ops, qt)
+        compute = attend = holder_compute_s(mq, ct, topk, params, ops, query_tokens)
         gather = None
-    if p.host_overhead and p.holder_amortisation:
-        compute = holder_compute_s(mq * p.dispatch_batch, ct, k_holder, p, ops, qt) / p.dispatch_batch
-    ret_extra = 2.0 * probe if (p.host_overhead and not p.collapsed_response) else 0.0
+    if params.host_overhead and params.holder_amortisation:
+        batch = params.dispatch_batch
+        compute = holder_compute_s(mq * batch, ct, k_holder, params, ops, query_tokens) / batch
+    ret_extra = 2.0 * probe if (params.host_overhead and not params.collapsed_response) else 0.0
     pull = splice = None
     if not every_sparse:
         pull = ct * kv_per_token_s if unit_tp else ct * kv_per_token_s / tp
-        splice = ops.where(cached, 0.0, splice_s(ct, p, ops))
+        splice = ops.where(cached, 0.0, splice_s(ct, params, ops))
     return StepParts(probe, wire if unit_tp else wire / tp, ret_extra, compute, attend, pull, splice, gather,
-                     ct * (g.layers * p.prefill_s_per_token_layer), sparse)   # positional: the float path is hot
+                     ct * (geometry.layers * params.prefill_s_per_token_layer), sparse)   # positional: hot float path
 
 
-def host_s(mq, p: CostParams) -> tuple[object, float]:
+def host_s(mq, params: CostParams) -> tuple[object, float]:
     """(route, fetch) host cost per step in the Python-client regime (paper §5.3); 0 otherwise."""
-    if not p.host_overhead:
+    if not params.host_overhead:
         return 0.0, 0.0
-    div = p.dispatch_batch if p.dispatcher_batching else 1
-    return (p.host_fixed_s + p.host_per_row_s * mq) / div, p.host_fixed_s / div
+    div = params.dispatch_batch if params.dispatcher_batching else 1
+    return (params.host_fixed_s + params.host_per_row_s * mq) / div, params.host_fixed_s / div
 
 
 def _inputs(shape: Shape):
     """The shape's fields as float / bool arrays, converted once."""
     import numpy as np
-    f8 = np.float64
-    tp = float(shape.tp) if np.ndim(shape.tp) == 0 else np.asarray(shape.tp, dtype=f8)   # 1 skips the divides
-    qt = shape.query_tokens if np.ndim(shape.query_tokens) == 0 and shape.query_tokens == 1 else \
-        np.asarray(shape.query_tokens, dtype=f8)                                           # 1: decode rows
-    return (np.asarray(shape.mq, dtype=f8), np.asarray(shape.ct, dtype=f8), np.asarray(shape.fabric),
-            np.asarray(shape.topk, dtype=f8), np.asarray(shape.holders, dtype=f8), tp,
-            np.asarray(shape.cached, dtype=bool), 1.0 + np.asarray(shape.reuse, dtype=f8), qt)
+    dtype = np.float64
+    tp = float(shape.tp) if np.ndim(shape.tp) == 0 else np.asarray(shape.tp, dtype=dtype)   # 1 skips the divides
+    query_tokens = shape.query_tokens if np.ndim(shape.query_tokens) == 0 and shape.query_tokens == 1 else \
+        np.asarray(shape.query_tokens, dtype=dtype)                                           # 1: decode rows
+    return (np.asarray(shape.mq, dtype=dtype), np.asarray(shape.ct, dtype=dtype), np.asarray(shape.fabric),
+            np.asarray(shape.topk, dtype=dtype), np.asarray(shape.holders, dtype=dtype), tp,
+            np.asarray(shape.cached, dtype=bool), 1.0 + np.asarray(shape.reuse, dtype=dtype), query_tokens)
 
 
-def costs(shape: Shape, p: CostParams) -> dict[str, dict[str, np.ndarray]]:
+def costs(shape: Shape, params: CostParams) -> dict[str, dict[str, np.ndarray]]:
     """Every term of every primitive over the horizon of 1 + R steps, in seconds; plus wire bytes.
 
     Returns {primitive: {term: array, ..., "total": array, "wire_bytes": array}}.
     """
     import numpy as np
-    mq, ct, fabric, topk, holders, tp, cached, steps, qt = _inputs(shape)
-    s = step_parts(mq, ct, fabric, topk, holders, tp, cached, p, ARRAYS, qt)
+    mq, ct, fabric, topk, holders, tp, cached, steps, query_tokens = _inputs(shape)
+    parts = step_parts(mq, ct, fabric, topk, holders, tp, cached, params, ARRAYS, query_tokens)
     zero = np.zeros(np.broadcast(mq, ct, topk, steps, fabric, holders, cached).shape)
-    return _term_table(s, mq, ct, topk, holders, steps, p, ARRAYS, zero)
+    return _term_table(parts, mq, ct, topk, holders, steps, params, ARRAYS, zero)
 
 
 def scalar_inputs(shape: Shape):
     """One shape's fields as `_inputs` gives them, as plain floats (fabric an int, cached a bool)."""
-    qt = shape.query_tokens
+    query_tokens = shape.query_tokens
     return (float(shape.mq), float(shape.ct), int(shape.fabric), float(shape.topk), float(shape.holders),
-            float(shape.tp), bool(shape.cached), 1.0 + float(shape.reuse), qt if qt == 1 else float(qt))
+            float(shape.tp), bool(shape.cached), 1.0 + float(shape.reuse),
+            query_tokens if query_tokens == 1 else float(query_tokens))
 
 
-def costs_scalar(shape: Shape, p: CostParams) -> dict[str, dict[str, float]]:
+def costs_scalar(shape: Shape, params: CostParams) -> dict[str, dict[str, float]]:
     """`costs` for one shape, as plain floats (CLI tables, tests), equal to `costs`' bit for bit; no numpy."""
-    mq, ct, fabric, topk, holders, tp, cached, steps, qt = scalar_inputs(shape)
-    s = step_parts(mq, ct, fabric, topk, holders, tp, cached, p, SCALARS, qt)
-    return _term_table(s, mq, ct, topk, holders, steps, p, SCALARS, 0.0)
+    mq, ct, fabric, topk, holders, tp, cached, steps, query_tokens = scalar_inputs(shape)
+    parts = step_parts(mq, ct, fabric, topk, holders, tp, cached, params, SCALARS, query_tokens)
+    return _term_table(parts, mq, ct, topk, holders, steps, params, SCALARS, 0.0)
 
 
-def _term_table(s: StepParts, mq, ct, topk, holders, steps, p: CostParams, ops: Ops, zero):
+def _term_table(parts: StepParts, mq, ct, topk, holders, steps, params: CostParams, ops: Ops, zero):
     """`costs`' table from one step's parts, arrays or floats (`zero`: the broadcast shape's zeros, or 0.0)."""
-    g = p.geometry
-    per_step = steps * float(p.exchanges)
-    host_route, host_fetch = host_s(mq, p)
-    q_share = g.q_bytes / g.qp_bytes
-    route = {"probe": per_step * s.probe + zero, "transfer": per_step * s.wire * q_share + zero,
-             "compute": per_step * s.compute + zero,
-             "return": per_step * (s.wire * (1.0 - q_share) + s.ret_extra) + zero,
-             "merge": per_step * p.merge_s + zero, "host": steps * host_route + zero}
-    holders_m = ops.where(s.sparse, ops.maximum(holders, 1.0), 1.0)
-    route["wire_bytes"] = per_step * holders_m * mq * g.qp_bytes + zero
-    attend = per_step * s.attend + zero
-    fetch = {"pull": zero if s.pull is None else ops.where(s.sparse, 0.0, s.pull) + zero,
-             "splice": zero if s.splice is None else ops.where(s.sparse, 0.0, s.splice) + zero,
-             "gather": (zero if s.gather is None else ops.where(s.sparse, steps * s.gather, 0.0) + zero),
+    geometry = params.geometry
+    per_step = steps * float(params.exchanges)
+    host_route, host_fetch = host_s(mq, params)
+    q_share = geometry.q_bytes / geometry.qp_bytes
+    route = {"probe": per_step * parts.probe + zero, "transfer": per_step * parts.wire * q_share + zero,
+             "compute": per_step * parts.compute + zero,
+             "return": per_step * (parts.wire * (1.0 - q_share) + parts.ret_extra) + zero,
+             "merge": per_step * params.merge_s + zero, "host": steps * host_route + zero}
+    holders_m = ops.where(parts.sparse, ops.maximum(holders, 1.0), 1.0)
+    route["wire_bytes"] = per_step * holders_m * mq * geometry.qp_bytes + zero
+    attend = per_step * parts.attend + zero
+    fetch = {"pull": zero if parts.pull is None else ops.where(parts.sparse, 0.0, parts.pull) + zero,
+             "splice": zero if parts.splice is None else ops.where(parts.sparse, 0.0, parts.splice) + zero,
+             "gather": (zero if parts.gather is None else ops.where(parts.sparse, steps * parts.gather, 0.0) + zero),
              "attend": attend,
              "host": steps * host_fetch + zero}
-    kv_token = g.kv_bytes_per_token
-    fetch["wire_bytes"] = ops.where(s.sparse, steps * topk * kv_token, ct * kv_token) + zero
-    local = {"prefill": s.prefill + zero, "attend": attend, "wire_bytes": zero}
+    kv_token = geometry.kv_bytes_per_token
+    fetch["wire_bytes"] = ops.where(parts.sparse, steps * topk * kv_token, ct * kv_token) + zero
+    local = {"prefill": parts.prefill + zero, "attend": attend, "wire_bytes": zero}
     out = {"route": route, "fetch": fetch, "local": local}
     for prim, terms in out.items():
-        terms["total"] = sum(terms[t] for t in TERMS[prim])
+        terms["total"] = sum(terms[term] for term in TERMS[prim])
     return out
 
 
-def route_transport_s(mq, fabric: FabricParams, g: ModelGeometry, tp: int = 1) -> np.ndarray:
+def route_transport_s(mq, fabric: FabricParams, geometry: ModelGeometry, tp: int = 1) -> np.ndarray:
     """One routed round trip's transport: probe + Mq (q+p) / BW (paper §4.2, what Table 1 measures)."""
     import numpy as np
     mq = np.asarray(mq, dtype=float)
-    return fabric.t_probe_s + fabric.turnaround_s + mq * g.qp_bytes / tp / fabric.single_block_Bps
+    return fabric.t_probe_s + fabric.turnaround_s + mq * geometry.qp_bytes / tp / fabric.single_block_Bps
 
 
-def wire_break_even_mq(ct, g: ModelGeometry) -> np.ndarray:
+def wire_break_even_mq(ct, geometry: ModelGeometry) -> np.ndarray:
     """Mq* = ct b_KV / (q+p): above it route moves more bytes than pulling the chunk (one layer, §5.2)."""
     import numpy as np
-    return np.asarray(ct, dtype=float) * g.token_fraction * g.b_kv / g.qp_bytes
+    return np.asarray(ct, dtype=float) * geometry.token_fraction * geometry.b_kv / geometry.qp_bytes
 
 
-def route_byte_saving(mq, ct, g: ModelGeometry) -> np.ndarray:
+def route_byte_saving(mq, ct, geometry: ModelGeometry) -> np.ndarray:
     """Fraction of wire bytes route saves against pulling the chunk (per layer; 76% at Mq 256, ct 2048)."""
     import numpy as np
-    return 1.0 - np.asarray(mq, dtype=float) * g.qp_bytes / (np.asarray(ct, dtype=float) * g.token_fraction * g.b_kv)
+    chunk_bytes = np.asarray(ct, dtype=float) * geometry.token_fraction * geometry.b_kv
+    return 1.0 - np.asarray(mq, dtype=float) * geometry.qp_bytes / chunk_bytes
 
 
-def route_loses_below_bw(mq, ct, p: CostParams) -> np.ndarray:
+def route_loses_below_bw(mq, ct, params: CostParams) -> np.ndarray:
     """Effective bandwidth below which route's byte term exceeds fetch's splice: Mq (q+p) / T_splice (§8)."""
     import numpy as np
-    return np.asarray(mq, dtype=float) * p.geometry.qp_bytes / splice_s(ct, p)
+    return np.asarray(mq, dtype=float) * params.geometry.qp_bytes / splice_s(ct, params)

@@ -50,26 +50,26 @@ def fit_affine(mq, rt_s, row_bytes, *, probe_s=None, amortised_min_mq: int = 512
     sample, so a payload sweep fits too); probe_s: optional sig_rt samples (s).
     """
     mq = np.asarray(mq, dtype=float).ravel()
-    rt = np.asarray(rt_s, dtype=float).ravel()
-    x = mq * np.broadcast_to(np.asarray(row_bytes, dtype=float), mq.shape)
-    if mq.size != rt.size:
-        raise ConfigurationError(f"{mq.size} Mq values but {rt.size} round trips", field="samples")
-    if mq.size < 2 or np.unique(x).size < 2:
+    round_trip = np.asarray(rt_s, dtype=float).ravel()
+    payload = mq * np.broadcast_to(np.asarray(row_bytes, dtype=float), mq.shape)
+    if mq.size != round_trip.size:
+        raise ConfigurationError(f"{mq.size} Mq values but {round_trip.size} round trips", field="samples")
+    if mq.size < 2 or np.unique(payload).size < 2:
         raise ConfigurationError("an affine fit needs at least two distinct payload sizes", field="samples")
-    if np.any(rt <= 0) or np.any(~np.isfinite(rt)):
+    if np.any(round_trip <= 0) or np.any(~np.isfinite(round_trip)):
         raise ConfigurationError("round trips must be positive and finite", field="samples")
     amort = mq >= amortised_min_mq
-    use = amort if np.unique(x[amort]).size >= 2 else np.ones_like(amort)
-    slope, intercept = np.polyfit(x[use], rt[use], 1)
+    use = amort if np.unique(payload[amort]).size >= 2 else np.ones_like(amort)
+    slope, intercept = np.polyfit(payload[use], round_trip[use], 1)
     if slope <= 0:
         raise ConfigurationError("round trip does not grow with payload: no bandwidth to fit", field="samples")
-    bw = 1.0 / slope
+    bandwidth = 1.0 / slope
     if probe_s is not None and np.size(probe_s) > 0:
         t_probe = float(np.median(np.asarray(probe_s, dtype=float)))
         turnaround = max(float(intercept) - t_probe, 0.0)
     else:
         t_probe, turnaround = max(float(intercept), 0.0), 0.0
-    pred = t_probe + turnaround + x / bw
-    return AffineFit(t_probe_s=t_probe, bw_Bps=float(bw), turnaround_s=turnaround,
-                     mape_amortised=_mape(pred[amort], rt[amort]), mape_full=_mape(pred, rt),
+    pred = t_probe + turnaround + payload / bandwidth
+    return AffineFit(t_probe_s=t_probe, bw_Bps=float(bandwidth), turnaround_s=turnaround,
+                     mape_amortised=_mape(pred[amort], round_trip[amort]), mape_full=_mape(pred, round_trip),
                      n_points=int(mq.size), amortised_min_mq=amortised_min_mq)

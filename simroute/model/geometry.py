@@ -116,7 +116,7 @@ class ModelGeometry:
         """Mean fraction of tokens kept per layer under token-axis compression (1.0 without)."""
         if not self.token_compression:
             return 1.0
-        return sum(1.0 / r for r in self.token_compression) / len(self.token_compression)
+        return sum(1.0 / ratio for ratio in self.token_compression) / len(self.token_compression)
 
     @property
     def kv_bytes_per_token(self) -> float:
@@ -172,18 +172,19 @@ class ModelGeometry:
         return self.b_kv * self.kv_heads_per_gpu(tp) / self.kv_heads
 
     def _attention_ops(self, tp: int) -> list[LinearOp]:
-        h, hq = self.hidden, _split(self.heads_q, tp)
+        hidden, heads_q = self.hidden, _split(self.heads_q, tp)
         if not self.is_mla:
-            kv = self.kv_heads_per_gpu(tp)
-            return [LinearOp("qkv", h, (hq + 2 * kv) * self.d_qk), LinearOp("o", hq * self.d_v, h)]
+            kv_heads = self.kv_heads_per_gpu(tp)
+            return [LinearOp("qkv", hidden, (heads_q + 2 * kv_heads) * self.d_qk),
+                    LinearOp("o", heads_q * self.d_v, hidden)]
         qk_head = self.qk_nope_head_dim + self.rope_dims
-        ops = [LinearOp("q_a", h, self.q_lora_rank), LinearOp("q_b", self.q_lora_rank, hq * qk_head)] \
-            if self.q_lora_rank else [LinearOp("q", h, hq * qk_head)]
+        ops = [LinearOp("q_a", hidden, self.q_lora_rank), LinearOp("q_b", self.q_lora_rank, heads_q * qk_head)] \
+            if self.q_lora_rank else [LinearOp("q", hidden, heads_q * qk_head)]
         # kv_a is replicated (the latent + rope key); kv_b (latent -> per-head k_nope, v) splits by heads. In
         # absorbed decode kv_b's halves are folded into q and o: the same weights are read, the same FLOPs done.
-        return ops + [LinearOp("kv_a", h, self.d_qk), LinearOp("kv_b", self.d_v, hq * (self.qk_nope_head_dim +
+        return ops + [LinearOp("kv_a", hidden, self.d_qk), LinearOp("kv_b", self.d_v, heads_q * (self.qk_nope_head_dim +
                                                                                         self.v_head_dim)),
-                      LinearOp("o", hq * self.v_head_dim, h)]
+                      LinearOp("o", heads_q * self.v_head_dim, hidden)]
 
     def linear_ops(self, tp: int = 1, kind: str = "dense") -> list[LinearOp]:
         """The GEMMs of one layer of `kind` ("dense" or "moe") on one GPU at TP degree `tp`.
@@ -194,36 +195,38 @@ class ModelGeometry:
         """
         if not self.has_linear_geometry:
             raise UnknownNameError("model with linear geometry", self.name,
-                                   [m.name for m in MODELS.values() if m.has_linear_geometry])
-        return [op if op.name in BF16_ONLY_OPS else replace(op, weight_dtype=self.weight_dtype)
-                for op in self._layer_ops(tp, kind)]
+                                   [model.name for model in MODELS.values() if model.has_linear_geometry])
+        return [linear if linear.name in BF16_ONLY_OPS else replace(linear, weight_dtype=self.weight_dtype)
+                for linear in self._layer_ops(tp, kind)]
 
     def _layer_ops(self, tp: int, kind: str) -> list[LinearOp]:
-        h = self.hidden
+        hidden = self.hidden
         ops = self._attention_ops(tp)
         if kind == "dense":
-            f = _split(self.intermediate, tp)
-            return ops + [LinearOp("ffn_up", h, 2 * f), LinearOp("ffn_down", f, h)]
+            ffn = _split(self.intermediate, tp)
+            return ops + [LinearOp("ffn_up", hidden, 2 * ffn), LinearOp("ffn_down", ffn, hidden)]
         if kind != "moe" or not self.is_moe:
             raise UnknownNameError("layer kind", kind, list(self.layer_kinds()))
-        e = _split(self.expert_intermediate, tp)
-        ops.append(LinearOp("router", h, self.routed_experts))
+        expert = _split(self.expert_intermediate, tp)
+        ops.append(LinearOp("router", hidden, self.routed_experts))
         if self.shared_experts:
-            s = _split(self.shared_experts * self.expert_intermediate, tp)
-            ops += [LinearOp("shared_up", h, 2 * s), LinearOp("shared_down", s, h)]
-        a, n_exp = self.experts_per_token, self.routed_experts
-        return ops + [LinearOp("expert_up", h, 2 * e, n_exp, a), LinearOp("expert_down", e, h, n_exp, a)]
+            shared = _split(self.shared_experts * self.expert_intermediate, tp)
+            ops += [LinearOp("shared_up", hidden, 2 * shared), LinearOp("shared_down", shared, hidden)]
+        active, n_exp = self.experts_per_token, self.routed_experts
+        return ops + [LinearOp("expert_up", hidden, 2 * expert, n_exp, active),
+                      LinearOp("expert_down", expert, hidden, n_exp, active)]
 
     def lm_head_op(self, tp: int = 1) -> LinearOp:
         """The vocabulary projection (split by vocab over TP), applied to the sampled position of each sequence."""
         return LinearOp("lm_head", self.hidden, _split(self.vocab, tp))
 
     def _params_of(self, ops: list[LinearOp], active: bool) -> int:
-        return sum(op.k * op.n * (op.active if active else op.experts) for op in ops)
+        return sum(linear.k * linear.n * (linear.active if active else linear.experts) for linear in ops)
 
     def params(self, active: bool = False) -> float:
         """Parameters (all, or activated per token), from the linear geometry: layers + embedding + LM head."""
-        total = sum(n * self._params_of(self.linear_ops(1, kind), active) for kind, n in self.layer_kinds().items())
+        total = sum(layers * self._params_of(self.linear_ops(1, kind), active)
+                    for kind, layers in self.layer_kinds().items())
         return float(total + 2 * self.vocab * self.hidden)
 
     @property
@@ -237,7 +240,7 @@ def _cfg(repo: str) -> str:
 
 def _sources(repo: str, keys: str, **extra: str) -> dict[str, str]:
     """Every listed dimension read from the model's published config; `extra` adds or overrides entries."""
-    out = {k: _cfg(repo) for k in keys.split()}
+    out = {key: _cfg(repo) for key in keys.split()}
     out["weight_dtype"] = f"bf16: torch_dtype of the {_cfg(repo)}"
     out.update(extra)
     return out
@@ -265,7 +268,7 @@ def _fp8(repo: str) -> dict[str, str]:
 
 
 def _assumed_linear() -> dict[str, str]:
-    return {**{k: _ASSUMED_V3 for k in _V3_LINEAR}, "weight_dtype": "assumed bf16 (this model's checkpoint was not "
+    return {**{key: _ASSUMED_V3 for key in _V3_LINEAR}, "weight_dtype": "assumed bf16 (this model's checkpoint was not "
                                                                     "verified)"}
 
 
@@ -279,7 +282,7 @@ def _gqa(name: str, repo: str, layers: int, heads: int, kv_heads: int, hidden: i
                                           published_active_params=f"{params_text} ({repo} safetensors metadata)"))
 
 
-MODELS: dict[str, ModelGeometry] = {m.name: m for m in [
+MODELS: dict[str, ModelGeometry] = {model.name: model for model in [
     ModelGeometry("deepseek-v2-lite", 576, 512, 27, 16, hidden=2048, intermediate=10944, vocab=102400,
                   qk_nope_head_dim=128, v_head_dim=128, routed_experts=64, experts_per_token=6, shared_experts=2,
                   expert_intermediate=1408, dense_layers=1, published_active_params=2.4e9,

@@ -28,17 +28,17 @@ class StepCosts(NamedTuple):
 class ScalarModel:
     """Per-step cost terms of one (chunk, request) shape; seconds."""
 
-    def __init__(self, p: CostParams) -> None:
-        self.p = p
-        g = p.geometry
-        self.L = float(g.layers)
-        self.exch = float(p.exchanges)
-        self.frac = g.token_fraction
-        self.q, self.pb, self.qp, self.bkv = g.q_bytes, g.p_bytes, g.qp_bytes, g.b_kv
-        self.probe = [row.probe_s for row in p.float_rows]
-        self.single = [f.single_block_Bps for f in p.fabrics]
-        self.bulk = [f.bulk_Bps for f in p.fabrics]
-        self.div = p.dispatch_batch if p.dispatcher_batching else 1
+    def __init__(self, params: CostParams) -> None:
+        self.p = params
+        geometry = params.geometry
+        self.L = float(geometry.layers)
+        self.exch = float(params.exchanges)
+        self.frac = geometry.token_fraction
+        self.q, self.pb, self.qp, self.bkv = geometry.q_bytes, geometry.p_bytes, geometry.qp_bytes, geometry.b_kv
+        self.probe = [row.probe_s for row in params.float_rows]
+        self.single = [fabric.single_block_Bps for fabric in params.fabrics]
+        self.bulk = [fabric.bulk_Bps for fabric in params.fabrics]
+        self.div = params.dispatch_batch if params.dispatcher_batching else 1
 
     def compute(self, rows: float, ct: float, topk: float = 0) -> float:
         """Holder (or local) partial attention of `rows` query rows, one exchange."""
@@ -48,42 +48,43 @@ class ScalarModel:
              tp: int = 1, query_tokens: float = 1) -> StepCosts:
         """One step's costs (route, route without holder compute, fetch move, attend, local prefill);
         `query_tokens` > 1: the rows are one sequence's first pass (`cost.holder_compute_s`)."""
-        p, exch = self.p, self.exch
-        s = step_parts(mq, ct, fabric, topk, holders, tp, cached, p, FLOATS, query_tokens)
-        no_compute = exch * (s.probe + s.wire + s.ret_extra + p.merge_s)
-        route = no_compute + exch * s.compute
-        move = s.gather if topk > 0 else s.pull + s.splice
-        if p.host_overhead:
-            host_route, host_fetch = host_s(mq, p)
+        params, exch = self.p, self.exch
+        parts = step_parts(mq, ct, fabric, topk, holders, tp, cached, params, FLOATS, query_tokens)
+        no_compute = exch * (parts.probe + parts.wire + parts.ret_extra + params.merge_s)
+        route = no_compute + exch * parts.compute
+        move = parts.gather if topk > 0 else parts.pull + parts.splice
+        if params.host_overhead:
+            host_route, host_fetch = host_s(mq, params)
             route += host_route
             move += host_fetch
-        return StepCosts(route, no_compute, move, exch * s.attend, s.prefill)
+        return StepCosts(route, no_compute, move, exch * parts.attend, parts.prefill)
 
 
-def totals_scalar(shape: Shape, p: CostParams) -> tuple[float, float, float]:
+def totals_scalar(shape: Shape, params: CostParams) -> tuple[float, float, float]:
     """`predicate.totals` of one shape (route, fetch, local over the 1 + R step horizon), summed in the same
     order on floats, so equal to it bit for bit (tests/model/test_scalar_predicate.py)."""
-    mq, ct, fabric, topk, holders, tp, cached, steps, qt = scalar_inputs(shape)
-    s = step_parts(mq, ct, fabric, topk, holders, tp, cached, p, SCALARS, qt)
-    per_step = steps * float(p.exchanges)
-    route_x = s.probe + s.wire
-    route_x += s.compute + (p.merge_s + s.ret_extra if p.host_overhead else p.merge_s)
-    attend = per_step * s.attend
+    mq, ct, fabric, topk, holders, tp, cached, steps, query_tokens = scalar_inputs(shape)
+    parts = step_parts(mq, ct, fabric, topk, holders, tp, cached, params, SCALARS, query_tokens)
+    per_step = steps * float(params.exchanges)
+    route_x = parts.probe + parts.wire
+    route_x += parts.compute + (params.merge_s + parts.ret_extra if params.host_overhead else params.merge_s)
+    attend = per_step * parts.attend
     route = per_step * route_x
-    fetch = s.pull + s.splice if s.gather is None else steps * s.gather     # one shape: dense or a selection
+    # one shape: dense or a selection
+    fetch = parts.pull + parts.splice if parts.gather is None else steps * parts.gather
     fetch += attend
-    local = s.prefill + attend
-    if p.host_overhead:
-        host_route, host_fetch = host_s(mq, p)
+    local = parts.prefill + attend
+    if params.host_overhead:
+        host_route, host_fetch = host_s(mq, params)
         route += steps * host_route
         fetch += steps * host_fetch
     return route, fetch, local
 
 
-def decide_scalar(shape: Shape, p: CostParams) -> tuple[int, tuple[float, float, float]]:
+def decide_scalar(shape: Shape, params: CostParams) -> tuple[int, tuple[float, float, float]]:
     """`predicate.decide` for one shape: (index into PRIMITIVES, the three totals); ties go to route, then
     fetch (fewest moved bytes first)."""
-    totals = totals_scalar(shape, p)
+    totals = totals_scalar(shape, params)
     route, fetch, local = totals
     if route <= fetch and route <= local:
         return ROUTE, totals

@@ -60,7 +60,7 @@ def cost_vs_bandwidth(params: CostParams, bw_Bps: np.ndarray, *, mq: float, ct: 
 
 
 def fetch_local_crossover_ct(params: CostParams, *, mq: float, fabric: int = 0, prefill_us: float | None = None,
-                             lo: float = 1.0, hi: float = 1 << 16) -> float:
+                             low: float = 1.0, high: float = 1 << 16) -> float:
     """Chunk tokens above which fetch beats local (paper: ~75-220 over c = 1.5..0.5 us), by bisection."""
     priced = params if prefill_us is None else replace(params, prefill_s_per_token_layer=prefill_us * 1e-6)
 
@@ -68,9 +68,9 @@ def fetch_local_crossover_ct(params: CostParams, *, mq: float, fabric: int = 0, 
         cost = costs(Shape(mq=mq, ct=ct, fabric=fabric), priced)
         return float(np.asarray(cost["fetch"]["total"]).ravel()[0] - np.asarray(cost["local"]["total"]).ravel()[0])
 
-    if fetch_minus_local(lo) <= 0 or fetch_minus_local(hi) >= 0:
+    if fetch_minus_local(low) <= 0 or fetch_minus_local(high) >= 0:
         return float("nan")
     for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if fetch_minus_local(mid) > 0 else (lo, mid)
-    return 0.5 * (lo + hi)
+        mid = 0.5 * (low + high)
+        low, high = (mid, high) if fetch_minus_local(mid) > 0 else (low, mid)
+    return 0.5 * (low + high)

@@ -29,11 +29,12 @@ def default_out(hostname: str | None = None) -> Path:
 def select(only: Iterable[str] | None) -> list[Probe]:
     """The probes to run: all visible ones, or those named (hidden self-tests only by name)."""
     if not only:
-        return [p for p in PROBES.values() if not p.hidden]
+        return [probe for probe in PROBES.values() if not probe.hidden]
     out = []
     for name in only:
         if name not in PROBES:
-            raise UnknownNameError("probe", name, [n for n, p in PROBES.items() if not p.hidden])
+            raise UnknownNameError("probe", name,
+                                   [probe_name for probe_name, probe in PROBES.items() if not probe.hidden])
         out.append(PROBES[name])
     return out
 
@@ -50,10 +51,11 @@ class Calibration:
     tables_rows: dict[str, int] = field(default_factory=dict)
 
     def measured(self) -> list[str]:
-        return [o.probe.name for o in self.outcomes if o.ok]
+        return [outcome.probe.name for outcome in self.outcomes if outcome.ok]
 
     def not_measured(self) -> list[tuple[str, str]]:
-        return [(o.probe.name, f"{o.status}: {o.message}") for o in self.outcomes if not o.ok]
+        return [(outcome.probe.name, f"{outcome.status}: {outcome.message}") for outcome in self.outcomes
+                if not outcome.ok]
 
 
 def run_probes(probes: list[Probe], cap: Capability, *, quick: bool = False, pes: int = 1,
@@ -61,22 +63,22 @@ def run_probes(probes: list[Probe], cap: Capability, *, quick: bool = False, pes
                extra_args: dict[str, Any] | None = None) -> list[ProbeOutcome]:
     """Run each probe that this machine can run; skip the rest with the reason. Never stops early."""
     outcomes = []
-    for p in probes:
-        rehearsal = (extra_args or {}).get("backend") == "reference" and p.needs == "gpu1"
-        gap = None if rehearsal else requirement_gap(p.needs, cap.gpus, pes,
+    for probe in probes:
+        rehearsal = (extra_args or {}).get("backend") == "reference" and probe.needs == "gpu1"
+        gap = None if rehearsal else requirement_gap(probe.needs, cap.gpus, pes,
                                                      hosts_with_nic=bool(cap.infiniband) and pes >= 2)
         if gap:
-            o = ProbeOutcome(p, "skipped", gap, 0.0)
+            outcome = ProbeOutcome(probe, "skipped", gap, 0.0)
         else:
             args = {"quick": quick, "pes": pes, "box": cap.box, **(extra_args or {})}
-            if p.name in HOST_TRANSPORT:
-                args["transport"] = HOST_TRANSPORT[p.name]
-            o = run_probe(p, args, timeout_s=timeout_s)
-            for s in o.samples:
-                s.setdefault("probe", p.name)
-        outcomes.append(o)
+            if probe.name in HOST_TRANSPORT:
+                args["transport"] = HOST_TRANSPORT[probe.name]
+            outcome = run_probe(probe, args, timeout_s=timeout_s)
+            for sample in outcome.samples:
+                sample.setdefault("probe", probe.name)
+        outcomes.append(outcome)
         if on_done:
-            on_done(o)
+            on_done(outcome)
     return outcomes
 
 
@@ -101,7 +103,7 @@ def calibrate(out: Path | None = None, *, only: Iterable[str] | None = None, qui
         cal.notes.append("nothing was measured: no profile written")
         return cal
     out = Path(out) if out else default_out(cap.hostname)
-    samples = [s for o in outcomes for s in o.samples]
+    samples = [sample for outcome in outcomes for sample in outcome.samples]
     data = build_profile(outcomes, cap, out, SAMPLES_NAME, gpu=gpu)
     written, notes = write_tables(data, outcomes, box=cap.hostname, box_description=cap.box, profile_path=out)
     cal.notes.extend(notes)

@@ -89,8 +89,8 @@ def _version(import_name: str) -> str | None:
 
 def _run(cmd: list[str], timeout: float = 20) -> str | None:
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-        return r.stdout if r.returncode == 0 else None
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return proc.stdout if proc.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired):
         return None
 
@@ -100,16 +100,16 @@ def detect(*, query_gpus: bool = True) -> Capability:
     cap = Capability(hostname=socket.gethostname(), cpu_model=cpu_model(), cpus=os.cpu_count() or 1,
                      python=sys.version.split()[0])
     cap.libs = {name: _version(name) for name in LIBS}
-    ib = Path("/sys/class/infiniband")
-    cap.infiniband = sorted(p.name for p in ib.iterdir()) if ib.is_dir() else []
+    ib_dir = Path("/sys/class/infiniband")
+    cap.infiniband = sorted(port.name for port in ib_dir.iterdir()) if ib_dir.is_dir() else []
     smi = shutil.which("nvidia-smi")
     if smi:
         out = _run([smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"])
         if out:
-            rows = [r.split(",") for r in out.strip().splitlines() if r.strip()]
+            rows = [line.split(",") for line in out.strip().splitlines() if line.strip()]
             cap.gpus = len(rows)
-            cap.gpu_names = [r[0].strip() for r in rows]
-            cap.sm = [r[1].strip() if len(r) > 1 else "?" for r in rows]
+            cap.gpu_names = [line[0].strip() for line in rows]
+            cap.sm = [line[1].strip() if len(line) > 1 else "?" for line in rows]
         topo = _run([smi, "topo", "-m"])
         cap.nvlink = bool(topo and any(tok.startswith("NV") and tok[2:].isdigit() for tok in topo.split()))
     else:
@@ -119,8 +119,9 @@ def detect(*, query_gpus: bool = True) -> Capability:
         if out:
             info = json.loads(out.strip().splitlines()[-1])
             cap.gpus = info["count"]
-            cap.gpu_names = [d["name"] for d in info["devices"]]
-            cap.sm = [f"sm_{d['sm'].replace('.', '')} ({d['sms']} SMs, {d['mem_GB']} GB)" for d in info["devices"]]
+            cap.gpu_names = [device["name"] for device in info["devices"]]
+            cap.sm = [f"sm_{device['sm'].replace('.', '')} ({device['sms']} SMs, {device['mem_GB']} GB)"
+                      for device in info["devices"]]
             cap.peer_access = info["peer"]
         else:
             cap.notes.append("cupy is installed but could not query the GPUs (driver / CUDA mismatch?)")
@@ -134,7 +135,7 @@ def report_rows(cap: Capability) -> list[list[str]]:
     if cap.gpus:
         rows.append(["SM", ", ".join(cap.sm)])
         peers = "n/a (1 GPU)" if cap.gpus < 2 else (
-            "yes" if all(all(r) for r in cap.peer_access) and cap.peer_access else
+            "yes" if all(all(row) for row in cap.peer_access) and cap.peer_access else
             ("unknown" if not cap.peer_access else "partial/no"))
         rows += [["peer access", peers], ["NVLink", "yes" if cap.nvlink else "no"]]
     rows.append(["InfiniBand", ", ".join(cap.infiniband) or "none"])

@@ -78,12 +78,12 @@ class ProbeOutcome:
 def missing_modules(deps: tuple[str, ...]) -> list[str]:
     """Which of `deps` cannot be found (without importing them: importing cupy initialises CUDA)."""
     out = []
-    for d in deps:
+    for dep in deps:
         try:
-            if importlib.util.find_spec(d) is None:
-                out.append(d)
+            if importlib.util.find_spec(dep) is None:
+                out.append(dep)
         except (ImportError, ValueError):
-            out.append(d)
+            out.append(dep)
     return out
 
 
@@ -99,18 +99,18 @@ def requirement_gap(needs: Needs, gpus: int, pes: int, hosts_with_nic: bool = Fa
     return None
 
 
-def _tail(path: Path, n: int = 600) -> str:
+def _tail(path: Path, chars: int = 600) -> str:
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return ""
-    return text[-n:].strip().replace("\n", " | ")
+    return text[-chars:].strip().replace("\n", " | ")
 
 
 def run_probe(probe: Probe, args: dict[str, Any], *, timeout_s: float | None = None,
               workdir: Path | None = None) -> ProbeOutcome:
     """Run one probe in a fresh interpreter; never raises for the probe's own problems."""
-    t0 = time.monotonic()
+    started = time.monotonic()
     # A dry run's reference implementations need numpy only: the GPU libraries are not asked for.
     miss = missing_modules(probe.deps) if args.get("backend") != "reference" else []
     if miss:
@@ -126,19 +126,19 @@ def run_probe(probe: Probe, args: dict[str, Any], *, timeout_s: float | None = N
     with log_path.open("wb") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
-            rc = proc.wait(timeout=timeout)
+            code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             _kill_group(proc)
             return ProbeOutcome(probe, "timeout", f"no result within {timeout:g} s; killed (raise --timeout?)"
                                 + (f"; log: {_tail(log_path, 200)}" if _tail(log_path) else ""),
-                                time.monotonic() - t0)
-    dt = time.monotonic() - t0
+                                time.monotonic() - started)
+    elapsed = time.monotonic() - started
     if not result_path.exists():
-        return ProbeOutcome(probe, "failed", f"exit code {rc}, no result; log: {_tail(log_path)}", dt)
+        return ProbeOutcome(probe, "failed", f"exit code {code}, no result; log: {_tail(log_path)}", elapsed)
     res = json.loads(result_path.read_text())
     status = res.get("status", "failed")
-    msg = res.get("message") or ("done" if status == "ok" else f"exit code {rc}; log: {_tail(log_path)}")
-    return ProbeOutcome(probe, status, msg, dt, res.get("results", {}), res.get("samples", []),
+    msg = res.get("message") or ("done" if status == "ok" else f"exit code {code}; log: {_tail(log_path)}")
+    return ProbeOutcome(probe, status, msg, elapsed, res.get("results", {}), res.get("samples", []),
                         res.get("notes", []))
 
 

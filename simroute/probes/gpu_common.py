@@ -44,10 +44,10 @@ def import_cupy() -> Any:
     except ImportError as exc:
         raise MissingDependency("cupy", str(exc)) from None
     try:
-        n = cp.cuda.runtime.getDeviceCount()
+        devices = cp.cuda.runtime.getDeviceCount()
     except Exception as exc:  # driver missing or too old
         raise ProbeSkipped(f"cupy cannot reach a GPU: {exc}") from None
-    if n < 1:
+    if devices < 1:
         raise ProbeSkipped("no GPU visible to cupy")
     return cp
 
@@ -90,50 +90,50 @@ class Deadline:
         growth seen between the last two (sweeps grow: 2x per point, 4x, ...), 2x until two are known."""
         pts = list(pts)
         last = prev = 0.0
-        for i, p in enumerate(pts):
+        for index, point in enumerate(pts):
             growth = min(max(last / prev, 1.0), 8.0) if prev > 0 else 2.0
             if self.left() <= growth * last:
-                self.stopped.append(f"{what}: deadline after {i} of {len(pts)} points")
+                self.stopped.append(f"{what}: deadline after {index} of {len(pts)} points")
                 return
-            t0 = time.monotonic()
-            yield p
-            prev, last = last, time.monotonic() - t0
+            started = time.monotonic()
+            yield point
+            prev, last = last, time.monotonic() - started
 
     def note(self) -> str:
         return "; ".join(self.stopped) if self.stopped else "complete"
 
 
-def time_events(cp: Any, fn: Callable[[], None], *, warm: int, reps: int, deadline: Deadline | None = None,
+def time_events(cp: Any, call: Callable[[], None], *, warm: int, reps: int, deadline: Deadline | None = None,
                 stream: Any = None) -> list[float]:
     """Seconds per call of `fn`, each between two CUDA events on `stream` (warm-up calls first). Stops early
     (with at least one sample) when the deadline passes."""
     stream = stream or cp.cuda.get_current_stream()
     for _ in range(warm):
-        fn()
+        call()
         if deadline is not None and deadline.expired():
             break
     stream.synchronize()
     out = []
     for _ in range(reps):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record(stream)
-        fn()
-        b.record(stream)
-        b.synchronize()
-        out.append(cp.cuda.get_elapsed_time(a, b) * 1e-3)
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        call()
+        end.record(stream)
+        end.synchronize()
+        out.append(cp.cuda.get_elapsed_time(start, end) * 1e-3)
         if deadline is not None and deadline.expired():
             break
     return out
 
 
-def to_bf16_bits(x: np.ndarray) -> np.ndarray:
+def to_bf16_bits(values: np.ndarray) -> np.ndarray:
     """float32 -> bf16 bit patterns (uint16), nearest-even, the layout the kernels read."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF).astype(np.uint16)
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF).astype(np.uint16)
 
 
-def from_bf16_bits(b: np.ndarray) -> np.ndarray:
-    return (np.asarray(b, dtype=np.uint32) << 16).view(np.float32)
+def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
+    return (np.asarray(bits, dtype=np.uint32) << 16).view(np.float32)
 
 
 SPIN_WAIT_CUDA = BF16_CUDA + r"""
@@ -148,5 +148,5 @@ extern "C" __global__ void spin_wait(volatile unsigned long long* sig, unsigned 
 """
 
 
-def summary(xs: list[float]) -> float:
-    return float(np.median(xs))
+def summary(samples: list[float]) -> float:
+    return float(np.median(samples))

@@ -42,12 +42,12 @@ def _splice_kernels(cp: Any) -> tuple[Any, Any]:
     return mod.get_function("rope_delta"), mod.get_function("scatter_pages")
 
 
-def _rotate(cp: Any, kern: Any, buf: Any, ct: int, cs: Any, sn: Any) -> None:
-    ty = 8
-    kern(((ct + ty - 1) // ty,), (32, ty), (buf, np.int32(ct), cs, sn))
+def _rotate(cp: Any, kern: Any, buf: Any, ct: int, cos: Any, sin: Any) -> None:
+    threads_y = 8
+    kern(((ct + threads_y - 1) // threads_y,), (32, threads_y), (buf, np.int32(ct), cos, sin))
 
 
-def _check_splice(cp: Any, rot: Any, scat: Any, cs: Any, sn: Any, delta: int) -> None:
+def _check_splice(cp: Any, rot: Any, scat: Any, cos: Any, sin: Any, delta: int) -> None:
     """Correctness before timing: rotation == numpy delta-rotation; scatter lands rows on their pages."""
     rng = np.random.default_rng(0)
     ct = 130
@@ -55,7 +55,7 @@ def _check_splice(cp: Any, rot: Any, scat: Any, cs: Any, sn: Any, delta: int) ->
     cached = ref.encode(raw, np.arange(ct) + 7)
     bits = to_bf16_bits(cached)
     buf = cp.asarray(bits)
-    _rotate(cp, rot, buf, ct, cs, sn)
+    _rotate(cp, rot, buf, ct, cos, sin)
     got = from_bf16_bits(cp.asnumpy(buf))
     want = ref.delta_rotate(from_bf16_bits(bits), delta)
     err = np.max(np.abs(got - want))
@@ -73,17 +73,17 @@ def _check_splice(cp: Any, rot: Any, scat: Any, cs: Any, sn: Any, delta: int) ->
 
 def probe_splice(args: dict[str, Any]) -> dict:
     cp = import_cupy()
-    dl = Deadline.for_probe(args, 240)
+    deadline = Deadline.for_probe(args, 240)
     quick = bool(args.get("quick"))
     delta = int(args.get("delta", 1000))               # the chunk moves 1000 positions (not the identity)
     theta = ref.yarn_theta()
-    cs = cp.asarray((np.cos(delta * theta) * ref.yarn_cos_scale()).astype(np.float32))
-    sn = cp.asarray((np.sin(delta * theta) * ref.yarn_cos_scale()).astype(np.float32))
+    cos = cp.asarray((np.cos(delta * theta) * ref.yarn_cos_scale()).astype(np.float32))
+    sin = cp.asarray((np.sin(delta * theta) * ref.yarn_cos_scale()).astype(np.float32))
     rot, scat = _splice_kernels(cp)
-    _check_splice(cp, rot, scat, cs, sn, delta)
+    _check_splice(cp, rot, scat, cos, sin, delta)
     rng = np.random.default_rng(1)
     samples, splice_ms, parts = [], {}, {}
-    for ct in dl.points("splice chunk sizes", CTS):
+    for ct in deadline.points("splice chunk sizes", CTS):
         recv = cp.asarray(to_bf16_bits(rng.standard_normal((LAYERS, ct, D)).astype(np.float32)))  # pulled chunk
         work = cp.empty_like(recv)
         pages = (ct + PAGE - 1) // PAGE
@@ -95,7 +95,7 @@ def probe_splice(args: dict[str, Any]) -> dict:
 
         def rotate() -> None:
             for layer in range(LAYERS):
-                _rotate(cp, rot, work[layer], ct, cs, sn)
+                _rotate(cp, rot, work[layer], ct, cos, sin)
 
         def scatter() -> None:
             for layer in range(LAYERS):
@@ -106,22 +106,23 @@ def probe_splice(args: dict[str, Any]) -> dict:
             rotate()
             scatter()
         warm, reps = (2, 5) if quick else (5, 30)
-        t = {name: time_events(cp, fn, warm=warm, reps=reps, deadline=dl)
-             for name, fn in (("gather", gather), ("rotate", rotate), ("scatter", scatter), ("splice", splice))}
-        for name, xs in t.items():
-            samples += [{"series": name, "x": float(ct), "value": v, "unit": "s", "layers": LAYERS} for v in xs]
-        splice_ms[str(ct)] = summary(t["splice"]) * 1e3
-        parts[str(ct)] = {k: summary(v) * 1e6 for k, v in t.items()}
-    rot_share = float(np.mean([p["rotate"] / p["splice"] for p in parts.values()]))
-    gather_us = float(np.median([p["gather"] for p in parts.values()]))
+        timings = {name: time_events(cp, call, warm=warm, reps=reps, deadline=deadline)
+             for name, call in (("gather", gather), ("rotate", rotate), ("scatter", scatter), ("splice", splice))}
+        for name, times in timings.items():
+            samples += [{"series": name, "x": float(ct), "value": seconds, "unit": "s", "layers": LAYERS}
+                        for seconds in times]
+        splice_ms[str(ct)] = summary(timings["splice"]) * 1e3
+        parts[str(ct)] = {step: summary(seconds) * 1e6 for step, seconds in timings.items()}
+    rot_share = float(np.mean([part["rotate"] / part["splice"] for part in parts.values()]))
+    gather_us = float(np.median([part["gather"] for part in parts.values()]))
     if not splice_ms:
         raise TimeoutError("probe deadline reached before the first chunk size was timed")
     return {"results": {"splice_ms": splice_ms, "parts_us": parts, "rotation_share": rot_share,
-                        "gather_us": gather_us, "layers": LAYERS, "delta": delta, "sweep": dl.note(),
+                        "gather_us": gather_us, "layers": LAYERS, "delta": delta, "sweep": deadline.note(),
                         "backend": backend_name(cp),
                         "kernel": f"{backend_name(cp)}: RawKernel rope_delta + scatter_pages (bf16 bits, YaRN theta)"},
             "samples": samples,
-            "message": "splice " + ", ".join(f"ct {k}: {v:.2f} ms" for k, v in splice_ms.items())
+            "message": "splice " + ", ".join(f"ct {chunk}: {millis:.2f} ms" for chunk, millis in splice_ms.items())
                        + f" (paper H100: 2.77-3.06 ms); rotation {rot_share:.0%}"}
 
 
@@ -136,7 +137,7 @@ extern "C" __global__ void copy_blocks(const uint4* src, uint4* dst, size_t n) {
 def probe_staging(args: dict[str, Any]) -> dict:
     """K-stream D2D staging of a 2048-token chunk (27 per-layer copies) and the copy rate vs CTA count."""
     cp = import_cupy()
-    dl = Deadline.for_probe(args, 180)
+    deadline = Deadline.for_probe(args, 180)
     quick = bool(args.get("quick"))
     warm, reps = (2, 5) if quick else (5, 30)
     layer_bytes = 2048 * D * 2
@@ -144,49 +145,50 @@ def probe_staging(args: dict[str, Any]) -> dict:
     dst = cp.zeros_like(src)
     per = layer_bytes // 2
     samples, staging = [], {}
-    for k in dl.points("staging streams", (1, 4, 8, 16)):
-        streams = [cp.cuda.Stream(non_blocking=True) for _ in range(k)]
+    for count in deadline.points("staging streams", (1, 4, 8, 16)):
+        streams = [cp.cuda.Stream(non_blocking=True) for _ in range(count)]
         main = cp.cuda.Stream(non_blocking=True)
 
         def stage() -> None:
             start = cp.cuda.Event()
             start.record(main)
-            for s in streams:
-                s.wait_event(start)
+            for stream in streams:
+                stream.wait_event(start)
             for layer in range(LAYERS):
-                with streams[layer % k]:
+                with streams[layer % count]:
                     cp.copyto(dst[layer * per:(layer + 1) * per], src[layer * per:(layer + 1) * per])
-            for s in streams:
-                ev = cp.cuda.Event()
-                ev.record(s)
-                main.wait_event(ev)
-        xs = time_events(cp, stage, warm=warm, reps=reps, deadline=dl, stream=main)
-        staging[str(k)] = summary(xs) * 1e6
-        samples += [{"series": "staging", "x": float(k), "value": v, "unit": "s"} for v in xs]
+            for stream in streams:
+                event = cp.cuda.Event()
+                event.record(stream)
+                main.wait_event(event)
+        times = time_events(cp, stage, warm=warm, reps=reps, deadline=deadline, stream=main)
+        staging[str(count)] = summary(times) * 1e6
+        samples += [{"series": "staging", "x": float(count), "value": seconds, "unit": "s"} for seconds in times]
     if not staging:
         raise TimeoutError("probe deadline reached before K = 1 was timed")
     if not np.array_equal(cp.asnumpy(dst[:8]), np.ones(8, np.uint16)):
         raise AssertionError("staging copies did not land")
     best = min(staging.values())
-    elbow = min(int(k) for k, v in staging.items() if v <= best * 1.02)
+    elbow = min(int(count) for count, seconds in staging.items() if seconds <= best * 1.02)
     gain = 1 - staging[str(elbow)] / staging["1"]
     copy = cp.RawKernel(COPY_CUDA, "copy_blocks")
     nbytes = 64 * 2 ** 20
-    a, b = cp.ones(nbytes // 2, dtype=cp.uint16), cp.zeros(nbytes // 2, dtype=cp.uint16)
+    src_buf, dst_buf = cp.ones(nbytes // 2, dtype=cp.uint16), cp.zeros(nbytes // 2, dtype=cp.uint16)
     sms = cp.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
     rates = {}
-    for blocks in dl.points("copy CTA sweep", sorted({1, 2, 4, 8, 16, 32, sms // 2, sms, 2 * sms, 4 * sms})):
-        xs = time_events(cp, lambda: copy((blocks,), (1024,), (a, b, np.uint64(nbytes // 16))), warm=warm,
-                         reps=reps, deadline=dl)
-        rates[str(blocks)] = nbytes / summary(xs) / 1e9
-        samples += [{"series": "copy_rate", "x": float(blocks), "value": nbytes / v / 1e9, "unit": "GB/s"} for v in xs]
-    if rates and not bool((b[:: 4096] == 1).all()):
+    for blocks in deadline.points("copy CTA sweep", sorted({1, 2, 4, 8, 16, 32, sms // 2, sms, 2 * sms, 4 * sms})):
+        times = time_events(cp, lambda: copy((blocks,), (1024,), (src_buf, dst_buf, np.uint64(nbytes // 16))),
+                            warm=warm, reps=reps, deadline=deadline)
+        rates[str(blocks)] = nbytes / summary(times) / 1e9
+        samples += [{"series": "copy_rate", "x": float(blocks), "value": nbytes / seconds / 1e9, "unit": "GB/s"}
+                    for seconds in times]
+    if rates and not bool((dst_buf[:: 4096] == 1).all()):
         raise AssertionError("copy kernel did not copy")
     copy_rates = ({"copy_GBps": rates, "single_block_GBps": rates["1"], "multi_block_GBps": max(rates.values()),
                    "blocks": sorted(map(int, rates))} if rates else {})
     copy_line = (f"; copy 1 CTA {rates['1']:.1f} GB/s, best {max(rates.values()):.0f} GB/s" if rates
                  else "; copy sweep not reached")
-    return {"results": {"staging_us": staging, "elbow_streams": elbow, "gain_at_elbow": gain, "sweep": dl.note(),
+    return {"results": {"staging_us": staging, "elbow_streams": elbow, "gain_at_elbow": gain, "sweep": deadline.note(),
                         "backend": backend_name(cp),
                         **copy_rates},
             "samples": samples,

@@ -29,7 +29,7 @@ from simroute.model.geometry import MODELS, ModelGeometry, get_model
 from simroute.probes.gpu_common import Deadline, summary
 from simroute.probes.step_backend import NumpyBackend, StepBackend, backend_for, ceil_div, rel_err
 
-TOKENS = tuple(2 ** i for i in range(14))                  # 1 .. 8192
+TOKENS = tuple(2 ** power for power in range(14))          # 1 .. 8192
 TPS = (1, 2, 4, 8)
 FIRST_MODELS = ("deepseek-v2-lite", "llama-2-7b")          # the decoder-layer models, measured first
 REF_SHRINK = 16                                            # the dry run's numpy GEMMs are this much narrower
@@ -41,13 +41,14 @@ def _reps(args: dict[str, Any]) -> tuple[int, int]:
     return (1, 3) if args.get("quick") else (3, 10)
 
 
-def _tokens(be: StepBackend, tokens: tuple[int, ...] = TOKENS) -> tuple[int, ...]:
-    return tokens if be.measures_gpu else tuple(t for t in tokens if t <= REF_MAX_TOKENS)
+def _tokens(backend: StepBackend, tokens: tuple[int, ...] = TOKENS) -> tuple[int, ...]:
+    return tokens if backend.measures_gpu else tuple(count for count in tokens if count <= REF_MAX_TOKENS)
 
 
-def _base(be: StepBackend, dl: Deadline, **results: Any) -> dict[str, Any]:
-    return {"backend": be.name, "measures_gpu": be.measures_gpu, "sweep": dl.note(), "framework": be.framework,
-            "framework_version": be.framework_version, "dtype": be.dtype_label, **be.info(), **results}
+def _base(backend: StepBackend, deadline: Deadline, **results: Any) -> dict[str, Any]:
+    return {"backend": backend.name, "measures_gpu": backend.measures_gpu, "sweep": deadline.note(),
+            "framework": backend.framework, "framework_version": backend.framework_version,
+            "dtype": backend.dtype_label, **backend.info(), **results}
 
 
 # ---- HBM: device-to-device copy ----------------------------------------------------------------------------
@@ -56,28 +57,28 @@ COPY_MiB = (64, 256, 1024, 4096)
 
 def probe_hbm(args: dict[str, Any]) -> dict:
     """Copy rate of large device buffers, counted as read + write bytes (what the HBM moves)."""
-    be, dl = backend_for(args), Deadline.for_probe(args, 60)
+    backend, deadline = backend_for(args), Deadline.for_probe(args, 60)
     warm, reps = _reps(args)
-    src = be.randn((1 << 20,), seed=1)
-    dst = be.empty_like(src)
-    be.copy(dst, src)
-    if not np.array_equal(be.host(dst), be.host(src)):
+    src = backend.randn((1 << 20,), seed=1)
+    dst = backend.empty_like(src)
+    backend.copy(dst, src)
+    if not np.array_equal(backend.host(dst), backend.host(src)):
         raise AssertionError("device-to-device copy did not reproduce its source")
-    sizes = COPY_MiB if be.measures_gpu else (1, 4, 16)
+    sizes = COPY_MiB if backend.measures_gpu else (1, 4, 16)
     rates, samples = {}, []
-    for mib in dl.points("copy sizes", sizes):
-        a = be.randn((mib * 2 ** 20 // 2,), seed=2)           # mib MiB of bf16 (numpy's float32: twice)
-        b = be.empty_like(a)
-        nbytes = 2 * be.nbytes(a)                             # read + write
-        xs = be.time(lambda: be.copy(b, a), warm, reps, dl)
-        rates[str(mib)] = nbytes / summary(xs) / 1e9
-        samples += [{"series": "d2d_copy", "x": float(mib), "value": v, "unit": "s", "bytes_moved": nbytes}
-                    for v in xs]
-        del a, b
+    for mib in deadline.points("copy sizes", sizes):
+        src_buf = backend.randn((mib * 2 ** 20 // 2,), seed=2)           # mib MiB of bf16 (numpy's float32: twice)
+        dst_buf = backend.empty_like(src_buf)
+        nbytes = 2 * backend.nbytes(src_buf)                             # read + write
+        times = backend.time(lambda: backend.copy(dst_buf, src_buf), warm, reps, deadline)
+        rates[str(mib)] = nbytes / summary(times) / 1e9
+        samples += [{"series": "d2d_copy", "x": float(mib), "value": seconds, "unit": "s", "bytes_moved": nbytes}
+                    for seconds in times]
+        del src_buf, dst_buf
     if not rates:
         raise TimeoutError("probe deadline reached before the first copy was timed")
     best = max(rates.values())
-    return {"results": _base(be, dl, copy_GBps=rates, best_GBps=best),
+    return {"results": _base(backend, deadline, copy_GBps=rates, best_GBps=best),
             "samples": samples, "message": f"D2D copy best {best:.0f} GB/s (read + write) over {list(rates)} MiB"}
 
 
@@ -96,8 +97,8 @@ class GemmShape:
 
 
 def _ordered_models(models: tuple[str, ...] | None) -> list[ModelGeometry]:
-    names = list(models) if models else [*FIRST_MODELS, *(m for m in MODELS if m not in FIRST_MODELS)]
-    return [g for g in (get_model(n) for n in names) if g.has_linear_geometry]
+    names = list(models) if models else [*FIRST_MODELS, *(model for model in MODELS if model not in FIRST_MODELS)]
+    return [geom for geom in (get_model(name) for name in names) if geom.has_linear_geometry]
 
 
 def gemm_plan(models: tuple[str, ...] | None = None, tps: tuple[int, ...] = TPS) -> list[GemmShape]:
@@ -108,71 +109,76 @@ def gemm_plan(models: tuple[str, ...] | None = None, tps: tuple[int, ...] = TPS)
     for tp in tps:
         for geom in _ordered_models(models):
             for kind in geom.layer_kinds():
-                for op in geom.linear_ops(tp, kind):
-                    uses.setdefault((op.k, op.n), []).append(f"{geom.name}/{kind}/{op.name}/tp{tp}")
-    return [GemmShape(k, n, tuple(u)) for (k, n), u in uses.items()]
+                for linear in geom.linear_ops(tp, kind):
+                    uses.setdefault((linear.k, linear.n), []).append(f"{geom.name}/{kind}/{linear.name}/tp{tp}")
+    return [GemmShape(k_dim, n_dim, tuple(names)) for (k_dim, n_dim), names in uses.items()]
 
 
-def _check_gemm(be: StepBackend) -> float:
+def _check_gemm(backend: StepBackend) -> float:
     rng = np.random.default_rng(3)
-    a, b = rng.standard_normal((33, 96)), rng.standard_normal((96, 40))
-    err = rel_err(be.host(be.upload(a) @ be.upload(b)), a @ b)
+    left, right = rng.standard_normal((33, 96)), rng.standard_normal((96, 40))
+    err = rel_err(backend.host(backend.upload(left) @ backend.upload(right)), left @ right)
     if err > BF16_TOL:
-        raise AssertionError(f"{be.name}: GEMM disagrees with numpy (rel err {err:.3g})")
+        raise AssertionError(f"{backend.name}: GEMM disagrees with numpy (rel err {err:.3g})")
     return err
 
 
-def run_shape(be: StepBackend, shape: GemmShape) -> tuple[int, int]:
+def run_shape(backend: StepBackend, shape: GemmShape) -> tuple[int, int]:
     """(k, n) as timed: the model's on the GPU, narrower on the numpy stand-in."""
-    return (shape.k, shape.n) if be.measures_gpu else (max(shape.k // REF_SHRINK, 8), max(shape.n // REF_SHRINK, 8))
+    if backend.measures_gpu:
+        return shape.k, shape.n
+    return max(shape.k // REF_SHRINK, 8), max(shape.n // REF_SHRINK, 8)
 
 
-def _time_shape(be: StepBackend, shape: GemmShape, tokens: tuple[int, ...], dl: Deadline, warm: int, reps: int,
+def _time_shape(backend: StepBackend, shape: GemmShape, tokens: tuple[int, ...], deadline: Deadline, warm: int,
+                reps: int,
                 l2_bytes: int) -> tuple[dict[int, float], int]:
     """(seconds per GEMM of `shape` at each token count, FLOPs per token as run: narrower on the numpy
     stand-in); weights rotate over enough copies to exceed the L2 (a weight read from L2 would flatter the
     memory-bound small-token GEMMs)."""
-    k, n = run_shape(be, shape)
-    wbytes = k * n * 2
+    k_run, n_run = run_shape(backend, shape)
+    wbytes = k_run * n_run * 2
     copies = min(max(ceil_div(3 * l2_bytes, wbytes), 1), 8) if l2_bytes else 1
-    weights = [be.randn((k, n), seed=10 + c, scale=1 / math.sqrt(k)) for c in range(copies)]
-    x = be.randn((max(tokens), k), seed=4)
+    weights = [backend.randn((k_run, n_run), seed=10 + copy, scale=1 / math.sqrt(k_run)) for copy in range(copies)]
+    inputs = backend.randn((max(tokens), k_run), seed=4)
     out, turn = {}, [0]
-    for m in dl.points(f"gemm {shape.key} tokens", tokens):
-        xm = x[:m]
+    for count in deadline.points(f"gemm {shape.key} tokens", tokens):
+        rows_in = inputs[:count]
 
         def run() -> Any:
             turn[0] = (turn[0] + 1) % copies
-            return xm @ weights[turn[0]]
-        out[m] = summary(be.time(run, warm, reps, dl))
-    return out, 2 * k * n
+            return rows_in @ weights[turn[0]]
+        out[count] = summary(backend.time(run, warm, reps, deadline))
+    return out, 2 * k_run * n_run
 
 
 def probe_gemm(args: dict[str, Any]) -> dict:
     """bf16 GEMM time and FLOP rate per shape and token count."""
-    be, dl = backend_for(args), Deadline.for_probe(args, 120)
+    backend, deadline = backend_for(args), Deadline.for_probe(args, 120)
     warm, reps = _reps(args)
-    err = _check_gemm(be)
-    tokens = _tokens(be, tuple(args.get("tokens", TOKENS)))
+    err = _check_gemm(backend)
+    tokens = _tokens(backend, tuple(args.get("tokens", TOKENS)))
     plan = gemm_plan(tuple(args["models"]) if args.get("models") else None)
-    l2 = int(be.info().get("l2_bytes", 0))
+    l2_bytes = int(backend.info().get("l2_bytes", 0))
     shapes, samples = {}, []
-    for shape in dl.points("gemm shapes", plan):
-        times, flops_per_token = _time_shape(be, shape, tokens, dl, warm, reps, l2)
-        k_run, n_run = run_shape(be, shape)
+    for shape in deadline.points("gemm shapes", plan):
+        times, flops_per_token = _time_shape(backend, shape, tokens, deadline, warm, reps, l2_bytes)
+        k_run, n_run = run_shape(backend, shape)
         shapes[shape.key] = {"k": shape.k, "n": shape.n, "k_run": k_run, "n_run": n_run, "uses": list(shape.uses),
-                             "seconds": {str(m): t for m, t in times.items()},
-                             "TFLOPs": {str(m): m * flops_per_token / t / 1e12 for m, t in times.items()}}
-        samples += [{"series": "gemm", "x": float(m), "value": t, "unit": "s", "k": shape.k, "n": shape.n,
-                     "uses": ";".join(shape.uses[:4])} for m, t in times.items()]
+                             "seconds": {str(count): elapsed for count, elapsed in times.items()},
+                             "TFLOPs": {str(count): count * flops_per_token / elapsed / 1e12
+                                        for count, elapsed in times.items()}}
+        samples += [{"series": "gemm", "x": float(count), "value": elapsed, "unit": "s", "k": shape.k, "n": shape.n,
+                     "uses": ";".join(shape.uses[:4])} for count, elapsed in times.items()]
     if not shapes:
         raise TimeoutError("probe deadline reached before the first GEMM shape was timed")
     by_tokens = gemm_rate_by_tokens(shapes)
-    return {"results": _base(be, dl, check_rel_err=err, shapes=shapes, TFLOPs_by_tokens=by_tokens,
+    return {"results": _base(backend, deadline, check_rel_err=err, shapes=shapes, TFLOPs_by_tokens=by_tokens,
                              planned_shapes=len(plan)),
             "samples": samples,
             "message": f"{len(shapes)}/{len(plan)} GEMM shapes; aggregate " + ", ".join(
-                f"{m} tok {r:.1f}" for m, r in by_tokens.items() if m in ("1", "64", "1024", "8192")) + " TFLOP/s"}
+                f"{count} tok {rate:.1f}" for count, rate in by_tokens.items()
+                if count in ("1", "64", "1024", "8192")) + " TFLOP/s"}
 
 
 def gemm_rate_by_tokens(shapes: dict[str, dict[str, Any]]) -> dict[str, float]:
@@ -180,12 +186,12 @@ def gemm_rate_by_tokens(shapes: dict[str, dict[str, Any]]) -> dict[str, float]:
     curve is the rate a layer made of these GEMMs reaches (the big shapes weigh by their time)."""
     flops: dict[str, float] = {}
     secs: dict[str, float] = {}
-    for s in shapes.values():
-        for m, tf in s["TFLOPs"].items():
-            t = s["seconds"][m]
-            flops[m] = flops.get(m, 0.0) + tf * 1e12 * t
-            secs[m] = secs.get(m, 0.0) + t
-    return {m: flops[m] / secs[m] / 1e12 for m in sorted(flops, key=int)}
+    for shape in shapes.values():
+        for count, tflops in shape["TFLOPs"].items():
+            elapsed = shape["seconds"][count]
+            flops[count] = flops.get(count, 0.0) + tflops * 1e12 * elapsed
+            secs[count] = secs.get(count, 0.0) + elapsed
+    return {count: flops[count] / secs[count] / 1e12 for count in sorted(flops, key=int)}
 
 
 # ---- attention -------------------------------------------------------------------------------------------
@@ -222,19 +228,19 @@ class AttentionKind:
 
 def decode_kinds() -> list[AttentionKind]:
     """Absorbed-MLA decode of DeepSeek-V2-Lite (16 heads) and V3 (128), GQA decode of Llama-2-7b."""
-    out = [AttentionKind(f"mla-{m}", m, get_model(m).heads_q, 1, get_model(m).d_qk, get_model(m).d_v, True)
-           for m in ("deepseek-v2-lite", "deepseek-v3")]
-    g = get_model("llama-2-7b")
-    return out + [AttentionKind("gqa-llama-2-7b", g.name, g.heads_q, g.kv_heads, g.d_qk, g.d_v, False)]
+    out = [AttentionKind(f"mla-{name}", name, model.heads_q, 1, model.d_qk, model.d_v, True)
+           for name, model in ((name, get_model(name)) for name in ("deepseek-v2-lite", "deepseek-v3"))]
+    geom = get_model("llama-2-7b")
+    return out + [AttentionKind("gqa-llama-2-7b", geom.name, geom.heads_q, geom.kv_heads, geom.d_qk, geom.d_v, False)]
 
 
 def prefill_kinds() -> list[AttentionKind]:
     """Causal prefill: Llama-2-7b's heads, and DeepSeek-V2-Lite's MLA in its non-absorbed prefill form
     (q/k 128 + 64 rope wide, v 128)."""
-    g, m = get_model("llama-2-7b"), get_model("deepseek-v2-lite")
-    return [AttentionKind("gqa-llama-2-7b", g.name, g.heads_q, g.kv_heads, g.d_qk, g.d_v, False),
-            AttentionKind("mla-prefill-deepseek-v2-lite", m.name, m.heads_q, m.heads_q,
-                          m.qk_nope_head_dim + m.rope_dims, m.v_head_dim, False)]
+    geom, model = get_model("llama-2-7b"), get_model("deepseek-v2-lite")
+    return [AttentionKind("gqa-llama-2-7b", geom.name, geom.heads_q, geom.kv_heads, geom.d_qk, geom.d_v, False),
+            AttentionKind("mla-prefill-deepseek-v2-lite", model.name, model.heads_q, model.heads_q,
+                          model.qk_nope_head_dim + model.rope_dims, model.v_head_dim, False)]
 
 
 def _flash_mla() -> Any:
@@ -245,88 +251,92 @@ def _flash_mla() -> Any:
     return flash_mla_with_kvcache, get_mla_metadata
 
 
-def _flash_mla_call(be: StepBackend, q: Any, kv: Any, scale: float) -> Any:
+def _flash_mla_call(backend: StepBackend, query: Any, cache: Any, scale: float) -> Any:
     """FlashMLA's dense decode over each sequence's own pages (page 64): q [B, h, 576], kv [B, C, 576]."""
     fwd, meta = _flash_mla()
-    t, (batch, heads, d), ctx = be.t, q.shape, kv.shape[1]
+    torch, (batch, heads, width), ctx = backend.t, query.shape, cache.shape[1]
     blocks = ceil_div(ctx, 64)
-    pad = t.zeros(batch * blocks * 64, d, dtype=be.dtype, device=be.dev)
-    pad.view(batch, blocks * 64, d)[:, :ctx] = kv
-    table = t.arange(batch * blocks, dtype=t.int32, device=be.dev).view(batch, blocks)
-    lens = t.full((batch,), ctx, dtype=t.int32, device=be.dev)
-    md, splits = meta(lens, heads, 1)
-    qq = q.reshape(batch, 1, heads, d)
-    return lambda: fwd(qq, pad.view(-1, 64, 1, d), table, lens, 512, md, splits, softmax_scale=scale, causal=False)
+    pad = torch.zeros(batch * blocks * 64, width, dtype=backend.dtype, device=backend.dev)
+    pad.view(batch, blocks * 64, width)[:, :ctx] = cache
+    table = torch.arange(batch * blocks, dtype=torch.int32, device=backend.dev).view(batch, blocks)
+    lens = torch.full((batch,), ctx, dtype=torch.int32, device=backend.dev)
+    metadata, splits = meta(lens, heads, 1)
+    query_pages = query.reshape(batch, 1, heads, width)
+    return lambda: fwd(query_pages, pad.view(-1, 64, 1, width), table, lens, 512, metadata, splits,
+                       softmax_scale=scale, causal=False)
 
 
-def _flash_mla_usable(be: StepBackend) -> str:
+def _flash_mla_usable(backend: StepBackend) -> str:
     """'' when FlashMLA is importable and agrees with the float64 reference on a small case, else why not."""
-    if not be.measures_gpu or _flash_mla() is None:
+    if not backend.measures_gpu or _flash_mla() is None:
         return "FlashMLA not importable"
     rng = np.random.default_rng(6)
-    q, kv = rng.standard_normal((2, 16, 576)), rng.standard_normal((2, 130, 576))
+    query, cache = rng.standard_normal((2, 16, 576)), rng.standard_normal((2, 130, 576))
     try:
-        out, _ = _flash_mla_call(be, be.upload(q), be.upload(kv), 0.07)()
+        out, _ = _flash_mla_call(backend, backend.upload(query), backend.upload(cache), 0.07)()
     except Exception as exc:  # an API this code does not know: fall back, saying why
         return f"FlashMLA failed: {type(exc).__name__}: {exc}"[:200]
-    err = rel_err(be.host(out).reshape(2, 16, 512), NumpyBackend(np.float64).mla_decode(q, kv, 0.07)[0])
+    err = rel_err(backend.host(out).reshape(2, 16, 512), NumpyBackend(np.float64).mla_decode(query, cache, 0.07)[0])
     if err > BF16_TOL:
         raise AssertionError(f"FlashMLA disagrees with the numpy reference (rel err {err:.3g})")
     return ""
 
 
-def _decode_call(be: StepBackend, kind: AttentionKind, batch: int, ctx: int, seed: int,
+def _decode_call(backend: StepBackend, kind: AttentionKind, batch: int, ctx: int, seed: int,
                  flash_mla: bool = False) -> tuple[Any, str]:
     """A no-argument callable decoding one token per sequence over its own `ctx`-token cache."""
     scale = 1 / math.sqrt(192 if kind.mla else kind.d_qk)
     if kind.mla:
-        q, kv = be.randn((batch, kind.heads, kind.d_qk), seed), be.randn((batch, ctx, kind.d_qk), seed + 1)
+        query = backend.randn((batch, kind.heads, kind.d_qk), seed)
+        cache = backend.randn((batch, ctx, kind.d_qk), seed + 1)
         if flash_mla:
-            return _flash_mla_call(be, q, kv, scale), "FlashMLA flash_mla_with_kvcache"
-        return (lambda: be.mla_decode(q, kv, scale)), f"{be.name}: absorbed MLA (matmul + logsumexp), (out, lse)"
-    q = be.randn((batch, kind.heads, 1, kind.d_qk), seed)
-    k = be.randn((batch, kind.kv_heads, ctx, kind.d_qk), seed + 1)
-    v = be.randn((batch, kind.kv_heads, ctx, kind.d_v), seed + 2)
-    return (lambda: be.attention(q, k, v, False, scale)), f"{be.name}: " + (
-        "scaled_dot_product_attention" if be.measures_gpu else "softmax(q k^T) v")
+            return _flash_mla_call(backend, query, cache, scale), "FlashMLA flash_mla_with_kvcache"
+        return ((lambda: backend.mla_decode(query, cache, scale)),
+                f"{backend.name}: absorbed MLA (matmul + logsumexp), (out, lse)")
+    query = backend.randn((batch, kind.heads, 1, kind.d_qk), seed)
+    key = backend.randn((batch, kind.kv_heads, ctx, kind.d_qk), seed + 1)
+    value = backend.randn((batch, kind.kv_heads, ctx, kind.d_v), seed + 2)
+    return (lambda: backend.attention(query, key, value, False, scale)), f"{backend.name}: " + (
+        "scaled_dot_product_attention" if backend.measures_gpu else "softmax(q k^T) v")
 
 
-def _check_attention(be: StepBackend) -> float:
+def _check_attention(backend: StepBackend) -> float:
     """MLA decode (out, lse) and causal GQA attention against the float64 numpy reference."""
     ref, rng = NumpyBackend(np.float64), np.random.default_rng(5)
-    q, kv = rng.standard_normal((2, 4, 576)), rng.standard_normal((2, 70, 576))
-    out, lse = be.mla_decode(be.upload(q), be.upload(kv), 0.07)
-    want_o, want_lse = ref.mla_decode(q, kv, 0.07)
-    errs = [rel_err(be.host(out), want_o), rel_err(be.host(lse), want_lse)]
-    q, k, v = (rng.standard_normal(s) for s in ((1, 4, 9, 32), (1, 2, 9, 32), (1, 2, 9, 16)))
-    errs.append(rel_err(be.host(be.attention(*map(be.upload, (q, k, v)), True, 0.2)),
-                        ref.attention(q, k, v, True, 0.2)))
+    query, cache = rng.standard_normal((2, 4, 576)), rng.standard_normal((2, 70, 576))
+    out, lse = backend.mla_decode(backend.upload(query), backend.upload(cache), 0.07)
+    want_o, want_lse = ref.mla_decode(query, cache, 0.07)
+    errs = [rel_err(backend.host(out), want_o), rel_err(backend.host(lse), want_lse)]
+    query, key, value = (rng.standard_normal(shape) for shape in ((1, 4, 9, 32), (1, 2, 9, 32), (1, 2, 9, 16)))
+    errs.append(rel_err(backend.host(backend.attention(*map(backend.upload, (query, key, value)), True, 0.2)),
+                        ref.attention(query, key, value, True, 0.2)))
     if max(errs) > BF16_TOL:
-        raise AssertionError(f"{be.name}: attention disagrees with numpy (rel errs {errs})")
+        raise AssertionError(f"{backend.name}: attention disagrees with numpy (rel errs {errs})")
     return max(errs)
 
 
 def probe_decode_attention(args: dict[str, Any]) -> dict:
     """One decode step's attention per layer over context x batch: seconds and the bytes it must read."""
-    be, dl = backend_for(args), Deadline.for_probe(args, 90)
+    backend, deadline = backend_for(args), Deadline.for_probe(args, 90)
     warm, reps = _reps(args)
-    err = _check_attention(be)
-    no_flash = _flash_mla_usable(be)
-    ctxs, batches = (DECODE_CONTEXTS, DECODE_BATCHES) if be.measures_gpu else ((64, 256), (1, 4))
+    err = _check_attention(backend)
+    no_flash = _flash_mla_usable(backend)
+    ctxs, batches = (DECODE_CONTEXTS, DECODE_BATCHES) if backend.measures_gpu else ((64, 256), (1, 4))
     points, samples, kernels = [], [], {}
-    grid = [(kind, c, b) for kind in decode_kinds() for c in ctxs for b in batches
-            if b * c * kind.kv_bytes_per_token() <= DECODE_MAX_BYTES]
-    for kind, ctx, batch in dl.points("decode attention", grid):
-        fn, kernels[kind.name] = _decode_call(be, kind, batch, ctx, seed=ctx + batch, flash_mla=not no_flash)
-        t = summary(be.time(fn, warm, reps, dl))
+    grid = [(kind, ctx_len, batch_n) for kind in decode_kinds() for ctx_len in ctxs for batch_n in batches
+            if batch_n * ctx_len * kind.kv_bytes_per_token() <= DECODE_MAX_BYTES]
+    for kind, ctx, batch in deadline.points("decode attention", grid):
+        call, kernels[kind.name] = _decode_call(backend, kind, batch, ctx, seed=ctx + batch, flash_mla=not no_flash)
+        elapsed = summary(backend.time(call, warm, reps, deadline))
         nbytes = batch * ctx * kind.kv_bytes_per_token()
-        points.append({"kind": kind.name, "context": ctx, "batch": batch, "seconds": t, "kv_bytes": nbytes,
-                       "GBps": nbytes / t / 1e9, **kind.table_columns("decode")})
-        samples.append({"series": f"decode_{kind.name}", "x": float(ctx), "value": t, "unit": "s", "batch": batch})
+        points.append({"kind": kind.name, "context": ctx, "batch": batch, "seconds": elapsed, "kv_bytes": nbytes,
+                       "GBps": nbytes / elapsed / 1e9, **kind.table_columns("decode")})
+        samples.append({"series": f"decode_{kind.name}", "x": float(ctx), "value": elapsed, "unit": "s",
+                        "batch": batch})
     if not points:
         raise TimeoutError("probe deadline reached before the first decode point was timed")
-    best = max(p["GBps"] for p in points)
-    return {"results": _base(be, dl, check_rel_err=err, points=points, kernels=kernels, best_GBps=best,
+    best = max(point["GBps"] for point in points)
+    return {"results": _base(backend, deadline, check_rel_err=err, points=points, kernels=kernels, best_GBps=best,
                              flash_mla=no_flash or "used"),
             "samples": samples, "message": f"decode attention: {len(points)}/{len(grid)} points, best cache read "
                                            f"{best:.0f} GB/s ({', '.join(sorted(set(kernels.values())))})"}
@@ -334,23 +344,26 @@ def probe_decode_attention(args: dict[str, Any]) -> dict:
 
 def probe_prefill_attention(args: dict[str, Any]) -> dict:
     """Causal attention of one S-token prompt: FLOP rate (pairs up to the diagonal, QK and PV)."""
-    be, dl = backend_for(args), Deadline.for_probe(args, 60)
+    backend, deadline = backend_for(args), Deadline.for_probe(args, 60)
     warm, reps = _reps(args)
-    err = _check_attention(be)
-    lengths = PREFILL_TOKENS if be.measures_gpu else (64, 128)
+    err = _check_attention(backend)
+    lengths = PREFILL_TOKENS if backend.measures_gpu else (64, 128)
     points, samples = [], []
-    for kind, s in dl.points("prefill attention", [(k, s) for k in prefill_kinds() for s in lengths]):
-        q, k, v = (be.randn((1, kind.heads, s, d), seed=s + i) for i, d in enumerate((kind.d_qk, kind.d_qk,
-                                                                                       kind.d_v)))
-        t = summary(be.time(lambda: be.attention(q, k, v, True, 1 / math.sqrt(kind.d_qk)), warm, reps, dl))
-        flops = 2.0 * kind.heads * s * (s + 1) / 2 * (kind.d_qk + kind.d_v)
-        points.append({"kind": kind.name, "tokens": s, "seconds": t, "flops": flops, "TFLOPs": flops / t / 1e12,
-                       "batch": 1, **kind.table_columns("prefill")})
-        samples.append({"series": f"prefill_{kind.name}", "x": float(s), "value": t, "unit": "s"})
+    cases = [(prefill_kind, tokens) for prefill_kind in prefill_kinds() for tokens in lengths]
+    for kind, tokens in deadline.points("prefill attention", cases):
+        query, key, value = (backend.randn((1, kind.heads, tokens, width), seed=tokens + index)
+                             for index, width in enumerate((kind.d_qk, kind.d_qk, kind.d_v)))
+        scale = 1 / math.sqrt(kind.d_qk)
+        elapsed = summary(backend.time(lambda: backend.attention(query, key, value, True, scale), warm, reps,
+                                       deadline))
+        flops = 2.0 * kind.heads * tokens * (tokens + 1) / 2 * (kind.d_qk + kind.d_v)
+        points.append({"kind": kind.name, "tokens": tokens, "seconds": elapsed, "flops": flops,
+                       "TFLOPs": flops / elapsed / 1e12, "batch": 1, **kind.table_columns("prefill")})
+        samples.append({"series": f"prefill_{kind.name}", "x": float(tokens), "value": elapsed, "unit": "s"})
     if not points:
         raise TimeoutError("probe deadline reached before the first prefill point was timed")
-    best = max(p["TFLOPs"] for p in points)
-    return {"results": _base(be, dl, check_rel_err=err, points=points, best_TFLOPs=best),
+    best = max(point["TFLOPs"] for point in points)
+    return {"results": _base(backend, deadline, check_rel_err=err, points=points, best_TFLOPs=best),
             "samples": samples, "message": f"prefill attention best {best:.1f} TFLOP/s over {len(points)} points"}
 
 
@@ -372,122 +385,132 @@ class DecoderLayer:
     over the chunk). The weights are `linear_ops(tp=1, kind)` of the geometry; RoPE and the MLA latent norm
     are left out (elementwise, a few us). `stages(x)` gives each operator as a timed callable."""
 
-    def __init__(self, be: StepBackend, geom: ModelGeometry, kind: str, seed: int = 0,
+    def __init__(self, backend: StepBackend, geom: ModelGeometry, kind: str, seed: int = 0,
                  host_weights: dict[str, np.ndarray] | None = None) -> None:
-        self.be, self.geom, self.kind = be, geom, kind
-        self.ops = {op.name: op for op in geom.linear_ops(1, kind)}
+        self.be, self.geom, self.kind = backend, geom, kind
+        self.ops = {linear.name: linear for linear in geom.linear_ops(1, kind)}
         if host_weights is not None:          # the correctness check: the same weights on both backends
-            self.w = {name: [be.upload(m) for m in host_weights[name]] for name in self.ops}
+            self.w = {name: [backend.upload(weights) for weights in host_weights[name]] for name in self.ops}
         else:                                 # timing: random weights made on the device
-            self.w = {name: [be.randn((op.k, op.n), seed=seed + 97 * i + e, scale=1 / math.sqrt(op.k))
-                             for e in range(op.experts)] for i, (name, op) in enumerate(self.ops.items())}
+            self.w = {name: [backend.randn((linear.k, linear.n), seed=seed + 97 * index + expert,
+                                           scale=1 / math.sqrt(linear.k))
+                             for expert in range(linear.experts)]
+                      for index, (name, linear) in enumerate(self.ops.items())}
 
     @staticmethod
     def random_weights(geom: ModelGeometry, kind: str, seed: int) -> dict[str, np.ndarray]:
         rng = np.random.default_rng(seed)
-        return {op.name: rng.standard_normal((op.experts, op.k, op.n)) / math.sqrt(op.k)
-                for op in geom.linear_ops(1, kind)}
+        return {linear.name: rng.standard_normal((linear.experts, linear.k, linear.n)) / math.sqrt(linear.k)
+                for linear in geom.linear_ops(1, kind)}
 
-    def _lin(self, name: str, x: Any, expert: int = 0) -> Any:
-        return x @ self.w[name][expert]
+    def _lin(self, name: str, hidden: Any, expert: int = 0) -> Any:
+        return hidden @ self.w[name][expert]
 
-    def attention_block(self, x: Any) -> Any:
-        g, be, t = self.geom, self.be, x.shape[0]
-        h = be.rmsnorm(x)
-        hq = g.heads_q
-        if not g.is_mla:
-            qkv = self._lin("qkv", h)
-            d, kvh = g.d_qk, g.kv_heads
-            q = qkv[:, :hq * d].reshape(t, hq, d).swapaxes(0, 1)[None]
-            k = qkv[:, hq * d:(hq + kvh) * d].reshape(t, kvh, d).swapaxes(0, 1)[None]
-            v = qkv[:, (hq + kvh) * d:].reshape(t, kvh, d).swapaxes(0, 1)[None]
-            scale, dv = 1 / math.sqrt(d), g.d_v
+    def attention_block(self, hidden: Any) -> Any:
+        geom, backend, tokens = self.geom, self.be, hidden.shape[0]
+        normed = backend.rmsnorm(hidden)
+        heads = geom.heads_q
+        if not geom.is_mla:
+            qkv = self._lin("qkv", normed)
+            head_dim, kvh = geom.d_qk, geom.kv_heads
+            query = qkv[:, :heads * head_dim].reshape(tokens, heads, head_dim).swapaxes(0, 1)[None]
+            key = qkv[:, heads * head_dim:(heads + kvh) * head_dim].reshape(tokens, kvh, head_dim).swapaxes(0, 1)[None]
+            value = qkv[:, (heads + kvh) * head_dim:].reshape(tokens, kvh, head_dim).swapaxes(0, 1)[None]
+            scale, v_dim = 1 / math.sqrt(head_dim), geom.d_v
         else:
-            qk, dv = g.qk_nope_head_dim + g.rope_dims, g.v_head_dim
-            qin = self._lin("q_b", self._lin("q_a", h)) if "q_a" in self.ops else self._lin("q", h)
-            q = qin.reshape(t, hq, qk).swapaxes(0, 1)[None]
-            c = self._lin("kv_a", h)
-            kvb = self._lin("kv_b", c[:, :g.d_v]).reshape(t, hq, g.qk_nope_head_dim + dv)
-            rope = be.expand(c[:, None, g.d_v:], (t, hq, g.rope_dims))
-            k = be.cat([kvb[..., :g.qk_nope_head_dim], rope], axis=-1).swapaxes(0, 1)[None]
-            v = kvb[..., g.qk_nope_head_dim:].swapaxes(0, 1)[None]
-            scale = 1 / math.sqrt(qk)
-        o = be.attention(q, k, v, True, scale)[0].swapaxes(0, 1).reshape(t, hq * dv)
-        return x + self._lin("o", o)
+            qk_dim, v_dim = geom.qk_nope_head_dim + geom.rope_dims, geom.v_head_dim
+            qin = self._lin("q_b", self._lin("q_a", normed)) if "q_a" in self.ops else self._lin("q", normed)
+            query = qin.reshape(tokens, heads, qk_dim).swapaxes(0, 1)[None]
+            latent = self._lin("kv_a", normed)
+            kvb = self._lin("kv_b", latent[:, :geom.d_v]).reshape(tokens, heads, geom.qk_nope_head_dim + v_dim)
+            rope = backend.expand(latent[:, None, geom.d_v:], (tokens, heads, geom.rope_dims))
+            key = backend.cat([kvb[..., :geom.qk_nope_head_dim], rope], axis=-1).swapaxes(0, 1)[None]
+            value = kvb[..., geom.qk_nope_head_dim:].swapaxes(0, 1)[None]
+            scale = 1 / math.sqrt(qk_dim)
+        attended = backend.attention(query, key, value, True, scale)[0].swapaxes(0, 1).reshape(tokens, heads * v_dim)
+        return hidden + self._lin("o", attended)
 
-    def routing(self, x: Any) -> list[tuple[int, Any, Any]]:
+    def routing(self, hidden: Any) -> list[tuple[int, Any, Any]]:
         """(expert, token rows, gate weights) of the experts this chunk reaches (host-side, once)."""
-        be, g = self.be, self.geom
-        gates = be.softmax(self._lin("router", be.rmsnorm(x)))
-        vals, idx = be.topk(gates, g.experts_per_token)
-        idx_h, vals_h = be.host(idx).astype(np.int64), be.host(vals)
+        backend, geom = self.be, self.geom
+        gates = backend.softmax(self._lin("router", backend.rmsnorm(hidden)))
+        vals, idx = backend.topk(gates, geom.experts_per_token)
+        idx_h, vals_h = backend.host(idx).astype(np.int64), backend.host(vals)
         out = []
-        for e in np.unique(idx_h):
-            rows, slot = np.nonzero(idx_h == e)
-            out.append((int(e), be.index(rows), be.upload(vals_h[rows, slot][:, None])))
+        for expert in np.unique(idx_h):
+            rows, slot = np.nonzero(idx_h == expert)
+            out.append((int(expert), backend.index(rows), backend.upload(vals_h[rows, slot][:, None])))
         return out
 
-    def ffn_block(self, x: Any, routes: list[tuple[int, Any, Any]] | None = None) -> Any:
-        be, h = self.be, self.be.rmsnorm(x)
+    def ffn_block(self, hidden: Any, routes: list[tuple[int, Any, Any]] | None = None) -> Any:
+        backend, normed = self.be, self.be.rmsnorm(hidden)
         if self.kind == "dense":
-            return x + self._glu("ffn_up", "ffn_down", h)
-        out = x + self._glu("shared_up", "shared_down", h) if "shared_up" in self.ops else x + 0
-        for e, rows, gate in routes if routes is not None else self.routing(x):
-            be.index_add(out, rows, self._glu("expert_up", "expert_down", be.take_rows(h, rows), e) * gate)
+            return hidden + self._glu("ffn_up", "ffn_down", normed)
+        out = hidden + self._glu("shared_up", "shared_down", normed) if "shared_up" in self.ops else hidden + 0
+        for expert, rows, gate in routes if routes is not None else self.routing(hidden):
+            expert_out = self._glu("expert_up", "expert_down", backend.take_rows(normed, rows), expert)
+            backend.index_add(out, rows, expert_out * gate)
         return out
 
-    def _glu(self, up: str, down: str, h: Any, expert: int = 0) -> Any:
-        u = self._lin(up, h, expert)
-        f = u.shape[-1] // 2
-        return self._lin(down, self.be.silu(u[:, :f]) * u[:, f:], expert)
+    def _glu(self, up_proj: str, down_proj: str, normed: Any, expert: int = 0) -> Any:
+        gate_up = self._lin(up_proj, normed, expert)
+        half = gate_up.shape[-1] // 2
+        return self._lin(down_proj, self.be.silu(gate_up[:, :half]) * gate_up[:, half:], expert)
 
-    def forward(self, x: Any, routes: list[tuple[int, Any, Any]] | None = None) -> Any:
-        return self.ffn_block(self.attention_block(x), routes)
+    def forward(self, hidden: Any, routes: list[tuple[int, Any, Any]] | None = None) -> Any:
+        return self.ffn_block(self.attention_block(hidden), routes)
 
 
-def _check_layer(be: StepBackend) -> float:
+def _check_layer(backend: StepBackend) -> float:
     """Each layer case, narrowed, on the backend against the same weights in float64 numpy."""
     ref, errs = NumpyBackend(np.float64), []
     for model, kind in LAYER_CASES:
         geom = shrunk(get_model(model))
-        w = DecoderLayer.random_weights(geom, kind, seed=7)
-        x = np.random.default_rng(8).standard_normal((12, geom.hidden))
-        want_layer = DecoderLayer(ref, geom, kind, host_weights=w)
-        routes = want_layer.routing(x) if kind == "moe" else None
-        want = want_layer.forward(x, routes)
-        layer = DecoderLayer(be, geom, kind, host_weights=w)
-        got_routes = None if routes is None else [(e, be.index(ref.host(r).astype(np.int64)), be.upload(g))
-                                                  for e, r, g in routes]
-        errs.append(rel_err(be.host(layer.forward(be.upload(x), got_routes)), want))
+        weights = DecoderLayer.random_weights(geom, kind, seed=7)
+        hidden = np.random.default_rng(8).standard_normal((12, geom.hidden))
+        want_layer = DecoderLayer(ref, geom, kind, host_weights=weights)
+        routes = want_layer.routing(hidden) if kind == "moe" else None
+        want = want_layer.forward(hidden, routes)
+        layer = DecoderLayer(backend, geom, kind, host_weights=weights)
+        got_routes = None if routes is None else [
+            (expert, backend.index(ref.host(rows).astype(np.int64)), backend.upload(gate))
+            for expert, rows, gate in routes]
+        errs.append(rel_err(backend.host(layer.forward(backend.upload(hidden), got_routes)), want))
     if max(errs) > 2 * BF16_TOL:
-        raise AssertionError(f"{be.name}: decoder layer disagrees with numpy (rel errs {errs})")
+        raise AssertionError(f"{backend.name}: decoder layer disagrees with numpy (rel errs {errs})")
     return max(errs)
 
 
-def _attention_shapes(geom: ModelGeometry, t: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+def _attention_shapes(geom: ModelGeometry, tokens: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
     if geom.is_mla:
-        qk = geom.qk_nope_head_dim + geom.rope_dims
-        return (1, geom.heads_q, t, qk), (1, geom.heads_q, t, qk), (1, geom.heads_q, t, geom.v_head_dim)
-    return ((1, geom.heads_q, t, geom.d_qk), (1, geom.kv_heads, t, geom.d_qk), (1, geom.kv_heads, t, geom.d_v))
+        qk_dim = geom.qk_nope_head_dim + geom.rope_dims
+        return ((1, geom.heads_q, tokens, qk_dim), (1, geom.heads_q, tokens, qk_dim),
+                (1, geom.heads_q, tokens, geom.v_head_dim))
+    return ((1, geom.heads_q, tokens, geom.d_qk), (1, geom.kv_heads, tokens, geom.d_qk),
+            (1, geom.kv_heads, tokens, geom.d_v))
 
 
-def _time_layer(be: StepBackend, layer: DecoderLayer, t: int, dl: Deadline, warm: int, reps: int) -> dict[str, Any]:
+def _time_layer(backend: StepBackend, layer: DecoderLayer, tokens: int, deadline: Deadline, warm: int,
+                reps: int) -> dict[str, Any]:
     """Whole-layer seconds and each operator's: every linear op (experts over the rows routed to them), the
     attention kernel, and the rest (norms, activations, residuals, routing's gathers)."""
-    x = be.randn((t, layer.geom.hidden), seed=t)
-    routes = layer.routing(x) if layer.kind == "moe" else None
-    whole = summary(be.time(lambda: layer.forward(x, routes), warm, reps, dl))
+    hidden = backend.randn((tokens, layer.geom.hidden), seed=tokens)
+    routes = layer.routing(hidden) if layer.kind == "moe" else None
+    whole = summary(backend.time(lambda: layer.forward(hidden, routes), warm, reps, deadline))
     ops: dict[str, float] = {}
-    for name, op in layer.ops.items():
-        if op.experts > 1:
-            ins = [(e, be.randn((int(be.host(r).shape[0]), op.k), seed=e)) for e, r, _ in routes or []]
-            ops[name] = summary(be.time(lambda: [layer._lin(name, xi, e) for e, xi in ins], warm, reps, dl))
+    for name, weight_op in layer.ops.items():
+        if weight_op.experts > 1:
+            ins = [(expert, backend.randn((int(backend.host(rows).shape[0]), weight_op.k), seed=expert))
+                   for expert, rows, _ in routes or []]
+            ops[name] = summary(backend.time(lambda: [layer._lin(name, rows_in, expert) for expert, rows_in in ins],
+                                             warm, reps, deadline))
         else:
-            xi = be.randn((t, op.k), seed=1)
-            ops[name] = summary(be.time(lambda: layer._lin(name, xi), warm, reps, dl))
-    q, k, v = (be.randn(s, seed=i) for i, s in enumerate(_attention_shapes(layer.geom, t)))
-    scale = 1 / math.sqrt(q.shape[-1])
-    attn = summary(be.time(lambda: be.attention(q, k, v, True, scale), warm, reps, dl))
+            rows_in = backend.randn((tokens, weight_op.k), seed=1)
+            ops[name] = summary(backend.time(lambda: layer._lin(name, rows_in), warm, reps, deadline))
+    query, key, value = (backend.randn(shape, seed=index)
+                         for index, shape in enumerate(_attention_shapes(layer.geom, tokens)))
+    scale = 1 / math.sqrt(query.shape[-1])
+    attn = summary(backend.time(lambda: backend.attention(query, key, value, True, scale), warm, reps, deadline))
     linear = sum(ops.values())
     return {"layer_s": whole, "linear_s": linear, "attention_s": attn, "rest_s": max(whole - linear - attn, 0.0),
             "ops_s": ops, "experts_reached": len(routes or [])}
@@ -495,26 +518,26 @@ def _time_layer(be: StepBackend, layer: DecoderLayer, t: int, dl: Deadline, warm
 
 def probe_decoder_layer(args: dict[str, Any]) -> dict:
     """Per-operator time of one decoder layer over prefill chunks of T tokens (one sequence)."""
-    be, dl = backend_for(args), Deadline.for_probe(args, 90)
+    backend, deadline = backend_for(args), Deadline.for_probe(args, 90)
     warm, reps = _reps(args)
-    err = _check_layer(be)
-    tokens = _tokens(be, LAYER_TOKENS)
+    err = _check_layer(backend)
+    tokens = _tokens(backend, LAYER_TOKENS)
     out: dict[str, dict[str, Any]] = {}
     samples = []
-    for model, kind in dl.points("decoder layers", LAYER_CASES):
-        geom = get_model(model) if be.measures_gpu else shrunk(get_model(model))
-        layer = DecoderLayer(be, geom, kind, seed=11)
+    for model, kind in deadline.points("decoder layers", LAYER_CASES):
+        geom = get_model(model) if backend.measures_gpu else shrunk(get_model(model))
+        layer = DecoderLayer(backend, geom, kind, seed=11)
         case = out.setdefault(f"{model}/{kind}", {"model": model, "kind": kind, "tokens": {}})
-        for t in dl.points(f"{model}/{kind} tokens", tokens):
-            r = case["tokens"][str(t)] = _time_layer(be, layer, t, dl, warm, reps)
-            samples += [{"series": f"layer_{model}_{kind}_{part}", "x": float(t), "value": r[f"{part}_s"],
+        for count in deadline.points(f"{model}/{kind} tokens", tokens):
+            timing = case["tokens"][str(count)] = _time_layer(backend, layer, count, deadline, warm, reps)
+            samples += [{"series": f"layer_{model}_{kind}_{part}", "x": float(count), "value": timing[f"{part}_s"],
                          "unit": "s"} for part in ("layer", "linear", "attention", "rest")]
         del layer
-    if not any(c["tokens"] for c in out.values()):
+    if not any(case_out["tokens"] for case_out in out.values()):
         raise TimeoutError("probe deadline reached before the first layer was timed")
-    shown = [f"{name} T={t}: {r['layer_s'] * 1e3:.2f} ms" for name, c in out.items()
-             for t, r in c["tokens"].items() if t in ("1", "1024")]
-    return {"results": _base(be, dl, check_rel_err=err, layers=out, narrowed=not be.measures_gpu),
+    shown = [f"{name} T={count}: {timing['layer_s'] * 1e3:.2f} ms" for name, case_out in out.items()
+             for count, timing in case_out["tokens"].items() if count in ("1", "1024")]
+    return {"results": _base(backend, deadline, check_rel_err=err, layers=out, narrowed=not backend.measures_gpu),
             "samples": samples, "message": "; ".join(shown) or "layers timed"}
 
 
@@ -527,33 +550,35 @@ def probe_launch_overhead(args: dict[str, Any]) -> dict:
     launched eagerly from Python and replayed as one CUDA graph. Host clock around launch + synchronize: the
     launch path is what is measured, the kernels themselves do ~nothing."""
     import time as _time
-    be, dl = backend_for(args), Deadline.for_probe(args, 45)
+    backend, deadline = backend_for(args), Deadline.for_probe(args, 45)
     launches = int(args.get("launches", get_model("deepseek-v2-lite").layers * KERNELS_PER_LAYER))
     iters = 5 if args.get("quick") else 30
     res, samples = {}, []
-    for mode in dl.points("launch modes", ("eager", "graph")):
-        step, counter = be.launch_chain(launches, graph=(mode == "graph"))
+    for mode in deadline.points("launch modes", ("eager", "graph")):
+        step, counter = backend.launch_chain(launches, graph=(mode == "graph"))
         before = counter()
         step()
-        be.sync()
+        backend.sync()
         if counter() - before != launches:
             raise AssertionError(f"{mode}: one iteration bumped the counter {counter() - before:g} times, "
                                  f"not {launches}")
-        xs = []
+        times = []
         for _ in range(iters):
-            t0 = _time.perf_counter()
+            started = _time.perf_counter()
             step()
-            be.sync()
-            xs.append(_time.perf_counter() - t0)
-            if dl.expired():
+            backend.sync()
+            times.append(_time.perf_counter() - started)
+            if deadline.expired():
                 break
-        res[mode] = summary(xs) * 1e6
-        samples += [{"series": f"iteration_{mode}", "x": float(launches), "value": v, "unit": "s"} for v in xs]
+        res[mode] = summary(times) * 1e6
+        samples += [{"series": f"iteration_{mode}", "x": float(launches), "value": seconds, "unit": "s"}
+                    for seconds in times]
     if "eager" not in res:
         raise TimeoutError("probe deadline reached before the eager iteration was timed")
     graph = res.get("graph")
-    return {"results": _base(be, dl, launches=launches, iteration_us=res["eager"], iteration_graph_us=graph,
-                             graphs="CUDA graph replay" if be.measures_gpu else "none (reference: the eager loop)"),
+    graphs = "CUDA graph replay" if backend.measures_gpu else "none (reference: the eager loop)"
+    return {"results": _base(backend, deadline, launches=launches, iteration_us=res["eager"], iteration_graph_us=graph,
+                             graphs=graphs),
             "samples": samples,
             "message": f"{launches} launches: eager {res['eager']:.0f} us" +
                        (f", CUDA graph {graph:.0f} us" if graph is not None else ", graph not reached")}

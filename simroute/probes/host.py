@@ -10,6 +10,7 @@ import multiprocessing as mp
 import socket
 import struct
 import time
+from enum import StrEnum
 from multiprocessing import shared_memory
 from typing import Any
 
@@ -27,8 +28,8 @@ SPIN = 300                                         # polls of the word before bl
 
 def _reps(mq: int, quick: bool) -> tuple[int, int]:
     """(warm-up, timed) repetitions: many for the small, latency-bound sizes, few for the large ones."""
-    n = 1000 if mq <= 64 else (300 if mq <= 1024 else 60)
-    return (max(n // 50, 3), max(n // 25, 5)) if quick else (n // 10, n)
+    reps = 1000 if mq <= 64 else (300 if mq <= 1024 else 60)
+    return (max(reps // 50, 3), max(reps // 25, 5)) if quick else (reps // 10, reps)
 
 
 def _bulk_bytes(quick: bool) -> int:
@@ -64,11 +65,11 @@ def _shm_holder(name: str, capacity: int, deadline: float, bell_in: Any, bell_ou
             seq = int(hdr[0])
             if seq & int(STOP):
                 return
-            rows, nq = int(hdr[2]), int(hdr[3])
+            rows, back_bytes = int(hdr[2]), int(hdr[3])
             inbox[:rows * Q_ROW] = req[:rows * Q_ROW]           # receive the queries
-            nb = nq if nq else rows * P_ROW
-            if nb:
-                resp[:nb] = outbox[:nb] if nb <= outbox.size else 0   # send the partials back
+            back_len = back_bytes if back_bytes else rows * P_ROW
+            if back_len:
+                resp[:back_len] = outbox[:back_len] if back_len <= outbox.size else 0   # send the partials back
             seen = seq
             hdr[1] = np.uint64(seq)
             bell_out.send_bytes(b"!")
@@ -101,22 +102,22 @@ class _ShmChannel:
 
     def round_trip(self, rows: int, out_bytes: int = 0, back_bytes: int = 0) -> float:
         """One exchange; returns seconds. `out_bytes`/`back_bytes` override the row payloads (bulk)."""
-        nq = back_bytes
-        ob = out_bytes or rows * Q_ROW
-        t0 = time.perf_counter()
-        if ob:
-            self.req[:ob] = self.q[:ob] if ob <= self.q.size else 0
+        back_override = back_bytes
+        out_len = out_bytes or rows * Q_ROW
+        started = time.perf_counter()
+        if out_len:
+            self.req[:out_len] = self.q[:out_len] if out_len <= self.q.size else 0
         self.seq += 1
-        self.hdr[2], self.hdr[3] = rows, nq
+        self.hdr[2], self.hdr[3] = rows, back_override
         self.hdr[0] = np.uint64(self.seq)
         self.bell_to_holder.send_bytes(b"!")
         if not self.proc.is_alive():
             raise RuntimeError(f"holder process died (exit code {self.proc.exitcode})")
         _wait_word(self.hdr, 1, self.seq - 1, self.bell_from_holder, self.deadline)
-        nb = nq if nq else rows * P_ROW
-        if nb:
-            self.p[:nb] = self.resp[:nb]
-        return time.perf_counter() - t0
+        back_len = back_override if back_override else rows * P_ROW
+        if back_len:
+            self.p[:back_len] = self.resp[:back_len]
+        return time.perf_counter() - started
 
     def close(self) -> None:
         self.hdr[0] = STOP | np.uint64(self.seq + 1)
@@ -133,13 +134,13 @@ class _ShmChannel:
 
 
 # ---------------------------------------------------------------- loopback TCP
-def _recv_exact(sock: socket.socket, buf: memoryview, n: int) -> None:
+def _recv_exact(sock: socket.socket, buf: memoryview, size: int) -> None:
     got = 0
-    while got < n:
-        k = sock.recv_into(buf[got:n])
-        if k == 0:
+    while got < size:
+        got_now = sock.recv_into(buf[got:size])
+        if got_now == 0:
             raise ConnectionError("peer closed")
-        got += k
+        got += got_now
 
 
 def _tcp_holder(port_q: Any, capacity: int, deadline: float) -> None:
@@ -157,11 +158,11 @@ def _tcp_holder(port_q: Any, capacity: int, deadline: float) -> None:
     try:
         while True:
             _recv_exact(conn, hdr, 12)
-            rows, ob, nb = struct.unpack("<III", hdr)
+            rows, out_len, back_len = struct.unpack("<III", hdr)
             if rows == 0xFFFFFFFF:
                 return
-            _recv_exact(conn, inbox, ob)
-            conn.sendall(struct.pack("<I", nb) + outbox[:nb])
+            _recv_exact(conn, inbox, out_len)
+            conn.sendall(struct.pack("<I", back_len) + outbox[:back_len])
     except (ConnectionError, socket.timeout, OSError):
         return
     finally:
@@ -172,10 +173,10 @@ def _tcp_holder(port_q: Any, capacity: int, deadline: float) -> None:
 class _TcpChannel:
     def __init__(self, capacity: int, deadline: float) -> None:
         ctx = mp.get_context("spawn")
-        q = ctx.Queue()
-        self.proc = ctx.Process(target=_tcp_holder, args=(q, capacity, deadline), daemon=True)
+        ports = ctx.Queue()
+        self.proc = ctx.Process(target=_tcp_holder, args=(ports, capacity, deadline), daemon=True)
         self.proc.start()
-        port = q.get(timeout=max(deadline - time.monotonic(), 1))
+        port = ports.get(timeout=max(deadline - time.monotonic(), 1))
         self.sock = socket.create_connection(("127.0.0.1", port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock.settimeout(max(deadline - time.monotonic(), 0.1))
@@ -184,14 +185,14 @@ class _TcpChannel:
         self.hdr = memoryview(bytearray(4))
 
     def round_trip(self, rows: int, out_bytes: int = 0, back_bytes: int = 0) -> float:
-        ob = out_bytes or rows * Q_ROW
-        nb = back_bytes or rows * P_ROW
-        payload = self.q[:ob] if ob <= len(self.q) else bytes(ob)
-        t0 = time.perf_counter()
-        self.sock.sendall(struct.pack("<III", rows, ob, nb) + payload)
+        out_len = out_bytes or rows * Q_ROW
+        back_len = back_bytes or rows * P_ROW
+        payload = self.q[:out_len] if out_len <= len(self.q) else bytes(out_len)
+        started = time.perf_counter()
+        self.sock.sendall(struct.pack("<III", rows, out_len, back_len) + payload)
         _recv_exact(self.sock, self.hdr, 4)
-        _recv_exact(self.sock, self.back, nb)
-        return time.perf_counter() - t0
+        _recv_exact(self.sock, self.back, back_len)
+        return time.perf_counter() - started
 
     def close(self) -> None:
         try:
@@ -208,31 +209,31 @@ class _TcpChannel:
 def _sweep(chan: Any, quick: bool, series_prefix: str) -> tuple[list[dict], dict[str, Any]]:
     samples: list[dict] = []
     sig: list[float] = []
-    warm, n = _reps(1, quick)
-    for i in range(warm + n):                       # sig_rt: a doorbell each way, no payload
-        t = chan.round_trip(0, 0, 1) if isinstance(chan, _ShmChannel) else chan.round_trip(0, 1, 1)
-        if i >= warm:
-            sig.append(t)
-            samples.append({"series": "sig_rt", "x": 0.0, "value": t, "unit": "s"})
+    warm, reps = _reps(1, quick)
+    for index in range(warm + reps):                       # sig_rt: a doorbell each way, no payload
+        seconds = chan.round_trip(0, 0, 1) if isinstance(chan, _ShmChannel) else chan.round_trip(0, 1, 1)
+        if index >= warm:
+            sig.append(seconds)
+            samples.append({"series": "sig_rt", "x": 0.0, "value": seconds, "unit": "s"})
     med_mq, med_rt = [], []
     for mq in MQ_SWEEP:
-        warm, n = _reps(mq, quick)
+        warm, reps = _reps(mq, quick)
         rts = []
-        for i in range(warm + n):
-            t = chan.round_trip(mq)
-            if i >= warm:
-                rts.append(t)
-                samples.append({"series": "full_rt", "x": float(mq), "value": t, "unit": "s",
+        for index in range(warm + reps):
+            seconds = chan.round_trip(mq)
+            if index >= warm:
+                rts.append(seconds)
+                samples.append({"series": "full_rt", "x": float(mq), "value": seconds, "unit": "s",
                                 "row_bytes": float(Q_ROW + P_ROW)})
         med_mq.append(mq)
         med_rt.append(float(np.median(rts)))
     nbytes = _bulk_bytes(quick)
     bulk = []
-    for i in range(2 if quick else 4):               # one-way chunk transfer with a 1-row ack (fetch pull)
-        t = chan.round_trip(0, nbytes, 8)
-        if i:
-            bulk.append(t)
-            samples.append({"series": "bulk_one_way", "x": float(nbytes), "value": t, "unit": "s"})
+    for index in range(2 if quick else 4):               # one-way chunk transfer with a 1-row ack (fetch pull)
+        seconds = chan.round_trip(0, nbytes, 8)
+        if index:
+            bulk.append(seconds)
+            samples.append({"series": "bulk_one_way", "x": float(nbytes), "value": seconds, "unit": "s"})
     from simroute.model.fit import fit_affine
     fit = fit_affine(med_mq, med_rt, Q_ROW + P_ROW, probe_s=sig)
     res = {"fit": fit.as_dict(), "sig_rt_s": float(np.median(sig)), "median_rt_s": dict(zip(map(str, med_mq),
@@ -241,19 +242,30 @@ def _sweep(chan: Any, quick: bool, series_prefix: str) -> tuple[list[dict], dict
     return samples, res
 
 
+class HostTransport(StrEnum):
+    """The requester-holder channel of a host probe (`args["transport"]`, set by the probe registry)."""
+
+    SHM = "shm"
+    TCP = "tcp"
+
+
+# transport -> (channel, how the profile describes it)
+CHANNELS = {HostTransport.SHM: (_ShmChannel, "shared memory (sequence words polled, then a pipe doorbell)"),
+            HostTransport.TCP: (_TcpChannel, "loopback TCP 127.0.0.1, TCP_NODELAY")}
+
+
 def probe_host(args: dict[str, Any]) -> dict:
-    """Run the sweep over one transport (`args["transport"]` = shm | tcp)."""
+    """Run the sweep over one transport (`args["transport"]`: a `HostTransport` value)."""
     quick = bool(args.get("quick"))
     deadline = time.monotonic() + float(args.get("timeout_s", 60)) - 1.0
     cap = max(max(MQ_SWEEP), _bulk_bytes(quick) // Q_ROW + 1)
-    transport = args.get("transport", "shm")
-    chan = (_ShmChannel if transport == "shm" else _TcpChannel)(cap, deadline)
+    channel, method = CHANNELS[HostTransport(args.get("transport", HostTransport.SHM))]
+    chan = channel(cap, deadline)
     try:
-        samples, res = _sweep(chan, quick, "shared memory (sequence words polled, then a pipe doorbell)" if transport == "shm"
-                              else "loopback TCP 127.0.0.1, TCP_NODELAY")
+        samples, res = _sweep(chan, quick, method)
     finally:
         chan.close()
-    f = res["fit"]
+    fit = res["fit"]
     return {"results": res, "samples": samples,
-            "message": f"T_probe {f['t_probe_s'] * 1e6:.1f} us, BW {f['bw_Bps'] / 1e9:.2f} GB/s, "
-                       f"MAPE {f['mape_amortised']:.1%} (Mq>=512) / {f['mape_full']:.1%} (all)"}
+            "message": f"T_probe {fit['t_probe_s'] * 1e6:.1f} us, BW {fit['bw_Bps'] / 1e9:.2f} GB/s, "
+                       f"MAPE {fit['mape_amortised']:.1%} (Mq>=512) / {fit['mape_full']:.1%} (all)"}

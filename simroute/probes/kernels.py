@@ -32,7 +32,7 @@ class KernelSource:
     module: str
 
 
-KERNEL_SOURCES: dict[str, KernelSource] = {k.name: k for k in [
+KERNEL_SOURCES: dict[str, KernelSource] = {source.name: source for source in [
     KernelSource("splice", SPLICE_CUDA, ("rope_delta", "scatter_pages"), "simroute.probes.gpu_single"),
     KernelSource("copy", COPY_CUDA, ("copy_blocks",), "simroute.probes.gpu_single"),
     KernelSource("spin-wait", SPIN_WAIT_CUDA, ("spin_wait",), "simroute.probes.gpu_common"),
@@ -76,7 +76,7 @@ def compile_cubin(src: KernelSource, arch: str, options: tuple[str, ...] = NVRTC
     err, prog = nvrtc.nvrtcCreateProgram(src.source.encode(), f"{src.name}.cu".encode(), 0, [], [])
     _check(nvrtc, err, f"{src.name}: create program")
     try:
-        opts = [f"--gpu-architecture={arch}".encode(), *(o.encode() for o in options)]
+        opts = [f"--gpu-architecture={arch}".encode(), *(option.encode() for option in options)]
         (status,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
         err, size = nvrtc.nvrtcGetProgramLogSize(prog)
         _check(nvrtc, err, f"{src.name}: log size")
@@ -92,7 +92,7 @@ def compile_cubin(src: KernelSource, arch: str, options: tuple[str, ...] = NVRTC
         _check(nvrtc, nvrtc.nvrtcGetCUBIN(prog, cubin)[0], f"{src.name}: cubin")
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-    absent = [k for k in src.kernels if k.encode() + b"\x00" not in cubin]
+    absent = [kernel for kernel in src.kernels if kernel.encode() + b"\x00" not in cubin]
     if absent:
         raise CompileError(f"{src.name} for {arch}: the image lacks kernel(s) {absent}")
     return cubin

@@ -83,8 +83,8 @@ class _PingPong:
 
     def put(self, nbytes: int, peer: int, value: int) -> None:
         """Put `nbytes` to `peer` and set its signal word to `value` once the data has landed."""
-        n = max(nbytes, 8)                         # a payload-free round trip still moves the signal word
-        self.nv.put_signal(self.dst[:n], self.src[:n], self.sig, value,
+        size = max(nbytes, 8)                         # a payload-free round trip still moves the signal word
+        self.nv.put_signal(self.dst[:size], self.src[:size], self.sig, value,
                            self.nv.SignalOp.SIGNAL_SET, remote_pe=peer, stream=self.stream)
 
     def wait_for(self, value: int) -> None:
@@ -94,8 +94,8 @@ class _PingPong:
     def exchange(self, rank: int, peer: int, out_b: int, back_b: int, iters: int) -> float:
         """`iters` round trips (PE 0: put, wait; PE 1: wait, put back); seconds per round trip on PE 0."""
         cp = self.cp
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record(self.cps)
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record(self.cps)
         for _ in range(iters):
             self.count += 1                        # both PEs step the same sequence
             if rank == 0:
@@ -104,11 +104,11 @@ class _PingPong:
             else:
                 self.wait_for(self.count)
                 self.put(back_b, peer, self.count)
-        b.record(self.cps)
-        b.synchronize()
+        end.record(self.cps)
+        end.synchronize()
         if int(self.err.get()[0]):
             raise TimeoutError("a signal did not arrive within the spin-wait deadline (lost signal?)")
-        return cp.cuda.get_elapsed_time(a, b) * 1e-3 / iters
+        return cp.cuda.get_elapsed_time(start, end) * 1e-3 / iters
 
     def close(self) -> None:
         for arr in (self.src, self.dst, self.sig):
@@ -117,29 +117,29 @@ class _PingPong:
 
 def _pe_main(rank: int, nranks: int, uid_file: Path, out: Path, quick: bool, timeout_s: float) -> None:
     """One PE: PEs 0 and 1 run the sweeps against each other; the rest only join init and the barrier."""
-    dl = Deadline(timeout_s - 5)
+    deadline = Deadline(timeout_s - 5)
     cp = import_cupy()
-    nvshmem, dev, stream = _init(rank, nranks, uid_file, dl)
-    pp = _PingPong(nvshmem, cp, stream, max(MQ_SWEEP) * max(r[1] for r in ROW_SWEEP))
+    nvshmem, dev, stream = _init(rank, nranks, uid_file, deadline)
+    ping = _PingPong(nvshmem, cp, stream, max(MQ_SWEEP) * max(shape[1] for shape in ROW_SWEEP))
     samples: list[dict] = []
     try:
         nvshmem.barrier_all(stream=stream) if hasattr(nvshmem, "barrier_all") else None
         if rank < 2 and nranks >= 2:
             peer = 1 - rank
             iters = 50 if quick else 500
-            pp.exchange(rank, peer, 0, 0, 10)                                  # warm-up
-            sig = [pp.exchange(rank, peer, 0, 0, iters) for _ in range(3)]
-            samples += [{"series": "sig_rt", "x": 0.0, "value": v, "unit": "s"} for v in sig]
-            for row, q, p in ROW_SWEEP:
+            ping.exchange(rank, peer, 0, 0, 10)                                  # warm-up
+            sig = [ping.exchange(rank, peer, 0, 0, iters) for _ in range(3)]
+            samples += [{"series": "sig_rt", "x": 0.0, "value": seconds, "unit": "s"} for seconds in sig]
+            for row, q_bytes, p_bytes in ROW_SWEEP:
                 for mq in (MQ_SWEEP if row == 2184 else (1024,)):
-                    dl.check(f"full_rt row={row} Mq={mq}")
-                    v = pp.exchange(rank, peer, mq * q, mq * p, max(iters // (1 + mq // 256), 5))
-                    samples.append({"series": "full_rt", "x": float(mq), "value": v, "unit": "s",
+                    deadline.check(f"full_rt row={row} Mq={mq}")
+                    seconds = ping.exchange(rank, peer, mq * q_bytes, mq * p_bytes, max(iters // (1 + mq // 256), 5))
+                    samples.append({"series": "full_rt", "x": float(mq), "value": seconds, "unit": "s",
                                     "row_bytes": float(row)})
         (out.with_suffix(".tmp")).write_text(json.dumps({"rank": rank, "samples": samples}))
         os.replace(out.with_suffix(".tmp"), out)
     finally:
-        pp.close()
+        ping.close()
         nvshmem.finalize()
 
 
@@ -153,18 +153,19 @@ def probe_pes(args: dict[str, Any]) -> dict:
     uid_file = tmp / "uid.pkl"
     env = {**os.environ, "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": os.environ.get("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME",
                                                                           "lo")}
-    procs = [subprocess.Popen([sys.executable, "-m", "simroute.probes.nvshmem_probes", str(r), str(pes), str(uid_file),
-                               str(tmp / f"pe{r}.json"), "1" if args.get("quick") else "0", str(timeout)], env=env)
-             for r in range(pes)]
-    for p in procs:
-        p.wait(timeout=timeout)
-    if any(p.returncode for p in procs):
-        raise RuntimeError(f"PE exit codes {[p.returncode for p in procs]}")
+    procs = [subprocess.Popen([sys.executable, "-m", "simroute.probes.nvshmem_probes", str(rank), str(pes),
+                               str(uid_file),
+                               str(tmp / f"pe{rank}.json"), "1" if args.get("quick") else "0", str(timeout)], env=env)
+             for rank in range(pes)]
+    for proc in procs:
+        proc.wait(timeout=timeout)
+    if any(proc.returncode for proc in procs):
+        raise RuntimeError(f"PE exit codes {[proc.returncode for proc in procs]}")
     samples = json.loads((tmp / "pe0.json").read_text())["samples"]
     from simroute.model.fit import fit_affine
-    sig = [s["value"] for s in samples if s["series"] == "sig_rt"]
-    real = [s for s in samples if s["series"] == "full_rt" and s["row_bytes"] == 2184]
-    fit = fit_affine([s["x"] for s in real], [s["value"] for s in real], 2184, probe_s=sig)
+    sig = [sample["value"] for sample in samples if sample["series"] == "sig_rt"]
+    real = [sample for sample in samples if sample["series"] == "full_rt" and sample["row_bytes"] == 2184]
+    fit = fit_affine([sample["x"] for sample in real], [sample["value"] for sample in real], 2184, probe_s=sig)
     transport = "nic" if os.environ.get("NVSHMEM_DISABLE_P2P") == "1" else "p2p"
     return {"results": {"fit": fit.as_dict(), "mq": list(MQ_SWEEP), "row_bytes": 2184,
                         "fabric": f"local-gpu-{transport}", "multi_block_Bps": fit.bw_Bps, "blocks": [1],
@@ -178,26 +179,26 @@ def probe_pes(args: dict[str, Any]) -> dict:
 def probe_loopback(args: dict[str, Any]) -> dict:
     """1 PE put+signal to itself: the software floor (never a fabric constant)."""
     cp = import_cupy()
-    dl = Deadline.for_probe(args, 180)
+    deadline = Deadline.for_probe(args, 180)
     tmp = Path(tempfile.mkdtemp(prefix="nvshmem-1pe-"))
-    nvshmem, dev, stream = _init(0, 1, tmp / "uid.pkl", dl)
+    nvshmem, dev, stream = _init(0, 1, tmp / "uid.pkl", deadline)
     nbytes = 64 * 2 ** 20
-    pp = _PingPong(nvshmem, cp, stream, nbytes)
+    ping = _PingPong(nvshmem, cp, stream, nbytes)
     try:
         iters = 50 if args.get("quick") else 500
-        pp.exchange(0, 0, 0, 0, 10)
-        sig = [pp.exchange(0, 0, 0, 0, iters) for _ in range(5)]
-        put = [pp.exchange(0, 0, nbytes, 0, 3) for _ in range(3)]
+        ping.exchange(0, 0, 0, 0, 10)
+        sig = [ping.exchange(0, 0, 0, 0, iters) for _ in range(5)]
+        put = [ping.exchange(0, 0, nbytes, 0, 3) for _ in range(3)]
     finally:
-        pp.close()
+        ping.close()
         nvshmem.finalize()
-    samples = ([{"series": "loopback_sig_rt", "x": 0.0, "value": v, "unit": "s"} for v in sig]
-               + [{"series": "loopback_put", "x": float(nbytes), "value": v, "unit": "s"} for v in put])
+    samples = ([{"series": "loopback_sig_rt", "x": 0.0, "value": seconds, "unit": "s"} for seconds in sig]
+               + [{"series": "loopback_put", "x": float(nbytes), "value": seconds, "unit": "s"} for seconds in put])
     return {"results": {"sig_rt_us": float(np.median(sig)) * 1e6, "put_GBps": nbytes / float(np.median(put)) / 1e9},
             "samples": samples,
             "message": f"loopback put+signal {np.median(sig) * 1e6:.1f} us (software floor, not a fabric)"}
 
 
 if __name__ == "__main__":
-    r, n, uid, out, quick, to = sys.argv[1:7]
-    _pe_main(int(r), int(n), Path(uid), Path(out), quick == "1", float(to))
+    rank, pes, uid, out, quick, timeout = sys.argv[1:7]
+    _pe_main(int(rank), int(pes), Path(uid), Path(out), quick == "1", float(timeout))

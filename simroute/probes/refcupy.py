@@ -23,44 +23,44 @@ float32, uint16, int32, uint64 = np.float32, np.uint16, np.int32, np.uint64
 BACKEND = "reference (numpy on the CPU; no GPU)"
 
 
-def asarray(x: Any, dtype: Any = None) -> np.ndarray:
+def asarray(value: Any, dtype: Any = None) -> np.ndarray:
     """A copy, as cupy's host-to-device transfer is: the probe's host array and its "device" one never alias."""
-    return np.array(x, dtype=dtype, copy=True)
+    return np.array(value, dtype=dtype, copy=True)
 
 
-def asnumpy(x: Any) -> np.ndarray:
-    return np.array(x, copy=True)
+def asnumpy(value: Any) -> np.ndarray:
+    return np.array(value, copy=True)
 
 
 def _bf16(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def _to_bits(x: np.ndarray) -> np.ndarray:
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    return (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF).astype(np.uint16)
+def _to_bits(values: np.ndarray) -> np.ndarray:
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF).astype(np.uint16)
 
 
 def _rope_delta(grid, block, args) -> None:
     """rope_delta: rotate pairs (2i, 2i+1) of the 64 RoPE dims of `ct` rows in place (bf16 bits)."""
-    kv, ct, cs, sn = args
-    rows = kv.reshape(-1, ref.D_QK)[: int(ct)]
-    a, b = _bf16(rows[:, 512::2]), _bf16(rows[:, 513::2])
-    rows[:, 512::2] = _to_bits(a * cs - b * sn)
-    rows[:, 513::2] = _to_bits(a * sn + b * cs)
+    cache, ct, cos, sin = args
+    rows = cache.reshape(-1, ref.D_QK)[: int(ct)]
+    even, odd = _bf16(rows[:, 512::2]), _bf16(rows[:, 513::2])
+    rows[:, 512::2] = _to_bits(even * cos - odd * sin)
+    rows[:, 513::2] = _to_bits(even * sin + odd * cos)
 
 
 def _scatter_pages(grid, block, args) -> None:
     """scatter_pages: row t goes to page table[t // 64], slot t % 64 of the pool [pages, 64, 576]."""
     src, pool, table, ct = args
-    t = np.arange(int(ct))
-    pool[np.asarray(table)[t // 64], t % 64] = src.reshape(-1, ref.D_QK)[: int(ct)]
+    token = np.arange(int(ct))
+    pool[np.asarray(table)[token // 64], token % 64] = src.reshape(-1, ref.D_QK)[: int(ct)]
 
 
 def _copy_blocks(grid, block, args) -> None:
     """copy_blocks: n 16-byte words from src to dst."""
-    src, dst, n = args
-    nbytes = int(n) * 16
+    src, dst, words = args
+    nbytes = int(words) * 16
     dst.reshape(-1).view(np.uint8)[:nbytes] = src.reshape(-1).view(np.uint8)[:nbytes]
 
 
@@ -116,7 +116,7 @@ class _Runtime:
         return 1
 
     @staticmethod
-    def getDeviceProperties(i: int) -> dict[str, Any]:  # noqa: N802
+    def getDeviceProperties(device: int) -> dict[str, Any]:  # noqa: N802
         return {"multiProcessorCount": 4, "name": b"reference", "major": 0, "minor": 0, "totalGlobalMem": 0}
 
 
@@ -129,5 +129,5 @@ class cuda:  # noqa: N801 (mirrors cupy.cuda)
         return cuda._current
 
     @staticmethod
-    def get_elapsed_time(a: _Event, b: _Event) -> float:
-        return (b.t - a.t) * 1e3
+    def get_elapsed_time(start: _Event, end: _Event) -> float:
+        return (end.t - start.t) * 1e3

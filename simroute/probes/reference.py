@@ -66,18 +66,18 @@ def yarn_cos_scale(yarn: Yarn = V2_LITE_YARN) -> float:
 
 def softmax_scale(yarn: Yarn = V2_LITE_YARN) -> float:
     """1/sqrt(192) x mscale^2, as DeepSeek-V2's attention applies it under YaRN."""
-    m = _yarn_mscale(yarn.factor, yarn.mscale_all_dim)
-    return m * m / math.sqrt(QK_HEAD_DIM)
+    mscale = _yarn_mscale(yarn.factor, yarn.mscale_all_dim)
+    return mscale * mscale / math.sqrt(QK_HEAD_DIM)
 
 
-def rotate_pairs(x: np.ndarray, angle: np.ndarray) -> np.ndarray:
+def rotate_pairs(pairs: np.ndarray, angle: np.ndarray) -> np.ndarray:
     """Rotate consecutive pairs (2i, 2i+1) of the last axis of x [..., D_ROPE] by angle [..., D_ROPE/2]."""
-    x = np.asarray(x)
-    a, b = x[..., 0::2], x[..., 1::2]
-    c, s = np.cos(angle).astype(x.dtype), np.sin(angle).astype(x.dtype)
-    out = np.empty_like(x)
-    out[..., 0::2] = a * c - b * s
-    out[..., 1::2] = a * s + b * c
+    pairs = np.asarray(pairs)
+    even, odd = pairs[..., 0::2], pairs[..., 1::2]
+    cos, sin = np.cos(angle).astype(pairs.dtype), np.sin(angle).astype(pairs.dtype)
+    out = np.empty_like(pairs)
+    out[..., 0::2] = even * cos - odd * sin
+    out[..., 1::2] = even * sin + odd * cos
     return out
 
 
@@ -93,9 +93,9 @@ def encode(entries: np.ndarray, positions, theta: np.ndarray | None = None) -> n
 def delta_rotate(cached: np.ndarray, delta, theta: np.ndarray | None = None) -> np.ndarray:
     """The splice's rotation: move cached entries by `delta` positions (scalar or per entry)."""
     theta = yarn_theta() if theta is None else theta
-    d = np.broadcast_to(np.asarray(delta, dtype=np.float64), (cached.shape[0],)).reshape(-1, 1)
+    deltas = np.broadcast_to(np.asarray(delta, dtype=np.float64), (cached.shape[0],)).reshape(-1, 1)
     out = np.array(cached, copy=True)
-    out[:, D_LATENT:] = rotate_pairs(cached[:, D_LATENT:].astype(np.float64), d * theta).astype(cached.dtype)
+    out[:, D_LATENT:] = rotate_pairs(cached[:, D_LATENT:].astype(np.float64), deltas * theta).astype(cached.dtype)
     return out
 
 
@@ -112,66 +112,67 @@ class Partial:
         return self.m + np.log(self.l)
 
 
-def partial_attention(q: np.ndarray, kv: np.ndarray, scale: float | None = None) -> Partial:
+def partial_attention(query: np.ndarray, cache: np.ndarray, scale: float | None = None) -> Partial:
     """Absorbed MLA as MQA: scores over d_qk = 576, values are the 512 latent dims; all in q's dtype."""
     scale = softmax_scale() if scale is None else scale
-    dt = q.dtype
-    s = (q @ kv.T) * dt.type(scale)
-    m = s.max(axis=1)
-    e = np.exp(s - m[:, None])
-    l = e.sum(axis=1)  # noqa: E741
-    o = (e @ kv[:, :D_LATENT]) / l[:, None]
-    return Partial(o.astype(dt), m.astype(dt), l.astype(dt))
+    dtype = query.dtype
+    scores = (query @ cache.T) * dtype.type(scale)
+    row_max = scores.max(axis=1)
+    weights = np.exp(scores - row_max[:, None])
+    row_sum = weights.sum(axis=1)  # noqa: E741
+    out = (weights @ cache[:, :D_LATENT]) / row_sum[:, None]
+    return Partial(out.astype(dtype), row_max.astype(dtype), row_sum.astype(dtype))
 
 
-def attention(q: np.ndarray, kv: np.ndarray, scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def attention(query: np.ndarray, cache: np.ndarray, scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Single-instance attention over the whole cache: (out [rows, 512], natural-log lse [rows])."""
-    p = partial_attention(q, kv, scale)
-    return p.o, p.lse
+    partial = partial_attention(query, cache, scale)
+    return partial.o, partial.lse
 
 
 def merge(partials: list[Partial]) -> Partial:
     """Merge M holders' partials at once (what the requester does after the last partial arrives)."""
-    m = np.max(np.stack([p.m for p in partials]), axis=0)
-    w = [p.l * np.exp(p.m - m) for p in partials]
-    l = np.sum(np.stack(w), axis=0)  # noqa: E741
-    o = np.sum(np.stack([wi[:, None] * p.o for wi, p in zip(w, partials)]), axis=0) / l[:, None]
-    return Partial(o.astype(partials[0].o.dtype), m, l)
+    row_max = np.max(np.stack([partial.m for partial in partials]), axis=0)
+    weights = [partial.l * np.exp(partial.m - row_max) for partial in partials]
+    row_sum = np.sum(np.stack(weights), axis=0)  # noqa: E741
+    weighted = np.stack([weight[:, None] * partial.o for weight, partial in zip(weights, partials)])
+    out = np.sum(weighted, axis=0) / row_sum[:, None]
+    return Partial(out.astype(partials[0].o.dtype), row_max, row_sum)
 
 
 def merge_online(acc: Partial | None, new: Partial) -> Partial:
     """Fold one more partial into a running one (online softmax: partials merged as they arrive)."""
     if acc is None:
         return new
-    m = np.maximum(acc.m, new.m)
-    wa, wn = acc.l * np.exp(acc.m - m), new.l * np.exp(new.m - m)
-    l = wa + wn  # noqa: E741
-    o = (wa[:, None] * acc.o + wn[:, None] * new.o) / l[:, None]
-    return Partial(o.astype(acc.o.dtype), m, l)
+    row_max = np.maximum(acc.m, new.m)
+    acc_weight, new_weight = acc.l * np.exp(acc.m - row_max), new.l * np.exp(new.m - row_max)
+    row_sum = acc_weight + new_weight  # noqa: E741
+    out = (acc_weight[:, None] * acc.o + new_weight[:, None] * new.o) / row_sum[:, None]
+    return Partial(out.astype(acc.o.dtype), row_max, row_sum)
 
 
-def to_bf16(x: np.ndarray) -> np.ndarray:
+def to_bf16(values: np.ndarray) -> np.ndarray:
     """Round float32 to bf16 (nearest-even) and back: what a value looks like after the wire."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
-    return u.astype(np.uint32).view(np.float32).reshape(np.shape(x))
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32).reshape(np.shape(values))
 
 
-def wire_partial(p: Partial) -> Partial:
+def wire_partial(partial: Partial) -> Partial:
     """A partial as it travels: o in bf16, m and l in fp32 (the 1032 B row of "Move the Query, Not the Cache" §3.2)."""
-    return Partial(to_bf16(p.o), p.m.astype(np.float32), p.l.astype(np.float32))
+    return Partial(to_bf16(partial.o), partial.m.astype(np.float32), partial.l.astype(np.float32))
 
 
-def split_cache(kv: np.ndarray, holders: int, rng: np.random.Generator | None = None) -> list[np.ndarray]:
+def split_cache(cache: np.ndarray, holders: int, rng: np.random.Generator | None = None) -> list[np.ndarray]:
     """Split a cache into `holders` contiguous shares of uneven length (every share non-empty)."""
-    n = kv.shape[0]
+    tokens = cache.shape[0]
     rng = rng or np.random.default_rng(0)
-    cuts = np.sort(rng.choice(np.arange(1, n), size=holders - 1, replace=False)) if holders > 1 else []
-    return np.split(kv, cuts)
+    cuts = np.sort(rng.choice(np.arange(1, tokens), size=holders - 1, replace=False)) if holders > 1 else []
+    return np.split(cache, cuts)
 
 
 def random_case(rows: int, ct: int, rng: np.random.Generator, dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
     """A query batch and a c_KV cache of realistic scale (unit-variance rows over 576 dims)."""
-    q = rng.standard_normal((rows, D_QK)).astype(dtype)
-    kv = rng.standard_normal((ct, D_QK)).astype(dtype)
-    return q, kv
+    query = rng.standard_normal((rows, D_QK)).astype(dtype)
+    cache = rng.standard_normal((ct, D_QK)).astype(dtype)
+    return query, cache

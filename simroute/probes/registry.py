@@ -11,7 +11,7 @@ _N = "simroute.probes.nvshmem_probes"
 _S = "simroute.probes.gpu_step"
 _T = "simroute.probes.gpu_tables"
 
-PROBES: dict[str, Probe] = {p.name: p for p in [
+PROBES: dict[str, Probe] = {probe.name: probe for probe in [
     Probe("host-shm", _H, "cpu", "round trip + BW, two processes over shared memory (q 1152 B / p 1032 B rows)",
           timeout_s=120),
     Probe("host-tcp", _H, "cpu", "round trip + BW, two processes over loopback TCP 127.0.0.1", timeout_s=120),

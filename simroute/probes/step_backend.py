@@ -31,60 +31,60 @@ class StepBackend:
     def randn(self, shape: tuple[int, ...], seed: int, scale: float = 1.0) -> Any:
         raise NotImplementedError
 
-    def upload(self, x: np.ndarray) -> Any:
+    def upload(self, tensor: np.ndarray) -> Any:
         raise NotImplementedError
 
-    def host(self, x: Any) -> np.ndarray:
+    def host(self, tensor: Any) -> np.ndarray:
         raise NotImplementedError
 
-    def empty_like(self, x: Any) -> Any:
+    def empty_like(self, tensor: Any) -> Any:
         raise NotImplementedError
 
-    def nbytes(self, x: Any) -> int:
+    def nbytes(self, tensor: Any) -> int:
         raise NotImplementedError
 
     def copy(self, dst: Any, src: Any) -> None:
         raise NotImplementedError
 
-    def silu(self, x: Any) -> Any:
+    def silu(self, tensor: Any) -> Any:
         raise NotImplementedError
 
-    def topk(self, x: Any, k: int) -> tuple[Any, Any]:
+    def topk(self, tensor: Any, count: int) -> tuple[Any, Any]:
         raise NotImplementedError
 
-    def rmsnorm(self, x: Any) -> Any:
+    def rmsnorm(self, tensor: Any) -> Any:
         raise NotImplementedError
 
-    def softmax(self, x: Any) -> Any:
+    def softmax(self, tensor: Any) -> Any:
         raise NotImplementedError
 
-    def cat(self, xs: list[Any], axis: int) -> Any:
+    def cat(self, tensors: list[Any], axis: int) -> Any:
         raise NotImplementedError
 
-    def expand(self, x: Any, shape: tuple[int, ...]) -> Any:
+    def expand(self, tensor: Any, shape: tuple[int, ...]) -> Any:
         raise NotImplementedError
 
     def index_add(self, out: Any, rows: Any, vals: Any) -> None:
         """out[rows[i]] += vals[i] (rows may repeat)."""
         raise NotImplementedError
 
-    def take_rows(self, x: Any, rows: Any) -> Any:
+    def take_rows(self, tensor: Any, rows: Any) -> Any:
         raise NotImplementedError
 
     def index(self, rows: Any) -> Any:
         """A backend index array of row numbers."""
         raise NotImplementedError
 
-    def attention(self, q: Any, k: Any, v: Any, causal: bool, scale: float) -> Any:
+    def attention(self, query: Any, key: Any, value: Any, causal: bool, scale: float) -> Any:
         """q [B, h, Sq, dqk], k [B, hk, S, dqk], v [B, hk, S, dv] (hk divides h) -> [B, h, Sq, dv]."""
         raise NotImplementedError
 
-    def mla_decode(self, q: Any, kv: Any, scale: float) -> tuple[Any, Any]:
+    def mla_decode(self, query: Any, cache: Any, scale: float) -> tuple[Any, Any]:
         """Absorbed MLA: q [B, h, 576] over each sequence's own latent cache kv [B, C, 576] -> (out [B, h, 512],
         natural-log lse [B, h])."""
         raise NotImplementedError
 
-    def time(self, fn: Callable[[], Any], warm: int, reps: int, dl: Deadline | None) -> list[float]:
+    def time(self, call: Callable[[], Any], warm: int, reps: int, deadline: Deadline | None) -> list[float]:
         raise NotImplementedError
 
     def launch_chain(self, launches: int, graph: bool) -> tuple[Callable[[], None], Callable[[], float]]:
@@ -116,78 +116,78 @@ class NumpyBackend(StepBackend):
     def randn(self, shape, seed, scale=1.0):
         return (np.random.default_rng(seed).standard_normal(shape) * scale).astype(self.dtype)
 
-    def upload(self, x):
-        return np.array(x, dtype=self.dtype, copy=True)
+    def upload(self, tensor):
+        return np.array(tensor, dtype=self.dtype, copy=True)
 
-    def host(self, x):
-        return np.asarray(x, dtype=np.float64)
+    def host(self, tensor):
+        return np.asarray(tensor, dtype=np.float64)
 
-    def empty_like(self, x):
-        return np.empty_like(x)
+    def empty_like(self, tensor):
+        return np.empty_like(tensor)
 
-    def nbytes(self, x):
-        return int(x.nbytes)
+    def nbytes(self, tensor):
+        return int(tensor.nbytes)
 
     def copy(self, dst, src):
         np.copyto(dst, src)
 
-    def silu(self, x):
-        return x / (1.0 + np.exp(-x))
+    def silu(self, tensor):
+        return tensor / (1.0 + np.exp(-tensor))
 
-    def topk(self, x, k):
-        idx = np.argsort(-x, axis=-1, kind="stable")[..., :k]
-        return np.take_along_axis(x, idx, axis=-1), idx
+    def topk(self, tensor, count):
+        idx = np.argsort(-tensor, axis=-1, kind="stable")[..., :count]
+        return np.take_along_axis(tensor, idx, axis=-1), idx
 
-    def rmsnorm(self, x):
-        return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-6)
+    def rmsnorm(self, tensor):
+        return tensor / np.sqrt((tensor * tensor).mean(axis=-1, keepdims=True) + 1e-6)
 
-    def softmax(self, x):
-        e = np.exp(x - x.max(axis=-1, keepdims=True))
-        return e / e.sum(axis=-1, keepdims=True)
+    def softmax(self, tensor):
+        weights = np.exp(tensor - tensor.max(axis=-1, keepdims=True))
+        return weights / weights.sum(axis=-1, keepdims=True)
 
-    def cat(self, xs, axis):
-        return np.concatenate(xs, axis=axis)
+    def cat(self, tensors, axis):
+        return np.concatenate(tensors, axis=axis)
 
-    def expand(self, x, shape):
-        return np.broadcast_to(x, shape)
+    def expand(self, tensor, shape):
+        return np.broadcast_to(tensor, shape)
 
     def index_add(self, out, rows, vals):
         np.add.at(out, rows, vals)
 
-    def take_rows(self, x, rows):
-        return x[rows]
+    def take_rows(self, tensor, rows):
+        return tensor[rows]
 
     def index(self, rows):
         return np.asarray(rows, dtype=np.int64)
 
-    def attention(self, q, k, v, causal, scale):
-        rep = q.shape[1] // k.shape[1]
-        k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
-        s = (q @ np.swapaxes(k, -1, -2)) * scale
+    def attention(self, query, key, value, causal, scale):
+        rep = query.shape[1] // key.shape[1]
+        key, value = np.repeat(key, rep, axis=1), np.repeat(value, rep, axis=1)
+        scores = (query @ np.swapaxes(key, -1, -2)) * scale
         if causal:
-            sq, sk = s.shape[-2], s.shape[-1]
-            s = np.where(np.tril(np.ones((sq, sk), bool), k=sk - sq), s, -np.inf)
-        s = np.exp(s - s.max(axis=-1, keepdims=True))
-        return (s / s.sum(axis=-1, keepdims=True)) @ v
+            rows, cols = scores.shape[-2], scores.shape[-1]
+            scores = np.where(np.tril(np.ones((rows, cols), bool), k=cols - rows), scores, -np.inf)
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        return (scores / scores.sum(axis=-1, keepdims=True)) @ value
 
-    def mla_decode(self, q, kv, scale):
-        s = (q @ np.swapaxes(kv, -1, -2)) * scale                      # [B, h, C]
-        m = s.max(axis=-1, keepdims=True)
-        e = np.exp(s - m)
-        l = e.sum(axis=-1, keepdims=True)  # noqa: E741
-        return (e @ kv[..., :512]) / l, (m + np.log(l))[..., 0]
+    def mla_decode(self, query, cache, scale):
+        scores = (query @ np.swapaxes(cache, -1, -2)) * scale                      # [B, h, C]
+        row_max = scores.max(axis=-1, keepdims=True)
+        weights = np.exp(scores - row_max)
+        row_sum = weights.sum(axis=-1, keepdims=True)  # noqa: E741
+        return (weights @ cache[..., :512]) / row_sum, (row_max + np.log(row_sum))[..., 0]
 
-    def time(self, fn, warm, reps, dl):
+    def time(self, call, warm, reps, deadline):
         for _ in range(warm):
-            fn()
-            if dl is not None and dl.expired():
+            call()
+            if deadline is not None and deadline.expired():
                 break
         out = []
         for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            out.append(time.perf_counter() - t0)
-            if dl is not None and dl.expired():
+            started = time.perf_counter()
+            call()
+            out.append(time.perf_counter() - started)
+            if deadline is not None and deadline.expired():
                 break
         return out
 
@@ -219,113 +219,114 @@ class TorchBackend(StepBackend):
         self.framework, self.framework_version, self.dtype_label = "torch", str(torch.__version__), "bf16"
 
     def randn(self, shape, seed, scale=1.0):
-        g = self.t.Generator(device=self.dev).manual_seed(seed)
-        return self.t.randn(shape, generator=g, device=self.dev, dtype=self.dtype) * scale
+        gen = self.t.Generator(device=self.dev).manual_seed(seed)
+        return self.t.randn(shape, generator=gen, device=self.dev, dtype=self.dtype) * scale
 
-    def upload(self, x):
-        return self.t.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(self.dev, self.dtype)
+    def upload(self, tensor):
+        return self.t.from_numpy(np.ascontiguousarray(tensor, dtype=np.float32)).to(self.dev, self.dtype)
 
-    def host(self, x):
-        return x.detach().double().cpu().numpy()
+    def host(self, tensor):
+        return tensor.detach().double().cpu().numpy()
 
-    def empty_like(self, x):
-        return self.t.empty_like(x)
+    def empty_like(self, tensor):
+        return self.t.empty_like(tensor)
 
-    def nbytes(self, x):
-        return int(x.numel() * x.element_size())
+    def nbytes(self, tensor):
+        return int(tensor.numel() * tensor.element_size())
 
     def copy(self, dst, src):
         dst.copy_(src)
 
-    def silu(self, x):
-        return self.t.nn.functional.silu(x)
+    def silu(self, tensor):
+        return self.t.nn.functional.silu(tensor)
 
-    def topk(self, x, k):
-        return self.t.topk(x, k, dim=-1)
+    def topk(self, tensor, count):
+        return self.t.topk(tensor, count, dim=-1)
 
-    def rmsnorm(self, x):
-        return x * self.t.rsqrt((x.float() * x.float()).mean(dim=-1, keepdim=True) + 1e-6).to(x.dtype)
+    def rmsnorm(self, tensor):
+        mean_square = (tensor.float() * tensor.float()).mean(dim=-1, keepdim=True)
+        return tensor * self.t.rsqrt(mean_square + 1e-6).to(tensor.dtype)
 
-    def softmax(self, x):
-        return self.t.softmax(x.float(), dim=-1).to(x.dtype)
+    def softmax(self, tensor):
+        return self.t.softmax(tensor.float(), dim=-1).to(tensor.dtype)
 
-    def cat(self, xs, axis):
-        return self.t.cat(xs, dim=axis)
+    def cat(self, tensors, axis):
+        return self.t.cat(tensors, dim=axis)
 
-    def expand(self, x, shape):
-        return x.expand(*shape)
+    def expand(self, tensor, shape):
+        return tensor.expand(*shape)
 
     def index_add(self, out, rows, vals):
         out.index_add_(0, rows, vals)
 
-    def take_rows(self, x, rows):
-        return x.index_select(0, rows)
+    def take_rows(self, tensor, rows):
+        return tensor.index_select(0, rows)
 
     def index(self, rows):
         return self.t.as_tensor(np.asarray(rows, dtype=np.int64), device=self.dev)
 
-    def attention(self, q, k, v, causal, scale):
-        f = self.t.nn.functional.scaled_dot_product_attention
-        if k.shape[1] != q.shape[1]:
-            rep = q.shape[1] // k.shape[1]
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        return f(q, k, v, is_causal=causal, scale=scale)
+    def attention(self, query, key, value, causal, scale):
+        sdpa = self.t.nn.functional.scaled_dot_product_attention
+        if key.shape[1] != query.shape[1]:
+            rep = query.shape[1] // key.shape[1]
+            key, value = key.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)
+        return sdpa(query, key, value, is_causal=causal, scale=scale)
 
-    def mla_decode(self, q, kv, scale):
-        s = self.t.matmul(q, kv.transpose(-1, -2)).float() * scale
-        lse = self.t.logsumexp(s, dim=-1)
-        out = self.t.matmul(self.t.exp(s - lse[..., None]).to(self.dtype), kv[..., :512])
+    def mla_decode(self, query, cache, scale):
+        scores = self.t.matmul(query, cache.transpose(-1, -2)).float() * scale
+        lse = self.t.logsumexp(scores, dim=-1)
+        out = self.t.matmul(self.t.exp(scores - lse[..., None]).to(self.dtype), cache[..., :512])
         return out, lse
 
     def sync(self):
         if self.measures_gpu:
             self.t.cuda.synchronize()
 
-    def time(self, fn, warm, reps, dl):
+    def time(self, call, warm, reps, deadline):
         if not self.measures_gpu:
-            return NumpyBackend.time(self, fn, warm, reps, dl)
-        c = self.t.cuda
+            return NumpyBackend.time(self, call, warm, reps, deadline)
+        cuda = self.t.cuda
         for _ in range(warm):
-            fn()
-        c.synchronize()                     # GPU warm-ups are short and asynchronous: not cut
+            call()
+        cuda.synchronize()                     # GPU warm-ups are short and asynchronous: not cut
         out = []
         for _ in range(reps):
-            a, b = c.Event(enable_timing=True), c.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            out.append(a.elapsed_time(b) * 1e-3)
-            if dl is not None and dl.expired():
+            start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end) * 1e-3)
+            if deadline is not None and deadline.expired():
                 break
         return out
 
     def launch_chain(self, launches, graph):
-        t = self.t
-        box = t.zeros(1, device=self.dev, dtype=t.float32)
+        torch = self.t
+        box = torch.zeros(1, device=self.dev, dtype=torch.float32)
 
         def eager() -> None:
             for _ in range(launches):
                 box.add_(1.0)
         if not graph or not self.measures_gpu:
             return eager, lambda: float(box.item())
-        stream = t.cuda.Stream()
-        stream.wait_stream(t.cuda.current_stream())
-        with t.cuda.stream(stream):                                    # warm-up off the capture, as torch asks
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):                                    # warm-up off the capture, as torch asks
             eager()
-        t.cuda.current_stream().wait_stream(stream)
-        g = t.cuda.CUDAGraph()
-        with t.cuda.graph(g):
+        torch.cuda.current_stream().wait_stream(stream)
+        cuda_graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(cuda_graph):
             eager()
-        t.cuda.synchronize()
-        return g.replay, lambda: float(box.item())
+        torch.cuda.synchronize()
+        return cuda_graph.replay, lambda: float(box.item())
 
     def info(self):
         if not self.measures_gpu:
             return {"backend": self.name, "device": "cpu"}
-        p = self.t.cuda.get_device_properties(0)
-        return {"backend": self.name, "device": p.name, "sms": p.multi_processor_count,
-                "l2_bytes": getattr(p, "L2_cache_size", 0), "memory_bytes": p.total_memory}
+        props = self.t.cuda.get_device_properties(0)
+        return {"backend": self.name, "device": props.name, "sms": props.multi_processor_count,
+                "l2_bytes": getattr(props, "L2_cache_size", 0), "memory_bytes": props.total_memory}
 
 
 def backend_for(args: dict[str, Any]) -> StepBackend:
@@ -337,5 +338,5 @@ def rel_err(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
 
 
-def ceil_div(a: int, b: int) -> int:
-    return int(math.ceil(a / b))
+def ceil_div(num: int, den: int) -> int:
+    return int(math.ceil(num / den))

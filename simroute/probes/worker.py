@@ -30,8 +30,8 @@ def main(argv: list[str]) -> int:
         os.environ[BACKEND_ENV] = "reference"
     try:
         mod_name, fn_name = target.split(":")
-        fn = getattr(importlib.import_module(mod_name), fn_name)
-        out = fn(args) or {}
+        func = getattr(importlib.import_module(mod_name), fn_name)
+        out = func(args) or {}
         _write(result_path, {"status": "ok", "message": out.pop("message", "done"), **out})
         return 0
     except MissingDependency as exc:

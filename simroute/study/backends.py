@@ -9,13 +9,23 @@ from __future__ import annotations
 import os
 import traceback
 from collections.abc import Iterable, Iterator
+from enum import StrEnum
 from typing import Any, Protocol
 
 from simroute.checks import check_number
 from simroute.errors import ConfigurationError
 
 MAX_JOBS = 1024
-Task = dict[str, Any]       # {"key": str, "payload": dict, "keep": "full" | "summary"}
+
+
+class Keep(StrEnum):
+    """What a study keeps of each run (a study's `keep`); the values are the YAML's words."""
+
+    FULL = "full"           # every run's output files
+    SUMMARY = "summary"     # summary.json only (a plan's many probes)
+
+
+Task = dict[str, Any]       # {"key": str, "payload": dict, "keep": a `Keep`}
 Result = dict[str, Any]     # {"key", "summary", "perf", "tables", "error"}
 
 
@@ -25,12 +35,12 @@ def run_point(task: Task) -> Result:
         from simroute.sim.runner import simulate
         from simroute.study.resolve import run_config
         res = simulate(run_config(task["payload"]))
-        tables = res.tables if task.get("keep", "full") == "full" else {}
+        tables = res.tables if task.get("keep", Keep.FULL) == Keep.FULL else {}
         return {"key": task["key"], "summary": res.summary, "perf": res.perf, "tables": tables, "error": None}
     except Exception as exc:   # noqa: BLE001 - recorded, the study goes on
-        tb = traceback.format_exc(limit=4)
+        trace_text = traceback.format_exc(limit=4)
         return {"key": task["key"], "summary": None, "perf": None, "tables": None,
-                "error": f"{type(exc).__name__}: {exc}\n{tb}"}
+                "error": f"{type(exc).__name__}: {exc}\n{trace_text}"}
 
 
 class Backend(Protocol):
@@ -47,8 +57,8 @@ class InlineBackend:
     name = "inline"
 
     def map_unordered(self, tasks: Iterable[Task]) -> Iterator[Result]:
-        for t in tasks:
-            yield run_point(t)
+        for task in tasks:
+            yield run_point(task)
 
     def close(self) -> None:
         pass
@@ -57,8 +67,8 @@ class InlineBackend:
 def _start_time(pid: int) -> str | None:
     """A process's start time (field 22 of /proc/PID/stat): with the pid it names one process, reuse-proof."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            return stat_file.read().rsplit(b")", 1)[1].split()[19].decode()
     except (OSError, IndexError):
         return None
 
@@ -107,13 +117,13 @@ class ProcessBackend:
         # the driver holds threads such as Ray's or tqdm's).
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["simroute.study.backends", "simroute.sim.runner"])
-        me = os.getpid()
+        own_pid = os.getpid()
         self.pool = ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx, initializer=_watch_driver,
-                                        initargs=(me, _start_time(me)))
+                                        initargs=(own_pid, _start_time(own_pid)))
 
     def map_unordered(self, tasks: Iterable[Task]) -> Iterator[Result]:
         from concurrent.futures import as_completed
-        futures = {self.pool.submit(run_point, t): t for t in tasks}
+        futures = {self.pool.submit(run_point, task): task for task in tasks}
         for fut in as_completed(futures):
             try:
                 yield fut.result()
@@ -144,13 +154,13 @@ class RayBackend:
         self.ray = ray
         self._started = False
         if not ray.is_initialized():
-            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+            options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                                   "configure_logging": False}
             try:
                 if address == "local":
-                    ray.init(num_cpus=num_cpus, **kw)
+                    ray.init(num_cpus=num_cpus, **options)
                 else:
-                    ray.init(address=address, **kw)
+                    ray.init(address=address, **options)
             except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
                 raise ConfigurationError(f"cannot reach a Ray cluster at {address!r}: "
                                          f"{' '.join(str(exc).split())[:200]}", field="--ray-address") from None
@@ -159,7 +169,7 @@ class RayBackend:
 
     def map_unordered(self, tasks: Iterable[Task]) -> Iterator[Result]:
         ray = self.ray
-        refs = {self._remote.remote(t): t for t in tasks}
+        refs = {self._remote.remote(task): task for task in tasks}
         pending = list(refs)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)

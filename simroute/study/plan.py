@@ -25,7 +25,8 @@ import yaml
 from simroute.defaults import DEFAULT_CALIB, DEFAULT_MODEL, DEFAULT_TOPOLOGY, DEFAULT_TP, DEFAULT_TRACE, MIN_COMPLETION
 from simroute.errors import ConfigurationError
 from simroute.ioutil import load_json, write_text_atomic
-from simroute.study.search import finished
+from simroute.study.backends import Keep
+from simroute.study.search import Goal, finished
 
 DEFAULT_SLO = ("p99 ttft_ms <= 2000", "p99 tpot_ms <= 50")
 DEFAULT_COMPARE = ("always-route", "always-fetch")
@@ -65,10 +66,10 @@ class PlanRequest:
             base["time_scale"] = self.time_scale
         if self.qps is not None and not self._generator_takes("qps"):
             base["qps"] = self.qps
-        policies = [self.policy, *[p for p in self.compare if p != self.policy]]
+        policies = [self.policy, *[policy for policy in self.compare if policy != self.policy]]
         return {"name": name, "description": f"simroute plan: fewest hosts meeting {' and '.join(self.slo)}",
-                "base": base, "axes": {"policy": policies}, "seeds": self.seeds, "keep": "summary",
-                "search": {"field": "hosts", "goal": "min", "lo": self.hosts_min, "hi": self.hosts_max,
+                "base": base, "axes": {"policy": policies}, "seeds": self.seeds, "keep": Keep.SUMMARY.value,
+                "search": {"field": "hosts", "goal": Goal.MIN.value, "lo": self.hosts_min, "hi": self.hosts_max,
                            "integer": True, "slo": list(self.slo)}}
 
     def _generator_takes(self, name: str) -> bool:
@@ -162,78 +163,86 @@ def plan_answer(directory: str | Path) -> dict[str, Any]:
     """The plan's answer from a finished plan directory (study.json, points/, search.json, runs/*/summary.json)."""
     from simroute.study.search import parse_slo
     from simroute.study.store import Store
-    d = Path(directory)
-    searches = load_json(d / "search.json") if (d / "search.json").exists() else None
+    plan_dir = Path(directory)
+    searches = load_json(plan_dir / "search.json") if (plan_dir / "search.json").exists() else None
     if not isinstance(searches, list) or not searches:
-        raise ConfigurationError("holds no finished search (search.json); run `simroute plan` into it first", file=d)
-    df = Store(d).read()
-    slo = [parse_slo(s) for s in searches[0]["slo"]]
+        raise ConfigurationError("holds no finished search (search.json); run `simroute plan` into it first",
+                                 file=plan_dir)
+    frame = Store(plan_dir).read()
+    slo = [parse_slo(text) for text in searches[0]["slo"]]
     by_policy = {}
     for search in searches:
         policy = str(search["labels"].get("policy", "paper"))
-        rows = df[(df["axis:policy"].astype(str) == policy)] if "axis:policy" in df else df
-        by_policy[policy] = _policy_answer(d, search, rows, slo)
+        rows = frame[(frame["axis:policy"].astype(str) == policy)] if "axis:policy" in frame else frame
+        by_policy[policy] = _policy_answer(plan_dir, search, rows, slo)
     primary = next(iter(by_policy))
     return {"policy": primary, "slo": searches[0]["slo"], "answer_hosts": by_policy[primary]["hosts"],
             "status": by_policy[primary]["status"], "policies": by_policy}
 
 
-def _policy_answer(d: Path, search: dict[str, Any], rows: Any, slo: list[Any]) -> dict[str, Any]:
+def _policy_answer(plan_dir: Path, search: dict[str, Any], rows: Any, slo: list[Any]) -> dict[str, Any]:
     hosts = search["answer"]
     probes = []
-    for value in sorted({int(v) for v in rows["axis:hosts"].dropna()}) if "axis:hosts" in rows else []:
-        at = [r for r in rows.to_dict("records") if int(r["axis:hosts"]) == value]
-        ok = [r for r in at if finished(r)]
-        meet = [r for r in ok if all(c.holds(r) for c in slo)]
-        probes.append({"hosts": value, "seeds": len(at), "finished": len(ok), "met": len(meet),
-                       **{c.column: _mean([r.get(c.column) for r in ok]) for c in slo},
-                       "n_route": _mean([r.get("n_route") for r in ok]), "n_fetch": _mean([r.get("n_fetch") for r in ok]),
-                       "n_local": _mean([r.get("n_local") for r in ok]),
-                       "n_resident": _mean([r.get("n_resident") for r in ok]), "keys": [r["key"] for r in at]})
-    answer = next((p for p in probes if p["hosts"] == hosts), None)
-    failing = [p for p in probes if hosts is None or p["hosts"] < hosts]
+    host_counts = sorted({int(count) for count in rows["axis:hosts"].dropna()}) if "axis:hosts" in rows else []
+    for value in host_counts:
+        rows_at = [row for row in rows.to_dict("records") if int(row["axis:hosts"]) == value]
+        done = [row for row in rows_at if finished(row)]
+        meet = [row for row in done if all(condition.holds(row) for condition in slo)]
+        probes.append({"hosts": value, "seeds": len(rows_at), "finished": len(done), "met": len(meet),
+                       **{cond.column: _mean([row.get(cond.column) for row in done]) for cond in slo},
+                       "n_route": _mean([row.get("n_route") for row in done]),
+                       "n_fetch": _mean([row.get("n_fetch") for row in done]),
+                       "n_local": _mean([row.get("n_local") for row in done]),
+                       "n_resident": _mean([row.get("n_resident") for row in done]),
+                       "keys": [row["key"] for row in rows_at]})
+    answer = next((probe for probe in probes if probe["hosts"] == hosts), None)
+    failing = [probe for probe in probes if hosts is None or probe["hosts"] < hosts]
     below = failing[-1] if failing else None
-    any_met = [p["hosts"] for p in probes if p["met"] > 0]
+    any_met = [probe["hosts"] for probe in probes if probe["met"] > 0]
     return {"hosts": hosts, "status": search["status"], "probes": probes,
             "band": [min(any_met), hosts] if any_met and hosts is not None else None,
-            "at_answer": answer, "binding": _binding(d, below, slo) if below else None}
+            "at_answer": answer, "binding": _binding(plan_dir, below, slo) if below else None}
 
 
 def _mean(values: list[Any]) -> float | None:
-    clean = [float(v) for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    clean = [float(value) for value in values
+             if value is not None and not (isinstance(value, float) and math.isnan(value))]
     return sum(clean) / len(clean) if clean else None
 
 
-def _binding(d: Path, probe: dict[str, Any], slo: list[Any]) -> dict[str, Any]:
+def _binding(plan_dir: Path, probe: dict[str, Any], slo: list[Any]) -> dict[str, Any]:
     """What failed at the largest host count that did not meet the SLOs, and the resource behind it."""
-    summaries = [load_json(p) for key in probe["keys"] if (p := d / "runs" / key / "summary.json").exists()]
+    summaries = [load_json(path) for key in probe["keys"]
+                 if (path := plan_dir / "runs" / key / "summary.json").exists()]
     if not summaries:
         return {"hosts": probe["hosts"], "violated": [], "resource": "unknown (no run summary stored)"}
-    s = summaries[0]
-    violated = [str(c) for c in slo if probe.get(c.column) is None or not c.holds({c.column: probe[c.column]})]
+    summary = summaries[0]
+    violated = [str(cond) for cond in slo
+                if probe.get(cond.column) is None or not cond.holds({cond.column: probe[cond.column]})]
     if probe["finished"] < probe["seeds"]:
         violated.insert(0, f"completion below {MIN_COMPLETION:.0%}")
-    return {"hosts": probe["hosts"], "violated": violated, "resource": binding_resource(s, violated)}
+    return {"hosts": probe["hosts"], "violated": violated, "resource": binding_resource(summary, violated)}
 
 
-def binding_resource(s: dict[str, Any], violated: list[str]) -> str:
+def binding_resource(summary: dict[str, Any], violated: list[str]) -> str:
     """The resource a failing run ran out of, from its summary: HBM, a network tier, a holder, or compute."""
-    engine, holders = s.get("engine", {}), s.get("holders", {})
-    reasons = s.get("dropped_by_reason", {})
+    engine, holders = summary.get("engine", {}), summary.get("holders", {})
+    reasons = summary.get("dropped_by_reason", {})
     if reasons.get("KV never fits in HBM") or engine.get("preemptions", 0) > 0 or holders.get("copies_refused", 0):
         return (f"HBM: {engine.get('preemptions', 0):,} preemptions, {holders.get('copies_refused', 0):,} copies "
                 f"refused, {reasons.get('KV never fits in HBM', 0):,} requests whose KV never fits")
-    tier = ((s.get("network") or {}).get("bottlenecks") or {}).get("most_saturated_tier")
+    tier = ((summary.get("network") or {}).get("bottlenecks") or {}).get("most_saturated_tier")
     if tier:
         return f"network tier {tier} (p99 window utilisation above half its capacity)"
     busiest = (holders.get("busiest") or {}).get("work_share") or 0.0
     if busiest > 0.5:
         return (f"holder fan-in: the busiest holder spends {busiest:.0%} of its time on routed partials "
                 f"(max fan-in {holders.get('max_fan_in')})")
-    parts = s.get("ttft_breakdown_ms") or {}
-    if any("tpot" in v for v in violated) and not any("ttft" in v for v in violated):
+    parts = summary.get("ttft_breakdown_ms") or {}
+    if any("tpot" in violation for violation in violated) and not any("ttft" in violation for violation in violated):
         return "compute: the decode step time of the batch each instance runs (TPOT)"
-    largest = max(((k, v) for k, v in parts.items() if v), key=lambda kv: kv[1], default=(None, 0.0))
+    largest = max(((part, seconds) for part, seconds in parts.items() if seconds), key=lambda item: item[1],
+                  default=(None, 0.0))
     where = {"queueing": "requests queue for busy engines", "prefill_compute": "prefill compute",
              "transfer": "fetch transfers", "exchanges": "routed exchanges", "holder_wait": "waiting on holders"}
     return f"compute: TTFT is mostly {where.get(largest[0], largest[0] or 'unknown')} ({largest[1]:.0f} ms mean)"
@@ -247,8 +256,11 @@ def plan_markdown(answer: dict[str, Any], request_doc: dict[str, Any]) -> str:
     own = answer["policies"][policy]
     slo = " and ".join(answer["slo"])
     trace = base.get("trace")
-    workload = (f"{trace['generate']} ({', '.join(f'{k}={v}' for k, v in (trace.get('params') or {}).items())})"
-                if isinstance(trace, dict) else Path(str(trace)).name)
+    if isinstance(trace, dict):
+        params = ", ".join(f"{key}={value}" for key, value in (trace.get("params") or {}).items())
+        workload = f"{trace['generate']} ({params})"
+    else:
+        workload = Path(str(trace)).name
     load = (f"at {base['qps']} requests/s" if base.get("qps") else f"time scale {base['time_scale']}"
             if base.get("time_scale") else "at the trace's own load")
     if isinstance(trace, dict) and (trace.get("params") or {}).get("qps"):
@@ -264,27 +276,30 @@ def plan_markdown(answer: dict[str, Any], request_doc: dict[str, Any]) -> str:
         band = own["band"]
         lines.append(f"**Answer: {_hosts(own['hosts'])}** under policy {policy} ({own['status']}; some seed meets the "
                      f"SLO from {_hosts(band[0])})." if band else f"**Answer: {_hosts(own['hosts'])}** under {policy}.")
-        at = own["at_answer"] or {}
-        if at:
-            lines.append(f"At the answer: route {_fmt(at.get('n_route'))}, fetch {_fmt(at.get('n_fetch'))}, "
-                         f"local {_fmt(at.get('n_local'))}, resident {_fmt(at.get('n_resident'))} (chunk, request) "
+        at_answer = own["at_answer"] or {}
+        if at_answer:
+            lines.append(f"At the answer: route {_fmt(at_answer.get('n_route'))}, "
+                         f"fetch {_fmt(at_answer.get('n_fetch'))}, local {_fmt(at_answer.get('n_local'))}, "
+                         f"resident {_fmt(at_answer.get('n_resident'))} (chunk, request) "
                          "pairs per run (mean over seeds; resident: the chunk was already on the requester).")
     if own["binding"]:
-        b = own["binding"]
-        lines.append(f"Binding below the answer (at {b['hosts']} hosts): {', '.join(b['violated']) or '-'}; "
-                     f"{b['resource']}.")
+        binding = own["binding"]
+        lines.append(f"Binding below the answer (at {binding['hosts']} hosts): "
+                     f"{', '.join(binding['violated']) or '-'}; {binding['resource']}.")
     lines += ["", "| policy | fewest hosts | status | binding below it |", "|---|---|---|---|"]
-    for name, p in answer["policies"].items():
-        b = p["binding"]
-        lines.append(f"| {name} | {p['hosts'] if p['hosts'] is not None else 'none in range'} | {p['status']} | "
-                     f"{(', '.join(b['violated']) + '; ' + b['resource']) if b else '-'} |")
-    cols = [c for c in own["probes"][0] if c not in ("keys", "hosts", "seeds", "finished", "met")] if own["probes"] else []
+    for name, entry in answer["policies"].items():
+        binding = entry["binding"]
+        fewest = entry["hosts"] if entry["hosts"] is not None else "none in range"
+        lines.append(f"| {name} | {fewest} | {entry['status']} | "
+                     f"{(', '.join(binding['violated']) + '; ' + binding['resource']) if binding else '-'} |")
+    cols = [column for column in own["probes"][0]
+            if column not in ("keys", "hosts", "seeds", "finished", "met")] if own["probes"] else []
     lines += ["", f"Probes of policy {policy}:", "",
               "| hosts | seeds met / finished / run | " + " | ".join(cols) + " |",
               "|---" * (2 + len(cols)) + "|"]
-    for p in own["probes"]:
-        lines.append(f"| {p['hosts']} | {p['met']} / {p['finished']} / {p['seeds']} | "
-                     + " | ".join(_fmt(p[c]) for c in cols) + " |")
+    for entry in own["probes"]:
+        lines.append(f"| {entry['hosts']} | {entry['met']} / {entry['finished']} / {entry['seeds']} | "
+                     + " | ".join(_fmt(entry[column]) for column in cols) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -300,10 +315,10 @@ def _fmt(value: Any) -> str:
 
 def write_plan(directory: str | Path) -> tuple[dict[str, Any], Path]:
     """plan.json and plan.md of a finished plan directory."""
-    d = Path(directory)
-    answer = plan_answer(d)
-    doc = yaml.safe_load((d / PLAN_FILE).read_text()) if (d / PLAN_FILE).exists() else {}
-    write_text_atomic(d / "plan.json", json.dumps(answer, indent=2, default=str) + "\n")
-    memo = d / "plan.md"
+    plan_dir = Path(directory)
+    answer = plan_answer(plan_dir)
+    doc = yaml.safe_load((plan_dir / PLAN_FILE).read_text()) if (plan_dir / PLAN_FILE).exists() else {}
+    write_text_atomic(plan_dir / "plan.json", json.dumps(answer, indent=2, default=str) + "\n")
+    memo = plan_dir / "plan.md"
     write_text_atomic(memo, plan_markdown(answer, doc))
     return answer, memo

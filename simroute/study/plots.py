@@ -22,10 +22,10 @@ def _xs(values: pd.Series) -> tuple[np.ndarray, list[str] | None]:
         return values.astype(float).to_numpy(), None
     except (TypeError, ValueError):
         cats = list(dict.fromkeys(values.astype(str)))
-        return np.array([cats.index(v) for v in values.astype(str)], dtype=float), cats
+        return np.array([cats.index(value) for value in values.astype(str)], dtype=float), cats
 
 
-def latency_vs_load(agg: pd.DataFrame, x: str, out: Path) -> Path | None:
+def latency_vs_load(agg: pd.DataFrame, axis: str, out: Path) -> Path | None:
     """TTFT and TPOT p50 (dashed) and p99 (solid) against x, one colour per series, 95% CI over seeds."""
     if agg.empty:
         return None
@@ -36,80 +36,84 @@ def latency_vs_load(agg: pd.DataFrame, x: str, out: Path) -> Path | None:
     fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4), squeeze=False)
     axes = axes[0]
     for ax, (metric, title) in zip(axes, metrics):
-        for i, (series, g) in enumerate(agg.groupby("series", sort=False)):
-            g = g.sort_values(x, key=lambda s: pd.to_numeric(s, errors="coerce") if s.dtype == object else s)
-            xs, cats = _xs(g[x])
-            colour = f"C{i % 10}"
+        for index, (series, group) in enumerate(agg.groupby("series", sort=False)):
+            group = group.sort_values(axis, key=lambda values: pd.to_numeric(values, errors="coerce")
+                                      if values.dtype == object else values)
+            positions, cats = _xs(group[axis])
+            colour = f"C{index % 10}"
             for stat, style in (("p50", "--"), ("p99", "-")):
                 col = f"{metric}_{stat}"
-                ax.errorbar(xs, g[col], yerr=g[f"{col}_ci"].fillna(0), fmt=style + "o", color=colour, ms=3,
+                ax.errorbar(positions, group[col], yerr=group[f"{col}_ci"].fillna(0), fmt=style + "o", color=colour,
+                            ms=3,
                             capsize=2, label=f"{series} {stat}" if series else stat)
             if cats:
                 ax.set_xticks(range(len(cats)), cats, rotation=30, ha="right")
-        ax.set_xlabel(x)
+        ax.set_xlabel(axis)
         ax.set_ylabel(f"{title} (ms)")
-        ax.set_title(f"{title} p50 / p99 vs {x}")
+        ax.set_title(f"{title} p50 / p99 vs {axis}")
         ax.grid(alpha=0.3)
     axes[-1].legend(fontsize=7, loc="best")
     return save_png(fig, out)
 
 
-def fct_vs_load(agg: pd.DataFrame, x: str, out: Path) -> Path | None:
+def fct_vs_load(agg: pd.DataFrame, axis: str, out: Path) -> Path | None:
     """Mean (dashed) and P95 (solid) prefill -> decode transfer FCT against x, one colour per series."""
     if agg.empty or "fct_pd_mean_ms" not in agg or agg["fct_pd_mean_ms"].isna().all():
         return None
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for i, (series, g) in enumerate(agg.groupby("series", sort=False)):
-        xs, cats = _xs(g[x])
-        order = np.argsort(xs)
+    for index, (series, group) in enumerate(agg.groupby("series", sort=False)):
+        positions, cats = _xs(group[axis])
+        order = np.argsort(positions)
         for col, style, stat in (("fct_pd_mean_ms", "--o", "mean"), ("fct_pd_p95_ms", "-o", "P95")):
-            if col in g:
-                ax.plot(xs[order], g[col].to_numpy()[order], style, color=f"C{i % 10}", ms=3,
+            if col in group:
+                ax.plot(positions[order], group[col].to_numpy()[order], style, color=f"C{index % 10}", ms=3,
                         label=f"{series} {stat}" if series else stat)
         if cats:
             ax.set_xticks(range(len(cats)), cats, rotation=30, ha="right")
-    ax.set(xlabel=x, ylabel="KV-transfer FCT (ms)", title=f"KV-transfer FCT vs {x}")
+    ax.set(xlabel=axis, ylabel="KV-transfer FCT (ms)", title=f"KV-transfer FCT vs {axis}")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return save_png(fig, out)
 
 
-def frontier(agg: pd.DataFrame, x: str, slo: list[str], searches: list[dict[str, Any]], out: Path) -> Path | None:
+def frontier(agg: pd.DataFrame, axis: str, slo: list[str], searches: list[dict[str, Any]], out: Path) -> Path | None:
     """The SLO frontier: a search's answer per group, or each SLO condition's metric against x with its
     threshold (the study's SLO, not each run's own attainment)."""
     plt = pyplot()
     if searches:
-        labels = [", ".join(f"{k}={v}" for k, v in s["labels"].items()) or "base" for s in searches]
-        vals = [np.nan if s["answer"] is None else float(s["answer"]) for s in searches]
+        labels = [", ".join(f"{key}={value}" for key, value in search["labels"].items()) or "base"
+                  for search in searches]
+        vals = [np.nan if search["answer"] is None else float(search["answer"]) for search in searches]
         fig, ax = plt.subplots(figsize=(max(5, 0.6 * len(vals) + 2), 4))
         bars = ax.bar(range(len(vals)), np.nan_to_num(vals), color="C0")
-        for b, s in zip(bars, searches):
-            ax.annotate(s["status"] if s["answer"] is None else f"{s['answer']}",
-                        (b.get_x() + b.get_width() / 2, b.get_height()), ha="center", va="bottom", fontsize=8)
+        for bar, search in zip(bars, searches):
+            ax.annotate(search["status"] if search["answer"] is None else f"{search['answer']}",
+                        (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
         ax.set_xticks(range(len(vals)), labels, rotation=30, ha="right", fontsize=8)
-        s0 = searches[0]
-        ax.set_ylabel(f"{s0['goal']} {s0['field']}")
-        ax.set_title(f"{s0['goal']} {s0['field']} meeting {' and '.join(s0['slo'])}")
+        first = searches[0]
+        ax.set_ylabel(f"{first['goal']} {first['field']}")
+        ax.set_title(f"{first['goal']} {first['field']} meeting {' and '.join(first['slo'])}")
         return save_png(fig, out)
     from simroute.study.search import parse_slo
-    conds = [c for c in (parse_slo(t) for t in slo) if c.column in agg]
-    if agg.empty or not conds or x not in agg:
+    conds = [condition for condition in (parse_slo(slo_text) for slo_text in slo) if condition.column in agg]
+    if agg.empty or not conds or axis not in agg:
         return None
     fig, axes = plt.subplots(1, len(conds), figsize=(6.5 * len(conds), 4), squeeze=False)
-    for ax, c, text in zip(axes[0], conds, slo):
-        for i, (series, g) in enumerate(agg.groupby("series", sort=False)):
-            xs, cats = _xs(g[x])
-            order = np.argsort(xs)
-            y, met = g[c.column].to_numpy(float)[order], g["meets"].astype(bool).to_numpy()[order]
-            ax.plot(xs[order], y, "-", color=f"C{i % 10}", label=f"{series or 'all'} ({c.column})")
-            ax.scatter(xs[order][met], y[met], color=f"C{i % 10}", zorder=3)
-            ax.scatter(xs[order][~met], y[~met], facecolors="none", edgecolors=f"C{i % 10}", zorder=3)
+    for ax, condition, text in zip(axes[0], conds, slo):
+        for index, (series, group) in enumerate(agg.groupby("series", sort=False)):
+            positions, cats = _xs(group[axis])
+            order = np.argsort(positions)
+            vals_y, met = group[condition.column].to_numpy(float)[order], group["meets"].astype(bool).to_numpy()[order]
+            ax.plot(positions[order], vals_y, "-", color=f"C{index % 10}",
+                    label=f"{series or 'all'} ({condition.column})")
+            ax.scatter(positions[order][met], vals_y[met], color=f"C{index % 10}", zorder=3)
+            ax.scatter(positions[order][~met], vals_y[~met], facecolors="none", edgecolors=f"C{index % 10}", zorder=3)
             if cats:
                 ax.set_xticks(range(len(cats)), cats, rotation=30, ha="right")
-        ax.axhline(c.value, color="black", ls=":", lw=1, label=f"SLO {text}")
-        ax.set_xlabel(x)
-        ax.set_ylabel(c.column)
+        ax.axhline(condition.value, color="black", ls=":", lw=1, label=f"SLO {text}")
+        ax.set_xlabel(axis)
+        ax.set_ylabel(condition.column)
         ax.set_title("SLO frontier at the study's SLO (filled: every seed meets it)", fontsize=9)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
@@ -119,16 +123,16 @@ def frontier(agg: pd.DataFrame, x: str, slo: list[str], searches: list[dict[str,
 def bytes_per_primitive(agg: pd.DataFrame, label_col: str, out: Path, *, over_seeds: bool = True) -> Path | None:
     """Stacked bytes moved per primitive (route messages, fetch copies, PD transfers) per configuration."""
     cols = [("bytes_route", "route"), ("bytes_fetch", "fetch"), ("bytes_pd_transfer", "pd transfer")]
-    if agg.empty or not agg[[c for c, _ in cols]].fillna(0).to_numpy().any():
+    if agg.empty or not agg[[column for column, _ in cols]].fillna(0).to_numpy().any():
         return None
     plt = pyplot()
     agg = agg.head(60)
     fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(agg) + 2), 4))
     bottom = np.zeros(len(agg))
-    for i, (c, name) in enumerate(cols):
-        v = agg[c].fillna(0).to_numpy() / 1e9
-        ax.bar(range(len(agg)), v, bottom=bottom, label=name, color=f"C{i}")
-        bottom += v
+    for index, (column, name) in enumerate(cols):
+        gigabytes = agg[column].fillna(0).to_numpy() / 1e9
+        ax.bar(range(len(agg)), gigabytes, bottom=bottom, label=name, color=f"C{index}")
+        bottom += gigabytes
     ax.set_xticks(range(len(agg)), agg[label_col], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("GB (mean over seeds)" if over_seeds else "GB")
     ax.set_title("bytes per primitive")
@@ -139,45 +143,46 @@ def bytes_per_primitive(agg: pd.DataFrame, label_col: str, out: Path, *, over_se
 def link_heatmap(links: dict[str, pd.DataFrame], out: Path) -> Path | None:
     """Mean utilisation of the busiest network links, named and grouped by tier (rows: runs)."""
     from simroute.study.figures import _named_links
-    frames = {k: v for k, v in links.items() if v is not None and len(v)}
+    frames = {run: table for run, table in links.items() if table is not None and len(table)}
     if not frames:
         return None
     sel = _named_links(next(iter(frames.values()))).head(96)
     ids = sel["link"].to_numpy()
-    mat = np.array([f.set_index("link").reindex(ids)["mean_utilisation"].to_numpy(dtype=float)
-                    for f in frames.values()])
+    mat = np.array([run_links.set_index("link").reindex(ids)["mean_utilisation"].to_numpy(dtype=float)
+                    for run_links in frames.values()])
     if not len(ids) or not np.isfinite(mat).any():
         return None
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(min(18, 4 + 0.16 * len(ids)), 2.6 + 0.4 * len(frames)))
-    im = ax.imshow(mat, aspect="auto", cmap="viridis", interpolation="nearest", vmin=0, vmax=1)
+    image = ax.imshow(mat, aspect="auto", cmap="viridis", interpolation="nearest", vmin=0, vmax=1)
     ax.set_yticks(range(len(frames)), list(frames), fontsize=7)
     tiers = sel["tier"].to_numpy()
-    for b in np.flatnonzero(tiers[1:] != tiers[:-1]) + 0.5:
-        ax.axvline(b, color="w", lw=1.5)
-    ax.set_xticks(range(len(ids)), [f"{t}: {n}" for t, n in zip(tiers, sel["name"])], rotation=90, fontsize=5)
+    for boundary in np.flatnonzero(tiers[1:] != tiers[:-1]) + 0.5:
+        ax.axvline(boundary, color="w", lw=1.5)
+    ax.set_xticks(range(len(ids)), [f"{tier}: {name}" for tier, name in zip(tiers, sel["name"])], rotation=90,
+                  fontsize=5)
     ax.set_title("mean link utilisation (busiest links per tier, src -> dst)")
-    fig.colorbar(im, ax=ax, fraction=0.03)
+    fig.colorbar(image, ax=ax, fraction=0.03)
     return save_png(fig, out)
 
 
 def spine_heatmap(spines: dict[str, pd.DataFrame], out: Path) -> Path | None:
     """Per-spine concurrent flows over time, one panel per run (the ARK paper's Fig 3)."""
     from simroute.study.figures import spine_matrix
-    mats = {k: m for k, v in spines.items() if (m := spine_matrix(v)) is not None}
+    mats = {run: matrix for run, frame in spines.items() if (matrix := spine_matrix(frame)) is not None}
     if not mats:
         return None
     plt = pyplot()
-    vmax = max(m[0].max() for m in mats.values()) or 1
+    vmax = max(matrix[0].max() for matrix in mats.values()) or 1
     fig, axes = plt.subplots(len(mats), 1, figsize=(9, 0.6 + 1.6 * len(mats)), squeeze=False,
                              constrained_layout=True)
     for ax, (label, (mat, names, edges)) in zip(axes[:, 0], mats.items()):
-        im = ax.imshow(mat, aspect="auto", cmap="magma", interpolation="nearest", vmin=0, vmax=vmax,
+        image = ax.imshow(mat, aspect="auto", cmap="magma", interpolation="nearest", vmin=0, vmax=vmax,
                        extent=(0, edges[-1], len(names) - 0.5, -0.5))
         ax.set_yticks(range(len(names)), names, fontsize=7)
         ax.set_title(label, fontsize=8)
     axes[-1, 0].set_xlabel("simulated time (s)")
-    fig.colorbar(im, ax=axes[:, 0].tolist(), fraction=0.02, label="concurrent flows")
+    fig.colorbar(image, ax=axes[:, 0].tolist(), fraction=0.02, label="concurrent flows")
     return save_png(fig, out)
 
 
@@ -189,12 +194,13 @@ def latency_cdf(requests: pd.DataFrame, out: Path) -> Path | None:
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
     for ax, col, title in zip(axes, ("ttft_s", "tpot_s"), ("TTFT", "TPOT")):
-        v = np.sort(done[col].dropna().to_numpy() * 1e3)
-        if v.size:
-            ax.plot(v, np.arange(1, v.size + 1) / v.size, drawstyle="steps-post", label=f"{title} CDF")
-            for q, style in ((50, "--"), (99, ":")):
-                x = np.percentile(v, q)
-                ax.axvline(x, ls=style, color="grey", label=f"p{q} = {x:.3g} ms")
+        latency = np.sort(done[col].dropna().to_numpy() * 1e3)
+        if latency.size:
+            ax.plot(latency, np.arange(1, latency.size + 1) / latency.size, drawstyle="steps-post",
+                    label=f"{title} CDF")
+            for percentile, style in ((50, "--"), (99, ":")):
+                mark = np.percentile(latency, percentile)
+                ax.axvline(mark, ls=style, color="grey", label=f"p{percentile} = {mark:.3g} ms")
             ax.legend(fontsize=7, loc="lower right")
         ax.ticklabel_format(axis="x", useOffset=False, style="plain")
         ax.set_xlabel(f"{title} (ms)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,11 @@ from pyarrow import ArrowException
 from simroute.errors import ConfigurationError
 from simroute.ioutil import atomic_path, check_output_path, check_replaceable, load_json, manifest_kind
 from simroute.study import figures, plots
-from simroute.study.search import finished, meets, parse_slo
+from simroute.study.search import Goal, finished, meets, parse_slo
 from simroute.study.store import Store
 
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
-CI_COLS = [f"{m}_{s}" for m in ("ttft_ms", "tpot_ms") for s in ("p50", "p99")]
+CI_COLS = [f"{metric}_{stat}" for metric in ("ttft_ms", "tpot_ms") for stat in ("p50", "p99")]
 MEAN_COLS = CI_COLS + ["slo_attainment", "bytes_route", "bytes_fetch", "bytes_pd_transfer", "completed",
                        "requests", "n_route", "n_fetch", "n_local", "max_link_utilisation", "peak_spine_flows",
                        "fct_pd_mean_ms", "fct_pd_p95_ms"]
@@ -56,49 +57,56 @@ class Report:
     notes: list[str] = field(default_factory=list)
 
 
-def write_report(directory: str | Path, out: str | Path | None = None, fmt: str = "html",
+class ReportFormat(StrEnum):
+    """What `simroute report --format` writes; the values are the flag's words."""
+
+    HTML = "html"   # report.html (interactive figures) + PNGs in a report directory
+    MD = "md"       # Markdown tables, returned as text (stdout)
+
+
+def write_report(directory: str | Path, out: str | Path | None = None, fmt: ReportFormat = ReportFormat.HTML,
                  png: bool = True) -> Path | str:
     """Report on a study or run directory. html: writes report.html (+ PNGs), returns its path; md: the text.
 
     Everything is read and checked before anything is written; the report directory is then written whole
     (a temporary beside it, renamed), with a manifest, so a run holding its report stays simroute's own."""
-    d = Path(directory)
-    if not d.is_dir():
-        raise ConfigurationError("not found" if not d.exists() else "is not a directory; give a run or study "
-                                 "directory", file=d)
+    input_dir = Path(directory)
+    if not input_dir.is_dir():
+        raise ConfigurationError("not found" if not input_dir.exists() else "is not a directory; give a run or study "
+                                 "directory", file=input_dir)
     out_dir = None
-    if fmt != "md":
-        out_dir = check_report_out(d, Path(out) if out else d / "report")
-    if (d / "study.json").exists() or (d / "points").is_dir():
-        rep = _study(d)
-    elif (d / "summary.json").exists():
-        rep = _run(d)
+    if fmt != ReportFormat.MD:
+        out_dir = check_report_out(input_dir, Path(out) if out else input_dir / "report")
+    if (input_dir / "study.json").exists() or (input_dir / "points").is_dir():
+        rep = _study(input_dir)
+    elif (input_dir / "summary.json").exists():
+        rep = _run(input_dir)
     else:
         raise ConfigurationError("neither a study directory (study.json, points/) nor a run directory "
-                                 "(summary.json)", file=d)
-    if fmt == "md":
-        return "\n".join([f"# {rep.title}", ""] + [f"> {n}\n" for n in rep.notes]
-                         + [f"## {h}\n\n{_md(t)}\n" for h, t in rep.sections if len(t)])
+                                 "(summary.json)", file=input_dir)
+    if fmt == ReportFormat.MD:
+        return "\n".join([f"# {rep.title}", ""] + [f"> {note}\n" for note in rep.notes]
+                         + [f"## {heading}\n\n{_md(table)}\n" for heading, table in rep.sections if len(table)])
     assert out_dir is not None
     with atomic_path(out_dir, directory=True, what="report") as tmp:
-        drawn = [(f.caption, fig) for f in rep.figures if (fig := f.interactive()) is not None]
+        drawn = [(figure.caption, fig) for figure in rep.figures if (fig := figure.interactive()) is not None]
         if png:
-            for f in rep.figures:
-                if f.png is not None:
-                    f.png(tmp)
-        tables = [(h, _html_table(t)) for h, t in rep.sections if len(t)]
+            for figure in rep.figures:
+                if figure.png is not None:
+                    figure.png(tmp)
+        tables = [(heading, _html_table(table)) for heading, table in rep.sections if len(table)]
         (tmp / "report.html").write_text(figures.page(rep.title, tables, drawn, rep.notes))
     return out_dir / "report.html"
 
 
-def check_report_out(d: Path, out_dir: Path) -> Path:
+def check_report_out(input_dir: Path, out_dir: Path) -> Path:
     """The report directory: never the run or study it reads, a folder holding it, or one of its files."""
-    source = d.resolve()
+    source = input_dir.resolve()
     target = out_dir.resolve()
     if target == source or target in source.parents:
-        raise ConfigurationError(f"is or holds {d}, the directory this report reads: choose another path (the "
+        raise ConfigurationError(f"is or holds {input_dir}, the directory this report reads: choose another path (the "
                                  "default is DIR/report)", file=out_dir, field="--out")
-    inputs = [p for p in d.iterdir() if p.resolve() != target]
+    inputs = [entry for entry in input_dir.iterdir() if entry.resolve() != target]
     check_output_path(out_dir, directory=True, inputs=inputs, flag="--out")
     check_replaceable(out_dir, what="report")
     if out_dir.is_dir() and any(out_dir.iterdir()) and manifest_kind(out_dir) != "report":
@@ -115,50 +123,54 @@ def axes_of(meta: dict[str, Any]) -> tuple[str | None, list[str]]:
     if meta.get("search"):
         names.append(meta["search"]["field"])
     rep = meta.get("report") or {}
-    x = rep.get("x")
-    if x is None:
-        numeric = [n for n in names if n not in meta.get("cases", {}) and all(
-            isinstance(v, (int, float)) for v in meta["axes"].get(n, [0]))]
-        x = next((n for n in numeric if "qps" in n), numeric[-1] if numeric else (names[-1] if names else None))
-    series = rep.get("series") or [n for n in names if n != x]
-    return x, list(series)
+    axis = rep.get("x")
+    if axis is None:
+        numeric = [name for name in names if name not in meta.get("cases", {}) and all(
+            isinstance(value, (int, float)) for value in meta["axes"].get(name, [0]))]
+        fallback = numeric[-1] if numeric else (names[-1] if names else None)
+        axis = next((name for name in numeric if "qps" in name), fallback)
+    series = rep.get("series") or [name for name in names if name != axis]
+    return axis, list(series)
 
 
-def aggregate(df: pd.DataFrame, x: str | None, series: list[str], slo: list[str]) -> pd.DataFrame:
+def aggregate(frame: pd.DataFrame, axis: str | None, series: list[str], slo: list[str]) -> pd.DataFrame:
     """One row per configuration: means over seeds, 95% CIs of the latency percentiles, SLO met by all seeds."""
-    ok = df[df["status"] == "ok"].copy()
-    keys = [f"axis:{n}" for n in series + ([x] if x else []) if f"axis:{n}" in ok]
-    if ok.empty:
+    succeeded = frame[frame["status"] == "ok"].copy()
+    keys = [f"axis:{name}" for name in series + ([axis] if axis else []) if f"axis:{name}" in succeeded]
+    if succeeded.empty:
         return pd.DataFrame()
     if not keys:
-        ok["axis:_"] = "all"
+        succeeded["axis:_"] = "all"
         keys = ["axis:_"]
     rows = []
-    for vals, g in ok.groupby(keys, sort=False, dropna=False):
+    for vals, group in succeeded.groupby(keys, sort=False, dropna=False):
         vals = vals if isinstance(vals, tuple) else (vals,)
-        r: dict[str, Any] = {k.removeprefix("axis:"): v for k, v in zip(keys, vals)}
-        n = len(g)
-        r["seeds"] = n
-        for c in MEAN_COLS:
-            r[c] = float(g[c].mean())
-        for c in CI_COLS:
-            r[f"{c}_ci"] = T95.get(n - 1, 1.96) * float(g[c].std(ddof=1)) / np.sqrt(n) if n > 1 else np.nan
-        records = g.to_dict("records")
-        r["meets"] = meets(records, tuple(slo)) if slo else None
-        r["finished"] = all(finished(row) for row in records)
-        r["completion"] = float((g["completed"] / g["requests"]).min()) if len(g) else np.nan
-        r["overloaded"] = float(g["overloaded"].fillna(0).max()) if "overloaded" in g else 0.0
-        r["ttft_growth"] = float(g["ttft_growth"].max()) if "ttft_growth" in g else np.nan
-        rows.append(r)
+        point: dict[str, Any] = {key.removeprefix("axis:"): value for key, value in zip(keys, vals)}
+        seeds = len(group)
+        point["seeds"] = seeds
+        for col in MEAN_COLS:
+            point[col] = float(group[col].mean())
+        for col in CI_COLS:
+            point[f"{col}_ci"] = (T95.get(seeds - 1, 1.96) * float(group[col].std(ddof=1)) / np.sqrt(seeds)
+                                  if seeds > 1 else np.nan)
+        records = group.to_dict("records")
+        point["meets"] = meets(records, tuple(slo)) if slo else None
+        point["finished"] = all(finished(row) for row in records)
+        point["completion"] = float((group["completed"] / group["requests"]).min()) if len(group) else np.nan
+        point["overloaded"] = float(group["overloaded"].fillna(0).max()) if "overloaded" in group else 0.0
+        point["ttft_growth"] = float(group["ttft_growth"].max()) if "ttft_growth" in group else np.nan
+        rows.append(point)
     agg = pd.DataFrame(rows)
-    agg["series"] = [", ".join(f"{s}={r[s]}" for s in series if s in agg) for _, r in agg.iterrows()]
-    agg["config"] = [(f"{r['series']} @ " if r["series"] else "") + (f"{x}={r[x]}" if x in agg else "")
-                     for _, r in agg.iterrows()]
+    agg["series"] = [", ".join(f"{axis_name}={point[axis_name]}" for axis_name in series if axis_name in agg)
+                     for _, point in agg.iterrows()]
+    agg["config"] = [(f"{point['series']} @ " if point["series"] else "")
+                     + (f"{axis}={point[axis]}" if axis in agg else "")
+                     for _, point in agg.iterrows()]
     agg["marks"] = marks(agg)
-    if x in agg:
-        rank = {s: i for i, s in enumerate(dict.fromkeys(agg["series"]))}
-        num = pd.to_numeric(agg[x], errors="coerce")
-        agg["_r"], agg["_x"] = agg["series"].map(rank), num if num.notna().all() else agg[x].astype(str)
+    if axis in agg:
+        rank = {axis_name: rank_index for rank_index, axis_name in enumerate(dict.fromkeys(agg["series"]))}
+        num = pd.to_numeric(agg[axis], errors="coerce")
+        agg["_r"], agg["_x"] = agg["series"].map(rank), num if num.notna().all() else agg[axis].astype(str)
         agg = agg.sort_values(["_r", "_x"], kind="stable").drop(columns=["_r", "_x"])
     return agg.reset_index(drop=True)
 
@@ -169,12 +181,12 @@ RESOURCE_AXES = ("hosts", "instances", "replicas", "hbm_gb", "gpus", "tp", "spin
                  "max_running_seqs", "token_budget")
 
 
-def frontier_goal(axis: str) -> str:
-    """'min' for a resource axis (fewest hosts meeting the SLO), 'max' for a load axis (most QPS)."""
-    return "min" if axis.split(".")[-1] in RESOURCE_AXES else "max"
+def frontier_goal(axis: str) -> Goal:
+    """MIN for a resource axis (fewest hosts meeting the SLO), MAX for a load axis (most QPS)."""
+    return Goal.MIN if axis.split(".")[-1] in RESOURCE_AXES else Goal.MAX
 
 
-def frontier_value(group: pd.DataFrame, axis: str, goal: str) -> Any:
+def frontier_value(group: pd.DataFrame, axis: str, goal: Goal) -> Any:
     """The frontier of one series: the extreme axis value among points meeting the SLO, compared as numbers
     when every label is one (so 8 < 16 < 32, not '8' > '32' > '16'), else as the labels' given order."""
     met = group[group["meets"].fillna(False).astype(bool)]
@@ -182,9 +194,9 @@ def frontier_value(group: pd.DataFrame, axis: str, goal: str) -> Any:
         return "none"
     values = pd.to_numeric(met[axis], errors="coerce")
     if values.notna().all():
-        pick = values.idxmin() if goal == "min" else values.idxmax()
+        pick = values.idxmin() if goal == Goal.MIN else values.idxmax()
     else:
-        pick = met.index[0] if goal == "min" else met.index[-1]
+        pick = met.index[0] if goal == Goal.MIN else met.index[-1]
     return met.loc[pick, axis]
 
 
@@ -199,7 +211,7 @@ def marks(agg: pd.DataFrame) -> list[str]:
     from simroute.defaults import MIN_COMPLETION
     seen: dict[tuple, str] = {}
     out = []
-    cols = [c for c in IDENTITY_COLS if c in agg]
+    cols = [col for col in IDENTITY_COLS if col in agg]
     for _, row in agg.iterrows():
         notes = []
         if row.get("overloaded", 0) > 0:
@@ -207,7 +219,7 @@ def marks(agg: pd.DataFrame) -> list[str]:
         elif not row.get("finished", True):
             notes.append(f"did not finish ({row.get('completion', float('nan')):.0%} completed < "
                          f"{MIN_COMPLETION:.0%})")
-        key = tuple(None if pd.isna(row[c]) else round(float(row[c]), 6) for c in cols)
+        key = tuple(None if pd.isna(row[col]) else round(float(row[col]), 6) for col in cols)
         if key in seen and cols:
             notes.append(f"identical to {seen[key]}")
         else:
@@ -219,48 +231,49 @@ def marks(agg: pd.DataFrame) -> list[str]:
 def no_reuse(agg: pd.DataFrame) -> bool:
     """True when no point moved a chunk across instances (route = fetch = 0 everywhere): the trace has no
     cross-instance reuse, so no policy can differ from another on it."""
-    cols = [c for c in ("n_route", "n_fetch") if c in agg]
+    cols = [col for col in ("n_route", "n_fetch") if col in agg]
     return bool(len(agg) and cols and float(agg[cols].fillna(0).to_numpy().sum()) == 0.0)
 
 
-def _representatives(df: pd.DataFrame, x: str | None, series: list[str], limit: int = 8) -> dict[str, str]:
+def _representatives(frame: pd.DataFrame, axis: str | None, series: list[str], limit: int = 8) -> dict[str, str]:
     """Per series, the run at its largest x and smallest seed: the heatmaps' rows (label -> key)."""
-    ok = df[df["status"] == "ok"]
-    if ok.empty:
+    succeeded = frame[frame["status"] == "ok"]
+    if succeeded.empty:
         return {}
-    cols = [f"axis:{s}" for s in series if f"axis:{s}" in ok]
-    groups = ok.groupby(cols, sort=False) if cols else [((), ok)]
+    cols = [f"axis:{name}" for name in series if f"axis:{name}" in succeeded]
+    groups = succeeded.groupby(cols, sort=False) if cols else [((), succeeded)]
     out: dict[str, str] = {}
-    for vals, g in groups:
+    for vals, group in groups:
         vals = vals if isinstance(vals, tuple) else (vals,)
-        if x and f"axis:{x}" in g:
-            num = pd.to_numeric(g[f"axis:{x}"], errors="coerce")
-            g = g[num == num.max()] if num.notna().any() else g
-        g = g.sort_values("seed")
-        label = ", ".join(f"{c.removeprefix('axis:')}={v}" for c, v in zip(cols, vals))
-        if x and f"axis:{x}" in g:
-            label += (" @ " if label else "") + f"{x}={g[f'axis:{x}'].iloc[0]}"
-        out[label or "run"] = g["key"].iloc[0]
+        if axis and f"axis:{axis}" in group:
+            num = pd.to_numeric(group[f"axis:{axis}"], errors="coerce")
+            group = group[num == num.max()] if num.notna().any() else group
+        group = group.sort_values("seed")
+        label = ", ".join(f"{col.removeprefix('axis:')}={value}" for col, value in zip(cols, vals))
+        if axis and f"axis:{axis}" in group:
+            label += (" @ " if label else "") + f"{axis}={group[f'axis:{axis}'].iloc[0]}"
+        out[label or "run"] = group["key"].iloc[0]
         if len(out) >= limit:
             break
     return out
 
 
-def _answer_runs(df: pd.DataFrame, searches: list[dict[str, Any]], limit: int = 8) -> dict[str, str]:
+def _answer_runs(frame: pd.DataFrame, searches: list[dict[str, Any]], limit: int = 8) -> dict[str, str]:
     """Per search group, the run at its answer (smallest seed): what the link and spine figures show."""
-    ok = df[df["status"] == "ok"]
+    succeeded = frame[frame["status"] == "ok"]
     out: dict[str, str] = {}
-    for s in searches:
-        col = f"axis:{s['field']}"
-        if s["answer"] is None or col not in ok:
+    for search in searches:
+        col = f"axis:{search['field']}"
+        if search["answer"] is None or col not in succeeded:
             continue
-        g = ok[pd.to_numeric(ok[col], errors="coerce") == float(s["answer"])]
-        for k, v in s["labels"].items():
-            if f"axis:{k}" in g:
-                g = g[g[f"axis:{k}"].astype(str) == str(v)]
-        if len(g):
-            label = ", ".join(f"{k}={v}" for k, v in s["labels"].items())
-            out[(label + " @ " if label else "") + f"{s['field']}={s['answer']}"] = g.sort_values("seed")["key"].iloc[0]
+        group = succeeded[pd.to_numeric(succeeded[col], errors="coerce") == float(search["answer"])]
+        for key, value in search["labels"].items():
+            if f"axis:{key}" in group:
+                group = group[group[f"axis:{key}"].astype(str) == str(value)]
+        if len(group):
+            label = ", ".join(f"{key}={value}" for key, value in search["labels"].items())
+            name = (label + " @ " if label else "") + f"{search['field']}={search['answer']}"
+            out[name] = group.sort_values("seed")["key"].iloc[0]
         if len(out) >= limit:
             break
     return out
@@ -305,16 +318,16 @@ def load_searches(path: Path) -> list[dict[str, Any]]:
     searches = load_json(path)
     if not isinstance(searches, list):
         raise ConfigurationError("must be a list of search results", file=path)
-    for i, entry in enumerate(searches):
+    for index, entry in enumerate(searches):
         if not isinstance(entry, dict):
-            raise ConfigurationError("must be an object", file=path, field=f"[{i}]")
+            raise ConfigurationError("must be an object", file=path, field=f"[{index}]")
         for key, kind in SEARCH_FIELDS.items():
             if not isinstance(entry.get(key), kind):
-                raise ConfigurationError(f"must be {kind.__name__}", file=path, field=f"[{i}].{key}")
+                raise ConfigurationError(f"must be {kind.__name__}", file=path, field=f"[{index}].{key}")
         answer = entry.get("answer")
         if not (answer is None or isinstance(answer, (int, float)) and not isinstance(answer, bool)):
-            raise ConfigurationError("must be a number or null", file=path, field=f"[{i}].answer")
-        _check_slo(entry["slo"], path, f"[{i}].slo")
+            raise ConfigurationError("must be a number or null", file=path, field=f"[{index}].answer")
+        _check_slo(entry["slo"], path, f"[{index}].slo")
     return searches
 
 
@@ -363,16 +376,16 @@ def _tpot_modelled(agg: pd.DataFrame) -> bool:
     return "tpot_ms_p99" in agg and bool(agg["tpot_ms_p99"].fillna(0).abs().max() > 0)
 
 
-def _study(d: Path) -> Report:
-    meta = load_study_meta(d / "study.json") if (d / "study.json").exists() else {}
-    if not (d / "points").is_dir():
+def _study(input_dir: Path) -> Report:
+    meta = load_study_meta(input_dir / "study.json") if (input_dir / "study.json").exists() else {}
+    if not (input_dir / "points").is_dir():
         raise ConfigurationError("missing or not a directory: a study directory holds its finished points there "
-                                 "(has its sweep run yet?)", file=d / "points")
-    df = Store(d).read()
-    searches = load_searches(d / "search.json") if (d / "search.json").exists() else []
-    x, series = axes_of(meta) if meta else (None, [])
+                                 "(has its sweep run yet?)", file=input_dir / "points")
+    frame = Store(input_dir).read()
+    searches = load_searches(input_dir / "search.json") if (input_dir / "search.json").exists() else []
+    axis, series = axes_of(meta) if meta else (None, [])
     slo = list(meta.get("slo") or (meta.get("search") or {}).get("slo") or [])
-    agg = aggregate(df, x, series, slo)
+    agg = aggregate(frame, axis, series, slo)
     notes = []
     table_cols = ["config", "marks", "seeds", *CI_COLS, "slo_attainment", "completed", "bytes_route", "bytes_fetch",
                   "bytes_pd_transfer", "max_link_utilisation", "peak_spine_flows"]
@@ -380,7 +393,7 @@ def _study(d: Path) -> Report:
     if has_pd:   # prefill -> decode KV transfers: their FCT is the ARK paper's headline metric
         table_cols[table_cols.index("bytes_pd_transfer") + 1:1] = ["fct_pd_mean_ms", "fct_pd_p95_ms"]
     if len(agg) and not _tpot_modelled(agg):
-        table_cols = [c for c in table_cols if not c.startswith("tpot_ms")]
+        table_cols = [col for col in table_cols if not col.startswith("tpot_ms")]
         notes.append("TPOT is 0 at every point (no decode step time and no cross-instance decode work in these "
                      "runs), so it is left out.")
     if no_reuse(agg):
@@ -392,141 +405,149 @@ def _study(d: Path) -> Report:
     if slo:
         notes.append(f"SLO of this study: {' and '.join(slo)}. 'slo_attainment' is each run's own attainment "
                      "(against the run's slo_ttft_ms / slo_tpot_ms); the frontier uses the study's SLO.")
-    tab = _fmt(agg[[c for c in table_cols if c in agg]], agg) if len(agg) else pd.DataFrame()
+    tab = _fmt(agg[[col for col in table_cols if col in agg]], agg) if len(agg) else pd.DataFrame()
     multi_seed = bool(len(agg) and agg["seeds"].max() > 1)
     sections: list[tuple[str, pd.DataFrame]] = [
         ("Configurations" + (" (mean over seeds, ± 95% CI)" if multi_seed else " (one seed each)"), tab)]
     if searches:
         sections.append(("Capacity search", pd.DataFrame([{
-            "group": ", ".join(f"{k}={v}" for k, v in s["labels"].items()) or "base",
-            "answer": s["answer"], "status": s["status"], "SLO": " and ".join(s["slo"]),
-            "probes (value: met)": ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in s["probes"].items())}
-            for s in searches])))
-    elif slo and len(agg) and x in agg:
-        goal = frontier_goal(x)
+            "group": ", ".join(f"{key}={value}" for key, value in search["labels"].items()) or "base",
+            "answer": search["answer"], "status": search["status"], "SLO": " and ".join(search["slo"]),
+            "probes (value: met)": ", ".join(f"{key}: {'yes' if value else 'no'}"
+                                             for key, value in search["probes"].items())}
+            for search in searches])))
+    elif slo and len(agg) and axis in agg:
+        goal = frontier_goal(axis)
+        column = f"{'largest' if goal == Goal.MAX else 'smallest'} {axis} meeting the SLO"
         sections.append((f"SLO frontier ({' and '.join(slo)}, all seeds, finished points only)", pd.DataFrame([{
-            "series": s or "all", f"{'largest' if goal == 'max' else 'smallest'} {x} meeting the SLO":
-                frontier_value(g, x, goal)} for s, g in agg.groupby("series", sort=False)])))
-    failed = df[df["status"] == "failed"]
+            "series": series_label or "all", column: frontier_value(group, axis, goal)}
+            for series_label, group in agg.groupby("series", sort=False)])))
+    failed = frame[frame["status"] == "failed"]
     if len(failed):
         sections.append(("Failed points", pd.DataFrame({
             "key": failed["key"], "labels": failed["labels_json"], "seed": failed["seed"],
-            "error": [e.splitlines()[0] if e else "" for e in failed["error"]]})))
-    figs = _study_figures(d, df, agg, x, series, slo, searches, bool(has_pd), multi_seed)
-    if (d / "plan.json").exists():
-        sections.insert(0, ("Capacity plan (plan.md)", _plan_table(load_json(d / "plan.json"), d)))
+            "error": [error.splitlines()[0] if error else "" for error in failed["error"]]})))
+    figs = _study_figures(input_dir, frame, agg, axis, series, slo, searches, bool(has_pd), multi_seed)
+    if (input_dir / "plan.json").exists():
+        sections.insert(0, ("Capacity plan (plan.md)", _plan_table(load_json(input_dir / "plan.json"), input_dir)))
     if meta.get("description"):
         sections.insert(0, ("About", pd.DataFrame({"study": [meta["description"]],
-                                                     "points": [len(df)], "failed": [len(failed)]})))
-    return Report(f"simroute study: {meta.get('name', d.name)}", sections, figs, notes)
+                                                     "points": [len(frame)], "failed": [len(failed)]})))
+    return Report(f"simroute study: {meta.get('name', input_dir.name)}", sections, figs, notes)
 
 
-def _study_figures(d: Path, df: pd.DataFrame, agg: pd.DataFrame, x: str | None, series: list[str], slo: list[str],
+def _study_figures(input_dir: Path, frame: pd.DataFrame, agg: pd.DataFrame, axis: str | None, series: list[str],
+                   slo: list[str],
                    searches: list[dict[str, Any]], has_pd: bool, multi_seed: bool) -> list[Figure]:
     """A study's figures; link and spine figures at the search answers (or each series' largest x)."""
-    reps = _answer_runs(df, searches) if searches else _representatives(df, x, series)
-    where = "at each search answer" if searches else f"runs at the largest {x}"
-    links = {k: _read_parquet(d / "runs" / v / "net_links.parquet", columns=LINK_COLUMNS) for k, v in reps.items()}
-    spines = {k: _read_parquet(d / "runs" / v / "net_spines.parquet", columns=SPINE_COLUMNS)
-              for k, v in reps.items()}
-    xx = x or "_"
-    figs = [Figure(f"TTFT and TPOT percentiles vs {x}", lambda: figures.latency_vs_load(agg, xx),
-                   lambda o: plots.latency_vs_load(agg, xx, o / "latency.png") if x in agg else None),
-            Figure("SLO frontier", lambda: figures.frontier(agg, xx, slo, searches),
-                   lambda o: plots.frontier(agg, xx, slo, searches, o / "slo_frontier.png")),
+    reps = _answer_runs(frame, searches) if searches else _representatives(frame, axis, series)
+    where = "at each search answer" if searches else f"runs at the largest {axis}"
+    links = {key: _read_parquet(input_dir / "runs" / value / "net_links.parquet", columns=LINK_COLUMNS)
+             for key, value in reps.items()}
+    spines = {key: _read_parquet(input_dir / "runs" / value / "net_spines.parquet", columns=SPINE_COLUMNS)
+              for key, value in reps.items()}
+    axis_or_blank = axis or "_"
+    figs = [Figure(f"TTFT and TPOT percentiles vs {axis}", lambda: figures.latency_vs_load(agg, axis_or_blank),
+                   lambda out: plots.latency_vs_load(agg, axis_or_blank, out / "latency.png") if axis in agg else None),
+            Figure("SLO frontier", lambda: figures.frontier(agg, axis_or_blank, slo, searches),
+                   lambda out: plots.frontier(agg, axis_or_blank, slo, searches, out / "slo_frontier.png")),
             Figure("Bytes per primitive", lambda: figures.bytes_per_primitive(agg, "config", over_seeds=multi_seed),
-                   lambda o: plots.bytes_per_primitive(agg, "config", o / "bytes.png", over_seeds=multi_seed)),
+                   lambda out: plots.bytes_per_primitive(agg, "config", out / "bytes.png", over_seeds=multi_seed)),
             Figure(f"Link utilisation ({where})", lambda: figures.link_heatmap(links),
-                   lambda o: plots.link_heatmap(links, o / "link_utilisation.png")),
+                   lambda out: plots.link_heatmap(links, out / "link_utilisation.png")),
             Figure(f"Per-spine concurrent flows ({where}; ARK Fig 3)", lambda: figures.spine_heatmap(spines),
-                   lambda o: plots.spine_heatmap(spines, o / "spines.png"))]
-    if has_pd and x in agg:
-        figs.insert(1, Figure(f"KV-transfer FCT vs {x} (ARK Fig 2)", lambda: figures.fct_vs_load(agg, xx),
-                              lambda o: plots.fct_vs_load(agg, xx, o / "fct.png")))
+                   lambda out: plots.spine_heatmap(spines, out / "spines.png"))]
+    if has_pd and axis in agg:
+        figs.insert(1, Figure(f"KV-transfer FCT vs {axis} (ARK Fig 2)", lambda: figures.fct_vs_load(agg, axis_or_blank),
+                              lambda out: plots.fct_vs_load(agg, axis_or_blank, out / "fct.png")))
     return figs
 
 
-def _fmt(t: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
+def _fmt(table: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
     """Human units: ms with CI, GB, percentages."""
-    t = t.copy()
-    for c in CI_COLS:
-        if c in t:
-            t[c] = [f"{v:.2f}" + (f" ± {e:.2f}" if np.isfinite(e) else "") for v, e in zip(agg[c], agg[f"{c}_ci"])]
-    for c in ("bytes_route", "bytes_fetch", "bytes_pd_transfer"):
-        if c in t:
-            t[c] = [f"{v / 1e9:.3f} GB" for v in t[c]]
-    for c in ("fct_pd_mean_ms", "fct_pd_p95_ms"):
-        if c in t:
-            t[c] = [f"{v:.1f}" if np.isfinite(v) else "-" for v in t[c]]
-    if "slo_attainment" in t:
-        t["slo_attainment"] = [f"{100 * v:.1f}%" if np.isfinite(v) else "-" for v in t["slo_attainment"]]
-    return t
+    table = table.copy()
+    for col in CI_COLS:
+        if col in table:
+            table[col] = [f"{mean:.2f}" + (f" ± {half:.2f}" if np.isfinite(half) else "")
+                          for mean, half in zip(agg[col], agg[f"{col}_ci"])]
+    for col in ("bytes_route", "bytes_fetch", "bytes_pd_transfer"):
+        if col in table:
+            table[col] = [f"{mean / 1e9:.3f} GB" for mean in table[col]]
+    for col in ("fct_pd_mean_ms", "fct_pd_p95_ms"):
+        if col in table:
+            table[col] = [f"{mean:.1f}" if np.isfinite(mean) else "-" for mean in table[col]]
+    if "slo_attainment" in table:
+        table["slo_attainment"] = [f"{100 * share:.1f}%" if np.isfinite(share) else "-"
+                                   for share in table["slo_attainment"]]
+    return table
 
 
-def _plan_table(answer: Any, d: Path) -> pd.DataFrame:
+def _plan_table(answer: Any, input_dir: Path) -> pd.DataFrame:
     """One row per policy of a plan: fewest hosts, status, what binds below it."""
     if not isinstance(answer, dict) or not isinstance(answer.get("policies"), dict):
-        raise ConfigurationError("is not a plan answer (no 'policies')", file=d / "plan.json")
+        raise ConfigurationError("is not a plan answer (no 'policies')", file=input_dir / "plan.json")
     rows = []
-    for name, p in answer["policies"].items():
-        b = p.get("binding") or {}
+    for name, entry in answer["policies"].items():
+        binding = entry.get("binding") or {}
         rows.append({"policy": name + (" (the answer)" if name == answer.get("policy") else ""),
-                     "fewest hosts": p.get("hosts") if p.get("hosts") is not None else "none in range",
-                     "status": p.get("status"), "SLO": " and ".join(answer.get("slo", [])),
-                     "binding below it": (f"at {b.get('hosts')} hosts: {', '.join(b.get('violated', []))}; "
-                                          f"{b.get('resource')}") if b else "-"})
+                     "fewest hosts": entry.get("hosts") if entry.get("hosts") is not None else "none in range",
+                     "status": entry.get("status"), "SLO": " and ".join(answer.get("slo", [])),
+                     "binding below it": (f"at {binding.get('hosts')} hosts: {', '.join(binding.get('violated', []))}; "
+                                          f"{binding.get('resource')}") if binding else "-"})
     return pd.DataFrame(rows)
 
 
 # ---- a single run ----------------------------------------------------------------------------------------
-def _run_sections(s: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
-    cfg = s["config"]
-    lat = pd.DataFrame([{"metric": m, **{k: v for k, v in s[m].items()}} for m in ("ttft_ms", "tpot_ms", "e2e_ms")])
-    net = s.get("network", {})
+def _run_sections(summary: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
+    cfg = summary["config"]
+    lat = pd.DataFrame([{"metric": metric, **{key: value for key, value in summary[metric].items()}}
+                        for metric in ("ttft_ms", "tpot_ms", "e2e_ms")])
+    net = summary.get("network", {})
     return [
         ("Run", pd.DataFrame([{"topology": Path(cfg["topology"]).name, "trace": Path(cfg["trace"]).name,
                                "calib": Path(cfg["calib"]).name, "policy": cfg["policy"], "routing": cfg["routing"],
-                               "seed": s["seed"], "requests": s["requests"], "completed": s["completed"],
-                               "dropped": s["dropped"], "SLO attainment": s["slo"]["attainment"]}])),
+                               "seed": summary["seed"], "requests": summary["requests"],
+                               "completed": summary["completed"],
+                               "dropped": summary["dropped"], "SLO attainment": summary["slo"]["attainment"]}])),
         ("Latency (ms)", lat),
-        ("Primitives per (chunk, request)", pd.DataFrame([s["primitive_counts"]])),
-        ("Bytes (GB)", pd.DataFrame([{k: round(v / 1e9, 4) for k, v in s["bytes"].items()}])),
+        ("Primitives per (chunk, request)", pd.DataFrame([summary["primitive_counts"]])),
+        ("Bytes (GB)", pd.DataFrame([{key: round(value / 1e9, 4) for key, value in summary["bytes"].items()}])),
         ("Network", pd.DataFrame([{"flows": net.get("flows"),
                                    "most saturated tier": _most_saturated(net.get("bottlenecks") or {}),
                                    "max link mean utilisation": net.get("max_link_utilisation"),
                                    "peak spine flows": max(net.get("peak_spine_concurrency", {}).values(),
                                                            default=0),
-                                   **{f"{k} link bytes, all TP ranks (GB)": round(v / 1e9, 4)
-                                      for k, v in net.get("bytes_by_tier", {}).items()}}])),
+                                   **{f"{key} link bytes, all TP ranks (GB)": round(value / 1e9, 4)
+                                      for key, value in net.get("bytes_by_tier", {}).items()}}])),
         *_bottleneck_sections(net.get("bottlenecks") or {}),
     ]
 
 
-def _most_saturated(b: dict[str, Any]) -> str:
+def _most_saturated(bottleneck: dict[str, Any]) -> str:
     """The bottleneck tier's name, or why none is named (no tier's p99 window utilisation reached the floor)."""
-    if b.get("most_saturated_tier"):
-        return str(b["most_saturated_tier"])
-    floor = b.get("most_saturated_floor_p99")
+    if bottleneck.get("most_saturated_tier"):
+        return str(bottleneck["most_saturated_tier"])
+    floor = bottleneck.get("most_saturated_floor_p99")
     return f"none (no tier's p99 utilisation reached {100 * floor:.0f}%)" if floor is not None else "none"
 
 
-def _bottleneck_sections(b: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
+def _bottleneck_sections(bottleneck: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
     """Per-tier utilisation (peak / p99 over the stated window, mean over the run) and the hottest links."""
-    if not b.get("tiers"):
+    if not bottleneck.get("tiers"):
         return []
-    window = f"{b.get('window_s', 0) * 1e3:g} ms windows over {b.get('span_s', 0):.3g} s"
-    tiers = pd.DataFrame([{"tier": t, "links": v.get("links"), "peak": v.get("peak_utilisation"),
-                           "p99": v.get("p99_utilisation"), "mean": v.get("mean_utilisation"),
-                           "saturated link-s": v.get("saturated_link_s"),
-                           "bulk GB (one TP rank)": (v.get("bulk_bytes") or 0) / 1e9,
-                           "message GB (one TP rank)": (v.get("message_bytes") or 0) / 1e9}
-                          for t, v in b["tiers"].items()])
-    hot = pd.DataFrame([{"tier": h.get("tier"), "link": f"{h.get('src')} -> {h.get('dst')}",
-                         "peak": h.get("peak_utilisation"), "p99": h.get("p99_utilisation"),
-                         "mean": h.get("mean_utilisation"), "saturated s": h.get("saturated_s"),
-                         "bulk GB": (h.get("bulk_bytes") or 0) / 1e9,
-                         "message GB": (h.get("message_bytes") or 0) / 1e9}
-                        for h in b.get("hottest_links", [])])
+    window = f"{bottleneck.get('window_s', 0) * 1e3:g} ms windows over {bottleneck.get('span_s', 0):.3g} s"
+    tiers = pd.DataFrame([{"tier": tier, "links": stats.get("links"), "peak": stats.get("peak_utilisation"),
+                           "p99": stats.get("p99_utilisation"), "mean": stats.get("mean_utilisation"),
+                           "saturated link-s": stats.get("saturated_link_s"),
+                           "bulk GB (one TP rank)": (stats.get("bulk_bytes") or 0) / 1e9,
+                           "message GB (one TP rank)": (stats.get("message_bytes") or 0) / 1e9}
+                          for tier, stats in bottleneck["tiers"].items()])
+    hot = pd.DataFrame([{"tier": link.get("tier"), "link": f"{link.get('src')} -> {link.get('dst')}",
+                         "peak": link.get("peak_utilisation"), "p99": link.get("p99_utilisation"),
+                         "mean": link.get("mean_utilisation"), "saturated s": link.get("saturated_s"),
+                         "bulk GB": (link.get("bulk_bytes") or 0) / 1e9,
+                         "message GB": (link.get("message_bytes") or 0) / 1e9}
+                        for link in bottleneck.get("hottest_links", [])])
     return [(f"Utilisation by tier ({window})", tiers), ("Hottest links", hot)]
 
 
@@ -538,32 +559,32 @@ HOLDER_VIEW = {"holder": ("holder", 1), "gpu": ("GPU", 1), "queries": ("queries"
 HOLDER_ROWS = 16
 
 
-def _holder_sections(d: Path) -> tuple[list[tuple[str, pd.DataFrame]], list[str]]:
+def _holder_sections(input_dir: Path) -> tuple[list[tuple[str, pd.DataFrame]], list[str]]:
     """The busiest holders by partial-attention work (holders.parquet), or a note where the run's file is from
     before the engines' per-holder counters (the retired batching server's samples, zeros on the engine path)."""
-    path = d / "holders.parquet"
+    path = input_dir / "holders.parquet"
     if not path.exists():
         return [], []
-    t = _read_parquet(path)
-    if "batch_size" in t and "work_s" not in t:
+    table = _read_parquet(path)
+    if "batch_size" in table and "work_s" not in table:
         return [], [f"{path.name} is from an older simroute (holder batch samples, zeros since requests run on "
                     "the instance engines): rerun the run for per-holder load."]
     for name in HOLDER_VIEW:
-        if name not in t:
+        if name not in table:
             raise ConfigurationError("missing column", file=path, field=name)
-    busiest = t.sort_values(["work_s", "holder"], ascending=[False, True]).head(HOLDER_ROWS)
+    busiest = table.sort_values(["work_s", "holder"], ascending=[False, True]).head(HOLDER_ROWS)
     view = pd.DataFrame({title: busiest[name].to_numpy() * scale if scale != 1 else busiest[name].to_numpy()
                          for name, (title, scale) in HOLDER_VIEW.items()})
-    shown = f"the {HOLDER_ROWS} busiest of {len(t)}" if len(t) > HOLDER_ROWS else f"all {len(t)}"
+    shown = f"the {HOLDER_ROWS} busiest of {len(table)}" if len(table) > HOLDER_ROWS else f"all {len(table)}"
     return [(f"Holders by partial-attention work ({shown})", view)], []
 
 
-def _hbm_table(d: Path) -> pd.DataFrame | None:
+def _hbm_table(input_dir: Path) -> pd.DataFrame | None:
     """The engine's per-instance iteration table with HBM columns, when the run wrote one."""
     for name in ("iterations", "engine", "hbm"):
-        t = _read_parquet(d / f"{name}.parquet")
-        if t is not None and "instance" in t and any(c in t for c, _ in figures.HBM_PARTS):
-            return t
+        table = _read_parquet(input_dir / f"{name}.parquet")
+        if table is not None and "instance" in table and any(col in table for col, _ in figures.HBM_PARTS):
+            return table
     return None
 
 
@@ -612,58 +633,59 @@ def check_summary(doc: Any, spec: dict[str, Any], path: Path, where: str = "") -
             raise ConfigurationError(f"must be {kind}, got {str(value)[:40]!r}", file=path, field=field)
         elif kind in (NUMBERS, NUMBERS_OR_NULL):
             nullable = kind == NUMBERS_OR_NULL
-            if not isinstance(value, dict) or not all(_is_number(v) or (nullable and v is None)
-                                                      for v in value.values()):
+            if not isinstance(value, dict) or not all(_is_number(number) or (nullable and number is None)
+                                                      for number in value.values()):
                 raise ConfigurationError(f"must be {kind}", file=path, field=field)
 
 
-def _run(d: Path) -> Report:
-    s = load_json(d / "summary.json")
-    check_summary(s, SUMMARY_FIELDS, d / "summary.json")
+def _run(input_dir: Path) -> Report:
+    summary = load_json(input_dir / "summary.json")
+    check_summary(summary, SUMMARY_FIELDS, input_dir / "summary.json")
     for key in ("route", "fetch", "pd_transfer"):
-        if key not in s["bytes"]:
+        if key not in summary["bytes"]:
             raise ConfigurationError("missing: not a simroute run summary (or a damaged one)",
-                                     file=d / "summary.json", field=f"bytes.{key}")
-    b = s["bytes"]
-    agg = pd.DataFrame([{"config": "run", "bytes_route": b["route"], "bytes_fetch": b["fetch"],
-                         "bytes_pd_transfer": b["pd_transfer"]}])
-    req = _read_parquet(d / "requests.parquet", required=True, columns=RUN_REQUEST_COLUMNS)
+                                     file=input_dir / "summary.json", field=f"bytes.{key}")
+    moved = summary["bytes"]
+    agg = pd.DataFrame([{"config": "run", "bytes_route": moved["route"], "bytes_fetch": moved["fetch"],
+                         "bytes_pd_transfer": moved["pd_transfer"]}])
+    req = _read_parquet(input_dir / "requests.parquet", required=True, columns=RUN_REQUEST_COLUMNS)
     if not len(req):
-        raise ConfigurationError("holds no requests (a run writes one row per request)", file=d / "requests.parquet")
-    links = {"run": _read_parquet(d / "net_links.parquet", columns=LINK_COLUMNS)}
-    spines = {"run": _read_parquet(d / "net_spines.parquet", columns=SPINE_COLUMNS)}
-    hbm = _hbm_table(d)
+        raise ConfigurationError("holds no requests (a run writes one row per request)",
+                                 file=input_dir / "requests.parquet")
+    links = {"run": _read_parquet(input_dir / "net_links.parquet", columns=LINK_COLUMNS)}
+    spines = {"run": _read_parquet(input_dir / "net_spines.parquet", columns=SPINE_COLUMNS)}
+    hbm = _hbm_table(input_dir)
     figs = [Figure("TTFT and TPOT distributions", lambda: figures.latency_cdf(req),
-                   lambda o: plots.latency_cdf(req, o / "latency.png") if req is not None else None),
+                   lambda out: plots.latency_cdf(req, out / "latency.png") if req is not None else None),
             Figure("TTFT breakdown per primitive", lambda: figures.ttft_breakdown(req)),
             Figure("Bytes per primitive", lambda: figures.bytes_per_primitive(agg, "config", over_seeds=False),
-                   lambda o: plots.bytes_per_primitive(agg, "config", o / "bytes.png", over_seeds=False)),
+                   lambda out: plots.bytes_per_primitive(agg, "config", out / "bytes.png", over_seeds=False)),
             Figure("Link utilisation", lambda: figures.link_heatmap(links),
-                   lambda o: plots.link_heatmap(links, o / "link_utilisation.png")),
+                   lambda out: plots.link_heatmap(links, out / "link_utilisation.png")),
             Figure("Per-spine concurrent flows (ARK Fig 3)", lambda: figures.spine_heatmap(spines),
-                   lambda o: plots.spine_heatmap(spines, o / "spines.png")),
+                   lambda out: plots.spine_heatmap(spines, out / "spines.png")),
             Figure("HBM composition", lambda: figures.hbm_composition(hbm))]
-    holders, notes = _holder_sections(d)
-    return Report(f"simroute run: {d.name}", _run_sections(s) + holders, figs, notes)
+    holders, notes = _holder_sections(input_dir)
+    return Report(f"simroute run: {input_dir.name}", _run_sections(summary) + holders, figs, notes)
 
 
 # ---- rendering -------------------------------------------------------------------------------------------
-def _cell(v: Any) -> str:
-    if isinstance(v, float):
-        return "-" if not np.isfinite(v) else f"{v:.4g}"
-    return "-" if v is None else str(v)
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return "-" if not np.isfinite(value) else f"{value:.4g}"
+    return "-" if value is None else str(value)
 
 
-def _md(t: pd.DataFrame) -> str:
-    cols = [str(c) for c in t.columns]
+def _md(table: pd.DataFrame) -> str:
+    cols = [str(col) for col in table.columns]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for row in t.itertuples(index=False):
-        lines.append("| " + " | ".join(_cell(v).replace("|", "\\|").replace("\n", " ") for v in row) + " |")
+    for row in table.itertuples(index=False):
+        lines.append("| " + " | ".join(_cell(value).replace("|", "\\|").replace("\n", " ") for value in row) + " |")
     return "\n".join(lines)
 
 
-def _html_table(t: pd.DataFrame) -> str:
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in r) + "</tr>"
-                   for r in t.itertuples(index=False))
-    cols = "".join(f"<th>{html.escape(str(c))}</th>" for c in t.columns)
+def _html_table(table: pd.DataFrame) -> str:
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(value))}</td>" for value in row) + "</tr>"
+                   for row in table.itertuples(index=False))
+    cols = "".join(f"<th>{html.escape(str(col))}</th>" for col in table.columns)
     return f"<table><tr>{cols}</tr>{rows}</table>"

@@ -27,8 +27,8 @@ def canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def digest(obj: Any, n: int = 16) -> str:
-    return hashlib.sha256(canonical(obj).encode()).hexdigest()[:n]
+def digest(obj: Any, chars: int = 16) -> str:
+    return hashlib.sha256(canonical(obj).encode()).hexdigest()[:chars]
 
 
 def _is_gen(value: Any) -> bool:
@@ -44,8 +44,8 @@ def _shipped(name: str, value: str) -> Path | None:
         if name == "calib":
             from simroute.calib import resolve_profile_path
             return resolve_profile_path(value)
-        p = SHIPPED_TRACES / f"{value.removesuffix('.parquet')}.parquet"
-        return p if p.exists() else None
+        path = SHIPPED_TRACES / f"{value.removesuffix('.parquet')}.parquet"
+        return path if path.exists() else None
     except SimrouteError:
         return None
 
@@ -119,8 +119,8 @@ def _locate(name: str, value: str, file: str) -> dict[str, str] | None:
 
 def prepare(cfg: dict[str, Any], study_file: str, study_dir: Path) -> tuple[dict[str, Any], str]:
     """The payload config (inputs as portable specs) and the point's stable key."""
-    payload = {k: v for k, v in cfg.items()}
-    ident: dict[str, Any] = {k: v for k, v in cfg.items() if k not in ("topology", "trace", "calib")}
+    payload = {key: setting for key, setting in cfg.items()}
+    ident: dict[str, Any] = {key: setting for key, setting in cfg.items() if key not in ("topology", "trace", "calib")}
     ident["code"] = code_fingerprint()
     seed = int(cfg.get("seed", 0))
     for name in ("topology", "trace", "calib"):
@@ -136,9 +136,9 @@ def prepare(cfg: dict[str, Any], study_file: str, study_dir: Path) -> tuple[dict
             else:
                 gseed = 0
             spec = {"generate": kind, "params": params, "seed": gseed}
-            h = digest({name: spec})
+            spec_digest = digest({name: spec})
             ext = ".parquet" if name == "trace" else ".yaml"
-            spec.update(kind="generate", path=str(study_dir / "inputs" / f"{name}-{h}{ext}"))
+            spec.update(kind="generate", path=str(study_dir / "inputs" / f"{name}-{spec_digest}{ext}"))
             payload[name] = spec
             ident[name] = {"generate": kind, "params": params, "seed": gseed}
         else:
@@ -188,12 +188,12 @@ def code_fingerprint() -> str:
     not reused after its code changes, since the package version alone does not move with every commit."""
     if not _CODE:
         root = Path(__file__).resolve().parent.parent
-        h = hashlib.sha256()
+        sha = hashlib.sha256()
         for pkg in CODE_PACKAGES:
-            for f in sorted((root / pkg).rglob("*.py")):
-                h.update(f.relative_to(root).as_posix().encode())
-                h.update(f.read_bytes())
-        _CODE.append(h.hexdigest()[:16])
+            for source in sorted((root / pkg).rglob("*.py")):
+                sha.update(source.relative_to(root).as_posix().encode())
+                sha.update(source.read_bytes())
+        _CODE.append(sha.hexdigest()[:16])
     return _CODE[0]
 
 
@@ -213,10 +213,10 @@ def materialise(spec: dict[str, Any], name: str) -> Path:
     if kind == "path":
         return Path(spec["path"])
     if kind == "shipped":
-        p = _shipped(name, spec["name"])
-        if p is None:
+        shipped = _shipped(name, spec["name"])
+        if shipped is None:
             raise ConfigurationError(f"no shipped {name} '{spec['name']}'", field=name)
-        return p
+        return shipped
     path = Path(spec["path"])
     if path.exists():
         return path
@@ -239,7 +239,7 @@ def materialise(spec: dict[str, Any], name: str) -> Path:
 def run_config(payload: dict[str, Any]):
     """The RunConfig of a payload, materialising its inputs."""
     from simroute.sim.config import RunConfig
-    kw = dict(payload)
+    options = dict(payload)
     for name in ("topology", "trace", "calib"):
-        kw[name] = str(materialise(payload[name], name))
-    return RunConfig(**kw)
+        options[name] = str(materialise(payload[name], name))
+    return RunConfig(**options)

@@ -21,7 +21,7 @@ from simroute.ioutil import (MANIFEST, missing_folders, check_output_path, dumps
                              write_text_atomic)
 from simroute.study.backends import Backend, Task, make_backend
 from simroute.study.resolve import materialise, prepare
-from simroute.study.search import Bisection, meets
+from simroute.study.search import Bisection, SearchStatus, meets
 from simroute.study.spec import Study, set_dotted
 from simroute.study.store import Store
 
@@ -64,36 +64,36 @@ class _Executor:
             from tqdm import tqdm
             self.bar = tqdm(total=0, unit="pt", desc=study.name, file=sys.stderr, dynamic_ncols=True)
 
-    def grow(self, n: int) -> None:
+    def grow(self, count: int) -> None:
         if self.bar is not None:
-            self.bar.total += n
+            self.bar.total += count
             self.bar.refresh()
 
     def execute(self, points: list[Point]) -> dict[str, dict[str, Any]]:
         """Run the points not stored yet; returns every point's row (stored or fresh) by key."""
         rows: dict[str, dict[str, Any]] = {}
         todo: list[Point] = []
-        for p in points:
-            st = self.store.status(p.key)
-            if st == "ok" or (st == "failed" and not self.retry_failed):
-                rows[p.key] = _row(self.store, p.key)
+        for point in points:
+            status = self.store.status(point.key)
+            if status == "ok" or (status == "failed" and not self.retry_failed):
+                rows[point.key] = _row(self.store, point.key)
                 self.run.skipped += 1
                 if self.bar is not None:
                     self.bar.update(1)
             else:
-                todo.append(p)
+                todo.append(point)
         if self.max_points is not None:
             room = max(0, self.max_points - self.run.executed)
             if len(todo) > room:
                 self.run.stopped = True
                 todo = todo[:room]
         self._inputs(todo)
-        by_key = {p.key: p for p in todo}
-        tasks: list[Task] = [{"key": p.key, "payload": p.config, "keep": self.study.keep} for p in todo]
+        by_key = {point.key: point for point in todo}
+        tasks: list[Task] = [{"key": point.key, "payload": point.config, "keep": self.study.keep} for point in todo]
         for res in self.backend.map_unordered(tasks):
-            p = by_key[res["key"]]
-            meta = {"seed": p.seed, "labels": p.labels, "config": p.config, "search": p.search}
-            rows[p.key] = self.store.write(p.key, meta, res)
+            point = by_key[res["key"]]
+            meta = {"seed": point.seed, "labels": point.labels, "config": point.config, "search": point.search}
+            rows[point.key] = self.store.write(point.key, meta, res)
             self.run.executed += 1
             if res.get("error"):
                 self.run.failed += 1
@@ -106,9 +106,9 @@ class _Executor:
     def _inputs(self, todo: list[Point]) -> None:
         """Generate each distinct generated input once, here, before the workers need it."""
         seen: set[str] = set()
-        for p in todo:
+        for point in todo:
             for name in ("topology", "trace"):
-                spec = p.config[name]
+                spec = point.config[name]
                 if spec["kind"] == "generate" and spec["path"] not in seen:
                     seen.add(spec["path"])
                     try:
@@ -158,7 +158,8 @@ def check_study_dir(study: Study, out: Path) -> None:
     if not isinstance(doc, dict) or doc.get("written_by") != "simroute" or doc.get("kind") != "study":
         raise ConfigurationError("exists and is not a simroute study directory: refusing to write into it "
                                  "(choose a new or empty directory)", file=out, field="--out")
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in STUDY_ENTRIES and not p.name.startswith("."))
+    foreign = sorted(entry.name for entry in out.iterdir()
+                     if entry.name not in STUDY_ENTRIES and not entry.name.startswith("."))
     if foreign:
         raise ConfigurationError(f"holds files simroute did not write there ({', '.join(foreign[:3])}): refusing "
                                  "to write into it", file=out, field="--out")
@@ -182,11 +183,12 @@ def _plan(study: Study, out: Path) -> list[Point] | None:
     """Every grid point (or, for a search, the first probes): resolving them validates the inputs before
     anything is written."""
     if study.search is None:
-        return [make_point(study, out, g, s) for g in study.groups() for s in study.seeds]
-    sp = study.search
-    for g in study.groups():
-        for x in (sp.lo, sp.hi):
-            make_point(study, out, g, study.seeds[0], {"group": 0}, (sp.field, int(x) if sp.integer else x))
+        return [make_point(study, out, group, seed) for group in study.groups() for seed in study.seeds]
+    search = study.search
+    for group in study.groups():
+        for bound in (search.lo, search.hi):
+            value = int(bound) if search.integer else bound
+            make_point(study, out, group, study.seeds[0], {"group": 0}, (search.field, value))
     return None
 
 
@@ -201,7 +203,7 @@ def run_study(study: Study, out_dir: str | Path, *, jobs: int | None = None, ray
     out = Path(out_dir).resolve()
     check_study_dir(study, out)
     points = _plan(study, out)
-    be = backend or make_backend(jobs, ray_address)
+    chosen = backend or make_backend(jobs, ray_address)
     created = missing_folders(out)           # before the lock, whose file lands in out's parent
     try:
         with lock_output(out, flag="--out"):
@@ -210,7 +212,7 @@ def run_study(study: Study, out_dir: str | Path, *, jobs: int | None = None, ray
             try:
                 Store(out).check()           # a damaged point stops the resume before anything is rewritten
                 _write_manifest(study, out)
-                run = _run(study, out, be, points, max_points=max_points, retry_failed=retry_failed,
+                run = _run(study, out, chosen, points, max_points=max_points, retry_failed=retry_failed,
                            progress=progress)
             except Exception:
                 if fresh:
@@ -224,7 +226,7 @@ def run_study(study: Study, out_dir: str | Path, *, jobs: int | None = None, ray
         raise
     finally:
         if backend is None:
-            be.close()
+            chosen.close()
     if run.discarded:
         _remove_empty(created[1:])            # the folders made for it, now that the lock file is gone
     return run
@@ -250,54 +252,56 @@ def _discard(out: Path, created: list[Path]) -> None:
                 child.unlink()
 
 
-def _run(study: Study, out: Path, be: Backend, points: list[Point] | None, *, max_points: int | None,
+def _run(study: Study, out: Path, backend: Backend, points: list[Point] | None, *, max_points: int | None,
          retry_failed: bool, progress: bool | None) -> StudyRun:
     run = StudyRun(out)
-    t0 = time.perf_counter()
-    ex = _Executor(study, Store(out), be, run, retry_failed=retry_failed, max_points=max_points,
+    started = time.perf_counter()
+    executor = _Executor(study, Store(out), backend, run, retry_failed=retry_failed, max_points=max_points,
                    progress=progress)
     try:
         if points is not None:
             run.total = len(points)
-            ex.grow(len(points))
-            ex.execute(points)
+            executor.grow(len(points))
+            executor.execute(points)
         else:
-            _search(study, out, ex, run)
+            _search(study, out, executor, run)
     finally:
-        ex.close()
-    run.wall_s = time.perf_counter() - t0
+        executor.close()
+    run.wall_s = time.perf_counter() - started
     return run
 
 
-def _search(study: Study, out: Path, ex: _Executor, run: StudyRun) -> None:
-    sp = study.search
-    assert sp is not None
+def _search(study: Study, out: Path, executor: _Executor, run: StudyRun) -> None:
+    search = study.search
+    assert search is not None
     groups = study.groups()
-    states = [Bisection(sp.goal, sp.lo, sp.hi, sp.integer, sp.tolerance) for _ in groups]
-    ex.grow(sum(b.max_probes() for b in states) * len(study.seeds))
+    states = [Bisection(search.goal, search.lo, search.hi, search.integer, search.tolerance) for _ in groups]
+    executor.grow(sum(bisection.max_probes() for bisection in states) * len(study.seeds))
     while not run.stopped:
         round_points: list[tuple[int, float, list[Point]]] = []
-        for gi, (g, b) in enumerate(zip(groups, states)):
-            for x in b.probes():
-                v = int(x) if sp.integer else x
-                pts = [make_point(study, out, g, s, {"group": gi}, (sp.field, v)) for s in study.seeds]
-                round_points.append((gi, x, pts))
+        for group_index, (group, bisection) in enumerate(zip(groups, states)):
+            for bound in bisection.probes():
+                value = int(bound) if search.integer else bound
+                pts = [make_point(study, out, group, seed, {"group": group_index}, (search.field, value))
+                       for seed in study.seeds]
+                round_points.append((group_index, bound, pts))
         if not round_points:
             break
-        allp = [p for _, _, pts in round_points for p in pts]
+        allp = [point for _, _, pts in round_points for point in pts]
         run.total += len(allp)
-        rows = ex.execute(allp)
-        for gi, x, pts in round_points:
-            got = [rows[p.key] for p in pts if p.key in rows]
+        rows = executor.execute(allp)
+        for group_index, bound, pts in round_points:
+            got = [rows[point.key] for point in pts if point.key in rows]
             if len(got) < len(pts):      # stopped by max_points mid-round: resume later
                 continue
-            states[gi].observe(x, meets(got, sp.slo))
+            states[group_index].observe(bound, meets(got, search.slo))
     run.searches = []
-    for g, b in zip(groups, states):
-        ans = None if b.answer is None else (int(b.answer) if sp.integer else b.answer)
-        run.searches.append({"labels": g, "field": sp.field, "goal": sp.goal, "slo": list(sp.slo),
-                             "answer": ans, "status": b.status if b.done else "incomplete",
-                             "probes": {str(int(k) if sp.integer else k): v for k, v in sorted(b.seen.items())}})
+    for group, bisection in zip(groups, states):
+        ans = None if bisection.answer is None else (int(bisection.answer) if search.integer else bisection.answer)
+        run.searches.append({"labels": group, "field": search.field, "goal": search.goal, "slo": list(search.slo),
+                             "answer": ans, "status": bisection.status if bisection.done else SearchStatus.INCOMPLETE,
+                             "probes": {str(int(probe) if search.integer else probe): feasible
+                                        for probe, feasible in sorted(bisection.seen.items())}})
     write_text_atomic(out / "search.json", dumps_json(run.searches, indent=2, default=str) + "\n")
 
 

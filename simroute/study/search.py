@@ -11,12 +11,32 @@ import math
 import operator
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from simroute.defaults import MIN_COMPLETION
 from simroute.study.store import METRICS, STATS
 
 OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
+
+
+class Goal(StrEnum):
+    """Which end of a search's range is good (a study's `search.goal`); the values are the YAML's words."""
+
+    MAX = "max"     # the largest value meeting the SLO (load: feasible below the answer)
+    MIN = "min"     # the smallest value meeting the SLO (holders, replicas, hosts: feasible above it)
+
+
+class SearchStatus(StrEnum):
+    """How one group's search ended (search.json's `status`)."""
+
+    RUNNING = "running"
+    FOUND = "found"                 # bisected to within the tolerance
+    BOUND = "bound"                 # even the range's bad end meets the SLO: the answer is that end
+    INFEASIBLE = "infeasible"       # not even the range's good end meets it
+    INCOMPLETE = "incomplete"       # stopped (max_points) before the search ended
+
+
 _RE = re.compile(r"^\s*(?:(mean|p50|p95|p99|max)\s+)?([a-z_]+)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
 
 
@@ -27,8 +47,10 @@ class Condition:
     value: float
 
     def holds(self, row: dict[str, Any]) -> bool:
-        v = row.get(self.column)
-        return v is not None and not (isinstance(v, float) and math.isnan(v)) and OPS[self.op](v, self.value)
+        measured = row.get(self.column)
+        if measured is None or (isinstance(measured, float) and math.isnan(measured)):
+            return False
+        return OPS[self.op](measured, self.value)
 
     def __str__(self) -> str:
         return f"{self.column} {self.op} {self.value:g}"
@@ -36,17 +58,18 @@ class Condition:
 
 def parse_slo(text: str) -> Condition:
     """`p99 ttft_ms <= 50` -> Condition('ttft_ms_p99', '<=', 50.0); raises ValueError with the valid forms."""
-    m = _RE.match(text)
-    if not m:
+    match = _RE.match(text)
+    if not match:
         raise ValueError(f"cannot read SLO '{text}'; write e.g. 'p99 ttft_ms <= 50' or 'slo_attainment >= 0.99'")
-    stat, metric, op, value = m.groups()
+    stat, metric, comparison, value = match.groups()
     col = f"{metric}_{stat}" if stat else metric
     if col not in METRICS:
-        latency = [f"{s} {m}" for m in ("ttft_ms", "tpot_ms", "e2e_ms") for s in STATS]
+        latency = [f"{stat_name} {metric_name}" for metric_name in ("ttft_ms", "tpot_ms", "e2e_ms")
+                   for stat_name in STATS]
         raise ValueError(f"unknown SLO metric '{col}'; valid: {', '.join(latency)} or a column such as "
                          "slo_attainment, completed, bytes_fetch")
     try:
-        return Condition(col, op, float(value))
+        return Condition(col, comparison, float(value))
     except ValueError:
         raise ValueError(f"not a number: '{value}' in SLO '{text}'") from None
 
@@ -64,15 +87,15 @@ def finished(row: dict[str, Any]) -> bool:
 
 def meets(rows: list[dict[str, Any]], slo: tuple[str, ...]) -> bool:
     """All seeds' rows finished (`finished`) and meet every condition."""
-    conds = [parse_slo(s) for s in slo]
-    return bool(rows) and all(finished(r) and all(c.holds(r) for c in conds) for r in rows)
+    conds = [parse_slo(text) for text in slo]
+    return bool(rows) and all(finished(row) and all(condition.holds(row) for condition in conds) for row in rows)
 
 
 @dataclass
 class Bisection:
     """The state of one group's search; `probes()` says what to run next, `observe()` takes the verdicts."""
 
-    goal: str
+    goal: Goal
     lo: float
     hi: float
     integer: bool
@@ -80,42 +103,42 @@ class Bisection:
     seen: dict[float, bool] = field(default_factory=dict)
     answer: float | None = None
     done: bool = False
-    status: str = "running"     # "found", "bound" (answer is the range end), "infeasible"
+    status: SearchStatus = SearchStatus.RUNNING
 
-    def value(self, x: float) -> float:
-        return float(int(round(x))) if self.integer else float(x)
+    def value(self, probe: float) -> float:
+        return float(int(round(probe))) if self.integer else float(probe)
 
     def probes(self) -> list[float]:
         if self.done:
             return []
-        lo, hi = self.value(self.lo), self.value(self.hi)
-        ends = [x for x in (lo, hi) if x not in self.seen]
+        low, high = self.value(self.lo), self.value(self.hi)
+        ends = [end for end in (low, high) if end not in self.seen]
         if ends:
             return ends
-        mid = math.floor((lo + hi) / 2) if self.integer else (lo + hi) / 2
+        mid = math.floor((low + high) / 2) if self.integer else (low + high) / 2
         return [self.value(mid)]
 
-    def observe(self, x: float, feasible: bool) -> None:
-        self.seen[x] = feasible
-        lo, hi = self.value(self.lo), self.value(self.hi)
-        if lo not in self.seen or hi not in self.seen:
+    def observe(self, value: float, feasible: bool) -> None:
+        self.seen[value] = feasible
+        low, high = self.value(self.lo), self.value(self.hi)
+        if low not in self.seen or high not in self.seen:
             return
-        good_end, bad_end = (lo, hi) if self.goal == "max" else (hi, lo)
-        if x in (lo, hi) and len(self.seen) <= 2:
+        good_end, bad_end = (low, high) if self.goal == Goal.MAX else (high, low)
+        if value in (low, high) and len(self.seen) <= 2:
             if not self.seen[good_end]:
-                return self._finish(None, "infeasible")
+                return self._finish(None, SearchStatus.INFEASIBLE)
             if self.seen[bad_end]:
-                return self._finish(bad_end, "bound")
-        elif x not in (lo, hi):
-            ok_side = (x if feasible else None)
-            if self.goal == "max":
-                self.lo, self.hi = (x, self.hi) if ok_side is not None else (self.lo, x)
+                return self._finish(bad_end, SearchStatus.BOUND)
+        elif value not in (low, high):
+            ok_side = (value if feasible else None)
+            if self.goal == Goal.MAX:
+                self.lo, self.hi = (value, self.hi) if ok_side is not None else (self.lo, value)
             else:
-                self.lo, self.hi = (self.lo, x) if ok_side is not None else (x, self.hi)
+                self.lo, self.hi = (self.lo, value) if ok_side is not None else (value, self.hi)
         if self.value(self.hi) - self.value(self.lo) <= self.tolerance:
-            self._finish(self.value(self.lo if self.goal == "max" else self.hi), "found")
+            self._finish(self.value(self.lo if self.goal == Goal.MAX else self.hi), SearchStatus.FOUND)
 
-    def _finish(self, answer: float | None, status: str) -> None:
+    def _finish(self, answer: float | None, status: SearchStatus) -> None:
         self.answer, self.status, self.done = answer, status, True
 
     def max_probes(self) -> int:

@@ -20,8 +20,10 @@ from simroute.checks import check_number
 from simroute.errors import ConfigurationError, SimrouteError
 from simroute.ioutil import load_yaml
 from simroute.sim.config import RunConfig
+from simroute.study.backends import Keep
+from simroute.study.search import Goal
 
-RUN_FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
+RUN_FIELDS = {field.name for field in dataclasses.fields(RunConfig)}
 INPUTS = ("topology", "trace", "calib")
 TOP_KEYS = {"name", "description", "base", "axes", "search", "seeds", "slo", "quick", "report", "keep"}
 MAX_SEEDS = 10_000            # repetitions of one point; a count sizes the study's work
@@ -34,7 +36,7 @@ class SearchSpec:
     """Bisection over one field for the extreme value meeting the SLO (Vidur-style capacity search)."""
 
     field: str
-    goal: str                  # "max" (largest QPS) or "min" (fewest holders / replicas)
+    goal: Goal                 # MAX (largest QPS) or MIN (fewest holders / replicas)
     lo: float
     hi: float
     integer: bool
@@ -56,13 +58,13 @@ class Study:
     search: SearchSpec | None = None
     slo: tuple[str, ...] = ()
     report: dict[str, Any] = field(default_factory=dict)
-    keep: str = "full"                       # "full": every run's output files; "summary": summary.json only
+    keep: Keep = Keep.FULL
 
     def groups(self) -> list[dict[str, Any]]:
         """Every combination of axis labels (the grid without seeds)."""
         names = list(self.axes)
-        combos = itertools.product(*[self.axes[n] for n in names])
-        return [dict(zip(names, c)) for c in combos]
+        combos = itertools.product(*[self.axes[name] for name in names])
+        return [dict(zip(names, combo)) for combo in combos]
 
     def overrides(self, labels: dict[str, Any]) -> dict[str, Any]:
         """The dotted-field overrides one combination of axis labels stands for."""
@@ -87,20 +89,21 @@ def set_dotted(cfg: dict[str, Any], dotted: str, value: Any) -> None:
     """`trace.params.qps = 8` into a nested dict (creating levels as needed)."""
     parts = dotted.split(".")
     cur = cfg
-    for p in parts[:-1]:
-        nxt = cur.get(p)
+    for part in parts[:-1]:
+        nxt = cur.get(part)
         if not isinstance(nxt, dict):
-            nxt = cur[p] = {}
+            nxt = cur[part] = {}
         cur = nxt
     cur[parts[-1]] = copy.deepcopy(value)
 
 
-def deep_merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     """`b` over `a`, recursing into dicts (lists and scalars are replaced): how `quick:` overrides a study
     (except `axes`, where each named axis is replaced whole)."""
-    out = copy.deepcopy(a)
-    for k, v in b.items():
-        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        nested = isinstance(value, dict) and isinstance(out.get(key), dict)
+        out[key] = deep_merge(out[key], value) if nested else copy.deepcopy(value)
     return out
 
 
@@ -108,177 +111,179 @@ def load_study(path: str | Path, *, quick: bool = False) -> Study:
     """Load and validate a study YAML; `quick` applies its `quick:` overrides (the small variant for tests)."""
     path = Path(path)
     raw = load_yaml(path)
-    f = str(path)
+    file = str(path)
     if not isinstance(raw, dict):
-        raise ConfigurationError("a study must be a mapping", file=f)
+        raise ConfigurationError("a study must be a mapping", file=file)
     unknown = set(raw) - TOP_KEYS
     if unknown:
-        raise ConfigurationError(f"unknown key(s) {sorted(unknown)}; valid: {sorted(TOP_KEYS)}", file=f,
+        raise ConfigurationError(f"unknown key(s) {sorted(unknown)}; valid: {sorted(TOP_KEYS)}", file=file,
                                  field=sorted(unknown)[0])
     if quick:
-        q = raw.get("quick") or {}
-        if not isinstance(q, dict):
-            raise ConfigurationError("must be a mapping of overrides", file=f, field="quick")
-        axes_q = q.get("axes") or {}
-        raw = deep_merge(raw, {k: v for k, v in q.items() if k != "axes"})
+        overrides = raw.get("quick") or {}
+        if not isinstance(overrides, dict):
+            raise ConfigurationError("must be a mapping of overrides", file=file, field="quick")
+        axes_q = overrides.get("axes") or {}
+        raw = deep_merge(raw, {key: value for key, value in overrides.items() if key != "axes"})
         raw["axes"] = {**(raw.get("axes") or {}), **axes_q}    # an axis is replaced whole, never merged
     name = raw.get("name") or path.stem
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", name):
         raise ConfigurationError(f"must be a short name of letters, digits, '.', '_' or '-' (it names the output "
-                                 f"directory), got {name!r}"[:200], file=f, field="name")
+                                 f"directory), got {name!r}"[:200], file=file, field="name")
     base = dict(DEFAULT_BASE)
-    b = raw.get("base") or {}
-    if not isinstance(b, dict):
-        raise ConfigurationError("must be a mapping of RunConfig fields", file=f, field="base")
-    base.update(copy.deepcopy(b))
-    for k in base:
-        _check_field(k, f, "base")
+    base_raw = raw.get("base") or {}
+    if not isinstance(base_raw, dict):
+        raise ConfigurationError("must be a mapping of RunConfig fields", file=file, field="base")
+    base.update(copy.deepcopy(base_raw))
+    for key in base:
+        _check_field(key, file, "base")
     if "seed" in base:
-        raise ConfigurationError("set repetitions with the top-level 'seeds', not base.seed", file=f, field="base.seed")
-    axes, cases = _axes(raw.get("axes") or {}, f)
-    seeds = _seeds(raw.get("seeds", 1), f)
-    size = math.prod(len(v) for v in axes.values()) * len(seeds)
+        raise ConfigurationError("set repetitions with the top-level 'seeds', not base.seed", file=file,
+                                 field="base.seed")
+    axes, cases = _axes(raw.get("axes") or {}, file)
+    seeds = _seeds(raw.get("seeds", 1), file)
+    size = math.prod(len(value) for value in axes.values()) * len(seeds)
     if size > MAX_POINTS:
-        raise ConfigurationError(f"the grid has {size:,} points (axes x seeds); at most {MAX_POINTS:,}", file=f,
+        raise ConfigurationError(f"the grid has {size:,} points (axes x seeds); at most {MAX_POINTS:,}", file=file,
                                  field="axes")
-    search = _search(raw["search"], f) if raw.get("search") is not None else None
+    search = _search(raw["search"], file) if raw.get("search") is not None else None
     if search is not None and search.field in axes:
-        raise ConfigurationError(f"'{search.field}' is both searched and an axis", file=f, field="search.field")
-    slo = _slo_list(raw.get("slo"), f, "slo")
-    keep = str(raw.get("keep", "full"))
-    if keep not in ("full", "summary"):
-        raise ConfigurationError("must be 'full' or 'summary'", file=f, field="keep")
-    report = _report(raw.get("report") or {}, axes, search, f)
+        raise ConfigurationError(f"'{search.field}' is both searched and an axis", file=file, field="search.field")
+    slo = _slo_list(raw.get("slo"), file, "slo")
+    keep = str(raw.get("keep", Keep.FULL))
+    if keep not in {mode.value for mode in Keep}:
+        raise ConfigurationError("must be 'full' or 'summary'", file=file, field="keep")
+    report = _report(raw.get("report") or {}, axes, search, file)
     study = Study(name=name, file=str(path.resolve()), description=str(raw.get("description", "")), base=base,
-                  axes=axes, cases=cases, seeds=seeds, search=search, slo=slo, report=report, keep=keep)
+                  axes=axes, cases=cases, seeds=seeds, search=search, slo=slo, report=report, keep=Keep(keep))
     _validate_points(study)
     return study
 
 
-def _report(raw: Any, axes: dict[str, list[Any]], search: SearchSpec | None, f: str) -> dict[str, Any]:
+def _report(raw: Any, axes: dict[str, list[Any]], search: SearchSpec | None, file: str) -> dict[str, Any]:
     """Plot hints: `x` and `series` must name axes of this study (or the searched field), so a typo fails here,
     not in `report` after the whole sweep."""
     if not isinstance(raw, dict):
-        raise ConfigurationError("must be a mapping (x, series)", file=f, field="report")
+        raise ConfigurationError("must be a mapping (x, series)", file=file, field="report")
     bad = set(raw) - {"x", "series"}
     if bad:
-        raise ConfigurationError(f"unknown key(s) {sorted(map(str, bad))}; valid: x, series", file=f,
+        raise ConfigurationError(f"unknown key(s) {sorted(map(str, bad))}; valid: x, series", file=file,
                                  field=f"report.{sorted(map(str, bad))[0]}")
     names = set(axes) | ({search.field} if search is not None else set())
-    x = raw.get("x")
+    x_axis = raw.get("x")
     series = raw.get("series", [])
     series = [series] if isinstance(series, str) else series
     if not isinstance(series, list):
-        raise ConfigurationError("must be an axis name or a list of them", file=f, field="report.series")
-    for where, name in [("report.x", x)] * (x is not None) + [("report.series", s) for s in series]:
+        raise ConfigurationError("must be an axis name or a list of them", file=file, field="report.series")
+    for where, name in [("report.x", x_axis)] * (x_axis is not None) + [("report.series", column) for column in series]:
         if not isinstance(name, str) or name not in names:
             raise ConfigurationError(f"{name!r} is not an axis of this study; axes: {', '.join(sorted(names)) or '-'}",
-                                     file=f, field=where)
+                                     file=file, field=where)
     return {**raw, "series": series} if "series" in raw else dict(raw)
 
 
-def _check_field(dotted: str, f: str, where: str) -> None:
+def _check_field(dotted: str, file: str, where: str) -> None:
     head = dotted.split(".")[0]
     if head not in RUN_FIELDS:
-        raise ConfigurationError(f"'{head}' is not a run field; valid: {', '.join(sorted(RUN_FIELDS))}", file=f,
+        raise ConfigurationError(f"'{head}' is not a run field; valid: {', '.join(sorted(RUN_FIELDS))}", file=file,
                                  field=f"{where}.{dotted}")
     if "." in dotted and head not in ("trace", "topology", "extra"):
-        raise ConfigurationError("only trace, topology and extra have sub-fields", file=f, field=f"{where}.{dotted}")
+        raise ConfigurationError("only trace, topology and extra have sub-fields", file=file, field=f"{where}.{dotted}")
     if head == "seed" and where == "axes":
-        raise ConfigurationError("repeat over seeds with the top-level 'seeds'", file=f, field="axes.seed")
+        raise ConfigurationError("repeat over seeds with the top-level 'seeds'", file=file, field="axes.seed")
 
 
-def _axes(raw: Any, f: str) -> tuple[dict[str, list[Any]], dict[str, dict[str, dict[str, Any]]]]:
+def _axes(raw: Any, file: str) -> tuple[dict[str, list[Any]], dict[str, dict[str, dict[str, Any]]]]:
     """Plain axes (field -> values) and case axes (label -> {field: value, ...}, for fields that move together)."""
     if not isinstance(raw, dict):
-        raise ConfigurationError("must be a mapping field -> list of values", file=f, field="axes")
+        raise ConfigurationError("must be a mapping field -> list of values", file=file, field="axes")
     axes: dict[str, list[Any]] = {}
     cases: dict[str, dict[str, dict[str, Any]]] = {}
     for name, values in raw.items():
         name = str(name)
         if isinstance(values, dict):          # a case axis: each label sets several fields
             if not values:
-                raise ConfigurationError("a case axis needs at least one case", file=f, field=f"axes.{name}")
+                raise ConfigurationError("a case axis needs at least one case", file=file, field=f"axes.{name}")
             cases[name] = {}
-            for label, ov in values.items():
-                if not isinstance(ov, dict):
-                    raise ConfigurationError("each case must map fields to values", file=f,
+            for label, overrides in values.items():
+                if not isinstance(overrides, dict):
+                    raise ConfigurationError("each case must map fields to values", file=file,
                                              field=f"axes.{name}.{label}")
-                for k in ov:
-                    _check_field(str(k), f, f"axes.{name}.{label}")
-                cases[name][str(label)] = {str(k): v for k, v in ov.items()}
+                for key in overrides:
+                    _check_field(str(key), file, f"axes.{name}.{label}")
+                cases[name][str(label)] = {str(key): value for key, value in overrides.items()}
             axes[name] = list(cases[name])
             continue
-        _check_field(name, f, "axes")
+        _check_field(name, file, "axes")
         if not isinstance(values, list) or not values:
-            raise ConfigurationError("must be a non-empty list of values", file=f, field=f"axes.{name}")
-        if len({repr(v) for v in values}) != len(values):
-            raise ConfigurationError("values repeat", file=f, field=f"axes.{name}")
+            raise ConfigurationError("must be a non-empty list of values", file=file, field=f"axes.{name}")
+        if len({repr(value) for value in values}) != len(values):
+            raise ConfigurationError("values repeat", file=file, field=f"axes.{name}")
         axes[name] = list(values)
     return axes, cases
 
 
-def _seeds(raw: Any, f: str) -> tuple[int, ...]:
+def _seeds(raw: Any, file: str) -> tuple[int, ...]:
     if isinstance(raw, bool) or not isinstance(raw, (int, list)):
-        raise ConfigurationError("must be a count or a list of integers", file=f, field="seeds")
+        raise ConfigurationError("must be a count or a list of integers", file=file, field="seeds")
     if isinstance(raw, int):
-        check_number(raw, "seeds", file=f, integer=True, minimum=1, maximum=MAX_SEEDS)
+        check_number(raw, "seeds", file=file, integer=True, minimum=1, maximum=MAX_SEEDS)
     elif len(raw) > MAX_SEEDS:
-        raise ConfigurationError(f"{len(raw)} seeds; at most {MAX_SEEDS}", file=f, field="seeds")
+        raise ConfigurationError(f"{len(raw)} seeds; at most {MAX_SEEDS}", file=file, field="seeds")
     seeds = list(range(raw)) if isinstance(raw, int) else raw
-    if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63 for s in seeds):
-        raise ConfigurationError("need at least one non-negative 64-bit integer seed", file=f, field="seeds")
+    if not seeds or not all(isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**63
+                            for seed in seeds):
+        raise ConfigurationError("need at least one non-negative 64-bit integer seed", file=file, field="seeds")
     if len(set(seeds)) != len(seeds):
-        raise ConfigurationError("seeds repeat", file=f, field="seeds")
+        raise ConfigurationError("seeds repeat", file=file, field="seeds")
     return tuple(seeds)
 
 
-def _slo_list(raw: Any, f: str, where: str) -> tuple[str, ...]:
+def _slo_list(raw: Any, file: str, where: str) -> tuple[str, ...]:
     from simroute.study.search import parse_slo
     if raw is None:
         return ()
     items = [raw] if isinstance(raw, str) else raw
-    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
-        raise ConfigurationError("must be a condition like 'p99 ttft_ms <= 50' or a list of them", file=f,
+    if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
+        raise ConfigurationError("must be a condition like 'p99 ttft_ms <= 50' or a list of them", file=file,
                                  field=where)
-    for s in items:
+    for item in items:
         try:
-            parse_slo(s)
+            parse_slo(item)
         except ValueError as exc:
-            raise ConfigurationError(str(exc), file=f, field=where) from None
+            raise ConfigurationError(str(exc), file=file, field=where) from None
     return tuple(items)
 
 
-def _search(raw: Any, f: str) -> SearchSpec:
+def _search(raw: Any, file: str) -> SearchSpec:
     if not isinstance(raw, dict):
-        raise ConfigurationError("must be a mapping (field, goal, lo, hi, slo)", file=f, field="search")
+        raise ConfigurationError("must be a mapping (field, goal, lo, hi, slo)", file=file, field="search")
     valid = {"field", "goal", "lo", "hi", "integer", "tolerance", "slo"}
     bad = set(raw) - valid
     if bad:
-        raise ConfigurationError(f"unknown key(s) {sorted(bad)}; valid: {sorted(valid)}", file=f,
+        raise ConfigurationError(f"unknown key(s) {sorted(bad)}; valid: {sorted(valid)}", file=file,
                                  field=f"search.{sorted(bad)[0]}")
-    for k in ("field", "lo", "hi", "slo"):
-        if k not in raw:
-            raise ConfigurationError("is required", file=f, field=f"search.{k}")
+    for key in ("field", "lo", "hi", "slo"):
+        if key not in raw:
+            raise ConfigurationError("is required", file=file, field=f"search.{key}")
     fld = str(raw["field"])
-    _check_field(fld, f, "search.field")
-    goal = str(raw.get("goal", "max"))
-    if goal not in ("max", "min"):
-        raise ConfigurationError("must be 'max' (largest value meeting the SLO) or 'min' (fewest)", file=f,
+    _check_field(fld, file, "search.field")
+    goal = str(raw.get("goal", Goal.MAX))
+    if goal not in {end.value for end in Goal}:
+        raise ConfigurationError("must be 'max' (largest value meeting the SLO) or 'min' (fewest)", file=file,
                                  field="search.goal")
-    lo = check_number(raw["lo"], "search.lo", file=f, minimum=-1e15, maximum=1e15)
-    hi = check_number(raw["hi"], "search.hi", file=f, minimum=-1e15, maximum=1e15)
-    if not lo < hi:
-        raise ConfigurationError(f"need lo < hi, got lo = {lo!r}, hi = {hi!r}", file=f, field="search.lo")
-    integer = raw.get("integer", isinstance(lo, int) and isinstance(hi, int))
+    low = check_number(raw["lo"], "search.lo", file=file, minimum=-1e15, maximum=1e15)
+    high = check_number(raw["hi"], "search.hi", file=file, minimum=-1e15, maximum=1e15)
+    if not low < high:
+        raise ConfigurationError(f"need lo < hi, got lo = {low!r}, hi = {high!r}", file=file, field="search.lo")
+    integer = raw.get("integer", isinstance(low, int) and isinstance(high, int))
     if not isinstance(integer, bool):
-        raise ConfigurationError(f"must be true or false, got {integer!r}", file=f, field="search.integer")
-    tol = check_number(raw.get("tolerance", 1 if integer else (hi - lo) / 32), "search.tolerance", file=f,
-                       minimum=max((hi - lo) / 2**40, 0.0), exclusive_minimum=True)
-    slo = _slo_list(raw["slo"], f, "search.slo")
+        raise ConfigurationError(f"must be true or false, got {integer!r}", file=file, field="search.integer")
+    tol = check_number(raw.get("tolerance", 1 if integer else (high - low) / 32), "search.tolerance", file=file,
+                       minimum=max((high - low) / 2**40, 0.0), exclusive_minimum=True)
+    slo = _slo_list(raw["slo"], file, "search.slo")
     if not slo:
-        raise ConfigurationError("needs at least one condition", file=f, field="search.slo")
-    return SearchSpec(fld, goal, float(lo), float(hi), integer, float(max(tol, 1) if integer else tol), slo)
+        raise ConfigurationError("needs at least one condition", file=file, field="search.slo")
+    return SearchSpec(fld, Goal(goal), float(low), float(high), integer, float(max(tol, 1) if integer else tol), slo)
 
 
 def _validate_points(study: Study) -> None:
@@ -286,15 +291,15 @@ def _validate_points(study: Study) -> None:
     from simroute.study.resolve import check_input
     probe_values = [study.search.lo, study.search.hi] if study.search else [None]
     for labels in study.groups():
-        where = "base" if not labels else "axes." + ",".join(f"{k}={v}" for k, v in labels.items())
-        for pv in probe_values:
+        where = "base" if not labels else "axes." + ",".join(f"{key}={value}" for key, value in labels.items())
+        for probe_value in probe_values:
             cfg = study.config(labels, study.seeds[0])
             if study.search is not None:
-                v = int(pv) if study.search.integer else pv
-                set_dotted(cfg, study.search.field, v)
+                value = int(probe_value) if study.search.integer else probe_value
+                set_dotted(cfg, study.search.field, value)
             for name in INPUTS:
                 check_input(name, cfg.get(name), study.file, where)
-            flat = {k: v for k, v in cfg.items() if k not in INPUTS}
+            flat = {key: value for key, value in cfg.items() if key not in INPUTS}
             try:
                 RunConfig(topology="-", trace="-", calib="-", **flat)
                 if isinstance(flat.get("model"), str):      # a name the run would only look up at run time

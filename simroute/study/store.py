@@ -21,7 +21,7 @@ from simroute.ioutil import atomic_path
 STATS = ("mean", "p50", "p95", "p99", "max")
 METRICS: tuple[str, ...] = (
     "requests", "completed", "dropped",
-    *[f"{m}_{s}" for m in ("ttft_ms", "tpot_ms", "e2e_ms") for s in STATS],
+    *[f"{metric}_{stat}" for metric in ("ttft_ms", "tpot_ms", "e2e_ms") for stat in STATS],
     "slo_attainment", "bytes_route", "bytes_fetch", "bytes_local", "bytes_pd_transfer",
     "n_route", "n_fetch", "n_local", "n_resident", "n_first_touch",
     "instances", "max_link_utilisation", "peak_spine_flows", "fct_pd_mean_ms", "fct_pd_p95_ms",
@@ -33,18 +33,18 @@ METRICS: tuple[str, ...] = (
 
 def flatten(summary: dict[str, Any]) -> dict[str, float]:
     """The numeric metrics of one run's summary.json as flat columns (NaN where a run has none)."""
-    s = summary
-    row: dict[str, Any] = {"requests": s["requests"], "completed": s["completed"], "dropped": s["dropped"]}
-    for m in ("ttft_ms", "tpot_ms", "e2e_ms"):
-        for st in STATS:
-            row[f"{m}_{st}"] = s[m].get(st)
-    row["slo_attainment"] = s["slo"]["attainment"]
-    for k in ("route", "fetch", "local", "pd_transfer"):
-        row[f"bytes_{k}"] = s["bytes"].get(k, 0.0)
-    for k, v in s["primitive_counts"].items():
-        row[f"n_{k.replace('-', '_')}"] = v
-    net, hold = s.get("network", {}), s.get("holders", {})
-    row["instances"] = s.get("instances")
+    row: dict[str, Any] = {"requests": summary["requests"], "completed": summary["completed"],
+                           "dropped": summary["dropped"]}
+    for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
+        for stat in STATS:
+            row[f"{metric}_{stat}"] = summary[metric].get(stat)
+    row["slo_attainment"] = summary["slo"]["attainment"]
+    for key in ("route", "fetch", "local", "pd_transfer"):
+        row[f"bytes_{key}"] = summary["bytes"].get(key, 0.0)
+    for key, count in summary["primitive_counts"].items():
+        row[f"n_{key.replace('-', '_')}"] = count
+    net, hold = summary.get("network", {}), summary.get("holders", {})
+    row["instances"] = summary.get("instances")
     row["max_link_utilisation"] = net.get("max_link_utilisation")
     row["peak_spine_flows"] = max(net.get("peak_spine_concurrency", {}).values(), default=0)
     row["fct_pd_mean_ms"] = net.get("fct_ms_pd", {}).get("mean")
@@ -56,12 +56,12 @@ def flatten(summary: dict[str, Any]) -> dict[str, float]:
     row["busiest_holder_work_share"] = (hold.get("busiest") or {}).get("work_share")
     row["evictions"] = hold.get("evictions")
     row["copies_refused"] = hold.get("copies_refused")
-    row["overflow_chunks"] = s.get("placement", {}).get("overflow_chunks")
-    row["sim_time_s"] = s.get("sim_time_s")
-    load = s.get("load") or {}
+    row["overflow_chunks"] = summary.get("placement", {}).get("overflow_chunks")
+    row["sim_time_s"] = summary.get("sim_time_s")
+    load = summary.get("load") or {}
     row["overloaded"] = None if load.get("overloaded") is None else float(bool(load["overloaded"]))
     row["ttft_growth"] = load.get("ttft_growth")
-    return {k: (math.nan if row.get(k) is None else float(row[k])) for k in METRICS}
+    return {key: (math.nan if row.get(key) is None else float(row[key])) for key in METRICS}
 
 
 class Store:
@@ -78,19 +78,19 @@ class Store:
 
     def status(self, key: str) -> str | None:
         """'ok', 'failed' or None (not run)."""
-        p = self.point_path(key)
-        if not p.exists():
+        path = self.point_path(key)
+        if not path.exists():
             return None
-        return _read_point(p, ["status"]).column(0)[0].as_py()
+        return _read_point(path, ["status"]).column(0)[0].as_py()
 
     def write(self, key: str, meta: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
         """Store a finished point (its run outputs first, then the point row that marks it done)."""
-        ok = result.get("error") is None
-        if ok and result.get("tables") is not None:
+        succeeded = result.get("error") is None
+        if succeeded and result.get("tables") is not None:
             from simroute.sim.metrics import write_outputs
             write_outputs(self.runs_dir / key, result["summary"], result["tables"], result.get("perf"))
-        metrics = flatten(result["summary"]) if ok else {k: math.nan for k in METRICS}
-        row = {"key": key, "status": "ok" if ok else "failed", "error": result.get("error") or "",
+        metrics = flatten(result["summary"]) if succeeded else {column: math.nan for column in METRICS}
+        row = {"key": key, "status": "ok" if succeeded else "failed", "error": result.get("error") or "",
                "seed": int(meta["seed"]), "labels_json": json.dumps(meta["labels"], sort_keys=True, default=str),
                "search_json": json.dumps(meta.get("search"), sort_keys=True, default=str),
                "config_json": json.dumps(meta["config"], sort_keys=True, default=str),
@@ -98,7 +98,7 @@ class Store:
         if result.get("perf"):      # wall-clock figures apart: a point's row is a pure function of its inputs
             from simroute.ioutil import dumps_json, write_text_atomic
             write_text_atomic(self.perf_dir / f"{key}.json", dumps_json(result["perf"], indent=2, default=str) + "\n")
-        table = pa.table({k: [v] for k, v in row.items()})
+        table = pa.table({column: [value] for column, value in row.items()})
         with atomic_path(self.point_path(key)) as tmp:
             pq.write_table(table, tmp)
         return row
@@ -115,11 +115,11 @@ class Store:
         files = sorted(self.points_dir.glob("*.parquet")) if self.points_dir.exists() else []
         if not files:
             return pd.DataFrame(columns=["key", "status", "error", "seed", "labels_json", *METRICS])
-        df = pa.concat_tables([_read_point(f) for f in files], promote_options="permissive").to_pandas()
-        labels = [json.loads(s) for s in df["labels_json"]]
-        for name in sorted({k for d in labels for k in d}):
-            df[f"axis:{name}"] = [d.get(name) for d in labels]
-        return df
+        frame = pa.concat_tables([_read_point(file) for file in files], promote_options="permissive").to_pandas()
+        labels = [json.loads(text) for text in frame["labels_json"]]
+        for name in sorted({key for point_labels in labels for key in point_labels}):
+            frame[f"axis:{name}"] = [point_labels.get(name) for point_labels in labels]
+        return frame
 
 
 POINT_COLUMNS = ("key", "status", "error", "seed", "labels_json")

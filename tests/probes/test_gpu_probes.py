@@ -104,7 +104,7 @@ def test_fallback_attention_kernel_math_on_numpy() -> None:
     store = rng.standard_normal((4096, 576)).astype(np.float32)
     sel = np.sort(np.stack([rng.choice(4096, 64, replace=False) for _ in range(3)]), axis=1)
     q = rng.standard_normal((3, 1, 16, 576)).astype(np.float32)
-    out, lse = kern.prepare(store, 3, 16, sel=sel, q=q)()
+    out, lse = kern.prepare(store, 3, 16, sel=sel, query=q)()
     for r in range(3):                       # sparse: each requester attends only its own selection
         want, want_lse = ref.attention(q[r, 0], store[sel[r]])
         np.testing.assert_allclose(out[r], want, atol=1e-5)

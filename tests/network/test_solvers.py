@@ -67,6 +67,22 @@ def test_every_registered_mode_finishes_the_flows_when_counted_by_hand(mode):
     assert engine.n_active == 0 and engine.flow_rates() == {}
 
 
+@pytest.mark.parametrize("mode", _modes(), ids=lambda mode: mode.value)
+def test_every_registered_mode_keeps_the_link_state_the_message_model_reads(mode):
+    # one 12 B/s link, flows of 12, 60 and 60 B: 4 B/s each until the first finishes at 3 s, then 6 B/s each;
+    # a new flow's share is then max(12 - 12, 12 / (2 + 1)) = 4, and the others finish at 3 + 48 / 6 = 11 s
+    env = simpy.Environment()
+    engine = FlowEngine(env, StubTopology([12.0], {("a", "b"): (0,)}), mode=mode)
+    events = [engine.transfer("a", "b", nbytes) for nbytes in (12.0, 60.0, 60.0)]
+    env.run(until=1e-9)
+    assert engine.link_share(0) == 3.0 and engine.bulk.link_n[0] == 3
+    env.run(until=5.0)
+    assert engine.link_share(0) == 4.0 and engine.bulk.link_n[0] == 2 and engine.bulk.load[0] == 12.0
+    env.run()
+    assert [event.value.end for event in events] == pytest.approx([3.0, 11.0, 11.0], rel=1e-12)
+    assert engine.link_share(0) == 12.0 and engine.bulk.link_n[0] == 0
+
+
 def test_a_mode_given_by_its_value_is_the_same_solver():
     assert solver_class("arrays") is solver_class(SolverMode.ARRAYS) is SOLVERS[SolverMode.ARRAYS]
     _env, engine, _events = _engine("objects", "rate cap")

@@ -75,8 +75,7 @@ class GroupSolver(Solver):
         group.n += 1
         self.bulk.n_active += 1
         self.links_change(group.links, 1, group.rate, now)
-        if flow.spine is not None:
-            self.telemetry.spine_change(flow.spine, 1, now)
+        self.started(flow, now)
 
     @staticmethod
     def advance(group: Group, now: float) -> None:

@@ -77,10 +77,9 @@ class OnlineSolver(Solver):
         if starts:
             bulk.flow_events += len(starts)
             bulk.n_active += len(starts)
-            spine_change = self.telemetry.spine_change
+            started = self.started
             for flow in starts:
-                if flow.spine is not None:
-                    spine_change(flow.spine, 1, now)
+                started(flow, now)
         self.run(now, starts)
         return None
 

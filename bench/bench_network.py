@@ -31,9 +31,9 @@ from simroute.network import FlowEngine, load_topology, shipped_topology  # noqa
 
 
 def closed_loop(topo, n_concurrent: int, n_finish: int, *, tolerance: float = 0.0, seed: int = 1,
-                solver: str = "auto") -> dict:
+                backend: str = "auto") -> dict:
     env = simpy.Environment()
-    eng = FlowEngine(env, topo, keep_records=False, rate_tolerance=tolerance, solver=solver)
+    eng = FlowEngine(env, topo, keep_records=False, rate_tolerance=tolerance, backend=backend)
     rng = np.random.default_rng(seed)
     gpus, done, started = topo.gpus, [0], [0]
     pairs = rng.integers(0, len(gpus), size=(n_concurrent + n_finish + 10, 2)).tolist()
@@ -133,7 +133,7 @@ def main() -> None:
         print(f"  {label}: {r['events_per_s']:.1f} events/s ({r['cpu_events_per_s']:.1f} per CPU second)", flush=True)
     figs["10k_initial_fill_s"] = round(r["initial_fill_s"], 2)
     figs["10k_tol1e-2_events_per_s"] = round(closed_loop(topo, 10_000, 600, tolerance=1e-2)["events_per_s"], 1)
-    figs["10k_numpy_events_per_s"] = round(closed_loop(topo, 10_000, 300, solver="numpy")["events_per_s"], 1)
+    figs["10k_numpy_events_per_s"] = round(closed_loop(topo, 10_000, 300, backend="numpy")["events_per_s"], 1)
     figs["messages_per_s"] = round(messages(topo))
     figs["messages_per_s_route_handles"] = round(messages(topo, handles=True))
     figs["messages_per_s_exchanges"] = round(exchanges(topo))

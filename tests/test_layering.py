@@ -199,16 +199,57 @@ def test_no_import_circle_in_the_simulator():
 def test_the_run_config_imports_no_plug_in_package():
     """`RunConfig` names plug-in kinds (sim/registry.py); importing it loads no router, policy, placement or
     scheduler module."""
-    graph = import_graph("simroute.sim")
-    reachable, todo = set(), ["simroute.sim.config"]
+    reachable = _reachable(import_graph("simroute.sim"), "simroute.sim.config")
+    plug_ins = {name for name in reachable
+                if name.split(".")[2:3] in (["routers"], ["policies"], ["placements"], ["schedulers"])}
+    assert not plug_ins, f"simroute.sim.config reaches {sorted(plug_ins)}"
+
+
+# ---- network/: the flow engine's roles in their own modules (issue 23, item 4) ----------------------------
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module `start` imports, directly or through others (type-only and lazy imports included)."""
+    reachable, todo = set(), [start]
     while todo:
         for name in graph.get(todo.pop(), ()):
             if name not in reachable:
                 reachable.add(name)
                 todo.append(name)
-    plug_ins = {name for name in reachable
-                if name.split(".")[2:3] in (["routers"], ["policies"], ["placements"], ["schedulers"])}
-    assert not plug_ins, f"simroute.sim.config reaches {sorted(plug_ins)}"
+    return reachable
+
+
+def test_no_import_circle_in_the_network():
+    found = circles(import_graph("simroute.network"))
+    assert not found, "import circles in simroute/network: " + "; ".join(" <-> ".join(sorted(c)) for c in found)
+
+
+def test_the_flow_types_are_a_leaf():
+    """engine, solvers, messages and telemetry share the flow types through network/flows.py, which imports
+    nothing of simroute (not even for a type)."""
+    source = (PACKAGE / "network" / "flows.py").read_text()
+    assert [name for _, name in imports_of("simroute.network.flows", source) if name.split(".")[0] == "simroute"] == []
+    graph = import_graph("simroute.network")
+    users = {module for module, edges in graph.items() if "simroute.network.flows" in edges}
+    assert {"simroute.network.engine", "simroute.network.solvers.base", "simroute.network.telemetry"} <= users
+
+
+def test_the_solvers_and_their_readers_reach_no_engine():
+    """A solver sees the engine only as a `SolverHost`; the message model, telemetry and the bulk state see
+    it not at all: none of them imports simroute/network/engine.py, directly or through another module."""
+    graph = import_graph("simroute.network")
+    solvers = [module for module in graph if module.startswith("simroute.network.solvers")]
+    assert {"simroute.network.solvers.base", "simroute.network.solvers.objects", "simroute.network.solvers.arrays",
+            "simroute.network.solvers.online"} <= set(solvers)
+    for module in solvers + ["simroute.network.messages", "simroute.network.telemetry", "simroute.network.bulk",
+                             "simroute.network.paths", "simroute.network.routing"]:
+        assert "simroute.network.engine" not in _reachable(graph, module), f"{module} reaches the engine"
+
+
+def test_a_type_only_import_of_the_engine_from_a_solver_is_caught():
+    graph = import_graph("simroute.network")
+    graph["simroute.network.solvers.synthetic"] = {"simroute.network.solvers.base", "simroute.network.engine"}
+    assert "simroute.network.engine" in _reachable(graph, "simroute.network.solvers.synthetic")
+    graph["simroute.network.flows"] = {"simroute.network.engine"}         # a flow type naming the engine: a circle
+    assert any("simroute.network.flows" in circle for circle in circles(graph))
 
 
 def test_the_circle_check_finds_a_type_only_circle():

@@ -17,7 +17,8 @@ from typing import Any
 # submodule (`simroute.network.hashing`, `.routing`) or the package for `shipped_topology` does not pull in the
 # flow engine, networkx, pydantic and numpy (the CLI's `--help` and `predict` stay fast).
 _LAZY: dict[str, str] = {
-    "FlowEngine": "engine", "FlowRecord": "engine",
+    "FlowEngine": "engine", "FlowRecord": "flows", "BulkState": "bulk",
+    "SolverMode": "solvers", "SOLVERS": "solvers", "Solver": "solvers", "register_solver": "solvers",
     "mix64": "hashing",
     "maxmin_rates": "maxmin",
     "MessageModel": "messages", "MessageModelParams": "messages", "MessageRoute": "messages",
@@ -60,7 +61,7 @@ def shipped_topology(name: str) -> Path:
     return p
 
 
-__all__ = ["FABRICS", "EngineTopology", "Fabric", "FlowEngine", "FlowRecord", "Link", "MessageModel",
-           "MessageModelParams", "MessageRoute", "ROUTINGS", "ROUTING_STRATEGIES", "RoutingStrategy", "TIERS",
-           "Telemetry", "Topology", "default_topology_path", "load_topology", "maxmin_rates", "mix64",
-           "register_routing", "shipped_topology"]
+__all__ = ["FABRICS", "SOLVERS", "TIERS", "BulkState", "EngineTopology", "Fabric", "FlowEngine", "FlowRecord", "Link",
+           "MessageModel", "MessageModelParams", "MessageRoute", "ROUTINGS", "ROUTING_STRATEGIES", "RoutingStrategy",
+           "Solver", "SolverMode", "Telemetry", "Topology", "default_topology_path", "load_topology", "maxmin_rates",
+           "mix64", "register_routing", "register_solver", "shipped_topology"]

@@ -1,6 +1,6 @@
 """Array mode's group state (`GroupColumns`): one column per group of identical flows, the links padded with a
 sentinel id, and, with a backend that re-solves incrementally, which groups use each link. The flow engine
-moves its groups here from `arrays_on` groups on (simroute/network/engine.py) and back below `arrays_off`; the
+moves its groups here from `arrays_on` groups on (simroute/network/solvers/arrays.py) and back below `arrays_off`; the
 solver kernels (simroute/network/kernels.py) read and write these columns."""
 
 from __future__ import annotations

@@ -151,7 +151,7 @@ def solver_backend(name: str = "auto") -> SolverBackend:
     if backend is None:
         if name == "numba":
             from simroute.errors import ConfigurationError
-            raise ConfigurationError("solver 'numba' needs numba, a core dependency: reinstall simroute (pip install simroute)",
-                                     field="solver")
+            raise ConfigurationError("backend 'numba' needs numba, a core dependency: reinstall simroute (pip install simroute)",
+                                     field="backend")
         return NUMPY_BACKEND
     return backend

@@ -23,10 +23,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from simroute.network.engine import FlowEngine
+    from simroute.network.bulk import BulkState
+    from simroute.network.paths import PathService
+    from simroute.network.telemetry import Telemetry
+    from simroute.network.topology import EngineTopology
 
 INF = math.inf
 
@@ -43,6 +46,16 @@ class MessageModelParams:
     nic_miss_rate_factor: float = 0.6   # fitted: Mq = 1024 round trip +119% at K = 3 (wire-bound there)
     wire_occupancy: float = 0.8         # fitted: 3 concurrent Mq = 1024 loops do not queue on 25 GB/s
     nic_contexts: bool = True           # False: the plain FIFO model (no context cache)
+
+
+class MessageHost(Protocol):
+    """What the message model reads of its engine: the topology, the path service (a pair's path and its
+    latency), the bulk state (link shares and the version they key on) and telemetry (message bytes)."""
+
+    topology: EngineTopology
+    paths: PathService
+    bulk: BulkState
+    telemetry: Telemetry
 
 
 class MessageRoute:
@@ -71,7 +84,7 @@ class MessageRoute:
 
 
 class MessageModel:
-    """Message delays over a FlowEngine's links (see module docstring). Swap it by passing
+    """Message delays over an engine's links (see module docstring). Swap it by passing
     `FlowEngine(message_model=...)`; a subclass overrides `send` and keeps its signature."""
 
     def __init__(self, params: MessageModelParams | None = None) -> None:
@@ -81,14 +94,15 @@ class MessageModel:
         self.misses = 0
         self.sends = 0          # messages whose delay `send` computed (each `account`ed one stands for others)
 
-    def attach(self, engine: "FlowEngine") -> None:
+    def attach(self, engine: MessageHost) -> None:
         self.engine = engine
+        self.bulk = engine.bulk
         self.telemetry = engine.telemetry
         params = self.params
         self._contexts_on, self._miss_s, self._miss_factor = (params.nic_contexts, params.nic_miss_s,
                                                               params.nic_miss_rate_factor)
         self._slots, self._window_s = params.nic_context_slots, params.nic_active_window_s
-        self.busy = [0.0] * len(engine.cap)             # per link: when its message FIFO drains
+        self.busy = [0.0] * len(engine.bulk.cap)             # per link: when its message FIFO drains
         self._nic_ids: dict[str, int] = {}
         self.contexts: list[list[int]] = []             # per NIC: most recent distinct queue pairs, oldest first
         self._context_times: list[list[float]] = []     # their last use
@@ -140,17 +154,17 @@ class MessageModel:
 
     def _refresh(self, route: MessageRoute, single_block_Bps: float) -> None:
         """Shares and wire time per byte on each link, at the engine's current bulk state."""
-        engine, occupancy = self.engine, self.params.wire_occupancy
+        bulk, occupancy = self.bulk, self.params.wire_occupancy
         rate = float(single_block_Bps)
         wire = []
         for link in route.links:
-            share = engine.link_share(link)
+            share = bulk.link_share(link)
             wire.append((link, occupancy / share))
             if share < rate:
                 rate = share
         route.link_wire = tuple(wire)
         route.rate_Bps = rate
-        route.version = engine.bulk_version
+        route.version = bulk.version
         route.single_block_Bps = single_block_Bps
 
     def _pair_misses(self, route: MessageRoute, now: float) -> bool:
@@ -184,7 +198,7 @@ class MessageModel:
              include_latency: bool = True) -> float:
         """Delay of one message sent at `now` (see module docstring). A measured probe already holds the
         path's propagation: callers passing one can leave the links' latency out (`include_latency=False`)."""
-        if route.version != self.engine.bulk_version or route.single_block_Bps != single_block_Bps:
+        if route.version != self.bulk.version or route.single_block_Bps != single_block_Bps:
             self._refresh(route, single_block_Bps)
         busy = self.busy
         start = now

@@ -36,7 +36,8 @@ from typing import ClassVar
 import numpy as np
 
 from simroute.errors import ConfigurationError, UnknownNameError
-from simroute.network.engine import _EPS, _SAME, FlowEngine   # the engine's "rate unchanged", "finish together"
+from simroute.network.engine import FlowEngine
+from simroute.network.flows import EPS, SAME   # the solvers' "finish together", "rate unchanged"
 from simroute.network.kernels import compiled_available
 
 INF = math.inf
@@ -264,7 +265,7 @@ class CompiledReplay(ReplayBackend):
         counters = replay_loop(order[groups.of_flow[order] >= 0], flows.arrival_s.astype(float),
                                flows.nbytes.astype(float), path_latency, groups.of_flow, groups.link_ptr,
                                groups.links, links_mat, groups.cap, groups.flow_ptr, groups.inc_ptr, groups.width,
-                               capacity_Bps, finish, _SAME, _EPS, int(cls.cascade_from), float(cls.cascade_limit),
+                               capacity_Bps, finish, SAME, EPS, int(cls.cascade_from), float(cls.cascade_limit),
                                int(cls.cascade_floor))
         events, steps, solves, solved = (int(x) for x in counters)
         return ReplayResult(finish, flows.arrival_s, events, steps, solves, solved, time.perf_counter() - t0,
@@ -300,12 +301,12 @@ class EngineReplay(ReplayBackend):
     """The reference: the online FlowEngine on a SimPy environment, one `transfer(path=...)` per arrival."""
 
     name = "engine"
-    solver = "auto"
+    engine_backend = "auto"
 
     def run(self, flows: FlowSet, capacity_Bps: np.ndarray, latency_s: np.ndarray) -> ReplayResult:
         import simpy
         env = simpy.Environment()
-        engine = FlowEngine(env, _LinkTable(capacity_Bps, latency_s), keep_records=False, solver=self.solver)
+        engine = FlowEngine(env, _LinkTable(capacity_Bps, latency_s), keep_records=False, backend=self.engine_backend)
         finish = np.full(len(flows), INF)
         arrival = flows.arrival_s.astype(float)
         caps = flows.rate_cap_Bps
@@ -334,7 +335,7 @@ class EngineReplay(ReplayBackend):
 
 @register_replay_backend
 class EngineNumpyReplay(EngineReplay):
-    """The reference engine with its NumPy solver (no numba anywhere)."""
+    """The reference engine with its NumPy backend (no numba anywhere)."""
 
     name = "engine-numpy"
-    solver = "numpy"
+    engine_backend = "numpy"

@@ -13,7 +13,7 @@ counts bulk load at capacity (messages ride what bulk flows leave).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -22,22 +22,37 @@ from simroute.ioutil import atomic_path, check_replaceable
 if TYPE_CHECKING:
     import pandas as pd
 
-    from simroute.network.engine import FlowEngine, FlowRecord
-    from simroute.network.messages import MessageRoute
+    import simpy
+
+    from simroute.network.bulk import BulkState
+    from simroute.network.flows import FlowRecord
+    from simroute.network.topology import EngineTopology
 
 FULL_LOAD = 1 - 1e-9      # a link at or above this fraction of capacity counts as saturated
 BOTTLENECK_P99 = 0.5      # a tier is named the most saturated only when its p99 window utilisation reaches this
 
 
-class Telemetry:
-    """Accumulates what the engine did; views (`links_frame`, `bottlenecks`, ...) flush up to `env.now`."""
+class WindowedRoute(Protocol):
+    """What telemetry reads and resets of a message route (`messages.MessageRoute`) at a window's close."""
 
-    def __init__(self, engine: "FlowEngine", *, record_series: bool = False, keep_records: bool = True,
-                 window_s: float = 1e-3, max_windows: int = 1024) -> None:
-        self._engine = engine
-        n_links = len(engine.cap)
-        self._cap = np.array(engine.cap)
-        self._cap_list = list(engine.cap)
+    links: tuple[int, ...]
+    spine: str | None
+    window: int
+    window_bytes: float
+
+
+class Telemetry:
+    """Accumulates what the engine did; views (`links_frame`, `bottlenecks`, ...) flush up to `env.now`.
+
+    It reads the engine's bulk state (`bulk.load`, integrated on change) and clock, and the topology's links."""
+
+    def __init__(self, bulk: "BulkState", env: "simpy.Environment", topology: "EngineTopology", *,
+                 record_series: bool = False, keep_records: bool = True, window_s: float = 1e-3,
+                 max_windows: int = 1024) -> None:
+        self._bulk, self._env, self._topology = bulk, env, topology
+        n_links = len(bulk.cap)
+        self._cap = np.array(bulk.cap)
+        self._cap_list = list(bulk.cap)
         self._full_list = [cap * FULL_LOAD for cap in self._cap_list]     # saturated at or above (B/s)
         self.record_series = record_series
         self.keep_records = keep_records
@@ -64,7 +79,7 @@ class Telemetry:
         # unloaded at the last close carries bulk bytes only after a flow joins it).
         self._live: set[int] = set()
         self.joined: set[int] = set()
-        self.message_routes: list["MessageRoute"] = []   # routes with message bytes in the current window
+        self.message_routes: list[WindowedRoute] = []   # routes with message bytes in the current window
 
     # ---- recording (called by the engine and the message model) ------------------------------------
     @property
@@ -80,7 +95,7 @@ class Telemetry:
     def set_array_mode(self, on: bool) -> None:
         if not on:       # the next object-mode close visits every loaded link and every one with open-window bytes
             pending = (np.asarray(self._bytes) != np.asarray(self._window_mark)) | \
-                (np.asarray(self._engine.load, dtype=float)[:len(self._link_t)] != 0)
+                (np.asarray(self._bulk.load, dtype=float)[:len(self._link_t)] != 0)
             self._live = set(np.flatnonzero(pending).tolist())
         convert = (lambda values: np.array(values, dtype=float)) if on else (lambda values: list(map(float, values)))
         self._bytes, self._saturated, self._link_t, self._window_mark = (
@@ -102,7 +117,7 @@ class Telemetry:
 
     def touch_path(self, links: tuple[int, ...], now: float) -> None:
         """`touch` for each link of a path (one call per group change on the engine's hot path)."""
-        link_t, engine_load, full = self._link_t, self._engine.load, self._full_list
+        link_t, engine_load, full = self._link_t, self._bulk.load, self._full_list
         for link in links:
             start = link_t[link]
             if now > start:
@@ -123,7 +138,7 @@ class Telemetry:
             return
         start = self._link_t[links]
         elapsed = np.maximum(now - start, 0.0)
-        load = (np.asarray(self._engine.load) if load is None else load)[links]
+        load = (np.asarray(self._bulk.load) if load is None else load)[links]
         self._bytes[links] += load * elapsed
         cap = self._cap[links]
         self._saturated[links] += np.where(load >= cap * FULL_LOAD, elapsed, 0.0)
@@ -141,7 +156,7 @@ class Telemetry:
 
     def _integrate_all(self, now: float) -> None:
         """Integrate every loaded link up to now (an idle link has nothing to add, whatever its clock)."""
-        load = np.asarray(self._engine.load, dtype=float)[:len(self._link_t)]
+        load = np.asarray(self._bulk.load, dtype=float)[:len(self._link_t)]
         loaded = np.flatnonzero(load)
         if loaded.size:
             self.touch_links(loaded, now, load)
@@ -171,7 +186,7 @@ class Telemetry:
         """Object mode: integrate up to `end` the links that can hold bulk bytes in the closing window (loaded
         at the last close, or joined by a flow since) and return every link's bulk bytes in it (the same
         arithmetic as integrating them all)."""
-        load, link_bytes, mark = self._engine.load, self._bytes, self._window_mark
+        load, link_bytes, mark = self._bulk.load, self._bytes, self._window_mark
         candidates = self._live | self.joined
         loaded = sorted(link for link in candidates if load[link])
         self.touch_path(loaded, end)
@@ -212,7 +227,7 @@ class Telemetry:
 
     def flush(self, now: float | None = None) -> None:
         """Integrate every link up to now (the current window stays open)."""
-        self._integrate_all(self._engine.env.now if now is None else now)
+        self._integrate_all(self._env.now if now is None else now)
 
     def spine_change(self, spine: str, delta: int, now: float) -> None:
         count = self.spine_active.get(spine, 0) + delta
@@ -254,8 +269,8 @@ class Telemetry:
         """One row per directed link: bulk and message bytes, mean utilisation (both), time saturated."""
         import pandas as pd
         self.flush()
-        links = self._engine.topology.links
-        span = max(self._engine.env.now, 1e-300)
+        links = self._topology.links
+        span = max(self._env.now, 1e-300)
         messages = self.message_bytes_per_link()
         return pd.DataFrame({
             "link": [link.id for link in links], "src": [link.src for link in links],
@@ -267,7 +282,7 @@ class Telemetry:
     def window_matrix(self, window_s: float | None = None) -> tuple[np.ndarray, np.ndarray, float]:
         """(bytes per window x link, window durations, window) up to now, windows of `window_s` (rounded to
         a whole number of recorded windows; the last one may be partial)."""
-        now = self._engine.env.now
+        now = self._env.now
         self.advance_to(now)
         self.flush(now)
         open_bytes = (self.link_bytes - np.asarray(self._window_mark, dtype=float)) + self._open_window_messages()
@@ -304,7 +319,7 @@ class Telemetry:
         mean = total_bytes / (cap * max(span, 1e-300))
         peak = util.max(0)
         p99 = np.percentile(util, 99, axis=0) if len(util) else np.zeros_like(peak)
-        links = self._engine.topology.links
+        links = self._topology.links
         tiers: dict[str, dict[str, float]] = {}
         tier_names = np.array([link.tier for link in links])
         for tier in dict.fromkeys(tier_names.tolist()):

@@ -84,15 +84,17 @@ def test_ark_elephant_threshold_catches_chunk_pulls(ark_topo):
 
 
 def test_routing_and_messages_use_the_engine_only_through_its_public_interface():
-    """Strategies and the message model read paths through `PathService` and bulk state through public
-    names (`link_share`, `bulk_version`, `cap`, `telemetry`, `topology`, `paths`): no private attribute of
-    the engine, and not the reservation table or solver state directly."""
+    """Strategies and the message model read paths through `PathService` and bulk state through the fields
+    `MessageHost` declares (`topology`, `paths`, `bulk`, `telemetry`): no private attribute of the engine,
+    and not the reservation table or solver state directly."""
     import ast
     from pathlib import Path
 
     import simroute.network as network
+    from simroute.network.messages import MessageHost
     root = Path(network.__file__).parent
-    allowed = {"link_share", "bulk_version", "cap", "telemetry", "topology", "paths"}
+    allowed = set(MessageHost.__annotations__)
+    assert allowed == {"topology", "paths", "bulk", "telemetry"}
     for name in ("routing.py", "messages.py", "paths.py"):
         tree = ast.parse((root / name).read_text())
         for node in ast.walk(tree):

@@ -11,10 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simroute.network import maxmin_rates
+from simroute.network import SOLVERS, SolverMode, maxmin_rates
 from simroute.network import _compiled
 from simroute.network.columns import GroupColumns
 from simroute.network.kernels import NUMPY_BACKEND, commit_slots_numpy, compiled_backend
+from simroute.network.solvers.arrays import ArraySolver
 
 from test_large import _closed_loop, _EarlyArrays, assert_maxmin
 
@@ -197,20 +198,26 @@ def test_commit_kernels_agree():
     assert a["link_bytes"].sum() > 0 and (a["link_t"][rest_a[0]] == 2.0).all()
 
 
-class _Checked(_EarlyArrays):
+class _CheckedArrays(ArraySolver):
     """Array mode whose every incremental re-solve is checked against a from-scratch solve."""
 
     checked = 0
 
-    def _cascade(self, now, seeds, dirty):
-        ok = super()._cascade(now, seeds, dirty)
+    def cascade(self, now, seeds, dirty):
+        ok = super().cascade(now, seeds, dirty)
         if ok:
-            columns, count = self._columns, len(self._columns.groups)
+            columns, count = self.bulk.columns, len(self.bulk.columns.groups)
             want, _bn = NUMPY_BACKEND.fill_groups(columns.links[:, :count], columns.flows[:count],
-                                                  columns.cap[:count], self._capacity_padded)
+                                                  columns.cap[:count], self.bulk.capacity_padded)
             assert columns.rate[:count] == pytest.approx(want, rel=1e-9)
             type(self).checked += 1
         return ok
+
+
+class _Checked(_EarlyArrays):
+    """The engine with its array-mode solver swapped for the checked one."""
+
+    solvers = {**SOLVERS, SolverMode.ARRAYS: _CheckedArrays}
 
 
 @pytest.mark.skipif(compiled_backend() is None, reason="numba not installed or SIMROUTE_NO_NUMBA set")
@@ -220,10 +227,10 @@ def test_engine_cascade_matches_full_solves(limit):
         cascade_limit = limit
         cascade_floor = 4
 
-    Engine.checked = 0
+    _CheckedArrays.checked = 0
     env, eng, topo, sizes, _pairs = _closed_loop(500, 250, seed=7, checks=(0, 100, 249), cls=Engine)
     cascades = eng.rerates - eng.full_solves
-    assert Engine.checked == cascades > 200
+    assert _CheckedArrays.checked == cascades > 200
     assert (eng.cascade_aborts > 0) == (limit < 1.0)
     env.run()
     eng.telemetry.flush()
@@ -234,6 +241,6 @@ def test_engine_cascade_matches_full_solves(limit):
 
 
 def test_reference_backend_solves_in_full():
-    env, eng, *_ = _closed_loop(300, 60, seed=3, solver="numpy")
+    env, eng, *_ = _closed_loop(300, 60, seed=3, backend="numpy")
     assert eng.backend.cascade is None and eng.array_mode and eng.full_solves > 60 and eng.cascade_aborts == 0
     assert_maxmin(eng)

@@ -11,7 +11,7 @@ import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simroute.network import FlowEngine, load_topology, maxmin_rates
+from simroute.network import FlowEngine, SolverMode, load_topology, maxmin_rates
 from simroute.network.kernels import NUMPY_BACKEND, compiled_backend
 
 BACKENDS = ["numpy"] + (["numba"] if compiled_backend() is not None else [])
@@ -82,10 +82,10 @@ class _EarlyArrays(FlowEngine):
     arrays_off = numpy_arrays_off = 100
 
 
-def _closed_loop(n_flows, n_done, seed, checks=(), cls=_EarlyArrays, solver="auto"):
+def _closed_loop(n_flows, n_done, seed, checks=(), cls=_EarlyArrays, backend="auto"):
     topo = load_topology(TOPO_DIR / "fattree-1024.yaml")
     env = simpy.Environment()
-    eng = cls(env, topo, keep_records=True, solver=solver)
+    eng = cls(env, topo, keep_records=True, backend=backend)
     rng = np.random.default_rng(seed)
     gpus, done = topo.gpus, [0]
     pairs = rng.integers(0, len(gpus), size=(n_flows + n_done, 2)).tolist()
@@ -119,14 +119,14 @@ def _closed_loop(n_flows, n_done, seed, checks=(), cls=_EarlyArrays, solver="aut
 def test_large_component_stays_maxmin_and_conserves_bytes(backend):
     # 600 flows on the 1024-GPU fat-tree: array mode (full solves with the NumPy reference, mostly incremental
     # re-solves compiled), then object mode while draining
-    env, eng, topo, sizes, pairs = _closed_loop(600, 300, seed=5, checks=(0, 50, 150, 299), solver=backend)
+    env, eng, topo, sizes, pairs = _closed_loop(600, 300, seed=5, checks=(0, 50, 150, 299), backend=backend)
     array_solves = eng.full_solves if backend == "numpy" else eng.rerates - eng.full_solves
     assert eng.backend.name == backend and array_solves > 100 and eng.array_mode
-    g = next(iter(eng._groups.values()))             # the check itself is sharp: a rate off by 1e-6 fails it
-    eng._columns.rate[g.slot] *= 1 + 1e-6
+    g = next(iter(eng.bulk.groups.values()))             # the check itself is sharp: a rate off by 1e-6 fails it
+    eng.bulk.columns.rate[g.slot] *= 1 + 1e-6
     with pytest.raises(AssertionError):
         assert_maxmin(eng)
-    eng._columns.rate[g.slot] /= 1 + 1e-6
+    eng.bulk.columns.rate[g.slot] /= 1 + 1e-6
     rerates = eng.rerates
     env.run()                                           # drain: the engine drops its arrays on the way down
     assert eng.n_active == 0 and not eng.array_mode and eng.rerates - eng.full_solves > rerates - eng.full_solves
@@ -149,7 +149,7 @@ def test_large_component_is_deterministic():
 def test_compiled_and_reference_paths_give_the_same_completions():
     runs = {}
     for backend in BACKENDS:
-        records = _closed_loop(400, 200, seed=4, solver=backend)[1].telemetry.records
+        records = _closed_loop(400, 200, seed=4, backend=backend)[1].telemetry.records
         runs[backend] = {r.fid: r.end for r in records}
     assert runs["numba"].keys() == runs["numpy"].keys()
     for fid, end in runs["numpy"].items():
@@ -165,7 +165,7 @@ def test_object_and_array_modes_and_the_online_core_give_the_same_completions():
     arrays = {r.fid: r.end for r in _closed_loop(300, 150, seed=2)[1].telemetry.records}
     env, core_engine, *_ = _closed_loop(300, 150, seed=2, cls=FlowEngine)
     core = {r.fid: r.end for r in core_engine.telemetry.records}
-    assert core_engine._core is not None or compiled_backend() is None
+    assert core_engine.mode is SolverMode.ONLINE or compiled_backend() is None
     assert objects.keys() == arrays.keys() == core.keys()
     for fid, end in objects.items():
         assert arrays[fid] == pytest.approx(end, rel=1e-9) and core[fid] == pytest.approx(end, rel=1e-9)

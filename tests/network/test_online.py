@@ -31,7 +31,7 @@ def test_core_is_entered_with_flows_in_flight_grows_its_buffers_and_stays_maxmin
                            float(rng.uniform(1e6, 5e7)), rate_cap_Bps=None if i % 5 else 20e9) for i in range(300)]
     env.run(until=1e-7)
     assert eng.steps == 1 and eng.full_solves == 1               # object mode took the starts, the core solved
-    core = eng._core
+    core = eng.solver.core
     assert core is not None and core.dims["S"] >= 512 and core.dims["W"] >= 16 and core.dims["P"] >= 300
     active = eng.active_flows()
     want = maxmin_rates([links for _fid, links, _cap in active], eng.cap,
@@ -54,7 +54,7 @@ def test_core_shares_groups_and_reuses_slots_and_table_entries():
     eng = CoreFromFirst(env, topo)
     first = [eng.transfer("a", "b", 20.0) for _ in range(4)] + [eng.transfer("a", "b", 20.0, rate_cap_Bps=1.0)]
     env.run(until=1e-9)
-    assert eng._core.count == 2                     # one group per (path, cap): 4 uncapped flows, 1 capped
+    assert eng.solver.core.count == 2                     # one group per (path, cap): 4 uncapped flows, 1 capped
     assert sorted(eng.flow_rates().values()) == pytest.approx([1.0, 2.25, 2.25, 2.25, 2.25])   # (10 - 1) / 4
     env.run()
     assert [event.value.end for event in first] == pytest.approx([20 / 2.25] * 4 + [20.0])    # the capped: 1 B/s
@@ -73,7 +73,7 @@ def test_core_shares_groups_and_reuses_slots_and_table_entries():
     ends = [event.value.end - event.value.start for event in lone]
     assert ends == pytest.approx([5.0 / (1 + i % 3) for i in range(400)], rel=1e-12)
     assert lone[-1].value.end == pytest.approx(start + sum(ends))
-    assert eng._core.count == 0 and eng._core.ibuf[H_TOMB] < 400
+    assert eng.solver.core.count == 0 and eng.solver.core.ibuf[H_TOMB] < 400
 
 
 @pytest.mark.parametrize("engine", [CoreFromFirst, ObjectMode], ids=["online core", "object mode"])

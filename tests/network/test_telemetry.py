@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import simpy
 
-from simroute.network import FlowEngine, load_topology
+from simroute.network import SOLVERS, FlowEngine, SolverMode, load_topology
+from simroute.network.solvers.arrays import ArraySolver
 
 from conftest import TOPO_DIR
 
@@ -98,12 +99,15 @@ def test_windows_hold_every_bulk_byte(arrays_on, core):
     """Window closes visit only the links that can hold bytes (loaded at the last close, or joined since):
     summed over the windows, each link still has exactly the bytes of the flows that crossed it, also when
     flows start and end inside one window and when the engine moves into array mode and back."""
-    class Engine(FlowEngine):
+    class CountedArrays(ArraySolver):
         entered = 0
 
-        def _arrays_build(self, now):
+        def enter(self, now, previous):
             type(self).entered += 1
-            super()._arrays_build(now)
+            super().enter(now, previous)
+
+    class Engine(FlowEngine):
+        solvers = {**SOLVERS, SolverMode.ARRAYS: CountedArrays}
 
     Engine.online_core, Engine.core_on = core, 1
     Engine.arrays_on = Engine.numpy_arrays_on = arrays_on
@@ -132,5 +136,5 @@ def test_windows_hold_every_bulk_byte(arrays_on, core):
         want[list(ev.value.links)] += ev.value.nbytes
     assert matrix.sum(0) == pytest.approx(want, rel=1e-5, abs=1.0)        # float32 windows
     assert eng.telemetry.link_bytes == pytest.approx(want, rel=1e-9, abs=1e-3)
-    assert (Engine.entered > 0) == (arrays_on < 10**9)
-    assert eng.array_mode == (eng._core is not None)                   # array mode: in and out again
+    assert (CountedArrays.entered > 0) == (arrays_on < 10**9)
+    assert eng.array_mode == (eng.mode is SolverMode.ONLINE)                   # array mode: in and out again

@@ -13,7 +13,7 @@ from simroute.calib.optables import load_operator_tables_cached, resolve_fill
 from simroute.calib.schema import Constant, FabricSpec, GpuFileSpec, ProfileFile
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.ioutil import load_yaml, write_text_atomic
-from simroute.model.cost import ROUTE_EXCHANGES, CostParams, FabricParams
+from simroute.model.cost import ROUTE_EXCHANGES, CostParams, FabricParams, RouteExchanges
 from simroute.model.geometry import get_model
 from simroute.model.staging import STAGING_OVERSUBSCRIPTION_LOSS, StagingParams, copy_saving_at_elbow, fitted_copy_Bps
 from simroute.model.optables import OperatorTables
@@ -256,7 +256,7 @@ class Profile:
             raise ConfigurationError(f"profile '{self.name}' defines no fabric",
                                      file=self.files[0] if self.files else None, field="fabrics")
 
-    def cost_params(self, model: str = "deepseek-v2-lite", *, route_exchanges: str = "per-layer",
+    def cost_params(self, model: str = "deepseek-v2-lite", *, route_exchanges: str = RouteExchanges.PER_LAYER,
                     prefill_us: float | None = None, cache_dtype: str = "bf16", **switches: Any) -> CostParams:
         """The model's CostParams for `model` on every fabric of this profile."""
         self.check_complete()

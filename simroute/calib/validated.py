@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from simroute.model.cost import ROUTE_EXCHANGES, CostParams, FabricParams
+from simroute.model.cost import ROUTE_EXCHANGES, CostParams, FabricParams, RouteExchanges
 from simroute.model.geometry import MODELS, get_model
 
 SHIPPED = (Path(__file__).resolve().parent.parent / "data" / "calib").resolve()   # profile.shipped_dir(), resolved
@@ -70,7 +70,7 @@ def recorded(calib: str | Path) -> dict[str, Any] | None:
         return None
 
 
-def cost_params(calib: str | Path, model: str, *, route_exchanges: str = "per-layer",
+def cost_params(calib: str | Path, model: str, *, route_exchanges: str = RouteExchanges.PER_LAYER,
                 prefill_us: float | None = None, cache_dtype: str = "bf16", **switches: Any) -> CostParams:
     """`load_profile(calib).cost_params(model, ...)`, from the record when `calib` is an unchanged shipped
     profile (no YAML, no pydantic, no numpy), else from the profile itself."""

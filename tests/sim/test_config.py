@@ -83,7 +83,7 @@ def test_one_default_deployment_for_every_command():
     for command in (predict, model_step):
         params = inspect.signature(command).parameters
         assert params["model"].default.default == defaults.DEFAULT_MODEL, command.__name__
-        assert params["tp"].default.default == defaults.DEFAULT_TP, command.__name__
+        assert params["tp_size"].default.default == defaults.DEFAULT_TP, command.__name__
     assert inspect.signature(model_step).parameters["gpu"].default.default == defaults.DEFAULT_GPU
     from simroute.network import shipped_topology
     from simroute.network.schema import load_topology_spec

@@ -79,11 +79,11 @@ class ReplicaChoice:
             return holders[0] if holders else None
         if self.picked:     # O(holders this request uses), not O(holders of a popular chunk)
             held = self.ctx.copies.held
-            used = sorted(h for h in self.picked if (chunk, h) in held)
+            used = [h for h in self.picked if (chunk, h) in held]
             if len(used) == 1:
                 return used[0]
             if used:
-                holders = used
+                holders = sorted(used)
         row = self._latency
         if row is None:
             row = self._latency = self.ctx.latency_row(self.requester)

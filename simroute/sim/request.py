@@ -123,7 +123,7 @@ class RequestDecisions:
         return primitive
 
 
-@dataclass
+@dataclass(slots=True)
 class RemoteChunk:
     """A chunk some other instance holds, and what was decided for it."""
 
@@ -343,11 +343,12 @@ class DenseRequest(RequestProcess):
         noted_chunk, noted_holder, noted = (column.append for column in self.decided)
         picked = replicas.picked
         remote = plan.remote
+        touch = copies.budget(here).touch
         for chunk, cached in zip(spec.chunk_indices, spec.cached):
             key = (chunk, here)
             pending = pending_of(key)
             if pending is not None or key in held:
-                copies.touch(chunk, here)
+                touch(chunk)
                 pins[key] = pins.get(key, 0) + 1
                 my_pins.append(key)
                 self.resident_tokens += float(tokens_of[chunk])
@@ -483,8 +484,7 @@ class DenseRequest(RequestProcess):
                 ctx.recorder.bytes_fanout[self.spec.request_id] += step.fanout_bytes(nbytes)
             if splice is not None:
                 yield splice.landed(float(sum(chunks.tokens[item.chunk] for item in items if not item.cached)))
-            for item in items:
-                ctx.copies.arrived(item.chunk, requester.id)
+            ctx.copies.arrived_all([item.chunk for item in items], requester.id)
         finally:
             for item in items:
                 del chunks.pending[(item.chunk, requester.id)]

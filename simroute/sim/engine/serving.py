@@ -10,13 +10,14 @@ running request relies on is never evicted).
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
 import simpy
 
 from simroute.sim.engine.build import EngineSet
-from simroute.sim.engine.hbm import blocks_for
+from simroute.sim.engine.hbm import HbmBudget, blocks_for
 from simroute.sim.engine.sequence import RouteShare, Sequence
 
 
@@ -56,7 +57,7 @@ class ChunkCopies:
         for eng in engines.engines:
             eid = eng.eid
             eng.hbm.evictable = lambda ci, eid=eid: (ci, eid) not in pins
-            eng.hbm.on_evict = lambda ci, eid=eid: self._evicted(ci, eid)
+            eng.hbm.on_evict = partial(self._evicted, eid=eid)
 
     def _evicted(self, ci: int, eid: int) -> None:
         if (ci, eid) in self.held:
@@ -114,6 +115,19 @@ class ChunkCopies:
 
     def touch(self, ci: int, eid: int) -> None:
         self._hbm[eid].touch(ci)
+
+    def budget(self, eid: int) -> HbmBudget:
+        """Instance eid's HBM budget (a request touches its resident copies there, one per chunk)."""
+        return self._hbm[eid]
+
+    def arrived_all(self, chunks: list[int], eid: int) -> None:
+        """`arrived` for each of one pull's chunks, in order."""
+        held, holders = self.held, self.holders
+        for ci in chunks:
+            key = (ci, eid)
+            if key not in held:
+                held.add(key)
+                holders[ci].append(eid)
 
     def reprefill(self, chunks: list[int], eid: int, rid: int) -> simpy.Event:
         """Prefill `chunks` on instance eid as engine work (one sequence of their tokens, no output) whose KV

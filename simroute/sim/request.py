@@ -391,6 +391,7 @@ class DenseRequest(RequestProcess):
         tokens_of, bytes_of, pins, my_pins = chunks.token_list, chunks.byte_list, chunks.pins, self.pins
         fabric_of: dict[int, int] = {}       # holder -> fabric id (Cluster.fabric_id, asked once per holder)
         route, fetch, here = Primitive.ROUTE, Primitive.FETCH, requester.id
+        reserve = copies.reserver(here, own_kv)
         for (holder_id, cached), items in holder_blocks(remote).items():
             holder = ctx.cluster.instances[holder_id]
             chunk_list = [item.chunk for item in items]
@@ -404,7 +405,7 @@ class DenseRequest(RequestProcess):
                                          cached, copy_bytes)
             for item in items:     # pinned at once (`pin`, inlined): a later reservation must not evict this copy
                 item.primitive = primitive
-                if primitive == fetch and not copies.reserve(item.chunk, here, own_kv):
+                if primitive == fetch and not reserve(item.chunk):
                     item.primitive = route
                     copies.fell_back += 1
                 key = (item.chunk, item.holder if item.primitive == route else here)
@@ -468,7 +469,9 @@ class DenseRequest(RequestProcess):
         reserved."""
         ctx, requester = self.ctx, self.requester
         chunks = ctx.cluster.chunks
-        nbytes = float(sum(chunks.bytes[item.chunk] for item in items))
+        nbytes, bytes_of = 0.0, chunks.byte_list
+        for item in items:          # added in order, as a sum over the numpy column did
+            nbytes += bytes_of[item.chunk]
         try:
             yield from holder.staging.stage(nbytes)
             fabric = ctx.cluster.fabric(requester, holder)
@@ -483,7 +486,7 @@ class DenseRequest(RequestProcess):
                 yield ctx.env.timeout(fanout)
                 ctx.recorder.bytes_fanout[self.spec.request_id] += step.fanout_bytes(nbytes)
             if splice is not None:
-                yield splice.landed(float(sum(chunks.tokens[item.chunk] for item in items if not item.cached)))
+                yield splice.landed(float(sum([chunks.token_list[item.chunk] for item in items if not item.cached])))
             ctx.copies.arrived_all([item.chunk for item in items], requester.id)
         finally:
             for item in items:

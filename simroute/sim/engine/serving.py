@@ -106,6 +106,11 @@ class ChunkCopies:
         for `keep_free_tokens` of KV (the request's own); False if they cannot be had, and nothing changed."""
         return self._hbm[eid].add_copy(ci, self._blocks[ci], keep_free=blocks_for(keep_free_tokens))
 
+    def reserver(self, eid: int, keep_free_tokens: int = 0) -> Callable[[int], bool]:
+        """`reserve` on eid for one request's chunks, one after another (its keep-free blocks worked out once)."""
+        add_copy, blocks, keep_free = self._hbm[eid].add_copy, self._blocks, blocks_for(keep_free_tokens)
+        return lambda ci: add_copy(ci, blocks[ci], keep_free)
+
     def arrived(self, ci: int, eid: int) -> None:
         """The reserved copy is in HBM: from now on the instance holds the chunk."""
         key = (ci, eid)

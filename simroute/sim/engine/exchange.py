@@ -337,16 +337,16 @@ class RouteExchange:
         """The event's exchanges ran k iterations: count their messages and the network's bytes of all but the
         one sampled per leg (which `send_message` counted)."""
         ex = self.exchanges
-        self.messages += 2 * ex * k * len(legs)
-        for holder, _share, _queries, _entry, wait, sharing, *_ in legs:
-            holder.partials.served(ex * k, wait, sharing)
-        if not self._fast:
-            return
-        account, now = self.net.messages.account, self.net.env.now
-        more = ex * k - 1
-        for *_, leg_out, leg_back, (out_bytes, back_bytes) in legs:
-            account(leg_out, out_bytes, more, now)
-            account(leg_back, back_bytes, more, now)
+        calls = ex * k
+        self.messages += 2 * calls * len(legs)
+        more = calls - 1 if self._fast else 0       # one loop over the legs; nothing to account when 0
+        account = self.net.messages.account if more > 0 else None
+        now = self.net.env.now if more > 0 else 0.0
+        for holder, _share, _queries, _entry, wait, sharing, leg_out, leg_back, (out_bytes, back_bytes) in legs:
+            holder.partials.served(calls, wait, sharing)
+            if account is not None:
+                account(leg_out, out_bytes, more, now)
+                account(leg_back, back_bytes, more, now)
 
     def retract(self, engine: "InstanceEngine", legs: list[tuple], done: int, k: int) -> None:
         """The k-iteration event was cut after `done`: the holders' partial work for the rest did not run."""

@@ -341,7 +341,7 @@ class DenseRequest(RequestProcess):
         pending_of, held, holders_of, tokens_of = chunks.pending.get, copies.held, chunks.holders, chunks.token_list
         pins, my_pins = chunks.pins, self.pins
         noted_chunk, noted_holder, noted = (column.append for column in self.decided)
-        picked = replicas.picked
+        picked, choose = replicas.picked, replicas.choose
         remote = plan.remote
         touch = copies.budget(here).touch
         for chunk, cached in zip(spec.chunk_indices, spec.cached):
@@ -357,12 +357,10 @@ class DenseRequest(RequestProcess):
                     plan.joining.append(pending)
                 continue
             holders = holders_of[chunk]
-            if len(holders) == 1:
-                holder = holders[0]
+            holder = holders[0] if len(holders) == 1 else choose(chunk)
+            if holder is not None:
                 picked.add(holder)
             else:
-                holder = replicas.pick(chunk)
-            if holder is None:
                 pins[key] = pins.get(key, 0) + 1
                 my_pins.append(key)
                 plan.prefill_here.append(chunk)
@@ -412,13 +410,16 @@ class DenseRequest(RequestProcess):
                 pins[key] = pins.get(key, 0) + 1
                 my_pins.append(key)
         largest: dict[int, float] = {}
-        routes, noted_chunk, noted_holder, noted = self.routes, *(column.append for column in self.decided)
+        routes = self.routes
+        noted_chunks, noted_holders, noted = self.decided      # `record`, per column in one go
+        noted_chunks.extend([item.chunk for item in remote])
+        noted_holders.extend([item.holder for item in remote])
+        noted.extend([item.primitive for item in remote])
         for item in remote:
             tokens = float(tokens_of[item.chunk])
             fabric = fabric_of[item.holder]
             if tokens > largest.get(fabric, 0.0):
                 largest[fabric] = tokens
-            noted_chunk(item.chunk), noted_holder(item.holder), noted(item.primitive)
             if item.primitive == route:
                 routes[item.holder] = routes.get(item.holder, 0.0) + tokens
             else:

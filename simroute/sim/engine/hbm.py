@@ -109,11 +109,11 @@ class HbmBudget:
             return True
         victims, freed, evictable = [], free, self.evictable
         for key, size in self.copies.items():
-            if freed >= blocks:
-                break
             if evictable(key):
                 victims.append(key)
                 freed += size
+                if freed >= blocks:
+                    break
         if freed < blocks:
             return False
         copies, on_evict = self.copies, self.on_evict

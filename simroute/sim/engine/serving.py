@@ -50,7 +50,8 @@ class ChunkCopies:
                  tokens: Any) -> None:
         self.engines, self.holders, self.pins, self.tokens = engines, holders, pins, tokens
         # each chunk's KV blocks, once (asked per chunk of every request: a numpy scalar read costs more)
-        self._blocks = [blocks_for(int(t)) for t in np.asarray(tokens).tolist()]
+        self._tokens: list[int] = [int(t) for t in np.asarray(tokens).tolist()]
+        self._blocks = [blocks_for(t) for t in self._tokens]
         self._hbm = [eng.hbm for eng in engines.engines]    # by instance id (asked per chunk, too)
         self.held = {(ci, eid) for ci, instances in enumerate(holders) for eid in instances}
         self.fell_back = 0              # fetches that did not fit in the requester's HBM (routed instead)
@@ -139,20 +140,22 @@ class ChunkCopies:
         becomes one copy per chunk; the event fires when the copies are resident."""
         eng = self.engines[eid]
         done = eng.env.event()
-        sizes = [self.blocks(ci) for ci in chunks]
+        block_list = self._blocks
+        sizes = [block_list[ci] for ci in chunks]
 
         def hand_over(seq: Sequence) -> None:
             if seq.output >= 0:           # not refused: its blocks become the copies
                 left = seq.blocks
+                kv_to_copy = eng.hbm.kv_to_copy
                 for ci, blocks in zip(chunks, sizes):
-                    take = min(blocks, left)
-                    eng.hbm.kv_to_copy(ci, take)
+                    take = blocks if blocks < left else left
+                    kv_to_copy(ci, take)
                     left -= take
-                    self.arrived(ci, eid)
+                self.arrived_all(chunks, eid)   # after every copy is in: nothing reads holders meanwhile
                 eng.hbm.release_kv(left)
                 seq.blocks = 0
 
-        tokens = int(sum(int(self.tokens[ci]) for ci in chunks))
+        tokens = int(sum(self._tokens[ci] for ci in chunks))
         eng.submit(Sequence(rid, tokens, 0, keep_kv=True, on_done=hand_over, done=done))
         return done
 

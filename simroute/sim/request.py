@@ -344,6 +344,8 @@ class DenseRequest(RequestProcess):
         picked, choose = replicas.picked, replicas.choose
         remote = plan.remote
         touch = copies.budget(here).touch
+        resident, first_touch = Primitive.RESIDENT, Primitive.FIRST_TOUCH
+        resident_tokens = self.resident_tokens      # summed here in chunk order, stored once
         for chunk, cached in zip(spec.chunk_indices, spec.cached):
             key = (chunk, here)
             pending = pending_of(key)
@@ -351,8 +353,8 @@ class DenseRequest(RequestProcess):
                 touch(chunk)
                 pins[key] = pins.get(key, 0) + 1
                 my_pins.append(key)
-                self.resident_tokens += float(tokens_of[chunk])
-                noted_chunk(chunk), noted_holder(here), noted(Primitive.RESIDENT)
+                resident_tokens += float(tokens_of[chunk])
+                noted_chunk(chunk), noted_holder(here), noted(resident)
                 if pending is not None and pending not in plan.joining:
                     plan.joining.append(pending)
                 continue
@@ -364,10 +366,11 @@ class DenseRequest(RequestProcess):
                 pins[key] = pins.get(key, 0) + 1
                 my_pins.append(key)
                 plan.prefill_here.append(chunk)
-                self.resident_tokens += float(tokens_of[chunk])
-                noted_chunk(chunk), noted_holder(here), noted(Primitive.FIRST_TOUCH)
+                resident_tokens += float(tokens_of[chunk])
+                noted_chunk(chunk), noted_holder(here), noted(first_touch)
                 continue
             remote.append(RemoteChunk(chunk, holder, cached))
+        self.resident_tokens = resident_tokens
         if plan.prefill_here:
             tokens = float(chunks.tokens[plan.prefill_here].sum())
             self.floor_chunks_s = max(self.floor_chunks_s, self._prefill_alone_s(tokens))

@@ -84,16 +84,21 @@ class HolderPartials:
 
     def others(self, now: float, requester: int) -> tuple[float, int]:
         """(GPU s per s the other requesters now ask of this holder, how many they are): one pass. It runs
-        once per routed leg of every requester event, so it builds nothing unless two entries of other
-        requesters are live (a requester usually has one: its current event's), when it counts them apart."""
-        rho, entries = 0.0, 0
+        once per routed leg of every requester event, so it builds nothing unless entries of two or more other
+        requesters are live (their entries are often one requester's: its current event's and its last ones),
+        when it counts them apart."""
+        rho, first, several = 0.0, None, False
         for x in (self._prune(now) if now >= self.expiry else self.demand):
-            if x[3] != requester:
+            other = x[3]
+            if other != requester:
                 rho += x[2]
-                entries += 1
-        if entries > 1:
-            entries = len({x[3] for x in self.demand if x[3] != requester})
-        return rho, entries
+                if first is None:
+                    first = other
+                elif other != first:
+                    several = True
+        if several:         # entries of two or more other requesters: count them apart
+            return rho, len({x[3] for x in self.demand if x[3] != requester})
+        return rho, 0 if first is None else 1
 
     def utilisation(self, now: float, requester: int = -1) -> float:
         """GPU seconds per second of partial attention the other requesters now ask of this holder."""

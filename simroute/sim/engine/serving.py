@@ -9,7 +9,7 @@ running request relies on is never evicted).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -114,10 +114,7 @@ class ChunkCopies:
 
     def arrived(self, ci: int, eid: int) -> None:
         """The reserved copy is in HBM: from now on the instance holds the chunk."""
-        key = (ci, eid)
-        if key not in self.held:
-            self.held.add(key)
-            self.holders[ci].append(eid)
+        self.arrived_all((ci,), eid)
 
     def touch(self, ci: int, eid: int) -> None:
         self._hbm[eid].touch(ci)
@@ -126,8 +123,9 @@ class ChunkCopies:
         """Instance eid's HBM budget (a request touches its resident copies there, one per chunk)."""
         return self._hbm[eid]
 
-    def arrived_all(self, chunks: list[int], eid: int) -> None:
-        """`arrived` for each of one pull's chunks, in order."""
+    def arrived_all(self, chunks: Iterable[int], eid: int) -> None:
+        """Each of these copies (one pull's, or one re-prefill's) is in HBM, in order: from now on the instance
+        holds the chunk."""
         held, holders = self.held, self.holders
         for ci in chunks:
             key = (ci, eid)

@@ -9,8 +9,11 @@ that a before/after comparison shows both the cost and that the outputs did not 
 
     python bench/bench_engine_iteration.py conversation [POLICY ...] [--json OUT] [--repeat R] [--no-record]
     PYTHONPATH=/path/to/other/checkout python bench/bench_engine_iteration.py ...   # the same on other code
+    python bench/bench_engine_iteration.py agent-real --against /path/to/base/checkout [--repeat R]
 
-Appends one row per trace to RESULTS.md (least CPU of R runs per policy) unless --no-record.
+Appends one row per trace to RESULTS.md (least CPU of R runs per policy) unless --no-record. `--against` runs
+each policy in a fresh process per side, the base checkout and this one alternating (a shared box's load falls
+on both alike), and records base -> this per policy, with whether the fingerprints agree.
 """
 
 from __future__ import annotations
@@ -71,12 +74,49 @@ def run(trace: Path, policy: str) -> dict:
             "fingerprint": fingerprint(result)}
 
 
+def _side(checkout: Path, trace: Path, policy: str) -> dict:
+    """One run of `policy` on `checkout`'s code, in a fresh process (its own imports)."""
+    import os
+    import subprocess
+    code = ("import json, sys; sys.path[:0] = [sys.argv[1] + '/bench', sys.argv[1]]; import bench_engine_iteration as b; "
+            "print(json.dumps(b.run(__import__('pathlib').Path(sys.argv[2]), sys.argv[3])))")
+    done = subprocess.run([sys.executable, "-c", code, str(checkout), str(trace), policy], check=True, text=True,
+                          capture_output=True, env={**os.environ, "PYTHONPATH": str(checkout)})
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def against(which: str, policies: list[str], base: Path, repeat: int) -> None:
+    """Base checkout -> this one, alternating per run; least CPU of `repeat` per side and policy."""
+    here = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="simroute-engine-") as tmp:
+        trace = (bench_sim.conversation_trace if which == "conversation" else bench_sim.agent_trace)(Path(tmp))
+        figures: dict[str, float | str] = {}
+        for policy in policies:
+            best: dict[str, dict] = {}
+            for _ in range(repeat):
+                for side, checkout in (("base", base), ("head", here)):
+                    row = _side(checkout, trace, policy)
+                    if side not in best or row["cpu_s"] < best[side]["cpu_s"]:
+                        best[side] = row
+            before, after = best["base"], best["head"]
+            figures[f"{policy}_us_per_iteration"] = f"{before['us_per_iteration']:.2f}->{after['us_per_iteration']:.2f}"
+            figures[f"{policy}_cpu_s"] = f"{before['cpu_s']:.3f}->{after['cpu_s']:.3f}"
+            figures[f"{policy}_same"] = "yes" if before["fingerprint"] == after["fingerprint"] else "NO"
+            print(which, policy, figures[f"{policy}_us_per_iteration"], figures[f"{policy}_same"], flush=True)
+    record(f"engine_iteration_{which} (base {base.name} -> head, least CPU of {repeat} alternating runs)", figures,
+           target="<= 10 us per iteration (CPU)")
+
+
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     out = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
     repeat = int(sys.argv[sys.argv.index("--repeat") + 1]) if "--repeat" in sys.argv else 1
-    args = [a for a in args if a not in (out, str(repeat))]
+    base = sys.argv[sys.argv.index("--against") + 1] if "--against" in sys.argv else None
+    args = [a for a in args if a not in (out, str(repeat), base)]
     which, policies = args[0], args[1:] or list(bench_sim.POLICIES)
+    if base is not None:
+        against(which, policies, Path(base).resolve(), repeat)
+        return
     with tempfile.TemporaryDirectory(prefix="simroute-engine-") as tmp:
         trace = (bench_sim.conversation_trace if which == "conversation" else bench_sim.agent_trace)(Path(tmp))
         rows = {}

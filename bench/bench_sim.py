@@ -190,12 +190,16 @@ def conversation_trace(tmp: Path, tiles: int = 3) -> Path:
 
 def agent_trace(tmp: Path, copies: int = 14) -> Path:
     """The shipped Claude-Code agent conversation (53 requests, up to ~1,450 64-token blocks) as `copies`
-    conversations (one file each: hash ids are namespaced per file)."""
-    import shutil
+    conversations (one file each: hash ids are namespaced per file; each copy its own trace id, `<id>-<i>`, as
+    the importer refuses two conversations with one id)."""
+    import json
+    doc = json.loads((SHARED / "agent_trace_0277.json").read_text())
+    base = doc.get("id", "agent_trace_0277")
     files = []
     for i in range(copies):
         dst = tmp / f"agent_{i:02d}.json"
-        shutil.copyfile(SHARED / "agent_trace_0277.json", dst)
+        doc["id"] = f"{base}-{i:02d}"
+        dst.write_text(json.dumps(doc))
         files.append(dst)
     return import_trace("agent", files, tmp / "agents-real.parquet")
 

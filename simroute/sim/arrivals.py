@@ -137,12 +137,15 @@ class Arrivals:
                 lo, hi = offsets[j], offsets[j + 1]
                 if until is not None and arrival[j] > until and after[j] < 0:
                     ctx.recorder.drop(request, DropReason.UNFINISHED)
-                elif not all(int(c) in index for c in flat_ids[lo:hi].tolist()):
-                    ctx.recorder.drop(request, DropReason.UNKNOWN_CHUNK)
                 else:
-                    spec = RequestSpec(request, int(hint[j]), int(prefill_hint[j]), int(prompt[j]), int(output[j]),
-                                       [index[c] for c in flat_ids[lo:hi].tolist()], flat_cached[lo:hi].tolist(),
-                                       int(topk[j]), int(spanned[j]))
+                    try:            # its chunks' dense indices (one pass: a chunk the store lacks drops it)
+                        chunk_indices = [index[c] for c in flat_ids[lo:hi].tolist()]
+                    except KeyError:
+                        ctx.recorder.drop(request, DropReason.UNKNOWN_CHUNK)
+                    else:
+                        spec = RequestSpec(request, int(hint[j]), int(prefill_hint[j]), int(prompt[j]),
+                                           int(output[j]), chunk_indices, flat_cached[lo:hi].tolist(), int(topk[j]),
+                                           int(spanned[j]))
             yield j, spec, float(arrival[j]), int(after[j]), float(think[j])
 
     def _closed_loop(self, parent: int, think_s: float, spec: RequestSpec) -> Iterator[simpy.Event]:

@@ -50,6 +50,10 @@ class ChunkStore:
         self.canonical = canonical
         self.holder_hint = holder_hint
         self.bytes = tokens.astype(np.float64) * kv_bytes_per_token
+        # the same as Python lists: a request reads them per chunk, and a numpy scalar read costs more
+        self.id_list: list[int] = chunk_ids.tolist()
+        self.token_list: list[int] = tokens.tolist()
+        self.byte_list: list[float] = self.bytes.tolist()
         self.holders: list[list[int]] = [[] for _ in range(len(chunk_ids))]
         self.pending: dict[tuple[int, int], simpy.Event] = {}   # (chunk, instance) copies being made
         self.pins: dict[tuple[int, int], int] = {}               # (chunk, instance) -> requests relying on it

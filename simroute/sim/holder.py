@@ -58,32 +58,35 @@ class ReplicaChoice:
     One per request: it classifies its chunks at one simulated instant, so each holder's load is read once.
     """
 
-    __slots__ = ("ctx", "requester", "loads", "picked", "_latency")
+    __slots__ = ("ctx", "requester", "loads", "picked", "_latency", "_held", "_holders")
 
     def __init__(self, ctx: SimContext, requester: Instance) -> None:
         self.ctx, self.requester = ctx, requester
         self.loads: dict[int, HolderLoad] = {}
         self.picked: set[int] = set()               # holders this request's earlier chunks use
         self._latency: list[float] | None = None     # the requester's latency row, read on the first pick
+        self._held = ctx.copies.held                # (chunk, instance) held now (read per chunk: bound once)
+        self._holders = ctx.cluster.chunks.holders
 
     def pick(self, chunk: int) -> int | None:
         """The holder to use for `chunk`; None when nobody holds it."""
-        holder = self._pick(chunk)
+        holder = self.choose(chunk)
         if holder is not None:
             self.picked.add(holder)
         return holder
 
-    def _pick(self, chunk: int) -> int | None:
-        holders = self.ctx.cluster.chunks.holders[chunk]
+    def choose(self, chunk: int) -> int | None:
+        """`pick` without noting the holder as used (the caller adds it to `picked`)."""
+        holders = self._holders[chunk]
         if len(holders) <= 1:
             return holders[0] if holders else None
         if self.picked:     # O(holders this request uses), not O(holders of a popular chunk)
-            held = self.ctx.copies.held
-            used = sorted(h for h in self.picked if (chunk, h) in held)
+            held = self._held
+            used = [h for h in self.picked if (chunk, h) in held]
             if len(used) == 1:
                 return used[0]
             if used:
-                holders = used
+                holders = sorted(used)
         row = self._latency
         if row is None:
             row = self._latency = self.ctx.latency_row(self.requester)

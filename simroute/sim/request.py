@@ -123,7 +123,7 @@ class RequestDecisions:
         return primitive
 
 
-@dataclass
+@dataclass(slots=True)
 class RemoteChunk:
     """A chunk some other instance holds, and what was decided for it."""
 
@@ -185,6 +185,8 @@ class RequestProcess:
     def __init__(self, ctx: SimContext, spec: RequestSpec, requester: Instance, prefill: Instance | None) -> None:
         self.ctx, self.spec, self.requester, self.prefill_instance = ctx, spec, requester, prefill
         self.pins: list[tuple[int, int]] = []     # (chunk, instance) copies relied on: not evicted meanwhile
+        # its decisions (chunk index, holder, primitive) until `flush_decisions` hands them to the recorder
+        self.decided: tuple[list[int], list[int], list[int]] = ([], [], [])
         self.floor_pd_s = 0.0
         self.floor_chunks_s = 0.0
         self.heads = ctx.params.geometry.heads_q
@@ -238,8 +240,14 @@ class RequestProcess:
 
     def finish(self) -> None:
         ctx = self.ctx
-        for chunk, instance in self.pins:
-            ctx.cluster.chunks.unpin(chunk, instance)
+        self.flush_decisions()
+        pins = ctx.cluster.chunks.pins          # ChunkStore.unpin, inlined (one per chunk of every request)
+        for key in self.pins:
+            left = pins[key] - 1
+            if left:
+                pins[key] = left
+            else:
+                del pins[key]
         ctx.recorder.complete(self.spec.request_id)
         ctx.cluster.active[self.requester.id] -= 1
         ctx.completed += 1
@@ -251,7 +259,20 @@ class RequestProcess:
         self.pins.append((chunk, instance))
 
     def record(self, chunk: int, holder: int, primitive: Primitive) -> None:
-        self.ctx.recorder.decision(self.spec.request_id, int(self.ctx.cluster.chunks.ids[chunk]), holder, primitive)
+        """Note one chunk's decision; `flush_decisions` records them (in this order) before anything else runs."""
+        chunks, holders, primitives = self.decided
+        chunks.append(chunk)
+        holders.append(holder)
+        primitives.append(primitive)
+
+    def flush_decisions(self) -> None:
+        """Hand the noted decisions to the recorder: a request decides all its chunks in one process step, so
+        no other request's decisions come between them."""
+        chunks, holders, primitives = self.decided
+        if primitives:
+            ids = self.ctx.cluster.chunks.id_list
+            self.ctx.recorder.decisions(self.spec.request_id, [ids[c] for c in chunks], holders, primitives)
+            self.decided = ([], [], [])
 
 
 class DenseRequest(RequestProcess):
@@ -289,6 +310,7 @@ class DenseRequest(RequestProcess):
         start = ctx.recorder.arrival[spec.request_id]
         plan = self.classify_chunks()
         self.decide(plan.remote)
+        self.flush_decisions()
         for holder in self.routes:
             ctx.routing[holder] = ctx.routing.get(holder, 0) + 1
         ops = self.start_first_pass(plan)
@@ -314,24 +336,41 @@ class DenseRequest(RequestProcess):
         plan = ChunkPlan()
         here = requester.id
         replicas = ReplicaChoice(ctx, requester)
+        # per chunk of every request (hot): `pin`, `record`, `ChunkCopies.holds` and a lone holder's
+        # `ReplicaChoice.pick` inlined, the same steps in the same order
+        pending_of, held, holders_of, tokens_of = chunks.pending.get, copies.held, chunks.holders, chunks.token_list
+        pins, my_pins = chunks.pins, self.pins
+        noted_chunk, noted_holder, noted = (column.append for column in self.decided)
+        picked, choose = replicas.picked, replicas.choose
+        remote = plan.remote
+        touch = copies.budget(here).touch
+        resident, first_touch = Primitive.RESIDENT, Primitive.FIRST_TOUCH
+        resident_tokens = self.resident_tokens      # summed here in chunk order, stored once
         for chunk, cached in zip(spec.chunk_indices, spec.cached):
-            pending = chunks.pending.get((chunk, here))
-            if pending is not None or copies.holds(chunk, here):
-                copies.touch(chunk, here)
-                self.pin(chunk, here)
-                self.resident_tokens += float(chunks.tokens[chunk])
-                self.record(chunk, here, Primitive.RESIDENT)
+            key = (chunk, here)
+            pending = pending_of(key)
+            if pending is not None or key in held:
+                touch(chunk)
+                pins[key] = pins.get(key, 0) + 1
+                my_pins.append(key)
+                resident_tokens += float(tokens_of[chunk])
+                noted_chunk(chunk), noted_holder(here), noted(resident)
                 if pending is not None and pending not in plan.joining:
                     plan.joining.append(pending)
                 continue
-            holder = replicas.pick(chunk)
-            if holder is None:
-                self.pin(chunk, here)
+            holders = holders_of[chunk]
+            holder = holders[0] if len(holders) == 1 else choose(chunk)
+            if holder is not None:
+                picked.add(holder)
+            else:
+                pins[key] = pins.get(key, 0) + 1
+                my_pins.append(key)
                 plan.prefill_here.append(chunk)
-                self.resident_tokens += float(chunks.tokens[chunk])
-                self.record(chunk, here, Primitive.FIRST_TOUCH)
+                resident_tokens += float(tokens_of[chunk])
+                noted_chunk(chunk), noted_holder(here), noted(first_touch)
                 continue
-            plan.remote.append(RemoteChunk(chunk, holder, cached))
+            remote.append(RemoteChunk(chunk, holder, cached))
+        self.resident_tokens = resident_tokens
         if plan.prefill_here:
             tokens = float(chunks.tokens[plan.prefill_here].sum())
             self.floor_chunks_s = max(self.floor_chunks_s, self._prefill_alone_s(tokens))
@@ -350,27 +389,42 @@ class DenseRequest(RequestProcess):
         chunks, tp, copies = ctx.cluster.chunks, ctx.config.tp, ctx.copies
         own_kv = self.spec.prompt_tokens + self.spec.output_tokens
         decisions = RequestDecisions(ctx, requester, self._shape)
+        tokens_of, bytes_of, pins, my_pins = chunks.token_list, chunks.byte_list, chunks.pins, self.pins
+        fabric_of: dict[int, int] = {}       # holder -> fabric id (Cluster.fabric_id, asked once per holder)
+        route, fetch, here = Primitive.ROUTE, Primitive.FETCH, requester.id
+        reserve = copies.reserver(here, own_kv)
         for (holder_id, cached), items in holder_blocks(remote).items():
             holder = ctx.cluster.instances[holder_id]
             chunk_list = [item.chunk for item in items]
-            primitive = decisions.choose(chunk_list, holder, ctx.cluster.fabric_id(requester, holder),
-                                         float(sum(chunks.tokens[c] for c in chunk_list)), cached,
-                                         float(sum(chunks.bytes[c] for c in chunk_list)))
-            for item in items:     # pinned at once: a later reservation must not evict this copy
+            copy_bytes = 0.0
+            for c in chunk_list:
+                copy_bytes += bytes_of[c]
+            fabric = fabric_of.get(holder_id)
+            if fabric is None:
+                fabric = fabric_of[holder_id] = ctx.cluster.fabric_id(requester, holder)
+            primitive = decisions.choose(chunk_list, holder, fabric, float(sum([tokens_of[c] for c in chunk_list])),
+                                         cached, copy_bytes)
+            for item in items:     # pinned at once (`pin`, inlined): a later reservation must not evict this copy
                 item.primitive = primitive
-                if primitive == Primitive.FETCH and not copies.reserve(item.chunk, requester.id, own_kv):
-                    item.primitive = Primitive.ROUTE
+                if primitive == fetch and not reserve(item.chunk):
+                    item.primitive = route
                     copies.fell_back += 1
-                self.pin(item.chunk, item.holder if item.primitive == Primitive.ROUTE else requester.id)
+                key = (item.chunk, item.holder if item.primitive == route else here)
+                pins[key] = pins.get(key, 0) + 1
+                my_pins.append(key)
         largest: dict[int, float] = {}
+        routes = self.routes
+        noted_chunks, noted_holders, noted = self.decided      # `record`, per column in one go
+        noted_chunks.extend([item.chunk for item in remote])
+        noted_holders.extend([item.holder for item in remote])
+        noted.extend([item.primitive for item in remote])
         for item in remote:
-            tokens = float(chunks.tokens[item.chunk])
-            fabric = ctx.cluster.fabric_id(requester, ctx.cluster.instances[item.holder])
+            tokens = float(tokens_of[item.chunk])
+            fabric = fabric_of[item.holder]
             if tokens > largest.get(fabric, 0.0):
                 largest[fabric] = tokens
-            self.record(item.chunk, item.holder, item.primitive)
-            if item.primitive == Primitive.ROUTE:
-                self.routes[item.holder] = self.routes.get(item.holder, 0.0) + tokens
+            if item.primitive == route:
+                routes[item.holder] = routes.get(item.holder, 0.0) + tokens
             else:
                 self.resident_tokens += tokens
         for fabric, tokens in largest.items():
@@ -419,7 +473,9 @@ class DenseRequest(RequestProcess):
         reserved."""
         ctx, requester = self.ctx, self.requester
         chunks = ctx.cluster.chunks
-        nbytes = float(sum(chunks.bytes[item.chunk] for item in items))
+        nbytes, bytes_of = 0.0, chunks.byte_list
+        for item in items:          # added in order, as a sum over the numpy column did
+            nbytes += bytes_of[item.chunk]
         try:
             yield from holder.staging.stage(nbytes)
             fabric = ctx.cluster.fabric(requester, holder)
@@ -434,9 +490,8 @@ class DenseRequest(RequestProcess):
                 yield ctx.env.timeout(fanout)
                 ctx.recorder.bytes_fanout[self.spec.request_id] += step.fanout_bytes(nbytes)
             if splice is not None:
-                yield splice.landed(float(sum(chunks.tokens[item.chunk] for item in items if not item.cached)))
-            for item in items:
-                ctx.copies.arrived(item.chunk, requester.id)
+                yield splice.landed(float(sum([chunks.token_list[item.chunk] for item in items if not item.cached])))
+            ctx.copies.arrived_all([item.chunk for item in items], requester.id)
         finally:
             for item in items:
                 del chunks.pending[(item.chunk, requester.id)]

@@ -84,16 +84,21 @@ class HolderPartials:
 
     def others(self, now: float, requester: int) -> tuple[float, int]:
         """(GPU s per s the other requesters now ask of this holder, how many they are): one pass. It runs
-        once per routed leg of every requester event, so it builds nothing unless two entries of other
-        requesters are live (a requester usually has one: its current event's), when it counts them apart."""
-        rho, entries = 0.0, 0
+        once per routed leg of every requester event, so it builds nothing unless entries of two or more other
+        requesters are live (their entries are often one requester's: its current event's and its last ones),
+        when it counts them apart."""
+        rho, first, several = 0.0, None, False
         for x in (self._prune(now) if now >= self.expiry else self.demand):
-            if x[3] != requester:
+            other = x[3]
+            if other != requester:
                 rho += x[2]
-                entries += 1
-        if entries > 1:
-            entries = len({x[3] for x in self.demand if x[3] != requester})
-        return rho, entries
+                if first is None:
+                    first = other
+                elif other != first:
+                    several = True
+        if several:         # entries of two or more other requesters: count them apart
+            return rho, len({x[3] for x in self.demand if x[3] != requester})
+        return rho, 0 if first is None else 1
 
     def utilisation(self, now: float, requester: int = -1) -> float:
         """GPU seconds per second of partial attention the other requesters now ask of this holder."""
@@ -134,6 +139,15 @@ class HolderPartials:
         if entry[1] < self.expiry:
             self.expiry = entry[1]
         return entry
+
+    def ask(self, kernel_s: float, calls: float, queries: float, now: float, span_s: float, holder_busy: bool,
+            holder_layer_s: float, utilisation: float, requester: int, call_s: float) -> tuple[float, list | None]:
+        """One requester event's leg here, in one call (once per routed leg of every event): the kernel's
+        expected wait (`queue_wait_s`), its demand entry (`add`) and the call's time in the telemetry."""
+        wait = self.queue_wait_s(kernel_s, utilisation, holder_busy, holder_layer_s)
+        entry = self.add(kernel_s, calls, queries, now, span_s, holder_busy, requester)
+        self.kernel_s.append(call_s)
+        return wait, entry
 
     def served(self, calls: float, wait_s: float, sharing: int) -> None:
         """`calls` calls ran, each after an expected `wait_s` and shared by `sharing` requesters (per-holder
@@ -232,6 +246,12 @@ class RouteExchange:
         self.messages = 0.0             # routed messages (queries + partials, x exchanges)
         self._routes: dict[tuple[int, int], tuple[Any, Any, Any]] = {}   # (requester, holder) -> legs, fabric
         self._fast = hasattr(net, "message_route") and hasattr(net, "send_message")
+        # the message model's `send` called positionally (FlowEngine.send_message's own body, one call less per
+        # message); a network without one goes through `message_delay`
+        messages = getattr(net, "messages", None) if self._fast else None
+        self._send_direct = messages.send if hasattr(messages, "send") else None
+        self._legs_of: dict[int, dict[Any, tuple[Any, Any, Any]]] = {}   # requester eid -> holder -> `_legs`
+        self._kernels: dict[tuple, float] = {}   # (step, queries, rows, keys, dense) -> one query's kernel call
 
     def _legs(self, engine: "InstanceEngine", holder: "InstanceEngine") -> tuple[Any, Any, Any]:
         key = (engine.eid, holder.eid)
@@ -252,6 +272,12 @@ class RouteExchange:
         return self.net.message_delay(leg[0], leg[1], nbytes, t_probe_s=t_probe_s,
                                       single_block_Bps=single_block_Bps, include_latency=include_latency)
 
+    def _send_positional(self, leg: Any, nbytes: float, t_probe_s: float, single_block_Bps: float, _now: float,
+                         include_latency: bool) -> float:
+        """`MessageModel.send`'s signature over a network without one (`_send`)."""
+        return self._send(leg, nbytes, t_probe_s=t_probe_s, single_block_Bps=single_block_Bps,
+                          include_latency=include_latency)
+
     def iteration(self, engine: "InstanceEngine", groups: dict, k: int,
                   compute_s: float) -> tuple[float, float, list[tuple]]:
         """(exchange seconds, of which holder wait, per-holder legs for `settle` / `retract`) added to each
@@ -259,32 +285,41 @@ class RouteExchange:
         engine to [rows, key_tokens, premium]: one entry per query in the lists (each routing sequence's own),
         and the batch's largest premium (the sparse kernel's factor over dense, `RouteShare.premium`)."""
         now, tp, ex, me = engine.env.now, self.tp, self.exchanges, engine.eid
-        send = self.net.send_message if self._fast else self._send      # the message model, called directly
+        send = self._send_direct or self._send_positional          # the message model, called directly
+        known = self._legs_of.get(me)
+        if known is None:
+            known = self._legs_of[me] = {}
+        kernels = self._kernels
         legs = []
         bare = 0.0                      # the slowest round trip without holder waits
         for holder, (rows, keys, premium) in groups.items():
-            leg_out, leg_back, fab = self._legs(engine, holder)
+            route = known.get(holder)
+            if route is None:
+                route = known[holder] = self._legs(engine, holder)
+            leg_out, leg_back, fab = route
             queries, total_rows = len(rows), sum(rows)
             out_bytes, back_bytes = total_rows * self.q_bytes / tp, total_rows * self.p_bytes / tp
-            out = send(leg_out, out_bytes, t_probe_s=fab.t_probe_s, single_block_Bps=fab.single_block_Bps,
-                       include_latency=False)
-            back = send(leg_back, back_bytes, t_probe_s=fab.turnaround_s, single_block_Bps=fab.single_block_Bps,
-                        include_latency=False)
+            out = send(leg_out, out_bytes, fab.t_probe_s, fab.single_block_Bps, now, False)
+            back = send(leg_back, back_bytes, fab.turnaround_s, fab.single_block_Bps, now, False)
             rho, others = holder.partials.others(now, me)
             sharing = 1 + others
             # the n requesters routing here share one call: n x this one's queries (as it sees them); one
-            # query per requester (the common case) is the scalar form, every query alike
+            # query per requester (the common case) is the scalar form, every query alike (kept per exact
+            # shape: the step model is a pure function of it)
             # a selection's kernel has a premium > 1: its tokens gather apart (no prefill block)
-            partial_s = holder.step.holder_partial_s
             if queries == 1:
-                kernel = partial_s(sharing, rows[0], keys[0]) if premium == 1.0 else \
-                    partial_s(sharing, rows[0], keys[0], dense=False)
+                step = holder.step
+                shape = (step, sharing, rows[0], keys[0], premium == 1.0)
+                kernel = kernels.get(shape)
+                if kernel is None:
+                    kernel = kernels[shape] = step.holder_partial_s(sharing, rows[0], keys[0]) if premium == 1.0 \
+                        else step.holder_partial_s(sharing, rows[0], keys[0], dense=False)
             elif premium == 1.0:
-                kernel = partial_s(queries * sharing, rows * sharing if others else rows,
-                                   keys * sharing if others else keys)
+                kernel = holder.step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
+                                                      keys * sharing if others else keys)
             else:
-                kernel = partial_s(queries * sharing, rows * sharing if others else rows,
-                                   keys * sharing if others else keys, dense=False)
+                kernel = holder.step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
+                                                      keys * sharing if others else keys, dense=False)
             kernel *= premium
             rt = out + kernel + back + self.merge_s
             bare = max(bare, rt)
@@ -292,13 +327,12 @@ class RouteExchange:
         span = k * (compute_s + ex * bare)   # the event's duration: the rate its partial work is asked at
         worst, worst_wait = 0.0, 0.0
         settled = []
+        calls = ex * k
         for holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, sizes in legs:
-            partials, busy = holder.partials, holder.busy
-            wait = partials.queue_wait_s(kernel / sharing, rho, busy, holder.layer_s)
-            entry = partials.add(kernel / sharing, ex * k, queries, now, span, busy, me)
+            wait, entry = holder.partials.ask(kernel / sharing, calls, queries, now, span, holder.busy,
+                                              holder.layer_s, rho, me, kernel)
             if entry is not None and entry[4] > 0:
                 holder.absorb(entry)            # the holder's event under way runs its share now
-            partials.kernel_s.append(kernel)
             settled.append((holder, kernel / sharing, queries, entry, wait, sharing, leg_out, leg_back, sizes))
             if rt + wait > worst:
                 worst, worst_wait = rt + wait, wait
@@ -308,16 +342,16 @@ class RouteExchange:
         """The event's exchanges ran k iterations: count their messages and the network's bytes of all but the
         one sampled per leg (which `send_message` counted)."""
         ex = self.exchanges
-        self.messages += 2 * ex * k * len(legs)
-        for holder, _share, _queries, _entry, wait, sharing, *_ in legs:
-            holder.partials.served(ex * k, wait, sharing)
-        if not self._fast:
-            return
-        account, now = self.net.messages.account, self.net.env.now
-        more = ex * k - 1
-        for *_, leg_out, leg_back, (out_bytes, back_bytes) in legs:
-            account(leg_out, out_bytes, more, now)
-            account(leg_back, back_bytes, more, now)
+        calls = ex * k
+        self.messages += 2 * calls * len(legs)
+        more = calls - 1 if self._fast else 0       # one loop over the legs; nothing to account when 0
+        account = self.net.messages.account if more > 0 else None
+        now = self.net.env.now if more > 0 else 0.0
+        for holder, _share, _queries, _entry, wait, sharing, leg_out, leg_back, (out_bytes, back_bytes) in legs:
+            holder.partials.served(calls, wait, sharing)
+            if account is not None:
+                account(leg_out, out_bytes, more, now)
+                account(leg_back, back_bytes, more, now)
 
     def retract(self, engine: "InstanceEngine", legs: list[tuple], done: int, k: int) -> None:
         """The k-iteration event was cut after `done`: the holders' partial work for the rest did not run."""

@@ -104,22 +104,23 @@ class HbmBudget:
 
     def _make_room(self, blocks: int) -> bool:
         """Evict unpinned copies (LRU first) until `blocks` are free; evict nothing if that cannot suffice."""
-        free = self.free_blocks
+        free = self.capacity_blocks - self.kv_blocks - self.pinned_blocks - self.copy_blocks   # free_blocks
         if free >= blocks:
             return True
-        victims, freed = [], free
+        victims, freed, evictable = [], free, self.evictable
         for key, size in self.copies.items():
-            if freed >= blocks:
-                break
-            if self.evictable(key):
+            if evictable(key):
                 victims.append(key)
                 freed += size
+                if freed >= blocks:
+                    break
         if freed < blocks:
             return False
+        copies, on_evict = self.copies, self.on_evict
         for key in victims:
-            self.copy_blocks -= self.copies.pop(key)
-            self.evictions += 1
-            self.on_evict(key)
+            self.copy_blocks -= copies.pop(key)
+            on_evict(key)
+        self.evictions += len(victims)
         return True
 
     # ---- invariant -----------------------------------------------------------------------------------

@@ -9,14 +9,15 @@ running request relies on is never evicted).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
 import simpy
 
 from simroute.sim.engine.build import EngineSet
-from simroute.sim.engine.hbm import blocks_for
+from simroute.sim.engine.hbm import HbmBudget, blocks_for
 from simroute.sim.engine.sequence import RouteShare, Sequence
 
 
@@ -49,14 +50,15 @@ class ChunkCopies:
                  tokens: Any) -> None:
         self.engines, self.holders, self.pins, self.tokens = engines, holders, pins, tokens
         # each chunk's KV blocks, once (asked per chunk of every request: a numpy scalar read costs more)
-        self._blocks = [blocks_for(int(t)) for t in np.asarray(tokens).tolist()]
+        self._tokens: list[int] = [int(t) for t in np.asarray(tokens).tolist()]
+        self._blocks = [blocks_for(t) for t in self._tokens]
         self._hbm = [eng.hbm for eng in engines.engines]    # by instance id (asked per chunk, too)
         self.held = {(ci, eid) for ci, instances in enumerate(holders) for eid in instances}
         self.fell_back = 0              # fetches that did not fit in the requester's HBM (routed instead)
         for eng in engines.engines:
             eid = eng.eid
             eng.hbm.evictable = lambda ci, eid=eid: (ci, eid) not in pins
-            eng.hbm.on_evict = lambda ci, eid=eid: self._evicted(ci, eid)
+            eng.hbm.on_evict = partial(self._evicted, eid=eid)
 
     def _evicted(self, ci: int, eid: int) -> None:
         if (ci, eid) in self.held:
@@ -105,35 +107,53 @@ class ChunkCopies:
         for `keep_free_tokens` of KV (the request's own); False if they cannot be had, and nothing changed."""
         return self._hbm[eid].add_copy(ci, self._blocks[ci], keep_free=blocks_for(keep_free_tokens))
 
+    def reserver(self, eid: int, keep_free_tokens: int = 0) -> Callable[[int], bool]:
+        """`reserve` on eid for one request's chunks, one after another (its keep-free blocks worked out once)."""
+        add_copy, blocks, keep_free = self._hbm[eid].add_copy, self._blocks, blocks_for(keep_free_tokens)
+        return lambda ci: add_copy(ci, blocks[ci], keep_free)
+
     def arrived(self, ci: int, eid: int) -> None:
         """The reserved copy is in HBM: from now on the instance holds the chunk."""
-        key = (ci, eid)
-        if key not in self.held:
-            self.held.add(key)
-            self.holders[ci].append(eid)
+        self.arrived_all((ci,), eid)
 
     def touch(self, ci: int, eid: int) -> None:
         self._hbm[eid].touch(ci)
+
+    def budget(self, eid: int) -> HbmBudget:
+        """Instance eid's HBM budget (a request touches its resident copies there, one per chunk)."""
+        return self._hbm[eid]
+
+    def arrived_all(self, chunks: Iterable[int], eid: int) -> None:
+        """Each of these copies (one pull's, or one re-prefill's) is in HBM, in order: from now on the instance
+        holds the chunk."""
+        held, holders = self.held, self.holders
+        for ci in chunks:
+            key = (ci, eid)
+            if key not in held:
+                held.add(key)
+                holders[ci].append(eid)
 
     def reprefill(self, chunks: list[int], eid: int, rid: int) -> simpy.Event:
         """Prefill `chunks` on instance eid as engine work (one sequence of their tokens, no output) whose KV
         becomes one copy per chunk; the event fires when the copies are resident."""
         eng = self.engines[eid]
         done = eng.env.event()
-        sizes = [self.blocks(ci) for ci in chunks]
+        block_list = self._blocks
+        sizes = [block_list[ci] for ci in chunks]
 
         def hand_over(seq: Sequence) -> None:
             if seq.output >= 0:           # not refused: its blocks become the copies
                 left = seq.blocks
+                kv_to_copy = eng.hbm.kv_to_copy
                 for ci, blocks in zip(chunks, sizes):
-                    take = min(blocks, left)
-                    eng.hbm.kv_to_copy(ci, take)
+                    take = blocks if blocks < left else left
+                    kv_to_copy(ci, take)
                     left -= take
-                    self.arrived(ci, eid)
+                self.arrived_all(chunks, eid)   # after every copy is in: nothing reads holders meanwhile
                 eng.hbm.release_kv(left)
                 seq.blocks = 0
 
-        tokens = int(sum(int(self.tokens[ci]) for ci in chunks))
+        tokens = int(sum(self._tokens[ci] for ci in chunks))
         eng.submit(Sequence(rid, tokens, 0, keep_kv=True, on_done=hand_over, done=done))
         return done
 

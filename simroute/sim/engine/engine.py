@@ -46,7 +46,7 @@ from simroute.sim.engine.log import IterationLog
 from simroute.sim.engine.sequence import DECODE, DONE, NEVER_FITS, PREFILL, THRASHED, WAITING, Sequence
 from simroute.sim.registry import registry
 from simroute.sim.schedulers.base import Plan, Scheduler
-from simroute.sim.vocab import HOLDER_MODES
+from simroute.sim.vocab import HOLDER_MODES, HolderMode
 
 
 class StepTime(Protocol):
@@ -72,7 +72,7 @@ class EngineOptions:
     token_budget: int = 2048        # tokens per iteration (vLLM max_num_batched_tokens)
     prefill_chunk: int = 2048       # largest prefill chunk of one sequence per iteration (sarathi)
     steps_per_event: int = 8        # identical decode iterations one event may stand for
-    holder_mode: str = "inline"     # holder partials between/inside own iterations, or a concurrent stream
+    holder_mode: HolderMode = HolderMode.INLINE   # partials between/inside own iterations, or a concurrent stream
     interference: float = 0.3       # `stream`: share of partial work that slows the holder's own iterations
     overlap: bool = False           # two micro-batches: exchanges of one behind compute of the other
     check_hbm: bool = False         # assert the HBM invariant at every iteration (tests)
@@ -83,6 +83,7 @@ class EngineOptions:
             raise UnknownNameError("scheduler", self.scheduler, list(registry("scheduler")))
         if self.holder_mode not in HOLDER_MODES:
             raise UnknownNameError("holder_mode", self.holder_mode, list(HOLDER_MODES))
+        object.__setattr__(self, "holder_mode", HolderMode(self.holder_mode))     # a run's word becomes the mode
         for name in ("max_running", "token_budget", "prefill_chunk", "steps_per_event"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"must be >= 1, got {getattr(self, name)}", field=name)

@@ -52,7 +52,7 @@ class HolderPartials:
     __slots__ = ("mode", "interference", "demand", "tail", "expiry", "calls", "queries", "work_s", "charged_s",
                  "kernel_s", "last_take", "prepaid", "busy_fraction", "queued_s", "fan_in_calls", "max_fan_in")
 
-    def __init__(self, mode: str = HolderMode.INLINE, interference: float = 0.3) -> None:
+    def __init__(self, mode: HolderMode = HolderMode.INLINE, interference: float = 0.3) -> None:
         self.mode = mode
         self.interference = interference
         self.demand: list[list] = []    # [from, until, GPU s per s, requester, charge per s] routing here now

@@ -175,7 +175,7 @@ def replay_loop(order, arrival, nbytes, path_latency, of_flow, link_ptr, links, 
     Kept as one loop over steps (what it does per step is in the helpers above). Returns
     [events, steps, solves, solved groups]; writes finish[flow] (last byte + path latency). The
     same-instant window (1e-12 relative) and the finish-together test (eps relative + 1e-6 bytes) are the
-    engine's (`FlowEngine._step_arrays`, `_pop_done`), so both end the same flows at the same step.
+    engine's (`solvers.arrays.ArraySolver.step`, `solvers.groups.pop_done`), so both end the same flows at the same step.
     The re-solve is the engine's: from `cascade_from` active groups on, its cascade (which gives up past
     max(cascade_floor, cascade_limit x active groups), and then every active group is solved from scratch);
     else the touched components from scratch

@@ -224,7 +224,7 @@ def build_profile(outcomes: list[ProbeOutcome], cap: Capability, out_path: Path,
         "schema": "simroute.calib/1",
         "name": f"measured-{cap.hostname}",
         "description": f"Measured by `simroute calibrate` on {cap.box}, {prov.date}; measured: "
-                       f"{', '.join(ran) or 'nothing'}; paper values stand in for the rest (prov default)"
+                       f"{', '.join(ran) or 'nothing'}; paper values stand in for the rest (provenance default)"
                        + (f"; GPU entry not measured: {why}" if why else ""),
         "box": {"name": cap.hostname, "description": cap.box},
         "include": include,

@@ -192,7 +192,11 @@ def local_note(ctx: Ctx, local_s: float, chunk_tokens: int = 2048) -> str:
         ("linear", terms.linear_s_per_layer * layers), ("attention", terms.attention_s_per_layer * layers),
         ("elementwise", terms.elementwise_s_per_layer * layers), ("lm_head", terms.lm_head_s),
         ("overhead", terms.overhead_s)))
-    return ("honest gap: still below the band. The engine charges the re-prefill as one "
+    if band_lo * 1e-3 <= local_s <= band_hi * 1e-3:
+        verdict = "inside the band"
+    else:
+        verdict = "honest gap: " + ("still below the band" if local_s < band_lo * 1e-3 else "above the band")
+    return (f"{verdict}. The engine charges the re-prefill as one "
             f"{chunk_tokens}-token prefill on the step model on {step.gpu.name}: {local_s * 1e3:.1f} ms "
             f"({terms.iteration_s * 1e3:.1f} ms for the iteration: {parts}), {per_token_layer * 1e6:.2f} us per "
             f"token-layer, against the paper's {band_lo:.1f}-{band_hi:.1f} ms (c = 0.5-1.5 us, its prototype's "

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from simroute.errors import UnknownNameError
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from simroute.network.telemetry import Telemetry
 
 
-class SolverMode(Enum):
+class SolverMode(StrEnum):
     """How group state is kept and re-solved."""
 
     OBJECTS = "objects"     # groups as Python objects, incremental progressive filling (maxmin.fill)

@@ -73,9 +73,11 @@ class MoeShape:
 
 
 def moe_plan(models: list, tps: tuple[int, ...] = TPS) -> list[MoeShape]:
-    """The distinct routed-expert shapes of the models' MoE layers at each TP degree (TP 1 first)."""
+    """The distinct routed-expert shapes of the models' MoE layers at each TP degree, the widest TP first: the
+    deployments served (DeepSeek-V3 at TP 8) are timed before a deadline cuts the sweep, and their narrow
+    per-rank weights are the cheapest to build."""
     uses: dict[tuple[int, int, int, int, int], list[str]] = {}
-    for tp_size in tps:
+    for tp_size in sorted(tps, reverse=True):
         for model in models:
             if not model.routed_experts or not model.layer_kinds().get("moe"):
                 continue

@@ -46,7 +46,7 @@ def test_the_probes_are_registered_as_gpu_table_probes():
 def test_moe_plan_and_balanced_routing_by_hand():
     plan = gpu_tables.moe_plan([get_model("deepseek-v3"), get_model("llama-2-7b")])
     assert [(shape.hidden, shape.inter, shape.topk, shape.experts, shape.moe_tp) for shape in plan] == [
-        (7168, 2048, 8, 256, tp_size) for tp_size in (1, 2, 4, 8)]                     # the dense model has no experts
+        (7168, 2048, 8, 256, tp_size) for tp_size in (8, 4, 2, 1)]                     # the dense model has no experts
     routing = gpu_tables.balanced_routing(64, 8, 256)
     assert routing[1].tolist() == list(range(8, 16))
     assert np.bincount(gpu_tables.balanced_routing(256, 8, 256).ravel(), minlength=256).tolist() == [8] * 256

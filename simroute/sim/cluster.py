@@ -62,6 +62,10 @@ class ChunkStore:
         return ChunkTable(self.ids, self.bytes, self.canonical, self.holder_hint)
 
     def pin(self, chunk: int, instance: int) -> None:
+        """Count one more reader of `chunk`'s copy on `instance` (an evictor skips pinned copies). The request
+        flow's hot path (`sim/request.py`: the per-chunk decisions and `finish`) inlines this and `unpin`: a
+        change to the pin count's meaning goes there too (tests/sim/test_semantics.py and test_decisions.py
+        check the counts a run leaves)."""
         key = (chunk, instance)
         self.pins[key] = self.pins.get(key, 0) + 1
 

@@ -1,32 +1,38 @@
 """Issue 20's peer comparison, checked indirectly: the same run under the roofline and under the operator tables.
 
 Issue 20 measured the OLD simroute (a datasheet roofline) against a profile-driven peer simulator on the Azure
-2023 conversation trace (Sarathi, chunk 512, batch cap 128, 2 replicas): the peer's mean iteration was 1/0.70 of
-simroute's for Llama-2-7b on A100 TP 1 and 1/0.50 for Llama-2-70b on H100 TP 4. The peer cannot run here (its
-profiling data is not installable offline) and that trace is not available, so this bench replays a slice of the
-Azure 2023 **code** trace (Azure LLM inference trace 2023, code; CC-BY-4.0) twice per deployment, one
-`simroute run` each:
-- `roofline`: the GPU entry without `operator_tables` (a profile written here that includes the shipped
-  `paper-all` and overrides the GPU entry with a copy lacking that one key): today's roofline fallback with its
-  kernel floors (docs/STEP_TIME.md), the nearest run-level stand-in for the old step model;
-- `tables`: the shipped GPU entry, so its shipped operator tables (NVIDIA's measured database from
-  aiconfigurator-core 0.12.0: A100 SXM under SGLang 0.5.10, H100 SXM under SGLang 0.5.14).
-and reports mean iteration (sum of iteration-log durations over iterations), TTFT and TPOT p50 / p99, the ratio
-roofline / tables, and tables / implied peer, where implied peer = roofline mean iteration / 0.70 (7b) or / 0.50
-(70b). Only the mean-iteration ratio is comparable with the issue's figure: the trace differs (code prompts are
-longer and outputs shorter than conversation), and TTFT / TPOT are dominated by queueing under this load.
+2023 conversation trace (Sarathi, chunk 512, batch cap 128, 2 replicas): simroute's mean iteration was 30% shorter
+than the peer's for Llama-2-7b on A100 TP 1 and 50% shorter for Llama-2-70b on H100 TP 4, so the peer's is the old
+one / 0.70 and / 0.50. The peer cannot run here (its profiling data is not installable offline) and that trace is
+not available, so this bench replays a slice of the Azure 2023 **code** trace (Azure LLM inference trace 2023,
+code; CC-BY-4.0) three times per deployment, one `simroute run` each, same inputs and seed:
+- `old`: the step model the issue measured, simroute at f44bfd7 (the last commit before the operator tables),
+  exported with `git archive` into a temporary directory and run from there (it has no `--gpu`: the topology's
+  intra-host fabric names the GPU, the same entry);
+- `roofline`: today's code with the GPU entry stripped of `operator_tables` (a profile written here that includes
+  the shipped `paper-all` and overrides the entry with a copy lacking that one key): today's roofline fallback,
+  which since f44bfd7 has kernel floors and the NVSwitch all-reduce (docs/STEP_TIME.md), so it is not the old model;
+- `tables`: the shipped GPU entry with its operator tables (NVIDIA's measured database from aiconfigurator-core
+  0.12.0: A100 SXM under SGLang 0.5.10, H100 SXM under SGLang 0.5.14).
+Reported: mean iteration (iteration-log durations over iterations), tokens per iteration, TTFT and TPOT p50 / p99,
+old / tables and roofline / tables, and tables / implied peer with implied peer = old / 0.70 (7b) or / 0.50 (70b)
+(and, as the brief put it, today's roofline / 0.70 or / 0.50). Only the mean-iteration ratio is comparable with
+the issue's: the trace differs (code prompts are longer and outputs shorter than conversation's), and at the trace's
+own rate both replicas queue, so TTFT and TPOT here measure queueing as much as the step time.
 
 Sarathi here: `--scheduler sarathi --token-budget 512 --prefill-chunk 512 --max-running-seqs 128`; two
 instances (2 hosts x tp GPUs), round-robin router (requests carry no chunks: no route / fetch / local).
 
-Run: PYTHONPATH=. python3 bench/bench_peer_ratio.py [--requests 2000] [--no-record]
-Target: tables / implied peer within [0.8, 1.25] for both deployments (the issue's gap closed to within 25%).
+Run: PYTHONPATH=. python3 bench/bench_peer_ratio.py [--requests 2000] [--old f44bfd7] [--no-record]
+Target: tables / implied peer (from the old model) within [0.8, 1.25] for both deployments (the issue's gap
+closed to within 25%).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -40,6 +46,7 @@ from _common import record
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE_CSV = ROOT.parent / "shared" / "traces" / "azure_llm_2023_code.csv"
+OLD_COMMIT = "f44bfd7"          # the last commit before the operator tables (b0bc3f3): the step model issue 20 measured
 
 
 @dataclass(frozen=True)
@@ -79,14 +86,19 @@ def roofline_profile_yaml(gpu: str) -> dict:
             "include": ["shipped:paper-all"], "gpus": {gpu: entry}}
 
 
-def run_once(deployment: Deployment, trace: Path, calib: str, topology: Path, requests: int, out: Path) -> dict:
-    """One `simroute run`; mean iteration from the iteration log, TTFT / TPOT from summary.json."""
+def run_once(deployment: Deployment, trace: Path, calib: str, topology: Path, requests: int, out: Path,
+             code: Path = ROOT) -> dict:
+    """One `simroute run` of the simroute at `code`; mean iteration from the iteration log, TTFT / TPOT from
+    summary.json. The old code has no --gpu (the topology's fabric names it) and no --min-completion."""
+    today = code == ROOT
     command = [sys.executable, "-m", "simroute", "run", "--topology", str(topology), "--trace", str(trace),
-               "--calib", calib, "--model", deployment.model, "--gpu", deployment.gpu, "--tp", str(deployment.tp),
+               "--calib", calib, "--model", deployment.model, "--tp", str(deployment.tp),
+               *(["--gpu", deployment.gpu, "--min-completion", "0"] if today else []),
                *SARATHI, "--router", "round-robin", "--max-requests", str(requests), "--seed", "0",
-               "--no-progress", "--min-completion", "0", "--json", "-o", str(out)]
-    print("  $ " + " ".join(command[1:]), flush=True)
-    subprocess.run(command, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+               "--no-progress", "--json", "-o", str(out)]
+    print(f"  $ PYTHONPATH={code} " + " ".join(command[1:]), flush=True)
+    subprocess.run(command, check=True, cwd=code, stdout=subprocess.DEVNULL,
+                   env={**os.environ, "PYTHONPATH": str(code)})
     summary = json.loads((out / "summary.json").read_text())
     iterations = pd.read_parquet(out / "iterations.parquet")
     count = int(iterations["iterations"].sum())
@@ -102,6 +114,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000, help="replay the trace's first N requests")
     parser.add_argument("--trace-csv", type=Path, default=TRACE_CSV, help="the Azure 2023 code trace (CSV)")
+    parser.add_argument("--old", default=OLD_COMMIT, help="the commit whose step model the issue measured")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
     if not args.trace_csv.is_file():
@@ -111,36 +124,46 @@ def main() -> None:
         trace = tmp / "azure_code.parquet"
         subprocess.run([sys.executable, "-m", "simroute", "trace", "import", "azure", str(args.trace_csv),
                         "-o", str(trace)], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-        figures: dict[str, float | int | str] = {"trace": "azure_llm_2023_code", "requests": args.requests}
+        old_code = tmp / "old"
+        old_code.mkdir()
+        archive = subprocess.run(["git", "archive", args.old], cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(old_code)], input=archive, check=True)
+        figures: dict[str, float | int | str] = {"trace": "azure_llm_2023_code", "requests": args.requests,
+                                                 "old": args.old}
         for deployment in DEPLOYMENTS:
             topology = tmp / f"{deployment.label}-topology.yaml"
             topology.write_text(yaml.safe_dump(topology_yaml(deployment), sort_keys=False))
             profile = tmp / f"{deployment.label}-roofline.yaml"
             profile.write_text(yaml.safe_dump(roofline_profile_yaml(deployment.gpu), sort_keys=False))
             print(f"{deployment.label}:")
+            old = run_once(deployment, trace, "paper-all", topology, args.requests, tmp / "old-run", old_code)
             roofline = run_once(deployment, trace, str(profile), topology, args.requests, tmp / "roofline")
             tables = run_once(deployment, trace, "paper-all", topology, args.requests, tmp / "tables")
-            implied_peer_ms = roofline["iter_ms"] / deployment.old_over_peer
+            implied_peer_ms = old["iter_ms"] / deployment.old_over_peer
+            implied_peer_today_ms = roofline["iter_ms"] / deployment.old_over_peer
             print(f"  {'':12} {'iter ms':>8} {'tok/iter':>8} {'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} "
                   f"{'TPOT p99':>9} {'iters':>8}")
-            for name, result in (("roofline", roofline), ("tables", tables)):
+            for name, result in (("old", old), ("roofline", roofline), ("tables", tables)):
                 print(f"  {name:12} {result['iter_ms']:8.3f} {result['tokens_per_iter']:8.1f} "
                       f"{result['ttft_p50_ms']:9.1f} {result['ttft_p99_ms']:9.1f} {result['tpot_p50_ms']:9.2f} "
                       f"{result['tpot_p99_ms']:9.2f} {result['iterations']:8d}")
-            print(f"  implied peer mean iteration {implied_peer_ms:.3f} ms (roofline / {deployment.old_over_peer}); "
-                  f"tables / implied peer {tables['iter_ms'] / implied_peer_ms:.3f}")
+            print(f"  implied peer mean iteration {implied_peer_ms:.3f} ms (old / {deployment.old_over_peer}): "
+                  f"tables / implied peer {tables['iter_ms'] / implied_peer_ms:.3f}; from today's roofline "
+                  f"{implied_peer_today_ms:.3f} ms: {tables['iter_ms'] / implied_peer_today_ms:.3f}")
             prefix = deployment.label
             for metric in ("iter_ms", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"):
-                figures[f"{prefix}_{metric}_roofline"] = roofline[metric]
-                figures[f"{prefix}_{metric}_tables"] = tables[metric]
+                for name, result in (("old", old), ("roofline", roofline), ("tables", tables)):
+                    figures[f"{prefix}_{metric}_{name}"] = result[metric]
+                figures[f"{prefix}_{metric}_old_over_tables"] = old[metric] / tables[metric]
                 figures[f"{prefix}_{metric}_roofline_over_tables"] = roofline[metric] / tables[metric]
-            figures[f"{prefix}_tokens_per_iter_roofline"] = roofline["tokens_per_iter"]
-            figures[f"{prefix}_tokens_per_iter_tables"] = tables["tokens_per_iter"]
+            for name, result in (("old", old), ("roofline", roofline), ("tables", tables)):
+                figures[f"{prefix}_tokens_per_iter_{name}"] = result["tokens_per_iter"]
             figures[f"{prefix}_implied_peer_iter_ms"] = implied_peer_ms
             figures[f"{prefix}_tables_over_implied_peer"] = tables["iter_ms"] / implied_peer_ms
-            figures[f"{prefix}_completed"] = f"{roofline['completed']}/{tables['completed']}"
+            figures[f"{prefix}_tables_over_implied_peer_from_today_roofline"] = tables["iter_ms"] / implied_peer_today_ms
+            figures[f"{prefix}_completed"] = f"{old['completed']}/{roofline['completed']}/{tables['completed']}"
     figures["tables"] = "a100-80gb sglang-0.5.10 / h100-sxm sglang-0.5.14 (aiconfigurator-core 0.12.0)"
-    record("peer ratio (issue 20, indirect: Azure code trace, roofline vs tables)", figures,
+    record("peer ratio (issue 20, indirect: Azure code trace, old step model / roofline / tables)", figures,
            target="tables / implied peer mean iteration in [0.8, 1.25]")
 
 

@@ -160,7 +160,8 @@ def main() -> None:
                 figures[f"{prefix}_tokens_per_iter_{name}"] = result["tokens_per_iter"]
             figures[f"{prefix}_implied_peer_iter_ms"] = implied_peer_ms
             figures[f"{prefix}_tables_over_implied_peer"] = tables["iter_ms"] / implied_peer_ms
-            figures[f"{prefix}_tables_over_implied_peer_from_today_roofline"] = tables["iter_ms"] / implied_peer_today_ms
+            figures[f"{prefix}_tables_over_implied_peer_from_today_roofline"] = (tables["iter_ms"]
+                                                                                 / implied_peer_today_ms)
             figures[f"{prefix}_completed"] = f"{old['completed']}/{roofline['completed']}/{tables['completed']}"
     figures["tables"] = "a100-80gb sglang-0.5.10 / h100-sxm sglang-0.5.14 (aiconfigurator-core 0.12.0)"
     record("peer ratio (issue 20, indirect: Azure code trace, old step model / roofline / tables)", figures,

@@ -33,7 +33,8 @@ MIX = (BatchShape.uniform(prefill_tokens=CHUNK),
 def _steps(deployment: str):
     model, gpu, tp, fabric, _ = DEPLOYMENTS[deployment]
     profile = load_profile("paper-all")
-    return tuple(profile.step_model(model, tp=tp, intra_host_fabric=fabric, gpu_spec=profile.gpu_spec(gpu, tables=tables))
+    return tuple(profile.step_model(model, tp=tp, intra_host_fabric=fabric,
+                                    gpu_spec=profile.gpu_spec(gpu, tables=tables))
                  for tables in (True, False))
 
 
@@ -85,7 +86,8 @@ def test_the_chunk_gap_is_the_measured_rows_over_the_roofline(deployment):
         allreduce_row_s = 1e-6 * _row_us(tables_dir, "allreduce", mode="eager", dtype="bf16", gpus=tp,
                                          message_elements=elements)
         assert with_tables.allreduce_s_per_layer == pytest.approx(2 * allreduce_row_s, rel=REL)
-        allreduce_roofline_s = 2 * (spec.allreduce_latency_s + 2 * (tp - 1) / tp * elements * 2 / spec.allreduce_bus_Bps)
+        allreduce_roofline_s = 2 * (spec.allreduce_latency_s
+                                    + 2 * (tp - 1) / tp * elements * 2 / spec.allreduce_bus_Bps)
         assert alone.allreduce_s_per_layer == pytest.approx(allreduce_roofline_s, rel=REL)
         allreduce_gap_s = 2 * allreduce_row_s - allreduce_roofline_s
     pinned_gap_s = geometry.layers * (attention_row_s - attention_roofline_s + allreduce_gap_s)

@@ -1,0 +1,172 @@
+"""Issue 20's peer comparison, checked indirectly: the same run under the roofline and under the operator tables.
+
+Issue 20 measured the OLD simroute (a datasheet roofline) against a profile-driven peer simulator on the Azure
+2023 conversation trace (Sarathi, chunk 512, batch cap 128, 2 replicas): simroute's mean iteration was 30% shorter
+than the peer's for Llama-2-7b on A100 TP 1 and 50% shorter for Llama-2-70b on H100 TP 4, so the peer's is the old
+one / 0.70 and / 0.50. The peer cannot run here (its profiling data is not installable offline) and that trace is
+not available, so this bench replays a slice of the Azure 2023 **code** trace (Azure LLM inference trace 2023,
+code; CC-BY-4.0) three times per deployment, one `simroute run` each, same inputs and seed:
+- `old`: the step model the issue measured, simroute at f44bfd7 (the last commit before the operator tables),
+  exported with `git archive` into a temporary directory and run from there (it has no `--gpu`: the topology's
+  intra-host fabric names the GPU, the same entry);
+- `roofline`: today's code with the GPU entry stripped of `operator_tables` (a profile written here that includes
+  the shipped `paper-all` and overrides the entry with a copy lacking that one key): today's roofline fallback,
+  which since f44bfd7 has kernel floors and the NVSwitch all-reduce (docs/STEP_TIME.md), so it is not the old model;
+- `tables`: the shipped GPU entry with its operator tables (NVIDIA's measured database from aiconfigurator-core
+  0.12.0: A100 SXM under SGLang 0.5.10, H100 SXM under SGLang 0.5.14).
+Reported: mean iteration (iteration-log durations over iterations), tokens per iteration, TTFT and TPOT p50 / p99,
+old / tables and roofline / tables, and tables / implied peer with implied peer = old / 0.70 (7b) or / 0.50 (70b)
+(and, as the brief put it, today's roofline / 0.70 or / 0.50). Only the mean-iteration ratio is comparable with
+the issue's: the trace differs (code prompts are longer and outputs shorter than conversation's), and at the trace's
+own rate both replicas queue, so TTFT and TPOT here measure queueing as much as the step time.
+
+Sarathi here: `--scheduler sarathi --token-budget 512 --prefill-chunk 512 --max-running-seqs 128`; two
+instances (2 hosts x tp GPUs), round-robin router (requests carry no chunks: no route / fetch / local).
+
+Run: PYTHONPATH=. python3 bench/bench_peer_ratio.py [--requests 2000] [--old f44bfd7] [--no-record]
+Target: tables / implied peer (from the old model) within [0.8, 1.25] for both deployments (the issue's gap
+closed to within 25%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from _common import record
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACE_CSV = ROOT.parent / "shared" / "traces" / "azure_llm_2023_code.csv"
+OLD_COMMIT = "f44bfd7"          # the last commit before the operator tables (b0bc3f3): the step model issue 20 measured
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One of the issue's two deployments and the old roofline's shortfall the issue measured against the peer."""
+    label: str
+    model: str
+    gpu: str
+    tp: int
+    intra_fabric: str
+    old_over_peer: float    # issue 20: old simroute's mean iteration / the peer's
+
+
+DEPLOYMENTS = (Deployment("llama2-7b-a100-tp1", "llama-2-7b", "a100-80gb", 1, "a100-nvlink3", 0.70),
+               Deployment("llama2-70b-h100-tp4", "llama-2-70b", "h100-sxm", 4, "h100-nvlink4", 0.50))
+
+SARATHI = ["--scheduler", "sarathi", "--token-budget", "512", "--prefill-chunk", "512", "--max-running-seqs", "128"]
+
+
+def topology_yaml(deployment: Deployment) -> dict:
+    """Two hosts of `tp` GPUs: two replicas of one TP group each."""
+    return {"name": f"peer-2x{deployment.tp}", "description": f"2 hosts x {deployment.tp} {deployment.gpu}",
+            "hosts": {"count": 2, "gpus_per_host": deployment.tp, "gpu": deployment.gpu,
+                      "intra": {"kind": "nvlink-mesh", "link_GBps": 125, "latency_us": 0.6,
+                                "fabric": deployment.intra_fabric}},
+            "nic": {"per": "gpu", "rate_GBps": 25, "latency_us": 1.0, "fabric": "h100-ibgda"},
+            "network": {"tiers": 2, "hosts_per_leaf": 2, "spines": 1, "latency_us": 0.6}}
+
+
+def roofline_profile_yaml(gpu: str) -> dict:
+    """`paper-all` with GPU entry `gpu` overridden by the shipped one minus `operator_tables`: the roofline alone."""
+    shipped = yaml.safe_load((ROOT / "calib" / "gpus" / f"{gpu}.yaml").read_text())
+    entry = dict(shipped["gpus"][gpu])
+    entry.pop("operator_tables")
+    return {"schema": "simroute.calib/1", "name": f"paper-all-roofline-{gpu}",
+            "description": f"paper-all with {gpu} on the roofline alone (bench_peer_ratio.py)",
+            "include": ["shipped:paper-all"], "gpus": {gpu: entry}}
+
+
+def run_once(deployment: Deployment, trace: Path, calib: str, topology: Path, requests: int, out: Path,
+             code: Path = ROOT) -> dict:
+    """One `simroute run` of the simroute at `code`; mean iteration from the iteration log, TTFT / TPOT from
+    summary.json. The old code has no --gpu (the topology's fabric names it) and no --min-completion."""
+    today = code == ROOT
+    command = [sys.executable, "-m", "simroute", "run", "--topology", str(topology), "--trace", str(trace),
+               "--calib", calib, "--model", deployment.model, "--tp", str(deployment.tp),
+               *(["--gpu", deployment.gpu, "--min-completion", "0"] if today else []),
+               *SARATHI, "--router", "round-robin", "--max-requests", str(requests), "--seed", "0",
+               "--no-progress", "--json", "-o", str(out)]
+    print(f"  $ PYTHONPATH={code} " + " ".join(command[1:]), flush=True)
+    subprocess.run(command, check=True, cwd=code, stdout=subprocess.DEVNULL,
+                   env={**os.environ, "PYTHONPATH": str(code)})
+    summary = json.loads((out / "summary.json").read_text())
+    iterations = pd.read_parquet(out / "iterations.parquet")
+    count = int(iterations["iterations"].sum())
+    tokens = float((iterations["new_tokens"] * iterations["iterations"]).sum())
+    return {"iter_ms": 1e3 * float(iterations["duration_s"].sum()) / count, "iterations": count,
+            "tokens_per_iter": tokens / count,
+            "ttft_p50_ms": summary["ttft_ms"]["p50"], "ttft_p99_ms": summary["ttft_ms"]["p99"],
+            "tpot_p50_ms": summary["tpot_ms"]["p50"], "tpot_p99_ms": summary["tpot_ms"]["p99"],
+            "completed": summary["completed"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2000, help="replay the trace's first N requests")
+    parser.add_argument("--trace-csv", type=Path, default=TRACE_CSV, help="the Azure 2023 code trace (CSV)")
+    parser.add_argument("--old", default=OLD_COMMIT, help="the commit whose step model the issue measured")
+    parser.add_argument("--no-record", action="store_true")
+    args = parser.parse_args()
+    if not args.trace_csv.is_file():
+        sys.exit(f"bench_peer_ratio: {args.trace_csv}: not found (the Azure 2023 code trace, azure_llm_2023_code.csv)")
+    with tempfile.TemporaryDirectory(prefix="peer-ratio-") as tmp_name:
+        tmp = Path(tmp_name)
+        trace = tmp / "azure_code.parquet"
+        subprocess.run([sys.executable, "-m", "simroute", "trace", "import", "azure", str(args.trace_csv),
+                        "-o", str(trace)], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
+        old_code = tmp / "old"
+        old_code.mkdir()
+        archive = subprocess.run(["git", "archive", args.old], cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(old_code)], input=archive, check=True)
+        figures: dict[str, float | int | str] = {"trace": "azure_llm_2023_code", "requests": args.requests,
+                                                 "old": args.old}
+        for deployment in DEPLOYMENTS:
+            topology = tmp / f"{deployment.label}-topology.yaml"
+            topology.write_text(yaml.safe_dump(topology_yaml(deployment), sort_keys=False))
+            profile = tmp / f"{deployment.label}-roofline.yaml"
+            profile.write_text(yaml.safe_dump(roofline_profile_yaml(deployment.gpu), sort_keys=False))
+            print(f"{deployment.label}:")
+            old = run_once(deployment, trace, "paper-all", topology, args.requests, tmp / "old-run", old_code)
+            roofline = run_once(deployment, trace, str(profile), topology, args.requests, tmp / "roofline")
+            tables = run_once(deployment, trace, "paper-all", topology, args.requests, tmp / "tables")
+            implied_peer_ms = old["iter_ms"] / deployment.old_over_peer
+            implied_peer_today_ms = roofline["iter_ms"] / deployment.old_over_peer
+            print(f"  {'':12} {'iter ms':>8} {'tok/iter':>8} {'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} "
+                  f"{'TPOT p99':>9} {'iters':>8}")
+            for name, result in (("old", old), ("roofline", roofline), ("tables", tables)):
+                print(f"  {name:12} {result['iter_ms']:8.3f} {result['tokens_per_iter']:8.1f} "
+                      f"{result['ttft_p50_ms']:9.1f} {result['ttft_p99_ms']:9.1f} {result['tpot_p50_ms']:9.2f} "
+                      f"{result['tpot_p99_ms']:9.2f} {result['iterations']:8d}")
+            print(f"  implied peer mean iteration {implied_peer_ms:.3f} ms (old / {deployment.old_over_peer}): "
+                  f"tables / implied peer {tables['iter_ms'] / implied_peer_ms:.3f}; from today's roofline "
+                  f"{implied_peer_today_ms:.3f} ms: {tables['iter_ms'] / implied_peer_today_ms:.3f}")
+            prefix = deployment.label
+            for metric in ("iter_ms", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms"):
+                for name, result in (("old", old), ("roofline", roofline), ("tables", tables)):
+                    figures[f"{prefix}_{metric}_{name}"] = result[metric]
+                figures[f"{prefix}_{metric}_old_over_tables"] = old[metric] / tables[metric]
+                figures[f"{prefix}_{metric}_roofline_over_tables"] = roofline[metric] / tables[metric]
+            for name, result in (("old", old), ("roofline", roofline), ("tables", tables)):
+                figures[f"{prefix}_tokens_per_iter_{name}"] = result["tokens_per_iter"]
+            figures[f"{prefix}_implied_peer_iter_ms"] = implied_peer_ms
+            figures[f"{prefix}_tables_over_implied_peer"] = tables["iter_ms"] / implied_peer_ms
+            figures[f"{prefix}_tables_over_implied_peer_from_today_roofline"] = (tables["iter_ms"]
+                                                                                 / implied_peer_today_ms)
+            figures[f"{prefix}_completed"] = f"{old['completed']}/{roofline['completed']}/{tables['completed']}"
+    figures["tables"] = "a100-80gb sglang-0.5.10 / h100-sxm sglang-0.5.14 (aiconfigurator-core 0.12.0)"
+    record("peer ratio (issue 20, indirect: Azure code trace, old step model / roofline / tables)", figures,
+           target="tables / implied peer mean iteration in [0.8, 1.25]")
+
+
+if __name__ == "__main__":
+    main()

@@ -250,8 +250,10 @@ class RouteExchange:
         # message); a network without one goes through `message_delay`
         messages = getattr(net, "messages", None) if self._fast else None
         self._send_direct = messages.send if hasattr(messages, "send") else None
+        self._send_pair = getattr(messages, "send_pair", None)      # a leg's query and partial in one call
+        self._account_pair = getattr(messages, "account_pair", None)
         self._legs_of: dict[int, dict[Any, tuple[Any, Any, Any]]] = {}   # requester eid -> holder -> `_legs`
-        self._kernels: dict[tuple, float] = {}   # (step, queries, rows, keys, dense) -> one query's kernel call
+        self._kernels: dict[tuple, float] = {}   # (step, sharing, rows, keys, dense) -> one kernel call (a query's scalars or the queries' tuples)
 
     def _legs(self, engine: "InstanceEngine", holder: "InstanceEngine") -> tuple[Any, Any, Any]:
         key = (engine.eid, holder.eid)
@@ -286,6 +288,7 @@ class RouteExchange:
         and the batch's largest premium (the sparse kernel's factor over dense, `RouteShare.premium`)."""
         now, tp, ex, me = engine.env.now, self.tp, self.exchanges, engine.eid
         send = self._send_direct or self._send_positional          # the message model, called directly
+        send_pair = self._send_pair
         known = self._legs_of.get(me)
         if known is None:
             known = self._legs_of[me] = {}
@@ -299,8 +302,12 @@ class RouteExchange:
             leg_out, leg_back, fab = route
             queries, total_rows = len(rows), sum(rows)
             out_bytes, back_bytes = total_rows * self.q_bytes / tp, total_rows * self.p_bytes / tp
-            out = send(leg_out, out_bytes, fab.t_probe_s, fab.single_block_Bps, now, False)
-            back = send(leg_back, back_bytes, fab.turnaround_s, fab.single_block_Bps, now, False)
+            if send_pair is not None:
+                out, back = send_pair(leg_out, out_bytes, fab.t_probe_s, leg_back, back_bytes, fab.turnaround_s,
+                                      fab.single_block_Bps, now)
+            else:
+                out = send(leg_out, out_bytes, fab.t_probe_s, fab.single_block_Bps, now, False)
+                back = send(leg_back, back_bytes, fab.turnaround_s, fab.single_block_Bps, now, False)
             rho, others = holder.partials.others(now, me)
             sharing = 1 + others
             # the n requesters routing here share one call: n x this one's queries (as it sees them); one
@@ -314,12 +321,20 @@ class RouteExchange:
                 if kernel is None:
                     kernel = kernels[shape] = step.holder_partial_s(sharing, rows[0], keys[0]) if premium == 1.0 \
                         else step.holder_partial_s(sharing, rows[0], keys[0], dense=False)
-            elif premium == 1.0:
-                kernel = holder.step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
-                                                      keys * sharing if others else keys)
             else:
-                kernel = holder.step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
-                                                      keys * sharing if others else keys, dense=False)
+                step = holder.step
+                shape = (step, sharing, tuple(rows), tuple(keys), premium == 1.0)
+                kernel = kernels.get(shape)
+                if kernel is None:
+                    if premium == 1.0:
+                        kernel = step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
+                                                       keys * sharing if others else keys)
+                    else:
+                        kernel = step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
+                                                       keys * sharing if others else keys, dense=False)
+                    if len(kernels) >= 131072:      # bounded, as the step model's own shape caches
+                        kernels.clear()
+                    kernels[shape] = kernel
             kernel *= premium
             rt = out + kernel + back + self.merge_s
             bare = max(bare, rt)
@@ -346,10 +361,13 @@ class RouteExchange:
         self.messages += 2 * calls * len(legs)
         more = calls - 1 if self._fast else 0       # one loop over the legs; nothing to account when 0
         account = self.net.messages.account if more > 0 else None
+        account_pair = self._account_pair if more > 0 else None
         now = self.net.env.now if more > 0 else 0.0
         for holder, _share, _queries, _entry, wait, sharing, leg_out, leg_back, (out_bytes, back_bytes) in legs:
             holder.partials.served(calls, wait, sharing)
-            if account is not None:
+            if account_pair is not None:
+                account_pair(leg_out, out_bytes, leg_back, back_bytes, more, now)
+            elif account is not None:
                 account(leg_out, out_bytes, more, now)
                 account(leg_back, back_bytes, more, now)
 

@@ -247,27 +247,32 @@ class MessageModel:
             back_missed = self._pair_misses(back, now)
         else:
             back_missed = missed
-        delays = []
-        for route, nbytes, probe_s, route_missed in ((out, out_bytes, out_probe_s, missed),
-                                                     (back, back_bytes, back_probe_s, back_missed)):
-            start = now
-            for link in route.links:
-                if busy[link] > start:
-                    start = busy[link]
-            rate = route.rate_Bps
-            hold = nbytes
-            extra = 0.0
-            if route_missed:
-                self.misses += 1
-                extra = self._miss_s
-                rate *= self._miss_factor
-                hold = nbytes / self._miss_factor
-            for link, wire in route.link_wire:
-                busy[link] = start + hold * wire
-            delays.append(start - now + extra + probe_s + nbytes / rate + 0.0)
+        if missed or back_missed:
+            self.misses += missed + back_missed
+            miss_s, factor = self._miss_s, self._miss_factor
+        start = now                     # the query (`send`'s body)
+        for link in out.links:
+            if busy[link] > start:
+                start = busy[link]
+        rate, hold, extra = out.rate_Bps, out_bytes, 0.0
+        if missed:
+            extra, rate, hold = miss_s, rate * factor, out_bytes / factor
+        for link, wire in out.link_wire:
+            busy[link] = start + hold * wire
+        out_s = start - now + extra + out_probe_s + out_bytes / rate + 0.0
+        start = now                     # then the partial
+        for link in back.links:
+            if busy[link] > start:
+                start = busy[link]
+        rate, hold, extra = back.rate_Bps, back_bytes, 0.0
+        if back_missed:
+            extra, rate, hold = miss_s, rate * factor, back_bytes / factor
+        for link, wire in back.link_wire:
+            busy[link] = start + hold * wire
+        back_s = start - now + extra + back_probe_s + back_bytes / rate + 0.0
         self.sends += 2
         self.account_pair(out, out_bytes, back, back_bytes, 1, now)
-        return delays[0], delays[1]
+        return out_s, back_s
 
     def account_pair(self, out: MessageRoute, out_bytes: float, back: MessageRoute, back_bytes: float, count: int,
                      now: float) -> None:

@@ -344,11 +344,12 @@ class RouteExchange:
         settled = []
         calls = ex * k
         for holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, sizes in legs:
-            wait, entry = holder.partials.ask(kernel / sharing, calls, queries, now, span, holder.busy,
-                                              holder.layer_s, rho, me, kernel)
+            share = kernel / sharing
+            wait, entry = holder.partials.ask(share, calls, queries, now, span, holder.busy, holder.layer_s, rho, me,
+                                              kernel)
             if entry is not None and entry[4] > 0:
                 holder.absorb(entry)            # the holder's event under way runs its share now
-            settled.append((holder, kernel / sharing, queries, entry, wait, sharing, leg_out, leg_back, sizes))
+            settled.append((holder, share, queries, entry, wait, sharing, leg_out, leg_back, sizes))
             if rt + wait > worst:
                 worst, worst_wait = rt + wait, wait
         return ex * worst, ex * worst_wait, settled

@@ -208,6 +208,15 @@ class MessageModel:
         path's propagation: callers passing one can leave the links' latency out (`include_latency=False`)."""
         if route.version != self.bulk.version or route.single_block_Bps != single_block_Bps:
             self._refresh(route, single_block_Bps)
+        missed = bool(route.contexts) and self._pair_misses(route, now)
+        delay = self._occupy(route, nbytes, t_probe_s, missed, now)
+        self.sends += 1
+        self.account(route, nbytes, 1, now)
+        return delay + (route.latency_s if include_latency else 0.0)
+
+    def _occupy(self, route: MessageRoute, nbytes: float, t_probe_s: float, missed: bool, now: float) -> float:
+        """One message's wait for its links, its hold of their FIFO clocks, and its delay without propagation
+        (`send`'s body, after the NIC context check said whether it `missed`)."""
         busy = self.busy
         start = now
         for link in route.links:
@@ -216,16 +225,14 @@ class MessageModel:
         rate = route.rate_Bps
         hold = nbytes
         extra = 0.0
-        if route.contexts and self._pair_misses(route, now):
+        if missed:
             self.misses += 1
             extra = self._miss_s
             rate *= self._miss_factor
             hold = nbytes / self._miss_factor
         for link, wire in route.link_wire:
             busy[link] = start + hold * wire
-        self.sends += 1
-        self.account(route, nbytes, 1, now)
-        return start - now + extra + t_probe_s + nbytes / rate + (route.latency_s if include_latency else 0.0)
+        return start - now + extra + t_probe_s + nbytes / rate
 
     def send_pair(self, out: MessageRoute, out_bytes: float, out_probe_s: float, back: MessageRoute,
                   back_bytes: float, back_probe_s: float, single_block_Bps: float, now: float) -> tuple[float, float]:
@@ -237,66 +244,24 @@ class MessageModel:
         if not self._pair_fast:
             return (self.send(out, out_bytes, out_probe_s, single_block_Bps, now, False),
                     self.send(back, back_bytes, back_probe_s, single_block_Bps, now, False))
-        bulk_version, busy = self.bulk.version, self.busy
+        bulk_version = self.bulk.version
         if out.version != bulk_version or out.single_block_Bps != single_block_Bps:
             self._refresh(out, single_block_Bps)
         if back.version != bulk_version or back.single_block_Bps != single_block_Bps:
             self._refresh(back, single_block_Bps)
         missed = bool(out.contexts) and self._pair_misses(out, now)
-        if back.contexts and (back.pair != out.pair or back.mirror is not out.contexts_key):
-            back_missed = self._pair_misses(back, now)
-        else:
+        if not back.contexts:
+            back_missed = False
+        elif back.pair == out.pair and back.mirror is out.contexts_key:
             back_missed = missed
-        if missed or back_missed:
-            self.misses += missed + back_missed
-            miss_s, factor = self._miss_s, self._miss_factor
-        start = now                     # the query (`send`'s body)
-        for link in out.links:
-            if busy[link] > start:
-                start = busy[link]
-        rate, hold, extra = out.rate_Bps, out_bytes, 0.0
-        if missed:
-            extra, rate, hold = miss_s, rate * factor, out_bytes / factor
-        for link, wire in out.link_wire:
-            busy[link] = start + hold * wire
-        out_s = start - now + extra + out_probe_s + out_bytes / rate + 0.0
-        start = now                     # then the partial
-        for link in back.links:
-            if busy[link] > start:
-                start = busy[link]
-        rate, hold, extra = back.rate_Bps, back_bytes, 0.0
-        if back_missed:
-            extra, rate, hold = miss_s, rate * factor, back_bytes / factor
-        for link, wire in back.link_wire:
-            busy[link] = start + hold * wire
-        back_s = start - now + extra + back_probe_s + back_bytes / rate + 0.0
+        else:
+            back_missed = self._pair_misses(back, now)
+        out_s = self._occupy(out, out_bytes, out_probe_s, missed, now)        # the query, then the partial
+        back_s = self._occupy(back, back_bytes, back_probe_s, back_missed, now)
         self.sends += 2
-        self.account_pair(out, out_bytes, back, back_bytes, 1, now)
+        self.account(out, out_bytes, 1, now)
+        self.account(back, back_bytes, 1, now)
         return out_s, back_s
-
-    def account_pair(self, out: MessageRoute, out_bytes: float, back: MessageRoute, back_bytes: float, count: int,
-                     now: float) -> None:
-        """`account` of `count` messages on `out`, then on `back` (a query and its partial), in one call."""
-        if count <= 0:
-            return
-        telemetry = self.telemetry
-        if now >= telemetry.window_end:
-            telemetry.advance_to(now)
-        window = telemetry.window_index
-        total = out_bytes * count
-        out.sent_bytes += total
-        out.sent_count += count
-        if out.window != window:
-            out.window = window
-            telemetry.message_routes.append(out)
-        out.window_bytes += total
-        total = back_bytes * count
-        back.sent_bytes += total
-        back.sent_count += count
-        if back.window != window:
-            back.window = window
-            telemetry.message_routes.append(back)
-        back.window_bytes += total
 
     def account(self, route: MessageRoute, nbytes: float, count: int, now: float) -> None:
         """Count the bytes of `count` messages of `nbytes` on `route` at `now` (totals and the telemetry's
@@ -304,12 +269,12 @@ class MessageModel:
         identical ones (an engine event of several exchanges) accounts the others here."""
         if count <= 0:
             return
-        total = nbytes * count
-        route.sent_bytes += total
-        route.sent_count += count
         telemetry = self.telemetry
         if now >= telemetry.window_end:
             telemetry.advance_to(now)
+        total = nbytes * count
+        route.sent_bytes += total
+        route.sent_count += count
         if route.window != telemetry.window_index:
             route.window = telemetry.window_index
             telemetry.message_routes.append(route)

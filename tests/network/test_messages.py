@@ -152,7 +152,7 @@ def test_by_name_is_the_handle_path_and_counts_every_message():
 
 
 def test_send_pair_is_the_query_then_the_partial():
-    """`send_pair` (and `account_pair`) against two `send`s (and `account`s): every delay equal to the bit, the
+    """`send_pair` against two `send`s: every delay equal to the bit, the
     same context misses, FIFO clocks and byte counts, over a rotation of 5 requester-holder pairs (each twice in a row) that misses."""
     params = MessageModelParams(nic_context_slots=2, nic_active_window_s=100e-6, nic_miss_s=20e-6)
     topology = load_topology(TOPO_DIR / "paper-testbed.yaml")
@@ -171,7 +171,8 @@ def test_send_pair_is_the_query_then_the_partial():
         assert got == want
         apart.messages.account(legs[0][0], out_bytes, 3, now)
         apart.messages.account(legs[0][1], back_bytes, 3, now)
-        paired.messages.account_pair(legs[1][0], out_bytes, legs[1][1], back_bytes, 3, now)
+        paired.messages.account(legs[1][0], out_bytes, 3, now)
+        paired.messages.account(legs[1][1], back_bytes, 3, now)
     assert apart.messages.misses == paired.messages.misses > 0
     assert apart.messages.sends == paired.messages.sends == 80
     assert apart.messages.busy == paired.messages.busy

@@ -251,7 +251,6 @@ class RouteExchange:
         messages = getattr(net, "messages", None) if self._fast else None
         self._send_direct = messages.send if hasattr(messages, "send") else None
         self._send_pair = getattr(messages, "send_pair", None)      # a leg's query and partial in one call
-        self._account_pair = getattr(messages, "account_pair", None)
         self._legs_of: dict[int, dict[Any, tuple[Any, Any, Any]]] = {}   # requester eid -> holder -> `_legs`
         self._kernels: dict[tuple, float] = {}   # (step, sharing, rows, keys, dense) -> one kernel call (a query's scalars or the queries' tuples)
 
@@ -362,13 +361,10 @@ class RouteExchange:
         self.messages += 2 * calls * len(legs)
         more = calls - 1 if self._fast else 0       # one loop over the legs; nothing to account when 0
         account = self.net.messages.account if more > 0 else None
-        account_pair = self._account_pair if more > 0 else None
         now = self.net.env.now if more > 0 else 0.0
         for holder, _share, _queries, _entry, wait, sharing, leg_out, leg_back, (out_bytes, back_bytes) in legs:
             holder.partials.served(calls, wait, sharing)
-            if account_pair is not None:
-                account_pair(leg_out, out_bytes, leg_back, back_bytes, more, now)
-            elif account is not None:
+            if account is not None:
                 account(leg_out, out_bytes, more, now)
                 account(leg_back, back_bytes, more, now)
 

@@ -86,18 +86,21 @@ class HolderPartials:
         """(GPU s per s the other requesters now ask of this holder, how many they are): one pass. It runs
         once per routed leg of every requester event, so it builds nothing unless entries of two or more other
         requesters are live (their entries are often one requester's: its current event's and its last ones),
-        when it counts them apart."""
-        rho, first, several = 0.0, None, False
+        when it counts them apart in the same pass."""
+        rho, first, several = 0.0, None, None
         for x in (self._prune(now) if now >= self.expiry else self.demand):
             other = x[3]
             if other != requester:
                 rho += x[2]
                 if first is None:
                     first = other
-                elif other != first:
-                    several = True
-        if several:         # entries of two or more other requesters: count them apart
-            return rho, len({x[3] for x in self.demand if x[3] != requester})
+                elif other != first:        # entries of two or more other requesters: count them apart
+                    if several is None:
+                        several = {first, other}
+                    else:
+                        several.add(other)
+        if several is not None:
+            return rho, len(several)
         return rho, 0 if first is None else 1
 
     def utilisation(self, now: float, requester: int = -1) -> float:

@@ -63,7 +63,7 @@ class MessageRoute:
 
     __slots__ = ("src", "dst", "links", "latency_s", "version", "link_wire", "rate_Bps", "single_block_Bps",
                  "sent_bytes", "sent_count", "window", "window_bytes", "pair", "src_nic", "dst_nic", "spine",
-                 "contexts")
+                 "contexts", "contexts_key", "mirror")
 
     def __init__(self, src: str, dst: str, links: tuple[int, ...], latency_s: float, pair: int,
                  src_nic: int, dst_nic: int, spine: str | None) -> None:
@@ -81,6 +81,9 @@ class MessageRoute:
         self.spine = spine
         # the (pairs, times) lists of both NICs' context caches, bound once (empty: no context check)
         self.contexts: tuple[tuple[list[int], list[float]], ...] = ()
+        # the NICs touched, as a set (which the reverse route's `mirror` is when both touch the same ones)
+        self.contexts_key: frozenset[int] = frozenset()
+        self.mirror: frozenset[int] | None = None
 
 
 class MessageModel:
@@ -107,6 +110,7 @@ class MessageModel:
         self.contexts: list[list[int]] = []             # per NIC: most recent distinct queue pairs, oldest first
         self._context_times: list[list[float]] = []     # their last use
         self._pair_ids: dict[tuple[str, str], int] = {}
+        self._pair_fast = type(self).send is MessageModel.send   # `send_pair` may inline `send`
 
     def _nic(self, name: str) -> int:
         nic = self._nic_ids.get(name)
@@ -150,6 +154,10 @@ class MessageModel:
                              dst_nic, spine)
         if src_nic >= 0 and self._contexts_on:
             route.contexts = tuple((self.contexts[nic], self._context_times[nic]) for nic in (src_nic, dst_nic))
+            route.contexts_key = frozenset((src_nic, dst_nic))
+            reverse = self.routes.get((dst, src))
+            if reverse is not None and reverse.pair == pair_id and reverse.contexts_key == route.contexts_key:
+                route.mirror, reverse.mirror = reverse.contexts_key, route.contexts_key
         return route
 
     def _refresh(self, route: MessageRoute, single_block_Bps: float) -> None:
@@ -200,6 +208,15 @@ class MessageModel:
         path's propagation: callers passing one can leave the links' latency out (`include_latency=False`)."""
         if route.version != self.bulk.version or route.single_block_Bps != single_block_Bps:
             self._refresh(route, single_block_Bps)
+        missed = bool(route.contexts) and self._pair_misses(route, now)
+        delay = self._occupy(route, nbytes, t_probe_s, missed, now)
+        self.sends += 1
+        self.account(route, nbytes, 1, now)
+        return delay + (route.latency_s if include_latency else 0.0)
+
+    def _occupy(self, route: MessageRoute, nbytes: float, t_probe_s: float, missed: bool, now: float) -> float:
+        """One message's wait for its links, its hold of their FIFO clocks, and its delay without propagation
+        (`send`'s body, after the NIC context check said whether it `missed`)."""
         busy = self.busy
         start = now
         for link in route.links:
@@ -208,16 +225,43 @@ class MessageModel:
         rate = route.rate_Bps
         hold = nbytes
         extra = 0.0
-        if route.contexts and self._pair_misses(route, now):
+        if missed:
             self.misses += 1
             extra = self._miss_s
             rate *= self._miss_factor
             hold = nbytes / self._miss_factor
         for link, wire in route.link_wire:
             busy[link] = start + hold * wire
-        self.sends += 1
-        self.account(route, nbytes, 1, now)
-        return start - now + extra + t_probe_s + nbytes / rate + (route.latency_s if include_latency else 0.0)
+        return start - now + extra + t_probe_s + nbytes / rate
+
+    def send_pair(self, out: MessageRoute, out_bytes: float, out_probe_s: float, back: MessageRoute,
+                  back_bytes: float, back_probe_s: float, single_block_Bps: float, now: float) -> tuple[float, float]:
+        """(`send` of `out`, then `send` of `back`) at `now`, without latency, in one call: a query and its
+        partial (once per routed leg of every engine event). The same arithmetic in the same order; the
+        partial's NIC context check is the query's answer when both touch the same NICs for one queue pair
+        (the query left that pair the most recent at both at `now`, so the partial's touches change nothing
+        and it sees the state the query's check saw). A subclass that overrides `send` gets two `send`s."""
+        if not self._pair_fast:
+            return (self.send(out, out_bytes, out_probe_s, single_block_Bps, now, False),
+                    self.send(back, back_bytes, back_probe_s, single_block_Bps, now, False))
+        bulk_version = self.bulk.version
+        if out.version != bulk_version or out.single_block_Bps != single_block_Bps:
+            self._refresh(out, single_block_Bps)
+        if back.version != bulk_version or back.single_block_Bps != single_block_Bps:
+            self._refresh(back, single_block_Bps)
+        missed = bool(out.contexts) and self._pair_misses(out, now)
+        if not back.contexts:
+            back_missed = False
+        elif back.pair == out.pair and back.mirror is out.contexts_key:
+            back_missed = missed
+        else:
+            back_missed = self._pair_misses(back, now)
+        out_s = self._occupy(out, out_bytes, out_probe_s, missed, now)        # the query, then the partial
+        back_s = self._occupy(back, back_bytes, back_probe_s, back_missed, now)
+        self.sends += 2
+        self.account(out, out_bytes, 1, now)
+        self.account(back, back_bytes, 1, now)
+        return out_s, back_s
 
     def account(self, route: MessageRoute, nbytes: float, count: int, now: float) -> None:
         """Count the bytes of `count` messages of `nbytes` on `route` at `now` (totals and the telemetry's
@@ -225,12 +269,12 @@ class MessageModel:
         identical ones (an engine event of several exchanges) accounts the others here."""
         if count <= 0:
             return
-        total = nbytes * count
-        route.sent_bytes += total
-        route.sent_count += count
         telemetry = self.telemetry
         if now >= telemetry.window_end:
             telemetry.advance_to(now)
+        total = nbytes * count
+        route.sent_bytes += total
+        route.sent_count += count
         if route.window != telemetry.window_index:
             route.window = telemetry.window_index
             telemetry.message_routes.append(route)

@@ -149,3 +149,32 @@ def test_by_name_is_the_handle_path_and_counts_every_message():
     assert model.sends == model.total_count() == 400
     model.account(next(iter(model.routes.values())), 1e3, 7, now)
     assert model.sends == 400 and model.total_count() == 407
+
+
+def test_send_pair_is_the_query_then_the_partial():
+    """`send_pair` against two `send`s: every delay equal to the bit, the
+    same context misses, FIFO clocks and byte counts, over a rotation of 5 requester-holder pairs (each twice in a row) that misses."""
+    params = MessageModelParams(nic_context_slots=2, nic_active_window_s=100e-6, nic_miss_s=20e-6)
+    topology = load_topology(TOPO_DIR / "paper-testbed.yaml")
+    apart, paired = (FlowEngine(simpy.Environment(), topology, message_model=MessageModel(params))
+                     for _ in range(2))
+    pairs = [("h0.g0", "h1.g0"), ("h0.g0", "h1.g1"), ("h0.g1", "h1.g2"), ("h0.g0", "h1.g3"), ("h0.g2", "h1.g0")]
+    for step in range(40):
+        now = step * 7e-6
+        requester, holder = pairs[(step // 2) % len(pairs)]     # each pair twice in a row: the repeat path
+        out_bytes, back_bytes = 1024.0 * (1 + step % 3), 2048.0 * (1 + step % 4)
+        legs = [(engine.message_route(requester, holder), engine.message_route(holder, requester))
+                for engine in (apart, paired)]
+        want = (apart.messages.send(legs[0][0], out_bytes, 16e-6, 25e9, now, False),
+                apart.messages.send(legs[0][1], back_bytes, 9e-6, 25e9, now, False))
+        got = paired.messages.send_pair(legs[1][0], out_bytes, 16e-6, legs[1][1], back_bytes, 9e-6, 25e9, now)
+        assert got == want
+        apart.messages.account(legs[0][0], out_bytes, 3, now)
+        apart.messages.account(legs[0][1], back_bytes, 3, now)
+        paired.messages.account(legs[1][0], out_bytes, 3, now)
+        paired.messages.account(legs[1][1], back_bytes, 3, now)
+    assert apart.messages.misses == paired.messages.misses > 0
+    assert apart.messages.sends == paired.messages.sends == 80
+    assert apart.messages.busy == paired.messages.busy
+    assert {key: (route.sent_bytes, route.sent_count, route.window_bytes) for key, route in apart.messages.routes.items()} \
+        == {key: (route.sent_bytes, route.sent_count, route.window_bytes) for key, route in paired.messages.routes.items()}

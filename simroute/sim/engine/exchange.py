@@ -86,18 +86,21 @@ class HolderPartials:
         """(GPU s per s the other requesters now ask of this holder, how many they are): one pass. It runs
         once per routed leg of every requester event, so it builds nothing unless entries of two or more other
         requesters are live (their entries are often one requester's: its current event's and its last ones),
-        when it counts them apart."""
-        rho, first, several = 0.0, None, False
+        when it counts them apart in the same pass."""
+        rho, first, several = 0.0, None, None
         for x in (self._prune(now) if now >= self.expiry else self.demand):
             other = x[3]
             if other != requester:
                 rho += x[2]
                 if first is None:
                     first = other
-                elif other != first:
-                    several = True
-        if several:         # entries of two or more other requesters: count them apart
-            return rho, len({x[3] for x in self.demand if x[3] != requester})
+                elif other != first:        # entries of two or more other requesters: count them apart
+                    if several is None:
+                        several = {first, other}
+                    else:
+                        several.add(other)
+        if several is not None:
+            return rho, len(several)
         return rho, 0 if first is None else 1
 
     def utilisation(self, now: float, requester: int = -1) -> float:
@@ -250,8 +253,9 @@ class RouteExchange:
         # message); a network without one goes through `message_delay`
         messages = getattr(net, "messages", None) if self._fast else None
         self._send_direct = messages.send if hasattr(messages, "send") else None
+        self._send_pair = getattr(messages, "send_pair", None)      # a leg's query and partial in one call
         self._legs_of: dict[int, dict[Any, tuple[Any, Any, Any]]] = {}   # requester eid -> holder -> `_legs`
-        self._kernels: dict[tuple, float] = {}   # (step, queries, rows, keys, dense) -> one query's kernel call
+        self._kernels: dict[tuple, float] = {}   # (step, sharing, rows, keys, dense) -> one kernel call (a query's scalars or the queries' tuples)
 
     def _legs(self, engine: "InstanceEngine", holder: "InstanceEngine") -> tuple[Any, Any, Any]:
         key = (engine.eid, holder.eid)
@@ -286,6 +290,7 @@ class RouteExchange:
         and the batch's largest premium (the sparse kernel's factor over dense, `RouteShare.premium`)."""
         now, tp, ex, me = engine.env.now, self.tp, self.exchanges, engine.eid
         send = self._send_direct or self._send_positional          # the message model, called directly
+        send_pair = self._send_pair
         known = self._legs_of.get(me)
         if known is None:
             known = self._legs_of[me] = {}
@@ -299,8 +304,12 @@ class RouteExchange:
             leg_out, leg_back, fab = route
             queries, total_rows = len(rows), sum(rows)
             out_bytes, back_bytes = total_rows * self.q_bytes / tp, total_rows * self.p_bytes / tp
-            out = send(leg_out, out_bytes, fab.t_probe_s, fab.single_block_Bps, now, False)
-            back = send(leg_back, back_bytes, fab.turnaround_s, fab.single_block_Bps, now, False)
+            if send_pair is not None:
+                out, back = send_pair(leg_out, out_bytes, fab.t_probe_s, leg_back, back_bytes, fab.turnaround_s,
+                                      fab.single_block_Bps, now)
+            else:
+                out = send(leg_out, out_bytes, fab.t_probe_s, fab.single_block_Bps, now, False)
+                back = send(leg_back, back_bytes, fab.turnaround_s, fab.single_block_Bps, now, False)
             rho, others = holder.partials.others(now, me)
             sharing = 1 + others
             # the n requesters routing here share one call: n x this one's queries (as it sees them); one
@@ -314,12 +323,20 @@ class RouteExchange:
                 if kernel is None:
                     kernel = kernels[shape] = step.holder_partial_s(sharing, rows[0], keys[0]) if premium == 1.0 \
                         else step.holder_partial_s(sharing, rows[0], keys[0], dense=False)
-            elif premium == 1.0:
-                kernel = holder.step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
-                                                      keys * sharing if others else keys)
             else:
-                kernel = holder.step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
-                                                      keys * sharing if others else keys, dense=False)
+                step = holder.step
+                shape = (step, sharing, tuple(rows), tuple(keys), premium == 1.0)
+                kernel = kernels.get(shape)
+                if kernel is None:
+                    if premium == 1.0:
+                        kernel = step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
+                                                       keys * sharing if others else keys)
+                    else:
+                        kernel = step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
+                                                       keys * sharing if others else keys, dense=False)
+                    if len(kernels) >= 131072:      # bounded, as the step model's own shape caches
+                        kernels.clear()
+                    kernels[shape] = kernel
             kernel *= premium
             rt = out + kernel + back + self.merge_s
             bare = max(bare, rt)
@@ -329,11 +346,12 @@ class RouteExchange:
         settled = []
         calls = ex * k
         for holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, sizes in legs:
-            wait, entry = holder.partials.ask(kernel / sharing, calls, queries, now, span, holder.busy,
-                                              holder.layer_s, rho, me, kernel)
+            share = kernel / sharing
+            wait, entry = holder.partials.ask(share, calls, queries, now, span, holder.busy, holder.layer_s, rho, me,
+                                              kernel)
             if entry is not None and entry[4] > 0:
                 holder.absorb(entry)            # the holder's event under way runs its share now
-            settled.append((holder, kernel / sharing, queries, entry, wait, sharing, leg_out, leg_back, sizes))
+            settled.append((holder, share, queries, entry, wait, sharing, leg_out, leg_back, sizes))
             if rt + wait > worst:
                 worst, worst_wait = rt + wait, wait
         return ex * worst, ex * worst_wait, settled

@@ -107,16 +107,27 @@ class HbmBudget:
         free = self.capacity_blocks - self.kv_blocks - self.pinned_blocks - self.copy_blocks   # free_blocks
         if free >= blocks:
             return True
-        victims, freed, evictable = [], free, self.evictable
+        # the LRU-first evictable copies that free enough: most often the first one alone (no list built)
+        first, victims, freed, evictable = None, None, free, self.evictable
         for key, size in self.copies.items():
             if evictable(key):
-                victims.append(key)
+                if first is None:
+                    first = key
+                elif victims is None:
+                    victims = [first, key]
+                else:
+                    victims.append(key)
                 freed += size
                 if freed >= blocks:
                     break
         if freed < blocks:
             return False
         copies, on_evict = self.copies, self.on_evict
+        if victims is None:
+            self.copy_blocks -= copies.pop(first)
+            on_evict(first)
+            self.evictions += 1
+            return True
         for key in victims:
             self.copy_blocks -= copies.pop(key)
             on_evict(key)

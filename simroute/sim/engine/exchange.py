@@ -247,28 +247,23 @@ class RouteExchange:
         self.merge_s = merge_s
         self.exchanges = exchanges_per_step
         self.messages = 0.0             # routed messages (queries + partials, x exchanges)
-        self._routes: dict[tuple[int, int], tuple[Any, Any, Any]] = {}   # (requester, holder) -> legs, fabric
         self._fast = hasattr(net, "message_route") and hasattr(net, "send_message")
         # the message model's `send` called positionally (FlowEngine.send_message's own body, one call less per
         # message); a network without one goes through `message_delay`
         messages = getattr(net, "messages", None) if self._fast else None
         self._send_direct = messages.send if hasattr(messages, "send") else None
         self._send_pair = getattr(messages, "send_pair", None)      # a leg's query and partial in one call
-        self._legs_of: dict[int, dict[Any, tuple[Any, Any, Any]]] = {}   # requester eid -> holder -> `_legs`
+        # requester eid -> holder engine -> `_legs` (the one cache of the pair's message routes and fabric)
+        self._legs_of: dict[int, dict[Any, tuple[Any, Any, Any]]] = {}
         self._kernels: dict[tuple, float] = {}   # (step, sharing, rows, keys, dense) -> one kernel call (a query's scalars or the queries' tuples)
 
     def _legs(self, engine: "InstanceEngine", holder: "InstanceEngine") -> tuple[Any, Any, Any]:
-        key = (engine.eid, holder.eid)
-        legs = self._routes.get(key)
-        if legs is None:
-            fab = self.fabric_of(engine, holder)
-            if self._fast:
-                legs = (self.net.message_route(engine.gpu, holder.gpu), self.net.message_route(holder.gpu, engine.gpu),
-                        fab)
-            else:
-                legs = ((engine.gpu, holder.gpu), (holder.gpu, engine.gpu), fab)
-            self._routes[key] = legs
-        return legs
+        """The pair's (query leg, partial leg, fabric); `iteration` keeps them per requester and holder."""
+        fab = self.fabric_of(engine, holder)
+        if self._fast:
+            return (self.net.message_route(engine.gpu, holder.gpu), self.net.message_route(holder.gpu, engine.gpu),
+                    fab)
+        return (engine.gpu, holder.gpu), (holder.gpu, engine.gpu), fab
 
     def _send(self, leg: Any, nbytes: float, *, t_probe_s: float, single_block_Bps: float,
               include_latency: bool = False) -> float:

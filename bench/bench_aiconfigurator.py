@@ -7,6 +7,15 @@ compositions side by side, one engine iteration at a time:
   (TPOT); simroute: `batch` decodes, each attending isl + 1 tokens;
 - prefill: `--estimate-mode static_ctx --batch-size 1 --osl 1` is one prefill of isl tokens (TTFT); simroute:
   one prefill chunk of isl tokens.
+- agg (aggregated serving, `--estimate-mode agg`, aiconfigurator's default mode): the TPOT of `batch` requests of
+  isl in / osl out served together. aiconfigurator schedules them as `mix` steps (one chunk of its context tokens,
+  4096 here, plus the decodes that ride along) and gen-only steps (`batch` decodes), and averages the two step
+  times over its own step counts (`Scheduling: M mix steps + G gen-only steps`; the TPOT's weight on mix steps, k,
+  is solved from its printed TPOT and step times, as its SGLang backend trims a few mix steps from the average).
+  simroute: its mix step (the same context chunk plus the same decodes at context isl + osl / 2) and gen-only step
+  (`batch` decodes at isl + osl / 2, the mean context over the generation), averaged with the same k and G. The
+  issue's DeepSeek-V3 TPOTs "8.31 / 16.1 / 91.7 ms at batch 1 / 8 / 128" were agg TPOTs: a decode step plus the
+  prefills amortised into it, not one decode step (and with aiconfigurator's inferred fp8 KV cache, see below).
 Both sides: backend sglang 0.5.14, the checkpoint's weight dtype (DeepSeek-V3 FP8 block-scaled, Llama bf16),
 a bf16 KV cache (SGLang's `--kv-cache-dtype auto` on these checkpoints; aiconfigurator would infer fp8 for
 DeepSeek-V3, so the bench passes `--kvcache-quant-mode bfloat16`), TP attention and TP MoE (moe_tp = tp, ep 1).
@@ -55,10 +64,12 @@ class Point:
     gpu: str              # simroute GPU entry
     system: str           # aiconfigurator system
     tp: int
-    phase: str            # "decode" | "prefill"
+    phase: str            # "decode" | "prefill" | "agg"
     batch: int            # decode sequences (prefill: 1)
-    isl: int              # decode: context before the step; prefill: tokens
+    isl: int              # decode: context before the step; prefill: tokens; agg: each request's input tokens
     moe: bool = False
+    osl: int = 0          # agg: each request's output tokens
+    kv: str = "bfloat16"  # KV cache dtype, both sides (aiconfigurator's --kvcache-quant-mode)
 
 
 def _points() -> list[Point]:
@@ -72,6 +83,10 @@ def _points() -> list[Point]:
         pts.append(Point(f"dsv3-d{b}-32k", phase="decode", batch=b, isl=32768, **ds))
     for n in (1024, 4096, 16384):
         pts.append(Point(f"dsv3-p{n // 1024}k", phase="prefill", batch=1, isl=n, **ds))
+    for b in (1, 8, 128):
+        pts.append(Point(f"dsv3-agg{b}-4k", phase="agg", batch=b, isl=4096, osl=1024, **ds))
+    for b in (1, 8, 128):       # aiconfigurator's default for this checkpoint: an fp8 KV cache
+        pts.append(Point(f"dsv3-agg{b}-4k-fp8kv", phase="agg", batch=b, isl=4096, osl=1024, kv="fp8", **ds))
     for name, geo in (("l70", l70), ("l8", l8)):
         for b in (1, 16, 64):
             pts.append(Point(f"{name}-d{b}-4k", phase="decode", batch=b, isl=4096, **geo))
@@ -84,28 +99,58 @@ def _points() -> list[Point]:
 _MODELS: dict = {}
 
 
-def simroute_step(p: Point) -> dict:
-    """simroute's iteration for the point, term by term (ms), as `simroute model step --json` prints it."""
+def _step_model(p: Point):
     from simroute.cli.model_cmd import _allreduce_fabric, _step_profile
-    from simroute.model.steptime import BatchShape
 
-    key = (p.model, p.gpu, p.tp)
+    key = (p.model, p.gpu, p.tp, p.kv)
     if key not in _MODELS:
         prof, gpu_prof = _step_profile("paper-all", p.gpu)
         fab = _allreduce_fabric(prof, p.gpu, None, p.tp)
         _MODELS[key] = prof.step_model(p.model, tp=p.tp, intra_host_fabric=fab,
-                                       gpu_spec=gpu_prof.gpu_spec(p.gpu, tables=True), cache_dtype="bf16")
-    m = _MODELS[key]
+                                       gpu_spec=gpu_prof.gpu_spec(p.gpu, tables=True),
+                                       cache_dtype="fp8" if p.kv == "fp8" else "bf16")
+    return _MODELS[key]
+
+
+def simroute_step(p: Point) -> dict:
+    """simroute's iteration for the point, term by term (ms), as `simroute model step --json` prints it."""
+    from simroute.model.steptime import BatchShape
+
     batch = (BatchShape.uniform(decode_seqs=p.batch, context=p.isl + 1) if p.phase == "decode"
              else BatchShape.uniform(prefill_tokens=p.isl))
-    return m.iteration(batch).as_ms()
+    return _step_model(p).iteration(batch).as_ms()
+
+
+def mix_decodes(batch: int, isl: int, context_tokens: int) -> int:
+    """The decodes riding along one mix step: aiconfigurator's `BaseBackend._mix_step_gen_tokens` when the
+    requests' prefills end before their decodes do (every agg point here): all but the requests the chunk prefills."""
+    return max(1, batch - -(-context_tokens // isl))
+
+
+def simroute_agg(p: Point, aic: dict) -> dict:
+    """simroute's mix and gen-only steps (ms, with and without the per-iteration overhead) and their average over
+    aiconfigurator's schedule (`aic`: its step counts and step times)."""
+    from simroute.model.steptime import BatchShape
+
+    model = _step_model(p)
+    context = p.isl + p.osl // 2
+    mix = model.iteration(BatchShape.uniform(decode_seqs=mix_decodes(p.batch, p.isl, aic["context_tokens"]),
+                                             context=context, prefill_tokens=aic["context_tokens"])).as_ms()
+    gen = model.iteration(BatchShape.uniform(decode_seqs=p.batch, context=context)).as_ms()
+    weight, gens = aic["mix_weight"], aic["gen_steps"]
+
+    def average(mix_ms: float, gen_ms: float) -> float:
+        return (weight * mix_ms + gens * gen_ms) / (weight + gens)
+    overhead = gen["overhead_ms"]
+    return {"iteration_ms": average(mix["iteration_ms"], gen["iteration_ms"]), "overhead_ms": overhead,
+            "mix_ms": mix["iteration_ms"] - overhead, "gen_ms": gen["iteration_ms"] - overhead}
 
 
 def simroute_ops(p: Point) -> list[tuple[str, float]]:
     """simroute's per-layer kernels (us) for --ops: each GEMM, the MoE, attention, all-reduce, elementwise."""
     from simroute.model.opstep import SHARED_PREFIX, _fused
 
-    m = _MODELS[(p.model, p.gpu, p.tp)]
+    m = _MODELS[(p.model, p.gpu, p.tp, p.kv)]
     ms, g = m._measured, m.geometry
     tokens = p.batch if p.phase == "decode" else p.isl
     decodes = p.batch if p.phase == "decode" else 0
@@ -132,12 +177,14 @@ def simroute_ops(p: Point) -> list[tuple[str, float]]:
 # ---- aiconfigurator -----------------------------------------------------------------------------------------
 def aic_args(p: Point) -> list[str]:
     args = ["cli", "estimate", "--model", p.hf, "--system", p.system, "--backend", BACKEND,
-            "--backend-version", BACKEND_VERSION, "--tp", str(p.tp), "--kvcache-quant-mode", "bfloat16",
+            "--backend-version", BACKEND_VERSION, "--tp", str(p.tp), "--kvcache-quant-mode", p.kv,
             "--detail", "time", "--top-n", "50", "--log-level", "WARNING", "--no-color"]
     if p.moe:
         args += ["--moe-tp-size", str(p.tp), "--moe-ep-size", "1"]
     if p.phase == "decode":
         args += ["--estimate-mode", "static_gen", "--batch-size", str(p.batch), "--isl", str(p.isl), "--osl", "2"]
+    elif p.phase == "agg":
+        args += ["--estimate-mode", "agg", "--batch-size", str(p.batch), "--isl", str(p.isl), "--osl", str(p.osl)]
     else:
         args += ["--estimate-mode", "static_ctx", "--batch-size", "1", "--isl", str(p.isl), "--osl", "1"]
     return args
@@ -151,7 +198,7 @@ def aic_estimate(p: Point) -> dict:
     proc = subprocess.run([str(AIC), *aic_args(p)], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "PYTHONWARNINGS": "ignore"})
     text = proc.stdout
-    field = "TPOT" if p.phase == "decode" else "TTFT"
+    field = "TTFT" if p.phase == "prefill" else "TPOT"
     hit = re.search(rf"^\s*{field}:\s+([\d.]+) ms", text, re.M)
     if proc.returncode != 0 or hit is None:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -167,7 +214,27 @@ def aic_estimate(p: Point) -> dict:
                 ops[m.group(1)] = float(m.group(2))
             elif not line.strip():
                 section = False
-    return {"iteration_ms": float(hit.group(1)), "ops": ops}
+    out = {"iteration_ms": float(hit.group(1)), "ops": ops}
+    if p.phase == "agg":
+        return _agg_schedule(text, out)
+    return out
+
+
+def _agg_schedule(text: str, out: dict) -> dict:
+    """An agg estimate's schedule: context tokens per mix step, mix and gen-only step counts and times, and the
+    weight k its TPOT gives mix steps (TPOT = (k mix + G gen) / (k + G))."""
+    found = {key: re.search(pattern, text, re.M) for key, pattern in (
+        ("context_tokens", r"^\s*Context Tokens:\s+(\d+)"),
+        ("steps", r"^Scheduling: ([\d.]+) mix steps \+ ([\d.]+) gen-only steps"),
+        ("mix_ms", r"^Mix Step \(total = ([\d.]+) ms"), ("gen_ms", r"^Gen-Only Step \(total = ([\d.]+) ms"))}
+    missing = [key for key, hit in found.items() if hit is None]
+    if missing:
+        return {"error": f"aiconfigurator agg output without {', '.join(missing)}"}
+    tpot, mix, gen = out["iteration_ms"], float(found["mix_ms"].group(1)), float(found["gen_ms"].group(1))
+    gens = float(found["steps"].group(2))
+    weight = gens * (tpot - gen) / (mix - tpot) if mix > tpot else 0.0
+    return {**out, "context_tokens": int(found["context_tokens"].group(1)), "mix_steps": float(found["steps"].group(1)),
+            "gen_steps": gens, "mix_ms": mix, "gen_ms": gen, "mix_weight": weight}
 
 
 # Runs inside the venv: the same estimate through aiconfigurator's Python API, then every op of the phase's op
@@ -212,7 +279,7 @@ print(json.dumps(rows))
 
 def aic_ops(p: Point) -> list:
     kw = {"model_path": p.hf, "system_name": p.system, "backend_name": BACKEND, "backend_version": BACKEND_VERSION,
-          "tp_size": p.tp, "kvcache_quant_mode": "bfloat16",
+          "tp_size": p.tp, "kvcache_quant_mode": p.kv,
           "mode": "static_gen" if p.phase == "decode" else "static_ctx",
           "batch_size": p.batch, "isl": p.isl, "osl": 2 if p.phase == "decode" else 1}
     if p.moe:
@@ -254,10 +321,11 @@ def main() -> None:
     ratios: dict[str, float] = {}
     failures = []
     for p, a in zip(points, aic):
-        sr = simroute_step(p)
+        sr = simroute_agg(p, a) if p.phase == "agg" and "error" not in a else simroute_step(p) \
+            if p.phase != "agg" else {"iteration_ms": float("nan"), "overhead_ms": 0.0}
         kernels = sr["iteration_ms"] - sr["overhead_ms"]
-        shape = (f"{p.model} tp{p.tp} " + (f"dec {p.batch}@{p.isl // 1024}k" if p.phase == "decode"
-                                            else f"pre {p.isl // 1024}k"))
+        shape = f"{p.model} tp{p.tp} " + {"decode": f"dec {p.batch}@{p.isl // 1024}k", "prefill": f"pre {p.isl // 1024}k",
+                                          "agg": f"agg {p.batch} {p.isl}/{p.osl}"}[p.phase]
         if "error" in a:
             failures.append(p.label)
             print(f"{p.label:14s} {shape:26s} {sr['iteration_ms']:9.3f} {kernels:9.3f}   {a['error']}")
@@ -267,7 +335,11 @@ def main() -> None:
         flag = "" if abs(r - 1) <= TARGET else "  <-- outside 15%"
         print(f"{p.label:14s} {shape:26s} {sr['iteration_ms']:9.3f} {kernels:9.3f} {a['iteration_ms']:9.3f} "
               f"{r:8.3f} {ri:8.3f}{flag}")
-        if args.ops:
+        if p.phase == "agg":
+            print(f"{'':14s}   mix step {sr['mix_ms']:.2f} / {a['mix_ms']:.2f} ms ({sr['mix_ms'] / a['mix_ms']:.3f}), "
+                  f"gen-only step {sr['gen_ms']:.2f} / {a['gen_ms']:.2f} ms ({sr['gen_ms'] / a['gen_ms']:.3f}); "
+                  f"{a['mix_steps']:g} mix (weight {a['mix_weight']:.2f}) + {a['gen_steps']:g} gen-only steps")
+        if args.ops and p.phase != "agg":          # an agg point is two steps: their ops are the others' points
             _print_ops(p, sr, a)
     if not ratios:
         print("[aiconfigurator] no point ran")

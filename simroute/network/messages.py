@@ -250,7 +250,25 @@ class MessageModel:
             self._refresh(out, single_block_Bps)
         if back.version != bulk_version or back.single_block_Bps != single_block_Bps:
             self._refresh(back, single_block_Bps)
-        missed = bool(out.contexts) and self._pair_misses(out, now)
+        missed = False
+        contexts = out.contexts
+        if contexts:                                    # `_pair_misses` of the query, inlined
+            pair, slots, horizon = out.pair, self._slots, now - self._window_s
+            for pairs, times in contexts:
+                if pairs and pairs[-1] == pair:
+                    times[-1] = now
+                else:
+                    if pair in pairs:
+                        index = pairs.index(pair)
+                        del pairs[index]
+                        del times[index]
+                    pairs.append(pair)
+                    times.append(now)
+                    if len(pairs) > slots + 1:
+                        del pairs[0]
+                        del times[0]
+                if len(pairs) > slots and times[0] >= horizon:
+                    missed = True
         if not back.contexts:
             back_missed = False
         elif back.pair == out.pair and back.mirror is out.contexts_key:

@@ -404,9 +404,18 @@ class DenseRequest(RequestProcess):
                 fabric = fabric_of[holder_id] = ctx.cluster.fabric_id(requester, holder)
             primitive = decisions.choose(chunk_list, holder, fabric, float(sum([tokens_of[c] for c in chunk_list])),
                                          cached, copy_bytes)
+            if primitive != fetch:      # the whole block pinned where it is served (`pin`, inlined)
+                at = holder_id if primitive == route else here
+                for item in items:
+                    item.primitive = primitive
+                keys = [(chunk, at) for chunk in chunk_list]
+                for key in keys:
+                    pins[key] = pins.get(key, 0) + 1
+                my_pins.extend(keys)
+                continue
             for item in items:     # pinned at once (`pin`, inlined): a later reservation must not evict this copy
                 item.primitive = primitive
-                if primitive == fetch and not reserve(item.chunk):
+                if not reserve(item.chunk):
                     item.primitive = route
                     copies.fell_back += 1
                 key = (item.chunk, item.holder if item.primitive == route else here)

@@ -387,10 +387,16 @@ class InstanceEngine:
             return
         now = self.env.now
         end = self._t0 + self._pre + plan.k * self._dt
-        rate = min(entry[4] * self.partials.busy_fraction, MAX_UTILISATION)
+        rate = entry[4] * self.partials.busy_fraction       # min(., MAX_UTILISATION), max and min spelt out (hot)
+        if rate > MAX_UTILISATION:
+            rate = MAX_UTILISATION
         if end <= now or rate <= 0:
             return
-        extra = min(rate * (end - now) / (1.0 - rate), rate * max(0.0, entry[1] - now))
+        left = entry[1] - now
+        extra = rate * (end - now) / (1.0 - rate)
+        until = rate * (left if left > 0.0 else 0.0)
+        if until < extra:
+            extra = until
         if extra <= 0:
             return
         self._pre += extra

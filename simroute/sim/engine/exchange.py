@@ -264,9 +264,9 @@ class RouteExchange:
         # requester eid -> holder engine -> `_legs` (the one cache of the pair's message routes and fabric)
         self._legs_of: dict[int, dict[Any, tuple[Any, Any, Any]]] = {}
         self._kernels: dict[tuple, float] = {}   # (step, sharing, rows, keys, dense) -> one kernel call (a query's scalars or the queries' tuples)
-        # requester eid -> (its last event's groups as (holder, [rows, keys, premium]) items, their `_static_legs`):
-        # a requester's consecutive events mostly route the same groups (a steady decode batch)
-        self._static: dict[int, tuple[list, list[tuple]]] = {}
+        # requester eid -> (its last event's groups, them as (holder, [rows, keys, premium]) items, their
+        # `_static_legs`): a requester's consecutive events mostly route the same groups (a steady decode batch)
+        self._static: dict[int, tuple[dict, list, list[tuple]]] = {}
 
     def _legs(self, engine: "InstanceEngine", holder: "InstanceEngine") -> tuple[Any, Any, float, float, float]:
         """The pair's (query leg, partial leg, probe s, turnaround s, single-block rate) (its fabric's
@@ -349,15 +349,19 @@ class RouteExchange:
         now, ex, me = engine.env.now, self.exchanges, engine.eid
         send = self._send_direct or self._send_positional          # the message model, called directly
         send_pair = self._send_pair
-        items = list(groups.items())        # in order: the legs' sends queue on the links in this order
         cached = self._static.get(me)
-        if cached is None or cached[0] != items:
-            cached = self._static[me] = (items, self._static_legs(engine, items))
+        if cached is None or cached[0] is not groups:    # the engine hands the same groups again while they hold
+            items = list(groups.items())    # in order: the legs' sends queue on the links in this order
+            if cached is None or cached[1] != items:
+                cached = (groups, items, self._static_legs(engine, items))
+            else:
+                cached = (groups, items, cached[2])
+            self._static[me] = cached
         merge_s = self.merge_s
         legs = []
         bare = 0.0                      # the slowest round trip without holder waits
         for (holder, leg_out, leg_back, t_probe_s, turnaround_s, single_block_Bps, out_bytes, back_bytes, queries,
-             rows, keys, premium, kernel_of) in cached[1]:
+             rows, keys, premium, kernel_of) in cached[2]:
             if send_pair is not None:
                 out, back = send_pair(leg_out, out_bytes, t_probe_s, leg_back, back_bytes, turnaround_s,
                                       single_block_Bps, now)

@@ -52,13 +52,36 @@ def test_the_cache_follows_the_groups_values_and_order():
     exchange, requester, first, second = _exchange(), _engine(0), _engine(1), _engine(2)
     groups = {first: [[128.0], [1e6], 1.0], second: [[128.0], [2e6], 1.0]}
     exchange.iteration(requester, groups, 1, 1e-3)
-    kept = exchange._static[0][1]
+    kept = exchange._static[0][2]
     exchange.iteration(requester, {first: [[128.0], [1e6], 1.0], second: [[128.0], [2e6], 1.0]}, 1, 1e-3)
-    assert exchange._static[0][1] is kept                                          # same groups: reused
+    assert exchange._static[0][2] is kept                                          # same groups: reused
     exchange.iteration(requester, {second: [[128.0], [2e6], 1.0], first: [[128.0], [1e6], 1.0]}, 1, 1e-3)
-    assert [leg[0] for leg in exchange._static[0][1]] == [second, first]          # reordered: rebuilt
+    assert [leg[0] for leg in exchange._static[0][2]] == [second, first]          # reordered: rebuilt
     exchange.iteration(requester, {second: [[256.0], [2e6], 1.0], first: [[128.0], [1e6], 1.0]}, 1, 1e-3)
-    assert exchange._static[0][1][0][6] == 256.0 * 1152 / 2                        # new rows: new bytes
+    assert exchange._static[0][2][0][6] == 256.0 * 1152 / 2                        # new rows: new bytes
     _, _, legs = exchange.iteration(requester, {first: [[128.0], [1e6], 1.0]}, 2, 1e-3)
     # holder 1 alone: the other requester's entries are this requester's own, so it shares nothing
     assert [(leg[0], leg[1], leg[5]) for leg in legs] == [(first, 128.0 * 1e6 * 1e-12, 1)]
+
+
+def test_an_engine_hands_the_same_groups_while_its_decode_batch_holds(make_engine):
+    """A decode-only batch of the sequences of the last one routes the same groups: the engine hands the very
+    dict again (the exchange then skips comparing them); a prefill or another batch builds new ones."""
+    import simpy
+
+    from simroute.sim.engine import RouteShare, Sequence
+    from simroute.sim.schedulers.base import Plan
+
+    env = simpy.Environment()
+    first, second = make_engine(env, 1), make_engine(env, 2)
+    requester = make_engine(env, 0, exchange=_exchange())
+    routed = Sequence(0, 100, 40, routes=(RouteShare(first, 4096.0), RouteShare(second, 512.0, 1.5)))
+    other = Sequence(1, 100, 40, routes=(RouteShare(first, 1024.0),))
+    _, groups, _, _ = requester._batch_cost(Plan(decode=[routed, other], macro=True))
+    assert groups == {first: [[16, 16], [4096.0, 1024.0], 1.0], second: [[16], [512.0], 1.5]}
+    assert requester._batch_cost(Plan(decode=[routed, other], macro=True))[1] is groups
+    alone = requester._batch_cost(Plan(decode=[routed], macro=True))[1]
+    assert alone == {first: [[16], [4096.0], 1.0], second: [[16], [512.0], 1.5]}
+    with_prefill = requester._batch_cost(Plan(prefill=[(other, 4)], decode=[routed]))[1]
+    assert with_prefill == {first: [[16, 64], [4096.0, 1024.0], 1.0], second: [[16], [512.0], 1.5]}
+    assert requester._batch_cost(Plan(decode=[routed], macro=True))[1] is alone       # the last decode-only one

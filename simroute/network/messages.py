@@ -237,8 +237,8 @@ class MessageModel:
     def send_pair(self, out: MessageRoute, out_bytes: float, out_probe_s: float, back: MessageRoute,
                   back_bytes: float, back_probe_s: float, single_block_Bps: float, now: float) -> tuple[float, float]:
         """(`send` of `out`, then `send` of `back`) at `now`, without latency, in one call: a query and its
-        partial (once per routed leg of every engine event). The same arithmetic in the same order, with
-        `_occupy` and `account` inlined for both (the hot path of a routed run); the partial's NIC context
+        partial (once per routed leg of every engine event). The same arithmetic in the same order, both
+        accounted in one call (`account_pair`); the partial's NIC context
         check is the query's answer when both touch the same NICs for one queue pair (the query left that pair
         the most recent at both at `now`, so the partial's touches change nothing and it sees the state the
         query's check saw). A subclass that overrides `send` gets two `send`s."""
@@ -250,62 +250,15 @@ class MessageModel:
             self._refresh(out, single_block_Bps)
         if back.version != bulk_version or back.single_block_Bps != single_block_Bps:
             self._refresh(back, single_block_Bps)
-        missed = False
-        contexts = out.contexts
-        if contexts:                                    # `_pair_misses` of the query, inlined
-            pair, slots, horizon = out.pair, self._slots, now - self._window_s
-            for pairs, times in contexts:
-                if pairs and pairs[-1] == pair:
-                    times[-1] = now
-                else:
-                    if pair in pairs:
-                        index = pairs.index(pair)
-                        del pairs[index]
-                        del times[index]
-                    pairs.append(pair)
-                    times.append(now)
-                    if len(pairs) > slots + 1:
-                        del pairs[0]
-                        del times[0]
-                if len(pairs) > slots and times[0] >= horizon:
-                    missed = True
+        missed = bool(out.contexts) and self._pair_misses(out, now)
         if not back.contexts:
             back_missed = False
         elif back.pair == out.pair and back.mirror is out.contexts_key:
             back_missed = missed
         else:
             back_missed = self._pair_misses(back, now)
-        busy = self.busy
-        start = now                                     # the query (`_occupy`)
-        for link in out.links:
-            if busy[link] > start:
-                start = busy[link]
-        rate = out.rate_Bps
-        hold = out_bytes
-        extra = 0.0
-        if missed:
-            self.misses += 1
-            extra = self._miss_s
-            rate *= self._miss_factor
-            hold = out_bytes / self._miss_factor
-        for link, wire in out.link_wire:
-            busy[link] = start + hold * wire
-        out_s = start - now + extra + out_probe_s + out_bytes / rate
-        start = now                                     # then the partial
-        for link in back.links:
-            if busy[link] > start:
-                start = busy[link]
-        rate = back.rate_Bps
-        hold = back_bytes
-        extra = 0.0
-        if back_missed:
-            self.misses += 1
-            extra = self._miss_s
-            rate *= self._miss_factor
-            hold = back_bytes / self._miss_factor
-        for link, wire in back.link_wire:
-            busy[link] = start + hold * wire
-        back_s = start - now + extra + back_probe_s + back_bytes / rate
+        out_s = self._occupy(out, out_bytes, out_probe_s, missed, now)        # the query, then the partial
+        back_s = self._occupy(back, back_bytes, back_probe_s, back_missed, now)
         self.sends += 2
         self.account_pair(out, out_bytes, back, back_bytes, 1, now)
         return out_s, back_s
@@ -319,20 +272,14 @@ class MessageModel:
         if now >= telemetry.window_end:
             telemetry.advance_to(now)
         window = telemetry.window_index
-        total = out_bytes * count
-        out.sent_bytes += total
-        out.sent_count += count
-        if out.window != window:
-            out.window = window
-            telemetry.message_routes.append(out)
-        out.window_bytes += total
-        total = back_bytes * count
-        back.sent_bytes += total
-        back.sent_count += count
-        if back.window != window:
-            back.window = window
-            telemetry.message_routes.append(back)
-        back.window_bytes += total
+        for route, nbytes in ((out, out_bytes), (back, back_bytes)):
+            total = nbytes * count
+            route.sent_bytes += total
+            route.sent_count += count
+            if route.window != window:
+                route.window = window
+                telemetry.message_routes.append(route)
+            route.window_bytes += total
 
     def account(self, route: MessageRoute, nbytes: float, count: int, now: float) -> None:
         """Count the bytes of `count` messages of `nbytes` on `route` at `now` (totals and the telemetry's

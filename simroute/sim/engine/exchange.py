@@ -267,6 +267,9 @@ class RouteExchange:
         # requester eid -> (its last event's groups, them as (holder, [rows, keys, premium]) items, their
         # `_static_legs`): a requester's consecutive events mostly route the same groups (a steady decode batch)
         self._static: dict[int, tuple[dict, list, list[tuple]]] = {}
+        # (holder, rows, keys, premium) -> {sharing: kernel x premium}: a leg's kernels, kept across requesters and
+        # their groups' changes (bounded as `_kernels`)
+        self._kernels_of: dict[tuple, dict[int, float]] = {}
 
     def _legs(self, engine: "InstanceEngine", holder: "InstanceEngine") -> tuple[Any, Any, float, float, float]:
         """The pair's (query leg, partial leg, probe s, turnaround s, single-block rate) (its fabric's
@@ -297,15 +300,21 @@ class RouteExchange:
         known = self._legs_of.get(engine.eid)
         if known is None:
             known = self._legs_of[engine.eid] = {}
-        tp, q_bytes, p_bytes = self.tp, self.q_bytes, self.p_bytes
+        tp, q_bytes, p_bytes, kernels_of = self.tp, self.q_bytes, self.p_bytes, self._kernels_of
         static = []
         for holder, (rows, keys, premium) in items:
             route = known.get(holder)
             if route is None:
                 route = known[holder] = self._legs(engine, holder)
+            shape = (holder, tuple(rows), tuple(keys), premium)
+            kernel_of = kernels_of.get(shape)
+            if kernel_of is None:
+                if len(kernels_of) >= 131072:
+                    kernels_of.clear()
+                kernel_of = kernels_of[shape] = {}
             total_rows = sum(rows)
             static.append((holder, *route, total_rows * q_bytes / tp, total_rows * p_bytes / tp, len(rows),
-                           rows, keys, premium, {}))
+                           rows, keys, premium, kernel_of))
         return static
 
     def _kernel(self, step: Any, sharing: int, rows: list, keys: list, premium: float) -> float:

@@ -35,7 +35,9 @@ def test_static_legs_hold_the_routes_fabric_and_bytes_of_each_holder_in_order():
          [128.0, 64.0], [1000.0, 3000.0], 1.0),
         (first, ("g0", "g1"), ("g1", "g0"), 20e-6, 5e-6, 10e9, 128.0 * 1152 / 2, 128.0 * 1032 / 2, 1,
          [128.0], [2000.0], 1.5)]
-    assert legs[0][-1] == {} and legs[0][-1] is not legs[1][-1]      # each leg its own kernel per sharing
+    assert legs[0][-1] == {} and legs[0][-1] is not legs[1][-1]      # each shape its own kernel per sharing
+    again = exchange._static_legs(_engine(3), [(second, [[128.0, 64.0], [1000.0, 3000.0], 1.0])])
+    assert again[0][-1] is legs[0][-1]                  # another requester, the same holder and shape: shared
 
 
 def test_kernel_is_the_step_models_call_over_sharing_times_the_queries():

@@ -237,10 +237,11 @@ class MessageModel:
     def send_pair(self, out: MessageRoute, out_bytes: float, out_probe_s: float, back: MessageRoute,
                   back_bytes: float, back_probe_s: float, single_block_Bps: float, now: float) -> tuple[float, float]:
         """(`send` of `out`, then `send` of `back`) at `now`, without latency, in one call: a query and its
-        partial (once per routed leg of every engine event). The same arithmetic in the same order; the
-        partial's NIC context check is the query's answer when both touch the same NICs for one queue pair
-        (the query left that pair the most recent at both at `now`, so the partial's touches change nothing
-        and it sees the state the query's check saw). A subclass that overrides `send` gets two `send`s."""
+        partial (once per routed leg of every engine event). The same arithmetic in the same order, both
+        accounted in one call (`account_pair`); the partial's NIC context
+        check is the query's answer when both touch the same NICs for one queue pair (the query left that pair
+        the most recent at both at `now`, so the partial's touches change nothing and it sees the state the
+        query's check saw). A subclass that overrides `send` gets two `send`s."""
         if not self._pair_fast:
             return (self.send(out, out_bytes, out_probe_s, single_block_Bps, now, False),
                     self.send(back, back_bytes, back_probe_s, single_block_Bps, now, False))
@@ -259,9 +260,26 @@ class MessageModel:
         out_s = self._occupy(out, out_bytes, out_probe_s, missed, now)        # the query, then the partial
         back_s = self._occupy(back, back_bytes, back_probe_s, back_missed, now)
         self.sends += 2
-        self.account(out, out_bytes, 1, now)
-        self.account(back, back_bytes, 1, now)
+        self.account_pair(out, out_bytes, back, back_bytes, 1, now)
         return out_s, back_s
+
+    def account_pair(self, out: MessageRoute, out_bytes: float, back: MessageRoute, back_bytes: float, count: int,
+                     now: float) -> None:
+        """`account` of `out`, then of `back`, in one call (a routed leg's query and partial)."""
+        if count <= 0:
+            return
+        telemetry = self.telemetry
+        if now >= telemetry.window_end:
+            telemetry.advance_to(now)
+        window = telemetry.window_index
+        for route, nbytes in ((out, out_bytes), (back, back_bytes)):
+            total = nbytes * count
+            route.sent_bytes += total
+            route.sent_count += count
+            if route.window != window:
+                route.window = window
+                telemetry.message_routes.append(route)
+            route.window_bytes += total
 
     def account(self, route: MessageRoute, nbytes: float, count: int, now: float) -> None:
         """Count the bytes of `count` messages of `nbytes` on `route` at `now` (totals and the telemetry's

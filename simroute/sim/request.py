@@ -393,6 +393,13 @@ class DenseRequest(RequestProcess):
         fabric_of: dict[int, int] = {}       # holder -> fabric id (Cluster.fabric_id, asked once per holder)
         route, fetch, here = Primitive.ROUTE, Primitive.FETCH, requester.id
         reserve = copies.reserver(here, own_kv)
+        largest: dict[int, float] = {}          # fabric -> its largest remote chunk's tokens
+        routes = self.routes
+        resident_tokens = self.resident_tokens
+        fell_back = False
+        # the tokens are whole numbers: summed per block, the routes' and the resident tokens' sums are exact,
+        # the same as summed per chunk in the chunks' order; the routes' holders come in the order of their first
+        # routed chunk (a routed block's first chunk, as blocks come in the order of their first chunk)
         for (holder_id, cached), items in holder_blocks(remote).items():
             holder = ctx.cluster.instances[holder_id]
             chunk_list = [item.chunk for item in items]
@@ -402,31 +409,46 @@ class DenseRequest(RequestProcess):
             fabric = fabric_of.get(holder_id)
             if fabric is None:
                 fabric = fabric_of[holder_id] = ctx.cluster.fabric_id(requester, holder)
-            primitive = decisions.choose(chunk_list, holder, fabric, float(sum([tokens_of[c] for c in chunk_list])),
-                                         cached, copy_bytes)
+            block_tokens = [tokens_of[c] for c in chunk_list]
+            tokens = float(max(block_tokens))
+            if tokens > largest.get(fabric, 0.0):
+                largest[fabric] = tokens
+            primitive = decisions.choose(chunk_list, holder, fabric, float(sum(block_tokens)), cached, copy_bytes)
+            if primitive != fetch:      # the whole block pinned where it is served (`pin`, inlined)
+                at = holder_id if primitive == route else here
+                for item in items:
+                    item.primitive = primitive
+                keys = [(chunk, at) for chunk in chunk_list]
+                for key in keys:
+                    pins[key] = pins.get(key, 0) + 1
+                my_pins.extend(keys)
+                if primitive == route:
+                    routes[holder_id] = routes.get(holder_id, 0.0) + float(sum(block_tokens))
+                else:
+                    resident_tokens += float(sum(block_tokens))
+                continue
             for item in items:     # pinned at once (`pin`, inlined): a later reservation must not evict this copy
                 item.primitive = primitive
-                if primitive == fetch and not reserve(item.chunk):
+                if not reserve(item.chunk):
                     item.primitive = route
                     copies.fell_back += 1
                 key = (item.chunk, item.holder if item.primitive == route else here)
                 pins[key] = pins.get(key, 0) + 1
                 my_pins.append(key)
-        largest: dict[int, float] = {}
-        routes = self.routes
+                if item.primitive == route:
+                    fell_back = True
+                else:
+                    resident_tokens += float(tokens_of[item.chunk])
+        self.resident_tokens = resident_tokens
+        if fell_back:       # a fetched block's chunk routed: the holders in the order of their first routed chunk
+            routed = [item for item in remote if item.primitive == route]
+            routes.clear()
+            for item in routed:
+                routes[item.holder] = routes.get(item.holder, 0.0) + float(tokens_of[item.chunk])
         noted_chunks, noted_holders, noted = self.decided      # `record`, per column in one go
         noted_chunks.extend([item.chunk for item in remote])
         noted_holders.extend([item.holder for item in remote])
         noted.extend([item.primitive for item in remote])
-        for item in remote:
-            tokens = float(tokens_of[item.chunk])
-            fabric = fabric_of[item.holder]
-            if tokens > largest.get(fabric, 0.0):
-                largest[fabric] = tokens
-            if item.primitive == route:
-                routes[item.holder] = routes.get(item.holder, 0.0) + tokens
-            else:
-                self.resident_tokens += tokens
         for fabric, tokens in largest.items():
             route, _, move, _, _ = ctx.floor_model.step(self.mq_first, tokens, fabric, True, tp=tp,
                                                         query_tokens=self.mq_first / self.heads)

@@ -178,3 +178,26 @@ def test_send_pair_is_the_query_then_the_partial():
     assert apart.messages.busy == paired.messages.busy
     assert {key: (route.sent_bytes, route.sent_count, route.window_bytes) for key, route in apart.messages.routes.items()} \
         == {key: (route.sent_bytes, route.sent_count, route.window_bytes) for key, route in paired.messages.routes.items()}
+
+
+def test_account_pair_is_two_accounts():
+    """`account_pair` (a leg's query and partial in one call) against two `account`s across a window boundary:
+    the same bytes, counts and window bytes per route, and the same routes listed in the window."""
+    topology = load_topology(TOPO_DIR / "paper-testbed.yaml")
+    apart, paired = (FlowEngine(simpy.Environment(), topology, message_model=MessageModel()) for _ in range(2))
+    for step, now in enumerate([0.0, 1e-3, 0.5, 1.5, 1.5, 2.25]):
+        count = step % 3                    # 0: nothing counted
+        out_bytes, back_bytes = 1024.0 * (1 + step), 3000.0 / (1 + step)
+        legs = [(engine.message_route("h0.g0", "h1.g1"), engine.message_route("h1.g1", "h0.g0"))
+                for engine in (apart, paired)]
+        apart.messages.account(legs[0][0], out_bytes, count, now)
+        apart.messages.account(legs[0][1], back_bytes, count, now)
+        paired.messages.account_pair(legs[1][0], out_bytes, legs[1][1], back_bytes, count, now)
+    routes = {key: (route.sent_bytes, route.sent_count, route.window, route.window_bytes)
+              for key, route in paired.messages.routes.items()}
+    assert routes == {key: (route.sent_bytes, route.sent_count, route.window, route.window_bytes)
+                      for key, route in apart.messages.routes.items()}
+    assert routes[("h0.g0", "h1.g1")][:2] == (1024.0 * 2 * 1 + 1024.0 * 3 * 2 + 1024.0 * 5 * 1 + 1024.0 * 6 * 2, 6)
+    assert [(r.src, r.dst) for r in paired.telemetry.message_routes] == \
+        [(r.src, r.dst) for r in apart.telemetry.message_routes]
+    assert paired.telemetry.window_index == apart.telemetry.window_index > 0

@@ -137,3 +137,21 @@ def test_fits_stops_early_but_agrees_with_the_room_it_sums(trace):
             assert copies.fits(ci, REQUESTER) == (_room_blocks(hbm) >= copies.blocks(ci))
         for need in (1, 64, 300, 5000):
             assert copies.fits_blocks(need, REQUESTER) == (_room_blocks(hbm) >= need)
+
+
+def test_primitive_labels_are_the_numpy_conversions_column():
+    """decisions.parquet's primitive column taken in arrow: the labels in order, and the very buffers (no
+    validity bitmap) of the numpy array of labels it replaced, empty included."""
+    import numpy as np
+    import pyarrow as pa
+
+    from simroute.sim.metrics import primitive_labels
+    from simroute.sim.vocab import Primitive
+
+    names = np.array([p.label for p in Primitive])
+    for codes in (np.array([0, 4, 1, 1, 3, 2, 0], np.int8), np.zeros(0, np.int8)):
+        got = primitive_labels(codes)
+        want = pa.table({"p": names[codes]}).column("p").combine_chunks()
+        assert got.type == pa.string() and got.buffers()[0] is None
+        assert [b.to_pybytes() for b in got.buffers()[1:]] == [b.to_pybytes() for b in want.buffers()[1:]]
+    assert primitive_labels(np.array([0, 4, 1], np.int8)).to_pylist() == ["route", "first-touch", "fetch"]

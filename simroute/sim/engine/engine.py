@@ -127,6 +127,9 @@ class InstanceEngine:
         self._in_step = False
         self._admitted = 0
         self._held: list[Sequence] = []     # preempted while the current event was planned: not re-admitted in it
+        # the routed groups of the last decode-only batch and its sequences: the next batch of the same sequences
+        # routes the same groups (a sequence's routes and the rows of a decode are fixed), so it reuses them
+        self._decode_groups: tuple[list[Sequence], dict | None] = ([], None)
         # blocks one decoding sequence may add in one event (k <= steps_per_event tokens)
         self._growth_blocks = -(-options.steps_per_event // BLOCK_TOKENS)
         self.preemptions = 0
@@ -302,10 +305,15 @@ class InstanceEngine:
         groups: dict[Any, list] | None = None        # built only when a sequence routes
         new = decode_form = len(decode)              # sequences attending in the decode form (one query token)
         mid = (k - 1) / 2                            # the mid-point context of k iterations
+        prefill = plan.prefill
+        last_decode, last_groups = self._decode_groups
+        same = not prefill and decode and last_decode == decode   # the last decode-only batch's: its groups
+        if same:
+            groups = last_groups
         for seq in decode:
             ctx = seq.resident_tokens + seq.prompt + seq.generated + mid
             kv += ctx
-            if seq.routes:
+            if seq.routes and not same:
                 if groups is None:
                     groups = {}
                 _add_routes(groups, seq, heads)
@@ -313,8 +321,10 @@ class InstanceEngine:
                 wait = seq.step_wait(k)
                 if wait > seq_wait:
                     seq_wait = wait
+        if not prefill and not same:
+            self._decode_groups = (list(decode), groups)
         pairs = kv                                   # a decode token attends its whole context
-        for seq, t in plan.prefill:
+        for seq, t in prefill:
             base = seq.resident_tokens + seq.prefilled
             kv += base + t
             chunk_pairs = causal_pairs(t, base)
@@ -387,10 +397,16 @@ class InstanceEngine:
             return
         now = self.env.now
         end = self._t0 + self._pre + plan.k * self._dt
-        rate = min(entry[4] * self.partials.busy_fraction, MAX_UTILISATION)
+        rate = entry[4] * self.partials.busy_fraction       # min(., MAX_UTILISATION), max and min spelt out (hot)
+        if rate > MAX_UTILISATION:
+            rate = MAX_UTILISATION
         if end <= now or rate <= 0:
             return
-        extra = min(rate * (end - now) / (1.0 - rate), rate * max(0.0, entry[1] - now))
+        left = entry[1] - now
+        extra = rate * (end - now) / (1.0 - rate)
+        until = rate * (left if left > 0.0 else 0.0)
+        if until < extra:
+            extra = until
         if extra <= 0:
             return
         self._pre += extra

@@ -72,14 +72,22 @@ class HolderPartials:
 
     def _prune(self, now: float) -> list[list]:
         """The entries still asking (until > now); ended ones with charge left move to `tail` (in list order).
-        It rebuilds the list whenever the earliest span has ended (most requester events): comprehensions
-        rather than an append per entry."""
+        It rebuilds the list whenever the earliest span has ended (most requester events), in one pass."""
         d = self.demand
         if now >= self.expiry:
-            last = self.last_take
-            self.tail.extend([x for x in d if x[1] <= now and x[4] > 0 and x[1] > last])
-            d[:] = [x for x in d if x[1] > now]
-            self.expiry = min([x[1] for x in d], default=INF)
+            last, tail = self.last_take, self.tail
+            keep: list[list] = []
+            expiry = INF
+            for x in d:
+                until = x[1]
+                if until > now:
+                    keep.append(x)
+                    if until < expiry:
+                        expiry = until
+                elif x[4] > 0 and until > last:
+                    tail.append(x)
+            d[:] = keep
+            self.expiry = expiry
         return d
 
     def others(self, now: float, requester: int) -> tuple[float, int]:
@@ -256,14 +264,22 @@ class RouteExchange:
         # requester eid -> holder engine -> `_legs` (the one cache of the pair's message routes and fabric)
         self._legs_of: dict[int, dict[Any, tuple[Any, Any, Any]]] = {}
         self._kernels: dict[tuple, float] = {}   # (step, sharing, rows, keys, dense) -> one kernel call (a query's scalars or the queries' tuples)
+        # requester eid -> (its last event's groups, them as (holder, [rows, keys, premium]) items, their
+        # `_static_legs`): a requester's consecutive events mostly route the same groups (a steady decode batch)
+        self._static: dict[int, tuple[dict, list, list[tuple]]] = {}
+        # (holder, rows, keys, premium) -> {sharing: kernel x premium}: a leg's kernels, kept across requesters and
+        # their groups' changes (bounded as `_kernels`)
+        self._kernels_of: dict[tuple, dict[int, float]] = {}
 
-    def _legs(self, engine: "InstanceEngine", holder: "InstanceEngine") -> tuple[Any, Any, Any]:
-        """The pair's (query leg, partial leg, fabric); `iteration` keeps them per requester and holder."""
+    def _legs(self, engine: "InstanceEngine", holder: "InstanceEngine") -> tuple[Any, Any, float, float, float]:
+        """The pair's (query leg, partial leg, probe s, turnaround s, single-block rate) (its fabric's
+        constants unpacked once); `iteration` keeps them per requester and holder."""
         fab = self.fabric_of(engine, holder)
         if self._fast:
-            return (self.net.message_route(engine.gpu, holder.gpu), self.net.message_route(holder.gpu, engine.gpu),
-                    fab)
-        return (engine.gpu, holder.gpu), (holder.gpu, engine.gpu), fab
+            out, back = self.net.message_route(engine.gpu, holder.gpu), self.net.message_route(holder.gpu, engine.gpu)
+        else:
+            out, back = (engine.gpu, holder.gpu), (holder.gpu, engine.gpu)
+        return out, back, fab.t_probe_s, fab.turnaround_s, fab.single_block_Bps
 
     def _send(self, leg: Any, nbytes: float, *, t_probe_s: float, single_block_Bps: float,
               include_latency: bool = False) -> float:
@@ -277,92 +293,156 @@ class RouteExchange:
         return self._send(leg, nbytes, t_probe_s=t_probe_s, single_block_Bps=single_block_Bps,
                           include_latency=include_latency)
 
+    def _static_legs(self, engine: "InstanceEngine", items: list) -> list[tuple]:
+        """Per holder of an event's groups, what its leg's sends and kernel need that does not change while the
+        groups do not: (holder, query leg, partial leg, probe s, turnaround s, single-block rate, query bytes,
+        partial bytes, queries, rows, keys, premium, {sharing: kernel x premium})."""
+        known = self._legs_of.get(engine.eid)
+        if known is None:
+            known = self._legs_of[engine.eid] = {}
+        tp, q_bytes, p_bytes, kernels_of = self.tp, self.q_bytes, self.p_bytes, self._kernels_of
+        static = []
+        for holder, (rows, keys, premium) in items:
+            route = known.get(holder)
+            if route is None:
+                route = known[holder] = self._legs(engine, holder)
+            shape = (holder, tuple(rows), tuple(keys), premium)
+            kernel_of = kernels_of.get(shape)
+            if kernel_of is None:
+                if len(kernels_of) >= 131072:
+                    kernels_of.clear()
+                kernel_of = kernels_of[shape] = {}
+            total_rows = sum(rows)
+            static.append((holder, *route, total_rows * q_bytes / tp, total_rows * p_bytes / tp, len(rows),
+                           rows, keys, premium, kernel_of))
+        return static
+
+    def _kernel(self, step: Any, sharing: int, rows: list, keys: list, premium: float) -> float:
+        """One kernel call shared by `sharing` requesters, each with this one's queries (as it sees them); one
+        query per requester (the common case) is the scalar form, every query alike (kept per exact shape: the
+        step model is a pure function of it). A selection's kernel has a premium > 1: its tokens gather apart
+        (no prefill block)."""
+        kernels, queries = self._kernels, len(rows)
+        if queries == 1:
+            shape = (step, sharing, rows[0], keys[0], premium == 1.0)
+            kernel = kernels.get(shape)
+            if kernel is None:
+                kernel = kernels[shape] = step.holder_partial_s(sharing, rows[0], keys[0]) if premium == 1.0 \
+                    else step.holder_partial_s(sharing, rows[0], keys[0], dense=False)
+            return kernel
+        shape = (step, sharing, tuple(rows), tuple(keys), premium == 1.0)
+        kernel = kernels.get(shape)
+        if kernel is None:
+            others = sharing > 1
+            if premium == 1.0:
+                kernel = step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
+                                               keys * sharing if others else keys)
+            else:
+                kernel = step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
+                                               keys * sharing if others else keys, dense=False)
+            if len(kernels) >= 131072:      # bounded, as the step model's own shape caches
+                kernels.clear()
+            kernels[shape] = kernel
+        return kernel
+
     def iteration(self, engine: "InstanceEngine", groups: dict, k: int,
                   compute_s: float) -> tuple[float, float, list[tuple]]:
         """(exchange seconds, of which holder wait, per-holder legs for `settle` / `retract`) added to each
         iteration of a k-iteration event whose compute is `compute_s` per iteration. `groups` maps a holder
         engine to [rows, key_tokens, premium]: one entry per query in the lists (each routing sequence's own),
-        and the batch's largest premium (the sparse kernel's factor over dense, `RouteShare.premium`)."""
-        now, tp, ex, me = engine.env.now, self.tp, self.exchanges, engine.eid
+        and the batch's largest premium (the sparse kernel's factor over dense, `RouteShare.premium`).
+
+        Once per routed leg of every requester event (the hot path of a routed run): what does not change while
+        the groups do not is kept per requester (`_static_legs`), and the holder's side of the leg
+        (`HolderPartials.ask`: `queue_wait_s` then `add`) is inlined, the same arithmetic in the same order."""
+        now, ex, me = engine.env.now, self.exchanges, engine.eid
         send = self._send_direct or self._send_positional          # the message model, called directly
         send_pair = self._send_pair
-        known = self._legs_of.get(me)
-        if known is None:
-            known = self._legs_of[me] = {}
-        kernels = self._kernels
+        cached = self._static.get(me)
+        if cached is None or cached[0] is not groups:    # the engine hands the same groups again while they hold
+            items = list(groups.items())    # in order: the legs' sends queue on the links in this order
+            if cached is None or cached[1] != items:
+                cached = (groups, items, self._static_legs(engine, items))
+            else:
+                cached = (groups, items, cached[2])
+            self._static[me] = cached
+        merge_s = self.merge_s
         legs = []
         bare = 0.0                      # the slowest round trip without holder waits
-        for holder, (rows, keys, premium) in groups.items():
-            route = known.get(holder)
-            if route is None:
-                route = known[holder] = self._legs(engine, holder)
-            leg_out, leg_back, fab = route
-            queries, total_rows = len(rows), sum(rows)
-            out_bytes, back_bytes = total_rows * self.q_bytes / tp, total_rows * self.p_bytes / tp
+        for (holder, leg_out, leg_back, t_probe_s, turnaround_s, single_block_Bps, out_bytes, back_bytes, queries,
+             rows, keys, premium, kernel_of) in cached[2]:
             if send_pair is not None:
-                out, back = send_pair(leg_out, out_bytes, fab.t_probe_s, leg_back, back_bytes, fab.turnaround_s,
-                                      fab.single_block_Bps, now)
+                out, back = send_pair(leg_out, out_bytes, t_probe_s, leg_back, back_bytes, turnaround_s,
+                                      single_block_Bps, now)
             else:
-                out = send(leg_out, out_bytes, fab.t_probe_s, fab.single_block_Bps, now, False)
-                back = send(leg_back, back_bytes, fab.turnaround_s, fab.single_block_Bps, now, False)
+                out = send(leg_out, out_bytes, t_probe_s, single_block_Bps, now, False)
+                back = send(leg_back, back_bytes, turnaround_s, single_block_Bps, now, False)
             rho, others = holder.partials.others(now, me)
             sharing = 1 + others
-            # the n requesters routing here share one call: n x this one's queries (as it sees them); one
-            # query per requester (the common case) is the scalar form, every query alike (kept per exact
-            # shape: the step model is a pure function of it)
-            # a selection's kernel has a premium > 1: its tokens gather apart (no prefill block)
-            if queries == 1:
-                step = holder.step
-                shape = (step, sharing, rows[0], keys[0], premium == 1.0)
-                kernel = kernels.get(shape)
-                if kernel is None:
-                    kernel = kernels[shape] = step.holder_partial_s(sharing, rows[0], keys[0]) if premium == 1.0 \
-                        else step.holder_partial_s(sharing, rows[0], keys[0], dense=False)
-            else:
-                step = holder.step
-                shape = (step, sharing, tuple(rows), tuple(keys), premium == 1.0)
-                kernel = kernels.get(shape)
-                if kernel is None:
-                    if premium == 1.0:
-                        kernel = step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
-                                                       keys * sharing if others else keys)
-                    else:
-                        kernel = step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
-                                                       keys * sharing if others else keys, dense=False)
-                    if len(kernels) >= 131072:      # bounded, as the step model's own shape caches
-                        kernels.clear()
-                    kernels[shape] = kernel
-            kernel *= premium
-            rt = out + kernel + back + self.merge_s
-            bare = max(bare, rt)
-            legs.append((holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, (out_bytes, back_bytes)))
+            # the n requesters routing here share one call (`_kernel`)
+            kernel = kernel_of.get(sharing)
+            if kernel is None:
+                kernel = kernel_of[sharing] = self._kernel(holder.step, sharing, rows, keys, premium) * premium
+            rt = out + kernel + back + merge_s
+            if rt > bare:
+                bare = rt
+            legs.append((holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, out_bytes, back_bytes))
         span = k * (compute_s + ex * bare)   # the event's duration: the rate its partial work is asked at
         worst, worst_wait = 0.0, 0.0
         settled = []
         calls = ex * k
-        for holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, sizes in legs:
+        inline = HolderMode.INLINE
+        for holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, out_bytes, back_bytes in legs:
+            partials = holder.partials
             share = kernel / sharing
-            wait, entry = holder.partials.ask(share, calls, queries, now, span, holder.busy, holder.layer_s, rho, me,
-                                              kernel)
-            if entry is not None and entry[4] > 0:
-                holder.absorb(entry)            # the holder's event under way runs its share now
-            settled.append((holder, share, queries, entry, wait, sharing, leg_out, leg_back, sizes))
+            busy = holder.busy
+            # `queue_wait_s` at the others' utilisation
+            if rho > MAX_UTILISATION:
+                rho = MAX_UTILISATION
+            wait = share * rho / (2 * (1 - rho)) if rho > 0 else 0.0
+            mode = partials.mode
+            if mode == inline and busy:
+                wait += holder.layer_s / 2
+            # `add`: this requester's share of the work over the event's span, its demand entry
+            work = share * calls
+            partials.calls += calls
+            partials.queries += queries * calls
+            partials.work_s += work
+            if span <= 0:
+                entry = None
+            else:
+                charge = (1.0 if mode == inline else partials.interference) if busy else 0.0
+                entry = [now, now + span, work / span, me, charge * work / span]
+                partials.demand.append(entry)
+                if entry[1] < partials.expiry:
+                    partials.expiry = entry[1]
+                if entry[4] > 0:
+                    holder.absorb(entry)        # the holder's event under way runs its share now
+            partials.kernel_s.append(kernel)
+            settled.append((holder, share, queries, entry, wait, sharing, leg_out, leg_back, out_bytes, back_bytes))
             if rt + wait > worst:
                 worst, worst_wait = rt + wait, wait
         return ex * worst, ex * worst_wait, settled
 
     def settle(self, legs: list[tuple], k: int) -> None:
         """The event's exchanges ran k iterations: count their messages and the network's bytes of all but the
-        one sampled per leg (which `send_message` counted)."""
+        one sampled per leg (which `send_message` counted). `HolderPartials.served` is inlined (once per leg)."""
         ex = self.exchanges
         calls = ex * k
         self.messages += 2 * calls * len(legs)
         more = calls - 1 if self._fast else 0       # one loop over the legs; nothing to account when 0
+        account_pair = getattr(self.net.messages, "account_pair", None) if more > 0 else None
         account = self.net.messages.account if more > 0 else None
         now = self.net.env.now if more > 0 else 0.0
-        for holder, _share, _queries, _entry, wait, sharing, leg_out, leg_back, (out_bytes, back_bytes) in legs:
-            holder.partials.served(calls, wait, sharing)
-            if account is not None:
+        for holder, _share, _queries, _entry, wait, sharing, leg_out, leg_back, out_bytes, back_bytes in legs:
+            partials = holder.partials
+            partials.queued_s += wait * calls
+            partials.fan_in_calls += sharing * calls
+            if sharing > partials.max_fan_in:
+                partials.max_fan_in = sharing
+            if account_pair is not None:
+                account_pair(leg_out, out_bytes, leg_back, back_bytes, more, now)
+            elif account is not None:
                 account(leg_out, out_bytes, more, now)
                 account(leg_back, back_bytes, more, now)
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:     # the engine as the exchange sees it, from a leaf module (
 
 INF = float("inf")
 MAX_UTILISATION = 0.95          # the fluid queue's wait is capped where rho -> 1 (no unbounded backlog)
+KERNEL_SHAPES_KEPT = 131072      # holder-kernel shapes kept per cache before it starts over (as the step model's shape caches)
 
 
 class HolderPartials:
@@ -309,7 +310,7 @@ class RouteExchange:
             shape = (holder, tuple(rows), tuple(keys), premium)
             kernel_of = kernels_of.get(shape)
             if kernel_of is None:
-                if len(kernels_of) >= 131072:
+                if len(kernels_of) >= KERNEL_SHAPES_KEPT:
                     kernels_of.clear()
                 kernel_of = kernels_of[shape] = {}
             total_rows = sum(rows)
@@ -327,6 +328,8 @@ class RouteExchange:
             shape = (step, sharing, rows[0], keys[0], premium == 1.0)
             kernel = kernels.get(shape)
             if kernel is None:
+                if len(kernels) >= KERNEL_SHAPES_KEPT:
+                    kernels.clear()
                 kernel = kernels[shape] = step.holder_partial_s(sharing, rows[0], keys[0]) if premium == 1.0 \
                     else step.holder_partial_s(sharing, rows[0], keys[0], dense=False)
             return kernel
@@ -340,7 +343,7 @@ class RouteExchange:
             else:
                 kernel = step.holder_partial_s(queries * sharing, rows * sharing if others else rows,
                                                keys * sharing if others else keys, dense=False)
-            if len(kernels) >= 131072:      # bounded, as the step model's own shape caches
+            if len(kernels) >= KERNEL_SHAPES_KEPT:
                 kernels.clear()
             kernels[shape] = kernel
         return kernel

@@ -413,7 +413,8 @@ class DenseRequest(RequestProcess):
             tokens = float(max(block_tokens))
             if tokens > largest.get(fabric, 0.0):
                 largest[fabric] = tokens
-            primitive = decisions.choose(chunk_list, holder, fabric, float(sum(block_tokens)), cached, copy_bytes)
+            block_sum = float(sum(block_tokens))
+            primitive = decisions.choose(chunk_list, holder, fabric, block_sum, cached, copy_bytes)
             if primitive != fetch:      # the whole block pinned where it is served (`pin`, inlined)
                 at = holder_id if primitive == route else here
                 for item in items:
@@ -423,9 +424,9 @@ class DenseRequest(RequestProcess):
                     pins[key] = pins.get(key, 0) + 1
                 my_pins.extend(keys)
                 if primitive == route:
-                    routes[holder_id] = routes.get(holder_id, 0.0) + float(sum(block_tokens))
+                    routes[holder_id] = routes.get(holder_id, 0.0) + block_sum
                 else:
-                    resident_tokens += float(sum(block_tokens))
+                    resident_tokens += block_sum
                 continue
             for item in items:     # pinned at once (`pin`, inlined): a later reservation must not evict this copy
                 item.primitive = primitive

@@ -356,8 +356,8 @@ class RouteExchange:
         and the batch's largest premium (the sparse kernel's factor over dense, `RouteShare.premium`).
 
         Once per routed leg of every requester event (the hot path of a routed run): what does not change while
-        the groups do not is kept per requester (`_static_legs`), and the holder's side of the leg
-        (`HolderPartials.ask`: `queue_wait_s` then `add`) is inlined, the same arithmetic in the same order."""
+        the groups do not is kept per requester (`_static_legs`); the holder's side of the leg is
+        `HolderPartials.ask` (its fluid queue's formulas live there only)."""
         now, ex, me = engine.env.now, self.exchanges, engine.eid
         send = self._send_direct or self._send_positional          # the message model, called directly
         send_pair = self._send_pair
@@ -394,34 +394,12 @@ class RouteExchange:
         worst, worst_wait = 0.0, 0.0
         settled = []
         calls = ex * k
-        inline = HolderMode.INLINE
         for holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, out_bytes, back_bytes in legs:
-            partials = holder.partials
             share = kernel / sharing
-            busy = holder.busy
-            # `queue_wait_s` at the others' utilisation
-            if rho > MAX_UTILISATION:
-                rho = MAX_UTILISATION
-            wait = share * rho / (2 * (1 - rho)) if rho > 0 else 0.0
-            mode = partials.mode
-            if mode == inline and busy:
-                wait += holder.layer_s / 2
-            # `add`: this requester's share of the work over the event's span, its demand entry
-            work = share * calls
-            partials.calls += calls
-            partials.queries += queries * calls
-            partials.work_s += work
-            if span <= 0:
-                entry = None
-            else:
-                charge = (1.0 if mode == inline else partials.interference) if busy else 0.0
-                entry = [now, now + span, work / span, me, charge * work / span]
-                partials.demand.append(entry)
-                if entry[1] < partials.expiry:
-                    partials.expiry = entry[1]
-                if entry[4] > 0:
-                    holder.absorb(entry)        # the holder's event under way runs its share now
-            partials.kernel_s.append(kernel)
+            wait, entry = holder.partials.ask(share, calls, queries, now, span, holder.busy, holder.layer_s, rho, me,
+                                              kernel)
+            if entry is not None and entry[4] > 0:
+                holder.absorb(entry)            # the holder's event under way runs its share now
             settled.append((holder, share, queries, entry, wait, sharing, leg_out, leg_back, out_bytes, back_bytes))
             if rt + wait > worst:
                 worst, worst_wait = rt + wait, wait
@@ -429,7 +407,7 @@ class RouteExchange:
 
     def settle(self, legs: list[tuple], k: int) -> None:
         """The event's exchanges ran k iterations: count their messages and the network's bytes of all but the
-        one sampled per leg (which `send_message` counted). `HolderPartials.served` is inlined (once per leg)."""
+        one sampled per leg (which `send_message` counted)."""
         ex = self.exchanges
         calls = ex * k
         self.messages += 2 * calls * len(legs)
@@ -438,11 +416,7 @@ class RouteExchange:
         account = self.net.messages.account if more > 0 else None
         now = self.net.env.now if more > 0 else 0.0
         for holder, _share, _queries, _entry, wait, sharing, leg_out, leg_back, out_bytes, back_bytes in legs:
-            partials = holder.partials
-            partials.queued_s += wait * calls
-            partials.fan_in_calls += sharing * calls
-            if sharing > partials.max_fan_in:
-                partials.max_fan_in = sharing
+            holder.partials.served(calls, wait, sharing)
             if account_pair is not None:
                 account_pair(leg_out, out_bytes, leg_back, back_bytes, more, now)
             elif account is not None:

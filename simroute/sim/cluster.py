@@ -49,6 +49,7 @@ class ChunkStore:
         self.cached_offset = cached_offset
         self.canonical = canonical
         self.holder_hint = holder_hint
+        self.kv_bytes_per_token = kv_bytes_per_token
         self.bytes = tokens.astype(np.float64) * kv_bytes_per_token
         # the same as Python lists: a request reads them per chunk, and a numpy scalar read costs more
         self.id_list: list[int] = chunk_ids.tolist()

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import groupby, repeat
 
 import simpy
 
@@ -123,24 +124,64 @@ class RequestDecisions:
         return primitive
 
 
-@dataclass(slots=True)
-class RemoteChunk:
-    """A chunk some other instance holds, and what was decided for it."""
+class RemoteChunks:
+    """The chunks a request attends that other instances hold, in the chunks' order, as columns: each one's
+    holder, whether it is served at its cached offset, and the primitive decided for it (route until `decide`
+    says otherwise). Columns rather than an object per chunk: a request of a long conversation attends
+    hundreds to thousands of chunks, and making an object for each cost more than deciding them.
 
-    chunk: int
-    holder: int
-    cached: bool
-    primitive: Primitive = Primitive.ROUTE
+    Build one with `from_columns`; read it by position (`chunks[i]`, `holders[i]`, ...) or by holder block
+    (`holder_blocks`).
+    """
+
+    __slots__ = ("chunks", "holders", "cached", "primitives")
+
+    def __init__(self) -> None:
+        self.chunks: list[int] = []
+        self.holders: list[int] = []
+        self.cached: list[bool] = []
+        self.primitives: list[Primitive] = []
+
+    @classmethod
+    def from_columns(cls, chunks: list[int], holders: list[int], cached: list[bool]) -> "RemoteChunks":
+        """The remote chunks `chunks`, held by `holders`, at their cached offsets where `cached` (one entry
+        each, in the chunks' order), every one routed until decided."""
+        if not len(chunks) == len(holders) == len(cached):
+            raise ValueError(f"remote chunk columns differ in length: {len(chunks)}, {len(holders)}, {len(cached)}")
+        remote = cls()
+        remote.chunks, remote.holders, remote.cached = chunks, holders, cached
+        remote.primitives = [Primitive.ROUTE] * len(chunks)
+        return remote
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def only(self, primitive: Primitive) -> "RemoteChunks":
+        """The remote chunks decided `primitive`, in order."""
+        kept = [i for i, decided in enumerate(self.primitives) if decided == primitive]
+        remote = RemoteChunks.from_columns([self.chunks[i] for i in kept], [self.holders[i] for i in kept],
+                                           [self.cached[i] for i in kept])
+        remote.primitives = [primitive] * len(kept)
+        return remote
 
 
-def holder_blocks(remote: Sequence[RemoteChunk]) -> dict[tuple[int, bool], list[RemoteChunk]]:
+def holder_blocks(remote: RemoteChunks) -> dict[tuple[int, bool], list[tuple[int, int]]]:
     """The decision unit of a dense request: its remote chunks per (holder, cached offset), in the order of
-    their first chunk. The engine charges route per holder (one query per layer covers every chunk there) and
-    fetch per holder (one pull), so a decision priced per chunk would charge each chunk its own exchanges and
-    holder-kernel floor, and the same tokens would route or fetch depending on how they were cut."""
-    blocks: dict[tuple[int, bool], list[RemoteChunk]] = {}
-    for item in remote:
-        blocks.setdefault((item.holder, item.cached), []).append(item)
+    their first chunk, each block as its runs of consecutive positions [start, end) in chunk order. The engine
+    charges route per holder (one query per layer covers every chunk there) and fetch per holder (one pull), so
+    a decision priced per chunk would charge each chunk its own exchanges and holder-kernel floor, and the same
+    tokens would route or fetch depending on how they were cut. Runs, not positions: a conversation's chunks
+    come in long runs from one holder (`groupby` finds them without a Python step per chunk)."""
+    blocks: dict[tuple[int, bool], list[tuple[int, int]]] = {}
+    start = 0
+    for key, run in groupby(zip(remote.holders, remote.cached)):
+        end = start + len(list(run))
+        runs = blocks.get(key)
+        if runs is None:
+            blocks[key] = [(start, end)]
+        else:
+            runs.append((start, end))
+        start = end
     return blocks
 
 
@@ -169,7 +210,7 @@ class ChunkPlan:
     """What `classify_chunks` found and `decide` settled, in the chunks' order."""
 
     prefill_here: list[int] = field(default_factory=list)   # first touch: nobody holds it, prefilled here
-    remote: list[RemoteChunk] = field(default_factory=list)
+    remote: RemoteChunks = field(default_factory=RemoteChunks)
     joining: list[simpy.Event] = field(default_factory=list)   # copies being made here that the request waits for
 
 
@@ -342,7 +383,8 @@ class DenseRequest(RequestProcess):
         pins, my_pins = chunks.pins, self.pins
         noted_chunk, noted_holder, noted = (column.append for column in self.decided)
         picked, choose = replicas.picked, replicas.choose
-        remote = plan.remote
+        remote_chunks, remote_holders, remote_cached = [], [], []      # the RemoteChunks columns
+        last_picked = None
         touch = copies.budget(here).touch
         resident, first_touch = Primitive.RESIDENT, Primitive.FIRST_TOUCH
         resident_tokens = self.resident_tokens      # summed here in chunk order, stored once
@@ -360,16 +402,20 @@ class DenseRequest(RequestProcess):
                 continue
             holders = holders_of[chunk]
             holder = holders[0] if len(holders) == 1 else choose(chunk)
-            if holder is not None:
-                picked.add(holder)
-            else:
+            if holder is None:
                 pins[key] = pins.get(key, 0) + 1
                 my_pins.append(key)
                 plan.prefill_here.append(chunk)
                 resident_tokens += float(tokens_of[chunk])
                 noted_chunk(chunk), noted_holder(here), noted(first_touch)
                 continue
-            remote.append(RemoteChunk(chunk, holder, cached))
+            if holder != last_picked:       # a run of chunks on one holder adds it once
+                picked.add(holder)
+                last_picked = holder
+            remote_chunks.append(chunk)
+            remote_holders.append(holder)
+            remote_cached.append(cached)
+        plan.remote = RemoteChunks.from_columns(remote_chunks, remote_holders, remote_cached)
         self.resident_tokens = resident_tokens
         if plan.prefill_here:
             tokens = float(chunks.tokens[plan.prefill_here].sum())
@@ -380,7 +426,7 @@ class DenseRequest(RequestProcess):
         """One iteration over the whole prompt, alone (a floor: no chunking, no batch)."""
         return engine_reprefill_s(self.ctx.engines.step, float("inf"), tokens)
 
-    def decide(self, remote: list[RemoteChunk]) -> None:
+    def decide(self, remote: RemoteChunks) -> None:
         """The policy's choice per holder block (`holder_blocks`), priced on the block's summed tokens. A fetch
         takes each chunk's copy blocks in the requester's HBM now; a chunk whose blocks cannot be had (running
         sequences' KV and pinned copies fill it) is routed instead. The floor: the cheapest primitive of the
@@ -389,7 +435,8 @@ class DenseRequest(RequestProcess):
         chunks, tp, copies = ctx.cluster.chunks, ctx.config.tp, ctx.copies
         own_kv = self.spec.prompt_tokens + self.spec.output_tokens
         decisions = RequestDecisions(ctx, requester, self._shape)
-        tokens_of, bytes_of, pins, my_pins = chunks.token_list, chunks.byte_list, chunks.pins, self.pins
+        tokens_of, pins, my_pins = chunks.token_list, chunks.pins, self.pins
+        kv_bytes_per_token = chunks.kv_bytes_per_token
         fabric_of: dict[int, int] = {}       # holder -> fabric id (Cluster.fabric_id, asked once per holder)
         route, fetch, here = Primitive.ROUTE, Primitive.FETCH, requester.id
         reserve = copies.reserver(here, own_kv)
@@ -400,26 +447,28 @@ class DenseRequest(RequestProcess):
         # the tokens are whole numbers: summed per block, the routes' and the resident tokens' sums are exact,
         # the same as summed per chunk in the chunks' order; the routes' holders come in the order of their first
         # routed chunk (a routed block's first chunk, as blocks come in the order of their first chunk)
-        for (holder_id, cached), items in holder_blocks(remote).items():
+        remote_chunks, remote_holders, primitives = remote.chunks, remote.holders, remote.primitives
+        for (holder_id, cached), runs in holder_blocks(remote).items():
             holder = ctx.cluster.instances[holder_id]
-            chunk_list = [item.chunk for item in items]
-            copy_bytes = 0.0
-            for c in chunk_list:
-                copy_bytes += bytes_of[c]
+            if len(runs) == 1:
+                chunk_list = remote_chunks[runs[0][0]:runs[0][1]]
+            else:
+                chunk_list = [chunk for start, end in runs for chunk in remote_chunks[start:end]]
             fabric = fabric_of.get(holder_id)
             if fabric is None:
                 fabric = fabric_of[holder_id] = ctx.cluster.fabric_id(requester, holder)
-            block_tokens = [tokens_of[c] for c in chunk_list]
+            block_tokens = list(map(tokens_of.__getitem__, chunk_list))
             tokens = float(max(block_tokens))
             if tokens > largest.get(fabric, 0.0):
                 largest[fabric] = tokens
             block_sum = float(sum(block_tokens))
+            copy_bytes = block_sum * kv_bytes_per_token     # the chunks' bytes (`ChunkStore.bytes`), summed
             primitive = decisions.choose(chunk_list, holder, fabric, block_sum, cached, copy_bytes)
             if primitive != fetch:      # the whole block pinned where it is served (`pin`, inlined)
-                at = holder_id if primitive == route else here
-                for item in items:
-                    item.primitive = primitive
-                keys = [(chunk, at) for chunk in chunk_list]
+                if primitive != route:
+                    for start, end in runs:
+                        primitives[start:end] = repeat(primitive, end - start)
+                keys = list(zip(chunk_list, repeat(holder_id if primitive == route else here)))
                 for key in keys:
                     pins[key] = pins.get(key, 0) + 1
                 my_pins.extend(keys)
@@ -428,28 +477,30 @@ class DenseRequest(RequestProcess):
                 else:
                     resident_tokens += block_sum
                 continue
-            for item in items:     # pinned at once (`pin`, inlined): a later reservation must not evict this copy
-                item.primitive = primitive
-                if not reserve(item.chunk):
-                    item.primitive = route
-                    copies.fell_back += 1
-                key = (item.chunk, item.holder if item.primitive == route else here)
-                pins[key] = pins.get(key, 0) + 1
-                my_pins.append(key)
-                if item.primitive == route:
-                    fell_back = True
-                else:
-                    resident_tokens += float(tokens_of[item.chunk])
+            for start, end in runs:
+                for position in range(start, end):
+                    # pinned at once (`pin`, inlined): a later reservation must not evict this copy
+                    chunk = remote_chunks[position]
+                    if reserve(chunk):
+                        primitives[position] = fetch
+                        key = (chunk, here)
+                        resident_tokens += float(tokens_of[chunk])
+                    else:
+                        copies.fell_back += 1
+                        fell_back = True
+                        key = (chunk, holder_id)
+                    pins[key] = pins.get(key, 0) + 1
+                    my_pins.append(key)
         self.resident_tokens = resident_tokens
         if fell_back:       # a fetched block's chunk routed: the holders in the order of their first routed chunk
-            routed = [item for item in remote if item.primitive == route]
             routes.clear()
-            for item in routed:
-                routes[item.holder] = routes.get(item.holder, 0.0) + float(tokens_of[item.chunk])
+            for chunk, holder_id, primitive in zip(remote_chunks, remote_holders, primitives):
+                if primitive == route:
+                    routes[holder_id] = routes.get(holder_id, 0.0) + float(tokens_of[chunk])
         noted_chunks, noted_holders, noted = self.decided      # `record`, per column in one go
-        noted_chunks.extend([item.chunk for item in remote])
-        noted_holders.extend([item.holder for item in remote])
-        noted.extend([item.primitive for item in remote])
+        noted_chunks.extend(remote_chunks)
+        noted_holders.extend(remote_holders)
+        noted.extend(primitives)
         for fabric, tokens in largest.items():
             route, _, move, _, _ = ctx.floor_model.step(self.mq_first, tokens, fabric, True, tp=tp,
                                                         query_tokens=self.mq_first / self.heads)
@@ -467,19 +518,27 @@ class DenseRequest(RequestProcess):
         chunks, here = ctx.cluster.chunks, self.requester.id
         ops: list[simpy.Event] = list(plan.joining)
         prefill_here = list(plan.prefill_here)
-        fetches: dict[int, list[RemoteChunk]] = {}          # one pull per holder: its chunks together
-        for item in plan.remote:
-            if item.primitive == Primitive.FETCH:
-                fetches.setdefault(item.holder, []).append(item)
-            elif item.primitive == Primitive.LOCAL:
-                prefill_here.append(item.chunk)
-        spliced = [holder for holder, items in fetches.items() if any(not item.cached for item in items)]
+        fetches: dict[int, tuple[list[int], list[bool]]] = {}   # one pull per holder: its chunks together
+        remote = plan.remote
+        if remote.primitives.count(Primitive.ROUTE) < len(remote):     # something to copy here
+            fetch, local = Primitive.FETCH, Primitive.LOCAL
+            for chunk, holder, cached, primitive in zip(remote.chunks, remote.holders, remote.cached,
+                                                        remote.primitives):
+                if primitive == fetch:
+                    pull = fetches.get(holder)
+                    if pull is None:
+                        pull = fetches[holder] = ([], [])
+                    pull[0].append(chunk)
+                    pull[1].append(cached)
+                elif primitive == local:
+                    prefill_here.append(chunk)
+        spliced = [holder for holder, (_, cached) in fetches.items() if not all(cached)]
         splice = SpliceBatch(ctx.env, len(spliced), ctx.compute.splice_s) if spliced else None
-        for holder, items in fetches.items():
+        for holder, (chunk_list, cached) in fetches.items():
             ready = ctx.env.event()
-            for item in items:
-                chunks.pending[(item.chunk, here)] = ready
-            ops.append(ctx.env.process(self.fetch(items, ctx.cluster.instances[holder], ready,
+            for chunk in chunk_list:
+                chunks.pending[(chunk, here)] = ready
+            ops.append(ctx.env.process(self.fetch(chunk_list, cached, ctx.cluster.instances[holder], ready,
                                                   splice if holder in spliced else None)))
         if prefill_here:
             ready = ctx.env.event()
@@ -489,16 +548,16 @@ class DenseRequest(RequestProcess):
         return ops
 
     # ---- copies ---------------------------------------------------------------------------------------
-    def fetch(self, items: list[RemoteChunk], holder: Instance, ready: simpy.Event,
+    def fetch(self, chunk_list: list[int], cached: list[bool], holder: Instance, ready: simpy.Event,
               splice: SpliceBatch | None) -> Steps:
-        """The chunks fetched from one holder, as one multi-block pull: staged on the holder's copy engines,
-        one bulk flow, then (if some are served at another offset) the request's one splice; their blocks were
-        reserved."""
+        """The chunks fetched from one holder (each served at its cached offset or not), as one multi-block
+        pull: staged on the holder's copy engines, one bulk flow, then (if some are served at another offset)
+        the request's one splice; their blocks were reserved."""
         ctx, requester = self.ctx, self.requester
         chunks = ctx.cluster.chunks
         nbytes, bytes_of = 0.0, chunks.byte_list
-        for item in items:          # added in order, as a sum over the numpy column did
-            nbytes += bytes_of[item.chunk]
+        for chunk in chunk_list:          # added in order, as a sum over the numpy column did
+            nbytes += bytes_of[chunk]
         try:
             yield from holder.staging.stage(nbytes)
             fabric = ctx.cluster.fabric(requester, holder)
@@ -513,11 +572,13 @@ class DenseRequest(RequestProcess):
                 yield ctx.env.timeout(fanout)
                 ctx.recorder.bytes_fanout[self.spec.request_id] += step.fanout_bytes(nbytes)
             if splice is not None:
-                yield splice.landed(float(sum([chunks.token_list[item.chunk] for item in items if not item.cached])))
-            ctx.copies.arrived_all([item.chunk for item in items], requester.id)
+                token_list = chunks.token_list
+                yield splice.landed(float(sum([token_list[chunk] for chunk, at_offset in zip(chunk_list, cached)
+                                               if not at_offset])))
+            ctx.copies.arrived_all(chunk_list, requester.id)
         finally:
-            for item in items:
-                del chunks.pending[(item.chunk, requester.id)]
+            for chunk in chunk_list:
+                del chunks.pending[(chunk, requester.id)]
             ready.succeed()
 
     def reprefill(self, chunk_list: list[int], ready: simpy.Event) -> Steps:

@@ -23,7 +23,7 @@ from simroute.model.cost import FLOATS, sparse_premium
 from simroute.sim.engine.hbm import blocks_for
 from simroute.sim.vocab import DECODE
 from simroute.sim.policies.base import RequestShape
-from simroute.sim.request import ChunkPlan, DenseRequest, RemoteChunk, Steps, build_decision_context
+from simroute.sim.request import ChunkPlan, DenseRequest, RemoteChunks, Steps, build_decision_context
 from simroute.sim.vocab import Primitive
 
 
@@ -45,15 +45,12 @@ class SelectionRequest(DenseRequest):
         self.gather_bytes = 0.0          # fetch: bytes one step gathers from each remote holder (per rank)
         self.prefill_gathers = 0         # fetch: gathers of prefill iterations (decode gathers one per step)
 
-    def span(self, remote: list[RemoteChunk], here: bool) -> list[int]:
+    def span(self, remote: RemoteChunks, here: bool) -> list[int]:
         """The remote holders the selection spans: each remote chunk's holder, filled up to the trace's
         `holders_spanned` (the requester counting as one when it holds some of the chunks, `here`) with other
         instances (deterministic spread, no RNG state)."""
         spec, requester = self.spec, self.requester
-        holders: list[int] = []
-        for item in remote:
-            if item.holder not in holders:
-                holders.append(item.holder)
+        holders: list[int] = list(dict.fromkeys(remote.holders))      # in the order of their first chunk
         n = len(self.ctx.cluster.instances)
         wanted = min(spec.holders_spanned - (1 if here else 0), n - 1)
         probe = 0
@@ -64,7 +61,7 @@ class SelectionRequest(DenseRequest):
             probe += 1
         return holders
 
-    def decide(self, remote: list[RemoteChunk]) -> None:
+    def decide(self, remote: RemoteChunks) -> None:
         """One primitive for the whole selection; the k entries split evenly over the span (the remote holders,
         and the requester when it holds some of the selection's chunks)."""
         ctx, spec, requester = self.ctx, self.spec, self.requester
@@ -77,15 +74,16 @@ class SelectionRequest(DenseRequest):
             return
         share = topk / (len(self.remote) + (1 if here_tokens > 0 else 0))
         here_entries = min(share, here_tokens)
-        tokens = float(sum(chunks.tokens[item.chunk] for item in remote))
+        tokens = float(sum(chunks.tokens[chunk] for chunk in remote.chunks))
         self.primitive = self._choose(tokens)
         if self.primitive == Primitive.FETCH and not self._reserve_gather(share):
             self.primitive = Primitive.ROUTE
             ctx.copies.fell_back += len(remote)     # per chunk, as the decisions (and a dense request) count
-        for item in remote:                 # route and fetch read the holders' chunks; local makes copies here
-            item.primitive = self.primitive
-            self.record(item.chunk, item.holder, self.primitive)
-            self.pin(item.chunk, requester.id if self.primitive == Primitive.LOCAL else item.holder)
+        remote.primitives = [self.primitive] * len(remote)
+        # route and fetch read the holders' chunks; local makes copies here
+        for chunk, holder in zip(remote.chunks, remote.holders):
+            self.record(chunk, holder, self.primitive)
+            self.pin(chunk, requester.id if self.primitive == Primitive.LOCAL else holder)
         if self.primitive == Primitive.ROUTE:
             self.routes = {h: max(share, 1.0) for h in self.remote}
             self.route_premium = sparse_premium(max(share, 1.0), ctx.params, FLOATS)
@@ -100,7 +98,7 @@ class SelectionRequest(DenseRequest):
     def start_first_pass(self, plan: ChunkPlan) -> list[simpy.Event]:
         """A selection moves no whole chunk: only local's re-prefill (and first touch) makes copies before the
         sequence starts; route and fetch attend the holders' chunks every step."""
-        plan.remote = [item for item in plan.remote if item.primitive == Primitive.LOCAL]
+        plan.remote = plan.remote.only(Primitive.LOCAL)
         return super().start_first_pass(plan)
 
     def _choose(self, tokens: float) -> Primitive:

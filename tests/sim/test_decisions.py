@@ -14,7 +14,7 @@ from simroute.scenarios.traces import write_trace
 from simroute.sim import RunConfig, Simulation
 from simroute.sim.request_spec import RequestSpec
 from simroute.sim.policies.base import RequestShape
-from simroute.sim.request import DenseRequest, RemoteChunk, build_decision_context
+from simroute.sim.request import DenseRequest, RemoteChunks, build_decision_context
 from simroute.sim.vocab import Primitive
 from simroute.defaults import PAPER_DEPLOYMENT
 
@@ -32,7 +32,7 @@ def trace(tmp_path_factory):
     return write_trace(tmp_path_factory.mktemp("decisions") / "t.parquet", reqs, chunks)
 
 
-def _state(trace, seed: int, policy: str = "adaptive") -> tuple[Simulation, RequestSpec, list[RemoteChunk]]:
+def _state(trace, seed: int, policy: str = "adaptive") -> tuple[Simulation, RequestSpec, RemoteChunks]:
     """A fresh simulation put into the seed's random state, and the request's remote chunks."""
     sim = Simulation(RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("paper-testbed")), trace=str(trace),
                                calib=str(default_profile_path()), policy=policy))
@@ -58,7 +58,7 @@ def _state(trace, seed: int, policy: str = "adaptive") -> tuple[Simulation, Requ
     n = int(rng.integers(1, 30))
     chunks = [int(c) for c in rng.integers(0, REMOTE_CHUNKS, size=n)]          # repeats allowed
     cached = [bool(c) for c in rng.random(n) < 0.5]
-    remote = [RemoteChunk(c, int(rng.choice(others)), k) for c, k in zip(chunks, cached)]
+    remote = RemoteChunks.from_columns(chunks, [int(rng.choice(others)) for _ in chunks], cached)
     prompt, output = (int(np.exp(rng.uniform(0.0, np.log(top)))) for top in (8192, 1000))   # log-uniform
     spec = RequestSpec(0, REQUESTER, -1, prompt, output, chunks, cached, 0, 0)
     return sim, spec, remote
@@ -69,7 +69,7 @@ def _room_blocks(hbm) -> int:
     return hbm.free_blocks + sum(b for key, b in hbm.copies.items() if hbm.evictable(key))
 
 
-def _reference(sim: Simulation, spec: RequestSpec, remote: list[RemoteChunk]) -> tuple[list, list[bool]]:
+def _reference(sim: Simulation, spec: RequestSpec, remote: RemoteChunks) -> tuple[list, list[bool]]:
     """Per holder block ((holder, cached offset), in the order of its first chunk): live state and HBM room
     measured afresh, one DecisionContext on the block's summed tokens, then each chunk's reservation."""
     ctx = sim.ctx
@@ -77,13 +77,13 @@ def _reference(sim: Simulation, spec: RequestSpec, remote: list[RemoteChunk]) ->
     hbm = ctx.engines[REQUESTER].hbm
     heads = ctx.params.geometry.heads_q
     blocks: dict[tuple[int, bool], list[int]] = {}
-    for i, item in enumerate(remote):
-        blocks.setdefault((item.holder, item.cached), []).append(i)
+    for i, key in enumerate(zip(remote.holders, remote.cached)):
+        blocks.setdefault(key, []).append(i)
     chosen: list = [None] * len(remote)
     fitted = []
     for (holder_id, cached), members in blocks.items():
         holder = ctx.cluster.instances[holder_id]
-        block = [remote[i].chunk for i in members]
+        block = [remote.chunks[i] for i in members]
         shape = RequestShape(mq_first=heads * spec.prompt_tokens, mq_step=heads, steps=spec.output_tokens - 1,
                              tokens=float(sum(chunks.tokens[c] for c in block)),
                              fabric=ctx.cluster.fabric_id(requester, holder), cached=cached, tp=ctx.config.tp)
@@ -95,10 +95,10 @@ def _reference(sim: Simulation, spec: RequestSpec, remote: list[RemoteChunk]) ->
         for i in members:
             chosen[i] = primitive
             if primitive == Primitive.FETCH and not ctx.copies.reserve(
-                    remote[i].chunk, REQUESTER, spec.prompt_tokens + spec.output_tokens):
+                    remote.chunks[i], REQUESTER, spec.prompt_tokens + spec.output_tokens):
                 chosen[i] = Primitive.ROUTE
                 ctx.copies.fell_back += 1
-            chunks.pin(remote[i].chunk, remote[i].holder if chosen[i] == Primitive.ROUTE else REQUESTER)
+            chunks.pin(remote.chunks[i], remote.holders[i] if chosen[i] == Primitive.ROUTE else REQUESTER)
     return chosen, fitted
 
 
@@ -118,7 +118,7 @@ def test_memoised_decisions_equal_the_per_block_reference_on_random_states(trace
         sim, spec, remote = _state(trace, seed, policy)
         request = DenseRequest(sim.ctx, spec, sim.ctx.cluster.instances[REQUESTER], None)
         request.decide(remote)
-        assert [item.primitive for item in remote] == expected, f"seed {seed}"
+        assert remote.primitives == expected, f"seed {seed}"
         assert _after(sim) == reference_after, f"seed {seed}"
         seen.update(expected)
         flipped += len(set(fitted)) > 1

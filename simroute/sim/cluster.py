@@ -56,11 +56,19 @@ class ChunkStore:
         self.token_list: list[int] = tokens.tolist()
         self.byte_list: list[float] = self.bytes.tolist()
         self.holders: list[list[int]] = [[] for _ in range(len(chunk_ids))]
-        self.pending: dict[tuple[int, int], simpy.Event] = {}   # (chunk, instance) copies being made
+        # instance -> {chunk: the event its copy there fires when made}: copies being made
+        self.pending: dict[int, dict[int, simpy.Event]] = {}
         self.pins: dict[tuple[int, int], int] = {}               # (chunk, instance) -> requests relying on it
 
     def table(self) -> ChunkTable:
         return ChunkTable(self.ids, self.bytes, self.canonical, self.holder_hint)
+
+    def pending_at(self, instance: int) -> dict[int, simpy.Event]:
+        """The copies being made on `instance` (chunk -> the event that fires when it is made), to read or add to."""
+        pending = self.pending.get(instance)
+        if pending is None:
+            pending = self.pending[instance] = {}
+        return pending
 
     def pin(self, chunk: int, instance: int) -> None:
         """Count one more reader of `chunk`'s copy on `instance` (an evictor skips pinned copies). The request

@@ -379,7 +379,8 @@ class DenseRequest(RequestProcess):
         replicas = ReplicaChoice(ctx, requester)
         # per chunk of every request (hot): `pin`, `record`, `ChunkCopies.holds` and a lone holder's
         # `ReplicaChoice.pick` inlined, the same steps in the same order
-        pending_of, held, holders_of, tokens_of = chunks.pending.get, copies.held, chunks.holders, chunks.token_list
+        pending_here, held_here = chunks.pending_at(here), copies.held_at[here]
+        holders_of, tokens_of = chunks.holders, chunks.token_list
         pins, my_pins = chunks.pins, self.pins
         noted_chunk, noted_holder, noted = (column.append for column in self.decided)
         picked, choose = replicas.picked, replicas.choose
@@ -389,9 +390,9 @@ class DenseRequest(RequestProcess):
         resident, first_touch = Primitive.RESIDENT, Primitive.FIRST_TOUCH
         resident_tokens = self.resident_tokens      # summed here in chunk order, stored once
         for chunk, cached in zip(spec.chunk_indices, spec.cached):
-            key = (chunk, here)
-            pending = pending_of(key)
-            if pending is not None or key in held:
+            if chunk in held_here or chunk in pending_here:
+                key = (chunk, here)
+                pending = pending_here.get(chunk)
                 touch(chunk)
                 pins[key] = pins.get(key, 0) + 1
                 my_pins.append(key)
@@ -403,6 +404,7 @@ class DenseRequest(RequestProcess):
             holders = holders_of[chunk]
             holder = holders[0] if len(holders) == 1 else choose(chunk)
             if holder is None:
+                key = (chunk, here)
                 pins[key] = pins.get(key, 0) + 1
                 my_pins.append(key)
                 plan.prefill_here.append(chunk)
@@ -534,16 +536,17 @@ class DenseRequest(RequestProcess):
                     prefill_here.append(chunk)
         spliced = [holder for holder, (_, cached) in fetches.items() if not all(cached)]
         splice = SpliceBatch(ctx.env, len(spliced), ctx.compute.splice_s) if spliced else None
+        pending_here = chunks.pending_at(here)
         for holder, (chunk_list, cached) in fetches.items():
             ready = ctx.env.event()
             for chunk in chunk_list:
-                chunks.pending[(chunk, here)] = ready
+                pending_here[chunk] = ready
             ops.append(ctx.env.process(self.fetch(chunk_list, cached, ctx.cluster.instances[holder], ready,
                                                   splice if holder in spliced else None)))
         if prefill_here:
             ready = ctx.env.event()
             for chunk in prefill_here:
-                chunks.pending[(chunk, here)] = ready
+                pending_here[chunk] = ready
             ops.append(ctx.env.process(self.reprefill(prefill_here, ready)))
         return ops
 
@@ -577,8 +580,9 @@ class DenseRequest(RequestProcess):
                                                if not at_offset])))
             ctx.copies.arrived_all(chunk_list, requester.id)
         finally:
+            pending_here = chunks.pending_at(requester.id)
             for chunk in chunk_list:
-                del chunks.pending[(chunk, requester.id)]
+                del pending_here[chunk]
             ready.succeed()
 
     def reprefill(self, chunk_list: list[int], ready: simpy.Event) -> Steps:
@@ -589,8 +593,9 @@ class DenseRequest(RequestProcess):
         try:
             yield ctx.copies.reprefill(chunk_list, here, self.spec.request_id)
         finally:
+            pending_here = chunks.pending_at(here)
             for chunk in chunk_list:
-                del chunks.pending[(chunk, here)]
+                del pending_here[chunk]
             ready.succeed()
 
     # ---- decode --------------------------------------------------------------------------------------

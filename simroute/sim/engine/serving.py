@@ -44,7 +44,8 @@ class ChunkCopies:
 
     `holders[ci]` lists the instances holding chunk ci (canonical or copy); `pins` maps (ci, instance) to
     the requests relying on that copy. `held` is the same relation as a set of (ci, instance), so asking
-    whether an instance holds a chunk does not scan a popular chunk's list of hundreds of holders."""
+    whether an instance holds a chunk does not scan a popular chunk's list of hundreds of holders, and
+    `held_at[instance]` the same again as each instance's set of chunks."""
 
     def __init__(self, engines: EngineSet, holders: list[list[int]], pins: dict[tuple[int, int], int],
                  tokens: Any) -> None:
@@ -54,6 +55,12 @@ class ChunkCopies:
         self._blocks = [blocks_for(t) for t in self._tokens]
         self._hbm = [eng.hbm for eng in engines.engines]    # by instance id (asked per chunk, too)
         self.held = {(ci, eid) for ci, instances in enumerate(holders) for eid in instances}
+        # the same relation per instance (a request asks it for each of its chunks on its own instance: an int
+        # lookup, no key built per chunk)
+        self.held_at: list[set[int]] = [set() for _ in engines.engines]
+        for ci, instances in enumerate(holders):
+            for eid in instances:
+                self.held_at[eid].add(ci)
         self.fell_back = 0              # fetches that did not fit in the requester's HBM (routed instead)
         for eng in engines.engines:
             eid = eng.eid
@@ -63,6 +70,7 @@ class ChunkCopies:
     def _evicted(self, ci: int, eid: int) -> None:
         if (ci, eid) in self.held:
             self.held.discard((ci, eid))
+            self.held_at[eid].discard(ci)
             self.holders[ci].remove(eid)
 
     def holds(self, ci: int, eid: int) -> bool:
@@ -126,11 +134,12 @@ class ChunkCopies:
     def arrived_all(self, chunks: Iterable[int], eid: int) -> None:
         """Each of these copies (one pull's, or one re-prefill's) is in HBM, in order: from now on the instance
         holds the chunk."""
-        held, holders = self.held, self.holders
+        held, holders, held_here = self.held, self.holders, self.held_at[eid]
         for ci in chunks:
             key = (ci, eid)
             if key not in held:
                 held.add(key)
+                held_here.add(ci)
                 holders[ci].append(eid)
 
     def reprefill(self, chunks: list[int], eid: int, rid: int) -> simpy.Event:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import groupby, repeat
+from operator import itemgetter
 
 import simpy
 
@@ -616,5 +617,5 @@ class DenseRequest(RequestProcess):
         if refused:
             self.ctx.recorder.drop(self.spec.request_id,
                                    DropReason.THRASHED if THRASHED in refused else DropReason.KV_NEVER_FITS)
-        for instance in {instance for _, instance in self.pins}:
+        for instance in set(map(itemgetter(1), self.pins)):     # the instances its pins are on
             self.ctx.engines[instance].poke()

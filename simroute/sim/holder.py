@@ -58,14 +58,14 @@ class ReplicaChoice:
     One per request: it classifies its chunks at one simulated instant, so each holder's load is read once.
     """
 
-    __slots__ = ("ctx", "requester", "loads", "picked", "_latency", "_held", "_holders")
+    __slots__ = ("ctx", "requester", "loads", "picked", "_latency", "_held_at", "_holders")
 
     def __init__(self, ctx: SimContext, requester: Instance) -> None:
         self.ctx, self.requester = ctx, requester
         self.loads: dict[int, HolderLoad] = {}
         self.picked: set[int] = set()               # holders this request's earlier chunks use
         self._latency: list[float] | None = None     # the requester's latency row, read on the first pick
-        self._held = ctx.copies.held                # (chunk, instance) held now (read per chunk: bound once)
+        self._held_at = ctx.copies.held_at          # per instance, the chunks it holds now (read per chunk: bound once)
         self._holders = ctx.cluster.chunks.holders
 
     def pick(self, chunk: int) -> int | None:
@@ -80,13 +80,19 @@ class ReplicaChoice:
         holders = self._holders[chunk]
         if len(holders) <= 1:
             return holders[0] if holders else None
-        if self.picked:     # O(holders this request uses), not O(holders of a popular chunk)
-            held = self._held
-            used = [h for h in self.picked if (chunk, h) in held]
-            if len(used) == 1:
-                return used[0]
-            if used:
-                holders = sorted(used)
+        picked = self.picked
+        if picked:     # O(holders this request uses), not O(holders of a popular chunk)
+            held_at = self._held_at
+            if len(picked) == 1:        # most requests use one holder: no list built
+                for only in picked:
+                    if chunk in held_at[only]:
+                        return only
+            else:
+                used = [h for h in picked if chunk in held_at[h]]
+                if len(used) == 1:
+                    return used[0]
+                if used:
+                    holders = sorted(used)
         row = self._latency
         if row is None:
             row = self._latency = self.ctx.latency_row(self.requester)

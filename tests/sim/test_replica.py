@@ -25,14 +25,16 @@ def sim(tmp_path):
 
 
 def _hold(ctx, chunk: int, instances: list[int]) -> None:
-    """`chunk` held by exactly `instances`: the chunk table's list and the held set agree, as ChunkCopies keeps
-    them (the replica choice reads both)."""
-    holders, held = ctx.cluster.chunks.holders, ctx.copies.held
+    """`chunk` held by exactly `instances`: the chunk table's list and the per-instance held sets agree, as
+    ChunkCopies keeps them (the replica choice reads both)."""
+    holders = ctx.cluster.chunks.holders
     while len(holders) <= chunk:
         holders.append([])
-    held.difference_update({key for key in held if key[0] == chunk})
+    for held_here in ctx.copies.held_at:
+        held_here.discard(chunk)
     holders[chunk] = list(instances)
-    held.update((chunk, h) for h in instances)
+    for h in instances:
+        ctx.copies.held_at[h].add(chunk)
 
 
 def _pick(sim, requester: int) -> int | None:

@@ -43,9 +43,9 @@ class ChunkCopies:
     """Copies of chunks in the engines' HBM budgets, kept consistent with the chunk store's holder lists.
 
     `holders[ci]` lists the instances holding chunk ci (canonical or copy); `pins` maps (ci, instance) to
-    the requests relying on that copy. `held` is the same relation as a set of (ci, instance), so asking
-    whether an instance holds a chunk does not scan a popular chunk's list of hundreds of holders, and
-    `held_at[instance]` the same again as each instance's set of chunks."""
+    the requests relying on that copy. `held_at[instance]` is the same relation as each instance's set of
+    chunks, so asking whether an instance holds a chunk does not scan a popular chunk's list of hundreds of
+    holders (a request asks it for each of its chunks: an int lookup, no key built per chunk)."""
 
     def __init__(self, engines: EngineSet, holders: list[list[int]], pins: dict[tuple[int, int], int],
                  tokens: Any) -> None:
@@ -54,9 +54,6 @@ class ChunkCopies:
         self._tokens: list[int] = [int(t) for t in np.asarray(tokens).tolist()]
         self._blocks = [blocks_for(t) for t in self._tokens]
         self._hbm = [eng.hbm for eng in engines.engines]    # by instance id (asked per chunk, too)
-        self.held = {(ci, eid) for ci, instances in enumerate(holders) for eid in instances}
-        # the same relation per instance (a request asks it for each of its chunks on its own instance: an int
-        # lookup, no key built per chunk)
         self.held_at: list[set[int]] = [set() for _ in engines.engines]
         for ci, instances in enumerate(holders):
             for eid in instances:
@@ -68,14 +65,19 @@ class ChunkCopies:
             eng.hbm.on_evict = partial(self._evicted, eid=eid)
 
     def _evicted(self, ci: int, eid: int) -> None:
-        if (ci, eid) in self.held:
-            self.held.discard((ci, eid))
-            self.held_at[eid].discard(ci)
+        held_here = self.held_at[eid]
+        if ci in held_here:
+            held_here.discard(ci)
             self.holders[ci].remove(eid)
 
     def holds(self, ci: int, eid: int) -> bool:
         """Whether instance eid holds chunk ci now (canonical or an arrived copy)."""
-        return (ci, eid) in self.held
+        return ci in self.held_at[eid]
+
+    @property
+    def held(self) -> set[tuple[int, int]]:
+        """Every (chunk, instance) held now, as one set (a view built on request: for checks, not the hot path)."""
+        return {(ci, eid) for eid, chunks in enumerate(self.held_at) for ci in chunks}
 
     def blocks(self, ci: int) -> int:
         return self._blocks[ci]
@@ -134,11 +136,9 @@ class ChunkCopies:
     def arrived_all(self, chunks: Iterable[int], eid: int) -> None:
         """Each of these copies (one pull's, or one re-prefill's) is in HBM, in order: from now on the instance
         holds the chunk."""
-        held, holders, held_here = self.held, self.holders, self.held_at[eid]
+        holders, held_here = self.holders, self.held_at[eid]
         for ci in chunks:
-            key = (ci, eid)
-            if key not in held:
-                held.add(key)
+            if ci not in held_here:
                 held_here.add(ci)
                 holders[ci].append(eid)
 

@@ -133,7 +133,6 @@ def test_copies_beyond_hbm_count_evictions_and_preemptions(tmp_path):
     copies = sim.ctx.copies    # the holder set stays the holder lists after arrivals and evictions
     assert copies.held == {(ci, eid) for ci, eids in enumerate(sim.ctx.cluster.chunks.holders) for eid in eids}
     assert all(len(set(eids)) == len(eids) for eids in sim.ctx.cluster.chunks.holders)
-    assert {(ci, eid) for eid, held in enumerate(copies.held_at) for ci in held} == copies.held   # per instance too
     assert not any(sim.ctx.cluster.chunks.pending.values())      # every copy being made was made (or given up)
     it = res.tables["iterations"].to_pandas()
     used = it.kv_bytes + it.pinned_bytes + it.copy_bytes

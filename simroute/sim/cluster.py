@@ -58,7 +58,8 @@ class ChunkStore:
         self.holders: list[list[int]] = [[] for _ in range(len(chunk_ids))]
         # instance -> {chunk: the event its copy there fires when made}: copies being made
         self.pending: dict[int, dict[int, simpy.Event]] = {}
-        self.pins: dict[tuple[int, int], int] = {}               # (chunk, instance) -> requests relying on it
+        # instance -> {chunk: requests relying on its copy there}: per instance, as the evictors ask it
+        self.pinned: dict[int, dict[int, int]] = {}
 
     def table(self) -> ChunkTable:
         return ChunkTable(self.ids, self.bytes, self.canonical, self.holder_hint)
@@ -70,21 +71,34 @@ class ChunkStore:
             pending = self.pending[instance] = {}
         return pending
 
+    def pins_at(self, instance: int) -> dict[int, int]:
+        """The pin counts of the copies on `instance` (chunk -> requests relying on it), to read or change."""
+        pins = self.pinned.get(instance)
+        if pins is None:
+            pins = self.pinned[instance] = {}
+        return pins
+
+    @property
+    def pins(self) -> dict[tuple[int, int], int]:
+        """Every pinned copy as (chunk, instance) -> requests relying on it (a view built on request: for checks,
+        not the hot path)."""
+        return {(chunk, instance): count for instance, pins in self.pinned.items() for chunk, count in pins.items()}
+
     def pin(self, chunk: int, instance: int) -> None:
         """Count one more reader of `chunk`'s copy on `instance` (an evictor skips pinned copies). The request
         flow's hot path (`sim/request.py`: the per-chunk decisions and `finish`) inlines this and `unpin`: a
         change to the pin count's meaning goes there too (tests/sim/test_semantics.py and test_decisions.py
         check the counts a run leaves)."""
-        key = (chunk, instance)
-        self.pins[key] = self.pins.get(key, 0) + 1
+        pins = self.pins_at(instance)
+        pins[chunk] = pins.get(chunk, 0) + 1
 
     def unpin(self, chunk: int, instance: int) -> None:
-        key = (chunk, instance)
-        left = self.pins[key] - 1
+        pins = self.pinned[instance]
+        left = pins[chunk] - 1
         if left:
-            self.pins[key] = left
+            pins[chunk] = left
         else:
-            del self.pins[key]
+            del pins[chunk]
 
 
 class Cluster:

@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import groupby, repeat
-from operator import itemgetter
 
 import simpy
 
@@ -226,7 +225,8 @@ class RequestProcess:
 
     def __init__(self, ctx: SimContext, spec: RequestSpec, requester: Instance, prefill: Instance | None) -> None:
         self.ctx, self.spec, self.requester, self.prefill_instance = ctx, spec, requester, prefill
-        self.pins: list[tuple[int, int]] = []     # (chunk, instance) copies relied on: not evicted meanwhile
+        # instance -> the chunks whose copies there it relies on (not evicted meanwhile), in the order pinned
+        self.pins: dict[int, list[int]] = {}
         # its decisions (chunk index, holder, primitive) until `flush_decisions` hands them to the recorder
         self.decided: tuple[list[int], list[int], list[int]] = ([], [], [])
         self.floor_pd_s = 0.0
@@ -283,13 +283,15 @@ class RequestProcess:
     def finish(self) -> None:
         ctx = self.ctx
         self.flush_decisions()
-        pins = ctx.cluster.chunks.pins          # ChunkStore.unpin, inlined (one per chunk of every request)
-        for key in self.pins:
-            left = pins[key] - 1
-            if left:
-                pins[key] = left
-            else:
-                del pins[key]
+        pinned = ctx.cluster.chunks.pinned      # ChunkStore.unpin, inlined (one per chunk of every request)
+        for instance, chunk_list in self.pins.items():
+            pins = pinned[instance]
+            for chunk in chunk_list:
+                left = pins[chunk] - 1
+                if left:
+                    pins[chunk] = left
+                else:
+                    del pins[chunk]
         ctx.recorder.complete(self.spec.request_id)
         ctx.cluster.active[self.requester.id] -= 1
         ctx.completed += 1
@@ -298,7 +300,10 @@ class RequestProcess:
     # ---- shared pieces -----------------------------------------------------------------------------------
     def pin(self, chunk: int, instance: int) -> None:
         self.ctx.cluster.chunks.pin(chunk, instance)
-        self.pins.append((chunk, instance))
+        pinned = self.pins.get(instance)
+        if pinned is None:
+            pinned = self.pins[instance] = []
+        pinned.append(chunk)
 
     def record(self, chunk: int, holder: int, primitive: Primitive) -> None:
         """Note one chunk's decision; `flush_decisions` records them (in this order) before anything else runs."""
@@ -382,7 +387,7 @@ class DenseRequest(RequestProcess):
         # `ReplicaChoice.pick` inlined, the same steps in the same order
         pending_here, held_here = chunks.pending_at(here), copies.held_at[here]
         holders_of, tokens_of = chunks.holders, chunks.token_list
-        pins, my_pins = chunks.pins, self.pins
+        pins_here, pinned_here = chunks.pins_at(here), []     # pinned here: added to `self.pins` after the loop
         noted_chunk, noted_holder, noted = (column.append for column in self.decided)
         picked, choose = replicas.picked, replicas.choose
         remote_chunks, remote_holders, remote_cached = [], [], []      # the RemoteChunks columns
@@ -392,11 +397,10 @@ class DenseRequest(RequestProcess):
         resident_tokens = self.resident_tokens      # summed here in chunk order, stored once
         for chunk, cached in zip(spec.chunk_indices, spec.cached):
             if chunk in held_here or chunk in pending_here:
-                key = (chunk, here)
                 pending = pending_here.get(chunk)
                 touch(chunk)
-                pins[key] = pins.get(key, 0) + 1
-                my_pins.append(key)
+                pins_here[chunk] = pins_here.get(chunk, 0) + 1
+                pinned_here.append(chunk)
                 resident_tokens += float(tokens_of[chunk])
                 noted_chunk(chunk), noted_holder(here), noted(resident)
                 if pending is not None and pending not in plan.joining:
@@ -405,9 +409,8 @@ class DenseRequest(RequestProcess):
             holders = holders_of[chunk]
             holder = holders[0] if len(holders) == 1 else choose(chunk)
             if holder is None:
-                key = (chunk, here)
-                pins[key] = pins.get(key, 0) + 1
-                my_pins.append(key)
+                pins_here[chunk] = pins_here.get(chunk, 0) + 1
+                pinned_here.append(chunk)
                 plan.prefill_here.append(chunk)
                 resident_tokens += float(tokens_of[chunk])
                 noted_chunk(chunk), noted_holder(here), noted(first_touch)
@@ -419,6 +422,8 @@ class DenseRequest(RequestProcess):
             remote_holders.append(holder)
             remote_cached.append(cached)
         plan.remote = RemoteChunks.from_columns(remote_chunks, remote_holders, remote_cached)
+        if pinned_here:
+            self.pins.setdefault(here, []).extend(pinned_here)
         self.resident_tokens = resident_tokens
         if plan.prefill_here:
             tokens = float(chunks.tokens[plan.prefill_here].sum())
@@ -438,7 +443,7 @@ class DenseRequest(RequestProcess):
         chunks, tp, copies = ctx.cluster.chunks, ctx.config.tp, ctx.copies
         own_kv = self.spec.prompt_tokens + self.spec.output_tokens
         decisions = RequestDecisions(ctx, requester, self._shape)
-        tokens_of, pins, my_pins = chunks.token_list, chunks.pins, self.pins
+        tokens_of, pins_at, my_pins = chunks.token_list, chunks.pins_at, self.pins
         kv_bytes_per_token = chunks.kv_bytes_per_token
         fabric_of: dict[int, int] = {}       # holder -> fabric id (Cluster.fabric_id, asked once per holder)
         route, fetch, here = Primitive.ROUTE, Primitive.FETCH, requester.id
@@ -471,10 +476,15 @@ class DenseRequest(RequestProcess):
                 if primitive != route:
                     for start, end in runs:
                         primitives[start:end] = repeat(primitive, end - start)
-                keys = list(zip(chunk_list, repeat(holder_id if primitive == route else here)))
-                for key in keys:
-                    pins[key] = pins.get(key, 0) + 1
-                my_pins.extend(keys)
+                at = holder_id if primitive == route else here
+                pins = pins_at(at)
+                for chunk in chunk_list:
+                    pins[chunk] = pins.get(chunk, 0) + 1
+                pinned = my_pins.get(at)
+                if pinned is None:
+                    my_pins[at] = chunk_list        # a list of its own (a slice or built above)
+                else:
+                    pinned.extend(chunk_list)
                 if primitive == route:
                     routes[holder_id] = routes.get(holder_id, 0.0) + block_sum
                 else:
@@ -486,14 +496,19 @@ class DenseRequest(RequestProcess):
                     chunk = remote_chunks[position]
                     if reserve(chunk):
                         primitives[position] = fetch
-                        key = (chunk, here)
+                        at = here
                         resident_tokens += float(tokens_of[chunk])
                     else:
                         copies.fell_back += 1
                         fell_back = True
-                        key = (chunk, holder_id)
-                    pins[key] = pins.get(key, 0) + 1
-                    my_pins.append(key)
+                        at = holder_id
+                    pins = pins_at(at)
+                    pins[chunk] = pins.get(chunk, 0) + 1
+                    pinned = my_pins.get(at)
+                    if pinned is None:
+                        my_pins[at] = [chunk]
+                    else:
+                        pinned.append(chunk)
         self.resident_tokens = resident_tokens
         if fell_back:       # a fetched block's chunk routed: the holders in the order of their first routed chunk
             routes.clear()
@@ -617,5 +632,5 @@ class DenseRequest(RequestProcess):
         if refused:
             self.ctx.recorder.drop(self.spec.request_id,
                                    DropReason.THRASHED if THRASHED in refused else DropReason.KV_NEVER_FITS)
-        for instance in set(map(itemgetter(1), self.pins)):     # the instances its pins are on
+        for instance in set(self.pins):     # the instances its pins are on (a set: poked in its order, as always)
             self.ctx.engines[instance].poke()

@@ -106,7 +106,7 @@ class Simulation:
                           * cfg.chunk_hbm_share) if len(engines) else 0.0
         cluster = Cluster(env, topology, profile, params, cfg, compute, chunks, popularity,
                           chunk_capacity_bytes=chunk_capacity)
-        copies = ChunkCopies(engines, chunks.holders, chunks.pins, chunks.tokens)
+        copies = ChunkCopies(engines, chunks.holders, chunks.pins_at, chunks.tokens)
         copies.pin_canonical(_chunks_per_instance(chunks.holders, len(cluster.instances)))
         n = int(self.meta["requests"])
         self.n_requests = n if cfg.max_requests is None else min(n, cfg.max_requests)

@@ -39,17 +39,22 @@ def ttft_parts(seq: Sequence, t_request: float) -> TtftParts:
     return TtftParts(max(queueing, 0.0), seq.prefill_compute_s, transfer, exchanges, seq.holder_wait_s)
 
 
+def _unpinned(pins: dict[int, int], ci: int) -> bool:
+    """An instance's evictor's test: no request relies on its copy of ci."""
+    return ci not in pins
+
+
 class ChunkCopies:
     """Copies of chunks in the engines' HBM budgets, kept consistent with the chunk store's holder lists.
 
-    `holders[ci]` lists the instances holding chunk ci (canonical or copy); `pins` maps (ci, instance) to
-    the requests relying on that copy. `held_at[instance]` is the same relation as each instance's set of
+    `holders[ci]` lists the instances holding chunk ci (canonical or copy); `pins_at(instance)` maps ci to
+    the requests relying on its copy there (`ChunkStore.pins_at`). `held_at[instance]` is the same relation as each instance's set of
     chunks, so asking whether an instance holds a chunk does not scan a popular chunk's list of hundreds of
     holders (a request asks it for each of its chunks: an int lookup, no key built per chunk)."""
 
-    def __init__(self, engines: EngineSet, holders: list[list[int]], pins: dict[tuple[int, int], int],
+    def __init__(self, engines: EngineSet, holders: list[list[int]], pins_at: Callable[[int], dict[int, int]],
                  tokens: Any) -> None:
-        self.engines, self.holders, self.pins, self.tokens = engines, holders, pins, tokens
+        self.engines, self.holders, self.tokens = engines, holders, tokens
         # each chunk's KV blocks, once (asked per chunk of every request: a numpy scalar read costs more)
         self._tokens: list[int] = [int(t) for t in np.asarray(tokens).tolist()]
         self._blocks = [blocks_for(t) for t in self._tokens]
@@ -61,7 +66,7 @@ class ChunkCopies:
         self.fell_back = 0              # fetches that did not fit in the requester's HBM (routed instead)
         for eng in engines.engines:
             eid = eng.eid
-            eng.hbm.evictable = lambda ci, eid=eid: (ci, eid) not in pins
+            eng.hbm.evictable = partial(_unpinned, pins_at(eid))
             eng.hbm.on_evict = partial(self._evicted, eid=eid)
 
     def _evicted(self, ci: int, eid: int) -> None:

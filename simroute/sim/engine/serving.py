@@ -48,9 +48,10 @@ class ChunkCopies:
     """Copies of chunks in the engines' HBM budgets, kept consistent with the chunk store's holder lists.
 
     `holders[ci]` lists the instances holding chunk ci (canonical or copy); `pins_at(instance)` maps ci to
-    the requests relying on its copy there (`ChunkStore.pins_at`). `held_at[instance]` is the same relation as each instance's set of
-    chunks, so asking whether an instance holds a chunk does not scan a popular chunk's list of hundreds of
-    holders (a request asks it for each of its chunks: an int lookup, no key built per chunk)."""
+    the requests relying on its copy there (`ChunkStore.pins_at`). `held_at[instance]` is the holder relation
+    as each instance's set of chunks, so asking whether an instance holds a chunk does not scan a popular
+    chunk's list of hundreds of holders (a request asks it for each of its chunks: an int lookup, no key built
+    per chunk)."""
 
     def __init__(self, engines: EngineSet, holders: list[list[int]], pins_at: Callable[[int], dict[int, int]],
                  tokens: Any) -> None:

@@ -490,19 +490,19 @@ class DenseRequest(RequestProcess):
                 else:
                     resident_tokens += block_sum
                 continue
+            pins_here, pins_holder = pins_at(here), pins_at(holder_id)
             for start, end in runs:
                 for position in range(start, end):
                     # pinned at once (`pin`, inlined): a later reservation must not evict this copy
                     chunk = remote_chunks[position]
                     if reserve(chunk):
                         primitives[position] = fetch
-                        at = here
+                        at, pins = here, pins_here
                         resident_tokens += float(tokens_of[chunk])
                     else:
                         copies.fell_back += 1
                         fell_back = True
-                        at = holder_id
-                    pins = pins_at(at)
+                        at, pins = holder_id, pins_holder
                     pins[chunk] = pins.get(chunk, 0) + 1
                     pinned = my_pins.get(at)
                     if pinned is None:

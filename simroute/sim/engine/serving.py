@@ -68,13 +68,18 @@ class ChunkCopies:
         for eng in engines.engines:
             eid = eng.eid
             eng.hbm.evictable = partial(_unpinned, pins_at(eid))
-            eng.hbm.on_evict = partial(self._evicted, eid=eid)
+            eng.hbm.on_evict = self._evictor(eid)
 
-    def _evicted(self, ci: int, eid: int) -> None:
-        held_here = self.held_at[eid]
-        if ci in held_here:
-            held_here.discard(ci)
-            self.holders[ci].remove(eid)
+    def _evictor(self, eid: int) -> Callable[[int], None]:
+        """Instance eid's `on_evict`: its copy of ci went, so it no longer holds ci (called once per eviction:
+        a closure over the instance's set, no keyword partial)."""
+        held_here, holders = self.held_at[eid], self.holders
+
+        def evicted(ci: int) -> None:
+            if ci in held_here:
+                held_here.discard(ci)
+                holders[ci].remove(eid)
+        return evicted
 
     def holds(self, ci: int, eid: int) -> bool:
         """Whether instance eid holds chunk ci now (canonical or an arrived copy)."""

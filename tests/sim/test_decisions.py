@@ -14,7 +14,7 @@ from simroute.scenarios.traces import write_trace
 from simroute.sim import RunConfig, Simulation
 from simroute.sim.request_spec import RequestSpec
 from simroute.sim.policies.base import RequestShape
-from simroute.sim.request import DenseRequest, RemoteChunks, build_decision_context
+from simroute.sim.request import DenseRequest, RemoteChunks, build_decision_context, holder_blocks
 from simroute.sim.vocab import Primitive
 from simroute.defaults import PAPER_DEPLOYMENT
 
@@ -155,3 +155,19 @@ def test_primitive_labels_are_the_numpy_conversions_column():
         assert got.type == pa.string() and got.buffers()[0] is None
         assert [b.to_pybytes() for b in got.buffers()[1:]] == [b.to_pybytes() for b in want.buffers()[1:]]
     assert primitive_labels(np.array([0, 4, 1], np.int8)).to_pylist() == ["route", "first-touch", "fetch"]
+
+
+def test_a_block_decided_local_marks_every_chunk_of_it_local_across_its_runs(trace):
+    """A holder block's chunks come in runs broken by other holders' chunks: the block's primitive reaches
+    every one of them (the per-block reference), under a policy that chooses local for every block."""
+    multi_run = 0
+    for seed in range(6):
+        sim, spec, remote = _state(trace, seed, "always-local")
+        expected, _ = _reference(sim, spec, remote)
+        reference_after = _after(sim)
+        sim, spec, remote = _state(trace, seed, "always-local")
+        DenseRequest(sim.ctx, spec, sim.ctx.cluster.instances[REQUESTER], None).decide(remote)
+        assert remote.primitives == expected == [Primitive.LOCAL] * len(remote), f"seed {seed}"
+        assert _after(sim) == reference_after, f"seed {seed}"
+        multi_run += any(len(runs) > 1 for runs in holder_blocks(remote).values())
+    assert multi_run > 0          # some block did come in more than one run

@@ -182,3 +182,28 @@ def test_the_choice_equals_the_documented_rule_on_random_holder_sets(tmp_path):
         if requester.id in holders:
             continue                              # a resident chunk never reaches the replica choice
         assert ReplicaChoice(ctx, requester).pick(0) == _reference_pick(ctx, requester, holders)
+
+
+def test_a_used_holder_that_lacks_the_chunk_is_not_taken(sim):
+    """The one holder a request uses so far does not hold the next chunk: the choice is the nearest holder
+    that does, never the used one."""
+    _hold(sim.ctx, 0, [0])                    # across the hosts from requester 4
+    _hold(sim.ctx, 1, [5, 6])                 # on requester 4's host
+    choice = ReplicaChoice(sim.ctx, sim.instances[4])
+    assert choice.pick(0) == 0 and choice.pick(1) in (5, 6)
+
+
+def test_classify_notes_every_holder_its_chunks_use_so_later_chunks_stay_there(sim):
+    """`classify_chunks` adds each remote chunk's holder to the request's used holders (once per run of one
+    holder): a chunk held by two equally near copies goes to the one an earlier chunk uses, even when that
+    holder was not the request's first."""
+    from simroute.sim.request import DenseRequest
+    from simroute.sim.request_spec import RequestSpec
+    _hold(sim.ctx, 0, [0])
+    _hold(sim.ctx, 2, [5, 6])
+    alone = ReplicaChoice(sim.ctx, sim.instances[4]).pick(2)
+    other = 11 - alone                        # the copy chunk 2 would not go to on its own
+    _hold(sim.ctx, 1, [other])
+    spec = RequestSpec(0, 4, -1, 16, 4, [0, 1, 2], [True, True, True], 0, 0)
+    plan = DenseRequest(sim.ctx, spec, sim.instances[4], None).classify_chunks()
+    assert plan.remote.chunks == [0, 1, 2] and plan.remote.holders == [0, other, other]

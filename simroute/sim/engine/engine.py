@@ -387,15 +387,15 @@ class InstanceEngine:
         self._held.append(seq)
         self.waiting.appendleft(seq)
 
-    def absorb(self, entry: list) -> None:
+    def absorb(self, entry: list, now: float) -> None:
         """A requester's partial work began during this engine's event: the event runs its share now, lengthened
         by what the work asks of its busy GPU while both last (charge rate c x the event's busy share f, over
         the event's rest lengthened by it: cf (end - now) / (1 - cf), or cf (until - now) if the work ends
-        first), prepaid against what the work accrues, so that it is not charged to the next event in one lump."""
+        first), prepaid against what the work accrues, so that it is not charged to the next event in one lump.
+        `now` is the clock, as the caller read it."""
         plan = self._plan
         if not self.busy or self._in_step or not (plan.prefill or plan.decode):
             return
-        now = self.env.now
         end = self._t0 + self._pre + plan.k * self._dt
         rate = entry[4] * self.partials.busy_fraction       # min(., MAX_UTILISATION), max and min spelt out (hot)
         if rate > MAX_UTILISATION:

@@ -50,12 +50,12 @@ class HolderPartials:
     event nor a holder event standing for k iterations lumps k iterations' partial work into one.
     """
 
-    __slots__ = ("mode", "interference", "demand", "tail", "expiry", "calls", "queries", "work_s", "charged_s",
+    __slots__ = ("_mode", "_interference", "_inline", "_busy_charge", "demand", "tail", "expiry", "calls", "queries", "work_s", "charged_s",
                  "kernel_s", "last_take", "prepaid", "busy_fraction", "queued_s", "fan_in_calls", "max_fan_in")
 
     def __init__(self, mode: HolderMode = HolderMode.INLINE, interference: float = 0.3) -> None:
-        self.mode = mode
-        self.interference = interference
+        self._mode, self._interference = mode, interference
+        self._derive()
         self.demand: list[list] = []    # [from, until, GPU s per s, requester, charge per s] routing here now
         self.tail: list[list] = []      # entries past their span whose charge has not all been taken yet
         self.expiry = INF               # the earliest `until` in `demand`
@@ -70,6 +70,31 @@ class HolderPartials:
         self.queued_s = 0.0             # summed expected wait of the calls that ran (x exchanges)
         self.fan_in_calls = 0.0         # summed requesters sharing each call that ran (x exchanges)
         self.max_fan_in = 0             # most requesters that shared one call
+
+    @property
+    def mode(self) -> HolderMode:
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode: HolderMode) -> None:
+        self._mode = mode
+        self._derive()
+
+    @property
+    def interference(self) -> float:
+        return self._interference
+
+    @interference.setter
+    def interference(self, interference: float) -> None:
+        self._interference = interference
+        self._derive()
+
+    def _derive(self) -> None:
+        """What the mode decides on every leg, kept as plain values (an enum comparison per leg costs): whether
+        a kernel waits for the holder's layer (`inline`), and the charge rate per unit of work on a busy holder
+        (all of it inline, the interference share on a stream)."""
+        self._inline = self._mode == HolderMode.INLINE
+        self._busy_charge = 1.0 if self._inline else self._interference
 
     def _prune(self, now: float) -> list[list]:
         """The entries still asking (until > now); ended ones with charge left move to `tail` (in list order).
@@ -128,9 +153,9 @@ class HolderPartials:
 
     def queue_wait_s(self, kernel_s: float, utilisation: float, holder_busy: bool, holder_layer_s: float) -> float:
         """`wait_s` at a known utilisation of the other requesters."""
-        rho = min(utilisation, MAX_UTILISATION)
+        rho = MAX_UTILISATION if MAX_UTILISATION < utilisation else utilisation     # min(), spelt out (hot)
         wait = kernel_s * rho / (2 * (1 - rho)) if rho > 0 else 0.0
-        if self.mode == HolderMode.INLINE and holder_busy:
+        if self._inline and holder_busy:
             wait += holder_layer_s / 2
         return wait
 
@@ -145,7 +170,7 @@ class HolderPartials:
         if span_s <= 0:
             return None
         # on an idle holder the kernels use an idle GPU: nobody waits for them (no charge)
-        charge = (1.0 if self.mode == HolderMode.INLINE else self.interference) if holder_busy else 0.0
+        charge = self._busy_charge if holder_busy else 0.0
         entry = [now, now + span_s, work / span_s, requester, charge * work / span_s]
         self.demand.append(entry)
         if entry[1] < self.expiry:
@@ -303,8 +328,8 @@ class RouteExchange:
                           include_latency=include_latency)
 
     def _static_legs(self, engine: "InstanceEngine", items: list) -> tuple[list[tuple], list[tuple], list[tuple]]:
-        """What an event's legs need that does not change while its groups do not: per holder (holder, queries,
-        rows, keys, premium, {sharing: kernel x premium}); per leg its sends (query route, query bytes, probe s,
+        """What an event's legs need that does not change while its groups do not: per holder (holder, its
+        partials, queries, rows, keys, premium, {sharing: kernel x premium}); per leg its sends (query route, query bytes, probe s,
         partial route, partial bytes, turnaround s, single-block rate), as `MessageModel.send_legs` takes them;
         and their messages' (route, bytes), query then partial, leg after leg (as `account_messages` takes them)."""
         known = self._legs_of.get(engine.eid)
@@ -325,7 +350,7 @@ class RouteExchange:
                 kernel_of = kernels_of[shape] = {}
             total_rows = sum(rows)
             out_bytes, back_bytes = total_rows * q_bytes / tp, total_rows * p_bytes / tp
-            static.append((holder, len(rows), rows, keys, premium, kernel_of))
+            static.append((holder, holder.partials, len(rows), rows, keys, premium, kernel_of))
             sends.append((leg_out, out_bytes, t_probe_s, leg_back, back_bytes, turnaround_s, single_block_Bps))
             messages += ((leg_out, out_bytes), (leg_back, back_bytes))
         return static, sends, messages
@@ -390,8 +415,8 @@ class RouteExchange:
         merge_s = self.merge_s
         legs = []
         bare = 0.0                      # the slowest round trip without holder waits
-        for (holder, queries, rows, keys, premium, kernel_of), (out, back) in zip(static, delays):
-            rho, others = holder.partials.others(now, me)
+        for (holder, partials, queries, rows, keys, premium, kernel_of), (out, back) in zip(static, delays):
+            rho, others = partials.others(now, me)
             sharing = 1 + others
             # the n requesters routing here share one call (`_kernel`)
             kernel = kernel_of.get(sharing)
@@ -400,18 +425,17 @@ class RouteExchange:
             rt = out + kernel + back + merge_s
             if rt > bare:
                 bare = rt
-            legs.append((holder, queries, kernel, sharing, rho, rt))
+            legs.append((holder, partials, queries, kernel, sharing, rho, rt))
         span = k * (compute_s + ex * bare)   # the event's duration: the rate its partial work is asked at
         worst, worst_wait = 0.0, 0.0
         settled = EventLegs()
         settled.messages = messages
         calls = ex * k
-        for holder, queries, kernel, sharing, rho, rt in legs:
+        for holder, partials, queries, kernel, sharing, rho, rt in legs:
             share = kernel / sharing
-            wait, entry = holder.partials.ask(share, calls, queries, now, span, holder.busy, holder.layer_s, rho, me,
-                                              kernel)
+            wait, entry = partials.ask(share, calls, queries, now, span, holder.busy, holder.layer_s, rho, me, kernel)
             if entry is not None and entry[4] > 0:
-                holder.absorb(entry)            # the holder's event under way runs its share now
+                holder.absorb(entry, now)       # the holder's event under way runs its share now
             settled.append((holder, share, queries, entry, wait, sharing))
             if rt + wait > worst:
                 worst, worst_wait = rt + wait, wait

@@ -31,8 +31,8 @@ def test_static_legs_hold_the_routes_fabric_and_bytes_of_each_holder_in_order():
     items = [(second, [128.0, 64.0], [1000.0, 3000.0], 1.0), (first, [128.0], [2000.0], 1.5)]
     legs, sends, messages = exchange._static_legs(requester, [(h, [rows, keys, premium])
                                                               for h, rows, keys, premium in items])
-    assert [leg[:-1] for leg in legs] == [(second, 2, [128.0, 64.0], [1000.0, 3000.0], 1.0),
-                                          (first, 1, [128.0], [2000.0], 1.5)]
+    assert [leg[:-1] for leg in legs] == [(second, second.partials, 2, [128.0, 64.0], [1000.0, 3000.0], 1.0),
+                                          (first, first.partials, 1, [128.0], [2000.0], 1.5)]
     assert sends == [(("g0", "g2"), 192.0 * 1152 / 2, 20e-6, ("g2", "g0"), 192.0 * 1032 / 2, 5e-6, 10e9),
                      (("g0", "g1"), 128.0 * 1152 / 2, 20e-6, ("g1", "g0"), 128.0 * 1032 / 2, 5e-6, 10e9)]
     # each leg's query then its partial, leg after leg (the order `account_messages` counts them in)

@@ -397,7 +397,8 @@ class InstanceEngine:
         if not self.busy or self._in_step or not (plan.prefill or plan.decode):
             return
         end = self._t0 + self._pre + plan.k * self._dt
-        rate = entry[4] * self.partials.busy_fraction       # min(., MAX_UTILISATION), max and min spelt out (hot)
+        partials = self.partials
+        rate = entry[4] * partials.busy_fraction            # min(., MAX_UTILISATION), max and min spelt out (hot)
         if rate > MAX_UTILISATION:
             rate = MAX_UTILISATION
         if end <= now or rate <= 0:
@@ -410,9 +411,10 @@ class InstanceEngine:
         if extra <= 0:
             return
         self._pre += extra
-        self.partials.prepay(extra)
-        for seq, _tokens in plan.prefill:
-            seq.prefill_compute_s += extra
+        partials.prepay(extra)
+        if plan.prefill:
+            for seq, _tokens in plan.prefill:
+                seq.prefill_compute_s += extra
         self.log.extend(self._row, extra)           # the scheduled end fires early and waits the rest (_end)
 
     def _arm(self, delay: float) -> None:

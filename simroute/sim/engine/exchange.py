@@ -112,7 +112,7 @@ class HolderPartials:
                         expiry = until
                 elif x[4] > 0 and until > last:
                     tail.append(x)
-            d[:] = keep
+            self.demand = d = keep
             self.expiry = expiry
         return d
 

@@ -50,8 +50,9 @@ class HolderPartials:
     event nor a holder event standing for k iterations lumps k iterations' partial work into one.
     """
 
-    __slots__ = ("_mode", "_interference", "_inline", "_busy_charge", "demand", "tail", "expiry", "calls", "queries", "work_s", "charged_s",
-                 "kernel_s", "last_take", "prepaid", "busy_fraction", "queued_s", "fan_in_calls", "max_fan_in")
+    __slots__ = ("_mode", "_interference", "_inline", "_busy_charge", "demand", "tail", "expiry", "calls", "queries",
+                 "work_s", "charged_s", "kernel_s", "last_take", "prepaid", "busy_fraction", "queued_s", "fan_in_calls",
+                 "max_fan_in")
 
     def __init__(self, mode: HolderMode = HolderMode.INLINE, interference: float = 0.3) -> None:
         self._mode, self._interference = mode, interference
@@ -295,6 +296,7 @@ class RouteExchange:
         messages = getattr(net, "messages", None) if self._fast else None
         self._send_direct = messages.send if hasattr(messages, "send") else None
         self._send_legs = getattr(messages, "send_legs", None)      # an event's legs' queries and partials in one call
+        self._account_messages = getattr(messages, "account_messages", None)    # and their later exchanges' in one
         # requester eid -> holder engine -> `_legs` (the one cache of the pair's message routes and fabric)
         self._legs_of: dict[int, dict[Any, tuple[Any, Any, Any]]] = {}
         self._kernels: dict[tuple, float] = {}   # (step, sharing, rows, keys, dense) -> one kernel call (a query's scalars or the queries' tuples)
@@ -329,9 +331,10 @@ class RouteExchange:
 
     def _static_legs(self, engine: "InstanceEngine", items: list) -> tuple[list[tuple], list[tuple], list[tuple]]:
         """What an event's legs need that does not change while its groups do not: per holder (holder, its
-        partials, queries, rows, keys, premium, {sharing: kernel x premium}); per leg its sends (query route, query bytes, probe s,
-        partial route, partial bytes, turnaround s, single-block rate), as `MessageModel.send_legs` takes them;
-        and their messages' (route, bytes), query then partial, leg after leg (as `account_messages` takes them)."""
+        partials, queries, rows, keys, premium, {sharing: kernel x premium}); per leg its sends (query route, query
+        bytes, probe s, partial route, partial bytes, turnaround s, single-block rate), as `MessageModel.send_legs`
+        takes them; and their messages' (route, bytes), query then partial, leg after leg (as `account_messages`
+        takes them)."""
         known = self._legs_of.get(engine.eid)
         if known is None:
             known = self._legs_of[engine.eid] = {}
@@ -451,14 +454,13 @@ class RouteExchange:
             holder.partials.served(calls, wait, sharing)
         more = calls - 1 if self._fast else 0
         if more > 0:
-            model = self.net.messages
             now = self.net.env.now
-            account_messages = getattr(model, "account_messages", None)
-            if account_messages is not None:
-                account_messages(legs.messages, more, now)
+            if self._account_messages is not None:
+                self._account_messages(legs.messages, more, now)
             else:
+                account = self.net.messages.account
                 for route, nbytes in legs.messages:
-                    model.account(route, nbytes, more, now)
+                    account(route, nbytes, more, now)
 
     def retract(self, engine: "InstanceEngine", legs: list[tuple], done: int, k: int) -> None:
         """The k-iteration event was cut after `done`: the holders' partial work for the rest did not run."""

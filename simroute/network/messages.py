@@ -22,6 +22,7 @@ source then destination name (filled once per pair, so a message builds no key),
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -237,42 +238,66 @@ class MessageModel:
     def send_pair(self, out: MessageRoute, out_bytes: float, out_probe_s: float, back: MessageRoute,
                   back_bytes: float, back_probe_s: float, single_block_Bps: float, now: float) -> tuple[float, float]:
         """(`send` of `out`, then `send` of `back`) at `now`, without latency, in one call: a query and its
-        partial (once per routed leg of every engine event). The same arithmetic in the same order, both
-        accounted in one call (`account_pair`); the partial's NIC context
-        check is the query's answer when both touch the same NICs for one queue pair (the query left that pair
-        the most recent at both at `now`, so the partial's touches change nothing and it sees the state the
-        query's check saw). A subclass that overrides `send` gets two `send`s."""
+        partial (`send_legs` of one leg)."""
+        return self.send_legs(((out, out_bytes, out_probe_s, back, back_bytes, back_probe_s, single_block_Bps),),
+                              ((out, out_bytes), (back, back_bytes)), now)[0]
+
+    def send_legs(self, legs: Sequence[tuple[MessageRoute, float, float, MessageRoute, float, float, float]],
+                  messages: Sequence[tuple[MessageRoute, float]], now: float) -> list[tuple[float, float]]:
+        """Each leg's (query s, partial s) at `now`, without latency, leg after leg: a requester event's routed
+        legs in one call (once per routed event). A leg is (query route, bytes, probe s, partial route, bytes,
+        probe s, single-block rate); `messages` are its messages' (route, bytes) in the same order, accounted
+        once in one pass at the end (`account_messages`: nothing between reads the counts). Per leg the same
+        arithmetic in the same order as two `send`s; the partial's NIC context check is the query's answer when
+        both touch the same NICs for one queue pair (the query left that pair the most recent at both at `now`,
+        so the partial's touches change nothing and it sees the state the query's check saw). A subclass that
+        overrides `send` gets two `send`s per leg (each accounted by itself)."""
         if not self._pair_fast:
-            return (self.send(out, out_bytes, out_probe_s, single_block_Bps, now, False),
-                    self.send(back, back_bytes, back_probe_s, single_block_Bps, now, False))
-        bulk_version = self.bulk.version
-        if out.version != bulk_version or out.single_block_Bps != single_block_Bps:
-            self._refresh(out, single_block_Bps)
-        if back.version != bulk_version or back.single_block_Bps != single_block_Bps:
-            self._refresh(back, single_block_Bps)
-        missed = bool(out.contexts) and self._pair_misses(out, now)
-        if not back.contexts:
-            back_missed = False
-        elif back.pair == out.pair and back.mirror is out.contexts_key:
-            back_missed = missed
-        else:
-            back_missed = self._pair_misses(back, now)
-        out_s = self._occupy(out, out_bytes, out_probe_s, missed, now)        # the query, then the partial
-        back_s = self._occupy(back, back_bytes, back_probe_s, back_missed, now)
-        self.sends += 2
-        self.account_pair(out, out_bytes, back, back_bytes, 1, now)
-        return out_s, back_s
+            send = self.send
+            return [(send(out, out_bytes, out_probe_s, single_block_Bps, now, False),
+                     send(back, back_bytes, back_probe_s, single_block_Bps, now, False))
+                    for out, out_bytes, out_probe_s, back, back_bytes, back_probe_s, single_block_Bps in legs]
+        bulk_version, refresh, pair_misses, occupy = self.bulk.version, self._refresh, self._pair_misses, self._occupy
+        delays = []
+        for out, out_bytes, out_probe_s, back, back_bytes, back_probe_s, single_block_Bps in legs:
+            if out.version != bulk_version or out.single_block_Bps != single_block_Bps:
+                refresh(out, single_block_Bps)
+            if back.version != bulk_version or back.single_block_Bps != single_block_Bps:
+                refresh(back, single_block_Bps)
+            missed = bool(out.contexts) and pair_misses(out, now)
+            if not back.contexts:
+                back_missed = False
+            elif back.pair == out.pair and back.mirror is out.contexts_key:
+                back_missed = missed
+            else:
+                back_missed = pair_misses(back, now)
+            delays.append((occupy(out, out_bytes, out_probe_s, missed, now),       # the query, then the partial
+                           occupy(back, back_bytes, back_probe_s, back_missed, now)))
+        self.sends += 2 * len(legs)
+        self.account_messages(messages, 1, now)
+        return delays
 
     def account_pair(self, out: MessageRoute, out_bytes: float, back: MessageRoute, back_bytes: float, count: int,
                      now: float) -> None:
         """`account` of `out`, then of `back`, in one call (a routed leg's query and partial)."""
+        self.account_messages(((out, out_bytes), (back, back_bytes)), count, now)
+
+    def account(self, route: MessageRoute, nbytes: float, count: int, now: float) -> None:
+        """Count the bytes of `count` messages of `nbytes` on `route` at `now` (totals and the telemetry's
+        link windows). `send` accounts its own message; a caller whose one sent message stands for several
+        identical ones (an engine event of several exchanges) accounts the others here."""
+        self.account_messages(((route, nbytes),), count, now)
+
+    def account_messages(self, messages: Sequence[tuple[MessageRoute, float]], count: int, now: float) -> None:
+        """`account` of each (route, bytes) in order, `count` messages each, in one pass (a requester event's
+        routed legs: the telemetry's window is checked once)."""
         if count <= 0:
             return
         telemetry = self.telemetry
         if now >= telemetry.window_end:
             telemetry.advance_to(now)
         window = telemetry.window_index
-        for route, nbytes in ((out, out_bytes), (back, back_bytes)):
+        for route, nbytes in messages:
             total = nbytes * count
             route.sent_bytes += total
             route.sent_count += count
@@ -280,23 +305,6 @@ class MessageModel:
                 route.window = window
                 telemetry.message_routes.append(route)
             route.window_bytes += total
-
-    def account(self, route: MessageRoute, nbytes: float, count: int, now: float) -> None:
-        """Count the bytes of `count` messages of `nbytes` on `route` at `now` (totals and the telemetry's
-        link windows). `send` accounts its own message; a caller whose one sent message stands for several
-        identical ones (an engine event of several exchanges) accounts the others here."""
-        if count <= 0:
-            return
-        telemetry = self.telemetry
-        if now >= telemetry.window_end:
-            telemetry.advance_to(now)
-        total = nbytes * count
-        route.sent_bytes += total
-        route.sent_count += count
-        if route.window != telemetry.window_index:
-            route.window = telemetry.window_index
-            telemetry.message_routes.append(route)
-        route.window_bytes += total
 
     def total_bytes(self) -> float:
         return sum(route.sent_bytes for route in self.routes.values())

@@ -201,3 +201,46 @@ def test_account_pair_is_two_accounts():
     assert [(r.src, r.dst) for r in paired.telemetry.message_routes] == \
         [(r.src, r.dst) for r in apart.telemetry.message_routes]
     assert paired.telemetry.window_index == apart.telemetry.window_index > 0
+
+
+def test_send_legs_is_each_leg_sent_in_order_then_accounted():
+    """`send_legs` (a requester event's legs in one call) against two `send`s per leg, leg after leg: every
+    delay equal to the bit, the same context misses, FIFO clocks, byte counts, window bytes and routes listed in
+    the telemetry's window (in the same order), over events of 1 to 4 legs (one holder twice) crossing windows;
+    `account_messages` of the event's later exchanges against an `account` per message."""
+    params = MessageModelParams(nic_context_slots=2, nic_active_window_s=100e-6, nic_miss_s=20e-6)
+    topology = load_topology(TOPO_DIR / "paper-testbed.yaml")
+    apart, batched = (FlowEngine(simpy.Environment(), topology, message_model=MessageModel(params))
+                      for _ in range(2))
+    holders = ["h1.g0", "h1.g1", "h0.g2", "h1.g3", "h1.g0"]
+    for step in range(30):
+        now = step * 9e-6 + (0.75 if step >= 20 else 0.0)
+        requester = ("h0.g0", "h0.g1")[step % 2]
+        event = holders[step % 3: step % 3 + 1 + step % 4]
+        want, got = [], None
+        for engine in (apart, batched):
+            sends = [(engine.message_route(requester, holder), 512.0 * (1 + i + step % 3), 16e-6,
+                      engine.message_route(holder, requester), 2048.0 * (1 + i), 9e-6, 25e9)
+                     for i, holder in enumerate(event)]
+            messages = [message for out, out_bytes, _, back, back_bytes, _, _ in sends
+                        for message in ((out, out_bytes), (back, back_bytes))]
+            if engine is apart:
+                for out, out_bytes, out_probe_s, back, back_bytes, back_probe_s, single_block_Bps in sends:
+                    want.append((engine.messages.send(out, out_bytes, out_probe_s, single_block_Bps, now, False),
+                                 engine.messages.send(back, back_bytes, back_probe_s, single_block_Bps, now, False)))
+                for route, nbytes in messages:
+                    engine.messages.account(route, nbytes, 1 + step % 3, now + 1e-4)
+            else:
+                got = engine.messages.send_legs(sends, messages, now)
+                engine.messages.account_messages(messages, 1 + step % 3, now + 1e-4)
+        assert got == want
+        assert [(r.src, r.dst) for r in batched.telemetry.message_routes] == \
+            [(r.src, r.dst) for r in apart.telemetry.message_routes]
+    assert apart.messages.misses == batched.messages.misses > 0
+    assert apart.messages.sends == batched.messages.sends
+    assert apart.messages.busy == batched.messages.busy
+    assert batched.telemetry.window_index == apart.telemetry.window_index > 0
+    assert {key: (route.sent_bytes, route.sent_count, route.window, route.window_bytes)
+            for key, route in apart.messages.routes.items()} == \
+        {key: (route.sent_bytes, route.sent_count, route.window, route.window_bytes)
+         for key, route in batched.messages.routes.items()}

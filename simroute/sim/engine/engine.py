@@ -387,17 +387,18 @@ class InstanceEngine:
         self._held.append(seq)
         self.waiting.appendleft(seq)
 
-    def absorb(self, entry: list) -> None:
+    def absorb(self, entry: list, now: float) -> None:
         """A requester's partial work began during this engine's event: the event runs its share now, lengthened
         by what the work asks of its busy GPU while both last (charge rate c x the event's busy share f, over
         the event's rest lengthened by it: cf (end - now) / (1 - cf), or cf (until - now) if the work ends
-        first), prepaid against what the work accrues, so that it is not charged to the next event in one lump."""
+        first), prepaid against what the work accrues, so that it is not charged to the next event in one lump.
+        `now` is the clock, as the caller read it."""
         plan = self._plan
         if not self.busy or self._in_step or not (plan.prefill or plan.decode):
             return
-        now = self.env.now
         end = self._t0 + self._pre + plan.k * self._dt
-        rate = entry[4] * self.partials.busy_fraction       # min(., MAX_UTILISATION), max and min spelt out (hot)
+        partials = self.partials
+        rate = entry[4] * partials.busy_fraction            # min(., MAX_UTILISATION), max and min spelt out (hot)
         if rate > MAX_UTILISATION:
             rate = MAX_UTILISATION
         if end <= now or rate <= 0:
@@ -410,9 +411,10 @@ class InstanceEngine:
         if extra <= 0:
             return
         self._pre += extra
-        self.partials.prepay(extra)
-        for seq, _tokens in plan.prefill:
-            seq.prefill_compute_s += extra
+        partials.prepay(extra)
+        if plan.prefill:
+            for seq, _tokens in plan.prefill:
+                seq.prefill_compute_s += extra
         self.log.extend(self._row, extra)           # the scheduled end fires early and waits the rest (_end)
 
     def _arm(self, delay: float) -> None:

@@ -50,12 +50,13 @@ class HolderPartials:
     event nor a holder event standing for k iterations lumps k iterations' partial work into one.
     """
 
-    __slots__ = ("mode", "interference", "demand", "tail", "expiry", "calls", "queries", "work_s", "charged_s",
-                 "kernel_s", "last_take", "prepaid", "busy_fraction", "queued_s", "fan_in_calls", "max_fan_in")
+    __slots__ = ("_mode", "_interference", "_inline", "_busy_charge", "demand", "tail", "expiry", "calls", "queries",
+                 "work_s", "charged_s", "kernel_s", "last_take", "prepaid", "busy_fraction", "queued_s", "fan_in_calls",
+                 "max_fan_in")
 
     def __init__(self, mode: HolderMode = HolderMode.INLINE, interference: float = 0.3) -> None:
-        self.mode = mode
-        self.interference = interference
+        self._mode, self._interference = mode, interference
+        self._derive()
         self.demand: list[list] = []    # [from, until, GPU s per s, requester, charge per s] routing here now
         self.tail: list[list] = []      # entries past their span whose charge has not all been taken yet
         self.expiry = INF               # the earliest `until` in `demand`
@@ -70,6 +71,31 @@ class HolderPartials:
         self.queued_s = 0.0             # summed expected wait of the calls that ran (x exchanges)
         self.fan_in_calls = 0.0         # summed requesters sharing each call that ran (x exchanges)
         self.max_fan_in = 0             # most requesters that shared one call
+
+    @property
+    def mode(self) -> HolderMode:
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode: HolderMode) -> None:
+        self._mode = mode
+        self._derive()
+
+    @property
+    def interference(self) -> float:
+        return self._interference
+
+    @interference.setter
+    def interference(self, interference: float) -> None:
+        self._interference = interference
+        self._derive()
+
+    def _derive(self) -> None:
+        """What the mode decides on every leg, kept as plain values (an enum comparison per leg costs): whether
+        a kernel waits for the holder's layer (`inline`), and the charge rate per unit of work on a busy holder
+        (all of it inline, the interference share on a stream)."""
+        self._inline = self._mode == HolderMode.INLINE
+        self._busy_charge = 1.0 if self._inline else self._interference
 
     def _prune(self, now: float) -> list[list]:
         """The entries still asking (until > now); ended ones with charge left move to `tail` (in list order).
@@ -87,7 +113,7 @@ class HolderPartials:
                         expiry = until
                 elif x[4] > 0 and until > last:
                     tail.append(x)
-            d[:] = keep
+            self.demand = d = keep
             self.expiry = expiry
         return d
 
@@ -128,9 +154,9 @@ class HolderPartials:
 
     def queue_wait_s(self, kernel_s: float, utilisation: float, holder_busy: bool, holder_layer_s: float) -> float:
         """`wait_s` at a known utilisation of the other requesters."""
-        rho = min(utilisation, MAX_UTILISATION)
+        rho = MAX_UTILISATION if MAX_UTILISATION < utilisation else utilisation     # min(), spelt out (hot)
         wait = kernel_s * rho / (2 * (1 - rho)) if rho > 0 else 0.0
-        if self.mode == HolderMode.INLINE and holder_busy:
+        if self._inline and holder_busy:
             wait += holder_layer_s / 2
         return wait
 
@@ -145,7 +171,7 @@ class HolderPartials:
         if span_s <= 0:
             return None
         # on an idle holder the kernels use an idle GPU: nobody waits for them (no charge)
-        charge = (1.0 if self.mode == HolderMode.INLINE else self.interference) if holder_busy else 0.0
+        charge = self._busy_charge if holder_busy else 0.0
         entry = [now, now + span_s, work / span_s, requester, charge * work / span_s]
         self.demand.append(entry)
         if entry[1] < self.expiry:
@@ -240,6 +266,14 @@ class HolderPartials:
         self.charged_s -= seconds
 
 
+class EventLegs(list):
+    """A requester event's routed legs, (holder, kernel share, queries, demand entry, wait, sharing) each, as
+    `RouteExchange.iteration` hands them to `settle` / `retract`; `messages` are their messages' (route, bytes)
+    (the event's groups' own list, shared while the groups hold)."""
+
+    __slots__ = ("messages",)
+
+
 class RouteExchange:
     """Per-iteration exchange time of one requester's batch (see the module docstring).
 
@@ -261,13 +295,14 @@ class RouteExchange:
         # message); a network without one goes through `message_delay`
         messages = getattr(net, "messages", None) if self._fast else None
         self._send_direct = messages.send if hasattr(messages, "send") else None
-        self._send_pair = getattr(messages, "send_pair", None)      # a leg's query and partial in one call
+        self._send_legs = getattr(messages, "send_legs", None)      # an event's legs' queries and partials in one call
+        self._account_messages = getattr(messages, "account_messages", None)    # and their later exchanges' in one
         # requester eid -> holder engine -> `_legs` (the one cache of the pair's message routes and fabric)
         self._legs_of: dict[int, dict[Any, tuple[Any, Any, Any]]] = {}
         self._kernels: dict[tuple, float] = {}   # (step, sharing, rows, keys, dense) -> one kernel call (a query's scalars or the queries' tuples)
         # requester eid -> (its last event's groups, them as (holder, [rows, keys, premium]) items, their
         # `_static_legs`): a requester's consecutive events mostly route the same groups (a steady decode batch)
-        self._static: dict[int, tuple[dict, list, list[tuple]]] = {}
+        self._static: dict[int, tuple[dict, list, tuple[list[tuple], list[tuple], list[tuple]]]] = {}
         # (holder, rows, keys, premium) -> {sharing: kernel x premium}: a leg's kernels, kept across requesters and
         # their groups' changes (bounded as `_kernels`)
         self._kernels_of: dict[tuple, dict[int, float]] = {}
@@ -294,19 +329,22 @@ class RouteExchange:
         return self._send(leg, nbytes, t_probe_s=t_probe_s, single_block_Bps=single_block_Bps,
                           include_latency=include_latency)
 
-    def _static_legs(self, engine: "InstanceEngine", items: list) -> list[tuple]:
-        """Per holder of an event's groups, what its leg's sends and kernel need that does not change while the
-        groups do not: (holder, query leg, partial leg, probe s, turnaround s, single-block rate, query bytes,
-        partial bytes, queries, rows, keys, premium, {sharing: kernel x premium})."""
+    def _static_legs(self, engine: "InstanceEngine", items: list) -> tuple[list[tuple], list[tuple], list[tuple]]:
+        """What an event's legs need that does not change while its groups do not: per holder (holder, its
+        partials, queries, rows, keys, premium, {sharing: kernel x premium}); per leg its sends (query route, query
+        bytes, probe s, partial route, partial bytes, turnaround s, single-block rate), as `MessageModel.send_legs`
+        takes them; and their messages' (route, bytes), query then partial, leg after leg (as `account_messages`
+        takes them)."""
         known = self._legs_of.get(engine.eid)
         if known is None:
             known = self._legs_of[engine.eid] = {}
         tp, q_bytes, p_bytes, kernels_of = self.tp, self.q_bytes, self.p_bytes, self._kernels_of
-        static = []
+        static, sends, messages = [], [], []
         for holder, (rows, keys, premium) in items:
             route = known.get(holder)
             if route is None:
                 route = known[holder] = self._legs(engine, holder)
+            leg_out, leg_back, t_probe_s, turnaround_s, single_block_Bps = route
             shape = (holder, tuple(rows), tuple(keys), premium)
             kernel_of = kernels_of.get(shape)
             if kernel_of is None:
@@ -314,9 +352,11 @@ class RouteExchange:
                     kernels_of.clear()
                 kernel_of = kernels_of[shape] = {}
             total_rows = sum(rows)
-            static.append((holder, *route, total_rows * q_bytes / tp, total_rows * p_bytes / tp, len(rows),
-                           rows, keys, premium, kernel_of))
-        return static
+            out_bytes, back_bytes = total_rows * q_bytes / tp, total_rows * p_bytes / tp
+            static.append((holder, holder.partials, len(rows), rows, keys, premium, kernel_of))
+            sends.append((leg_out, out_bytes, t_probe_s, leg_back, back_bytes, turnaround_s, single_block_Bps))
+            messages += ((leg_out, out_bytes), (leg_back, back_bytes))
+        return static, sends, messages
 
     def _kernel(self, step: Any, sharing: int, rows: list, keys: list, premium: float) -> float:
         """One kernel call shared by `sharing` requesters, each with this one's queries (as it sees them); one
@@ -359,8 +399,6 @@ class RouteExchange:
         the groups do not is kept per requester (`_static_legs`); the holder's side of the leg is
         `HolderPartials.ask` (its fluid queue's formulas live there only)."""
         now, ex, me = engine.env.now, self.exchanges, engine.eid
-        send = self._send_direct or self._send_positional          # the message model, called directly
-        send_pair = self._send_pair
         cached = self._static.get(me)
         if cached is None or cached[0] is not groups:    # the engine hands the same groups again while they hold
             items = list(groups.items())    # in order: the legs' sends queue on the links in this order
@@ -369,18 +407,19 @@ class RouteExchange:
             else:
                 cached = (groups, items, cached[2])
             self._static[me] = cached
+        static, sends, messages = cached[2]
+        if self._send_legs is not None:
+            delays = self._send_legs(sends, messages, now)
+        else:
+            send = self._send_direct or self._send_positional          # the message model, called directly
+            delays = [(send(leg_out, out_bytes, t_probe_s, single_block_Bps, now, False),
+                       send(leg_back, back_bytes, turnaround_s, single_block_Bps, now, False))
+                      for leg_out, out_bytes, t_probe_s, leg_back, back_bytes, turnaround_s, single_block_Bps in sends]
         merge_s = self.merge_s
         legs = []
         bare = 0.0                      # the slowest round trip without holder waits
-        for (holder, leg_out, leg_back, t_probe_s, turnaround_s, single_block_Bps, out_bytes, back_bytes, queries,
-             rows, keys, premium, kernel_of) in cached[2]:
-            if send_pair is not None:
-                out, back = send_pair(leg_out, out_bytes, t_probe_s, leg_back, back_bytes, turnaround_s,
-                                      single_block_Bps, now)
-            else:
-                out = send(leg_out, out_bytes, t_probe_s, single_block_Bps, now, False)
-                back = send(leg_back, back_bytes, turnaround_s, single_block_Bps, now, False)
-            rho, others = holder.partials.others(now, me)
+        for (holder, partials, queries, rows, keys, premium, kernel_of), (out, back) in zip(static, delays):
+            rho, others = partials.others(now, me)
             sharing = 1 + others
             # the n requesters routing here share one call (`_kernel`)
             kernel = kernel_of.get(sharing)
@@ -389,39 +428,39 @@ class RouteExchange:
             rt = out + kernel + back + merge_s
             if rt > bare:
                 bare = rt
-            legs.append((holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, out_bytes, back_bytes))
+            legs.append((holder, partials, queries, kernel, sharing, rho, rt))
         span = k * (compute_s + ex * bare)   # the event's duration: the rate its partial work is asked at
         worst, worst_wait = 0.0, 0.0
-        settled = []
+        settled = EventLegs()
+        settled.messages = messages
         calls = ex * k
-        for holder, queries, kernel, sharing, rho, rt, leg_out, leg_back, out_bytes, back_bytes in legs:
+        for holder, partials, queries, kernel, sharing, rho, rt in legs:
             share = kernel / sharing
-            wait, entry = holder.partials.ask(share, calls, queries, now, span, holder.busy, holder.layer_s, rho, me,
-                                              kernel)
+            wait, entry = partials.ask(share, calls, queries, now, span, holder.busy, holder.layer_s, rho, me, kernel)
             if entry is not None and entry[4] > 0:
-                holder.absorb(entry)            # the holder's event under way runs its share now
-            settled.append((holder, share, queries, entry, wait, sharing, leg_out, leg_back, out_bytes, back_bytes))
+                holder.absorb(entry, now)       # the holder's event under way runs its share now
+            settled.append((holder, share, queries, entry, wait, sharing))
             if rt + wait > worst:
                 worst, worst_wait = rt + wait, wait
         return ex * worst, ex * worst_wait, settled
 
-    def settle(self, legs: list[tuple], k: int) -> None:
+    def settle(self, legs: "EventLegs", k: int) -> None:
         """The event's exchanges ran k iterations: count their messages and the network's bytes of all but the
-        one sampled per leg (which `send_message` counted)."""
+        one sampled per leg (which `send_legs` counted)."""
         ex = self.exchanges
         calls = ex * k
         self.messages += 2 * calls * len(legs)
-        more = calls - 1 if self._fast else 0       # one loop over the legs; nothing to account when 0
-        account_pair = getattr(self.net.messages, "account_pair", None) if more > 0 else None
-        account = self.net.messages.account if more > 0 else None
-        now = self.net.env.now if more > 0 else 0.0
-        for holder, _share, _queries, _entry, wait, sharing, leg_out, leg_back, out_bytes, back_bytes in legs:
+        for holder, _share, _queries, _entry, wait, sharing in legs:
             holder.partials.served(calls, wait, sharing)
-            if account_pair is not None:
-                account_pair(leg_out, out_bytes, leg_back, back_bytes, more, now)
-            elif account is not None:
-                account(leg_out, out_bytes, more, now)
-                account(leg_back, back_bytes, more, now)
+        more = calls - 1 if self._fast else 0
+        if more > 0:
+            now = self.net.env.now
+            if self._account_messages is not None:
+                self._account_messages(legs.messages, more, now)
+            else:
+                account = self.net.messages.account
+                for route, nbytes in legs.messages:
+                    account(route, nbytes, more, now)
 
     def retract(self, engine: "InstanceEngine", legs: list[tuple], done: int, k: int) -> None:
         """The k-iteration event was cut after `done`: the holders' partial work for the rest did not run."""

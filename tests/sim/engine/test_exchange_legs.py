@@ -29,14 +29,17 @@ def _engine(eid: int) -> _Engine:
 def test_static_legs_hold_the_routes_fabric_and_bytes_of_each_holder_in_order():
     exchange, requester, first, second = _exchange(), _engine(0), _engine(1), _engine(2)
     items = [(second, [128.0, 64.0], [1000.0, 3000.0], 1.0), (first, [128.0], [2000.0], 1.5)]
-    legs = exchange._static_legs(requester, [(h, [rows, keys, premium]) for h, rows, keys, premium in items])
-    assert [leg[:-1] for leg in legs] == [
-        (second, ("g0", "g2"), ("g2", "g0"), 20e-6, 5e-6, 10e9, 192.0 * 1152 / 2, 192.0 * 1032 / 2, 2,
-         [128.0, 64.0], [1000.0, 3000.0], 1.0),
-        (first, ("g0", "g1"), ("g1", "g0"), 20e-6, 5e-6, 10e9, 128.0 * 1152 / 2, 128.0 * 1032 / 2, 1,
-         [128.0], [2000.0], 1.5)]
+    legs, sends, messages = exchange._static_legs(requester, [(h, [rows, keys, premium])
+                                                              for h, rows, keys, premium in items])
+    assert [leg[:-1] for leg in legs] == [(second, second.partials, 2, [128.0, 64.0], [1000.0, 3000.0], 1.0),
+                                          (first, first.partials, 1, [128.0], [2000.0], 1.5)]
+    assert sends == [(("g0", "g2"), 192.0 * 1152 / 2, 20e-6, ("g2", "g0"), 192.0 * 1032 / 2, 5e-6, 10e9),
+                     (("g0", "g1"), 128.0 * 1152 / 2, 20e-6, ("g1", "g0"), 128.0 * 1032 / 2, 5e-6, 10e9)]
+    # each leg's query then its partial, leg after leg (the order `account_messages` counts them in)
+    assert messages == [(("g0", "g2"), 192.0 * 1152 / 2), (("g2", "g0"), 192.0 * 1032 / 2),
+                        (("g0", "g1"), 128.0 * 1152 / 2), (("g1", "g0"), 128.0 * 1032 / 2)]
     assert legs[0][-1] == {} and legs[0][-1] is not legs[1][-1]      # each shape its own kernel per sharing
-    again = exchange._static_legs(_engine(3), [(second, [[128.0, 64.0], [1000.0, 3000.0], 1.0])])
+    again, _, _ = exchange._static_legs(_engine(3), [(second, [[128.0, 64.0], [1000.0, 3000.0], 1.0])])
     assert again[0][-1] is legs[0][-1]                  # another requester, the same holder and shape: shared
 
 
@@ -58,9 +61,9 @@ def test_the_cache_follows_the_groups_values_and_order():
     exchange.iteration(requester, {first: [[128.0], [1e6], 1.0], second: [[128.0], [2e6], 1.0]}, 1, 1e-3)
     assert exchange._static[0][2] is kept                                          # same groups: reused
     exchange.iteration(requester, {second: [[128.0], [2e6], 1.0], first: [[128.0], [1e6], 1.0]}, 1, 1e-3)
-    assert [leg[0] for leg in exchange._static[0][2]] == [second, first]          # reordered: rebuilt
+    assert [leg[0] for leg in exchange._static[0][2][0]] == [second, first]       # reordered: rebuilt
     exchange.iteration(requester, {second: [[256.0], [2e6], 1.0], first: [[128.0], [1e6], 1.0]}, 1, 1e-3)
-    assert exchange._static[0][2][0][6] == 256.0 * 1152 / 2                        # new rows: new bytes
+    assert exchange._static[0][2][1][0][1] == 256.0 * 1152 / 2                     # new rows: new bytes
     _, _, legs = exchange.iteration(requester, {first: [[128.0], [1e6], 1.0]}, 2, 1e-3)
     # holder 1 alone: the other requester's entries are this requester's own, so it shares nothing
     assert [(leg[0], leg[1], leg[5]) for leg in legs] == [(first, 128.0 * 1e6 * 1e-12, 1)]

@@ -49,3 +49,25 @@ def test_others_of_an_idle_holder_is_zero():
     assert partials.others(0.5e-3, 4) == (0.0, 0)                    # only the asker itself
     assert partials.others(0.5e-3, 5) == pytest.approx((1e-5 / 1e-3, 1))
     assert partials.others(2e-3, 5) == (0.0, 0)                      # its span ended
+
+
+@pytest.mark.parametrize("mode", ["inline", "stream"])
+def test_the_modes_wait_and_charge_as_their_formulas_say(mode):
+    """`queue_wait_s` and `add` per mode (their mode-dependent terms are kept as plain values): the M/D/1 wait,
+    plus half a layer inline on a busy holder; a busy holder's charge is the work inline and the interference
+    share of it on a stream, an idle one's none; a mode or interference set later is what counts."""
+    from simroute.sim.vocab import HolderMode
+
+    partials = HolderPartials(HolderMode(mode), 0.25)
+    inline = mode == "inline"
+    assert partials.queue_wait_s(1e-5, 0.5, True, 4e-4) == 1e-5 * 0.5 / (2 * (1 - 0.5)) + (2e-4 if inline else 0.0)
+    assert partials.queue_wait_s(1e-5, 2.0, False, 4e-4) == 1e-5 * 0.95 / (2 * (1 - 0.95))     # capped, idle
+    assert partials.queue_wait_s(1e-5, 0.0, True, 4e-4) == (2e-4 if inline else 0.0)
+    busy = partials.add(1e-5, 8, 1, 0.0, 1e-3, True, requester=2)
+    assert busy[4] == (1.0 if inline else 0.25) * 8e-5 / 1e-3
+    assert partials.add(1e-5, 8, 1, 0.0, 1e-3, False, requester=2)[4] == 0.0
+    partials.mode = HolderMode.STREAM if inline else HolderMode.INLINE
+    partials.interference = 0.5
+    assert partials.mode is not HolderMode(mode) and partials.interference == 0.5
+    assert partials.queue_wait_s(1e-5, 0.0, True, 4e-4) == (0.0 if inline else 2e-4)
+    assert partials.add(1e-5, 8, 1, 0.0, 1e-3, True, requester=2)[4] == (0.5 if inline else 1.0) * 8e-5 / 1e-3

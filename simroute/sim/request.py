@@ -632,5 +632,7 @@ class DenseRequest(RequestProcess):
         if refused:
             self.ctx.recorder.drop(self.spec.request_id,
                                    DropReason.THRASHED if THRASHED in refused else DropReason.KV_NEVER_FITS)
-        for instance in set(self.pins):     # the instances its pins are on (a set: poked in its order, as always)
+        # the instances its pins are on, in the order the old per-pin set comprehension iterated them: a set
+        # built element by element (`set(dict)` presizes its table, and ids >= 16 then iterate in another order)
+        for instance in {instance for instance in self.pins}:
             self.ctx.engines[instance].poke()

@@ -38,7 +38,7 @@ class Instance:
 
 class ChunkStore:
     """Chunk attributes as arrays (indexed by a dense chunk index), who holds each chunk, and the copies being
-    made or relied on. A copy that a running request attends or routes to is pinned (`pins`) and never
+    made or relied on. A copy that a running request attends or routes to is pinned (`pins_at`) and never
     evicted from its engine's HBM budget."""
 
     def __init__(self, chunk_ids: np.ndarray, tokens: np.ndarray, cached_offset: np.ndarray,

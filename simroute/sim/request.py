@@ -470,7 +470,8 @@ class DenseRequest(RequestProcess):
             if tokens > largest.get(fabric, 0.0):
                 largest[fabric] = tokens
             block_sum = float(sum(block_tokens))
-            copy_bytes = block_sum * kv_bytes_per_token     # the chunks' bytes (`ChunkStore.bytes`), summed
+            # the chunks' bytes up to rounding (`ChunkStore.bytes` summed): `choose` reads only whether it is > 0
+            copy_bytes = block_sum * kv_bytes_per_token
             primitive = decisions.choose(chunk_list, holder, fabric, block_sum, cached, copy_bytes)
             if primitive != fetch:      # the whole block pinned where it is served (`pin`, inlined)
                 if primitive != route:

@@ -18,6 +18,7 @@ from simroute.probes import gpu_step as gs
 from simroute.probes import step_constants as sc
 from simroute.probes.capability import Capability
 from simroute.probes.framework import run_probe
+from simroute.probes import gpu_common
 from simroute.probes.gpu_common import BACKEND_ENV
 from simroute.probes.registry import PROBES
 from simroute.probes.step_backend import NumpyBackend
@@ -102,15 +103,35 @@ def test_every_step_probe_runs_on_the_reference_backend(reference: None) -> None
     assert lo["launches"] == 50 and lo["iteration_us"] > 0
 
 
-def test_a_sweep_stops_at_its_deadline_and_keeps_what_it_measured(reference: None) -> None:
-    """The whole quick plan's own duration sets the deadline (a third of it), so the cut happens on a fast box
-    and a slow one alike; the runner path (a subprocess with a kill time) is covered by the dry run."""
-    t0 = time.time()
-    full = gs.probe_gemm({"quick": True})["results"]
-    elapsed = time.time() - t0
-    assert len(full["shapes"]) == full["planned_shapes"]
-    r = gs.probe_gemm({"quick": True, "deadline_unix": time.time() + elapsed / 3})["results"]
+class TickingClock:
+    """A stand-in for the `time` module the probes' deadlines read: every reading advances one tick, so where a
+    sweep stops depends on how often the code asks the time, not on how fast the box is (a real-clock version
+    of this test failed in CI when the first, uncut sweep ran slower than the cut one)."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def monotonic(self) -> float:
+        self.now += 1.0
+        return self.now
+
+    time = monotonic
+
+
+def test_a_sweep_stops_at_its_deadline_and_keeps_what_it_measured(reference: None,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole quick plan's own length in clock readings sets the deadline (a third of it), so the cut is the
+    same on every box; the runner path (a subprocess with a kill time) is covered by the dry run."""
+    clock = TickingClock()
+    with monkeypatch.context() as patched:
+        patched.setattr(gpu_common, "time", clock)
+        start = clock.now
+        full = gs.probe_gemm({"quick": True, "deadline_unix": clock.now + 1e9})["results"]
+        ticks = clock.now - start
+        r = gs.probe_gemm({"quick": True, "deadline_unix": clock.now + ticks / 3})["results"]
+    assert len(full["shapes"]) == full["planned_shapes"] and full["sweep"] == "complete"
     assert 0 < len(r["shapes"]) < r["planned_shapes"] and "deadline after" in r["sweep"]
+    assert list(r["shapes"]) == list(full["shapes"])[:len(r["shapes"])]    # it keeps the points it measured
     assert set(r["TFLOPs_by_tokens"]) <= {str(t) for t in gs.TOKENS}
     o = run_probe(PROBES["gemm"], {"quick": True, "backend": "reference"}, timeout_s=6)
     assert o.ok and o.results["shapes"], o.message          # the runner path keeps what it measured too

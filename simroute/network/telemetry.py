@@ -203,10 +203,8 @@ class Telemetry:
     def _flush_messages(self) -> np.ndarray | None:
         if not self.message_routes:
             return None
-        out = np.zeros(len(self._link_t))
+        out = self._open_window_messages()
         for route in self.message_routes:
-            for link in route.links:
-                out[link] += route.window_bytes
             if route.spine is not None:
                 self.spine_message_bytes[route.spine] = self.spine_message_bytes.get(route.spine, 0.0) + \
                     route.window_bytes
@@ -241,10 +239,16 @@ class Telemetry:
 
     # ---- views --------------------------------------------------------------------------------
     def _open_window_messages(self) -> np.ndarray:
-        out = np.zeros(len(self._link_t))
+        """Message bytes per link in the open window: summed per link in plain floats, in the routes' order
+        (the same sums as a numpy scalar `+=` per link, which cost 5x), then set in one go."""
+        per_link: dict[int, float] = {}
         for route in self.message_routes:
+            window_bytes = route.window_bytes
             for link in route.links:
-                out[link] += route.window_bytes
+                per_link[link] = per_link.get(link, 0.0) + window_bytes
+        out = np.zeros(len(self._link_t))
+        if per_link:
+            out[list(per_link)] = list(per_link.values())
         return out
 
     def message_bytes_per_link(self) -> np.ndarray:

@@ -9,7 +9,7 @@ import json
 import platform
 from array import array
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -20,14 +20,19 @@ DROP_REASONS = {int(d): d.label for d in DropReason}
 
 
 class Recorder:
-    """Preallocated per-request columns (index = request_id) and a decision log."""
+    """Preallocated per-request columns (index = request_id) and a decision log.
+
+    The log's chunks are as the caller names them: chunk ids, or (with `chunk_id_of`, the chunk store's ids in
+    its index order) dense chunk indices, turned into ids once when the table is built (a run's decisions are
+    one per chunk of every request: mapping them one by one on the way in cost more than the rest of the log)."""
 
     FLOAT_COLS = ("arrival", "ttft", "tpot", "e2e", "ttft_floor", "bytes_route", "bytes_fetch", "bytes_pd",
                   "bytes_fanout", "ttft_queueing", "ttft_prefill_compute", "ttft_transfer", "ttft_exchanges", "ttft_holder_wait")
     TTFT_PARTS = ("queueing", "prefill_compute", "transfer", "exchanges", "holder_wait")
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, chunk_id_of: np.ndarray | None = None) -> None:
         self.n = n
+        self.chunk_id_of = chunk_id_of
         for c in self.FLOAT_COLS:
             setattr(self, c, np.full(n, np.nan) if c in ("arrival", "ttft", "tpot", "e2e", "ttft_floor")
                     else np.zeros(n))
@@ -46,18 +51,19 @@ class Recorder:
         self.dec_holder.append(holder)
         self.dec_prim.append(primitive)
 
-    def decisions(self, request: int, chunk_ids: list[int], holders: list[int], primitives: list[int]) -> None:
-        """`decision` for each of one request's chunks, in order (one extend per column, not four appends each)."""
+    def decisions(self, request: int, chunk_ids: Sequence[int], holders: Sequence[int],
+                  primitives: Sequence[int]) -> None:
+        """`decision` for each of one request's chunks, in order (one extend per column, not four appends each;
+        given as arrays of the log's types, `array("q")`, `("i")` and `("b")`, each extend is one copy)."""
         n = len(primitives)
         if not n:
             return
-        row = self.counts[request]
-        for primitive in set(primitives):
-            row[primitive] += primitives.count(primitive)
+        codes = primitives if isinstance(primitives, array) else array("b", primitives)
+        self.counts[request] += np.bincount(np.frombuffer(codes, dtype=np.int8), minlength=len(Primitive))
         self.dec_req.extend(array("q", [request]) * n)
         self.dec_chunk.extend(chunk_ids)
         self.dec_holder.extend(holders)
-        self.dec_prim.extend(primitives)
+        self.dec_prim.extend(codes)
 
     def ttft_parts(self, request: int, parts: Any) -> None:
         """Where a request's TTFT went (`simroute.sim.engine.serving.TtftParts`, in TTFT_PARTS order)."""
@@ -91,13 +97,19 @@ class Recorder:
         cols["preemptions"] = self.preemptions
         return pa.table(cols)
 
+    def decided_chunk_ids(self) -> np.ndarray:
+        """The log's chunks as chunk ids (int64), in the log's order."""
+        logged = np.frombuffer(self.dec_chunk, dtype=np.int64) if len(self.dec_chunk) else np.zeros(0, np.int64)
+        if self.chunk_id_of is None:
+            return logged
+        return np.asarray(self.chunk_id_of, dtype=np.int64)[logged]
+
     def decisions_table(self):
         import pyarrow as pa
         prim = np.frombuffer(self.dec_prim, dtype=np.int8) if len(self.dec_prim) else np.zeros(0, np.int8)
         return pa.table({"request_id": np.frombuffer(self.dec_req, dtype=np.int64) if len(self.dec_req) else
                          np.zeros(0, np.int64),
-                         "chunk_id": np.frombuffer(self.dec_chunk, dtype=np.int64) if len(self.dec_chunk) else
-                         np.zeros(0, np.int64),
+                         "chunk_id": self.decided_chunk_ids(),
                          "holder": np.frombuffer(self.dec_holder, dtype=np.int32) if len(self.dec_holder) else
                          np.zeros(0, np.int32),
                          "primitive": primitive_labels(prim)})

@@ -16,6 +16,7 @@ continuous batches (TPOT); copies take blocks of the requester's HBM budget. `Se
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
@@ -214,6 +215,12 @@ class ChunkPlan:
     joining: list[simpy.Event] = field(default_factory=list)   # copies being made here that the request waits for
 
 
+def _decision_columns() -> tuple[array, array, array]:
+    """A request's noted decisions (chunk index, holder, primitive) in the recorder's column types, so that
+    `Recorder.decisions` copies each column in one go."""
+    return array("q"), array("i"), array("b")
+
+
 class RequestProcess:
     """The steps every request shares; subclasses attend their chunks (`first_pass`, `decode`).
 
@@ -228,7 +235,7 @@ class RequestProcess:
         # instance -> the chunks whose copies there it relies on (not evicted meanwhile), in the order pinned
         self.pins: dict[int, list[int]] = {}
         # its decisions (chunk index, holder, primitive) until `flush_decisions` hands them to the recorder
-        self.decided: tuple[list[int], list[int], list[int]] = ([], [], [])
+        self.decided = _decision_columns()       # chunk index, holder, primitive: the recorder's column types
         self.floor_pd_s = 0.0
         self.floor_chunks_s = 0.0
         self.heads = ctx.params.geometry.heads_q
@@ -316,10 +323,9 @@ class RequestProcess:
         """Hand the noted decisions to the recorder: a request decides all its chunks in one process step, so
         no other request's decisions come between them."""
         chunks, holders, primitives = self.decided
-        if primitives:
-            ids = self.ctx.cluster.chunks.id_list
-            self.ctx.recorder.decisions(self.spec.request_id, [ids[c] for c in chunks], holders, primitives)
-            self.decided = ([], [], [])
+        if primitives:       # by chunk index: the recorder maps them to ids once, when its table is built
+            self.ctx.recorder.decisions(self.spec.request_id, chunks, holders, primitives)
+            self.decided = _decision_columns()
 
 
 class DenseRequest(RequestProcess):

@@ -118,7 +118,7 @@ class Simulation:
             cluster=cluster,
             policy=registry("policy").create(cfg.policy, cfg, run_rng(cfg.seed, "policy")),
             router=registry("router").create(cfg.router, cfg, run_rng(cfg.seed, "router")),
-            recorder=Recorder(self.n_requests),
+            recorder=Recorder(self.n_requests, chunk_id_of=cluster.chunks.ids),
             engines=engines, copies=copies)
 
     # ---- shortcuts for scenario code ---------------------------------------------------------------------

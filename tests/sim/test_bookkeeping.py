@@ -14,6 +14,7 @@ import sys
 from array import array
 from pathlib import Path
 
+import numpy as np
 import pytest
 import simpy
 
@@ -168,6 +169,23 @@ def test_a_requests_decisions_recorded_at_once_equal_one_by_one():
     assert batched.dec_holder == single.dec_holder and batched.dec_prim == single.dec_prim
     assert batched.counts[3].tolist() == [3, 1, 0, 1, 0] == single.counts[3].tolist()
     assert batched.counts[[0, 1, 2]].sum() == 0
+
+
+def test_decisions_by_chunk_index_are_logged_as_chunk_ids():
+    """With `chunk_id_of` (a run's chunk store ids) the log takes chunk indices, as arrays of its own types, and
+    its table names the chunks by id, in the log's order; the counts are per primitive either way."""
+    chunk_ids = np.array([70, 71, 72, 73, 74], dtype=np.int64)
+    by_index = Recorder(4, chunk_id_of=chunk_ids)
+    by_index.decisions(2, array("q", [4, 0, 4]), array("i", [1, 0, 2]),
+                       array("b", [Primitive.ROUTE, Primitive.RESIDENT, Primitive.FETCH]))
+    by_index.decisions(0, array("q", [3]), array("i", [5]), array("b", [Primitive.ROUTE]))
+    table = by_index.decisions_table()
+    assert table.column("chunk_id").to_pylist() == [74, 70, 74, 73]
+    assert table.column("request_id").to_pylist() == [2, 2, 2, 0]
+    assert table.column("holder").to_pylist() == [1, 0, 2, 5]
+    assert by_index.counts[2, Primitive.ROUTE] == 1 and by_index.counts[2, Primitive.FETCH] == 1
+    assert by_index.counts[0, Primitive.ROUTE] == 1 and by_index.counts.sum() == 4
+    assert Recorder(1).decided_chunk_ids().tolist() == []
 
 
 def test_room_is_made_by_evicting_the_least_recent_unpinned_copies_in_order():

@@ -128,7 +128,8 @@ class Arrivals:
         offsets = column["chunk_ids"].offsets.to_numpy()
         flat_ids = column["chunk_ids"].flatten().to_numpy()
         flat_cached = column["chunk_at_cached_offset"].flatten().to_numpy(zero_copy_only=False)
-        index = ctx.cluster.chunks.index
+        flat_index, known = ctx.cluster.chunks.indices_of(flat_ids)
+        unknown_before = np.concatenate(([0], np.cumsum(~known)))    # a row's unknown chunks: a difference
         for j in range(len(ids)):
             request = int(ids[j])
             spec = None
@@ -138,14 +139,12 @@ class Arrivals:
                 if until is not None and arrival[j] > until and after[j] < 0:
                     ctx.recorder.drop(request, DropReason.UNFINISHED)
                 else:
-                    try:            # its chunks' dense indices (one pass: a chunk the store lacks drops it)
-                        chunk_indices = [index[c] for c in flat_ids[lo:hi].tolist()]
-                    except KeyError:
+                    if unknown_before[hi] != unknown_before[lo]:     # a chunk the store lacks drops it
                         ctx.recorder.drop(request, DropReason.UNKNOWN_CHUNK)
                     else:
                         spec = RequestSpec(request, int(hint[j]), int(prefill_hint[j]), int(prompt[j]),
-                                           int(output[j]), chunk_indices, flat_cached[lo:hi].tolist(), int(topk[j]),
-                                           int(spanned[j]))
+                                           int(output[j]), flat_index[lo:hi].tolist(), flat_cached[lo:hi].tolist(),
+                                           int(topk[j]), int(spanned[j]))
             yield j, spec, float(arrival[j]), int(after[j]), float(think[j])
 
     def _closed_loop(self, parent: int, think_s: float, spec: RequestSpec) -> Iterator[simpy.Event]:

@@ -44,7 +44,7 @@ class ChunkStore:
     def __init__(self, chunk_ids: np.ndarray, tokens: np.ndarray, cached_offset: np.ndarray,
                  canonical: np.ndarray, holder_hint: np.ndarray, kv_bytes_per_token: float) -> None:
         self.ids = chunk_ids
-        self.index = {int(c): i for i, c in enumerate(chunk_ids.tolist())}
+        self._by_id: tuple[np.ndarray, np.ndarray] | None = None      # `indices_of`'s sorted view, built once
         self.tokens = tokens
         self.cached_offset = cached_offset
         self.canonical = canonical
@@ -52,7 +52,6 @@ class ChunkStore:
         self.kv_bytes_per_token = kv_bytes_per_token
         self.bytes = tokens.astype(np.float64) * kv_bytes_per_token
         # the same as Python lists: a request reads them per chunk, and a numpy scalar read costs more
-        self.id_list: list[int] = chunk_ids.tolist()
         self.token_list: list[int] = tokens.tolist()
         self.byte_list: list[float] = self.bytes.tolist()
         self.holders: list[list[int]] = [[] for _ in range(len(chunk_ids))]
@@ -60,6 +59,18 @@ class ChunkStore:
         self.pending: dict[int, dict[int, simpy.Event]] = {}
         # instance -> {chunk: requests relying on its copy there}: per instance, as the evictors ask it
         self.pinned: dict[int, dict[int, int]] = {}
+
+    def indices_of(self, chunk_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the dense index of each of `chunk_ids`, whether the store has it): one search per batch of requests'
+        chunks, not a lookup per chunk (the ids are unique: `check_chunks`)."""
+        if self._by_id is None:
+            order = np.argsort(self.ids, kind="stable")
+            self._by_id = (order, self.ids[order])
+        order, sorted_ids = self._by_id
+        if not len(sorted_ids):
+            return np.zeros(len(chunk_ids), dtype=np.int64), np.zeros(len(chunk_ids), dtype=bool)
+        at = np.minimum(np.searchsorted(sorted_ids, chunk_ids), len(sorted_ids) - 1)
+        return order[at], sorted_ids[at] == chunk_ids
 
     def table(self) -> ChunkTable:
         return ChunkTable(self.ids, self.bytes, self.canonical, self.holder_hint)

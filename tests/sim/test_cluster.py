@@ -36,6 +36,18 @@ def test_chunk_pins_count_the_requests_relying_on_a_copy():
     assert not store.pins
 
 
+def test_a_batch_of_chunk_ids_maps_to_the_stores_dense_indices():
+    """Ids in any order (the store's are not sorted), repeated or absent: each known id gets its index in the
+    store, an absent one (beyond either end or between two ids) is marked unknown."""
+    ids = np.array([40, 7, 19, 3], dtype=np.int64)
+    store = ChunkStore(ids, np.full(4, 100), np.zeros(4, np.int64), np.zeros(4, bool), np.full(4, -1), 1.0)
+    index, known = store.indices_of(np.array([19, 3, 3, 40, 7, 8, 99, 1], dtype=np.int64))
+    assert known.tolist() == [True] * 5 + [False] * 3
+    assert index[:5].tolist() == [2, 3, 3, 0, 1]
+    empty = ChunkStore(np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64), np.zeros(0, bool), np.zeros(0), 1.0)
+    assert empty.indices_of(np.array([5], dtype=np.int64))[1].tolist() == [False]
+
+
 # ---- placements --------------------------------------------------------------------------------------
 def test_vectorised_mix64_equals_the_network_hash():
     xs = np.array([0, 1, 2, 12345, 2**40 + 7], dtype=np.uint64)

@@ -45,7 +45,7 @@ BUGS = {
                                "for key, size in reversed(self.copies.items()):"),
     "touch-does-not-refresh": (HBM, "def touch(self, key: Hashable) -> None:\n        if key in self.copies:",
                                "def touch(self, key: Hashable) -> None:\n        if False:"),
-    "pins-ignored-on-eviction": (HBM, "if self.evictable(key):", "if True:"),
+    "pins-ignored-on-eviction": (HBM, "if evictable(key):", "if True:"),
     "pinned-chunk-overcommits-hbm": (HBM, "if blocks > self.free_blocks:", "if False:"),
     # engine admission, preemption, iteration cost
     "running-cap-ignored": (ENGINE, "if len(self.running) >= self.options.max_running or", "if False or"),
@@ -75,15 +75,15 @@ BUGS = {
                                        "budget = options.token_budget"),
     "vllm-token-budget-ignored": (VLLM, "if prefilling and used + tokens > budget:", "if False:"),
     # routed exchanges (engine/exchange.py): per (request, holder, layer), holder waits
-    "merge-time-dropped": (EXCHANGE, "rt = out + kernel + back + self.merge_s", "rt = out + kernel + back"),
+    "merge-time-dropped": (EXCHANGE, "rt = out + kernel + back + merge_s", "rt = out + kernel + back"),
     "exchange-once-not-per-layer": (EXCHANGE, "return ex * worst,", "return worst,"),
     "exchange-waits-for-first-holder": (EXCHANGE, "if rt + wait > worst:", "if not worst:"),
     "holder-queue-wait-ignored": (EXCHANGE, "wait = kernel_s * rho / (2 * (1 - rho)) if rho > 0 else 0.0",
                                   "wait = 0.0"),
     "holder-layer-wait-ignored": (EXCHANGE, "wait += holder_layer_s / 2", "wait += 0.0"),
-    "query-message-ignores-tp": (EXCHANGE, "* self.q_bytes / tp,", "* self.q_bytes,"),
-    "holder-partials-free-for-holder": (EXCHANGE, "else self.interference) if holder_busy else 0.0",
-                                        "else self.interference) if False else 0.0"),
+    "query-message-ignores-tp": (EXCHANGE, "total_rows * q_bytes / tp,", "total_rows * q_bytes,"),
+    "holder-partials-free-for-holder": (EXCHANGE, "charge = self._busy_charge if holder_busy else 0.0",
+                                        "charge = 0.0"),
     # sparse selection (selection.py)
     "sparse-fanout-waits-for-one": (SELECTION, "self.routes = {h: max(share, 1.0) for h in self.remote}",
                                     "self.routes = {self.remote[0]: max(share, 1.0)}"),
@@ -116,13 +116,18 @@ BUGS = {
 STEP, OPSTEP, COST = "simroute/model/steptime.py", "simroute/model/opstep.py", "simroute/model/cost.py"
 FACTOR_BUGS = {
     # the step model's terms (model/steptime.py, model/opstep.py)
-    "allreduce-ring-steps-halved": (STEP, "ring_steps = 2.0 * (tp - 1)", "ring_steps = 1.0 * (tp - 1)"),
-    "allreduce-bytes-not-split": (STEP, "ring_steps / tp * g.hidden * WEIGHT_BYTES / allreduce_Bps",
-                                  "ring_steps * g.hidden * WEIGHT_BYTES / allreduce_Bps"),
+    "allreduce-ring-steps-halved": (STEP, "ring_steps = 2.0 * (tp_size - 1)", "ring_steps = 1.0 * (tp_size - 1)"),
+    # the ring over the host fabric (allreduce_Bps), not the switched board's bus: the line below the bus branch
+    "allreduce-bytes-not-split": (STEP, "ring_steps / tp_size * geometry.hidden * WEIGHT_BYTES\n"
+                                        "                                    / allreduce_Bps)",
+                                  "ring_steps * geometry.hidden * WEIGHT_BYTES\n"
+                                  "                                    / allreduce_Bps)"),
     "attention-flops-halved": (STEP, "self._attn_flops_pair_layer = 2.0 * heads_per_gpu",
                                "self._attn_flops_pair_layer = 1.0 * heads_per_gpu"),
-    "holder-partial-ignores-tp": (STEP, "* g.token_fraction / tp / self._attn_rate",
-                                  "* g.token_fraction / self._attn_rate"),
+    "holder-partial-ignores-tp": (STEP, "* geometry.token_fraction / tp_size\n"
+                                       "                                   / self._attn_rate)",
+                                  "* geometry.token_fraction\n"
+                                  "                                   / self._attn_rate)"),
     "fanout-moves-the-whole-copy": (STEP, "return latency + (self.tp - 1) / self.tp * copy_bytes / rate",
                                     "return latency + copy_bytes / rate"),
     "norm-reads-half": (STEP, "NORM_ACCESSES = 4 ", "NORM_ACCESSES = 2 "),

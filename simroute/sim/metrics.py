@@ -99,20 +99,22 @@ class Recorder:
 
     def decided_chunk_ids(self) -> np.ndarray:
         """The log's chunks as chunk ids (int64), in the log's order."""
-        logged = np.frombuffer(self.dec_chunk, dtype=np.int64) if len(self.dec_chunk) else np.zeros(0, np.int64)
+        logged = _log_column(self.dec_chunk, np.int64)
         if self.chunk_id_of is None:
             return logged
         return np.asarray(self.chunk_id_of, dtype=np.int64)[logged]
 
     def decisions_table(self):
         import pyarrow as pa
-        prim = np.frombuffer(self.dec_prim, dtype=np.int8) if len(self.dec_prim) else np.zeros(0, np.int8)
-        return pa.table({"request_id": np.frombuffer(self.dec_req, dtype=np.int64) if len(self.dec_req) else
-                         np.zeros(0, np.int64),
+        return pa.table({"request_id": _log_column(self.dec_req, np.int64),
                          "chunk_id": self.decided_chunk_ids(),
-                         "holder": np.frombuffer(self.dec_holder, dtype=np.int32) if len(self.dec_holder) else
-                         np.zeros(0, np.int32),
-                         "primitive": primitive_labels(prim)})
+                         "holder": _log_column(self.dec_holder, np.int32),
+                         "primitive": primitive_labels(_log_column(self.dec_prim, np.int8))})
+
+
+def _log_column(column: array, dtype: type) -> np.ndarray:
+    """A decision log column as numpy, without a copy (`frombuffer` refuses an empty buffer)."""
+    return np.frombuffer(column, dtype=dtype) if len(column) else np.zeros(0, dtype)
 
 
 def primitive_labels(codes: np.ndarray):

@@ -82,6 +82,21 @@ def topology_yaml(deployment: Deployment) -> dict:
             "network": {"tiers": 2, "hosts_per_leaf": 2, "spines": 1, "latency_us": 0.6}}
 
 
+def tables_with_overhead(gpu: str, overhead_us: float) -> dict:
+    """`paper-all` with GPU entry `gpu` charging `overhead_us` per iteration (its tables kept): what an iteration
+    charge the tables lack (a peer's per-call launch costs, summed per iteration) does to the answer."""
+    shipped = yaml.safe_load((ROOT / "calib" / "gpus" / f"{gpu}.yaml").read_text())
+    entry = dict(shipped["gpus"][gpu])
+    tables = dict(entry["operator_tables"])
+    tables["path"] = str((ROOT / "calib" / "gpus" / tables["path"]).resolve())     # read from a profile elsewhere
+    entry["operator_tables"] = tables
+    entry["iteration_overhead_us"] = {"value": overhead_us, "unit": "us", "provenance": {
+        "kind": "default", "ref": f"bench_peer_ratio.py --iteration-overhead-us {overhead_us:g} (a what-if)"}}
+    return {"schema": "simroute.calib/1", "name": f"paper-all-{gpu}-overhead-{overhead_us:g}us",
+            "description": f"paper-all with {gpu} charging {overhead_us:g} us per iteration (bench_peer_ratio.py)",
+            "include": ["shipped:paper-all"], "gpus": {gpu: entry}}
+
+
 def tables_without(gpu: str, kinds: list[str], out: Path) -> dict:
     """`paper-all` with GPU entry `gpu` reading a copy of its shipped tables that lacks the op `kinds` (those terms
     fall back to the roofline, the rest stay measured): what the tables' answer owes to those kinds."""
@@ -164,6 +179,9 @@ def main() -> None:
     parser.add_argument("--without", action="append", default=[], metavar="KIND[,KIND]",
                         help="also run the tables less these op kinds (roofline for them), e.g. attention_decode; "
                              "repeatable: one more run per use")
+    parser.add_argument("--iteration-overhead-us", action="append", default=[], type=float, metavar="US",
+                        help="also run the tables with this per-iteration overhead (the shipped entries charge 300 "
+                             "us); repeatable: one more run per use")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
     trace_csv = args.trace_csv or TRACES[args.trace]
@@ -197,6 +215,12 @@ def main() -> None:
                 without.write_text(yaml.safe_dump(tables_without(deployment.gpu, kinds.split(","),
                                                                  tmp / f"{deployment.label}-{name}"), sort_keys=False))
                 runs[name] = run_once(deployment, trace, str(without), topology, args.requests, tmp / name)
+            for overhead_us in args.iteration_overhead_us:
+                name = f"tables+{overhead_us:g}us"
+                with_overhead = tmp / f"{deployment.label}-{name}.yaml"
+                with_overhead.write_text(yaml.safe_dump(tables_with_overhead(deployment.gpu, overhead_us),
+                                                        sort_keys=False))
+                runs[name] = run_once(deployment, trace, str(with_overhead), topology, args.requests, tmp / name)
             implied_peer_ms = old["iter_ms"] / deployment.old_over_peer
             implied_peer_today_ms = roofline["iter_ms"] / deployment.old_over_peer
             width = max(len(name) for name in runs)

@@ -74,3 +74,16 @@ def test_tables_without_a_kind_put_that_term_on_the_roofline_and_keep_the_others
 def test_dropping_a_kind_the_tables_lack_is_refused(tmp_path):
     with pytest.raises(SystemExit, match="not a table"):
         bench_peer_ratio.tables_without("a100-80gb", ["no_such_kind"], tmp_path / "tables")
+
+
+def test_an_overhead_what_if_changes_the_overhead_term_only(tmp_path):
+    profile = tmp_path / "overhead.yaml"
+    profile.write_text(yaml.safe_dump(bench_peer_ratio.tables_with_overhead("h100-sxm", 4800.0)))
+    loaded, shipped = load_profile(str(profile)), load_profile("paper-all")
+    batch = BatchShape.uniform(decode_seqs=64, context=1024)
+    what_if, base = (p.step_model("llama-2-70b", tp=4, intra_host_fabric="h100-nvlink4",
+                                  gpu_spec=p.gpu_spec("h100-sxm", tables=True)).iteration(batch)
+                     for p in (loaded, shipped))
+    assert what_if.overhead_s == pytest.approx(4800e-6)
+    assert what_if.iteration_s - base.iteration_s == pytest.approx(4800e-6 - base.overhead_s)
+    assert what_if.sources == base.sources

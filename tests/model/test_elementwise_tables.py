@@ -106,6 +106,8 @@ def test_table_values_below_the_kernel_floor_are_raised_to_it():
     for row in rows:
         assert row["ms"] == pytest.approx(row["layers"] * 2.5e-3, rel=1e-12), row
     assert any("kernel floor" in note and "raised to it" in note for note in step.notes)
+    # the note gives the row it raised, in us: 0.5 + 1 x 1e-3 us at one token
+    assert any("(0.50 us at the fewest tokens)" in note for note in step.notes)
     # above the floor, the table's own value
     big = step.iteration(BatchShape.uniform(prefill_tokens=16384)).elementwise_kernels
     assert big[0]["ms"] == pytest.approx(big[0]["layers"] * (0.5 + 16384 * 1e-3) * 1e-3, rel=0.02)

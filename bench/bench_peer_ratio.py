@@ -82,11 +82,15 @@ def topology_yaml(deployment: Deployment) -> dict:
             "network": {"tiers": 2, "hosts_per_leaf": 2, "spines": 1, "latency_us": 0.6}}
 
 
+def shipped_entry(gpu: str) -> dict:
+    """A copy of the shipped GPU entry `gpu` (calib/gpus/<gpu>.yaml), to override keys of."""
+    return dict(yaml.safe_load((ROOT / "calib" / "gpus" / f"{gpu}.yaml").read_text())["gpus"][gpu])
+
+
 def tables_with_overhead(gpu: str, overhead_us: float) -> dict:
     """`paper-all` with GPU entry `gpu` charging `overhead_us` per iteration (its tables kept): what an iteration
     charge the tables lack (a peer's per-call launch costs, summed per iteration) does to the answer."""
-    shipped = yaml.safe_load((ROOT / "calib" / "gpus" / f"{gpu}.yaml").read_text())
-    entry = dict(shipped["gpus"][gpu])
+    entry = shipped_entry(gpu)
     tables = dict(entry["operator_tables"])
     tables["path"] = str((ROOT / "calib" / "gpus" / tables["path"]).resolve())     # read from a profile elsewhere
     entry["operator_tables"] = tables
@@ -100,8 +104,7 @@ def tables_with_overhead(gpu: str, overhead_us: float) -> dict:
 def tables_without(gpu: str, kinds: list[str], out: Path) -> dict:
     """`paper-all` with GPU entry `gpu` reading a copy of its shipped tables that lacks the op `kinds` (those terms
     fall back to the roofline, the rest stay measured): what the tables' answer owes to those kinds."""
-    shipped = yaml.safe_load((ROOT / "calib" / "gpus" / f"{gpu}.yaml").read_text())
-    entry = dict(shipped["gpus"][gpu])
+    entry = shipped_entry(gpu)
     source = (ROOT / "calib" / "gpus" / entry["operator_tables"]["path"]).resolve()
     index = yaml.safe_load((source / "tables.yaml").read_text())
     missing = [kind for kind in kinds if kind not in index["tables"]]
@@ -122,8 +125,7 @@ def tables_without(gpu: str, kinds: list[str], out: Path) -> dict:
 
 def roofline_profile_yaml(gpu: str) -> dict:
     """`paper-all` with GPU entry `gpu` overridden by the shipped one minus `operator_tables`: the roofline alone."""
-    shipped = yaml.safe_load((ROOT / "calib" / "gpus" / f"{gpu}.yaml").read_text())
-    entry = dict(shipped["gpus"][gpu])
+    entry = shipped_entry(gpu)
     entry.pop("operator_tables")
     return {"schema": "simroute.calib/1", "name": f"paper-all-roofline-{gpu}",
             "description": f"paper-all with {gpu} on the roofline alone (bench_peer_ratio.py)",

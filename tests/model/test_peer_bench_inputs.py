@@ -81,9 +81,9 @@ def test_an_overhead_what_if_changes_the_overhead_term_only(tmp_path):
     profile.write_text(yaml.safe_dump(bench_peer_ratio.tables_with_overhead("h100-sxm", 4800.0)))
     loaded, shipped = load_profile(str(profile)), load_profile("paper-all")
     batch = BatchShape.uniform(decode_seqs=64, context=1024)
-    what_if, base = (p.step_model("llama-2-70b", tp=4, intra_host_fabric="h100-nvlink4",
-                                  gpu_spec=p.gpu_spec("h100-sxm", tables=True)).iteration(batch)
-                     for p in (loaded, shipped))
+    what_if, base = (profile.step_model("llama-2-70b", tp=4, intra_host_fabric="h100-nvlink4",
+                                        gpu_spec=profile.gpu_spec("h100-sxm", tables=True)).iteration(batch)
+                     for profile in (loaded, shipped))
     assert what_if.overhead_s == pytest.approx(4800e-6)
     assert what_if.iteration_s - base.iteration_s == pytest.approx(4800e-6 - base.overhead_s)
     assert what_if.sources == base.sources

@@ -14,7 +14,7 @@ import pytest
 from simroute.calib import load_profile, shipped_dir
 from simroute.model.geometry import get_model
 from simroute.model.opstep import _fused
-from simroute.model.optables import Lookup, OperatorTables, OpKind, OpTable, Surface
+from simroute.model.optables import Lookup, OpKind, OpTable, Surface
 from simroute.model.steptime import BatchShape
 
 
@@ -22,17 +22,18 @@ def _toy_surface(latency_us_at_one_token: dict[float, float]) -> Surface:
     """An MLA-BMM surface over heads (rows) and tokens (columns): at each heads row, 1 and 2 tokens take the
     given time and twice it."""
     heads = sorted(latency_us_at_one_token)
-    rows = [(h, tokens, latency_us_at_one_token[h] * tokens) for h in heads for tokens in (1.0, 2.0)]
+    rows = [(head, tokens, latency_us_at_one_token[head] * tokens) for head in heads for tokens in (1.0, 2.0)]
+    head_col, token_col, latency_col = (np.array(column) for column in zip(*rows))
     table = OpTable(OpKind.MLA_BMM, {"stage": np.array(["pre"] * len(rows)), "dtype": np.array(["bf16"] * len(rows))},
-                    {"heads": np.array([r[0] for r in rows]), "tokens": np.array([r[1] for r in rows])},
-                    np.array([r[2] for r in rows]))
+                    {"heads": head_col, "tokens": token_col}, latency_col)
     return Surface.from_table(table, "heads", "tokens", {}, {"stage": "pre", "dtype": "bf16"})
 
 
 def test_a_surface_between_two_rows_is_log_log_between_those_two():
     surface = _toy_surface({16.0: 10.0, 64.0: 40.0, 256.0: 1000.0})
     assert surface.seconds(32, 1) == pytest.approx(math.sqrt(10.0 * 40.0) * 1e-6)      # the first pair's midpoint
-    assert surface.seconds(128, 1) == pytest.approx(math.sqrt(40.0 * 1000.0) * 1e-6)   # the second pair's, not the first's line
+    # the second pair's midpoint, not the first pair's line carried on
+    assert surface.seconds(128, 1) == pytest.approx(math.sqrt(40.0 * 1000.0) * 1e-6)
     assert surface.seconds(64, 2) == pytest.approx(80e-6)                             # a grid point is its row
     assert surface.seconds(32, 0) == 0.0 and surface.seconds(0, 1) == 0.0              # no work takes no time
 

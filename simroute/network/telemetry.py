@@ -41,6 +41,22 @@ class WindowedRoute(Protocol):
     window_bytes: float
 
 
+class RouteWindows:
+    """How telemetry reads and resets the open window's message bytes of its routes: attribute by attribute
+    (`WindowedRoute`). A message model that keeps them elsewhere installs its own (`Telemetry.route_windows`;
+    `CompiledMessageModel` reads its arrays in one go)."""
+
+    @staticmethod
+    def window_bytes(routes: list[WindowedRoute]) -> list[float]:
+        return [route.window_bytes for route in routes]
+
+    @staticmethod
+    def reset(routes: list[WindowedRoute]) -> None:
+        for route in routes:
+            route.window_bytes = 0.0
+            route.window = -1
+
+
 class Telemetry:
     """Accumulates what the engine did; views (`links_frame`, `bottlenecks`, ...) flush up to `env.now`.
 
@@ -80,6 +96,7 @@ class Telemetry:
         self._live: set[int] = set()
         self.joined: set[int] = set()
         self.message_routes: list[WindowedRoute] = []   # routes with message bytes in the current window
+        self.route_windows: RouteWindows = RouteWindows()     # reads and resets their window bytes
 
     # ---- recording (called by the engine and the message model) ------------------------------------
     @property
@@ -203,13 +220,14 @@ class Telemetry:
     def _flush_messages(self) -> np.ndarray | None:
         if not self.message_routes:
             return None
-        out = self._open_window_messages()
-        for route in self.message_routes:
+        routes = self.message_routes
+        window_bytes = self.route_windows.window_bytes(routes)
+        out = self._open_window_messages(window_bytes)
+        spine_bytes = self.spine_message_bytes
+        for route, nbytes in zip(routes, window_bytes):
             if route.spine is not None:
-                self.spine_message_bytes[route.spine] = self.spine_message_bytes.get(route.spine, 0.0) + \
-                    route.window_bytes
-            route.window_bytes = 0.0
-            route.window = -1
+                spine_bytes[route.spine] = spine_bytes.get(route.spine, 0.0) + nbytes
+        self.route_windows.reset(routes)
         self.message_routes = []
         self.message_link_bytes += out
         return out
@@ -238,14 +256,16 @@ class Telemetry:
             self.records.append(record)
 
     # ---- views --------------------------------------------------------------------------------
-    def _open_window_messages(self) -> np.ndarray:
+    def _open_window_messages(self, window_bytes: list[float] | None = None) -> np.ndarray:
         """Message bytes per link in the open window: summed per link in plain floats, in the routes' order
-        (the same sums as a numpy scalar `+=` per link, which cost 5x), then set in one go."""
+        (the same sums as a numpy scalar `+=` per link, which cost 5x), then set in one go. `window_bytes` are
+        the routes' (`route_windows.window_bytes`), when the caller has read them."""
         per_link: dict[int, float] = {}
-        for route in self.message_routes:
-            window_bytes = route.window_bytes
+        if window_bytes is None:
+            window_bytes = self.route_windows.window_bytes(self.message_routes)
+        for route, route_bytes in zip(self.message_routes, window_bytes):
             for link in route.links:
-                per_link[link] = per_link.get(link, 0.0) + window_bytes
+                per_link[link] = per_link.get(link, 0.0) + route_bytes
         out = np.zeros(len(self._link_t))
         if per_link:
             out[list(per_link)] = list(per_link.values())

@@ -36,7 +36,7 @@ from simroute.network.bulk import BulkState
 from simroute.network.flows import EPS, INF, ActiveFlow, FlowRecord
 from simroute.network.hashing import SPORT_MAX, SPORT_MIN
 from simroute.network.kernels import SolverBackend, compiled_available, solver_backend
-from simroute.network.messages import MessageModel, MessageRoute, default_message_model
+from simroute.network.messages import MessageModel, MessageRoute
 from simroute.network.paths import PathService
 from simroute.network.routing import (ARK_ELEPHANT_BYTES, ARK_HASH_S, ARK_LOOKUP_S, ROUTING_STRATEGIES, ROUTINGS,
                                      ArkSettings)
@@ -129,7 +129,7 @@ class FlowEngine:
         self.settings = self._settings(mode, want_core, record_series)
         self.telemetry = Telemetry(self.bulk, env, topology, record_series=record_series, keep_records=keep_records,
                                    window_s=telemetry_window_s)
-        self.messages = message_model or default_message_model(backend)
+        self.messages = message_model or MessageModel()
         self.messages.attach(self)
         self._solvers: dict[Enum, Solver] = {}
         self.solver = self._solver(SolverMode.OBJECTS if mode is None else mode)

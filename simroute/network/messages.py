@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from simroute.network.bulk import BulkState
@@ -277,21 +277,6 @@ class MessageModel:
         self.account_messages(messages, 1, now)
         return delays
 
-    def pack_legs(self, legs: Sequence[tuple[MessageRoute, float, float, MessageRoute, float, float, float]],
-                  messages: Sequence[tuple[MessageRoute, float]]) -> Any:
-        """An event's legs and messages (`send_legs`' arguments) in the form `send_batch` and `account_batch`
-        take: a caller that sends the same legs event after event (a steady decode batch) packs them once."""
-        return legs, messages
-
-    def send_batch(self, batch: Any, now: float) -> list[float]:
-        """`send_legs` of a packed batch (`pack_legs`), its delays flat: query, partial, leg after leg."""
-        legs, messages = batch
-        return [delay for pair in self.send_legs(legs, messages, now) for delay in pair]
-
-    def account_batch(self, batch: Any, count: int, now: float) -> None:
-        """`account_messages` of a packed batch's messages, `count` each."""
-        self.account_messages(batch[1], count, now)
-
     def account_pair(self, out: MessageRoute, out_bytes: float, back: MessageRoute, back_bytes: float, count: int,
                      now: float) -> None:
         """`account` of `out`, then of `back`, in one call (a routed leg's query and partial)."""
@@ -327,13 +312,3 @@ class MessageModel:
     def total_count(self) -> int:
         """Messages carried so far: those `send` computed and those `account`ed beside them."""
         return sum(route.sent_count for route in self.routes.values())
-
-
-def default_message_model(backend: str = "auto") -> MessageModel:
-    """The message model a flow engine gets unless given one: the compiled twin (`CompiledMessageModel`, the
-    same values on arrays) where the engine's numba kernels can run and the backend allows, else the reference."""
-    from simroute.network.kernels import compiled_available
-    if backend != "numpy" and compiled_available():
-        from simroute.network.compiled_messages import CompiledMessageModel
-        return CompiledMessageModel()
-    return MessageModel()

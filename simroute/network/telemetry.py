@@ -41,22 +41,6 @@ class WindowedRoute(Protocol):
     window_bytes: float
 
 
-class RouteWindows:
-    """How telemetry reads and resets the open window's message bytes of its routes: attribute by attribute
-    (`WindowedRoute`). A message model that keeps them elsewhere installs its own (`Telemetry.route_windows`;
-    `CompiledMessageModel` reads its arrays in one go)."""
-
-    @staticmethod
-    def window_bytes(routes: list[WindowedRoute]) -> list[float]:
-        return [route.window_bytes for route in routes]
-
-    @staticmethod
-    def reset(routes: list[WindowedRoute]) -> None:
-        for route in routes:
-            route.window_bytes = 0.0
-            route.window = -1
-
-
 class Telemetry:
     """Accumulates what the engine did; views (`links_frame`, `bottlenecks`, ...) flush up to `env.now`.
 
@@ -96,7 +80,6 @@ class Telemetry:
         self._live: set[int] = set()
         self.joined: set[int] = set()
         self.message_routes: list[WindowedRoute] = []   # routes with message bytes in the current window
-        self.route_windows: RouteWindows = RouteWindows()     # reads and resets their window bytes
 
     # ---- recording (called by the engine and the message model) ------------------------------------
     @property
@@ -220,14 +203,13 @@ class Telemetry:
     def _flush_messages(self) -> np.ndarray | None:
         if not self.message_routes:
             return None
-        routes = self.message_routes
-        window_bytes = self.route_windows.window_bytes(routes)
-        out = self._open_window_messages(window_bytes)
-        spine_bytes = self.spine_message_bytes
-        for route, nbytes in zip(routes, window_bytes):
+        out = self._open_window_messages()
+        for route in self.message_routes:
             if route.spine is not None:
-                spine_bytes[route.spine] = spine_bytes.get(route.spine, 0.0) + nbytes
-        self.route_windows.reset(routes)
+                self.spine_message_bytes[route.spine] = self.spine_message_bytes.get(route.spine, 0.0) + \
+                    route.window_bytes
+            route.window_bytes = 0.0
+            route.window = -1
         self.message_routes = []
         self.message_link_bytes += out
         return out
@@ -256,16 +238,14 @@ class Telemetry:
             self.records.append(record)
 
     # ---- views --------------------------------------------------------------------------------
-    def _open_window_messages(self, window_bytes: list[float] | None = None) -> np.ndarray:
+    def _open_window_messages(self) -> np.ndarray:
         """Message bytes per link in the open window: summed per link in plain floats, in the routes' order
-        (the same sums as a numpy scalar `+=` per link, which cost 5x), then set in one go. `window_bytes` are
-        the routes' (`route_windows.window_bytes`), when the caller has read them."""
+        (the same sums as a numpy scalar `+=` per link, which cost 5x), then set in one go."""
         per_link: dict[int, float] = {}
-        if window_bytes is None:
-            window_bytes = self.route_windows.window_bytes(self.message_routes)
-        for route, route_bytes in zip(self.message_routes, window_bytes):
+        for route in self.message_routes:
+            window_bytes = route.window_bytes
             for link in route.links:
-                per_link[link] = per_link.get(link, 0.0) + route_bytes
+                per_link[link] = per_link.get(link, 0.0) + window_bytes
         out = np.zeros(len(self._link_t))
         if per_link:
             out[list(per_link)] = list(per_link.values())

@@ -79,8 +79,8 @@ def test_fig7_flat_through_k2_then_jumps_at_k3(testbed, rows, paper_rise):
 def test_fig7_needs_the_context_mechanism(testbed, monkeypatch):
     """Without NIC contexts the plain FIFO wire saturates one K early and rises by far less at K = 3."""
     import simroute.network.engine as engine_module
-    monkeypatch.setattr(engine_module, "default_message_model",
-                        lambda backend="auto": MessageModel(MessageModelParams(nic_contexts=False, wire_occupancy=1.0)))
+    monkeypatch.setattr(engine_module, "MessageModel",
+                        lambda: MessageModel(MessageModelParams(nic_contexts=False, wire_occupancy=1.0)))
     rtt = fig7_round_trips(testbed, range(4), rows=1024, q_bytes=1152, p_bytes=1032, t_probe_s=25e-6,
                            single_block_Bps=25e9, rounds=120)
     assert rtt[2] > rtt[0] * 1.1 and rtt[3] / rtt[0] - 1 < 0.8

@@ -297,17 +297,12 @@ class RouteExchange:
         self._send_direct = messages.send if hasattr(messages, "send") else None
         self._send_legs = getattr(messages, "send_legs", None)      # an event's legs' queries and partials in one call
         self._account_messages = getattr(messages, "account_messages", None)    # and their later exchanges' in one
-        # the same, over the legs packed once while the groups hold (the compiled model's arrays: one call each)
-        self._pack_legs = getattr(messages, "pack_legs", None)
-        self._send_batch = getattr(messages, "send_batch", None)
-        self._account_batch = getattr(messages, "account_batch", None)
         # requester eid -> holder engine -> `_legs` (the one cache of the pair's message routes and fabric)
         self._legs_of: dict[int, dict[Any, tuple[Any, Any, Any]]] = {}
         self._kernels: dict[tuple, float] = {}   # (step, sharing, rows, keys, dense) -> one kernel call (a query's scalars or the queries' tuples)
         # requester eid -> (its last event's groups, them as (holder, [rows, keys, premium]) items, their
-        # `_static_legs`, those legs packed by the message model or None): a requester's consecutive events mostly
-        # route the same groups (a steady decode batch)
-        self._static: dict[int, tuple[dict, list, tuple[list[tuple], list[tuple], list[tuple]], Any]] = {}
+        # `_static_legs`): a requester's consecutive events mostly route the same groups (a steady decode batch)
+        self._static: dict[int, tuple[dict, list, tuple[list[tuple], list[tuple], list[tuple]]]] = {}
         # (holder, rows, keys, premium) -> {sharing: kernel x premium}: a leg's kernels, kept across requesters and
         # their groups' changes (bounded as `_kernels`)
         self._kernels_of: dict[tuple, dict[int, float]] = {}
@@ -408,17 +403,12 @@ class RouteExchange:
         if cached is None or cached[0] is not groups:    # the engine hands the same groups again while they hold
             items = list(groups.items())    # in order: the legs' sends queue on the links in this order
             if cached is None or cached[1] != items:
-                legs = self._static_legs(engine, items)
-                cached = (groups, items, legs, None if self._pack_legs is None else self._pack_legs(legs[1], legs[2]))
+                cached = (groups, items, self._static_legs(engine, items))
             else:
-                cached = (groups, items, cached[2], cached[3])
+                cached = (groups, items, cached[2])
             self._static[me] = cached
-        (static, sends, messages), batch = cached[2], cached[3]
-        if batch is not None:
-            flat = iter(self._send_batch(batch, now))
-            delays = zip(flat, flat)        # (query, partial) per leg
-            messages = batch                # `settle` accounts the later exchanges' messages from it
-        elif self._send_legs is not None:
+        static, sends, messages = cached[2]
+        if self._send_legs is not None:
             delays = self._send_legs(sends, messages, now)
         else:
             send = self._send_direct or self._send_positional          # the message model, called directly
@@ -465,9 +455,7 @@ class RouteExchange:
         more = calls - 1 if self._fast else 0
         if more > 0:
             now = self.net.env.now
-            if self._pack_legs is not None:
-                self._account_batch(legs.messages, more, now)
-            elif self._account_messages is not None:
+            if self._account_messages is not None:
                 self._account_messages(legs.messages, more, now)
             else:
                 account = self.net.messages.account

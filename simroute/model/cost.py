@@ -316,8 +316,11 @@ def step_parts(mq, ct, fabric, topk, holders, tp, cached, params: CostParams, op
             k_holder = k_holder * sparse
         compute = holder_compute_s(mq, ct, k_holder, params, ops, query_tokens)
         attend = holder_compute_s(mq, ct, topk, params, ops, query_tokens)
-        gather = geometry.layers * (params.gather_base_s / params.gather_k_ref * topk
-                                    + params.gather_per_holder_s * holders)
+        # the fitted host-copy-bound curve (testbed, §6.3), never faster than the selection's bytes over the
+        # fabric's bulk rate (this GPU's 1/tp share, as a pull): on a slow fabric the wire binds
+        gather = ops.maximum(geometry.layers * (params.gather_base_s / params.gather_k_ref * topk
+                                                + params.gather_per_holder_s * holders),
+                             topk * kv_per_token_s if unit_tp else topk * kv_per_token_s / tp)
     else:
         k_holder = topk
         compute = attend = holder_compute_s(mq, ct, topk, params, ops, query_tokens)

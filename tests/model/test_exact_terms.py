@@ -5,6 +5,8 @@ per token-layer, 27 layers; a synthetic GPU with round numbers (no operator tabl
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 
 import pytest
@@ -183,6 +185,22 @@ def test_closed_form_fetch_and_local_parts_by_hand():
     # a selection's gather, every step: 27 layers x (base x 512 / 2048 + per holder x 4)
     assert sparse.gather == pytest.approx(27 * (params.gather_base_s * 512 / 2048 + params.gather_per_holder_s * 4),
                                           rel=REL)
+
+
+def test_a_selections_gather_is_floored_at_its_bytes_over_the_bulk_rate():
+    """The fitted gather (host-copy-bound on the testbed, paper §6.3) where the wire is faster; on a fabric at
+    1/1000 of the rate the selection's bytes bind: 2048 entries x 1152 bytes x 27 layers over 25 MB/s, this
+    rank's half at tp 2."""
+    params = load_profile("h100-ibgda").cost_params()
+    fabric = params.fabric_id("h100-ibgda")
+    fitted = 27 * (params.gather_base_s * 2048 / 2048 + params.gather_per_holder_s * 4)
+    assert fitted > 2048 * 1152 * 27 / 25e9 / 2            # on the measured fabric the curve binds
+    parts = step_parts(16.0, 0.0, fabric, 2048, 4, 2, True, params, FLOATS)
+    assert parts.gather == pytest.approx(fitted, rel=REL)
+    slow = params.with_(fabrics=tuple(dataclasses.replace(f, bulk_Bps=f.bulk_Bps / 1000) for f in params.fabrics))
+    parts = step_parts(16.0, 0.0, fabric, 2048, 4, 2, True, slow, FLOATS)
+    assert parts.gather == pytest.approx(2048 * 1152 * 27 / 25e6 / 2, rel=REL)
+    assert parts.gather > fitted
 
 
 def test_holder_work_is_rows_times_keys_over_the_reference_requester():

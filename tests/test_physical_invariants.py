@@ -475,16 +475,12 @@ def test_a_same_host_holder_is_never_slower_than_a_remote_one(bench, policy):
     assert not_below(leaf.rec.ttft[0], host.rec.ttft[0]) and not_below(leaf.rec.tpot[0], host.rec.tpot[0]), policy
 
 
-@pytest.mark.parametrize("policy", [
-    "always-fetch",
-    failing("always-route", "the replica choice takes the nearest "
-            "copy and reads load only on distance ties, while a routed exchange's cost does not see the "
-            "distance (paper §8): with 4 copies requester 31 routes to 22 on its leaf, busy with its own "
-            "sequence, instead of an idle copy across a spine: TTFT p99 3.53 ms with 2 copies, 4.29 ms with "
-            "4; docs/REVIEW.md, finding P8")])
+@pytest.mark.parametrize("policy", ["always-fetch", "always-route"])
 def test_more_replicas_are_never_slower(bench, policy):
     """6 sub-agents on the fat-tree reading one hot chunk, with 1, 2 and 4 copies of it (popularity placement:
-    each copy set contains the smaller one)."""
+    each copy set contains the smaller one). Under always-route this failed while the replica choice took the
+    nearest copy first: requester 31 routed to a busy copy on its leaf instead of an idle one across a spine
+    (TTFT p99 3.53 ms with 2 copies, 4.29 ms with 4; docs/REVIEW.md, finding P8, fixed)."""
     trace = bench.trace(("fanin-spread", 6), lambda p: fanin_trace(p, 6, first_requester=4, stride=9,
                                                                     output_tokens=16, holder=-1))
     stats = []

@@ -128,6 +128,8 @@ class Cluster:
         self.instances = self._build_instances(env, topology, profile, config, compute)
         self.active = np.zeros(len(self.instances), dtype=np.int64)   # requests in flight per requester
         self._fabric_ids: dict[tuple[int, int], int] = {}
+        self._fabric_rows: dict[int, list[int]] = {}           # `fabric_row`'s rows, per requester
+        self._hosts: dict[int, list[Instance]] | None = None    # host -> its instances (`_on_host`)
         self._check_fabrics()
         self.chunks = chunks
         from simroute.workload.validate import check_holder_hints      # before placement indexes by them
@@ -185,6 +187,29 @@ class Cluster:
                     file=self.config.calib, field=f"fabrics.{name}")
             fabric = self._fabric_ids[key] = self.params.fabric_index[name]
         return fabric
+
+    def fabric_row(self, src: Instance) -> list[int]:
+        """`fabric_id` from `src` to every instance, indexed by instance id (one row per requester, kept): one
+        fabric across hosts (`Topology.fabric_between`: the NIC fabric), each same-host instance its own (NVLink
+        or the cross-socket fabric)."""
+        row = self._fabric_rows.get(src.id)
+        if row is None:
+            instances = self.instances
+            other = next((inst for inst in instances if inst.host != src.host), None)
+            row = [self.fabric_id(src, other) if other is not None else -1] * len(instances)
+            for inst in self._on_host(src.host):
+                if inst is not src:
+                    row[inst.id] = self.fabric_id(src, inst)
+            self._fabric_rows[src.id] = row
+        return row
+
+    def _on_host(self, host: int) -> list[Instance]:
+        on_host = self._hosts
+        if on_host is None:
+            on_host = self._hosts = {}
+            for inst in self.instances:
+                on_host.setdefault(inst.host, []).append(inst)
+        return on_host.get(host, [])
 
     def fabric(self, a: Instance, b: Instance) -> FabricParams:
         return self.params.fabrics[self.fabric_id(a, b)]

@@ -34,37 +34,58 @@ def holder_wait_s(ctx: SimContext, holder: Instance, requester: int = -1) -> flo
 
 def holder_load(ctx: SimContext, holder: Instance, requester: int = -1) -> HolderLoad:
     """`holder`'s load as `requester` (an instance id; -1: nobody's demand left out) would see it."""
-    engine = ctx.engines[holder.id]
-    return HolderLoad(ctx.routing.get(holder.id, 0), holder_wait_s(ctx, holder, requester),
-                      len(engine.running) + len(engine.waiting))
+    return holder_loads(ctx, [holder.id], requester)[0]
+
+
+def holder_loads(ctx: SimContext, holders: list[int], requester: int = -1) -> list[HolderLoad]:
+    """`holder_load` of each holder (instance ids), in one loop: the replica choice reads every candidate of a
+    chunk on one fabric, often hundreds on a corpus."""
+    engines, routing, kernel_s, now = ctx.engines.engines, ctx.routing, ctx.query_kernel_s, ctx.env.now
+    new = tuple.__new__         # a HolderLoad without its Python-level __new__ (a third of this loop's time)
+    loads = []
+    for holder in holders:
+        engine = engines[holder]
+        loads.append(new(HolderLoad, (routing.get(holder, 0),
+                                      engine.partials.wait_s(kernel_s, now, engine.busy, engine.layer_s, requester),
+                                      len(engine.running) + len(engine.waiting))))
+    return loads
 
 
 class ReplicaChoice:
-    """Which holder of a chunk one request uses: the nearest (least path latency: a nearer copy is never
-    slower to reach; a same-host replica, over NVLink, is the nearest on every shipped topology), then the
-    least loaded holder (`HolderLoad`: requests routing there, its engine's partial-attention wait with the
-    requester's own demand left out, since its queries share the holder's kernel calls, then the engine's
-    own sequences); ties spread requesters over replicas by a hash rather than all onto the lowest id.
+    """Which holder of a chunk one request uses: among the holders on the fabric of the nearest one (a
+    same-host replica, over NVLink, is the nearest on every shipped topology), the least loaded (`HolderLoad`:
+    requests routing there, its engine's partial-attention wait with the requester's own demand left out,
+    since its queries share the holder's kernel calls, then the engine's own sequences), then the nearest;
+    ties spread requesters over replicas by a hash rather than all onto the lowest id.
 
-    Nearest first because a load-first choice picked idle far replicas over near busy ones, and its TTFT on
-    the agent-replicas study rose from 4 to 8 replicas; an added replica is now taken only if it is nearer
-    or, at equal distance, less loaded.
+    Load before distance within a fabric: a routed exchange's cost does not see the distance (the probe is
+    measured over the path, flat across a spine: "Move the Query, Not the Cache", section 8) and a pull runs
+    at the fabric's rate on a non-blocking tree, while a busy holder makes every query wait. Nearest-first
+    sent requester 31 of the six-agent fan-in to a busy copy on its own leaf over an idle one across a spine
+    (TTFT p99 3.53 -> 4.29 ms from 2 to 4 copies, docs/REVIEW.md finding P8); over seeds 0-5 of the default
+    run it gave a TTFT mean of 56.1 ms on average (71.2 at seed 1) against 52.1 with this rule. Distance before load across fabrics: ranking fabrics by the
+    closed form's uncongested cost sends same-host requests over the NICs (NVLink's measured single-block rate
+    is a hair below IBGDA's, finding P4), where they queue: the agent-replicas study's TTFT mean then rose
+    with every added replica (12.74 -> 12.94 ms from 1 to 8); with this rule it falls (12.74 -> 12.61 ms).
 
-    Before distance, a holder this request already uses for another chunk: a routed request ships its query
+    Before all of it, a holder this request already uses for another chunk: a routed request ships its query
     block once per distinct holder, so spreading its chunks over more holders costs it more messages (with
     nearest-only, 2 replicas of the agent-replicas study raised TTFT p99 by 3.9% over 1 replica; with this
     rule by 0.5%, docs/REVIEW.md finding P8).
 
     One per request: it classifies its chunks at one simulated instant, so each holder's load is read once.
+    Extending: a subclass overrides `choose` (the request calls it once per chunk with more than one holder
+    it does not already use); `pick` notes the answer.
     """
 
-    __slots__ = ("ctx", "requester", "loads", "picked", "_latency", "_held_at", "_holders")
+    __slots__ = ("ctx", "requester", "loads", "picked", "_latency", "_fabrics", "_held_at", "_holders")
 
     def __init__(self, ctx: SimContext, requester: Instance) -> None:
         self.ctx, self.requester = ctx, requester
         self.loads: dict[int, HolderLoad] = {}
         self.picked: set[int] = set()               # holders this request's earlier chunks use
         self._latency: list[float] | None = None     # the requester's latency row, read on the first pick
+        self._fabrics: list[int] | None = None       # and its fabric row (`Cluster.fabric_row`)
         self._held_at = ctx.copies.held_at          # per instance, the chunks it holds now (read per chunk: bound once)
         self._holders = ctx.cluster.chunks.holders
 
@@ -93,23 +114,43 @@ class ReplicaChoice:
                     return used[0]
                 if used:
                     holders = sorted(used)
-        row = self._latency
+        row, fabrics = self._latency, self._fabrics
         if row is None:
             row = self._latency = self.ctx.latency_row(self.requester)
+            fabrics = self._fabrics = self.ctx.cluster.fabric_row(self.requester)
         latency = list(map(row.__getitem__, holders))     # popular chunks have hundreds of holders: kept in C
-        nearest = min(latency)
-        if latency.count(nearest) == 1:     # load is read only where distance ties
-            return holders[latency.index(nearest)]
-        tied = [h for h, lat in zip(holders, latency) if lat == nearest]
-        loads = [self._load(h) for h in tied]
+        on = list(map(fabrics.__getitem__, holders))
+        nearest_fabric = on[latency.index(min(latency))]
+        if on.count(nearest_fabric) < len(on):          # holders on other fabrics: the nearest one's only
+            kept = [index for index, fabric in enumerate(on) if fabric == nearest_fabric]
+            holders, latency = [holders[index] for index in kept], [latency[index] for index in kept]
+        if len(holders) == 1:
+            return holders[0]
+        routing = self.ctx.routing
+        if routing:         # `HolderLoad` compares requests routing there first: only the fewest read the rest
+            counts = [routing.get(h, 0) for h in holders]
+            fewest = min(counts)
+            if counts.count(fewest) < len(counts):
+                kept = [index for index, count in enumerate(counts) if count == fewest]
+                holders, latency = [holders[index] for index in kept], [latency[index] for index in kept]
+                if len(holders) == 1:
+                    return holders[0]
+        loads = self._loads(holders)
         least = min(loads)
         if loads.count(least) == 1:
-            return tied[loads.index(least)]
-        here = self.requester.id            # equally loaded too: the hash spreads requesters over them
-        return min((h for h, load in zip(tied, loads) if load == least), key=lambda h: mix64(h * 1_000_003 + here))
+            return holders[loads.index(least)]
+        tied = [(lat, h) for h, lat, load in zip(holders, latency, loads) if load == least]
+        nearest = min(tied)[0]
+        tied = [h for lat, h in tied if lat == nearest]
+        if len(tied) == 1:
+            return tied[0]
+        here = self.requester.id            # equally loaded and near too: the hash spreads requesters over them
+        return min(tied, key=lambda h: mix64(h * 1_000_003 + here))
 
-    def _load(self, holder: int) -> HolderLoad:
-        load = self.loads.get(holder)
-        if load is None:
-            load = self.loads[holder] = holder_load(self.ctx, self.ctx.cluster.instances[holder], self.requester.id)
-        return load
+    def _loads(self, holders: list[int]) -> list[HolderLoad]:
+        """The holders' loads, each read once per request (`loads`)."""
+        known = self.loads
+        unread = [h for h in holders if h not in known]
+        if unread:
+            known.update(zip(unread, holder_loads(self.ctx, unread, self.requester.id)))
+        return list(map(known.__getitem__, holders))

@@ -157,3 +157,17 @@ def test_a_fabric_the_profile_lacks_fails_at_construction(tmp_path):
     with pytest.raises(ConfigurationError, match="no-such-fabric") as err:
         Simulation(cfg)
     assert "fabrics.no-such-fabric" in str(err.value)
+
+
+@pytest.mark.parametrize("topology", ["fattree", "paper-testbed"])
+def test_a_fabric_row_is_each_pairs_fabric(tmp_path, topology):
+    """`Cluster.fabric_row` (one fabric across hosts, each same-host instance its own) equals `fabric_id` pair
+    by pair, and the row names both fabrics the topology has (NVLink in the host, the NICs across)."""
+    trace = single_chunk_trace(tmp_path / "t.parquet", requester=0, holder=1)
+    sim = Simulation(RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology(topology)), trace=str(trace),
+                               calib=str(default_profile_path())))
+    cluster = sim.ctx.cluster
+    for src in cluster.instances[::5]:
+        row = cluster.fabric_row(src)
+        assert row == [cluster.fabric_id(src, dst) if dst is not src else row[src.id] for dst in cluster.instances]
+        assert len({fabric for dst, fabric in zip(cluster.instances, row) if dst is not src}) == 2

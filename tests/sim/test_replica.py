@@ -1,5 +1,6 @@
 """The replica choice (`ReplicaChoice`): which holder of a replicated chunk a request uses, read from the
-holder engines' state (`HolderLoad`): the nearest replica first, then the least loaded, ties spread."""
+holder engines' state (`HolderLoad`): on the nearest replica's fabric, the least loaded, then the nearest, ties
+spread."""
 
 from __future__ import annotations
 
@@ -77,8 +78,8 @@ def test_queued_partials_of_other_requesters_are_avoided_the_requesters_own_are_
 def test_each_holder_load_is_read_once_per_request(sim, monkeypatch):
     import simroute.sim.holder as holder
     reads = []
-    real = holder.holder_load
-    monkeypatch.setattr(holder, "holder_load", lambda ctx, h, r=-1: reads.append(h.id) or real(ctx, h, r))
+    real = holder.holder_loads
+    monkeypatch.setattr(holder, "holder_loads", lambda ctx, hs, r=-1: reads.extend(hs) or real(ctx, hs, r))
     choice = ReplicaChoice(sim.ctx, sim.instances[4])
     assert len({choice.pick(0) for _ in range(5)}) == 1
     assert sorted(reads) == [5, 6]
@@ -118,26 +119,32 @@ def test_the_routing_count_follows_requests_from_decision_to_finish(tmp_path, mo
     assert set(run.ctx.routing.values()) == {0}
 
 
-def test_the_nearest_replica_first_then_the_less_loaded_at_equal_distance(tmp_path):
-    """Fat-tree: from h0, h1 shares the leaf (2 links), h2 and h3 are across a spine (4 links). A busy
-    replica on the leaf is still nearer than idle ones across the spine; between those two, load decides."""
+def test_on_one_fabric_the_less_loaded_replica_first_across_fabrics_the_nearest(tmp_path):
+    """Fat-tree: from h0, h1 shares the leaf (2 links), h2 and h3 are across a spine (4 links), all over the
+    NICs; instance 1 shares h0 (NVLink). A busy replica on the leaf loses to idle ones across the spine (a
+    routed exchange's cost does not see the hops; finding P8); between those two, load, then the hash; a busy
+    same-host replica is still taken before idle ones over the NICs (another fabric)."""
     trace = single_chunk_trace(tmp_path / "t.parquet", requester=0, holder=8)
     sim = Simulation(RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("fattree")), trace=str(trace),
                                calib=str(default_profile_path())))
     ctx, inst = sim.ctx, sim.instances
-    assert inst[8].host == 1 and inst[16].host == 2 and inst[24].host == 3
+    assert inst[1].host == 0 and inst[8].host == 1 and inst[16].host == 2 and inst[24].host == 3
     assert ctx.path_latency_s(inst[0], inst[8]) < ctx.path_latency_s(inst[0], inst[16]) \
         == ctx.path_latency_s(inst[0], inst[24])
+    assert ctx.cluster.fabric_row(inst[0])[8] == ctx.cluster.fabric_row(inst[0])[16] != ctx.cluster.fabric_row(inst[0])[1]
     _hold(ctx, 0, [16, 24, 8])
+    assert _pick(sim, 0) == 8                  # all idle: the nearest
     for rid in range(8):
         serve(ctx.engines, 8, rid, prompt=2048, output=64)
+        serve(ctx.engines, 1, rid, prompt=2048, output=64)
     sim.env.run(until=1e-4)
-    assert holder_load(ctx, inst[8], 0).wait_s > 0
-    assert _pick(sim, 0) == 8
-    _hold(ctx, 0, [16, 24])
+    assert holder_load(ctx, inst[8], 0).wait_s > 0 and holder_load(ctx, inst[1], 0).wait_s > 0
     first = _pick(sim, 0)
+    assert first in (16, 24)
     ctx.routing[first] = 1
     assert _pick(sim, 0) == 40 - first
+    _hold(ctx, 0, [16, 24, 8, 1])
+    assert _pick(sim, 0) == 1
 
 
 @pytest.mark.parametrize("only", [5, 6])
@@ -153,20 +160,25 @@ def test_a_request_keeps_its_chunks_on_a_holder_it_already_uses(sim, only):
 
 
 def _reference_pick(ctx, requester, holders: list[int]) -> int:
-    """The rule as documented, every holder's distance read: nearest, then least HolderLoad, then the hash."""
+    """The rule as documented, every holder's fabric, distance and load read: the nearest holder's fabric, then
+    least HolderLoad, then nearest, then the hash."""
     from simroute.network.hashing import mix64
     inst = ctx.cluster.instances
     latency = {h: ctx.path_latency_s(requester, inst[h]) for h in holders}
-    nearest = min(latency.values())
-    tied = [h for h in holders if latency[h] == nearest]
-    loads = {h: holder_load(ctx, inst[h], requester.id) for h in tied}
+    fabric = {h: ctx.cluster.fabric_id(requester, inst[h]) for h in holders}
+    nearest_fabric = fabric[min(holders, key=lambda h: (latency[h], holders.index(h)))]
+    on = [h for h in holders if fabric[h] == nearest_fabric]
+    loads = {h: holder_load(ctx, inst[h], requester.id) for h in on}
     least = min(loads.values())
-    return min((h for h in tied if loads[h] == least), key=lambda h: mix64(h * 1_000_003 + requester.id))
+    tied = [h for h in on if loads[h] == least]
+    nearest = min(latency[h] for h in tied)
+    return min((h for h in tied if latency[h] == nearest), key=lambda h: mix64(h * 1_000_003 + requester.id))
 
 
 def test_the_choice_equals_the_documented_rule_on_random_holder_sets(tmp_path):
-    """Nearest, then least HolderLoad, then the hash: on random holder sets (2 to all 64 instances of the
-    fat-tree) and random routing counts, the choice is the rule's with every holder's distance and load read."""
+    """The nearest holder's fabric, then least HolderLoad, then nearest, then the hash: on random holder sets (2
+    to all 64 instances of the fat-tree, same-host ones among them) and random routing counts, the choice is the
+    rule's with every holder's fabric, distance and load read."""
     import random
     trace = single_chunk_trace(tmp_path / "t.parquet", requester=0, holder=8)
     sim = Simulation(RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("fattree")), trace=str(trace),

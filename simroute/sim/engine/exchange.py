@@ -150,7 +150,8 @@ class HolderPartials:
                requester: int = -1) -> float:
         """Expected wait of one kernel: behind other requesters' kernels (M/D/1 at their utilisation) and,
         inline, for the holder's current layer to end (half a layer on average)."""
-        return self.queue_wait_s(kernel_s, self.utilisation(now, requester), holder_busy, holder_layer_s)
+        utilisation = self.utilisation(now, requester) if self.demand else 0.0    # nobody routing here (most)
+        return self.queue_wait_s(kernel_s, utilisation, holder_busy, holder_layer_s)
 
     def queue_wait_s(self, kernel_s: float, utilisation: float, holder_busy: bool, holder_layer_s: float) -> float:
         """`wait_s` at a known utilisation of the other requesters."""

@@ -109,10 +109,10 @@ def replica_ttft(tmp_path_factory):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "TTFT mean 12.74 / 12.72 / 12.61 / 12.65 ms and p99 16.17 / 16.10 / 17.05 / 17.37 ms at 1 / 2 / 4 / 8 replicas "
-    "with the measured step time: which copy a request's first chunk takes decides where the rest go, and "
-    "nearest-first does not weigh the holders' load (docs/REVIEW.md, finding P8; p99 +0.5% before the step time "
-    "was measured, +5.9% now)"))
+    "TTFT mean 12.74 / 12.72 / 12.68 / 12.61 ms (monotone) but p99 16.17 / 15.99 / 17.10 / 17.40 ms at 1 / 2 / 4 / 8 "
+    "replicas: which copy a request's first chunk takes decides where the rest go, and the choice reads the "
+    "holders' load at that instant only (docs/REVIEW.md, finding P8; nearest-first gave mean 12.61 -> 12.65 and "
+    "p99 16.10 -> 17.05 -> 17.37 ms)"))
 def test_ttft_monotone_in_replicas_on_the_agent_study(replica_ttft):
     """More holder replicas never raise TTFT: the mean (to 0.1%) and the p99 (to 1%)."""
     for (m0, p0), (m1, p1) in zip(replica_ttft, replica_ttft[1:]):

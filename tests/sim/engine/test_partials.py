@@ -52,6 +52,21 @@ def test_others_of_an_idle_holder_is_zero():
 
 
 @pytest.mark.parametrize("mode", ["inline", "stream"])
+def test_wait_of_a_holder_nobody_routes_to_is_its_layer_wait_only(mode):
+    """`wait_s` skips the demand pass when nobody asks (the replica choice reads hundreds of idle holders): the
+    same value as the formula at utilisation 0, busy or not, and the M/D/1 wait again once another requester
+    asks."""
+    from simroute.sim.vocab import HolderMode
+
+    partials = HolderPartials(HolderMode(mode))
+    for busy in (True, False):
+        assert partials.wait_s(1e-5, 0.5, busy, 4e-4, requester=3) == partials.queue_wait_s(1e-5, 0.0, busy, 4e-4)
+    partials.add(1e-5, 50.0, 1.0, 0.0, 1e-3, False, requester=4)       # rho 0.5 from requester 4
+    assert partials.wait_s(1e-5, 0.5e-3, False, 4e-4, requester=3) == partials.queue_wait_s(1e-5, 0.5, False, 4e-4)
+    assert partials.wait_s(1e-5, 0.5e-3, False, 4e-4, requester=4) == 0.0      # its own demand left out
+
+
+@pytest.mark.parametrize("mode", ["inline", "stream"])
 def test_the_modes_wait_and_charge_as_their_formulas_say(mode):
     """`queue_wait_s` and `add` per mode (their mode-dependent terms are kept as plain values): the M/D/1 wait,
     plus half a layer inline on a busy holder; a busy holder's charge is the work inline and the interference

@@ -75,6 +75,18 @@ def test_queued_partials_of_other_requesters_are_avoided_the_requesters_own_are_
     assert _pick(sim, 4) == 11 - first
 
 
+def test_without_a_requester_nobodys_demand_is_left_out(sim):
+    """`holder_wait_s`, `holder_load` and `holder_loads` read every requester's demand unless told whose to
+    leave out (the default, -1, is nobody: instance 1's demand counts)."""
+    from simroute.sim.holder import holder_loads, holder_wait_s
+    partials = sim.ctx.engines[5].partials
+    partials.add(1e-4, 5000.0, 1.0, sim.env.now, 1.0, False, requester=1)
+    holder = sim.instances[5]
+    assert holder_wait_s(sim.ctx, holder) > 0 and holder_load(sim.ctx, holder).wait_s > 0
+    assert holder_loads(sim.ctx, [5])[0].wait_s > 0
+    assert holder_wait_s(sim.ctx, holder, 1) == holder_load(sim.ctx, holder, 1).wait_s == 0.0
+
+
 def test_each_holder_load_is_read_once_per_request(sim, monkeypatch):
     import simroute.sim.holder as holder
     reads = []
@@ -194,6 +206,23 @@ def test_the_choice_equals_the_documented_rule_on_random_holder_sets(tmp_path):
         if requester.id in holders:
             continue                              # a resident chunk never reaches the replica choice
         assert ReplicaChoice(ctx, requester).pick(0) == _reference_pick(ctx, requester, holders)
+
+
+@pytest.mark.parametrize("busy", [0, 1])
+def test_among_two_used_holders_of_a_chunk_the_rule_picks_and_a_nearer_unused_copy_loses(sim, busy):
+    """A request already using holders 0 and 1 (host 0) for two chunks: a third chunk that both hold, and
+    instance 5 on the requester's own host too, goes to one of the two (one query block fewer than a third
+    holder), the less loaded of them: the rule over the used holders only."""
+    _hold(sim.ctx, 0, [0])
+    _hold(sim.ctx, 1, [1])
+    _hold(sim.ctx, 2, [0, 1, 5])
+    for rid in range(8):                      # one of the two is busy with its own sequences
+        serve(sim.ctx.engines, busy, rid, prompt=2048, output=64)
+    sim.env.run(until=1e-4)
+    choice = ReplicaChoice(sim.ctx, sim.instances[4])
+    assert choice.pick(0) == 0 and choice.pick(1) == 1
+    assert choice.pick(2) == 1 - busy
+    assert _reference_pick(sim.ctx, sim.instances[4], [0, 1]) == 1 - busy
 
 
 def test_a_used_holder_that_lacks_the_chunk_is_not_taken(sim):

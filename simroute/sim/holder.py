@@ -63,10 +63,12 @@ class ReplicaChoice:
     at the fabric's rate on a non-blocking tree, while a busy holder makes every query wait. Nearest-first
     sent requester 31 of the six-agent fan-in to a busy copy on its own leaf over an idle one across a spine
     (TTFT p99 3.53 -> 4.29 ms from 2 to 4 copies, docs/REVIEW.md finding P8); over seeds 0-5 of the default
-    run it gave a TTFT mean of 56.1 ms on average (71.2 at seed 1) against 52.1 with this rule. Distance before load across fabrics: ranking fabrics by the
-    closed form's uncongested cost sends same-host requests over the NICs (NVLink's measured single-block rate
-    is a hair below IBGDA's, finding P4), where they queue: the agent-replicas study's TTFT mean then rose
-    with every added replica (12.74 -> 12.94 ms from 1 to 8); with this rule it falls (12.74 -> 12.61 ms).
+    run it gave a TTFT mean of 56.1 ms on average (71.2 at seed 1) against 52.1 with this rule.
+
+    Distance before load across fabrics: ranking fabrics by the closed form's uncongested cost sends
+    same-host requests over the NICs (NVLink's measured single-block rate is a hair below IBGDA's, finding
+    P4), where they queue: the agent-replicas study's TTFT mean then rose with every added replica (12.74 ->
+    12.94 ms from 1 to 8); with this rule it falls (12.74 -> 12.61 ms).
 
     Before all of it, a holder this request already uses for another chunk: a routed request ships its query
     block once per distinct holder, so spreading its chunks over more holders costs it more messages (with

@@ -143,7 +143,8 @@ def test_on_one_fabric_the_less_loaded_replica_first_across_fabrics_the_nearest(
     assert inst[1].host == 0 and inst[8].host == 1 and inst[16].host == 2 and inst[24].host == 3
     assert ctx.path_latency_s(inst[0], inst[8]) < ctx.path_latency_s(inst[0], inst[16]) \
         == ctx.path_latency_s(inst[0], inst[24])
-    assert ctx.cluster.fabric_row(inst[0])[8] == ctx.cluster.fabric_row(inst[0])[16] != ctx.cluster.fabric_row(inst[0])[1]
+    fabrics = ctx.cluster.fabric_row(inst[0])
+    assert fabrics[8] == fabrics[16] != fabrics[1]
     _hold(ctx, 0, [16, 24, 8])
     assert _pick(sim, 0) == 8                  # all idle: the nearest
     for rid in range(8):

@@ -110,9 +110,11 @@ def replica_ttft(tmp_path_factory):
 
 @pytest.mark.xfail(strict=True, reason=(
     "TTFT mean 12.74 / 12.72 / 12.68 / 12.61 ms (monotone) but p99 16.17 / 15.99 / 17.10 / 17.40 ms at 1 / 2 / 4 / 8 "
-    "replicas: which copy a request's first chunk takes decides where the rest go, and the choice reads the "
-    "holders' load at that instant only (docs/REVIEW.md, finding P8; nearest-first gave mean 12.61 -> 12.65 and "
-    "p99 16.10 -> 17.05 -> 17.37 ms)"))
+    "replicas. The tail is requester 6's request: once 4 copies exist it holds 2 of the document's 8 chunks and "
+    "attends those 4,096 tokens in its own prefill (prefill compute 11.8 -> 16.2 ms, TTFT 15.9 -> 19.7 ms) instead "
+    "of routing them to holders whose partials run in parallel: a resident copy is used where it is, and routing "
+    "spreads the attention (docs/REVIEW.md, finding P8; nearest-first gave mean 12.61 -> 12.65 and p99 16.10 -> "
+    "17.05 -> 17.37 ms)"))
 def test_ttft_monotone_in_replicas_on_the_agent_study(replica_ttft):
     """More holder replicas never raise TTFT: the mean (to 0.1%) and the p99 (to 1%)."""
     for (m0, p0), (m1, p1) in zip(replica_ttft, replica_ttft[1:]):

@@ -155,7 +155,7 @@ class Cluster:
     def _check_fabrics(self) -> None:
         """Look up every instance pair's fabric class once: all pairs within the first host (hosts are alike:
         a topology declares one host type) and one pair across hosts."""
-        first_host = [inst for inst in self.instances if inst.host == self.instances[0].host]
+        first_host = self._on_host(self.instances[0].host)
         pairs = [(a, b) for a in first_host for b in first_host if a is not b]
         other = next((inst for inst in self.instances if inst.host != self.instances[0].host), None)
         if other is not None:

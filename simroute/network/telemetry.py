@@ -168,6 +168,11 @@ class Telemetry:
 
     def _close_window(self, end: float) -> None:
         if isinstance(self._bytes, list):
+            if not self._live and not self.joined and not self.message_routes:
+                # object mode, nothing loaded, joined or sent since the last close (most windows of a
+                # latency-bound run): the window is idle, as the full close would find it
+                self._append_window(None, end)
+                return
             bulk = self._close_links(end)
         else:
             self._integrate_all(end)
@@ -176,7 +181,11 @@ class Telemetry:
             self._window_mark = link_bytes
         messages = self._flush_messages()
         total = bulk if messages is None else bulk + messages
-        self.windows.append(total.astype(np.float32) if total.any() else None)
+        self._append_window(total.astype(np.float32) if total.any() else None, end)
+
+    def _append_window(self, window: np.ndarray | None, end: float) -> None:
+        """Keep a closed window's bytes per link (None: idle) and open the next one."""
+        self.windows.append(window)
         self.window_index += 1
         self.window_end = end + self.window_s
         if len(self.windows) >= self.max_windows:

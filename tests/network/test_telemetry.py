@@ -138,3 +138,26 @@ def test_windows_hold_every_bulk_byte(arrays_on, core):
     assert eng.telemetry.link_bytes == pytest.approx(want, rel=1e-9, abs=1e-3)
     assert (CountedArrays.entered > 0) == (arrays_on < 10**9)
     assert eng.array_mode == (eng.mode is SolverMode.ONLINE)                   # array mode: in and out again
+
+
+def test_idle_windows_close_empty_and_message_windows_keep_their_bytes(testbed):
+    """Between messages the windows are idle (None, closed without integrating any link); a window a message
+    was sent in holds its bytes on every link of the path, whatever idle windows came before it."""
+    env = simpy.Environment()
+    eng = FlowEngine(env, testbed, telemetry_window_s=1e-3)
+    path = [link.id for link in testbed.path("h0.g0", "h1.g0")]
+
+    def requester():
+        for at in (0.5e-3, 3.5e-3, 3.7e-3):           # windows 0 and 3 (two messages)
+            yield env.timeout(at - env.now)
+            eng.message_delay("h0.g0", "h1.g0", 250e3, t_probe_s=16e-6, single_block_Bps=25e9)
+
+    env.process(requester())
+    env.run(until=6.5e-3)
+    tel = eng.telemetry
+    tel.advance_to(env.now)
+    assert [window is not None for window in tel.windows] == [True, False, False, True, False, False]
+    assert tel.windows[0][path].tolist() == [250e3] * len(path)
+    assert tel.windows[3][path].tolist() == [500e3] * len(path)
+    assert tel.windows[0].sum() == 250e3 * len(path) and tel.window_index == 6
+    assert tel.window_end == pytest.approx(7e-3)

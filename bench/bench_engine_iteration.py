@@ -13,7 +13,11 @@ that a before/after comparison shows both the cost and that the outputs did not 
 
 Appends one row per trace to RESULTS.md (least CPU of R runs per policy) unless --no-record. `--against` runs
 each policy in a fresh process per side, the base checkout and this one alternating (a shared box's load falls
-on both alike), and records base -> this per policy, with whether the fingerprints agree.
+on both alike), and records base -> this per policy, with whether the fingerprints agree. `--compiled-vs-pure`
+does the same with the installed simroute (`pip install .`: its mypyc-compiled modules, `simroute.compiled`)
+run as Python (`SIMROUTE_PURE_PYTHON=1`) and as installed. Every row names the modules that ran compiled.
+
+    python bench/bench_engine_iteration.py agent-real always-route --compiled-vs-pure --repeat 3
 """
 
 from __future__ import annotations
@@ -71,39 +75,54 @@ def run(trace: Path, policy: str) -> dict:
     engine = result.summary["engine"]
     return {"cpu_s": cpu, "iterations": engine["iterations"], "events": engine["events"],
             "us_per_iteration": cpu / engine["iterations"] * 1e6, "us_per_event": cpu / engine["events"] * 1e6,
-            "fingerprint": fingerprint(result)}
+            "compiled": result.summary["versions"].get("compiled", []), "fingerprint": fingerprint(result)}
 
 
-def _side(checkout: Path, trace: Path, policy: str) -> dict:
-    """One run of `policy` on `checkout`'s code, in a fresh process (its own imports)."""
+def _side(checkout: Path, trace: Path, policy: str, *, installed: bool = False, pure: bool = False) -> dict:
+    """One run of `policy` in a fresh process (its own imports): on `checkout`'s sources, or (`installed`) on
+    the simroute this environment installed (or the caller's PYTHONPATH names), as Python when `pure`."""
     import os
     import subprocess
-    code = ("import json, sys; sys.path[:0] = [sys.argv[1] + '/bench', sys.argv[1]]; import bench_engine_iteration as b; "
+    env = {k: v for k, v in os.environ.items() if k != "SIMROUTE_PURE_PYTHON"}
+    if not installed:                   # the checkout's sources, whatever the caller's path says
+        env["PYTHONPATH"] = str(checkout)
+    if pure:
+        env["SIMROUTE_PURE_PYTHON"] = "1"
+    path = "[sys.argv[1] + '/bench']" if installed else "[sys.argv[1] + '/bench', sys.argv[1]]"
+    code = (f"import json, sys; sys.path[:0] = {path}; import bench_engine_iteration as b; "
             "print(json.dumps(b.run(__import__('pathlib').Path(sys.argv[2]), sys.argv[3])))")
     done = subprocess.run([sys.executable, "-c", code, str(checkout), str(trace), policy], check=True, text=True,
-                          capture_output=True, env={**os.environ, "PYTHONPATH": str(checkout)})
+                          capture_output=True, env=env, cwd=tempfile.gettempdir())
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def against(which: str, policies: list[str], base: Path, repeat: int) -> None:
-    """Base checkout -> this one, alternating per run; least CPU of `repeat` per side and policy."""
+def against(which: str, policies: list[str], base: Path | None, repeat: int) -> None:
+    """Base checkout -> this one (or, `base` None, the installed simroute as Python -> as installed), alternating
+    per run; least CPU of `repeat` per side and policy."""
     here = Path(__file__).resolve().parent.parent
+    sides = {"base": {"checkout": base}, "head": {"checkout": here}} if base is not None else \
+        {"base": {"checkout": here, "installed": True, "pure": True}, "head": {"checkout": here, "installed": True}}
     with tempfile.TemporaryDirectory(prefix="simroute-engine-") as tmp:
         trace = (bench_sim.conversation_trace if which == "conversation" else bench_sim.agent_trace)(Path(tmp))
         figures: dict[str, float | str] = {}
         for policy in policies:
             best: dict[str, dict] = {}
             for _ in range(repeat):
-                for side, checkout in (("base", base), ("head", here)):
-                    row = _side(checkout, trace, policy)
+                for side, how in sides.items():
+                    row = _side(how["checkout"], trace, policy, installed=how.get("installed", False),
+                                pure=how.get("pure", False))
                     if side not in best or row["cpu_s"] < best[side]["cpu_s"]:
                         best[side] = row
             before, after = best["base"], best["head"]
             figures[f"{policy}_us_per_iteration"] = f"{before['us_per_iteration']:.2f}->{after['us_per_iteration']:.2f}"
             figures[f"{policy}_cpu_s"] = f"{before['cpu_s']:.3f}->{after['cpu_s']:.3f}"
             figures[f"{policy}_same"] = "yes" if before["fingerprint"] == after["fingerprint"] else "NO"
-            print(which, policy, figures[f"{policy}_us_per_iteration"], figures[f"{policy}_same"], flush=True)
-    record(f"engine_iteration_{which} (base {base.name} -> head, least CPU of {repeat} alternating runs)", figures,
+            figures[f"{policy}_compiled"] = "/".join(",".join(m.rsplit(".", 1)[1] for m in row.get("compiled", []))
+                                                     or "none" for row in (before, after))
+            print(which, policy, figures[f"{policy}_us_per_iteration"], figures[f"{policy}_same"],
+                  figures[f"{policy}_compiled"], flush=True)
+    title = f"base {base.name} -> head" if base is not None else "installed simroute, pure Python -> compiled"
+    record(f"engine_iteration_{which} ({title}, least CPU of {repeat} alternating runs)", figures,
            target="<= 10 us per iteration (CPU)")
 
 
@@ -114,8 +133,8 @@ def main() -> None:
     base = sys.argv[sys.argv.index("--against") + 1] if "--against" in sys.argv else None
     args = [a for a in args if a not in (out, str(repeat), base)]
     which, policies = args[0], args[1:] or list(bench_sim.POLICIES)
-    if base is not None:
-        against(which, policies, Path(base).resolve(), repeat)
+    if base is not None or "--compiled-vs-pure" in sys.argv:
+        against(which, policies, Path(base).resolve() if base is not None else None, repeat)
         return
     with tempfile.TemporaryDirectory(prefix="simroute-engine-") as tmp:
         trace = (bench_sim.conversation_trace if which == "conversation" else bench_sim.agent_trace)(Path(tmp))
@@ -133,6 +152,8 @@ def main() -> None:
     for policy, row in rows.items():
         figures[f"{policy}_us_per_iteration"] = row["us_per_iteration"]
         figures[f"{policy}_us_per_event"] = row["us_per_event"]
+    figures["compiled"] = ",".join(module.rsplit(".", 1)[1] for module in next(iter(rows.values()))["compiled"]) \
+        or "none"
     record(f"engine_iteration_{which}", figures, target="<= 10 us per iteration (CPU)")
 
 

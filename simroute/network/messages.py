@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from mypy_extensions import mypyc_attr
+
 if TYPE_CHECKING:
     from simroute.network.bulk import BulkState
     from simroute.network.paths import PathService
@@ -87,9 +89,11 @@ class MessageRoute:
         self.mirror: frozenset[int] | None = None
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class MessageModel:
     """Message delays over an engine's links (see module docstring). Swap it by passing
-    `FlowEngine(message_model=...)`; a subclass overrides `send` and keeps its signature."""
+    `FlowEngine(message_model=...)`; a subclass overrides `send` and keeps its signature (compiled or not:
+    `simroute.compiled`)."""
 
     def __init__(self, params: MessageModelParams | None = None) -> None:
         self.params = params or MessageModelParams()

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from simroute.compiled import compiled_modules
 from simroute.sim.vocab import DropReason, Primitive, Status
 
 PRIMITIVE_NAMES = {int(p): p.label for p in Primitive}
@@ -228,6 +229,7 @@ def summarise(rec: Recorder, *, config: dict[str, Any], inputs: dict[str, str], 
         "sim_time_s": sim_time_s,
         "seed": config["seed"], "config": config, "inputs": inputs,
         "versions": {"simroute": simroute.__version__, "simroute_source": source_fingerprint(),
+                     "compiled": compiled_modules(),      # those of its modules that ran compiled (mypyc)
                      "python": platform.python_version(),
                      **_versions("numpy", "simpy", "pyarrow", "networkx")},
     }

@@ -27,6 +27,7 @@ import simpy
 from simroute.sim.cluster import Instance
 from simroute.sim.context import SimContext
 from simroute.sim.engine.sequence import THRASHED
+from simroute.sim.engine.sequence import Sequence as EngineSequence
 from simroute.sim.engine.serving import serve, ttft_parts
 from simroute.sim.holder import ReplicaChoice, holder_wait_s
 from simroute.sim.policies.base import DecisionContext, LiveState, RequestShape, engine_reprefill_s
@@ -333,12 +334,12 @@ class DenseRequest(RequestProcess):
     copies are kept in the requester's HBM budget; the request's sequence prefills and decodes in its
     engine's iterations (routed chunks on each iteration's critical path)."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, ctx: SimContext, spec: RequestSpec, requester: Instance, prefill: Instance | None) -> None:
+        super().__init__(ctx, spec, requester, prefill)
         self.routes: dict[int, float] = {}         # holder -> key tokens routed there (one query covers them)
         self.resident_tokens = 0.0                 # tokens of the resident copies the sequence attends
-        self.sequence = None
-        self.prefill_sequence = None               # PD: the prompt's sequence on the prefill instance
+        self.sequence: EngineSequence | None = None
+        self.prefill_sequence: EngineSequence | None = None     # PD: the prompt's sequence on the prefill instance
         self.done: simpy.Event | None = None
         self.route_premium = 1.0                   # holder kernel over a dense one (a sparse selection's: selection.py)
         self.step_wait: Callable[[int], float] | None = None   # per-iteration wait of its own (a selection's gather)
@@ -369,16 +370,16 @@ class DenseRequest(RequestProcess):
         ops = self.start_first_pass(plan)
         if ops:
             yield ctx.env.all_of(ops)
-        pd = self.prefill_sequence is not None
-        self.sequence, first, self.done = serve(
+        p = self.prefill_sequence
+        sequence, first, self.done = serve(
             ctx.engines, self.requester.id, spec.request_id, prompt=spec.prompt_tokens, output=spec.output_tokens,
-            resident_tokens=self.resident_tokens, routes=self.routes, prefilled=pd, route_premium=self.route_premium,
-            step_wait=self.step_wait)
+            resident_tokens=self.resident_tokens, routes=self.routes, prefilled=p is not None,
+            route_premium=self.route_premium, step_wait=self.step_wait)
+        self.sequence = sequence
         yield first
-        parts = ttft_parts(self.sequence, start)
-        if pd:
-            p = self.prefill_sequence
-            parts = parts._replace(prefill_compute=p.prefill_compute_s, transfer=self.sequence.t_submit - p.t_done,
+        parts = ttft_parts(sequence, start)
+        if p is not None:
+            parts = parts._replace(prefill_compute=p.prefill_compute_s, transfer=sequence.t_submit - p.t_done,
                                    queueing=max(0.0, p.t_first_token - start - p.prefill_compute_s))
         ctx.recorder.ttft_parts(spec.request_id, parts)
 
@@ -557,14 +558,14 @@ class DenseRequest(RequestProcess):
                     pull[1].append(cached)
                 elif primitive == local:
                     prefill_here.append(chunk)
-        spliced = [holder for holder, (_, cached) in fetches.items() if not all(cached)]
+        spliced = [holder for holder, (_, at_offsets) in fetches.items() if not all(at_offsets)]
         splice = SpliceBatch(ctx.env, len(spliced), ctx.compute.splice_s) if spliced else None
         pending_here = chunks.pending_at(here)
-        for holder, (chunk_list, cached) in fetches.items():
+        for holder, (chunk_list, at_offsets) in fetches.items():
             ready = ctx.env.event()
             for chunk in chunk_list:
                 pending_here[chunk] = ready
-            ops.append(ctx.env.process(self.fetch(chunk_list, cached, ctx.cluster.instances[holder], ready,
+            ops.append(ctx.env.process(self.fetch(chunk_list, at_offsets, ctx.cluster.instances[holder], ready,
                                                   splice if holder in spliced else None)))
         if prefill_here:
             ready = ctx.env.event()
@@ -627,6 +628,7 @@ class DenseRequest(RequestProcess):
         ctx, rid = self.ctx, self.spec.request_id
         yield self.done
         seq = self.sequence
+        assert seq is not None          # made by `first_pass`, which ran before
         ctx.recorder.bytes_route[rid] += seq.routed_rows * ctx.params.geometry.qp_bytes * ctx.params.exchanges
         ctx.recorder.preemptions[rid] = seq.preemptions
 

@@ -41,6 +41,7 @@ import simpy
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.model.steptime import causal_pairs
 from simroute.sim.engine.exchange import MAX_UTILISATION, HolderPartials, RouteExchange
+from simroute.sim.engine.peer import EventLegs
 from simroute.sim.engine.hbm import BLOCK_TOKENS, HbmBudget, blocks_for
 from simroute.sim.engine.log import IterationLog
 from simroute.sim.engine.sequence import DECODE, DONE, NEVER_FITS, PREFILL, THRASHED, WAITING, Sequence
@@ -122,7 +123,7 @@ class InstanceEngine:
         self._plan = _IDLE
         self._t0 = self._dt = self._pre = self._stretch = 0.0
         self._exch = self._hidden = 0.0     # per iteration of the current event: exchange time, of it hidden
-        self._legs: list[tuple] = _NO_LEGS  # the current event's routed legs (settled when it ends)
+        self._legs: EventLegs = _NO_LEGS    # the current event's routed legs (settled when it ends)
         self._row = -1                      # its row in the iteration log
         self._in_step = False
         self._admitted = 0
@@ -238,7 +239,7 @@ class InstanceEngine:
         self.busy = True
         compute, groups, seq_wait, new_tokens = self._batch_cost(plan)
         k = plan.k
-        if groups:
+        if groups and self.exchange is not None:      # (a routed batch without an exchange raised in _batch_cost)
             exch, wait, legs = self.exchange.iteration(self, groups, k, compute)
         else:
             exch = wait = 0.0
@@ -290,7 +291,7 @@ class InstanceEngine:
         self.waiting.extendleft(reversed(blocked))
         return plan
 
-    def _batch_cost(self, plan: Plan) -> tuple[float, dict, float, int]:
+    def _batch_cost(self, plan: Plan) -> tuple[float, dict | None, float, int]:
         """The step-time model's iteration time for the batch, its routed groups by holder, the slowest
         of its sequences' own per-iteration waits (`Sequence.step_wait`) and its new tokens.
 
@@ -445,7 +446,7 @@ class InstanceEngine:
             keep = blocks_for(seq.prompt + seq.generated + done)
             self.hbm.release_kv(seq.blocks - keep)
             seq.blocks = keep
-        if self._legs:                   # nor did the holders' partials for them run
+        if self._legs and self.exchange is not None:     # nor did the holders' partials for them run
             self.exchange.retract(self, self._legs, done, plan.k)
         self.partials.unprepay(self._stretch * (plan.k - done))
         self.log.revise(self._row, plan.k, done, self._pre + done * dt, self._pre + done * self._stretch,
@@ -465,7 +466,7 @@ class InstanceEngine:
         k = plan.k
         self.exchange_total_s += self._exch * k
         self.hidden_s += self._hidden * k
-        if self._legs:
+        if self._legs and self.exchange is not None:
             self.exchange.settle(self._legs, k)
             self._legs = _NO_LEGS
         heads = self.heads
@@ -551,7 +552,7 @@ class InstanceEngine:
 
 
 _IDLE = Plan()          # the plan of an idle engine (never changed: `_cut` only shortens a running k > 1 event)
-_NO_LEGS: list = []     # an event that routes nothing (never appended to)
+_NO_LEGS = EventLegs()  # an event that routes nothing (never appended to)
 
 
 def _add_routes(groups: dict, seq: Sequence, rows: float) -> None:

@@ -29,6 +29,7 @@ from array import array
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from simroute.sim.engine.peer import EventLegs
 from simroute.sim.vocab import HolderMode
 
 if TYPE_CHECKING:     # the engine as the exchange sees it, from a leaf module (no engine <-> exchange circle)
@@ -50,7 +51,7 @@ class HolderPartials:
     event nor a holder event standing for k iterations lumps k iterations' partial work into one.
     """
 
-    __slots__ = ("_mode", "_interference", "_inline", "_busy_charge", "demand", "tail", "expiry", "calls", "queries",
+    __slots__ = ("_mode", "_interference", "_waits_for_layer", "_busy_charge", "demand", "tail", "expiry", "calls", "queries",
                  "work_s", "charged_s", "kernel_s", "last_take", "prepaid", "busy_fraction", "queued_s", "fan_in_calls",
                  "max_fan_in")
 
@@ -94,8 +95,8 @@ class HolderPartials:
         """What the mode decides on every leg, kept as plain values (an enum comparison per leg costs): whether
         a kernel waits for the holder's layer (`inline`), and the charge rate per unit of work on a busy holder
         (all of it inline, the interference share on a stream)."""
-        self._inline = self._mode == HolderMode.INLINE
-        self._busy_charge = 1.0 if self._inline else self._interference
+        self._waits_for_layer = self._mode == HolderMode.INLINE
+        self._busy_charge = 1.0 if self._waits_for_layer else self._interference
 
     def _prune(self, now: float) -> list[list]:
         """The entries still asking (until > now); ended ones with charge left move to `tail` (in list order).
@@ -157,7 +158,7 @@ class HolderPartials:
         """`wait_s` at a known utilisation of the other requesters."""
         rho = MAX_UTILISATION if MAX_UTILISATION < utilisation else utilisation     # min(), spelt out (hot)
         wait = kernel_s * rho / (2 * (1 - rho)) if rho > 0 else 0.0
-        if self._inline and holder_busy:
+        if self._waits_for_layer and holder_busy:
             wait += holder_layer_s / 2
         return wait
 
@@ -267,14 +268,6 @@ class HolderPartials:
         self.charged_s -= seconds
 
 
-class EventLegs(list):
-    """A requester event's routed legs, (holder, kernel share, queries, demand entry, wait, sharing) each, as
-    `RouteExchange.iteration` hands them to `settle` / `retract`; `messages` are their messages' (route, bytes)
-    (the event's groups' own list, shared while the groups hold)."""
-
-    __slots__ = ("messages",)
-
-
 class RouteExchange:
     """Per-iteration exchange time of one requester's batch (see the module docstring).
 
@@ -294,12 +287,12 @@ class RouteExchange:
         self._fast = hasattr(net, "message_route") and hasattr(net, "send_message")
         # the message model's `send` called positionally (FlowEngine.send_message's own body, one call less per
         # message); a network without one goes through `message_delay`
-        messages = getattr(net, "messages", None) if self._fast else None
+        messages: Any = getattr(net, "messages", None) if self._fast else None
         self._send_direct = messages.send if hasattr(messages, "send") else None
         self._send_legs = getattr(messages, "send_legs", None)      # an event's legs' queries and partials in one call
         self._account_messages = getattr(messages, "account_messages", None)    # and their later exchanges' in one
         # requester eid -> holder engine -> `_legs` (the one cache of the pair's message routes and fabric)
-        self._legs_of: dict[int, dict[Any, tuple[Any, Any, Any]]] = {}
+        self._legs_of: dict[int, dict[Any, tuple[Any, Any, float, float, float]]] = {}
         self._kernels: dict[tuple, float] = {}   # (step, sharing, rows, keys, dense) -> one kernel call (a query's scalars or the queries' tuples)
         # requester eid -> (its last event's groups, them as (holder, [rows, keys, premium]) items, their
         # `_static_legs`): a requester's consecutive events mostly route the same groups (a steady decode batch)
@@ -340,7 +333,9 @@ class RouteExchange:
         if known is None:
             known = self._legs_of[engine.eid] = {}
         tp, q_bytes, p_bytes, kernels_of = self.tp, self.q_bytes, self.p_bytes, self._kernels_of
-        static, sends, messages = [], [], []
+        static: list[tuple] = []
+        sends: list[tuple] = []
+        messages: list[tuple] = []
         for holder, (rows, keys, premium) in items:
             route = known.get(holder)
             if route is None:

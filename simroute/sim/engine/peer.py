@@ -1,5 +1,7 @@
-"""What the routed-exchange model (exchange.py) reads of an instance engine, requester or holder: a leaf
-module, so that the exchange names the engine's interface without importing the engine that uses it."""
+"""What the routed-exchange model (exchange.py) reads of an instance engine, requester or holder, and what it
+hands back (`EventLegs`): a leaf module, so that the exchange names the engine's interface without importing the
+engine that uses it. Plain Python: exchange.py may run compiled (mypyc, `simroute.compiled`), whose classes
+cannot subclass `list`."""
 
 from __future__ import annotations
 
@@ -17,6 +19,15 @@ class ExchangePeer(Protocol):
     busy: bool              # an event is under way
     layer_s: float          # GPU-busy time per layer of the event under way
 
-    def absorb(self, entry: list) -> None:
+    def absorb(self, entry: list, now: float) -> None:
         """A requester's partial work began during this engine's event: the event runs its share now."""
         ...
+
+
+class EventLegs(list):
+    """A requester event's routed legs, (holder, kernel share, queries, demand entry, wait, sharing) each, as
+    `RouteExchange.iteration` hands them to `settle` / `retract`; `messages` are their messages' (route, bytes)
+    (the event's groups' own list, shared while the groups hold)."""
+
+    __slots__ = ("messages",)
+    messages: list

@@ -1,0 +1,76 @@
+"""The modules an install compiles with mypyc, which of them this process runs compiled, and how to run them as
+Python.
+
+A routed run's CPU is the exchange's per-leg state (link clocks, NIC contexts, holders' demand): plain
+Python on objects, which the interpreter's dispatch does not bound (Cython over the same sources, untyped,
+saved 7%). mypyc compiles the same type-annotated sources into native classes (attributes in C structs, typed
+methods called directly): one source, no second implementation to keep equal. `pip install .` compiles them
+when mypyc and a C compiler are at hand (setup.py) and installs plain Python otherwise; an editable install
+(`pip install -e .`) stays plain Python, so that an edited source is what runs. docs/ARCHITECTURE.md ("Where
+a routed run's CPU goes") has the measurements.
+
+A compiled module behaves as its source does, with two differences a contributor meets:
+- its type annotations are checked at run time (a `None` passed where `float` is declared raises TypeError);
+- its classes are native: no attributes beyond `__slots__`, and a Python subclass only where the class says
+  `allow_interpreted_subclasses` (`MessageModel`).
+`SIMROUTE_PURE_PYTHON=1` in the environment runs an install's compiled modules from their sources (set before
+`import simroute`); at build time it installs no compiled modules at all.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec, PathFinder
+from importlib.util import spec_from_file_location
+from pathlib import Path
+
+# module -> its source, relative to the project root (setup.py compiles these, in this order)
+COMPILED_MODULES = {
+    "simroute.network.messages": "simroute/network/messages.py",
+    "simroute.sim.engine.exchange": "simroute/sim/engine/exchange.py",
+    "simroute.sim.engine.engine": "simroute/sim/engine/engine.py",
+    "simroute.sim.engine.log": "simroute/sim/engine/log.py",
+    "simroute.sim.engine.hbm": "simroute/sim/engine/hbm.py",
+}
+PURE_PYTHON_ENV = "SIMROUTE_PURE_PYTHON"
+
+
+def pure_python_requested() -> bool:
+    """The environment asks for the sources (`SIMROUTE_PURE_PYTHON` set to anything but empty or 0)."""
+    return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
+
+
+def compiled_modules() -> list[str]:
+    """The modules of COMPILED_MODULES that this process imported from a compiled extension (outputs record
+    them beside the versions: a run states what ran)."""
+    found = []
+    for name in COMPILED_MODULES:
+        module = sys.modules.get(name)
+        if module is not None and str(getattr(module, "__file__", "")).endswith(tuple(EXTENSION_SUFFIXES)):
+            found.append(name)
+    return found
+
+
+class SourcesFirst:
+    """A meta-path finder that imports COMPILED_MODULES from their `.py` files where a compiled extension sits
+    beside them (`SIMROUTE_PURE_PYTHON`): the same code as Python, for a debugger, a profiler or a check
+    that the compiled build computes what its sources do."""
+
+    @classmethod
+    def find_spec(cls, name: str, path=None, target=None) -> ModuleSpec | None:
+        if name not in COMPILED_MODULES:
+            return None
+        spec = PathFinder.find_spec(name, path)
+        if spec is None or spec.origin is None or not spec.origin.endswith(tuple(EXTENSION_SUFFIXES)):
+            return None             # no extension found: the normal import finds the source anyway
+        source = Path(spec.origin).parent / (name.rpartition(".")[2] + ".py")
+        if not source.is_file():
+            return None
+        return spec_from_file_location(name, source)
+
+
+def prefer_sources() -> None:
+    """Import COMPILED_MODULES from their sources from now on (modules already imported stay as they are)."""
+    if SourcesFirst not in sys.meta_path:
+        sys.meta_path.insert(0, SourcesFirst)   # type: ignore[arg-type]

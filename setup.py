@@ -45,7 +45,7 @@ def compiled_extensions() -> list:
         # the compiled modules' own types are checked; what they import is taken as declared (fast, no stubs)
         extensions = mypycify(["--follow-imports=skip", "--ignore-missing-imports",
                                *COMPILED_MODULES.values()], opt_level="3", verbose=False)
-    except BaseException as error:      # mypyc reports a type error by exiting
+    except (SystemExit, Exception) as error:      # mypyc reports a type error by exiting
         warnings.warn(f"mypyc could not compile simroute ({error!r}): it installs as plain Python")
         return []
     for extension in extensions:

@@ -41,9 +41,9 @@ import simpy
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.model.steptime import causal_pairs
 from simroute.sim.engine.exchange import MAX_UTILISATION, HolderPartials, RouteExchange
-from simroute.sim.engine.peer import EventLegs
 from simroute.sim.engine.hbm import BLOCK_TOKENS, HbmBudget, blocks_for
 from simroute.sim.engine.log import IterationLog
+from simroute.sim.engine.peer import EventLegs
 from simroute.sim.engine.sequence import DECODE, DONE, NEVER_FITS, PREFILL, THRASHED, WAITING, Sequence
 from simroute.sim.registry import registry
 from simroute.sim.schedulers.base import Plan, Scheduler

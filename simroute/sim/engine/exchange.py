@@ -51,9 +51,10 @@ class HolderPartials:
     event nor a holder event standing for k iterations lumps k iterations' partial work into one.
     """
 
-    __slots__ = ("_mode", "_interference", "_waits_for_layer", "_busy_charge", "demand", "tail", "expiry", "calls", "queries",
-                 "work_s", "charged_s", "kernel_s", "last_take", "prepaid", "busy_fraction", "queued_s", "fan_in_calls",
-                 "max_fan_in")
+    # `_waits_for_layer`, not `_inline`: mypyc names a C struct field after it, and `__inline` is a C keyword
+    __slots__ = ("_mode", "_interference", "_waits_for_layer", "_busy_charge", "demand", "tail", "expiry", "calls",
+                 "queries", "work_s", "charged_s", "kernel_s", "last_take", "prepaid", "busy_fraction", "queued_s",
+                 "fan_in_calls", "max_fan_in")
 
     def __init__(self, mode: HolderMode = HolderMode.INLINE, interference: float = 0.3) -> None:
         self._mode, self._interference = mode, interference

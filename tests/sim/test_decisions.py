@@ -12,6 +12,7 @@ from simroute.calib import default_profile_path
 from simroute.network import shipped_topology
 from simroute.scenarios.traces import write_trace
 from simroute.sim import RunConfig, Simulation
+from simroute.sim.engine.exchange import DemandEntry
 from simroute.sim.request_spec import RequestSpec
 from simroute.sim.policies.base import RequestShape
 from simroute.sim.request import DenseRequest, RemoteChunks, build_decision_context, holder_blocks
@@ -46,7 +47,7 @@ def _state(trace, seed: int, policy: str = "adaptive") -> tuple[Simulation, Requ
     for h in others:                                  # holders: other requesters' partials, a current layer
         engine = ctx.engines[h]
         if rng.random() < 0.6:
-            engine.partials.demand.append([0.0, 1.0, float(rng.uniform(0.0, 0.9)), 99, 0.0])   # from, until, rate
+            engine.partials.demand.append(DemandEntry(0.0, 1.0, float(rng.uniform(0.0, 0.9)), 99, 0.0))   # from, until, rate
         engine.busy = bool(rng.random() < 0.5)
         engine.layer_s = float(rng.uniform(0.0, 3e-3))
     hbm = ctx.engines[REQUESTER].hbm                  # requester: copies (LRU order, some pinned), little free

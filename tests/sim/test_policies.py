@@ -14,6 +14,7 @@ from simroute.model.scalar import ScalarModel
 from simroute.network import shipped_topology
 from simroute.scenarios.traces import selection_trace, single_chunk_trace
 from simroute.sim import RunConfig, Simulation, simulate
+from simroute.sim.engine.exchange import DemandEntry
 from simroute.sim.policies import POLICIES, adaptive
 from simroute.sim.policies.base import DecisionContext, HorizonCosts, LiveState, Policy, RequestShape
 from simroute.sim.vocab import Primitive
@@ -140,7 +141,7 @@ def test_live_state_reflects_a_busy_holder(tmp_path, spy):
     sim = Simulation(_testbed(selection_trace(tmp_path / "s.parquet", requester=0, holders=[4, 5, 6]),
                               policy="spy"))
     # another requester keeps holder 5's GPU half busy with partial attention (M/D/1 at rho = 0.5)
-    sim.ctx.engines[5].partials.demand.append([0.0, 1e9, 0.5, 7, 0.0])   # [from, until, rate, requester, charge]
+    sim.ctx.engines[5].partials.demand.append(DemandEntry(0.0, 1e9, 0.5, 7, 0.0))   # from, until, rate, requester, charge
     sim.run()
     assert spy.seen[0].live.holder_wait_s == pytest.approx(0.5 * sim.ctx.compute.batch_s(1.0))
 

@@ -40,7 +40,7 @@ import simpy
 
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.model.steptime import causal_pairs
-from simroute.sim.engine.exchange import MAX_UTILISATION, HolderPartials, RouteExchange
+from simroute.sim.engine.exchange import MAX_UTILISATION, DemandEntry, HolderPartials, RouteExchange
 from simroute.sim.engine.hbm import BLOCK_TOKENS, HbmBudget, blocks_for
 from simroute.sim.engine.log import IterationLog
 from simroute.sim.engine.peer import EventLegs
@@ -388,7 +388,7 @@ class InstanceEngine:
         self._held.append(seq)
         self.waiting.appendleft(seq)
 
-    def absorb(self, entry: list, now: float) -> None:
+    def absorb(self, entry: DemandEntry, now: float) -> None:
         """A requester's partial work began during this engine's event: the event runs its share now, lengthened
         by what the work asks of its busy GPU while both last (charge rate c x the event's busy share f, over
         the event's rest lengthened by it: cf (end - now) / (1 - cf), or cf (until - now) if the work ends
@@ -399,12 +399,12 @@ class InstanceEngine:
             return
         end = self._t0 + self._pre + plan.k * self._dt
         partials = self.partials
-        rate = entry[4] * partials.busy_fraction            # min(., MAX_UTILISATION), max and min spelt out (hot)
+        rate = entry.charge * partials.busy_fraction            # min(., MAX_UTILISATION), max and min spelt out (hot)
         if rate > MAX_UTILISATION:
             rate = MAX_UTILISATION
         if end <= now or rate <= 0:
             return
-        left = entry[1] - now
+        left = entry.until - now
         extra = rate * (end - now) / (1.0 - rate)
         until = rate * (left if left > 0.0 else 0.0)
         if until < extra:

@@ -40,10 +40,21 @@ MAX_UTILISATION = 0.95          # the fluid queue's wait is capped where rho -> 
 KERNEL_SHAPES_KEPT = 131072      # holder-kernel shapes kept per cache before it starts over (as the step model's shape caches)
 
 
+class DemandEntry:
+    """One requester event's demand on a holder (`HolderPartials.add`): `rate` GPU s per s from `begin` to
+    `until` for `requester`, charging the holder `charge` per s while both last. A class rather than a list: its
+    floats stay unboxed where exchange.py runs compiled (`simroute.compiled`)."""
+
+    __slots__ = ("begin", "until", "rate", "requester", "charge")
+
+    def __init__(self, begin: float, until: float, rate: float, requester: int, charge: float) -> None:
+        self.begin, self.until, self.rate, self.requester, self.charge = begin, until, rate, requester, charge
+
+
 class HolderPartials:
     """The partial-attention work a holder does for others, and what it costs its own iterations.
 
-    Each requester event routing here is one demand entry [from, until, GPU s per s, requester, charge per s]:
+    Each requester event routing here is one `DemandEntry` (from, until, GPU s per s, requester, charge per s):
     it asks `work / span` of the holder's GPU over its span (other requesters' kernels queue behind it), and,
     when the holder was busy as it started, charges the holder at `charge per s` (the work, or interference
     x the work on a stream) as the span elapses. A holder event stretches its iterations by the charge rate
@@ -59,8 +70,8 @@ class HolderPartials:
     def __init__(self, mode: HolderMode = HolderMode.INLINE, interference: float = 0.3) -> None:
         self._mode, self._interference = mode, interference
         self._derive()
-        self.demand: list[list] = []    # [from, until, GPU s per s, requester, charge per s] routing here now
-        self.tail: list[list] = []      # entries past their span whose charge has not all been taken yet
+        self.demand: list[DemandEntry] = []     # the requester events routing here now
+        self.tail: list[DemandEntry] = []       # entries past their span whose charge has not all been taken yet
         self.expiry = INF               # the earliest `until` in `demand`
         self.calls = 0.0                # kernel calls (x exchanges)
         self.queries = 0.0
@@ -99,21 +110,21 @@ class HolderPartials:
         self._waits_for_layer = self._mode == HolderMode.INLINE
         self._busy_charge = 1.0 if self._waits_for_layer else self._interference
 
-    def _prune(self, now: float) -> list[list]:
+    def _prune(self, now: float) -> list[DemandEntry]:
         """The entries still asking (until > now); ended ones with charge left move to `tail` (in list order).
         It rebuilds the list whenever the earliest span has ended (most requester events), in one pass."""
         d = self.demand
         if now >= self.expiry:
             last, tail = self.last_take, self.tail
-            keep: list[list] = []
+            keep: list[DemandEntry] = []
             expiry = INF
             for x in d:
-                until = x[1]
+                until = x.until
                 if until > now:
                     keep.append(x)
                     if until < expiry:
                         expiry = until
-                elif x[4] > 0 and until > last:
+                elif x.charge > 0 and until > last:
                     tail.append(x)
             self.demand = d = keep
             self.expiry = expiry
@@ -126,9 +137,9 @@ class HolderPartials:
         when it counts them apart in the same pass."""
         rho, first, several = 0.0, None, None
         for x in (self._prune(now) if now >= self.expiry else self.demand):
-            other = x[3]
+            other = x.requester
             if other != requester:
-                rho += x[2]
+                rho += x.rate
                 if first is None:
                     first = other
                 elif other != first:        # entries of two or more other requesters: count them apart
@@ -164,7 +175,7 @@ class HolderPartials:
         return wait
 
     def add(self, kernel_s: float, calls: float, queries: float, now: float, span_s: float,
-            holder_busy: bool, requester: int = -1) -> list | None:
+            holder_busy: bool, requester: int = -1) -> DemandEntry | None:
         """`kernel_s` x `calls` of this requester's share of the holder's partial-attention work over the next
         `span_s`; returns its demand entry (for `retract`)."""
         work = kernel_s * calls
@@ -175,14 +186,14 @@ class HolderPartials:
             return None
         # on an idle holder the kernels use an idle GPU: nobody waits for them (no charge)
         charge = self._busy_charge if holder_busy else 0.0
-        entry = [now, now + span_s, work / span_s, requester, charge * work / span_s]
+        entry = DemandEntry(now, now + span_s, work / span_s, requester, charge * work / span_s)
         self.demand.append(entry)
-        if entry[1] < self.expiry:
-            self.expiry = entry[1]
+        if entry.until < self.expiry:
+            self.expiry = entry.until
         return entry
 
     def ask(self, kernel_s: float, calls: float, queries: float, now: float, span_s: float, holder_busy: bool,
-            holder_layer_s: float, utilisation: float, requester: int, call_s: float) -> tuple[float, list | None]:
+            holder_layer_s: float, utilisation: float, requester: int, call_s: float) -> tuple[float, DemandEntry | None]:
         """One requester event's leg here, in one call (once per routed leg of every event): the kernel's
         expected wait (`queue_wait_s`), its demand entry (`add`) and the call's time in the telemetry."""
         wait = self.queue_wait_s(kernel_s, utilisation, holder_busy, holder_layer_s)
@@ -197,16 +208,17 @@ class HolderPartials:
         self.fan_in_calls += sharing * calls
         self.max_fan_in = max(self.max_fan_in, sharing)
 
-    def retract(self, kernel_s: float, calls: float, queries: float, entry: list | None, fraction: float) -> None:
+    def retract(self, kernel_s: float, calls: float, queries: float, entry: DemandEntry | None,
+                fraction: float) -> None:
         """Undo `add` for `calls` calls that did not run (the requester's event was cut short, after
         `fraction` of its span): the counters, and the entry's demand and charge end there."""
         self.calls -= calls
         self.queries -= queries * calls
         self.work_s -= kernel_s * calls
         if entry is not None:
-            entry[1] = entry[0] + (entry[1] - entry[0]) * fraction
-            if entry[1] < self.expiry:
-                self.expiry = entry[1]
+            entry.until = entry.begin + (entry.until - entry.begin) * fraction
+            if entry.until < self.expiry:
+                self.expiry = entry.until
 
     def skip(self, now: float) -> None:
         """The holder was idle until now: what accrued meanwhile used an idle GPU (no charge)."""
@@ -233,14 +245,16 @@ class HolderPartials:
         last = self.last_take
         accrued = rho = 0.0
         active = []
-        for begin, until, _rate, _requester, charge in self._prune(now):
+        for x in self._prune(now):
+            begin, until, charge = x.begin, x.until, x.charge
             if charge > 0:
                 lo = begin if begin > last else last
                 if now > lo:
                     accrued += charge * (now - lo)
                 rho += charge
                 active.append((until, charge))
-        for begin, until, _rate, _requester, charge in self.tail:   # ended since the last take
+        for x in self.tail:         # ended since the last take
+            begin, until, charge = x.begin, x.until, x.charge
             lo = begin if begin > last else last
             if until > lo:
                 accrued += charge * (until - lo)
@@ -386,7 +400,7 @@ class RouteExchange:
         return kernel
 
     def iteration(self, engine: "InstanceEngine", groups: dict, k: int,
-                  compute_s: float) -> tuple[float, float, list[tuple]]:
+                  compute_s: float) -> tuple[float, float, EventLegs]:
         """(exchange seconds, of which holder wait, per-holder legs for `settle` / `retract`) added to each
         iteration of a k-iteration event whose compute is `compute_s` per iteration. `groups` maps a holder
         engine to [rows, key_tokens, premium]: one entry per query in the lists (each routing sequence's own),
@@ -434,7 +448,7 @@ class RouteExchange:
         for holder, partials, queries, kernel, sharing, rho, rt in legs:
             share = kernel / sharing
             wait, entry = partials.ask(share, calls, queries, now, span, holder.busy, holder.layer_s, rho, me, kernel)
-            if entry is not None and entry[4] > 0:
+            if entry is not None and entry.charge > 0:
                 holder.absorb(entry, now)       # the holder's event under way runs its share now
             settled.append((holder, share, queries, entry, wait, sharing))
             if rt + wait > worst:

@@ -19,7 +19,7 @@ class ExchangePeer(Protocol):
     busy: bool              # an event is under way
     layer_s: float          # GPU-busy time per layer of the event under way
 
-    def absorb(self, entry: list, now: float) -> None:
+    def absorb(self, entry: Any, now: float) -> None:     # entry: exchange.DemandEntry
         """A requester's partial work began during this engine's event: the event runs its share now."""
         ...
 

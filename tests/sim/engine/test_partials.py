@@ -13,9 +13,9 @@ def _reference(demand: list[list], now: float, requester: int) -> tuple[float, i
     """From scratch: the live entries (until > now) of the other requesters, their rates in list order."""
     rho = 0.0
     for entry in demand:
-        if entry[1] > now and entry[3] != requester:
-            rho += entry[2]
-    return rho, len({entry[3] for entry in demand if entry[1] > now and entry[3] != requester})
+        if entry.until > now and entry.requester != requester:
+            rho += entry.rate
+    return rho, len({entry.requester for entry in demand if entry.until > now and entry.requester != requester})
 
 
 def test_others_counts_distinct_live_requesters_and_sums_their_rates_in_order():
@@ -37,8 +37,8 @@ def test_others_counts_distinct_live_requesters_and_sums_their_rates_in_order():
         got = partials.others(now, requester)
         assert got == expected, step
         assert partials.concurrent(now, requester) == 1 + expected[1]
-        live = [e for e in history if e[1] > now and e[3] != requester]
-        checked_multi += len(live) > len({e[3] for e in live})
+        live = [e for e in history if e.until > now and e.requester != requester]
+        checked_multi += len(live) > len({e.requester for e in live})
     assert checked_multi > 30          # a requester with two live entries was counted once, many times
 
 
@@ -79,10 +79,10 @@ def test_the_modes_wait_and_charge_as_their_formulas_say(mode):
     assert partials.queue_wait_s(1e-5, 2.0, False, 4e-4) == 1e-5 * 0.95 / (2 * (1 - 0.95))     # capped, idle
     assert partials.queue_wait_s(1e-5, 0.0, True, 4e-4) == (2e-4 if inline else 0.0)
     busy = partials.add(1e-5, 8, 1, 0.0, 1e-3, True, requester=2)
-    assert busy[4] == (1.0 if inline else 0.25) * 8e-5 / 1e-3
-    assert partials.add(1e-5, 8, 1, 0.0, 1e-3, False, requester=2)[4] == 0.0
+    assert busy.charge == (1.0 if inline else 0.25) * 8e-5 / 1e-3
+    assert partials.add(1e-5, 8, 1, 0.0, 1e-3, False, requester=2).charge == 0.0
     partials.mode = HolderMode.STREAM if inline else HolderMode.INLINE
     partials.interference = 0.5
     assert partials.mode is not HolderMode(mode) and partials.interference == 0.5
     assert partials.queue_wait_s(1e-5, 0.0, True, 4e-4) == (0.0 if inline else 2e-4)
-    assert partials.add(1e-5, 8, 1, 0.0, 1e-3, True, requester=2)[4] == (0.5 if inline else 1.0) * 8e-5 / 1e-3
+    assert partials.add(1e-5, 8, 1, 0.0, 1e-3, True, requester=2).charge == (0.5 if inline else 1.0) * 8e-5 / 1e-3

@@ -5,7 +5,7 @@ A routed run's CPU is the exchange's per-leg state (link clocks, NIC contexts, h
 engine's per-event work: Python object operations, which the interpreter's dispatch does not bound (Cython
 over the same sources, untyped, saved 7%). mypyc compiles the same type-annotated sources into native classes
 (attributes in C structs, typed methods called directly): one source, no second implementation to keep equal;
-always-route on the agent trace went 12.45 -> 9.75 us per iteration with identical outputs. `pip install .`
+always-route on the agent trace went 12.14 -> 8.85 us per iteration with identical outputs. `pip install .`
 compiles them when mypyc and a C compiler are at hand (setup.py) and installs plain Python otherwise; an
 editable install (`pip install -e .`) stays plain Python, so that an edited source is what runs.
 docs/ARCHITECTURE.md ("Where a routed run's CPU goes") has the measurements and what was left out and why.

@@ -47,7 +47,8 @@ def _state(trace, seed: int, policy: str = "adaptive") -> tuple[Simulation, Requ
     for h in others:                                  # holders: other requesters' partials, a current layer
         engine = ctx.engines[h]
         if rng.random() < 0.6:
-            engine.partials.demand.append(DemandEntry(0.0, 1.0, float(rng.uniform(0.0, 0.9)), 99, 0.0))   # from, until, rate
+            # from, until, rate
+            engine.partials.demand.append(DemandEntry(0.0, 1.0, float(rng.uniform(0.0, 0.9)), 99, 0.0))
         engine.busy = bool(rng.random() < 0.5)
         engine.layer_s = float(rng.uniform(0.0, 3e-3))
     hbm = ctx.engines[REQUESTER].hbm                  # requester: copies (LRU order, some pinned), little free

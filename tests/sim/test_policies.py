@@ -141,7 +141,8 @@ def test_live_state_reflects_a_busy_holder(tmp_path, spy):
     sim = Simulation(_testbed(selection_trace(tmp_path / "s.parquet", requester=0, holders=[4, 5, 6]),
                               policy="spy"))
     # another requester keeps holder 5's GPU half busy with partial attention (M/D/1 at rho = 0.5)
-    sim.ctx.engines[5].partials.demand.append(DemandEntry(0.0, 1e9, 0.5, 7, 0.0))   # from, until, rate, requester, charge
+    # from, until, rate, requester, charge
+    sim.ctx.engines[5].partials.demand.append(DemandEntry(0.0, 1e9, 0.5, 7, 0.0))
     sim.run()
     assert spy.seen[0].live.holder_wait_s == pytest.approx(0.5 * sim.ctx.compute.batch_s(1.0))
 

@@ -193,7 +193,8 @@ class HolderPartials:
         return entry
 
     def ask(self, kernel_s: float, calls: float, queries: float, now: float, span_s: float, holder_busy: bool,
-            holder_layer_s: float, utilisation: float, requester: int, call_s: float) -> tuple[float, DemandEntry | None]:
+            holder_layer_s: float, utilisation: float, requester: int,
+            call_s: float) -> tuple[float, DemandEntry | None]:
         """One requester event's leg here, in one call (once per routed leg of every event): the kernel's
         expected wait (`queue_wait_s`), its demand entry (`add`) and the call's time in the telemetry."""
         wait = self.queue_wait_s(kernel_s, utilisation, holder_busy, holder_layer_s)

@@ -34,6 +34,7 @@ import bench_sim  # noqa: E402  (the traces, built as the simulator benchmarks b
 from _common import record  # noqa: E402
 
 from simroute.calib import default_profile_path  # noqa: E402
+from simroute.compiled import PURE_PYTHON_ENV  # noqa: E402
 from simroute.network import shipped_topology  # noqa: E402
 from simroute.sim import RunConfig, Simulation  # noqa: E402
 
@@ -78,16 +79,21 @@ def run(trace: Path, policy: str) -> dict:
             "compiled": result.summary["versions"].get("compiled", []), "fingerprint": fingerprint(result)}
 
 
+def _compiled_label(row: dict) -> str:
+    """The modules a run's row says ran compiled, by their last name ("none" for plain Python)."""
+    return ",".join(module.rsplit(".", 1)[1] for module in row.get("compiled", [])) or "none"
+
+
 def _side(checkout: Path, trace: Path, policy: str, *, installed: bool = False, pure: bool = False) -> dict:
     """One run of `policy` in a fresh process (its own imports): on `checkout`'s sources, or (`installed`) on
     the simroute this environment installed (or the caller's PYTHONPATH names), as Python when `pure`."""
     import os
     import subprocess
-    env = {k: v for k, v in os.environ.items() if k != "SIMROUTE_PURE_PYTHON"}
+    env = {k: v for k, v in os.environ.items() if k != PURE_PYTHON_ENV}
     if not installed:                   # the checkout's sources, whatever the caller's path says
         env["PYTHONPATH"] = str(checkout)
     if pure:
-        env["SIMROUTE_PURE_PYTHON"] = "1"
+        env[PURE_PYTHON_ENV] = "1"
     path = "[sys.argv[1] + '/bench']" if installed else "[sys.argv[1] + '/bench', sys.argv[1]]"
     code = (f"import json, sys; sys.path[:0] = {path}; import bench_engine_iteration as b; "
             "print(json.dumps(b.run(__import__('pathlib').Path(sys.argv[2]), sys.argv[3])))")
@@ -117,8 +123,7 @@ def against(which: str, policies: list[str], base: Path | None, repeat: int) -> 
             figures[f"{policy}_us_per_iteration"] = f"{before['us_per_iteration']:.2f}->{after['us_per_iteration']:.2f}"
             figures[f"{policy}_cpu_s"] = f"{before['cpu_s']:.3f}->{after['cpu_s']:.3f}"
             figures[f"{policy}_same"] = "yes" if before["fingerprint"] == after["fingerprint"] else "NO"
-            figures[f"{policy}_compiled"] = "/".join(",".join(m.rsplit(".", 1)[1] for m in row.get("compiled", []))
-                                                     or "none" for row in (before, after))
+            figures[f"{policy}_compiled"] = f"{_compiled_label(before)}/{_compiled_label(after)}"
             print(which, policy, figures[f"{policy}_us_per_iteration"], figures[f"{policy}_same"],
                   figures[f"{policy}_compiled"], flush=True)
     title = f"base {base.name} -> head" if base is not None else "installed simroute, pure Python -> compiled"
@@ -152,8 +157,7 @@ def main() -> None:
     for policy, row in rows.items():
         figures[f"{policy}_us_per_iteration"] = row["us_per_iteration"]
         figures[f"{policy}_us_per_event"] = row["us_per_event"]
-    figures["compiled"] = ",".join(module.rsplit(".", 1)[1] for module in next(iter(rows.values()))["compiled"]) \
-        or "none"
+    figures["compiled"] = _compiled_label(next(iter(rows.values())))
     record(f"engine_iteration_{which}", figures, target="<= 10 us per iteration (CPU)")
 
 

@@ -5,6 +5,6 @@ Layers (arrows point down only): model -> calib -> network -> workload -> sim ->
 
 __version__ = "0.1.0"
 
-if __import__("os").environ.get("SIMROUTE_PURE_PYTHON", "") not in ("", "0"):   # simroute.compiled: run as Python
-    from simroute.compiled import prefer_sources as _prefer_sources
-    _prefer_sources()
+from simroute.compiled import follow_environment as _follow_environment   # SIMROUTE_PURE_PYTHON: run as Python
+
+_follow_environment()

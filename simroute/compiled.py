@@ -24,8 +24,6 @@ from __future__ import annotations
 import os
 import sys
 from importlib.machinery import EXTENSION_SUFFIXES, ModuleSpec, PathFinder
-from importlib.util import spec_from_file_location
-from pathlib import Path
 
 # module -> its source, relative to the project root (setup.py compiles these, in this order)
 COMPILED_MODULES = {
@@ -66,8 +64,9 @@ class SourcesFirst:
         spec = PathFinder.find_spec(name, path)
         if spec is None or spec.origin is None or not spec.origin.endswith(tuple(EXTENSION_SUFFIXES)):
             return None             # no extension found: the normal import finds the source anyway
-        source = Path(spec.origin).parent / (name.rpartition(".")[2] + ".py")
-        if not source.is_file():
+        from importlib.util import spec_from_file_location
+        source = os.path.join(os.path.dirname(spec.origin), name.rpartition(".")[2] + ".py")
+        if not os.path.isfile(source):
             return None
         return spec_from_file_location(name, source)
 
@@ -76,3 +75,9 @@ def prefer_sources() -> None:
     """Import COMPILED_MODULES from their sources from now on (modules already imported stay as they are)."""
     if SourcesFirst not in sys.meta_path:
         sys.meta_path.insert(0, SourcesFirst)   # type: ignore[arg-type]
+
+
+def follow_environment() -> None:
+    """`prefer_sources` when the environment asks for the sources (`import simroute` calls this)."""
+    if pure_python_requested():
+        prefer_sources()

@@ -26,8 +26,7 @@ import simpy
 
 from simroute.sim.cluster import Instance
 from simroute.sim.context import SimContext
-from simroute.sim.engine.sequence import THRASHED
-from simroute.sim.engine.sequence import Sequence as EngineSequence
+from simroute.sim.engine.sequence import THRASHED, Sequence as EngineSequence
 from simroute.sim.engine.serving import serve, ttft_parts
 from simroute.sim.holder import ReplicaChoice, holder_wait_s
 from simroute.sim.policies.base import DecisionContext, LiveState, RequestShape, engine_reprefill_s

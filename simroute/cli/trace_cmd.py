@@ -31,7 +31,8 @@ def _parse_sets(items: list[str]) -> dict[str, Any]:
 
 @trace_app.command("gen")
 def gen(
-    kind: str = typer.Argument(..., help="Scenario: agents, corpus, sparse or disagg (see `simroute trace list`)."),
+    kind: str = typer.Argument(..., help="Scenario: agents, corpus, sparse, disagg or serving (see `simroute trace "
+                                         "list`)."),
     output: Path = typer.Option(None, "-o", "--output", help="Output trace directory, named *.parquet."),
     seed: int = typer.Option(None, "--seed", help="Seed of numpy default_rng (default 0, or the preset's).",
                              callback=checked("--seed", integer=True, minimum=0, maximum=2**63 - 1)),
@@ -42,6 +43,11 @@ def gen(
     """Generate a scenario trace.
 
     Example: simroute trace gen agents -p documents=2 -p subagents=16 -o agents.parquet --seed 1
+
+    A serving benchmark's closed loop (SGLang bench_serving --dataset-name random --random-input-len 1024
+    --random-output-len 1024 --random-range-ratio 0.8 --num-prompts 640 --max-concurrency 64): simroute trace gen
+    serving -p input_tokens=1024 -p output_tokens=1024 -p range_ratio=0.8 -p requests=640 -p concurrency=64
+    -o serving.parquet (-p qps=8 for a Poisson rate instead of, or with, the concurrency limit).
     """
     import dataclasses
 

@@ -1,6 +1,6 @@
 """Scenario generators: registry, parameter parsing, shared samplers, and `generate()`.
 
-Each scenario (agents, corpus, sparse, disagg) is a frozen params dataclass plus a function that
+Each scenario (agents, corpus, sparse, disagg, serving) is a frozen params dataclass plus a function that
 streams batches into a TraceWriter from one `numpy.random.default_rng(seed)`. Batches have a fixed
 size (GEN_BATCH), so the same seed gives the same rows and, through the writer, the same bytes.
 """
@@ -20,6 +20,7 @@ import yaml
 from simroute import __version__
 from simroute.checks import check_number
 from simroute.errors import ConfigurationError, UnknownNameError
+from simroute.workload.schema import MAX_CONCURRENCY_KEY
 from simroute.workload.writer import TraceWriter, open_trace_writer
 
 GEN_BATCH = 65_536
@@ -47,7 +48,8 @@ def register(name: str, params: type, doc: str) -> Callable[[GeneratorFn], Gener
 
 def _load_all() -> None:
     # Import for the side effect of registering (kept out of module import to avoid cycles).
-    from simroute.workload import generators_agents, generators_corpus, generators_disagg  # noqa: F401
+    from simroute.workload import (generators_agents, generators_corpus, generators_disagg,  # noqa: F401
+                                   generators_serving)
 
 
 def get_generator(kind: str) -> Generator:
@@ -126,6 +128,9 @@ def generate(kind: str, output: str | Path, *, seed: int = 0, params: dict[str, 
     p = make_params(kind, params)
     meta = {"producer": "generator", "name": kind, "params": dataclasses.asdict(p), "seed": int(seed),
             "source_sha256": None, "simroute_version": __version__}
+    limit = getattr(p, "max_concurrency", None)      # the clients' concurrency limit a run honours
+    if limit is not None:
+        meta[MAX_CONCURRENCY_KEY] = int(limit)
     kwargs = {"row_group_rows": row_group_rows} if row_group_rows else {}
     with open_trace_writer(output, meta, **kwargs) as writer:
         gen.fn(writer, p, np.random.default_rng(seed))

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from simroute.errors import ConfigurationError
-from simroute.workload.schema import CHUNKS_FILE, REQUESTS_FILE, validate_schema
+from simroute.workload.schema import CHUNKS_FILE, REQUESTS_FILE, trace_concurrency, validate_schema
 
 
 def _open(path: str | Path, name: str, table: str) -> tuple[pq.ParquetFile, dict[str, Any]]:
@@ -34,8 +34,10 @@ def _open(path: str | Path, name: str, table: str) -> tuple[pq.ParquetFile, dict
 
 
 def read_trace_meta(path: str | Path) -> dict[str, Any]:
-    """Producer metadata (generator/importer, params, seed, source sha256) plus row counts."""
+    """Producer metadata (generator/importer, params, seed, source sha256, the clients' `max_concurrency`) plus
+    row counts."""
     pf, meta = _open(path, REQUESTS_FILE, "requests")
+    trace_concurrency(meta, Path(path) / REQUESTS_FILE)       # checked where every reader of the metadata passes
     cf, _ = _open(path, CHUNKS_FILE, "chunks")
     return {**meta, "requests": pf.metadata.num_rows, "chunks": cf.metadata.num_rows}
 

@@ -18,6 +18,8 @@ SCHEMA_VERSION = "simroute.trace/1"
 META_SCHEMA_KEY = b"simroute.schema"
 META_INFO_KEY = b"simroute.meta"
 META_TABLE_KEY = b"simroute.table"
+# key of `simroute.meta`: the benchmark clients' concurrency limit a run honours (int >= 1; absent or null: none)
+MAX_CONCURRENCY_KEY = "max_concurrency"
 REQUESTS_FILE = "requests.parquet"
 CHUNKS_FILE = "chunks.parquet"
 ROW_GROUP_ROWS = 65_536  # fixed so that the same rows always give the same bytes
@@ -117,3 +119,15 @@ def validate_schema(schema: pa.Schema, file: Path, table: str) -> dict[str, Any]
         return json.loads(md.get(META_INFO_KEY, b"{}").decode())
     except ValueError as exc:
         raise ConfigurationError(f"metadata is not JSON: {exc}", file=file, field="simroute.meta") from None
+
+
+def trace_concurrency(meta: dict[str, Any], file: Path) -> int | None:
+    """The trace's concurrency limit (`simroute.meta` `max_concurrency`): None where it sets none; anything but a
+    whole number >= 1 is refused naming the file and the key."""
+    value = meta.get(MAX_CONCURRENCY_KEY) if isinstance(meta, dict) else None
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"must be a whole number >= 1 (at most that many requests in flight) or null, got "
+                                 f"{str(value)[:40]!r}", file=file, field=f"simroute.meta.{MAX_CONCURRENCY_KEY}")
+    return value

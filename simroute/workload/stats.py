@@ -155,7 +155,8 @@ def format_info(info: TraceInfo) -> str:
     lines = [f"trace: {m.get('producer', '?')} {m.get('name', '?')} (seed {m.get('seed')})",
              f"  requests {info.requests:,}  chunks {info.chunks:,}  tenants {info.tenants}  "
              f"closed-loop {info.closed_loop_requests:,}",
-             f"  span {info.span_s:,.3f} s  rate {info.rate_rps:,.3f} req/s",
+             f"  span {info.span_s:,.3f} s  rate {info.rate_rps:,.3f} req/s"
+             + (f"  at most {m['max_concurrency']} in flight (max_concurrency)" if m.get("max_concurrency") else ""),
              row("prompt tokens", info.prompt_tokens), row("own prompt tokens", info.own_prompt_tokens),
              row("output tokens", info.output_tokens), row("chunks/request", info.chunks_per_request),
              f"  reuse (unbounded store) {info.reuse_unbounded:.2%} of {info.total_prompt_tokens:,} prompt tokens; "

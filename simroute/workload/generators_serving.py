@@ -1,0 +1,93 @@
+"""`serving`: the workload of the serving benchmark clients (SGLang's `bench_serving`, `vllm bench serve`).
+
+`requests` prompts of random tokens (no two share a prefix unless `prefix_tokens` asks for one), input and output
+lengths drawn uniformly as the clients draw them, sent either all at t = 0 (`--request-rate inf`) or as a Poisson
+stream of `qps` (gamma gaps of shape `burstiness`, vLLM's option; 1 is Poisson). `concurrency` (the clients'
+`--max-concurrency`) is written to the trace's metadata as `max_concurrency`: the run lets at most that many
+requests be in flight and sends the next prompt of the list, in order, the instant a request completes
+(simroute/sim/arrivals.py `ConcurrencyLimit`, the clients' asyncio semaphore). docs/TRACE_FORMAT.md says which
+of the clients' rules are followed and where they differ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+
+from simroute.workload.generators import GEN_BATCH, check, check_sizes, register
+from simroute.workload.writer import TraceWriter, list_array
+
+MAX_TOKENS = 1 << 24            # a prompt or an output longer than this is a typo, not a benchmark
+
+
+def length_bounds(length: int, ratio: float, mode: str) -> tuple[int, int]:
+    """The inclusive [low, high] a client draws a length from, uniformly over the integers.
+
+    sglang (SGLang `compute_random_lens`; vLLM's benchmark_serving.py before vLLM PR #16126, April 2025, and
+    the forks of it that public benchmarks run): [max(int(L ratio), 1), L]. vllm (`vllm bench serve` since that
+    PR): [floor(L (1 - ratio)), ceil(L (1 + ratio))], the low end floored at 1 here (vLLM refuses a prompt of
+    0 tokens instead)."""
+    if mode == "vllm":
+        return max(math.floor(length * (1.0 - ratio)), 1), math.ceil(length * (1.0 + ratio))
+    return max(int(length * ratio), 1), length
+
+
+@dataclasses.dataclass(frozen=True)
+class ServingParams:
+    requests: int = 1_000               # --num-prompts (both clients' default)
+    input_tokens: int = 1_024           # --random-input-len (both clients' default)
+    output_tokens: int = 1_024          # --random-output-len (SGLang's default; vLLM's is 128)
+    range_ratio: float = 0.0            # --random-range-ratio (both clients' default 0: see range_mode)
+    range_mode: Literal["sglang", "vllm"] = "sglang"    # which client's reading of range_ratio (length_bounds)
+    concurrency: int | None = None      # --max-concurrency: at most this many requests in flight (unset: no limit)
+    qps: float | None = None            # --request-rate (requests/s); unset: inf, every request at t = 0
+    burstiness: float = 1.0             # vLLM's --burstiness: gamma shape of the gaps (1: Poisson)
+    prefix_tokens: int = 0              # vLLM's --random-prefix-len: one shared prefix before every prompt
+
+    def __post_init__(self) -> None:
+        for name in ("requests", "input_tokens", "output_tokens"):
+            check(1 <= getattr(self, name) <= MAX_TOKENS, f"{name} must be within [1, {MAX_TOKENS:,}]")
+        check(0 <= self.prefix_tokens <= MAX_TOKENS, f"prefix_tokens must be within [0, {MAX_TOKENS:,}]")
+        if self.range_mode == "vllm":
+            check(0 <= self.range_ratio < 1, "range_ratio must be within [0, 1) under range_mode vllm (vLLM's rule)")
+        else:
+            check(0 <= self.range_ratio <= 1, "range_ratio must be within [0, 1] under range_mode sglang")
+        check(self.concurrency is None or self.concurrency >= 1, "concurrency must be >= 1 or unset (no limit)")
+        check(self.qps is None or 0 < self.qps < 1e9, "qps must be a rate > 0 (requests/s) or unset (inf)")
+        check(0 < self.burstiness < 1e6, "burstiness must be > 0 (1: Poisson)")
+        check_sizes(self.requests)
+
+    @property
+    def max_concurrency(self) -> int | None:
+        """What the trace's metadata carries for the run (`max_concurrency`)."""
+        return self.concurrency
+
+
+@register("serving", ServingParams, "serving-benchmark clients: random prompts, N concurrent clients or a rate")
+def gen_serving(writer: TraceWriter, p: ServingParams, rng: np.random.Generator) -> None:
+    in_lo, in_hi = length_bounds(p.input_tokens, p.range_ratio, p.range_mode)
+    out_lo, out_hi = length_bounds(p.output_tokens, p.range_ratio, p.range_mode)
+    t = 0.0
+    for start in range(0, p.requests, GEN_BATCH):
+        n = min(GEN_BATCH, p.requests - start)
+        prompt = rng.integers(in_lo, in_hi + 1, size=n).astype(np.int32)
+        output = rng.integers(out_lo, out_hi + 1, size=n).astype(np.int32)
+        if p.qps is None:
+            arrival = np.zeros(n)
+        else:           # the first request at t = 0, each next one a gap later (SGLang's get_request)
+            gaps = rng.gamma(p.burstiness, 1.0 / (p.qps * p.burstiness), size=n)
+            arrival = t + np.concatenate(([0.0], np.cumsum(gaps[:-1]))) if start == 0 else t + np.cumsum(gaps)
+            t = float(arrival[-1])
+        cols = {"arrival_s": arrival, "prompt_tokens": prompt, "output_tokens": output}
+        if p.prefix_tokens:
+            offsets = np.arange(n + 1, dtype=np.int64)
+            cols["chunk_ids"] = list_array(offsets, np.zeros(n, dtype=np.int64), pa.int64())
+            cols["chunk_at_cached_offset"] = list_array(offsets, np.ones(n, dtype=bool), pa.bool_())
+        writer.add_requests(cols)
+    # the shared prefix: one chunk, prefilled by the first request that needs it on an instance (a prefix cache)
+    writer.finish({"chunk_id": [0], "tokens": np.array([p.prefix_tokens], dtype=np.int32), "corpus": "prefix",
+                   "cached_offset": [0], "canonical": False} if p.prefix_tokens else {})

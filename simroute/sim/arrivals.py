@@ -1,9 +1,12 @@
 """Requests out of the trace: streamed batches become `RequestSpec`s, started at their arrival (open loop) or
-after their parent finishes plus a think time (closed loop, agentic traces).
+after their parent finishes plus a think time (closed loop, agentic traces); under a concurrency limit (the
+serving benchmark clients' `--max-concurrency`) a request that is due waits, first come first served, for one of
+the limit's slots.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -78,16 +81,58 @@ def arrival_load(trace: str, n_requests: int, *, qps: float | None, time_scale: 
     return ArrivalLoad(1.0 if time_scale is None else float(time_scale), own, count)
 
 
+class ConcurrencyLimit:
+    """At most `limit` requests in flight: the serving benchmark clients' asyncio semaphore over their list of
+    prompts (SGLang `bench_serving`, `vllm bench serve` `--max-concurrency`). A request that is due (its arrival
+    time reached, or its parent done plus its think time) takes a free slot at once, else waits in a FIFO queue;
+    a request's end (completed or dropped: its done event) hands its slot to the head of the queue at that
+    instant, or frees it. With every arrival at t = 0 this is a closed loop of `limit` clients in which the next
+    prompt of the list goes the moment any request completes (not `limit` fixed chains of prompts)."""
+
+    def __init__(self, ctx: SimContext, limit: int, start: Callable[[RequestSpec], None]) -> None:
+        self.ctx, self.limit, self.start = ctx, limit, start
+        self.free = limit
+        self.queue: deque[RequestSpec] = deque()
+        self.peak = 0                                  # most requests in flight at once (summary.json load)
+        self._release = self.release                   # bound once: one callback per request
+
+    def submit(self, spec: RequestSpec) -> None:
+        """`spec` is due: it starts now if a slot is free, else when the requests queued before it have."""
+        if self.free > 0:
+            self.free -= 1
+            self._launch(spec)
+        else:
+            self.queue.append(spec)
+
+    def _launch(self, spec: RequestSpec) -> None:
+        self.ctx.done_event(spec.request_id).callbacks.append(self._release)
+        in_flight = self.limit - self.free
+        if in_flight > self.peak:
+            self.peak = in_flight
+        self.start(spec)
+
+    def release(self, _event: simpy.Event | None = None) -> None:
+        """A request in flight ended: its slot goes to the head of the queue, else back to the free ones."""
+        if self.queue:
+            self._launch(self.queue.popleft())
+        else:
+            self.free += 1
+
+
 class Arrivals:
     """Feeds the trace's first `n_requests` requests into the run; `start(spec)` launches one. Open-loop arrival
-    times are multiplied by `time_scale` (`ArrivalLoad`)."""
+    times are multiplied by `time_scale` (`ArrivalLoad`); with `concurrency` set, a due request goes through a
+    `ConcurrencyLimit` of that many slots (`limiter`)."""
 
     def __init__(self, ctx: SimContext, n_requests: int, sorted_chunk_ids: np.ndarray,
                  start: Callable[[RequestSpec], None],
-                 progress: Callable[[int, int], None] | None = None, time_scale: float = 1.0) -> None:
-        self.ctx, self.n_requests, self.start, self.progress = ctx, n_requests, start, progress
+                 progress: Callable[[int, int], None] | None = None, time_scale: float = 1.0,
+                 concurrency: int | None = None) -> None:
+        self.ctx, self.n_requests, self.progress = ctx, n_requests, progress
         self.sorted_chunk_ids = sorted_chunk_ids
         self.time_scale = time_scale
+        self.limiter = ConcurrencyLimit(ctx, concurrency, start) if concurrency is not None else None
+        self.start = self.limiter.submit if self.limiter is not None else start
 
     def feed(self) -> Iterator[simpy.Event]:
         """A SimPy process: stream batches; open-loop requests wait for arrival_s, closed-loop ones for their
@@ -128,19 +173,26 @@ class Arrivals:
         offsets = column["chunk_ids"].offsets.to_numpy()
         flat_ids = column["chunk_ids"].flatten().to_numpy()
         flat_cached = column["chunk_at_cached_offset"].flatten().to_numpy(zero_copy_only=False)
-        flat_index, known = ctx.cluster.chunks.indices_of(flat_ids)
+        store = ctx.cluster.chunks
+        flat_index, known = store.indices_of(flat_ids)
         unknown_before = np.concatenate(([0], np.cumsum(~known)))    # a row's unknown chunks: a difference
+        # each row's whole prompt (own tokens + its known chunks' tokens), what a benchmark client counts as input
+        chunk_tokens = np.where(known, store.tokens[flat_index], 0) if len(flat_ids) else np.zeros(0, np.int64)
+        tokens_before = np.concatenate(([0], np.cumsum(chunk_tokens, dtype=np.int64)))
+        inputs = prompt.astype(np.int64) + tokens_before[offsets[1:]] - tokens_before[offsets[:-1]]
+        recorder = ctx.recorder
         for j in range(len(ids)):
             request = int(ids[j])
             spec = None
             if request < n:
-                ctx.recorder.output_tokens[request] = output[j]
+                recorder.output_tokens[request] = output[j]
+                recorder.input_tokens[request] = inputs[j]
                 lo, hi = offsets[j], offsets[j + 1]
                 if until is not None and arrival[j] > until and after[j] < 0:
-                    ctx.recorder.drop(request, DropReason.UNFINISHED)
+                    recorder.drop(request, DropReason.UNFINISHED)
                 else:
                     if unknown_before[hi] != unknown_before[lo]:     # a chunk the store lacks drops it
-                        ctx.recorder.drop(request, DropReason.UNKNOWN_CHUNK)
+                        recorder.drop(request, DropReason.UNKNOWN_CHUNK)
                     else:
                         spec = RequestSpec(request, int(hint[j]), int(prefill_hint[j]), int(prompt[j]),
                                            int(output[j]), flat_index[lo:hi].tolist(), flat_cached[lo:hi].tolist(),

@@ -113,6 +113,12 @@ class RunConfig:
                                       "the trace's own rate if unset.", minimum=0, exclusive_minimum=True)
     time_scale: float | None = setting(None, "Multiply the trace's open-loop arrival times by this (0.5 = twice "
                                              "the load); not with --qps.", minimum=0, exclusive_minimum=True)
+    concurrency: int | None = setting(None, "At most N requests in flight (the serving benchmark clients' "
+                                            "--max-concurrency): a due request waits, first come first served, "
+                                            "for a slot, and takes one the instant a request ends; with every "
+                                            "arrival at t = 0 a closed loop of N clients. The trace's own "
+                                            "max_concurrency (trace gen serving -p concurrency=N) if unset.",
+                                      minimum=1)
     until_s: float | None = setting(None, "Stop at this simulated time (s); unfinished requests are dropped.",
                                     minimum=0, exclusive_minimum=True, option="until")
     slo_ttft_ms: float = setting(500.0, "TTFT SLO for attainment (ms).", minimum=0)

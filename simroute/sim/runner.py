@@ -34,12 +34,14 @@ from simroute.sim.engine import BLOCK_TOKENS, EngineOptions
 from simroute.sim.engine.build import EngineSet
 from simroute.sim.engine.serving import ChunkCopies
 from simroute.sim.launch import launch
-from simroute.sim.metrics import Recorder, holder_summary, holder_table, overload, summarise, write_outputs
+from simroute.sim.metrics import (Recorder, holder_summary, holder_table, overload, serving_summary, summarise,
+                                  write_outputs)
 from simroute.sim.registry import registry, run_rng
 from simroute.sim.request import path_share_Bps
 from simroute.sim.schedulers.base import Scheduler
 from simroute.sim.vocab import DropReason, Status
 from simroute.workload import read_chunks, read_trace_meta
+from simroute.workload.schema import MAX_CONCURRENCY_KEY
 from simroute.workload.validate import check_chunks
 
 
@@ -111,6 +113,9 @@ class Simulation:
         n = int(self.meta["requests"])
         self.n_requests = n if cfg.max_requests is None else min(n, cfg.max_requests)
         self.load = arrival_load(cfg.trace, self.n_requests, qps=cfg.qps, time_scale=cfg.time_scale)
+        # the clients' concurrency limit: the run's, else the trace's (checked when its metadata was read)
+        self.concurrency = cfg.concurrency if cfg.concurrency is not None else self.meta.get(MAX_CONCURRENCY_KEY)
+        self.arrivals: Arrivals | None = None
         self.ctx = SimContext(
             config=cfg, env=env, topology=topology, network=network, profile=profile, params=params,
             compute=compute, model=ScalarModel(params),
@@ -141,8 +146,9 @@ class Simulation:
     def run(self) -> RunResult:
         ctx = self.ctx
         t0 = time.perf_counter()
-        arrivals = Arrivals(ctx, self.n_requests, self._sorted_chunk_ids, start=lambda spec: launch(ctx, spec),
-                            progress=self.progress, time_scale=self.load.time_scale)
+        arrivals = self.arrivals = Arrivals(ctx, self.n_requests, self._sorted_chunk_ids,
+                                            start=lambda spec: launch(ctx, spec), progress=self.progress,
+                                            time_scale=self.load.time_scale, concurrency=self.concurrency)
         ctx.env.process(arrivals.feed())
         with _collector_for_a_run():
             ctx.env.run(until=self.cfg.until_s)
@@ -171,7 +177,8 @@ class Simulation:
         completed = ctx.recorder.status == Status.COMPLETED
         extra = {
             "instances": len(instances), "gpus": len(topology.gpus), "hosts": topology.spec.hosts,
-            "load": {**self.load.as_dict(), **overload(ctx.recorder.arrival[completed], ctx.recorder.ttft[completed])},
+            "load": {**self.load.as_dict(), **self._concurrency(),
+                     **overload(ctx.recorder.arrival[completed], ctx.recorder.ttft[completed])},
             "topology": {**topology.summary(), "spine_names": self._spine_names()},
             "placement": {"policy": cfg.placement, "overflow_chunks": cluster.placement.overflow_chunks,
                           "overflow_bytes": cluster.placement.overflow_bytes,
@@ -182,6 +189,9 @@ class Simulation:
                         "copies_refused": int(sum(engine.hbm.refused for engine in ctx.engines.engines)),
                         "fetch_fell_back_to_route": int(ctx.copies.fell_back)},
             "engine": ctx.engines.summary(),
+            "serving": serving_summary(ctx.recorder, ctx.engines.log.itl_s, ctx.engines.log.itl_n,
+                                       gpus=len(instances) * cfg.tp, concurrency=self.concurrency,
+                                       offered_qps=self.load.offered_qps),
             "why": _why(requests, int(ctx.copies.fell_back)),
             "network": self._network_summary(),
         }
@@ -199,6 +209,14 @@ class Simulation:
                   "iterations": ctx.engines.log.table() if cfg.telemetry else None}
         tables.update(self._network_tables())
         return RunResult(summary, perf, tables)
+
+    def _concurrency(self) -> dict[str, Any]:
+        """The concurrency limit the run kept (summary.json `load`): its value, where it came from (`--concurrency`
+        or the trace's `max_concurrency`), and the most requests it had in flight at once."""
+        limiter = self.arrivals.limiter if self.arrivals is not None else None
+        source = None if self.concurrency is None else "run" if self.cfg.concurrency is not None else "trace"
+        return {"concurrency": self.concurrency, "concurrency_from": source,
+                "peak_in_flight": limiter.peak if limiter is not None else None}
 
     def _network_summary(self) -> dict[str, Any]:
         tel = self.ctx.network.telemetry

@@ -67,6 +67,9 @@ def _run(**options: typing.Any) -> None:
 
     Example: simroute run --topology topologies/fattree.yaml --trace agents.parquet --calib calib/h100-ibgda.yaml
     --policy paper --routing ecmp --seed 1 -o results/
+
+    A serving benchmark (ISL 1024 / OSL 1024, 64 clients, one host): simroute trace gen serving -p requests=640
+    -p concurrency=64 -p range_ratio=0.8 -o serving.parquet; simroute run --trace serving.parquet --hosts 1
     """
     from simroute.calib import default_profile_path
     from simroute.network import default_topology_path
@@ -152,9 +155,12 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
     reasons = ", ".join(f"{k}: {v}" for k, v in s["dropped_by_reason"].items())
     c.print(f"requests {s['requests']}, completed {s['completed']}, dropped {s['dropped']}"
             + (f" ({reasons})" if reasons else ""))
+    itl = (s.get("serving") or {}).get("itl_ms") or {}
     table("latency (ms)", ["metric", "mean", "p50", "p95", "p99"],
           [[m, f(s[m], "mean"), f(s[m], "p50"), f(s[m], "p95"), f(s[m], "p99")] for m in ("ttft_ms", "tpot_ms",
-                                                                                           "e2e_ms")])
+                                                                                           "e2e_ms")]
+          + ([["itl_ms", f(itl, "mean"), f(itl, "median"), f(itl, "p95"), f(itl, "p99")]] if itl.get("mean") else []))
+    _print_serving(s.get("serving"))
     pc = s["primitive_counts"]
     table("primitives per (chunk, request)", ["route", "fetch", "local", "resident", "first-touch"],
           [[pc["route"], pc["fetch"], pc["local"], pc["resident"], pc["first-touch"]]])
@@ -182,6 +188,22 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
     c.print(f"simulated {s['sim_time_s']:.3f} s in {perf['wall_s']:.2f} s wall "
             f"({perf['sim_s_per_wall_s'] or 0:.1f}x real time, {perf['requests_per_wall_s'] or 0:,.0f} requests/s); "
             f"outputs in {out}/")
+
+
+def _print_serving(serving: dict | None) -> None:
+    """Throughput as the serving benchmark clients count it (summary.json `serving`): over the duration from the
+    first send to the last completion, in total and per GPU."""
+    if not serving or not serving.get("duration_s"):
+        return
+    rate, per_gpu = serving["throughput"], serving["throughput_per_gpu"]
+    tokens = lambda d: " / ".join("-" if d[k] is None else f"{d[k]:,.1f}"
+                                  for k in ("input_tokens_per_s", "output_tokens_per_s", "total_tokens_per_s"))
+    limit = serving.get("concurrency_limit")
+    console().print(f"benchmark (as SGLang bench_serving / vllm bench serve count it): {serving['completed']:,} "
+                    f"requests in {serving['duration_s']:.3f} s"
+                    + (f" at concurrency {limit}" if limit else "")
+                    + f"; {rate['requests_per_s'] or 0:.3f} requests/s; input / output / total tokens/s "
+                    f"{tokens(rate)}, per GPU ({serving['gpus']}) {tokens(per_gpu)}")
 
 
 def _print_why(s: dict) -> None:

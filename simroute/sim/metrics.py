@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from simroute.compiled import compiled_modules
+from simroute.sim.engine.log import itl_stats
 from simroute.sim.vocab import DropReason, Primitive, Status
 
 PRIMITIVE_NAMES = {int(p): p.label for p in Primitive}
@@ -40,6 +41,7 @@ class Recorder:
         self.requester = np.full(n, -1, dtype=np.int32)
         self.preemptions = np.zeros(n, dtype=np.int32)
         self.output_tokens = np.zeros(n, dtype=np.int32)
+        self.input_tokens = np.zeros(n, dtype=np.int64)     # whole prompt: own tokens + attended chunks' tokens
         self.status = np.full(n, Status.PENDING, dtype=np.int8)
         self.drop_reason = np.full(n, DropReason.NONE, dtype=np.int8)
         self.counts = np.zeros((n, len(Primitive)), dtype=np.int32)  # decisions per primitive code
@@ -84,7 +86,7 @@ class Recorder:
         cols = {
             "request_id": np.arange(self.n, dtype=np.int64), "requester": self.requester,
             "arrival_s": self.arrival, "ttft_s": self.ttft, "tpot_s": self.tpot, "e2e_s": self.e2e,
-            "ttft_floor_s": self.ttft_floor, "output_tokens": self.output_tokens,
+            "ttft_floor_s": self.ttft_floor, "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
             "status": np.where(done, Status.COMPLETED.label,
                                np.where(self.status == Status.DROPPED, Status.DROPPED.label, Status.PENDING.label)),
             "drop_reason": np.array([DROP_REASONS[int(x)] for x in self.drop_reason]) if self.n < 2_000_000
@@ -196,6 +198,44 @@ def percentiles(x: np.ndarray, scale: float = 1e3) -> dict[str, float | None]:
     q = np.percentile(x, [50, 95, 99]) * scale
     return {"mean": float(x.mean() * scale), "p50": float(q[0]), "p95": float(q[1]), "p99": float(q[2]),
             "max": float(x.max() * scale)}
+
+
+def _client_stats(x: np.ndarray, stats: tuple[str, ...] = ("mean", "median", "std", "p99")) -> dict[str, float | None]:
+    """Mean, median, std (ddof 0) and percentiles in ms, as the serving benchmark clients compute them (numpy)."""
+    x = x[np.isfinite(x)]
+    if not x.size:
+        return {stat: None for stat in stats}
+    pick = {"mean": lambda: x.mean(), "median": lambda: np.median(x), "std": lambda: x.std(),
+            "p95": lambda: np.percentile(x, 95), "p99": lambda: np.percentile(x, 99), "max": lambda: x.max()}
+    return {stat: float(pick[stat]() * 1e3) for stat in stats}
+
+
+def serving_summary(rec: Recorder, gaps_s: np.ndarray, gap_tokens: np.ndarray, *, gpus: int,
+                    concurrency: int | None, offered_qps: float | None) -> dict[str, Any]:
+    """The figures the serving benchmark clients print (SGLang `bench_serving`, `vllm bench serve`), computed as
+    they compute them: over the completed requests, the duration from the first request's send to the last
+    completion, TPOT = (E2E - TTFT) / (output - 1) over requests of more than one output token, the input and
+    output tokens of the completed requests; per GPU: divided by the GPUs that serve (instances x TP)."""
+    done = rec.status == Status.COMPLETED
+    started = np.isfinite(rec.arrival)
+    out: dict[str, Any] = {"concurrency_limit": concurrency, "request_rate": offered_qps, "gpus": int(gpus),
+                           "completed": int(done.sum())}
+    if not done.any():
+        return {**out, "duration_s": None}
+    end = rec.arrival[done] + rec.e2e[done]
+    duration = float(end.max() - rec.arrival[started].min())
+    inputs, outputs = int(rec.input_tokens[done].sum()), int(rec.output_tokens[done].sum())
+    rate = (lambda x: x / duration) if duration > 0 else (lambda x: None)
+    per_gpu = (lambda x: None if x is None else x / gpus) if gpus > 0 else (lambda x: None)
+    throughput = {"requests_per_s": rate(float(done.sum())), "input_tokens_per_s": rate(float(inputs)),
+                  "output_tokens_per_s": rate(float(outputs)), "total_tokens_per_s": rate(float(inputs + outputs))}
+    return {**out, "duration_s": duration, "total_input_tokens": inputs, "total_output_tokens": outputs,
+            "throughput": throughput, "throughput_per_gpu": {key: per_gpu(value) for key, value in throughput.items()},
+            "ttft_ms": _client_stats(rec.ttft[done]),
+            "tpot_ms": _client_stats(rec.tpot[done & (rec.output_tokens > 1)]),
+            "itl_ms": itl_stats(gaps_s, gap_tokens), "e2e_ms": _client_stats(rec.e2e[done]),
+            # SGLang's "Concurrency": the mean number of requests in flight over the duration
+            "mean_in_flight": float(rec.e2e[done].sum() / duration) if duration > 0 else None}
 
 
 def summarise(rec: Recorder, *, config: dict[str, Any], inputs: dict[str, str], sim_time_s: float,

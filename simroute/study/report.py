@@ -28,6 +28,7 @@ from simroute.study.store import Store
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
 CI_COLS = [f"{metric}_{stat}" for metric in ("ttft_ms", "tpot_ms") for stat in ("p50", "p99")]
 MEAN_COLS = CI_COLS + ["slo_attainment", "bytes_route", "bytes_fetch", "bytes_pd_transfer", "completed",
+                       "output_tokens_per_s_per_gpu",
                        "requests", "n_route", "n_fetch", "n_local", "max_link_utilisation", "peak_spine_flows",
                        "fct_pd_mean_ms", "fct_pd_p95_ms"]
 # the columns the report's figures read from a run's tables (required), and the text columns among all it reads:
@@ -128,7 +129,7 @@ def axes_of(meta: dict[str, Any]) -> tuple[str | None, list[str]]:
         numeric = [name for name in names if name not in meta.get("cases", {}) and all(
             isinstance(value, (int, float)) for value in meta["axes"].get(name, [0]))]
         fallback = numeric[-1] if numeric else (names[-1] if names else None)
-        axis = next((name for name in numeric if "qps" in name), fallback)
+        axis = next((name for name in numeric if "qps" in name or "concurrency" in name), fallback)
     series = rep.get("series") or [name for name in names if name != axis]
     return axis, list(series)
 
@@ -387,7 +388,8 @@ def _study(input_dir: Path) -> Report:
     slo = list(meta.get("slo") or (meta.get("search") or {}).get("slo") or [])
     agg = aggregate(frame, axis, series, slo)
     notes = []
-    table_cols = ["config", "marks", "seeds", *CI_COLS, "slo_attainment", "completed", "bytes_route", "bytes_fetch",
+    table_cols = ["config", "marks", "seeds", *CI_COLS, "slo_attainment", "completed", "output_tokens_per_s_per_gpu",
+                  "bytes_route", "bytes_fetch",
                   "bytes_pd_transfer", "max_link_utilisation", "peak_spine_flows"]
     has_pd = len(agg) and "bytes_pd_transfer" in agg and float(agg["bytes_pd_transfer"].max()) > 0
     if has_pd:   # prefill -> decode KV transfers: their FCT is the ARK paper's headline metric
@@ -510,6 +512,7 @@ def _run_sections(summary: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
                                "completed": summary["completed"],
                                "dropped": summary["dropped"], "SLO attainment": summary["slo"]["attainment"]}])),
         ("Latency (ms)", lat),
+        *_serving_sections(summary.get("serving") or {}),
         ("Primitives per (chunk, request)", pd.DataFrame([summary["primitive_counts"]])),
         ("Bytes (GB)", pd.DataFrame([{key: round(value / 1e9, 4) for key, value in summary["bytes"].items()}])),
         ("Network", pd.DataFrame([{"flows": net.get("flows"),
@@ -521,6 +524,27 @@ def _run_sections(summary: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
                                       for key, value in net.get("bytes_by_tier", {}).items()}}])),
         *_bottleneck_sections(net.get("bottlenecks") or {}),
     ]
+
+
+SERVING_LATENCY = (("TTFT", "ttft_ms"), ("TPOT", "tpot_ms"), ("ITL", "itl_ms"), ("E2E", "e2e_ms"))
+
+
+def _serving_sections(serving: dict[str, Any]) -> list[tuple[str, pd.DataFrame]]:
+    """The figures the serving benchmark clients print (summary.json `serving`): latency mean / median / p99 in
+    ms, and throughput over the first send to the last completion, in total and per GPU."""
+    if not serving.get("duration_s"):
+        return []
+    latency = pd.DataFrame([{"metric": name, **{stat: (serving.get(key) or {}).get(stat)
+                                                for stat in ("mean", "median", "p99")}}
+                            for name, key in SERVING_LATENCY])
+    rates = ("requests_per_s", "input_tokens_per_s", "output_tokens_per_s", "total_tokens_per_s")
+    throughput = pd.DataFrame([{"scope": scope, **{rate: (serving.get(key) or {}).get(rate) for rate in rates}}
+                               for scope, key in (("total", "throughput"),
+                                                  (f"per GPU ({serving.get('gpus')})", "throughput_per_gpu"))])
+    limit = serving.get("concurrency_limit")
+    what = (f"{serving.get('completed')} requests in {serving['duration_s']:.4g} s"
+            + (f", concurrency {limit}" if limit else "") + "; as SGLang bench_serving / vllm bench serve count it")
+    return [(f"Serving benchmark latency (ms): {what}", latency), ("Serving benchmark throughput", throughput)]
 
 
 def _most_saturated(bottleneck: dict[str, Any]) -> str:
@@ -600,6 +624,10 @@ SUMMARY_FIELDS: dict[str, Any] = {
     "slo": {"attainment": NUMBER_OR_NULL},
     "ttft_ms": NUMBERS_OR_NULL, "tpot_ms": NUMBERS_OR_NULL, "e2e_ms": NUMBERS_OR_NULL,
     "primitive_counts": NUMBERS, "bytes": NUMBERS,
+    "serving?": {"duration_s?": NUMBER_OR_NULL, "completed?": NUMBER, "gpus?": NUMBER,
+                 "concurrency_limit?": NUMBER_OR_NULL, "throughput?": NUMBERS_OR_NULL,
+                 "throughput_per_gpu?": NUMBERS_OR_NULL, "ttft_ms?": NUMBERS_OR_NULL, "tpot_ms?": NUMBERS_OR_NULL,
+                 "itl_ms?": NUMBERS_OR_NULL, "e2e_ms?": NUMBERS_OR_NULL},
     "network?": {"flows?": NUMBER_OR_NULL, "max_link_utilisation?": NUMBER_OR_NULL,
                  "peak_spine_concurrency?": NUMBERS, "bytes_by_tier?": NUMBERS,
                  "bottlenecks?": {"window_s?": NUMBER_OR_NULL, "span_s?": NUMBER_OR_NULL,

@@ -18,6 +18,40 @@ ITERATIONS, DURATION, HOLDER_WORK, HIDDEN = (NAMES.index(name) for name in ("ite
                                                                            "holder_work_s", "hidden_s"))
 
 
+def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    """`np.percentile(np.repeat(values, weights), q)` (linear interpolation, numpy's default and the benchmark
+    clients'), for whole-number `weights`, without building the repeated array (a run's inter-token gaps are
+    logged as (gap, how many tokens saw it) pairs)."""
+    order = np.argsort(values, kind="stable")
+    sorted_values = np.asarray(values, dtype=float)[order]
+    ends = np.cumsum(np.rint(np.asarray(weights)[order]).astype(np.int64))     # run r covers [ends[r-1], ends[r])
+    position = (q / 100.0) * (int(ends[-1]) - 1)
+    below = int(np.floor(position))
+    fraction = position - below
+    low = sorted_values[np.searchsorted(ends, below, side="right")]
+    high = sorted_values[np.searchsorted(ends, min(below + 1, int(ends[-1]) - 1), side="right")]
+    return float(low + (high - low) * fraction)
+
+
+ITL_STATS = ("mean", "median", "std", "p95", "p99", "max")
+
+
+def itl_stats(gaps_s: np.ndarray, tokens: np.ndarray) -> dict[str, float | None]:
+    """Inter-token latency (ms) over every generated token after a sequence's first, from the engines' (gap,
+    tokens) pairs: equal to the clients' statistics over their pooled per-chunk gaps when each token is streamed
+    on its own (the engine logs one entry for the k identical iterations of one event, docs/TRACE_FORMAT.md)."""
+    keep = tokens > 0
+    gaps_s, tokens = gaps_s[keep], tokens[keep]
+    if not gaps_s.size:
+        return {stat: None for stat in ITL_STATS}
+    total = tokens.sum()
+    mean = float((gaps_s * tokens).sum() / total)
+    return {"mean": mean * 1e3, "median": weighted_percentile(gaps_s, tokens, 50.0) * 1e3,
+            "std": float(np.sqrt((tokens * (gaps_s - mean) ** 2).sum() / total)) * 1e3,
+            "p95": weighted_percentile(gaps_s, tokens, 95.0) * 1e3,
+            "p99": weighted_percentile(gaps_s, tokens, 99.0) * 1e3, "max": float(gaps_s.max()) * 1e3}
+
+
 class IterationLog:
     """One row per engine event (an event of `iterations` > 1 stands for that many identical decode
     iterations, each `(duration_s - holder_work_s) / iterations` long). `enabled = False` keeps counters only.
@@ -94,17 +128,11 @@ class IterationLog:
         import pyarrow as pa
         return pa.table({name: self.column(name) for name in NAMES})
 
-    def itl_percentiles(self, scale: float = 1e3) -> dict[str, float | None]:
-        """Token-weighted inter-token latency percentiles (every generated token after the first counts once)."""
-        if not len(self.gaps):
-            return {"mean": None, "p50": None, "p95": None, "p99": None, "max": None}
-        v, w = self.itl_s, self.itl_n
-        order = np.argsort(v, kind="stable")
-        v, w = v[order], w[order]
-        cum = np.cumsum(w) / w.sum()
-        pick = lambda q: float(v[min(np.searchsorted(cum, q), len(v) - 1)] * scale)
-        return {"mean": float((v * w).sum() / w.sum() * scale), "p50": pick(0.5), "p95": pick(0.95),
-                "p99": pick(0.99), "max": float(v[-1] * scale)}
+    def itl_percentiles(self) -> dict[str, float | None]:
+        """Token-weighted inter-token latency (ms) under the summary's names: `itl_stats`, the median as p50."""
+        stats = itl_stats(self.itl_s, self.itl_n)
+        return {"mean": stats["mean"], "p50": stats["median"], "p95": stats["p95"], "p99": stats["p99"],
+                "max": stats["max"]}
 
 
 def iteration_events(table, *, pid: int, max_events: int) -> list[dict]:

@@ -30,6 +30,10 @@ def plan(
     time_scale: float = typer.Option(None, "--time-scale", callback=checked("--time-scale", minimum=0,
                                                                             exclusive_minimum=True),
                                      help="Load: the trace's arrival times x this (0.5 = twice the load)."),
+    concurrency: int = typer.Option(None, "--concurrency", callback=checked("--concurrency", integer=True, minimum=1),
+                                    help="Load: at most N requests in flight, the next sent as one completes (the "
+                                         "serving benchmark clients' --max-concurrency; a generator's own "
+                                         "concurrency, else the runs')."),
     hosts_min: int = typer.Option(1, "--hosts-min", callback=checked("--hosts-min", integer=True, minimum=1)),
     hosts_max: int = typer.Option(64, "--hosts-max", callback=checked("--hosts-max", integer=True, minimum=2,
                                                                       maximum=4096)),
@@ -51,6 +55,9 @@ def plan(
 
     Example: simroute plan --workload agents -p documents=1 -p doc_tokens=98304 -p subagents=256 --qps 8 \\
     --slo 'p99 ttft_ms <= 2000' --slo 'p99 tpot_ms <= 50' --hosts-max 16 -o results/plan
+
+    A serving benchmark's closed loop: simroute plan --workload serving -p input_tokens=1024 -p output_tokens=1024 \\
+    -p requests=640 -p range_ratio=0.8 --concurrency 64 --slo 'mean ttft_ms <= 500' --hosts-max 4 -o results/plan
     """
     from simroute.errors import ConfigurationError
     from simroute.study.plan import DEFAULT_SLO, PlanRequest, run_plan
@@ -66,7 +73,8 @@ def plan(
                                  field="--hosts-min")
     spec = {"generate": workload, "params": _parse_sets(param)} if workload else (trace or DEFAULT_TRACE)
     request = PlanRequest(trace=spec, model=model, tp=tp, topology=topology, gpu=gpu, calib=calib,
-                          slo=tuple(slo) or DEFAULT_SLO, qps=qps, time_scale=time_scale, hosts_min=hosts_min,
+                          slo=tuple(slo) or DEFAULT_SLO, qps=qps, time_scale=time_scale, concurrency=concurrency,
+                          hosts_min=hosts_min,
                           hosts_max=hosts_max, policy=policy,
                           compare=tuple(p.strip() for p in compare.split(",") if p.strip()), seeds=seeds,
                           max_requests=max_requests)

@@ -46,6 +46,7 @@ class PlanRequest:
     slo: tuple[str, ...] = DEFAULT_SLO
     qps: float | None = None
     time_scale: float | None = None
+    concurrency: int | None = None                      # at most this many requests in flight (a closed loop)
     hosts_min: int = 1
     hosts_max: int = 64
     policy: str = "paper"
@@ -66,6 +67,8 @@ class PlanRequest:
             base["time_scale"] = self.time_scale
         if self.qps is not None and not self._generator_takes("qps"):
             base["qps"] = self.qps
+        if self.concurrency is not None and not self._generator_takes("concurrency"):
+            base["concurrency"] = self.concurrency
         policies = [self.policy, *[policy for policy in self.compare if policy != self.policy]]
         return {"name": name, "description": f"simroute plan: fewest hosts meeting {' and '.join(self.slo)}",
                 "base": base, "axes": {"policy": policies}, "seeds": self.seeds, "keep": Keep.SUMMARY.value,
@@ -87,6 +90,8 @@ class PlanRequest:
             params.setdefault("instances", "auto")
         if self.qps is not None and self._generator_takes("qps"):
             params["qps"] = self.qps
+        if self.concurrency is not None and self._generator_takes("concurrency"):
+            params["concurrency"] = self.concurrency
         return {**self.trace, "params": params}
 
 
@@ -99,6 +104,7 @@ def study_name(out: Path) -> str:
 # A study field's head (in a study error) -> the plan flag that set it.
 PLAN_FLAGS = {"policy": "--policy / --compare", "model": "--model", "tp": "--tp", "topology": "--topology",
               "calib": "--calib", "gpu": "--gpu", "qps": "--qps", "time_scale": "--time-scale",
+              "concurrency": "--concurrency",
               "max_requests": "--max-requests", "hosts": "--hosts-min / --hosts-max", "search.slo": "--slo"}
 
 
@@ -265,6 +271,10 @@ def plan_markdown(answer: dict[str, Any], request_doc: dict[str, Any]) -> str:
             if base.get("time_scale") else "at the trace's own load")
     if isinstance(trace, dict) and (trace.get("params") or {}).get("qps"):
         load = f"at {trace['params']['qps']} requests/s"
+    limit = base.get("concurrency") or (isinstance(trace, dict) and (trace.get("params") or {}).get("concurrency"))
+    if limit:
+        load = (f"at most {limit} requests in flight" if load == "at the trace's own load"
+                else f"{load}, at most {limit} in flight")
     gpu = f" ({base['gpu']} GPUs)" if base.get("gpu") else ""
     lines = [f"# Capacity plan: {base.get('model')} at TP {base.get('tp')} on {Path(str(base.get('topology'))).stem}"
              f"{gpu}",

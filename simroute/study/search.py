@@ -64,10 +64,10 @@ def parse_slo(text: str) -> Condition:
     stat, metric, comparison, value = match.groups()
     col = f"{metric}_{stat}" if stat else metric
     if col not in METRICS:
-        latency = [f"{stat_name} {metric_name}" for metric_name in ("ttft_ms", "tpot_ms", "e2e_ms")
+        latency = [f"{stat_name} {metric_name}" for metric_name in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms")
                    for stat_name in STATS]
         raise ValueError(f"unknown SLO metric '{col}'; valid: {', '.join(latency)} or a column such as "
-                         "slo_attainment, completed, bytes_fetch")
+                         "slo_attainment, completed, bytes_fetch, output_tokens_per_s_per_gpu")
     try:
         return Condition(col, comparison, float(value))
     except ValueError:

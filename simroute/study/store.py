@@ -21,7 +21,10 @@ from simroute.ioutil import atomic_path
 STATS = ("mean", "p50", "p95", "p99", "max")
 METRICS: tuple[str, ...] = (
     "requests", "completed", "dropped",
-    *[f"{metric}_{stat}" for metric in ("ttft_ms", "tpot_ms", "e2e_ms") for stat in STATS],
+    *[f"{metric}_{stat}" for metric in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms") for stat in STATS],
+    # the serving benchmark clients' throughput (summary.json `serving`): over the first send to the last completion
+    "request_throughput", "output_tokens_per_s", "total_tokens_per_s", "input_tokens_per_s_per_gpu",
+    "output_tokens_per_s_per_gpu", "total_tokens_per_s_per_gpu",
     "slo_attainment", "bytes_route", "bytes_fetch", "bytes_local", "bytes_pd_transfer",
     "n_route", "n_fetch", "n_local", "n_resident", "n_first_touch",
     "instances", "max_link_utilisation", "peak_spine_flows", "fct_pd_mean_ms", "fct_pd_p95_ms",
@@ -38,6 +41,16 @@ def flatten(summary: dict[str, Any]) -> dict[str, float]:
     for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
         for stat in STATS:
             row[f"{metric}_{stat}"] = summary[metric].get(stat)
+    serving = summary.get("serving") or {}
+    itl = serving.get("itl_ms") or {}
+    for stat in STATS:
+        row[f"itl_ms_{stat}"] = itl.get("median" if stat == "p50" else stat)
+    rate, per_gpu = serving.get("throughput") or {}, serving.get("throughput_per_gpu") or {}
+    row["request_throughput"] = rate.get("requests_per_s")
+    for key in ("output_tokens_per_s", "total_tokens_per_s"):
+        row[key] = rate.get(key)
+    for key in ("input_tokens_per_s", "output_tokens_per_s", "total_tokens_per_s"):
+        row[f"{key}_per_gpu"] = per_gpu.get(key)
     row["slo_attainment"] = summary["slo"]["attainment"]
     for key in ("route", "fetch", "local", "pd_transfer"):
         row[f"bytes_{key}"] = summary["bytes"].get(key, 0.0)
@@ -116,6 +129,9 @@ class Store:
         if not files:
             return pd.DataFrame(columns=["key", "status", "error", "seed", "labels_json", *METRICS])
         frame = pa.concat_tables([_read_point(file) for file in files], promote_options="permissive").to_pandas()
+        for column in METRICS:          # a point stored before a metric existed has none (NaN), not a KeyError
+            if column not in frame:
+                frame[column] = math.nan
         labels = [json.loads(text) for text in frame["labels_json"]]
         for name in sorted({key for point_labels in labels for key in point_labels}):
             frame[f"axis:{name}"] = [point_labels.get(name) for point_labels in labels]

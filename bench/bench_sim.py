@@ -12,6 +12,8 @@ Scenarios (issue 5 and the targets of DEVELOPERS.md):
   agents-growth the agent-real trace at several sizes (`--sizes 2,4,8,16,32` conversations, one policy,
                 always-route unless --policy): the log-log slopes of CPU and wall seconds and of SimPy events
                 over requests, and of the cost per event over the mean event-queue length  (target <= 1.1)
+  serving       a serving benchmark's closed loop: 64 clients, 640 prompts of ~1k in / ~1k out, DeepSeek-V3 at
+                TP 8 on one H200 host                                                (target <= 5 s CPU)
   bare-simpy    SimPy's own event rate on this box: one process yielding timeouts
   messages      bench_network's message loops (by name, route handles, exchanges) per wall and CPU second, and
                 as a share of bare SimPy's events per CPU second (`--messages N` per loop)
@@ -24,7 +26,7 @@ delay of `routed_msgs_sent` one by one (FIFO link clocks, NIC contexts): one per
 others of that event share its delay (they see the same network state) and are counted with their bytes.
 `routed_msgs_vs_bare_simpy` divides the routed messages per CPU second by SimPy's bare events per CPU second,
 measured once in the same process.
-Run: python bench/bench_sim.py [agents|ark|zipf|azure|conversation|agent-real|agents-growth|bare-simpy ...]
+Run: python bench/bench_sim.py [agents|ark|zipf|azure|conversation|agent-real|agents-growth|serving|bare-simpy ...]
      [--no-record] [--policy P]   (conversation / agent-real / agents-growth: one policy instead of all)
      [--sizes N,N,...] [--repeat R]  (agents-growth: conversations per size; the least CPU time of R runs)
 """
@@ -271,6 +273,22 @@ def agents_growth(tmp: Path) -> None:
     record(f"sim_agents_growth_{policy}", figs, target="exponent_cpu <= 1.1")
 
 
+def serving(tmp: Path) -> None:
+    """A serving benchmark's closed loop, as the public H200 runs take it: 64 clients, 640 random prompts of
+    ~1k tokens in and out (range ratio 0.8), DeepSeek-V3 FP8 at TP 8 on one H200 host (`trace gen serving`)."""
+    trace = generate("serving", tmp / "serving.parquet", seed=0, params={
+        "requests": 640, "input_tokens": 1024, "output_tokens": 1024, "range_ratio": 0.8, "concurrency": 64})
+    cfg = RunConfig(topology=str(shipped_topology("fattree")), trace=str(trace), calib=str(default_profile_path()),
+                    hosts=1)
+    summary, fig = _run(cfg)
+    serving = summary["serving"]
+    record("sim_serving_c64_1k1k_1host", {
+        **fig, "engine_events": summary["engine"]["events"], "iterations": summary["engine"]["iterations"],
+        "ttft_mean_ms": serving["ttft_ms"]["mean"], "tpot_mean_ms": serving["tpot_ms"]["mean"],
+        "output_tok_s_per_gpu": serving["throughput_per_gpu"]["output_tokens_per_s"],
+        "peak_rss_MiB": peak_rss_mb()}, target="<= 5 s CPU")
+
+
 def bare(tmp: Path) -> None:
     record("bare_simpy", {k: round(v) for k, v in bare_simpy(1_000_000).items()})
 
@@ -307,7 +325,7 @@ def message_rates(tmp: Path) -> None:
 
 
 SCENARIOS = {"agents": agents, "ark": ark, "zipf": zipf, "azure": azure, "conversation": conversation,
-             "agent-real": agent_real, "agents-growth": agents_growth, "bare-simpy": bare,
+             "agent-real": agent_real, "agents-growth": agents_growth, "serving": serving, "bare-simpy": bare,
              "messages": message_rates}
 
 VALUED = ("--policy", "--sizes", "--repeat", "--messages")     # options that take a value

@@ -214,3 +214,12 @@ def test_itl_of_macro_events_is_within_a_bound_of_single_iterations(tmp_path):
         for stat in stats:
             assert macro.summary["serving"][key][stat] == pytest.approx(exact.summary["serving"][key][stat],
                                                                          rel=1e-3), (key, stat)
+
+
+@pytest.mark.parametrize("args", [("run", "--concurrency", "0"), ("run", "--concurrency", "2.5"),
+                                  ("trace", "gen", "serving", "-p", "concurrency=0"),
+                                  ("trace", "gen", "serving", "-p", "range_ratio=2")])
+def test_a_bad_limit_or_ratio_is_one_line_exit_2(cli, tmp_path, args):
+    code, out, err = cli(*args, "-o", tmp_path / "out.parquet")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert ("concurrency" in err or "range_ratio" in err) and not (tmp_path / "out.parquet").exists()

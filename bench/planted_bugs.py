@@ -144,8 +144,9 @@ FACTOR_BUGS = {
     # metrics, HBM blocks, thresholds (sim/)
     "summary-p95-at-p90": ("simroute/sim/metrics.py", "np.percentile(x, [50, 95, 99])",
                            "np.percentile(x, [50, 90, 99])"),
-    "itl-percentile-unweighted": ("simroute/sim/engine/log.py", "cum = np.cumsum(w) / w.sum()",
-                                  "cum = np.arange(1, len(w) + 1) / len(w)"),
+    "itl-percentile-unweighted": ("simroute/sim/engine/log.py",
+                                  "ends = np.cumsum(np.rint(np.asarray(weights)[order]).astype(np.int64))",
+                                  "ends = np.arange(1, len(order) + 1)"),
     "kv-blocks-round-down": ("simroute/sim/engine/hbm.py", "return -(-n // BLOCK_TOKENS) if n > 0 else 0",
                              "return n // BLOCK_TOKENS + (n % BLOCK_TOKENS > BLOCK_TOKENS // 2) if n > 0 else 0"),
     "affinity-headroom-off-by-one": ("simroute/sim/routers/affinity.py",

@@ -12,4 +12,5 @@ __getattr__, __dir__, __all__ = exports(__name__, {
     "simroute.calib.profile": ("Profile", "default_profile_path", "flatten", "load_profile", "resolve_profile_path",
                                "shipped_dir", "write_profile", "REQUIRED_CONSTANTS"),
     "simroute.calib.schema": ("SCHEMA_VERSION", "Constant", "FabricSpec", "Provenance", "ProfileFile"),
+    "simroute.calib.serving": ("SERVING_TABLE", "ServingRow", "load_serving_table"),
 })

@@ -1,0 +1,186 @@
+"""The measured serving-benchmark table (calib/serving/measured.csv): every row attributed, named as simroute names
+things, consistent with itself (a closed loop's latency and throughput obey the identities every benchmark client
+computes them by), and bad rows refused with one line naming the file, the line and the field."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from pathlib import Path
+
+import pytest
+
+from simroute.calib import shipped_dir
+from simroute.calib.serving import (COLUMNS, FRAMEWORKS, GPUS, PENDING_GPUS, PER_GPU, SERVING_TABLE,
+                                    load_serving_table)
+from simroute.errors import ConfigurationError
+from simroute.model.geometry import MODELS
+
+ROWS = load_serving_table()
+README = (SERVING_TABLE.parent / "README.md").read_text()
+SCORECARD = ("tpot_mean_ms", "ttft_median_ms", "output_throughput_per_gpu_tok_s")
+
+
+def _mean_output_tokens(row) -> float:
+    """The mean output length the client drew: uniform integers in [r L, L] (or [max(1, r L), L]), or L."""
+    if row.length_rule == "fixed":
+        return float(row.osl)
+    return (max(1.0, math.floor(row.range_ratio * row.osl)) + row.osl) / 2
+
+
+def test_table_is_the_shipped_file_and_large_enough():
+    assert SERVING_TABLE.resolve().parent == (shipped_dir() / "serving").resolve()
+    assert len(ROWS) >= 40
+
+
+def test_scorecard_has_its_points():
+    """Issue 35: >= 20 baseline points over >= 2 frameworks and >= 2 GPUs with the three scored metrics, on both
+    sides of the suggested split."""
+    scored = [r for r in ROWS if r.deployment == "baseline" and all(m in r.metrics for m in SCORECARD)]
+    simulable = [r for r in scored if r.gpu not in PENDING_GPUS]
+    assert len(simulable) >= 20
+    assert len({r.framework for r in simulable}) >= 2
+    for holdout in (False, True):
+        side = [r for r in scored if r.holdout is holdout]
+        assert len({r.framework for r in side}) >= 2 and len({r.gpu for r in side}) >= 2, holdout
+
+
+def test_every_row_is_attributed_and_every_source_documented():
+    for row in ROWS:
+        assert row.source_url.startswith("https://") and row.source_ref and row.author and row.date, row.id
+        assert f"### `{row.source}`" in README, f"{row.source} has no section in calib/serving/README.md"
+
+
+def test_names_are_simroute_names():
+    gpu_entries = {p.stem for p in (shipped_dir() / "gpus").glob("*.yaml")}
+    for row in ROWS:
+        assert row.gpu in gpu_entries or row.gpu in PENDING_GPUS, row.id
+        assert row.model in MODELS and row.framework in FRAMEWORKS, row.id
+    assert set(GPUS) - set(PENDING_GPUS) <= gpu_entries
+
+
+def test_unstated_kv_cache_says_the_default():
+    for row in ROWS:
+        assert row.kv_cache_dtype != "unstated" or row.kv_cache_default, row.id
+
+
+def test_closed_loop_latency_identity():
+    """Mean E2E = mean TTFT + mean TPOT x (mean output - 1) for ignore-eos random closed loops (the client's own
+    definitions; exact but for requests of different lengths weighting TPOT differently): catches a unit slip
+    or a transposed column."""
+    checked = 0
+    for row in ROWS:
+        metrics = row.metrics
+        if not (row.closed_loop and row.dataset == "random" and row.ignore_eos and "e2e_mean_s" in metrics
+                and "ttft_mean_ms" in metrics and "tpot_mean_ms" in metrics):
+            continue
+        e2e = (metrics["ttft_mean_ms"] + metrics["tpot_mean_ms"] * (_mean_output_tokens(row) - 1)) / 1e3
+        assert e2e == pytest.approx(metrics["e2e_mean_s"], rel=0.05), row.id
+        checked += 1
+    assert checked >= 40
+
+
+def test_closed_loop_throughput_obeys_littles_law():
+    """N clients each finishing a request of mean output O every mean E2E seconds produce N O / E2E tokens/s:
+    the per-GPU figure times the GPUs must match it (warm-up and drain tails keep it to ~5%)."""
+    checked = 0
+    for row in ROWS:
+        metrics = row.metrics
+        if not (row.closed_loop and row.dataset == "random" and row.ignore_eos and "e2e_mean_s" in metrics
+                and "output_throughput_per_gpu_tok_s" in metrics):
+            continue
+        little = row.concurrency * _mean_output_tokens(row) / metrics["e2e_mean_s"]
+        assert metrics["output_throughput_per_gpu_tok_s"] * row.gpus == pytest.approx(little, rel=0.10), row.id
+        checked += 1
+    assert checked >= 40
+
+
+def test_figures_not_printed_are_marked_derived():
+    """A source printing totals gives per-GPU figures only by division: those are marked, and equal total / GPUs."""
+    for row in ROWS:
+        for per_gpu, total in PER_GPU.items():
+            if per_gpu in row.metrics and total in row.metrics:
+                assert per_gpu in row.derived, row.id
+                assert row.metrics[per_gpu] == pytest.approx(row.metrics[total] / row.gpus, rel=1e-3), row.id
+
+
+def test_labelled_deployments_are_kept_apart():
+    """MTP and DP-attention rows are recorded for the next issue, labelled, never as baseline."""
+    for row in ROWS:
+        assert (row.deployment == "baseline") == (row.speculative == "none" and not row.dp_attention), row.id
+    assert {r.deployment for r in ROWS} >= {"baseline", "mtp", "dp-attention"}
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+def _good_row() -> dict[str, str]:
+    with SERVING_TABLE.open(newline="") as handle:
+        return next(csv.DictReader(handle))
+
+
+def _write(tmp_path: Path, rows: list[dict[str, str]], header: tuple[str, ...] = COLUMNS) -> Path:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(header), lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    path = tmp_path / "table.csv"
+    path.write_text(out.getvalue())
+    return path
+
+
+@pytest.mark.parametrize("column,value,problem", [
+    ("gpu", "h100", "is not one of"),
+    ("framework", "tensorrt", "is not one of"),
+    ("model", "llama-9b", "is not a simroute model"),
+    ("ttft_median_ms", "-3", "positive finite"),
+    ("tpot_mean_ms", "nan", "positive finite"),
+    ("date", "2026-13-01", "YYYY-MM-DD"),
+    ("source_url", "http://example.com", "https"),
+    ("source_url", "", "is empty"),
+    ("author", "", "is empty"),
+    ("request_rate_req_s", "4", "closed loop"),
+    ("derived", "itl_p99_ms=x", "METRIC=FORMULA"),
+    ("range_ratio", "1.5", "ratio in [0, 1]"),
+    ("tp", "3", "does not divide"),
+    ("deployment", "mtp", "disagrees with speculative"),
+    ("e2e_mean_s", "0.001", "shorter than mean TTFT"),
+    ("holdout", "yes", "is not one of"),
+])
+def test_bad_field_names_file_line_and_field(tmp_path, column, value, problem):
+    row = _good_row()
+    assert row[column] != value
+    row[column] = value
+    path = _write(tmp_path, [_good_row(), row])
+    with pytest.raises(ConfigurationError) as err:
+        load_serving_table(path)
+    message = str(err.value)
+    assert f"{path}:3" in message and f"field '{column}'" in message and problem in message, message
+
+
+def test_unstated_kv_without_default_is_refused(tmp_path):
+    row = _good_row() | {"kv_cache_dtype": "unstated", "kv_cache_default": ""}
+    with pytest.raises(ConfigurationError, match="field 'kv_cache_default'.*default would be"):
+        load_serving_table(_write(tmp_path, [row]))
+
+
+def test_per_gpu_disagreeing_with_total_is_refused(tmp_path):
+    row = next(r for r in ROWS if r.derived)
+    raw = next(r for r in csv.DictReader(SERVING_TABLE.open(newline="")) if r["id"] == row.id)
+    raw["output_throughput_per_gpu_tok_s"] = str(float(raw["output_throughput_tok_s"]))    # forgot to divide
+    problem = "field 'output_throughput_per_gpu_tok_s': .* is not output_throughput_tok_s / gpus"
+    with pytest.raises(ConfigurationError, match=problem):
+        load_serving_table(_write(tmp_path, [raw]))
+
+
+def test_repeated_id_missing_column_and_short_line_are_refused(tmp_path):
+    with pytest.raises(ConfigurationError, match=r"table.csv:3, field 'id': '.*' repeats line 2"):
+        load_serving_table(_write(tmp_path, [_good_row(), _good_row()]))
+    with pytest.raises(ConfigurationError, match="field 'header': missing column.*notes"):
+        load_serving_table(_write(tmp_path, [_good_row()], header=COLUMNS[:-1]))
+    path = tmp_path / "short.csv"
+    path.write_text(",".join(COLUMNS) + "\nonly,three,fields\n")
+    with pytest.raises(ConfigurationError, match=r"short.csv:2: has not \d+ fields"):
+        load_serving_table(path)
+    with pytest.raises(ConfigurationError, match="no such file"):
+        load_serving_table(tmp_path / "absent.csv")

@@ -123,7 +123,7 @@ ENGINE_TESTS = ["test_partials.py", "test_holder_counters.py", "test_exchange_le
     ["network/test_messages.py"],
     [f"sim/engine/{name}" for name in ENGINE_TESTS],
     # a Python subclass of the compiled MessageModel (`allow_interpreted_subclasses`)
-    ["sim/test_sparse_engine.py::test_a_fanout_over_four_cross_host_holders_pays_only_the_nic_context_cache"],
+    ["sim/test_sparse_engine.py::test_fanout_over_four_cross_host_holders_is_flat_at_the_nic_capacity"],
 ], ids=["messages", "engine", "message-model-subclass"])
 def test_the_compiled_components_pass_their_own_tests(installed_compiled, tests):
     """The compiled modules' own tests, importing the installed compiled build (one test directory per

@@ -73,3 +73,27 @@ def fit_affine(mq, rt_s, row_bytes, *, probe_s=None, amortised_min_mq: int = 512
     return AffineFit(t_probe_s=t_probe, bw_Bps=float(bandwidth), turnaround_s=turnaround,
                      mape_amortised=_mape(pred[amort], round_trip[amort]), mape_full=_mape(pred, round_trip),
                      n_points=int(mq.size), amortised_min_mq=amortised_min_mq)
+
+
+# The paper's query-batch sweep (§3.2: Mq = 1, 4, ..., 4096) read as powers of two; its amortised regime
+# (Mq >= 512) is then these four points. The reading is the one under which the paper's own IBGDA figures
+# agree: a 9 us turnaround (§4.3) over these four gives the 7% MAPE of Table 2 (and ~3% over Mq >= 2048).
+AMORTISED_SWEEP_MQ = (512, 1024, 2048, 4096)
+
+
+def turnaround_from_mape(t_probe_s: float, bw_Bps: float, row_bytes: float, mape: float,
+                         rows: tuple[int, ...] = AMORTISED_SWEEP_MQ) -> float:
+    """The constant residual r (s) above the affine fit T_probe + Mq row_bytes / BW whose MAPE over `rows` is
+    `mape`, taking the measured round trip as fit + r (the paper's IBGDA case: a fixed kernel turnaround the
+    linear term omits, §4.3): mean(r / (fit + r)) = mape. Increasing in r: solved by bisection to 1 ps."""
+    if not 0.0 <= mape < 1.0:
+        raise ValueError(f"a MAPE must be in [0, 1), got {mape}")
+    fits = [t_probe_s + mq * row_bytes / bw_Bps for mq in rows]
+    low, high = 0.0, 1.0
+    while high - low > 1e-12:
+        mid = (low + high) / 2
+        if sum(mid / (fit + mid) for fit in fits) / len(fits) < mape:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2

@@ -1,29 +1,37 @@
 """Latency-bound messages (routed queries and partials): a delay per message, no re-rating, no event.
 
-A message src -> dst costs: the wait for its links (a FIFO virtual clock per directed link, advanced by the
-wire time the message holds there), the probe (a signal round trip, measured per fabric), its bytes over
-min(single-block dispatch rate, the share bulk flows leave each link) and the path's propagation.
+A message src -> dst costs: the wait for its links, the probe (a signal round trip, measured per fabric), its
+bytes over min(single-block dispatch rate, the share bulk flows leave each link) and the path's propagation.
 
-NIC queue-pair contexts (the congestion mechanism of "Move the Query, Not the Cache", section 8, Fig. 7):
-every NIC keeps the contexts of its most recently used queue pairs (one per requester-holder pair, both
-directions) in a small on-chip cache (LRU). While a NIC serves at most `nic_context_slots` pairs in
-rotation every message hits; one pair more and a cyclic access pattern misses on every message (LRU's
-cyclic pathology), so each message fetches its context (`nic_miss_s`) and its work requests are re-read at
-a lower rate (`nic_miss_rate_factor`). Hence the paper's shape: flat while the rotation fits, a jump (not a
-ramp) at the first pair that does not, rising on from there. A message holds each link's wire for only
-`wire_occupancy` of its dispatch time (one block's puts leave gaps a second block's fill), which is why
-three concurrent requesters do not queue on one 25 GB/s uplink in Fig. 7. See docs/NETWORK.md.
+The wait (how a message queues behind others, "Move the Query, Not the Cache", section 8, Fig. 7). Each
+directed link keeps a work-conserving clock (when the bytes already sent on it drain at its capacity: a byte
+holds the wire for 1 / capacity, `wire_occupancy` = 1) and the ends of the messages still draining. A NIC
+serves its queue pairs' send queues in turn, a packet at a time, not a whole message at a time, so a new
+message waits, on each link, min(r_i, w) for every message i still draining (r_i its bytes left, w its own
+wire time): round-robin interleaving. Equal messages queue as in a FIFO; a probe-sized message slips between
+the packets of a long one instead of waiting for all of it (the paper's probe stays at 14.5 us through K = 2
+while K route flows move data on the same uplink).
 
-Per message (the hot path, `MessageModel.send`): two short loops over the path's links, two LRU touches and
-the byte counts; nothing allocated. By name (`MessageModel.delay`), the route comes from a table indexed by
-source then destination name (filled once per pair, so a message builds no key), then `send`.
+NIC queue-pair contexts: every NIC keeps the contexts of its most recently used queue pairs (one per
+requester-holder pair, both directions) in an on-chip cache (LRU). While a NIC serves at most
+`nic_context_slots` pairs in rotation every message hits; one pair more and a cyclic access pattern misses on
+every message (LRU's cyclic pathology), so each message fetches its context (`nic_miss_s`) and its work
+requests are re-read at a lower rate (`nic_miss_rate_factor`). No published figure gives a ConnectX-7's
+capacity or miss cost: the defaults leave the cache unbound at the queue-pair counts of the shipped scenarios,
+and the `nic-qp-sweep` probe of `simroute calibrate` measures both (a profile's NIC fabric then carries them:
+`MessageModelParams.from_profile`). See docs/NETWORK.md.
+
+Per message (the hot path, `MessageModel.send`): two short loops over the path's links (a link with a backlog
+also walks the ends still draining there: the messages in flight on it), two LRU touches and the byte counts.
+By name (`MessageModel.delay`), the route comes from a table indexed by source then destination name (filled
+once per pair, so a message builds no key), then `send`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from mypy_extensions import mypyc_attr
@@ -39,16 +47,36 @@ INF = math.inf
 
 @dataclass(frozen=True)
 class MessageModelParams:
-    """Constants of the message model. Provenance: `fitted` to Fig. 7 of "Move the Query, Not the Cache"
-    (section 8: K concurrent route flows on one NDR-200 link; probe 14.5 -> 39.5 us, Mq = 1024 114 -> 250 us,
-    flat through K = 2) with `fig7_round_trips`; see docs/NETWORK.md for the fit."""
+    """Constants of the message model (docs/NETWORK.md, "Messages and NIC congestion").
 
-    nic_context_slots: int = 3          # fitted: flat through K = 2 background + the measured requester
-    nic_active_window_s: float = 200e-6 # fitted: a pair stays in the working set this long after its last use
-    nic_miss_s: float = 20e-6           # fitted: Mq = 256 round trip +108% at K = 3 (with the rate factor)
-    nic_miss_rate_factor: float = 0.6   # fitted: Mq = 1024 round trip +119% at K = 3 (wire-bound there)
-    wire_occupancy: float = 0.8         # fitted: 3 concurrent Mq = 1024 loops do not queue on 25 GB/s
-    nic_contexts: bool = True           # False: the plain FIFO model (no context cache)
+    `wire_occupancy` is physics (a byte holds a link for 1 / its capacity; a single-block put that dispatches
+    below the link's rate leaves the rest to others); the NIC context cache's four are defaults until the
+    `nic-qp-sweep` probe measures them on a GPU box: no published figure gives them for a ConnectX-7, and the
+    paper's Fig. 7, which the model predicts, is not used to set them."""
+
+    nic_context_slots: int = 64          # default: queue pairs a NIC keeps hot; unbound at the shipped scenarios'
+    nic_active_window_s: float = 200e-6  # default: a pair stays in the working set this long after its last use
+    nic_miss_s: float = 2e-6             # default: a context fetch over PCIe (one host-memory read round trip)
+    nic_miss_rate_factor: float = 1.0    # default: work requests re-read at the full rate after the fetch
+    wire_occupancy: float = 1.0          # physics: a byte holds the wire for 1 / capacity
+    nic_contexts: bool = True            # False: no context cache at all
+
+    @classmethod
+    def from_profile(cls, constants: dict[str, float]) -> MessageModelParams:
+        """Params with a profile's measured NIC constants (`nic_qp_contexts`, `nic_context_miss_us`,
+        `nic_context_window_us`, `nic_miss_rate_factor`, the `nic-qp-sweep` probe's outputs) over the defaults;
+        names it does not know are ignored (a profile may carry others)."""
+        params = cls()
+        updates: dict[str, float | int] = {}
+        if "nic_qp_contexts" in constants:
+            updates["nic_context_slots"] = max(1, int(round(constants["nic_qp_contexts"])))
+        if "nic_context_miss_us" in constants:
+            updates["nic_miss_s"] = float(constants["nic_context_miss_us"]) * 1e-6
+        if "nic_context_window_us" in constants:
+            updates["nic_active_window_s"] = float(constants["nic_context_window_us"]) * 1e-6
+        if "nic_miss_rate_factor" in constants:
+            updates["nic_miss_rate_factor"] = float(constants["nic_miss_rate_factor"])
+        return replace(params, **updates) if updates else params
 
 
 class MessageHost(Protocol):
@@ -110,7 +138,9 @@ class MessageModel:
         self._contexts_on, self._miss_s, self._miss_factor = (params.nic_contexts, params.nic_miss_s,
                                                               params.nic_miss_rate_factor)
         self._slots, self._window_s = params.nic_context_slots, params.nic_active_window_s
-        self.busy = [0.0] * len(engine.bulk.cap)             # per link: when its message FIFO drains
+        self.busy = [0.0] * len(engine.bulk.cap)             # per link: when the bytes sent on it drain
+        # per link: the drain times of the messages still on it, in send order (only read while busy > now)
+        self.ends: list[list[float]] = [[] for _ in engine.bulk.cap]
         self._nic_ids: dict[str, int] = {}
         self.contexts: list[list[int]] = []             # per NIC: most recent distinct queue pairs, oldest first
         self._context_times: list[list[float]] = []     # their last use
@@ -220,13 +250,14 @@ class MessageModel:
         return delay + (route.latency_s if include_latency else 0.0)
 
     def _occupy(self, route: MessageRoute, nbytes: float, t_probe_s: float, missed: bool, now: float) -> float:
-        """One message's wait for its links, its hold of their FIFO clocks, and its delay without propagation
-        (`send`'s body, after the NIC context check said whether it `missed`)."""
-        busy = self.busy
-        start = now
-        for link in route.links:
-            if busy[link] > start:
-                start = busy[link]
+        """One message's wait for its links, its hold of their clocks, and its delay without propagation
+        (`send`'s body, after the NIC context check said whether it `missed`).
+
+        On each link the message holds the wire for w = its bytes x wire time per byte and waits, under the
+        NIC's round-robin over queue pairs, min(r_i, w) for each message i still draining there (r_i what is
+        left of it: the gap between consecutive drain times); the message waits for its slowest link. The link's
+        clock moves by w from when it frees (work conserving)."""
+        busy, ends = self.busy, self.ends
         rate = route.rate_Bps
         hold = nbytes
         extra = 0.0
@@ -235,9 +266,32 @@ class MessageModel:
             extra = self._miss_s
             rate *= self._miss_factor
             hold = nbytes / self._miss_factor
+        wait = 0.0
         for link, wire in route.link_wire:
-            busy[link] = start + hold * wire
-        return start - now + extra + t_probe_s + nbytes / rate
+            mine = hold * wire
+            if busy[link] > now:
+                queue = ends[link]
+                gone = 0
+                while queue[gone] <= now:          # the last end is busy[link] > now: the loop stops there
+                    gone += 1
+                if gone:
+                    del queue[:gone]
+                waited = 0.0
+                previous = now
+                for end in queue:
+                    left = end - previous
+                    waited += left if left < mine else mine
+                    previous = end
+                if waited > wait:
+                    wait = waited
+                busy[link] += mine
+                queue.append(busy[link])
+            else:
+                busy[link] = now + mine
+                queue = ends[link]
+                queue.clear()
+                queue.append(busy[link])
+        return wait + extra + t_probe_s + nbytes / rate
 
     def send_pair(self, out: MessageRoute, out_bytes: float, out_probe_s: float, back: MessageRoute,
                   back_bytes: float, back_probe_s: float, single_block_Bps: float, now: float) -> tuple[float, float]:

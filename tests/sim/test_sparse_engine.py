@@ -213,10 +213,11 @@ def test_a_step_wait_is_on_every_iteration_and_runs_beside_exchanges(tmp_path):
     assert sum(asked) == 17 and max(asked) > 1              # one call per event, macro-events with k > 1
 
 
-def test_a_fanout_over_four_cross_host_holders_pays_only_the_nic_context_cache(tmp_path, monkeypatch):
-    """The validate row fig4a's gap: a first pass over M = 7 holders (4 on the other host) costs more than over
-    M = 1 only through the NIC context cache fitted to Fig 7 (4 queue pairs against 3 contexts); with the
-    cache off the fan-out is flat, as Fig 4a measures."""
+def test_fanout_over_four_cross_host_holders_is_flat_at_the_nic_capacity(tmp_path, monkeypatch):
+    """The validate row fig4a: a first pass over M = 7 holders (4 on the other host: 4 queue pairs on the
+    requester's NIC) costs what one over M = 1 does at the NIC's default context capacity, as Fig 4a draws it;
+    a NIC that held only 3 contexts (a value only the nic-qp-sweep probe could set) would miss on every
+    message to them (a Python subclass of the compiled MessageModel sets it)."""
     import dataclasses
 
     import simroute.network.engine as network_engine
@@ -232,11 +233,12 @@ def test_a_fanout_over_four_cross_host_holders_pays_only_the_nic_context_cache(t
         base = simulate(_cfg(bare, policy="always-route")).summary["ttft_ms"]["mean"]
         return (ttft[7] - base) / (ttft[1] - base)
 
-    with_cache = fanout_ratio("on")
+    default = fanout_ratio("default")
 
-    class NoContexts(MessageModel):
+    class ThreeContexts(MessageModel):
         def __init__(self, params=None):
-            super().__init__(dataclasses.replace(params or MessageModelParams(), nic_contexts=False))
-    monkeypatch.setattr(network_engine, "MessageModel", NoContexts)
-    without = fanout_ratio("off")
-    assert with_cache > 1.2 and 0.8 <= without <= 1.2, (with_cache, without)
+            super().__init__(dataclasses.replace(params or MessageModelParams(), nic_context_slots=3,
+                                                 nic_miss_s=20e-6))
+    monkeypatch.setattr(network_engine, "MessageModel", ThreeContexts)
+    three = fanout_ratio("three")
+    assert 0.8 <= default <= 1.2 and three > 1.2, (default, three)

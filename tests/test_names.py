@@ -45,6 +45,7 @@ ALLOWED: dict[tuple[str, str], set[str]] = {
     ("probes/gpu_common.py", "*"): {"cp"},
     ("probes/gpu_single.py", "*"): {"cp"},
     ("probes/nvshmem_probes.py", "*"): {"cp"},
+    ("probes/nic_probes.py", "*"): {"cp"},
 }
 
 

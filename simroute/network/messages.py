@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from mypy_extensions import mypyc_attr
@@ -43,6 +43,10 @@ if TYPE_CHECKING:
     from simroute.network.topology import EngineTopology
 
 INF = math.inf
+
+
+# profile constants `MessageModelParams.from_profile` reads (the nic-qp-sweep probe writes the first two)
+NIC_CONSTANTS = ("nic_qp_contexts", "nic_context_miss_us", "nic_context_window_us", "nic_miss_rate_factor")
 
 
 @dataclass(frozen=True)
@@ -66,17 +70,15 @@ class MessageModelParams:
         """Params with a profile's measured NIC constants (`nic_qp_contexts`, `nic_context_miss_us`,
         `nic_context_window_us`, `nic_miss_rate_factor`, the `nic-qp-sweep` probe's outputs) over the defaults;
         names it does not know are ignored (a profile may carry others)."""
-        params = cls()
-        updates: dict[str, float | int] = {}
-        if "nic_qp_contexts" in constants:
-            updates["nic_context_slots"] = max(1, int(round(constants["nic_qp_contexts"])))
-        if "nic_context_miss_us" in constants:
-            updates["nic_miss_s"] = float(constants["nic_context_miss_us"]) * 1e-6
-        if "nic_context_window_us" in constants:
-            updates["nic_active_window_s"] = float(constants["nic_context_window_us"]) * 1e-6
-        if "nic_miss_rate_factor" in constants:
-            updates["nic_miss_rate_factor"] = float(constants["nic_miss_rate_factor"])
-        return replace(params, **updates) if updates else params
+        default = cls()
+        get = constants.get
+        slots, miss_us = get("nic_qp_contexts"), get("nic_context_miss_us")
+        window_us, factor = get("nic_context_window_us"), get("nic_miss_rate_factor")
+        return cls(nic_context_slots=default.nic_context_slots if slots is None else max(1, int(round(slots))),
+                   nic_active_window_s=default.nic_active_window_s if window_us is None else float(window_us) * 1e-6,
+                   nic_miss_s=default.nic_miss_s if miss_us is None else float(miss_us) * 1e-6,
+                   nic_miss_rate_factor=default.nic_miss_rate_factor if factor is None else float(factor),
+                   wire_occupancy=default.wire_occupancy, nic_contexts=default.nic_contexts)
 
 
 class MessageHost(Protocol):

@@ -125,6 +125,14 @@ def gpu_constants(outcome: ProbeOutcome, prov: _Prov) -> dict[str, dict[str, Any
             out["d2d_multi_block_GBps"] = _c(results["multi_block_GBps"], unit="GB/s",
                                              note=f"best over block counts {results.get('blocks')}",
                                              prov=prov.measured("probe staging: multi-CTA copy kernel"))
+    elif name == "nic-qp-sweep" and "capacity" in results:     # no step seen: the capacity is only bounded below
+        prov_ref = f"probe nic-qp-sweep: {results.get('method', 'queue-pair rotation')}"
+        out["nic_qp_contexts"] = _c(results["capacity"], note="queue pairs a NIC serves in rotation without a context "
+                                                              "miss (the largest Q within 10% of Q = 1)",
+                                    prov=prov.measured(prov_ref))
+        out["nic_context_miss_us"] = _c(results["miss_us"], unit="us", note="a message's context miss: half the "
+                                                                            "exchange's step past the capacity",
+                                        prov=prov.measured(prov_ref))
     elif name == "nvshmem-loopback":
         note = "1-PE put+signal to itself: a software floor, never a fabric constant"
         out["nvshmem_loopback_sig_rt_us"] = _c(results["sig_rt_us"], unit="us", note=note,

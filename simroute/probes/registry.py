@@ -25,6 +25,10 @@ PROBES: dict[str, Probe] = {probe.name: probe for probe in [
           "never a fabric constant)", deps=("cupy", "nvshmem"), timeout_s=180),
     Probe("nvshmem-pes", f"{_N}:probe_pes", "gpus-host", "2+ PEs: sig_rt, full_rt over Mq, payload sweep "
           "900-8736 B/row, block-count sweep", deps=("cupy", "nvshmem"), timeout_s=420),
+    Probe("nic-qp-sweep", "simroute.probes.nic_probes:probe_nic_qp_sweep", "gpus-host", "3+ PEs, P2P off "
+          "(NVSHMEM_DISABLE_P2P=1): payload-free exchanges rotated over Q queue pairs -> the NIC's context capacity "
+          "and miss cost (the message model's nic_qp_contexts, nic_context_miss_us)", deps=("cupy", "nvshmem"),
+          timeout_s=300),
     # step-time constants (docs/STEP_TIME.md): torch bf16 on the GPU, numpy reference in a dry run
     Probe("hbm", f"{_S}:probe_hbm", "gpu1", "device-to-device copy bandwidth (achievable HBM) -> hbm_efficiency",
           deps=("torch",), timeout_s=60),

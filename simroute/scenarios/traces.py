@@ -39,14 +39,15 @@ def write_trace(path: str | Path, requests: list[dict[str, Any]], chunks: list[d
 
 def fanin_trace(path: str | Path, n_requesters: int, *, chunk_tokens: int = 2048, n_chunks: int = 1,
                 holder: int = 0, output_tokens: int = 64, prompt_tokens: int = 1, first_requester: int = 8,
-                stride: int = 1, spacing_s: float = 0.0) -> Path:
+                stride: int = 1, spacing_s: float = 0.0, cached: bool = True) -> Path:
     """N requesters (distinct instances) attend the same chunks on one holder at once (Fig 4b, §6.3); with
-    `spacing_s` > 0 they arrive that far apart instead (each alone, if it is longer than one request lasts)."""
+    `spacing_s` > 0 they arrive that far apart instead (each alone, if it is longer than one request lasts).
+    `cached`: the chunks are attended at their cached offsets (a shared prefix: a fetch needs no splice)."""
     chunks = [{"chunk_id": i, "tokens": chunk_tokens, "canonical": True, "holder_hint": holder, "cached_offset":
                i * chunk_tokens} for i in range(n_chunks)]
-    reqs = [{"arrival_s": k * spacing_s, "requester_hint": first_requester + k * stride, "prompt_tokens": prompt_tokens,
-             "output_tokens": output_tokens, "chunk_ids": list(range(n_chunks)),
-             "chunk_at_cached_offset": [True] * n_chunks} for k in range(n_requesters)]
+    reqs = [{"arrival_s": k * spacing_s, "requester_hint": first_requester + k * stride,
+             "prompt_tokens": prompt_tokens, "output_tokens": output_tokens, "chunk_ids": list(range(n_chunks)),
+             "chunk_at_cached_offset": [cached] * n_chunks} for k in range(n_requesters)]
     return write_trace(path, reqs, chunks, name=f"fanin-{n_requesters}")
 
 

@@ -690,6 +690,7 @@ def fig7b_rows(ctx: Ctx) -> list[Row]:
 
 # ---- staging elbow: §6.2 -----------------------------------------------------------------------------------
 STAGING_REQUESTERS = (4, 8)      # paper-testbed: the other node's four GPUs ("inter-node RDMA staging", §6.2)
+STAGING_SPACING_S = 0.05         # the fetches one after another (each ~6 ms): the paper's 6.0 ms p50 is a lone fetch's
 VISIBLE_REGRESSION = 1.01        # "K = 16 regresses": at least +1%, ~60 us on Fig 5b's 5-6 ms axis
 
 
@@ -702,63 +703,66 @@ def staging_share(ctx: Ctx, copy_GBps: float | None, fetch_s: float,
     return stage_s, stage_s / fetch_s, staging.copy_saving
 
 
-def lone_fetch_gain(ctx: Ctx) -> float:
-    """TTFT of one cross-node fetch (no other fetch on the holder's NIC) at K = 8 over K = 1, minus 1: the
-    fit's own regime, a reference for the elbow row's note."""
-    trace = fanin_trace(ctx.tmp / "staging-lone.parquet", 1, first_requester=STAGING_REQUESTERS[0], holder=0,
-                        output_tokens=1)
-    ttft = {streams: column(ctx.run(trace, policy="always-fetch", staging_streams=streams), "ttft_s")[0]
-            for streams in (1, 8)}
-    return ttft[8] / ttft[1] - 1
+def staging_p50(ctx: Ctx, streams: int, copy_GBps: float | None = None, spacing_s: float = STAGING_SPACING_S,
+                tag: str = "") -> float:
+    """p50 fetch TTFT of the other node's four GPUs fetching one chunk each from GPU 0, `spacing_s` apart, each
+    re-homed to its own offset (a splice, as §6.1's 6.0 ms fetch pays)."""
+    first, last = STAGING_REQUESTERS
+    trace = fanin_trace(ctx.tmp / f"staging{tag}-{spacing_s:g}.parquet", last - first, first_requester=first, holder=0,
+                        n_chunks=1, output_tokens=1, spacing_s=spacing_s, cached=False)
+    extra = {} if copy_GBps is None else {"staging_copy_GBps": copy_GBps}
+    return float(np.median(column(ctx.run(trace, policy="always-fetch", staging_streams=streams, **extra),
+                                  "ttft_s")))
 
 
-def staging_notes(ctx: Ctx, copy_GBps: float | None, p50: dict[int, float]) -> tuple[str, str]:
-    """What the two staging rows show: the elbow's gain (the copy rate is fitted to the same §6.2 gain, on a
-    lone fetch) hidden behind a shared NIC, and K = 16's default loss too small to see."""
-    from simroute.model.staging import elbow_fetch_saving_s
-    staging = ctx.profile.staging_params(copy_GBps)
-    stage_s, share, saving = staging_share(ctx, copy_GBps, p50[1])
-    gain = ctx.profile.constant("staging_gain_at_elbow").value
-    saved_s = elbow_fetch_saving_s(gain, ctx.profile.constant("staging_fetch_p50_ms").value * 1e-3)
-    common = (f"one stream stages a 2048-token chunk in {stage_s * 1e3:.2f} ms at {staging.copy_Bps / 1e9:.1f} GB/s "
-              f"({dict(staging.sources)['copy_Bps'].split(':')[0]}), {share:.1%} of this {p50[1] * 1e3:.1f} ms "
-              "fetch-bound TTFT at K = 1. ")
-    elbow = (f"the one-stream copy rate is fitted to this 7% on a lone fetch, and the pool saves {saving:.0%} of "
-             f"the copy time at K = 8 ({saved_s * 1e3:.2f} ms of a {saved_s / gain * 1e3:.2f} ms serialised fetch; "
-             f"simroute.model.staging). {common[0].upper() + common[1:]}Here "
-             f"{len(range(*STAGING_REQUESTERS))} requesters queue on one holder's pool and then share its NIC: the "
-             "earlier staging starts the first pull sooner, but all four pulls finish at the NIC's pace, so the p50 "
-             f"moves little. A lone fetch (no NIC sharing) gains {100 * lone_fetch_gain(ctx):+.1f}%: the fit's "
-             "regime. The paper's per-fetch p50 is set by its host prefetch pipeline (§6.1: worker dispatch, bf16 "
-             "staging, landing), which simroute does not model; the staging probe of `simroute calibrate` measures "
-             "the copies' own K sweep (staging_copy_gain_at_elbow), not that pipeline.")
-    past = (f"{common}K = 16's only mechanism is the default staging_oversubscription_loss "
-            f"({staging.oversubscription_loss:.0%} of the elbow's copy rate, no figure in the paper) on the "
-            f"{(1 - saving) * stage_s * 1e3:.3f} ms the copies take at K = 8, about "
-            f"{staging.oversubscription_loss * (1 - saving) * share:.2%} of TTFT: not a regression Fig 5b's "
-            "5-6 ms axis would show. The staging probe's K = 16 point measures the copies' own loss.")
-    return finding(elbow), finding(past)
+def hbm_copy_GBps(ctx: Ctx) -> float:
+    """One D2D copy stream at the GPU's own achievable HBM rate (datasheet x measured-or-cited efficiency), read
+    and write both crossing HBM: the fastest a copy engine can stage."""
+    gpu = ctx.profile.step_model(ctx.model).gpu
+    return gpu.achievable_hbm_Bps / 2 / 1e9
 
 
 def staging_rows(ctx: Ctx) -> list[Row]:
-    """§6.2: the holder's K-stream staging pool: K = 8 the elbow (p50 -7%), K = 16 regresses. As the paper
-    runs it: the 2-node x 4-H100 testbed, the other node's GPUs fetching a chunk each from one holder."""
-    first, requesters = STAGING_REQUESTERS
-    trace = fanin_trace(ctx.tmp / "staging.parquet", requesters - first, first_requester=first, holder=0, n_chunks=1,
-                        output_tokens=1)
-    p50 = {streams: float(np.median(column(ctx.run(trace, policy="always-fetch", staging_streams=streams), "ttft_s")))
-           for streams in (1, 8, 16)}
+    """§6.2 / Fig 5b: the holder's K-stream staging pool: K = 8 the elbow (p50 -7%), K = 16 regresses. The
+    paper's per-fetch p50 (6.0 ms at K = 8, §6.1) is a lone fetch's, so the other node's GPUs fetch one chunk
+    each from one holder one after another (fetching together they share its NIC: ~13 ms).
+
+    At the shipped one-stream copy rate (fitted to this 7% on a lone fetch) the elbow row checks the fit through
+    the engine; the same pool at the GPU's own HBM copy rate predicts what the copies alone can save."""
     gain = ctx.profile.constant("staging_gain_at_elbow").value
-    elbow_note, past_note = staging_notes(ctx, ctx.config(trace, "paper-testbed").staging_copy_GBps, p50)
-    elbow, past = 100 * (p50[8] / p50[1] - 1), p50[16] / p50[8]
-    basis = ("simulator: holder staging pool (one-stream rate fitted to this gain, simroute.model.staging) "
-             "feeding the bulk flows on paper-testbed")
+    p50 = {streams: staging_p50(ctx, streams) for streams in (1, 8, 16)}
+    hbm_GBps = hbm_copy_GBps(ctx)
+    hbm = {streams: staging_p50(ctx, streams, copy_GBps=hbm_GBps, tag="hbm") for streams in (1, 8)}
+    fitted, at_hbm, past = (100 * (p50[8] / p50[1] - 1), 100 * (hbm[8] / hbm[1] - 1), p50[16] / p50[8])
+    staging = ctx.profile.staging_params(None)
+    stage_hbm_s = ctx.geometry.chunk_bytes(2048) / (hbm_GBps * 1e9)
+    basis = "simulator: holder staging pool (simroute.model.staging) feeding the bulk pull on paper-testbed"
+    hbm_note = finding(
+        f"at the H100's own copy rate ({hbm_GBps:.0f} GB/s: achievable HBM / 2, read + write) one stream stages the "
+        f"2048-token chunk (63.7 MB) in {stage_hbm_s * 1e6:.0f} us; even free copies would take "
+        f"{100 * stage_hbm_s / hbm[1]:.1f}% off this {hbm[1] * 1e3:.2f} ms fetch, not 7% (0.45 ms). The paper's "
+        "gain is its host prefetch pipeline's (§6.1: worker dispatch, bf16 staging, landing; 'dominated by the "
+        "host prefetch pipeline'): per-copy dispatch that K streams overlap, which the engine does not model. "
+        f"The shipped copy rate ({staging.copy_Bps / 1e9:.0f} GB/s) is fitted to stand for it; the staging probe "
+        "of `simroute calibrate` times the 27 per-layer copies over K = 1/4/8/16 streams from Python on a GPU, "
+        "dispatch included, and replaces it (staging_copy_GBps, staging_copy_gain_at_elbow).")
+    past_note = finding(
+        f"K = 16's only mechanism is the default staging_oversubscription_loss ({staging.oversubscription_loss:.0%} "
+        "of the elbow's copy rate; the paper reports the regression without a figure) on the copies' "
+        f"{(1 - staging.copy_saving) * ctx.geometry.chunk_bytes(2048) / staging.copy_Bps * 1e3:.3f} ms at K = 8: "
+        f"{100 * (past - 1):+.2f}% of the fetch, not a regression Fig 5b's 5-6 ms axis shows. The elbow itself "
+        "is where CUDA's default of 8 host-to-device work queues (CUDA_DEVICE_MAX_CONNECTIONS) stops more "
+        "streams from adding concurrency; what a 16th stream costs beyond that is the staging probe's K = 16 "
+        "point.")
     return [
-        Row("staging-elbow", f"fetch TTFT p50 at K = 8 staging streams over K = 1 ({requesters - first} cross-node "
-            "requesters, one chunk each)", f"{MQ}, §6.2, Fig 5b", -100 * gain, elbow, "%",
-            -100 * gain - 5, -100 * gain + 5, "±5 points", basis,
-            elbow_note if not -100 * gain - 5 <= elbow <= -100 * gain + 5 else ""),
-        Row("staging-past-elbow", "fetch TTFT p50 at K = 16 over K = 8",
+        Row("staging-elbow", f"fetch TTFT p50 at K = 8 staging streams over K = 1 (lone fetches), fitted copy "
+            "rate", f"{MQ}, §6.2, Fig 5b", -100 * gain, fitted, "%", -100 * gain - 2, -100 * gain + 2, "±2 points",
+            basis + "; the one-stream copy rate is fitted to this gain", kind=INPUT),
+        Row("staging-elbow-hbm", "fetch TTFT p50 at K = 8 over K = 1, copies at the GPU's HBM copy rate",
+            f"{MQ}, §6.2, Fig 5b (-7%)", -100 * gain, at_hbm, "%", -100 * gain - 2, -100 * gain + 2, "±2 points",
+            basis + "; one stream at the GPU entry's achievable HBM rate / 2",
+            hbm_note if not -100 * gain - 2 <= at_hbm <= -100 * gain + 2 else ""),
+        Row("staging-past-elbow", "fetch TTFT p50 at K = 16 over K = 8 (lone fetches)",
             f"{MQ}, §6.2, Fig 5b (K = 16 regresses; no figure)", NAN, past, "x", VISIBLE_REGRESSION, math.inf,
             "a visible regression (>= +1%)", basis, past_note if past < VISIBLE_REGRESSION else ""),
     ]

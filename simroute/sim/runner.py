@@ -24,6 +24,7 @@ from simroute.errors import UnknownNameError
 from simroute.ioutil import sha256_file
 from simroute.model.scalar import ScalarModel
 from simroute.network import FlowEngine, load_topology
+from simroute.network.messages import NIC_CONSTANTS, MessageModel, MessageModelParams
 from simroute.network.schema import flows_metadata
 from simroute.sim.arrivals import Arrivals, arrival_load, attendance_counts
 from simroute.sim.cluster import ChunkStore, Cluster, Instance
@@ -89,7 +90,7 @@ class Simulation:
         params = profile.cost_params(cfg.model, route_exchanges=cfg.route_exchanges, prefill_us=cfg.prefill_us)
         env = simpy.Environment()
         network = FlowEngine(env, topology, routing=cfg.routing, seed=cfg.seed, record_series=cfg.link_series,
-                             keep_records=cfg.telemetry)
+                             keep_records=cfg.telemetry, message_model=nic_message_model(profile))
         compute = ComputeModel(params)
         self.meta = read_trace_meta(cfg.trace)
         chunks, self._sorted_chunk_ids = read_chunk_store(cfg.trace, compute.kv_bytes_per_token)
@@ -318,6 +319,14 @@ def engine_options(cfg: RunConfig) -> EngineOptions:
                          prefill_chunk=cfg.prefill_chunk, steps_per_event=cfg.decode_steps_per_event,
                          holder_mode=cfg.holder_mode, interference=cfg.holder_interference,
                          overlap=cfg.micro_batch_overlap, check_hbm=cfg.check_hbm)
+
+
+def nic_message_model(profile) -> MessageModel | None:
+    """A message model with the NIC constants a measured profile carries (the nic-qp-sweep probe's), else None:
+    the engine's default model."""
+    measured = {name: constant.value for name, constant in profile.constants.items()
+                if name in NIC_CONSTANTS and constant.value is not None}
+    return MessageModel(MessageModelParams.from_profile(measured)) if measured else None
 
 
 def simulate(cfg: RunConfig, out_dir: str | Path | None = None,

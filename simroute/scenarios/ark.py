@@ -15,8 +15,9 @@ seconds" (abstract). What it does not state, and what simroute chooses (docs/MOD
 The engine settings are pinned (`ARK_ENGINE`) so the scenario does not move with the run defaults.
 Two figures derived from the paper's numbers check that this sizing is its regime: its -12.9% TTFT from -27.3%
 FCT puts the transfer at ~half of TTFT, and its Fig 3 peaks (18 flows on a spine under ECMP, < 8 on each under
-ARK) need ~20-30 flows in flight at QPS 25 (Little's law: transfers of ~1 s under load). Here mean ECMP FCT is
-~0.5 s (P95 ~1.2 s), ~30% of TTFT; the ECMP peak is 13-16 flows.
+ARK) need ~20-30 flows in flight at QPS 25 (Little's law: transfers of ~1 s under load). Here, over seeds 0-2,
+mean ECMP FCT is ~0.49 s (P95 ~1.1 s), 29% of TTFT, and the busiest spine carries 17 flows under ECMP, 6 under
+ARK.
 """
 
 from __future__ import annotations

@@ -755,7 +755,7 @@ def staging_rows(ctx: Ctx) -> list[Row]:
         "streams from adding concurrency; what a 16th stream costs beyond that is the staging probe's K = 16 "
         "point.")
     return [
-        Row("staging-elbow", f"fetch TTFT p50 at K = 8 staging streams over K = 1 (lone fetches), fitted copy "
+        Row("staging-elbow", "fetch TTFT p50 at K = 8 staging streams over K = 1 (lone fetches), fitted copy "
             "rate", f"{MQ}, §6.2, Fig 5b", -100 * gain, fitted, "%", -100 * gain - 2, -100 * gain + 2, "±2 points",
             basis + "; the one-stream copy rate is fitted to this gain", kind=INPUT),
         Row("staging-elbow-hbm", "fetch TTFT p50 at K = 8 over K = 1, copies at the GPU's HBM copy rate",

@@ -14,8 +14,9 @@ that a before/after comparison shows both the cost and that the outputs did not 
 Appends one row per trace to RESULTS.md (least CPU of R runs per policy) unless --no-record. `--against` runs
 each policy in a fresh process per side, the base checkout and this one alternating (a shared box's load falls
 on both alike), and records base -> this per policy, with whether the fingerprints agree. `--compiled-vs-pure`
-does the same with the installed simroute (`pip install .`: its mypyc-compiled modules, `simroute.compiled`)
-run as Python (`SIMROUTE_PURE_PYTHON=1`) and as installed. Every row names the modules that ran compiled.
+does the same with the installed simroute (`SIMROUTE_COMPILE=1 pip install .`: its mypyc-compiled modules,
+`simroute.compiled`) run as Python (`SIMROUTE_PURE_PYTHON=1`) and as installed. Every row names the modules that
+ran compiled.
 
     python bench/bench_engine_iteration.py agent-real always-route --compiled-vs-pure --repeat 3
 """

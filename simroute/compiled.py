@@ -6,8 +6,9 @@ engine's per-event work: Python object operations, which the interpreter's dispa
 over the same sources, untyped, saved 7%). mypyc compiles the same type-annotated sources into native classes
 (attributes in C structs, typed methods called directly): one source, no second implementation to keep equal;
 always-route on the agent trace went 12.14 -> 8.85 us per iteration with identical outputs. `pip install .`
-compiles them when mypyc and a C compiler are at hand (setup.py) and installs plain Python otherwise; an
-editable install (`pip install -e .`) stays plain Python, so that an edited source is what runs.
+installs plain Python; `SIMROUTE_COMPILE=1 pip install .` compiles them (setup.py: ~30 CPU-seconds more, and
+an error, not a Python install, when mypyc or the C compiler fails); an editable install (`pip install -e .`) is
+never compiled, so that an edited source is what runs.
 docs/ARCHITECTURE.md ("Where a routed run's CPU goes") has the measurements and what was left out and why.
 
 A compiled module behaves as its source does, with two differences a contributor meets:
@@ -16,7 +17,7 @@ A compiled module behaves as its source does, with two differences a contributor
   run on the sources), and a Python subclass only where the class says `allow_interpreted_subclasses`
   (`MessageModel`).
 `SIMROUTE_PURE_PYTHON=1` in the environment runs an install's compiled modules from their sources (set before
-`import simroute`); at build time it installs no compiled modules at all.
+`import simroute`).
 """
 
 from __future__ import annotations
@@ -34,11 +35,21 @@ COMPILED_MODULES = {
     "simroute.sim.engine.hbm": "simroute/sim/engine/hbm.py",
 }
 PURE_PYTHON_ENV = "SIMROUTE_PURE_PYTHON"
+COMPILE_ENV = "SIMROUTE_COMPILE"            # at install time: build the compiled modules (setup.py)
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+def compile_requested() -> bool:
+    """The install asks for the compiled build (`SIMROUTE_COMPILE` set to anything but empty or 0)."""
+    return _flag(COMPILE_ENV)
 
 
 def pure_python_requested() -> bool:
     """The environment asks for the sources (`SIMROUTE_PURE_PYTHON` set to anything but empty or 0)."""
-    return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
+    return _flag(PURE_PYTHON_ENV)
 
 
 def compiled_modules() -> list[str]:

@@ -3,6 +3,12 @@
 Suite order and parallel runs (CI runs `pytest -n 2`, pytest-xdist):
 - Files holding a test marked `slow` (over ~5 s on a quiet box) run first, so under `-n 2` the long ones start
   at once instead of finishing last on one worker. Serial runs are reordered the same way (harmless).
+- No test depends on the box's speed (CI and shared boxes run at any load): hypothesis's per-example deadline
+  (200 ms by default) and its too-slow health check are wall-clock limits, off for the whole suite (the
+  `simroute` profile below); a subprocess's `timeout` is a hang guard, minutes above its quiet-box time.
+- Test modules never import `conftest` (pytest keeps one module of that name at a time: tests/network and
+  tests/sim/engine collected in one run would see each other's); shared helpers live in uniquely named modules
+  (tests/test_suite_layout.py checks both).
 - With `-n N` and no explicit `--dist`, each test file goes to one worker whole (a module-scoped fixture, such
   as the validate scorecard, is computed once, not once per worker), and tests/network/ is one unit: its files
   compile the same numba kernels, which on a clean clone's cold cache take ~50 s of CPU; two workers compiling
@@ -14,6 +20,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile("simroute", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("simroute")
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACES = ROOT.parent / "shared" / "traces"

@@ -1,6 +1,9 @@
 """The modules mypyc compiles (simroute.compiled): named once, run as Python on request, and, where this
-environment's installed simroute is the compiled build (`pip install .`, as CI installs it), computing
-what their sources compute: the same run's outputs to the byte, and the components' own tests passing."""
+environment's installed simroute is the compiled build (`SIMROUTE_COMPILE=1 pip install .`, as .ci/run installs
+it), computing what their sources compute: the same run's outputs to the byte, and the components' own tests
+passing. With `SIMROUTE_COMPILE=1` in the tests' environment (.ci/run exports it), an installed build that is not
+the compiled one fails these tests instead of skipping them: a compiled build that broke never passes for one
+that was not asked for."""
 
 from __future__ import annotations
 
@@ -53,6 +56,8 @@ def test_sources_first_imports_the_source_beside_an_extension(tmp_path, monkeypa
 def test_pure_python_is_requested_by_a_non_empty_non_zero_value(monkeypatch, value, wanted):
     monkeypatch.setenv(compiled.PURE_PYTHON_ENV, value)
     assert compiled.pure_python_requested() is wanted
+    monkeypatch.setenv(compiled.COMPILE_ENV, value)
+    assert compiled.compile_requested() is wanted
 
 
 def _installed(tmp_path: Path, code: str, *, pure: bool = False) -> str:
@@ -75,8 +80,12 @@ def installed_compiled(tmp_path_factory) -> Path:
            "print(json.dumps(c.compiled_modules()))"
     found = json.loads(_installed(where, code).strip().splitlines()[-1])
     if found != list(compiled.COMPILED_MODULES):
-        pytest.skip(f"the installed simroute runs {found or 'no'} compiled modules (an editable or plain-Python "
-                    "install: `pip install .` with mypyc and a C compiler compiles them)")
+        why = f"the installed simroute runs {found or 'no'} compiled modules"
+        if compiled.compile_requested():
+            pytest.fail(f"{compiled.COMPILE_ENV}=1 asks for the compiled build, but {why}: install it with "
+                        f"`{compiled.COMPILE_ENV}=1 pip install .` (the install fails where mypyc or the C compiler "
+                        "does)")
+        pytest.skip(f"{why} (`{compiled.COMPILE_ENV}=1 pip install .` builds them)")
     return where
 
 
@@ -126,9 +135,9 @@ ENGINE_TESTS = ["test_partials.py", "test_holder_counters.py", "test_exchange_le
     ["sim/test_sparse_engine.py::test_fanout_over_four_cross_host_holders_is_flat_at_the_nic_capacity"],
 ], ids=["messages", "engine", "message-model-subclass"])
 def test_the_compiled_components_pass_their_own_tests(installed_compiled, tests):
-    """The compiled modules' own tests, importing the installed compiled build (one test directory per
-    process: the directories' conftest modules share a name). The planted-bug tests (test_planted_engine.py)
-    patch an engine's methods, which a compiled class does not allow: they run on the sources only."""
+    """The compiled modules' own tests, importing the installed compiled build. The planted-bug tests
+    (test_planted_engine.py) patch an engine's methods, which a compiled class does not allow: they run on the
+    sources only."""
     paths = [str(ROOT / "tests" / test) for test in tests]
     code = ("import sys, pytest, simroute.compiled as c; import simroute.network.messages, "
             "simroute.sim.engine.engine; assert len(c.compiled_modules()) == len(c.COMPILED_MODULES); "

@@ -2,9 +2,9 @@
 
 Knows nothing of LLMs: flows have bytes, paths and optional rate caps; messages have bytes.
 
-Shipped topologies live twice: `topologies/` (the user-facing copy at the repo root) and
-`simroute/data/topologies/` (inside the wheel, what `default_topology_path()` finds); they are kept
-byte-identical and tests/network/test_topology.py fails if they drift.
+Shipped topologies are the files of `topologies/` at the repository root; `simroute/data/topologies` links
+there, so the wheel carries them and `default_topology_path()` finds them installed (docs/ARCHITECTURE.md,
+"Shipped data").
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from simroute.network import (FABRICS, ROUTING_STRATEGIES, FlowEngine, RoutingSt
 from simroute.network.routing import ARK_ELEPHANT_BYTES, RouteChoice
 from simroute.network.topology import FatTreeFabric, LeafSpineFabric
 
-from conftest import TOPO_DIR
+from simroute.network import DATA_DIR as TOPO_DIR
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from simroute.cli.main import main
 
-from conftest import TOPO_DIR
+from simroute.network import DATA_DIR as TOPO_DIR
 
 
 def test_topo_show_and_png(tmp_path, capsys):

@@ -9,7 +9,7 @@ import simpy
 
 from simroute.network import FlowEngine, load_topology, maxmin_rates
 
-from conftest import TOPO_DIR
+from simroute.network import DATA_DIR as TOPO_DIR
 
 
 @pytest.mark.parametrize("name, routing", [("fattree-1024.yaml", "ecmp"), ("ark-leafspine.yaml", "ark"),

@@ -9,7 +9,7 @@ import simpy
 from simroute.network import FlowEngine, MessageModel, MessageModelParams, load_topology
 from simroute.network.hashing import M64, SPORT_MAX, SPORT_MIN, flow_key, mix64
 
-from conftest import TOPO_DIR
+from simroute.network import DATA_DIR as TOPO_DIR
 
 GOLDEN = 0x9E3779B97F4A7C15
 

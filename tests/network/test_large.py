@@ -16,7 +16,7 @@ from simroute.network.kernels import NUMPY_BACKEND, compiled_backend
 
 BACKENDS = ["numpy"] + (["numba"] if compiled_backend() is not None else [])
 
-from conftest import TOPO_DIR
+from simroute.network import DATA_DIR as TOPO_DIR
 
 
 def assert_maxmin(eng, rel=1e-9):

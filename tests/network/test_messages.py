@@ -9,7 +9,7 @@ import simpy
 from simroute.network import FlowEngine, MessageModel, MessageModelParams, load_topology, shipped_topology
 from simroute.network.fig7 import fig7_round_trips, fig7_scorecard
 
-from conftest import TOPO_DIR
+from simroute.network import DATA_DIR as TOPO_DIR
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from simroute.network import FlowEngine, load_topology, maxmin_rates
 from simroute.network._online import H_TOMB
 from simroute.network.kernels import compiled_backend
 
-from conftest import TOPO_DIR
+from simroute.network import DATA_DIR as TOPO_DIR
 from netstub import CoreFromFirst, ObjectMode, StubTopology
 
 needs_numba = pytest.mark.skipif(compiled_backend() is None, reason="numba not installed or SIMROUTE_NO_NUMBA set")

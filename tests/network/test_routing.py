@@ -12,7 +12,7 @@ from simroute.network import FlowEngine, load_topology
 from simroute.network.hashing import flow_key, mix64
 from simroute.scenarios.network import ark_vs_ecmp
 
-from conftest import TOPO_DIR
+from simroute.network import DATA_DIR as TOPO_DIR
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import simpy
 from simroute.network import SOLVERS, FlowEngine, SolverMode, load_topology
 from simroute.network.solvers.arrays import ArraySolver
 
-from conftest import TOPO_DIR
+from simroute.network import DATA_DIR as TOPO_DIR
 
 
 @pytest.fixture(scope="module")

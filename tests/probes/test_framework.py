@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from simroute.probes.calibrate import run_probes, select
@@ -19,10 +17,8 @@ def test_timeout_missing_dependency_and_crash_do_not_stop_the_others() -> None:
     probes = [PROBES["selftest-hang"], PROBES["selftest-missing"], PROBES["selftest-crash"],
               Probe("tiny", "simroute.probes.selftest:tiny", "cpu", "returns at once"),
               PROBES["splice"]]
-    t0 = time.monotonic()
     out = {o.probe.name: o for o in run_probes(probes, CPU_BOX)}
-    assert time.monotonic() - t0 < 20
-    assert out["selftest-hang"].status == "timeout"
+    assert out["selftest-hang"].status == "timeout"              # killed at its 2 s: the others still ran
     assert "no result within 2 s" in out["selftest-hang"].message
     assert out["selftest-missing"].status == "missing-dep"
     assert "simroute_no_such_library" in out["selftest-missing"].message

@@ -1,16 +1,11 @@
-"""Shipped inputs are taken by name wherever a file is; the package copies do not drift from the repository's."""
+"""Shipped inputs are taken by name wherever a file is (one copy of each: tests/test_packaging.py)."""
 
 from __future__ import annotations
 
-import filecmp
 from pathlib import Path
 
-import pytest
-
-from simroute.shipped import DATA, resolve_input, shipped_names
+from simroute.shipped import DATA, resolve_input
 from simroute.defaults import PAPER_DEPLOYMENT
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_names_resolve_and_paths_win(tmp_path, monkeypatch):
@@ -51,14 +46,6 @@ def test_run_accepts_names(tmp_path):
     from simroute.sim import RunConfig
     cfg = RunConfig(**PAPER_DEPLOYMENT, topology="paper-testbed", trace="agents-default", calib="h100-ibgda")
     assert Path(cfg.topology).exists() and Path(cfg.trace).exists() and Path(cfg.calib).exists()
-
-
-@pytest.mark.parametrize("kind, repo_dir", [("study", "studies")])
-def test_package_copies_identical(kind, repo_dir):
-    names = shipped_names(kind)
-    assert names == sorted(p.stem for p in (ROOT / repo_dir).glob("*.yaml"))
-    for n in names:
-        assert filecmp.cmp(ROOT / repo_dir / f"{n}.yaml", DATA / "studies" / f"{n}.yaml", shallow=False), n
 
 
 def test_sample_import_by_name(cli, tmp_path):

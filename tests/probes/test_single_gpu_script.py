@@ -166,15 +166,45 @@ def test_write_tables_refuses_bad_input_in_one_line_and_changes_nothing(tmp_path
     refused("unreadable")
 
 
+DECODE_TABLES = {"mla_decode", "attention_decode"}      # decode-attention's sweep times both kinds
+
+
+def _cut_by_the_load(out: Path) -> str | None:
+    """Why a rehearsal's results say more about the box's load than about the probes, if they do: a probe
+    killed before its first result (its set-up did not fit its share), or decode attention's sweep stopped by
+    its deadline before it timed both kinds of table."""
+    if not (out / "results.json").exists():
+        return None
+    results = json.loads((out / "results.json").read_text())
+    killed = [name for name, res in results.items() if res["status"] == "timeout"]
+    decode = {point.get("table") for point in results.get("decode-attention", {}).get("results", {}).get("points", [])}
+    return (f"killed at their share: {killed}" if killed else
+            None if DECODE_TABLES <= decode else f"decode attention timed {sorted(filter(None, decode))} only")
+
+
+def _dry_run(tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    """The rehearsal at its default budget (each probe a share of 60 s, at least 10); where the box's load cut
+    it short (`_cut_by_the_load`), the whole rehearsal again with ten times the budget, so that what the test
+    judges is the probes and the script, not the box's speed (on a quiet box the first run is the only one).
+    The subprocess timeouts are hang guards."""
+    for rehearsal_s in (60, 600):
+        out = tmp_path / f"rehearsal-{rehearsal_s}" / "h200"
+        completed = subprocess.run([sys.executable, str(SCRIPT), str(out), "--dry-run", "--rehearsal-s",
+                                    str(rehearsal_s)], capture_output=True, text=True, timeout=40 * rehearsal_s,
+                                   cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""})
+        if completed.returncode != 0 or _cut_by_the_load(out) is None:
+            break
+    return completed, out
+
+
 @pytest.mark.slow
 def test_dry_run_rehearses_the_whole_plan_and_reports_it_fits(tmp_path: Path) -> None:
     """Must show: the dry run of the one-shot script passes and reports a plan that fits 8 minutes; afterwards
     `--write-tables OUT_DIR` turns its results.json into the operator tables `simroute calibrate` writes."""
     script = _module()
-    out = tmp_path / "h200"
-    completed = subprocess.run([sys.executable, str(SCRIPT), str(out), "--dry-run"],
-                       capture_output=True, text=True, timeout=240, cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""})
+    completed, out = _dry_run(tmp_path)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert _cut_by_the_load(out) is None, completed.stdout[-3000:]
     total_line = next(line for line in completed.stdout.splitlines() if "plan total" in line)
     assert "480 s budget (8.0 min): fits" in total_line
     results = json.loads((out / "results.json").read_text())
@@ -208,7 +238,7 @@ def _write_tables_after_the_dry_run(out: Path) -> None:
 
     def write_tables(where: Path) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, str(SCRIPT), "--write-tables", str(where)], capture_output=True,
-                              text=True, timeout=120, cwd=out.parent, env={**os.environ, "PYTHONPATH": ""})
+                              text=True, timeout=1800, cwd=out.parent, env={**os.environ, "PYTHONPATH": ""})
 
     completed = write_tables(out)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
@@ -220,7 +250,7 @@ def _write_tables_after_the_dry_run(out: Path) -> None:
     # gets on a loaded box, so the set is read from results.json, not fixed)
     timed = {"gemm"} | {point["table"] for name in ("decode-attention", "prefill-attention", "moe", "elementwise")
                         for point in results[name]["results"].get("points", []) if point.get("table")}
-    assert {"gemm", "mla_decode", "attention_decode"} <= timed
+    assert {"gemm"} | DECODE_TABLES <= timed
     assert {kind.value for kind in timeouts.tables} == timed
     assert timeouts.provenance["kind"] == "measured" and timeouts.provenance["dry_run"] == "true"
     assert timeouts.provenance["device"] == "cpu (dry run)"

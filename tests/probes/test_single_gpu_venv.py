@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -106,21 +107,27 @@ def test_the_script_installs_its_wheels_and_runs_in_a_box_like_venv(tmp_path: Pa
     why = _fetch_wheels(wheels)
     if why:
         pytest.skip(why)
-    out = tmp_path / "box" / "h200"
-    r = subprocess.run([str(py), str(SCRIPT), str(out), "--dry-run", "--wheels", str(wheels), "--rehearsal-s", "60",
-                        "--only", "hbm,splice,host-tcp"], capture_output=True, text=True, timeout=300,
-                       cwd=tmp_path, env=env)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    for req, _, gpu in m.BRING_WHEELS:
+    # each probe gets its share of a 60 s rehearsal (at least 10 s); where the box's load kills one before its
+    # first result, the rehearsal runs again with ten times the budget (the probes' imports and the script are
+    # what is judged, not the box's speed); the timeouts are hang guards
+    runs = []
+    for rehearsal_s in (60, 600):
+        out = tmp_path / f"box-{rehearsal_s}" / "h200"
+        r = subprocess.run([str(py), str(SCRIPT), str(out), "--dry-run", "--wheels", str(wheels), "--rehearsal-s",
+                            str(rehearsal_s), "--only", "hbm,splice,host-tcp"], capture_output=True, text=True,
+                           timeout=40 * rehearsal_s, cwd=tmp_path, env=env)
+        runs.append(r)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+        if "timeout" not in {v["status"] for v in json.loads((out / "results.json").read_text()).values()}:
+            break
+    for req, _, gpu in m.BRING_WHEELS:                  # the first run installed them
         if not gpu:
-            assert f"pip install {req}: ok" in r.stdout, req
-    assert "pip install nvshmem4py-cu13==0.4.1: FAILED no wheel" in r.stdout     # not brought here: said, not fatal
+            assert f"pip install {req}: ok" in runs[0].stdout, req
+    assert "pip install nvshmem4py-cu13==0.4.1: FAILED no wheel" in runs[0].stdout   # not brought here: said, not fatal
     assert imports("pydantic, simpy")
     assert {p.name for p in out.iterdir()} == set(m.OUTPUTS) and m.check_outputs(out) == []
     from simroute.calib import load_profile
     prof = load_profile(out / "profile.yaml")
     assert "h200-sxm" in prof.gpus and "host-tcp" in prof.fabrics
-    import json
     status = {n: v["status"] for n, v in json.loads((out / "results.json").read_text()).items()}
-    assert status["hbm"] == status["host-tcp"] == "ok"
-    assert status["splice"] in ("ok", "timeout"), status       # its imports work; its time depends on the load
+    assert status == {"hbm": "ok", "host-tcp": "ok", "splice": "ok"}, status

@@ -51,7 +51,7 @@ def browser_plots(page: Path, screenshot: Path | None = None) -> int:
     flags = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
              "--virtual-time-budget=10000"]
     res = subprocess.run(flags + ["--dump-dom", page.resolve().as_uri()], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=1800)                   # a hang guard (a loaded box slows Chromium tenfold)
     console = [line for line in res.stderr.splitlines() if ":CONSOLE" in line]
     assert not console, console[:5]
     rendered = res.stdout.split('class="plotly-graph-div js-plotly-plot"')[1:]
@@ -62,7 +62,7 @@ def browser_plots(page: Path, screenshot: Path | None = None) -> int:
         assert title and xs and ys, f"panel {title[:1]} lacks a labelled axis: x {xs[:1]}, y {ys[:1]}"
     if screenshot is not None:
         subprocess.run(flags + ["--window-size=1280,2400", f"--screenshot={screenshot}", page.resolve().as_uri()],
-                       capture_output=True, timeout=120, check=True)
+                       capture_output=True, timeout=1800, check=True)
         assert screenshot.stat().st_size > 20_000       # a blank page is a few KB
     return len(rendered)
 

@@ -11,10 +11,11 @@ import yaml
 from simroute.errors import ConfigurationError
 from simroute.network import default_topology_path, load_topology, shipped_topology
 from simroute.network.topology import FABRICS
+from simroute.shipped import shipped_names
 
 from simroute.network import DATA_DIR as TOPO_DIR
 
-SHIPPED = ["fattree", "paper-testbed", "ark-leafspine", "fattree-1024"]
+SHIPPED = shipped_names("topology")        # every file of topologies/, a new one included
 
 
 def test_the_default_topology_is_the_shipped_fattree():

@@ -185,15 +185,16 @@ class Profile:
                                  file=self.files[0] if self.files else None, field="gpu")
 
     def step_model(self, model: str = "deepseek-v2-lite", *, gpu: str | None = None, tp: int = 1,
-                   intra_host_fabric: str | None = None, cache_dtype: str = "bf16",
+                   intra_host_fabric: str | None = None, cache_dtype: str | None = None,
                    gpu_spec: GpuSpec | None = None, cuda_graphs: bool = False,
                    weight_dtype: str | None = None, kv_layout: str = "replicated") -> StepTimeModel:
         """The step-time model of an instance of `tp` GPUs serving `model`. The TP all-reduce runs over
         `intra_host_fabric` (its bulk rate and probe latency); the GPU is that fabric's unless `gpu` is given
         (or `gpu_spec`, an entry taken from another profile). `weight_dtype` overrides the checkpoint's
-        (bf16 / fp8); `kv_layout` where an MLA latent lives under TP (steptime.KV_LAYOUTS)."""
+        (bf16 / fp8), `cache_dtype` the KV cache's default (None: the model's); `kv_layout` where an MLA latent
+        lives under TP (steptime.KV_LAYOUTS)."""
         geom = get_model(model)
-        if cache_dtype != geom.cache_dtype:
+        if cache_dtype is not None and cache_dtype != geom.cache_dtype:
             geom = geom.with_cache_dtype(cache_dtype)
         if weight_dtype is not None and weight_dtype != geom.weight_dtype:
             geom = geom.with_weight_dtype(weight_dtype)
@@ -257,8 +258,9 @@ class Profile:
                                      file=self.files[0] if self.files else None, field="fabrics")
 
     def cost_params(self, model: str = "deepseek-v2-lite", *, route_exchanges: str = RouteExchanges.PER_LAYER,
-                    prefill_us: float | None = None, cache_dtype: str = "bf16", **switches: Any) -> CostParams:
-        """The model's CostParams for `model` on every fabric of this profile."""
+                    prefill_us: float | None = None, cache_dtype: str | None = None, **switches: Any) -> CostParams:
+        """The model's CostParams for `model` on every fabric of this profile (`cache_dtype` None: the model's
+        default KV-cache dtype)."""
         self.check_complete()
         if route_exchanges not in ROUTE_EXCHANGES:
             raise UnknownNameError("route_exchanges", route_exchanges, ROUTE_EXCHANGES)
@@ -267,6 +269,7 @@ class Profile:
         holder = constants["holder_compute_dense_us"].points
         prem = constants["holder_sparse_premium"].points
         geom = get_model(model)
+        cache_dtype = cache_dtype or geom.cache_dtype
         if cache_dtype != geom.cache_dtype:
             geom = geom.with_cache_dtype(cache_dtype)
         return CostParams(
@@ -286,7 +289,7 @@ class Profile:
             **switches,
         )
 
-    def _prefill_form(self, model: str, cache_dtype: str) -> tuple[float, float] | None:
+    def _prefill_form(self, model: str, cache_dtype: str | None) -> tuple[float, float] | None:
         """The prefill-form coefficients of the profile's instance GPU (`StepTimeModel.prefill_form_coeffs`)
         that the closed form charges a routed first pass by; None when the profile names no GPU entry."""
         try:

@@ -71,9 +71,11 @@ def recorded(calib: str | Path) -> dict[str, Any] | None:
 
 
 def cost_params(calib: str | Path, model: str, *, route_exchanges: str = RouteExchanges.PER_LAYER,
-                prefill_us: float | None = None, cache_dtype: str = "bf16", **switches: Any) -> CostParams:
+                prefill_us: float | None = None, cache_dtype: str | None = None, **switches: Any) -> CostParams:
     """`load_profile(calib).cost_params(model, ...)`, from the record when `calib` is an unchanged shipped
-    profile (no YAML, no pydantic, no numpy), else from the profile itself."""
+    profile (no YAML, no pydantic, no numpy), else from the profile itself. `cache_dtype` None: the model's
+    default KV-cache dtype."""
+    cache_dtype = cache_dtype or get_model(model).cache_dtype
     entry = recorded(calib)
     prefill_form = entry["prefill_form"].get(f"{model}/{cache_dtype}", False) if entry is not None else False
     if prefill_form is False or route_exchanges not in ROUTE_EXCHANGES:

@@ -326,7 +326,8 @@ def model_step(
     fabric: str = typer.Option(None, help="Fabric of the TP all-reduce (default: the fastest naming the GPU)."),
     weights: str = typer.Option(None, help="Weight dtype of the linear layers: bf16 | fp8 (default: the "
                                            "checkpoint's, e.g. fp8 for DeepSeek-V3)."),
-    kv_cache: str = typer.Option("bf16", "--kv-cache", help="KV-cache dtype: bf16 | fp8."),
+    kv_cache: str = typer.Option(None, "--kv-cache", help="KV-cache dtype: bf16 | fp8 (default: the serving "
+                                 "framework's default for the checkpoint, bf16 for every shipped model)."),
     kv_layout: str = typer.Option("replicated", "--kv-layout", help="Where an MLA latent lives under TP: "
                                   "replicated (every rank holds it all) | tpla (1/tp per rank, the paper's §8)."),
     roofline: bool = typer.Option(False, "--roofline", help="Ignore the GPU's measured operator tables: the "
@@ -341,7 +342,8 @@ def model_step(
     Example: simroute model step --model llama-3.1-70b --gpu h100-sxm --tp 8 --tokens 64 --decode-seqs 64 --context 4096
     """
     from simroute.errors import ConfigurationError
-    from simroute.model.geometry import get_model
+    from simroute.model.geometry import CACHE_DTYPE_BYTES, get_model
+    from simroute.model.limits import check_shape
     from simroute.model.steptime import KV_LAYOUTS, BatchShape
     if decode_seqs > tokens:
         raise ConfigurationError(f"--decode-seqs {decode_seqs} exceeds --tokens {tokens}", field="decode-seqs")
@@ -351,12 +353,17 @@ def model_step(
                                      "tokens at most)", field=flag.lstrip("-"))
     if kv_layout not in KV_LAYOUTS:
         raise ConfigurationError(f"unknown layout '{kv_layout}' (known: {', '.join(KV_LAYOUTS)})", field="kv-layout")
+    if kv_cache is not None and kv_cache not in CACHE_DTYPE_BYTES:
+        raise ConfigurationError(f"unknown KV-cache dtype '{kv_cache}' (known: {', '.join(CACHE_DTYPE_BYTES)})",
+                                 field="kv-cache")
     _check_tp_divides_heads(get_model(model), tp_size)
     prof, gpu_prof = _step_profile(calib, gpu)
     fab = _allreduce_fabric(prof, gpu, fabric, tp_size)
     step = prof.step_model(model, tp=tp_size, intra_host_fabric=fab,
                            gpu_spec=gpu_prof.gpu_spec(gpu, tables=not roofline), weight_dtype=weights,
                            cache_dtype=kv_cache, kv_layout=kv_layout)
+    # a shape that cannot exist on this instance (weights, context window, KV in HBM) is refused, one line each
+    check_shape(step, tokens=tokens, decode_seqs=decode_seqs, context=context, prefill_context=prefill_context)
     batch = BatchShape.uniform(decode_seqs, context, prefill_tokens=tokens - decode_seqs,
                                prefill_context=prefill_context)
     terms = step.iteration(batch).as_ms()
@@ -369,19 +376,12 @@ def model_step(
              "linear_fp8_rate": step.fp8_rate, "notes": list(step.notes)}
     kv_tokens = decode_seqs * context + (prefill_context + tokens - decode_seqs if tokens > decode_seqs else 0)
     sizes = {"weight_GB_per_gpu": step.weight_bytes_per_gpu / 1e9,
+             "kv_cache": geometry.cache_dtype,
+             "kv_cache_source": geometry.sources.get("cache_dtype", "default: bf16"),
              "kv_bytes_per_token_per_gpu": step.kv_bytes_per_token_per_gpu,
-             "kv_capacity_tokens": step.kv_capacity_tokens(),
-             "weights_fit": step.weight_bytes_per_gpu < step.gpu.hbm_bytes, "kv_tokens": kv_tokens,
-             "kv_fits": kv_tokens <= step.kv_capacity_tokens()}
-    # a shape that cannot exist on this instance still gets its terms, flagged in the notes
-    if not sizes["weights_fit"]:
-        dtype["notes"].append(f"the weights ({sizes['weight_GB_per_gpu']:.1f} GB per GPU) do not fit in one {gpu}'s "
-                              f"{step.gpu.hbm_bytes / 1e9:.0f} GB at tp = {tp_size}: the terms are what the iteration "
-                              "would "
-                              "cost if they did")
-    elif not sizes["kv_fits"]:
-        dtype["notes"].append(f"the batch's KV ({kv_tokens:,} tokens) exceeds the {sizes['kv_capacity_tokens']:,} "
-                              f"tokens of HBM the weights leave on {tp_size} x {gpu}: no engine could hold this batch")
+             "kv_capacity_tokens": step.kv_capacity_tokens(), "kv_tokens": kv_tokens,
+             "context_window": geometry.context_window,
+             "context_window_source": geometry.sources.get("context_window", "unknown")}
     if json_out:
         echo_json({**terms, **sizes, **dtype, "inputs": inputs, "gpu_sources": step.gpu.sources})
         return
@@ -402,7 +402,9 @@ def model_step(
     rate = "the FP8 rate" if step.fp8_rate else "the bf16 rate"
     typer.echo(f"weights {geometry.weight_dtype} ({dtype['weight_dtype_source']}); linear GEMMs at {rate}")
     typer.echo(f"weights {sizes['weight_GB_per_gpu']:.1f} GB per GPU; KV {sizes['kv_bytes_per_token_per_gpu']:,.0f} B "
-               f"per token per GPU; KV capacity {sizes['kv_capacity_tokens']:,} tokens")
+               f"per token per GPU ({geometry.cache_dtype}: {sizes['kv_cache_source']}); KV capacity "
+               f"{sizes['kv_capacity_tokens']:,} tokens")
+    typer.echo(f"context window {geometry.context_window:,} tokens ({sizes['context_window_source']})")
     for note in dtype["notes"]:
         typer.echo(f"note: {note}")
     table("GPU constants and their sources", ["constant", "source"],

@@ -21,6 +21,20 @@ WIRE_BYTES = 2          # bf16 on the wire (paper §3.2)
 STAT_BYTES = 4          # m and l are fp32 (paper §3.2)
 WEIGHT_BYTES = 2        # bf16 activations (and bf16 weights)
 CACHE_DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+# What a serving framework stores the KV cache in when told nothing (`--kv-cache-dtype auto`): the model's own dtype,
+# unless the checkpoint's quantization config names a KV-cache scheme (SGLang's ModelRunner.configure_kv_cache_dtype:
+# fp8 only when quant_config.kv_cache_quant_algo is "FP8"; vLLM's and TensorRT-LLM's `auto` likewise). No shipped
+# checkpoint names one (DeepSeek-V3's quantization_config holds quant_method, fmt and weight_block_size only), so
+# every shipped model's default is bf16.
+DEFAULT_CACHE_DTYPE_SOURCE = ("bf16: the serving framework's default for the checkpoint (SGLang --kv-cache-dtype auto "
+                              "stores the model's dtype, torch_dtype bfloat16, unless its quantization_config names a "
+                              "KV-cache scheme; this one names none)")
+# DeepSeek Sparse Attention's lightning indexer keeps one FP8 key of index_head_dim per token and layer with one fp32
+# scale per 128 elements (DeepGEMM's fp8_paged_mqa_logits cache layout, [blocks, block_size, 1, head_dim + 4] bytes,
+# which SGLang's and vLLM's DSA KV pools allocate beside the MLA latent), whatever the latent's dtype.
+INDEX_KEY_BYTES = 1
+INDEX_SCALE_BYTES = 4
+INDEX_SCALE_BLOCK = 128
 FP8_BLOCK = 128         # an FP8 checkpoint's weight blocks: one fp32 dequantisation scale per 128 x 128 weights
 # Bytes per stored weight: bf16, or FP8 (e4m3) with its block scale (DeepSeek-V3's README_WEIGHTS.md, "FP8 Weights":
 # 128x128 block scaling, a float32 weight_scale_inv per block).
@@ -72,6 +86,9 @@ class ModelGeometry:
     heads_q: int
     rope_dims: int = 64
     index_topk: int = 0            # selection budget of the sparse indexer (0 = dense)
+    index_n_heads: int = 0         # the lightning indexer's query heads (DSA; 0 = no indexer charged)
+    index_head_dim: int = 0        # and its key / query width (FP8)
+    context_window: int = 0        # longest sequence (prompt + output tokens) the model is served with (0 = unknown)
     token_compression: tuple[int, ...] = ()   # per-layer m:1 token-axis ratios, interleaved (V4)
     cache_dtype: str = "bf16"
     weight_dtype: str = "bf16"     # the checkpoint's linear-layer weights ("fp8": DeepSeek-V3 family, Kimi K2)
@@ -108,8 +125,35 @@ class ModelGeometry:
 
     @property
     def b_kv(self) -> int:
-        """Cached c_KV bytes per token per layer (1152 B for V2-Lite in bf16; 2 x kv_heads x d for GQA)."""
-        return self.kv_heads * self.kv_tensors * self.d_qk * CACHE_DTYPE_BYTES[self.cache_dtype]
+        """Cached bytes per token per layer: the c_KV latent (1152 B for V2-Lite in bf16; 2 x kv_heads x d for
+        GQA) in the cache dtype, plus a sparse model's index key (`index_key_bytes`): a copy carries both, since the
+        requester's indexer scores every token it holds."""
+        return self.kv_heads * self.kv_tensors * self.d_qk * CACHE_DTYPE_BYTES[self.cache_dtype] + self.index_key_bytes
+
+    @property
+    def has_indexer(self) -> bool:
+        """DSA's lightning indexer: scores every context token per query token and keeps the top `index_topk`."""
+        return self.index_topk > 0 and self.index_n_heads > 0 and self.index_head_dim > 0
+
+    @property
+    def index_key_bytes(self) -> int:
+        """The indexer's cached key per token and layer: FP8 with one fp32 scale per 128 elements (132 B for
+        DeepSeek-V3.2), whatever the latent's dtype; 0 without an indexer."""
+        if not self.has_indexer:
+            return 0
+        return (self.index_head_dim * INDEX_KEY_BYTES
+                + -(-self.index_head_dim // INDEX_SCALE_BLOCK) * INDEX_SCALE_BYTES)
+
+    def indexer_ops(self) -> list[LinearOp]:
+        """The indexer's projections of one layer (DeepSeek-V3.2-Exp's inference/model.py, `Indexer`): wq_b from the
+        query latent to index_n_heads x index_head_dim, wk from the hidden state to one key, weights_proj to one
+        weight per index head (bf16). Replicated on every TP rank (each rank selects for all its heads)."""
+        if not self.has_indexer:
+            return []
+        width = self.index_n_heads * self.index_head_dim
+        return [LinearOp("index_q", self.q_lora_rank or self.hidden, width, weight_dtype=self.weight_dtype),
+                LinearOp("index_k", self.hidden, self.index_head_dim, weight_dtype=self.weight_dtype),
+                LinearOp("index_weights", self.hidden, self.index_n_heads)]
 
     @cached_property
     def token_fraction(self) -> float:
@@ -129,9 +173,13 @@ class ModelGeometry:
         return tokens * self.token_fraction * self.b_kv * (self.layers if layers is None else layers)
 
     def with_cache_dtype(self, dtype: str) -> "ModelGeometry":
+        """The same model with its KV cache stored as `dtype` (bf16 or fp8); `sources["cache_dtype"]` says so."""
         if dtype not in CACHE_DTYPE_BYTES:
             raise UnknownNameError("cache dtype", dtype, list(CACHE_DTYPE_BYTES))
-        return replace(self, cache_dtype=dtype)
+        if dtype == self.cache_dtype:
+            return self
+        return replace(self, cache_dtype=dtype,
+                       sources={**self.sources, "cache_dtype": f"override: {dtype} (the default: {self.cache_dtype})"})
 
     def with_weight_dtype(self, dtype: str) -> "ModelGeometry":
         """The same model with its linear layers stored as `dtype` (bf16 or fp8); KV and activations unchanged."""
@@ -242,6 +290,7 @@ def _sources(repo: str, keys: str, **extra: str) -> dict[str, str]:
     """Every listed dimension read from the model's published config; `extra` adds or overrides entries."""
     out = {key: _cfg(repo) for key in keys.split()}
     out["weight_dtype"] = f"bf16: torch_dtype of the {_cfg(repo)}"
+    out["cache_dtype"] = DEFAULT_CACHE_DTYPE_SOURCE
     out.update(extra)
     return out
 
@@ -250,10 +299,28 @@ _MLA_KEYS = ("d_qk d_v layers heads_q rope_dims hidden intermediate vocab q_lora
              "routed_experts experts_per_token shared_experts expert_intermediate dense_layers")
 _MLA_NOTE = "d_qk = kv_lora_rank 512 + qk_rope_head_dim 64; d_v = kv_lora_rank 512 (absorbed MLA, paper §3.2)"
 _GQA_KEYS = "d_qk d_v layers heads_q kv_heads hidden intermediate vocab"
+# The context window is the config's max_position_embeddings: what SGLang (ModelConfig.get_context_length) and vLLM
+# (max_model_len) serve by default and refuse a longer request against (prompt + max_tokens). A YaRN config with
+# original_max_position_embeddings is not scaled again by its factor (DeepSeek-V3: 4096 x 40 = 163840).
+_WINDOW = "max_position_embeddings {value} (HF config.json of {repo}); {note}"
+_V3_WINDOW_NOTE = ("served as is by SGLang and vLLM; the model card advertises 128K, the length it was evaluated at "
+                   "(YaRN, rope_scaling factor 40 over original_max_position_embeddings 4096)")
+
+
+def _window(repo: str, value: int, note: str = "served as is by SGLang and vLLM") -> dict[str, str]:
+    return {"context_window": _WINDOW.format(value=value, repo=repo, note=note)}
+
+
+# DeepSeek Sparse Attention's lightning indexer (DeepSeek-V3.2-Exp HF config.json: index_n_heads 64, index_head_dim
+# 128, index_topk 2048; aiconfigurator-core 0.12.0's DSA_MODEL_DIMS for DeepseekV32ForCausalLM agrees).
+_V32_INDEXER = dict(index_topk=2048, index_n_heads=64, index_head_dim=128)
+_ASSUMED_INDEXER = "assumed: DeepSeek-V3.2's indexer (64 heads of 128, FP8); this model's own was not verified"
 # DeepSeek-V3's linear dimensions (V3, R1 and V3.2 share them; the V4 / GLM-5.1 entries borrow them, assumed).
 _V3_LINEAR = dict(hidden=7168, intermediate=18432, vocab=129280, q_lora_rank=1536, qk_nope_head_dim=128,
                   v_head_dim=128, routed_experts=256, experts_per_token=8, shared_experts=1,
                   expert_intermediate=2048, dense_layers=3)
+_V4_WINDOW = ("assumed: 1,048,576 (DeepSeek-V4: Towards Highly Efficient Million-Token Context Intelligence, the "
+              "technical report's title); the served config was not verified")
 _ASSUMED_V3 = ("assumed: DeepSeek-V3's (deepseek-ai/DeepSeek-V3 HF config.json); this model's own config was not "
                "verified")
 
@@ -269,62 +336,87 @@ def _fp8(repo: str) -> dict[str, str]:
 
 def _assumed_linear() -> dict[str, str]:
     return {**{key: _ASSUMED_V3 for key in _V3_LINEAR}, "weight_dtype": "assumed bf16 (this model's checkpoint was not "
-                                                                    "verified)"}
+                                                                    "verified)",
+            "cache_dtype": DEFAULT_CACHE_DTYPE_SOURCE}
 
 
 def _gqa(name: str, repo: str, layers: int, heads: int, kv_heads: int, hidden: int, ffn: int, vocab: int,
-         params: float, params_text: str) -> "ModelGeometry":
+         params: float, params_text: str, window: int) -> "ModelGeometry":
     """A dense Llama-family GQA model (head_dim 128, rotary over the whole head), every dimension from its
     HF config.json and the parameter count from its safetensors metadata."""
     return ModelGeometry(name, 128, 128, layers, heads, rope_dims=128, kv_heads=kv_heads, kv_tensors=2,
                          hidden=hidden, intermediate=ffn, vocab=vocab, published_active_params=params,
+                         context_window=window,
                          sources=_sources(repo, _GQA_KEYS + " rope_dims",
-                                          published_active_params=f"{params_text} ({repo} safetensors metadata)"))
+                                          published_active_params=f"{params_text} ({repo} safetensors metadata)",
+                                          **_window(repo, window)))
 
 
 MODELS: dict[str, ModelGeometry] = {model.name: model for model in [
     ModelGeometry("deepseek-v2-lite", 576, 512, 27, 16, hidden=2048, intermediate=10944, vocab=102400,
                   qk_nope_head_dim=128, v_head_dim=128, routed_experts=64, experts_per_token=6, shared_experts=2,
                   expert_intermediate=1408, dense_layers=1, published_active_params=2.4e9,
+                  context_window=163840,
                   sources=_sources("deepseek-ai/DeepSeek-V2-Lite", _MLA_KEYS, note=_MLA_NOTE,
-                                   published_active_params="2.4B activated (DeepSeek-V2-Lite model card)")),
+                                   published_active_params="2.4B activated (DeepSeek-V2-Lite model card)",
+                                   **_window("deepseek-ai/DeepSeek-V2-Lite", 163840,
+                                             "served as is by SGLang and vLLM; the model card lists 32k"))),
     ModelGeometry("deepseek-v3", 576, 512, 61, 128, **_V3_LINEAR, published_active_params=37e9, weight_dtype="fp8",
+                  context_window=163840,
                   sources=_sources("deepseek-ai/DeepSeek-V3", _MLA_KEYS, note=_MLA_NOTE,
                                    **_fp8("deepseek-ai/DeepSeek-V3"),
+                                   **_window("deepseek-ai/DeepSeek-V3", 163840, _V3_WINDOW_NOTE),
                                    published_active_params="37B activated per token (DeepSeek-V3 Technical Report, abstract)")),
     ModelGeometry("deepseek-r1", 576, 512, 61, 128, **_V3_LINEAR, published_active_params=37e9, weight_dtype="fp8",
+                  context_window=163840,
                   sources=_sources("deepseek-ai/DeepSeek-R1", _MLA_KEYS, note="R1 shares V3's geometry; " + _MLA_NOTE,
                                    **_fp8("deepseek-ai/DeepSeek-R1"),
+                                   **_window("deepseek-ai/DeepSeek-R1", 163840, _V3_WINDOW_NOTE),
                                    published_active_params="37B activated (DeepSeek-R1 model card)")),
-    ModelGeometry("deepseek-v3.2", 576, 512, 61, 128, index_topk=2048, **_V3_LINEAR, published_active_params=37e9,
-                  weight_dtype="fp8",
-                  sources=_sources("deepseek-ai/DeepSeek-V3.2-Exp", _MLA_KEYS + " index_topk", note=_MLA_NOTE,
-                                   **_fp8("deepseek-ai/DeepSeek-V3.2-Exp"),
+    ModelGeometry("deepseek-v3.2", 576, 512, 61, 128, **_V32_INDEXER, **_V3_LINEAR, published_active_params=37e9,
+                  weight_dtype="fp8", context_window=163840,
+                  sources=_sources("deepseek-ai/DeepSeek-V3.2-Exp",
+                                   _MLA_KEYS + " index_topk index_n_heads index_head_dim",
+                                   note=_MLA_NOTE, **_fp8("deepseek-ai/DeepSeek-V3.2-Exp"),
+                                   **_window("deepseek-ai/DeepSeek-V3.2-Exp", 163840, _V3_WINDOW_NOTE),
                                    published_active_params="37B (V3 base, DeepSeek-V3.2-Exp model card)")),
-    ModelGeometry("deepseek-v4-pro", 576, 512, 61, 128, index_topk=1024, token_compression=(4, 128), **_V3_LINEAR,
-                  sources={"d_qk": _MLA_NOTE, "d_v": _MLA_NOTE, "layers": "assumed 61 (V3 lineage)",
+    ModelGeometry("deepseek-v4-pro", 576, 512, 61, 128, index_topk=1024, index_n_heads=64, index_head_dim=128,
+                  token_compression=(4, 128), **_V3_LINEAR, context_window=1048576,
+                  sources={"index_n_heads": _ASSUMED_INDEXER, "index_head_dim": _ASSUMED_INDEXER,
+                           "context_window": _V4_WINDOW,
+                           "d_qk": _MLA_NOTE, "d_v": _MLA_NOTE, "layers": "assumed 61 (V3 lineage)",
                            "heads_q": "assumed 128 (V3 lineage)", "index_topk": "1024 (paper §5.4)",
                            "token_compression": "4:1 and 128:1 interleaved (paper §5.4)", **_assumed_linear()}),
-    ModelGeometry("deepseek-v4-flash", 576, 512, 61, 128, index_topk=512, token_compression=(4, 128), **_V3_LINEAR,
-                  sources={"d_qk": _MLA_NOTE, "d_v": _MLA_NOTE, "layers": "assumed 61 (V3 lineage)",
+    ModelGeometry("deepseek-v4-flash", 576, 512, 61, 128, index_topk=512, index_n_heads=64, index_head_dim=128,
+                  token_compression=(4, 128), **_V3_LINEAR, context_window=1048576,
+                  sources={"index_n_heads": _ASSUMED_INDEXER, "index_head_dim": _ASSUMED_INDEXER,
+                           "context_window": _V4_WINDOW,
+                           "d_qk": _MLA_NOTE, "d_v": _MLA_NOTE, "layers": "assumed 61 (V3 lineage)",
                            "heads_q": "assumed 128", "index_topk": "512 (paper §5.4)",
                            "token_compression": "4:1 and 128:1 interleaved (paper §5.4)", **_assumed_linear()}),
-    ModelGeometry("glm-5.1", 576, 512, 61, 128, index_topk=2048, **_V3_LINEAR,
-                  sources={"d_qk": _MLA_NOTE, "d_v": _MLA_NOTE, "layers": "assumed 61", "heads_q": "assumed 128",
+    ModelGeometry("glm-5.1", 576, 512, 61, 128, index_topk=2048, index_n_heads=64, index_head_dim=128, **_V3_LINEAR,
+                  context_window=202752,
+                  sources={"index_n_heads": _ASSUMED_INDEXER, "index_head_dim": _ASSUMED_INDEXER,
+                           "context_window": "assumed: GLM-5's 202,752 (aiconfigurator-core 0.12.0 measures "
+                                             "zai-org/GLM-5's DSA decode to position 202,751); GLM-5.1's own "
+                                             "config was not verified",
+                           "d_qk": _MLA_NOTE, "d_v": _MLA_NOTE, "layers": "assumed 61", "heads_q": "assumed 128",
                            "index_topk": "2048 DSA (paper §5.4)", **_assumed_linear()}),
     ModelGeometry("kimi-k2", 576, 512, 61, 64, hidden=7168, intermediate=18432, vocab=163840, q_lora_rank=1536,
                   qk_nope_head_dim=128, v_head_dim=128, routed_experts=384, experts_per_token=8, shared_experts=1,
                   expert_intermediate=2048, dense_layers=1, published_active_params=32e9, weight_dtype="fp8",
+                  context_window=131072,
                   sources=_sources("moonshotai/Kimi-K2-Instruct", _MLA_KEYS, note=_MLA_NOTE,
+                                   **_window("moonshotai/Kimi-K2-Instruct", 131072),
                                    weight_dtype="fp8: HF config.json of moonshotai/Kimi-K2-Instruct, "
                                                 "quantization_config (block-fp8, weight_block_size [128, 128])",
                                    published_active_params="32B activated (Kimi K2 model card)")),
     # Dense GQA models: a routed "row" is one query head (d = head_dim 128); the cache holds K and V of the KV
     # heads. llama-3.1-70b is also the prefill -> decode (ARK) scenario's model, whose KV transfers are elephants.
-    _gqa("llama-2-7b", "meta-llama/Llama-2-7b-hf", 32, 32, 32, 4096, 11008, 32000, 6.74e9, "6.74B"),
-    _gqa("llama-2-70b", "meta-llama/Llama-2-70b-hf", 80, 64, 8, 8192, 28672, 32000, 68.98e9, "69.0B"),
-    _gqa("llama-3.1-8b", "meta-llama/Llama-3.1-8B", 32, 32, 8, 4096, 14336, 128256, 8.03e9, "8.03B"),
-    _gqa("llama-3.1-70b", "meta-llama/Llama-3.1-70B", 80, 64, 8, 8192, 28672, 128256, 70.6e9, "70.6B"),
+    _gqa("llama-2-7b", "meta-llama/Llama-2-7b-hf", 32, 32, 32, 4096, 11008, 32000, 6.74e9, "6.74B", 4096),
+    _gqa("llama-2-70b", "meta-llama/Llama-2-70b-hf", 80, 64, 8, 8192, 28672, 32000, 68.98e9, "69.0B", 4096),
+    _gqa("llama-3.1-8b", "meta-llama/Llama-3.1-8B", 32, 32, 8, 4096, 14336, 128256, 8.03e9, "8.03B", 131072),
+    _gqa("llama-3.1-70b", "meta-llama/Llama-3.1-70B", 80, 64, 8, 8192, 28672, 128256, 70.6e9, "70.6B", 131072),
 ]}
 
 

@@ -73,6 +73,31 @@ SHARED_OVERLAP_MAX_TOKENS = 1024
 
 
 @dataclass(frozen=True)
+class NoSlowerThan:
+    """A surface read no slower than another at the same shape: an FP8-KV MLA decode surface bounded by the same
+    table's bf16-KV rows (docs/STEP_TIME.md, "FP8 KV cache"). Duck-types `Surface` for the attention term."""
+
+    surface: Surface
+    bound: Surface
+
+    @property
+    def status(self) -> Lookup:
+        return Lookup.worst(self.surface.status, self.bound.status)
+
+    @property
+    def table(self) -> str:
+        return f"{self.surface.table} (fp8 rows, no slower than its bf16 rows)"
+
+    def seconds(self, row: float, col: float) -> float:
+        own, bound = self.surface.seconds(row, col), self.bound.seconds(row, col)
+        return own if own <= bound else bound
+
+    def lookup(self, row: float, col: float) -> tuple[float, Lookup]:
+        own, bound = self.surface.lookup(row, col), self.bound.lookup(row, col)
+        return own if own[0] <= bound[0] else bound
+
+
+@dataclass(frozen=True)
 class TermSource:
     """Which table (or the roofline) a term read, and what the lookup rests on."""
 
@@ -319,9 +344,27 @@ class MeasuredStep:
                                                            one_row_scales=slot == "_prefill"))
                 except TableMiss:
                     self._note(f"no {kind.value} rows at {fixed} ({kv_dtype} KV) in {self.tables.label}")
+                    continue
+                if kind is OpKind.MLA_DECODE and kv_dtype != "bf16":
+                    self._bound_by_bf16(table, fixed, kv_dtype)
         for name, surface in (("attention_decode", self._decode), ("attention_prefill", self._prefill)):
             self.sources[name] = TermSource(surface.table if surface else "roofline",
                                             surface.status if surface else Lookup.ROOFLINE)
+
+    def _bound_by_bf16(self, table, fixed: dict, kv_dtype: str) -> None:
+        """An FP8 MLA decode kernel reads half the bytes of the bf16 one and dequantises in its tiles: it is no
+        slower (TensorRT-LLM 1.3.0rc20's FP8 rows on H200: 0.73-0.99x its bf16 rows; FlashMLA's FP8 kernel). A
+        table whose fp8 rows are slower timed something else (SGLang 0.5.14's fa3 backend dequantises the whole
+        KV pool it was given every layer, SGLang issue #35291: 4.5-7x at large batches, a cost of the collector's
+        pool size, not of the batch), so its bf16 rows bound them (docs/STEP_TIME.md, "FP8 KV cache")."""
+        try:
+            bound = Surface.from_table(table, "batch", "context", fixed, {"kv_dtype": "bf16"})
+        except TableMiss:
+            return
+        self._decode = NoSlowerThan(self._decode, bound)      # type: ignore[arg-type]
+        self._note(f"{kv_dtype} KV: {OpKind.MLA_DECODE.value} reads {self.tables.label}'s {kv_dtype} rows, no "
+                   "slower than its bf16 rows at the same shape (an FP8 MLA decode kernel reads half the bytes; "
+                   "docs/STEP_TIME.md, \"FP8 KV cache\")")
 
     def _build_allreduce(self) -> None:
         self._allreduce: dict[str, Curve] = {}

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from simroute.sim.cluster import ChunkStore
 from simroute.sim.context import SimContext
 from simroute.sim.request_spec import RequestSpec
 from simroute.sim.vocab import DropReason, Status
@@ -34,6 +35,48 @@ def attendance_counts(trace: str, chunk_ids: np.ndarray) -> np.ndarray:
         known = (pos < len(chunk_ids)) & (chunk_ids[order[np.minimum(pos, len(chunk_ids) - 1)]] == flat)
         np.add.at(counts, order[pos[known]], 1)
     return counts
+
+
+def sequence_tokens(trace: str, n_requests: int, chunks: ChunkStore) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(request ids, tokens) per streamed batch of the first `n_requests` requests: each request's whole sequence,
+    its own prompt + the tokens of the chunks it attends (known ones) + its output tokens, the length a serving
+    engine checks against the model's context window. Nulls count 0 (the request checker names them later)."""
+    seen = 0
+    columns = ["request_id", "prompt_tokens", "output_tokens", "chunk_ids"]
+    for batch in iter_request_batches(trace, columns=columns):
+        if seen >= n_requests:
+            break
+        take = min(len(batch), n_requests - seen)
+        seen += take
+        ids, prompt, output = (batch.column(name).fill_null(0).to_numpy(zero_copy_only=False)[:take]
+                               for name in columns[:3])
+        listed = batch.column("chunk_ids")
+        offsets = listed.offsets.to_numpy()
+        offsets = offsets - offsets[0]
+        flat = listed.flatten().fill_null(-1).to_numpy(zero_copy_only=False)
+        index, known = chunks.indices_of(flat.astype(np.int64))
+        tokens = np.where(known, chunks.tokens[index] if len(chunks.tokens) else 0, 0).astype(np.int64)
+        summed = np.concatenate(([0], np.cumsum(tokens)))
+        chunk_tokens = summed[offsets[1:take + 1]] - summed[offsets[:take]]
+        yield ids.astype(np.int64), prompt.astype(np.int64) + output.astype(np.int64) + chunk_tokens
+
+
+def over_window(trace: str, n_requests: int, chunks: ChunkStore, window: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(ids, tokens) of the requests whose sequence (`sequence_tokens`) exceeds `window`, and the longest
+    sequence of the trace: a streamed pre-pass (nothing when the window is unknown, 0)."""
+    ids: list[np.ndarray] = []
+    lengths: list[np.ndarray] = []
+    longest = 0
+    for batch_ids, tokens in sequence_tokens(trace, n_requests, chunks):
+        if tokens.size:
+            longest = max(longest, int(tokens.max()))
+        if window > 0:
+            over = tokens > window
+            ids.append(batch_ids[over])
+            lengths.append(tokens[over])
+    if not ids:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), longest
+    return np.concatenate(ids), np.concatenate(lengths), longest
 
 
 @dataclass(frozen=True)
@@ -127,12 +170,13 @@ class Arrivals:
     def __init__(self, ctx: SimContext, n_requests: int, sorted_chunk_ids: np.ndarray,
                  start: Callable[[RequestSpec], None],
                  progress: Callable[[int, int], None] | None = None, time_scale: float = 1.0,
-                 concurrency: int | None = None) -> None:
+                 concurrency: int | None = None, over_window: frozenset[int] = frozenset()) -> None:
         self.ctx, self.n_requests, self.progress = ctx, n_requests, progress
         self.sorted_chunk_ids = sorted_chunk_ids
         self.time_scale = time_scale
         self.limiter = ConcurrencyLimit(ctx, concurrency, start) if concurrency is not None else None
         self.start = self.limiter.submit if self.limiter is not None else start
+        self.over_window = over_window       # requests past the model's context window, dropped at arrival
 
     def feed(self) -> Iterator[simpy.Event]:
         """A SimPy process: stream batches; open-loop requests wait for arrival_s, closed-loop ones for their
@@ -190,6 +234,8 @@ class Arrivals:
                 lo, hi = offsets[j], offsets[j + 1]
                 if until is not None and arrival[j] > until and after[j] < 0:
                     recorder.drop(request, DropReason.UNFINISHED)
+                elif request in self.over_window:
+                    recorder.drop(request, DropReason.OVER_WINDOW)
                 else:
                     if unknown_before[hi] != unknown_before[lo]:     # a chunk the store lacks drops it
                         recorder.drop(request, DropReason.UNKNOWN_CHUNK)

@@ -18,7 +18,7 @@ from simroute.checks import check_number
 from simroute.defaults import DEFAULT_MODEL, DEFAULT_TP
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.model.cost import ROUTE_EXCHANGES
-from simroute.model.geometry import WEIGHT_DTYPE_BYTES
+from simroute.model.geometry import CACHE_DTYPE_BYTES, WEIGHT_DTYPE_BYTES
 from simroute.model.steptime import KV_LAYOUTS
 from simroute.sim.registry import Registry, registry
 from simroute.sim.vocab import HOLDER_MODES
@@ -44,7 +44,8 @@ def setting(default: Any = MISSING, help: str = "", *, minimum: float | None = N
     return field(default=default, metadata=meta)
 
 
-MAX_DECODE_STEPS_PER_EVENT = 65_536    # past any output length a decode run could have in one event
+MAX_DECODE_STEPS_PER_EVENT = 65_536
+OVER_WINDOW_MODES = ("refuse", "drop")    # past any output length a decode run could have in one event
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,16 @@ class RunConfig:
     tp: int = setting(DEFAULT_TP, "GPUs per instance (a tensor-parallel group inside a host).", minimum=1)
     weights: str | None = setting(None, "Weight dtype of the linear layers (default: the checkpoint's, e.g. fp8 "
                                         "for DeepSeek-V3).", choices=tuple(WEIGHT_DTYPE_BYTES))
+    kv_cache: str | None = setting(None, "KV-cache dtype: the HBM room per token, the attention rows read and the "
+                                         "bytes a fetched or transferred copy carries (routed queries and partials "
+                                         "stay bf16); default: the serving framework's default for the checkpoint "
+                                         "(bf16 for every shipped model: SGLang's --kv-cache-dtype auto), recorded "
+                                         "in summary.json engine.kv_cache. Example: --kv-cache fp8.",
+                                   choices=tuple(CACHE_DTYPE_BYTES))
+    over_window: str = setting("refuse", "A trace request longer than the model's context window (prompt + chunks + "
+                                         "output tokens): refuse the run before it starts (exit 2, naming the "
+                                         "request), or drop such requests as the engine would (HTTP 400) and count "
+                                         "them (summary.json model_limits).", choices=OVER_WINDOW_MODES)
     kv_layout: str = setting("replicated", "Where an MLA latent lives under TP: replicated (every rank holds it "
                                            "all, the serving engines' TP attention; a fetch lands 1/tp per rank "
                                            "and fans out over NVLink) or tpla (the paper's §8: 1/tp per rank, "

@@ -20,13 +20,14 @@ import simpy
 
 from simroute.calib import load_profile
 from simroute.calib.profile import Profile
-from simroute.errors import UnknownNameError
+from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.ioutil import sha256_file
+from simroute.model.geometry import ModelGeometry
 from simroute.model.scalar import ScalarModel
 from simroute.network import FlowEngine, load_topology
 from simroute.network.messages import NIC_CONSTANTS, MessageModel, MessageModelParams
 from simroute.network.schema import flows_metadata
-from simroute.sim.arrivals import Arrivals, arrival_load, attendance_counts
+from simroute.sim.arrivals import Arrivals, arrival_load, attendance_counts, over_window
 from simroute.sim.cluster import ChunkStore, Cluster, Instance
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
@@ -64,6 +65,24 @@ def read_chunk_store(trace: str, kv_bytes_per_token: float) -> tuple[ChunkStore,
     return store, sorted_ids
 
 
+def model_limits(cfg: RunConfig, geometry: ModelGeometry, chunks: ChunkStore, n_requests: int) -> dict[str, Any]:
+    """The trace against the model's context window, before the run starts: a request whose sequence (prompt +
+    attended chunks + output tokens) exceeds it is refused here (`over_window` refuse: one line naming the trace,
+    the request and the window) or dropped at its arrival as the engine would refuse it (`drop`: counted in the
+    summary). Returns the summary block, with the ids to drop under `_drop`."""
+    from simroute.model.limits import context_problem, window_source
+    ids, tokens, longest = over_window(cfg.trace, n_requests, chunks, geometry.context_window)
+    if len(ids) and cfg.over_window == "refuse":
+        more = f"; {len(ids) - 1:,} more request(s) are too" if len(ids) > 1 else ""
+        raise ConfigurationError(
+            f"request {int(ids[0])} (prompt + chunks + output): {context_problem(geometry, int(tokens[0]))}{more}; "
+            "--over-window drop runs the trace without them, as the engine would refuse them",
+            file=cfg.trace, field="requests")
+    return {"context_window": geometry.context_window, "context_window_source": window_source(geometry),
+            "longest_request_tokens": longest, "over_window": int(len(ids)), "over_window_mode": cfg.over_window,
+            "_drop": frozenset(int(request) for request in ids)}
+
+
 def run_gpu(cfg: RunConfig, hosts_gpu: str | None, profile: Profile) -> str | None:
     """The GPU entry a run's instances use: `--gpu` (which must name an entry), else the topology's hosts.gpu
     (which may be a label that names none: the profile's instance GPU then)."""
@@ -87,7 +106,8 @@ class Simulation:
         topology = load_topology(cfg.topology, hosts=cfg.hosts)
         profile = load_profile(cfg.calib)
         self.gpu = run_gpu(cfg, topology.spec.gpu, profile)
-        params = profile.cost_params(cfg.model, route_exchanges=cfg.route_exchanges, prefill_us=cfg.prefill_us)
+        params = profile.cost_params(cfg.model, route_exchanges=cfg.route_exchanges, prefill_us=cfg.prefill_us,
+                                     cache_dtype=cfg.kv_cache)
         env = simpy.Environment()
         network = FlowEngine(env, topology, routing=cfg.routing, seed=cfg.seed, record_series=cfg.link_series,
                              keep_records=cfg.telemetry, message_model=nic_message_model(profile))
@@ -103,7 +123,7 @@ class Simulation:
                             options=engine_options(cfg), exchanges_per_step=params.exchanges,
                             merge_s=params.merge_s, hbm_gb=cfg.hbm_gb, record=cfg.telemetry,
                             host_gpu=self.gpu, weight_dtype=cfg.weights, kv_layout=cfg.kv_layout,
-                            schedulers=scheduler_factory(cfg))
+                            schedulers=scheduler_factory(cfg), cache_dtype=cfg.kv_cache)
         # Canonical chunks may pin `chunk_hbm_share` of what the weights leave (in the chunks' byte units).
         chunk_capacity = (engines[0].hbm.capacity_blocks * BLOCK_TOKENS * compute.kv_bytes_per_token
                           * cfg.chunk_hbm_share) if len(engines) else 0.0
@@ -113,6 +133,7 @@ class Simulation:
         copies.pin_canonical(_chunks_per_instance(chunks.holders, len(cluster.instances)))
         n = int(self.meta["requests"])
         self.n_requests = n if cfg.max_requests is None else min(n, cfg.max_requests)
+        self.limits = model_limits(cfg, params.geometry, chunks, self.n_requests)
         self.load = arrival_load(cfg.trace, self.n_requests, qps=cfg.qps, time_scale=cfg.time_scale)
         # the clients' concurrency limit: the run's, else the trace's (checked when its metadata was read)
         self.concurrency = cfg.concurrency if cfg.concurrency is not None else self.meta.get(MAX_CONCURRENCY_KEY)
@@ -149,7 +170,8 @@ class Simulation:
         t0 = time.perf_counter()
         arrivals = self.arrivals = Arrivals(ctx, self.n_requests, self._sorted_chunk_ids,
                                             start=lambda spec: launch(ctx, spec), progress=self.progress,
-                                            time_scale=self.load.time_scale, concurrency=self.concurrency)
+                                            time_scale=self.load.time_scale, concurrency=self.concurrency,
+                                            over_window=self.limits.pop("_drop"))
         ctx.env.process(arrivals.feed())
         with _collector_for_a_run():
             ctx.env.run(until=self.cfg.until_s)
@@ -193,6 +215,7 @@ class Simulation:
             "serving": serving_summary(ctx.recorder, ctx.engines.log.itl_s, ctx.engines.log.itl_n,
                                        gpus=len(instances) * cfg.tp, concurrency=self.concurrency,
                                        offered_qps=self.load.offered_qps),
+            "model_limits": {key: value for key, value in self.limits.items() if not key.startswith("_")},
             "why": _why(requests, int(ctx.copies.fell_back)),
             "network": self._network_summary(),
         }

@@ -50,6 +50,7 @@ class DropReason(IntEnum):
     KV_NEVER_FITS = 5           # its KV exceeds what the instance's HBM leaves beside weights and chunks
     STALLED = 6                 # it arrived, yet the run ran out of events with it unfinished (no --until)
     THRASHED = 7                # preempted more than the engine's max_preemptions times (recompute thrash)
+    OVER_WINDOW = 8             # its sequence exceeds the model's context window (the engine refuses it)
 
     @property
     def label(self) -> str:
@@ -65,7 +66,8 @@ _DROP_LABELS = {DropReason.NONE: "", DropReason.UNFINISHED: "unfinished at --unt
                 DropReason.REQUESTER_OUT_OF_RANGE: "requester out of range",
                 DropReason.UNKNOWN_CHUNK: "unknown chunk id",
                 DropReason.PARENT_DROPPED: "closed-loop parent dropped", DropReason.KV_NEVER_FITS: "KV never fits in HBM",
-                DropReason.STALLED: "stalled", DropReason.THRASHED: "preempted too often"}
+                DropReason.STALLED: "stalled", DropReason.THRASHED: "preempted too often",
+                DropReason.OVER_WINDOW: "past the model's context window"}
 
 _DROP_ADVICE = {
     DropReason.UNFINISHED: "the run stopped at --until before they finished; raise --until or lower the load",
@@ -80,6 +82,8 @@ _DROP_ADVICE = {
                               "or --hbm-gb, or pick a smaller model",
     DropReason.THRASHED: "their KV was preempted (and recomputed) over and over beside the rest of the batch: HBM "
                          "is far too small for the load; raise --tp or --hbm-gb, or lower the load",
+    DropReason.OVER_WINDOW: "their prompt + chunks + output exceed the model's context window (summary.json "
+                            "model_limits), which a serving engine refuses; --over-window drop said to drop them",
 }
 
 

@@ -18,7 +18,8 @@ from simroute.sim.schedulers.base import Scheduler
 
 
 def _step_model(profile: Profile, model: str, tp: int, intra_host_fabric: str | None, host_gpu: str | None = None,
-                weight_dtype: str | None = None, kv_layout: str = "replicated") -> StepTimeModel:
+                weight_dtype: str | None = None, kv_layout: str = "replicated",
+                cache_dtype: str | None = None) -> StepTimeModel:
     """The profile's step-time model, on the topology's host GPU when `host_gpu` names a GPU entry (the
     profile's or a shipped one), else the GPU the intra-host fabric names; a profile that calibrates fabrics
     only (a host probe run) and names no GPU gets the shipped default profile's GPU entry (datasheet values,
@@ -29,12 +30,12 @@ def _step_model(profile: Profile, model: str, tp: int, intra_host_fabric: str | 
         if spec is None:
             profile.instance_gpu(intra_host_fabric)
         return profile.step_model(model, tp=tp, intra_host_fabric=intra_host_fabric, gpu_spec=spec,
-                                  weight_dtype=weight_dtype, kv_layout=kv_layout)
+                                  weight_dtype=weight_dtype, kv_layout=kv_layout, cache_dtype=cache_dtype)
     except ConfigurationError:
         pass
     from simroute.calib import default_profile_path, load_profile
     return load_profile(default_profile_path()).step_model(model, tp=tp, weight_dtype=weight_dtype, gpu_spec=spec,
-                                                           kv_layout=kv_layout)
+                                                           kv_layout=kv_layout, cache_dtype=cache_dtype)
 
 
 class EngineSet:
@@ -49,9 +50,11 @@ class EngineSet:
                  intra_host_fabric: str | None, network: Any, fabric_of: Callable[[int, int], Any],
                  options: EngineOptions, exchanges_per_step: int, merge_s: float, hbm_gb: float | None = None,
                  record: bool = True, host_gpu: str | None = None, weight_dtype: str | None = None,
-                 kv_layout: str = "replicated", schedulers: Callable[[], Scheduler] | None = None) -> None:
+                 kv_layout: str = "replicated", schedulers: Callable[[], Scheduler] | None = None,
+                 cache_dtype: str | None = None) -> None:
+        from simroute.model.limits import check_weights
         self.step: StepTimeModel = _step_model(profile, model, tp, intra_host_fabric, host_gpu, weight_dtype,
-                                               kv_layout)
+                                               kv_layout, cache_dtype)
         g = self.step.geometry
         self.log = IterationLog(enabled=record)
         self.exchange = RouteExchange(network, lambda a, b: fabric_of(a.eid, b.eid), q_bytes=g.q_bytes,
@@ -60,12 +63,7 @@ class EngineSet:
         hbm_bytes = hbm_gb * 1e9 if hbm_gb is not None else self.step.gpu.hbm_bytes
         self.hbm_bytes = hbm_bytes
         weights = self.step.weight_bytes_per_gpu
-        if weights >= hbm_bytes:
-            from simroute.errors import ConfigurationError
-            raise ConfigurationError(
-                f"{model} at tp = {tp} needs {weights / 1e9:.1f} GB of weights per GPU, more than the "
-                f"{hbm_bytes / 1e9:.1f} GB of HBM of {self.step.gpu.name}; raise --tp or pick a smaller model",
-                field="tp")
+        check_weights(self.step, hbm_bytes)
         self.engines = [
             InstanceEngine(env, i, gpu, self.step,
                            HbmBudget(hbm_bytes, weights, self.step.kv_bytes_per_token_per_gpu), options,
@@ -88,6 +86,9 @@ class EngineSet:
             "scheduler": es[0].options.scheduler if es else None,
             "gpu": self.step.gpu.name, "model": self.step.geometry.name,
             "weight_dtype": self.step.geometry.weight_dtype, "fp8_rate": self.step.fp8_rate,
+            "kv_cache": self.step.geometry.cache_dtype,
+            "kv_cache_source": self.step.geometry.sources.get("cache_dtype", "default: bf16"),
+            "kv_bytes_per_token_per_gpu": self.step.kv_bytes_per_token_per_gpu,
             "kv_layout": self.step.kv_layout, "kv_shards": self.step.kv_shards,
             "iterations": int(log.iterations), "events": int(log.events),
             "preemptions": int(sum(e.preemptions for e in es)), "rejected": int(sum(e.rejected for e in es)),

@@ -15,6 +15,10 @@ Mapping (aiconfigurator file -> simroute kind: rows kept):
   (SGLang's default backend on Hopper); decode context = isl + step.
 - mla/context_mla_perf, generation_mla_perf -> mla_prefill / mla_decode: num_heads is the heads of one rank.
 - mla_bmm/mla_bmm_perf -> mla_bmm: stage pre (mla_gen_pre) and post (mla_gen_post).
+- sparse_attention/dsa_generation_module_perf -> dsa_decode: DSA's whole decode attention module (projections,
+  lightning indexer with its top-k, sparse MLA) with the indexer (op dsa_generation_module), by architecture;
+  decode context = isl + step. The step model composes sparse attention from the other kinds and is checked
+  against these rows (docs/STEP_TIME.md, "Sparse attention").
 - comm/<framework>/custom_allreduce_perf -> allreduce (mode graph / eager: the framework's custom all-reduce
   replayed in a CUDA graph or launched eagerly); comm/nccl/<version>/nccl_perf all_reduce -> allreduce mode nccl.
   message_elements counts bf16 values (the file's message_size; 33,554,432 elements = 64 MiB).
@@ -47,6 +51,7 @@ _FILES: dict[OpKind, tuple[str, str]] = {
     OpKind.MLA_PREFILL: ("mla", "context_mla_perf"),
     OpKind.MLA_DECODE: ("mla", "generation_mla_perf"),
     OpKind.MLA_BMM: ("mla_bmm", "mla_bmm_perf"),
+    OpKind.DSA_DECODE: ("sparse_attention", "dsa_generation_module_perf"),
     OpKind.ALLREDUCE: ("comm", "custom_allreduce_perf"),
 }
 
@@ -139,6 +144,10 @@ def _convert(kind: OpKind, frame) -> dict[str, Any]:
         else:
             cols["context"] = frame["isl"] + frame["step"]
         return cols
+    if kind is OpKind.DSA_DECODE:
+        return {"architecture": list(frame["architecture"]), "dtype": [_dtype(v) for v in frame["gemm_type"]],
+                "kv_dtype": [_dtype(v) for v in frame["kv_cache_dtype"]], "batch": frame["batch_size"],
+                "context": frame["isl"] + frame["step"], "heads": frame["num_heads"], LATENCY_COLUMN: lat}
     if kind is OpKind.MLA_BMM:
         return {"stage": [v.removeprefix("mla_gen_") for v in frame["op_name"]],
                 "dtype": [_dtype(v) for v in frame["bmm_dtype"]], "tokens": frame["num_tokens"],
@@ -161,6 +170,8 @@ def _filter(kind: OpKind, frame):
         source = frame["kernel_source"] if "kernel_source" in frame else ""
         frame = frame.assign(_fa3=(source != "fa3")).sort_values("_fa3", kind="stable")
         frame = frame.drop_duplicates(keys, keep="first").drop(columns="_fa3")
+    if kind is OpKind.DSA_DECODE:
+        frame = frame[frame["op_name"] == "dsa_generation_module"]       # with the indexer, as the model runs it
     if kind is OpKind.MOE:
         keys = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
                 "moe_ep_size", "distribution"]

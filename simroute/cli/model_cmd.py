@@ -389,6 +389,8 @@ def model_step(
     rows = [["iteration", f"{terms['iteration_ms']:.4f}", "", "", ""]]
     for label, key, term in (("linear (per layer)", "linear_ms_per_layer", "linear"),
                              ("attention (per layer)", "attention_ms_per_layer", "attention"),
+                             *((("indexer (per layer)", "indexer_ms_per_layer", "indexer"),)
+                               if geometry.has_indexer else ()),
                              ("all-reduce (per layer)", "allreduce_ms_per_layer", "allreduce"),
                              ("elementwise (per layer)", "elementwise_ms_per_layer", "elementwise"),
                              ("LM head", "lm_head_ms", "lm_head"), ("overhead", "overhead_ms", "overhead")):

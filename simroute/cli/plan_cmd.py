@@ -22,6 +22,12 @@ def plan(
     topology: str = typer.Option(DEFAULT_TOPOLOGY, help="Topology whose family is resized to each host count."),
     gpu: str = typer.Option(None, help="GPU entry of the instances (default: the topology's hosts.gpu)."),
     calib: str = typer.Option(DEFAULT_CALIB, help="Calibration profile."),
+    kv_cache: str = typer.Option(None, "--kv-cache", help="KV-cache dtype: bf16 | fp8 (default: the serving "
+                                 "framework's default for the checkpoint, bf16 for every shipped model). "
+                                 "Example: --kv-cache fp8."),
+    over_window: str = typer.Option("refuse", "--over-window", help="A trace request longer than the model's "
+                                    "context window: refuse (exit 2, naming it) | drop (as the engine would, counted "
+                                    "in each run's summary)."),
     slo: list[str] = typer.Option([], "--slo", help="An SLO every seed must meet, e.g. 'p99 ttft_ms <= 2000' "
                                                     "(repeatable; default: p99 TTFT <= 2 s and p99 TPOT <= 50 ms)."),
     qps: float = typer.Option(None, "--qps", callback=checked("--qps", minimum=0, exclusive_minimum=True),
@@ -66,6 +72,14 @@ def plan(
         raise ConfigurationError("give --trace or --workload, not both", field="--workload")
     if param and workload is None:
         raise ConfigurationError("-p sets a generator parameter: give --workload too", field="--param")
+    from simroute.model.geometry import CACHE_DTYPE_BYTES
+    from simroute.sim.config import OVER_WINDOW_MODES
+    if kv_cache is not None and kv_cache not in CACHE_DTYPE_BYTES:
+        raise ConfigurationError(f"unknown KV-cache dtype '{kv_cache}' (known: {', '.join(CACHE_DTYPE_BYTES)})",
+                                 field="--kv-cache")
+    if over_window not in OVER_WINDOW_MODES:
+        raise ConfigurationError(f"unknown mode '{over_window}' (known: {', '.join(OVER_WINDOW_MODES)})",
+                                 field="--over-window")
     if qps is not None and time_scale is not None:
         raise ConfigurationError("set the load by --qps or by --time-scale, not both", field="--qps")
     if hosts_min >= hosts_max:
@@ -77,12 +91,14 @@ def plan(
                           hosts_min=hosts_min,
                           hosts_max=hosts_max, policy=policy,
                           compare=tuple(p.strip() for p in compare.split(",") if p.strip()), seeds=seeds,
-                          max_requests=max_requests)
+                          max_requests=max_requests,
+                          base={**({"kv_cache": kv_cache} if kv_cache is not None else {}),
+                                **({"over_window": over_window} if over_window != "refuse" else {})})
     c = console()
 
     def announce() -> None:
         c.print(f"[bold]simroute plan[/bold]: {model} at TP {tp} on {topology}"
-                + (f" ({gpu})" if gpu else "") + f", hosts {hosts_min}-{hosts_max}, "
+                + (f" ({gpu})" if gpu else "") + (f", {kv_cache} KV cache" if kv_cache else "") + f", hosts {hosts_min}-{hosts_max}, "
                 f"policies {', '.join([policy, *request.compare])}, {seeds} seed(s); SLO {' and '.join(request.slo)}")
     run, answer, memo = run_plan(request, out, jobs=jobs, progress=progress, announce=announce)
     page = write_report(out)

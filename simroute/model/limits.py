@@ -33,7 +33,7 @@ def context_problem(geometry: ModelGeometry, tokens: int) -> str | None:
     if window <= 0 or tokens <= window:
         return None
     return (f"{tokens:,} tokens is past {geometry.name}'s {window:,}-token context window "
-            f"({window_source(geometry)})")
+            f"({window_source(geometry).split(';')[0]})")
 
 
 def check_context(geometry: ModelGeometry, tokens: int, *, what: str, field: str, file: object = None) -> None:

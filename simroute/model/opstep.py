@@ -330,10 +330,13 @@ class MeasuredStep:
             kv_heads = geometry.kv_heads_per_gpu(tp_size)
             decode_kind, prefill_kind = OpKind.ATTENTION_DECODE, OpKind.ATTENTION_PREFILL
             fixed = {"heads": heads, "kv_heads": kv_heads, "head_dim": geometry.d_qk}
-        if geometry.index_topk or geometry.token_compression:
-            self._note(f"{geometry.name}'s sparse or compressed attention has no table kind: attention runs on the "
-                       "roofline")
+        if geometry.token_compression:
+            self._note(f"{geometry.name}'s compressed attention has no table kind: attention runs on the roofline")
         else:
+            if geometry.has_indexer:
+                self._note(f"{geometry.name}'s top-{geometry.index_topk} attention reads the dense MLA kernel's rows "
+                           "at the keys it selects (min(context, k) a decode token); its lightning indexer runs on "
+                           "the roofline (docs/STEP_TIME.md, \"Sparse attention\")")
             for kind, axis, slot in ((decode_kind, "context", "_decode"), (prefill_kind, "isl", "_prefill")):
                 table = self.tables.get(kind)
                 if table is None:

@@ -46,6 +46,7 @@ class OpKind(str, Enum):
     MLA_BMM = "mla_bmm"                      # MLA's absorbed per-head BMMs (pre: q_nope x W_UK, post: x W_UV)
     ALLREDUCE = "allreduce"                  # TP all-reduce of message_elements bf16 values over gpus GPUs
     ELEMENTWISE = "elementwise"              # a layer's memory-bound kernels (norms, RoPE, activation) by width
+    DSA_DECODE = "dsa_decode"                # DSA's whole decode attention module (projections, indexer, top-k)
 
 
 # Each kind's columns: (categorical, numeric). The numeric ones are shape axes (interpolated); the categorical
@@ -60,6 +61,9 @@ SCHEMA: dict[OpKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
     OpKind.MLA_BMM: (("stage", "dtype"), ("tokens", "heads")),
     OpKind.ALLREDUCE: (("mode", "dtype"), ("gpus", "message_elements")),
     OpKind.ELEMENTWISE: (("kernel", "dtype"), ("tokens", "width")),
+    # one decode token of `batch` sequences over `context` through the sparse model's attention module (its HF
+    # `architecture`; dtype: its projections' GEMMs), heads of one rank: the check of the composed sparse terms
+    OpKind.DSA_DECODE: (("architecture", "dtype", "kv_dtype"), ("batch", "context", "heads")),
 }
 # The elementwise table's `kernel` values (docs/STEP_TIME.md, "Elementwise kernels"): SGLang's fused residual add +
 # RMSNorm, a plain RMSNorm, rotary embedding in place, and the gated activation silu(gate) x up. `width` is the

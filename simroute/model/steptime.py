@@ -15,6 +15,7 @@ simulator calls `iteration_s` with plain floats.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Sequence, Union
 
@@ -41,6 +42,17 @@ ACTIVATION_ACCESSES = 3           # silu(gate) x up: gate and up in, the product
 # own heads), or `tpla`, the layout of "Move the Query, Not the Cache" §8 (the latent column-partitioned over
 # the ranks, each attending every head over its 1/N slice). GQA models split their KV heads either way.
 KV_LAYOUTS = ("replicated", "tpla")
+# DeepSeek Sparse Attention's lightning indexer (docs/STEP_TIME.md, "Sparse attention"): each query token scores its
+# whole context in FP8 (2 x index heads x index dim FLOPs per key), writes one fp32 logit per key and a top-k kernel
+# reads them back; the top-k of one sequence is one row scanned by one thread block (SGLang's fast_topk), so a decode
+# batch waits for its longest row. Tokens one row scans per second: fitted to aiconfigurator-core 0.12.0's measured
+# DeepSeek-V3.2 attention module on H200 under SGLang 0.5.14 (sparse_attention/sglang/0.5.14/
+# dsa_generation_module_perf, 16 heads per rank, bf16 KV, batch 1): the module grows 71.7 us per layer from 2,048 to
+# 131,072 tokens of context (77.1 -> 148.8 us; past 2,048 only the indexer grows), of which the roofline's key and
+# logit bytes explain 5.1 us: (71.7 - 5.1) us over 129,024 tokens. Checked on the rows it was not fitted to: batch 2
+# at 131,072 (+7%), 4 at 65,536 (+11%), 8 at 32,768 (+27%), 16 at 16,384 (+9%) (tests/model/test_sparse_attention.py).
+INDEXER_LOGIT_BYTES = 8.0                  # one fp32 logit written and read back per (query, key) pair
+INDEXER_ROW_TOKENS_PER_S = 1.94e9
 
 
 @dataclass(frozen=True)
@@ -124,8 +136,8 @@ class BatchShape:
 
 @dataclass(frozen=True)
 class StepTerms:
-    """One iteration's time, term by term (seconds). iteration_s = layers x (linear + attention + allreduce +
-    elementwise) per layer + lm_head_s + overhead_s. bounds: term -> "memory" / "compute" (all-reduce:
+    """One iteration's time, term by term (seconds). iteration_s = layers x (linear + attention + indexer +
+    allreduce + elementwise) per layer + lm_head_s + overhead_s. bounds: term -> "memory" / "compute" (all-reduce:
     "latency" / "bandwidth" / "none"; a term read from a table: "measured"). sources / lookups: which operator
     table each term read (or "roofline") and whether at a grid point, between, or past the grid."""
 
@@ -138,6 +150,7 @@ class StepTerms:
     layers: int
     bounds: dict[str, str]
     elementwise_s_per_layer: float = 0.0
+    indexer_s_per_layer: float = 0.0                           # DSA's lightning indexer (0 for a dense model)
     sources: dict[str, str] = field(default_factory=dict)      # term -> the table it read, or "roofline"
     lookups: dict[str, str] = field(default_factory=dict)      # term -> measured / interpolated / extrapolated / roofline
     # each elementwise kernel: role, kernel, width, layers, ms over those layers, lookup and table (or roofline)
@@ -148,7 +161,8 @@ class StepTerms:
         return {"iteration_ms": self.iteration_s * 1e3, "linear_ms_per_layer": self.linear_s_per_layer * 1e3,
                 "attention_ms_per_layer": self.attention_s_per_layer * 1e3,
                 "allreduce_ms_per_layer": self.allreduce_s_per_layer * 1e3,
-                "elementwise_ms_per_layer": self.elementwise_s_per_layer * 1e3, "lm_head_ms": self.lm_head_s * 1e3,
+                "elementwise_ms_per_layer": self.elementwise_s_per_layer * 1e3,
+                "indexer_ms_per_layer": self.indexer_s_per_layer * 1e3, "lm_head_ms": self.lm_head_s * 1e3,
                 "overhead_ms": self.overhead_s * 1e3, "layers": self.layers, "bounds": dict(self.bounds),
                 "term_sources": dict(self.sources), "term_lookups": dict(self.lookups),
                 "elementwise_kernels": [dict(kernel) for kernel in self.elementwise_kernels]}
@@ -244,6 +258,55 @@ def elementwise_kernels(geometry: ModelGeometry, tp_size: int, layer_kind: str) 
     return tuple(kernels)
 
 
+@dataclass(frozen=True)
+class IndexerCost:
+    """One layer of DSA's lightning indexer on one GPU (replicated on every TP rank: each rank selects for its own
+    heads), on the roofline: its projections (wq_b, wk: FP8; weights_proj: bf16) over the iteration's tokens, the
+    FP8 scores of every (query, key) pair against the cached index keys, the fp32 logits written and read back, and
+    the top-k's longest row (`INDEXER_ROW_TOKENS_PER_S`)."""
+
+    weight_bytes: float            # the projections' weights of one layer
+    proj_s_per_token: float        # their FLOPs per token at the GPU's rate
+    key_bytes: float               # one cached index key (FP8 + its scales)
+    score_s_per_pair: float        # 2 x heads x dim FLOPs at the FP8 rate (bf16 where the GPU has none)
+    inv_bw: float
+    floor_s: float
+
+    @classmethod
+    def of(cls, geometry: ModelGeometry, gpu: GpuSpec, peak_fp8: float) -> "IndexerCost":
+        ops = geometry.indexer_ops()
+        rate = gpu.attention_efficiency
+        proj = sum(2.0 * op.k * op.n / ((peak_fp8 if op.fp8 else gpu.peak_flops) * rate) for op in ops)
+        return cls(weight_bytes=float(sum(op.weight_bytes for op in ops)), proj_s_per_token=proj,
+                   key_bytes=float(geometry.index_key_bytes),
+                   score_s_per_pair=2.0 * geometry.index_n_heads * geometry.index_head_dim / (peak_fp8 * rate),
+                   inv_bw=1.0 / gpu.achievable_hbm_Bps, floor_s=gpu.kernel_floor_s)
+
+    def seconds(self, new_tokens: float, decode_seqs: float, decode_kv: float, prefill_pairs: float,
+                prefill_kv: float) -> float:
+        """One layer: decode tokens score their whole context (decode_kv keys in all), prefill tokens their causal
+        pairs; the batch waits for its longest top-k row (a decode sequence's mean context)."""
+        if new_tokens <= 0:
+            return 0.0
+        pairs = decode_kv + prefill_pairs
+        mem = (self.weight_bytes + (decode_kv + prefill_kv) * self.key_bytes + pairs * INDEXER_LOGIT_BYTES) * self.inv_bw
+        comp = new_tokens * self.proj_s_per_token + pairs * self.score_s_per_pair
+        roof = mem if mem >= comp else comp
+        if roof < 3.0 * self.floor_s:                   # three launches: projections, scores, top-k
+            roof = 3.0 * self.floor_s
+        return roof + (decode_kv / decode_seqs / INDEXER_ROW_TOKENS_PER_S if decode_seqs > 0 else 0.0)
+
+
+def selected_pairs(pairs_per_seq: float, topk: float) -> float:
+    """Causal (query, key) pairs of one sequence's prefill whose pairs are `pairs_per_seq` (the length s with
+    s (s + 1) / 2 = pairs) when each query token attends at most `topk` keys: the first topk tokens attend all
+    before them, the rest topk each."""
+    length = (math.sqrt(8.0 * pairs_per_seq + 1.0) - 1.0) / 2.0
+    if length <= topk:
+        return pairs_per_seq
+    return topk * (topk + 1) / 2.0 + (length - topk) * topk
+
+
 class StepTimeModel:
     """The step time of one instance (a TP group of `tp` GPUs of `gpu` serving `geometry`).
 
@@ -296,7 +359,9 @@ class StepTimeModel:
             "GEMMs run at the bf16 rate (weight-only FP8, dequantised in the kernel)",)
         self._inv_bw = 1.0 / self._bw
         self._attn_rate = gpu.peak_flops * gpu.attention_efficiency
-        self._kv_bytes_token_layer = geometry.b_kv_per_gpu(tp_size) * geometry.token_fraction / self.kv_shards
+        # the attention kernel reads the latent (or K/V); a sparse model's index keys are the indexer's to read
+        self._kv_bytes_token_layer = ((geometry.b_kv_per_gpu(tp_size) - geometry.index_key_bytes)
+                                      * geometry.token_fraction / self.kv_shards)
         heads_per_gpu = -(-geometry.heads_q // tp_size)
         self._attn_flops_pair_layer = 2.0 * heads_per_gpu * (geometry.d_qk + geometry.d_v) * geometry.token_fraction
         expanded = ((geometry.qk_nope_head_dim + geometry.rope_dims + geometry.v_head_dim) if geometry.is_mla
@@ -309,6 +374,9 @@ class StepTimeModel:
         # a routed row is one query head of one token, split over the holder's TP ranks
         self._holder_s_per_pair = (2.0 * (geometry.d_qk + geometry.d_v) * geometry.token_fraction / tp_size
                                    / self._attn_rate)
+        self._indexer = (IndexerCost.of(geometry, gpu, gpu.peak_fp8_flops if gpu.has_fp8 else gpu.peak_flops)
+                         if geometry.has_indexer else None)
+        self._topk = float(geometry.index_topk) if geometry.has_indexer else 0.0
         ring_steps = 2.0 * (tp_size - 1)
         if gpu.allreduce_bus_Bps is not None:
             # a switched board (NVSwitch): one latency per all-reduce, 2 (tp - 1) / tp of the message over the bus
@@ -357,6 +425,8 @@ class StepTimeModel:
         geometry = self.geometry
         layers = sum(folded.count * (folded.dense_weight_bytes + folded.experts * folded.expert_weight_bytes)
                      for folded in self._kinds)
+        if self._indexer is not None:                    # the indexer's projections, replicated on every rank
+            layers += geometry.layers * self._indexer.weight_bytes
         return layers + self._head_bytes + -(-geometry.vocab // self.tp) * geometry.hidden * WEIGHT_BYTES
 
     @property
@@ -486,6 +556,17 @@ class StepTimeModel:
         decode_kv = max(attention_pairs - prefill_pairs, 0.0)
         return decode_seqs, decode_kv, prefill_seqs, max(kv_read_tokens - decode_kv, 0.0), prefill_pairs
 
+    def _select(self, new_tokens: float, decode_seqs: float, decode_kv: float, prefill_seqs: float,
+                prefill_kv: float, prefill_pairs: float) -> tuple[float, float, float]:
+        """A sparse model's top-k (DSA): (the decode KV its attention reads, the prefill pairs it attends, the
+        indexer's seconds per layer). A decode sequence attends min(context, k) keys; a prefill token at most k;
+        the indexer scores every key either way (docs/STEP_TIME.md, "Sparse attention")."""
+        topk, indexer = self._topk, self._indexer
+        selected_kv = decode_seqs * min(decode_kv / decode_seqs, topk) if decode_seqs > 0 else 0.0
+        selected = (prefill_seqs * selected_pairs(prefill_pairs / prefill_seqs, topk)
+                    if prefill_seqs > 0 and prefill_pairs > 0 else prefill_pairs)
+        return selected_kv, selected, indexer.seconds(new_tokens, decode_seqs, decode_kv, prefill_pairs, prefill_kv)
+
     def _token_terms(self, new_tokens: float, sequences: float, decode_seqs: float) -> tuple[float, float, float]:
         """The measured model's token-dependent terms, cached per (tokens, sequences, decodes): iterations of a
         run repeat these counts, while their contexts (the attention term) differ."""
@@ -506,9 +587,13 @@ class StepTimeModel:
                 batch.new_tokens, batch.sequences, batch.kv_read_tokens, batch.attention_pairs, batch.prefill_pairs,
                 batch.decode_sequences)
             lin, allreduce, head = self._token_terms(batch.new_tokens, batch.sequences, decode_seqs)
+            indexer = 0.0
+            if self._indexer is not None:
+                decode_kv, prefill_pairs, indexer = self._select(batch.new_tokens, decode_seqs, decode_kv,
+                                                                 prefill_seqs, prefill_kv, prefill_pairs)
             attn = self._measured.attention_s(decode_seqs, decode_kv, prefill_seqs, prefill_pairs, prefill_kv)
             overhead = self._overhead_s
-            total = lin + elementwise + layers * (attn + allreduce) + head + overhead
+            total = lin + elementwise + layers * (attn + indexer + allreduce) + head + overhead
             src = self._measured.sources
             attention_src = [src[term] for term, present in (("attention_decode", decode_seqs > 0),
                                                              ("attention_prefill", prefill_pairs > 0)) if present]
@@ -524,27 +609,48 @@ class StepTimeModel:
             bounds = {name: (NONE if lookups[name] == NONE else
                              "measured" if lookups[name] != Lookup.ROOFLINE.value else "roofline")
                       for name in ("linear", "attention", "allreduce", "lm_head")}
+            if self._indexer is not None:
+                sources["indexer"] = lookups["indexer"] = bounds["indexer"] = Lookup.ROOFLINE.value
             return StepTerms(iteration_s=total, linear_s_per_layer=lin / layers, attention_s_per_layer=attn,
                              allreduce_s_per_layer=allreduce, overhead_s=overhead, lm_head_s=head, layers=layers,
                              bounds=bounds, elementwise_s_per_layer=elementwise / layers, sources=sources,
-                             lookups=lookups, elementwise_kernels=self.elementwise_breakdown(batch.new_tokens))
+                             lookups=lookups, elementwise_kernels=self.elementwise_breakdown(batch.new_tokens),
+                             indexer_s_per_layer=indexer)
         lin, lin_mem, lin_comp = self._linear(batch.new_tokens)
-        attn, attn_mem, attn_comp = self._attention(batch.kv_read_tokens, batch.attention_pairs, batch.prefill_pairs)
+        kv_read, pairs, pre_pairs, indexer = self._roofline_attention_inputs(
+            batch.new_tokens, batch.sequences, batch.kv_read_tokens, batch.attention_pairs, batch.prefill_pairs,
+            batch.decode_sequences)
+        attn, attn_mem, attn_comp = self._attention(kv_read, pairs, pre_pairs)
         allreduce, ar_bound = self._allreduce(batch.new_tokens)
         head, head_bound = self._lm_head(batch.sequences)
         overhead = self._overhead_s
-        total = lin + elementwise + layers * (attn + allreduce) + head + overhead
+        total = lin + elementwise + layers * (attn + indexer + allreduce) + head + overhead
         bounds = {"linear": MEMORY if lin_mem >= lin_comp else COMPUTE,
                   "attention": MEMORY if attn_mem >= attn_comp else COMPUTE,
                   "allreduce": ar_bound, "lm_head": head_bound}
         roof = {name: "roofline" for name in ("linear", "attention", "allreduce", "lm_head", "elementwise", "overhead")}
         if ar_bound == NONE:
             roof["allreduce"] = NONE                        # tp 1 (or no tokens): no all-reduce launches
+        if self._indexer is not None:
+            roof["indexer"] = bounds["indexer"] = Lookup.ROOFLINE.value
         return StepTerms(iteration_s=total, linear_s_per_layer=lin / layers, attention_s_per_layer=attn,
                          allreduce_s_per_layer=allreduce, overhead_s=overhead, lm_head_s=head, layers=layers,
                          bounds=bounds,
                          elementwise_s_per_layer=elementwise / layers, sources=dict(roof), lookups=dict(roof),
-                         elementwise_kernels=self.elementwise_breakdown(batch.new_tokens))
+                         elementwise_kernels=self.elementwise_breakdown(batch.new_tokens), indexer_s_per_layer=indexer)
+
+    def _roofline_attention_inputs(self, new_tokens: float, sequences: float, kv_read_tokens: float,
+                                   attention_pairs: float, prefill_pairs: float,
+                                   decode_sequences: float | None) -> tuple[float, float, float, float]:
+        """(KV tokens read, pairs, prefill pairs, indexer seconds) the roofline attention charges: the batch's own
+        for a dense model; a sparse model's top-k selection of them, and its indexer."""
+        if self._indexer is None:
+            return kv_read_tokens, attention_pairs, prefill_pairs, 0.0
+        decode_seqs, decode_kv, prefill_seqs, prefill_kv, prefill_pairs = self._split(
+            new_tokens, sequences, kv_read_tokens, attention_pairs, prefill_pairs, decode_sequences)
+        selected_kv, selected_pairs_, indexer = self._select(new_tokens, decode_seqs, decode_kv, prefill_seqs,
+                                                             prefill_kv, prefill_pairs)
+        return selected_kv + prefill_kv, selected_kv + selected_pairs_, selected_pairs_, indexer
 
     def iteration_s(self, new_tokens: float, sequences: float, kv_read_tokens: float, attention_pairs: float,
                     prefill_pairs: float = 0.0, decode_sequences: float | None = None) -> float:
@@ -560,15 +666,27 @@ class StepTimeModel:
             decode_seqs, decode_kv, prefill_seqs, prefill_kv, prefill_pairs = self._split(
                 new_tokens, sequences, kv_read_tokens, attention_pairs, prefill_pairs, decode_sequences)
             lin, allreduce, head = self._token_terms(new_tokens, sequences, decode_seqs)
+            indexer = 0.0
+            if self._indexer is not None:
+                decode_kv, prefill_pairs, indexer = self._select(new_tokens, decode_seqs, decode_kv, prefill_seqs,
+                                                                 prefill_kv, prefill_pairs)
             attn = measured.attention_s(decode_seqs, decode_kv, prefill_seqs, prefill_pairs, prefill_kv)
-            total = lin + self._elementwise(new_tokens) + self._layers * (attn + allreduce) + head + self._overhead_s
+            total = (lin + self._elementwise(new_tokens) + self._layers * (attn + indexer + allreduce) + head
+                     + self._overhead_s)
             if len(cache) >= 131072:       # bounded (about 30 MiB at most); a run has far fewer shapes
                 cache.clear()
             cache[key] = total
             return total
-        attn = self._attention(kv_read_tokens, attention_pairs, prefill_pairs)[0]
+        if self._indexer is None:
+            attn = self._attention(kv_read_tokens, attention_pairs, prefill_pairs)[0]
+            return (self._linear(new_tokens)[0] + self._elementwise(new_tokens)
+                    + self._layers * (attn + self._allreduce(new_tokens)[0]) + self._lm_head(sequences)[0]
+                    + self._overhead_s)
+        kv_read, pairs, pre_pairs, indexer = self._roofline_attention_inputs(
+            new_tokens, sequences, kv_read_tokens, attention_pairs, prefill_pairs, decode_sequences)
+        attn = self._attention(kv_read, pairs, pre_pairs)[0]
         return (self._linear(new_tokens)[0] + self._elementwise(new_tokens)
-                + self._layers * (attn + self._allreduce(new_tokens)[0]) + self._lm_head(sequences)[0]
+                + self._layers * (attn + indexer + self._allreduce(new_tokens)[0]) + self._lm_head(sequences)[0]
                 + self._overhead_s)
 
     def attention_s(self, kv_read_tokens: float, attention_pairs: float, layers: int | None = None,

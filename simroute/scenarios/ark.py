@@ -28,6 +28,7 @@ from pathlib import Path
 
 from simroute.calib import default_profile_path
 from simroute.network import shipped_topology
+from simroute.model.geometry import get_model
 from simroute.sim.config import RunConfig
 from simroute.sim.runner import simulate
 from simroute.workload import generate
@@ -58,11 +59,17 @@ class ArkPoint:
     heatmap: dict[str, list[int]] = field(default_factory=dict)
 
 
+# The longest prompt the scenario draws: the model's context window less room for the longest output its
+# log-normal draws (prompt + output must fit the window, or the engine refuses the request)
+OUTPUT_ROOM_TOKENS = 4096
+
+
 def disagg_trace(path: Path, *, qps: float, duration_s: float, seed: int, prompt_tokens: int = PROMPT_TOKENS) -> Path:
     n = max(1, int(qps * duration_s))
+    prompt_max = get_model(MODEL).context_window - OUTPUT_ROOM_TOKENS
     return generate("disagg", path, seed=seed, params={
         "requests": n, "qps": qps, "prompt_tokens": prompt_tokens, "prompt_sigma": PROMPT_SIGMA, "prompt_min": 1024,
-        "prompt_max": 131_072, "output_tokens": OUTPUT_TOKENS, "prefill_instances": PREFILL_INSTANCES,
+        "prompt_max": prompt_max, "output_tokens": OUTPUT_TOKENS, "prefill_instances": PREFILL_INSTANCES,
         "decode_instances": DECODE_INSTANCES})
 
 

@@ -177,6 +177,10 @@ class Arrivals:
         self.limiter = ConcurrencyLimit(ctx, concurrency, start) if concurrency is not None else None
         self.start = self.limiter.submit if self.limiter is not None else start
         self.over_window = over_window       # requests past the model's context window, dropped at arrival
+        # a sparse model (DSA) selects its top-k whenever it runs: a request with chunks whose context exceeds k is
+        # a selection over them at the model's k, unless the trace gives its own `topk` (docs/MODEL.md)
+        self.model_topk = int(ctx.params.geometry.index_topk)
+        self.selections = {"model": 0, "trace": 0}
 
     def feed(self) -> Iterator[simpy.Event]:
         """A SimPy process: stream batches; open-loop requests wait for arrival_s, closed-loop ones for their
@@ -225,6 +229,7 @@ class Arrivals:
         tokens_before = np.concatenate(([0], np.cumsum(chunk_tokens, dtype=np.int64)))
         inputs = prompt.astype(np.int64) + tokens_before[offsets[1:]] - tokens_before[offsets[:-1]]
         recorder = ctx.recorder
+        model_topk = self.model_topk
         for j in range(len(ids)):
             request = int(ids[j])
             spec = None
@@ -240,9 +245,15 @@ class Arrivals:
                     if unknown_before[hi] != unknown_before[lo]:     # a chunk the store lacks drops it
                         recorder.drop(request, DropReason.UNKNOWN_CHUNK)
                     else:
+                        budget = int(topk[j])
+                        if budget > 0:
+                            self.selections["trace"] += 1
+                        elif model_topk and hi > lo and inputs[j] > model_topk:
+                            budget = model_topk
+                            self.selections["model"] += 1
                         spec = RequestSpec(request, int(hint[j]), int(prefill_hint[j]), int(prompt[j]),
                                            int(output[j]), flat_index[lo:hi].tolist(), flat_cached[lo:hi].tolist(),
-                                           int(topk[j]), int(spanned[j]))
+                                           budget, int(spanned[j]))
             yield j, spec, float(arrival[j]), int(after[j]), float(think[j])
 
     def _closed_loop(self, parent: int, think_s: float, spec: RequestSpec) -> Iterator[simpy.Event]:

@@ -65,22 +65,32 @@ def read_chunk_store(trace: str, kv_bytes_per_token: float) -> tuple[ChunkStore,
     return store, sorted_ids
 
 
-def model_limits(cfg: RunConfig, geometry: ModelGeometry, chunks: ChunkStore, n_requests: int) -> dict[str, Any]:
+def model_limits(trace: str, mode: str, geometry: ModelGeometry, chunks: ChunkStore,
+                 n_requests: int) -> dict[str, Any]:
     """The trace against the model's context window, before the run starts: a request whose sequence (prompt +
-    attended chunks + output tokens) exceeds it is refused here (`over_window` refuse: one line naming the trace,
-    the request and the window) or dropped at its arrival as the engine would refuse it (`drop`: counted in the
+    attended chunks + output tokens) exceeds it is refused here (`mode` refuse: one line naming the trace, the
+    request and the window) or dropped at its arrival as the engine would refuse it (`drop`: counted in the
     summary). Returns the summary block, with the ids to drop under `_drop`."""
     from simroute.model.limits import context_problem, window_source
-    ids, tokens, longest = over_window(cfg.trace, n_requests, chunks, geometry.context_window)
-    if len(ids) and cfg.over_window == "refuse":
+    ids, tokens, longest = over_window(trace, n_requests, chunks, geometry.context_window)
+    if len(ids) and mode == "refuse":
         more = f"; {len(ids) - 1:,} more request(s) are too" if len(ids) > 1 else ""
         raise ConfigurationError(
             f"request {int(ids[0])} (prompt + chunks + output): {context_problem(geometry, int(tokens[0]))}{more}; "
             "--over-window drop runs the trace without them, as the engine would refuse them",
-            file=cfg.trace, field="requests")
+            file=trace, field="requests")
     return {"context_window": geometry.context_window, "context_window_source": window_source(geometry),
-            "longest_request_tokens": longest, "over_window": int(len(ids)), "over_window_mode": cfg.over_window,
+            "longest_request_tokens": longest, "over_window": int(len(ids)), "over_window_mode": mode,
             "_drop": frozenset(int(request) for request in ids)}
+
+
+def check_trace_window(trace: str, model: str, *, mode: str = "refuse", max_requests: int | None = None) -> None:
+    """`model_limits` on its own, before anything runs (`plan` calls it before its header): refuses a trace with a
+    request past `model`'s context window under `mode` refuse."""
+    from simroute.model.geometry import get_model
+    chunks, _ids = read_chunk_store(trace, 0.0)
+    n = int(read_trace_meta(trace)["requests"])
+    model_limits(trace, mode, get_model(model), chunks, n if max_requests is None else min(n, max_requests))
 
 
 def run_gpu(cfg: RunConfig, hosts_gpu: str | None, profile: Profile) -> str | None:
@@ -133,7 +143,7 @@ class Simulation:
         copies.pin_canonical(_chunks_per_instance(chunks.holders, len(cluster.instances)))
         n = int(self.meta["requests"])
         self.n_requests = n if cfg.max_requests is None else min(n, cfg.max_requests)
-        self.limits = model_limits(cfg, params.geometry, chunks, self.n_requests)
+        self.limits = model_limits(cfg.trace, cfg.over_window, params.geometry, chunks, self.n_requests)
         self.load = arrival_load(cfg.trace, self.n_requests, qps=cfg.qps, time_scale=cfg.time_scale)
         # the clients' concurrency limit: the run's, else the trace's (checked when its metadata was read)
         self.concurrency = cfg.concurrency if cfg.concurrency is not None else self.meta.get(MAX_CONCURRENCY_KEY)
@@ -173,6 +183,7 @@ class Simulation:
                                             time_scale=self.load.time_scale, concurrency=self.concurrency,
                                             over_window=self.limits.pop("_drop"))
         ctx.env.process(arrivals.feed())
+        self.selections = arrivals.selections
         with _collector_for_a_run():
             ctx.env.run(until=self.cfg.until_s)
         wall = time.perf_counter() - t0
@@ -216,6 +227,9 @@ class Simulation:
                                        gpus=len(instances) * cfg.tp, concurrency=self.concurrency,
                                        offered_qps=self.load.offered_qps),
             "model_limits": {key: value for key, value in self.limits.items() if not key.startswith("_")},
+            "sparse_attention": {"index_topk": ctx.params.geometry.index_topk,
+                                 "selections_at_model_topk": self.selections["model"],
+                                 "selections_at_trace_topk": self.selections["trace"]},
             "why": _why(requests, int(ctx.copies.fell_back)),
             "network": self._network_summary(),
         }

@@ -153,6 +153,12 @@ def run_plan(request: PlanRequest, out: str | Path, *, jobs: int | None = None, 
             study = load_study(study_file)
         except ConfigurationError as exc:
             raise ConfigurationError(exc.problem, field=_plan_flag(exc.field, request)) from None
+        base = doc["base"]
+        if isinstance(base["trace"], str):       # an imported trace: every request within the model's window
+            from simroute.shipped import resolve_input
+            from simroute.sim.runner import check_trace_window
+            check_trace_window(resolve_input("trace", base["trace"]), request.model, mode=base.get("over_window", "refuse"),
+                               max_requests=request.max_requests)
         if announce is not None:
             announce()
         run = run_study(study, out, jobs=jobs, progress=progress)

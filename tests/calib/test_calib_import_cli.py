@@ -58,6 +58,13 @@ def fake_tree(root: Path, scale: float = 1.0) -> Path:
     _parquet(root, "mla_bmm", "sglang", "0.5.9", "mla_bmm_perf", [
         {"op_name": "mla_gen_pre", "bmm_dtype": "bfloat16", "num_tokens": t, "num_heads": 16, "latency": 0.003 * t}
         for t in (1, 2)])
+    dsa = {"model": "deepseek-ai/DeepSeek-V3.2", "architecture": "DeepseekV32ForCausalLM", "gemm_type": "fp8_block",
+           "num_heads": 16, "batch_size": 1, "isl": 1, "tp_size": 8}
+    _parquet(root, "sparse_attention", "sglang", v, "dsa_generation_module_perf", [
+        {**dsa, "op_name": "dsa_generation_module", "kv_cache_dtype": "bfloat16", "step": 2048, "latency": 0.0771},
+        {**dsa, "op_name": "dsa_generation_module", "kv_cache_dtype": "fp8", "step": 2048, "latency": 0.0909},
+        {**dsa, "op_name": "dsa_generation_module_skip_indexer", "kv_cache_dtype": "bfloat16", "step": 2048,
+         "latency": 0.05}])                                      # without the indexer: not how the model runs
     (root / "systems" / "data" / SYSTEM / "gemm" / "sglang" / v / "collection_meta.yaml").write_text(
         "framework: sglang\nversion: 0.5.14\n")
     return root
@@ -79,7 +86,8 @@ def test_import_converts_rows_and_latencies_and_says_where_they_come_from(cli, t
     assert code == 0, err
     t = load_operator_tables(out)
     assert (t.gpu, t.framework, t.version) == ("h200-sxm", "sglang", "0.5.14")
-    assert set(t.tables) == {OpKind.GEMM, OpKind.MOE, OpKind.ATTENTION_DECODE, OpKind.ALLREDUCE, OpKind.MLA_BMM}
+    assert set(t.tables) == {OpKind.GEMM, OpKind.MOE, OpKind.ATTENTION_DECODE, OpKind.ALLREDUCE, OpKind.MLA_BMM,
+                             OpKind.DSA_DECODE}
     gemm = t.get(OpKind.GEMM)
     assert gemm.rows == 4
     rows = sorted(zip(gemm.categorical["dtype"].tolist(), gemm.numeric["m"].tolist(), gemm.latency_us.tolist()))
@@ -96,6 +104,11 @@ def test_import_converts_rows_and_latencies_and_says_where_they_come_from(cli, t
     assert sorted(zip(ar.categorical["mode"].tolist(), ar.latency_us.tolist())) == [
         ("graph", pytest.approx(6.0)), ("nccl", pytest.approx(12.0))]
     assert t.get(OpKind.MLA_BMM).categorical["stage"].tolist() == ["pre", "pre"]
+    dsa = t.get(OpKind.DSA_DECODE)            # the module with its indexer only; context = isl + step
+    assert sorted(zip(dsa.categorical["kv_dtype"].tolist(), dsa.numeric["context"].tolist(),
+                      dsa.latency_us.tolist())) == [("bf16", 2049.0, pytest.approx(77.1)),
+                                                    ("fp8", 2049.0, pytest.approx(90.9))]
+    assert set(dsa.categorical["architecture"].tolist()) == {"DeepseekV32ForCausalLM"}
     # the manifest: provenance of the whole and of each table
     assert t.provenance["kind"] == "measured" and t.provenance["package"] == "aiconfigurator-core"
     assert "Apache-2.0" in t.provenance["licence"] and "h200_sxm" in t.provenance["ref"]
@@ -114,7 +127,7 @@ def test_import_json_summary(cli, tree: Path, tmp_path: Path) -> None:
     code, text, err = _import(cli, tree, tmp_path / "o", "--json")
     assert code == 0, err
     s = json.loads(text)
-    assert s["rows"] == {"gemm": 4, "moe": 2, "attention_decode": 2, "mla_bmm": 2, "allreduce": 2}
+    assert s["rows"] == {"gemm": 4, "moe": 2, "attention_decode": 2, "mla_bmm": 2, "allreduce": 2, "dsa_decode": 2}
     assert s["versions"]["mla_bmm"] == "0.5.9" and s["versions"]["gemm"] == "0.5.14"
     assert set(s["skipped"]) == {"attention_prefill", "mla_prefill", "mla_decode"}
     assert s["provenance"]["kind"] == "measured"

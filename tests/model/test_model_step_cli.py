@@ -45,7 +45,8 @@ def test_every_gpu_and_model_prints_its_terms(cli, gpu, model):
     assert d["iteration_ms"] > d["overhead_ms"] > 0
     assert d["iteration_ms"] == pytest.approx(d["layers"] * (d["linear_ms_per_layer"] + d["attention_ms_per_layer"]
                                                             + d["allreduce_ms_per_layer"]
-                                                            + d["elementwise_ms_per_layer"])
+                                                            + d["elementwise_ms_per_layer"]
+                                                            + d["indexer_ms_per_layer"])
                                               + d["lm_head_ms"] + d["overhead_ms"])
     assert set(d["bounds"]) >= {"linear", "attention", "allreduce"}
     assert d["bounds"]["linear"] in ("memory", "compute", "measured", "roofline")

@@ -256,7 +256,15 @@ def test_iteration_is_the_sum_of_its_terms_and_each_a_roofline(m, batch):
     b = BatchShape.uniform(*batch)
     t = m.iteration(b)
     assert t.iteration_s >= t.overhead_s > 0
-    mem = b.kv_read_tokens * m.kv_bytes_per_token_per_gpu / m.geometry.layers / m.gpu.achievable_hbm_Bps
+    # a sparse model's attention reads its top-k of the context (tests/model/test_sparse_attention.py)
+    kv = b.kv_read_tokens
+    if m.geometry.has_indexer:
+        decode = b.decode_sequences or 0.0
+        kv = decode * min(b.attention_pairs - b.prefill_pairs, m.geometry.index_topk * decode) / max(decode, 1) \
+            + (b.kv_read_tokens - (b.attention_pairs - b.prefill_pairs))
+    geometry = m.geometry                                   # index keys are the indexer's to read
+    latent = (geometry.b_kv_per_gpu(m.tp) - geometry.index_key_bytes) * geometry.token_fraction / m.kv_shards
+    mem = kv * latent / m.gpu.achievable_hbm_Bps
     assert t.attention_s_per_layer >= mem * (1 - 1e-12)
     if t.bounds["attention"] == "memory":
         assert t.attention_s_per_layer == pytest.approx(mem, rel=1e-12)

@@ -132,8 +132,9 @@ def test_ark_disaggregated_70b_under_hbm_pressure_finishes(tmp_path):
     (the simulated clock ran to 10^5 s); now it is dropped as never fitting, and the rest finish with few
     preemptions."""
     from simroute.network import shipped_topology
-    trace = generate("disagg", tmp_path / "ark.parquet", seed=0, params={
-        "requests": 100, "qps": 25.0, "prompt_tokens": 16_384, "prefill_instances": 20, "decode_instances": 12})
+    trace = generate("disagg", tmp_path / "ark.parquet", seed=0, params={     # prompt + output within the window
+        "requests": 100, "qps": 25.0, "prompt_tokens": 16_384, "prompt_max": 131_072 - 4096, "prefill_instances": 20,
+        "decode_instances": 12})
     res = simulate(RunConfig(topology=str(shipped_topology("ark-paper")), trace=str(trace),
                              calib=str(default_profile_path()), model="llama-3.1-70b", tp=2, routing="ark",
                              decode_steps_per_event=64, hbm_gb=74.0, until_s=3600.0))    # a bound, should it loop

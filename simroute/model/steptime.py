@@ -48,11 +48,12 @@ KV_LAYOUTS = ("replicated", "tpla")
 # batch waits for its longest row. Tokens one row scans per second: fitted to aiconfigurator-core 0.12.0's measured
 # DeepSeek-V3.2 attention module on H200 under SGLang 0.5.14 (sparse_attention/sglang/0.5.14/
 # dsa_generation_module_perf, 16 heads per rank, bf16 KV, batch 1): the module grows 71.7 us per layer from 2,048 to
-# 131,072 tokens of context (77.1 -> 148.8 us; past 2,048 only the indexer grows), of which the roofline's key and
-# logit bytes explain 5.1 us: (71.7 - 5.1) us over 129,024 tokens. Checked on the rows it was not fitted to: batch 2
-# at 131,072 (+7%), 4 at 65,536 (+11%), 8 at 32,768 (+27%), 16 at 16,384 (+9%) (tests/model/test_sparse_attention.py).
+# 131,072 tokens of context (77.1 -> 148.8 us; past 2,048 only the indexer grows), of which the roofline explains
+# 2.0 us (its key and logit bytes at 131,072 tokens, 9.3 us, less its three-launch floor at 2,048, 7.2 us): the
+# rest, 69.7 us, is the top-k row over 129,024 more tokens. Checked on the rows it was not fitted to (batches 2 to
+# 16: tests/model/test_sparse_attention.py, docs/STEP_TIME.md).
 INDEXER_LOGIT_BYTES = 8.0                  # one fp32 logit written and read back per (query, key) pair
-INDEXER_ROW_TOKENS_PER_S = 1.94e9
+INDEXER_ROW_TOKENS_PER_S = 1.85e9
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,10 @@ The bench skips with a message when that venv is missing.
 
 Run: PYTHONPATH=. python3 bench/bench_aiconfigurator.py [--no-record] [--ops] [--only LABEL,...] [--jobs 2]
      (--ops: each point's per-op times on both sides, aiconfigurator's composite ops opened into their kernels)
-Target: simroute within 15% of aiconfigurator at every point.
+Target: simroute within 15% of aiconfigurator at every point, except the fp8-KV points, which differ by design:
+aiconfigurator reads SGLang 0.5.14's fp8-KV MLA decode rows (fa3's whole-pool dequantisation, 4.5-7x the bf16
+rows at large batches), simroute reads them no slower than the bf16 rows (docs/STEP_TIME.md, "FP8 KV cache"); they
+are printed and recorded but not judged.
 """
 
 from __future__ import annotations
@@ -320,6 +323,7 @@ def main() -> None:
     print("-" * len(header))
     ratios: dict[str, float] = {}
     failures = []
+    by_design: list[str] = []          # fp8-KV points: printed and recorded, not judged (module docstring)
     for p, a in zip(points, aic):
         sr = simroute_agg(p, a) if p.phase == "agg" and "error" not in a else simroute_step(p) \
             if p.phase != "agg" else {"iteration_ms": float("nan"), "overhead_ms": 0.0}
@@ -333,6 +337,8 @@ def main() -> None:
         r, ri = kernels / a["iteration_ms"], sr["iteration_ms"] / a["iteration_ms"]
         ratios[p.label] = r
         flag = "" if abs(r - 1) <= TARGET else "  <-- outside 15%"
+        if p.kv == "fp8":
+            flag, by_design = "  (fp8 KV: differs by design)", by_design + [p.label]
         print(f"{p.label:14s} {shape:26s} {sr['iteration_ms']:9.3f} {kernels:9.3f} {a['iteration_ms']:9.3f} "
               f"{r:8.3f} {ri:8.3f}{flag}")
         if p.phase == "agg":
@@ -344,11 +350,12 @@ def main() -> None:
     if not ratios:
         print("[aiconfigurator] no point ran")
         return
-    worst = max(ratios, key=lambda k: abs(ratios[k] - 1))
-    inside = sum(abs(r - 1) <= TARGET for r in ratios.values())
+    judged = {label: r for label, r in ratios.items() if label not in by_design} or ratios
+    worst = max(judged, key=lambda k: abs(judged[k] - 1))
+    inside = sum(abs(r - 1) <= TARGET for r in judged.values())
     figures: dict[str, float | int | str] = {
-        "aiconfigurator": version[0] if version else "?", "points": len(ratios), "within_15pct": inside,
-        "worst": f"{worst} {ratios[worst]:.3f}"}
+        "aiconfigurator": version[0] if version else "?", "points": len(judged), "within_15pct": inside,
+        "worst": f"{worst} {judged[worst]:.3f}", "not_judged_fp8_kv": len(ratios) - len(judged)}
     figures.update({k: round(v, 3) for k, v in ratios.items()})
     if failures:
         figures["failed"] = ",".join(failures)

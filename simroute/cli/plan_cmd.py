@@ -98,7 +98,8 @@ def plan(
 
     def announce() -> None:
         c.print(f"[bold]simroute plan[/bold]: {model} at TP {tp} on {topology}"
-                + (f" ({gpu})" if gpu else "") + (f", {kv_cache} KV cache" if kv_cache else "") + f", hosts {hosts_min}-{hosts_max}, "
+                + (f" ({gpu})" if gpu else "") + (f", {kv_cache} KV cache" if kv_cache else "")
+                + f", hosts {hosts_min}-{hosts_max}, "
                 f"policies {', '.join([policy, *request.compare])}, {seeds} seed(s); SLO {' and '.join(request.slo)}")
     run, answer, memo = run_plan(request, out, jobs=jobs, progress=progress, announce=announce)
     page = write_report(out)

@@ -277,8 +277,8 @@ class IndexerCost:
     def of(cls, geometry: ModelGeometry, gpu: GpuSpec, peak_fp8: float) -> "IndexerCost":
         ops = geometry.indexer_ops()
         rate = gpu.attention_efficiency
-        proj = sum(2.0 * op.k * op.n / ((peak_fp8 if op.fp8 else gpu.peak_flops) * rate) for op in ops)
-        return cls(weight_bytes=float(sum(op.weight_bytes for op in ops)), proj_s_per_token=proj,
+        proj = sum(2.0 * gemm.k * gemm.n / ((peak_fp8 if gemm.fp8 else gpu.peak_flops) * rate) for gemm in ops)
+        return cls(weight_bytes=float(sum(gemm.weight_bytes for gemm in ops)), proj_s_per_token=proj,
                    key_bytes=float(geometry.index_key_bytes),
                    score_s_per_pair=2.0 * geometry.index_n_heads * geometry.index_head_dim / (peak_fp8 * rate),
                    inv_bw=1.0 / gpu.achievable_hbm_Bps, floor_s=gpu.kernel_floor_s)
@@ -290,7 +290,8 @@ class IndexerCost:
         if new_tokens <= 0:
             return 0.0
         pairs = decode_kv + prefill_pairs
-        mem = (self.weight_bytes + (decode_kv + prefill_kv) * self.key_bytes + pairs * INDEXER_LOGIT_BYTES) * self.inv_bw
+        mem = (self.weight_bytes + (decode_kv + prefill_kv) * self.key_bytes
+               + pairs * INDEXER_LOGIT_BYTES) * self.inv_bw
         comp = new_tokens * self.proj_s_per_token + pairs * self.score_s_per_pair
         roof = mem if mem >= comp else comp
         if roof < 3.0 * self.floor_s:                   # three launches: projections, scores, top-k

@@ -119,3 +119,14 @@ def test_a_study_takes_the_kv_cache_as_an_axis(tmp_path):
     spec.write_text("name: kv\nbase: {trace: agents-default}\naxes: {kv_cache: [bf16, int4]}\n")
     with pytest.raises(ConfigurationError, match="kv_cache"):
         load_study(spec)
+
+
+def test_plan_takes_the_kv_cache_into_its_study(cli, tmp_path):
+    from simroute.study.plan import PlanRequest
+    doc = PlanRequest(base={"kv_cache": "fp8"}).study_document()
+    assert doc["base"]["kv_cache"] == "fp8"
+    code, out, err = cli("plan", "--kv-cache", "int4", "--hosts-max", 2, "--seeds", 1, "-o", tmp_path / "p")
+    assert code == 2 and out == "" and "field '--kv-cache'" in err and "unknown KV-cache dtype 'int4'" in err
+    assert not (tmp_path / "p").exists()
+    code, out, err = cli("run", "--kv-cache", "int4", "-o", tmp_path / "r")
+    assert code == 2 and out == "" and "kv_cache" in err and not (tmp_path / "r").exists()

@@ -70,7 +70,7 @@ def config(scenario: str, policy: str, trace_dir: Path):
     trace = trace_dir / ("conversation.parquet" if scenario == "conversation" else "agents-real.parquet")
     return RunConfig(**PAPER_DEPLOYMENT,
                      topology=str(shipped_topology("fattree")), trace=str(trace), calib=calib, policy=policy,
-                     router="least-loaded")
+                     router="least-loaded", over_window="drop")     # as bench_sim: past the window, dropped
 
 
 def one(scenario: str, policy: str, trace_dir: Path, count: bool, dump: str | None, limit: int) -> dict:

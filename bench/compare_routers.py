@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
         for router in args.routers.split(","):
             res = simulate(RunConfig(**PAPER_DEPLOYMENT,
                                      topology=str(default_topology_path()), trace=str(trace), router=router,
-                                     calib=str(default_profile_path()), seed=args.seed, telemetry=False))
+                                     calib=str(default_profile_path()), seed=args.seed, telemetry=False,
+                                     over_window="drop"))
             s = res.summary
             pc = s["primitive_counts"]
             print(f"  {router:<12} {s['ttft_ms']['p50']:9.1f} {s['ttft_ms']['p99']:9.1f}   "

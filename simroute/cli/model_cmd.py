@@ -121,10 +121,10 @@ def model_list(json_out: bool = typer.Option(False, "--json", help="Every dimens
         return "; ".join(configs + ([f"assumed: {len(assumed)} dims"] if assumed else []))
 
     table("models", ["model", "layers", "h_q", "kv", "hidden", "ffn", "experts", "params B", "active B", "top-k",
-                     "q+p B", "b_KV B", "dimensions from"],
+                     "window", "q+p B", "b_KV B", "dimensions from"],
           [[geom.name, geom.layers, geom.heads_q, geom.kv_heads, geom.hidden, geom.intermediate, experts(geom),
-            f"{geom.params() / 1e9:.1f}", f"{geom.active_params / 1e9:.1f}", geom.index_topk or "-", geom.qp_bytes,
-            geom.b_kv, source(geom)]
+            f"{geom.params() / 1e9:.1f}", f"{geom.active_params / 1e9:.1f}", geom.index_topk or "-",
+            f"{geom.context_window:,}", geom.qp_bytes, geom.b_kv, source(geom)]
            for geom in MODELS.values()])
 
 

@@ -37,6 +37,17 @@ def attendance_counts(trace: str, chunk_ids: np.ndarray) -> np.ndarray:
     return counts
 
 
+def input_tokens(prompt: np.ndarray, offsets: np.ndarray, flat_index: np.ndarray, known: np.ndarray,
+                 chunk_tokens: np.ndarray) -> np.ndarray:
+    """Each row's whole prompt: its own tokens + the tokens of the known chunks it attends (the row's chunks are
+    flat[offsets[i]:offsets[i + 1]], looked up as `flat_index`, `known`). What a benchmark client counts as input,
+    and with the output what an engine checks against the model's context window: the one formula for both."""
+    tokens = (np.where(known, chunk_tokens[flat_index], 0) if len(flat_index) and len(chunk_tokens)
+              else np.zeros(len(flat_index), np.int64))
+    tokens_before = np.concatenate(([0], np.cumsum(tokens, dtype=np.int64)))
+    return prompt.astype(np.int64) + tokens_before[offsets[1:]] - tokens_before[offsets[:-1]]
+
+
 def sequence_tokens(trace: str, n_requests: int, chunks: ChunkStore) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(request ids, tokens) per streamed batch of the first `n_requests` requests: each request's whole sequence,
     its own prompt + the tokens of the chunks it attends (known ones) + its output tokens, the length a serving
@@ -51,14 +62,11 @@ def sequence_tokens(trace: str, n_requests: int, chunks: ChunkStore) -> Iterator
         ids, prompt, output = (batch.column(name).fill_null(0).to_numpy(zero_copy_only=False)[:take]
                                for name in columns[:3])
         listed = batch.column("chunk_ids")
-        offsets = listed.offsets.to_numpy()
+        offsets = listed.offsets.to_numpy()[:take + 1]
         offsets = offsets - offsets[0]
         flat = listed.flatten().fill_null(-1).to_numpy(zero_copy_only=False)
         index, known = chunks.indices_of(flat.astype(np.int64))
-        tokens = np.where(known, chunks.tokens[index] if len(chunks.tokens) else 0, 0).astype(np.int64)
-        summed = np.concatenate(([0], np.cumsum(tokens)))
-        chunk_tokens = summed[offsets[1:take + 1]] - summed[offsets[:take]]
-        yield ids.astype(np.int64), prompt.astype(np.int64) + output.astype(np.int64) + chunk_tokens
+        yield ids.astype(np.int64), input_tokens(prompt, offsets, index, known, chunks.tokens) + output.astype(np.int64)
 
 
 def over_window(trace: str, n_requests: int, chunks: ChunkStore, window: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -224,10 +232,7 @@ class Arrivals:
         store = ctx.cluster.chunks
         flat_index, known = store.indices_of(flat_ids)
         unknown_before = np.concatenate(([0], np.cumsum(~known)))    # a row's unknown chunks: a difference
-        # each row's whole prompt (own tokens + its known chunks' tokens), what a benchmark client counts as input
-        chunk_tokens = np.where(known, store.tokens[flat_index], 0) if len(flat_ids) else np.zeros(0, np.int64)
-        tokens_before = np.concatenate(([0], np.cumsum(chunk_tokens, dtype=np.int64)))
-        inputs = prompt.astype(np.int64) + tokens_before[offsets[1:]] - tokens_before[offsets[:-1]]
+        inputs = input_tokens(prompt, offsets, flat_index, known, store.tokens)
         recorder = ctx.recorder
         model_topk = self.model_topk
         for j in range(len(ids)):

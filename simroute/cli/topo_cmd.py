@@ -7,10 +7,10 @@ from pathlib import Path
 import typer
 
 
-LAYERS = ("GPU", "host / NIC", "leaf", "spine / agg", "core")
+LAYERS = ("GPU", "NVSwitch / NIC", "leaf", "spine / agg", "core")
 TIER_COLOURS = {"nvlink": "tab:green", "pcie": "tab:olive", "xsocket": "tab:red", "nic-leaf": "tab:blue",
                 "leaf-spine": "tab:purple", "spine-core": "tab:orange"}
-GPU_ROW_LIMIT = 128     # past this many GPUs the GPU row (and its host-internal links) is left out
+GPU_ROW_LIMIT = 256     # past this many GPUs the GPU row (and its host-internal links) is left out
 
 
 def _layer(node: str) -> int:
@@ -43,8 +43,11 @@ def _draw(topo, out: Path) -> None:
         names.sort(key=_natural)
         for i, n in enumerate(names):
             pos[n] = ((i + 0.5) / len(names), y)
-    host_node = {n.split(".")[0]: n for n in rows.get(1, [])}
-    alias = {n: n if n in pos else host_node.get(n.split(".")[0]) for n in topo.graph.nodes}  # a GPU -> its host
+    # a GPU left out is drawn as the host-layer node it first links to (its NVSwitch, NIC or socket; a
+    # multi-host NVLink domain's switch), or not at all (an NVLink mesh with a NIC per GPU)
+    host_layer = set(rows.get(1, []))
+    alias = {n: n if n in pos else next((m for m in topo.graph.successors(n) if m in host_layer), None)
+             for n in topo.graph.nodes}
     drawn: dict[str, set] = {}
     count: dict[str, int] = {}
     for link in topo.links:
@@ -62,7 +65,7 @@ def _draw(topo, out: Path) -> None:
         ax.scatter([pos[n][0] for n in names], [y] * len(names), s=6 if len(names) > 64 else 25, zorder=3,
                    color="black")
     s = topo.summary()
-    note = f"; GPUs drawn as their hosts ({s['gpus_per_host']} each)" if drop_gpus else ""
+    note = "; GPUs drawn as the NVSwitch, NIC or socket they join" if drop_gpus else ""
     ax.set_title(f"{s['name']}: {s['gpus']} GPUs, bisection {s['bisection_GBps']:.0f} GB/s, "
                  f"oversubscription {s['oversubscription']:.2f}:1{note}")
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, title="tier")
@@ -77,11 +80,13 @@ def register(app: typer.Typer) -> None:
 
     @topo.command("show")
     def show(file: str = typer.Argument(..., help="Topology YAML or a shipped name (fattree, fattree-1024, "
-                                                  "paper-testbed, ark-leafspine, ark-paper)."),
+                                                  "paper-testbed, ark-leafspine, ark-paper, rail-optimized, "
+                                                  "gb200-nvl72)."),
              png: Path | None = typer.Option(None, "--png", help="also draw it into this PNG")) -> None:
-        """Print a summary: GPUs, links per tier, bisection bandwidth, oversubscription.
+        """Print a summary: kind, GPUs, links per tier, bisection bandwidth, oversubscription, and whether one
+        rank pair's flow stands for a whole host's tensor-parallel ranks (their own links, or shared ones).
 
-        Example: simroute topo show fattree-1024 --png fattree.png
+        Example: simroute topo show gb200-nvl72 --png nvl72.png
         """
         from simroute.ioutil import check_new_file
         from simroute.network import load_topology
@@ -91,13 +96,22 @@ def register(app: typer.Typer) -> None:
             check_new_file(png, flag="--png", inputs=[source])
         t = load_topology(source)
         s = t.summary()
-        rows = [("topology", s["name"]), ("hosts x GPUs", f"{s['hosts']} x {s['gpus_per_host']} = {s['gpus']}"),
-                ("intra-host", s["intra"]), ("NIC", f"per {s['nic_per']}, {s['nic_GBps']:g} GB/s"),
-                ("tiers", s["tiers"]), ("leaves", s["leaves"]), ("spines (or cores)", s["spines"]),
-                ("switch uplink", f"{s['uplink_GBps']:g} GB/s"), ("links (directed)", s["links"])]
+        rows = [("topology", s["name"]), ("kind", t.spec.kind),
+                ("hosts x GPUs", f"{s['hosts']} x {s['gpus_per_host']} = {s['gpus']}"),
+                ("intra-host", s["intra"]), ("NIC", f"per {s['nic_per']}, {s['nic_GBps']:g} GB/s")]
+        if "nvlink_domains" in s:
+            rows.append(("NVLink domains", f"{s['nvlink_domains']} x {s['gpus_per_domain']} GPUs"))
+        if "rails" in s:
+            rows.append(("rails", f"{s['rails']} per host, {s['rail_groups']} rail group(s)"))
+        rows += [("tiers", s["tiers"]), ("leaves", s["leaves"]), ("spines (or cores)", s["spines"]),
+                 ("switch uplink", f"{s['uplink_GBps']:g} GB/s"), ("links (directed)", s["links"])]
         rows += [(f"  {tier}", n) for tier, n in s["links_per_tier"].items()]
         rows += [("bisection", f"{s['bisection_GBps']:g} GB/s per direction"),
                  ("oversubscription", f"{s['oversubscription']:.2f}:1")]
+        planes = t.rank_planes(t.spec.gpus_per_host)
+        yes = {True: "one rank pair stands for all", False: "ranks share links"}
+        rows += [(f"tp {planes.tp} ranks", f"within a domain: {yes[planes.within_domain]}; across: "
+                                           f"{yes[planes.across_domains]}"), ("  why", planes.why)]
         w = max(len(k) for k, _ in rows)
         for k, v in rows:
             typer.echo(f"{k:<{w}}  {v}")

@@ -25,8 +25,9 @@ _LAZY: dict[str, str] = {
     "ROUTING_STRATEGIES": "routing", "ROUTINGS": "routing", "RoutingStrategy": "routing",
     "register_routing": "routing",
     "Telemetry": "telemetry",
-    "FABRICS": "topology", "TIERS": "topology", "EngineTopology": "topology", "Fabric": "topology",
+    "TIERS": "topology", "EngineTopology": "topology", "Fabric": "switches",
     "Link": "topology", "Topology": "topology", "load_topology": "topology",
+    "KINDS": "kinds", "TopologyKind": "kinds", "RankPlanes": "kinds",
 }
 
 
@@ -61,7 +62,7 @@ def shipped_topology(name: str) -> Path:
     return p
 
 
-__all__ = ["FABRICS", "SOLVERS", "TIERS", "BulkState", "EngineTopology", "Fabric", "FlowEngine", "FlowRecord", "Link",
-           "MessageModel", "MessageModelParams", "MessageRoute", "ROUTINGS", "ROUTING_STRATEGIES", "RoutingStrategy",
+__all__ = ["KINDS", "SOLVERS", "TIERS", "BulkState", "EngineTopology", "Fabric", "FlowEngine", "FlowRecord", "Link",
+           "MessageModel", "RankPlanes", "TopologyKind", "MessageModelParams", "MessageRoute", "ROUTINGS", "ROUTING_STRATEGIES", "RoutingStrategy",
            "Solver", "SolverMode", "Telemetry", "Topology", "default_topology_path", "load_topology", "maxmin_rates",
            "mix64", "register_routing", "register_solver", "shipped_topology"]

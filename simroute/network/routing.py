@@ -5,8 +5,9 @@ A strategy sees the flow (GPU indices, bytes, the source port drawn for it), the
 returns a `RouteChoice`: the path index among the topology's equal-cost paths, the source port actually used,
 the links it reserved (released when the flow ends) and the set-up delay it charges.
 
-To add one: subclass `RoutingStrategy`, give it a unique `name`, decorate it with `@register_routing`;
-`FlowEngine(routing=name)` and every CLI listing (`ROUTINGS`) pick it up.
+Strategies are registered classes of the one registry mechanism (simroute/registry.py, kind "routing"): to add
+one, subclass `RoutingStrategy` and decorate it with `@ROUTING.register("name")` (or give it a `name` and use
+`@register_routing`); `FlowEngine(routing=name)`, `RunConfig.routing` and the CLI's listing pick it up.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import ClassVar, NamedTuple
 
 from simroute.network.hashing import SPORT_MAX, SPORT_MIN
 from simroute.network.paths import PathService
-from simroute.network.registry import registrar
+from simroute.registry import registry
 
 ARK_HASH_S = 4.10e-6      # paper: ARK, Table 1 (controller hash computation)
 ARK_LOOKUP_S = 0.87e-6    # paper: ARK, Table 1 (reservation-table lookup)
@@ -73,28 +74,26 @@ class RoutingStrategy(ABC):
         return self.paths.middle_scores(src_index, dst_index)
 
 
-ROUTING_STRATEGIES: dict[str, type[RoutingStrategy]] = {}
+ROUTING = registry("routing")
 
 
-register_routing = registrar(ROUTING_STRATEGIES, lambda cls: cls.name, "routing strategy")
+def register_routing(cls: type[RoutingStrategy]) -> type[RoutingStrategy]:
+    """Register a strategy under its `name` attribute (`@ROUTING.register(name)` for a class without one)."""
+    return ROUTING.register(cls.name)(cls)
 
 
-@register_routing
+@ROUTING.register("ecmp")
 class EcmpRouting(RoutingStrategy):
     """Stateless hop-by-hop ECMP: the switches hash the RoCEv2 5-tuple (collisions follow balls-in-bins)."""
-
-    name = "ecmp"
 
     def choose(self, src_index: int, dst_index: int, nbytes: float, sport: int) -> RouteChoice:
         return RouteChoice(self.ecmp(src_index, dst_index, sport), sport, None, 0.0)
 
 
-@register_routing
+@ROUTING.register("ark")
 class ArkRouting(RoutingStrategy):
     """ARK (paper: ARK, section 3): an elephant searches source ports until its hash lands on a least-reserved
     spine path, reserves it, and pays the controller's hash + lookup; mice (below `ark_elephant_bytes`) use ECMP."""
-
-    name = "ark"
 
     def choose(self, src_index: int, dst_index: int, nbytes: float, sport: int) -> RouteChoice:
         ark = self.ark
@@ -116,11 +115,9 @@ class ArkRouting(RoutingStrategy):
         return RouteChoice(choice, sport, self.reserve(src_index, dst_index, choice), ark.delay_s)
 
 
-@register_routing
+@ROUTING.register("least-loaded")
 class LeastLoadedRouting(RoutingStrategy):
     """Oracle baseline: every flow takes the middle path with the fewest routed, unfinished flows (no cost)."""
-
-    name = "least-loaded"
 
     def choose(self, src_index: int, dst_index: int, nbytes: float, sport: int) -> RouteChoice:
         scores = self.middle_scores(src_index, dst_index)
@@ -128,4 +125,5 @@ class LeastLoadedRouting(RoutingStrategy):
         return RouteChoice(choice, sport, self.reserve(src_index, dst_index, choice), 0.0)
 
 
+ROUTING_STRATEGIES: dict[str, type[RoutingStrategy]] = ROUTING.classes     # name -> class (the registry's own dict)
 ROUTINGS: tuple[str, ...] = tuple(ROUTING_STRATEGIES)

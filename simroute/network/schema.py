@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -23,6 +23,7 @@ MAX_HOSTS = 16_384          # bounds on what sizes memory and work: a typo of 1e
 MAX_GPUS = 131_072
 MAX_SWITCHES = 1_024        # spines, hosts per leaf
 MAX_K = 128
+DEFAULT_KIND = "fattree"    # a file without `kind:` is a fat-tree (2 or 3 tiers), as every file was before kinds
 
 
 class _Strict(BaseModel):
@@ -75,24 +76,17 @@ class NicModel(_Strict):
     pcie_GBps: float = Field(default=64.0, gt=0, description="GPU<->host NIC PCIe link (per: host)")
 
 
-class NetworkModel(_Strict):
-    tiers: Literal[2, 3] = 2
+class SwitchNetwork(_Strict):
+    """What every topology kind's `network:` section holds: the leaves the NICs join and the switch links
+    above them. A kind's own model (its class's `Network`, simroute/network/kinds/) adds its fields."""
+
     hosts_per_leaf: int = Field(ge=1, le=MAX_SWITCHES)
-    spines: int | None = Field(default=None, ge=1, le=MAX_SWITCHES)
-    k: int | None = Field(default=None, ge=2, le=MAX_K)
     uplink_GBps: float | None = Field(default=None, gt=0)
     oversubscription: float | None = Field(default=None, gt=0)
     latency_us: float = Field(default=0.6, ge=0)
 
     @model_validator(mode="after")
-    def _shape(self) -> "NetworkModel":
-        if self.tiers == 2 and self.spines is None:
-            raise ValueError("a 2-tier leaf-spine needs 'spines'")
-        if self.tiers == 3:
-            if self.k is None or self.k % 2:
-                raise ValueError("a 3-tier fat-tree needs an even 'k'")
-            if self.spines is not None:
-                raise ValueError("'spines' is for tiers: 2; a 3-tier fat-tree derives them from k")
+    def _uplink_or_ratio(self) -> "SwitchNetwork":
         if self.uplink_GBps is not None and self.oversubscription is not None:
             raise ValueError("give either uplink_GBps or oversubscription, not both")
         return self
@@ -101,9 +95,11 @@ class NetworkModel(_Strict):
 class TopologyModel(_Strict):
     name: str = Field(min_length=1)
     description: str = ""
+    kind: str = Field(default=DEFAULT_KIND, min_length=1,
+                      description="the topology kind (simroute/network/kinds/): fattree, rail-optimized, nvlink-domain")
     hosts: HostsModel
     nic: NicModel
-    network: NetworkModel | None = None
+    network: dict[str, Any] | None = None     # validated by the kind's own `Network` model
 
 
 @dataclass(frozen=True)
@@ -141,53 +137,64 @@ class TopologySpec:
     oversubscription: float | None
     switch_latency_s: float
     source: str = ""
+    kind: str = DEFAULT_KIND
+    network: SwitchNetwork | None = None       # the kind's validated `network:` section (its own fields)
 
     @property
     def nics_per_host(self) -> int:
         return self.gpus_per_host if self.nic_per == "gpu" else 1
 
 
-def _field_of(err: dict) -> str:
-    return ".".join(str(p) for p in err.get("loc", ()))
+def _field_of(err: dict, prefix: str = "") -> str:
+    return ".".join([prefix] * bool(prefix) + [str(p) for p in err.get("loc", ())])
+
+
+def _invalid(exc: ValidationError, file: str | Path, prefix: str = "") -> ConfigurationError:
+    err = exc.errors()[0]
+    got = f", got {err['input']!r}"[:80] if "input" in err and not isinstance(err["input"], dict) else ""
+    return ConfigurationError(err["msg"] + got, file=file, field=_field_of(err, prefix) or None)
 
 
 def parse_topology(raw: object, *, file: str | Path = "<topology>") -> TopologySpec:
-    """Validate a parsed YAML document; raise ConfigurationError naming the file and field."""
+    """Validate a parsed YAML document; raise ConfigurationError naming the file and field.
+
+    The `network:` section is validated by the model of the file's `kind` (a registered class,
+    simroute/network/kinds/), which then checks what joins sections (`TopologyKind.check`)."""
     if not isinstance(raw, dict):
         raise ConfigurationError("a topology file must be a mapping", file=file)
     try:
         m = TopologyModel.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        got = f", got {err['input']!r}"[:80] if "input" in err and not isinstance(err["input"], dict) else ""
-        raise ConfigurationError(err["msg"] + got, file=file, field=_field_of(err) or None) from None
-    h, n, net = m.hosts, m.nic, m.network
-    nics_per_host = h.gpus_per_host if n.per == "gpu" else 1
-    if net is None:
+        raise _invalid(exc, file) from None
+    from simroute.registry import registry
+    kinds = registry("topology")
+    if m.kind not in kinds:
+        raise ConfigurationError(f"unknown topology kind {m.kind!r} (known: {', '.join(kinds)})", file=file,
+                                 field="kind")
+    kind = kinds.get(m.kind)
+    h, n, raw_net = m.hosts, m.nic, m.network
+    if raw_net is None:
         if h.count > 1:
             raise ConfigurationError("more than one host needs a 'network' section", file=file, field="network")
-        net = NetworkModel(tiers=2, hosts_per_leaf=1, spines=1)
-    if net.tiers == 3:
-        half = net.k // 2
-        if net.hosts_per_leaf * nics_per_host > half:
-            raise ConfigurationError(
-                f"hosts_per_leaf x NICs per host = {net.hosts_per_leaf * nics_per_host} exceeds the k/2 = {half} "
-                "down ports of an edge switch", file=file, field="network.hosts_per_leaf")
-        leaves = -(-h.count // net.hosts_per_leaf)
-        if leaves > net.k * half:
-            raise ConfigurationError(f"{leaves} edge switches exceed the k*k/2 = {net.k * half} of a k={net.k} "
-                                     "fat-tree", file=file, field="network.k")
+        raw_net = kind.single_host_network
+    try:
+        net = kind.Network.model_validate(raw_net)
+    except ValidationError as exc:
+        raise _invalid(exc, file, "network") from None
     i = h.intra
     intra = IntraSpec(kind=i.kind, link_Bps=i.link_GBps * GB, latency_s=i.latency_us * US, fabric=i.fabric,
                       sockets=i.sockets, xsocket_Bps=None if i.xsocket_GBps is None else i.xsocket_GBps * GB,
                       xsocket_latency_s=i.xsocket_latency_us * US, xsocket_fabric=i.xsocket_fabric or i.fabric)
-    return TopologySpec(
+    spec = TopologySpec(
         name=m.name, description=m.description, hosts=h.count, gpus_per_host=h.gpus_per_host, gpu=h.gpu,
         intra=intra, nic_per=n.per, nic_Bps=n.rate_GBps * GB, nic_latency_s=n.latency_us * US,
-        nic_fabric=n.fabric, nic_pcie_Bps=n.pcie_GBps * GB, tiers=net.tiers, hosts_per_leaf=net.hosts_per_leaf,
-        spines=net.spines or 0, k=net.k or 0,
+        nic_fabric=n.fabric, nic_pcie_Bps=n.pcie_GBps * GB, tiers=kind.switch_tiers(net),
+        hosts_per_leaf=net.hosts_per_leaf, spines=getattr(net, "spines", None) or 0, k=getattr(net, "k", None) or 0,
         uplink_Bps=None if net.uplink_GBps is None else net.uplink_GBps * GB,
-        oversubscription=net.oversubscription, switch_latency_s=net.latency_us * US, source=str(file))
+        oversubscription=net.oversubscription, switch_latency_s=net.latency_us * US, source=str(file),
+        kind=m.kind, network=net)
+    kind.check(spec, file=file)
+    return spec
 
 
 def load_topology_spec(path: str | Path, *, hosts: int | None = None) -> TopologySpec:

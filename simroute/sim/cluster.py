@@ -129,7 +129,7 @@ class Cluster:
         self.active = np.zeros(len(self.instances), dtype=np.int64)   # requests in flight per requester
         self._fabric_ids: dict[tuple[int, int], int] = {}
         self._fabric_rows: dict[int, list[int]] = {}           # `fabric_row`'s rows, per requester
-        self._hosts: dict[int, list[Instance]] | None = None    # host -> its instances (`_on_host`)
+        self._domains: dict[int, list[Instance]] | None = None  # NVLink domain -> its instances
         self._check_fabrics()
         self.chunks = chunks
         from simroute.workload.validate import check_holder_hints      # before placement indexes by them
@@ -153,13 +153,14 @@ class Cluster:
         return instances
 
     def _check_fabrics(self) -> None:
-        """Look up every instance pair's fabric class once: all pairs within the first host (hosts are alike:
-        a topology declares one host type) and one pair across hosts."""
-        first_host = self._on_host(self.instances[0].host)
-        pairs = [(a, b) for a in first_host for b in first_host if a is not b]
-        other = next((inst for inst in self.instances if inst.host != self.instances[0].host), None)
+        """Look up every instance pair's fabric class once: all pairs within the first NVLink domain (domains
+        are alike: a topology declares one host type) and one pair across domains."""
+        first = self.instances[0]
+        in_domain = self._in_domain(self._domain_of(first))
+        pairs = [(a, b) for a in in_domain for b in in_domain if a is not b]
+        other = next((inst for inst in self.instances if self._domain_of(inst) != self._domain_of(first)), None)
         if other is not None:
-            pairs.append((self.instances[0], other))
+            pairs.append((first, other))
         for a, b in pairs:
             self.fabric_id(a, b)
 
@@ -190,26 +191,30 @@ class Cluster:
 
     def fabric_row(self, src: Instance) -> list[int]:
         """`fabric_id` from `src` to every instance, indexed by instance id (one row per requester, kept): one
-        fabric across hosts (`Topology.fabric_between`: the NIC fabric), each same-host instance its own (NVLink
-        or the cross-socket fabric)."""
+        fabric across NVLink domains (`Topology.fabric_between`: the NIC fabric), each instance of its own domain
+        (its host, unless NVLink spans hosts) its own (NVLink or the cross-socket fabric)."""
         row = self._fabric_rows.get(src.id)
         if row is None:
-            instances = self.instances
-            other = next((inst for inst in instances if inst.host != src.host), None)
+            instances, domain = self.instances, self._domain_of(src)
+            other = next((inst for inst in instances if self._domain_of(inst) != domain), None)
             row = [self.fabric_id(src, other) if other is not None else -1] * len(instances)
-            for inst in self._on_host(src.host):
+            for inst in self._in_domain(domain):
                 if inst is not src:
                     row[inst.id] = self.fabric_id(src, inst)
             self._fabric_rows[src.id] = row
         return row
 
-    def _on_host(self, host: int) -> list[Instance]:
-        on_host = self._hosts
-        if on_host is None:
-            on_host = self._hosts = {}
+    def _domain_of(self, inst: Instance) -> int:
+        return self.topology.domain_of(inst.gpu)
+
+    def _in_domain(self, domain: int) -> list[Instance]:
+        """The instances of one NVLink domain (`Topology.domain_of` their GPU), in id order."""
+        by_domain = self._domains
+        if by_domain is None:
+            by_domain = self._domains = {}
             for inst in self.instances:
-                on_host.setdefault(inst.host, []).append(inst)
-        return on_host.get(host, [])
+                by_domain.setdefault(self._domain_of(inst), []).append(inst)
+        return by_domain.get(domain, [])
 
     def fabric(self, a: Instance, b: Instance) -> FabricParams:
         return self.params.fabrics[self.fabric_id(a, b)]

@@ -1,11 +1,11 @@
-"""Public engine API: registries (routing strategies, fabrics), pinned paths, path_share, ARK's threshold."""
+"""Public engine API: registries (routing strategies, topology kinds), pinned paths, path_share, ARK's threshold."""
 
 from __future__ import annotations
 
 import pytest
 import simpy
 
-from simroute.network import (FABRICS, ROUTING_STRATEGIES, FlowEngine, RoutingStrategy, load_topology,
+from simroute.network import (KINDS, ROUTING_STRATEGIES, FlowEngine, RoutingStrategy, load_topology,
                               register_routing)
 from simroute.network.routing import ARK_ELEPHANT_BYTES, RouteChoice
 from simroute.network.topology import FatTreeFabric, LeafSpineFabric
@@ -34,14 +34,19 @@ def test_a_new_routing_strategy_is_one_class(ark_topo):
         event = eng.transfer("h0.g0", "h1.g0", 1e6)
         env.run()
         assert event.value.spine == f"spine{ark_topo.n_spines - 1}"
-        with pytest.raises(ValueError, match="registered twice"):
-            register_routing(LastSpine)
+        register_routing(LastSpine)                 # the same class again: no change
+
+        class Impostor(LastSpine):
+            """Another class under a taken name."""
+
+        with pytest.raises(ValueError, match="'last-spine' is already registered by"):
+            register_routing(Impostor)
     finally:
         del ROUTING_STRATEGIES["last-spine"]
 
 
-def test_fabrics_are_registered_by_tiers():
-    assert FABRICS[2] is LeafSpineFabric and FABRICS[3] is FatTreeFabric
+def test_a_fat_tree_stands_on_the_switch_layer_of_its_tiers():
+    assert KINDS.get("fattree").__name__ == "FatTree"
     assert isinstance(load_topology(TOPO_DIR / "fattree-1024.yaml").fabric, FatTreeFabric)
     assert isinstance(load_topology(TOPO_DIR / "ark-leafspine.yaml").fabric, LeafSpineFabric)
 

@@ -10,7 +10,6 @@ import yaml
 
 from simroute.errors import ConfigurationError
 from simroute.network import default_topology_path, load_topology, shipped_topology
-from simroute.network.topology import FABRICS
 from simroute.shipped import shipped_names
 
 from simroute.network import DATA_DIR as TOPO_DIR
@@ -140,7 +139,7 @@ def _per_pair(t, src: int, targets) -> list[float]:
     return [sum(t.links[link].latency_s for link in t.path_ids(src, dst)[0]) for dst in targets]
 
 
-@pytest.mark.parametrize("tiers", sorted(FABRICS))
+@pytest.mark.parametrize("tiers", [2, 3])
 @pytest.mark.parametrize("intra", ["nvlink-mesh", "nvswitch", "pcie"])
 @pytest.mark.parametrize("nic_per", ["gpu", "host"])
 def test_latency_row_equals_the_per_pair_sum_bit_for_bit_on_every_kind(tmp_path, tiers, intra, nic_per):

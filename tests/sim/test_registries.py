@@ -43,10 +43,18 @@ def test_every_variant_of_a_kind_keeps_its_contract(kind):
         assert isinstance(built, cls)
 
 
-@pytest.mark.parametrize("kind", sorted(PACKAGES))
+RUN_FIELDS = {"router": "router", "policy": "policy", "placement": "placement", "scheduler": "scheduler",
+              "routing": "routing"}
+NAMED_BY_FILES = {"topology"}       # a topology file names its kind (simroute/network/kinds/), not a run option
+
+
+def test_every_kind_is_a_run_option_or_named_by_a_file():
+    assert set(PACKAGES) == set(RUN_FIELDS) | NAMED_BY_FILES
+
+
+@pytest.mark.parametrize("kind", sorted(RUN_FIELDS))
 def test_the_run_config_checks_names_against_each_kind_and_lists_them(kind):
-    field = {"router": "router", "policy": "policy", "placement": "placement", "scheduler": "scheduler",
-             "routing": "routing"}[kind]
+    field = RUN_FIELDS[kind]
     name = registry(kind).names()[0]
     assert getattr(RunConfig(topology="-", trace="-", calib="-", **{field: name}), field) == name
     with pytest.raises(UnknownNameError) as err:

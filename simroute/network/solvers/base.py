@@ -31,7 +31,6 @@ from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from simroute.errors import UnknownNameError
-from simroute.network.registry import registrar
 
 if TYPE_CHECKING:
     from simroute.network.bulk import BulkState
@@ -122,8 +121,18 @@ class Solver(ABC):
             self.telemetry.spine_change(flow.spine, 1, now)
 
 
+# Solvers are keyed by an Enum member, not by a name a user types: the engine hands over between modes by
+# member, and a test may key a toy solver on an Enum of its own. So this one table is a dict by mode rather
+# than a `simroute.registry.Registry` (the mechanism for named variants).
 SOLVERS: dict[Enum, type[Solver]] = {}
-register_solver = registrar(SOLVERS, lambda cls: cls.mode, "solver mode")
+
+
+def register_solver(cls: type[Solver]) -> type[Solver]:
+    """Class decorator: file a solver under its `mode`, refusing a second one for a mode."""
+    if cls.mode in SOLVERS:
+        raise ValueError(f"solver mode {cls.mode!r} registered twice")
+    SOLVERS[cls.mode] = cls
+    return cls
 
 
 def solver_class(mode: Enum | str) -> type[Solver]:

@@ -54,7 +54,8 @@ def default_topology_path() -> Path:
 
 
 def shipped_topology(name: str) -> Path:
-    """Path of a shipped topology by name (`fattree`, `paper-testbed`, `ark-leafspine`, `ark-paper`, `fattree-1024`)."""
+    """Path of a shipped topology by name (`fattree`, `paper-testbed`, `ark-leafspine`, `ark-paper`, `fattree-1024`,
+    `rail-optimized`, `gb200-nvl72`)."""
     from simroute.errors import UnknownNameError
     p = DATA_DIR / f"{name.removesuffix('.yaml')}.yaml"
     if not p.exists():

@@ -148,6 +148,11 @@ class Topology:
         """The leaf (edge, rail) switch the GPU's NIC joins."""
         return self._leaf[self._at(gpu)]
 
+    def nic_of(self, gpu: str | int) -> str:
+        """The NIC node the GPU sends through: the GPU itself with a NIC per GPU (GPUDirect), its host's NIC
+        otherwise ("" on a one-host topology)."""
+        return self._nic_of[self._at(gpu)]
+
     def link(self, src: str, dst: str) -> Link:
         return self.links[self.link_ids[(src, dst)]]
 

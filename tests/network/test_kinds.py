@@ -48,7 +48,8 @@ def test_every_kind_keeps_the_contract():
 def test_a_file_without_kind_reads_as_the_fat_tree_it_always_was(tmp_path):
     doc = _shipped("fattree")
     assert "kind" not in doc
-    plain, named = load_topology(shipped_topology("fattree")), load_topology(_write(tmp_path, {**doc, "kind": "fattree"}))
+    plain = load_topology(shipped_topology("fattree"))
+    named = load_topology(_write(tmp_path, {**doc, "kind": "fattree"}))
     assert plain.spec.kind == named.spec.kind == "fattree" and type(plain.kind).__name__ == "FatTree"
     assert plain.links == named.links and plain.summary() == named.summary()
     assert "kind" not in plain.summary()         # a run's summary.json on a fat-tree is what it was
@@ -104,7 +105,8 @@ def test_rail_link_counts_and_capacities_by_hand(rail):
 
 def test_rail_lookups(rail):
     # h9.g3: host 9, rail 3, rail group 9 // 8 = 1, so leaf 1 * 8 + 3 = 11; its own NVLink domain (the host)
-    assert (rail.host_of("h9.g3"), rail.rail_of("h9.g3"), rail.leaf_of("h9.g3"), rail.domain_of("h9.g3")) == (9, 3, 11, 9)
+    gpu = "h9.g3"
+    assert (rail.host_of(gpu), rail.rail_of(gpu), rail.leaf_of(gpu), rail.domain_of(gpu)) == (9, 3, 11, 9)
     assert [rail.leaf_of(f"h2.g{gpu}") for gpu in range(8)] == list(range(8))         # group 0: one leaf per rail
     assert {rail.leaf_of(f"h{host}.g5") for host in range(8)} == {5}                  # a rail leaf per group
     assert rail.leaf_of(rail.index("h15.g7")) == 15                                   # by index too
@@ -169,6 +171,7 @@ def test_the_fat_tree_answers_the_same_questions(tmp_path):
     doc["nic"]["per"] = "host"
     host_nic = load_topology(_write(tmp_path, doc))
     assert host_nic.rail_of("h5.g6") == 0 and host_nic.leaf_of("h5.g6") == 2
+    assert (t.nic_of("h5.g6"), host_nic.nic_of("h5.g6")) == ("h5.g6", "h5.nic")      # GPUDirect NIC, host NIC
 
 
 @pytest.mark.parametrize("name", ["rail-optimized", "gb200-nvl72"])

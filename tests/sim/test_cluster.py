@@ -159,7 +159,7 @@ def test_a_fabric_the_profile_lacks_fails_at_construction(tmp_path):
     assert "fabrics.no-such-fabric" in str(err.value)
 
 
-@pytest.mark.parametrize("topology", ["fattree", "paper-testbed"])
+@pytest.mark.parametrize("topology", ["fattree", "paper-testbed", "rail-optimized"])
 def test_a_fabric_row_is_each_pairs_fabric(tmp_path, topology):
     """`Cluster.fabric_row` (one fabric across hosts, each same-host instance its own) equals `fabric_id` pair
     by pair, and the row names both fabrics the topology has (NVLink in the host, the NICs across)."""
@@ -171,3 +171,24 @@ def test_a_fabric_row_is_each_pairs_fabric(tmp_path, topology):
         row = cluster.fabric_row(src)
         assert row == [cluster.fabric_id(src, dst) if dst is not src else row[src.id] for dst in cluster.instances]
         assert len({fabric for dst, fabric in zip(cluster.instances, row) if dst is not src}) == 2
+
+
+def test_instances_on_two_trays_of_one_nvlink_domain_are_on_nvlink(tmp_path):
+    """An NVLink domain of 2 hosts (trays) of 2 GPUs, two domains: the fabric between instances follows the
+    domain, not the host: tray 0 to tray 1 is NVLink (never the NIC), tray 0 to tray 2 the NIC fabric."""
+    doc = {"name": "two-domains", "kind": "nvlink-domain",
+           "hosts": {"count": 4, "gpus_per_host": 2, "gpu": "h100", "intra": {"kind": "nvswitch", "link_GBps": 450,
+                                                                             "fabric": "h100-nvlink4"}},
+           "nic": {"per": "gpu", "rate_GBps": 25, "fabric": "h100-ibgda"},
+           "network": {"hosts_per_domain": 2, "spines": 2}}
+    topo = tmp_path / "domains.yaml"
+    topo.write_text(yaml.safe_dump(doc))
+    trace = single_chunk_trace(tmp_path / "t.parquet", requester=0, holder=1)
+    sim = Simulation(RunConfig(**{**PAPER_DEPLOYMENT, "tp": 1}, topology=str(topo), trace=str(trace),
+                               calib=str(default_profile_path())))
+    cluster, params = sim.ctx.cluster, sim.ctx.params
+    by_gpu = {inst.gpu: inst for inst in cluster.instances}
+    nvlink, nic = params.fabric_index["h100-nvlink4"], params.fabric_index["h100-ibgda"]
+    row = cluster.fabric_row(by_gpu["h0.g0"])
+    assert [row[by_gpu[gpu].id] for gpu in ("h0.g1", "h1.g0", "h1.g1", "h2.g0", "h3.g1")] == [nvlink] * 3 + [nic] * 2
+    assert (by_gpu["h1.g0"].host, by_gpu["h2.g0"].host) == (1, 2)      # hosts stay the trays

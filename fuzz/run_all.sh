@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Fuzz every importer for SECONDS each (default 600), restarting after a crash until the time is used up.
+# Fuzz every importer (and the operator-table reader) for SECONDS each (default 600), restarting after a crash
+# until the time is used up.
 # Prints one line per importer: executions, crashes (saved under OUT/FMT/crash-*), wall seconds.
 # Usage: fuzz/run_all.sh [SECONDS] [OUT]   (run from the repository root; nice it on a shared machine)
 set -u
 SECONDS_EACH=${1:-600}
 OUT=${2:-fuzz-out}
 mkdir -p "$OUT"
-for fmt in mooncake azure burstgpt agent; do
+for fmt in mooncake azure burstgpt agent optables; do
   mkdir -p "$OUT/$fmt/corpus" "$OUT/$fmt/art"
   start=$(date +%s); runs=0; crashes=0
   while :; do

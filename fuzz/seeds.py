@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 REAL_TRACES = Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
-SUFFIX = {"mooncake": ".jsonl", "azure": ".csv", "burstgpt": ".csv", "agent": ".json"}
+SUFFIX = {"mooncake": ".jsonl", "azure": ".csv", "burstgpt": ".csv", "agent": ".json", "optables": ".parquet"}
 REAL = {"mooncake": "mooncake_synthetic_trace.jsonl", "azure": "azure_llm_2023_code.csv",
         "agent": "agent_trace_0277.json"}
 
@@ -43,7 +43,29 @@ def real_seed(fmt: str, max_bytes: int = 6000) -> bytes | None:
     return cut[: cut.rfind(b"\n") + 1]
 
 
+def table_seeds() -> list[bytes]:
+    """Operator tables (a GEMM table's Parquet bytes): a hand-made one and the first rows of a shipped one."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    shipped = (Path(__file__).resolve().parent.parent / "simroute" / "data" / "calib" / "ops" / "h200-sxm"
+               / "sglang-0.5.14" / "gemm.parquet")
+    tables = [pa.table({"dtype": ["bf16"] * 4, "m": [1, 16, 256, 4096], "n": [4096] * 4, "k": [4096] * 4,
+                        "latency_us": [5.0, 9.0, 40.0, 400.0]})]
+    if shipped.exists():
+        tables.append(pq.read_table(shipped).slice(0, 64))
+    out = []
+    for table in tables:
+        sink = io.BytesIO()
+        pq.write_table(table, sink)
+        out.append(sink.getvalue())
+    return out
+
+
 def seeds(fmt: str) -> list[bytes]:
+    if fmt == "optables":
+        return table_seeds()
     real = real_seed(fmt)
     return EXAMPLES[fmt] + ([real] if real else [])
 

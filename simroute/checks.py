@@ -7,6 +7,7 @@ here refuses all three and raises a `ConfigurationError` naming the file and the
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 from simroute.errors import ConfigurationError
@@ -34,4 +35,26 @@ def check_number(value: object, field: str, *, file: str | Path | None = None, i
             raise ConfigurationError(f"must be >= {minimum:g}, got {value!r}", file=file, field=field)
     if maximum is not None and value > maximum:
         raise ConfigurationError(f"must be <= {maximum:g}, got {value!r}", file=file, field=field)
+    return value
+
+
+MAX_NAME_CHARS = 128
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+
+
+def check_name(value: object, field: str, *, file: str | Path | None = None, what: str = "name") -> str:
+    """Return `value` if it is a plain name (a GPU entry, a framework, a generator, a policy), else raise.
+
+    A name is looked up in a folder of shipped files or a table, so a value that is a path (`/etc`, `..`,
+    `h200_sxm/gemm`), a pattern (`*`), empty or blank would otherwise reach the file system or a glob and be
+    reported as something else: letters, digits and `.`, `_`, `+`, `-`, starting with a letter or digit."""
+    if not isinstance(value, str):
+        raise ConfigurationError(f"must be a {what}, got {value!r}", file=file, field=field)
+    if not value.strip():
+        raise ConfigurationError(f"must be a {what}, got an empty value", file=file, field=field)
+    if len(value) > MAX_NAME_CHARS or not _NAME.fullmatch(value) or ".." in value:
+        kind = ("a path" if "/" in value or "\\" in value or value.startswith(".") else
+                "a pattern" if any(ch in value for ch in "*?[]{}") else "not a plain name")
+        raise ConfigurationError(f"{value[:60]!r} is {kind}: a {what} is letters, digits, '.', '_', '+' or '-'",
+                                 file=file, field=field)
     return value

@@ -408,6 +408,9 @@ def record_files(directory: Path, names: Iterable[str]) -> None:
         doc["files"][name] = [st.st_size, st.st_mtime_ns]
     tmp = _temp_beside(directory / MANIFEST, False)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)         # mkstemp's 0600: the permissions a plain open() would give
         tmp.write_text(json.dumps(doc, sort_keys=True) + "\n")
         os.replace(tmp, directory / MANIFEST)
     except BaseException:
@@ -503,6 +506,8 @@ def check_input_file(path: str | Path, *, what: str = "file", max_bytes: int | N
         raise ConfigurationError(f"{what} not found", file=path)
     if path.is_dir():
         raise ConfigurationError(f"is a directory; expected a {what}", file=path)
+    if not path.is_file():          # a pipe, a socket or a device: reading it could block forever or never end
+        raise ConfigurationError(f"is not a regular file (a pipe, socket or device); expected a {what}", file=path)
     if not os.access(path, os.R_OK):
         raise ConfigurationError("is not readable (permission denied)", file=path)
     if max_bytes is not None and path.stat().st_size > max_bytes:

@@ -20,7 +20,9 @@ def resolve_input(kind: str, value: str | Path, *, strict: bool = False) -> str:
     """`value` itself if it names an existing path (or is not a bare name), else the shipped file of that name.
 
     Anything else comes back unchanged, so the loader reports the missing file; with `strict`, a bare name with
-    no suffix that is neither a file nor shipped is an error listing the shipped names."""
+    no suffix that is neither a file nor shipped is an error listing the shipped names. An empty value (which
+    Path reads as the working directory) names nothing: refused, naming the flag."""
+    check_not_empty(kind, value)
     p = Path(value)
     if p.exists() or len(p.parts) != 1:
         return str(value)
@@ -33,3 +35,11 @@ def resolve_input(kind: str, value: str | Path, *, strict: bool = False) -> str:
         raise ConfigurationError(f"neither a file nor a shipped {kind} (shipped: {', '.join(shipped_names(kind))})",
                                  file=p)
     return str(value)
+
+
+def check_not_empty(kind: str, value: object) -> None:
+    """An input flag given an empty or blank value (`--calib ''`) is refused rather than read as `.`."""
+    if isinstance(value, str) and not value.strip():
+        from simroute.errors import ConfigurationError
+        raise ConfigurationError(f"an empty value names no {kind}: give a path or a shipped name (shipped: "
+                                 f"{', '.join(shipped_names(kind))})", field=f"--{kind}")

@@ -199,7 +199,12 @@ def import_tables(gpu: str, framework: str, version: str | None, output: str | P
     `framework` [`version`] to `output`; returns a summary (rows per kind, versions read, skipped kinds)."""
     import pandas as pd
 
-    from simroute.calib.optables import write_operator_tables
+    from simroute.calib.optables import columns_table, write_operator_tables
+    from simroute.checks import check_name
+    check_name(gpu, "--gpu", what="GPU name")
+    check_name(framework, "--framework", what="framework name")
+    if version is not None:
+        check_name(version, "--version", what="version")
 
     if data_root is None:
         root, pkg_version = package_root()
@@ -244,8 +249,10 @@ def import_tables(gpu: str, framework: str, version: str | None, output: str | P
             tables[kind] = _convert(kind, frame)
         except KeyError as exc:                    # a file of another schema version
             raise ConfigurationError(f"lacks the column {exc} this importer reads", file=path) from None
-        except (TypeError, ValueError) as exc:
-            raise ConfigurationError(f"a column does not hold what this importer reads ({exc})", file=path) from None
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ConfigurationError(f"a column does not hold what this importer reads ({' '.join(str(exc).split())})"
+                                     [:300], file=path) from None
+        columns_table(kind, tables[kind], path)    # every value checked against the source, before any write
         rel = path.relative_to(root)
         entries[kind] = {"source_file": f"aiconfigurator_core/systems/data/{rel}",
                          "framework_version": path.parent.name, "device": str(frame["device"].iloc[0])

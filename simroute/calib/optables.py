@@ -43,9 +43,9 @@ def load_operator_tables(directory: str | Path) -> OperatorTables:
     manifest = load_yaml(manifest_path)
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA_TAG:
         raise _fail(f"not an operator-table manifest (schema must be {SCHEMA_TAG})", manifest_path, "schema")
+    from simroute.checks import check_name
     for key in ("gpu", "framework", "version"):
-        if not isinstance(manifest.get(key), str) or not manifest[key]:
-            raise _fail("missing or not a string", manifest_path, key)
+        check_name(manifest.get(key), key, file=manifest_path, what=f"{key} name")
     provenance = manifest.get("provenance")
     if not isinstance(provenance, dict) or provenance.get("kind") not in PROVENANCE_KINDS:
         raise _fail(f"provenance.kind must be one of {', '.join(PROVENANCE_KINDS)}", manifest_path, "provenance")
@@ -63,27 +63,15 @@ def load_operator_tables(directory: str | Path) -> OperatorTables:
         file = root / f"{kind.value}.parquet"
         if not file.is_file():
             raise _fail("listed in tables.yaml but the file is missing", file)
-        cats, nums = SCHEMA[kind]
+        if file.stat().st_size > MAX_TABLE_BYTES:
+            raise _fail(f"is {file.stat().st_size:,} bytes; an operator table is at most {MAX_TABLE_BYTES:,}", file)
         try:
-            data = _read_parquet(file, labels=cats)
+            data = _read_parquet(file, labels=SCHEMA[kind][0])
+        except ConfigurationError:
+            raise
         except Exception as exc:  # pyarrow raises several types for damaged files
             raise _fail(f"not a readable Parquet file ({type(exc).__name__})", file) from None
-        missing = [column for column in (*cats, *nums, LATENCY_COLUMN) if column not in data.column_names]
-        if missing:
-            raise _fail(f"missing column(s) {', '.join(missing)}", file)
-        latency = _floats(data, LATENCY_COLUMN, file)
-        if latency.size == 0 or not np.all(np.isfinite(latency)) or np.any(latency <= 0):
-            raise _fail("latencies must be finite and > 0 (and at least one row)", file, LATENCY_COLUMN)
-        numeric = {column: _floats(data, column, file) for column in nums}
-        for column, arr in numeric.items():
-            if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-                raise _fail("shape values must be finite and >= 0", file, column)
-        categorical = {column: _labels(data.column(column)) for column in cats}
-        if kind is OpKind.ELEMENTWISE:
-            unknown = sorted(set(categorical["kernel"].tolist()) - set(ELEMENTWISE_KERNEL_NAMES))
-            if unknown:
-                raise _fail(f"unknown elementwise kernel(s) {', '.join(unknown)} (known: "
-                            f"{', '.join(ELEMENTWISE_KERNEL_NAMES)})", file, "kernel")
+        categorical, numeric, latency = check_table(kind, data, file)
         source = {"file": str(Path(manifest["gpu"]) / root.name / file.name), "kind": str(provenance["kind"]),
                   **{key: str(value) for key, value in entry.items() if isinstance(value, (str, int, float))}}
         tables[kind] = OpTable(kind, categorical, numeric, latency, source)
@@ -92,12 +80,92 @@ def load_operator_tables(directory: str | Path) -> OperatorTables:
                           path=str(root))
 
 
-def _floats(data: Any, column: str, file: Path) -> np.ndarray:
-    """A Parquet column as floats, or the one-line error naming the file and column."""
-    try:
-        return _numbers(data.column(column))
-    except (TypeError, ValueError):
-        raise _fail("must hold numbers", file, column) from None
+MAX_TABLE_BYTES = 256 << 20        # the shipped tables are under 2 MB each: past this, a file is not a table
+# Bounds of a latency any kernel can have: 1 ns (no launch is faster: the shipped tables' least is 1.8 us) and
+# 1000 s (no single kernel of an iteration takes longer: their largest is 2.9 s). Past them a value is in other
+# units or corrupted, and the log-log interpolation would underflow or overflow on it.
+LATENCY_RANGE_US = (1e-3, 1e9)
+
+
+def check_table(kind: OpKind, data: Any, file: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray],
+                                                                np.ndarray]:
+    """The one check of an operator table, read from disk or about to be written (an Arrow table): every
+    column of its kind's schema present and of its type (categorical: text, no nulls; shape and latency:
+    numbers, no nulls), at least one row, shapes finite and > 0 (the curves are log-log), latencies within
+    LATENCY_RANGE_US, elementwise kernels known. Returns (categorical, numeric, latency_us) arrays; raises the
+    one-line error naming `file` and the column."""
+    import pyarrow as pa
+    cats, nums = SCHEMA[kind]
+    missing = [column for column in (*cats, *nums, LATENCY_COLUMN) if column not in data.column_names]
+    if missing:
+        raise _fail(f"missing column(s) {', '.join(missing)}", file)
+    if data.num_rows == 0:
+        raise _fail("holds no rows", file)
+    for column in cats:
+        kind_of = data.schema.field(column).type
+        text = pa.types.is_dictionary(kind_of) and (pa.types.is_string(kind_of.value_type)
+                                                     or pa.types.is_large_string(kind_of.value_type))
+        if not (text or pa.types.is_string(kind_of) or pa.types.is_large_string(kind_of)):
+            raise _fail(f"must hold text labels, got {kind_of}", file, column)
+        if data.column(column).null_count:
+            raise _fail(f"holds {data.column(column).null_count} null label(s)", file, column)
+    for column in (*nums, LATENCY_COLUMN):
+        kind_of = data.schema.field(column).type
+        if not (pa.types.is_integer(kind_of) or pa.types.is_floating(kind_of)):
+            raise _fail(f"must hold numbers, got {kind_of}", file, column)
+        if data.column(column).null_count:
+            raise _fail(f"holds {data.column(column).null_count} null value(s)", file, column)
+    latency = _numbers(data.column(LATENCY_COLUMN))
+    low, high = LATENCY_RANGE_US
+    bad = np.flatnonzero(~(np.isfinite(latency) & (latency >= low) & (latency <= high)))
+    if bad.size:
+        raise _fail(f"row {int(bad[0])}: latency {float(latency[bad[0]])!r} us is not a kernel's (finite, {low:g} to "
+                    f"{high:g} us)", file, LATENCY_COLUMN)
+    numeric = {column: _numbers(data.column(column)) for column in nums}
+    for column, values in numeric.items():
+        bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
+        if bad.size:
+            raise _fail(f"row {int(bad[0])}: shape value {float(values[bad[0]])!r} must be finite and > 0", file,
+                        column)
+    categorical = {column: _labels(data.column(column)) for column in cats}
+    for column, labels in categorical.items():
+        if any(not label.strip() for label in set(labels.tolist())):
+            raise _fail("holds an empty label", file, column)
+    if kind is OpKind.ELEMENTWISE:
+        unknown = sorted(set(categorical["kernel"].tolist()) - set(ELEMENTWISE_KERNEL_NAMES))
+        if unknown:
+            raise _fail(f"unknown elementwise kernel(s) {', '.join(unknown)} (known: "
+                        f"{', '.join(ELEMENTWISE_KERNEL_NAMES)})", file, "kernel")
+    return categorical, numeric, latency
+
+
+def columns_table(kind: OpKind, columns: Mapping[str, Any], file: Path) -> Any:
+    """An Arrow table of one kind's columns (sequences, numpy or pandas), checked by `check_table`: how the
+    writers (the probes, the importers) refuse a table before it is written. Integral shapes are stored as
+    integers, latencies as floats; a column of mixed types is named."""
+    import pyarrow as pa
+    cats, nums = SCHEMA[kind]
+    arrays: dict[str, Any] = {}
+    for column in (*cats, *nums, LATENCY_COLUMN):
+        if column not in columns:
+            raise _fail(f"missing column(s) {column}", file)
+        values = columns[column]
+        try:
+            array = pa.array(np.asarray(values) if not isinstance(values, (list, tuple)) else values)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            raise _fail("holds values of mixed types", file, column) from None
+        if column in nums and (pa.types.is_integer(array.type) or pa.types.is_floating(array.type)):
+            floats = np.asarray(array.to_numpy(zero_copy_only=False), dtype=float)
+            array = pa.array(floats.astype(np.int64) if _integral(floats) else floats)
+        elif column == LATENCY_COLUMN and (pa.types.is_integer(array.type) or pa.types.is_floating(array.type)):
+            array = array.cast(pa.float64())
+        arrays[column] = array
+    lengths = {len(array) for array in arrays.values()}
+    if len(lengths) > 1:
+        raise _fail(f"columns of unequal lengths {sorted(lengths)}", file)
+    table = pa.table(arrays)
+    check_table(kind, table, file)
+    return table
 
 
 def _numbers(column: Any) -> np.ndarray:
@@ -209,16 +277,13 @@ def write_operator_tables(directory: str | Path, *, gpu: str, framework: str, ve
     target = Path(directory)
     if provenance.get("kind") not in PROVENANCE_KINDS:
         raise ValueError(f"provenance kind must be one of {PROVENANCE_KINDS}")
+    checked = {kind: columns_table(kind, columns, target / f"{kind.value}.parquet")    # before any write
+               for kind, columns in tables.items()}
     with atomic_path(target, directory=True, what="operator tables") as tmp:
         listing: dict[str, Any] = {}
-        for kind, columns in tables.items():
-            cats, nums = SCHEMA[kind]
-            arrays = {column: pa.array([str(value) for value in columns[column]]) for column in cats}
-            arrays.update({column: pa.array(np.asarray(columns[column], dtype=np.int64) if _integral(columns[column])
-                                       else np.asarray(columns[column], dtype=float)) for column in nums})
-            arrays[LATENCY_COLUMN] = pa.array(np.asarray(columns[LATENCY_COLUMN], dtype=float))
-            pq.write_table(pa.table(arrays), Path(tmp) / f"{kind.value}.parquet", compression="zstd")
-            listing[kind.value] = {"rows": len(columns[LATENCY_COLUMN]), **dict((entries or {}).get(kind, {}))}
+        for kind, table in checked.items():
+            pq.write_table(table, Path(tmp) / f"{kind.value}.parquet", compression="zstd")
+            listing[kind.value] = {"rows": table.num_rows, **dict((entries or {}).get(kind, {}))}
         manifest = {"schema": SCHEMA_TAG, "gpu": gpu, "framework": framework, "version": version,
                     "provenance": dict(provenance), "tables": listing}
         (Path(tmp) / MANIFEST).write_text(yaml.safe_dump(manifest, sort_keys=False, width=120))
@@ -227,7 +292,8 @@ def write_operator_tables(directory: str | Path, *, gpu: str, framework: str, ve
 
 def _integral(values: Any) -> bool:
     arr = np.asarray(values, dtype=float)
-    return bool(arr.size) and bool(np.all(arr == np.round(arr)))
+    return bool(arr.size) and bool(np.all(np.isfinite(arr))) and bool(np.all(arr == np.round(arr))) \
+        and bool(np.all(np.abs(arr) < 2.0 ** 62))
 
 
 def diff_operator_tables(left: OperatorTables, right: OperatorTables) -> list[dict[str, Any]]:

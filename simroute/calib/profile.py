@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,8 @@ def default_profile_path() -> Path:
 
 def resolve_profile_path(name_or_path: str | Path) -> Path:
     """A path, or the name of a shipped profile (`paper-h100`, `fabrics/h100-ibgda`)."""
+    from simroute.shipped import check_not_empty
+    check_not_empty("calib", name_or_path)
     path = Path(name_or_path)
     if path.exists():
         return path
@@ -128,8 +131,8 @@ class Profile:
         # probes' measured profile) keeps the shipped tables' relative path, so calib/gpus/ is tried second
         for candidate in (base.parent / ref.path, shipped_dir() / "gpus" / ref.path):
             if candidate.is_dir():
-                return candidate.resolve()
-        return (base.parent / ref.path).resolve()
+                return Path(os.path.realpath(candidate))
+        return Path(os.path.realpath(base.parent / ref.path))     # realpath: a link loop is not a crash
 
     def operator_tables(self, name: str) -> OperatorTables | None:
         """GPU entry `name`'s operator tables (loaded once per process), or None if it names none; with
@@ -139,17 +142,27 @@ class Profile:
             return None
         naming_file = self.origin.get(f"gpu:{name}")
         if not directory.is_dir():
-            raise ConfigurationError("operator_tables.path is not a directory", file=naming_file,
+            what = "does not exist" if not directory.exists() else "is not a directory"
+            raise ConfigurationError(f"operator_tables.path {what} ({directory})", file=naming_file,
                                      field=f"gpus.{name}.operator_tables.path")
+        if not (directory / "tables.yaml").is_file():
+            raise ConfigurationError(f"{directory} holds no tables.yaml: not an operator-table directory",
+                                     file=naming_file, field=f"gpus.{name}.operator_tables.path")
         fill = self.gpu_entry(name).operator_tables.fill
         if fill is None:
-            return load_operator_tables_cached(str(directory))
-        fill_directory = resolve_fill(fill, Path(naming_file or (self.files[0] if self.files else ".")))
-        if fill_directory is None:
-            raise ConfigurationError(f"'{fill}' names no operator-table directory (a path holding tables.yaml, "
-                                     "relative to this file, or a shipped name under calib/ops)", file=naming_file,
-                                     field=f"gpus.{name}.operator_tables.fill")
-        return load_operator_tables_cached(str(directory), str(fill_directory))
+            tables = load_operator_tables_cached(str(directory))
+        else:
+            fill_directory = resolve_fill(fill, Path(naming_file or (self.files[0] if self.files else ".")))
+            if fill_directory is None:
+                raise ConfigurationError(f"'{fill}' names no operator-table directory (a path holding tables.yaml, "
+                                         "relative to this file, or a shipped name under calib/ops)",
+                                         file=naming_file, field=f"gpus.{name}.operator_tables.fill")
+            tables = load_operator_tables_cached(str(directory), str(fill_directory))
+        if not same_gpu(tables.gpu, name, self.gpu_entry(name)):
+            raise ConfigurationError(f"the tables at {directory} were measured on '{tables.gpu}', not on '{name}': "
+                                     "another GPU's kernels would time this one", file=naming_file,
+                                     field=f"gpus.{name}.operator_tables.path")
+        return tables
 
     def find_gpu_spec(self, name: str) -> GpuSpec | None:
         """GPU entry `name` from this profile, else from the shipped calib/gpus/<name>.yaml; None if neither
@@ -166,6 +179,18 @@ class Profile:
             return Path(self.origin.get(f"gpu:{name}", self.files[0] if self.files else ""))
         shipped = shipped_dir() / "gpus" / f"{name}.yaml"
         return shipped if len(Path(name).parts) == 1 and shipped.exists() else None
+
+    def check_gpu_entry(self, name: object, *, field: str = "--gpu", file: str | Path | None = None) -> Path:
+        """The file GPU entry `name` is read from, or the one-line error naming `field`: how every command
+        (run, plan, model step, calib diff, studies) checks a GPU name, so a path, a pattern or an empty value
+        is refused as such and an unknown name lists the known ones."""
+        from simroute.checks import check_name
+        check_name(name, field, file=file, what="GPU entry name")
+        path = self.gpu_entry_file(str(name))
+        if path is None:
+            raise ConfigurationError(str(UnknownNameError("gpu", str(name), self.gpu_entry_names())), file=file,
+                                     field=field)
+        return path
 
     def gpu_entry_names(self) -> list[str]:
         """Every GPU entry a run may name: this profile's, then the shipped calib/gpus/*.yaml."""
@@ -302,6 +327,24 @@ class Profile:
         # without loading and reducing the operator tables (most of what `simroute predict` waited for)
         return self.step_model(model, gpu_spec=self.gpu_spec(gpu, tables=False),
                                cache_dtype=cache_dtype).prefill_form_coeffs()
+
+
+def same_gpu(tables_gpu: str, entry: str, spec: GpuFileSpec) -> bool:
+    """Whether operator tables measured on `tables_gpu` (their manifest's gpu) may time GPU entry `entry`: the
+    same name, or the name aiconfigurator gives it (`h200_sxm` for `h200-sxm`; `calib import` takes either), or
+    an entry of another name with the same board as the shipped entry the tables name (HBM capacity and bf16
+    peak within 1%: a copy of a shipped entry under a name of its own)."""
+    from simroute.calib.aiconfigurator import GPU_NAMES
+    if tables_gpu == entry or GPU_NAMES.get(entry) == tables_gpu:
+        return True
+    shipped_name = next((name for name, system in GPU_NAMES.items() if system == tables_gpu), tables_gpu)
+    shipped = shipped_dir() / "gpus" / f"{shipped_name}.yaml"
+    if len(Path(shipped_name).parts) != 1 or not shipped.is_file():
+        return False
+    board = load_profile(shipped).gpus.get(shipped_name)
+    close = lambda a, b: abs(a - b) <= 0.01 * max(abs(a), abs(b))
+    return board is not None and close(board.hbm_GB.value, spec.hbm_GB.value) and \
+        close(board.peak_bf16_TFLOPs.value, spec.peak_bf16_TFLOPs.value)
 
 
 def _loc(err: dict) -> str:

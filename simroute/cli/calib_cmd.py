@@ -48,23 +48,31 @@ def calib_show(profile: str = typer.Argument(..., help="Profile path or shipped 
 
 @calib_app.command("validate")
 def calib_validate(profiles: list[Path] = typer.Argument(..., help="Profile files to validate.")) -> None:
-    """Validate profiles (schema, provenance, completeness for the cost model); exit 2 on the first error.
+    """Validate profiles (schema, provenance, completeness for the cost model, and every GPU entry's operator
+    tables: each file read and every column and value checked); exit 2 on the first error, before any line.
 
     Example: simroute calib validate calib/measured/mybox/profile.yaml
     """
     from simroute.calib import load_profile
+    from simroute.errors import ConfigurationError
+    lines = []
     for path in profiles:
         prof = load_profile(path)
-        if not prof.fabrics and not prof.constants:
-            typer.echo(f"{path}: ok (empty)")
+        tables = {name: prof.operator_tables(name) for name in prof.gpus}       # read and checked, every file
+        if not prof.fabrics and not prof.constants and not prof.gpus:
+            lines.append(f"{path}: ok (empty)")
             continue
         complete = True
         try:
             prof.check_complete()
-        except Exception:
+        except ConfigurationError:
             complete = False
-        typer.echo(f"{path}: ok ({len(prof.fabrics)} fabrics, {len(prof.constants)} constants"
-                   + ("" if complete else "; a fragment: not complete enough to simulate alone") + ")")
+        read = [f"{name}: {len(found.tables)} operator tables" for name, found in tables.items() if found is not None]
+        lines.append(f"{path}: ok ({len(prof.fabrics)} fabrics, {len(prof.constants)} constants, {len(prof.gpus)} GPU "
+                     f"entr{'y' if len(prof.gpus) == 1 else 'ies'}" + (f" ({'; '.join(read)})" if read else "")
+                     + ("" if complete else "; a fragment: not complete enough to simulate alone") + ")")
+    for line in lines:
+        typer.echo(line)
 
 
 @calib_app.command("diff")
@@ -93,6 +101,8 @@ def calib_diff(a: str = typer.Argument(..., help="First profile (with --tables: 
     pa, pb = load_profile(a), load_profile(b)
     fa, fb = flatten(pa), flatten(pb)
     if gpu is not None:
+        from simroute.checks import check_name
+        check_name(gpu, "--gpu", what="GPU entry name")
         if gpu not in pa.gpus and gpu not in pb.gpus:
             from simroute.errors import ConfigurationError
             known = sorted(set(pa.gpus) | set(pb.gpus))
@@ -134,6 +144,9 @@ def load_tables_arg(arg: str, gpu: str | None, flag: str):
         return load_operator_tables(path)
     from simroute.calib import load_profile
     prof = load_profile(arg)
+    if gpu is not None:
+        from simroute.checks import check_name
+        check_name(gpu, "--gpu", what="GPU entry name")
     if gpu is None:
         if len(prof.gpus) != 1:
             raise ConfigurationError(f"is a profile: name the GPU entry whose operator tables to compare with --gpu "

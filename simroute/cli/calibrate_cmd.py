@@ -52,6 +52,13 @@ def calibrate(
         return
     probes = select(only)
     cap = detect()
+    target = out or default_out(cap.hostname)
+    if target.is_dir():
+        from simroute.errors import ConfigurationError
+        raise ConfigurationError("is a directory; --out names the profile file (e.g. DIR/profile.yaml)", file=target)
+    from simroute.ioutil import check_new_file, record_files
+    for path in (target, target.parent / "samples.parquet"):     # a user's profile is never measured over
+        check_new_file(path, flag="--out")                        # (checked before anything is printed)
     table("capability", ["what", "this machine"], report_rows(cap))
     for n in cap.notes:
         typer.echo(f"note: {n}")
@@ -60,13 +67,6 @@ def calibrate(
         gap = requirement_gap(p.needs, cap.gpus, pes, hosts_with_nic=bool(cap.infiniband) and pes >= 2)
         plan.append([p.name, NEEDS_TEXT[p.needs], "run" if not gap else f"skip: {gap}"])
     table("plan", ["probe", "needs", "action"], plan)
-    target = out or default_out(cap.hostname)
-    if target.is_dir():
-        from simroute.errors import ConfigurationError
-        raise ConfigurationError("is a directory; --out names the profile file (e.g. DIR/profile.yaml)", file=target)
-    from simroute.ioutil import check_new_file, record_files
-    for path in (target, target.parent / "samples.parquet"):     # a user's profile is never measured over
-        check_new_file(path, flag="--out")
     if dry_run:
         typer.echo(f"dry run: would write {target} and {target.parent / 'samples.parquet'}"
                    + (f", and operator tables under {target.parent / 'ops'}" if any(

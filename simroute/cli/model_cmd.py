@@ -276,16 +276,10 @@ def curve_crossing(abscissa, first_curve, second_curve) -> float | None:
 
 def _step_profile(calib: str, gpu: str):
     """The profile to take GPU `gpu` from: `calib` if it has the entry, else the shipped calib/gpus/<gpu>.yaml."""
-    from simroute.calib import load_profile, shipped_dir
-    from simroute.errors import UnknownNameError
+    from simroute.calib import load_profile
     prof = load_profile(calib)
-    if gpu in prof.gpus:
-        return prof, prof
-    shipped = shipped_dir() / "gpus" / f"{gpu}.yaml"
-    if not shipped.exists():
-        names = sorted({*prof.gpus, *(entry_file.stem for entry_file in (shipped_dir() / "gpus").glob("*.yaml"))})
-        raise UnknownNameError("gpu", gpu, names)
-    return prof, load_profile(shipped)
+    entry_file = prof.check_gpu_entry(gpu, field="--gpu")
+    return prof, prof if gpu in prof.gpus else load_profile(entry_file)
 
 
 def _topology_fabrics(prof, gpu: str) -> list[str]:
@@ -309,7 +303,7 @@ def _allreduce_fabric(prof, gpu: str, fabric: str | None, tp_size: int) -> str |
         from simroute.errors import ConfigurationError
         raise ConfigurationError(f"--tp {tp_size} needs --fabric for the all-reduce: no fabric of the profile names "
                                  "gpu "
-                                 f"'{gpu}' (profile fabrics: {', '.join(prof.fabrics)})", field="fabric")
+                                 f"'{gpu}' (profile fabrics: {', '.join(prof.fabrics)})", field="--fabric")
     return max(own, key=lambda name: prof.fabric(name).link_peak_GBps.value)
 
 
@@ -343,27 +337,29 @@ def model_step(
     """
     from simroute.errors import ConfigurationError
     from simroute.model.geometry import CACHE_DTYPE_BYTES, get_model
-    from simroute.model.limits import check_shape
+    from simroute.model.limits import Fields, check_shape, check_tp_splits_heads
     from simroute.model.steptime import KV_LAYOUTS, BatchShape
     if decode_seqs > tokens:
-        raise ConfigurationError(f"--decode-seqs {decode_seqs} exceeds --tokens {tokens}", field="decode-seqs")
+        raise ConfigurationError(f"--decode-seqs {decode_seqs} exceeds --tokens {tokens}", field="--decode-seqs")
     for flag, value in (("--tokens", tokens), ("--context", context), ("--prefill-context", prefill_context)):
         if value > MAX_SHAPE_TOKENS:
             raise ConfigurationError(f"{flag} {value:,} is past any serving engine's context ({MAX_SHAPE_TOKENS:,} "
-                                     "tokens at most)", field=flag.lstrip("-"))
+                                     "tokens at most)", field=flag)
     if kv_layout not in KV_LAYOUTS:
-        raise ConfigurationError(f"unknown layout '{kv_layout}' (known: {', '.join(KV_LAYOUTS)})", field="kv-layout")
+        raise ConfigurationError(f"unknown layout '{kv_layout}' (known: {', '.join(KV_LAYOUTS)})", field="--kv-layout")
     if kv_cache is not None and kv_cache not in CACHE_DTYPE_BYTES:
         raise ConfigurationError(f"unknown KV-cache dtype '{kv_cache}' (known: {', '.join(CACHE_DTYPE_BYTES)})",
-                                 field="kv-cache")
-    _check_tp_divides_heads(get_model(model), tp_size)
+                                 field="--kv-cache")
+    fields = Fields.flags()
+    check_tp_splits_heads(get_model(model), tp_size, fields)
     prof, gpu_prof = _step_profile(calib, gpu)
     fab = _allreduce_fabric(prof, gpu, fabric, tp_size)
     step = prof.step_model(model, tp=tp_size, intra_host_fabric=fab,
                            gpu_spec=gpu_prof.gpu_spec(gpu, tables=not roofline), weight_dtype=weights,
                            cache_dtype=kv_cache, kv_layout=kv_layout)
-    # a shape that cannot exist on this instance (weights, context window, KV in HBM) is refused, one line each
-    check_shape(step, tokens=tokens, decode_seqs=decode_seqs, context=context, prefill_context=prefill_context)
+    # a shape that cannot exist on this instance (TP, FP8, weights, context window, KV in HBM) is refused here
+    check_shape(step, tokens=tokens, decode_seqs=decode_seqs, context=context, prefill_context=prefill_context,
+                fields=fields)
     batch = BatchShape.uniform(decode_seqs, context, prefill_tokens=tokens - decode_seqs,
                                prefill_context=prefill_context)
     terms = step.iteration(batch).as_ms()
@@ -414,17 +410,6 @@ def model_step(
 
 
 MAX_SHAPE_TOKENS = 10_000_000      # 10M tokens: beyond every shipped model's context window by an order
-
-
-def _check_tp_divides_heads(geometry, tp_size: int) -> None:
-    """A TP degree that splits no head evenly is no engine's configuration: refuse it (exit 2)."""
-    from simroute.errors import ConfigurationError
-    if geometry.heads_q % tp_size:
-        raise ConfigurationError(f"--tp {tp_size} does not divide {geometry.name}'s {geometry.heads_q} query heads",
-                                 field="tp")
-    if not geometry.is_mla and geometry.kv_heads % tp_size and tp_size % geometry.kv_heads:
-        raise ConfigurationError(f"--tp {tp_size} neither divides nor is a multiple of {geometry.name}'s "
-                                 f"{geometry.kv_heads} KV heads", field="tp")
 
 
 def register(app: typer.Typer) -> None:

@@ -46,7 +46,7 @@ def plan(
     policy: str = typer.Option("paper", help="The policy the answer is for."),
     compare: str = typer.Option("always-route,always-fetch", help="Other policies to search too (comma list; '' "
                                                                   "for none): what they would need."),
-    seeds: int = typer.Option(3, callback=checked("--seeds", integer=True, minimum=1, maximum=100),
+    seeds: int = typer.Option(3, "--seeds", callback=checked("--seeds", integer=True, minimum=1, maximum=100),
                               help="Seeds per probe: the answer holds when every seed meets every SLO."),
     max_requests: int = typer.Option(None, "--max-requests", callback=checked("--max-requests", integer=True,
                                                                               minimum=1),
@@ -67,7 +67,6 @@ def plan(
     """
     from simroute.errors import ConfigurationError
     from simroute.study.plan import DEFAULT_SLO, PlanRequest, run_plan
-    from simroute.study.report import write_report
     if trace is not None and workload is not None:
         raise ConfigurationError("give --trace or --workload, not both", field="--workload")
     if param and workload is None:
@@ -85,7 +84,8 @@ def plan(
     if hosts_min >= hosts_max:
         raise ConfigurationError(f"need --hosts-min < --hosts-max, got {hosts_min} and {hosts_max}",
                                  field="--hosts-min")
-    spec = {"generate": workload, "params": _parse_sets(param)} if workload else (trace or DEFAULT_TRACE)
+    spec = ({"generate": workload, "params": _parse_sets(param)} if workload is not None
+            else (trace if trace is not None else DEFAULT_TRACE))
     request = PlanRequest(trace=spec, model=model, tp=tp, topology=topology, gpu=gpu, calib=calib,
                           slo=tuple(slo) or DEFAULT_SLO, qps=qps, time_scale=time_scale, concurrency=concurrency,
                           hosts_min=hosts_min,
@@ -101,8 +101,8 @@ def plan(
                 + (f" ({gpu})" if gpu else "") + (f", {kv_cache} KV cache" if kv_cache else "")
                 + f", hosts {hosts_min}-{hosts_max}, "
                 f"policies {', '.join([policy, *request.compare])}, {seeds} seed(s); SLO {' and '.join(request.slo)}")
-    run, answer, memo = run_plan(request, out, jobs=jobs, progress=progress, announce=announce)
-    page = write_report(out)
+    run, answer, memo = run_plan(request, out, jobs=jobs, progress=progress, announce=announce, report=True)
+    page = out / "report" / "report.html"
     own = answer["policies"][answer["policy"]]
     verdict = (f"{own['hosts']} host{'s' if own['hosts'] != 1 else ''}" if own["hosts"] is not None else
                f"no host count in {hosts_min}-{hosts_max} meets the SLO")

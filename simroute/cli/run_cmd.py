@@ -81,8 +81,8 @@ def _run(**options: typing.Any) -> None:
     min_completion, strict = options.pop("min_completion"), options.pop("strict")
     values = {field: options[param.name] for field, param in run_options()}
     shipped = {"topology": default_topology_path, "trace": default_trace_path, "calib": default_profile_path}
-    for name, default in shipped.items():
-        values[name] = str(values[name] or default())
+    for name, default in shipped.items():       # unset: the shipped default; '' is refused by RunConfig
+        values[name] = str(default() if values[name] is None else values[name])
     values["telemetry"] = values["telemetry"] or timeline is not None    # a timeline needs the telemetry
     cfg = RunConfig(**values)
     from simroute.ioutil import atomic_files, check_new_file, claim_output   # checked, -o locked before simulating

@@ -31,8 +31,12 @@ def sweep(
     from simroute.study import load_study, run_study
     study = load_study(Path(resolve_input("study", study_file)), quick=quick)
     out = out or Path("results") / "studies" / (study.name + ("-quick" if quick else ""))
+    def before_writing() -> None:       # --report: its directory checked before the study runs, not after
+        if report and Path(out).is_dir():
+            from simroute.study.report import check_report_out
+            check_report_out(Path(out), Path(out) / "report")
     run = run_study(study, out, jobs=jobs, ray_address=ray_address, max_points=max_points,
-                    retry_failed=retry_failed, progress=progress)
+                    retry_failed=retry_failed, progress=progress, before_writing=before_writing)
     c = console()
     if run.discarded:
         c.print(f"study {study.name}: every one of its {run.executed} points failed")

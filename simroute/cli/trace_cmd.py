@@ -25,6 +25,9 @@ def _parse_sets(items: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigurationError(f"expected key=value, got {item!r}", field="--param")
         key, value = item.split("=", 1)
+        if key.strip() in out:
+            raise ConfigurationError(f"{key.strip()} is given twice ({out[key.strip()]!r} and {value.strip()!r}): "
+                                     "give each parameter once", field="--param")
         out[key.strip()] = parse_cli_value(value.strip())
     return out
 

@@ -6,6 +6,7 @@ the limit's slots.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -95,6 +96,7 @@ class ArrivalLoad:
     time_scale: float             # factor on every open-loop arrival_s (1: the trace as written)
     trace_qps: float | None       # the replayed open-loop requests' own mean rate, (n - 1) / span; None if < 2
     open_loop_requests: int
+    latest_s: float = 0.0         # the latest open-loop arrival_s as written (before the rescaling)
 
     @property
     def offered_qps(self) -> float | None:
@@ -105,11 +107,42 @@ class ArrivalLoad:
                 "open_loop_requests": self.open_loop_requests}
 
 
-def arrival_load(trace: str, n_requests: int, *, qps: float | None, time_scale: float | None) -> ArrivalLoad:
+def arrival_load(trace: str, n_requests: int, *, qps: float | None, time_scale: float | None,
+                 fields: tuple[str, str] = ("qps", "time_scale"), file: str | None = None) -> ArrivalLoad:
     """The rescaling a run applies: `qps` sets the open-loop mean rate (from the first `n_requests` rows' own),
-    `time_scale` multiplies arrival times directly; neither: the trace as written. A streamed pre-pass."""
+    `time_scale` multiplies arrival times directly; neither: the trace as written. A streamed pre-pass. A
+    rescaling that puts an arrival past MAX_TIME_S (or overflows) is refused, naming `fields` (qps, time scale):
+    no run of it could end."""
+    from simroute.errors import ConfigurationError
+    from simroute.workload.validate import MAX_TIME_S
+    load = _arrival_load(trace, n_requests, qps=qps, time_scale=time_scale, field=fields[0], file=file)
+    if qps is None and time_scale is None:
+        return load             # the trace as written: its own checks name a time past MAX_TIME_S
+    latest = load.latest_s * load.time_scale
+    if not (math.isfinite(load.time_scale) and load.time_scale > 0 and math.isfinite(latest)) or latest > MAX_TIME_S:
+        flag = fields[0] if qps is not None else fields[1]
+        value = qps if qps is not None else time_scale
+        raise ConfigurationError(f"{value:g} puts the trace's last open-loop arrival at {latest:g} s (x "
+                                 f"{load.time_scale:g}), past {MAX_TIME_S:g} s: no run of it could end", file=file,
+                                 field=flag)
+    return load
+
+
+def check_rescaled_arrivals(trace: str, max_requests: int | None, *, qps: float | None, time_scale: float | None,
+                            file: str | None = None, where: str = "") -> None:
+    """`arrival_load`'s check of a point's load at a study's load time (the fields named as the study's)."""
+    from simroute.workload import read_trace_meta
+    n = int(read_trace_meta(trace)["requests"])
+    named = tuple(f"{where}: {name}" if where else name for name in ("qps", "time_scale"))
+    arrival_load(trace, n if max_requests is None else min(n, int(max_requests)), qps=qps, time_scale=time_scale,
+                 fields=named, file=file)   # type: ignore[arg-type]
+
+
+def _arrival_load(trace: str, n_requests: int, *, qps: float | None, time_scale: float | None, field: str,
+                  file: str | None) -> ArrivalLoad:
     from simroute.errors import ConfigurationError
     first = last = None
+    latest = 0.0
     count = seen = 0
     for batch in iter_request_batches(trace, columns=["arrival_s", "after_id"]):
         # nulls read as NaN (-1 for after_id) and are left out: the request checker names them when the run reads them
@@ -120,6 +153,7 @@ def arrival_load(trace: str, n_requests: int, *, qps: float | None, time_scale: 
         if open_loop.size:
             first = float(open_loop[0]) if first is None else first
             last = float(open_loop[-1])
+            latest = max(latest, float(open_loop.max()))
             count += int(open_loop.size)
         if seen >= n_requests:
             break
@@ -127,9 +161,10 @@ def arrival_load(trace: str, n_requests: int, *, qps: float | None, time_scale: 
     if qps is not None:
         if own is None:
             raise ConfigurationError(f"the trace's {count} open-loop request(s) span no time, so there is no rate to "
-                                     "rescale; use --time-scale or a trace with open-loop arrivals", field="qps")
-        return ArrivalLoad(own / qps, own, count)
-    return ArrivalLoad(1.0 if time_scale is None else float(time_scale), own, count)
+                                     "rescale; use --time-scale or a trace with open-loop arrivals", file=file,
+                                     field=field)
+        return ArrivalLoad(own / qps, own, count, latest)      # a float quotient: inf past the range, no error
+    return ArrivalLoad(1.0 if time_scale is None else float(time_scale), own, count, latest)
 
 
 class ConcurrencyLimit:

@@ -141,8 +141,8 @@ class Cluster:
                          compute: ComputeModel) -> list[Instance]:
         gpus = topology.gpus
         per_host = len(gpus) // max(1, len({topology.host_of(gpu) for gpu in gpus}))
-        if per_host % config.tp:
-            raise ConfigurationError(f"tp = {config.tp} does not divide the {per_host} GPUs of a host", field="tp")
+        from simroute.model.limits import check_tp_fits_host
+        check_tp_fits_host(config.tp, per_host)
         staging = profile.staging_params(config.staging_copy_GBps).pool_kwargs()   # simroute.model.staging
         instances = []
         for i, gpu in enumerate(gpus[::config.tp]):

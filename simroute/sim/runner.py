@@ -20,7 +20,7 @@ import simpy
 
 from simroute.calib import load_profile
 from simroute.calib.profile import Profile
-from simroute.errors import ConfigurationError, UnknownNameError
+from simroute.errors import ConfigurationError
 from simroute.ioutil import sha256_file
 from simroute.model.geometry import ModelGeometry
 from simroute.model.scalar import ScalarModel
@@ -32,6 +32,7 @@ from simroute.sim.cluster import ChunkStore, Cluster, Instance
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
 from simroute.sim.context import SimContext
+from simroute.sim.deployment import check_run_deployment
 from simroute.sim.engine import BLOCK_TOKENS, EngineOptions
 from simroute.sim.engine.build import EngineSet
 from simroute.sim.engine.serving import ChunkCopies
@@ -93,16 +94,6 @@ def check_trace_window(trace: str, model: str, *, mode: str = "refuse", max_requ
     model_limits(trace, mode, get_model(model), chunks, n if max_requests is None else min(n, max_requests))
 
 
-def run_gpu(cfg: RunConfig, hosts_gpu: str | None, profile: Profile) -> str | None:
-    """The GPU entry a run's instances use: `--gpu` (which must name an entry), else the topology's hosts.gpu
-    (which may be a label that names none: the profile's instance GPU then)."""
-    if cfg.gpu is None:
-        return hosts_gpu
-    if profile.gpu_entry_file(cfg.gpu) is None:
-        raise UnknownNameError("gpu", cfg.gpu, profile.gpu_entry_names())
-    return cfg.gpu
-
-
 class Simulation:
     """One run. `run()` returns a RunResult; `simulate()` below also writes it.
 
@@ -115,7 +106,10 @@ class Simulation:
         self.progress = progress
         topology = load_topology(cfg.topology, hosts=cfg.hosts)
         profile = load_profile(cfg.calib)
-        self.gpu = run_gpu(cfg, topology.spec.gpu, profile)
+        deployment = check_run_deployment(topology.spec, profile, model=cfg.model, tp=cfg.tp, gpu=cfg.gpu,
+                                          weights=cfg.weights, kv_layout=cfg.kv_layout, hbm_gb=cfg.hbm_gb,
+                                          cache_dtype=cfg.kv_cache)
+        self.gpu = deployment.gpu
         params = profile.cost_params(cfg.model, route_exchanges=cfg.route_exchanges, prefill_us=cfg.prefill_us,
                                      cache_dtype=cfg.kv_cache)
         env = simpy.Environment()
@@ -133,7 +127,7 @@ class Simulation:
                             options=engine_options(cfg), exchanges_per_step=params.exchanges,
                             merge_s=params.merge_s, hbm_gb=cfg.hbm_gb, record=cfg.telemetry,
                             host_gpu=self.gpu, weight_dtype=cfg.weights, kv_layout=cfg.kv_layout,
-                            schedulers=scheduler_factory(cfg), cache_dtype=cfg.kv_cache)
+                            schedulers=scheduler_factory(cfg), cache_dtype=cfg.kv_cache, step=deployment.step)
         # Canonical chunks may pin `chunk_hbm_share` of what the weights leave (in the chunks' byte units).
         chunk_capacity = (engines[0].hbm.capacity_blocks * BLOCK_TOKENS * compute.kv_bytes_per_token
                           * cfg.chunk_hbm_share) if len(engines) else 0.0

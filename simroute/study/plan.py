@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import tempfile
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ import yaml
 
 from simroute.defaults import DEFAULT_CALIB, DEFAULT_MODEL, DEFAULT_TOPOLOGY, DEFAULT_TP, DEFAULT_TRACE, MIN_COMPLETION
 from simroute.errors import ConfigurationError
-from simroute.ioutil import load_json, write_text_atomic
+from simroute.ioutil import load_json
 from simroute.study.backends import Keep
 from simroute.study.search import Goal, finished
 
@@ -110,64 +109,110 @@ PLAN_FLAGS = {"policy": "--policy / --compare", "model": "--model", "tp": "--tp"
 
 def _plan_flag(field: str | None, request: PlanRequest) -> str:
     """The flag a study error's field came from ('axes.policy=paper: model' -> '--model')."""
+    if field == "search.slo":
+        return "--slo"
     name = (field or "").split(": ")[-1].split(".")[0] if field and not field.startswith("search.") else field or ""
     if name == "trace":
         return "--workload / -p" if isinstance(request.trace, dict) else "--trace"
     return PLAN_FLAGS.get(name, name or "plan")
 
 
-def _check_gpu(request: PlanRequest) -> None:
-    """An unknown --gpu fails here, not in every run."""
-    if request.gpu is None:
-        return
-    from simroute.calib import load_profile
-    from simroute.errors import UnknownNameError
-    profile = load_profile(request.calib)
-    if profile.gpu_entry_file(request.gpu) is None and request.gpu not in profile.gpus:
-        raise ConfigurationError(str(UnknownNameError("gpu", request.gpu, profile.gpu_entry_names())),
-                                 field="--gpu")
+def check_request(request: PlanRequest) -> None:
+    """The plan's own flags, before its study is built: names that are names, no value given twice, a GPU
+    entry that exists (the one check of --gpu, `Profile.check_gpu_entry`)."""
+    from simroute.checks import check_name
+    from simroute.shipped import check_not_empty
+    check_not_empty("topology", request.topology)
+    check_not_empty("calib", request.calib)
+    for flag, name in (("--policy", request.policy), *(("--compare", policy) for policy in request.compare),
+                       ("--model", request.model)):
+        check_name(name, flag, what="name")
+    repeated = sorted({policy for policy in request.compare if request.compare.count(policy) > 1})
+    if repeated:
+        raise ConfigurationError(f"{', '.join(repeated)} given more than once", field="--compare")
+    if isinstance(request.trace, dict):
+        check_name(request.trace.get("generate"), "--workload", what="generator name")
+        from simroute.errors import UnknownNameError
+        from simroute.workload.generators import get_generator
+        try:
+            get_generator(str(request.trace["generate"]))
+        except UnknownNameError as exc:
+            raise ConfigurationError(str(exc), field="--workload") from None
+        params = request.trace.get("params") or {}
+        for name, value in (("qps", request.qps), ("concurrency", request.concurrency)):
+            if name in params and value is not None:
+                raise ConfigurationError(f"the load is given twice: -p {name}={params[name]} and --{name} {value:g}; "
+                                         "give one", field=f"--{name}")
+    else:
+        check_not_empty("trace", request.trace)
+    if request.gpu is not None:
+        from simroute.calib import load_profile
+        load_profile(request.calib).check_gpu_entry(request.gpu, field="--gpu")
 
 
 def run_plan(request: PlanRequest, out: str | Path, *, jobs: int | None = None, progress: bool | None = None,
-             announce: Any = None) -> tuple[Any, dict[str, Any], Path]:
-    """Run (or resume) the plan's study into `out`, then write plan.yaml, plan.json and plan.md there.
+             announce: Any = None, report: bool = False) -> tuple[Any, dict[str, Any], Path]:
+    """Run (or resume) the plan's study into `out`, then write plan.yaml, plan.json and plan.md there (and,
+    with `report`, its HTML report).
 
-    The study file is written to a private temp directory first (a study directory holds only what simroute
-    wrote), with input paths made absolute; plan.yaml is its copy beside the results. Every input is checked
-    before any run: an error names the plan's flag, not the temporary study file. `announce()` is called once
-    the plan is valid (the CLI's header).
+    Everything is checked before `announce()` (the CLI's header) and before the first write: the flags, the
+    study the plan stands for (validated from memory as `out`/plan.yaml, input paths made absolute: no
+    temporary file), every point's deployment and load, the output directory and what a resume reads, and that
+    the plan's own files and report may be replaced. The answer files (and the report) are written last, all
+    or none (`ioutil.atomic_files`): a plan whose command failed leaves no new answer beside its study.
     """
     from simroute.study import load_study, run_study
     out = Path(out)
-    _check_gpu(request)
+    check_request(request)
     doc = request.study_document(name=study_name(out))
     for key in ("topology", "calib", "trace"):
         value = doc["base"][key]
         if isinstance(value, str) and Path(value).exists():
             doc["base"][key] = str(Path(value).resolve())
     text = "# written by simroute plan; rerun with: simroute sweep plan.yaml\n" + yaml.safe_dump(doc, sort_keys=False)
-    with tempfile.TemporaryDirectory(prefix="simroute-plan-") as tmp:
-        study_file = Path(tmp) / PLAN_FILE
-        study_file.write_text(text)
-        try:
-            study = load_study(study_file)
-        except ConfigurationError as exc:
-            raise ConfigurationError(exc.problem, field=_plan_flag(exc.field, request)) from None
-        base = doc["base"]
-        if isinstance(base["trace"], str):       # an imported trace: every request within the model's window
-            from simroute.shipped import resolve_input
-            from simroute.sim.runner import check_trace_window
-            check_trace_window(resolve_input("trace", base["trace"]), request.model, mode=base.get("over_window", "refuse"),
-                               max_requests=request.max_requests)
+    plan_file = out.resolve() / PLAN_FILE
+    try:
+        study = load_study(plan_file, document=doc)
+    except ConfigurationError as exc:
+        own = exc.file is None or Path(exc.file) == plan_file
+        raise ConfigurationError(exc.problem, file=None if own else exc.file,
+                                 field=_plan_flag(exc.field, request) if own else exc.field) from None
+    base = doc["base"]
+    if isinstance(base["trace"], str):       # an imported trace: every request within the model's window
+        from simroute.shipped import resolve_input
+        from simroute.sim.runner import check_trace_window
+        check_trace_window(resolve_input("trace", base["trace"]), request.model, mode=base.get("over_window", "refuse"),
+                           max_requests=request.max_requests)
+
+    def before_writing() -> None:
+        check_plan_outputs(out, report=report)
         if announce is not None:
             announce()
-        run = run_study(study, out, jobs=jobs, progress=progress)
+    run = run_study(study, out, jobs=jobs, progress=progress, before_writing=before_writing)
     if run.discarded:           # every run failed: the study kept no directory, so there is no plan to write
         raise ConfigurationError(f"every one of its {run.executed} runs failed, the first with: "
                                  f"{' '.join(run.first_error.split())[:300]}; nothing was kept", file=out)
-    write_text_atomic(out / PLAN_FILE, text)
-    answer, memo = write_plan(out)
+    answer, memo = write_plan(out, text, report=report)
     return run, answer, memo
+
+
+PLAN_OUTPUTS = (PLAN_FILE, "plan.json", "plan.md")
+
+
+def check_plan_outputs(out: Path, *, report: bool = False) -> None:
+    """The plan's own files beside its study: each new, or one simroute wrote there unchanged (its manifest
+    lists it); the report directory simroute's own. Checked before the study runs."""
+    from simroute.ioutil import check_new_file
+    from simroute.study.runner import listed_files
+    legacy = out.is_dir() and not listed_files(out)
+    for name in PLAN_OUTPUTS:
+        target = out / name
+        if legacy and target.is_file() and not target.is_symlink():
+            continue            # a plan an older simroute wrote (its manifest listed no files): its own
+        check_new_file(target, flag="--out")
+    if report and out.is_dir():
+        from simroute.study.report import check_report_out
+        check_report_out(out, out / "report")
 
 
 # ---- reading the answer back -------------------------------------------------------------------------------
@@ -329,12 +374,23 @@ def _fmt(value: Any) -> str:
     return f"{value:,.1f}" if isinstance(value, float) else str(value)
 
 
-def write_plan(directory: str | Path) -> tuple[dict[str, Any], Path]:
-    """plan.json and plan.md of a finished plan directory."""
+def write_plan(directory: str | Path, text: str | None = None, *,
+               report: bool = False) -> tuple[dict[str, Any], Path]:
+    """plan.yaml (`text`; else the one there), plan.json and plan.md of a finished plan directory, and with
+    `report` its report: all read and composed first, then renamed into place together, so a failure (a full
+    disk while the report is written) leaves none of them new."""
+    from simroute.ioutil import atomic_files
     plan_dir = Path(directory)
     answer = plan_answer(plan_dir)
-    doc = yaml.safe_load((plan_dir / PLAN_FILE).read_text()) if (plan_dir / PLAN_FILE).exists() else {}
-    write_text_atomic(plan_dir / "plan.json", json.dumps(answer, indent=2, default=str) + "\n")
+    if text is None:
+        text = (plan_dir / PLAN_FILE).read_text() if (plan_dir / PLAN_FILE).exists() else ""
+    doc = yaml.safe_load(text) if text else {}
     memo = plan_dir / "plan.md"
-    write_text_atomic(memo, plan_markdown(answer, doc))
+    with atomic_files(plan_dir, PLAN_OUTPUTS, flag="--out") as tmp:
+        tmp[PLAN_FILE].write_text(text)
+        tmp["plan.json"].write_text(json.dumps(answer, indent=2, default=str) + "\n")
+        tmp["plan.md"].write_text(plan_markdown(answer, doc if isinstance(doc, dict) else {}))
+        if report:
+            from simroute.study.report import write_report
+            write_report(plan_dir, plan=answer)
     return answer, memo

@@ -66,8 +66,9 @@ class ReportFormat(StrEnum):
 
 
 def write_report(directory: str | Path, out: str | Path | None = None, fmt: ReportFormat = ReportFormat.HTML,
-                 png: bool = True) -> Path | str:
+                 png: bool = True, plan: dict[str, Any] | None = None) -> Path | str:
     """Report on a study or run directory. html: writes report.html (+ PNGs), returns its path; md: the text.
+    `plan`: a plan's answer not yet beside its study (`simroute plan` writes both together), else plan.json.
 
     Everything is read and checked before anything is written; the report directory is then written whole
     (a temporary beside it, renamed), with a manifest, so a run holding its report stays simroute's own."""
@@ -79,7 +80,7 @@ def write_report(directory: str | Path, out: str | Path | None = None, fmt: Repo
     if fmt != ReportFormat.MD:
         out_dir = check_report_out(input_dir, Path(out) if out else input_dir / "report")
     if (input_dir / "study.json").exists() or (input_dir / "points").is_dir():
-        rep = _study(input_dir)
+        rep = _study(input_dir, plan)
     elif (input_dir / "summary.json").exists():
         rep = _run(input_dir)
     else:
@@ -377,7 +378,7 @@ def _tpot_modelled(agg: pd.DataFrame) -> bool:
     return "tpot_ms_p99" in agg and bool(agg["tpot_ms_p99"].fillna(0).abs().max() > 0)
 
 
-def _study(input_dir: Path) -> Report:
+def _study(input_dir: Path, plan: dict[str, Any] | None = None) -> Report:
     meta = load_study_meta(input_dir / "study.json") if (input_dir / "study.json").exists() else {}
     if not (input_dir / "points").is_dir():
         raise ConfigurationError("missing or not a directory: a study directory holds its finished points there "
@@ -430,8 +431,9 @@ def _study(input_dir: Path) -> Report:
             "key": failed["key"], "labels": failed["labels_json"], "seed": failed["seed"],
             "error": [error.splitlines()[0] if error else "" for error in failed["error"]]})))
     figs = _study_figures(input_dir, frame, agg, axis, series, slo, searches, bool(has_pd), multi_seed)
-    if (input_dir / "plan.json").exists():
-        sections.insert(0, ("Capacity plan (plan.md)", _plan_table(load_json(input_dir / "plan.json"), input_dir)))
+    if plan is not None or (input_dir / "plan.json").exists():
+        answer = plan if plan is not None else load_json(input_dir / "plan.json")
+        sections.insert(0, ("Capacity plan (plan.md)", _plan_table(answer, input_dir)))
     if meta.get("description"):
         sections.insert(0, ("About", pd.DataFrame({"study": [meta["description"]],
                                                      "points": [len(frame)], "failed": [len(failed)]})))

@@ -96,9 +96,9 @@ def _check_input_file(name: str, path: Path) -> None:
     key = (name, str(path), path.stat().st_mtime)
     if key in _CHECKED:
         return
-    if name == "trace":
-        from simroute.workload.reader import read_trace_meta
-        read_trace_meta(path)
+    if name == "trace":                 # every row, as `trace info` and a run check it: not once per point
+        from simroute.workload.validate import validate_trace
+        validate_trace(path)
     elif name == "topology":
         from simroute.network import load_topology
         load_topology(path)
@@ -161,21 +161,72 @@ def _sized(params: dict[str, Any], instances: int) -> dict[str, Any]:
 def cluster_instances(cfg: dict[str, Any], study_file: str, study_dir: Path) -> int:
     """Instances of a point's cluster: its topology (resized to `hosts`) x GPUs per host / tp."""
     from simroute.defaults import DEFAULT_TP
+    spec = point_topology(cfg, study_file)
+    return max(1, spec.hosts * spec.gpus_per_host // int(cfg.get("tp", DEFAULT_TP)))
+
+
+def point_topology(cfg: dict[str, Any], study_file: str, where: str = ""):
+    """The TopologySpec of a point: its topology file or generator, resized to the point's `hosts`. A host count
+    the topology's family cannot take is named as the study's field (`where: hosts`)."""
     from simroute.network.schema import load_topology_spec
-    topology = cfg["topology"]
+    topology, hosts = cfg["topology"], cfg.get("hosts")
+    field = f"{where}: hosts" if where else "hosts"
     if _is_gen(topology):
+        if hosts is not None:
+            raise ConfigurationError("a generated topology has no hosts to resize", file=study_file, field=field)
         from simroute.study.topogen import fabric_pair
         from simroute.network.schema import parse_topology
-        spec = parse_topology(fabric_pair(**dict(topology.get("params") or {})))
-    else:
-        loc = _locate("topology", str(topology), study_file)
-        if loc is None:
-            raise ConfigurationError(f"'{topology}' not found", file=study_file, field="topology")
-        path = Path(loc["path"]) if loc["kind"] == "path" else _shipped("topology", loc["name"])
-        spec = load_topology_spec(path, hosts=cfg.get("hosts"))
-    if topology is not None and _is_gen(topology) and cfg.get("hosts") is not None:
-        raise ConfigurationError("a generated topology has no hosts to resize", file=study_file, field="hosts")
-    return max(1, spec.hosts * spec.gpus_per_host // int(cfg.get("tp", DEFAULT_TP)))
+        return parse_topology(fabric_pair(**dict(topology.get("params") or {})))
+    loc = _locate("topology", str(topology), study_file)
+    if loc is None:
+        raise ConfigurationError(f"'{topology}' not found", file=study_file, field="topology")
+    path = Path(loc["path"]) if loc["kind"] == "path" else _shipped("topology", loc["name"])
+    try:
+        return load_topology_spec(path, hosts=hosts)
+    except ConfigurationError as exc:
+        if hosts is None or not (exc.field or "").startswith(("hosts", "network")):
+            raise
+        raise ConfigurationError(f"{hosts} hosts: {exc.problem} (the topology's family, {Path(str(path)).name})",
+                                 file=study_file, field=field) from None
+
+
+_POINTS_CHECKED: set[str] = set()
+
+
+def check_point(cfg: dict[str, Any], study_file: str, where: str) -> None:
+    """A point's deployment and load checked at load, as its run would check them (`sim.deployment`, the
+    arrivals' rescaling): a study holding a point that cannot exist fails before any point runs, naming the
+    study file and the field. Checked once per distinct deployment and process."""
+    from simroute.defaults import DEFAULT_MODEL, DEFAULT_TP
+    from simroute.model.limits import Fields
+    from simroute.sim.deployment import check_run_deployment
+    keys = ("topology", "hosts", "calib", "model", "tp", "gpu", "weights", "kv_layout", "hbm_gb")
+    files = {}
+    for name in ("topology", "calib"):          # a file by where it is and when it changed, not by its name
+        loc = None if _is_gen(cfg[name]) else _locate(name, str(cfg[name]), study_file)
+        if loc is not None and loc["kind"] == "path":
+            files[name] = [loc["path"], Path(loc["path"]).stat().st_mtime_ns]
+    key = canonical({**{name: cfg.get(name) for name in keys}, "files": files})
+    if key not in _POINTS_CHECKED:
+        spec = point_topology(cfg, study_file, where)
+        calib = cfg["calib"]
+        loc = _locate("calib", str(calib), study_file)
+        path = Path(loc["path"]) if loc and loc["kind"] == "path" else _shipped("calib", str(calib))
+        from simroute.calib import load_profile
+        profile = load_profile(path if path is not None else calib)
+        named = {name: f"{where}: {name}" for name in ("tp", "gpu", "weights", "model")}
+        check_run_deployment(spec, profile, model=cfg.get("model", DEFAULT_MODEL), tp=int(cfg.get("tp", DEFAULT_TP)),
+                             gpu=cfg.get("gpu"), weights=cfg.get("weights"),
+                             kv_layout=cfg.get("kv_layout", "replicated"), hbm_gb=cfg.get("hbm_gb"),
+                             fields=Fields(**named, hbm=f"{where}: hbm_gb", file=study_file))
+        _POINTS_CHECKED.add(key)
+    if (cfg.get("qps") is not None or cfg.get("time_scale") is not None) and not _is_gen(cfg["trace"]):
+        loc = _locate("trace", str(cfg["trace"]), study_file)
+        path = Path(loc["path"]) if loc and loc["kind"] == "path" else _shipped("trace", str(cfg["trace"]))
+        if path is not None:
+            from simroute.sim.arrivals import check_rescaled_arrivals
+            check_rescaled_arrivals(str(path), cfg.get("max_requests"), qps=cfg.get("qps"),
+                                    time_scale=cfg.get("time_scale"), file=study_file, where=where)
 
 
 _HASHES: dict[tuple[str, float], str] = {}

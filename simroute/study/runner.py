@@ -12,6 +12,7 @@ import json
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,10 +145,17 @@ STUDY_ENTRIES = {"study.json", "search.json", "points", "runs", "perf", "inputs"
 def check_study_dir(study: Study, out: Path) -> None:
     """A sweep writes into a new or empty directory, or resumes one simroute made for this same study.
 
-    Anything else (a user's folder, another study's results, a study.json simroute did not write) is refused,
-    so `sweep -o` never overwrites or mixes into what it does not own.
+    Anything else (a user's folder, another study's results, a study.json simroute did not write, a link or
+    anything but files and folders inside it) is refused, so `sweep -o` never overwrites or mixes into what it
+    does not own. A plan's own study file (plan.yaml beside its results) is the one input inside it.
     """
-    check_output_path(out, directory=True, inputs=[study.file], flag="--out")
+    own_file = Path(study.file).name == "plan.yaml" and Path(study.file).parent.resolve() == out.resolve()
+    inputs = [] if own_file else [study.file]
+    for name in ("topology", "trace", "calib"):        # the study's own input files: never written into
+        value = study.base.get(name)
+        if isinstance(value, str) and value and (Path(study.file).parent / value).exists():
+            inputs.append(str(Path(study.file).parent / value))
+    check_output_path(out, directory=True, inputs=inputs, flag="--out")
     if not out.exists() or not any(out.iterdir()):
         return
     marker = out / MANIFEST
@@ -170,6 +178,10 @@ def check_study_dir(study: Study, out: Path) -> None:
         raise ConfigurationError(f"holds the results of another study named {study.name!r} (its base config "
                                  "differs): choose another directory, or rerun the study that made it",
                                  file=out, field="--out")
+    for entry in sorted(out.rglob("*")):
+        if entry.is_symlink() or not (entry.is_file() or entry.is_dir()):
+            raise ConfigurationError("is a link or a special file, which simroute never writes into a study: "
+                                     "refusing to resume into it", file=entry, field="--out")
 
 
 def study_fingerprint(study: Study) -> str:
@@ -194,23 +206,28 @@ def _plan(study: Study, out: Path) -> list[Point] | None:
 
 def run_study(study: Study, out_dir: str | Path, *, jobs: int | None = None, ray_address: str | None = None,
               backend: Backend | None = None, max_points: int | None = None, retry_failed: bool = True,
-              progress: bool | None = None) -> StudyRun:
+              progress: bool | None = None, before_writing: Callable[[], None] | None = None) -> StudyRun:
     """Run (or resume) `study` into `out_dir`. `max_points` stops after that many new points (resumable).
 
-    The directory is checked (`check_study_dir`), the points resolved and the directory locked before the
-    first byte is written; a concurrent sweep into the same directory fails at once.
+    The directory is checked (`check_study_dir`), the points resolved, what a resume reads checked
+    (`Store.check`) and the directory locked before the first byte is written; `before_writing()` (a caller's
+    own checks, then its header) is called then, under the lock. A concurrent sweep into the same directory
+    fails at once.
     """
+    check_output_path(out_dir, directory=True, flag="--out")     # as given: a dangling link is not followed
     out = Path(out_dir).resolve()
     check_study_dir(study, out)
     points = _plan(study, out)
+    Store(out).check()                       # a damaged point or run stops the resume before anything is written
     chosen = backend or make_backend(jobs, ray_address)
     created = missing_folders(out)           # before the lock, whose file lands in out's parent
     try:
         with lock_output(out, flag="--out"):
             fresh = bool(created) or not any(out.iterdir())
+            if before_writing is not None:
+                before_writing()
             out.mkdir(parents=True, exist_ok=True)
             try:
-                Store(out).check()           # a damaged point stops the resume before anything is rewritten
                 _write_manifest(study, out)
                 run = _run(study, out, chosen, points, max_points=max_points, retry_failed=retry_failed,
                            progress=progress)
@@ -307,9 +324,21 @@ def _search(study: Study, out: Path, executor: _Executor, run: StudyRun) -> None
 
 def _write_manifest(study: Study, out: Path) -> None:
     """study.json: what the report needs to know about the study (axes, seeds, SLO, search), no results."""
-    doc = {"name": study.name, "description": study.description, "file": study.file, "axes": study.axes,
+    inside = Path(study.file).parent == out        # a plan's own plan.yaml: named as it lies beside the results
+    doc = {"name": study.name, "description": study.description,
+           "file": Path(study.file).name if inside else study.file, "axes": study.axes,
            "cases": study.cases, "seeds": list(study.seeds), "slo": list(study.slo), "report": study.report,
            "search": None if study.search is None else study.search.__dict__, "base": study.base}
     write_text_atomic(out / "study.json", dumps_json(doc, indent=2, default=str) + "\n")
-    marker = {"written_by": "simroute", "kind": "study", "name": study.name, "base": study_fingerprint(study)}
+    marker = {"written_by": "simroute", "kind": "study", "name": study.name, "base": study_fingerprint(study),
+              "files": listed_files(out)}      # the files simroute put beside the study (a plan's), kept
     write_text_atomic(out / MANIFEST, json.dumps(marker, sort_keys=True) + "\n")
+
+
+def listed_files(out: Path) -> dict[str, Any]:
+    """The `files` a study directory's manifest lists (a plan's plan.yaml, plan.json, plan.md), {} if none."""
+    with contextlib.suppress(OSError, ValueError):
+        doc = json.loads((out / MANIFEST).read_text())
+        if isinstance(doc, dict) and isinstance(doc.get("files"), dict):
+            return doc["files"]
+    return {}

@@ -69,9 +69,27 @@ def parse_slo(text: str) -> Condition:
         raise ValueError(f"unknown SLO metric '{col}'; valid: {', '.join(latency)} or a column such as "
                          "slo_attainment, completed, bytes_fetch, output_tokens_per_s_per_gpu")
     try:
-        return Condition(col, comparison, float(value))
+        bound = float(value)
     except ValueError:
         raise ValueError(f"not a number: '{value}' in SLO '{text}'") from None
+    if not math.isfinite(bound):
+        raise ValueError(f"'{value}' in SLO '{text}' is not a finite number")
+    low, high = metric_range(col)
+    never = ((comparison == "<=" and bound < low) or (comparison == "<" and bound <= low)
+             or (comparison == ">=" and bound > high) or (comparison == ">" and bound >= high))
+    if never:
+        span = f"{low:g} to {high:g}" if high != math.inf else f"{low:g} or more"
+        raise ValueError(f"SLO '{text.strip()}' can never hold: {col} is {span}, so no run could meet it")
+    return Condition(col, comparison, bound)
+
+
+FRACTIONS = frozenset({"slo_attainment", "overloaded", "busiest_holder_work_share"})
+
+
+def metric_range(column: str) -> tuple[float, float]:
+    """The values a point's metric can take: a share is 0 to 1, every other metric (latencies, counts, bytes,
+    utilisation, growth ratios) is 0 or more."""
+    return (0.0, 1.0) if column in FRACTIONS else (0.0, math.inf)
 
 
 def finished(row: dict[str, Any]) -> bool:

@@ -107,10 +107,12 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def load_study(path: str | Path, *, quick: bool = False) -> Study:
-    """Load and validate a study YAML; `quick` applies its `quick:` overrides (the small variant for tests)."""
+def load_study(path: str | Path, *, quick: bool = False, document: dict[str, Any] | None = None) -> Study:
+    """Load and validate a study YAML; `quick` applies its `quick:` overrides (the small variant for tests).
+    With `document`, that mapping is the study and `path` the file it will be written to (`simroute plan`'s
+    plan.yaml): nothing is read from or written to disk to validate it."""
     path = Path(path)
-    raw = load_yaml(path)
+    raw = load_yaml(path) if document is None else copy.deepcopy(document)
     file = str(path)
     if not isinstance(raw, dict):
         raise ConfigurationError("a study must be a mapping", file=file)
@@ -146,6 +148,9 @@ def load_study(path: str | Path, *, quick: bool = False) -> Study:
         raise ConfigurationError(f"the grid has {size:,} points (axes x seeds); at most {MAX_POINTS:,}", file=file,
                                  field="axes")
     search = _search(raw["search"], file) if raw.get("search") is not None else None
+    if search is not None and not search.integer and _integer_field(search.field):
+        raise ConfigurationError(f"'{search.field}' is a whole number: a search over it must be integer (drop "
+                                 "'integer: false')", file=file, field="search.integer")
     if search is not None and search.field in axes:
         raise ConfigurationError(f"'{search.field}' is both searched and an axis", file=file, field="search.field")
     slo = _slo_list(raw.get("slo"), file, "slo")
@@ -286,6 +291,16 @@ def _search(raw: Any, file: str) -> SearchSpec:
     return SearchSpec(fld, Goal(goal), float(low), float(high), integer, float(max(tol, 1) if integer else tol), slo)
 
 
+def _integer_field(dotted: str) -> bool:
+    """Whether a RunConfig field holds a whole number (`hosts`, `tp`, `replicas`...)."""
+    import typing
+    from simroute.sim.config import field_types
+    head = dotted.split(".")[0]
+    if "." in dotted or head not in RUN_FIELDS:
+        return False
+    return field_types(typing.get_type_hints(RunConfig)[head])[0] is int
+
+
 def _validate_points(study: Study) -> None:
     """Build every grid point's RunConfig with placeholder inputs: enum / range errors surface at load."""
     from simroute.study.resolve import check_input
@@ -310,3 +325,5 @@ def _validate_points(study: Study) -> None:
                 raise ConfigurationError(str(exc), file=study.file, field=f"{where}: {fld}") from None
             except (TypeError, ValueError) as exc:
                 raise ConfigurationError(f"wrong type: {exc}", file=study.file, field=where) from None
+            from simroute.study.resolve import check_point
+            check_point(cfg, study.file, f"{where}" + (f", {study.search.field}={value}" if study.search else ""))

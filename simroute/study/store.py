@@ -117,10 +117,19 @@ class Store:
         return row
 
     def check(self) -> None:
-        """Every stored point readable (a one-line error naming the first that is not)."""
+        """Every stored point readable, and every stored run's summary.json a JSON object (what a resumed
+        study, a plan's answer and a report read): a one-line error naming the first that is not, before a
+        resume writes anything."""
+        from simroute.errors import ConfigurationError
+        from simroute.ioutil import load_json
         if self.points_dir.is_dir():
             for path in sorted(self.points_dir.glob("*.parquet")):
                 _read_point(path, ["status"])
+        if self.runs_dir.is_dir():
+            for run in sorted(self.runs_dir.iterdir()):
+                summary = run / "summary.json"
+                if summary.is_symlink() or not isinstance(load_json(summary, what="run summary"), dict):
+                    raise ConfigurationError("not a run summary simroute wrote (a JSON object)", file=summary)
 
     def read(self):
         """Every stored point as a pandas DataFrame (labels expanded into `axis:<name>` columns)."""

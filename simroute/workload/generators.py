@@ -8,6 +8,7 @@ size (GEN_BATCH), so the same seed gives the same rows and, through the writer, 
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -100,6 +101,8 @@ def parse_cli_value(text: str) -> Any:
         value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+    if isinstance(value, str) and re.fullmatch(r"[-+]?(?:\d+\.?\d*|\.\d+)[eE][-+]?\d+", value.strip()):
+        return float(value)       # YAML 1.1 reads 1e-3 as text (it wants 1.0e-3): a number here, as users mean it
     return value if isinstance(value, (bool, int, float, str)) else text
 
 
@@ -189,6 +192,20 @@ def check(cond: bool, message: str) -> None:
     """Params validation in __post_init__: a ValueError becomes a ConfigurationError in make_params."""
     if not cond:
         raise ValueError(message)
+
+
+HORIZON_MARGIN = 8.0       # a Poisson stream of n requests ends past 8 x n / qps with probability < e^-8 (n = 1)
+
+
+def check_horizon(seconds: float, what: str) -> None:
+    """A generator's arrivals must end within the writer's MAX_ARRIVAL_S, with room for a Poisson stream's tail:
+    a rate so low (or an interval so long) that they cannot is refused when the parameters are read, not when a
+    study's point generates its trace after the others ran."""
+    from simroute.workload.writer import MAX_ARRIVAL_S
+    limit = MAX_ARRIVAL_S / HORIZON_MARGIN
+    check(seconds == seconds and seconds <= limit,
+          f"{what} puts the arrivals about {seconds:g} s apart from the first: past {limit:g} s (a rate or "
+          "interval in other units?)")
 
 
 def lengths(rng: np.random.Generator, n: int, median: float, sigma: float, lo: int, hi: int) -> np.ndarray:

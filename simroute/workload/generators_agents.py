@@ -14,7 +14,8 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from simroute.workload.generators import check, check_memory, check_sizes, dict_strings, lengths, register, tenant_names
+from simroute.workload.generators import (check, check_horizon, check_memory, check_sizes, dict_strings, lengths,
+                                          register, tenant_names)
 from simroute.workload.writer import TraceWriter, list_array
 
 
@@ -53,6 +54,13 @@ class AgentsParams:
         check(self.qps is None or (isinstance(self.qps, (int, float)) and 0 < self.qps < 1e9),
               "qps must be a rate > 0 (requests/s) or unset")
         requests = self.documents * (1 + self.subagents * self.requests_per_agent)
+        if self.qps is not None:
+            check_horizon(requests / self.qps, f"qps {self.qps:g} for {requests:,} requests")
+        else:
+            check_horizon(self.documents * self.doc_interval_s + self.requests_per_agent
+                          * max(self.think_s + self.nominal_tpot_s * self.output_tokens, 1.0 / self.rate_per_agent),
+                          f"{self.documents:,} documents {self.doc_interval_s:g} s apart, each agent's "
+                          f"{self.requests_per_agent} requests")
         n_chunks = -(-self.doc_tokens // self.chunk_tokens)
         check_sizes(requests, self.documents * n_chunks, 0, self.tenants)
         check_memory(requests, requests * n_chunks)      # every request lists its document's chunks

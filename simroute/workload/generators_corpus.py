@@ -10,8 +10,8 @@ import dataclasses
 import numpy as np
 import pyarrow as pa
 
-from simroute.workload.generators import (GEN_BATCH, check, check_refs, check_sizes, dedupe_rows, dict_strings,
-                                          lengths, poisson_arrivals, register, tenant_names)
+from simroute.workload.generators import (GEN_BATCH, check, check_horizon, check_refs, check_sizes, dedupe_rows,
+                                          dict_strings, lengths, poisson_arrivals, register, tenant_names)
 from simroute.workload.writer import TraceWriter, list_array
 
 
@@ -37,6 +37,7 @@ class CorpusParams:
                      "prefix_tokens", "output_tokens"):
             check(getattr(self, name) >= 1, f"{name} must be >= 1")
         check(self.qps > 0 and self.zipf_s >= 0, "qps must be > 0 and zipf_s >= 0")
+        check_horizon(self.requests / self.qps, f"qps {self.qps:g} for {self.requests:,} requests")
         check(1 <= self.chunks_per_request <= self.max_chunks_per_request,
               "chunks_per_request must be within [1, max_chunks_per_request]")
         check_sizes(self.requests, self.chunks, self.instances, self.tenants)
@@ -100,6 +101,7 @@ class SparseParams:
         check(self.chunks_per_holder_request <= self.chunks_per_holder,
               "chunks_per_holder_request must be <= chunks_per_holder")
         check(self.spanned < 1 << 15 and self.qps > 0, "spanned must fit int16; qps > 0")
+        check_horizon(self.requests / self.qps, f"qps {self.qps:g} for {self.requests:,} requests")
         check_sizes(self.requests, self.holders * self.chunks_per_holder, self.holders, self.tenants)
         check_refs(self.requests * self.spanned * self.chunks_per_holder_request)
 

@@ -12,8 +12,8 @@ from typing import Literal
 
 import numpy as np
 
-from simroute.workload.generators import (GEN_BATCH, check, check_sizes, dict_strings, lengths, poisson_arrivals,
-                                          register, tenant_names)
+from simroute.workload.generators import (GEN_BATCH, check, check_horizon, check_sizes, dict_strings, lengths,
+                                          poisson_arrivals, register, tenant_names)
 from simroute.workload.writer import TraceWriter
 
 
@@ -39,6 +39,7 @@ class DisaggParams:
         check(self.prompt_min <= self.prompt_tokens <= self.prompt_max,
               "need prompt_min <= prompt_tokens <= prompt_max")
         check(self.qps > 0, "qps must be > 0")
+        check_horizon(self.requests / self.qps, f"qps {self.qps:g} for {self.requests:,} requests")
         check_sizes(self.requests, 0, self.prefill_instances + self.decode_instances, self.tenants)
 
 

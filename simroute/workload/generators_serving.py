@@ -18,7 +18,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from simroute.workload.generators import GEN_BATCH, check, check_sizes, register
+from simroute.workload.generators import GEN_BATCH, check, check_horizon, check_sizes, register
 from simroute.workload.writer import TraceWriter, list_array
 
 MAX_TOKENS = 1 << 24            # a prompt or an output longer than this is a typo, not a benchmark
@@ -59,6 +59,9 @@ class ServingParams:
         check(self.concurrency is None or self.concurrency >= 1, "concurrency must be >= 1 or unset (no limit)")
         check(self.qps is None or 0 < self.qps < 1e9, "qps must be a rate > 0 (requests/s) or unset (inf)")
         check(0 < self.burstiness < 1e6, "burstiness must be > 0 (1: Poisson)")
+        if self.qps is not None:      # gamma gaps of shape b: the sum's spread grows as 1 / b (a burst, then long gaps)
+            check_horizon(self.requests / self.qps * max(1.0, 1.0 / self.burstiness),
+                          f"qps {self.qps:g} for {self.requests:,} requests")
         check_sizes(self.requests)
 
     @property

@@ -22,7 +22,8 @@ def _open(path: str | Path, name: str, table: str) -> tuple[pq.ParquetFile, dict
                                  file=path)
     file = path / name
     if not file.is_file():
-        raise ConfigurationError("missing" if not file.exists() else "is not a file", file=file)
+        raise ConfigurationError(("missing: not a simroute trace (a directory holding requests.parquet and "
+                                  "chunks.parquet)") if not file.exists() else "is not a file", file=file)
     try:
         pf = pq.ParquetFile(file)
     except (pa.ArrowException, OSError) as exc:

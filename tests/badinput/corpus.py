@@ -32,6 +32,7 @@ class Case:
     needs_run: bool = False                          # a valid small run copied to {d}/run
     needs_study: bool = False                        # a valid one-point study (STUDY3) copied to {d}/study
     setup: Callable[[Path], None] | None = None      # edits the materialised directory (damage, links)
+    needs_plan: bool = False                         # a valid small plan (corpus_round4.PLAN4) copied to {d}/plan
 
 
 def _yaml(doc: Any) -> str:
@@ -569,8 +570,9 @@ def cli_cases() -> list[Case]:
 
 def all_cases() -> list[Case]:
     from corpus_round3 import round3_cases
+    from corpus_round4 import round4_cases
     cases = (topology_cases() + profile_cases() + study_cases() + mooncake_cases() + csv_cases() + agent_cases()
-             + trace_cases() + cli_cases() + round3_cases())
+             + trace_cases() + cli_cases() + round3_cases() + round4_cases())
     ids = [c.id for c in cases]
     dup = {i for i in ids if ids.count(i) > 1}
     assert not dup, f"duplicate case ids: {sorted(dup)}"

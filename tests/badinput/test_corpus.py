@@ -22,6 +22,17 @@ def test_the_corpus_is_big_and_covers_every_area():
             "gen"} <= prefixes
 
 
+def test_round_4_covers_every_class_of_issue_38():
+    """Plan refusals before the header, imported tables, names that are paths, damaged operator tables, shapes
+    that cannot exist, overflowing loads, meaningless SLOs, errors naming their file, damaged plans resumed,
+    studies whose hosts cannot be built."""
+    from corpus_round4 import round4_cases
+    cases = round4_cases()
+    assert len(cases) >= 200
+    assert {c.id.split("-")[0] for c in cases} == {"tables", "aic", "name", "feas", "load", "slo", "where", "plan",
+                                                   "resume", "hosts"}
+
+
 def test_round_3_covers_every_class_of_issue_22():
     """Output safety, damaged reports, the newer commands, bounds, studies at run time, silent semantics."""
     from corpus_round3 import round3_cases
@@ -49,6 +60,14 @@ def valid_run(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def valid_plan(tmp_path_factory) -> Path:
+    """A small finished plan directory (corpus_round4.PLAN4), for the cases that resume a damaged one."""
+    from corpus_round4 import plan_fixture
+    from simroute.cli.main import main
+    return plan_fixture(tmp_path_factory.mktemp("valid"), main)
+
+
+@pytest.fixture(scope="session")
 def valid_study(tmp_path_factory) -> Path:
     """A one-point study directory of corpus_round3.STUDY3."""
     import yaml
@@ -60,11 +79,22 @@ def valid_study(tmp_path_factory) -> Path:
     return root / "study"
 
 
-def snapshot(root: Path) -> dict[str, bytes | str | None]:
+BIG = 8 << 20       # a file past this (a huge sparse table) is compared by size, mtime and inode, not read
+
+
+def snapshot(root: Path) -> dict[str, bytes | str | tuple | None]:
     """Every path under root with its bytes (None for a directory, the target for a link), hidden files
     included."""
-    return {p.relative_to(root).as_posix(): (os.readlink(p) if p.is_symlink() else None if p.is_dir()
-                                             else p.read_bytes()) for p in sorted(root.rglob("*"))}
+    def state(p: Path):
+        if p.is_symlink():
+            return os.readlink(p)
+        if p.is_dir():
+            return None
+        st = p.stat()
+        if not p.is_file():                 # a pipe (reading it would block): its type and inode
+            return ("special", st.st_mode, st.st_ino)
+        return (st.st_size, st.st_mtime_ns, st.st_ino) if st.st_size > BIG else p.read_bytes()
+    return {p.relative_to(root).as_posix(): state(p) for p in sorted(root.rglob("*"))}
 
 
 def materialise(case: Case, root: Path, trace: Path, request: pytest.FixtureRequest) -> None:
@@ -79,7 +109,8 @@ def materialise(case: Case, root: Path, trace: Path, request: pytest.FixtureRequ
         shutil.copytree(trace, root / "trace.parquet")
         if case.damage is not None:
             case.damage(root / "trace.parquet")
-    for flag, fixture, name in ((case.needs_run, "valid_run", "run"), (case.needs_study, "valid_study", "study")):
+    for flag, fixture, name in ((case.needs_run, "valid_run", "run"), (case.needs_study, "valid_study", "study"),
+                                (case.needs_plan, "valid_plan", "plan")):
         if flag:       # copied with their timestamps, so their manifests still hold
             shutil.copytree(request.getfixturevalue(fixture), root / name, symlinks=True, dirs_exist_ok=True)
     if case.setup is not None:
@@ -97,16 +128,18 @@ def test_pending_cases_are_few_and_name_their_owner():
 
 @pytest.mark.parametrize("case", PARAMS)
 def test_bad_input_is_one_line_exit_2_and_changes_nothing(case: Case, cli, tmp_path, valid_trace, monkeypatch,
-                                                         request):
+                                                         request, capsys):
     root = tmp_path / "d"
     root.mkdir()
     materialise(case, root, valid_trace, request)
+    capsys.readouterr()                     # what a fixture printed while making a valid run, study or plan
     monkeypatch.chdir(root)                 # anything written to a relative default path lands under root too
     before = snapshot(root)
     fill = lambda s: s.replace("{d}", str(root)).replace("{trace}", str(root / "trace.parquet"))
     code, out, err = cli(*[fill(a) for a in case.argv])
     lines = err.strip().splitlines()
     assert code == 2, (case.id, code, out[-500:], err[-2000:])
+    assert out == "", (case.id, "printed before refusing", out[:300])
     assert "Traceback" not in out + err and "internal error" not in err, err
     assert len(lines) == 1, lines
     assert fill(case.names) in lines[0], (case.names, lines[0])

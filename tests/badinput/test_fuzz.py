@@ -168,3 +168,92 @@ def test_real_traces_with_fields_deleted_or_swapped(fmt, tmp_path, shared_traces
                 recs.insert(max(i - 1, 0), copy.deepcopy(rec))
         import_once(fmt, _serialise(fmt, recs), tmp_path / "w")
     check()
+
+
+# operator tables (issue 38): any cell of a table a GPU entry names, and of an aiconfigurator file imported, gives
+# a step time that is a finite positive number, or one line naming the file and the column; never a crash
+# ("math domain error" on denormal latencies) and never a table directory left behind by a failed import
+COLUMN = st.one_of(
+    st.lists(st.integers(-5, 1 << 20), min_size=4, max_size=4),
+    st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=4, max_size=4),
+    st.lists(st.sampled_from([1.0, 64.0, 4096.0, 5e-324, 1e-300, 1e300, 0.0, -1.0]), min_size=4, max_size=4),
+    st.lists(st.text(max_size=4), min_size=4, max_size=4),
+    st.lists(st.one_of(st.none(), st.just(2.0)), min_size=4, max_size=4),
+)
+TABLE_FUZZ = settings(FUZZ, max_examples=max(10, EXAMPLES // 2))    # each example times a step on its tables
+GEMM_OK = {"dtype": ["bf16"] * 4, "m": [1, 16, 256, 4096], "n": [4096] * 4, "k": [4096] * 4,
+           "latency_us": [5.0, 9.0, 40.0, 400.0]}
+
+
+def _column_array(values: list):
+    import pyarrow as pa
+    try:
+        return pa.array(values)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return pa.array([str(value) for value in values])
+
+
+def _step_or_refusal(directory: Path) -> None:
+    """The property: load the tables and time a step on them (finite, > 0), or a one-line SimrouteError."""
+    import dataclasses
+    import math
+
+    from simroute.calib import load_profile
+    from simroute.calib.optables import load_operator_tables
+    from simroute.model.steptime import BatchShape
+    try:
+        tables = load_operator_tables(directory)
+    except SimrouteError as exc:
+        assert "\n" not in str(exc) and str(directory) in str(exc)
+        return
+    profile = load_profile("paper-all")
+    spec = dataclasses.replace(profile.gpu_spec("h100-sxm", tables=False), operator_tables=tables)
+    step = profile.step_model("llama-3.1-8b", tp=1, gpu_spec=spec)
+    for batch in (BatchShape.uniform(prefill_tokens=512), BatchShape.uniform(decode_seqs=8, context=2048)):
+        seconds = step.iteration(batch).iteration_s
+        assert math.isfinite(seconds) and seconds > 0
+
+
+@TABLE_FUZZ
+@given(st.dictionaries(st.sampled_from(sorted(GEMM_OK)), COLUMN, min_size=1, max_size=3))
+def test_operator_table_cells_of_any_kind(tmp_path_factory, replaced):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from simroute.calib.optables import write_operator_tables
+    from simroute.model.optables import OpKind
+    directory = write_operator_tables(tmp_path_factory.mktemp("t") / "ops", gpu="h100-sxm", framework="f",
+                                      version="1", provenance={"kind": "measured"}, tables={OpKind.GEMM: GEMM_OK})
+    table = pq.read_table(directory / "gemm.parquet")
+    for column, values in replaced.items():
+        table = table.set_column(table.schema.get_field_index(column), column, _column_array(values))
+    pq.write_table(table, directory / "gemm.parquet")
+    _step_or_refusal(directory)
+
+
+@TABLE_FUZZ
+@given(st.dictionaries(st.sampled_from(["gemm_dtype", "m", "n", "k", "latency"]), COLUMN, min_size=1, max_size=3))
+def test_aiconfigurator_cells_of_any_kind(tmp_path_factory, replaced):
+    """`calib import aiconfigurator`: tables that read back and time a step, or an error with nothing written."""
+    import pandas as pd
+
+    from simroute.calib.aiconfigurator import import_tables
+    work = tmp_path_factory.mktemp("aic")
+    folder = work / "systems" / "data" / "h100_sxm" / "gemm" / "sglang" / "0.5.14"
+    folder.mkdir(parents=True)
+    frame = pd.DataFrame({"gemm_dtype": ["bfloat16"] * 4, "m": [1, 16, 256, 4096], "n": [4096] * 4,
+                          "k": [4096] * 4, "latency": [0.005, 0.009, 0.04, 0.4]})
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    for column, values in replaced.items():
+        table = table.set_column(table.schema.get_field_index(column), column, _column_array(values))
+    pq.write_table(table, folder / "gemm_perf.parquet")
+    out = work / "out"
+    try:
+        import_tables("h100-sxm", "sglang", None, out, data_root=work)
+    except SimrouteError as exc:
+        assert "\n" not in str(exc)
+        assert not out.exists() and not [p for p in work.iterdir() if p.name.startswith(".out")]
+        return
+    _step_or_refusal(out)

@@ -23,7 +23,8 @@ def _step(cli, *args):
 @pytest.mark.parametrize("model", list(MODELS))
 def test_every_gpu_and_model_prints_its_terms(cli, gpu, model):
     """At the least TP (of 1, 2, 4, 8) where the weights and the batch's KV fit the GPU: a deployment that fits at
-    no TP is refused at every one, one line naming the weights or the KV (model limits: docs/MODEL.md)."""
+    no TP is refused at every one, one line naming the weights, the KV or (block-FP8 weights on an Ampere GPU) the
+    missing FP8 tensor cores (model limits: docs/MODEL.md)."""
     shape = ("--tokens", "32", "--decode-seqs", "32", "--context", "2048")
     refusals = []
     for tp in (1, 2, 4, 8):
@@ -34,8 +35,11 @@ def test_every_gpu_and_model_prints_its_terms(cli, gpu, model):
         refusals.append(err)
     else:
         assert model not in ("llama-2-7b", "llama-3.1-8b", "deepseek-v2-lite")     # these fit one GPU anywhere
-    fit_words = ("field 'tp'", "GB of weights per GPU"), ("field 'decode-seqs'", "tokens of KV")
+    fit_words = (("field '--tp'", "GB of weights per GPU"), ("field '--decode-seqs'", "tokens of KV"),
+                 ("field '--gpu'", "needs FP8 tensor cores"))
     assert all(any(all(word in err for word in words) for words in fit_words) for err in refusals), refusals
+    if MODELS[model].weight_dtype == "fp8" and gpu in ("a100-80gb", "a40"):          # no FP8 tensor cores
+        assert code == 2 and all("needs FP8 tensor cores" in err for err in refusals)
     if code != 0:
         return
     d = json.loads(out)
@@ -81,7 +85,7 @@ def test_tp_uses_the_gpus_own_fabric(cli):
     # 141 GB of weights on one 80 GB A100: no such deployment, refused in one line
     code, out, err = cli("model", "step", "--model", "llama-3.1-70b", "--gpu", "a100-80gb", "--tp", "1", "--tokens",
                          "64")
-    assert code == 2 and out == "" and "field 'tp'" in err and "141.1 GB of weights per GPU" in err
+    assert code == 2 and out == "" and "field '--tp'" in err and "141.1 GB of weights per GPU" in err
 
 
 def test_weight_dtype_shown_and_overridable(cli):
@@ -94,7 +98,7 @@ def test_weight_dtype_shown_and_overridable(cli):
     assert fp8["kv_capacity_tokens"] > 0
     # bf16 weights (169.6 GB per GPU at TP 8) fit no 141 GB H200: refused, one line naming --tp
     code, out, err = cli("model", "step", *args, "--weights", "bf16")
-    assert code == 2 and out == "" and "field 'tp'" in err and "169.6 GB of weights per GPU (bf16)" in err
+    assert code == 2 and out == "" and "field '--tp'" in err and "169.6 GB of weights per GPU (bf16)" in err
     # the same iteration's terms in bf16, from the step model itself (no such deployment, but the FP8 halving)
     from simroute.calib import load_profile
     prof = load_profile("paper-all")
@@ -114,9 +118,12 @@ def test_weight_dtype_shown_and_overridable(cli):
     assert fp8_t["term_lookups"]["linear"] in ("measured", "interpolated") and fp8_t["notes"] == []
     assert bf16_t.iteration(BatchShape.uniform(1, 1)).lookups["linear"] == "roofline"
     assert any("no fused-MoE rows" in note for note in bf16_t.notes)
-    a100 = _step(cli, "--model", "llama-3.1-8b", "--weights", "fp8", "--gpu", "a100-80gb", "--tp", "1",
-                 "--tokens", "4")
-    assert not a100["linear_fp8_rate"] and "bf16 rate" in a100["notes"][0]
+    # block-FP8 weights on an A100 (no FP8 tensor cores): no engine runs them, refused naming what made them
+    code, out, err = cli("model", "step", "--model", "deepseek-v3", "--gpu", "a100-80gb", "--tokens", "4")
+    assert code == 2 and "needs FP8 tensor cores" in err and "field '--gpu'" in err      # the checkpoint's
+    code, out, err = cli("model", "step", "--model", "llama-3.1-8b", "--gpu", "a100-80gb", "--tp", "1",
+                         "--weights", "fp8", "--tokens", "4")
+    assert code == 2 and "needs FP8 tensor cores" in err and "field '--weights'" in err     # asked for
 
 
 def test_prefill_tokens_cost_more_than_decode(cli):
@@ -148,7 +155,7 @@ def test_bad_input_one_line_exit_2(cli, args):
 def test_shapes_that_cannot_exist_are_refused(cli, args, field, words):
     code, out, err = cli("model", "step", *args)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert f"field '{field}'" in err and words in err
+    assert f"field '--{field}'" in err and words in err
 
 
 def test_kv_beyond_hbm_is_refused(cli):
@@ -158,7 +165,7 @@ def test_kv_beyond_hbm_is_refused(cli):
     # 64 x 20,000 tokens of bf16 KV (70,272 B each) exceed the 794,9xx tokens the FP8 weights leave: refused
     code, out, err = cli("model", "step", *args, "--context", "20000")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert "field 'decode-seqs'" in err and "1,280,000 tokens of KV (89.9 GB per GPU in bf16)" in err
+    assert "field '--decode-seqs'" in err and "1,280,000 tokens of KV (89.9 GB per GPU in bf16)" in err
     assert f"the {fits['kv_capacity_tokens']:,} tokens the weights leave" in err
     # the tpla layout holds 1/8 of the latent per rank, fp8 KV half of it: the same batch fits either way
     tpla = _step(cli, *args, "--context", "20000", "--kv-layout", "tpla")
@@ -173,7 +180,7 @@ def test_the_issues_impossible_shape_is_refused(cli):
     KV per GPU (the latent is replicated on every rank)."""
     code, out, err = cli("model", "step", "--tokens", "4096", "--decode-seqs", "4096", "--context", "131072")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert "field 'decode-seqs'" in err and "536,870,912 tokens of KV (37,727.0 GB per GPU in bf16)" in err
+    assert "field '--decode-seqs'" in err and "536,870,912 tokens of KV (37,727.0 GB per GPU in bf16)" in err
 
 
 @pytest.mark.parametrize("args, field, words", [
@@ -188,7 +195,7 @@ def test_the_issues_impossible_shape_is_refused(cli):
 def test_past_the_context_window_is_refused(cli, args, field, words):
     code, out, err = cli("model", "step", *args)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert f"field '{field}'" in err and words in err
+    assert f"field '--{field}'" in err and words in err
     # the last token inside the window is a shape like any other
     ok = _step(cli, "--tokens", "1", "--decode-seqs", "1", "--context", "163839", "--kv-cache", "fp8")
     assert ok["context_window"] == 163840 and "max_position_embeddings 163840" in ok["context_window_source"]

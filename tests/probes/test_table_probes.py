@@ -145,11 +145,28 @@ def test_a_fill_of_another_gpu_is_refused(tmp_path):
 
 
 def test_an_unknown_elementwise_kernel_is_one_line_naming_file_and_field(tmp_path):
-    directory = _probe_like_tables(tmp_path / "bad", kernel="layernorm")
+    """Refused by the writer before anything is written, and by the reader in a file written by hand."""
+    with pytest.raises(ConfigurationError) as caught:
+        _probe_like_tables(tmp_path / "bad", kernel="layernorm")
+    assert caught.value.field == "kernel" and caught.value.file.endswith("elementwise.parquet")
+    assert "unknown elementwise kernel(s) layernorm" in str(caught.value)
+    assert not (tmp_path / "bad").exists()
+    directory = _probe_like_tables(tmp_path / "good")
+    import pyarrow.parquet as pq
+    table = pq.read_table(directory / "elementwise.parquet")
+    kernels = table.column("kernel").cast("string").to_pylist()
+    index = table.schema.get_field_index("kernel")
+    pq.write_table(table.set_column(index, "kernel", pa_strings(["layernorm"] * len(kernels))),
+                   directory / "elementwise.parquet")
     with pytest.raises(ConfigurationError) as caught:
         load_operator_tables(directory)
     assert caught.value.field == "kernel" and caught.value.file.endswith("elementwise.parquet")
     assert "unknown elementwise kernel(s) layernorm" in str(caught.value)
+
+
+def pa_strings(values: list[str]):
+    import pyarrow as pa
+    return pa.array(values, pa.string())
 
 
 @pytest.mark.parametrize("operator_tables, field, problem", [

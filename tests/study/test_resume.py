@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
+from simroute.errors import ConfigurationError
 from simroute.study import Store, load_study, run_study
 from studyutil import GRID, metrics, write_study
 
@@ -59,14 +61,17 @@ def test_point_raising_is_recorded_and_rerun_retries(grid_file, tmp_path, monkey
     pd.testing.assert_frame_equal(metrics(Store(tmp_path / "k").read()), metrics(Store(tmp_path / "f").read()))
 
 
-def test_bad_point_fails_alone(tmp_path):
-    """tp = 3 cannot split an 8-GPU host: that point fails with its error, the others run."""
+def test_a_point_that_cannot_exist_is_refused_at_load(tmp_path):
+    """tp = 3 cannot split an 8-GPU host: the study is refused when loaded, naming the axis value, before any
+    point runs (a point that fails at run time for a reason no check foresees fails alone:
+    tests/badinput/test_round3_outputs.py)."""
     p = write_study(tmp_path, GRID.replace("  policy: [paper, always-fetch]\n", "  tp: [1, 3]\n")
                     .replace("seeds: 2", "seeds: 1"))
-    run = run_study(load_study(p), tmp_path / "o", jobs=2, progress=False)
-    df = Store(tmp_path / "o").read()
-    assert run.failed == 2 and (df.status == "ok").sum() == 2
-    assert df[df.status == "failed"].error.str.contains("tp = 3 does not divide").all()
+    with pytest.raises(ConfigurationError) as caught:
+        load_study(p)
+    assert caught.value.file == str(p) and caught.value.field.startswith("axes.tp=3")
+    assert caught.value.field.endswith(": tp") and "tp 3 does not divide the 8 GPUs of a host" in str(caught.value)
+    assert not (tmp_path / "o").exists()
 
 
 def test_key_changes_with_config_only(grid_file, tmp_path):

@@ -17,27 +17,6 @@ from simroute.sim.engine.log import IterationLog
 from simroute.sim.schedulers.base import Scheduler
 
 
-def _step_model(profile: Profile, model: str, tp: int, intra_host_fabric: str | None, host_gpu: str | None = None,
-                weight_dtype: str | None = None, kv_layout: str = "replicated",
-                cache_dtype: str | None = None) -> StepTimeModel:
-    """The profile's step-time model, on the topology's host GPU when `host_gpu` names a GPU entry (the
-    profile's or a shipped one), else the GPU the intra-host fabric names; a profile that calibrates fabrics
-    only (a host probe run) and names no GPU gets the shipped default profile's GPU entry (datasheet values,
-    named in the summary)."""
-    from simroute.errors import ConfigurationError
-    spec = profile.find_gpu_spec(host_gpu) if host_gpu else None
-    try:
-        if spec is None:
-            profile.instance_gpu(intra_host_fabric)
-        return profile.step_model(model, tp=tp, intra_host_fabric=intra_host_fabric, gpu_spec=spec,
-                                  weight_dtype=weight_dtype, kv_layout=kv_layout, cache_dtype=cache_dtype)
-    except ConfigurationError:
-        pass
-    from simroute.calib import default_profile_path, load_profile
-    return load_profile(default_profile_path()).step_model(model, tp=tp, weight_dtype=weight_dtype, gpu_spec=spec,
-                                                           kv_layout=kv_layout, cache_dtype=cache_dtype)
-
-
 class EngineSet:
     """The engines of a run (index = instance id) and what they share.
 
@@ -51,10 +30,10 @@ class EngineSet:
                  options: EngineOptions, exchanges_per_step: int, merge_s: float, hbm_gb: float | None = None,
                  record: bool = True, host_gpu: str | None = None, weight_dtype: str | None = None,
                  kv_layout: str = "replicated", schedulers: Callable[[], Scheduler] | None = None,
-                 cache_dtype: str | None = None) -> None:
-        from simroute.model.limits import check_weights
-        self.step: StepTimeModel = _step_model(profile, model, tp, intra_host_fabric, host_gpu, weight_dtype,
-                                               kv_layout, cache_dtype)
+                 cache_dtype: str | None = None, step: StepTimeModel | None = None) -> None:
+        from simroute.sim.deployment import step_model
+        self.step: StepTimeModel = step if step is not None else step_model(
+            profile, model, tp, intra_host_fabric, host_gpu, weight_dtype, kv_layout, cache_dtype)
         g = self.step.geometry
         self.log = IterationLog(enabled=record)
         self.exchange = RouteExchange(network, lambda a, b: fabric_of(a.eid, b.eid), q_bytes=g.q_bytes,
@@ -63,7 +42,8 @@ class EngineSet:
         hbm_bytes = hbm_gb * 1e9 if hbm_gb is not None else self.step.gpu.hbm_bytes
         self.hbm_bytes = hbm_bytes
         weights = self.step.weight_bytes_per_gpu
-        check_weights(self.step, hbm_bytes)
+        from simroute.model.limits import check_deployment
+        check_deployment(self.step, hbm_bytes=hbm_bytes)      # a run checked it before building (sim/deployment.py)
         self.engines = [
             InstanceEngine(env, i, gpu, self.step,
                            HbmBudget(hbm_bytes, weights, self.step.kv_bytes_per_token_per_gpu), options,

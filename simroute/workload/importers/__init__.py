@@ -40,8 +40,9 @@ def _expand(inputs: Sequence[str | Path], fmt: str) -> list[Path]:
             if not found:
                 raise ConfigurationError(f"no {pattern} files in directory", file=path)
             files.extend(found)
-        else:
-            files.append(path)
+        else:                               # a regular file (not a pipe that would block the hash below)
+            from simroute.ioutil import check_input_file
+            files.append(check_input_file(path, what="trace file"))
     if not files:
         raise ConfigurationError("no input files given")
     if len(files) > 1 and fmt != "agent":

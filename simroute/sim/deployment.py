@@ -1,0 +1,66 @@
+"""A run's deployment (the instances' GPU, their step-time model) resolved and checked in one place, before any
+work: `Simulation` builds its engines from it, and a study (hence `plan`) checks every point's deployment with
+it when the study is loaded, so a point that cannot exist fails at once, not after the points before it ran.
+The physical rules themselves are `simroute.model.limits`'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from simroute.calib.profile import Profile
+from simroute.errors import ConfigurationError
+from simroute.model.limits import Fields, check_deployment, check_tp_fits_host
+from simroute.model.steptime import StepTimeModel
+
+
+def run_gpu(gpu: str | None, hosts_gpu: str | None, profile: Profile, fields: Fields = Fields()) -> str | None:
+    """The GPU entry a run's instances use: `gpu` (the run's --gpu, which must name an entry), else the
+    topology's hosts.gpu (which may be a label that names none: the profile's instance GPU then)."""
+    if gpu is None:
+        return hosts_gpu
+    profile.check_gpu_entry(gpu, field=fields.gpu, file=fields.file)
+    return gpu
+
+
+def step_model(profile: Profile, model: str, tp: int, intra_host_fabric: str | None, host_gpu: str | None = None,
+               weight_dtype: str | None = None, kv_layout: str = "replicated",
+               cache_dtype: str | None = None) -> StepTimeModel:
+    """The profile's step-time model, on the topology's host GPU when `host_gpu` names a GPU entry (the
+    profile's or a shipped one), else the GPU the intra-host fabric names; a profile that calibrates fabrics
+    only (a host probe run) and names no GPU gets the shipped default profile's GPU entry (datasheet values,
+    named in the summary)."""
+    spec = profile.find_gpu_spec(host_gpu) if host_gpu else None
+    try:
+        if spec is None:
+            profile.instance_gpu(intra_host_fabric)
+    except ConfigurationError:
+        pass                    # the profile names no GPU: the default profile's below
+    else:                       # a damaged entry (its tables) is an error of its own, never a silent fallback
+        return profile.step_model(model, tp=tp, intra_host_fabric=intra_host_fabric, gpu_spec=spec,
+                                  weight_dtype=weight_dtype, kv_layout=kv_layout, cache_dtype=cache_dtype)
+    from simroute.calib import default_profile_path, load_profile
+    return load_profile(default_profile_path()).step_model(model, tp=tp, weight_dtype=weight_dtype, gpu_spec=spec,
+                                                           kv_layout=kv_layout, cache_dtype=cache_dtype)
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What a run's instances are: the GPU entry (None: the profile's instance GPU) and their step model."""
+
+    gpu: str | None
+    step: StepTimeModel
+
+
+def check_run_deployment(topology_spec: Any, profile: Profile, *, model: str, tp: int, gpu: str | None = None,
+                         weights: str | None = None, kv_layout: str = "replicated", hbm_gb: float | None = None,
+                         cache_dtype: str | None = None, fields: Fields = Fields()) -> Deployment:
+    """The instances of a run on `topology_spec` (a TopologySpec at the run's host count) serving `model` at
+    `tp`: refused here, with the field that made them, when they cannot exist (a TP group larger than a host
+    or splitting no head, weights past HBM, block-FP8 weights without FP8 tensor cores)."""
+    check_tp_fits_host(tp, topology_spec.gpus_per_host, fields)
+    entry = run_gpu(gpu, topology_spec.gpu, profile, fields)
+    step = step_model(profile, model, tp, topology_spec.intra.fabric, entry, weights, kv_layout, cache_dtype)
+    check_deployment(step, hbm_bytes=None if hbm_gb is None else hbm_gb * 1e9, fields=fields)
+    return Deployment(entry, step)

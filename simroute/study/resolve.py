@@ -200,7 +200,7 @@ def check_point(cfg: dict[str, Any], study_file: str, where: str) -> None:
     from simroute.defaults import DEFAULT_MODEL, DEFAULT_TP
     from simroute.model.limits import Fields
     from simroute.sim.deployment import check_run_deployment
-    keys = ("topology", "hosts", "calib", "model", "tp", "gpu", "weights", "kv_layout", "hbm_gb")
+    keys = ("topology", "hosts", "calib", "model", "tp", "gpu", "weights", "kv_layout", "hbm_gb", "kv_cache")
     files = {}
     for name in ("topology", "calib"):          # a file by where it is and when it changed, not by its name
         loc = None if _is_gen(cfg[name]) else _locate(name, str(cfg[name]), study_file)
@@ -218,7 +218,8 @@ def check_point(cfg: dict[str, Any], study_file: str, where: str) -> None:
         check_run_deployment(spec, profile, model=cfg.get("model", DEFAULT_MODEL), tp=int(cfg.get("tp", DEFAULT_TP)),
                              gpu=cfg.get("gpu"), weights=cfg.get("weights"),
                              kv_layout=cfg.get("kv_layout", "replicated"), hbm_gb=cfg.get("hbm_gb"),
-                             fields=Fields(**named, hbm=f"{where}: hbm_gb", file=study_file))
+                             cache_dtype=cfg.get("kv_cache"), fields=Fields(**named, hbm=f"{where}: hbm_gb",
+                                                                             file=study_file))
         _POINTS_CHECKED.add(key)
     if (cfg.get("qps") is not None or cfg.get("time_scale") is not None) and not _is_gen(cfg["trace"]):
         loc = _locate("trace", str(cfg["trace"]), study_file)

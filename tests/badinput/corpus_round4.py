@@ -252,8 +252,10 @@ def feasibility_cases() -> list[Case]:
                                          names)
     plan = lambda tag, names, *args: Case(f"feas-plan-{tag}", ("plan", *args, "-o", "{d}/out"), names)
     return [
-        step("kv-tens-of-tb", "--context", "--tokens", "4096", "--decode-seqs", "4096", "--context", "131072"),
-        step("kv-past-hbm", "--context", "--tokens", "64", "--decode-seqs", "64", "--context", "20000"),
+        step("kv-tens-of-tb", "--decode-seqs", "--tokens", "4096", "--decode-seqs", "4096", "--context", "131072"),
+        step("kv-past-hbm", "--decode-seqs", "--tokens", "64", "--decode-seqs", "64", "--context", "20000"),
+        step("kv-past-hbm-prefill", "--tokens", "--tokens", "150000", "--decode-seqs", "16", "--context", "2048"),
+        step("past-the-window", "--context", "--tokens", "1", "--decode-seqs", "1", "--context", "163840"),
         step("prefill-kv-past-hbm", "--prefill-context", "--tokens", "4096", "--prefill-context", "5000000"),
         step("v3-on-a40", "--gpu", "--model", "deepseek-v3", "--gpu", "a40", "--tokens", "8"),
         step("v3-on-a100", "--gpu", "--model", "deepseek-v3", "--gpu", "a100-80gb", "--tokens", "8"),

@@ -254,7 +254,8 @@ def feasibility_cases() -> list[Case]:
     return [
         step("kv-tens-of-tb", "--decode-seqs", "--tokens", "4096", "--decode-seqs", "4096", "--context", "131072"),
         step("kv-past-hbm", "--decode-seqs", "--tokens", "64", "--decode-seqs", "64", "--context", "20000"),
-        step("kv-past-hbm-prefill", "--tokens", "--tokens", "150000", "--decode-seqs", "16", "--context", "2048"),
+        step("kv-past-hbm-prefill", "--tokens", "--tokens", "120000", "--decode-seqs", "16", "--context", "2048",
+             "--model", "llama-3.1-70b", "--tp", "2", "--gpu", "h100-sxm"),
         step("past-the-window", "--context", "--tokens", "1", "--decode-seqs", "1", "--context", "163840"),
         step("prefill-kv-past-hbm", "--prefill-context", "--tokens", "4096", "--prefill-context", "5000000"),
         step("v3-on-a40", "--gpu", "--model", "deepseek-v3", "--gpu", "a40", "--tokens", "8"),

@@ -22,10 +22,11 @@ def deployment(model: str = DEFAULT_MODEL, tp: int = DEFAULT_TP, gpu: str = DEFA
     return f"{model} at TP {tp} on {gpu}"
 
 # The papers' measured deployment: DeepSeek-V2-Lite (the model of the route/fetch measurements) on one GPU per
-# instance. Scenarios that reproduce the papers' figures, and tests that need a small model on any topology,
-# ask for it by this name; it is never a silent default.
+# instance, served by the papers' own prototype, not one of the frameworks an engine preset models (`engine`
+# "none": the engine of the flags, docs/ENGINES.md). Scenarios that reproduce the papers' figures, and tests that
+# need a small model on any topology, ask for it by this name; it is never a silent default.
 PAPER_MODEL = "deepseek-v2-lite"
-PAPER_DEPLOYMENT: dict[str, object] = {"model": PAPER_MODEL, "tp": 1}
+PAPER_DEPLOYMENT: dict[str, object] = {"model": PAPER_MODEL, "tp": 1, "engine": "none"}
 
 # A run that completes fewer of its requests is no answer to a capacity question: `run` exits 1 below it, and
 # studies and plans mark such points and keep them out of frontiers and answers.

@@ -29,6 +29,7 @@ PACKAGES: dict[str, str] = {
     "policy": "simroute.sim.policies",
     "placement": "simroute.sim.placements",
     "scheduler": "simroute.sim.schedulers",
+    "framework": "simroute.sim.frameworks",
     "routing": "simroute.network.routing",
     "topology": "simroute.network.kinds",
 }

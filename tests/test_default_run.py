@@ -206,3 +206,21 @@ def test_kv_layout_one_story_per_layout(default_run, tmp_path):
     block_tpla = 64 * 576 * 2 * 61 / 8
     assert t["engine"]["hbm"]["kv_capacity_tokens"] == int(
         (141e9 - t["engine"]["hbm"]["weights_gb_per_gpu"] * GB) // block_tpla) * 64
+
+
+def test_the_default_run_serves_with_the_preset_of_the_framework_whose_tables_it_reads(default_run):
+    """H200's tables are SGLang 0.5.14's: the default engine is that preset (docs/ENGINES.md), each setting with
+    its source, and the preset file is an input of the run."""
+    s = _summary(default_run / "plain")
+    preset = s["engine"]["preset"]
+    assert preset["engine"] == s["config"]["engine"] == "sglang@0.5.14"
+    assert preset["tables"] == "h200-sxm sglang 0.5.14" and preset["preset_file"] == "calib/engines/sglang-0.5.14.yaml"
+    settings = preset["settings"]
+    assert (s["config"]["scheduler"], s["config"]["prefill_chunk"], s["config"]["token_budget"]) == ("sglang", 8192,
+                                                                                                     16384)
+    assert "server_args.py _handle_gpu_memory_settings" in settings["prefill_chunk"]["source"]
+    assert settings["overlap_scheduling"]["value"] is True and settings["cuda_graph_max_batch"]["value"] == 512
+    assert any(f.endswith("engines/sglang-0.5.14.yaml") for f in s["inputs"]["calib_files"])
+    requests = pq.read_table(default_run / "plain" / "requests.parquet").to_pandas()
+    done = requests[requests.status == "completed"]
+    assert np.allclose(done.ttft_frontend_s, 1550e-6 + 300e-6)

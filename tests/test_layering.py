@@ -197,11 +197,11 @@ def test_no_import_circle_in_the_simulator():
 
 
 def test_the_run_config_imports_no_plug_in_package():
-    """`RunConfig` names plug-in kinds (sim/registry.py); importing it loads no router, policy, placement or
-    scheduler module."""
+    """`RunConfig` names plug-in kinds (sim/registry.py); importing it loads no router, policy, placement,
+    scheduler or framework module."""
     reachable = _reachable(import_graph("simroute.sim"), "simroute.sim.config")
     plug_ins = {name for name in reachable
-                if name.split(".")[2:3] in (["routers"], ["policies"], ["placements"], ["schedulers"])}
+                if name.split(".")[2:3] in (["routers"], ["policies"], ["placements"], ["schedulers"], ["frameworks"])}
     assert not plug_ins, f"simroute.sim.config reaches {sorted(plug_ins)}"
 
 

@@ -18,7 +18,7 @@ from simroute.model.cost import ROUTE_EXCHANGES, CostParams, FabricParams, Route
 from simroute.model.geometry import get_model
 from simroute.model.staging import STAGING_OVERSUBSCRIPTION_LOSS, StagingParams, copy_saving_at_elbow, fitted_copy_Bps
 from simroute.model.optables import OperatorTables
-from simroute.model.steptime import GpuSpec, StepTimeModel
+from simroute.model.steptime import GpuSpec, HostCosts, StepTimeModel
 
 # Constants the cost model cannot do without, with the unit each must be given in.
 REQUIRED_CONSTANTS: dict[str, str] = {
@@ -212,12 +212,14 @@ class Profile:
     def step_model(self, model: str = "deepseek-v2-lite", *, gpu: str | None = None, tp: int = 1,
                    intra_host_fabric: str | None = None, cache_dtype: str | None = None,
                    gpu_spec: GpuSpec | None = None, cuda_graphs: bool = False,
-                   weight_dtype: str | None = None, kv_layout: str = "replicated") -> StepTimeModel:
+                   weight_dtype: str | None = None, kv_layout: str = "replicated",
+                   host: HostCosts | None = None) -> StepTimeModel:
         """The step-time model of an instance of `tp` GPUs serving `model`. The TP all-reduce runs over
         `intra_host_fabric` (its bulk rate and probe latency); the GPU is that fabric's unless `gpu` is given
         (or `gpu_spec`, an entry taken from another profile). `weight_dtype` overrides the checkpoint's
         (bf16 / fp8), `cache_dtype` the KV cache's default (None: the model's); `kv_layout` where an MLA latent
-        lives under TP (steptime.KV_LAYOUTS)."""
+        lives under TP (steptime.KV_LAYOUTS); `host` a serving framework's CPU side (an engine preset's,
+        simroute/sim/frameworks/)."""
         geom = get_model(model)
         if cache_dtype is not None and cache_dtype != geom.cache_dtype:
             geom = geom.with_cache_dtype(cache_dtype)
@@ -234,7 +236,7 @@ class Profile:
             curve = (tuple(point_x for point_x, _ in holder.points),
                      tuple(point_y * 1e-6 for _, point_y in holder.points))
         return StepTimeModel(geom, spec, tp, allreduce_Bps=ar_Bps, allreduce_latency_s=ar_lat, holder_curve=curve,
-                             cuda_graphs=cuda_graphs, kv_layout=kv_layout)
+                             cuda_graphs=cuda_graphs, kv_layout=kv_layout, host=host)
 
     def staging_params(self, copy_GBps: float | None = None) -> StagingParams:
         """The holders' staging pool (simroute.model.staging). One stream's copy rate: `copy_GBps` when given

@@ -26,12 +26,24 @@ def calib_list() -> None:
     rows = []
     for path in sorted(shipped_dir().rglob("*.yaml")):
         name = str(path.relative_to(shipped_dir()).with_suffix(""))
+        if name.startswith(("ops/", "engines/")):      # operator tables' manifests, engine presets: not profiles
+            continue
         try:
             prof = load_profile(path)
             rows.append([name, ", ".join(prof.fabrics) or "-", len(prof.constants), prof.description[:70]])
         except Exception as exc:  # a broken shipped file should show, not hide the others
             rows.append([name, "INVALID", "-", str(exc)[:70]])
     table("shipped calibration profiles", ["name", "fabrics", "constants", "description"], rows)
+    from simroute.calib.engines import engines_dir, load_engine_preset_file
+    presets = []
+    for path in sorted(engines_dir().glob("*.yaml")):
+        try:
+            preset = load_engine_preset_file(path)
+            presets.append([preset.label, len(preset.constants), preset.description])
+        except Exception as exc:  # a broken shipped file should show, not hide the others
+            presets.append([path.stem, "INVALID", str(exc)[:70]])
+    table("shipped engine presets (--engine NAME@VERSION; docs/ENGINES.md)", ["engine", "constants", "description"],
+          presets)
 
 
 @calib_app.command("show")

@@ -28,6 +28,9 @@ def plan(
     over_window: str = typer.Option("refuse", "--over-window", help="A trace request longer than the model's "
                                     "context window: refuse (exit 2, naming it) | drop (as the engine would, counted "
                                     "in each run's summary)."),
+    engine: str = typer.Option(None, "--engine", help="Serving framework preset of every run, NAME or NAME@VERSION "
+                               "(as `simroute run --engine`; default auto: the framework of the GPU's tables). "
+                               "Example: --engine trtllm."),
     slo: list[str] = typer.Option([], "--slo", help="An SLO every seed must meet, e.g. 'p99 ttft_ms <= 2000' "
                                                     "(repeatable; default: p99 TTFT <= 2 s and p99 TPOT <= 50 ms)."),
     qps: float = typer.Option(None, "--qps", callback=checked("--qps", minimum=0, exclusive_minimum=True),
@@ -84,6 +87,9 @@ def plan(
     if hosts_min >= hosts_max:
         raise ConfigurationError(f"need --hosts-min < --hosts-max, got {hosts_min} and {hosts_max}",
                                  field="--hosts-min")
+    if engine is not None:
+        from simroute.sim.config import parse_engine
+        parse_engine(engine)                     # a bad name is refused before anything is written
     spec = ({"generate": workload, "params": _parse_sets(param)} if workload is not None
             else (trace if trace is not None else DEFAULT_TRACE))
     request = PlanRequest(trace=spec, model=model, tp=tp, topology=topology, gpu=gpu, calib=calib,
@@ -93,12 +99,14 @@ def plan(
                           compare=tuple(p.strip() for p in compare.split(",") if p.strip()), seeds=seeds,
                           max_requests=max_requests,
                           base={**({"kv_cache": kv_cache} if kv_cache is not None else {}),
-                                **({"over_window": over_window} if over_window != "refuse" else {})})
+                                **({"over_window": over_window} if over_window != "refuse" else {}),
+                                **({"engine": engine} if engine is not None else {})})
     c = console()
 
     def announce() -> None:
         c.print(f"[bold]simroute plan[/bold]: {model} at TP {tp} on {topology}"
                 + (f" ({gpu})" if gpu else "") + (f", {kv_cache} KV cache" if kv_cache else "")
+                + (f", engine {engine}" if engine else "")
                 + f", hosts {hosts_min}-{hosts_max}, "
                 f"policies {', '.join([policy, *request.compare])}, {seeds} seed(s); SLO {' and '.join(request.slo)}")
     run, answer, memo = run_plan(request, out, jobs=jobs, progress=progress, announce=announce, report=True)

@@ -35,6 +35,8 @@ def run_options() -> list[tuple[str, inspect.Parameter]]:
             help_text += f" {choices.help()}."
         elif choices is not None:
             help_text += f" One of: {' | '.join(choices)}."
+        if meta.get("listing") is not None:
+            help_text += f" {meta['listing']()}."
         required = f.default is dataclasses.MISSING
         default = None if required else f.default
         annotation = typing.Optional[base] if (optional or required) else base
@@ -151,6 +153,19 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
             f"({s['instances']} instances of {cfg['tp']} x {eng['gpu']}), {eng['model']} "
             f"({eng.get('weight_dtype', 'bf16')} weights), profile {Path(cfg['calib']).name}, policy {cfg['policy']}, "
             f"routing {cfg['routing']}, seed {s['seed']}")
+    preset = eng.get("preset")
+    if preset:
+        values = {key: setting["value"] for key, setting in preset["settings"].items()}
+        flagged = [key for key, setting in preset["settings"].items() if setting["source"].startswith("flag")]
+        line = (f"engine {preset['engine']} (kernels: {preset['tables']}): scheduler {values['scheduler']}, "
+                f"token budget {values['token_budget']}, prefill chunk {values['prefill_chunk']}, running cap "
+                f"{values['max_running_seqs']}")
+        if "cuda_graph_max_batch" in values:
+            line += (f", CUDA graphs to {values['cuda_graph_max_batch']}, overlap "
+                     f"{'on' if values['overlap_scheduling'] else 'off'}, request path "
+                     f"{(values['request_ingress_us'] + values['request_egress_us']) / 1e3:.2f} ms")
+        c.print(line + (f"; flags: {', '.join(flagged)}" if flagged else "")
+                + "".join(f"; {note}" for note in preset["notes"]))
     f = lambda d, k: "-" if d.get(k) is None else f"{d[k]:.3f}"
     reasons = ", ".join(f"{k}: {v}" for k, v in s["dropped_by_reason"].items())
     c.print(f"requests {s['requests']}, completed {s['completed']}, dropped {s['dropped']}"

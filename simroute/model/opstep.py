@@ -114,13 +114,16 @@ class MeasuredStep:
     together; `terms` returns the same numbers term by term (a test checks they agree)."""
 
     def __init__(self, geometry: ModelGeometry, tp_size: int, tables: OperatorTables, *, cuda_graphs: bool,
-                 kv_shards: int = 1, kernel_floor_s: float = 0.0,
+                 kv_shards: int = 1, kernel_floor_s: float = 0.0, graph_max_batch: int | None = None,
                  elementwise_layers: Sequence[tuple[int, Sequence[ElementwiseKernel]]] = (),
                  roofline_elementwise: Callable[[ElementwiseKernel, float], float] | None = None,
                  roofline_linear: Callable[[float], float], roofline_attention: Callable[[float, float, float], float],
                  roofline_allreduce: Callable[[float], float], roofline_lm_head: Callable[[float], float]) -> None:
         self.geometry, self.tp, self.tables = geometry, tp_size, tables
         self.cuda_graphs = cuda_graphs
+        # the largest decode-only batch the engine replays as a CUDA graph (None: every one); a larger one runs
+        # eagerly and reads the eager all-reduce rows
+        self.graph_max_batch = graph_max_batch
         # tpla (kv_shards = tp): a rank attends every head over 1/tp of the latent. No table measures that
         # kernel: it is the TP-1 kernel's time (all heads, whole latent) over tp, no less than one launch.
         self.kv_shards, self.kernel_floor_s = kv_shards, kernel_floor_s
@@ -389,6 +392,10 @@ class MeasuredStep:
                                                chosen.status if chosen else Lookup.ROOFLINE)
 
     # ---- the hot path ---------------------------------------------------------------------------------
+    def _graphed(self, prefill_tokens: float, decode_seqs: float) -> bool:
+        """Whether a batch replays a CUDA graph: decode-only, and within the captured sizes when they are known."""
+        return prefill_tokens == 0 and (self.graph_max_batch is None or decode_seqs <= self.graph_max_batch)
+
     def _ar_curve(self, decode_only: bool, elements: float) -> Curve | None:
         """The all-reduce a batch launches for a message of `elements` bf16 values: past the custom all-reduce's
         8 MiB, NCCL's rows; below it, engines replay decode-only batches as CUDA graphs (SGLang and vLLM capture
@@ -424,7 +431,7 @@ class MeasuredStep:
             linear = self._roof_linear(new_tokens)
         allreduce = 0.0
         if self.tp > 1 and new_tokens > 0:
-            curve = self._ar_curve(prefill_tokens == 0, new_tokens * self.geometry.hidden)
+            curve = self._ar_curve(self._graphed(prefill_tokens, decode_seqs), new_tokens * self.geometry.hidden)
             allreduce = (2.0 * curve.seconds(new_tokens * self.geometry.hidden) if curve is not None
                          else self._roof_allreduce(new_tokens))
         head = self._lm_head.seconds(sequences) if self._lm_head is not None else self._roof_lm_head(sequences)
@@ -468,7 +475,8 @@ class MeasuredStep:
                 if decode_only is not None and decode_seqs > 0:
                     parts.append(decode_only.lookup(decode_seqs)[1])
             out["linear"] = Lookup.worst(out["linear"], *parts)
-        curve = self._ar_curve(prefill_tokens == 0, new_tokens * self.geometry.hidden) if self.tp > 1 else None
+        curve = (self._ar_curve(self._graphed(prefill_tokens, decode_seqs), new_tokens * self.geometry.hidden)
+                 if self.tp > 1 else None)
         if curve is not None and new_tokens > 0:
             out["allreduce"] = curve.lookup(new_tokens * self.geometry.hidden)[1]
         if self._lm_head is not None and sequences > 0:

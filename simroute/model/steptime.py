@@ -136,6 +136,37 @@ class BatchShape:
 
 
 @dataclass(frozen=True)
+class HostCosts:
+    """The serving framework's CPU side of one iteration (docs/ENGINES.md), which the kernel tables do not time.
+
+    The CPU schedules an iteration, prepares its inputs and processes its outputs (`host_s_per_sequence` per
+    running sequence), and launches its kernels: one CUDA-graph replay for a decode-only batch of at most
+    `graph_max_batch` sequences (captured at start-up; 0 = none), else every layer's kernels one by one
+    (`launch_s_per_layer`), and the GPU cannot finish before the last launch. With `overlap` (SGLang's overlap
+    scheduler, vLLM's async scheduling, TensorRT-LLM's overlap scheduler) the host work of iteration n + 1 runs
+    while the GPU runs iteration n: an iteration takes max(kernels, host + launch); without it the host work
+    comes after the kernels: host + max(kernels, launch)."""
+
+    overlap: bool
+    host_s_per_sequence: float
+    launch_s_per_layer: float
+    graph_max_batch: int
+
+    def graphed(self, decode_only: bool, sequences: float) -> bool:
+        """Whether a batch replays a captured CUDA graph: decode-only and within the captured sizes."""
+        return decode_only and sequences <= self.graph_max_batch
+
+    def period_s(self, kernels_s: float, sequences: float, layers: int, graphed: bool) -> float:
+        """One iteration's time from its kernels' time (see the class)."""
+        host = self.host_s_per_sequence * sequences
+        launch = 0.0 if graphed else self.launch_s_per_layer * layers
+        if self.overlap:
+            cpu = host + launch
+            return kernels_s if kernels_s >= cpu else cpu
+        return host + (kernels_s if kernels_s >= launch else launch)
+
+
+@dataclass(frozen=True)
 class StepTerms:
     """One iteration's time, term by term (seconds). iteration_s = layers x (linear + attention + indexer +
     allreduce + elementwise) per layer + lm_head_s + overhead_s. bounds: term -> "memory" / "compute" (all-reduce:
@@ -315,7 +346,10 @@ class StepTimeModel:
     allreduce_Bps / allreduce_latency_s: the instance's intra-host fabric (bulk rate and per-hop latency) that
     the ring all-reduce runs over. holder_curve: the profile's measured holder-compute curve ((N, seconds) at
     holder_ref = (heads, ct) reference requesters), the floor of `holder_partial_s`. cuda_graphs: charge the
-    GPU's `iteration_overhead_graph_s` when it has one (iterations replayed as CUDA graphs). FP8 weights
+    GPU's `iteration_overhead_graph_s` when it has one (iterations replayed as CUDA graphs). host: a serving
+    framework's CPU side (`HostCosts`, an engine preset's): charged in place of the GPU entry's constant
+    `iteration_overhead_us`, and only decode-only batches within its captured sizes read the measured CUDA-graph
+    all-reduce rows (without it, every decode-only batch does). FP8 weights
     (`geometry.weight_dtype`) halve the linear ops' weight bytes; their FLOPs run at the GPU's FP8 peak, or at
     its bf16 peak where it has none (`fp8_rate` says which, `notes` says so). Extend by adding terms to
     `iteration` and `iteration_s` together (a test checks they agree).
@@ -325,7 +359,7 @@ class StepTimeModel:
                  allreduce_Bps: float = float("inf"),
                  allreduce_latency_s: float = 0.0, holder_curve: Curve | None = None,
                  holder_ref: tuple[int, int] = (HOLDER_HEADS_REF, HOLDER_CT_REF), cuda_graphs: bool = False,
-                 kv_layout: str = "replicated") -> None:
+                 kv_layout: str = "replicated", host: HostCosts | None = None) -> None:
         if tp_size < 1:
             raise ValueError(f"tp must be >= 1, got {tp_size}")
         if kv_layout not in KV_LAYOUTS:
@@ -338,6 +372,9 @@ class StepTimeModel:
         graph_s = gpu.iteration_overhead_graph_s
         self._layers = geometry.layers
         self._overhead_s = graph_s if (cuda_graphs and graph_s is not None) else gpu.iteration_overhead_s
+        self.host = host
+        if host is not None:        # the framework's CPU side replaces the GPU entry's constant overhead
+            self._overhead_s = 0.0
         self.holder_curve, self.holder_ref = holder_curve, holder_ref
         self._partial_cache: dict[tuple, float] = {}    # holder_partial_s of scalar queries, per exact shape
         self._kinds = tuple(_fold(geometry.linear_ops(tp_size, kind), layer_count)
@@ -412,6 +449,7 @@ class StepTimeModel:
 
             self._measured = MeasuredStep(
                 geometry, tp_size, gpu.operator_tables, cuda_graphs=cuda_graphs, kv_shards=self.kv_shards,
+                graph_max_batch=host.graph_max_batch if host is not None else None,
                 kernel_floor_s=gpu.kernel_floor_s, elementwise_layers=self.elementwise_layers,
                 roofline_elementwise=self.elementwise_kernel_s,
                 roofline_linear=lambda tokens: self._linear(tokens)[0],
@@ -594,8 +632,9 @@ class StepTimeModel:
                 decode_kv, prefill_pairs, indexer = self._select(batch.new_tokens, decode_seqs, decode_kv,
                                                                  prefill_seqs, prefill_kv, prefill_pairs)
             attn = self._measured.attention_s(decode_seqs, decode_kv, prefill_seqs, prefill_pairs, prefill_kv)
-            overhead = self._overhead_s
-            total = lin + elementwise + layers * (attn + indexer + allreduce) + head + overhead
+            kernels = lin + elementwise + layers * (attn + indexer + allreduce) + head
+            total = self._period(kernels, batch.new_tokens, batch.sequences, decode_seqs)
+            overhead = self._overhead_s if self.host is None else total - kernels
             src = self._measured.sources
             attention_src = [src[term] for term, present in (("attention_decode", decode_seqs > 0),
                                                              ("attention_prefill", prefill_pairs > 0)) if present]
@@ -605,6 +644,8 @@ class StepTimeModel:
                 batch.new_tokens, batch.sequences, decode_seqs, decode_kv, prefill_seqs, prefill_pairs).items()}
             sources["elementwise"] = src["elementwise"].table
             sources["overhead"] = lookups["overhead"] = Lookup.ROOFLINE.value
+            if self.host is not None:
+                sources["overhead"] = self._host_source(batch.new_tokens, batch.sequences, decode_seqs)
             for name, absent in (("allreduce", self.tp == 1 or batch.new_tokens <= 0), ("attention", not attention_src)):
                 if absent:                                  # a term that launches no kernel rests on nothing
                     lookups[name] = NONE
@@ -625,8 +666,11 @@ class StepTimeModel:
         attn, attn_mem, attn_comp = self._attention(kv_read, pairs, pre_pairs)
         allreduce, ar_bound = self._allreduce(batch.new_tokens)
         head, head_bound = self._lm_head(batch.sequences)
-        overhead = self._overhead_s
-        total = lin + elementwise + layers * (attn + indexer + allreduce) + head + overhead
+        kernels = lin + elementwise + layers * (attn + indexer + allreduce) + head
+        decode_seqs = self._split(batch.new_tokens, batch.sequences, batch.kv_read_tokens, batch.attention_pairs,
+                                  batch.prefill_pairs, batch.decode_sequences)[0]
+        total = self._period(kernels, batch.new_tokens, batch.sequences, decode_seqs)
+        overhead = self._overhead_s if self.host is None else total - kernels
         bounds = {"linear": MEMORY if lin_mem >= lin_comp else COMPUTE,
                   "attention": MEMORY if attn_mem >= attn_comp else COMPUTE,
                   "allreduce": ar_bound, "lm_head": head_bound}
@@ -635,6 +679,8 @@ class StepTimeModel:
             roof["allreduce"] = NONE                        # tp 1 (or no tokens): no all-reduce launches
         if self._indexer is not None:
             roof["indexer"] = bounds["indexer"] = Lookup.ROOFLINE.value
+        if self.host is not None:
+            roof["overhead"] = self._host_source(batch.new_tokens, batch.sequences, decode_seqs)
         return StepTerms(iteration_s=total, linear_s_per_layer=lin / layers, attention_s_per_layer=attn,
                          allreduce_s_per_layer=allreduce, overhead_s=overhead, lm_head_s=head, layers=layers,
                          bounds=bounds,
@@ -675,21 +721,44 @@ class StepTimeModel:
             attn = measured.attention_s(decode_seqs, decode_kv, prefill_seqs, prefill_pairs, prefill_kv)
             total = (lin + self._elementwise(new_tokens) + self._layers * (attn + indexer + allreduce) + head
                      + self._overhead_s)
+            if self.host is not None:
+                total = self._period(total, new_tokens, sequences, decode_seqs)
             if len(cache) >= 131072:       # bounded (about 30 MiB at most); a run has far fewer shapes
                 cache.clear()
             cache[key] = total
             return total
         if self._indexer is None:
             attn = self._attention(kv_read_tokens, attention_pairs, prefill_pairs)[0]
-            return (self._linear(new_tokens)[0] + self._elementwise(new_tokens)
-                    + self._layers * (attn + self._allreduce(new_tokens)[0]) + self._lm_head(sequences)[0]
-                    + self._overhead_s)
-        kv_read, pairs, pre_pairs, indexer = self._roofline_attention_inputs(
-            new_tokens, sequences, kv_read_tokens, attention_pairs, prefill_pairs, decode_sequences)
-        attn = self._attention(kv_read, pairs, pre_pairs)[0]
-        return (self._linear(new_tokens)[0] + self._elementwise(new_tokens)
-                + self._layers * (attn + indexer + self._allreduce(new_tokens)[0]) + self._lm_head(sequences)[0]
-                + self._overhead_s)
+            total = (self._linear(new_tokens)[0] + self._elementwise(new_tokens)
+                     + self._layers * (attn + self._allreduce(new_tokens)[0]) + self._lm_head(sequences)[0]
+                     + self._overhead_s)
+        else:
+            kv_read, pairs, pre_pairs, indexer = self._roofline_attention_inputs(
+                new_tokens, sequences, kv_read_tokens, attention_pairs, prefill_pairs, decode_sequences)
+            attn = self._attention(kv_read, pairs, pre_pairs)[0]
+            total = (self._linear(new_tokens)[0] + self._elementwise(new_tokens)
+                     + self._layers * (attn + indexer + self._allreduce(new_tokens)[0]) + self._lm_head(sequences)[0]
+                     + self._overhead_s)
+        if self.host is None:
+            return total
+        decode_seqs = self._split(new_tokens, sequences, kv_read_tokens, attention_pairs, prefill_pairs,
+                                  decode_sequences)[0]
+        return self._period(total, new_tokens, sequences, decode_seqs)
+
+    def _period(self, kernels_s: float, new_tokens: float, sequences: float, decode_seqs: float) -> float:
+        """The iteration's time from its kernels' (`HostCosts.period_s`), or kernels + the GPU entry's constant
+        overhead without a framework's host costs."""
+        host = self.host
+        if host is None:
+            return kernels_s + self._overhead_s
+        return host.period_s(kernels_s, sequences, self._layers, host.graphed(new_tokens <= decode_seqs, sequences))
+
+    def _host_source(self, new_tokens: float, sequences: float, decode_seqs: float) -> str:
+        host = self.host
+        assert host is not None
+        graphed = host.graphed(new_tokens <= decode_seqs, sequences)
+        return (f"engine preset: {'CUDA graph' if graphed else 'eager launches'}, "
+                f"{'overlapped' if host.overlap else 'serial'} host work")
 
     def attention_s(self, kv_read_tokens: float, attention_pairs: float, layers: int | None = None,
                     prefill_pairs: float = 0.0) -> float:

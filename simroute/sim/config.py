@@ -9,7 +9,7 @@ adds its option, its help and its check.
 from __future__ import annotations
 
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from simroute.sim.vocab import HOLDER_MODES
 # Names are checked against the registries of their kinds: each loads its plug-in package on first read, so
 # this value object imports none of them (simroute/sim/registry.py).
 POLICIES, ROUTERS, PLACEMENTS = registry("policy"), registry("router"), registry("placement")
-SCHEDULERS, ROUTINGS = registry("scheduler"), registry("routing")
+SCHEDULERS, ROUTINGS, FRAMEWORKS = registry("scheduler"), registry("routing"), registry("framework")
 
 
 def default_trace_path() -> Path:
@@ -36,16 +36,48 @@ def default_trace_path() -> Path:
 
 def setting(default: Any = MISSING, help: str = "", *, minimum: float | None = None, maximum: float | None = None,
             exclusive_minimum: bool = False, choices: Registry | Sequence[str] | Mapping[str, Any] | None = None,
-            option: str | None = None) -> Any:
-    """A RunConfig field with its metadata: help text, numeric bounds, valid names (a registry or a tuple),
-    and the CLI option's name where it differs from the field's."""
+            option: str | None = None, check: Callable[[Any], Any] | None = None,
+            listing: Callable[[], str] | None = None) -> Any:
+    """A RunConfig field with its metadata: help text, numeric bounds, valid names (a registry or a tuple), the
+    CLI option's name where it differs from the field's, and for a value with a grammar of its own (`--engine
+    NAME[@VERSION]`) a `check` that raises on a bad one and a `listing` of what it may name (the help's tail)."""
     meta = {"help": help, "minimum": minimum, "maximum": maximum, "exclusive_minimum": exclusive_minimum,
-            "choices": choices, "option": option}
+            "choices": choices, "option": option, "check": check, "listing": listing}
     return field(default=default, metadata=meta)
 
 
-MAX_DECODE_STEPS_PER_EVENT = 65_536
-OVER_WINDOW_MODES = ("refuse", "drop")    # past any output length a decode run could have in one event
+ENGINE_AUTO, ENGINE_NONE = "auto", "none"
+
+
+def parse_engine(value: str) -> tuple[str, str | None]:
+    """(framework or 'auto' / 'none', version or None) of an `--engine` value; raises on a framework no plug-in
+    registers or a version no preset ships (calib/engines/)."""
+    from simroute.calib.engines import preset_versions
+    if value in (ENGINE_AUTO, ENGINE_NONE):
+        return value, None
+    name, _, version = value.partition("@")
+    if name not in FRAMEWORKS:
+        raise UnknownNameError("engine", name, [ENGINE_AUTO, ENGINE_NONE, *FRAMEWORKS])
+    if version:
+        versions = preset_versions(name)
+        if version not in versions:
+            raise UnknownNameError(f"{name} preset version", version, versions)
+    return name, version or None
+
+
+def _check_engine(value: str) -> None:
+    parse_engine(value)
+
+
+def engine_listing() -> str:
+    """Each framework with its shipped preset versions and its one-line description (`simroute run --help`)."""
+    from simroute.calib.engines import preset_versions
+    lines = dict(item.split(": ", 1) for item in FRAMEWORKS.help().split("; "))
+    return "; ".join(f"{name}@{'|'.join(preset_versions(name))}: {lines[name]}" for name in FRAMEWORKS)
+
+
+MAX_DECODE_STEPS_PER_EVENT = 65_536    # past any output length a decode run could have in one event
+OVER_WINDOW_MODES = ("refuse", "drop")   # a request past the model's context window: exit 2, or dropped
 
 
 @dataclass(frozen=True)
@@ -97,11 +129,29 @@ class RunConfig:
                                    exclusive_minimum=True)
     chunk_hbm_share: float = setting(0.5, "Share of the KV region (HBM minus weights) placement may pin with "
                                           "canonical chunks.", minimum=0, maximum=1)
-    scheduler: str = setting("sarathi", "Instance engine scheduler.", choices=SCHEDULERS)
-    max_running_seqs: int = setting(256, "Running sequences per instance engine at most.", minimum=1)
-    token_budget: int = setting(2048, "Tokens per engine iteration (decode tokens + prefill chunks).", minimum=1)
-    prefill_chunk: int = setting(2048, "Largest prefill chunk of one sequence per iteration (sarathi).",
-                                 minimum=1)
+    engine: str = setting("auto", "Serving framework preset, NAME or NAME@VERSION: its kernel tables and the "
+                                  "scheduling it runs by default on the GPU (scheduler, token budget, prefill chunk, "
+                                  "running cap, CUDA-graph limit, overlap scheduling), its CPU cost per iteration "
+                                  "and its per-request path (API server, tokenisation, the hops to the first "
+                                  "token); the flags below win over it, and summary.json records each setting's "
+                                  "source (docs/ENGINES.md). auto: the framework whose tables the GPU entry reads; "
+                                  "none: the engine of the flags alone (Sarathi 2048, the GPU entry's constant "
+                                  "overhead). Example: --engine vllm@0.24.0. Presets:",
+                          check=_check_engine, listing=engine_listing)
+    scheduler: str | None = setting(None, "Instance engine scheduler (the engine preset's if unset).",
+                                    choices=SCHEDULERS)
+    max_running_seqs: int | None = setting(None, "Running sequences per instance engine at most (the preset's if "
+                                                 "unset).", minimum=1)
+    token_budget: int | None = setting(None, "Tokens per engine iteration: decode tokens + prefill chunks (sglang: "
+                                             "a prefill batch's tokens; the preset's if unset).", minimum=1)
+    prefill_chunk: int | None = setting(None, "Largest prefill chunk per iteration (the preset's if unset; "
+                                              "trtllm and vllm prefill whole prompts and read none).", minimum=1)
+    cuda_graph_max_batch: int | None = setting(None, "Largest decode-only batch replayed as a CUDA graph; a larger "
+                                                     "one launches its kernels eagerly (the preset's if unset; 0: "
+                                                     "none). Not with --engine none.", minimum=0)
+    overlap_scheduling: bool | None = setting(None, "Overlap scheduling: the CPU plans iteration n+1 while the GPU "
+                                                    "runs iteration n (the preset's if unset). Not with --engine "
+                                                    "none.")
     holder_mode: str = setting("inline", "Where a holder runs routed partial attention: inline (between / inside "
                                          "its own iterations) or stream (a concurrent stream).",
                                choices=HOLDER_MODES)
@@ -146,10 +196,15 @@ class RunConfig:
             value = _checked(f.name, getattr(self, f.name), hints[f.name], f.metadata)
             if value is not getattr(self, f.name):
                 object.__setattr__(self, f.name, value)     # an integral float given for an int field
-        if self.scheduler == "sarathi" and self.prefill_chunk > self.token_budget:
-            raise ConfigurationError(f"{self.prefill_chunk} exceeds token_budget {self.token_budget}: no iteration "
-                                     "could hold such a chunk (lower prefill_chunk or raise token_budget)",
-                                     field="prefill_chunk")
+        chunk, budget = self.prefill_chunk, self.token_budget
+        if chunk is not None and budget is not None and chunk > budget and self.scheduler not in ("vllm", "trtllm"):
+            raise ConfigurationError(f"{chunk} exceeds token_budget {budget}: no iteration could hold such a chunk "
+                                     "(lower prefill_chunk or raise token_budget)", field="prefill_chunk")
+        if self.engine == "none":
+            for name in ("cuda_graph_max_batch", "overlap_scheduling"):
+                if getattr(self, name) is not None:
+                    raise ConfigurationError("is a framework setting: name an engine preset (--engine) to set it",
+                                             field=name)
         if self.qps is not None and self.time_scale is not None:
             raise ConfigurationError("set the load by --qps or by --time-scale, not both", field="qps")
 
@@ -179,6 +234,10 @@ def _checked(name: str, value: Any, hint: Any, meta: Any) -> Any:
     if not isinstance(value, base):
         raise ConfigurationError(f"must be {base.__name__}{' or null' if optional else ''}, got {value!r}",
                                  field=name)
+    check = meta.get("check")
+    if check is not None:
+        check(value)
+        return value
     choices = meta.get("choices")
     if choices is not None and value not in choices:
         raise UnknownNameError(name, value, list(choices))

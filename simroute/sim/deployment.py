@@ -12,7 +12,7 @@ from typing import Any
 from simroute.calib.profile import Profile
 from simroute.errors import ConfigurationError
 from simroute.model.limits import Fields, check_deployment, check_tp_fits_host
-from simroute.model.steptime import StepTimeModel
+from simroute.model.steptime import GpuSpec, StepTimeModel
 
 
 def run_gpu(gpu: str | None, hosts_gpu: str | None, profile: Profile, fields: Fields = Fields()) -> str | None:
@@ -24,25 +24,34 @@ def run_gpu(gpu: str | None, hosts_gpu: str | None, profile: Profile, fields: Fi
     return gpu
 
 
-def step_model(profile: Profile, model: str, tp: int, intra_host_fabric: str | None, host_gpu: str | None = None,
-               weight_dtype: str | None = None, kv_layout: str = "replicated",
-               cache_dtype: str | None = None) -> StepTimeModel:
-    """The profile's step-time model, on the topology's host GPU when `host_gpu` names a GPU entry (the
-    profile's or a shipped one), else the GPU the intra-host fabric names; a profile that calibrates fabrics
-    only (a host probe run) and names no GPU gets the shipped default profile's GPU entry (datasheet values,
-    named in the summary)."""
+def instance_gpu(profile: Profile, intra_host_fabric: str | None,
+                 host_gpu: str | None = None) -> tuple[Profile, GpuSpec, str | None]:
+    """(the profile a step model is built from, the instances' GPU spec, the intra-host fabric its all-reduce runs
+    over): the topology's host GPU when `host_gpu` names a GPU entry (the profile's or a shipped one), else the
+    GPU the intra-host fabric names; a profile that calibrates fabrics only (a host probe run) and names no GPU
+    gets the shipped default profile's GPU entry (datasheet values, named in the summary), without its fabric."""
     spec = profile.find_gpu_spec(host_gpu) if host_gpu else None
+    if spec is not None:
+        return profile, spec, intra_host_fabric
     try:
-        if spec is None:
-            profile.instance_gpu(intra_host_fabric)
+        name = profile.instance_gpu(intra_host_fabric)
     except ConfigurationError:
         pass                    # the profile names no GPU: the default profile's below
     else:                       # a damaged entry (its tables) is an error of its own, never a silent fallback
-        return profile.step_model(model, tp=tp, intra_host_fabric=intra_host_fabric, gpu_spec=spec,
-                                  weight_dtype=weight_dtype, kv_layout=kv_layout, cache_dtype=cache_dtype)
+        return profile, profile.gpu_spec(name), intra_host_fabric
     from simroute.calib import default_profile_path, load_profile
-    return load_profile(default_profile_path()).step_model(model, tp=tp, weight_dtype=weight_dtype, gpu_spec=spec,
-                                                           kv_layout=kv_layout, cache_dtype=cache_dtype)
+    default = load_profile(default_profile_path())
+    return default, default.gpu_spec(), None
+
+
+def step_model(profile: Profile, model: str, tp: int, intra_host_fabric: str | None, host_gpu: str | None = None,
+               weight_dtype: str | None = None, kv_layout: str = "replicated",
+               cache_dtype: str | None = None) -> StepTimeModel:
+    """The profile's step-time model of the instances' GPU (`instance_gpu`), with the GPU entry's own tables and
+    constant overhead (no framework preset: a run's is `simroute.sim.presets`')."""
+    source, spec, fabric = instance_gpu(profile, intra_host_fabric, host_gpu)
+    return source.step_model(model, tp=tp, intra_host_fabric=fabric, gpu_spec=spec, weight_dtype=weight_dtype,
+                             kv_layout=kv_layout, cache_dtype=cache_dtype)
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,11 @@ class Recorder:
     one per chunk of every request: mapping them one by one on the way in cost more than the rest of the log)."""
 
     FLOAT_COLS = ("arrival", "ttft", "tpot", "e2e", "ttft_floor", "bytes_route", "bytes_fetch", "bytes_pd",
-                  "bytes_fanout", "ttft_queueing", "ttft_prefill_compute", "ttft_transfer", "ttft_exchanges", "ttft_holder_wait")
-    TTFT_PARTS = ("queueing", "prefill_compute", "transfer", "exchanges", "holder_wait")
+                  "bytes_fanout", "ttft_queueing", "ttft_prefill_compute", "ttft_transfer", "ttft_exchanges",
+                  "ttft_holder_wait", "ttft_frontend")
+    # where the TTFT went: the first five on the scheduler's side (`TtftParts`), then the request's path outside
+    # the GPU (the engine preset's ingress and first-token egress)
+    TTFT_PARTS = ("queueing", "prefill_compute", "transfer", "exchanges", "holder_wait", "frontend")
 
     def __init__(self, n: int, chunk_id_of: np.ndarray | None = None) -> None:
         self.n = n

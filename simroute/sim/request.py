@@ -238,24 +238,36 @@ class RequestProcess:
         self.decided = _decision_columns()       # chunk index, holder, primitive: the recorder's column types
         self.floor_pd_s = 0.0
         self.floor_chunks_s = 0.0
+        self.t_engine = 0.0         # when it reached the scheduler (its arrival plus the preset's ingress)
         self.heads = ctx.params.geometry.heads_q
         self.mq_first = self.heads * max(spec.prompt_tokens, 1)
         self.decode_steps = max(spec.output_tokens - 1, 0)
 
     def run(self) -> Steps:
+        """The request's life. Outside the GPU, its path through the serving framework (the engine preset's,
+        docs/ENGINES.md): `ingress_s` from its arrival to the scheduler (API server, tokenisation, a hop), then
+        `egress_s` from the scheduler to the client for every token (hops, detokenisation, the stream): TTFT and
+        E2E pay both, TPOT neither (every token pays the same egress), and a closed-loop child waits for its
+        parent's last token to reach the client."""
         ctx, spec, recorder = self.ctx, self.spec, self.ctx.recorder
         start = ctx.env.now
         self.begin(start)
+        ingress, egress = ctx.engines.ingress_s, ctx.engines.egress_s
+        if ingress > 0:
+            yield ctx.env.timeout(ingress)
+        self.t_engine = ctx.env.now
         yield from self.own_prefill()
         yield from self.first_pass()
-        recorder.ttft[spec.request_id] = ctx.env.now - start
-        recorder.ttft_floor[spec.request_id] = self.prefill_floor_s() + self.floor_pd_s + self.floor_chunks_s
+        rid = spec.request_id
         first_token = ctx.env.now
+        recorder.ttft[rid] = first_token + egress - start
+        recorder.ttft_frontend[rid] = ingress + egress
+        recorder.ttft_floor[rid] = (self.prefill_floor_s() + self.floor_pd_s + self.floor_chunks_s
+                                    + ingress + egress)
         yield from self.decode()
-        recorder.tpot[spec.request_id] = (ctx.env.now - first_token) / (spec.output_tokens - 1) \
-            if spec.output_tokens > 1 else 0.0
-        recorder.e2e[spec.request_id] = ctx.env.now - start
-        self.finish()
+        recorder.tpot[rid] = (ctx.env.now - first_token) / (spec.output_tokens - 1) if spec.output_tokens > 1 else 0.0
+        recorder.e2e[rid] = ctx.env.now + egress - start
+        self.finish(egress)
 
     def prefill_floor_s(self) -> float:
         """The uncongested floor of the prompt's own prefill."""
@@ -287,7 +299,9 @@ class RequestProcess:
     def decode(self) -> Steps:
         raise NotImplementedError
 
-    def finish(self) -> None:
+    def finish(self, egress_s: float = 0.0) -> None:
+        """Record it, release the copies it relied on, and wake its closed-loop children once its last token has
+        reached the client (`egress_s` after the engine is done with it)."""
         ctx = self.ctx
         self.flush_decisions()
         pinned = ctx.cluster.chunks.pinned      # ChunkStore.unpin, inlined (one per chunk of every request)
@@ -302,7 +316,11 @@ class RequestProcess:
         ctx.recorder.complete(self.spec.request_id)
         ctx.cluster.active[self.requester.id] -= 1
         ctx.completed += 1
-        ctx.done_event(self.spec.request_id).succeed()
+        done = ctx.done_event(self.spec.request_id)
+        if egress_s > 0:
+            ctx.env.timeout(egress_s).callbacks.append(lambda _event: done.succeed())
+        else:
+            done.succeed()
 
     # ---- shared pieces -----------------------------------------------------------------------------------
     def pin(self, chunk: int, instance: int) -> None:
@@ -360,7 +378,7 @@ class DenseRequest(RequestProcess):
 
     def first_pass(self) -> Steps:
         ctx, spec = self.ctx, self.spec
-        start = ctx.recorder.arrival[spec.request_id]
+        start = self.t_engine         # the TTFT parts below are the scheduler's side; `frontend` is the rest
         plan = self.classify_chunks()
         self.decide(plan.remote)
         self.flush_decisions()
@@ -631,8 +649,8 @@ class DenseRequest(RequestProcess):
         ctx.recorder.bytes_route[rid] += seq.routed_rows * ctx.params.geometry.qp_bytes * ctx.params.exchanges
         ctx.recorder.preemptions[rid] = seq.preemptions
 
-    def finish(self) -> None:
-        super().finish()
+    def finish(self, egress_s: float = 0.0) -> None:
+        super().finish(egress_s)
         routing = self.ctx.routing
         for holder in self.routes:
             routing[holder] -= 1

@@ -24,6 +24,7 @@ from simroute.errors import ConfigurationError
 from simroute.ioutil import sha256_file
 from simroute.model.geometry import ModelGeometry
 from simroute.model.scalar import ScalarModel
+from simroute.model.steptime import StepTimeModel
 from simroute.network import FlowEngine, load_topology
 from simroute.network.messages import NIC_CONSTANTS, MessageModel, MessageModelParams
 from simroute.network.schema import flows_metadata
@@ -39,6 +40,7 @@ from simroute.sim.engine.serving import ChunkCopies
 from simroute.sim.launch import launch
 from simroute.sim.metrics import (Recorder, holder_summary, holder_table, overload, serving_summary, summarise,
                                   write_outputs)
+from simroute.sim.presets import ResolvedEngine, resolve_engine
 from simroute.sim.registry import registry, run_rng
 from simroute.sim.request import path_share_Bps
 from simroute.sim.schedulers.base import Scheduler
@@ -122,12 +124,15 @@ class Simulation:
         popularity = attendance_counts(cfg.trace, chunks.ids) if needs_popularity else None
         gpus = topology.gpus[::cfg.tp]
         fabric_of = lambda a, b: cluster.fabric(cluster.instances[a], cluster.instances[b])
+        self.engine, step = engine_and_step(cfg, profile, topology.spec.intra.fabric, self.gpu, deployment.step)
+        cfg = self.cfg = self.engine.applied(cfg)       # the settings that ran, as the summary records them
         engines = EngineSet(env, profile, model=cfg.model, tp=cfg.tp, gpus=gpus,
                             intra_host_fabric=topology.spec.intra.fabric, network=network, fabric_of=fabric_of,
-                            options=engine_options(cfg), exchanges_per_step=params.exchanges,
-                            merge_s=params.merge_s, hbm_gb=cfg.hbm_gb, record=cfg.telemetry,
-                            host_gpu=self.gpu, weight_dtype=cfg.weights, kv_layout=cfg.kv_layout,
-                            schedulers=scheduler_factory(cfg), cache_dtype=cfg.kv_cache, step=deployment.step)
+                            options=engine_options(cfg, self.engine.schedule_ahead),
+                            exchanges_per_step=params.exchanges, merge_s=params.merge_s, hbm_gb=cfg.hbm_gb,
+                            record=cfg.telemetry, host_gpu=self.gpu, weight_dtype=cfg.weights,
+                            kv_layout=cfg.kv_layout, schedulers=scheduler_factory(cfg), cache_dtype=cfg.kv_cache,
+                            step=step, ingress_s=self.engine.ingress_s, egress_s=self.engine.egress_s)
         # Canonical chunks may pin `chunk_hbm_share` of what the weights leave (in the chunks' byte units).
         chunk_capacity = (engines[0].hbm.capacity_blocks * BLOCK_TOKENS * compute.kv_bytes_per_token
                           * cfg.chunk_hbm_share) if len(engines) else 0.0
@@ -196,6 +201,10 @@ class Simulation:
         gpu_file = ctx.profile.gpu_entry_file(self.gpu)    # the instances' GPU entry, when read from a file
         if gpu_file is not None and str(gpu_file) not in map(str, calib_files):
             calib_files.append(gpu_file)
+        if self.engine.preset_file is not None:      # the engine preset is an input too
+            from simroute.calib.engines import engines_dir
+            name = self.engine.preset_file
+            calib_files.append(engines_dir() / Path(name).name if name.startswith("calib/engines/") else Path(name))
         calib = hashlib.sha256("".join(sha256_file(f) for f in calib_files).encode()).hexdigest()
         inputs = {"topology": sha256_file(cfg.topology), "trace": sha256_file(cfg.trace),
                   "calib": calib, "calib_files": [str(f) for f in calib_files]}
@@ -216,7 +225,7 @@ class Simulation:
                         "evictions": int(sum(engine.hbm.evictions for engine in ctx.engines.engines)),
                         "copies_refused": int(sum(engine.hbm.refused for engine in ctx.engines.engines)),
                         "fetch_fell_back_to_route": int(ctx.copies.fell_back)},
-            "engine": ctx.engines.summary(),
+            "engine": {**ctx.engines.summary(), "preset": self.engine.summary()},
             "serving": serving_summary(ctx.recorder, ctx.engines.log.itl_s, ctx.engines.log.itl_n,
                                        gpus=len(instances) * cfg.tp, concurrency=self.concurrency,
                                        offered_qps=self.load.offered_qps),
@@ -344,12 +353,30 @@ def scheduler_factory(cfg: RunConfig) -> Callable[[], Scheduler]:
     return lambda: schedulers.create(cfg.scheduler, cfg, rng)
 
 
-def engine_options(cfg: RunConfig) -> EngineOptions:
-    """The instance engines' options from the run configuration."""
+def engine_and_step(cfg: RunConfig, profile: Profile, intra_host_fabric: str | None, host_gpu: str | None,
+                    sized: StepTimeModel) -> tuple[ResolvedEngine, StepTimeModel]:
+    """The run's engine preset resolved for its deployment (simroute.sim.presets), and the step-time model of its
+    instances: the preset's kernel tables and CPU-side costs. `sized` is the deployment's checked step model
+    (`check_run_deployment`), read for its sizes (weights and KV bytes per GPU) only."""
+    from simroute.model.geometry import get_model
+    from simroute.sim.deployment import instance_gpu
+    source, spec, fabric = instance_gpu(profile, intra_host_fabric, host_gpu)
+    hbm_bytes = cfg.hbm_gb * 1e9 if cfg.hbm_gb is not None else None
+    kv_tokens = int(max((hbm_bytes if hbm_bytes is not None else spec.hbm_bytes) - sized.weight_bytes_per_gpu, 0.0)
+                    // sized.kv_bytes_per_token_per_gpu)
+    engine, spec = resolve_engine(cfg, spec, layers=get_model(cfg.model).layers, kv_capacity_tokens=kv_tokens,
+                                  hbm_bytes=hbm_bytes)
+    step = source.step_model(cfg.model, tp=cfg.tp, intra_host_fabric=fabric, gpu_spec=spec, weight_dtype=cfg.weights,
+                             kv_layout=cfg.kv_layout, cache_dtype=cfg.kv_cache, host=engine.host)
+    return engine, step
+
+
+def engine_options(cfg: RunConfig, schedule_ahead: bool = False) -> EngineOptions:
+    """The instance engines' options from the run configuration (its engine settings resolved: `engine_and_step`)."""
     return EngineOptions(scheduler=cfg.scheduler, max_running=cfg.max_running_seqs, token_budget=cfg.token_budget,
                          prefill_chunk=cfg.prefill_chunk, steps_per_event=cfg.decode_steps_per_event,
                          holder_mode=cfg.holder_mode, interference=cfg.holder_interference,
-                         overlap=cfg.micro_batch_overlap, check_hbm=cfg.check_hbm)
+                         overlap=cfg.micro_batch_overlap, check_hbm=cfg.check_hbm, schedule_ahead=schedule_ahead)
 
 
 def nic_message_model(profile) -> MessageModel | None:

@@ -162,9 +162,9 @@ class SelectionRequest(DenseRequest):
         self.floor_chunks_s = max(self.floor_chunks_s,
                                   min(step.route, step.fetch_move, self._prefill_alone_s(tokens)))
 
-    def finish(self) -> None:
+    def finish(self, egress_s: float = 0.0) -> None:
         if self.gather_blocks:
             self.ctx.engines[self.requester.id].hbm.release_kv(self.gather_blocks)
             self.gather_blocks = 0
             self.ctx.engines[self.requester.id].poke()
-        super().finish()
+        super().finish(egress_s)

@@ -20,11 +20,13 @@ from simroute.sim.placements.base import Placement
 from simroute.sim.policies.base import Policy
 from simroute.sim.registry import PACKAGES, discover, registry, run_rng
 from simroute.sim.routers.base import Router
+from simroute.sim.frameworks.base import Framework
 from simroute.sim.schedulers.base import Scheduler
 
 EXAMPLE = Path(__file__).parent / "example"
-BASES = {"router": Router, "policy": Policy, "placement": Placement, "scheduler": Scheduler}
-ENTRY_POINT = {"router": "pick", "policy": "choose", "placement": "candidates", "scheduler": "plan"}
+BASES = {"router": Router, "policy": Policy, "placement": Placement, "scheduler": Scheduler, "framework": Framework}
+ENTRY_POINT = {"router": "pick", "policy": "choose", "placement": "candidates", "scheduler": "plan",
+               "framework": "settings"}
 CONFIG = RunConfig(topology="-", trace="-", calib="-")
 
 
@@ -44,7 +46,7 @@ def test_every_variant_of_a_kind_keeps_its_contract(kind):
 
 
 RUN_FIELDS = {"router": "router", "policy": "policy", "placement": "placement", "scheduler": "scheduler",
-              "routing": "routing"}
+              "routing": "routing", "framework": "engine"}     # `engine` names a framework's preset
 NAMED_BY_FILES = {"topology"}       # a topology file names its kind (simroute/network/kinds/), not a run option
 
 
@@ -67,7 +69,8 @@ def test_the_built_ins_the_docs_name_are_registered():
     assert {"paper", "adaptive", "always-route", "always-fetch", "always-local"} <= set(registry("policy"))
     assert {"affinity", "hint", "least-loaded", "locality", "round-robin", "hash"} <= set(registry("router"))
     assert {"hash", "consistent-hash", "popularity"} <= set(registry("placement"))
-    assert {"sarathi", "vllm"} <= set(registry("scheduler"))
+    assert {"sarathi", "vllm", "sglang", "trtllm"} <= set(registry("scheduler"))
+    assert {"sglang", "vllm", "trtllm"} <= set(registry("framework"))
     assert {"ecmp", "ark", "least-loaded"} <= set(registry("routing"))
 
 

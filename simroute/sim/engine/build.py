@@ -30,10 +30,15 @@ class EngineSet:
                  options: EngineOptions, exchanges_per_step: int, merge_s: float, hbm_gb: float | None = None,
                  record: bool = True, host_gpu: str | None = None, weight_dtype: str | None = None,
                  kv_layout: str = "replicated", schedulers: Callable[[], Scheduler] | None = None,
-                 cache_dtype: str | None = None, step: StepTimeModel | None = None) -> None:
+                 cache_dtype: str | None = None, step: StepTimeModel | None = None, ingress_s: float = 0.0,
+                 egress_s: float = 0.0) -> None:
+        # a run hands the step model its engine preset built (simroute.sim.presets); one built alone takes the GPU
+        # entry's tables and overhead
         from simroute.sim.deployment import step_model
         self.step: StepTimeModel = step if step is not None else step_model(
             profile, model, tp, intra_host_fabric, host_gpu, weight_dtype, kv_layout, cache_dtype)
+        # a request's path outside the GPU (the engine preset's): arrival to the scheduler, a token to the client
+        self.ingress_s, self.egress_s = ingress_s, egress_s
         g = self.step.geometry
         self.log = IterationLog(enabled=record)
         self.exchange = RouteExchange(network, lambda a, b: fabric_of(a.eid, b.eid), q_bytes=g.q_bytes,

@@ -78,6 +78,8 @@ class EngineOptions:
     overlap: bool = False           # two micro-batches: exchanges of one behind compute of the other
     check_hbm: bool = False         # assert the HBM invariant at every iteration (tests)
     max_preemptions: int = 64       # preemptions of one sequence before it is refused (a thrash guard)
+    schedule_ahead: bool = False    # overlap scheduling: the next iteration is planned while this one runs, so a
+    #                                 sequence arriving meanwhile joins the iteration after it (docs/ENGINES.md)
 
     def __post_init__(self) -> None:
         if self.scheduler not in registry("scheduler"):
@@ -128,6 +130,9 @@ class InstanceEngine:
         self._in_step = False
         self._admitted = 0
         self._held: list[Sequence] = []     # preempted while the current event was planned: not re-admitted in it
+        # arrived while an event ran under `schedule_ahead`: the next iteration was planned without them, so they
+        # reach the waiting queue once it is (`_begin`)
+        self._arriving: list[Sequence] = []
         # the routed groups of the last decode-only batch and its sequences: the next batch of the same sequences
         # routes the same groups (a sequence's routes and the rows of a decode are fixed), so it reuses them
         self._decode_groups: tuple[list[Sequence], dict | None] = ([], None)
@@ -148,7 +153,10 @@ class InstanceEngine:
         if blocks_for(seq.peak_tokens) > self.hbm.capacity_blocks - self.hbm.pinned_blocks:
             self._refuse(seq, NEVER_FITS)     # can never fit: refused rather than thrashing or waiting forever
             return
-        self.waiting.append(seq)
+        if self.busy and not self._in_step and self.options.schedule_ahead:
+            self._arriving.append(seq)      # the next iteration is planned already: it joins the one after
+        else:
+            self.waiting.append(seq)
         if self._in_step:
             return                          # the event being processed picks it up
         if not self.busy:
@@ -213,18 +221,32 @@ class InstanceEngine:
                 if left < least:
                     least = left
             plan.k = least if least > 1 else 1
+            if self._arriving:
+                plan.k = 1                  # sequences that arrived meanwhile join the iteration after this one
+        return plan
+
+    def _plan_grown(self) -> Plan:
+        """The next event's plan with its decodes' blocks reserved (a preemption plans again), or, when nothing runs
+        and the head of the queue does not fit, the plan of the sequences behind it."""
+        plan = self._plan_next()
+        while plan.decode and not self._grow(plan):
+            plan = self._plan_next()    # a preemption changed the running set: plan again
+        if not plan.prefill and not plan.decode and self.waiting and not self.running:
+            plan = self._plan_past_the_head()
         return plan
 
     # ---- one event -------------------------------------------------------------------------------------
     def _begin(self) -> None:
         self._in_step = True
-        plan = self._plan_next()
-        while plan.decode and not self._grow(plan):
-            plan = self._plan_next()    # a preemption changed the running set: plan again
+        plan = self._plan_grown()
         prefill, decode = plan.prefill, plan.decode
-        if not prefill and not decode and self.waiting and not self.running:
-            plan = self._plan_past_the_head()
-            prefill, decode = plan.prefill, plan.decode
+        arriving = self._arriving
+        if arriving:                    # planned without them: they wait for the next plan
+            self.waiting.extend(arriving)
+            arriving.clear()
+            if not prefill and not decode:      # nothing was planned: the CPU schedules them at once
+                plan = self._plan_grown()
+                prefill, decode = plan.prefill, plan.decode
         if self._held:
             self._held.clear()
         self._in_step = False

@@ -1,0 +1,86 @@
+"""A serving framework: how its preset's constants become one deployment's engine settings.
+
+A preset (calib/engines/<framework>-<version>.yaml, read by simroute.calib.engines) holds the constants with their
+provenance; the framework class holds the rules the framework's source applies to them (SGLang sizes its prefill
+chunk by GPU memory, vLLM takes larger defaults on a GPU of 70 GiB or more, TensorRT-LLM never chunks a prompt).
+A run's explicit flags win over the preset; every setting says where it came from (`Setting.source`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from simroute.sim.registry import Registry, registry
+
+if TYPE_CHECKING:
+    from simroute.calib.engines import EnginePreset
+
+# the settings a preset resolves, in the order a summary lists them; the first six are also RunConfig flags
+FLAG_SETTINGS = ("scheduler", "token_budget", "prefill_chunk", "max_running_seqs", "cuda_graph_max_batch",
+                 "overlap_scheduling")
+SETTINGS = FLAG_SETTINGS + ("host_us_per_sequence", "eager_launch_us_per_layer", "request_ingress_us",
+                            "request_egress_us")
+GIB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One resolved engine setting and where it came from: `flag (--name)`, or the preset's constant
+    (`preset sglang@0.5.14 <constant>: <provenance>`), or a rule over others."""
+
+    value: Any
+    source: str
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What a framework's rules read of the deployment: the GPU entry (its name and memory), the TP degree, the
+    model's layers and the KV room one GPU has beside the weights (tokens)."""
+
+    gpu: str
+    hbm_bytes: float
+    tp: int
+    layers: int
+    kv_capacity_tokens: int
+
+    @property
+    def hbm_gib(self) -> float:
+        return self.hbm_bytes / GIB
+
+
+class Framework:
+    """Contract: `settings(preset, deployment, flags)` -> every name of SETTINGS mapped to a `Setting`. `flags`
+    holds the run's explicit values (RunConfig fields that are not None), which win. The base reads each setting
+    from the preset's constant of the same name (a tier table at the deployment's GPU memory and TP); a
+    framework overrides `rule` where its source derives a setting from others."""
+
+    name: ClassVar[str]
+
+    def settings(self, preset: EnginePreset, deployment: Deployment, flags: dict[str, Any]) -> dict[str, Setting]:
+        out: dict[str, Setting] = {}
+        for key in SETTINGS:
+            if key in flags:
+                out[key] = Setting(flags[key], f"flag (--{key.replace('_', '-')})")
+            else:
+                out[key] = self.rule(key, preset, deployment, out)
+        return out
+
+    def rule(self, key: str, preset: EnginePreset, deployment: Deployment, resolved: dict[str, Setting]) -> Setting:
+        """Setting `key` from the preset (`resolved` holds the settings before it in SETTINGS order)."""
+        return self.constant(preset, key, deployment)
+
+    @staticmethod
+    def constant(preset: EnginePreset, key: str, deployment: Deployment, as_key: str | None = None) -> Setting:
+        """The preset's constant `key` at this deployment, cited."""
+        constant = preset.constant(key)
+        value = constant.at(deployment.hbm_gib, deployment.tp)
+        if isinstance(value, float) and value.is_integer() and (as_key or key) in _INTEGER:
+            value = int(value)
+        where = f" at {deployment.hbm_gib:.0f} GiB, tp {deployment.tp}" if constant.tiers else ""
+        return Setting(value, f"preset {preset.label} {key}{where}: {constant.cite()}")
+
+
+_INTEGER = {"token_budget", "prefill_chunk", "max_running_seqs", "cuda_graph_max_batch"}
+
+FRAMEWORKS: Registry[type[Framework]] = registry("framework")

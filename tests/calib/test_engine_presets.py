@@ -1,0 +1,156 @@
+"""Every engine-preset constant pinned to its source: the test reads each shipped preset file and checks each
+constant's value and that its reference names the file (and version) it was read from. A constant added without a
+pin, or a value or reference changed without changing its pin here, fails (docs/ENGINES.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from simroute.calib.engines import EnginePresetFile, engines_dir, load_engine_preset_file, version_key
+from simroute.errors import ConfigurationError
+
+SGL = "sglang 0.5.14 python/sglang/srt/"
+VLLM = "vllm 0.24.0 vllm/"
+TRT = "TensorRT-LLM "
+SGL_TIERS = [[20, 2048, None], [35, 2048, None], [60, 4096, None], [90, 8192, None], [160, 8192, None],
+             [None, 16384, None]]
+SGL_GRAPHS = [[20, 8, 8], [35, 24, 80], [60, 32, 160], [90, 256, 512], [160, 256, 512], [None, 512, 512]]
+IPC = "uw-syfi/vibesys PR #421"
+TOKENISE = "tenstorrent/tt-inference-server issue #2173"
+LAUNCH = "cloudai.pt/tag/cuda-graphs"
+GAP = "vllm-project/vllm issue #10634"
+
+# file -> constant -> (kind, value or tiers, substrings its reference must hold: the file and version it cites)
+PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
+    "sglang-0.5.14.yaml": {
+        "scheduler": ("source", "sglang", (SGL + "managers/scheduler.py get_next_batch_to_run", "line 2656",
+                                           "enable_mixed_chunk = False")),
+        "token_budget": ("source", 16384, (SGL + "server_args.py lines 688-698", "max_prefill_tokens = 16384")),
+        "prefill_chunk": ("source", SGL_TIERS, (SGL + "server_args.py _handle_gpu_memory_settings (lines 3122-3207)",
+                                                "PrefillAdder.add_one_req")),
+        "cuda_graph_max_batch": ("source", SGL_GRAPHS, (SGL + "server_args.py _handle_gpu_memory_settings",
+                                                        "decode max_bs")),
+        "max_running_seqs": ("source", 2048, (SGL + "model_executor/model_runner_kv_cache_mixin.py "
+                                                    "_resolve_max_num_reqs",)),
+        "overlap_scheduling": ("source", True, (SGL + "server_args.py line 776: disable_overlap_schedule = False",)),
+        "host_us_per_sequence": ("default", 21.5, (GAP, "5.5 ms / 256")),
+        "eager_launch_us_per_layer": ("published", 262, (LAUNCH, "8.4 ms / 32 layers")),
+        "request_ingress_us": ("published", 1550, (TOKENISE, "1.40 ms", IPC, "0.15 ms")),
+        "request_egress_us": ("published", 300, (IPC, "2 x 0.15 ms")),
+    },
+    "vllm-0.24.0.yaml": {
+        "scheduler": ("source", "sarathi", (VLLM + "v1/core/sched/scheduler.py", "(line 430)", "(line 625)",
+                                            "long_prefill_token_threshold = 0")),
+        "token_budget": ("source", 2048, (VLLM + "engine/arg_utils.py get_batch_defaults", "(line 2404)")),
+        "token_budget_large_gpu": ("source", 8192, (VLLM + "engine/arg_utils.py get_batch_defaults (lines 2404-2412)",)),
+        "max_running_seqs": ("source", 256, (VLLM + "engine/arg_utils.py get_batch_defaults (lines 2414-2424)",)),
+        "max_running_seqs_large_gpu": ("source", 1024, (VLLM + "engine/arg_utils.py get_batch_defaults "
+                                                               "(lines 2410-2413)",)),
+        "large_gpu_min_gib": ("source", 70, (VLLM + "engine/arg_utils.py line 2404",)),
+        "large_gpu_excluded": ("source", "a100", (VLLM + "engine/arg_utils.py lines 2401-2404",)),
+        "cuda_graph_max_batch": ("source", 512, (VLLM + "config/vllm.py lines 1684-1694",)),
+        "overlap_scheduling": ("source", True, (VLLM + "config/vllm.py lines 964-1004",)),
+        "host_us_per_sequence": ("fitted", 21.5, ("5.5 ms / 256",)),
+        "eager_launch_us_per_layer": ("published", 262, (LAUNCH, "8.4 ms / 32 layers")),
+        "request_ingress_us": ("published", 1550, (TOKENISE, "1.40 ms", IPC, "0.15 ms")),
+        "request_egress_us": ("published", 150, (IPC, "0.15 ms")),
+        "prefill_dispatch_us_per_layer": ("fitted", 800, ("aiconfigurator-core 0.12.0 aiconfigurator_core/sdk/"
+                                                          "backends/vllm_backend.py _prefill_dispatch_overhead_ms",)),
+    },
+    "trtllm-1.3.0rc20.yaml": {
+        "scheduler": ("source", "trtllm", (TRT + "cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp",
+                                           "enable_chunked_prefill default False")),
+        "token_budget": ("source", 8192, (TRT + "tensorrt_llm/builder.py BuildConfig", "max_num_tokens = 8192")),
+        "max_running_seqs": ("source", 2048, (TRT + "tensorrt_llm/builder.py BuildConfig", "max_batch_size = 2048")),
+        "cuda_graph_max_batch": ("source", 128, (TRT + "tensorrt_llm/llmapi/llm_args.py",
+                                                 "a default max_batch_size of 128")),
+        "overlap_scheduling": ("source", True, (TRT + "tensorrt_llm/llmapi/llm_args.py",
+                                                "disable_overlap_scheduler = False")),
+        "host_us_per_sequence": ("default", 21.5, (GAP, "5.5 ms / 256")),
+        "eager_launch_us_per_layer": ("published", 262, (LAUNCH, "8.4 ms / 32 layers")),
+        "request_ingress_us": ("published", 1550, (TOKENISE, "1.40 ms", IPC, "0.15 ms")),
+        "request_egress_us": ("published", 150, (IPC, "0.15 ms")),
+    },
+}
+FITTED_POINTS = {("vllm-0.24.0.yaml", "host_us_per_sequence"): GAP,
+                 ("vllm-0.24.0.yaml", "prefill_dispatch_us_per_layer"): "aiconfigurator 0.12.0"}
+
+
+def pin_failures(name: str, raw: dict) -> list[str]:
+    """What in one preset file's raw YAML differs from its pins (empty: every constant as pinned)."""
+    pins, constants = PINS[name], raw["constants"]
+    problems = [f"{key}: not pinned" for key in constants if key not in pins]
+    problems += [f"{key}: pinned but absent" for key in pins if key not in constants]
+    for key, (kind, value, refs) in pins.items():
+        entry = constants.get(key)
+        if entry is None:
+            continue
+        got = ([[tier.get("below_gib"), tier["value"], tier.get("value_tp4")] for tier in entry["tiers"]]
+               if "tiers" in entry else entry["value"])
+        if got != value or type(got) is bool and type(value) is not bool:
+            problems.append(f"{key}: value {got!r}, pinned {value!r}")
+        if entry["provenance"]["kind"] != kind:
+            problems.append(f"{key}: kind {entry['provenance']['kind']}, pinned {kind}")
+        problems += [f"{key}: reference lacks {ref!r}" for ref in refs if ref not in entry["provenance"]["ref"]]
+        if (name, key) in FITTED_POINTS and not any(FITTED_POINTS[name, key] in point
+                                                     for point in entry["provenance"].get("points", [])):
+            problems.append(f"{key}: fitted points lack {FITTED_POINTS[name, key]!r}")
+    return problems
+
+
+def _raw(name: str) -> dict:
+    return yaml.safe_load((engines_dir() / name).read_text())
+
+
+def test_every_shipped_preset_is_pinned():
+    assert sorted(path.name for path in engines_dir().glob("*.yaml")) == sorted(PINS)
+
+
+@pytest.mark.parametrize("name", sorted(PINS))
+def test_each_constant_is_its_source_s_value_citing_the_file_and_version(name):
+    assert pin_failures(name, _raw(name)) == []
+    preset = load_engine_preset_file(engines_dir() / name)          # and the loader takes it
+    assert preset.label.replace("@", "-") + ".yaml" == name and set(preset.constants) == set(PINS[name])
+
+
+@pytest.mark.parametrize("name,key,mutate", [
+    ("sglang-0.5.14.yaml", "token_budget", lambda entry: entry.update(value=8192)),
+    ("sglang-0.5.14.yaml", "prefill_chunk", lambda entry: entry["tiers"][4].update(value=4096)),
+    ("vllm-0.24.0.yaml", "overlap_scheduling", lambda entry: entry.update(value=False)),
+    ("trtllm-1.3.0rc20.yaml", "cuda_graph_max_batch", lambda entry: entry["provenance"].update(ref="a blog")),
+    ("vllm-0.24.0.yaml", "host_us_per_sequence", lambda entry: entry["provenance"].update(kind="published")),
+])
+def test_a_mutated_constant_fails_its_pin(name, key, mutate):
+    raw = _raw(name)
+    mutate(raw["constants"][key])
+    assert any(problem.startswith(key) for problem in pin_failures(name, raw))
+
+
+def _write(tmp_path: Path, name: str, raw: dict) -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+@pytest.mark.parametrize("edit,field", [
+    (lambda raw: raw["constants"]["host_us_per_sequence"]["provenance"].update(kind="fitted"), "points"),
+    (lambda raw: raw["constants"]["prefill_chunk"]["tiers"].reverse(), "below_gib"),
+    (lambda raw: raw["constants"]["token_budget"].update(value=-1), "non-negative"),
+    (lambda raw: raw["constants"]["token_budget"]["provenance"].update(ref=""), "ref"),
+    (lambda raw: raw.update(version="0.5.15"), "named"),
+])
+def test_a_malformed_preset_is_refused_naming_the_problem(tmp_path, edit, field):
+    raw = _raw("sglang-0.5.14.yaml")
+    edit(raw)
+    with pytest.raises(ConfigurationError, match=field):
+        load_engine_preset_file(_write(tmp_path, "sglang-0.5.14.yaml", raw))
+
+
+def test_the_schema_takes_each_shipped_file_and_versions_order_as_releases():
+    for name in PINS:
+        EnginePresetFile.model_validate(_raw(name))
+    assert sorted(["0.5.14", "0.5.9", "1.3.0", "1.3.0rc20", "1.3.0rc5"], key=version_key) == \
+        ["0.5.9", "0.5.14", "1.3.0rc5", "1.3.0rc20", "1.3.0"]

@@ -1,0 +1,130 @@
+"""What an engine preset changes in the engine and the step time, by hand (docs/ENGINES.md): overlap scheduling's
+one-iteration admission lag, the CPU side of an iteration (host work overlapped or not, eager launches past the
+CUDA-graph limit), and the per-request path in TTFT and E2E."""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+
+from fakes import FakeStep
+from simroute.model.geometry import get_model
+from simroute.model.steptime import GpuSpec, HostCosts, StepTimeModel
+from simroute.sim.engine import Sequence
+
+
+def _decode_s(context: float) -> float:
+    return FakeStep().iteration_s(1, 1, context, context)
+
+
+def _arrival_mid_decode(make_engine, schedule_ahead: bool, steps: int = 1):
+    """A decodes alone from t = 0; B (a 100-token prompt) arrives 50 ms in, in the middle of an iteration."""
+    env = simpy.Environment()
+    eng = make_engine(env, steps_per_event=steps, schedule_ahead=schedule_ahead, token_budget=4096,
+                      prefill_chunk=4096)
+    a, b = Sequence(0, 100, 200), Sequence(1, 100, 3)
+    eng.submit(a)
+    state = {}
+
+    def late():
+        yield env.timeout(0.05)
+        state["generated"] = a.generated
+        eng.submit(b)
+    env.process(late())
+    env.run()
+    return eng, b, state
+
+
+def test_overlap_scheduling_puts_an_arrival_one_iteration_later(make_engine):
+    """Without it B joins the iteration after the one running at its arrival; with it the CPU had planned that
+    iteration already (A's decode alone), so B joins the one after: B's prefill starts one decode iteration of A
+    later (over A's prompt and the tokens it had when B arrived, plus the one in flight)."""
+    _, plain, _ = _arrival_mid_decode(make_engine, False)
+    _, ahead, state = _arrival_mid_decode(make_engine, True)
+    inserted = _decode_s(100 + state["generated"] + 1)
+    assert ahead.t_scheduled - plain.t_scheduled == pytest.approx(inserted, rel=1e-9)
+    assert ahead.t_first_token - plain.t_first_token > inserted        # and B's iteration carries a longer A
+
+
+def test_overlap_scheduling_lag_holds_across_a_cut_macro_event(make_engine):
+    """An arrival cuts a macro event at the next iteration boundary either way; under overlap one event of exactly
+    one decode iteration of A alone then runs before B is scheduled."""
+    eng_plain, plain, _ = _arrival_mid_decode(make_engine, False, steps=8)
+    eng, ahead, _ = _arrival_mid_decode(make_engine, True, steps=8)
+    rows = eng.log.table().to_pandas()
+    before = rows[(rows.t_start_s + rows.duration_s - ahead.t_scheduled).abs() < 1e-12].iloc[0]
+    assert (before.iterations, before.decode_seqs, before.prefill_seqs) == (1, 1, 0)
+    assert before.t_start_s == pytest.approx(plain.t_scheduled, rel=1e-12)
+    assert ahead.t_scheduled - plain.t_scheduled == pytest.approx(before.duration_s, rel=1e-12)
+
+
+def test_an_idle_engine_schedules_an_arrival_at_once_under_overlap(make_engine):
+    env = simpy.Environment()
+    eng = make_engine(env, schedule_ahead=True)
+    seq = Sequence(0, 100, 2)
+
+    def arrive():
+        yield env.timeout(0.01)
+        eng.submit(seq)
+    env.process(arrive())
+    env.run()
+    assert seq.t_scheduled == 0.01 and not eng._arriving
+
+
+# ---- the CPU side of an iteration (`HostCosts`), by hand on the roofline ----------------------------------------
+def _roofline_model(host: HostCosts | None) -> StepTimeModel:
+    gpu = GpuSpec(name="g", peak_flops=1e15, hbm_Bps=3e12, hbm_bytes=80e9, hbm_efficiency=1.0,
+                  gemm_efficiency=1.0, attention_efficiency=1.0, iteration_overhead_s=3e-4)
+    return StepTimeModel(get_model("llama-3.1-8b"), gpu, 1, host=host)
+
+
+def test_overlapped_host_work_hides_behind_the_kernels_and_serial_host_work_adds():
+    bare = _roofline_model(HostCosts(overlap=True, host_s_per_sequence=0.0, launch_s_per_layer=0.0,
+                                     graph_max_batch=1024))
+    kernels = bare.iteration_s(64, 64, 64 * 1000, 64 * 1000, 0.0, 64)
+    small = dict(host_s_per_sequence=kernels / 128, launch_s_per_layer=0.0, graph_max_batch=1024)
+    big = dict(host_s_per_sequence=kernels / 32, launch_s_per_layer=0.0, graph_max_batch=1024)
+    shape = (64, 64, 64 * 1000, 64 * 1000, 0.0, 64)
+    assert _roofline_model(HostCosts(overlap=True, **small)).iteration_s(*shape) == kernels       # hidden: 0.5 x
+    assert _roofline_model(HostCosts(overlap=True, **big)).iteration_s(*shape) == pytest.approx(2 * kernels)
+    assert _roofline_model(HostCosts(overlap=False, **small)).iteration_s(*shape) == pytest.approx(1.5 * kernels)
+    # the GPU entry's constant 0.3 ms is not charged under a preset, and is without one
+    assert _roofline_model(None).iteration_s(*shape) == pytest.approx(kernels + 3e-4)
+
+
+def test_a_decode_batch_past_the_cuda_graph_limit_pays_its_eager_launches():
+    layers = get_model("llama-3.1-8b").layers                  # 32
+    host = HostCosts(overlap=True, host_s_per_sequence=0.0, launch_s_per_layer=1e-3, graph_max_batch=8)
+    model, bare = _roofline_model(host), _roofline_model(HostCosts(True, 0.0, 0.0, 8))
+    at_limit, past = (8, 8, 8000, 8000, 0.0, 8), (9, 9, 9000, 9000, 0.0, 9)
+    assert model.iteration_s(*at_limit) == bare.iteration_s(*at_limit)          # replayed: no launch cost
+    assert bare.iteration_s(*past) < layers * 1e-3                              # kernels shorter than launches
+    assert model.iteration_s(*past) == pytest.approx(layers * 1e-3)             # eager: launch-bound, 32 ms
+    prefill = (512, 1, 512, 512 * 513 / 2, 512 * 513 / 2, 0)                    # never graphed (a prefill chunk)
+    assert model.iteration_s(*prefill) == pytest.approx(max(bare.iteration_s(*prefill), layers * 1e-3))
+    serial = _roofline_model(HostCosts(False, 1e-5, 1e-3, 8))
+    assert serial.iteration_s(*past) == pytest.approx(9 * 1e-5 + layers * 1e-3)
+    terms = model.iteration(_batch(*past))
+    assert terms.iteration_s == model.iteration_s(*past) and "eager launches" in terms.sources["overhead"]
+
+
+def _batch(new, seqs, kv, pairs, prefill_pairs, decodes):
+    from simroute.model.steptime import BatchShape
+    return BatchShape(new_tokens=new, sequences=seqs, kv_read_tokens=kv, attention_pairs=pairs,
+                      prefill_pairs=prefill_pairs, decode_sequences=decodes)
+
+
+def test_past_the_graph_limit_the_measured_all_reduce_is_the_eager_rows():
+    """DeepSeek-V3 at TP 8 on H200 (SGLang 0.5.14's tables): a 9-sequence decode batch reads the CUDA-graph
+    all-reduce rows when graphs reach 9 sequences and the eager rows when they stop at 8."""
+    from simroute.calib import default_profile_path, load_profile
+    profile = load_profile(default_profile_path())
+    spec = profile.find_gpu_spec("h200-sxm")
+    graphed = profile.step_model("deepseek-v3", tp=8, gpu_spec=spec, host=HostCosts(True, 0.0, 0.0, 9))
+    eager = profile.step_model("deepseek-v3", tp=8, gpu_spec=spec, host=HostCosts(True, 0.0, 0.0, 8))
+    measured = graphed._measured
+    elements = 9 * graphed.geometry.hidden
+    want_graph = 2 * measured._ar_curve(True, elements).seconds(elements)
+    want_eager = 2 * measured._ar_curve(False, elements).seconds(elements)
+    assert want_eager > want_graph
+    assert graphed._token_terms(9, 9, 9)[1] == want_graph and eager._token_terms(9, 9, 9)[1] == want_eager

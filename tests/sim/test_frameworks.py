@@ -1,0 +1,165 @@
+"""Engine presets resolved for a deployment (simroute.sim.presets, simroute/sim/frameworks/): each framework's rules
+by hand, the override rules (explicit flags win, each setting says where it came from), the tables a preset
+selects, and the checks (docs/ENGINES.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from simroute.calib import load_profile
+from simroute.calib.engines import load_engine_preset
+from simroute.errors import ConfigurationError, UnknownNameError
+from simroute.sim import RunConfig
+from simroute.sim.frameworks import FRAMEWORKS, Deployment
+from simroute.sim.presets import resolve_engine
+
+BASE = dict(topology="t.yaml", trace="t.parquet", calib="c.yaml")
+GIB = float(1 << 30)
+
+
+def _settings(framework: str, gib: float, tp: int = 8, gpu: str = "h200-sxm", layers: int = 61, kv: int = 794_880,
+              **flags):
+    deployment = Deployment(gpu=gpu, hbm_bytes=gib * GIB, tp=tp, layers=layers, kv_capacity_tokens=kv)
+    resolved = FRAMEWORKS.get(framework)().settings(load_engine_preset(framework), deployment, flags)
+    return {key: setting.value for key, setting in resolved.items()}, resolved
+
+
+@pytest.mark.parametrize("gib,tp,chunk,graphs", [
+    (131.3, 8, 8192, 512), (131.3, 2, 8192, 256), (74.5, 8, 8192, 512), (40.0, 1, 4096, 32), (40.0, 4, 4096, 160),
+    (16.0, 8, 2048, 8), (179.0, 8, 16384, 512),
+])
+def test_sglang_picks_its_chunk_and_graph_sizes_by_gpu_memory(gib, tp, chunk, graphs):
+    """server_args.py _handle_gpu_memory_settings: the tier below the GPU's memory, the graph size by TP."""
+    values, _ = _settings("sglang", gib, tp=tp)
+    assert (values["prefill_chunk"], values["cuda_graph_max_batch"]) == (chunk, graphs)
+    assert values["scheduler"] == "sglang" and values["token_budget"] == 16384 and values["overlap_scheduling"]
+
+
+def test_sglang_caps_its_running_requests_at_half_the_kv_room():
+    assert _settings("sglang", 131.3)[0]["max_running_seqs"] == 2048
+    assert _settings("sglang", 131.3, kv=3000)[0]["max_running_seqs"] == 1500          # 3000 // 2 < 2048
+
+
+def test_vllm_takes_its_larger_defaults_on_a_large_gpu_that_is_not_an_a100():
+    h200, _ = _settings("vllm", 131.3)
+    assert (h200["token_budget"], h200["max_running_seqs"], h200["prefill_chunk"]) == (8192, 1024, 8192)
+    assert h200["cuda_graph_max_batch"] == 512                       # min(2 x 1024, 512, 8192)
+    a100, _ = _settings("vllm", 74.5, gpu="a100-80gb")
+    assert (a100["token_budget"], a100["max_running_seqs"], a100["cuda_graph_max_batch"]) == (2048, 256, 512)
+    small, _ = _settings("vllm", 44.7, gpu="l40s")
+    assert small["token_budget"] == 2048
+    flagged, _ = _settings("vllm", 131.3, token_budget=384, max_running_seqs=100)
+    assert (flagged["prefill_chunk"], flagged["cuda_graph_max_batch"]) == (384, 200)   # min(200, 512, 384)
+    assert h200["request_ingress_us"] == pytest.approx(1550 + 61 * 800)               # + aiconfigurator's dispatch
+
+
+def test_trtllm_runs_whole_prompts_under_its_token_budget():
+    values, resolved = _settings("trtllm", 131.3)
+    assert (values["scheduler"], values["token_budget"], values["max_running_seqs"]) == ("trtllm", 8192, 2048)
+    assert values["cuda_graph_max_batch"] == 128 and values["request_ingress_us"] == 1550
+    assert "not read" in resolved["prefill_chunk"].source
+
+
+def _cfg(**kw) -> RunConfig:
+    return RunConfig(**BASE, **kw)
+
+
+def _h200():
+    from simroute.calib import default_profile_path
+    return load_profile(default_profile_path()).find_gpu_spec("h200-sxm")
+
+
+def test_auto_takes_the_framework_of_the_gpu_tables_and_explicit_flags_win():
+    engine, spec = resolve_engine(_cfg(), _h200(), layers=61, kv_capacity_tokens=794_880)
+    assert engine.engine == "sglang@0.5.14" and engine.tables == "h200-sxm sglang 0.5.14" and not engine.notes
+    assert engine.settings["prefill_chunk"].source.startswith("preset sglang@0.5.14 prefill_chunk at 131 GiB")
+    flagged, _ = resolve_engine(_cfg(token_budget=4096, scheduler="sarathi", overlap_scheduling=False,
+                                     max_running_seqs=64), _h200(), layers=61, kv_capacity_tokens=794_880)
+    values = {key: setting.value for key, setting in flagged.settings.items()}
+    assert (values["token_budget"], values["scheduler"], values["overlap_scheduling"]) == (4096, "sarathi", False)
+    assert values["prefill_chunk"] == 4096 and "cut to the token budget" in flagged.settings["prefill_chunk"].source
+    assert flagged.settings["max_running_seqs"].source == "flag (--max-running-seqs)"
+    assert flagged.host is not None and not flagged.host.overlap and not flagged.schedule_ahead
+    applied = flagged.applied(_cfg(token_budget=4096))
+    assert (applied.engine, applied.prefill_chunk, applied.cuda_graph_max_batch) == ("sglang@0.5.14", 4096, 512)
+
+
+def test_none_is_the_engine_of_the_flags_and_the_gpu_entry_s_overhead():
+    engine, spec = resolve_engine(_cfg(engine="none", token_budget=512, prefill_chunk=512), _h200(), layers=61,
+                                  kv_capacity_tokens=794_880)
+    assert {key: s.value for key, s in engine.settings.items()} == {"scheduler": "sarathi", "token_budget": 512,
+                                                                    "prefill_chunk": 512, "max_running_seqs": 256}
+    assert engine.host is None and engine.ingress_s == engine.egress_s == 0.0 and not engine.schedule_ahead
+
+
+def test_a_preset_without_tables_for_the_gpu_reads_the_gpu_entry_s_own_and_says_so():
+    engine, spec = resolve_engine(_cfg(engine="vllm"), _h200(), layers=61, kv_capacity_tokens=794_880)
+    if (spec.operator_tables.framework, spec.operator_tables.version) == ("vllm", "0.24.0"):
+        pytest.skip("calib/ops/h200-sxm/vllm-0.24.0 is shipped: the preset reads its own tables")
+    assert engine.tables == "h200-sxm sglang 0.5.14"
+    assert any("no calib/ops/h200-sxm/vllm-0.24.0 tables" in note for note in engine.notes)
+
+
+def test_a_gpu_without_tables_takes_the_default_framework_and_says_so():
+    bare = dataclasses.replace(_h200(), operator_tables=None)
+    engine, _ = resolve_engine(_cfg(), bare, layers=61, kv_capacity_tokens=794_880)
+    assert engine.engine == "sglang@0.5.14" and any("no operator tables" in note for note in engine.notes)
+
+
+@pytest.mark.parametrize("kw,error,match", [
+    (dict(engine="nosuch"), UnknownNameError, "engine"),
+    (dict(engine="sglang@9.9.9"), UnknownNameError, "version"),
+    (dict(engine="none", overlap_scheduling=True), ConfigurationError, "overlap_scheduling"),
+    (dict(token_budget=512, prefill_chunk=2048), ConfigurationError, "prefill_chunk"),
+    (dict(cuda_graph_max_batch=-1), ConfigurationError, "cuda_graph_max_batch"),
+])
+def test_bad_engine_settings_are_refused_naming_the_field(kw, error, match):
+    with pytest.raises(error, match=match):
+        _cfg(**kw)
+
+
+def test_a_flagged_sarathi_chunk_over_the_preset_s_budget_is_refused():
+    with pytest.raises(ConfigurationError, match="prefill_chunk"):
+        resolve_engine(_cfg(engine="trtllm", scheduler="sarathi", prefill_chunk=9000), _h200(), layers=61,
+                       kv_capacity_tokens=794_880)
+
+
+def test_run_help_lists_each_preset_with_its_line():
+    from simroute.cli.run_cmd import run_options
+    help_text = dict(run_options())["engine"].default.help
+    for name in ("sglang@0.5.14", "vllm@0.24.0", "trtllm@1.3.0rc20"):
+        assert name in help_text
+    assert "in-flight batching" in help_text and "prefill batches first" in help_text
+
+
+def test_the_per_request_path_adds_to_ttft_and_e2e_by_hand(tmp_path):
+    """One request of a 512-token prompt on an idle engine, then a closed-loop child: TTFT is the preset's ingress,
+    the prompt's one prefill iteration (the step model's, the preset's host costs in it) and the egress of the
+    first token; E2E adds the decode iterations and the last token's egress, which the child waits for."""
+    from simroute.network import shipped_topology
+    from simroute.scenarios.traces import write_trace
+    from simroute.sim import Simulation
+    from simroute.defaults import PAPER_DEPLOYMENT
+    from simroute.calib import default_profile_path
+    reqs = [{"arrival_s": 0.0, "requester_hint": 0, "prompt_tokens": 512, "output_tokens": 4, "after_id": -1,
+             "think_s": 0.0},
+            {"arrival_s": 0.0, "requester_hint": 0, "prompt_tokens": 512, "output_tokens": 1, "after_id": 0,
+             "think_s": 0.0}]
+    trace = write_trace(tmp_path / "t.parquet", reqs, [])
+    sim = Simulation(RunConfig(topology=str(shipped_topology("paper-testbed")), trace=str(trace),
+                               calib=str(default_profile_path()), **{**PAPER_DEPLOYMENT, "engine": "sglang"}))
+    sim.run()
+    engine, step, rec = sim.engine, sim.ctx.engines.step, sim.rec
+    assert (engine.ingress_s, engine.egress_s) == (1550e-6, 300e-6)
+    pairs = 512 * 513 / 2
+    prefill = step.iteration_s(512, 1, 512, pairs, pairs, 0.0)
+    assert rec.ttft[0] == pytest.approx(engine.ingress_s + prefill + engine.egress_s, rel=1e-12)
+    assert rec.ttft_frontend[0] == engine.ingress_s + engine.egress_s
+    # the 3 decodes run as one engine event at its mid-point context (docs/MODEL.md, "Macro events")
+    decodes = 3 * step.iteration_s(1, 1, 514, 514, 0.0, 1)
+    assert rec.e2e[0] - rec.ttft[0] == pytest.approx(decodes, rel=1e-12)      # every token pays the same egress
+    assert rec.tpot[0] == pytest.approx(decodes / 3, rel=1e-12)
+    assert rec.arrival[1] == pytest.approx(rec.e2e[0], rel=1e-12)              # the child left after the last token
+    assert rec.ttft[0] >= rec.ttft_floor[0] - 1e-12

@@ -38,8 +38,9 @@ MODEL = "llama-3.1-8b"   # GQA elephants (128 KB per token) on one H100 per inst
 TOPOLOGY = "ark-paper"   # 100 Gb/s NICs and spine uplinks: a collision halves both elephants
 PREFILL_INSTANCES, DECODE_INSTANCES = 40, 24
 PROMPT_TOKENS, PROMPT_SIGMA, OUTPUT_TOKENS = 16_384, 0.6, 128
-ARK_ENGINE: dict[str, object] = {"scheduler": "sarathi", "token_budget": 8192, "prefill_chunk": 8192,
-                                 "max_running_seqs": 256, "decode_steps_per_event": 64}
+# `engine` none: the ARK paper's prototype, not a framework preset (docs/ENGINES.md)
+ARK_ENGINE: dict[str, object] = {"engine": "none", "scheduler": "sarathi", "token_budget": 8192,
+                                 "prefill_chunk": 8192, "max_running_seqs": 256, "decode_steps_per_event": 64}
 HEATMAP_BIN_S = 1.0
 
 

@@ -45,7 +45,8 @@ PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
         "scheduler": ("source", "sarathi", (VLLM + "v1/core/sched/scheduler.py", "(line 430)", "(line 625)",
                                             "long_prefill_token_threshold = 0")),
         "token_budget": ("source", 2048, (VLLM + "engine/arg_utils.py get_batch_defaults", "(line 2404)")),
-        "token_budget_large_gpu": ("source", 8192, (VLLM + "engine/arg_utils.py get_batch_defaults (lines 2404-2412)",)),
+        "token_budget_large_gpu": ("source", 8192, (VLLM + "engine/arg_utils.py get_batch_defaults "
+                                                           "(lines 2404-2412)",)),
         "max_running_seqs": ("source", 256, (VLLM + "engine/arg_utils.py get_batch_defaults (lines 2414-2424)",)),
         "max_running_seqs_large_gpu": ("source", 1024, (VLLM + "engine/arg_utils.py get_batch_defaults "
                                                                "(lines 2410-2413)",)),

@@ -21,7 +21,7 @@ class Sglang(Framework):
             floor = self.constant(preset, key, deployment)
             half = deployment.kv_capacity_tokens // 2
             if half < floor.value:
-                return Setting(max(half, 1), f"{floor.source}; at most half the KV room ({deployment.kv_capacity_tokens}"
-                                             " tokens) // 2")
+                return Setting(max(half, 1), f"{floor.source}; at most half the KV room "
+                                             f"({deployment.kv_capacity_tokens} tokens) // 2")
             return floor
         return super().rule(key, preset, deployment, resolved)

@@ -29,7 +29,8 @@ class Vllm(Framework):
                                                            "long_prefill_token_threshold = 0, no per-request cap)")
         if key == "cuda_graph_max_batch":   # min(max_num_seqs x 2, 512), at most the token budget
             cap = self.constant(preset, key, deployment)
-            value = min(2 * int(resolved["max_running_seqs"].value), int(cap.value), int(resolved["token_budget"].value))
+            running, budget = int(resolved["max_running_seqs"].value), int(resolved["token_budget"].value)
+            value = min(2 * running, int(cap.value), budget)
             return Setting(value, f"min(2 x max_running_seqs, {int(cap.value)}, token_budget); {cap.source}")
         if key == "request_ingress_us":     # + aiconfigurator's per-layer prefill dispatch (vllm_backend.py)
             ingress = self.constant(preset, key, deployment)

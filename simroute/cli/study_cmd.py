@@ -26,6 +26,9 @@ def sweep(
     """Run a study (grid or SLO search) resumably: finished points are stored and skipped on rerun.
 
     Example: simroute sweep studies/ark-ecmp-vs-ark.yaml --quick -o results/ark && simroute report results/ark
+
+    Any run field is a base value or an axis of the study file, the serving framework's preset too (docs/ENGINES.md):
+    `base: {engine: sglang@0.5.14}` or `axes: {engine: [sglang, vllm, trtllm, none]}`.
     """
     from simroute.shipped import resolve_input
     from simroute.study import load_study, run_study

@@ -55,13 +55,13 @@ def parse_engine(value: str) -> tuple[str, str | None]:
     from simroute.calib.engines import preset_versions
     if value in (ENGINE_AUTO, ENGINE_NONE):
         return value, None
-    name, _, version = value.partition("@")
+    name, at, version = value.partition("@")
     if name not in FRAMEWORKS:
         raise UnknownNameError("engine", name, [ENGINE_AUTO, ENGINE_NONE, *FRAMEWORKS])
-    if version:
+    if at:
         versions = preset_versions(name)
         if version not in versions:
-            raise UnknownNameError(f"{name} preset version", version, versions)
+            raise UnknownNameError("engine", value, [f"{name}@{known}" for known in versions])
     return name, version or None
 
 

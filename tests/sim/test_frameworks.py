@@ -110,7 +110,8 @@ def test_a_gpu_without_tables_takes_the_default_framework_and_says_so():
 
 @pytest.mark.parametrize("kw,error,match", [
     (dict(engine="nosuch"), UnknownNameError, "engine"),
-    (dict(engine="sglang@9.9.9"), UnknownNameError, "version"),
+    (dict(engine="sglang@9.9.9"), UnknownNameError, "'sglang@9.9.9'; valid: sglang@0.5.14$"),
+    (dict(engine="vllm@"), UnknownNameError, "'vllm@'; valid: vllm@0.24.0$"),
     (dict(engine="none", overlap_scheduling=True), ConfigurationError, "overlap_scheduling"),
     (dict(token_budget=512, prefill_chunk=2048), ConfigurationError, "prefill_chunk"),
     (dict(cuda_graph_max_batch=-1), ConfigurationError, "cuda_graph_max_batch"),
@@ -118,6 +119,27 @@ def test_a_gpu_without_tables_takes_the_default_framework_and_says_so():
 def test_bad_engine_settings_are_refused_naming_the_field(kw, error, match):
     with pytest.raises(error, match=match):
         _cfg(**kw)
+
+
+@pytest.mark.parametrize("args,flag", [
+    (("run", "--engine", "sglang@0.4"), "unknown engine 'sglang@0.4'; valid: sglang@0.5.14"),
+    (("run", "--engine", "tensorrt"), "unknown engine 'tensorrt'; valid: auto, none, sglang, trtllm, vllm"),
+    (("plan", "--engine", "trtllm@1.2"), "unknown engine 'trtllm@1.2'; valid: trtllm@1.3.0rc20"),
+])
+def test_a_bad_engine_on_the_command_line_is_one_line_and_exit_2_before_any_output(cli, tmp_path, args, flag):
+    code, out, err = cli(*args, "-o", str(tmp_path / "out"))
+    assert (code, out) == (2, "") and err.strip() == f"error: {flag}"
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_study_s_bad_engine_names_the_file_and_the_field(cli, tmp_path):
+    study = tmp_path / "s.yaml"
+    study.write_text("name: s\nbase: {topology: fattree, calib: h100-ibgda, trace: agents-default, engine: vllm@0.6}\n"
+                     "seeds: 1\n")
+    code, out, err = cli("sweep", str(study), "-o", str(tmp_path / "out"))
+    assert (code, out) == (2, "") and err.strip() == (f"error: {study}, field 'base: engine': unknown engine "
+                                                      "'vllm@0.6'; valid: vllm@0.24.0")
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_flagged_sarathi_chunk_over_the_preset_s_budget_is_refused():

@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))     # this checkout's simroute, not an installed one
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import peak_rss_mb, record  # noqa: E402
 

@@ -145,7 +145,8 @@ class RunConfig:
     token_budget: int | None = setting(None, "Tokens per engine iteration: decode tokens + prefill chunks (sglang: "
                                              "a prefill batch's tokens; the preset's if unset).", minimum=1)
     prefill_chunk: int | None = setting(None, "Largest prefill chunk per iteration (the preset's if unset; the "
-                                              "trtllm and vllm schedulers prefill whole prompts and read none).", minimum=1)
+                                              "trtllm and vllm schedulers prefill whole prompts and read none).",
+                                        minimum=1)
     cuda_graph_max_batch: int | None = setting(None, "Largest decode-only batch replayed as a CUDA graph; a larger "
                                                      "one launches its kernels eagerly (the preset's if unset; 0: "
                                                      "none). Not with --engine none.", minimum=0)

@@ -158,7 +158,7 @@ class RayBackend:
                                   "configure_logging": False}
             try:
                 if address == "local":
-                    ray.init(num_cpus=num_cpus, **options)
+                    self._start_local(num_cpus, options)
                 else:
                     ray.init(address=address, **options)
             except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
@@ -166,6 +166,24 @@ class RayBackend:
                                          f"{' '.join(str(exc).split())[:200]}", field="--ray-address") from None
             self._started = True
         self._remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
+
+    LOCAL_START_TRIES = 4
+
+    def _start_local(self, num_cpus: int | None, options: dict[str, Any]) -> None:
+        """Start a private local Ray. Ray gives its raylet a fixed 30 s of wall time to register and raises a bare
+        Exception past it, which a loaded machine meets (tests/study/test_ray.py at load 25 on 2 cores): such a
+        start is retried from scratch, a few times, before it is reported."""
+        ray = self.ray
+        for attempt in range(self.LOCAL_START_TRIES):
+            try:
+                ray.init(num_cpus=num_cpus, **options)
+                return
+            except Exception as exc:      # ray raises a bare Exception for this one
+                if "timed out during startup" not in str(exc):
+                    raise
+                if attempt == self.LOCAL_START_TRIES - 1:
+                    raise TimeoutError(str(exc)) from exc
+                ray.shutdown()
 
     def map_unordered(self, tasks: Iterable[Task]) -> Iterator[Result]:
         ray = self.ray

@@ -16,7 +16,7 @@ import simpy
 from simroute.calib.profile import Profile
 from simroute.errors import ConfigurationError
 from simroute.model.cost import CostParams, FabricParams
-from simroute.network import Topology
+from simroute.network import FlowEngine, Topology
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
 from simroute.sim.placements.base import ChunkTable, PlacementResult
@@ -31,9 +31,10 @@ class Instance:
     `SimContext.engines[id]`)."""
 
     id: int
-    gpu: str                      # the GPU whose NIC / links carry this instance's traffic
+    gpu: str                      # the GPU whose NIC / links carry this instance's traffic (its rank 0)
     host: int
     staging: StagingPool          # D2D staging of the chunks fetched from this instance
+    gpus: tuple[str, ...] = ()    # every rank's GPU, rank order (rank r's flows go to rank r's)
 
 
 class ChunkStore:
@@ -126,6 +127,7 @@ class Cluster:
         self.topology, self.profile, self.params, self.config = topology, profile, params, config
         self.chunk_capacity_bytes = chunk_capacity_bytes   # what placement may pin per instance (engine HBM)
         self.instances = self._build_instances(env, topology, profile, config, compute)
+        self.rank_flows = self._rank_flows()
         self.active = np.zeros(len(self.instances), dtype=np.int64)   # requests in flight per requester
         self._fabric_ids: dict[tuple[int, int], int] = {}
         self._fabric_rows: dict[int, list[int]] = {}           # `fabric_row`'s rows, per requester
@@ -149,8 +151,63 @@ class Cluster:
             instances.append(Instance(
                 id=i, gpu=gpu, host=topology.host_of(gpu),
                 staging=StagingPool(env, config.staging_streams, layers=compute.params.geometry.layers,
-                                    record=config.telemetry, **staging)))
+                                    record=config.telemetry, **staging),
+                gpus=tuple(gpus[i * config.tp:(i + 1) * config.tp])))
         return instances
+
+    def _rank_flows(self) -> tuple[bool, bool]:
+        """(within a domain, across domains): whether a bulk transfer of that class goes on the fabric as every
+        rank's flow. `auto` asks the topology's kind whether one rank pair's flow stands for all
+        (`Topology.rank_planes`): where the ranks share links it does not, and the shortcut would understate the
+        shared links' load up to tp-fold (issue 36, item 5; tests/network/test_rank_shortcut.py)."""
+        mode, tp = self.config.rank_flows, self.config.tp
+        if tp == 1 or mode == "shortcut":
+            return False, False
+        if mode == "every":
+            return True, True
+        planes = self.topology.rank_planes(tp)
+        return not planes.within_domain, not planes.across_domains
+
+    def every_rank(self, a: Instance, b: Instance) -> bool:
+        """Whether a bulk transfer between `a` and `b` goes on the fabric as every rank's flow."""
+        within, across = self.rank_flows
+        return within if self._domain_of(a) == self._domain_of(b) else across
+
+    def bulk_transfer(self, network: FlowEngine, src: Instance, dst: Instance, nbytes: float, *,
+                      rate_cap_Bps: float, tag: str) -> simpy.Event:
+        """A transfer of `nbytes` between two instances: each of the tp rank pairs moves 1/tp of them on its own
+        NIC (rank r to rank r). The event fires when the last rank's flow ends. Where one pair stands for all
+        (`every_rank` false), only rank 0's flow is simulated and the summary scales its links' bytes by tp."""
+        tp = self.config.tp
+        if not self.every_rank(src, dst):
+            return network.transfer(src.gpu, dst.gpu, nbytes / tp, rate_cap_Bps=rate_cap_Bps, tag=tag)
+        return network.env.all_of([network.transfer(a, b, nbytes / tp, rate_cap_Bps=rate_cap_Bps, tag=tag)
+                                   for a, b in zip(src.gpus, dst.gpus)])
+
+    def tier_planes(self) -> dict[str, int]:
+        """Per link tier, how many rank pairs each simulated byte stands for: tp where that tier's transfers go
+        as one rank pair's flow, 1 where every rank's flow is simulated. A tier both classes cross (none of the
+        shipped kinds has one) takes the class that simulates every rank only if both do."""
+        tp, topo = self.config.tp, self.topology
+        within, across = self.rank_flows
+        first = self.instances[0]
+        classes: list[tuple[bool, Instance]] = []
+        same = next((inst for inst in self.instances[1:] if self._domain_of(inst) == self._domain_of(first)), None)
+        # the farthest instance of another domain: its path climbs every switch tier of the fabric
+        other = next((inst for inst in reversed(self.instances) if self._domain_of(inst) != self._domain_of(first)),
+                     None)
+        if same is not None:
+            classes.append((within, same))
+        if other is not None:
+            classes.append((across, other))
+        planes: dict[str, int] = {}
+        for every, inst in classes:
+            links, _spine = topo.path_ids(topo.index(first.gpu), topo.index(inst.gpu), 0)
+            for link in links:
+                tier = topo.links[link].tier
+                factor = 1 if every else tp
+                planes[tier] = max(planes.get(tier, factor), factor)
+        return planes
 
     def _check_fabrics(self) -> None:
         """Look up every instance pair's fabric class once: all pairs within the first NVLink domain (domains

@@ -77,6 +77,7 @@ def engine_listing() -> str:
 
 
 MAX_DECODE_STEPS_PER_EVENT = 65_536    # past any output length a decode run could have in one event
+RANK_FLOWS = ("auto", "every", "shortcut")   # simroute.sim.cluster.Cluster.every_rank
 OVER_WINDOW_MODES = ("refuse", "drop")   # a request past the model's context window: exit 2, or dropped
 
 
@@ -124,6 +125,12 @@ class RunConfig:
                                            "all, the serving engines' TP attention; a fetch lands 1/tp per rank "
                                            "and fans out over NVLink) or tpla (the paper's §8: 1/tp per rank, "
                                            "rank-paired fetch and route).", choices=KV_LAYOUTS)
+    rank_flows: str = setting("auto", "A bulk transfer between TP instances on the fabric: every rank's flow (rank r "
+                                      "to rank r, 1/tp of the bytes each), one rank pair's flow standing for all "
+                                      "(shortcut), or auto: every rank's flow where the topology's kind says the "
+                                      "ranks share links (a host's GPUs on one leaf's uplinks: `simroute topo show` "
+                                      "prints its rank planes), the shortcut where each rank has its own plane.",
+                                 choices=RANK_FLOWS)
     hbm_gb: float | None = setting(None, "HBM per GPU (GB): weights, running sequences' KV, canonical chunks and "
                                          "copies share it; the GPU entry's capacity if unset.", minimum=0,
                                    exclusive_minimum=True)

@@ -289,7 +289,7 @@ class RequestProcess:
         kv = spec.prompt_tokens * ctx.compute.kv_bytes_per_token
         fabric = ctx.cluster.fabric(prefill, requester)
         tp = ctx.config.tp
-        yield ctx.network.transfer(prefill.gpu, requester.gpu, kv / tp, rate_cap_Bps=fabric.bulk_Bps, tag="pd")
+        yield ctx.cluster.bulk_transfer(ctx.network, prefill, requester, kv, rate_cap_Bps=fabric.bulk_Bps, tag="pd")
         ctx.recorder.bytes_pd[spec.request_id] += kv
         self.floor_pd_s = kv / tp / fabric.bulk_Bps
 
@@ -607,8 +607,8 @@ class DenseRequest(RequestProcess):
             fabric = ctx.cluster.fabric(requester, holder)
             # Tensor-parallel rank pairs each move 1/tp of the latent in parallel (on their own NICs); under the
             # replicated MLA layout every rank then needs the whole copy: the host all-gathers it over NVLink.
-            yield ctx.network.transfer(holder.gpu, requester.gpu, nbytes / ctx.config.tp,
-                                       rate_cap_Bps=fabric.bulk_Bps, tag="fetch")
+            yield ctx.cluster.bulk_transfer(ctx.network, holder, requester, nbytes, rate_cap_Bps=fabric.bulk_Bps,
+                                            tag="fetch")
             ctx.recorder.bytes_fetch[self.spec.request_id] += nbytes
             step = ctx.engines.step
             fanout = step.fanout_s(nbytes)

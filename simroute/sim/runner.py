@@ -263,12 +263,18 @@ class Simulation:
         tel = self.ctx.network.telemetry
         s: dict[str, Any] = {"routing": self.cfg.routing, "flows": int(tel.n_done)}
         links = tel.links_frame()
-        total = links["bulk_bytes"] + links["message_bytes"]
-        # The network carries one TP rank pair's share of every transfer (docs/MODEL.md, "Tensor parallelism"):
-        # the other ranks' NICs carry the same on parallel links of each tier, so a tier's whole traffic is tp x.
-        per_gpu = {str(k): float(v) for k, v in total.groupby(links["tier"]).sum().items()}
-        s["bytes_by_tier"] = {k: v * self.cfg.tp for k, v in per_gpu.items()}
-        s["bytes_by_tier_per_gpu"] = per_gpu
+        # Routed messages, and bulk transfers where one rank pair stands for all (`Cluster.bulk_transfer`), carry
+        # one TP rank pair's share on the network (docs/MODEL.md, "Tensor parallelism"): the other ranks' NICs carry
+        # the same on parallel links, so that traffic counts tp x; bulk flows simulated for every rank count once.
+        planes = self.ctx.cluster.tier_planes()
+        tp = self.cfg.tp
+        bulk = links["bulk_bytes"].groupby(links["tier"]).sum()
+        messages = links["message_bytes"].groupby(links["tier"]).sum()
+        s["bytes_by_tier"] = {str(k): float(bulk[k]) * planes.get(str(k), tp) + float(messages[k]) * tp
+                              for k in bulk.index}
+        s["bytes_by_tier_per_gpu"] = {k: v / tp for k, v in s["bytes_by_tier"].items()}
+        s["rank_flows"] = {"mode": self.cfg.rank_flows, "every_rank_within_domain": self.ctx.cluster.rank_flows[0],
+                           "every_rank_across_domains": self.ctx.cluster.rank_flows[1]}
         s["max_link_utilisation"] = float(links["mean_utilisation"].max()) if len(links) else 0.0
         s["bottlenecks"] = tel.bottlenecks()      # per tier / hottest links: peak, p99, mean, saturated (net)
         peaks: dict[str, int] = {name: 0 for name in self._spine_names()}   # idle spines show as 0

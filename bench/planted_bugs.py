@@ -103,7 +103,7 @@ BUGS = {
     "staging-oversubscription-ignored": ("simroute/sim/staging.py",
                                          "return r / (1 - self.gain) * max(1 - self.loss * (c - e) / e, 0.05)",
                                          "return r / (1 - self.gain)"),
-    "tp-ignored-in-fetch": ("simroute/sim/request.py", "nbytes / ctx.config.tp,", "nbytes,"),
+    "tp-ignored-in-fetch": ("simroute/sim/cluster.py", "share = nbytes / self.config.tp", "share = nbytes"),
     "splice-not-charged": ("simroute/sim/request.py", "self.env.timeout(self.splice_s(self.tokens))",
                            "self.env.timeout(0.0)"),
     "adaptive-ignores-holder-queue": ("simroute/sim/policies/adaptive.py",

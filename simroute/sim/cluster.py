@@ -178,10 +178,10 @@ class Cluster:
         """A transfer of `nbytes` between two instances: each of the tp rank pairs moves 1/tp of them on its own
         NIC (rank r to rank r). The event fires when the last rank's flow ends. Where one pair stands for all
         (`every_rank` false), only rank 0's flow is simulated and the summary scales its links' bytes by tp."""
-        tp = self.config.tp
+        share = nbytes / self.config.tp          # each rank pair's
         if not self.every_rank(src, dst):
-            return network.transfer(src.gpu, dst.gpu, nbytes / tp, rate_cap_Bps=rate_cap_Bps, tag=tag)
-        return network.env.all_of([network.transfer(a, b, nbytes / tp, rate_cap_Bps=rate_cap_Bps, tag=tag)
+            return network.transfer(src.gpu, dst.gpu, share, rate_cap_Bps=rate_cap_Bps, tag=tag)
+        return network.env.all_of([network.transfer(a, b, share, rate_cap_Bps=rate_cap_Bps, tag=tag)
                                    for a, b in zip(src.gpus, dst.gpus)])
 
     def tier_planes(self) -> dict[str, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.ioutil import load_yaml, write_text_atomic
 from simroute.model.cost import ROUTE_EXCHANGES, CostParams, FabricParams, RouteExchanges
 from simroute.model.geometry import get_model
-from simroute.model.staging import STAGING_OVERSUBSCRIPTION_LOSS, StagingParams, copy_saving_at_elbow, fitted_copy_Bps
+from simroute.model.staging import CUDA_DEFAULT_CONNECTIONS, StagingParams
 from simroute.model.optables import OperatorTables
 from simroute.model.steptime import GpuSpec, HostCosts, StepTimeModel
 
@@ -238,37 +239,55 @@ class Profile:
         return StepTimeModel(geom, spec, tp, allreduce_Bps=ar_Bps, allreduce_latency_s=ar_lat, holder_curve=curve,
                              cuda_graphs=cuda_graphs, kv_layout=kv_layout, host=host)
 
-    def staging_params(self, copy_GBps: float | None = None) -> StagingParams:
-        """The holders' staging pool (simroute.model.staging). One stream's copy rate: `copy_GBps` when given
-        (the run's --staging-copy-GBps), else the profile's `staging_copy_GBps` (the staging probe's K = 1
-        measurement, or the shipped fit to §6.1-§6.2), else the fit itself. The pool's copy-time saving at the
-        elbow: the probe's measured `staging_copy_gain_at_elbow` if the profile has it, else the paper's
-        fetch-time gain (`staging_gain_at_elbow`, at `staging_fetch_p50_ms`) spent on the staging copies."""
+    def staging_params(self, copy_GBps: float | None = None, *, gpu_spec: GpuSpec | None = None) -> StagingParams:
+        """The holders' staging mechanisms (simroute.model.staging): host dispatch per copy and join per stream
+        (`staging_dispatch_us`, `staging_join_us`), copy engines (`staging_copy_engines`), hardware work queues
+        (`staging_hw_queues`), and the copy rate: one copy's `copy_GBps` when given (the run's
+        --staging-copy-GBps), else the profile's `staging_copy_GBps` (the staging probe's), else the GPU's
+        achievable HBM rate / 2 (`gpu_spec`, default the profile's instance GPU); all copies together at most the
+        larger of that one-copy rate and the profile's `staging_parallel_GBps` (the probe's), else the HBM copy
+        rate."""
         constants = self.constants
-        value = lambda name, default: float(constants[name].value) if name in constants else default
-        elbow = int(value("staging_elbow_streams", 8))
-        gain, p50_s = value("staging_gain_at_elbow", 0.07), value("staging_fetch_p50_ms", 6.0) * 1e-3
+        sources: list[tuple[str, str]] = []
+
+        def value(name: str, field: str, default: float | None = None) -> float:
+            if name in constants and constants[name].value is not None:
+                sources.append((field, _prov_text(constants[name])))
+                return float(constants[name].value)
+            if default is None:
+                raise ConfigurationError("is missing: the staging pool needs it (shared.yaml carries it)",
+                                         file=self.files[0] if self.files else None, field=f"constants.{name}")
+            sources.append((field, "default"))
+            return default
+
+        dispatch_us, join_us = value("staging_dispatch_us", "dispatch_s"), value("staging_join_us", "join_s")
+        engines = value("staging_copy_engines", "copy_engines")
+        queues = value("staging_hw_queues", "hw_queues", float(CUDA_DEFAULT_CONNECTIONS))
+        spec = gpu_spec or self.gpu_spec(tables=False)
+        hbm_Bps = spec.achievable_hbm_Bps / 2
         if copy_GBps is not None:
-            copy_Bps, copy_src = copy_GBps * 1e9, "the run's staging_copy_GBps"
+            copy_Bps = copy_GBps * 1e9
+            sources.append(("copy_Bps", "the run's staging_copy_GBps"))
         elif "staging_copy_GBps" in constants:
             copy_Bps = constants["staging_copy_GBps"].value * 1e9
-            copy_src = _prov_text(constants["staging_copy_GBps"])
+            sources.append(("copy_Bps", _prov_text(constants["staging_copy_GBps"])))
         else:
-            copy_Bps, copy_src = fitted_copy_Bps(gain, p50_s, elbow), "fitted: simroute.model.staging"
-        if not copy_Bps > 0:
-            raise ConfigurationError("must be > 0", file=self.origin.get("const:staging_copy_GBps"),
-                                     field="constants.staging_copy_GBps")
-        clamped = False
-        if "staging_copy_gain_at_elbow" in constants:
-            saving, saving_src = float(constants["staging_copy_gain_at_elbow"].value), \
-                _prov_text(constants["staging_copy_gain_at_elbow"])
+            copy_Bps = hbm_Bps
+            sources.append(("copy_Bps", f"{spec.name}'s achievable HBM rate / 2 (read + write)"))
+        if "staging_parallel_GBps" in constants:      # the staging probe: copies started together
+            hbm_Bps = constants["staging_parallel_GBps"].value * 1e9
+            sources.append(("hbm_copy_Bps", _prov_text(constants["staging_parallel_GBps"])))
         else:
-            saving, clamped = copy_saving_at_elbow(gain, p50_s, copy_Bps, elbow)
-            saving_src = f"derived from the fetch-time gain {gain:g} at a {p50_s * 1e3:g} ms p50" + \
-                (" (cut to 1 - 1/E: this copy rate stages too fast to save that much)" if clamped else "")
-        loss = value("staging_oversubscription_loss", STAGING_OVERSUBSCRIPTION_LOSS)
-        return StagingParams(elbow=elbow, copy_Bps=copy_Bps, copy_saving=saving, oversubscription_loss=loss,
-                             clamped=clamped, sources=(("copy_Bps", copy_src), ("copy_saving", saving_src)))
+            sources.append(("hbm_copy_Bps", f"{spec.name}'s achievable HBM rate / 2 (read + write)"))
+        for name, number, least in (("staging_copy_GBps", copy_Bps, "> 0"), ("staging_parallel_GBps", hbm_Bps, "> 0"), ("staging_copy_engines", engines, "> 0"),
+                                    ("staging_hw_queues", queues, "> 0"), ("staging_dispatch_us", dispatch_us, ">= 0"),
+                                    ("staging_join_us", join_us, ">= 0")):
+            if not (math.isfinite(number) and (number > 0 if least == "> 0" else number >= 0)):
+                raise ConfigurationError(f"must be {least}", file=self.origin.get(f"const:{name}"),
+                                         field=f"constants.{name}")
+        return StagingParams(dispatch_s=dispatch_us * 1e-6, join_s=join_us * 1e-6, copy_Bps=copy_Bps,
+                             hbm_copy_Bps=max(hbm_Bps, copy_Bps), copy_engines=int(round(engines)),
+                             hw_queues=int(round(queues)), sources=tuple(sources))
 
     def check_complete(self) -> None:
         """Raise if a constant the cost model needs is missing or of the wrong shape."""

@@ -1,38 +1,36 @@
-"""The holder's K-stream staging pool in the paper's own terms ("Move the Query, Not the Cache", §6.1-§6.2).
+"""The holder's K-stream staging pool as mechanisms, each with its own constant ("Move the Query, Not the Cache",
+§6.1-§6.2 and Fig 5b).
 
-What the paper measured is a fetch round-trip time: at the elbow (K = 8 streams) the p50 per-fetch round trip
-of its chunk-prefetch pipeline is 7% below the serialised K = 1 one (Fig 5b, §6.2), and that p50 at K = 8 is
-6.0 ms with IBGDA (§6.1, "the K = 8 staging path"). So the elbow saves
+A holder stages each fetched chunk's c_KV into the symmetric heap as device-to-device copies before the NIC
+reads it (§6.2), one copy per layer. One host thread issues the copies in layer order, round-robin over a pool
+of K CUDA streams ("async issue"), then joins the streams it used (an event per stream that the NIC's put waits
+on). What each step costs, and where its constant comes from:
 
-    saved = gain x T_1 = gain x T_E / (1 - gain)          (0.07 x 6.0 / 0.93 = 0.45 ms)
+- **host dispatch**: `dispatch_s` of host time per copy issued, serial on the issuing thread. The paper's
+  prototype issues from Python; §7 measures its per-layer gather launch-bound at ~320 us over 27 layers
+  (11.9 us a per-layer operation), the same stack's cost of one per-layer copy. The `staging` probe measures it.
+- **host join**: `join_s` per stream the chunk used (one host call per stream, at the same per-call cost).
+- **hardware work queues**: stream k feeds queue k mod `hw_queues` (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default,
+  published); a queue runs its work in issue order, so streams beyond the queues share them.
+- **copy engines**: at most `copy_engines` copies run at once (the GPU's asyncEngineCount, 3 on H100 SXM,
+  published); running copies share the GPU's copy rate `hbm_copy_Bps` (achievable HBM / 2: each byte is read
+  and written), each at most `copy_Bps` (one engine alone; by default that same rate).
 
-of one 2048-token DeepSeek-V2-Lite chunk's fetch (27 layers of bf16 c_KV, 63.7 MB, the paper's testbed). The
-paper attributes the win to the copy engines working in parallel ("HBM-parallel copy engines rather than mere
-asynchrony"), so simroute spends that saving on the staging copies, the only part of the fetch the pool can
-shorten. With one stream staging the reference chunk in S_1 = bytes / copy rate, the pool's copy-time saving
-at the elbow (the fraction of S_1 it no longer spends) is
-
-    saving = saved / S_1,   at most 1 - 1/E               (E streams at most E x one stream's rate).
-
-`fitted_copy_Bps` is the one-stream rate at which that bound is met exactly: the rate whose E-fold parallel
-pool saves the paper's 0.45 ms (123 GB/s). The shipped profile carries it as `staging_copy_GBps` (provenance
-`fitted`); the staging probe replaces it with its K = 1 measurement, and its measured copy-time saving
-(`staging_copy_gain_at_elbow`) replaces the derived one. `StagingPool` (simroute/sim/staging.py) charges a
-chunk S_1 x (1 - saving x (c - 1) / (E - 1)) with c copies in flight, past the elbow the oversubscription loss.
+The chunk is staged at max(host: n dispatches + the joins, device: the last copy's end) (`stage_s`). Nothing
+here is fitted to Fig 5b: the paper's -7% at K = 8 and K = 16's regression are what `simroute validate`
+judges the mechanism on (rows `staging-elbow`, `staging-past-elbow`, docs/VALIDATION.md).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 from simroute.model.geometry import get_model
 
-# Throughput lost per elbow's worth of streams beyond the elbow (scheduler oversubscription). The paper reports
-# that K = 16 regresses against K = 8 without a figure: a default, not a measurement; a profile may set
-# `staging_oversubscription_loss`.
-STAGING_OVERSUBSCRIPTION_LOSS = 0.05
 PAPER_CHUNK_TOKENS = 2048                     # §6.2's chunk-prefetch workload: 2048-token chunks ...
 PAPER_CHUNK_MODEL = "deepseek-v2-lite"        # ... of the paper's measured geometry (27 layers, bf16 c_KV)
+CUDA_DEFAULT_CONNECTIONS = 8                  # CUDA_DEVICE_MAX_CONNECTIONS' default (NVIDIA CUDA documentation)
 
 
 def paper_chunk_bytes() -> float:
@@ -40,50 +38,108 @@ def paper_chunk_bytes() -> float:
     return get_model(PAPER_CHUNK_MODEL).chunk_bytes(PAPER_CHUNK_TOKENS)
 
 
-def elbow_fetch_saving_s(fetch_gain: float, fetch_p50_at_elbow_s: float) -> float:
-    """Seconds the elbow takes off one fetch: gain x T_1, T_1 = T_E / (1 - gain) the serialised round trip."""
-    if not 0.0 <= fetch_gain < 1.0:
-        raise ValueError(f"the fetch gain at the elbow must be in [0, 1), got {fetch_gain}")
-    return fetch_gain * fetch_p50_at_elbow_s / (1.0 - fetch_gain)
-
-
-def max_copy_saving(elbow: int) -> float:
-    """The largest share of one stream's staging time E parallel streams can save: 1 - 1/E."""
-    return 1.0 - 1.0 / max(1, elbow)
-
-
-def copy_saving_at_elbow(fetch_gain: float, fetch_p50_at_elbow_s: float, copy_Bps: float,
-                         elbow: int) -> tuple[float, bool]:
-    """(the pool's copy-time saving at the elbow, whether the 1 - 1/E bound cut it): the paper's fetch-time
-    saving spent on the reference chunk's serialised staging time at one stream's `copy_Bps`."""
-    stage_s = paper_chunk_bytes() / copy_Bps
-    wanted = elbow_fetch_saving_s(fetch_gain, fetch_p50_at_elbow_s) / stage_s
-    bound = max_copy_saving(elbow)
-    return min(wanted, bound), wanted > bound
-
-
-def fitted_copy_Bps(fetch_gain: float, fetch_p50_at_elbow_s: float, elbow: int) -> float:
-    """The one-stream copy rate at which E parallel streams save exactly the paper's fetch-time gain."""
-    return paper_chunk_bytes() * max_copy_saving(elbow) / elbow_fetch_saving_s(fetch_gain, fetch_p50_at_elbow_s)
+def paper_chunk_layers() -> int:
+    """Layers (per-layer copies) of that chunk: 27."""
+    return get_model(PAPER_CHUNK_MODEL).layers
 
 
 @dataclass(frozen=True)
 class StagingParams:
-    """What a holder's `StagingPool` is built from, with where each value came from.
+    """The staging mechanisms' constants (module docstring), with where each came from (`sources`: field ->
+    text). Times in seconds, rates in bytes per second."""
 
-    copy_Bps: one stream's D2D copy rate; copy_saving: the share of one stream's staging time the pool saves
-    at the elbow (`StagingPool`'s `gain_at_elbow`); clamped: the paper's fetch-time gain asked for more than
-    E streams can give at this copy rate (so the pool saves less than the paper's 7%); sources: field -> text.
-    """
-
-    elbow: int
+    dispatch_s: float
+    join_s: float
     copy_Bps: float
-    copy_saving: float
-    oversubscription_loss: float
-    clamped: bool = False
+    hbm_copy_Bps: float
+    copy_engines: int
+    hw_queues: int
     sources: tuple[tuple[str, str], ...] = ()
 
-    def pool_kwargs(self) -> dict[str, float]:
-        """The keyword arguments of `StagingPool` past (env, streams)."""
-        return {"copy_Bps": self.copy_Bps, "elbow": self.elbow, "gain_at_elbow": self.copy_saving,
-                "oversubscription_loss": self.oversubscription_loss}
+    def __post_init__(self) -> None:
+        for name in ("dispatch_s", "join_s"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"staging {name} must be >= 0, got {getattr(self, name)}")
+        for name in ("copy_Bps", "hbm_copy_Bps"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"staging {name} must be > 0, got {getattr(self, name)}")
+        for name in ("copy_engines", "hw_queues"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"staging {name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class StageTimes:
+    """One chunk's staging: host_s (dispatches and joins), device_s (the last copy's end), total_s (the later)."""
+
+    host_s: float
+    device_s: float
+    streams_used: int
+
+    @property
+    def total_s(self) -> float:
+        return max(self.host_s, self.device_s)
+
+
+def issue_plan(copies: int, streams: int, hw_queues: int) -> list[int]:
+    """The hardware queue of each copy: copy i goes to stream i mod K, stream k to queue k mod `hw_queues`."""
+    return [(copy % streams) % hw_queues for copy in range(copies)]
+
+
+def copy_ends_s(issued_s: list[float], queues: list[int], copy_bytes: float, params: StagingParams) -> list[float]:
+    """When each copy ends on the device: a copy starts once it is issued, every earlier copy of its queue has
+    ended and a copy engine is free (copies start in issue order); the m copies running share the GPU's copy
+    rate, each at min(`copy_Bps`, `hbm_copy_Bps` / m). Exact (piecewise-constant rates between events)."""
+    count = len(issued_s)
+    ends = [0.0] * count
+    if count == 0:
+        return ends
+    lines: dict[int, deque[int]] = {}
+    for index, queue in enumerate(queues):
+        lines.setdefault(queue, deque()).append(index)
+    running: dict[int, float] = {}           # copy -> bytes left
+    busy: set[int] = set()                  # queues with a copy running
+    now, done = 0.0, 0
+    while done < count:
+        heads = sorted(line[0] for queue, line in lines.items() if line and queue not in busy)
+        for index in heads:                  # start what may start, in issue order
+            if len(running) >= params.copy_engines:
+                break
+            if issued_s[index] <= now:
+                lines[queues[index]].popleft()
+                busy.add(queues[index])
+                running[index] = copy_bytes
+        rate = min(params.copy_Bps, params.hbm_copy_Bps / len(running)) if running else 0.0
+        finish = min(running.values()) / rate if running else float("inf")
+        arrive = min((issued_s[line[0]] for line in lines.values() if line and issued_s[line[0]] > now),
+                     default=float("inf"))
+        step = min(finish, arrive - now)
+        now += step
+        for index in list(running):
+            left = running[index] - rate * step
+            if left <= copy_bytes * 1e-12:
+                del running[index]
+                busy.discard(queues[index])
+                ends[index] = now
+                done += 1
+            else:
+                running[index] = left
+    return ends
+
+
+def stage_times(copies: int, copy_bytes: float, streams: int, params: StagingParams) -> StageTimes:
+    """One chunk of `copies` copies of `copy_bytes` on a pool of `streams` streams (module docstring)."""
+    if copies < 1:
+        return StageTimes(0.0, 0.0, 0)
+    if streams < 1:
+        raise ValueError(f"a staging pool needs at least one stream, got {streams}")
+    used = min(streams, copies)
+    issued = [(copy + 1) * params.dispatch_s for copy in range(copies)]
+    ends = copy_ends_s(issued, issue_plan(copies, streams, params.hw_queues), copy_bytes, params)
+    return StageTimes(host_s=copies * params.dispatch_s + used * params.join_s, device_s=max(ends),
+                      streams_used=used)
+
+
+def stage_s(copies: int, copy_bytes: float, streams: int, params: StagingParams) -> float:
+    """Seconds to stage one chunk: `stage_times(...).total_s`."""
+    return stage_times(copies, copy_bytes, streams, params).total_s

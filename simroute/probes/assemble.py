@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from simroute.calib.profile import load_profile, shipped_dir
-from simroute.model.staging import paper_chunk_bytes
 from simroute.probes.capability import Capability
 from simroute.probes.framework import ProbeOutcome
 
@@ -19,8 +18,9 @@ MEASURED_BY: dict[str, str] = {
     "splice_ms": "splice", "splice_gather_us": "splice",
     "holder_compute_dense_us": "holder", "holder_sparse_premium": "holder", "merge_us": "holder",
     "fanin_elbow_requesters": "holder",
-    "staging_elbow_streams": "staging", "staging_copy_GBps": "staging",
-}   # staging_gain_at_elbow is a fetch round-trip gain (§6.2): the probe times the copies alone, not a fetch
+    "staging_dispatch_us": "staging", "staging_join_us": "staging", "staging_copy_engines": "staging",
+    "staging_hw_queues": "staging", "staging_parallel_GBps": "staging",
+}   # staging_gain_at_elbow / _elbow_streams are the paper's fetch-level claims (§6.2), never a probe's constants
 NO_PROBE = "no probe measures it (needs a serving stack or a multi-host run)"
 
 
@@ -109,16 +109,23 @@ def gpu_constants(outcome: ProbeOutcome, prov: _Prov) -> dict[str, dict[str, Any
             out["merge_us"] = _c(results["merge_us"], unit="us", note=results.get("merge_note"),
                                  prov=prov.measured("probe holder: merge of partials"))
     elif name == "staging":
-        out["staging_elbow_streams"] = _c(results["elbow_streams"], prov=prov.measured(f"probe staging: K-stream D2D "
-                                                                                f"({results.get('backend', 'cupy')})"))
-        # the copies' own time saved at the elbow (simroute.model.staging), not the paper's fetch-time gain
-        out["staging_copy_gain_at_elbow"] = _c(max(results["gain_at_elbow"], 0.0),
-                                               note="staging time saved at the elbow vs K = 1 (copies alone)",
-                                               prov=prov.measured("probe staging: K-stream D2D"))
-        if results.get("staging_us", {}).get("1"):        # one stream's rate: the chunk's 27 copies at K = 1
-            out["staging_copy_GBps"] = _c(paper_chunk_bytes() / (results["staging_us"]["1"] * 1e-6) / 1e9, unit="GB/s",
-                                          note="a 2048-token chunk's 27 per-layer copies on one stream",
-                                          prov=prov.measured("probe staging: K = 1"))
+        ref = f"probe staging ({results.get('backend', 'cupy')})"
+        if "dispatch_us" in results:                    # the mechanisms' constants (simroute.model.staging)
+            out["staging_dispatch_us"] = _c(results["dispatch_us"], unit="us", note="host time to issue one per-layer "
+                                            "copy (median over the chunk's 27)", prov=prov.measured(ref + ": issue"))
+            out["staging_join_us"] = _c(results["join_us"], unit="us", note="host time to join one stream (event "
+                                        "record + wait)", prov=prov.measured(ref + ": join"))
+            out["staging_copy_GBps"] = _c(results["copy_GBps"], unit="GB/s", note="one per-layer copy's device rate, "
+                                          "queued behind a hold kernel", prov=prov.measured(ref + ": one copy"))
+            if results.get("parallel_GBps"):
+                out["staging_parallel_GBps"] = _c(results["parallel_GBps"], unit="GB/s", note="copies started "
+                                                  "together, one per copy engine: the rate they share",
+                                                  prov=prov.measured(ref + ": parallel copies"))
+            if results.get("copy_engines"):
+                out["staging_copy_engines"] = _c(results["copy_engines"], note="cudaDeviceProp.asyncEngineCount",
+                                                 prov=prov.measured(ref + ": device properties"))
+            out["staging_hw_queues"] = _c(results["hw_queues"], note="CUDA_DEVICE_MAX_CONNECTIONS of the probe's "
+                                          "process", prov=prov.measured(ref + ": environment"))
         if "single_block_GBps" in results:                 # absent when the deadline came before the copy sweep
             out["d2d_single_block_GBps"] = _c(results["single_block_GBps"], unit="GB/s",
                                               prov=prov.measured("probe staging: one-CTA copy kernel"))

@@ -1,13 +1,18 @@
 """One-GPU probes: the splice (gather + YaRN delta-rotation of the 64 RoPE dims + scatter into the paged
-pool, all 27 layers, bf16 c_KV) and K-stream device-to-device staging with the single- vs multi-block copy
-rate ("Move the Query, Not the Cache" §6.2, §7). Each kernel is checked against `reference` before it is timed."""
+pool, all 27 layers, bf16 c_KV) and the K-stream staging pool's mechanisms (per-copy host issue, per-stream
+join, one copy's device time, copy engines, work queues; the K = 1/4/8/16 sweep against what they predict) with
+the single- vs multi-block copy rate ("Move the Query, Not the Cache" §6.2, §7). Each kernel is checked
+against `reference` before it is timed."""
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
 import numpy as np
 
+from simroute.model.staging import CUDA_DEFAULT_CONNECTIONS
 from simroute.probes import reference as ref
 from simroute.probes.gpu_common import (BF16_CUDA, Deadline, backend_name, from_bf16_bits, import_cupy, summary,
                                         time_events, to_bf16_bits)
@@ -132,10 +137,52 @@ extern "C" __global__ void copy_blocks(const uint4* src, uint4* dst, size_t n) {
         dst[i] = src[i];
 }
 """
+HOLD_CUDA = BF16_CUDA + r"""
+// Keep a stream busy for `ns` nanoseconds: the work queued behind it then runs back to back, without the host.
+extern "C" __global__ void hold_ns(unsigned long long ns) {
+    unsigned long long t0 = now_ns();
+    while (now_ns() - t0 < ns) { }
+}
+"""
+STAGING_STREAMS = (1, 4, 8, 16)
+HOLD_NS = 2_000_000          # 2 ms: longer than issuing 27 copies and their events from Python
+
+
+def staging_constants(dispatch_s: list[float], join_s: list[float], copy_s: list[float], layer_bytes: float,
+                      copy_engines: int, hw_queues: int, *, parallel_s: list[float]) -> dict[str, float]:
+    """The staging mechanisms' constants (simroute.model.staging) from the probe's raw timings: host seconds to
+    issue one copy and to join one stream (medians of per-call samples), one copy's device seconds (median),
+    the device seconds of `copy_engines` copies started together (their aggregate rate: what the copies share),
+    the GPU's asyncEngineCount and the CUDA_DEVICE_MAX_CONNECTIONS the probe ran with."""
+    if not (dispatch_s and join_s and copy_s and parallel_s):
+        raise ValueError("the staging constants need dispatch, join, copy and parallel-copy samples")
+    if min(copy_s) <= 0 or min(parallel_s) <= 0 or min(dispatch_s) < 0 or min(join_s) < 0:
+        raise ValueError("staging timings must be positive")
+    copy, engines = summary(copy_s), max(1, int(copy_engines))
+    return {"dispatch_us": summary(dispatch_s) * 1e6, "join_us": summary(join_s) * 1e6,
+            "copy_us": copy * 1e6, "copy_GBps": layer_bytes / copy / 1e9,
+            "parallel_GBps": engines * layer_bytes / summary(parallel_s) / 1e9, "copy_engines": int(copy_engines),
+            "hw_queues": int(hw_queues)}
+
+
+def staging_prediction(constants: dict[str, float], layers: int, layer_bytes: float,
+                       streams: tuple[int, ...] = STAGING_STREAMS) -> dict[str, float]:
+    """What the mechanisms predict for one chunk at each K with the measured constants (microseconds), to set
+    beside the measured sweep: the check that the mechanisms explain the box."""
+    from simroute.model.staging import StagingParams, stage_s
+    one = constants["copy_GBps"] * 1e9
+    params = StagingParams(dispatch_s=constants["dispatch_us"] * 1e-6, join_s=constants["join_us"] * 1e-6,
+                           copy_Bps=one, hbm_copy_Bps=max(one, constants.get("parallel_GBps", 0.0) * 1e9),
+                           copy_engines=max(1, int(constants["copy_engines"])), hw_queues=int(constants["hw_queues"]))
+    return {str(count): stage_s(layers, layer_bytes, count, params) * 1e6 for count in streams}
 
 
 def probe_staging(args: dict[str, Any]) -> dict:
-    """K-stream D2D staging of a 2048-token chunk (27 per-layer copies) and the copy rate vs CTA count."""
+    """The staging pool's mechanisms on this GPU (simroute.model.staging): host time to issue one per-layer copy
+    and to join one stream, one copy's device time (queued behind a hold kernel, so back to back without the
+    host), asyncEngineCount, CUDA_DEVICE_MAX_CONNECTIONS; then a 2048-token chunk's 27 copies over K = 1/4/8/16
+    streams end to end (host clock, issue to synchronize) against what those constants predict; and the copy
+    rate vs CTA count."""
     cp = import_cupy()
     deadline = Deadline.for_probe(args, 180)
     quick = bool(args.get("quick"))
@@ -144,10 +191,74 @@ def probe_staging(args: dict[str, Any]) -> dict:
     src = cp.ones(LAYERS * layer_bytes // 2, dtype=cp.uint16)
     dst = cp.zeros_like(src)
     per = layer_bytes // 2
-    samples, staging = [], {}
-    for count in deadline.points("staging streams", (1, 4, 8, 16)):
-        streams = [cp.cuda.Stream(non_blocking=True) for _ in range(count)]
-        main = cp.cuda.Stream(non_blocking=True)
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    engines = int(props.get("asyncEngineCount", 0))
+    queues = int(os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", CUDA_DEFAULT_CONNECTIONS))
+    hold = cp.RawModule(code=HOLD_CUDA).get_function("hold_ns")
+    main = cp.cuda.Stream(non_blocking=True)
+    pool = [cp.cuda.Stream(non_blocking=True) for _ in range(max(STAGING_STREAMS))]
+
+    def copy_layer(layer: int) -> None:
+        cp.copyto(dst[layer * per:(layer + 1) * per], src[layer * per:(layer + 1) * per])
+
+    samples: list[dict[str, Any]] = []
+    dispatch, join, copies, parallel = [], [], [], []
+    stream = pool[0]
+    for rep in range(warm + reps):                   # the per-call costs, and one copy's device time
+        deadline.check("staging per-call timings")
+        with stream:                                 # host: issuing the 27 copies (the stream held meanwhile)
+            hold((1,), (1,), (np.uint64(HOLD_NS),))
+            started = time.perf_counter()
+            for layer in range(LAYERS):
+                copy_layer(layer)
+            issued = time.perf_counter()
+        stream.synchronize()
+        events = [cp.cuda.Event() for _ in range(LAYERS + 1)]
+        with stream:                                 # device: the copies back to back behind the hold kernel
+            hold((1,), (1,), (np.uint64(HOLD_NS),))
+            events[0].record(stream)
+            for layer in range(LAYERS):
+                copy_layer(layer)
+                events[layer + 1].record(stream)
+        stream.synchronize()
+        lanes = pool[:max(1, engines)]               # device: one copy per engine, released together
+        with stream:
+            hold((1,), (1,), (np.uint64(HOLD_NS),))
+            release = cp.cuda.Event()
+            release.record(stream)
+        ends = []
+        for lane, other in enumerate(lanes):
+            other.wait_event(release)
+            with other:
+                copy_layer(lane)
+                ends.append(cp.cuda.Event())
+                ends[-1].record(other)
+        for other in lanes:
+            other.synchronize()
+        joined = time.perf_counter()                 # host: joining every pool stream into `main`
+        for other in pool:
+            done = cp.cuda.Event()
+            done.record(other)
+            main.wait_event(done)
+        join_end = time.perf_counter()
+        main.synchronize()
+        if rep >= warm:
+            dispatch.append((issued - started) / LAYERS)
+            join.append((join_end - joined) / len(pool))
+            copies += [cp.cuda.get_elapsed_time(events[layer], events[layer + 1]) * 1e-3 for layer in range(LAYERS)]
+            parallel.append(max(cp.cuda.get_elapsed_time(release, end) for end in ends) * 1e-3)
+    if not np.array_equal(cp.asnumpy(dst[:8]), np.ones(8, np.uint16)):
+        raise AssertionError("staging copies did not land")
+    constants = staging_constants(dispatch, join, copies, layer_bytes, engines, queues, parallel_s=parallel)
+    samples += [{"series": "dispatch", "x": 1.0, "value": seconds, "unit": "s"} for seconds in dispatch]
+    samples += [{"series": "join", "x": 1.0, "value": seconds, "unit": "s"} for seconds in join]
+    samples += [{"series": "copy", "x": 1.0, "value": seconds, "unit": "s"} for seconds in copies]
+    samples += [{"series": "parallel_copies", "x": float(max(1, engines)), "value": seconds, "unit": "s"}
+                for seconds in parallel]
+
+    staging = {}
+    for count in deadline.points("staging streams", STAGING_STREAMS):
+        streams = pool[:count]
 
         def stage() -> None:
             start = cp.cuda.Event()
@@ -156,25 +267,32 @@ def probe_staging(args: dict[str, Any]) -> dict:
                 stream.wait_event(start)
             for layer in range(LAYERS):
                 with streams[layer % count]:
-                    cp.copyto(dst[layer * per:(layer + 1) * per], src[layer * per:(layer + 1) * per])
+                    copy_layer(layer)
             for stream in streams:
                 event = cp.cuda.Event()
                 event.record(stream)
                 main.wait_event(event)
-        times = time_events(cp, stage, warm=warm, reps=reps, deadline=deadline, stream=main)
+        times = []
+        for rep in range(warm + reps):
+            main.synchronize()
+            started = time.perf_counter()
+            stage()
+            main.synchronize()
+            if rep >= warm:
+                times.append(time.perf_counter() - started)
+            if deadline.expired():
+                break
         staging[str(count)] = summary(times) * 1e6
         samples += [{"series": "staging", "x": float(count), "value": seconds, "unit": "s"} for seconds in times]
     if not staging:
         raise TimeoutError("probe deadline reached before K = 1 was timed")
-    if not np.array_equal(cp.asnumpy(dst[:8]), np.ones(8, np.uint16)):
-        raise AssertionError("staging copies did not land")
+    predicted = staging_prediction(constants, LAYERS, layer_bytes, tuple(int(count) for count in staging))
     best = min(staging.values())
     elbow = min(int(count) for count, seconds in staging.items() if seconds <= best * 1.02)
-    gain = 1 - staging[str(elbow)] / staging["1"]
     copy = cp.RawKernel(COPY_CUDA, "copy_blocks")
     nbytes = 64 * 2 ** 20
     src_buf, dst_buf = cp.ones(nbytes // 2, dtype=cp.uint16), cp.zeros(nbytes // 2, dtype=cp.uint16)
-    sms = cp.cuda.runtime.getDeviceProperties(0)["multiProcessorCount"]
+    sms = props["multiProcessorCount"]
     rates = {}
     for blocks in deadline.points("copy CTA sweep", sorted({1, 2, 4, 8, 16, 32, sms // 2, sms, 2 * sms, 4 * sms})):
         times = time_events(cp, lambda: copy((blocks,), (1024,), (src_buf, dst_buf, np.uint64(nbytes // 16))),
@@ -184,12 +302,14 @@ def probe_staging(args: dict[str, Any]) -> dict:
                     for seconds in times]
     if rates and not bool((dst_buf[:: 4096] == 1).all()):
         raise AssertionError("copy kernel did not copy")
-    copy_rates = ({"copy_GBps": rates, "single_block_GBps": rates["1"], "multi_block_GBps": max(rates.values()),
-                   "blocks": sorted(map(int, rates))} if rates else {})
-    copy_line = (f"; copy 1 CTA {rates['1']:.1f} GB/s, best {max(rates.values()):.0f} GB/s" if rates
+    copy_rates = ({"copy_GBps_by_blocks": rates, "single_block_GBps": rates["1"],
+                   "multi_block_GBps": max(rates.values()), "blocks": sorted(map(int, rates))} if rates else {})
+    copy_line = (f"; copy kernel 1 CTA {rates['1']:.1f} GB/s, best {max(rates.values()):.0f} GB/s" if rates
                  else "; copy sweep not reached")
-    return {"results": {"staging_us": staging, "elbow_streams": elbow, "gain_at_elbow": gain, "sweep": deadline.note(),
-                        "backend": backend_name(cp),
-                        **copy_rates},
+    sweep = ", ".join(f"K={count}: {staging[count]:.0f} us (model {predicted[count]:.0f})" for count in staging)
+    return {"results": {**constants, "staging_us": staging, "model_us": predicted, "elbow_streams": elbow,
+                        "sweep": deadline.note(), "backend": backend_name(cp), **copy_rates},
             "samples": samples,
-            "message": f"staging elbow K={elbow} ({gain:.0%} vs K=1; paper K=8, 7%)" + copy_line}
+            "message": f"issue {constants['dispatch_us']:.1f} us/copy, join {constants['join_us']:.1f} us/stream, "
+                       f"copy {constants['copy_GBps']:.0f} GB/s, {engines} copy engines, {queues} queues; {sweep}"
+                       f" (paper: elbow K=8, -7% of a 6 ms fetch)" + copy_line}

@@ -64,8 +64,12 @@ def _copy_blocks(grid, block, args) -> None:
     dst.reshape(-1).view(np.uint8)[:nbytes] = src.reshape(-1).view(np.uint8)[:nbytes]
 
 
+def _hold_ns(grid, block, args) -> None:
+    """hold_ns: keeps a stream busy on the GPU; the CPU stand-in runs in order anyway."""
+
+
 _KERNELS: dict[str, Callable[[Any, Any, Any], None]] = {
-    "rope_delta": _rope_delta, "scatter_pages": _scatter_pages, "copy_blocks": _copy_blocks}
+    "rope_delta": _rope_delta, "scatter_pages": _scatter_pages, "copy_blocks": _copy_blocks, "hold_ns": _hold_ns}
 
 
 class RawModule:
@@ -117,7 +121,8 @@ class _Runtime:
 
     @staticmethod
     def getDeviceProperties(device: int) -> dict[str, Any]:  # noqa: N802
-        return {"multiProcessorCount": 4, "name": b"reference", "major": 0, "minor": 0, "totalGlobalMem": 0}
+        return {"multiProcessorCount": 4, "name": b"reference", "major": 0, "minor": 0, "totalGlobalMem": 0,
+                "asyncEngineCount": 1}
 
 
 class cuda:  # noqa: N801 (mirrors cupy.cuda)

@@ -16,6 +16,7 @@ import simpy
 from simroute.calib.profile import Profile
 from simroute.errors import ConfigurationError
 from simroute.model.cost import CostParams, FabricParams
+from simroute.model.staging import StagingParams
 from simroute.network import FlowEngine, Topology
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
@@ -123,10 +124,13 @@ class Cluster:
 
     def __init__(self, env: simpy.Environment, topology: Topology, profile: Profile, params: CostParams,
                  config: RunConfig, compute: ComputeModel, chunks: ChunkStore,
-                 popularity: np.ndarray | None = None, *, chunk_capacity_bytes: float) -> None:
+                 popularity: np.ndarray | None = None, *, chunk_capacity_bytes: float,
+                 staging: StagingParams | None = None) -> None:
         self.topology, self.profile, self.params, self.config = topology, profile, params, config
         self.chunk_capacity_bytes = chunk_capacity_bytes   # what placement may pin per instance (engine HBM)
-        self.instances = self._build_instances(env, topology, profile, config, compute)
+        # the holders' staging mechanisms (simroute.model.staging): the run's GPU's, else the profile's GPU's
+        staging = staging or profile.staging_params(config.staging_copy_GBps)
+        self.instances = self._build_instances(env, topology, config, compute, staging)
         self.rank_flows = self._rank_flows()
         self.active = np.zeros(len(self.instances), dtype=np.int64)   # requests in flight per requester
         self._fabric_ids: dict[tuple[int, int], int] = {}
@@ -139,19 +143,18 @@ class Cluster:
         self.placement = self._place(popularity)
 
     @staticmethod
-    def _build_instances(env: simpy.Environment, topology: Topology, profile: Profile, config: RunConfig,
-                         compute: ComputeModel) -> list[Instance]:
+    def _build_instances(env: simpy.Environment, topology: Topology, config: RunConfig, compute: ComputeModel,
+                         staging: StagingParams) -> list[Instance]:
         gpus = topology.gpus
         per_host = len(gpus) // max(1, len({topology.host_of(gpu) for gpu in gpus}))
         from simroute.model.limits import check_tp_fits_host
         check_tp_fits_host(config.tp, per_host)
-        staging = profile.staging_params(config.staging_copy_GBps).pool_kwargs()   # simroute.model.staging
         instances = []
         for i, gpu in enumerate(gpus[::config.tp]):
             instances.append(Instance(
                 id=i, gpu=gpu, host=topology.host_of(gpu),
-                staging=StagingPool(env, config.staging_streams, layers=compute.params.geometry.layers,
-                                    record=config.telemetry, **staging),
+                staging=StagingPool(env, config.staging_streams, staging, layers=compute.params.geometry.layers,
+                                    record=config.telemetry),
                 gpus=tuple(gpus[i * config.tp:(i + 1) * config.tp])))
         return instances
 

@@ -169,8 +169,9 @@ class RunConfig:
                                                "compute (reports the share of exchange time hidden).")
     check_hbm: bool = setting(False, "Assert the HBM invariant at every engine iteration (tests).")
     staging_streams: int = setting(8, "K, the CUDA streams of each holder's D2D staging pool.", minimum=1)
-    staging_copy_GBps: float | None = setting(None, "D2D copy rate of one staging stream (GB/s); the profile's "
-                                                     "staging_copy_GBps if unset.", minimum=0, exclusive_minimum=True)
+    staging_copy_GBps: float | None = setting(None, "D2D rate of one staging copy on a copy engine (GB/s); the "
+                                                     "profile's staging_copy_GBps, else the GPU's achievable HBM "
+                                                     "rate / 2, if unset.", minimum=0, exclusive_minimum=True)
     decode_steps_per_event: int = setting(8, "Identical decode iterations one engine event may stand for (cut "
                                              "at arrivals and completions; docs/MODEL.md).", minimum=1,
                                           maximum=MAX_DECODE_STEPS_PER_EVENT)

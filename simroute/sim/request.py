@@ -603,7 +603,7 @@ class DenseRequest(RequestProcess):
         for chunk in chunk_list:          # added in order, as a sum over the numpy column did
             nbytes += bytes_of[chunk]
         try:
-            yield from holder.staging.stage(nbytes)
+            yield from holder.staging.stage(nbytes / ctx.config.tp)    # each rank stages its share, in parallel
             fabric = ctx.cluster.fabric(requester, holder)
             # Tensor-parallel rank pairs each move 1/tp of the latent in parallel (on their own NICs); under the
             # replicated MLA layout every rank then needs the whole copy: the host all-gathers it over NVLink.

@@ -137,7 +137,8 @@ class Simulation:
         chunk_capacity = (engines[0].hbm.capacity_blocks * BLOCK_TOKENS * compute.kv_bytes_per_token
                           * cfg.chunk_hbm_share) if len(engines) else 0.0
         cluster = Cluster(env, topology, profile, params, cfg, compute, chunks, popularity,
-                          chunk_capacity_bytes=chunk_capacity)
+                          chunk_capacity_bytes=chunk_capacity,
+                          staging=profile.staging_params(cfg.staging_copy_GBps, gpu_spec=engines.step.gpu))
         copies = ChunkCopies(engines, chunks.holders, chunks.pins_at, chunks.tokens)
         copies.pin_canonical(_chunks_per_instance(chunks.holders, len(cluster.instances)))
         n = int(self.meta["requests"])

@@ -8,7 +8,7 @@ from collections import deque
 
 import simpy
 
-from simroute.model.staging import STAGING_OVERSUBSCRIPTION_LOSS
+from simroute.model.staging import StagingParams, stage_s
 
 
 class FifoServer:
@@ -52,46 +52,36 @@ class FifoServer:
 
 class StagingPool:
     """The holder's pool of K CUDA streams for the D2D copies that stage fetched chunks
-    (Move the Query, Not the Cache, §6.2 and Fig 5b).
+    (Move the Query, Not the Cache, §6.2 and Fig 5b), as mechanisms (simroute.model.staging).
 
-    A chunk is staged as one copy per layer; the pool spreads those L copies over its K streams, so a chunk
-    is staged at the copy engines' aggregate rate with c = min(K, L) copies in flight, and chunks queue FIFO
-    behind each other (the pool pipelines one chunk's copies, then the next's). The aggregate rate is one
-    stream's rate r scaled by
-
-        1 / (1 - gain x (c - 1) / (E - 1))                for c <= E (the elbow, 8 on H100),
-        1 / (1 - gain) x (1 - loss x (c - E) / E)         beyond it,
-
-    so K = 1 (a single async stream) is no faster than serial copies, K = E spends `gain` less copy time, and
-    K = 2E regresses by `loss` (scheduler oversubscription). `gain` is a copy-time share, not the paper's 7%
-    fetch-time gain: simroute.model.staging derives it from that gain (`StagingParams.pool_kwargs`).
+    A chunk is staged as one copy per layer: the holder's host thread issues them round-robin over the K
+    streams and joins the streams it used; the copies run on the copy engines behind the hardware work queues.
+    The pool stages one chunk at a time (one issuing thread), chunks queue FIFO behind each other, and a chunk
+    holds the pool for `simroute.model.staging.stage_s` of its bytes (kept per chunk size: a run's chunks come
+    in few sizes).
     """
 
-    def __init__(self, env: simpy.Environment, streams: int, copy_Bps: float, *, layers: int, elbow: int = 8,
-                 gain_at_elbow: float = 0.07, oversubscription_loss: float = STAGING_OVERSUBSCRIPTION_LOSS,
+    def __init__(self, env: simpy.Environment, streams: int, params: StagingParams, *, layers: int,
                  record: bool = True) -> None:
-        self.env, self.streams, self.copy_Bps, self.layers = env, streams, copy_Bps, layers
-        self.elbow, self.gain, self.loss = max(1, elbow), gain_at_elbow, oversubscription_loss
+        self.env, self.streams, self.params, self.layers = env, streams, params, max(1, layers)
         self.server = FifoServer(env, 1, on_change=self._sample if record else None)
-        self.rate_Bps = self.aggregate_Bps(min(streams, max(1, layers)))
+        self._seconds: dict[float, float] = {}
         self.samples = (array("d"), array("i"), array("i"))   # time, chunks waiting, chunks being staged
 
     @property
     def max_queue(self) -> int:
         return self.server.max_waiting
 
-    def aggregate_Bps(self, in_flight: int) -> float:
-        """The pool's total copy rate with `in_flight` per-layer copies on streams."""
-        c, e, r = in_flight, self.elbow, self.copy_Bps
-        if c <= 1:
-            return r
-        if c <= e:                        # here e > 1
-            return r / (1 - self.gain * (c - 1) / (e - 1))
-        return r / (1 - self.gain) * max(1 - self.loss * (c - e) / e, 0.05)
+    def stage_s(self, nbytes: float) -> float:
+        """Seconds to stage `nbytes` (one copy of nbytes / layers per layer) on this pool."""
+        seconds = self._seconds.get(nbytes)
+        if seconds is None:
+            seconds = self._seconds[nbytes] = stage_s(self.layers, nbytes / self.layers, self.streams, self.params)
+        return seconds
 
     def stage(self, nbytes: float):
-        """A SimPy sub-process: wait for the pool, stage the chunk's L copies, release."""
-        yield from self.server.hold(nbytes / self.rate_Bps)
+        """A SimPy sub-process: wait for the pool, stage the chunk's per-layer copies, release."""
+        yield from self.server.hold(self.stage_s(nbytes))
 
     def _sample(self) -> None:
         t, q, b = self.samples

@@ -122,3 +122,26 @@ def test_torch_holder_kernel_passes_its_check_on_the_cpu() -> None:
     sel = np.sort(np.stack([rng.choice(512, 64, replace=False) for _ in range(3)]), axis=1)
     out, lse = kern.prepare(store, 3, 16, sel=sel)()
     assert tuple(out.shape) == (3, 16, 512) and tuple(lse.shape) == (3, 16)
+
+
+def test_staging_constants_from_the_probes_raw_timings() -> None:
+    """The staging probe's host-side analysis (no GPU): medians of per-call host times and one copy's device
+    time, the copy rate its layer over that time; the prediction is the model's hand count with them."""
+    from simroute.probes.gpu_single import staging_constants, staging_prediction
+    layer = 2048 * 576 * 2                                        # 2.36 MB: one layer of the paper's chunk
+    constants = staging_constants([10e-6, 12e-6, 11e-6], [5e-6, 4e-6, 6e-6], [2e-6, 2e-6, 3e-6], layer, 3, 8,
+                                  parallel_s=[4e-6, 5e-6, 4e-6])
+    assert constants["dispatch_us"] == pytest.approx(11.0) and constants["join_us"] == pytest.approx(5.0)
+    assert constants["copy_GBps"] == pytest.approx(layer / 2e-6 / 1e9)       # 1180 GB/s
+    assert (constants["copy_engines"], constants["hw_queues"]) == (3, 8)
+    assert constants["parallel_GBps"] == pytest.approx(3 * layer / 4e-6 / 1e9)   # 3 copies at once, 4 us
+    predicted = staging_prediction(constants, 27, layer)
+    for streams in (1, 4, 8, 16):                                 # host-bound: 27 issues + one join per stream
+        assert predicted[str(streams)] == pytest.approx(27 * 11.0 + streams * 5.0)
+    slow = staging_prediction({**constants, "copy_GBps": layer / 100e-6 / 1e9}, 27, layer, streams=(1, 3))
+    assert slow["1"] == pytest.approx(11.0 + 27 * 100.0)         # device-bound: 100 us copies one after another
+    assert slow["3"] == pytest.approx(33.0 + 9 * 100.0)          # 3 engines: stream 2's nine copies from 33 us
+    with pytest.raises(ValueError):
+        staging_constants([], [1e-6], [1e-6], layer, 3, 8, parallel_s=[1e-6])
+    with pytest.raises(ValueError):
+        staging_constants([1e-6], [1e-6], [0.0], layer, 3, 8, parallel_s=[1e-6])

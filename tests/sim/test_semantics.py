@@ -31,8 +31,9 @@ def _prefill_s(step, tokens: float, context: float = 0.0) -> float:
 @pytest.mark.parametrize("tp", [1, 2])
 def test_uncontended_ttft_is_the_closed_form(tmp_path, policy, prompt, tp):
     """One request, one remote 2048-token chunk across the IB fabric: TTFT is the step-time model's prefill
-    iteration plus the closed form's first-pass cost of the primitive (route: the round trips; fetch: pull +
-    splice, then the prompt attends the copy in its own kernel; local: the chunk's prefill iteration first);
+    iteration plus the closed form's first-pass cost of the primitive (route: the round trips; fetch: the
+    holder's staging (simroute.model.staging, which the closed form leaves out), pull + splice, then the prompt
+    attends the copy in its own kernel; local: the chunk's prefill iteration first);
     under tensor parallelism each rank pair moves 1/tp of the bytes."""
     requester = 4 // tp                                   # the first instance of the second host
     trace = single_chunk_trace(tmp_path / "t.parquet", requester=requester, holder=0, prompt_tokens=prompt)
@@ -42,8 +43,9 @@ def test_uncontended_ttft_is_the_closed_form(tmp_path, policy, prompt, tp):
     step = sim.ctx.engines.step
     r1, _, move, _, _ = m.step(16 * prompt, 2048.0, sim.ctx.params.fabric_id("h100-ibgda"), False, tp=tp,
                                query_tokens=prompt)
+    staging = sim.ctx.cluster.instances[0].staging.stage_s(2048 * sim.ctx.compute.kv_bytes_per_token / tp)
     want = {"always-route": _prefill_s(step, prompt) + r1,
-            "always-fetch": move + _prefill_s(step, prompt, 2048.0),
+            "always-fetch": move + staging + _prefill_s(step, prompt, 2048.0),
             "always-local": _prefill_s(step, 2048.0) + _prefill_s(step, prompt, 2048.0)}[policy]
     assert sim.rec.ttft[0] == pytest.approx(want, rel=0.01)
     assert sim.rec.ttft[0] >= sim.rec.ttft_floor[0] - 1e-12
@@ -100,9 +102,11 @@ def test_macro_steps_keep_ttft_and_bound_the_tpot_error(tmp_path):
         assert 0.95 * exact["tpot_ms"]["mean"] <= macro["tpot_ms"]["mean"] <= 1.05 * exact["tpot_ms"]["mean"]
 
 
-def test_staging_elbow_end_to_end(tmp_path):
-    """32 requesters fetch one chunk from one holder at once: the holder's staging pool sets the TTFT
-    (Move the Query, Not the Cache, §6.2 / Fig 5b: K = 8 is the elbow, K = 1 no help, K = 16 regresses)."""
+def test_staging_streams_end_to_end(tmp_path):
+    """32 requesters fetch one chunk from one holder at once, its copies slow (20 GB/s a copy): the holder's
+    staging pool sets the TTFT. Streams help up to the copy engines (3 on H100: K = 4 beats K = 1) and past
+    them add only their joins (simroute.model.staging; what this says of the paper's Fig 5b is `simroute
+    validate`'s staging rows)."""
     from simroute.scenarios.traces import fanin_trace
     trace = fanin_trace(tmp_path / "f.parquet", 32, holder=0, output_tokens=1)
     p50 = {}
@@ -111,7 +115,7 @@ def test_staging_elbow_end_to_end(tmp_path):
                         topology=str(default_topology_path()), trace=str(trace), calib=str(default_profile_path()),
                         policy="always-fetch", staging_streams=k, staging_copy_GBps=20.0)
         p50[k] = simulate(cfg).summary["ttft_ms"]["p50"]
-    assert p50[8] < p50[4] < p50[1] and p50[16] > p50[8]
+    assert p50[4] < 0.9 * p50[1] and p50[4] <= p50[8] <= p50[16]
 
 
 def test_a_sparse_fanout_waits_for_its_slowest_holder(tmp_path):

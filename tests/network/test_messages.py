@@ -129,6 +129,23 @@ def test_a_context_cache_of_three_makes_the_fourth_loop_miss(testbed):
     assert rtt[3] - rtt[0] == pytest.approx(40e-6, rel=1e-6) and rtt[4] == pytest.approx(rtt[3], rel=1e-9)
 
 
+def test_fig7_processor_sharing_by_hand(testbed):
+    """The faithful queueing check (every message a max-min flow): a loop alone pays its probe, its bytes at 25
+    GB/s and the path's latency both ways; a payload-free loop stays at its probe whatever the load (no bytes
+    to share); a loop beside background loops is never faster than alone, and no slower than if the link
+    carried every loop's query and partial one after another each round."""
+    from simroute.network.fig7 import fig7_fluid_round_trips
+    latency = sum(link.latency_s for link in testbed.path("h0.g0", "h1.g0"))
+    latency += sum(link.latency_s for link in testbed.path("h1.g0", "h0.g0"))
+    fluid = dict(q_bytes=1152, p_bytes=1032, t_probe_s=25e-6, single_block_Bps=25e9, rounds=40, seeds=(0, 1))
+    alone, = fig7_fluid_round_trips(testbed, (0,), rows=1024, **fluid)
+    assert alone == pytest.approx(25e-6 + 1024 * 2184 / 25e9 + latency, rel=1e-9)
+    assert fig7_fluid_round_trips(testbed, (0, 3), rows=0, background_rows=1024, **fluid) == \
+        [pytest.approx(25e-6, rel=1e-9)] * 2
+    crowded = fig7_fluid_round_trips(testbed, (0, 1, 3), rows=1024, background_rows=1024, **fluid)
+    assert crowded[0] <= crowded[1] <= crowded[2] <= 25e-6 + 4 * 1024 * 2184 / 25e9 + latency
+
+
 def test_fig7_scorecard_has_a_verdict(testbed):
     card = fig7_scorecard(testbed, q_bytes=1152, p_bytes=1032, t_probe_s=25e-6, single_block_Bps=25e9, rounds=80,
                           background_rows=256)

@@ -170,11 +170,17 @@ def test_local_row_is_the_step_models_prefill(card, tmp_path):
         assert note.startswith("finding:")
     assert f": {card['fig1b-local'].simulated:.1f} ms (" in note and "against the paper's 27.6-82.9 ms" in note
     assert "attention " in note and "elementwise " in note
+    # the bracket: an eager per-expert prefill at the prototype's per-call cost (26 MoE layers x 64 experts x 5
+    # launches x 11.85 us = 98.6 ms) lies above the band, the step model's engine below it
+    assert v.eager_expert_launches(ctx.geometry) == 26 * 64 * 5
+    assert "8320 launches" in note and "98.6 ms" in note and "c >= 1.78 us" in note
 
 
 def test_fig7_findings_name_the_subscription_and_the_probe(card):
     note = card["fig7-saturated"].note
     assert "116% subscribed" in note and "nic-qp-sweep" in note and "+119%" in note
+    assert "processor-sharing link" in note and "at K = 2 where the paper is flat" in note
+    assert "moves no bytes" in card["fig7-probe-saturated"].note
 
 
 def test_host_overhead_crossover_is_the_pull_paid_by_the_per_row_cost(card, tmp_path):

@@ -619,7 +619,7 @@ def congestion_curve(ctx: Ctx, stream_counts: tuple[int, ...] = (0, 1, 2, 3, 4),
     return dict(zip(stream_counts, trips))
 
 
-FIG7_FLUID_SEEDS = (0, 1, 2, 3)     # random loop phases for the processor-sharing check (a mean over them)
+FIG7_FLUID_SEEDS = tuple(range(6))  # random loop phases for the processor-sharing check (a mean over them)
 
 
 def fluid_curve(ctx: Ctx, query_rows: int) -> dict[int, float]:
@@ -631,7 +631,7 @@ def fluid_curve(ctx: Ctx, query_rows: int) -> dict[int, float]:
     trips = fig7_fluid_round_trips(ctx.testbed, ks, rows=query_rows, q_bytes=ctx.geometry.q_bytes,
                                    p_bytes=ctx.geometry.p_bytes, t_probe_s=fab.t_probe_s + fab.turnaround_s,
                                    single_block_Bps=fab.single_block_Bps, background_rows=FIG7_BACKGROUND_ROWS,
-                                   seeds=FIG7_FLUID_SEEDS)
+                                   rounds=60, seeds=FIG7_FLUID_SEEDS)
     return dict(zip(ks, trips))
 
 

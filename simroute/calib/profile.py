@@ -279,9 +279,9 @@ class Profile:
             sources.append(("hbm_copy_Bps", _prov_text(constants["staging_parallel_GBps"])))
         else:
             sources.append(("hbm_copy_Bps", f"{spec.name}'s achievable HBM rate / 2 (read + write)"))
-        for name, number, least in (("staging_copy_GBps", copy_Bps, "> 0"), ("staging_parallel_GBps", hbm_Bps, "> 0"), ("staging_copy_engines", engines, "> 0"),
-                                    ("staging_hw_queues", queues, "> 0"), ("staging_dispatch_us", dispatch_us, ">= 0"),
-                                    ("staging_join_us", join_us, ">= 0")):
+        for name, number, least in (("staging_copy_GBps", copy_Bps, "> 0"), ("staging_parallel_GBps", hbm_Bps, "> 0"),
+                                    ("staging_copy_engines", engines, "> 0"), ("staging_hw_queues", queues, "> 0"),
+                                    ("staging_dispatch_us", dispatch_us, ">= 0"), ("staging_join_us", join_us, ">= 0")):
             if not (math.isfinite(number) and (number > 0 if least == "> 0" else number >= 0)):
                 raise ConfigurationError(f"must be {least}", file=self.origin.get(f"const:{name}"),
                                          field=f"constants.{name}")

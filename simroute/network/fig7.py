@@ -105,9 +105,10 @@ def fig7_fluid_round_trips(topology: Topology, ks: Sequence[int] = (0, 1, 2, 3, 
             for loop in range(k + 1):
                 loop_rows = rows if loop == 0 or background_rows is None else background_rows
                 idle = t_probe_s + loop_rows * (q_bytes + p_bytes) / single_block_Bps
-                env.process(_fluid_loop(env, engine, requester, holders[loop % len(holders)], float(rng.random()) * idle,
-                                        rounds, loop_rows * q_bytes, loop_rows * p_bytes, t_probe_s / 2,
-                                        single_block_Bps, samples if loop == 0 else None))
+                holder, start_s = holders[loop % len(holders)], float(rng.random()) * idle
+                env.process(_fluid_loop(env, engine, requester, holder, start_s, rounds, loop_rows * q_bytes,
+                                        loop_rows * p_bytes, t_probe_s / 2, single_block_Bps,
+                                        samples if loop == 0 else None))
             env.run()
             kept = samples[rounds // 4:]
             trips.append(sum(kept) / len(kept))

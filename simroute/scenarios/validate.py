@@ -364,9 +364,10 @@ def eager_note(ctx: Ctx, chunk_tokens: int) -> str:
     rotation_s = 0.8 * ctx.profile.constant("splice_ms").points[0][1] * 1e-3 / geometry.layers  # §7: ~80% of it
     return (f"The step model prices a serving engine (fused routed experts, {chunk_tokens}-token GEMMs); the "
             f"paper's prototype is Python (§5.3's client) and launch-bound per layer (§7: the splice's per-layer "
-            f"gather {call_s * 1e6:.2f} us a call, its delta-rotation ~{rotation_s * 1e6:.0f} us a layer). Run eagerly as the model's "
-            f"reference code does (each of the {geometry.routed_experts} routed experts its own {EAGER_LAUNCHES_PER_EXPERT}"
-            f"-launch MLP, {launches} launches in the {geometry.layers - geometry.dense_layers} MoE layers), the "
+            f"gather {call_s * 1e6:.2f} us a call, its delta-rotation ~{rotation_s * 1e6:.0f} us a layer). Run "
+            f"eagerly as the model's reference code does (each of the {geometry.routed_experts} routed experts its "
+            f"own {EAGER_LAUNCHES_PER_EXPERT}-launch MLP, {launches} launches in the "
+            f"{geometry.layers - geometry.dense_layers} MoE layers), the "
             f"routed experts alone would hold the host {floor_s * 1e3:.1f} ms at that per-call cost "
             f"(c >= {floor_s / (chunk_tokens * geometry.layers) * 1e6:.2f} us): the paper's band lies between the "
             f"two stacks, and which it ran (eager at some other per-call cost, partly fused, graphs) it does not "
@@ -598,6 +599,74 @@ def holder_rows(ctx: Ctx) -> list[Row]:
             "no figure)", NAN, crowd / alone, "x", 0.0, 0.9, "at least -10% beyond what placement alone gives",
             "simulator: popularity placement, least-queued replica; control: each requester alone"),
     ]
+
+
+HOLDER_KERNEL_MODELS = {16: "deepseek-v2-lite", 128: "deepseek-v3"}   # §6.3's two geometries, h_q at TP 1
+
+
+def holder_kernel_us(ctx: Ctx, heads: int, requesters: tuple[int, ...], *, tables: bool = True) -> dict[int, float]:
+    """One layer's batched absorbed-MLA decode kernel of N requesters over ct = 2048 resident tokens (bf16), at
+    h_q = `heads`, as the step-time model prices a decode batch: the GPU's measured operator table where it has
+    one (`tables`), else the roofline. Not the profile's holder curve (§6.3's own numbers)."""
+    from dataclasses import replace
+    step = ctx.profile.step_model(HOLDER_KERNEL_MODELS[heads], cache_dtype="bf16")
+    if not tables:
+        step = ctx.profile.step_model(HOLDER_KERNEL_MODELS[heads], cache_dtype="bf16",
+                                      gpu_spec=replace(step.gpu, operator_tables=None))
+    return {n: step.iteration(_holder_shape(n)).attention_s_per_layer * 1e6 for n in requesters}
+
+
+def holder_kernel_rows(ctx: Ctx) -> list[Row]:
+    """§6.3: the holder's batched partial (FlashMLA on one H100, h_q = 16 and 128, ct = 2048) is flat up to
+    N ~ 8 requesters, 15-37 us at N <= 16 and <= 0.4 ms at N = 256. Predicted from the step-time model's decode
+    attention term (the GPU's measured operator table, NVIDIA's database, not the paper's curve), the
+    kernel a serving engine runs for the same shape."""
+    points = (1, 8, 16, 64, 128, 256)
+    table = {heads: holder_kernel_us(ctx, heads, points) for heads in HOLDER_KERNEL_MODELS}
+    roof = {heads: holder_kernel_us(ctx, heads, (1, 8, 16, 256), tables=False) for heads in HOLDER_KERNEL_MODELS}
+    step = ctx.profile.step_model(HOLDER_KERNEL_MODELS[16], cache_dtype="bf16")
+    source = step.iteration(_holder_shape(1)).sources["attention"]
+    basis = f"step-time model, decode attention term of a batch of N over ct 2048, bf16: {source}"
+
+    def curve(heads: int) -> str:
+        return ", ".join(f"N {n}: {table[heads][n]:.1f}" for n in points) + " us"
+
+    kernel = (f"The table's kernel is sglang 0.5.14's MLA decode backend (the database's kernel_source: "
+              f"flash_attention), not the paper's FlashMLA; the paper's own curve is the profile's "
+              f"holder_compute_dense_us, which this row does not read. "
+              f"h_q 16: {curve(16)}; h_q 128: {curve(128)}. The roofline (achievable HBM, FlashMLA's 660 TFLOPS) "
+              f"gives {roof[16][1]:.1f} / {roof[16][8]:.1f} / {roof[16][16]:.1f} us (h_q 16) and "
+              f"{roof[128][16]:.1f} / {roof[128][256]:.1f} us (h_q 128, N 16 / 256): no launch or tile-scheduling "
+              "floor, so no elbow.")
+    probe = " Probe: `holder` (simroute calibrate) times FlashMLA at both geometries on an H100."
+    flat = table[16][8] / table[16][1]
+    flat_note = kernel if 0.95 <= flat <= 1.15 else finding(
+        f"the measured kernel rises {100 * (flat - 1):.0f}% from N 1 to 8 at h_q 16 "
+        f"({100 * (table[128][8] / table[128][1] - 1):.0f}% at h_q 128), where the paper's FlashMLA is flat "
+        f"(its 15 us at N 1 and 8). " + kernel + probe)
+    top = table[128][16]
+    top_note = kernel if 15.0 <= top <= 37.0 else finding(
+        f"{top:.1f} us at N 16, h_q 128, {100 * (top / 37.0 - 1):.0f}% above the paper's 37 us; h_q 16 reads "
+        f"{table[16][16]:.1f} us. " + kernel + probe)
+    return [
+        Row("s63-holder-flat-to-8", "holder partial-attention kernel, N = 8 requesters over N = 1 (h_q 16, ct 2048)",
+            f"{MQ}, §6.3, Fig 4b (flat up to N ~ 8)", 1.0, flat, "x", 0.95, 1.15, "flat to N ~ 8: at most +15%",
+            basis, flat_note),
+        Row("s63-holder-decode-point", "holder partial-attention kernel at N = 16 requesters (h_q 16, ct 2048)",
+            f"{MQ}, §6.3 (15-37 us at N <= 16)", 37.0, table[16][16], "us", 15.0, 37.0, "15-37 us", basis, kernel),
+        Row("s63-holder-decode-point-128", "holder partial-attention kernel at N = 16 requesters (h_q 128, ct 2048)",
+            f"{MQ}, §6.3 (15-37 us at N <= 16, both geometries)", 37.0, top, "us", 15.0, 37.0, "15-37 us", basis,
+            top_note),
+        Row("s63-holder-saturated", "holder partial-attention kernel at N = 256 requesters (h_q 128, ct 2048)",
+            f"{MQ}, §6.3 (<= 0.4 ms at N = 256)", 400.0, table[128][256], "us", 0.0, 400.0, "at most 0.4 ms", basis,
+            kernel),
+    ]
+
+
+def _holder_shape(requesters: int):
+    from simroute.model.cost import HOLDER_CT_REF
+    from simroute.model.steptime import BatchShape
+    return BatchShape.uniform(decode_seqs=requesters, context=HOLDER_CT_REF)
 
 
 # ---- congestion: Fig 7 ----------------------------------------------------------------------------------------
@@ -931,7 +1000,8 @@ ark_sweep_rows.jobs = lambda: ark_job_keys(ARK_SWEEP_QPS, ARK_SEEDS)   # type: i
 # ---- the scorecard --------------------------------------------------------------------------------------------
 SECTIONS: tuple[Callable[[Ctx], list[Row]], ...] = (
     table1_rows, fig2b_rows, table2_rows, multi_block_rows, fattree_rows, decode_point_rows, crossover_rows,
-    host_overhead_rows, proxy_rows, wire_byte_rows, tpla_rows, fanout_rows, holder_rows, congestion_rows,
+    host_overhead_rows, proxy_rows, wire_byte_rows, tpla_rows, fanout_rows, holder_rows, holder_kernel_rows,
+    congestion_rows,
     fig7b_rows, staging_rows, ark_rows)
 FULL_SECTIONS: tuple[Callable[[Ctx], list[Row]], ...] = (ark_sweep_rows,)
 

@@ -57,6 +57,7 @@ CLAIMS = (
     "s8-tpla-per-rank-bytes",
     # selection, holders, congestion, staging
     "fig4a-route-fanout", "s54-cross-socket-gather", "fig4b-fanin-flat", "fig4b-fanin-rise", "replica-relief",
+    "s63-holder-flat-to-8", "s63-holder-decode-point", "s63-holder-decode-point-128", "s63-holder-saturated",
     "fig7-onset", "fig7-onset-256", "fig7-probe-onset", "fig7-saturated", "fig7-saturated-256",
     "fig7-probe-saturated", "fig7-no-inversion", "fig7b-same-socket", "fig7b-a40-cross-socket",
     "fig7b-pcie5-cross-socket", "staging-elbow", "staging-past-elbow",
@@ -205,6 +206,34 @@ def test_staging_rows_move_the_fetch_by_the_pools_hand_count(tmp_path):
     assert join == pytest.approx(11.85e-6)
     for streams in (8, 16):
         assert ttft(streams) - ttft(1) == pytest.approx((streams - 1) * join, rel=1e-6)
+
+
+def test_holder_kernel_rows_are_the_measured_decode_table_not_the_papers_curve(tmp_path, monkeypatch):
+    """§6.3's rows by hand: the step model's decode attention of N sequences over 2048 tokens is the H100
+    table's row at (batch N, context 2048, h_q, bf16), a grid point (the geometric mean where it has two); the
+    paper's holder curve, which the rows are judged against, is not read (doubling it changes nothing)."""
+    import pandas as pd
+    from simroute.calib import shipped_dir
+    table = pd.read_parquet(shipped_dir() / "ops" / "h100-sxm" / "sglang-0.5.14" / "mla_decode.parquet")
+
+    def hand(batch: int, heads: int) -> float:
+        hit = table[(table.batch == batch) & (table.context == 2048) & (table.heads == heads)
+                    & (table.kv_dtype == "bf16")]
+        assert 1 <= len(hit) <= 2        # a shape the database timed twice: their geometric mean (optables)
+        return float(np.exp(np.log(hit.latency_us).mean()))
+    ctx = v.Ctx(tmp_path)
+    rows = {card_row.id: card_row for card_row in v.holder_kernel_rows(ctx)}
+    assert rows["s63-holder-flat-to-8"].simulated == pytest.approx(hand(8, 16) / hand(1, 16), rel=1e-6)
+    assert rows["s63-holder-decode-point"].simulated == pytest.approx(hand(16, 16), rel=1e-6)
+    assert rows["s63-holder-decode-point-128"].simulated == pytest.approx(hand(16, 128), rel=1e-6)
+    assert rows["s63-holder-saturated"].simulated == pytest.approx(hand(256, 128), rel=1e-6)
+    assert all(card_row.kind == v.PREDICTED and "mla_decode" in card_row.basis for card_row in rows.values())
+    holder = ctx.profile.constants["holder_compute_dense_us"]
+    monkeypatch.setitem(ctx.profile.constants, "holder_compute_dense_us",
+                        holder.model_copy(update={"points": [[n, 2 * us] for n, us in holder.points]}))
+    assert ctx.profile.step_model(ctx.model).holder_curve[1][0] == pytest.approx(2 * holder.points[0][1] * 1e-6)
+    again = {card_row.id: card_row.simulated for card_row in v.holder_kernel_rows(ctx)}
+    assert again == {rid: card_row.simulated for rid, card_row in rows.items()}
 
 
 def test_the_alone_control_is_each_requester_alone(tmp_path):

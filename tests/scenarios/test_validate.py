@@ -58,6 +58,7 @@ CLAIMS = (
     # selection, holders, congestion, staging
     "fig4a-route-fanout", "s54-cross-socket-gather", "fig4b-fanin-flat", "fig4b-fanin-rise", "replica-relief",
     "s63-holder-flat-to-8", "s63-holder-decode-point", "s63-holder-decode-point-128", "s63-holder-saturated",
+    "fig4b-fanin-flat-measured-kernel", "fig4b-fanin-rise-measured-kernel",
     "fig7-onset", "fig7-onset-256", "fig7-probe-onset", "fig7-saturated", "fig7-saturated-256",
     "fig7-probe-saturated", "fig7-no-inversion", "fig7b-same-socket", "fig7b-a40-cross-socket",
     "fig7b-pcie5-cross-socket", "staging-elbow", "staging-past-elbow",
@@ -234,6 +235,25 @@ def test_holder_kernel_rows_are_the_measured_decode_table_not_the_papers_curve(t
     assert ctx.profile.step_model(ctx.model).holder_curve[1][0] == pytest.approx(2 * holder.points[0][1] * 1e-6)
     again = {card_row.id: card_row.simulated for card_row in v.holder_kernel_rows(ctx)}
     assert again == {rid: card_row.simulated for rid, card_row in rows.items()}
+
+
+def test_fanin_on_the_measured_kernel_rises_by_the_kernels_rise_per_layer(tmp_path):
+    """The predicted Fig 4b rows run the fan-in with the holder curve replaced by the measured kernel (a scratch
+    profile that includes the shipped one): its curve is the table's, and from 8 to 32 sub-agents the TPOT rises
+    by the kernel's rise in every layer (27 x (45.8 - 20.5) us = 0.68 ms), all 32 partials in one call."""
+    from simroute.calib import load_profile
+    ctx = v.Ctx(tmp_path)
+    profile = load_profile(v.table_holder_profile(ctx))
+    kernel = v.holder_kernel_us(ctx, 16, v.HOLDER_TABLE_POINTS)
+    assert [tuple(point) for point in profile.constants["holder_compute_dense_us"].points] == [
+        (n, round(kernel[n], 4)) for n in v.HOLDER_TABLE_POINTS]
+    assert profile.constants["merge_us"] == ctx.profile.constants["merge_us"]       # the rest is the default's
+    rows = {card_row.id: card_row for card_row in v.holder_table_fanin_rows(ctx)}
+    tpot = {n: v.fanin(ctx, n, calib=str(v.table_holder_profile(ctx))) for n in (8, 32)}
+    assert rows["fig4b-fanin-rise-measured-kernel"].simulated == pytest.approx(tpot[32] / tpot[8])
+    layers = ctx.geometry.layers
+    assert tpot[32] - tpot[8] == pytest.approx(layers * (kernel[32] - kernel[8]) * 1e-6, rel=0.05)
+    assert all(card_row.kind == v.PREDICTED for card_row in rows.values())
 
 
 def test_the_alone_control_is_each_requester_alone(tmp_path):

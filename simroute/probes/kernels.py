@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simroute.probes.gpu_common import SPIN_WAIT_CUDA
-from simroute.probes.gpu_single import COPY_CUDA, SPLICE_CUDA
+from simroute.probes.gpu_single import COPY_CUDA, HOLD_CUDA, SPLICE_CUDA
 
 # A100, A40, H100/H200, RTX Pro 6000 (Blackwell workstation)
 ARCHS: tuple[str, ...] = ("sm_80", "sm_86", "sm_90", "sm_120")
@@ -35,6 +35,7 @@ class KernelSource:
 KERNEL_SOURCES: dict[str, KernelSource] = {source.name: source for source in [
     KernelSource("splice", SPLICE_CUDA, ("rope_delta", "scatter_pages"), "simroute.probes.gpu_single"),
     KernelSource("copy", COPY_CUDA, ("copy_blocks",), "simroute.probes.gpu_single"),
+    KernelSource("hold", HOLD_CUDA, ("hold_ns",), "simroute.probes.gpu_single"),
     KernelSource("spin-wait", SPIN_WAIT_CUDA, ("spin_wait",), "simroute.probes.gpu_common"),
 ]}
 

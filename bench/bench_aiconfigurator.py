@@ -29,7 +29,18 @@ aiconfigurator runs in its own venv (its pins differ from simroute's), called as
     python3 -m venv bench/.venv-aic && bench/.venv-aic/bin/pip install aiconfigurator==0.12.0
 The bench skips with a message when that venv is missing.
 
+DP attention + expert parallelism (`--deployments`, issue 36): DeepSeek-V3 FP8 on 1, 2, 4 and 8 H200 hosts
+(--tp N --attention-dp-size N --moe-tp-size 1 --moe-ep-size N, N = 8 x hosts), decode of each attention rank's
+batch at 4k context and a 4k prefill per rank, and MTP (--nextn 1 --nextn-accepted 0.8) on 1 and 2 hosts;
+simroute's `DeploymentStep` (simroute.model.dpstep) on the same shapes. aiconfigurator keeps one host on its
+all-gather path (NCCL all-gather / reduce-scatter around a fused MoE at moe_ep 8) and takes DeepEP across hosts
+(its cross-node EP requires it), reading there only FP8-KV attention rows (the SGLang WideEP MLA module,
+FlashInfer): the one-host points run both sides with a bf16 KV cache, the multi-host points both with fp8 (simroute
+then reads the same `mla_module` rows, FlashInfer backend, for the like-for-like; its own default is FA3, SGLang's
+Hopper default). With MTP both sides' figure is the TPOT, the step over 1 + 0.8 tokens.
+
 Run: PYTHONPATH=. python3 bench/bench_aiconfigurator.py [--no-record] [--ops] [--only LABEL,...] [--jobs 2]
+                                                        [--deployments]
      (--ops: each point's per-op times on both sides, aiconfigurator's composite ops opened into their kernels)
 Target: simroute within 15% of aiconfigurator at every point, except the fp8-KV points, which differ by design:
 aiconfigurator reads SGLang 0.5.14's fp8-KV MLA decode rows (fa3's whole-pool dequantisation, 4.5-7x the bf16
@@ -73,6 +84,10 @@ class Point:
     moe: bool = False
     osl: int = 0          # agg: each request's output tokens
     kv: str = "bfloat16"  # KV cache dtype, both sides (aiconfigurator's --kvcache-quant-mode)
+    dp: int = 1           # attention DP ranks (--attention-dp-size); batch and isl are then one rank's
+    ep: int = 1           # MoE expert-parallel size (--moe-ep-size; --moe-tp-size tp / ep)
+    nextn: int = 0        # MTP draft tokens (--nextn)
+    accepted: float = 0.0  # mean accepted draft tokens per step (--nextn-accepted)
 
 
 def _points() -> list[Point]:
@@ -98,8 +113,51 @@ def _points() -> list[Point]:
     return pts
 
 
+def _dep_points() -> list[Point]:
+    """DeepSeek-V3 FP8, DP attention + EP over 1, 2, 4, 8 H200 hosts (issue 36)."""
+    pts = []
+    for hosts in (1, 2, 4, 8):
+        gpus = 8 * hosts
+        dep = dict(model="deepseek-v3", hf="deepseek-ai/DeepSeek-V3", gpu="h200-sxm", system="h200_sxm", tp=gpus,
+                   moe=True, dp=gpus, ep=gpus, kv="bfloat16" if hosts == 1 else "fp8")
+        for b in (16, 64, 128):
+            pts.append(Point(f"dep{gpus}-d{b}-4k", phase="decode", batch=b, isl=4096, **dep))
+        pts.append(Point(f"dep{gpus}-p4k", phase="prefill", batch=1, isl=4096, **dep))
+        if hosts <= 2:
+            pts.append(Point(f"dep{gpus}-d64-mtp1", phase="decode", batch=64, isl=4096, nextn=1, accepted=0.8, **dep))
+    return pts
+
+
 # ---- simroute ---------------------------------------------------------------------------------------------
 _MODELS: dict = {}
+
+
+def simroute_deployment(p: Point) -> dict:
+    """simroute's group step for a DP-attention / EP / MTP point (ms; with MTP the step over its tokens)."""
+    from simroute.calib import load_profile, shipped_dir
+    from simroute.model.dpstep import DeploymentStep
+    from simroute.model.geometry import get_model
+    from simroute.model.parallel import Deployment, Mtp
+    from simroute.model.steptime import BatchShape
+
+    key = ("dep", p.gpu, p.tp, p.dp, p.ep, p.kv, p.nextn, p.accepted)
+    if key not in _MODELS:
+        prof = load_profile("paper-all")
+        ibgda = prof.fabric_params("h100-ibgda")
+        spec = load_profile(shipped_dir() / "gpus" / f"{p.gpu}.yaml").gpu_spec(p.gpu)
+        geometry = get_model(p.model).with_cache_dtype("fp8" if p.kv == "fp8" else "bf16")
+        mtp = Mtp(p.nextn, accepted_length=1.0 + p.accepted) if p.nextn else None
+        _MODELS[key] = DeploymentStep(geometry, spec, Deployment(tp=p.tp, dp=p.dp, ep=p.ep), mtp=mtp,
+                                      cuda_graphs=True, inter=(ibgda.bulk_Bps, ibgda.t_probe_s),
+                                      mla_backend="flashinfer")
+    step = _MODELS[key]
+    batch = (BatchShape.uniform(decode_seqs=p.batch, context=p.isl + 1) if p.phase == "decode"
+             else BatchShape.uniform(prefill_tokens=p.isl))
+    result = step.iteration(batch)
+    overhead = result.terms_s["overhead"]
+    return {"iteration_ms": result.tpot_s * 1e3, "overhead_ms": overhead / result.tokens_per_step * 1e3,
+            "terms_ms": {name: value * 1e3 for name, value in result.terms_s.items()},
+            "sources": result.lookups}
 
 
 def _step_model(p: Point):
@@ -119,6 +177,8 @@ def simroute_step(p: Point) -> dict:
     """simroute's iteration for the point, term by term (ms), as `simroute model step --json` prints it."""
     from simroute.model.steptime import BatchShape
 
+    if p.dp > 1 or p.ep > 1 or p.nextn:
+        return simroute_deployment(p)
     batch = (BatchShape.uniform(decode_seqs=p.batch, context=p.isl + 1) if p.phase == "decode"
              else BatchShape.uniform(prefill_tokens=p.isl))
     return _step_model(p).iteration(batch).as_ms()
@@ -179,11 +239,16 @@ def simroute_ops(p: Point) -> list[tuple[str, float]]:
 
 # ---- aiconfigurator -----------------------------------------------------------------------------------------
 def aic_args(p: Point) -> list[str]:
+    attn_tp = p.tp // p.dp
     args = ["cli", "estimate", "--model", p.hf, "--system", p.system, "--backend", BACKEND,
-            "--backend-version", BACKEND_VERSION, "--tp", str(p.tp), "--kvcache-quant-mode", p.kv,
+            "--backend-version", BACKEND_VERSION, "--tp", str(attn_tp), "--kvcache-quant-mode", p.kv,
             "--detail", "time", "--top-n", "50", "--log-level", "WARNING", "--no-color"]
+    if p.dp > 1:
+        args += ["--attention-dp-size", str(p.dp)]
     if p.moe:
-        args += ["--moe-tp-size", str(p.tp), "--moe-ep-size", "1"]
+        args += ["--moe-tp-size", str(p.tp // p.ep), "--moe-ep-size", str(p.ep)]
+    if p.nextn:
+        args += ["--nextn", str(p.nextn), "--nextn-accepted", str(p.accepted)]
     if p.phase == "decode":
         args += ["--estimate-mode", "static_gen", "--batch-size", str(p.batch), "--isl", str(p.isl), "--osl", "2"]
     elif p.phase == "agg":
@@ -193,7 +258,7 @@ def aic_args(p: Point) -> list[str]:
     return args
 
 
-_OP_LINE = re.compile(r"^\s+(\S.*?)\s+([\d.]+) ms\s+([\d.]+) ms\s")
+_OP_LINE = re.compile(r"^\s+(\S.*?)\s+([\d.]+) ms(?:\s+([\d.]+) ms)?\s")   # the large-EP table has no SOL column
 
 
 def aic_estimate(p: Point) -> dict:
@@ -302,6 +367,7 @@ def main() -> None:
     ap.add_argument("--ops", action="store_true", help="print each point's per-op times on both sides")
     ap.add_argument("--only", default="", help="comma-separated point labels (default: all)")
     ap.add_argument("--jobs", type=int, default=2, help="aiconfigurator processes at once")
+    ap.add_argument("--deployments", action="store_true", help="the DP attention + EP + MTP points (issue 36)")
     args, _ = ap.parse_known_args()
     if not AIC.exists():
         print(f"[aiconfigurator] skipped: no aiconfigurator venv at {VENV.relative_to(ROOT)} (make it with "
@@ -310,7 +376,7 @@ def main() -> None:
     version = subprocess.run([str(AIC_PY), "-c", "import importlib.metadata as m; print(m.version("
                               "'aiconfigurator'), m.version('aiconfigurator-core'))"],
                              capture_output=True, text=True).stdout.split()
-    points = _points()
+    points = _dep_points() if args.deployments else _points()
     if args.only:
         keep = set(args.only.split(","))
         points = [p for p in points if p.label in keep]
@@ -328,8 +394,10 @@ def main() -> None:
         sr = simroute_agg(p, a) if p.phase == "agg" and "error" not in a else simroute_step(p) \
             if p.phase != "agg" else {"iteration_ms": float("nan"), "overhead_ms": 0.0}
         kernels = sr["iteration_ms"] - sr["overhead_ms"]
-        shape = f"{p.model} tp{p.tp} " + {"decode": f"dec {p.batch}@{p.isl // 1024}k", "prefill": f"pre {p.isl // 1024}k",
-                                          "agg": f"agg {p.batch} {p.isl}/{p.osl}"}[p.phase]
+        kv = "fp8" if p.kv == "fp8" else "bf16"
+        shape = (f"{p.model} tp{p.tp} " if p.dp == 1 else f"dsv3 dp{p.dp} ep{p.ep} {kv} ") \
+            + {"decode": f"dec {p.batch}@{p.isl // 1024}k", "prefill": f"pre {p.isl // 1024}k",
+               "agg": f"agg {p.batch} {p.isl}/{p.osl}"}[p.phase] + (f" mtp{p.nextn}" if p.nextn else "")
         if "error" in a:
             failures.append(p.label)
             print(f"{p.label:14s} {shape:26s} {sr['iteration_ms']:9.3f} {kernels:9.3f}   {a['error']}")
@@ -345,8 +413,13 @@ def main() -> None:
             print(f"{'':14s}   mix step {sr['mix_ms']:.2f} / {a['mix_ms']:.2f} ms ({sr['mix_ms'] / a['mix_ms']:.3f}), "
                   f"gen-only step {sr['gen_ms']:.2f} / {a['gen_ms']:.2f} ms ({sr['gen_ms'] / a['gen_ms']:.3f}); "
                   f"{a['mix_steps']:g} mix (weight {a['mix_weight']:.2f}) + {a['gen_steps']:g} gen-only steps")
-        if args.ops and p.phase != "agg":          # an agg point is two steps: their ops are the others' points
+        if args.ops and p.phase != "agg" and p.dp == 1:   # an agg point is two steps: their ops are the others'
             _print_ops(p, sr, a)
+        elif args.ops and "terms_ms" in sr:
+            print("    simroute terms (ms over the step): " + ", ".join(f"{name} {value:.2f}"
+                                                                   for name, value in sr["terms_ms"].items()))
+            print("    aiconfigurator ops (ms): " + ", ".join(f"{name} {value:.2f}"
+                                                           for name, value in a["ops"].items()))
     if not ratios:
         print("[aiconfigurator] no point ran")
         return
@@ -359,7 +432,8 @@ def main() -> None:
     figures.update({k: round(v, 3) for k, v in ratios.items()})
     if failures:
         figures["failed"] = ",".join(failures)
-    record("aiconfigurator", figures, target="simroute kernel time / aiconfigurator within 15% at every point")
+    record("aiconfigurator_dp_ep" if args.deployments else "aiconfigurator", figures,
+           target="simroute kernel time / aiconfigurator within 15% at every point")
 
 
 def _print_ops(p: Point, sr: dict, a: dict) -> None:

@@ -24,6 +24,23 @@ Mapping (aiconfigurator file -> simroute kind: rows kept):
   message_elements counts bf16 values (the file's message_size; 33,554,432 elements = 64 MiB).
 A kind the asked version lacks is taken from the newest version of the same framework that has it, and its
 manifest entry says which.
+
+Expert parallelism (docs/STEP_TIME.md, "DP attention and expert parallelism"), read from every version folder of
+the framework, a shape measured in several taking the newest version's row (the database measured multi-host
+DeepEP only once, under SGLang 0.5.0, shipped in its 0.5.6.post2 folder):
+- comm/<framework>/*/wideep_deepep_{ll,normal}_perf -> moe_a2a (backend deepep_ll / deepep_normal, phase dispatch /
+  combine, dtype default): DeepEP's low-latency and normal-mode all-to-all of `tokens` tokens per rank over
+  `nodes` hosts of the system's GPUs per node (ep = nodes x that), latency per call = transmit + notify;
+  normal mode at each dispatch / combine SM budget (`sms`; low latency: 0). comm/<framework>/*/moe_a2a_perf (the
+  newer unified schema, vLLM and TensorRT-LLM) -> the same kind, its own backend names (deepep_ht -> deepep_normal).
+- moe/<framework>/*/wideep_{generation,context}_moe_perf -> moe_deepep (mode ll / normal): DeepEP's grouped
+  expert GEMMs on the busiest rank, `tokens` the whole EP group's (the collector draws the group's routing).
+- mla/<framework>/*/wideep_{context,generation}_mla_perf -> mla_module (phase prefill / decode, kv_dtype,
+  backend flashinfer / fa3; batch, tokens = isl or context, heads of the rank): the whole MLA block of an attention
+  rank after its fused q_a / kv_a projection (norms, q_b, RoPE, kv_b or the absorbed BMMs, the kernel, o_proj),
+  timed as one module with FP8 attention; the newest version's rows.
+- comm/nccl/<the system's nccl_version>/nccl_perf -> collective: every NCCL op (all_gather, reduce_scatter,
+  all_reduce, alltoall), message_elements the whole message (an all-gather's gathered output).
 """
 
 from __future__ import annotations
@@ -193,6 +210,144 @@ def _nccl_allreduce(system: Path):
         "message_size": frame["message_size"], "latency": frame["latency"]}), path
 
 
+# legacy DeepEP file -> (simroute backend, the phases' latency columns)
+_DEEPEP_FILES = {"wideep_deepep_ll_perf": ("deepep_ll", {"dispatch": ("dispatch_avg_t_us",),
+                                                          "combine": ("combine_avg_t_us",)}),
+                 "wideep_deepep_normal_perf": ("deepep_normal",
+                                               {"dispatch": ("dispatch_transmit_us", "dispatch_notify_us"),
+                                                "combine": ("combine_transmit_us", "combine_notify_us")})}
+_A2A_BACKENDS = {"deepep_ht": "deepep_normal"}          # DeepEP's high-throughput kernels are its normal mode
+_DEEPEP_MOE_FILES = {"wideep_generation_moe_perf": "ll", "wideep_context_moe_perf": "normal"}
+_A2A_KEYS = ["backend", "phase", "dtype", "hidden", "topk", "experts", "ep", "nodes", "sms", "tokens"]
+
+
+def _gpus_per_node(root: Path, system_name: str) -> int:
+    """The system's GPUs per node (its systems/<name>.yaml `node.num_gpus_per_node`; 8 when absent, the HGX boards
+    the legacy DeepEP tables were measured on)."""
+    import yaml
+
+    spec = root.parent / f"{system_name}.yaml"
+    try:
+        node = (yaml.safe_load(spec.read_text()) or {}).get("node") or {}
+        return int(node.get("num_gpus_per_node") or 8)
+    except (OSError, ValueError, TypeError, yaml.YAMLError):
+        return 8
+
+
+def _nccl_version(root: Path, system_name: str) -> str:
+    """The NCCL version the database's own estimator reads for the system (`misc.nccl_version`), or ''."""
+    import yaml
+
+    try:
+        misc = (yaml.safe_load((root.parent / f"{system_name}.yaml").read_text()) or {}).get("misc") or {}
+        return str(misc.get("nccl_version") or "")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return ""
+
+
+def _newest_first(paths: list[Path]) -> list[Path]:
+    return sorted(paths, key=lambda path: _version_key(path.parent.name), reverse=True)
+
+
+def _rel(path: Path, root: Path) -> str:
+    return f"aiconfigurator_core/systems/data/{path.relative_to(root)}"
+
+
+def _ep_tables(root: Path, system_name: str, framework: str) -> tuple[dict, dict]:
+    """The expert-parallel kinds (moe_a2a, moe_deepep) and NCCL's collectives (collective) of one system and
+    framework: (tables, manifest entries), each kind only where the database has rows."""
+    import pandas as pd
+
+    system = root / system_name
+    tables: dict[OpKind, dict[str, Any]] = {}
+    entries: dict[OpKind, dict[str, Any]] = {}
+    per_node = _gpus_per_node(root, system_name)
+    frames, files = [], []
+    for path in _newest_first(list((system / "comm" / framework).glob("*/*.parquet"))):
+        stem = path.stem
+        if stem in _DEEPEP_FILES:
+            backend, phases = _DEEPEP_FILES[stem]
+            frame = _read(path)
+            for phase, columns in phases.items():
+                latency = sum(frame[column].fillna(0.0).to_numpy(dtype=float) for column in columns if column in frame)
+                sms = frame[f"{phase}_sms"] if f"{phase}_sms" in frame else 0
+                frames.append(pd.DataFrame({
+                    "backend": backend, "phase": phase, "dtype": "default", "hidden": frame["hidden_size"],
+                    "topk": frame["num_topk"], "experts": frame["num_experts"], "ep": frame["node_num"] * per_node,
+                    "nodes": frame["node_num"], "sms": sms, "tokens": frame["num_token"], LATENCY_COLUMN: latency}))
+            files.append(_rel(path, root))
+        elif stem == "moe_a2a_perf":
+            frame = _read(path)
+            frames.append(pd.DataFrame({
+                "backend": frame["comm_backend"].map(lambda name: _A2A_BACKENDS.get(name, name)),
+                "phase": frame["phase"], "dtype": frame["comm_dtype"].map(_dtype), "hidden": frame["hidden_size"],
+                "topk": frame["topk"], "experts": frame["num_experts"], "ep": frame["ep_size"],
+                "nodes": frame["node_num"], "sms": frame["sms"], "tokens": frame["num_tokens"],
+                LATENCY_COLUMN: frame["latency"].to_numpy(dtype=float) * 1e3}))
+            files.append(_rel(path, root))
+    if frames:
+        # newest version first: a shape measured again keeps its newest row
+        merged = pd.concat(frames, ignore_index=True).drop_duplicates(_A2A_KEYS, keep="first")
+        merged = merged[merged[LATENCY_COLUMN] > 0]
+        if not merged.empty:
+            tables[OpKind.MOE_A2A] = {column: merged[column].tolist() for column in (*_A2A_KEYS, LATENCY_COLUMN)}
+            entries[OpKind.MOE_A2A] = {"source_files": "; ".join(files), "gpus_per_node": per_node,
+                                       "note": "legacy DeepEP tables: ep = nodes x the system's GPUs per node; "
+                                               "a shape measured in several versions keeps the newest"}
+    frames, files = [], []
+    for path in _newest_first(list((system / "moe" / framework).glob("*/wideep_*_moe_perf.parquet"))):
+        mode = _DEEPEP_MOE_FILES.get(path.stem)
+        if mode is None:
+            continue
+        frame = _read(path)
+        frames.append(pd.DataFrame({
+            "mode": mode, "dtype": frame["moe_dtype"].map(_dtype),
+            "distribution": frame["distribution"].map(lambda name: "balanced" if name == "uniform" else name),
+            "tokens": frame["num_tokens"], "hidden": frame["hidden_size"], "inter": frame["inter_size"],
+            "topk": frame["topk"], "experts": frame["num_experts"], "ep": frame["moe_ep_size"],
+            LATENCY_COLUMN: frame["latency"].to_numpy(dtype=float) * 1e3}))
+        files.append(_rel(path, root))
+    if frames:
+        keys = ["mode", "dtype", "distribution", "tokens", "hidden", "inter", "topk", "experts", "ep"]
+        merged = pd.concat(frames, ignore_index=True).drop_duplicates(keys, keep="first")
+        tables[OpKind.MOE_DEEPEP] = {column: merged[column].tolist() for column in (*keys, LATENCY_COLUMN)}
+        entries[OpKind.MOE_DEEPEP] = {"source_files": "; ".join(files),
+                                      "note": "tokens: the EP group's; the busiest rank's kernels; uniform -> balanced"}
+    frames, files = [], []
+    for path in _newest_first(list((system / "mla" / framework).glob("*/wideep_*_mla_perf.parquet"))):
+        phase = {"wideep_context_mla_perf": "prefill", "wideep_generation_mla_perf": "decode"}.get(path.stem)
+        if phase is None:
+            continue
+        frame = _read(path)
+        tokens = frame["isl"] + (frame["step"] if phase == "decode" and "step" in frame else 0)
+        frames.append(pd.DataFrame({
+            "phase": phase, "kv_dtype": frame["kv_cache_dtype"].map(_dtype), "backend": frame["kernel_source"],
+            "batch": frame["batch_size"], "tokens": tokens, "heads": frame["num_heads"],
+            LATENCY_COLUMN: frame["latency"].to_numpy(dtype=float) * 1e3}))
+        files.append(_rel(path, root))
+    if frames:
+        keys = ["phase", "kv_dtype", "backend", "batch", "tokens", "heads"]
+        merged = pd.concat(frames, ignore_index=True).drop_duplicates(keys, keep="first")
+        tables[OpKind.MLA_MODULE] = {column: merged[column].tolist() for column in (*keys, LATENCY_COLUMN)}
+        entries[OpKind.MLA_MODULE] = {"source_files": "; ".join(files),
+                                      "note": "the MLA block after the fused q_a/kv_a GEMM, timed whole (FP8 "
+                                              "attention); newest version's rows"}
+    wanted = _nccl_version(root, system_name)
+    nccl = _pick_version(system / "comm" / "nccl", wanted, "nccl_perf")
+    if nccl is not None:
+        frame = _read(nccl)
+        tables[OpKind.COLLECTIVE] = {
+            "op": frame["op_name"].tolist(), "dtype": [{"half": "bf16"}.get(value, _dtype(value))
+                                                       for value in frame["nccl_dtype"]],
+            "gpus": frame["num_gpus"].tolist(), "message_elements": frame["message_size"].tolist(),
+            LATENCY_COLUMN: (frame["latency"].to_numpy(dtype=float) * 1e3).tolist()}
+        entries[OpKind.COLLECTIVE] = {"source_file": _rel(nccl, root), "framework_version": nccl.parent.name,
+                                      "note": f"the system's nccl_version ({wanted or 'unset: the newest'}); half "
+                                              "read as bf16 (2-byte elements)",
+                                      "collection_meta": _meta(nccl)}
+    return tables, entries
+
+
 def import_tables(gpu: str, framework: str, version: str | None, output: str | Path,
                   data_root: str | Path | None = None) -> dict[str, Any]:
     """Write simroute tables for `gpu` (a simroute GPU entry name or an aiconfigurator system name) under
@@ -259,6 +414,9 @@ def import_tables(gpu: str, framework: str, version: str | None, output: str | P
                          if "device" in frame else system_name, "collection_meta": _meta(path)}
         if kind is OpKind.ALLREDUCE and nccl is not None:
             entries[kind]["nccl_file"] = f"aiconfigurator_core/systems/data/{nccl_path.relative_to(root)}"
+    ep_tables, ep_entries = _ep_tables(root, system_name, framework)
+    tables.update(ep_tables)
+    entries.update(ep_entries)
     if not tables:
         raise ConfigurationError(f"no operator tables the step model reads under {system_name} {framework} {version}",
                                  file=system)
@@ -269,4 +427,5 @@ def import_tables(gpu: str, framework: str, version: str | None, output: str | P
                           tables=tables, entries=entries)
     return {"gpu": gpu, "framework": framework, "version": version, "output": str(output),
             "rows": {k.value: int(np.asarray(v[LATENCY_COLUMN]).size) for k, v in tables.items()},
-            "versions": {k.value: e["framework_version"] for k, e in entries.items()}, "skipped": skipped}
+            "versions": {k.value: e.get("framework_version", "several") for k, e in entries.items()},
+            "skipped": skipped}

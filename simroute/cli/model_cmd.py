@@ -326,14 +326,38 @@ def model_step(
                                   "replicated (every rank holds it all) | tpla (1/tp per rank, the paper's §8)."),
     roofline: bool = typer.Option(False, "--roofline", help="Ignore the GPU's measured operator tables: the "
                                                             "datasheet roofline with kernel floors alone."),
+    dp_attention: int = typer.Option(1, "--dp-attention", min=1, help="Attention DP ranks in the --tp GPUs (SGLang "
+                                     "--enable-dp-attention --dp N): each rank attends its own requests over its own "
+                                     "latent; --tokens, --decode-seqs and --context are then one rank's batch."),
+    ep: int = typer.Option(1, "--ep", min=1, help="Expert-parallel size of the MoE layers (divides --tp)."),
+    hosts: int = typer.Option(None, "--hosts", min=1, help="Hosts the --tp GPUs span (default: --tp / 8, HGX "
+                              "boards of 8 GPUs)."),
+    a2a: str = typer.Option(None, "--a2a", help="How MoE tokens reach their experts: allgather (SGLang's "
+                            "default) | deepep (DeepEP dispatch / combine); default: deepep once the group spans "
+                            "hosts."),
+    moe_load: str = typer.Option("power_law_1.01", "--moe-load", help="Routed-expert load the expert kernels are "
+                                 "read at: balanced | power_law_1.01 | power_law_1.2 (DeepEP rows also 0.6, 0.8, "
+                                 "1.02)."),
+    redundant_experts: int = typer.Option(0, "--redundant-experts", min=0, help="EPLB's extra expert replicas "
+                                          "per group (read at the balanced rows)."),
+    nextn: int = typer.Option(0, "--nextn", min=0, help="MTP draft tokens per step (DeepSeek-V3's MTP module); "
+                              "needs --accept-rate or --accept-length."),
+    accept_rate: float = typer.Option(None, "--accept-rate", help="MTP: probability each draft token is accepted "
+                                      "(given every earlier one was)."),
+    accept_length: float = typer.Option(None, "--accept-length", help="MTP: mean tokens a step emits (1 to "
+                                        "nextn + 1), instead of --accept-rate."),
     calib: str = typer.Option("paper-all", help=CALIB_HELP),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
 ) -> None:
     """One engine iteration's time, term by term: each term from the GPU's measured operator tables where they
     cover it (measured / interpolated / extrapolated), else the roofline, and the sources of the GPU's
-    constants (docs/STEP_TIME.md).
+    constants (docs/STEP_TIME.md). With --dp-attention, --ep or --nextn: one step of a DP-attention / expert-
+    parallel group, with MTP (docs/STEP_TIME.md, "DP attention and expert parallelism").
 
     Example: simroute model step --model llama-3.1-70b --gpu h100-sxm --tp 8 --tokens 64 --decode-seqs 64 --context 4096
+
+    Example: simroute model step --model deepseek-v3 --gpu h200-sxm --tp 16 --dp-attention 16 --ep 16 --tokens 64
+    --decode-seqs 64 --context 4096 --nextn 1 --accept-length 1.8
     """
     from simroute.errors import ConfigurationError
     from simroute.model.geometry import CACHE_DTYPE_BYTES, get_model
@@ -352,6 +376,15 @@ def model_step(
                                  field="--kv-cache")
     fields = Fields.flags()
     check_tp_splits_heads(get_model(model), tp_size, fields)
+    if dp_attention > 1 or ep > 1 or nextn > 0 or hosts is not None or a2a is not None:
+        _deployment_step(model=model, gpu=gpu, tp_size=tp_size, tokens=tokens, decode_seqs=decode_seqs,
+                         context=context, prefill_context=prefill_context, fabric=fabric, weights=weights,
+                         kv_cache=kv_cache, kv_layout=kv_layout, roofline=roofline, dp_attention=dp_attention, ep=ep,
+                         hosts=hosts, a2a=a2a, moe_load=moe_load, redundant_experts=redundant_experts, nextn=nextn,
+                         accept_rate=accept_rate, accept_length=accept_length, calib=calib, json_out=json_out)
+        return
+    if accept_rate is not None or accept_length is not None:
+        raise ConfigurationError("--accept-rate / --accept-length need --nextn", field="nextn")
     prof, gpu_prof = _step_profile(calib, gpu)
     fab = _allreduce_fabric(prof, gpu, fabric, tp_size)
     step = prof.step_model(model, tp=tp_size, intra_host_fabric=fab,
@@ -410,6 +443,123 @@ def model_step(
 
 
 MAX_SHAPE_TOKENS = 10_000_000      # 10M tokens: beyond every shipped model's context window by an order
+GPUS_PER_HGX = 8                   # GPUs of one HGX H100 / H200 board: the default host of a group
+CROSS_HOST_FABRIC = "h100-ibgda"   # the profile's cross-host fabric (NIC RDMA) the collectives' roofline falls back to
+
+
+def _deployment_step(*, model: str, gpu: str, tp_size: int, tokens: int, decode_seqs: int, context: int,
+                     prefill_context: int, fabric: str | None, weights: str | None, kv_cache: str, kv_layout: str,
+                     roofline: bool, dp_attention: int, ep: int, hosts: int | None, a2a: str | None, moe_load: str,
+                     redundant_experts: int, nextn: int, accept_rate: float | None, accept_length: float | None,
+                     calib: str, json_out: bool) -> None:
+    """`model step` for a DP-attention / expert-parallel / MTP group (simroute.model.dpstep): every check before
+    anything is printed, one line per refusal."""
+    from simroute.errors import ConfigurationError
+    from simroute.model.dpstep import DeploymentStep
+    from simroute.model.geometry import get_model
+    from simroute.model.parallel import MTP_MODULES as MTP_MODULE_MODELS
+    from simroute.model.parallel import A2A, Deployment, Mtp, a2a_layer_traffic, hbm_per_gpu
+    from simroute.model.steptime import BatchShape
+
+    if kv_layout != "replicated":
+        raise ConfigurationError("--kv-layout tpla is a TP layout; with --dp-attention each rank holds its own "
+                                 "latent", field="kv-layout")
+    if a2a is not None and a2a not in {mode.value for mode in A2A}:
+        raise ConfigurationError(f"unknown all-to-all '{a2a}' (known: allgather, deepep)", field="a2a")
+    hosts = hosts if hosts is not None else -(-tp_size // GPUS_PER_HGX)
+    if tp_size % hosts or tp_size // hosts > GPUS_PER_HGX:
+        raise ConfigurationError(f"--hosts {hosts} must divide --tp {tp_size} into hosts of at most {GPUS_PER_HGX} "
+                                 "GPUs", field="hosts")
+    geometry = get_model(model)
+    if weights is not None:
+        geometry = geometry.with_weight_dtype(weights)
+    geometry = geometry.with_cache_dtype(kv_cache)
+    deployment = Deployment(tp=tp_size, dp=dp_attention, ep=ep, gpus_per_host=tp_size // hosts,
+                            a2a=A2A(a2a) if a2a else None, distribution=moe_load,
+                            redundant_experts=redundant_experts)
+    problem = deployment.problem(geometry)
+    mtp = None
+    if nextn > 0:
+        mtp = Mtp(nextn, accept_rate=accept_rate, accepted_length=accept_length)
+        problem = problem or mtp.problem()
+        if geometry.name not in MTP_MODULE_MODELS:
+            problem = problem or f"--nextn: {geometry.name} ships no MTP module (known: " \
+                                 f"{', '.join(sorted(MTP_MODULE_MODELS))})"
+    elif accept_rate is not None or accept_length is not None:
+        problem = problem or "--accept-rate / --accept-length need --nextn"
+    if problem:
+        raise ConfigurationError(problem)
+    prof, gpu_prof = _step_profile(calib, gpu)
+    fab = _allreduce_fabric(prof, gpu, fabric, tp_size if hosts == 1 else GPUS_PER_HGX)
+    intra = (float("inf"), 0.0)
+    if fab is not None:
+        params = prof.fabric_params(fab)
+        intra = (params.bulk_Bps, params.t_probe_s)
+    inter = None
+    if CROSS_HOST_FABRIC in prof.fabrics:
+        params = prof.fabric_params(CROSS_HOST_FABRIC)
+        inter = (params.bulk_Bps, params.t_probe_s)
+    spec = gpu_prof.gpu_spec(gpu, tables=not roofline)
+    step = DeploymentStep(geometry, spec, deployment, mtp=mtp, cuda_graphs=True, intra=intra, inter=inter)
+    batch = BatchShape.uniform(decode_seqs, context, prefill_tokens=tokens - decode_seqs,
+                               prefill_context=prefill_context)
+    result = step.iteration(batch)
+    out = result.as_ms()
+    hbm = hbm_per_gpu(geometry, deployment, mtp_layers=MTP_MODULE_MODELS.get(geometry.name, 0) if mtp else 0)
+    kv_tokens = batch.kv_read_tokens
+    free = spec.hbm_bytes - hbm.weights
+    capacity = max(int(free // hbm.kv_bytes_per_token), 0) if hbm.kv_bytes_per_token else 0
+    traffic = a2a_layer_traffic(geometry, deployment, [float(tokens)] * dp_attention,
+                                prefill=tokens > decode_seqs) if geometry.is_moe and deployment.tp > 1 else None
+    sizes = {"weight_GB_per_gpu": hbm.weights / 1e9, "weights_GB_by_part": {part: value / 1e9
+                                                                              for part, value in hbm.parts.items()},
+             "kv_bytes_per_token_per_gpu": hbm.kv_bytes_per_token, "kv_source": hbm.kv_sources,
+             "kv_capacity_tokens_per_gpu": capacity, "kv_capacity_tokens_per_group": capacity * dp_attention,
+             "kv_tokens_per_rank": kv_tokens, "kv_fits": kv_tokens <= capacity,
+             "weights_fit": hbm.weights < spec.hbm_bytes}
+    notes = list(out["notes"])
+    if not sizes["weights_fit"]:
+        notes.append(f"the weights ({hbm.weights / 1e9:.1f} GB per GPU) do not fit in one {gpu}'s "
+                     f"{spec.hbm_bytes / 1e9:.0f} GB: the terms are what the step would cost if they did")
+    elif not sizes["kv_fits"]:
+        notes.append(f"a rank's KV ({kv_tokens:,.0f} tokens) exceeds the {capacity:,} tokens of HBM the weights "
+                     "leave on its GPU: no engine could hold this batch")
+    a2a_bytes = ({phase: {link: value for link, value in split.items()} for phase, split in traffic.by_link().items()}
+                 if traffic is not None else {})
+    inputs = {"model": model, "gpu": gpu, "tp": tp_size, "dp_attention": dp_attention, "ep": ep, "hosts": hosts,
+              "a2a": step.mode.value, "moe_load": deployment.expert_distribution,
+              "redundant_experts": redundant_experts, "tokens": tokens, "decode_seqs": decode_seqs,
+              "context": context, "prefill_context": prefill_context, "nextn": nextn, "accept_rate": accept_rate,
+              "accept_length": accept_length, "weights": weights, "kv_cache": kv_cache, "calib": calib,
+              "roofline": roofline, "attn_tp": deployment.attn_tp, "moe_tp": deployment.moe_tp}
+    if json_out:
+        echo_json({**out, **sizes, "a2a_bytes_per_layer": a2a_bytes, "notes": notes, "inputs": inputs,
+                   "gpu_sources": spec.sources})
+        return
+    per_layer = out["layer_ms"].get("moe") or next(iter(out["layer_ms"].values()))
+    rows = [["step", f"{out['iteration_ms']:.4f}", "", "", ""]]
+    if mtp is not None:
+        rows.append(["TPOT (step / tokens per step)", f"{out['tpot_ms']:.4f}", "", "",
+                     f"{out['tokens_per_step']:.3f} tokens per step"])
+    for term, ms in out["terms_ms"].items():
+        layer = per_layer.get(term)
+        rows.append([term, f"{ms:.4f}", f"{layer:.4f}" if layer is not None else "",
+                     out["term_lookups"].get(term, ""), out["term_sources"].get(term, "")])
+    table(f"{model} on {tp_size} x {gpu} ({hosts} host(s)): dp-attention {dp_attention} (attention TP "
+          f"{deployment.attn_tp}), ep {ep} (moe TP {deployment.moe_tp}), {step.mode.value}; each rank {tokens} "
+          f"tokens ({decode_seqs} decodes at context {context})",
+          ["term", "ms", "ms per MoE layer", "from", "table"], rows)
+    if mtp is not None:
+        typer.echo("MTP: " + ", ".join(f"{name} {value:.4f} ms" for name, value in out["mtp_ms"].items()))
+    typer.echo(f"weights {hbm.weights / 1e9:.1f} GB per GPU ("
+               + ", ".join(f"{part} {value / 1e9:.1f}" for part, value in hbm.parts.items() if value) + ")")
+    typer.echo(f"KV {hbm.kv_bytes_per_token:,.0f} B per token on its rank's GPU ({hbm.kv_sources}); capacity "
+               f"{capacity:,} tokens per GPU, {capacity * dp_attention:,} per group")
+    for phase, split in a2a_bytes.items():
+        typer.echo(f"{step.mode.value} {phase} bytes per MoE layer: "
+                   + ", ".join(f"{link} {fmt_bytes(value)}" for link, value in split.items()))
+    for note in notes:
+        typer.echo(f"note: {note}")
 
 
 def register(app: typer.Typer) -> None:

@@ -156,6 +156,15 @@ class MeasuredStep:
         except TableMiss:
             return None
 
+    def gemm_curve(self, gemm: LinearOp, dtype: str | None = None) -> Curve | None:
+        """The table curve over tokens of one GEMM (None: no rows, the roofline's): what a composition of these
+        tables under another parallelism (simroute.model.dpstep) reads."""
+        return self._gemm_curve(gemm, dtype)
+
+    def bmm_curve(self) -> Curve | None:
+        """MLA's absorbed pre + post BMMs over decode tokens at this step's heads per rank (None: no rows)."""
+        return self._bmm_curve()
+
     def _note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)

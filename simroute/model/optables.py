@@ -47,6 +47,11 @@ class OpKind(str, Enum):
     ALLREDUCE = "allreduce"                  # TP all-reduce of message_elements bf16 values over gpus GPUs
     ELEMENTWISE = "elementwise"              # a layer's memory-bound kernels (norms, RoPE, activation) by width
     DSA_DECODE = "dsa_decode"                # DSA's whole decode attention module (projections, indexer, top-k)
+    # expert parallelism (docs/STEP_TIME.md, "DP attention and expert parallelism")
+    MOE_A2A = "moe_a2a"                      # one EP all-to-all phase (DeepEP dispatch / combine), tokens per rank
+    MOE_DEEPEP = "moe_deepep"                # DeepEP's grouped expert GEMMs on one rank, the EP group's tokens
+    COLLECTIVE = "collective"                # an NCCL collective (all-gather, reduce-scatter, ...) over gpus GPUs
+    MLA_MODULE = "mla_module"                # a DP-attention rank's whole MLA block (projections to o_proj)
 
 
 # Each kind's columns: (categorical, numeric). The numeric ones are shape axes (interpolated); the categorical
@@ -64,6 +69,10 @@ SCHEMA: dict[OpKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # one decode token of `batch` sequences over `context` through the sparse model's attention module (its HF
     # `architecture`; dtype: its projections' GEMMs), heads of one rank: the check of the composed sparse terms
     OpKind.DSA_DECODE: (("architecture", "dtype", "kv_dtype"), ("batch", "context", "heads")),
+    OpKind.MOE_A2A: (("backend", "phase", "dtype"), ("tokens", "hidden", "topk", "experts", "ep", "nodes", "sms")),
+    OpKind.MOE_DEEPEP: (("mode", "dtype", "distribution"), ("tokens", "hidden", "inter", "topk", "experts", "ep")),
+    OpKind.COLLECTIVE: (("op", "dtype"), ("gpus", "message_elements")),
+    OpKind.MLA_MODULE: (("phase", "kv_dtype", "backend"), ("batch", "tokens", "heads")),
 }
 # The elementwise table's `kernel` values (docs/STEP_TIME.md, "Elementwise kernels"): SGLang's fused residual add +
 # RMSNorm, a plain RMSNorm, rotary embedding in place, and the gated activation silu(gate) x up. `width` is the

@@ -458,6 +458,16 @@ class StepTimeModel:
                 roofline_lm_head=lambda seqs: self._lm_head(seqs)[0])
             self.notes = self.notes + tuple(self._measured.notes)
 
+    @property
+    def measured(self):
+        """The table-driven terms (simroute.model.opstep.MeasuredStep), or None on the roofline alone."""
+        return self._measured
+
+    @property
+    def gpu_overhead_s(self) -> float:
+        """The per-iteration overhead this instance charges (the CUDA-graph figure when it runs graphs)."""
+        return self._overhead_s
+
     # ---- sizes ------------------------------------------------------------------------------------------
     @property
     def weight_bytes_per_gpu(self) -> float:

@@ -87,7 +87,7 @@ def test_import_converts_rows_and_latencies_and_says_where_they_come_from(cli, t
     t = load_operator_tables(out)
     assert (t.gpu, t.framework, t.version) == ("h200-sxm", "sglang", "0.5.14")
     assert set(t.tables) == {OpKind.GEMM, OpKind.MOE, OpKind.ATTENTION_DECODE, OpKind.ALLREDUCE, OpKind.MLA_BMM,
-                             OpKind.DSA_DECODE}
+                             OpKind.DSA_DECODE, OpKind.COLLECTIVE}
     gemm = t.get(OpKind.GEMM)
     assert gemm.rows == 4
     rows = sorted(zip(gemm.categorical["dtype"].tolist(), gemm.numeric["m"].tolist(), gemm.latency_us.tolist()))
@@ -127,10 +127,59 @@ def test_import_json_summary(cli, tree: Path, tmp_path: Path) -> None:
     code, text, err = _import(cli, tree, tmp_path / "o", "--json")
     assert code == 0, err
     s = json.loads(text)
-    assert s["rows"] == {"gemm": 4, "moe": 2, "attention_decode": 2, "mla_bmm": 2, "allreduce": 2, "dsa_decode": 2}
+    assert s["rows"] == {"gemm": 4, "moe": 2, "attention_decode": 2, "mla_bmm": 2, "allreduce": 2, "dsa_decode": 2,
+                         "collective": 2}
     assert s["versions"]["mla_bmm"] == "0.5.9" and s["versions"]["gemm"] == "0.5.14"
     assert set(s["skipped"]) == {"attention_prefill", "mla_prefill", "mla_decode"}
     assert s["provenance"]["kind"] == "measured"
+
+
+def test_expert_parallel_kinds_by_hand(cli, tree: Path, tmp_path: Path) -> None:
+    """DeepEP's all-to-all (low-latency and normal mode, every version folder, the newest row of a shape), DeepEP's
+    expert kernels, the WideEP MLA module and NCCL's collectives: renamed, ms / us converted, ep = nodes x 8."""
+    shape = {"hidden_size": 7168, "num_topk": 8, "num_experts": 256, "kernel_source": "deepep"}
+    _parquet(tree, "comm", "sglang", "0.5.12", "wideep_deepep_ll_perf", [
+        {**shape, "node_num": 1, "num_token": 64, "dispatch_avg_t_us": 27.0, "combine_avg_t_us": 41.0}])
+    _parquet(tree, "comm", "sglang", "0.5.6.post2", "wideep_deepep_ll_perf", [
+        {**shape, "node_num": 1, "num_token": 64, "dispatch_avg_t_us": 99.0, "combine_avg_t_us": 99.0},  # older
+        {**shape, "node_num": 2, "num_token": 64, "dispatch_avg_t_us": 58.0, "combine_avg_t_us": 102.0}])
+    _parquet(tree, "comm", "sglang", "0.5.6.post2", "wideep_deepep_normal_perf", [
+        {**shape, "node_num": 2, "num_token": 4096, "dispatch_sms": 20, "dispatch_transmit_us": 843.5,
+         "dispatch_notify_us": 49.5, "combine_sms": 20, "combine_transmit_us": 2099.0, "combine_notify_us": 50.5}])
+    moe = {"moe_dtype": "fp8_block", "hidden_size": 7168, "inter_size": 2048, "topk": 8, "num_experts": 256,
+           "moe_tp_size": 1, "moe_ep_size": 16}
+    _parquet(tree, "moe", "sglang", "0.5.10", "wideep_generation_moe_perf", [
+        {**moe, "num_tokens": 1024, "distribution": "power_law_1.01", "latency": 0.24},
+        {**moe, "num_tokens": 1024, "distribution": "uniform", "latency": 0.2}])
+    _parquet(tree, "mla", "sglang", "0.5.10", "wideep_generation_mla_perf", [
+        {"kernel_source": "fa3", "kv_cache_dtype": "fp8", "num_heads": 128, "batch_size": 64, "isl": 4096,
+         "step": 0, "latency": 0.2067}])
+    out = tmp_path / "o"
+    code, text, err = _import(cli, tree, out, "--json")
+    assert code == 0, err
+    t = load_operator_tables(out)
+    a2a = t.get(OpKind.MOE_A2A)
+    rows = sorted(zip(a2a.categorical["backend"].tolist(), a2a.categorical["phase"].tolist(),
+                      a2a.numeric["nodes"].tolist(), a2a.numeric["ep"].tolist(), a2a.numeric["sms"].tolist(),
+                      a2a.latency_us.tolist()))
+    assert rows == [("deepep_ll", "combine", 1.0, 8.0, 0.0, 41.0), ("deepep_ll", "combine", 2.0, 16.0, 0.0, 102.0),
+                    ("deepep_ll", "dispatch", 1.0, 8.0, 0.0, 27.0), ("deepep_ll", "dispatch", 2.0, 16.0, 0.0, 58.0),
+                    ("deepep_normal", "combine", 2.0, 16.0, 20.0, pytest.approx(2149.5)),
+                    ("deepep_normal", "dispatch", 2.0, 16.0, 20.0, pytest.approx(893.0))]
+    deepep = t.get(OpKind.MOE_DEEPEP)
+    assert sorted(zip(deepep.categorical["distribution"].tolist(), deepep.latency_us.tolist())) == [
+        ("balanced", pytest.approx(200.0)), ("power_law_1.01", pytest.approx(240.0))]
+    assert deepep.categorical["mode"].tolist() == ["ll", "ll"] and deepep.numeric["ep"].tolist() == [16.0, 16.0]
+    module = t.get(OpKind.MLA_MODULE)
+    assert module.categorical["phase"].tolist() == ["decode"] and module.latency_us.tolist() == [pytest.approx(206.7)]
+    collective = t.get(OpKind.COLLECTIVE)
+    assert sorted(zip(collective.categorical["op"].tolist(), collective.categorical["dtype"].tolist(),
+                      collective.latency_us.tolist())) == [("all_gather", "bf16", pytest.approx(500.0)),
+                                                           ("all_reduce", "bf16", pytest.approx(12.0))]
+    manifest = yaml.safe_load((out / "tables.yaml").read_text())
+    sources = manifest["tables"]["moe_a2a"]["source_files"]
+    assert "0.5.12/wideep_deepep_ll_perf" in sources and "0.5.6.post2/wideep_deepep_normal_perf" in sources
+    assert manifest["tables"]["collective"]["source_file"].endswith("comm/nccl/2.21.5/nccl_perf.parquet")
 
 
 @pytest.mark.parametrize("args, field, words", [

@@ -96,7 +96,8 @@ def test_dry_run_writes_moe_and_elementwise_tables_with_a_fill(dry_cal):
     assert merged.get(OpKind.GEMM).source["answered_by"] == str((shipped_dir() / "ops" / SHIPPED_H200).resolve())
     assert merged.provenance["own_kinds"] == "moe, elementwise"
     assert merged.provenance["filled_kinds"] == ("gemm, attention_prefill, attention_decode, mla_prefill, "
-                                                 "mla_decode, mla_bmm, allreduce, dsa_decode")
+                                                 "mla_decode, mla_bmm, allreduce, dsa_decode, moe_a2a, moe_deepep, "
+                                                 "collective, mla_module")
 
 
 def _probe_like_tables(directory: Path, gpu: str = "h200-sxm", kernel: str = "rope") -> Path:

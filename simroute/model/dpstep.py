@@ -1,0 +1,639 @@
+"""The step time of a serving group under DP attention, expert parallelism and MTP (docs/STEP_TIME.md,
+"DP attention and expert parallelism").
+
+A step of a DP group is lockstep: every layer ends in a collective every rank takes part in, so a layer costs
+- the busiest attention rank's attention block: its projections (GEMMs at its own tokens, its heads split over
+  the rank's `attn_tp` GPUs), its attention kernel over its own requests' latent, its norms and RoPE;
+- the MLP on the tokens it sees: under `allgather` the whole group's tokens (all-gathered, SGLang's DP padding),
+  the dense FFN and the shared experts tensor-parallel over the group, the fused routed-expert kernel read at
+  (moe_tp, ep); under `deepep` each GPU's own tokens for the router, shared experts (whole, tp 1) and dense FFN
+  (`--moe-dense-tp-size 1`), and DeepEP's grouped expert kernel read at the group's tokens;
+- the collectives that move the tokens: NCCL all-gather before and reduce-scatter after the MLP, or DeepEP's
+  dispatch and combine (low-latency rows for a decode-only batch, normal-mode rows otherwise), or, without DP
+  attention, the TP model's two all-reduces;
+plus the busiest rank's LM head on its own sequences, and the iteration overhead. With MTP a step is the target
+model's verify of nextn + 1 tokens per decoding sequence plus the MTP module's draft passes, and emits
+`Mtp.tokens_per_step` tokens.
+
+Every term reads the measured tables where they hold it (`sources`, `lookups` as simroute.model.steptime's) and
+falls back to the roofline where they do not, saying so in `notes`. The pieces a TP instance shares with this
+composition (GEMM curves, attention surfaces, the elementwise kernels, the LM head) are read through the same
+`StepTimeModel` / `MeasuredStep` objects, built at the rank's and at the MLP's TP degree: one formula, one place.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from simroute.model.geometry import WEIGHT_BYTES, LinearOp, ModelGeometry
+from simroute.model.opstep import GEMM_DTYPE, KV_DTYPE, MOE_DTYPE, SHARED_OVERLAP_MAX_TOKENS, _fused
+from simroute.model.optables import Curve, Lookup, OpKind, Surface, TableMiss
+from simroute.model.parallel import (A2A, ATTENTION_OPS, DEEPEP_NORMAL_SMS, Deployment, Mtp, a2a_layer_traffic,
+                                     combine_row_bytes, gathered_tokens)
+from simroute.model.steptime import NONE, BatchShape, ElementwiseKernel, GpuSpec, StepTimeModel
+
+ATTENTION_ROLES = frozenset({"input norm", "post-attention norm", "rope (q and k heads)",
+                             "mla latent norms (q_a, kv_a)"})
+# what a measured MLA module (`mla_module`) holds of the attention block: everything after the fused q_a / kv_a
+# projection (the collector feeds the module a random latent), so the layer keeps that GEMM and its two
+# add + RMSNorms around the module
+MODULE_ROLES = frozenset({"rope (q and k heads)", "mla latent norms (q_a, kv_a)"})
+MODULE_KEEPS = frozenset({"q_a+kv_a", "q_a", "kv_a"})
+# SGLang's default MLA attention backend on Hopper (server_args: FA3 for DeepseekV3ForCausalLM on SM90 when
+# `is_fa3_default_architecture`), the backend of the `mla_module` rows read by default
+MLA_MODULE_BACKEND = "fa3"
+MLP_ROLES = frozenset({"ffn activation", "shared experts activation"})
+# the terms of a layer, in the order outputs list them
+TERMS = ("attention_gemms", "attention", "mlp_gemms", "experts", "collective", "elementwise")
+# DeepEP's table modes by batch: low-latency for a decode-only batch, normal otherwise (`--deepep-mode auto`)
+DEEPEP_MODES = {True: ("ll", "deepep_ll"), False: ("normal", "deepep_normal")}
+# the MTP module's own kernels besides its MoE layer: two RMSNorms (enorm, hnorm) on the embedding and the
+# hidden state, then eh_proj over their concatenation (DeepSeek-V3 Technical Report §2.2, Figure 3)
+MTP_NORMS = 2
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One layer of one kind: seconds per term (`TERMS`), and the busiest attention rank."""
+
+    seconds: dict[str, float]
+    busiest_rank: int
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.seconds.values())
+
+
+@dataclass(frozen=True)
+class GroupStep:
+    """One step of a group, term by term. `layer_s[kind][term]`: seconds of one layer of that kind;
+    `terms_s[term]`: over every layer (and `lm_head`, `overhead`, `mtp_draft`); `sources` / `lookups` per term.
+    With MTP, `tokens_per_step` > 1 and `tpot_s` is the step over it."""
+
+    iteration_s: float
+    layer_s: dict[str, dict[str, float]]
+    terms_s: dict[str, float]
+    sources: dict[str, str]
+    lookups: dict[str, str]
+    notes: tuple[str, ...]
+    busiest_rank: int
+    tokens_per_step: float = 1.0
+    mtp: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def tpot_s(self) -> float:
+        return self.iteration_s / self.tokens_per_step
+
+    def as_ms(self) -> dict[str, object]:
+        return {"iteration_ms": self.iteration_s * 1e3, "tpot_ms": self.tpot_s * 1e3,
+                "tokens_per_step": self.tokens_per_step,
+                "terms_ms": {name: value * 1e3 for name, value in self.terms_s.items()},
+                "layer_ms": {kind: {name: value * 1e3 for name, value in terms.items()}
+                             for kind, terms in self.layer_s.items()},
+                "term_sources": dict(self.sources), "term_lookups": dict(self.lookups),
+                "busiest_rank": self.busiest_rank, "mtp_ms": {name: value * 1e3 for name, value in self.mtp.items()},
+                "notes": list(self.notes)}
+
+
+def _is_attention(gemm: LinearOp) -> bool:
+    """An attention projection (a fused GEMM of them: `q_a+kv_a`) rather than an FFN / MoE one."""
+    return all(part in ATTENTION_OPS for part in gemm.name.split("+"))
+
+
+def _decodes(batch: BatchShape) -> float:
+    if batch.decode_sequences is not None:
+        return batch.decode_sequences
+    return batch.sequences - (1.0 if batch.prefill_pairs > 0 else 0.0)
+
+
+def verify_batch(batch: BatchShape, nextn: int) -> BatchShape:
+    """The target model's verify pass of a rank's batch: every decoding sequence computes nextn + 1 tokens over its
+    context and samples each (its attention read as nextn + 1 decode rows over the same context, as the
+    database's composition reads it: an upper bound, the latent is read once per row)."""
+    decodes = _decodes(batch)
+    if decodes <= 0 or nextn <= 0:
+        return batch
+    context = max(batch.attention_pairs - batch.prefill_pairs, 0.0) / decodes
+    extra = decodes * nextn
+    return BatchShape(new_tokens=batch.new_tokens + extra, sequences=batch.sequences + extra,
+                      kv_read_tokens=batch.kv_read_tokens + extra * context,
+                      attention_pairs=batch.attention_pairs + extra * context, prefill_pairs=batch.prefill_pairs,
+                      decode_sequences=decodes + extra)
+
+
+def draft_batch(batch: BatchShape, rows: int) -> BatchShape:
+    """One MTP draft pass of a rank's batch: `rows` tokens per decoding sequence over its context (1: a draft
+    decode step; nextn + 1: the draft extend after verification), the prefill chunk's tokens once (the draft
+    extend that follows a prefill), one sampled position per sequence."""
+    decodes = _decodes(batch)
+    context = max(batch.attention_pairs - batch.prefill_pairs, 0.0) / decodes if decodes > 0 else 0.0
+    prefill_tokens = max(batch.new_tokens - decodes, 0.0)
+    rows_total = decodes * rows
+    return BatchShape(new_tokens=rows_total + prefill_tokens, sequences=rows_total + (batch.sequences - decodes),
+                      kv_read_tokens=rows_total * context + max(batch.kv_read_tokens - decodes * context, 0.0),
+                      attention_pairs=rows_total * context + batch.prefill_pairs, prefill_pairs=batch.prefill_pairs,
+                      decode_sequences=rows_total)
+
+
+class DeploymentStep:
+    """The step-time model of one group (`deployment`) of `gpu` serving `geometry`; `mtp` adds MTP's draft and
+    verify. `intra` / `inter` (bulk bytes/s, latency s) are the NVLink and cross-host fabrics the collectives fall
+    back to where no table holds them (the GPU entry's all-reduce bus, when it has one, for NVLink)."""
+
+    def __init__(self, geometry: ModelGeometry, gpu: GpuSpec, deployment: Deployment, *, mtp: Mtp | None = None,
+                 cuda_graphs: bool = False, intra: tuple[float, float] = (float("inf"), 0.0),
+                 inter: tuple[float, float] | None = None, mla_backend: str = MLA_MODULE_BACKEND) -> None:
+        problem = deployment.problem(geometry) or (mtp.problem() if mtp is not None else None)
+        if problem is None and mtp is not None and not geometry.is_moe:
+            problem = f"--nextn: {geometry.name} has no MTP module"
+        if problem:
+            raise ValueError(problem)
+        self.geometry, self.gpu, self.deployment, self.mtp = geometry, gpu, deployment, mtp
+        self.mode = deployment.a2a_mode if deployment.dp_attention or deployment.ep > 1 else A2A.ALLGATHER
+        self.mlp_tp = 1 if (self.mode is A2A.DEEPEP and deployment.dp_attention) else deployment.tp
+        bus = gpu.allreduce_bus_Bps
+        self.intra = (bus, gpu.allreduce_latency_s or 0.0) if bus is not None else intra
+        self.inter = inter
+        self.attn = StepTimeModel(geometry, gpu, deployment.attn_tp, cuda_graphs=cuda_graphs,
+                                  allreduce_Bps=intra[0], allreduce_latency_s=intra[1])
+        self.mlp = self.attn if self.mlp_tp == deployment.attn_tp else StepTimeModel(
+            geometry, gpu, self.mlp_tp, cuda_graphs=cuda_graphs, allreduce_Bps=intra[0], allreduce_latency_s=intra[1])
+        self.tables = gpu.operator_tables
+        self.mla_backend = mla_backend
+        self._notes: list[str] = []
+        self._sources: dict[str, set[str]] = {term: set() for term in (*TERMS, "lm_head")}
+        self._build()
+
+    # ---- construction -------------------------------------------------------------------------------------
+    def _note(self, text: str) -> None:
+        if text not in self._notes:
+            self._notes.append(text)
+
+    def _gemm(self, model: StepTimeModel, gemm: LinearOp) -> tuple[LinearOp, Curve | None]:
+        measured = model.measured
+        curve = measured.gemm_curve(gemm) if measured is not None else None
+        if curve is None and measured is not None:
+            self._note(f"no {GEMM_DTYPE.get(gemm.weight_dtype, 'bf16')} GEMM rows for {gemm.name} (n {gemm.n}, k {gemm.k}): "
+                       "it runs on the roofline")
+        return gemm, curve
+
+    def _build(self) -> None:
+        geometry, deployment = self.geometry, self.deployment
+        kinds = {kind: count for kind, count in geometry.layer_kinds().items() if count > 0}
+        self.kinds = kinds
+        # attention side: the same projections in every layer kind
+        any_kind = next(iter(kinds))
+        ops = _fused(geometry.linear_ops(deployment.attn_tp, any_kind))
+        self._attn_every = [self._gemm(self.attn, gemm) for gemm in ops if _is_attention(gemm) and gemm.name != "kv_b"]
+        self._attn_prefill = [self._gemm(self.attn, gemm) for gemm in ops if gemm.name == "kv_b"]
+        measured = self.attn.measured
+        self._bmm = measured.bmm_curve() if (measured is not None and geometry.is_mla) else None
+        self._module = self._module_surfaces()
+        # MLP side, per layer kind: dense FFN, or router + shared experts
+        self._mlp: dict[str, list[tuple[LinearOp, Curve | None]]] = {}
+        for kind in kinds:
+            self._mlp[kind] = [self._gemm(self.mlp, gemm) for gemm in _fused(geometry.linear_ops(self.mlp_tp, kind))
+                               if not _is_attention(gemm) and gemm.experts == 1]
+        self._routed: dict[str, Curve | None] = {}
+        if "moe" in kinds:
+            if self.mode is A2A.DEEPEP and deployment.dp_attention:
+                for decode_only, (mode, _backend) in DEEPEP_MODES.items():
+                    self._routed[mode] = self._deepep_curve(mode)
+            else:
+                self._routed["fused"] = self._fused_moe_curve()
+        self._collectives: dict[str, Curve | None] = {}
+        if deployment.dp_attention and self.mode is A2A.ALLGATHER:
+            for op_name, gpus in (("all_gather", deployment.tp), ("reduce_scatter", deployment.tp)):
+                self._collectives[f"{op_name}@{gpus}"] = self._collective_curve(op_name, gpus)
+            if deployment.attn_tp > 1:
+                for op_name in ("all_gather", "reduce_scatter"):
+                    self._collectives[f"{op_name}@{deployment.attn_tp}"] = self._collective_curve(
+                        op_name, deployment.attn_tp)
+        elif self.mode is A2A.DEEPEP and deployment.dp_attention:
+            for _decode_only, (_mode, backend) in DEEPEP_MODES.items():
+                for phase in ("dispatch", "combine"):
+                    self._collectives[f"{backend}:{phase}"] = self._a2a_curve(backend, phase)
+        # the MTP module's eh_proj (2 hidden -> hidden, bf16: assumed, the checkpoint's quantisation of the
+        # module was not checked) on the attention rank's tokens
+        self._eh_proj = self._gemm(self.attn, LinearOp("eh_proj", 2 * geometry.hidden, geometry.hidden)) \
+            if self.mtp is not None else None
+
+    def _module_surfaces(self) -> dict[str, Surface]:
+        """The measured MLA module of a DP-attention rank at this KV dtype (decode and prefill), where the tables
+        hold both phases; {} otherwise (the attention block is then composed kernel by kernel)."""
+        table = self.tables.get(OpKind.MLA_MODULE) if self.tables is not None else None
+        geometry = self.geometry
+        if table is None or not self.deployment.dp_attention or not geometry.is_mla:
+            return {}
+        kv_dtype = KV_DTYPE.get(geometry.cache_dtype, "bf16")
+        heads = geometry.heads_q // self.deployment.attn_tp
+        out: dict[str, Surface] = {}
+        for phase in ("decode", "prefill"):
+            try:
+                out[phase] = Surface.from_table(table, "batch", "tokens", {"heads": heads},
+                                                {"phase": phase, "kv_dtype": kv_dtype, "backend": self.mla_backend})
+            except TableMiss:
+                return {}
+        self._note(f"attention: the {self.mla_backend} MLA module measured whole ({kv_dtype} KV, FP8 attention: "
+                   f"{out['decode'].table.split(' (')[0]}), q_b / kv_b / BMMs / o_proj / RoPE / latent norms in it")
+        return out
+
+    def _fused_moe_curve(self) -> Curve | None:
+        """SGLang's fused routed-expert kernel at (moe_tp, ep): the `moe` table (as MeasuredStep reads it at
+        ep 1)."""
+        table = self.tables.get(OpKind.MOE) if self.tables is not None else None
+        geometry, deployment = self.geometry, self.deployment
+        if table is None:
+            return None
+        dtype = MOE_DTYPE.get(geometry.weight_dtype, "bf16")
+        fixed = {"hidden": geometry.hidden, "inter": geometry.expert_intermediate, "topk": geometry.experts_per_token,
+                 "experts": geometry.routed_experts, "moe_tp": deployment.moe_tp, "moe_ep": deployment.ep}
+        for distribution in (deployment.expert_distribution, "balanced"):
+            try:
+                curve = table.curve("tokens", fixed, {"dtype": dtype, "distribution": distribution})
+            except TableMiss:
+                continue
+            if distribution != deployment.expert_distribution:
+                self._note(f"no {deployment.expert_distribution} fused-MoE rows: the routed experts read the balanced "
+                           "ones")
+            return curve
+        self._note(f"no fused-MoE rows at moe_tp {deployment.moe_tp}, ep {deployment.ep} for {geometry.name}: the "
+                   "routed experts run on the roofline")
+        return None
+
+    def _deepep_curve(self, mode: str) -> Curve | None:
+        """DeepEP's grouped expert kernels (`moe_deepep`, the group's tokens) in `mode` (ll / normal)."""
+        table = self.tables.get(OpKind.MOE_DEEPEP) if self.tables is not None else None
+        geometry, deployment = self.geometry, self.deployment
+        if table is not None:
+            dtype = MOE_DTYPE.get(geometry.weight_dtype, "bf16")
+            fixed = {"hidden": geometry.hidden, "inter": geometry.expert_intermediate,
+                     "topk": geometry.experts_per_token, "experts": geometry.routed_experts, "ep": deployment.ep}
+            for distribution in (deployment.expert_distribution, "balanced"):
+                try:
+                    return table.curve("tokens", fixed, {"mode": mode, "dtype": dtype, "distribution": distribution})
+                except TableMiss:
+                    continue
+        self._note(f"no DeepEP expert rows ({mode} mode) at ep {deployment.ep} for {geometry.name}: the routed "
+                   "experts run on the roofline")
+        return None
+
+    def _collective_curve(self, op_name: str, gpus: int) -> Curve | None:
+        table = self.tables.get(OpKind.COLLECTIVE) if self.tables is not None else None
+        # the database's NCCL rows are one host's (NVLink): a collective across hosts is not theirs to extrapolate
+        if table is not None and gpus <= self.deployment.gpus_per_host:
+            try:
+                return table.curve("message_elements", {"gpus": gpus}, {"op": op_name, "dtype": "bf16"})
+            except TableMiss:
+                pass
+        where = "hosts" if gpus > self.deployment.gpus_per_host else "GPUs"
+        self._note(f"no NCCL {op_name} rows over {gpus} GPUs (the database measures one host): a ring over the "
+                   f"{'cross-host fabric' if where == 'hosts' else 'NVLink bus'} on the roofline")
+        return None
+
+    def _a2a_curve(self, backend: str, phase: str) -> Curve | None:
+        """DeepEP's `phase` at this group's (ep, hosts) and the model's (hidden, topk, experts), over tokens per
+        rank; normal mode at the SM budget SGLang runs it with."""
+        table = self.tables.get(OpKind.MOE_A2A) if self.tables is not None else None
+        geometry, deployment = self.geometry, self.deployment
+        if table is not None:
+            sms = DEEPEP_NORMAL_SMS if backend == "deepep_normal" else 0
+            fixed = {"hidden": geometry.hidden, "topk": geometry.experts_per_token,
+                     "experts": geometry.routed_experts, "ep": deployment.ep, "nodes": deployment.hosts, "sms": sms}
+            for dtype in sorted(set(table.values("dtype"))):
+                try:
+                    return table.curve("tokens", fixed, {"backend": backend, "phase": phase, "dtype": dtype})
+                except TableMiss:
+                    continue
+        self._note(f"no {backend} {phase} rows at ep {deployment.ep} over {deployment.hosts} host(s): its bytes on "
+                   "the roofline of NVLink and the cross-host fabric")
+        return None
+
+    # ---- kernels ------------------------------------------------------------------------------------------
+    def _gemm_s(self, gemm: LinearOp, curve: Curve | None, tokens: float) -> tuple[float, Lookup, str]:
+        if tokens <= 0:
+            return 0.0, Lookup.MEASURED, ""
+        if curve is not None:
+            seconds, how = curve.lookup(tokens)
+            return seconds, how, curve.table.split(" (")[0]
+        gpu = self.gpu
+        peak = gpu.peak_fp8_flops if (gemm.fp8 and gpu.has_fp8) else gpu.peak_flops
+        mem = (gemm.weight_bytes + tokens * (gemm.k + gemm.n) * WEIGHT_BYTES) / gpu.achievable_hbm_Bps
+        comp = 2.0 * tokens * gemm.k * gemm.n / (peak * gpu.gemm_fraction(tokens))
+        return max(mem, comp, gpu.kernel_floor_s), Lookup.ROOFLINE, "roofline"
+
+    def _experts_roofline_s(self, tokens: float) -> float:
+        """The busiest EP rank's routed experts on the roofline: its share of the token-expert pairs through its
+        experts' weights (touched ones read once), FP8 GEMMs at the curve's fraction at its per-expert tokens."""
+        geometry, deployment, gpu = self.geometry, self.deployment, self.gpu
+        pairs = tokens * geometry.experts_per_token / deployment.ep
+        local = deployment.experts_per_rank(geometry)
+        touched = min(local, pairs)
+        per_expert = geometry.hidden * 3 * geometry.expert_intermediate / deployment.moe_tp
+        weight_bytes = per_expert * (1.0 if geometry.weight_dtype == "fp8" else 2.0)
+        peak = gpu.peak_fp8_flops if (geometry.weight_dtype == "fp8" and gpu.has_fp8) else gpu.peak_flops
+        mem = (touched * weight_bytes + pairs * 2 * geometry.hidden * WEIGHT_BYTES) / gpu.achievable_hbm_Bps
+        comp = 2.0 * pairs * per_expert / (peak * gpu.gemm_fraction(pairs / max(touched, 1.0)))
+        return max(mem, comp, 2 * gpu.kernel_floor_s)
+
+    def _ring_s(self, gpus: int, message_bytes: float) -> float:
+        """A ring all-gather / reduce-scatter of `message_bytes` (the whole gathered message) over `gpus`: each
+        GPU moves (g - 1) / g of it over its slowest link, g - 1 latencies."""
+        spans = gpus > self.deployment.gpus_per_host
+        rate, latency = (self.inter if spans else self.intra) or (float("inf"), 0.0)
+        return (gpus - 1) * latency + (gpus - 1) / gpus * message_bytes / rate
+
+    def _a2a_roofline_s(self, rank_tokens: Sequence[float], prefill: bool) -> tuple[float, float]:
+        """(dispatch, combine) seconds of the busiest GPU's all-to-all bytes over NVLink and the cross-host fabric
+        (`a2a_layer_traffic`), one latency each."""
+        traffic = a2a_layer_traffic(self.geometry, self.deployment, rank_tokens, mode=A2A.DEEPEP, prefill=prefill)
+        intra_Bps, intra_lat = self.intra
+        inter_Bps, inter_lat = self.inter or (float("inf"), 0.0)
+        out = []
+        for matrix in (traffic.dispatch, traffic.combine):
+            worst = 0.0
+            for src, row in enumerate(matrix):
+                nvlink = sum(nbytes for dst, nbytes in enumerate(row)
+                             if dst != src and traffic.hosts[dst] == traffic.hosts[src])
+                rdma = sum(nbytes for dst, nbytes in enumerate(row) if traffic.hosts[dst] != traffic.hosts[src])
+                seconds = max(nvlink / intra_Bps + intra_lat, rdma / inter_Bps + (inter_lat if rdma else 0.0))
+                worst = max(worst, seconds)
+            out.append(worst)
+        return out[0], out[1]
+
+    # ---- one layer ----------------------------------------------------------------------------------------
+    def _attention_block(self, batch: BatchShape) -> tuple[dict[str, float], dict[str, list]]:
+        """One rank's attention block per layer: projections, kernel, its norms and RoPE."""
+        decodes = _decodes(batch)
+        prefill_tokens = max(batch.new_tokens - decodes, 0.0)
+        looks: dict[str, list] = {"attention_gemms": [], "attention": [], "elementwise": []}
+        if self._module:
+            return self._module_block(batch, decodes, prefill_tokens, looks)
+        gemms = 0.0
+        for gemm, curve in self._attn_every:
+            seconds, how, table = self._gemm_s(gemm, curve, batch.new_tokens)
+            gemms += seconds
+            looks["attention_gemms"].append((how, table))
+        for gemm, curve in self._attn_prefill:
+            seconds, how, table = self._gemm_s(gemm, curve, prefill_tokens)
+            gemms += seconds
+            if prefill_tokens > 0:
+                looks["attention_gemms"].append((how, table))
+        if self.geometry.is_mla and decodes > 0:
+            if self._bmm is not None:
+                seconds, how = self._bmm.lookup(decodes)
+                gemms += seconds
+                looks["attention_gemms"].append((how, "mla_bmm"))
+            else:
+                looks["attention_gemms"].append((Lookup.ROOFLINE, "roofline"))
+        terms = self.attn.iteration(batch)
+        attention = terms.attention_s_per_layer
+        looks["attention"].append((Lookup(terms.lookups["attention"]) if terms.lookups["attention"] != NONE
+                                   else Lookup.MEASURED, terms.sources["attention"]))
+        elementwise = 0.0
+        seen: set[str] = set()
+        for row in terms.elementwise_kernels:
+            if row["role"] in ATTENTION_ROLES and row["role"] not in seen:
+                seen.add(row["role"])
+                elementwise += float(row["ms"]) * 1e-3 / float(row["layers"])
+                looks["elementwise"].append((Lookup(row["lookup"]), str(row["table"]).split(" (")[0]))
+        return {"attention_gemms": gemms, "attention": attention, "elementwise": elementwise}, looks
+
+    def _module_block(self, batch: BatchShape, decodes: float, prefill_tokens: float,
+                      looks: dict[str, list]) -> tuple[dict[str, float], dict[str, list]]:
+        """The attention block from the measured module: the fused q_a / kv_a GEMM, the module (decode rows at the
+        decodes' mean context, prefill rows at the length whose causal pairs equal the chunk's), the two norms."""
+        gemms = 0.0
+        for gemm, curve in self._attn_every:
+            if gemm.name in MODULE_KEEPS:
+                seconds, how, table = self._gemm_s(gemm, curve, batch.new_tokens)
+                gemms += seconds
+                looks["attention_gemms"].append((how, table))
+        attention = 0.0
+        if decodes > 0:
+            context = max(batch.attention_pairs - batch.prefill_pairs, 0.0) / decodes
+            seconds, how = self._module["decode"].lookup(decodes, max(context, 1.0))
+            attention += seconds
+            looks["attention"].append((how, "mla_module"))
+        if prefill_tokens > 0 and batch.prefill_pairs > 0:
+            sequences = max(batch.sequences - decodes, 1.0)
+            isl = (math.sqrt(8.0 * batch.prefill_pairs / sequences + 1.0) - 1.0) / 2.0
+            seconds, how = self._module["prefill"].lookup(sequences, isl)
+            attention += seconds
+            looks["attention"].append((how, "mla_module"))
+        elementwise = 0.0
+        seen: set[str] = set()
+        for row in self.attn.elementwise_breakdown(batch.new_tokens):
+            role = row["role"]
+            if role in ATTENTION_ROLES and role not in MODULE_ROLES and role not in seen:
+                seen.add(role)
+                elementwise += float(row["ms"]) * 1e-3 / float(row["layers"])
+                looks["elementwise"].append((Lookup(row["lookup"]), str(row["table"]).split(" (")[0]))
+        return {"attention_gemms": gemms, "attention": attention, "elementwise": elementwise}, looks
+
+    def _mlp_elementwise_s(self, kind: str, tokens: float) -> tuple[float, list]:
+        if tokens <= 0:
+            return 0.0, []
+        seconds, looks = 0.0, []
+        for row in self.mlp.elementwise_breakdown(tokens):
+            layers = float(row["layers"])
+            kind_of_row = "dense" if row["role"] == "ffn activation" else "moe"
+            if row["role"] in MLP_ROLES and kind_of_row == kind and layers > 0:
+                seconds += float(row["ms"]) * 1e-3 / layers
+                looks.append((Lookup(row["lookup"]), str(row["table"]).split(" (")[0]))
+        return seconds, looks
+
+    def layer(self, kind: str, batches: Sequence[BatchShape]) -> tuple[LayerCost, dict[str, list]]:
+        """One layer of `kind` for the attention ranks' batches (one per DP rank): seconds per term, and what
+        each term rests on."""
+        deployment, geometry = self.deployment, self.geometry
+        blocks = [self._attention_block(batch) for batch in batches]
+        busiest = max(range(len(blocks)), key=lambda index: sum(blocks[index][0].values()))
+        seconds = dict(blocks[busiest][0])
+        looks: dict[str, list] = {term: list(found) for term, found in blocks[busiest][1].items()}
+        looks.update({"mlp_gemms": [], "experts": [], "collective": []})
+        rank_tokens = [batch.new_tokens for batch in batches]
+        has_prefill = any(batch.new_tokens > _decodes(batch) for batch in batches)
+        decode_only = not has_prefill
+        dp_attention = deployment.dp_attention
+        if not dp_attention:
+            mlp_tokens = rank_tokens[busiest]
+        elif self.mode is A2A.ALLGATHER:
+            mlp_tokens = gathered_tokens(rank_tokens, has_prefill)
+        else:
+            mlp_tokens = max(rank_tokens)
+        mlp_gemms, routed_s, shared_s = 0.0, 0.0, 0.0
+        for gemm, curve in self._mlp[kind]:
+            op_s, how, table = self._gemm_s(gemm, curve, mlp_tokens)
+            looks["mlp_gemms"].append((how, table))
+            if gemm.name.startswith("shared_"):
+                shared_s += op_s
+            else:
+                mlp_gemms += op_s
+        if kind == "moe":
+            if self.mode is A2A.DEEPEP and dp_attention:
+                mode = DEEPEP_MODES[decode_only][0]
+                curve, tokens = self._routed[mode], sum(rank_tokens)
+            else:
+                curve, tokens = self._routed["fused"], mlp_tokens
+            if curve is not None:
+                routed_s, how = curve.lookup(tokens)
+                looks["experts"].append((how, curve.table.split(" (")[0]))
+            else:
+                routed_s = self._experts_roofline_s(tokens)
+                looks["experts"].append((Lookup.ROOFLINE, "roofline"))
+            # SGLang overlaps the shared experts with the routed kernel on a second stream up to 1024 tokens
+            # (DUAL_STREAM_TOKEN_THRESHOLD); DeepEP's path runs them one after the other
+            if self.mode is not A2A.DEEPEP and mlp_tokens <= SHARED_OVERLAP_MAX_TOKENS:
+                shared_s = max(shared_s - routed_s, 0.0)          # only what the routed kernel does not hide
+        seconds["mlp_gemms"] = mlp_gemms + shared_s
+        seconds["experts"] = routed_s
+        elementwise, found = self._mlp_elementwise_s(kind, mlp_tokens)
+        seconds["elementwise"] += elementwise
+        looks["elementwise"] += found
+        seconds["collective"] = self._collective_s(kind, batches, busiest, rank_tokens, mlp_tokens, has_prefill,
+                                                   looks["collective"])
+        return LayerCost({term: seconds[term] for term in TERMS}, busiest), looks
+
+    def _collective_s(self, kind: str, batches: Sequence[BatchShape], busiest: int, rank_tokens: list[float],
+                      mlp_tokens: float, has_prefill: bool, looks: list) -> float:
+        deployment, geometry = self.deployment, self.geometry
+        if not deployment.dp_attention:
+            terms = self.attn.iteration(batches[busiest])
+            if deployment.tp > 1:
+                looks.append((Lookup(terms.lookups["allreduce"]), terms.sources["allreduce"].split(" (")[0]))
+            return terms.allreduce_s_per_layer
+        if self.mode is A2A.DEEPEP:
+            if kind != "moe":
+                return 0.0                          # dense layers data-parallel (--moe-dense-tp-size 1)
+            backend = DEEPEP_MODES[not has_prefill][1]
+            tokens = max(rank_tokens)
+            total = 0.0
+            fallback = None
+            for index, phase in enumerate(("dispatch", "combine")):
+                curve = self._collectives[f"{backend}:{phase}"]
+                if curve is not None:
+                    seconds, how = curve.lookup(tokens)
+                    looks.append((how, curve.table.split(" (")[0]))
+                else:
+                    fallback = fallback or self._a2a_roofline_s(rank_tokens, has_prefill)
+                    seconds = fallback[index]
+                    looks.append((Lookup.ROOFLINE, "roofline"))
+                total += seconds
+            return total
+        row_elements = geometry.hidden
+        total = 0.0
+        steps = [("all_gather", deployment.tp, mlp_tokens), ("reduce_scatter", deployment.tp, mlp_tokens)]
+        if deployment.attn_tp > 1:
+            steps += [("reduce_scatter", deployment.attn_tp, rank_tokens[busiest]),
+                      ("all_gather", deployment.attn_tp, rank_tokens[busiest])]
+        for op_name, gpus, tokens in steps:
+            curve = self._collectives[f"{op_name}@{gpus}"]
+            elements = tokens * row_elements
+            if curve is not None:
+                seconds, how = curve.lookup(elements)
+                looks.append((how, curve.table.split(" (")[0]))
+            else:
+                seconds = self._ring_s(gpus, elements * combine_row_bytes(geometry) / row_elements)
+                looks.append((Lookup.ROOFLINE, "roofline"))
+            total += seconds
+        return total
+
+    # ---- a step -------------------------------------------------------------------------------------------
+    def _ranks(self, batches: BatchShape | Sequence[BatchShape]) -> list[BatchShape]:
+        if isinstance(batches, BatchShape):
+            return [batches] * self.deployment.dp
+        out = list(batches)
+        if len(out) != self.deployment.dp:
+            raise ValueError(f"need one batch per attention rank ({self.deployment.dp}), got {len(out)}")
+        return out
+
+    def _forward(self, batches: list[BatchShape], kinds: dict[str, int], looks: dict[str, list],
+                 layer_s: dict[str, dict[str, float]]) -> tuple[float, dict[str, float], int]:
+        totals = {term: 0.0 for term in TERMS}
+        busiest = 0
+        for kind, count in kinds.items():
+            cost, found = self.layer(kind, batches)
+            layer_s[kind] = cost.seconds
+            busiest = cost.busiest_rank
+            for term, seconds in cost.seconds.items():
+                totals[term] += count * seconds
+            for term, items in found.items():
+                looks.setdefault(term, []).extend(items)
+        return sum(totals.values()), totals, busiest
+
+    def _head_s(self, batch: BatchShape, looks: dict[str, list]) -> float:
+        terms = self.attn.iteration(batch)
+        looks.setdefault("lm_head", []).append((Lookup(terms.lookups["lm_head"]), terms.sources["lm_head"]
+                                                .split(" (")[0]))
+        return terms.lm_head_s
+
+    def iteration(self, batches: BatchShape | Sequence[BatchShape]) -> GroupStep:
+        """One step of the group: `batches` per attention rank (one BatchShape: every rank the same). With MTP,
+        decoding sequences verify nextn + 1 tokens and the MTP module drafts (the class docstring)."""
+        ranks = self._ranks(batches)
+        looks: dict[str, list] = {}
+        layer_s: dict[str, dict[str, float]] = {}
+        mtp = self.mtp
+        target = [verify_batch(batch, mtp.nextn) for batch in ranks] if mtp is not None else ranks
+        body, totals, busiest = self._forward(target, self.kinds, looks, layer_s)
+        heads = [self._head_s(batch, looks) for batch in target]
+        totals["lm_head"] = max(heads)
+        totals["overhead"] = self.attn.gpu_overhead_s
+        mtp_terms: dict[str, float] = {}
+        tokens_per_step = 1.0
+        if mtp is not None:
+            draft = 0.0
+            passes = [(draft_batch(batch, 1), mtp.draft_decode_passes) for batch in ranks]
+            extend = [draft_batch(batch, mtp.verify_tokens) for batch in ranks]
+            for label, pass_batches, repeats in (("draft_decode", [batch for batch, _ in passes],
+                                                  mtp.draft_decode_passes),
+                                                 ("draft_extend", extend, 1)):
+                if repeats <= 0:
+                    mtp_terms[label] = 0.0
+                    continue
+                one = self._draft_pass_s(pass_batches, looks)
+                mtp_terms[label] = repeats * one
+                draft += repeats * one
+            totals["mtp_draft"] = draft
+            tokens_per_step = mtp.tokens_per_step
+            mtp_terms["verify"] = body + totals["lm_head"]
+        total = body + totals["lm_head"] + totals["overhead"] + totals.get("mtp_draft", 0.0)
+        sources, lookups = self._summarise(looks)
+        return GroupStep(iteration_s=total, layer_s=layer_s, terms_s=totals, sources=sources, lookups=lookups,
+                         notes=tuple(self._notes) + tuple(self.attn.notes), busiest_rank=busiest,
+                         tokens_per_step=tokens_per_step, mtp=mtp_terms)
+
+    def _draft_pass_s(self, batches: list[BatchShape], looks: dict[str, list]) -> float:
+        """One pass of the MTP module: its MoE layer, eh_proj, its two input norms and the shared LM head."""
+        layer_s: dict[str, dict[str, float]] = {}
+        body, _totals, _busiest = self._forward(batches, {"moe": 1}, looks, layer_s)
+        tokens = max(batch.new_tokens for batch in batches)
+        assert self._eh_proj is not None
+        gemm, curve = self._eh_proj
+        proj, how, table = self._gemm_s(gemm, curve, tokens)
+        looks.setdefault("mtp_draft", []).append((how, table))
+        norm = self.attn.elementwise_kernel_s(_mtp_norm(self.geometry.hidden), tokens) * MTP_NORMS
+        return body + proj + norm + max(self._head_s(batch, looks) for batch in batches)
+
+    @staticmethod
+    def _summarise(looks: dict[str, list]) -> tuple[dict[str, str], dict[str, str]]:
+        sources, lookups = {}, {}
+        for term, items in looks.items():
+            if not items:
+                sources[term], lookups[term] = "none", NONE
+                continue
+            sources[term] = "; ".join(sorted({table.split(" (")[0] for _how, table in items if table}))
+            lookups[term] = Lookup.worst(*(how for how, _table in items)).value
+        for term in (*TERMS, "lm_head"):
+            sources.setdefault(term, "none")
+            lookups.setdefault(term, NONE)
+        sources["overhead"] = lookups["overhead"] = Lookup.ROOFLINE.value
+        return sources, lookups
+
+
+def _mtp_norm(width: int) -> ElementwiseKernel:
+    """One of the MTP module's input RMSNorms (enorm / hnorm) over a hidden-state row."""
+    return ElementwiseKernel("rmsnorm", "mtp input norm", width, 2 * width)

@@ -183,6 +183,40 @@ def skewed_shares(ranks: int, hottest: float) -> tuple[float, ...]:
     return (first, *([(1.0 - first) / (ranks - 1)] * (ranks - 1)))
 
 
+def power_law_hottest(alpha: float, tokens: int, experts: int, topk: int, ranks: int, *, draws: int = 64,
+                      seed: int = 0) -> float:
+    """How hot the busiest EP rank runs under the database's `power_law_<alpha>` routing: the mean over `draws`
+    seeded draws of (busiest rank's token-expert pairs) / (the mean rank's). The collector's recipe
+    (aiconfigurator's collector/helper.py, `_generate_power_law_distribution`): each expert's load drawn from a
+    power law of exponent alpha on [1, 0.8 T] (on [0.01, 2] when T x topk <= E), scaled to T x topk pairs, capped
+    at T per expert (the excess spread over the others), experts laid out contiguously over the ranks. The
+    expert kernel rows of that distribution time this rank; `skewed_shares(ranks, power_law_hottest(...))` puts
+    the same skew on the all-to-all's bytes."""
+    import numpy as np
+
+    if ranks <= 1 or tokens <= 0:
+        return 1.0
+    rng = np.random.default_rng(seed)
+    low, high = (1.0, tokens * 0.8) if tokens * topk > experts else (0.01, 2.0)
+    power = 1.0 - alpha
+    total = tokens * topk
+    ratios = []
+    for _ in range(draws):
+        uniform = rng.random(experts)
+        loads = ((high ** power - low ** power) * uniform + low ** power) ** (1.0 / power)
+        loads = loads / loads.sum() * total
+        for _ in range(experts):                      # cap at T, spreading the excess over the uncapped
+            excess = np.clip(loads - tokens, 0.0, None).sum()
+            if excess <= 1e-9:
+                break
+            loads = np.minimum(loads, tokens)
+            room = loads < tokens
+            loads[room] += excess / room.sum()
+        per_rank = loads.reshape(ranks, experts // ranks).sum(axis=1)
+        ratios.append(per_rank.max() / per_rank.mean())
+    return float(np.mean(ratios))
+
+
 @dataclass(frozen=True)
 class LayerTraffic:
     """One MoE layer's bytes between every pair of ranks (`dispatch[src][dst]`, `combine[src][dst]`; the

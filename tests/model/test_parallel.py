@@ -10,7 +10,8 @@ import pytest
 
 from simroute.model.geometry import get_model
 from simroute.model.parallel import (A2A, Deployment, Mtp, a2a_layer_traffic, combine_row_bytes, dispatch_row_bytes,
-                                     gathered_tokens, hbm_per_gpu, rank_hit_probability, skewed_shares)
+                                     gathered_tokens, hbm_per_gpu, power_law_hottest, rank_hit_probability,
+                                     skewed_shares)
 from simroute.model.steptime import GpuSpec, StepTimeModel
 
 V3 = get_model("deepseek-v3")
@@ -94,6 +95,18 @@ def test_skew_moves_bytes_to_the_hot_rank():
     assert sum(map(sum, hot.dispatch)) == pytest.approx(sum(map(sum, flat.dispatch)))
     with pytest.raises(ValueError):
         skewed_shares(16, 17.0)
+
+
+def test_power_law_hottest_rank():
+    """The database's skewed routing as a number: the busiest rank's load over the mean, seeded and repeatable."""
+    hot = power_law_hottest(1.01, 512, 256, 8, 8)
+    assert hot == power_law_hottest(1.01, 512, 256, 8, 8) and 1.0 < hot < 8.0
+    assert power_law_hottest(1.01, 512, 256, 8, 1) == 1.0
+    # an expert sees each token at most once: with one expert per rank the hottest holds at most T = 64 of the
+    # 64 x 8 / 256 = 2 pairs the mean rank holds
+    assert power_law_hottest(1.2, 64, 256, 8, 256) <= 64 / (64 * 8 / 256)
+    shares = skewed_shares(8, hot)
+    assert shares[0] == pytest.approx(hot / 8)
 
 
 # ---- DP padding (SGLang's DpPaddingMode) --------------------------------------------------------------------

@@ -162,6 +162,9 @@ class DeploymentStep:
             geometry, gpu, self.mlp_tp, cuda_graphs=cuda_graphs, allreduce_Bps=intra[0], allreduce_latency_s=intra[1])
         self.tables = gpu.operator_tables
         self.mla_backend = mla_backend
+        # True while `iteration` explains each term (lookups, tables); False on `iteration_s`, the hot path
+        self._explain = True
+        self._elementwise_cache: dict[tuple, tuple[float, list]] = {}
         self._notes: list[str] = []
         self._sources: dict[str, set[str]] = {term: set() for term in (*TERMS, "lm_head")}
         self._build()
@@ -316,6 +319,8 @@ class DeploymentStep:
         if tokens <= 0:
             return 0.0, Lookup.MEASURED, ""
         if curve is not None:
+            if not self._explain:
+                return curve.seconds(tokens), Lookup.MEASURED, ""
             seconds, how = curve.lookup(tokens)
             return seconds, how, curve.table.split(" (")[0]
         gpu = self.gpu
@@ -383,23 +388,49 @@ class DeploymentStep:
                 looks["attention_gemms"].append((how, table))
         if self.geometry.is_mla and decodes > 0:
             if self._bmm is not None:
-                seconds, how = self._bmm.lookup(decodes)
+                seconds, how = self._curve_s(self._bmm, decodes)
                 gemms += seconds
                 looks["attention_gemms"].append((how, "mla_bmm"))
             else:
                 looks["attention_gemms"].append((Lookup.ROOFLINE, "roofline"))
-        terms = self.attn.iteration(batch)
-        attention = terms.attention_s_per_layer
-        looks["attention"].append((Lookup(terms.lookups["attention"]) if terms.lookups["attention"] != NONE
-                                   else Lookup.MEASURED, terms.sources["attention"]))
-        elementwise = 0.0
-        seen: set[str] = set()
-        for row in terms.elementwise_kernels:
-            if row["role"] in ATTENTION_ROLES and row["role"] not in seen:
-                seen.add(row["role"])
-                elementwise += float(row["ms"]) * 1e-3 / float(row["layers"])
-                looks["elementwise"].append((Lookup(row["lookup"]), str(row["table"]).split(" (")[0]))
+        if self._explain:
+            terms = self.attn.iteration(batch)
+            attention = terms.attention_s_per_layer
+            looks["attention"].append((Lookup(terms.lookups["attention"]) if terms.lookups["attention"] != NONE
+                                       else Lookup.MEASURED, terms.sources["attention"]))
+        else:
+            attention = self.attn.attention_layer_s(batch)
+        elementwise, found = self._roles_s(self.attn, ATTENTION_ROLES, batch.new_tokens)
+        looks["elementwise"] += found
         return {"attention_gemms": gemms, "attention": attention, "elementwise": elementwise}, looks
+
+    def _roles_s(self, model: StepTimeModel, roles: frozenset[str], tokens: float,
+                 kind: str | None = None) -> tuple[float, list]:
+        """One layer's elementwise kernels of `roles` at `tokens` tokens (of layer `kind`, where the roles differ
+        by kind), and what they rest on; kept per token count (the kernels' time depends on nothing else)."""
+        key = (id(model), roles, tokens, kind)
+        hit = self._elementwise_cache.get(key)
+        if hit is not None:
+            return hit
+        seconds, looks, seen = 0.0, [], set()
+        for row in model.elementwise_breakdown(tokens) if tokens > 0 else ():
+            role, layers = row["role"], float(row["layers"])
+            row_kind = "dense" if role == "ffn activation" else "moe" if role == "shared experts activation" else None
+            if role not in roles or role in seen or layers <= 0 or (kind is not None and row_kind not in (None, kind)):
+                continue
+            seen.add(role)
+            seconds += float(row["ms"]) * 1e-3 / layers
+            looks.append((Lookup(row["lookup"]), str(row["table"]).split(" (")[0]))
+        if len(self._elementwise_cache) > 65536:
+            self._elementwise_cache.clear()
+        self._elementwise_cache[key] = (seconds, looks)
+        return seconds, looks
+
+    def _surface_s(self, surface: Surface, row: float, col: float) -> tuple[float, Lookup]:
+        return surface.lookup(row, col) if self._explain else (surface.seconds(row, col), Lookup.MEASURED)
+
+    def _curve_s(self, curve: Curve, coordinate: float) -> tuple[float, Lookup]:
+        return curve.lookup(coordinate) if self._explain else (curve.seconds(coordinate), Lookup.MEASURED)
 
     def _module_block(self, batch: BatchShape, decodes: float, prefill_tokens: float,
                       looks: dict[str, list]) -> tuple[dict[str, float], dict[str, list]]:
@@ -414,36 +445,18 @@ class DeploymentStep:
         attention = 0.0
         if decodes > 0:
             context = max(batch.attention_pairs - batch.prefill_pairs, 0.0) / decodes
-            seconds, how = self._module["decode"].lookup(decodes, max(context, 1.0))
+            seconds, how = self._surface_s(self._module["decode"], decodes, max(context, 1.0))
             attention += seconds
             looks["attention"].append((how, "mla_module"))
         if prefill_tokens > 0 and batch.prefill_pairs > 0:
             sequences = max(batch.sequences - decodes, 1.0)
             isl = (math.sqrt(8.0 * batch.prefill_pairs / sequences + 1.0) - 1.0) / 2.0
-            seconds, how = self._module["prefill"].lookup(sequences, isl)
+            seconds, how = self._surface_s(self._module["prefill"], sequences, isl)
             attention += seconds
             looks["attention"].append((how, "mla_module"))
-        elementwise = 0.0
-        seen: set[str] = set()
-        for row in self.attn.elementwise_breakdown(batch.new_tokens):
-            role = row["role"]
-            if role in ATTENTION_ROLES and role not in MODULE_ROLES and role not in seen:
-                seen.add(role)
-                elementwise += float(row["ms"]) * 1e-3 / float(row["layers"])
-                looks["elementwise"].append((Lookup(row["lookup"]), str(row["table"]).split(" (")[0]))
+        elementwise, found = self._roles_s(self.attn, ATTENTION_ROLES - MODULE_ROLES, batch.new_tokens)
+        looks["elementwise"] += found
         return {"attention_gemms": gemms, "attention": attention, "elementwise": elementwise}, looks
-
-    def _mlp_elementwise_s(self, kind: str, tokens: float) -> tuple[float, list]:
-        if tokens <= 0:
-            return 0.0, []
-        seconds, looks = 0.0, []
-        for row in self.mlp.elementwise_breakdown(tokens):
-            layers = float(row["layers"])
-            kind_of_row = "dense" if row["role"] == "ffn activation" else "moe"
-            if row["role"] in MLP_ROLES and kind_of_row == kind and layers > 0:
-                seconds += float(row["ms"]) * 1e-3 / layers
-                looks.append((Lookup(row["lookup"]), str(row["table"]).split(" (")[0]))
-        return seconds, looks
 
     def layer(self, kind: str, batches: Sequence[BatchShape]) -> tuple[LayerCost, dict[str, list]]:
         """One layer of `kind` for the attention ranks' batches (one per DP rank): seconds per term, and what
@@ -479,7 +492,7 @@ class DeploymentStep:
             else:
                 curve, tokens = self._routed["fused"], mlp_tokens
             if curve is not None:
-                routed_s, how = curve.lookup(tokens)
+                routed_s, how = self._curve_s(curve, tokens)
                 looks["experts"].append((how, curve.table.split(" (")[0]))
             else:
                 routed_s = self._experts_roofline_s(tokens)
@@ -490,7 +503,7 @@ class DeploymentStep:
                 shared_s = max(shared_s - routed_s, 0.0)          # only what the routed kernel does not hide
         seconds["mlp_gemms"] = mlp_gemms + shared_s
         seconds["experts"] = routed_s
-        elementwise, found = self._mlp_elementwise_s(kind, mlp_tokens)
+        elementwise, found = self._roles_s(self.mlp, MLP_ROLES, mlp_tokens, kind)
         seconds["elementwise"] += elementwise
         looks["elementwise"] += found
         seconds["collective"] = self._collective_s(kind, batches, busiest, rank_tokens, mlp_tokens, has_prefill,
@@ -501,6 +514,8 @@ class DeploymentStep:
                       mlp_tokens: float, has_prefill: bool, looks: list) -> float:
         deployment, geometry = self.deployment, self.geometry
         if not deployment.dp_attention:
+            if not self._explain:
+                return self.attn.allreduce_and_head_s(batches[busiest])[0]
             terms = self.attn.iteration(batches[busiest])
             if deployment.tp > 1:
                 looks.append((Lookup(terms.lookups["allreduce"]), terms.sources["allreduce"].split(" (")[0]))
@@ -515,7 +530,7 @@ class DeploymentStep:
             for index, phase in enumerate(("dispatch", "combine")):
                 curve = self._collectives[f"{backend}:{phase}"]
                 if curve is not None:
-                    seconds, how = curve.lookup(tokens)
+                    seconds, how = self._curve_s(curve, tokens)
                     looks.append((how, curve.table.split(" (")[0]))
                 else:
                     fallback = fallback or self._a2a_roofline_s(rank_tokens, has_prefill)
@@ -533,7 +548,7 @@ class DeploymentStep:
             curve = self._collectives[f"{op_name}@{gpus}"]
             elements = tokens * row_elements
             if curve is not None:
-                seconds, how = curve.lookup(elements)
+                seconds, how = self._curve_s(curve, elements)
                 looks.append((how, curve.table.split(" (")[0]))
             else:
                 seconds = self._ring_s(gpus, elements * combine_row_bytes(geometry) / row_elements)
@@ -565,14 +580,27 @@ class DeploymentStep:
         return sum(totals.values()), totals, busiest
 
     def _head_s(self, batch: BatchShape, looks: dict[str, list]) -> float:
+        if not self._explain:
+            return self.attn.allreduce_and_head_s(batch)[1]
         terms = self.attn.iteration(batch)
         looks.setdefault("lm_head", []).append((Lookup(terms.lookups["lm_head"]), terms.sources["lm_head"]
                                                 .split(" (")[0]))
         return terms.lm_head_s
 
+    def iteration_s(self, batches: BatchShape | Sequence[BatchShape]) -> GroupStep:
+        """`iteration` without saying what each term rests on (empty `sources` / `lookups`): the simulator's hot
+        path, the same seconds."""
+        self._explain = False
+        try:
+            return self.iteration(batches)
+        finally:
+            self._explain = True
+
     def iteration(self, batches: BatchShape | Sequence[BatchShape]) -> GroupStep:
         """One step of the group: `batches` per attention rank (one BatchShape: every rank the same). With MTP,
-        decoding sequences verify nextn + 1 tokens and the MTP module drafts (the class docstring)."""
+        decoding sequences verify nextn + 1 tokens and the MTP module drafts (the class docstring). The seconds of
+        its collectives (`terms_s["collective"]`, `layer_s[kind]["collective"]`) are what a simulator replaces
+        by the flows of `parallel.a2a_layer_traffic` on its links."""
         ranks = self._ranks(batches)
         looks: dict[str, list] = {}
         layer_s: dict[str, dict[str, float]] = {}
@@ -601,7 +629,7 @@ class DeploymentStep:
             tokens_per_step = mtp.tokens_per_step
             mtp_terms["verify"] = body + totals["lm_head"]
         total = body + totals["lm_head"] + totals["overhead"] + totals.get("mtp_draft", 0.0)
-        sources, lookups = self._summarise(looks)
+        sources, lookups = self._summarise(looks) if self._explain else ({}, {})
         return GroupStep(iteration_s=total, layer_s=layer_s, terms_s=totals, sources=sources, lookups=lookups,
                          notes=tuple(self._notes) + tuple(self.attn.notes), busiest_rank=busiest,
                          tokens_per_step=tokens_per_step, mtp=mtp_terms)

@@ -468,6 +468,25 @@ class StepTimeModel:
         """The per-iteration overhead this instance charges (the CUDA-graph figure when it runs graphs)."""
         return self._overhead_s
 
+    def attention_layer_s(self, batch: BatchShape) -> float:
+        """One layer's attention kernel for `batch`: `iteration(batch).attention_s_per_layer` without the lookups
+        (a composition's hot path, simroute.model.dpstep)."""
+        if self._measured is not None:
+            decode_seqs, decode_kv, prefill_seqs, prefill_kv, prefill_pairs = self._split(
+                batch.new_tokens, batch.sequences, batch.kv_read_tokens, batch.attention_pairs, batch.prefill_pairs,
+                batch.decode_sequences)
+            return self._measured.attention_s(decode_seqs, decode_kv, prefill_seqs, prefill_pairs, prefill_kv)
+        return self._attention(batch.kv_read_tokens, batch.attention_pairs, batch.prefill_pairs)[0]
+
+    def allreduce_and_head_s(self, batch: BatchShape) -> tuple[float, float]:
+        """(one layer's all-reduces, the LM head) for `batch`, as `iteration` charges them, without the lookups."""
+        if self._measured is not None:
+            decode_seqs = self._split(batch.new_tokens, batch.sequences, batch.kv_read_tokens, batch.attention_pairs,
+                                      batch.prefill_pairs, batch.decode_sequences)[0]
+            _linear, allreduce, head = self._token_terms(batch.new_tokens, batch.sequences, decode_seqs)
+            return allreduce, head
+        return self._allreduce(batch.new_tokens)[0], self._lm_head(batch.sequences)[0]
+
     # ---- sizes ------------------------------------------------------------------------------------------
     @property
     def weight_bytes_per_gpu(self) -> float:

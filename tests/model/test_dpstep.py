@@ -135,6 +135,17 @@ def test_without_tables_everything_is_the_roofline(h200):
         == {"roofline"}
 
 
+@pytest.mark.parametrize("hosts, kv", [(1, "bf16"), (2, "bf16"), (2, "fp8")])
+def test_the_hot_path_gives_the_same_seconds(h200, hosts, kv):
+    step = _group(h200, hosts, model=V3.with_cache_dtype(kv), mtp=Mtp(2, accept_rate=0.6))
+    ranks = [BatchShape.uniform(decode_seqs=10 + 7 * rank, context=3000 + 100 * rank) for rank in range(8 * hosts)]
+    for batches in (ranks, PREFILL, DECODE):
+        explained, fast = step.iteration(batches), step.iteration_s(batches)
+        assert fast.iteration_s == pytest.approx(explained.iteration_s, rel=1e-12)
+        assert fast.terms_s == pytest.approx(explained.terms_s, rel=1e-12)
+        assert fast.sources == {} and explained.sources
+
+
 # ---- lockstep --------------------------------------------------------------------------------------------------
 def test_a_step_is_set_by_its_busiest_rank(h200):
     step = _group(h200, 1)

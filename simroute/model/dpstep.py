@@ -123,14 +123,17 @@ def verify_batch(batch: BatchShape, nextn: int) -> BatchShape:
                       decode_sequences=decodes + extra)
 
 
-def draft_batch(batch: BatchShape, rows: int) -> BatchShape:
+def draft_batch(batch: BatchShape, rows: int, *, with_prefill: bool = True) -> BatchShape:
     """One MTP draft pass of a rank's batch: `rows` tokens per decoding sequence over its context (1: a draft
-    decode step; nextn + 1: the draft extend after verification), the prefill chunk's tokens once (the draft
-    extend that follows a prefill), one sampled position per sequence."""
+    decode step; nextn + 1: the draft extend after verification) and, `with_prefill`, the prefill chunk's tokens
+    (the draft extend that follows a prefill; the draft decode steps run the decoding sequences alone)."""
     decodes = _decodes(batch)
     context = max(batch.attention_pairs - batch.prefill_pairs, 0.0) / decodes if decodes > 0 else 0.0
-    prefill_tokens = max(batch.new_tokens - decodes, 0.0)
     rows_total = decodes * rows
+    if not with_prefill or batch.new_tokens <= decodes:
+        return BatchShape(new_tokens=rows_total, sequences=rows_total, kv_read_tokens=rows_total * context,
+                          attention_pairs=rows_total * context, decode_sequences=rows_total)
+    prefill_tokens = batch.new_tokens - decodes
     return BatchShape(new_tokens=rows_total + prefill_tokens, sequences=rows_total + (batch.sequences - decodes),
                       kv_read_tokens=rows_total * context + max(batch.kv_read_tokens - decodes * context, 0.0),
                       attention_pairs=rows_total * context + batch.prefill_pairs, prefill_pairs=batch.prefill_pairs,
@@ -166,7 +169,6 @@ class DeploymentStep:
         self._explain = True
         self._elementwise_cache: dict[tuple, tuple[float, list]] = {}
         self._notes: list[str] = []
-        self._sources: dict[str, set[str]] = {term: set() for term in (*TERMS, "lm_head")}
         self._build()
 
     # ---- construction -------------------------------------------------------------------------------------
@@ -178,8 +180,8 @@ class DeploymentStep:
         measured = model.measured
         curve = measured.gemm_curve(gemm) if measured is not None else None
         if curve is None and measured is not None:
-            self._note(f"no {GEMM_DTYPE.get(gemm.weight_dtype, 'bf16')} GEMM rows for {gemm.name} (n {gemm.n}, k {gemm.k}): "
-                       "it runs on the roofline")
+            self._note(f"no {GEMM_DTYPE.get(gemm.weight_dtype, 'bf16')} GEMM rows for {gemm.name} (n {gemm.n}, "
+                       f"k {gemm.k}): it runs on the roofline")
         return gemm, curve
 
     def _build(self) -> None:
@@ -202,7 +204,7 @@ class DeploymentStep:
         self._routed: dict[str, Curve | None] = {}
         if "moe" in kinds:
             if self.mode is A2A.DEEPEP and deployment.dp_attention:
-                for decode_only, (mode, _backend) in DEEPEP_MODES.items():
+                for mode, _backend in DEEPEP_MODES.values():
                     self._routed[mode] = self._deepep_curve(mode)
             else:
                 self._routed["fused"] = self._fused_moe_curve()
@@ -614,10 +616,9 @@ class DeploymentStep:
         tokens_per_step = 1.0
         if mtp is not None:
             draft = 0.0
-            passes = [(draft_batch(batch, 1), mtp.draft_decode_passes) for batch in ranks]
+            passes = [draft_batch(batch, 1, with_prefill=False) for batch in ranks]
             extend = [draft_batch(batch, mtp.verify_tokens) for batch in ranks]
-            for label, pass_batches, repeats in (("draft_decode", [batch for batch, _ in passes],
-                                                  mtp.draft_decode_passes),
+            for label, pass_batches, repeats in (("draft_decode", passes, mtp.draft_decode_passes),
                                                  ("draft_extend", extend, 1)):
                 if repeats <= 0:
                     mtp_terms[label] = 0.0

@@ -176,6 +176,12 @@ def test_verify_and_draft_batches_by_hand():
     assert draft_batch(DECODE, 1) == DECODE
     extend = draft_batch(DECODE, 4)
     assert extend.new_tokens == 256 and extend.sequences == 256 and extend.kv_read_tokens == 256 * 4096
+    # a batch with a prefill chunk: the draft extend runs its tokens too, the draft decode steps do not
+    mixed = BatchShape.uniform(decode_seqs=8, context=1000, prefill_tokens=512)
+    assert draft_batch(mixed, 1, with_prefill=False).new_tokens == 8
+    assert draft_batch(mixed, 3).new_tokens == 8 * 3 + 512
+    assert draft_batch(mixed, 3).prefill_pairs == mixed.prefill_pairs
+    assert verify_batch(mixed, 2).new_tokens == 8 * 3 + 512
 
 
 @pytest.mark.parametrize("hosts", [1, 2])

@@ -243,8 +243,8 @@ class LayerTraffic:
 
 
 def a2a_layer_traffic(geometry: ModelGeometry, deployment: Deployment, rank_tokens: Sequence[float],
-                      shares: Sequence[float] | None = None, *, mode: A2A | None = None,
-                      prefill: bool = False) -> LayerTraffic:
+                      shares: Sequence[float] | None = None, *, mode: A2A | None = None, prefill: bool = False,
+                      placement: Sequence[object] | None = None) -> LayerTraffic:
     """The bytes one MoE layer moves between the group's GPUs for the given tokens per attention rank
     (`rank_tokens[r]`, one entry per DP rank; attention ranks of one GPU, `attn_tp` 1, under DeepEP).
 
@@ -258,10 +258,15 @@ def a2a_layer_traffic(geometry: ModelGeometry, deployment: Deployment, rank_toke
       share of the reduced output after it: src -> dst carries tokens_src rows each way (the logical transfer;
       NCCL's ring realises it neighbour to neighbour).
     `shares[r]`: the fraction of token-expert pairs rank r's experts receive (default 1 / ep each).
+    `placement[g]`: the host of the group's GPU g (any label; default host by host, `Deployment.host_of`).
     """
     mode = deployment.a2a_mode if mode is None else A2A(mode)
     gpus = deployment.tp
-    hosts = tuple(deployment.host_of(rank) for rank in range(gpus))
+    if placement is not None and len(placement) != gpus:
+        raise ValueError(f"placement must name the host of each of the {gpus} GPUs, got {len(placement)}")
+    labels = list(placement) if placement is not None else [deployment.host_of(rank) for rank in range(gpus)]
+    index = {label: number for number, label in enumerate(dict.fromkeys(labels))}
+    hosts = tuple(index[label] for label in labels)
     if len(rank_tokens) != deployment.dp:
         raise ValueError(f"need one token count per attention rank ({deployment.dp}), got {len(rank_tokens)}")
     # tokens each GPU sends: its attention rank's, split over the rank's GPUs

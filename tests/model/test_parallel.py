@@ -51,6 +51,20 @@ def test_deepep_decode_bytes_per_layer_by_hand(hosts):
         assert traffic.combine[8][0] == pytest.approx(64 * 8 / gpus * 14336)
 
 
+def test_placement_decides_which_bytes_cross_the_fabric():
+    """The same 16 GPUs placed alternately over two hosts: GPU 0's peers on its own host are the even ones."""
+    group = _group(2, a2a=A2A.DEEPEP)
+    spread = a2a_layer_traffic(V3, group, [64.0] * 16, placement=["h0", "h1"] * 8)
+    assert spread.hosts[:4] == (0, 1, 0, 1)
+    flat = a2a_layer_traffic(V3, group, [64.0] * 16)
+    assert spread.by_link() == flat.by_link()          # 8 per host either way: the same split
+    assert spread.dispatch[0][2] == flat.dispatch[0][2]
+    one_host = a2a_layer_traffic(V3, group, [64.0] * 16, placement=["h0"] * 16)
+    assert one_host.by_link()["dispatch"]["rdma"] == 0.0
+    with pytest.raises(ValueError):
+        a2a_layer_traffic(V3, group, [64.0] * 16, placement=["h0"] * 15)
+
+
 def test_allgather_bytes_by_hand():
     """SGLang's all-gather: each of 8 ranks' 64 rows (bf16) reach the 7 others before the MLP; the reduce-scatter
     returns each rank its 64 rows from each of the 7 others after it."""

@@ -20,8 +20,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from simroute.errors import ConfigurationError
-from simroute.model.optables import (ELEMENTWISE_KERNEL_NAMES, LATENCY_COLUMN, SCHEMA, OperatorTables, OpKind, OpTable,
-                                     repeats_merged)
+from simroute.model.optables import (ELEMENTWISE_KERNEL_NAMES, LATENCY_COLUMN, SCHEMA, ZERO_SHAPES, OperatorTables,
+                                     OpKind, OpTable, repeats_merged)
 
 MANIFEST = "tables.yaml"
 SCHEMA_TAG = "simroute.optables/1"
@@ -91,9 +91,10 @@ def check_table(kind: OpKind, data: Any, file: Path) -> tuple[dict[str, np.ndarr
                                                                 np.ndarray]:
     """The one check of an operator table, read from disk or about to be written (an Arrow table): every
     column of its kind's schema present and of its type (categorical: text, no nulls; shape and latency:
-    numbers, no nulls), at least one row, shapes finite and > 0 (the curves are log-log), latencies within
-    LATENCY_RANGE_US, elementwise kernels known. Returns (categorical, numeric, latency_us) arrays; raises the
-    one-line error naming `file` and the column."""
+    numbers, no nulls), at least one row, shapes finite and > 0 (the curves are log-log; >= 0 in a
+    `ZERO_SHAPES` column, read only at exact values), latencies within LATENCY_RANGE_US, elementwise kernels
+    known. Returns (categorical, numeric, latency_us) arrays; raises the one-line error naming `file` and the
+    column."""
     import pyarrow as pa
     cats, nums = SCHEMA[kind]
     missing = [column for column in (*cats, *nums, LATENCY_COLUMN) if column not in data.column_names]
@@ -122,10 +123,12 @@ def check_table(kind: OpKind, data: Any, file: Path) -> tuple[dict[str, np.ndarr
         raise _fail(f"row {int(bad[0])}: latency {float(latency[bad[0]])!r} us is not a kernel's (finite, {low:g} to "
                     f"{high:g} us)", file, LATENCY_COLUMN)
     numeric = {column: _numbers(data.column(column)) for column in nums}
+    zero_ok = ZERO_SHAPES.get(kind, frozenset())
     for column, values in numeric.items():
-        bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
+        least = ">= 0" if column in zero_ok else "> 0"
+        bad = np.flatnonzero(~(np.isfinite(values) & ((values >= 0) if column in zero_ok else (values > 0))))
         if bad.size:
-            raise _fail(f"row {int(bad[0])}: shape value {float(values[bad[0]])!r} must be finite and > 0", file,
+            raise _fail(f"row {int(bad[0])}: shape value {float(values[bad[0]])!r} must be finite and {least}", file,
                         column)
     categorical = {column: _labels(data.column(column)) for column in cats}
     for column, labels in categorical.items():

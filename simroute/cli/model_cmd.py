@@ -361,7 +361,8 @@ def model_step(
     """
     from simroute.errors import ConfigurationError
     from simroute.model.geometry import CACHE_DTYPE_BYTES, get_model
-    from simroute.model.limits import Fields, check_shape, check_tp_splits_heads
+    from simroute.model.limits import Fields, check_mtp, check_shape, check_tp_splits_heads
+    from simroute.model.parallel import Mtp
     from simroute.model.steptime import KV_LAYOUTS, BatchShape
     if decode_seqs > tokens:
         raise ConfigurationError(f"--decode-seqs {decode_seqs} exceeds --tokens {tokens}", field="--decode-seqs")
@@ -375,16 +376,15 @@ def model_step(
         raise ConfigurationError(f"unknown KV-cache dtype '{kv_cache}' (known: {', '.join(CACHE_DTYPE_BYTES)})",
                                  field="--kv-cache")
     fields = Fields.flags()
-    check_tp_splits_heads(get_model(model), tp_size, fields)
-    if dp_attention > 1 or ep > 1 or nextn > 0 or hosts is not None or a2a is not None:
+    if dp_attention > 1 or ep > 1 or nextn > 0 or hosts is not None or a2a is not None or redundant_experts:
         _deployment_step(model=model, gpu=gpu, tp_size=tp_size, tokens=tokens, decode_seqs=decode_seqs,
                          context=context, prefill_context=prefill_context, fabric=fabric, weights=weights,
                          kv_cache=kv_cache, kv_layout=kv_layout, roofline=roofline, dp_attention=dp_attention, ep=ep,
                          hosts=hosts, a2a=a2a, moe_load=moe_load, redundant_experts=redundant_experts, nextn=nextn,
                          accept_rate=accept_rate, accept_length=accept_length, calib=calib, json_out=json_out)
         return
-    if accept_rate is not None or accept_length is not None:
-        raise ConfigurationError("--accept-rate / --accept-length need --nextn", field="nextn")
+    check_mtp(get_model(model), Mtp(nextn, accept_rate=accept_rate, accepted_length=accept_length), fields)
+    check_tp_splits_heads(get_model(model), tp_size, fields)
     prof, gpu_prof = _step_profile(calib, gpu)
     fab = _allreduce_fabric(prof, gpu, fabric, tp_size)
     step = prof.step_model(model, tp=tp_size, intra_host_fabric=fab,
@@ -457,38 +457,29 @@ def _deployment_step(*, model: str, gpu: str, tp_size: int, tokens: int, decode_
     from simroute.errors import ConfigurationError
     from simroute.model.dpstep import DeploymentStep
     from simroute.model.geometry import get_model
-    from simroute.model.parallel import MTP_MODULES as MTP_MODULE_MODELS
-    from simroute.model.parallel import A2A, Deployment, Mtp, a2a_layer_traffic, hbm_per_gpu
+    from simroute.model.limits import Fields, check_group_shape, check_hosts, check_parallel
+    from simroute.model.parallel import A2A, Deployment, Mtp, a2a_layer_traffic
     from simroute.model.steptime import BatchShape
 
+    fields = Fields.flags()
     if kv_layout != "replicated":
         raise ConfigurationError("--kv-layout tpla is a TP layout; with --dp-attention each rank holds its own "
-                                 "latent", field="kv-layout")
+                                 "latent", field=fields.kv_layout)
     if a2a is not None and a2a not in {mode.value for mode in A2A}:
-        raise ConfigurationError(f"unknown all-to-all '{a2a}' (known: allgather, deepep)", field="a2a")
+        raise ConfigurationError(f"unknown all-to-all '{a2a}' (known: allgather, deepep)", field=fields.a2a)
     hosts = hosts if hosts is not None else -(-tp_size // GPUS_PER_HGX)
-    if tp_size % hosts or tp_size // hosts > GPUS_PER_HGX:
-        raise ConfigurationError(f"--hosts {hosts} must divide --tp {tp_size} into hosts of at most {GPUS_PER_HGX} "
-                                 "GPUs", field="hosts")
+    per_host = check_hosts(tp_size, hosts, GPUS_PER_HGX, fields)
     geometry = get_model(model)
     if weights is not None:
         geometry = geometry.with_weight_dtype(weights)
-    geometry = geometry.with_cache_dtype(kv_cache)
-    deployment = Deployment(tp=tp_size, dp=dp_attention, ep=ep, gpus_per_host=tp_size // hosts,
+    if kv_cache is not None:
+        geometry = geometry.with_cache_dtype(kv_cache)
+    deployment = Deployment(tp=tp_size, dp=dp_attention, ep=ep, gpus_per_host=per_host,
                             a2a=A2A(a2a) if a2a else None, distribution=moe_load,
                             redundant_experts=redundant_experts)
-    problem = deployment.problem(geometry)
-    mtp = None
-    if nextn > 0:
-        mtp = Mtp(nextn, accept_rate=accept_rate, accepted_length=accept_length)
-        problem = problem or mtp.problem()
-        if geometry.name not in MTP_MODULE_MODELS:
-            problem = problem or f"--nextn: {geometry.name} ships no MTP module (known: " \
-                                 f"{', '.join(sorted(MTP_MODULE_MODELS))})"
-    elif accept_rate is not None or accept_length is not None:
-        problem = problem or "--accept-rate / --accept-length need --nextn"
-    if problem:
-        raise ConfigurationError(problem)
+    mtp = Mtp(nextn, accept_rate=accept_rate, accepted_length=accept_length)
+    # the group's shape (simroute.model.limits, the one feasibility module) before any table is read
+    check_parallel(geometry, deployment, mtp, fields)
     prof, gpu_prof = _step_profile(calib, gpu)
     fab = _allreduce_fabric(prof, gpu, fabric, tp_size if hosts == 1 else GPUS_PER_HGX)
     intra = (float("inf"), 0.0)
@@ -501,29 +492,25 @@ def _deployment_step(*, model: str, gpu: str, tp_size: int, tokens: int, decode_
         inter = (params.bulk_Bps, params.t_probe_s)
     spec = gpu_prof.gpu_spec(gpu, tables=not roofline)
     step = DeploymentStep(geometry, spec, deployment, mtp=mtp, cuda_graphs=True, intra=intra, inter=inter)
+    # a shape no group could hold (FP8 on the GPU, weights per GPU, the window, a rank's KV) is refused here
+    check_group_shape(step, tokens=tokens, decode_seqs=decode_seqs, context=context, prefill_context=prefill_context,
+                      fields=fields)
+    mtp = step.mtp
     batch = BatchShape.uniform(decode_seqs, context, prefill_tokens=tokens - decode_seqs,
                                prefill_context=prefill_context)
     result = step.iteration(batch)
     out = result.as_ms()
-    hbm = hbm_per_gpu(geometry, deployment, mtp_layers=MTP_MODULE_MODELS.get(geometry.name, 0) if mtp else 0)
+    hbm = step.hbm
     kv_tokens = batch.kv_read_tokens
-    free = spec.hbm_bytes - hbm.weights
-    capacity = max(int(free // hbm.kv_bytes_per_token), 0) if hbm.kv_bytes_per_token else 0
+    capacity = step.kv_capacity_tokens()
     traffic = a2a_layer_traffic(geometry, deployment, [float(tokens)] * dp_attention,
                                 prefill=tokens > decode_seqs) if geometry.is_moe and deployment.tp > 1 else None
     sizes = {"weight_GB_per_gpu": hbm.weights / 1e9, "weights_GB_by_part": {part: value / 1e9
                                                                               for part, value in hbm.parts.items()},
              "kv_bytes_per_token_per_gpu": hbm.kv_bytes_per_token, "kv_source": hbm.kv_sources,
              "kv_capacity_tokens_per_gpu": capacity, "kv_capacity_tokens_per_group": capacity * dp_attention,
-             "kv_tokens_per_rank": kv_tokens, "kv_fits": kv_tokens <= capacity,
-             "weights_fit": hbm.weights < spec.hbm_bytes}
+             "kv_tokens_per_rank": kv_tokens}
     notes = list(out["notes"])
-    if not sizes["weights_fit"]:
-        notes.append(f"the weights ({hbm.weights / 1e9:.1f} GB per GPU) do not fit in one {gpu}'s "
-                     f"{spec.hbm_bytes / 1e9:.0f} GB: the terms are what the step would cost if they did")
-    elif not sizes["kv_fits"]:
-        notes.append(f"a rank's KV ({kv_tokens:,.0f} tokens) exceeds the {capacity:,} tokens of HBM the weights "
-                     "leave on its GPU: no engine could hold this batch")
     a2a_bytes = ({phase: {link: value for link, value in split.items()} for phase, split in traffic.by_link().items()}
                  if traffic is not None else {})
     inputs = {"model": model, "gpu": gpu, "tp": tp_size, "dp_attention": dp_attention, "ep": ep, "hosts": hosts,

@@ -28,10 +28,12 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 from simroute.model.geometry import WEIGHT_BYTES, LinearOp, ModelGeometry
+from simroute.model.limits import check_parallel
 from simroute.model.opstep import GEMM_DTYPE, KV_DTYPE, MOE_DTYPE, SHARED_OVERLAP_MAX_TOKENS, _fused
 from simroute.model.optables import Curve, Lookup, OpKind, Surface, TableMiss
-from simroute.model.parallel import (A2A, ATTENTION_OPS, DEEPEP_NORMAL_SMS, Deployment, Mtp, a2a_layer_traffic,
-                                     combine_row_bytes, gathered_tokens)
+from simroute.model.parallel import (A2A, ATTENTION_OPS, DEEPEP_NORMAL_SMS, MTP_MODULES, Deployment, HbmPerGpu,
+                                     LayerTraffic, Mtp, a2a_layer_traffic, combine_row_bytes, gathered_tokens,
+                                     hbm_per_gpu)
 from simroute.model.steptime import NONE, BatchShape, ElementwiseKernel, GpuSpec, StepTimeModel
 
 ATTENTION_ROLES = frozenset({"input norm", "post-attention norm", "rope (q and k heads)",
@@ -81,6 +83,7 @@ class GroupStep:
     busiest_rank: int
     tokens_per_step: float = 1.0
     mtp: dict[str, float] = field(default_factory=dict)
+    collective_s: float = 0.0       # the collectives' seconds in iteration_s (target layers and MTP passes)
 
     @property
     def tpot_s(self) -> float:
@@ -148,11 +151,9 @@ class DeploymentStep:
     def __init__(self, geometry: ModelGeometry, gpu: GpuSpec, deployment: Deployment, *, mtp: Mtp | None = None,
                  cuda_graphs: bool = False, intra: tuple[float, float] = (float("inf"), 0.0),
                  inter: tuple[float, float] | None = None, mla_backend: str = MLA_MODULE_BACKEND) -> None:
-        problem = deployment.problem(geometry) or (mtp.problem() if mtp is not None else None)
-        if problem is None and mtp is not None and not geometry.is_moe:
-            problem = f"--nextn: {geometry.name} has no MTP module"
-        if problem:
-            raise ValueError(problem)
+        check_parallel(geometry, deployment, mtp)
+        if mtp is not None and mtp.nextn == 0:
+            mtp = None
         self.geometry, self.gpu, self.deployment, self.mtp = geometry, gpu, deployment, mtp
         self.mode = deployment.a2a_mode if deployment.dp_attention or deployment.ep > 1 else A2A.ALLGATHER
         self.mlp_tp = 1 if (self.mode is A2A.DEEPEP and deployment.dp_attention) else deployment.tp
@@ -170,6 +171,32 @@ class DeploymentStep:
         self._elementwise_cache: dict[tuple, tuple[float, list]] = {}
         self._notes: list[str] = []
         self._build()
+        self.hbm: HbmPerGpu = hbm_per_gpu(geometry, deployment,
+                                          mtp_layers=MTP_MODULES.get(geometry.name, 0) if mtp is not None else 0)
+
+    # ---- what one GPU holds (the StepTimeModel names simroute.model.limits reads) -------------------------
+    @property
+    def tp(self) -> int:
+        """The group's GPUs."""
+        return self.deployment.tp
+
+    @property
+    def weight_bytes_per_gpu(self) -> float:
+        """Weights one GPU holds (`hbm.parts`: attention replicated per rank, its experts, its share of the rest)."""
+        return self.hbm.weights
+
+    @property
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        """Cached bytes of one token on the GPU(s) of the rank attending it (the MTP layer's included)."""
+        return self.hbm.kv_bytes_per_token
+
+    def kv_capacity_tokens(self, reserved_bytes: float = 0.0) -> int:
+        """Tokens of KV one DP rank's GPU holds beside its weights (`reserved_bytes` set aside): the group holds
+        dp x this."""
+        free = self.gpu.hbm_bytes - reserved_bytes - self.weight_bytes_per_gpu
+        if free <= 0 or self.kv_bytes_per_token_per_gpu <= 0:
+            return 0
+        return int(free // self.kv_bytes_per_token_per_gpu)
 
     # ---- construction -------------------------------------------------------------------------------------
     def _note(self, text: str) -> None:
@@ -614,6 +641,7 @@ class DeploymentStep:
         totals["overhead"] = self.attn.gpu_overhead_s
         mtp_terms: dict[str, float] = {}
         tokens_per_step = 1.0
+        collective = totals["collective"]
         if mtp is not None:
             draft = 0.0
             passes = [draft_batch(batch, 1, with_prefill=False) for batch in ranks]
@@ -623,9 +651,10 @@ class DeploymentStep:
                 if repeats <= 0:
                     mtp_terms[label] = 0.0
                     continue
-                one = self._draft_pass_s(pass_batches, looks)
+                one, one_collective = self._draft_pass_s(pass_batches, looks)
                 mtp_terms[label] = repeats * one
                 draft += repeats * one
+                collective += repeats * one_collective
             totals["mtp_draft"] = draft
             tokens_per_step = mtp.tokens_per_step
             mtp_terms["verify"] = body + totals["lm_head"]
@@ -633,19 +662,20 @@ class DeploymentStep:
         sources, lookups = self._summarise(looks) if self._explain else ({}, {})
         return GroupStep(iteration_s=total, layer_s=layer_s, terms_s=totals, sources=sources, lookups=lookups,
                          notes=tuple(self._notes) + tuple(self.attn.notes), busiest_rank=busiest,
-                         tokens_per_step=tokens_per_step, mtp=mtp_terms)
+                         tokens_per_step=tokens_per_step, mtp=mtp_terms, collective_s=collective)
 
-    def _draft_pass_s(self, batches: list[BatchShape], looks: dict[str, list]) -> float:
-        """One pass of the MTP module: its MoE layer, eh_proj, its two input norms and the shared LM head."""
+    def _draft_pass_s(self, batches: list[BatchShape], looks: dict[str, list]) -> tuple[float, float]:
+        """One pass of the MTP module: its MoE layer, eh_proj, its two input norms and the shared LM head; and the
+        part of it its MoE layer's collectives take."""
         layer_s: dict[str, dict[str, float]] = {}
-        body, _totals, _busiest = self._forward(batches, {"moe": 1}, looks, layer_s)
+        body, totals, _busiest = self._forward(batches, {"moe": 1}, looks, layer_s)
         tokens = max(batch.new_tokens for batch in batches)
         assert self._eh_proj is not None
         gemm, curve = self._eh_proj
         proj, how, table = self._gemm_s(gemm, curve, tokens)
         looks.setdefault("mtp_draft", []).append((how, table))
         norm = self.attn.elementwise_kernel_s(_mtp_norm(self.geometry.hidden), tokens) * MTP_NORMS
-        return body + proj + norm + max(self._head_s(batch, looks) for batch in batches)
+        return body + proj + norm + max(self._head_s(batch, looks) for batch in batches), totals["collective"]
 
     @staticmethod
     def _summarise(looks: dict[str, list]) -> tuple[dict[str, str], dict[str, str]]:
@@ -666,3 +696,95 @@ class DeploymentStep:
 def _mtp_norm(width: int) -> ElementwiseKernel:
     """One of the MTP module's input RMSNorms (enorm / hnorm) over a hidden-state row."""
     return ElementwiseKernel("rmsnorm", "mtp input norm", width, 2 * width)
+
+
+# ---- the simulator's one call per group step --------------------------------------------------------------------
+@dataclass(frozen=True)
+class A2aLoad:
+    """Bytes one pass of a step moves between the group's GPUs: `traffic` is one layer's (every GPU pair, split by
+    link in `traffic.by_link()`), moved by `layers` layers of the pass (`what`: target, draft_decode, draft_extend).
+    Under all-gather every layer of a DP group gathers and reduce-scatters (DP padding included); under DeepEP the
+    MoE layers dispatch and combine."""
+
+    what: str
+    traffic: LayerTraffic
+    layers: int
+
+    @property
+    def bytes(self) -> float:
+        """Bytes over every GPU pair and layer, the GPU's own rows excluded."""
+        total = 0.0
+        for split in self.traffic.by_link().values():
+            total += split["nvlink"] + split["rdma"]
+        return total * self.layers
+
+
+@dataclass(frozen=True)
+class GroupIteration:
+    """One lockstep step of a DP-attention group, as the simulator's instance engine needs it.
+
+    `seconds`: the step, the same for every rank (each layer ends in a collective all ranks join); of it,
+    `collective_s` the collectives' (what a simulator that puts `a2a` on its links replaces by their flows) and
+    `compute_s` the rest. `tokens_per_decode`: tokens each decoding sequence emits this step (1, or MTP's mean
+    accepted length); `emitted[r]`: rank r's decoding sequences x that. `busiest_rank`: the rank whose attention
+    set the step. `kv_capacity_tokens`: tokens of KV one rank's GPU holds (each rank its own latent)."""
+
+    seconds: float
+    collective_s: float
+    busiest_rank: int
+    tokens_per_decode: float
+    emitted: tuple[float, ...]
+    a2a: tuple[A2aLoad, ...]
+    kv_capacity_tokens: int
+
+    @property
+    def compute_s(self) -> float:
+        return self.seconds - self.collective_s
+
+
+def _pass_traffic(step: DeploymentStep, what: str, batches: Sequence[BatchShape], layers: int) -> A2aLoad | None:
+    """One pass's collective bytes (`A2aLoad`), or None where its layers move none between GPUs."""
+    deployment = step.deployment
+    tokens = [batch.new_tokens for batch in batches]
+    has_prefill = any(batch.new_tokens > _decodes(batch) for batch in batches)
+    if layers <= 0 or sum(tokens) <= 0:
+        return None
+    if step.mode is A2A.ALLGATHER and gathered_tokens(tokens, has_prefill) > sum(tokens):
+        tokens = [max(tokens)] * len(tokens)              # MAX_LEN padding: every rank sends the busiest's rows
+    traffic = a2a_layer_traffic(step.geometry, deployment, tokens, mode=step.mode, prefill=has_prefill)
+    return A2aLoad(what, traffic, layers)
+
+
+def group_iteration(step: DeploymentStep, ranks: Sequence[BatchShape]) -> GroupIteration:
+    """The seconds, the collective bytes and the emitted tokens of one step of `step`'s group, given each DP
+    rank's own batch (`ranks[r]`: its decoding sequences and prefill chunk, `BatchShape` as the TP engine builds
+    it; an idle rank's is all zeros and still joins the collectives, SGLang's idle batch). Every rank's step takes
+    `seconds`. With MTP the decoding sequences verify nextn + 1 tokens, the module drafts, and each emits
+    `tokens_per_decode` on average (`Mtp.length_probabilities` to draw it). A group with no work returns 0 s."""
+    batches = list(ranks)
+    deployment = step.deployment
+    if len(batches) != deployment.dp:
+        raise ValueError(f"need one batch per DP rank ({deployment.dp}), got {len(batches)}")
+    mtp = step.mtp
+    per_decode = mtp.tokens_per_step if mtp is not None else 1.0
+    decodes = tuple(_decodes(batch) if batch.new_tokens > 0 else 0.0 for batch in batches)
+    emitted = tuple(count * per_decode for count in decodes)
+    capacity = step.kv_capacity_tokens()
+    if all(batch.new_tokens <= 0 for batch in batches):
+        return GroupIteration(0.0, 0.0, 0, per_decode, emitted, (), capacity)
+    result = step.iteration_s(batches)
+    loads: list[A2aLoad] = []
+    if deployment.dp_attention:
+        kinds = step.kinds if step.mode is A2A.ALLGATHER else {"moe": step.kinds.get("moe", 0)}
+        target = [verify_batch(batch, mtp.nextn) for batch in batches] if mtp is not None else batches
+        passes = [("target", target, sum(kinds.values()))]
+        if mtp is not None:
+            passes += [("draft_decode", [draft_batch(batch, 1, with_prefill=False) for batch in batches],
+                        mtp.draft_decode_passes),
+                       ("draft_extend", [draft_batch(batch, mtp.verify_tokens) for batch in batches], 1)]
+        for what, pass_batches, layers in passes:
+            load = _pass_traffic(step, what, pass_batches, layers)
+            if load is not None:
+                loads.append(load)
+    return GroupIteration(result.iteration_s, result.collective_s, result.busiest_rank, per_decode, emitted,
+                          tuple(loads), capacity)

@@ -11,7 +11,11 @@ figures that decide it. What they check:
 - a TP degree splits the query heads (and the GQA KV heads) evenly, and a TP group lives inside one host;
 - block-FP8 weights run only on a GPU with FP8 tensor cores;
 - the weights of one GPU of the TP group fit in its HBM (a run's `hbm_gb` within the GPU's);
-- the KV of a batch fits in the HBM the weights leave.
+- the KV of a batch fits in the HBM the weights leave;
+- a DP-attention / expert-parallel group (simroute.model.parallel.Deployment) has ranks of equal width, an EP
+  degree that divides its GPUs and the model's experts, hosts that divide it, an all-to-all it can run, and MTP
+  settings that mean something (`check_parallel`); each GPU of it holds its weights and each rank its own KV
+  (`check_group`, `check_group_shape`).
 Pure functions over the model layer's objects (numpy-free): docs/MODEL.md, "Model limits".
 """
 
@@ -23,7 +27,9 @@ from typing import TYPE_CHECKING
 from simroute.errors import ConfigurationError
 
 if TYPE_CHECKING:
+    from simroute.model.dpstep import DeploymentStep
     from simroute.model.geometry import ModelGeometry
+    from simroute.model.parallel import Deployment, Mtp
     from simroute.model.steptime import StepTimeModel
 
 
@@ -41,6 +47,17 @@ class Fields:
     tokens: str = "tokens"
     decode_seqs: str = "decode-seqs"
     prefill_context: str = "prefill-context"
+    # a DP-attention / expert-parallel group (check_parallel)
+    dp: str = "dp_attention"
+    ep: str = "ep"
+    hosts: str = "hosts"
+    a2a: str = "a2a"
+    redundant_experts: str = "redundant_experts"
+    moe_load: str = "moe_load"
+    nextn: str = "nextn"
+    accept_rate: str = "accept_rate"
+    accept_length: str = "accept_length"
+    kv_layout: str = "kv_layout"
     file: str | None = None          # the file the fields are in (a study), if any
 
     @staticmethod
@@ -48,7 +65,9 @@ class Fields:
         """The command line's flags (`--tp`, `--hbm-gb`); `names` overrides a field's flag (`context="tokens"`)."""
         base = {"tp": "tp", "gpu": "gpu", "weights": "weights", "model": "model", "hbm": "hbm-gb",
                 "context": "context", "tokens": "tokens", "decode_seqs": "decode-seqs",
-                "prefill_context": "prefill-context", **names}
+                "prefill_context": "prefill-context", "dp": "dp-attention", "ep": "ep", "hosts": "hosts",
+                "a2a": "a2a", "redundant_experts": "redundant-experts", "moe_load": "moe-load", "nextn": "nextn",
+                "accept_rate": "accept-rate", "accept_length": "accept-length", "kv_layout": "kv-layout", **names}
         return Fields(**{name: f"--{value}" for name, value in base.items()})
 
 
@@ -169,6 +188,14 @@ def check_shape(step: StepTimeModel, *, tokens: int, decode_seqs: int, context: 
     A decoding sequence holds `context` tokens plus the one it computes; the prefill chunk (tokens - decode_seqs)
     holds its `prefill_context` earlier tokens plus itself."""
     check_deployment(step, fields=fields)
+    _check_batch(step, tokens=tokens, decode_seqs=decode_seqs, context=context, prefill_context=prefill_context,
+                 fields=fields)
+
+
+def _check_batch(step: StepTimeModel | DeploymentStep, *, tokens: int, decode_seqs: int, context: int,
+                 prefill_context: int, fields: Fields, whose: str = "") -> None:
+    """Each sequence of one batch fits the model's window, and the batch's KV the HBM the weights leave on the
+    GPU that holds it (`whose` batch: a DP rank's)."""
     geometry = step.geometry
     prefill = tokens - decode_seqs
     if decode_seqs > 0:
@@ -182,5 +209,139 @@ def check_shape(step: StepTimeModel, *, tokens: int, decode_seqs: int, context: 
     decode_kv = decode_seqs * context
     field = fields.decode_seqs if decode_kv >= kv_tokens - decode_kv else fields.tokens
     check_kv(step, kv_tokens, field=field,
-             what=f"--decode-seqs {decode_seqs:,} at --context {context:,}"
+             what=f"{whose}--decode-seqs {decode_seqs:,} at --context {context:,}"
                   + (f" and a {prefill:,}-token prefill after {prefill_context:,}" if prefill > 0 else ""))
+
+
+# ---- DP attention, expert parallelism, MTP ---------------------------------------------------------------------
+def check_hosts(tp: int, hosts: int, gpus_per_host: int, fields: Fields = Fields()) -> int:
+    """A group of `tp` GPUs over `hosts` hosts of `gpus_per_host` GPUs: equal shares, none past a host. Returns the
+    group's GPUs per host."""
+    if hosts < 1 or tp % hosts or tp // hosts > gpus_per_host:
+        raise ConfigurationError(f"{_name(fields.hosts)} {hosts} must divide {_name(fields.tp)} {tp} into hosts of "
+                                 f"at most {gpus_per_host} GPUs", file=fields.file, field=fields.hosts)
+    return tp // hosts
+
+
+def check_parallel(geometry: ModelGeometry, deployment: Deployment, mtp: Mtp | None = None,
+                   fields: Fields = Fields()) -> None:
+    """A DP-attention / expert-parallel group (`deployment`, simroute.model.parallel) can serve `geometry`: DP
+    ranks of equal width whose heads split evenly, an EP degree that divides the group's GPUs and the model's
+    expert slots (routed + EPLB's redundant), a group across hosts only as whole hosts and with DP attention, and
+    DeepEP only as pure EP over single-GPU ranks (what its measured rows are); with `mtp`, the model ships an MTP
+    module and one of acceptance rate / accepted length is given, in range."""
+    from simroute.model.parallel import A2A
+    dep, fld = deployment, fields
+
+    def fail(problem: str, field: str) -> None:
+        raise ConfigurationError(problem, file=fld.file, field=field)
+
+    for value, field in ((dep.tp, fld.tp), (dep.dp, fld.dp), (dep.ep, fld.ep), (dep.gpus_per_host, fld.hosts)):
+        if value < 1:
+            fail(f"{_name(field)} must be >= 1, got {value}", field)
+    if not _known_load(dep.distribution):
+        fail(f"unknown expert load '{dep.distribution}' (balanced, or power_law_<alpha> with alpha > 0 as the "
+             "database's rows: power_law_1.01)", fld.moe_load)
+    if dep.redundant_experts < 0:
+        fail(f"{_name(fld.redundant_experts)} must be >= 0, got {dep.redundant_experts}", fld.redundant_experts)
+    if dep.tp % dep.dp:
+        fail(f"{_name(fld.dp)} {dep.dp} does not divide {_name(fld.tp)} {dep.tp} (attention ranks of equal "
+             "width)", fld.dp)
+    if dep.tp % dep.ep:
+        fail(f"{_name(fld.ep)} {dep.ep} does not divide {_name(fld.tp)} {dep.tp} (the MoE group is the group's "
+             "GPUs)", fld.ep)
+    if dep.tp > dep.gpus_per_host and dep.tp % dep.gpus_per_host:
+        fail(f"{_name(fld.tp)} {dep.tp} spans hosts but is not a multiple of their {dep.gpus_per_host} GPUs", fld.hosts)
+    if geometry.heads_q % dep.attn_tp:
+        fail(f"an attention rank of {dep.attn_tp} GPUs ({_name(fld.tp)} {dep.tp} / {_name(fld.dp)} {dep.dp}) does not "
+             f"divide {geometry.name}'s {geometry.heads_q} query heads", fld.dp)
+    if not geometry.is_mla and not geometry.kv_heads % dep.attn_tp == 0 and dep.attn_tp % geometry.kv_heads:
+        fail(f"an attention rank of {dep.attn_tp} GPUs neither divides nor is a multiple of {geometry.name}'s "
+             f"{geometry.kv_heads} KV heads", fld.dp)
+    if dep.ep > 1 and not geometry.is_moe:
+        fail(f"{_name(fld.ep)} {dep.ep}: {geometry.name} has no routed experts", fld.ep)
+    if dep.redundant_experts and dep.ep == 1:
+        fail(f"{_name(fld.redundant_experts)} needs {_name(fld.ep)} > 1 (EPLB replicates experts across EP ranks)",
+             fld.redundant_experts)
+    slots = geometry.routed_experts + dep.redundant_experts
+    if geometry.is_moe and slots % dep.ep:
+        fail(f"{_name(fld.ep)} {dep.ep} does not divide {geometry.name}'s {geometry.routed_experts} routed experts"
+             + (f" + {dep.redundant_experts} redundant" if dep.redundant_experts else ""), fld.ep)
+    if dep.hosts > 1 and not dep.dp_attention:
+        fail(f"{_name(fld.tp)} {dep.tp} spans {dep.hosts} hosts: TP attention across hosts is not modelled (give "
+             f"{_name(fld.dp)})", fld.dp)
+    if dep.a2a_mode is A2A.DEEPEP:
+        if dep.ep == 1:
+            fail(f"{_name(fld.a2a)} deepep needs {_name(fld.ep)} > 1 (DeepEP moves tokens between expert-parallel "
+                 "ranks)", fld.ep)
+        if dep.moe_tp != 1:
+            fail(f"{_name(fld.a2a)} deepep needs {_name(fld.ep)} equal to {_name(fld.tp)} ({dep.ep} != {dep.tp}): "
+                 "DeepEP is pure EP", fld.ep)
+        if dep.attn_tp != 1:
+            fail(f"{_name(fld.a2a)} deepep with attention ranks of {dep.attn_tp} GPUs is not modelled (give "
+                 f"{_name(fld.dp)} equal to {_name(fld.tp)})", fld.dp)
+    if mtp is not None:
+        check_mtp(geometry, mtp, fld)
+
+
+def _known_load(distribution: str) -> bool:
+    """`balanced` or `power_law_<alpha>`, alpha a positive number (the database's fld for routed-expert load)."""
+    if distribution == "balanced":
+        return True
+    prefix = "power_law_"
+    if not distribution.startswith(prefix):
+        return False
+    try:
+        alpha = float(distribution[len(prefix):])
+    except ValueError:
+        return False
+    return 0.0 < alpha < 100.0
+
+
+def check_mtp(geometry: ModelGeometry, mtp: Mtp, fields: Fields = Fields()) -> None:
+    """MTP settings that mean something: nextn >= 0 (0: no MTP, and then no acceptance), the model's checkpoint
+    ships an MTP module, exactly one of acceptance rate ([0, 1]) and accepted length ([1, nextn + 1])."""
+    from simroute.model.parallel import MTP_MODULES
+    fld = fields
+    given = [name for name, value in ((fld.accept_rate, mtp.accept_rate), (fld.accept_length, mtp.accepted_length))
+             if value is not None]
+    if mtp.nextn < 0:
+        raise ConfigurationError(f"{_name(fld.nextn)} must be >= 0, got {mtp.nextn}", file=fld.file, field=fld.nextn)
+    if mtp.nextn == 0:
+        if given:
+            raise ConfigurationError(f"{_name(given[0])} needs {_name(fld.nextn)} >= 1 (draft tokens to accept)",
+                                     file=fld.file, field=given[0])
+        return
+    if geometry.name not in MTP_MODULES:
+        raise ConfigurationError(f"{_name(fld.nextn)} {mtp.nextn}: {geometry.name} ships no MTP module (known: "
+                                 f"{', '.join(sorted(MTP_MODULES))})", file=fld.file, field=fld.nextn)
+    if len(given) != 1:
+        raise ConfigurationError(f"give one of {_name(fld.accept_rate)} and {_name(fld.accept_length)} with "
+                                 f"{_name(fld.nextn)} {mtp.nextn}", file=fld.file,
+                                 field=given[1] if given else fld.accept_rate)
+    rate, length = mtp.accept_rate, mtp.accepted_length
+    if rate is not None and not 0.0 <= rate <= 1.0:
+        raise ConfigurationError(f"{_name(fld.accept_rate)} must be in [0, 1], got {rate}", file=fld.file,
+                                 field=fld.accept_rate)
+    if length is not None and not 1.0 <= length <= mtp.nextn + 1:
+        raise ConfigurationError(f"{_name(fld.accept_length)} must be in [1, nextn + 1 = {mtp.nextn + 1}], got "
+                                 f"{length}", file=fld.file, field=fld.accept_length)
+
+
+def check_group(step: DeploymentStep, *, hbm_bytes: float | None = None, fields: Fields = Fields()) -> None:
+    """A group (`DeploymentStep`) can be served at all: its shape (`check_parallel`), its weights' dtype on the GPU,
+    and each GPU's weights (attention replicated per rank, its experts, its share of the rest) in its HBM."""
+    check_parallel(step.geometry, step.deployment, step.mtp, fields)
+    check_weight_dtype(step, fields)  # type: ignore[arg-type]
+    check_weights(step, hbm_bytes, field=fields.tp if hbm_bytes is None else fields.hbm,  # type: ignore[arg-type]
+                  file=fields.file)
+
+
+def check_group_shape(step: DeploymentStep, *, tokens: int, decode_seqs: int, context: int, prefill_context: int,
+                      fields: Fields = Fields()) -> None:
+    """`model step`'s shape on a group, every rank the same: the group can exist (`check_group`), each sequence
+    fits the window, and one rank's KV (its own latent, on its own GPU) fits the HBM its weights leave."""
+    check_group(step, fields=fields)
+    _check_batch(step, tokens=tokens, decode_seqs=decode_seqs, context=context,  # type: ignore[arg-type]
+                 prefill_context=prefill_context, fields=fields, whose="each DP rank's " if step.deployment.dp > 1
+                 else "")

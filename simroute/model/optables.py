@@ -74,6 +74,9 @@ SCHEMA: dict[OpKind, tuple[tuple[str, ...], tuple[str, ...]]] = {
     OpKind.COLLECTIVE: (("op", "dtype"), ("gpus", "message_elements")),
     OpKind.MLA_MODULE: (("phase", "kv_dtype", "backend"), ("batch", "tokens", "heads")),
 }
+# Shape columns that may hold 0: read only at an exact value (a `fixed` key of `OpTable.curve`), never the axis of
+# a log-log curve. DeepEP's low-latency kernels have no SM budget (`sms` 0); normal mode's rows name theirs (20).
+ZERO_SHAPES: dict[OpKind, frozenset[str]] = {OpKind.MOE_A2A: frozenset({"sms"})}
 # The elementwise table's `kernel` values (docs/STEP_TIME.md, "Elementwise kernels"): SGLang's fused residual add +
 # RMSNorm, a plain RMSNorm, rotary embedding in place, and the gated activation silu(gate) x up. `width` is the
 # elements per token of the row one launch works on, on one rank (simroute.model.steptime.elementwise_kernels).

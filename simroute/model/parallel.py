@@ -1,9 +1,9 @@
 """How a DeepSeek-class model is deployed over a group of GPUs: DP attention, expert parallelism, MTP.
 
-Pure arithmetic, no tables (simroute.model.dpstep times it): the shape of a deployment and its checks, what each
-GPU holds in HBM, the bytes of the expert-parallel all-to-all between every pair of ranks (the flows the simulator
-puts on the fabric's links) and the multi-token-prediction arithmetic. docs/STEP_TIME.md, "DP attention and
-expert parallelism", is the contract.
+Pure arithmetic, no tables (simroute.model.dpstep times it; simroute.model.limits.check_parallel checks it): the
+shape of a deployment, what each GPU holds in HBM, the bytes of the expert-parallel all-to-all between every pair
+of ranks (the flows the simulator puts on the fabric's links) and the multi-token-prediction arithmetic.
+docs/STEP_TIME.md, "DP attention and expert parallelism", is the contract.
 
 Vocabulary (SGLang's server arguments, which the measured tables were taken under):
 - a **group** is `tp` GPUs serving one model copy (`--tp`); with DP attention (`--enable-dp-attention --dp N`)
@@ -96,41 +96,6 @@ class Deployment:
 
     def host_of(self, rank: int) -> int:
         return rank // self.gpus_per_host
-
-    def problem(self, geometry: ModelGeometry) -> str | None:
-        """Why this deployment cannot serve `geometry`, as one line naming the flag, or None."""
-        if min(self.tp, self.dp, self.ep, self.gpus_per_host) < 1:
-            return "--tp, --dp-attention, --ep and the GPUs per host must be >= 1"
-        if self.tp % self.dp:
-            return f"--dp-attention {self.dp} does not divide --tp {self.tp} (attention ranks of equal width)"
-        if self.tp % self.ep:
-            return f"--ep {self.ep} does not divide --tp {self.tp} (the MoE group is the --tp GPUs)"
-        if self.tp > self.gpus_per_host and self.tp % self.gpus_per_host:
-            return (f"--tp {self.tp} spans hosts but is not a multiple of their {self.gpus_per_host} GPUs "
-                    "(--hosts x GPUs per host)")
-        if geometry.heads_q % self.attn_tp:
-            return (f"an attention rank of {self.attn_tp} GPUs (--tp {self.tp} / --dp-attention {self.dp}) does not "
-                    f"divide {geometry.name}'s {geometry.heads_q} query heads")
-        if self.ep > 1 and not geometry.is_moe:
-            return f"--ep {self.ep}: {geometry.name} has no routed experts"
-        slots = geometry.routed_experts + self.redundant_experts
-        if geometry.is_moe and slots % self.ep:
-            return (f"--ep {self.ep} does not divide {geometry.name}'s {geometry.routed_experts} routed experts"
-                    + (f" + {self.redundant_experts} redundant" if self.redundant_experts else ""))
-        if self.redundant_experts and self.ep == 1:
-            return "--redundant-experts needs --ep > 1 (EPLB replicates experts across EP ranks)"
-        if self.hosts > 1 and not self.dp_attention:
-            return (f"--tp {self.tp} spans {self.hosts} hosts: TP attention across hosts is not modelled "
-                    "(give --dp-attention)")
-        if self.a2a_mode is A2A.DEEPEP:
-            if self.ep == 1:
-                return "--a2a deepep needs --ep > 1 (DeepEP moves tokens between expert-parallel ranks)"
-            if self.moe_tp != 1:
-                return f"--a2a deepep needs --ep equal to --tp ({self.ep} != {self.tp}): DeepEP is pure EP"
-            if self.attn_tp != 1:
-                return (f"--a2a deepep with attention ranks of {self.attn_tp} GPUs is not modelled "
-                        "(give --dp-attention equal to --tp)")
-        return None
 
     def experts_per_rank(self, geometry: ModelGeometry) -> int:
         """Expert slots each EP rank holds (routed + its share of the redundant ones)."""
@@ -364,22 +329,12 @@ def hbm_per_gpu(geometry: ModelGeometry, deployment: Deployment, *, mtp_layers: 
 class Mtp:
     """Multi-token prediction (SGLang's EAGLE worker on the checkpoint's MTP module): `nextn` draft tokens per
     step, and either the per-draft acceptance rate (each draft kept only if every earlier one was) or the mean
-    accepted length (tokens a step emits, the verify's own token included: 1 to nextn + 1)."""
+    accepted length (tokens a step emits, the verify's own token included: 1 to nextn + 1). Checked by
+    simroute.model.limits.check_mtp."""
 
     nextn: int
     accept_rate: float | None = None
     accepted_length: float | None = None
-
-    def problem(self) -> str | None:
-        if self.nextn < 1:
-            return "--nextn must be >= 1"
-        if (self.accept_rate is None) == (self.accepted_length is None):
-            return "give one of --accept-rate and --accept-length with --nextn"
-        if self.accept_rate is not None and not 0.0 <= self.accept_rate <= 1.0:
-            return f"--accept-rate must be in [0, 1], got {self.accept_rate}"
-        if self.accepted_length is not None and not 1.0 <= self.accepted_length <= self.nextn + 1:
-            return f"--accept-length must be in [1, nextn + 1 = {self.nextn + 1}], got {self.accepted_length}"
-        return None
 
     @property
     def tokens_per_step(self) -> float:
@@ -389,6 +344,31 @@ class Mtp:
             return float(self.accepted_length)
         rate = float(self.accept_rate or 0.0)
         return sum(rate ** index for index in range(self.nextn + 1))
+
+    @property
+    def rate(self) -> float:
+        """The per-draft acceptance rate: the given one, or the one whose `tokens_per_step` is the given accepted
+        length (1 + a + ... + a^nextn rises with a from 1 to nextn + 1: bisection to 1e-12)."""
+        if self.accept_rate is not None:
+            return float(self.accept_rate)
+        target = float(self.accepted_length if self.accepted_length is not None else 1.0)
+        low, high = 0.0, 1.0
+        for _ in range(60):
+            mid = (low + high) / 2.0
+            if sum(mid ** index for index in range(self.nextn + 1)) < target:
+                low = mid
+            else:
+                high = mid
+        return (low + high) / 2.0
+
+    def length_probabilities(self) -> tuple[float, ...]:
+        """P(a step emits j tokens) for j = 1 .. nextn + 1 at `rate` a: a^(j-1) (1 - a) below nextn + 1 (the
+        j-th draft rejected after j - 1 accepted), a^nextn at it (all accepted). Their mean is `tokens_per_step`;
+        a simulator draws a sequence's tokens per step from them with its own seeded generator."""
+        rate = self.rate
+        last = self.nextn + 1
+        return tuple(rate ** (length - 1) * (1.0 - rate) if length < last else rate ** self.nextn
+                     for length in range(1, last + 1))
 
     @property
     def draft_decode_passes(self) -> int:

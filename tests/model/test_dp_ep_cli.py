@@ -45,16 +45,28 @@ def test_one_host_table(cli):
     (("--tp", "8", "--dp-attention", "8", "--a2a", "nvshmem"), "unknown all-to-all 'nvshmem'"),
     (("--tp", "8", "--dp-attention", "8", "--a2a", "deepep"), "--a2a deepep needs --ep > 1"),
     (("--tp", "8", "--nextn", "1"), "give one of --accept-rate and --accept-length"),
-    (("--tp", "8", "--accept-rate", "0.5"), "need --nextn"),
+    (("--tp", "8", "--accept-rate", "0.5"), "--accept-rate needs --nextn >= 1"),
     (("--tp", "8", "--nextn", "2", "--accept-length", "4"), "--accept-length must be in [1, nextn + 1 = 3]"),
     (("--tp", "8", "--dp-attention", "8", "--kv-layout", "tpla"), "tpla is a TP layout"),
     (("--tp", "16", "--ep", "16", "--hosts", "2"), "TP attention across hosts"),
+    (("--tp", "8", "--dp-attention", "8", "--ep", "8", "--redundant-experts", "4"), "256 routed experts + 4"),
+    (("--tp", "8", "--dp-attention", "8", "--redundant-experts", "8"), "--redundant-experts needs --ep > 1"),
+    (("--tp", "8", "--dp-attention", "8", "--ep", "8", "--moe-load", "zipf"), "unknown expert load 'zipf'"),
+    (("--tp", "8", "--dp-attention", "8", "--ep", "8", "--weights", "bf16"), "GB of weights per GPU"),
+    (("--tp", "8", "--dp-attention", "8", "--ep", "8", "--tokens", "64", "--decode-seqs", "64", "--context",
+      "100000"), "each DP rank's --decode-seqs 64 at --context 100,000"),
+    (("--tp", "8", "--dp-attention", "8", "--ep", "8", "--tokens", "1", "--decode-seqs", "1", "--context",
+      "163840"), "context window"),
+    (("--model", "deepseek-v3", "--gpu", "a100-80gb", "--tp", "8", "--dp-attention", "8", "--ep", "8"),
+     "FP8 tensor cores"),
 ])
 def test_impossible_shapes_are_refused_in_one_line(cli, args, words):
+    """Every refusal from simroute.model.limits (the one feasibility module): one line naming the flag, exit 2,
+    nothing on stdout."""
     code, out, err = cli("model", "step", *GROUP, *args)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
-    assert words in err
+    assert words in err and "'--" in err
 
 
 def test_mtp_on_a_model_without_a_module_is_refused(cli):

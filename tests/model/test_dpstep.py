@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from simroute.calib import load_profile, shipped_dir
+from simroute.errors import ConfigurationError
 from simroute.model.dpstep import DeploymentStep, draft_batch, verify_batch
 from simroute.model.geometry import get_model
 from simroute.model.optables import OpKind
@@ -203,7 +204,7 @@ def test_mtp_step_is_verify_plus_drafts(h200, hosts):
 
 
 def test_mtp_needs_an_mtp_module(h200):
-    with pytest.raises(ValueError, match="no MTP module"):
+    with pytest.raises(ConfigurationError, match="ships no MTP module"):
         DeploymentStep(get_model("llama-3.1-8b"), h200, Deployment(tp=1), mtp=Mtp(1, accept_rate=0.5))
 
 

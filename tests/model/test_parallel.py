@@ -8,13 +8,24 @@ import math
 
 import pytest
 
+from simroute.errors import ConfigurationError
 from simroute.model.geometry import get_model
+from simroute.model.limits import Fields, check_parallel
 from simroute.model.parallel import (A2A, Deployment, Mtp, a2a_layer_traffic, combine_row_bytes, dispatch_row_bytes,
                                      gathered_tokens, hbm_per_gpu, power_law_hottest, rank_hit_probability,
                                      skewed_shares)
 from simroute.model.steptime import GpuSpec, StepTimeModel
 
 V3 = get_model("deepseek-v3")
+
+
+def _problem(deployment: Deployment, geometry=V3, mtp: Mtp | None = None) -> str | None:
+    """simroute.model.limits.check_parallel's refusal (one line, as the command line names it), or None."""
+    try:
+        check_parallel(geometry, deployment, mtp, Fields.flags())
+    except ConfigurationError as error:
+        return str(error)
+    return None
 
 
 def _group(hosts: int, **extra) -> Deployment:
@@ -141,10 +152,16 @@ def test_gathered_tokens_follow_sglang_padding():
     (dict(tp=8, dp=8, ep=4, a2a=A2A.DEEPEP), "pure EP"),
     (dict(tp=8, dp=4, ep=8, a2a=A2A.DEEPEP), "not modelled"),
     (dict(tp=16, dp=1, ep=16), "TP attention across hosts"),
+    (dict(tp=8, dp=8, ep=8, redundant_experts=8), None),
+    (dict(tp=8, dp=8, ep=8, redundant_experts=8, distribution="balanced"), None),
+    (dict(tp=8, dp=8, ep=8, distribution="zipf"), "unknown expert load 'zipf'"),
+    (dict(tp=8, dp=8, ep=8, distribution="power_law_nan"), "unknown expert load"),
+    (dict(tp=8, dp=8, ep=1, redundant_experts=8), "--redundant-experts needs --ep > 1"),
+    (dict(tp=8, dp=0), "--dp-attention must be >= 1"),
     (dict(tp=8, ep=2, redundant_experts=0, dp=8, distribution="power_law_1.01"), None),
 ])
 def test_impossible_shapes_are_named(kwargs, words):
-    problem = Deployment(**kwargs).problem(V3)
+    problem = _problem(Deployment(**kwargs))
     if words is None:
         assert problem is None
     else:
@@ -159,7 +176,8 @@ def test_a2a_defaults_to_deepep_only_across_hosts():
 
 
 def test_dense_models_refuse_ep():
-    assert "no routed experts" in Deployment(tp=8, dp=8, ep=8).problem(get_model("llama-3.1-70b"))
+    assert "no routed experts" in _problem(Deployment(tp=8, dp=8, ep=8), get_model("llama-3.1-70b"))
+    assert "field '--ep'" in _problem(Deployment(tp=8, dp=8, ep=8), get_model("llama-3.1-70b"))
 
 
 # ---- HBM ------------------------------------------------------------------------------------------------------
@@ -220,11 +238,16 @@ def test_mtp_tokens_per_step_by_hand():
 
 
 @pytest.mark.parametrize("mtp, words", [
-    (Mtp(0, accept_rate=0.5), "--nextn must be >= 1"),
+    (Mtp(0), None),
+    (Mtp(0, accept_rate=0.5), "--accept-rate needs --nextn >= 1"),
+    (Mtp(-1), "--nextn must be >= 0"),
     (Mtp(2), "give one of"),
     (Mtp(2, accept_rate=0.5, accepted_length=1.5), "give one of"),
     (Mtp(2, accept_rate=1.5), "[0, 1]"),
     (Mtp(2, accepted_length=3.5), "nextn + 1 = 3"),
+    (Mtp(2, accepted_length=3.0), None),
 ])
 def test_mtp_refusals(mtp, words):
-    assert words in mtp.problem()
+    problem = _problem(Deployment(tp=8, dp=8, ep=8), mtp=mtp)
+    assert problem is None if words is None else words in problem
+    assert "ships no MTP module" in _problem(Deployment(tp=8), get_model("llama-3.1-70b"), Mtp(1, accept_rate=0.5))

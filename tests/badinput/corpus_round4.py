@@ -267,6 +267,13 @@ def feasibility_cases() -> list[Case]:
              "8"),
         step("tp-splits-no-head", "--tp", "--tp", "3", "--tokens", "8"),
         step("tp-above-heads", "--tp", "--model", "deepseek-v2-lite", "--tp", "32", "--tokens", "8"),
+        # DP attention / expert parallelism / MTP (simroute.model.limits.check_parallel, check_mtp, check_group)
+        step("ep-splits-no-experts", "--ep", "--tp", "8", "--dp-attention", "8", "--ep", "8", "--redundant-experts",
+             "4", "--tokens", "8"),
+        step("dp-splits-no-gpus", "--dp-attention", "--tp", "8", "--dp-attention", "3", "--tokens", "8"),
+        step("nextn-without-acceptance", "--accept-rate", "--tp", "8", "--nextn", "1", "--tokens", "8"),
+        step("dp-rank-kv-past-hbm", "--decode-seqs", "--tp", "8", "--dp-attention", "8", "--ep", "8", "--tokens",
+             "64", "--decode-seqs", "64", "--context", "100000"),
         run("v3-on-a40", "gpu", "--gpu", "a40"),
         run("v3-on-a100", "gpu", "--gpu", "a100-80gb"),
         run("fp8-asked-on-a100", "weights", "--gpu", "a100-80gb", "--model", "llama-3.1-8b", "--weights", "fp8"),

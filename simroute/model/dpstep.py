@@ -755,12 +755,14 @@ def _pass_traffic(step: DeploymentStep, what: str, batches: Sequence[BatchShape]
     return A2aLoad(what, traffic, layers)
 
 
-def group_iteration(step: DeploymentStep, ranks: Sequence[BatchShape]) -> GroupIteration:
+def group_iteration(step: DeploymentStep, ranks: Sequence[BatchShape], *, traffic: bool = True) -> GroupIteration:
     """The seconds, the collective bytes and the emitted tokens of one step of `step`'s group, given each DP
     rank's own batch (`ranks[r]`: its decoding sequences and prefill chunk, `BatchShape` as the TP engine builds
     it; an idle rank's is all zeros and still joins the collectives, SGLang's idle batch). Every rank's step takes
     `seconds`. With MTP the decoding sequences verify nextn + 1 tokens, the module drafts, and each emits
-    `tokens_per_decode` on average (`Mtp.length_probabilities` to draw it). A group with no work returns 0 s."""
+    `tokens_per_decode` on average (`Mtp.length_probabilities` to draw it). A group with no work returns 0 s.
+    `traffic=False` leaves `a2a` empty: the GPU-pair matrices cost about as much as the step's own arithmetic
+    (tp x tp per pass), which a simulator that does not put them on its links need not pay."""
     batches = list(ranks)
     deployment = step.deployment
     if len(batches) != deployment.dp:
@@ -774,7 +776,7 @@ def group_iteration(step: DeploymentStep, ranks: Sequence[BatchShape]) -> GroupI
         return GroupIteration(0.0, 0.0, 0, per_decode, emitted, (), capacity)
     result = step.iteration_s(batches)
     loads: list[A2aLoad] = []
-    if deployment.dp_attention:
+    if traffic and deployment.dp_attention:
         kinds = step.kinds if step.mode is A2A.ALLGATHER else {"moe": step.kinds.get("moe", 0)}
         target = [verify_batch(batch, mtp.nextn) for batch in batches] if mtp is not None else batches
         passes = [("target", target, sum(kinds.values()))]

@@ -47,6 +47,8 @@ def test_one_host_all_gather_pads_to_the_busiest_rank(h200):
     assert (load.what, load.layers) == ("target", 61)
     assert load.traffic.by_link()["dispatch"] == {"local": 0.0, "nvlink": 8 * 7 * 32 * COMBINE_ROW, "rdma": 0.0}
     assert load.bytes == 61 * 2 * 8 * 7 * 32 * COMBINE_ROW
+    quiet = group_iteration(step, ranks, traffic=False)
+    assert quiet.a2a == () and quiet.seconds == out.seconds and quiet.collective_s == out.collective_s
 
 
 def test_uneven_ranks_are_not_padded_past_twice_the_traffic(h200):

@@ -40,6 +40,8 @@ def run_options() -> list[tuple[str, inspect.Parameter]]:
         required = f.default is dataclasses.MISSING
         default = None if required else f.default
         annotation = typing.Optional[base] if (optional or required) else base
+        if meta.get("joiner"):      # a repeatable option whose values are joined into the field's one text
+            default, annotation = None, typing.Optional[list[str]]
         out.append((f.name, inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
                                               default=typer.Option(default, flag, help=help_text))))
     return out
@@ -82,6 +84,11 @@ def _run(**options: typing.Any) -> None:
     json_out, progress = options.pop("json_out"), options.pop("progress")
     min_completion, strict = options.pop("min_completion"), options.pop("strict")
     values = {field: options[param.name] for field, param in run_options()}
+    for config_field in dataclasses.fields(RunConfig):   # a repeated option: its values joined, unset: the default
+        joiner = config_field.metadata.get("joiner")
+        if joiner:
+            given = values[config_field.name]
+            values[config_field.name] = joiner.join(given) if given else config_field.default
     shipped = {"topology": default_topology_path, "trace": default_trace_path, "calib": default_profile_path}
     for name, default in shipped.items():       # unset: the shipped default; '' is refused by RunConfig
         values[name] = str(default() if values[name] is None else values[name])
@@ -194,15 +201,21 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
     if fanout:
         typer.echo(f"kv layout {eng.get('kv_layout')}: every rank holds the whole MLA latent, so each fetched copy "
                    "(1/tp per rank over the network) is all-gathered inside the host over NVLink")
-    slo = s["slo"]
-    att = "-" if slo["attainment"] is None else f"{100 * slo['attainment']:.1f}%"
     hp = eng["holder_partials"]
     c.print(f"holders: {hp['queries']:,.0f} routed partial queries in {hp['kernel_calls']:,.0f} kernel calls, "
-            f"{eng['routed_messages']:,.0f} routed messages; SLO (TTFT <= {slo['ttft_ms']} ms, TPOT <= "
-            f"{slo['tpot_ms']} ms) attainment {att}")
+            f"{eng['routed_messages']:,.0f} routed messages")
+    c.print(slo_line(s["slo"]))
     c.print(f"simulated {s['sim_time_s']:.3f} s in {perf['wall_s']:.2f} s wall "
             f"({perf['sim_s_per_wall_s'] or 0:.1f}x real time, {perf['requests_per_wall_s'] or 0:,.0f} requests/s); "
             f"outputs in {out}/")
+
+
+def slo_line(slo: dict) -> str:
+    """The run's verdict against its SLO (summary.json `slo`, simroute/sim/slo.py) on one line."""
+    att = "-" if slo["attainment"] is None else f"{100 * slo['attainment']:.1f}% of requests"
+    verdict = ("met" if slo["met"] else "not met: " + (", ".join(slo["violated"]) if slo["violated"] else
+                                                       "the run was not served (completion or overload)"))
+    return f"SLO {slo['text']}: {verdict}; attainment {att}"
 
 
 def _print_serving(serving: dict | None) -> None:

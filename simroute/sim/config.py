@@ -21,6 +21,8 @@ from simroute.model.cost import ROUTE_EXCHANGES
 from simroute.model.geometry import CACHE_DTYPE_BYTES, WEIGHT_DTYPE_BYTES
 from simroute.model.steptime import KV_LAYOUTS
 from simroute.sim.registry import Registry, registry
+from simroute.sim.slo import DEFAULT_SLO, JOINER
+from simroute.sim.slo import parse as parse_slo
 from simroute.sim.vocab import HOLDER_MODES
 
 # Names are checked against the registries of their kinds: each loads its plug-in package on first read, so
@@ -37,12 +39,13 @@ def default_trace_path() -> Path:
 def setting(default: Any = MISSING, help: str = "", *, minimum: float | None = None, maximum: float | None = None,
             exclusive_minimum: bool = False, choices: Registry | Sequence[str] | Mapping[str, Any] | None = None,
             option: str | None = None, check: Callable[[Any], Any] | None = None,
-            listing: Callable[[], str] | None = None) -> Any:
+            listing: Callable[[], str] | None = None, joiner: str | None = None) -> Any:
     """A RunConfig field with its metadata: help text, numeric bounds, valid names (a registry or a tuple), the
-    CLI option's name where it differs from the field's, and for a value with a grammar of its own (`--engine
-    NAME[@VERSION]`) a `check` that raises on a bad one and a `listing` of what it may name (the help's tail)."""
+    CLI option's name where it differs from the field's, for a value with a grammar of its own (`--engine
+    NAME[@VERSION]`) a `check` that raises on a bad one and a `listing` of what it may name (the help's tail),
+    and for a text field that the option may repeat, the words that join the repeats into one value."""
     meta = {"help": help, "minimum": minimum, "maximum": maximum, "exclusive_minimum": exclusive_minimum,
-            "choices": choices, "option": option, "check": check, "listing": listing}
+            "choices": choices, "option": option, "check": check, "listing": listing, "joiner": joiner}
     return field(default=default, metadata=meta)
 
 
@@ -191,8 +194,12 @@ class RunConfig:
                                       minimum=1)
     until_s: float | None = setting(None, "Stop at this simulated time (s); unfinished requests are dropped.",
                                     minimum=0, exclusive_minimum=True, option="until")
-    slo_ttft_ms: float = setting(500.0, "TTFT SLO for attainment (ms).", minimum=0)
-    slo_tpot_ms: float = setting(100.0, "TPOT SLO for attainment (ms).", minimum=0)
+    slo: str = setting(JOINER.join(DEFAULT_SLO), "The SLO the run is judged by (summary.json slo: met, and "
+                                                 "attainment, the share of requests meeting its TTFT / TPOT / e2e "
+                                                 "conditions); conditions '[stat] metric op value' joined by 'and' "
+                                                 "or given as repeated --slo (docs/STUDIES.md, SLOs). Example: "
+                                                 "--slo 'p99 ttft_ms <= 2000' --slo 'p99 tpot_ms <= 50'.",
+                       joiner=JOINER)
     telemetry: bool = setting(True, "Write per-flow / per-link / per-holder / iteration tables.")
     link_series: bool = setting(False, "Also write per-link utilisation time series (large on long runs).")
 
@@ -216,6 +223,10 @@ class RunConfig:
                                              field=name)
         if self.qps is not None and self.time_scale is not None:
             raise ConfigurationError("set the load by --qps or by --time-scale, not both", field="qps")
+        try:
+            object.__setattr__(self, "slo", JOINER.join(parse_slo(self.slo).texts))
+        except ValueError as exc:
+            raise ConfigurationError(str(exc), field="slo") from None
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

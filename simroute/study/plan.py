@@ -1,12 +1,21 @@
-"""`simroute plan`: the fewest hosts that meet the SLOs at a load, and what binds below that.
+"""`simroute plan`: the deployment with the fewest GPUs that meets the SLOs at a load, and what binds.
 
-A plan is a study the planner need not write: a search over `hosts` (the topology's family resized, a generated
-corpus sized with it), one group per policy so that the answer comes with what the other policies would need,
-repeated over seeds (an answer holds only when every seed meets every SLO). The study lands in the plan's
-directory (`plan.yaml`, resumable with `simroute sweep plan.yaml`), and `plan_answer` reads it back into the
-memo: the answer, a band over seeds, the binding constraint at the largest host count that failed, route /
-fetch / local counts at the answer, and the other policies' answers. Anchors: AIConfigurator's `recommend`
-(fewest GPUs meeting a target) and Vidur's capacity search; neither models the network or shared documents.
+A plan is a study the planner need not write: one search over `hosts` (the topology's family resized, a
+generated corpus sized with it) per deployment, a deployment being one combination of the searched choices
+(TP, KV-cache dtype, policy; more choices are more axes of the same study: DP attention + EP and engine presets
+once the simulator has them), repeated over seeds (a probe holds only when every seed meets every SLO). Each
+search is a coarse grid over the whole host range, then refinement at every feasible / infeasible boundary
+(`search.Refinement`): it never assumes that more hosts help, and a host count that meets the SLO below one that
+does not is reported. The study lands in the plan's directory (`plan.yaml`, resumable with `simroute sweep
+plan.yaml`), and `plan_answer` reads it back into the memo: the answer (fewest GPUs among the candidate
+deployments), per deployment its fewest hosts, non-monotone edges and the binding constraint below it, and the
+frontier of output throughput per GPU against TPOT over every probe, each point naming its busiest resource
+(network link, HBM, compute). Anchors: AIConfigurator's `default` / `recommend` (fewest GPUs meeting a target)
+and Vidur's capacity search; neither models the network or shared documents.
+
+Not searched (the simulator has no such deployment choice yet): aggregated vs disaggregated serving. PD
+disaggregation exists only per request in a trace (`prefill_hint`, the `disagg` generator), not as prefill and
+decode pools a plan could size.
 """
 
 from __future__ import annotations
@@ -25,20 +34,25 @@ from simroute.defaults import DEFAULT_CALIB, DEFAULT_MODEL, DEFAULT_TOPOLOGY, DE
 from simroute.errors import ConfigurationError
 from simroute.ioutil import load_json
 from simroute.study.backends import Keep
+from simroute.sim.slo import DEFAULT_SLO
 from simroute.study.search import Goal, finished
 
-DEFAULT_SLO = ("p99 ttft_ms <= 2000", "p99 tpot_ms <= 50")
+DEFAULT_COARSE = 5          # coarse probes over the host range before refinement (1-8 hosts: 1, 2, 3, 5, 8)
 DEFAULT_COMPARE = ("always-route", "always-fetch")
 PLAN_FILE = "plan.yaml"
 
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """What a planner asks: a workload at a load, a model, SLOs, and the host range to search."""
+    """What a planner asks: a workload at a load, a model, SLOs, the host range and the deployment choices to
+    search (`tp`, `kv_cache` and `policy` take one value or several; every combination is a deployment; the
+    answer is chosen among them, `compare` policies are searched for reference only)."""
 
     trace: str | dict[str, Any] = DEFAULT_TRACE          # a trace path / shipped name, or {generate, params}
     model: str = DEFAULT_MODEL
-    tp: int = DEFAULT_TP
+    tp: int | tuple[int, ...] = DEFAULT_TP
+    kv_cache: tuple[str, ...] = ()                       # KV-cache dtypes (none: the framework's default)
+    engine: tuple[str, ...] = ()                         # serving framework presets (none: the run's default)
     topology: str = DEFAULT_TOPOLOGY
     gpu: str | None = None                              # the instances' GPU entry (default: the topology's hosts.gpu)
     calib: str = DEFAULT_CALIB
@@ -48,15 +62,30 @@ class PlanRequest:
     concurrency: int | None = None                      # at most this many requests in flight (a closed loop)
     hosts_min: int = 1
     hosts_max: int = 64
-    policy: str = "paper"
+    policy: str | tuple[str, ...] = "paper"
     compare: tuple[str, ...] = DEFAULT_COMPARE
     seeds: int = 3
     max_requests: int | None = None
+    coarse: int = DEFAULT_COARSE
     base: dict[str, Any] = field(default_factory=dict)   # further RunConfig fields
 
+    @property
+    def tps(self) -> tuple[int, ...]:
+        return (self.tp,) if isinstance(self.tp, int) else tuple(self.tp)
+
+    @property
+    def policies(self) -> tuple[str, ...]:
+        """The candidate policies (the answer's), then the compared ones not among them."""
+        return (self.policy,) if isinstance(self.policy, str) else tuple(self.policy)
+
     def study_document(self, name: str = "plan") -> dict[str, Any]:
-        """The study this plan runs (written as plan.yaml beside its results)."""
-        base: dict[str, Any] = {"topology": self.topology, "calib": self.calib, "model": self.model, "tp": self.tp,
+        """The study this plan runs (written as plan.yaml beside its results): one choice given once is a base
+        field, a choice given several ways an axis; policy is always an axis."""
+        tps, kvs, engines = self.tps, tuple(self.kv_cache), tuple(self.engine)
+        base: dict[str, Any] = {"topology": self.topology, "calib": self.calib, "model": self.model,
+                                **({"tp": tps[0]} if len(tps) == 1 else {}),
+                                **({"kv_cache": kvs[0]} if len(kvs) == 1 else {}),
+                                **({"engine": engines[0]} if len(engines) == 1 else {}),
                                 "trace": self._trace(), **self.base}
         if self.max_requests is not None:
             base["max_requests"] = self.max_requests
@@ -68,11 +97,20 @@ class PlanRequest:
             base["qps"] = self.qps
         if self.concurrency is not None and not self._generator_takes("concurrency"):
             base["concurrency"] = self.concurrency
-        policies = [self.policy, *[policy for policy in self.compare if policy != self.policy]]
-        return {"name": name, "description": f"simroute plan: fewest hosts meeting {' and '.join(self.slo)}",
-                "base": base, "axes": {"policy": policies}, "seeds": self.seeds, "keep": Keep.SUMMARY.value,
+        policies = [*self.policies, *[policy for policy in self.compare if policy not in self.policies]]
+        axes: dict[str, list[Any]] = {}
+        if len(tps) > 1:
+            axes["tp"] = list(tps)
+        if len(kvs) > 1:
+            axes["kv_cache"] = list(kvs)
+        if len(engines) > 1:
+            axes["engine"] = list(engines)
+        axes["policy"] = policies
+        return {"name": name, "description": f"simroute plan: fewest GPUs meeting {' and '.join(self.slo)}",
+                "base": base, "axes": axes, "seeds": self.seeds, "keep": Keep.SUMMARY.value,
                 "search": {"field": "hosts", "goal": Goal.MIN.value, "lo": self.hosts_min, "hi": self.hosts_max,
-                           "integer": True, "slo": list(self.slo)}}
+                           "integer": True, "coarse": self.coarse, "slo": list(self.slo)},
+                "plan": {"candidates": {"policy": list(self.policies)}}}
 
     def _generator_takes(self, name: str) -> bool:
         if not isinstance(self.trace, dict):
@@ -101,7 +139,9 @@ def study_name(out: Path) -> str:
 
 
 # A study field's head (in a study error) -> the plan flag that set it.
-PLAN_FLAGS = {"policy": "--policy / --compare", "model": "--model", "tp": "--tp", "topology": "--topology",
+PLAN_FLAGS = {"policy": "--policy / --compare", "model": "--model", "tp": "--tp", "kv_cache": "--kv-cache",
+              "engine": "--engine",
+              "topology": "--topology",
               "calib": "--calib", "gpu": "--gpu", "qps": "--qps", "time_scale": "--time-scale",
               "concurrency": "--concurrency",
               "max_requests": "--max-requests", "hosts": "--hosts-min / --hosts-max", "search.slo": "--slo"}
@@ -124,12 +164,16 @@ def check_request(request: PlanRequest) -> None:
     from simroute.shipped import check_not_empty
     check_not_empty("topology", request.topology)
     check_not_empty("calib", request.calib)
-    for flag, name in (("--policy", request.policy), *(("--compare", policy) for policy in request.compare),
-                       ("--model", request.model)):
+    if not request.policies:
+        raise ConfigurationError("names no policy", field="--policy")
+    for flag, name in (*(("--policy", policy) for policy in request.policies),
+                       *(("--compare", policy) for policy in request.compare), ("--model", request.model)):
         check_name(name, flag, what="name")
-    repeated = sorted({policy for policy in request.compare if request.compare.count(policy) > 1})
-    if repeated:
-        raise ConfigurationError(f"{', '.join(repeated)} given more than once", field="--compare")
+    for flag, values in (("--policy", request.policies), ("--compare", request.compare), ("--tp", request.tps),
+                         ("--kv-cache", tuple(request.kv_cache)), ("--engine", tuple(request.engine))):
+        repeated = sorted({str(value) for value in values if values.count(value) > 1})
+        if repeated:
+            raise ConfigurationError(f"{', '.join(repeated)} given more than once", field=flag)
     if isinstance(request.trace, dict):
         check_name(request.trace.get("generate"), "--workload", what="generator name")
         from simroute.errors import UnknownNameError
@@ -217,48 +261,160 @@ def check_plan_outputs(out: Path, *, report: bool = False) -> None:
 
 # ---- reading the answer back -------------------------------------------------------------------------------
 def plan_answer(directory: str | Path) -> dict[str, Any]:
-    """The plan's answer from a finished plan directory (study.json, points/, search.json, runs/*/summary.json)."""
-    from simroute.study.search import parse_slo
+    """The plan's answer from a finished plan directory (study.json, points/, search.json, runs/*/summary.json):
+    per deployment (one search group) its fewest hosts, probes, non-monotone edges and binding constraint; the
+    answer (the candidate deployment with the fewest GPUs; ties: the lower TPOT); the throughput-per-GPU / TPOT
+    frontier over every probe."""
+    from simroute.sim import slo as slos
     from simroute.study.store import Store
     plan_dir = Path(directory)
     searches = load_json(plan_dir / "search.json") if (plan_dir / "search.json").exists() else None
     if not isinstance(searches, list) or not searches:
         raise ConfigurationError("holds no finished search (search.json); run `simroute plan` into it first",
                                  file=plan_dir)
+    study = load_json(plan_dir / "study.json") if (plan_dir / "study.json").exists() else {}
+    candidates = ((study.get("plan") or {}).get("candidates") or {}) if isinstance(study, dict) else {}
     frame = Store(plan_dir).read()
-    slo = [parse_slo(text) for text in searches[0]["slo"]]
-    by_policy = {}
+    slo = slos.parse(searches[0]["slo"])
+    varied = [axis for axis in searches[0]["labels"]
+              if len({str(search["labels"].get(axis)) for search in searches}) > 1 or axis == "policy"]
+    deployments: dict[str, dict[str, Any]] = {}
     for search in searches:
-        policy = str(search["labels"].get("policy", "paper"))
-        rows = frame[(frame["axis:policy"].astype(str) == policy)] if "axis:policy" in frame else frame
-        by_policy[policy] = _policy_answer(plan_dir, search, rows, slo)
-    primary = next(iter(by_policy))
-    return {"policy": primary, "slo": searches[0]["slo"], "answer_hosts": by_policy[primary]["hosts"],
-            "status": by_policy[primary]["status"], "policies": by_policy}
+        labels = search["labels"]
+        rows = frame
+        for axis, label in labels.items():
+            if f"axis:{axis}" in rows:
+                rows = rows[rows[f"axis:{axis}"].astype(str) == str(label)]
+        entry = _deployment_answer(plan_dir, search, rows, slo)
+        entry["labels"] = labels
+        entry["candidate"] = all(str(labels.get(axis)) in map(str, allowed) for axis, allowed in candidates.items())
+        deployments[deployment_name(labels, varied)] = entry
+    chosen = [(name, entry) for name, entry in deployments.items() if entry["candidate"] and entry["hosts"] is not None]
+    best = min(chosen, key=lambda item: (item[1]["gpus"] if item[1]["gpus"] is not None else math.inf,
+                                         _tpot(item[1]["at_answer"]), list(deployments).index(item[0])),
+               default=None)
+    primary = best[0] if best else next(name for name, entry in deployments.items() if entry["candidate"])
+    own = deployments[primary]
+    return {"deployment": primary, "policy": str(own["labels"].get("policy", "paper")), "slo": list(slo.texts),
+            "answer_hosts": own["hosts"], "answer_gpus": own["gpus"], "status": own["status"],
+            "nonmonotone": [{"deployment": name, **edge} for name, entry in deployments.items()
+                            for edge in entry["nonmonotone"]],
+            "deployments": deployments, "frontier": frontier(deployments)}
 
 
-def _policy_answer(plan_dir: Path, search: dict[str, Any], rows: Any, slo: list[Any]) -> dict[str, Any]:
+def deployment_name(labels: dict[str, Any], varied: list[str]) -> str:
+    """A deployment's name in the memo: the policy, after the other choices that vary ('tp 4, fp8 KV, paper')."""
+    words = {"tp": lambda value: f"tp {value}", "kv_cache": lambda value: f"{value} KV",
+             "engine": lambda value: f"engine {value}"}
+    parts = [words.get(axis, lambda value, axis=axis: f"{axis}={value}")(labels[axis])
+             for axis in varied if axis != "policy" and axis in labels]
+    return ", ".join([*parts, str(labels.get("policy", "paper"))])
+
+
+def _tpot(probe: dict[str, Any] | None) -> float:
+    value = (probe or {}).get("tpot_ms_p99")
+    return math.inf if value is None else float(value)
+
+
+def _deployment_answer(plan_dir: Path, search: dict[str, Any], rows: Any, slo: Any) -> dict[str, Any]:
     hosts = search["answer"]
     probes = []
     host_counts = sorted({int(count) for count in rows["axis:hosts"].dropna()}) if "axis:hosts" in rows else []
     for value in host_counts:
         rows_at = [row for row in rows.to_dict("records") if int(row["axis:hosts"]) == value]
         done = [row for row in rows_at if finished(row)]
-        meet = [row for row in done if all(condition.holds(row) for condition in slo)]
-        probes.append({"hosts": value, "seeds": len(rows_at), "finished": len(done), "met": len(meet),
-                       **{cond.column: _mean([row.get(cond.column) for row in done]) for cond in slo},
+        meet = [row for row in done if not slo.violated(row)]
+        summaries = [load_json(path) for row in done
+                     if (path := plan_dir / "runs" / row["key"] / "summary.json").exists()]
+        probes.append({"hosts": value, "gpus": _gpus(summaries, value), "seeds": len(rows_at), "served": len(done),
+                       "met": len(meet),
+                       **{cond.column: _mean([row.get(cond.column) for row in done]) for cond in slo.conditions},
+                       "tpot_ms_p99": _mean([row.get("tpot_ms_p99") for row in done]),
+                       "output_tokens_per_s_per_gpu": _mean([row.get("output_tokens_per_s_per_gpu") for row in done]),
+                       "slo_attainment": _mean([row.get("slo_attainment") for row in done]),
                        "n_route": _mean([row.get("n_route") for row in done]),
                        "n_fetch": _mean([row.get("n_fetch") for row in done]),
                        "n_local": _mean([row.get("n_local") for row in done]),
                        "n_resident": _mean([row.get("n_resident") for row in done]),
+                       "resources": resource_use(summaries),
                        "keys": [row["key"] for row in rows_at]})
+    for probe in probes:
+        probe["busiest"] = busiest(probe["resources"])
     answer = next((probe for probe in probes if probe["hosts"] == hosts), None)
     failing = [probe for probe in probes if hosts is None or probe["hosts"] < hosts]
     below = failing[-1] if failing else None
     any_met = [probe["hosts"] for probe in probes if probe["met"] > 0]
-    return {"hosts": hosts, "status": search["status"], "probes": probes,
+    return {"hosts": hosts, "gpus": answer["gpus"] if answer else None, "status": search["status"],
+            "probes": probes, "grid": search.get("grid"), "nonmonotone": nonmonotone(probes),
             "band": [min(any_met), hosts] if any_met and hosts is not None else None,
             "at_answer": answer, "binding": _binding(plan_dir, below, slo) if below else None}
+
+
+def _gpus(summaries: list[dict[str, Any]], hosts: int) -> int | None:
+    """GPUs of a probe's cluster (its runs' summary `gpus`; every seed runs the same cluster)."""
+    counts = [summary.get("gpus") for summary in summaries if isinstance(summary.get("gpus"), int)]
+    return counts[0] if counts else None
+
+
+def nonmonotone(probes: list[dict[str, Any]]) -> list[dict[str, int]]:
+    """Adjacent probed host counts where more hosts did worse: every seed met the SLO at `meets` hosts, not at
+    the larger `fails` (search.Refinement.nonmonotone, from the stored probes)."""
+    verdicts = [(probe["hosts"], probe["seeds"] > 0 and probe["met"] == probe["seeds"]) for probe in probes]
+    return [{"meets": below, "fails": above}
+            for (below, ok_below), (above, ok_above) in zip(verdicts, verdicts[1:]) if ok_below and not ok_above]
+
+
+def resource_use(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """How close a probe's runs came to each resource (means over seeds, shares 0-1): `network` the most utilised
+    link (summary network.max_link_utilisation) and its tier, `hbm` the KV room in use at the busiest moment
+    (running KV, pinned chunks and copies over HBM less weights; 1 when a sequence was preempted, a copy refused
+    or a request's KV never fit), `compute` the busiest engine's busy share of the simulated time."""
+    if not summaries:
+        return {}
+    network, hbm, compute, tiers = [], [], [], []
+    for summary in summaries:
+        net, engine = summary.get("network") or {}, summary.get("engine") or {}
+        network.append(net.get("max_link_utilisation"))
+        tiers.append(((net.get("bottlenecks") or {}).get("most_saturated_tier")))
+        memory = engine.get("hbm") or {}
+        peak = memory.get("at_peak") or {}
+        room = (memory.get("capacity_gb_per_gpu") or 0.0) - (memory.get("weights_gb_per_gpu") or 0.0)
+        used = sum(peak.get(key) or 0.0 for key in ("running_kv_gb", "pinned_chunks_gb", "copies_gb"))
+        squeezed = (engine.get("preemptions") or memory.get("copies_refused")
+                    or (summary.get("dropped_by_reason") or {}).get("KV never fits in HBM"))
+        hbm.append(1.0 if squeezed else (used / room if room > 0 else None))
+        compute.append((summary.get("holders") or {}).get("max_busy_share"))
+    tier = next((name for name in tiers if name), None)
+    return {"network": _mean(network), "network_tier": tier, "hbm": _mean(hbm), "compute": _mean(compute)}
+
+
+def busiest(resources: dict[str, Any]) -> str:
+    """The resource a probe used most of, in words ('network 62% (leaf-spine)', 'HBM 91%', 'engine busy 88%': busy
+    is not saturated, a small decode batch keeps an engine busy too)."""
+    shares = {name: resources.get(name) for name in ("network", "hbm", "compute") if resources.get(name) is not None}
+    if not shares:
+        return "-"
+    name = max(shares, key=lambda key: shares[key])
+    label = {"network": "network", "hbm": "HBM", "compute": "engine busy"}[name]
+    where = f" ({resources['network_tier']})" if name == "network" and resources.get("network_tier") else ""
+    return f"{label} {shares[name]:.0%}{where}"
+
+
+def frontier(deployments: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The Pareto frontier of output tokens/s per GPU (higher) against TPOT p99 (lower) over every served probe of
+    every deployment: no other probe has both a lower TPOT and more throughput per GPU."""
+    points = [{"deployment": name, "hosts": probe["hosts"], "gpus": probe["gpus"], "tpot_ms_p99": probe["tpot_ms_p99"],
+               "output_tokens_per_s_per_gpu": probe["output_tokens_per_s_per_gpu"],
+               "meets": probe["seeds"] > 0 and probe["met"] == probe["seeds"], "busiest": probe["busiest"],
+               "resources": probe["resources"]}
+              for name, entry in deployments.items() for probe in entry["probes"]
+              if probe["served"] and probe["tpot_ms_p99"] is not None and probe["output_tokens_per_s_per_gpu"]]
+    points.sort(key=lambda point: (point["tpot_ms_p99"], -point["output_tokens_per_s_per_gpu"]))
+    out: list[dict[str, Any]] = []
+    for point in points:
+        if not out or point["output_tokens_per_s_per_gpu"] > out[-1]["output_tokens_per_s_per_gpu"]:
+            out.append(point)
+    return out
 
 
 def _mean(values: list[Any]) -> float | None:
@@ -267,17 +423,17 @@ def _mean(values: list[Any]) -> float | None:
     return sum(clean) / len(clean) if clean else None
 
 
-def _binding(plan_dir: Path, probe: dict[str, Any], slo: list[Any]) -> dict[str, Any]:
+def _binding(plan_dir: Path, probe: dict[str, Any], slo: Any) -> dict[str, Any]:
     """What failed at the largest host count that did not meet the SLOs, and the resource behind it."""
     summaries = [load_json(path) for key in probe["keys"]
                  if (path := plan_dir / "runs" / key / "summary.json").exists()]
     if not summaries:
         return {"hosts": probe["hosts"], "violated": [], "resource": "unknown (no run summary stored)"}
     summary = summaries[0]
-    violated = [str(cond) for cond in slo
+    violated = [str(cond) for cond in slo.conditions
                 if probe.get(cond.column) is None or not cond.holds({cond.column: probe[cond.column]})]
-    if probe["finished"] < probe["seeds"]:
-        violated.insert(0, f"completion below {MIN_COMPLETION:.0%}")
+    if probe["served"] < probe["seeds"]:
+        violated.insert(0, f"not served (completed under {MIN_COMPLETION:.0%}, or arrivals outran service)")
     return {"hosts": probe["hosts"], "violated": violated, "resource": binding_resource(summary, violated)}
 
 
@@ -307,10 +463,11 @@ def binding_resource(summary: dict[str, Any], violated: list[str]) -> str:
 
 # ---- the memo ------------------------------------------------------------------------------------------------
 def plan_markdown(answer: dict[str, Any], request_doc: dict[str, Any]) -> str:
-    """The memo: one paragraph of answer, then the table of policies and the probes behind the answer."""
+    """The memo: one paragraph of answer, the deployments, non-monotone host counts, the frontier, and the probes
+    behind the answer."""
     base = request_doc.get("base", {})
-    policy = answer["policy"]
-    own = answer["policies"][policy]
+    name = answer["deployment"]
+    own = answer["deployments"][name]
     slo = " and ".join(answer["slo"])
     trace = base.get("trace")
     if isinstance(trace, dict):
@@ -327,41 +484,74 @@ def plan_markdown(answer: dict[str, Any], request_doc: dict[str, Any]) -> str:
         load = (f"at most {limit} requests in flight" if load == "at the trace's own load"
                 else f"{load}, at most {limit} in flight")
     gpu = f" ({base['gpu']} GPUs)" if base.get("gpu") else ""
-    lines = [f"# Capacity plan: {base.get('model')} at TP {base.get('tp')} on {Path(str(base.get('topology'))).stem}"
-             f"{gpu}",
-             "", f"Workload: {workload}, {load}; SLO: {slo}, every one of {request_doc.get('seeds')} seeds.", ""]
+    axes = request_doc.get("axes") or {}
+    tps = axes.get("tp") or [base.get("tp")]
+    search = request_doc.get("search") or {}
+    lines = [f"# Capacity plan: {base.get('model')} at TP {', '.join(map(str, tps))} on "
+             f"{Path(str(base.get('topology'))).stem}{gpu}",
+             "", f"Workload: {workload}, {load}; SLO: {slo}, every one of {request_doc.get('seeds')} seeds. "
+             f"Searched: {len(answer['deployments'])} deployment(s) ({', '.join(answer['deployments'])}), hosts "
+             f"{search.get('lo')}-{search.get('hi')}: a coarse grid, then refinement at every boundary "
+             "(no monotonicity assumed).", ""]
     if own["hosts"] is None:
-        lines.append(f"**No host count in {request_doc['search']['lo']}-{request_doc['search']['hi']} meets the SLO "
-                     f"under policy {policy}** ({own['status']}).")
+        lines.append(f"**No candidate deployment meets the SLO with {search.get('lo')}-{search.get('hi')} hosts** "
+                     f"({name}: {own['status']}).")
     else:
         band = own["band"]
-        lines.append(f"**Answer: {_hosts(own['hosts'])}** under policy {policy} ({own['status']}; some seed meets the "
-                     f"SLO from {_hosts(band[0])})." if band else f"**Answer: {_hosts(own['hosts'])}** under {policy}.")
+        lines.append(f"**Answer: {_gpus_words(own)}** with {name} ({own['status']}; some seed meets the SLO from "
+                     f"{_hosts(band[0])})." if band else f"**Answer: {_gpus_words(own)}** with {name}.")
         at_answer = own["at_answer"] or {}
         if at_answer:
             lines.append(f"At the answer: route {_fmt(at_answer.get('n_route'))}, "
                          f"fetch {_fmt(at_answer.get('n_fetch'))}, local {_fmt(at_answer.get('n_local'))}, "
                          f"resident {_fmt(at_answer.get('n_resident'))} (chunk, request) "
-                         "pairs per run (mean over seeds; resident: the chunk was already on the requester).")
+                         "pairs per run (mean over seeds; resident: the chunk was already on the requester); "
+                         f"busiest resource {at_answer.get('busiest', '-')}.")
     if own["binding"]:
         binding = own["binding"]
         lines.append(f"Binding below the answer (at {binding['hosts']} hosts): "
                      f"{', '.join(binding['violated']) or '-'}; {binding['resource']}.")
-    lines += ["", "| policy | fewest hosts | status | binding below it |", "|---|---|---|---|"]
-    for name, entry in answer["policies"].items():
+    if answer["nonmonotone"]:
+        lines += ["", "**Non-monotone:** more hosts did worse here (every seed met the SLO at the smaller count, "
+                  "not at the larger): " + "; ".join(f"{edge['deployment']}: meets at {_hosts(edge['meets'])}, "
+                                                     f"fails at {edge['fails']}" for edge in answer["nonmonotone"])
+                  + ". The fewest hosts is the smallest count that meets; a larger count is no safe margin."]
+    lines += ["", "| deployment | fewest hosts | GPUs | status | non-monotone | binding below it |",
+              "|---|---|---|---|---|---|"]
+    for entry_name, entry in answer["deployments"].items():
         binding = entry["binding"]
         fewest = entry["hosts"] if entry["hosts"] is not None else "none in range"
-        lines.append(f"| {name} | {fewest} | {entry['status']} | "
+        role = "" if entry["candidate"] else " (compared)"
+        edges = ", ".join(f"{edge['meets']} meets, {edge['fails']} fails" for edge in entry["nonmonotone"]) or "-"
+        lines.append(f"| {entry_name}{role} | {fewest} | {_fmt(entry['gpus'])} | {entry['status']} | {edges} | "
                      f"{(', '.join(binding['violated']) + '; ' + binding['resource']) if binding else '-'} |")
+    if answer["frontier"]:
+        lines += ["", "Frontier of output throughput per GPU against TPOT p99 (every served probe of every deployment "
+                  "that no other beats on both; busiest resource: the most utilised link, HBM's KV room at the "
+                  "busiest moment, or the busiest engine's busy time):", "",
+                  "| deployment | hosts | GPUs | TPOT p99 (ms) | output tokens/s per GPU | meets the SLO | busiest "
+                  "resource |", "|---|---|---|---|---|---|---|"]
+        for point in answer["frontier"]:
+            lines.append(f"| {point['deployment']} | {point['hosts']} | {_fmt(point['gpus'])} | "
+                         f"{_fmt(point['tpot_ms_p99'])} | {_fmt(point['output_tokens_per_s_per_gpu'])} | "
+                         f"{'yes' if point['meets'] else 'no'} | {point['busiest']} |")
     cols = [column for column in own["probes"][0]
-            if column not in ("keys", "hosts", "seeds", "finished", "met")] if own["probes"] else []
-    lines += ["", f"Probes of policy {policy}:", "",
-              "| hosts | seeds met / finished / run | " + " | ".join(cols) + " |",
-              "|---" * (2 + len(cols)) + "|"]
+            if column not in ("keys", "hosts", "gpus", "seeds", "served", "met", "resources", "busiest")] \
+        if own["probes"] else []
+    lines += ["", f"Probes of {name} (seeds: met the SLO / served / run; served: completed at least "
+              f"{MIN_COMPLETION:.0%} of its requests with arrivals that did not outrun service, i.e. not "
+              "overloaded; only a served run can meet the SLO):", "",
+              "| hosts | seeds met / served / run | " + " | ".join(cols) + " | busiest resource |",
+              "|---" * (3 + len(cols)) + "|"]
     for entry in own["probes"]:
-        lines.append(f"| {entry['hosts']} | {entry['met']} / {entry['finished']} / {entry['seeds']} | "
-                     + " | ".join(_fmt(entry[column]) for column in cols) + " |")
+        lines.append(f"| {entry['hosts']} | {entry['met']} / {entry['served']} / {entry['seeds']} | "
+                     + " | ".join(_fmt(entry[column]) for column in cols) + f" | {entry['busiest']} |")
     return "\n".join(lines) + "\n"
+
+
+def _gpus_words(entry: dict[str, Any]) -> str:
+    hosts = _hosts(entry["hosts"])
+    return f"{entry['gpus']} GPUs ({hosts})" if entry.get("gpus") else hosts
 
 
 def _hosts(count: int) -> str:

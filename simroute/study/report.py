@@ -406,8 +406,9 @@ def _study(input_dir: Path, plan: dict[str, Any] | None = None) -> Report:
         notes.append("Points marked 'did not finish' completed too few of their requests to be compared; they are "
                      "kept out of the SLO frontier and of every search answer.")
     if slo:
-        notes.append(f"SLO of this study: {' and '.join(slo)}. 'slo_attainment' is each run's own attainment "
-                     "(against the run's slo_ttft_ms / slo_tpot_ms); the frontier uses the study's SLO.")
+        notes.append(f"SLO of this study: {' and '.join(slo)}. Every run is judged by it: 'slo_attainment' is the "
+                     "share of a run's requests meeting its TTFT / TPOT / e2e conditions, and the frontier asks every "
+                     "seed to meet all of it (simroute/sim/slo.py).")
     tab = _fmt(agg[[col for col in table_cols if col in agg]], agg) if len(agg) else pd.DataFrame()
     multi_seed = bool(len(agg) and agg["seeds"].max() > 1)
     sections: list[tuple[str, pd.DataFrame]] = [
@@ -487,15 +488,21 @@ def _fmt(table: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
 
 
 def _plan_table(answer: Any, input_dir: Path) -> pd.DataFrame:
-    """One row per policy of a plan: fewest hosts, status, what binds below it."""
-    if not isinstance(answer, dict) or not isinstance(answer.get("policies"), dict):
-        raise ConfigurationError("is not a plan answer (no 'policies')", file=input_dir / "plan.json")
+    """One row per deployment of a plan: fewest hosts and GPUs, status, non-monotone host counts, what binds below
+    it."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("deployments"), dict):
+        raise ConfigurationError("is not a plan answer (no 'deployments')", file=input_dir / "plan.json")
     rows = []
-    for name, entry in answer["policies"].items():
+    for name, entry in answer["deployments"].items():
         binding = entry.get("binding") or {}
-        rows.append({"policy": name + (" (the answer)" if name == answer.get("policy") else ""),
+        edges = ", ".join(f"{edge.get('meets')} meets, {edge.get('fails')} fails"
+                          for edge in entry.get("nonmonotone") or [])
+        rows.append({"deployment": name + (" (the answer)" if name == answer.get("deployment") else
+                                           "" if entry.get("candidate", True) else " (compared)"),
                      "fewest hosts": entry.get("hosts") if entry.get("hosts") is not None else "none in range",
-                     "status": entry.get("status"), "SLO": " and ".join(answer.get("slo", [])),
+                     "GPUs": entry.get("gpus") if entry.get("gpus") is not None else "-",
+                     "status": entry.get("status"), "non-monotone": edges or "-",
+                     "SLO": " and ".join(answer.get("slo", [])),
                      "binding below it": (f"at {binding.get('hosts')} hosts: {', '.join(binding.get('violated', []))}; "
                                           f"{binding.get('resource')}") if binding else "-"})
     return pd.DataFrame(rows)

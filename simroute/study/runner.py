@@ -2,7 +2,7 @@
 
 Grid studies submit every point at once. Search studies run in rounds: each round submits the next probe of
 every still-open group (times every seed) together, so the pool stays busy across groups; a rerun replays
-the same bisection and finds every probe already stored.
+the same search and finds every probe already stored.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from simroute.ioutil import (MANIFEST, missing_folders, check_output_path, dumps
                              write_text_atomic)
 from simroute.study.backends import Backend, Task, make_backend
 from simroute.study.resolve import materialise, prepare
-from simroute.study.search import Bisection, SearchStatus, meets
+from simroute.study.search import Refinement, SearchStatus, meets
 from simroute.study.spec import Study, set_dotted
 from simroute.study.store import Store
 
@@ -292,12 +292,13 @@ def _search(study: Study, out: Path, executor: _Executor, run: StudyRun) -> None
     search = study.search
     assert search is not None
     groups = study.groups()
-    states = [Bisection(search.goal, search.lo, search.hi, search.integer, search.tolerance) for _ in groups]
-    executor.grow(sum(bisection.max_probes() for bisection in states) * len(study.seeds))
+    states = [Refinement(search.goal, search.lo, search.hi, search.integer, search.tolerance, search.coarse)
+              for _ in groups]
+    executor.grow(sum(state.max_probes() for state in states) * len(study.seeds))
     while not run.stopped:
         round_points: list[tuple[int, float, list[Point]]] = []
-        for group_index, (group, bisection) in enumerate(zip(groups, states)):
-            for bound in bisection.probes():
+        for group_index, (group, state) in enumerate(zip(groups, states)):
+            for bound in state.probes():
                 value = int(bound) if search.integer else bound
                 pts = [make_point(study, out, group, seed, {"group": group_index}, (search.field, value))
                        for seed in study.seeds]
@@ -313,12 +314,15 @@ def _search(study: Study, out: Path, executor: _Executor, run: StudyRun) -> None
                 continue
             states[group_index].observe(bound, meets(got, search.slo))
     run.searches = []
-    for group, bisection in zip(groups, states):
-        ans = None if bisection.answer is None else (int(bisection.answer) if search.integer else bisection.answer)
+    for group, state in zip(groups, states):
+        ans = None if state.answer is None else (int(state.answer) if search.integer else state.answer)
+        number = (lambda value: int(value)) if search.integer else (lambda value: value)
         run.searches.append({"labels": group, "field": search.field, "goal": search.goal, "slo": list(search.slo),
-                             "answer": ans, "status": bisection.status if bisection.done else SearchStatus.INCOMPLETE,
-                             "probes": {str(int(probe) if search.integer else probe): feasible
-                                        for probe, feasible in sorted(bisection.seen.items())}})
+                             "answer": ans, "status": state.status if state.done else SearchStatus.INCOMPLETE,
+                             "probes": {str(number(probe)): feasible
+                                        for probe, feasible in sorted(state.seen.items())},
+                             "grid": [number(value) for value in state.grid()],
+                             "nonmonotone": [[number(good), number(bad)] for good, bad in state.nonmonotone()]})
     write_text_atomic(out / "search.json", dumps_json(run.searches, indent=2, default=str) + "\n")
 
 
@@ -328,7 +332,8 @@ def _write_manifest(study: Study, out: Path) -> None:
     doc = {"name": study.name, "description": study.description,
            "file": Path(study.file).name if inside else study.file, "axes": study.axes,
            "cases": study.cases, "seeds": list(study.seeds), "slo": list(study.slo), "report": study.report,
-           "search": None if study.search is None else study.search.__dict__, "base": study.base}
+           "search": None if study.search is None else study.search.__dict__, "base": study.base,
+           **({"plan": study.plan} if study.plan else {})}
     write_text_atomic(out / "study.json", dumps_json(doc, indent=2, default=str) + "\n")
     marker = {"written_by": "simroute", "kind": "study", "name": study.name, "base": study_fingerprint(study),
               "files": listed_files(out)}      # the files simroute put beside the study (a plan's), kept

@@ -1,23 +1,24 @@
-"""SLO conditions and the bisection of a capacity search.
+"""The capacity search of a study: a coarse grid over the whole range, then refinement at every boundary.
 
-An SLO is `[stat] metric op value`: `p99 ttft_ms <= 50`, `mean tpot_ms < 30`, `slo_attainment >= 0.99`.
-The search assumes monotonicity, as Vidur's capacity search does: feasible below the answer for `max`
-(load), feasible above it for `min` (holders, replicas). A probe is feasible when every seed meets the SLO.
+SLO conditions are read and judged in one place, simroute/sim/slo.py (re-exported here for the study code). A
+search never assumes that more of a resource (or less load) helps: it probes `coarse` values spread over the
+range (both ends included), then bisects every adjacent pair whose verdicts differ until they are `tolerance`
+apart, and reports the answer (the smallest feasible value for `min`, the largest for `max`) together with every
+non-monotone edge it saw (a feasible probe with an infeasible one on its good side, e.g. 1 host meets the SLO
+and 8 do not). A probe is feasible when every seed's run meets the SLO (`SLO.met`). With `coarse: 2` and a
+monotone metric it probes exactly what a bisection would (Vidur's capacity search).
 """
 
 from __future__ import annotations
 
 import math
-import operator
-import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from simroute.defaults import MIN_COMPLETION
-from simroute.study.store import METRICS, STATS
-
-OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
+from simroute.sim.slo import FRACTIONS, OPS, Condition, metric_range, parse  # noqa: F401 - re-exported
+from simroute.sim.slo import parse_condition as parse_slo
+from simroute.sim.slo import served as finished
 
 
 class Goal(StrEnum):
@@ -31,93 +32,29 @@ class SearchStatus(StrEnum):
     """How one group's search ended (search.json's `status`)."""
 
     RUNNING = "running"
-    FOUND = "found"                 # bisected to within the tolerance
+    FOUND = "found"                 # refined to within the tolerance
     BOUND = "bound"                 # even the range's bad end meets the SLO: the answer is that end
-    INFEASIBLE = "infeasible"       # not even the range's good end meets it
+    INFEASIBLE = "infeasible"       # no probe meets it
     INCOMPLETE = "incomplete"       # stopped (max_points) before the search ended
 
 
-_RE = re.compile(r"^\s*(?:(mean|p50|p95|p99|max)\s+)?([a-z_]+)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
-
-
-@dataclass(frozen=True)
-class Condition:
-    column: str
-    op: str
-    value: float
-
-    def holds(self, row: dict[str, Any]) -> bool:
-        measured = row.get(self.column)
-        if measured is None or (isinstance(measured, float) and math.isnan(measured)):
-            return False
-        return OPS[self.op](measured, self.value)
-
-    def __str__(self) -> str:
-        return f"{self.column} {self.op} {self.value:g}"
-
-
-def parse_slo(text: str) -> Condition:
-    """`p99 ttft_ms <= 50` -> Condition('ttft_ms_p99', '<=', 50.0); raises ValueError with the valid forms."""
-    match = _RE.match(text)
-    if not match:
-        raise ValueError(f"cannot read SLO '{text}'; write e.g. 'p99 ttft_ms <= 50' or 'slo_attainment >= 0.99'")
-    stat, metric, comparison, value = match.groups()
-    col = f"{metric}_{stat}" if stat else metric
-    if col not in METRICS:
-        latency = [f"{stat_name} {metric_name}" for metric_name in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms")
-                   for stat_name in STATS]
-        raise ValueError(f"unknown SLO metric '{col}'; valid: {', '.join(latency)} or a column such as "
-                         "slo_attainment, completed, bytes_fetch, output_tokens_per_s_per_gpu")
-    try:
-        bound = float(value)
-    except ValueError:
-        raise ValueError(f"not a number: '{value}' in SLO '{text}'") from None
-    if not math.isfinite(bound):
-        raise ValueError(f"'{value}' in SLO '{text}' is not a finite number")
-    low, high = metric_range(col)
-    never = ((comparison == "<=" and bound < low) or (comparison == "<" and bound <= low)
-             or (comparison == ">=" and bound > high) or (comparison == ">" and bound >= high))
-    if never:
-        span = f"{low:g} to {high:g}" if high != math.inf else f"{low:g} or more"
-        raise ValueError(f"SLO '{text.strip()}' can never hold: {col} is {span}, so no run could meet it")
-    return Condition(col, comparison, bound)
-
-
-FRACTIONS = frozenset({"slo_attainment", "overloaded", "busiest_holder_work_share"})
-
-
-def metric_range(column: str) -> tuple[float, float]:
-    """The values a point's metric can take: a share is 0 to 1, every other metric (latencies, counts, bytes,
-    utilisation, growth ratios) is 0 or more."""
-    return (0.0, 1.0) if column in FRACTIONS else (0.0, math.inf)
-
-
-def finished(row: dict[str, Any]) -> bool:
-    """A point that ran, completed at least MIN_COMPLETION of its requests and whose arrivals did not outrun its
-    service (`overloaded`, simroute.sim.metrics.overload): only these can meet an SLO. A run that dropped most of
-    its requests has the latencies of the few that got through; an overloaded one, latencies set by the trace's
-    length."""
-    requests, completed = row.get("requests"), row.get("completed")
-    return (row.get("status") == "ok" and isinstance(requests, (int, float)) and isinstance(completed, (int, float))
-            and not math.isnan(requests) and not math.isnan(completed) and requests > 0
-            and completed >= MIN_COMPLETION * requests and row.get("overloaded") != 1.0)
-
-
-def meets(rows: list[dict[str, Any]], slo: tuple[str, ...]) -> bool:
-    """All seeds' rows finished (`finished`) and meet every condition."""
-    conds = [parse_slo(text) for text in slo]
-    return bool(rows) and all(finished(row) and all(condition.holds(row) for condition in conds) for row in rows)
+def meets(rows: list[dict[str, Any]], slo: tuple[str, ...] | str) -> bool:
+    """Every seed's row served (`finished`) and meeting every condition of the SLO."""
+    judged = parse(slo)
+    return bool(rows) and all(judged.met(row) for row in rows)
 
 
 @dataclass
-class Bisection:
-    """The state of one group's search; `probes()` says what to run next, `observe()` takes the verdicts."""
+class Refinement:
+    """The state of one group's search; `probes()` says what to run next (empty once it has ended), `observe()`
+    takes the verdicts. Assumes nothing of the metric's shape between probes."""
 
     goal: Goal
     lo: float
     hi: float
     integer: bool
     tolerance: float
+    coarse: int = 2
     seen: dict[float, bool] = field(default_factory=dict)
     answer: float | None = None
     done: bool = False
@@ -126,40 +63,60 @@ class Bisection:
     def value(self, probe: float) -> float:
         return float(int(round(probe))) if self.integer else float(probe)
 
+    def grid(self) -> list[float]:
+        """The coarse probes: `coarse` values over [lo, hi], geometric where the range spans a factor of 4 or more
+        above zero (host counts: 1, 2, 3, 5, 8), else even; both ends always."""
+        count = max(2, int(self.coarse))
+        low, high = self.value(self.lo), self.value(self.hi)
+        if low > 0 and high / low >= 4:
+            values = [low * (high / low) ** (index / (count - 1)) for index in range(count)]
+        else:
+            values = [low + (high - low) * index / (count - 1) for index in range(count)]
+        return sorted({self.value(value) for value in values} | {low, high})
+
     def probes(self) -> list[float]:
         if self.done:
             return []
-        low, high = self.value(self.lo), self.value(self.hi)
-        ends = [end for end in (low, high) if end not in self.seen]
-        if ends:
-            return ends
-        mid = math.floor((low + high) / 2) if self.integer else (low + high) / 2
-        return [self.value(mid)]
+        pending = [value for value in self.grid() if value not in self.seen]
+        if pending:
+            return pending
+        order = sorted(self.seen)
+        out = []
+        for below, above in zip(order, order[1:]):
+            if self.seen[below] != self.seen[above] and above - below > self.tolerance:
+                mid = self.value(math.floor((below + above) / 2) if self.integer else (below + above) / 2)
+                if below < mid < above:
+                    out.append(mid)
+        if not out:
+            self._conclude()
+        return out
 
     def observe(self, value: float, feasible: bool) -> None:
         self.seen[value] = feasible
-        low, high = self.value(self.lo), self.value(self.hi)
-        if low not in self.seen or high not in self.seen:
-            return
-        good_end, bad_end = (low, high) if self.goal == Goal.MAX else (high, low)
-        if value in (low, high) and len(self.seen) <= 2:
-            if not self.seen[good_end]:
-                return self._finish(None, SearchStatus.INFEASIBLE)
-            if self.seen[bad_end]:
-                return self._finish(bad_end, SearchStatus.BOUND)
-        elif value not in (low, high):
-            ok_side = (value if feasible else None)
-            if self.goal == Goal.MAX:
-                self.lo, self.hi = (value, self.hi) if ok_side is not None else (self.lo, value)
-            else:
-                self.lo, self.hi = (self.lo, value) if ok_side is not None else (value, self.hi)
-        if self.value(self.hi) - self.value(self.lo) <= self.tolerance:
-            self._finish(self.value(self.lo if self.goal == Goal.MAX else self.hi), SearchStatus.FOUND)
 
-    def _finish(self, answer: float | None, status: SearchStatus) -> None:
-        self.answer, self.status, self.done = answer, status, True
+    def _conclude(self) -> None:
+        feasible = [value for value, ok in self.seen.items() if ok]
+        self.done = True
+        if not feasible:
+            self.answer, self.status = None, SearchStatus.INFEASIBLE
+            return
+        self.answer = min(feasible) if self.goal == Goal.MIN else max(feasible)
+        bad_end = self.value(self.lo) if self.goal == Goal.MIN else self.value(self.hi)
+        self.status = SearchStatus.BOUND if self.answer == bad_end else SearchStatus.FOUND
+
+    def nonmonotone(self) -> list[tuple[float, float]]:
+        """Adjacent probes whose verdicts go the wrong way: (feasible, infeasible) with the infeasible one on the
+        good side (more of the resource for `min`, less load for `max`)."""
+        order = sorted(self.seen)
+        out = []
+        for below, above in zip(order, order[1:]):
+            if self.goal == Goal.MIN and self.seen[below] and not self.seen[above]:
+                out.append((below, above))
+            if self.goal == Goal.MAX and not self.seen[below] and self.seen[above]:
+                out.append((above, below))
+        return out
 
     def max_probes(self) -> int:
-        """An upper bound on probes (for the progress bar's total)."""
+        """An estimate of the probes (for the progress bar's total): the grid and one bisection."""
         span = (self.hi - self.lo) / self.tolerance
-        return 2 + max(0, math.ceil(math.log2(max(span, 1.0))))
+        return len(self.grid()) + max(0, math.ceil(math.log2(max(span, 1.0))))

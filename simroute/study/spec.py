@@ -25,7 +25,7 @@ from simroute.study.search import Goal
 
 RUN_FIELDS = {field.name for field in dataclasses.fields(RunConfig)}
 INPUTS = ("topology", "trace", "calib")
-TOP_KEYS = {"name", "description", "base", "axes", "search", "seeds", "slo", "quick", "report", "keep"}
+TOP_KEYS = {"name", "description", "base", "axes", "search", "seeds", "slo", "quick", "report", "keep", "plan"}
 MAX_SEEDS = 10_000            # repetitions of one point; a count sizes the study's work
 MAX_POINTS = 100_000          # grid points x seeds of one study
 DEFAULT_BASE = {"topology": "fattree", "calib": "h100-ibgda", "trace": "agents-default"}
@@ -33,7 +33,8 @@ DEFAULT_BASE = {"topology": "fattree", "calib": "h100-ibgda", "trace": "agents-d
 
 @dataclass(frozen=True)
 class SearchSpec:
-    """Bisection over one field for the extreme value meeting the SLO (Vidur-style capacity search)."""
+    """A search over one field for the extreme value meeting the SLO: a coarse grid of `coarse` values, then
+    refinement at every feasible / infeasible boundary (simroute.study.search.Refinement)."""
 
     field: str
     goal: Goal                 # MAX (largest QPS) or MIN (fewest holders / replicas)
@@ -42,6 +43,7 @@ class SearchSpec:
     integer: bool
     tolerance: float
     slo: tuple[str, ...]
+    coarse: int = 2
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,7 @@ class Study:
     slo: tuple[str, ...] = ()
     report: dict[str, Any] = field(default_factory=dict)
     keep: Keep = Keep.FULL
+    plan: dict[str, Any] = field(default_factory=dict)     # `simroute plan`'s own: {candidates: {axis: [labels]}}
 
     def groups(self) -> list[dict[str, Any]]:
         """Every combination of axis labels (the grid without seeds)."""
@@ -153,13 +156,14 @@ def load_study(path: str | Path, *, quick: bool = False, document: dict[str, Any
                                  "'integer: false')", file=file, field="search.integer")
     if search is not None and search.field in axes:
         raise ConfigurationError(f"'{search.field}' is both searched and an axis", file=file, field="search.field")
-    slo = _slo_list(raw.get("slo"), file, "slo")
+    slo, search = _one_slo(base, _slo_list(raw.get("slo"), file, "slo"), search, file)
     keep = str(raw.get("keep", Keep.FULL))
     if keep not in {mode.value for mode in Keep}:
         raise ConfigurationError("must be 'full' or 'summary'", file=file, field="keep")
     report = _report(raw.get("report") or {}, axes, search, file)
     study = Study(name=name, file=str(path.resolve()), description=str(raw.get("description", "")), base=base,
-                  axes=axes, cases=cases, seeds=seeds, search=search, slo=slo, report=report, keep=Keep(keep))
+                  axes=axes, cases=cases, seeds=seeds, search=search, slo=slo, report=report, keep=Keep(keep),
+                  plan=_plan(raw.get("plan"), axes, file))
     _validate_points(study)
     return study
 
@@ -244,30 +248,70 @@ def _seeds(raw: Any, file: str) -> tuple[int, ...]:
 
 
 def _slo_list(raw: Any, file: str, where: str) -> tuple[str, ...]:
-    from simroute.study.search import parse_slo
+    """An SLO as the study gives it (a condition, `a and b`, or a list), checked by the one SLO module; () if
+    none."""
+    from simroute.sim import slo as slos
     if raw is None:
         return ()
     items = [raw] if isinstance(raw, str) else raw
     if not isinstance(items, list) or not all(isinstance(item, str) for item in items):
         raise ConfigurationError("must be a condition like 'p99 ttft_ms <= 50' or a list of them", file=file,
                                  field=where)
-    for item in items:
-        try:
-            parse_slo(item)
-        except ValueError as exc:
-            raise ConfigurationError(str(exc), file=file, field=where) from None
-    return tuple(items)
+    try:
+        return slos.parse(items).texts
+    except ValueError as exc:
+        raise ConfigurationError(str(exc), file=file, field=where) from None
+
+
+def _plan(raw: Any, axes: dict[str, list[Any]], file: str) -> dict[str, Any]:
+    """`plan: {candidates: {axis: [labels]}}` (what `simroute plan` writes): the axis labels among which a plan's
+    answer is chosen; the other labels of those axes are searched for comparison only."""
+    if raw is None:
+        return {}
+    candidates = raw.get("candidates") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict) or set(raw) - {"candidates"} or not isinstance(candidates, dict):
+        raise ConfigurationError("must be a mapping {candidates: {axis: [labels]}}", file=file, field="plan")
+    for axis, labels in candidates.items():
+        if axis not in axes or not isinstance(labels, list) or not labels or any(
+                str(label) not in map(str, axes[axis]) for label in labels):
+            raise ConfigurationError(f"must name labels of the axis '{axis}'", file=file,
+                                     field=f"plan.candidates.{axis}")
+    return {"candidates": {axis: list(labels) for axis, labels in candidates.items()}}
+
+
+def _one_slo(base: dict[str, Any], slo: tuple[str, ...], search: SearchSpec | None,
+             file: str) -> tuple[tuple[str, ...], SearchSpec | None]:
+    """The study's one SLO, from `slo`, `search.slo` or `base.slo` (any of them; where two are given they must
+    agree), set into every point's run (`base.slo`), so that each run's `slo_attainment` is measured against it,
+    and into the search. A study that gives none runs at the runs' default (simroute.sim.slo.DEFAULT_SLO)."""
+    from simroute.sim import slo as slos
+    given = [(where, texts) for where, texts in (("slo", slo), ("search.slo", search.slo if search else ()),
+                                                  ("base.slo", _slo_list(base.get("slo"), file, "base.slo")))
+             if texts]
+    for where, texts in given[1:]:
+        if set(slos.parse(texts).conditions) != set(slos.parse(given[0][1]).conditions):
+            raise ConfigurationError(f"'{slos.JOINER.join(texts)}' differs from {given[0][0]} "
+                                     f"'{slos.JOINER.join(given[0][1])}': a study has one SLO, give it once",
+                                     file=file, field=where)
+    chosen = given[0][1] if given else ()
+    if search is not None and not chosen:
+        raise ConfigurationError("is required (or a top-level slo)", file=file, field="search.slo")
+    if chosen:
+        base["slo"] = slos.JOINER.join(chosen)
+    if search is not None:
+        search = dataclasses.replace(search, slo=chosen)
+    return chosen, search
 
 
 def _search(raw: Any, file: str) -> SearchSpec:
     if not isinstance(raw, dict):
         raise ConfigurationError("must be a mapping (field, goal, lo, hi, slo)", file=file, field="search")
-    valid = {"field", "goal", "lo", "hi", "integer", "tolerance", "slo"}
+    valid = {"field", "goal", "lo", "hi", "integer", "tolerance", "slo", "coarse"}
     bad = set(raw) - valid
     if bad:
         raise ConfigurationError(f"unknown key(s) {sorted(bad)}; valid: {sorted(valid)}", file=file,
                                  field=f"search.{sorted(bad)[0]}")
-    for key in ("field", "lo", "hi", "slo"):
+    for key in ("field", "lo", "hi"):
         if key not in raw:
             raise ConfigurationError("is required", file=file, field=f"search.{key}")
     fld = str(raw["field"])
@@ -285,10 +329,12 @@ def _search(raw: Any, file: str) -> SearchSpec:
         raise ConfigurationError(f"must be true or false, got {integer!r}", file=file, field="search.integer")
     tol = check_number(raw.get("tolerance", 1 if integer else (high - low) / 32), "search.tolerance", file=file,
                        minimum=max((high - low) / 2**40, 0.0), exclusive_minimum=True)
-    slo = _slo_list(raw["slo"], file, "search.slo")
-    if not slo:
+    slo = _slo_list(raw.get("slo"), file, "search.slo")
+    if "slo" in raw and not slo:
         raise ConfigurationError("needs at least one condition", file=file, field="search.slo")
-    return SearchSpec(fld, Goal(goal), float(low), float(high), integer, float(max(tol, 1) if integer else tol), slo)
+    coarse = check_number(raw.get("coarse", 2), "search.coarse", file=file, integer=True, minimum=2, maximum=64)
+    return SearchSpec(fld, Goal(goal), float(low), float(high), integer, float(max(tol, 1) if integer else tol), slo,
+                      int(coarse))
 
 
 def _integer_field(dotted: str) -> bool:

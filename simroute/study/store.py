@@ -17,64 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from simroute.ioutil import atomic_path
-
-STATS = ("mean", "p50", "p95", "p99", "max")
-METRICS: tuple[str, ...] = (
-    "requests", "completed", "dropped",
-    *[f"{metric}_{stat}" for metric in ("ttft_ms", "tpot_ms", "e2e_ms", "itl_ms") for stat in STATS],
-    # the serving benchmark clients' throughput (summary.json `serving`): over the first send to the last completion
-    "request_throughput", "output_tokens_per_s", "total_tokens_per_s", "input_tokens_per_s_per_gpu",
-    "output_tokens_per_s_per_gpu", "total_tokens_per_s_per_gpu",
-    "slo_attainment", "bytes_route", "bytes_fetch", "bytes_local", "bytes_pd_transfer",
-    "n_route", "n_fetch", "n_local", "n_resident", "n_first_touch",
-    "instances", "max_link_utilisation", "peak_spine_flows", "fct_pd_mean_ms", "fct_pd_p95_ms",
-    "fct_fetch_mean_ms", "holder_queries_per_call", "holder_max_fan_in", "holder_mean_wait_us",
-    "busiest_holder_work_share", "evictions",
-    "copies_refused", "overflow_chunks", "sim_time_s", "overloaded", "ttft_growth",
-)
-
-
-def flatten(summary: dict[str, Any]) -> dict[str, float]:
-    """The numeric metrics of one run's summary.json as flat columns (NaN where a run has none)."""
-    row: dict[str, Any] = {"requests": summary["requests"], "completed": summary["completed"],
-                           "dropped": summary["dropped"]}
-    for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):
-        for stat in STATS:
-            row[f"{metric}_{stat}"] = summary[metric].get(stat)
-    serving = summary.get("serving") or {}
-    itl = serving.get("itl_ms") or {}
-    for stat in STATS:
-        row[f"itl_ms_{stat}"] = itl.get("median" if stat == "p50" else stat)
-    rate, per_gpu = serving.get("throughput") or {}, serving.get("throughput_per_gpu") or {}
-    row["request_throughput"] = rate.get("requests_per_s")
-    for key in ("output_tokens_per_s", "total_tokens_per_s"):
-        row[key] = rate.get(key)
-    for key in ("input_tokens_per_s", "output_tokens_per_s", "total_tokens_per_s"):
-        row[f"{key}_per_gpu"] = per_gpu.get(key)
-    row["slo_attainment"] = summary["slo"]["attainment"]
-    for key in ("route", "fetch", "local", "pd_transfer"):
-        row[f"bytes_{key}"] = summary["bytes"].get(key, 0.0)
-    for key, count in summary["primitive_counts"].items():
-        row[f"n_{key.replace('-', '_')}"] = count
-    net, hold = summary.get("network", {}), summary.get("holders", {})
-    row["instances"] = summary.get("instances")
-    row["max_link_utilisation"] = net.get("max_link_utilisation")
-    row["peak_spine_flows"] = max(net.get("peak_spine_concurrency", {}).values(), default=0)
-    row["fct_pd_mean_ms"] = net.get("fct_ms_pd", {}).get("mean")
-    row["fct_pd_p95_ms"] = net.get("fct_ms_pd", {}).get("p95")
-    row["fct_fetch_mean_ms"] = net.get("fct_ms_fetch", {}).get("mean")
-    row["holder_queries_per_call"] = hold.get("queries_per_call")
-    row["holder_max_fan_in"] = hold.get("max_fan_in")
-    row["holder_mean_wait_us"] = hold.get("mean_wait_us")
-    row["busiest_holder_work_share"] = (hold.get("busiest") or {}).get("work_share")
-    row["evictions"] = hold.get("evictions")
-    row["copies_refused"] = hold.get("copies_refused")
-    row["overflow_chunks"] = summary.get("placement", {}).get("overflow_chunks")
-    row["sim_time_s"] = summary.get("sim_time_s")
-    load = summary.get("load") or {}
-    row["overloaded"] = None if load.get("overloaded") is None else float(bool(load["overloaded"]))
-    row["ttft_growth"] = load.get("ttft_growth")
-    return {key: (math.nan if row.get(key) is None else float(row[key])) for key in METRICS}
+from simroute.sim.slo import METRICS, STATS, flatten  # noqa: F401 - the columns a point stores
 
 
 class Store:

@@ -475,5 +475,5 @@ def round4_cases() -> list[Case]:
 def plan_fixture(root: Path, main) -> Path:
     """The valid plan the `needs_plan` cases copy: PLAN4 into root/plan."""
     assert main([*PLAN4, "-o", str(root / "plan")]) == 0
-    assert json.loads((root / "plan" / "plan.json").read_text())["policies"]
+    assert json.loads((root / "plan" / "plan.json").read_text())["deployments"]
     return root / "plan"

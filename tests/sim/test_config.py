@@ -19,7 +19,7 @@ BASE = dict(topology="t.yaml", trace="t.parquet", calib="c.yaml")
     ("hbm_gb", math.nan, "must be finite"), ("staging_copy_GBps", math.inf, "must be finite"),
     ("staging_copy_GBps", 0.0, "must be > 0"), ("hot_fraction", 1.5, "must be <= 1"), ("seed", -1, ">= 0"),
     ("until_s", 0.0, "must be > 0"), ("replicas", "2", "must be an integer"), ("telemetry", 1, "must be bool"),
-    ("prefill_us", -1.0, "must be >= 0"), ("slo_ttft_ms", "500", "must be a number"),
+    ("prefill_us", -1.0, "must be >= 0"), ("slo", "p99 latency <= 3", "unknown SLO metric"),
 ])
 def test_bad_values_are_refused_naming_the_field(field, value, problem):
     with pytest.raises(ConfigurationError, match=problem) as err:
@@ -51,7 +51,9 @@ def test_every_field_is_a_run_option_with_its_help_and_default():
     for f in dataclasses.fields(RunConfig):
         option = options[f.name].default
         assert option.help.startswith(f.metadata["help"])
-        if f.default is not dataclasses.MISSING:     # the CLI's default is the config's: one place
+        if f.metadata.get("joiner"):                 # repeatable: unset means the config's default (_run)
+            assert option.default is None and f.default
+        elif f.default is not dataclasses.MISSING:   # the CLI's default is the config's: one place
             assert option.default == f.default
     assert options["until_s"].name == "until"
     assert "--staging-streams" in options["staging_streams"].default.param_decls

@@ -158,7 +158,7 @@ def test_summary_attainment_goodput_and_throughput_by_hand():
     for request in range(3):
         rec.complete(request)
     rec.drop(3, DropReason.UNFINISHED)
-    config = {"slo_ttft_ms": 500.0, "slo_tpot_ms": 100.0, "seed": 7}
+    config = {"slo": "p99 ttft_ms <= 500 and p99 tpot_ms <= 100", "seed": 7}
     out = summarise(rec, config=config, inputs={}, sim_time_s=2.0, extra={})
     assert (out["completed"], out["dropped"], out["dropped_by_reason"]) == (3, 1, {"unfinished at --until": 1})
     assert out["slo"]["attainment"] == pytest.approx(1 / 3)                # only request 0 meets both

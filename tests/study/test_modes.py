@@ -15,7 +15,7 @@ from simroute.probes.registry import HOST_TRANSPORT
 from simroute.study import load_study
 from simroute.study.backends import Keep
 from simroute.study.report import ReportFormat
-from simroute.study.search import Bisection, Goal, SearchStatus
+from simroute.study.search import Goal, Refinement, SearchStatus
 
 STUDY = """
 name: modes
@@ -46,11 +46,12 @@ def test_bad_words_keep_their_errors(tmp_path, goal, keep, field, message):
     assert caught.value.field == field and message in str(caught.value)
 
 
-def test_bisection_status_is_an_enum_with_the_output_words():
-    search = Bisection(Goal.MAX, 1, 4, True, 1.0)
+def test_search_status_is_an_enum_with_the_output_words():
+    search = Refinement(Goal.MAX, 1, 4, True, 1.0)
     assert search.status is SearchStatus.RUNNING
     for probe in search.probes():
         search.observe(probe, False)
+    assert search.probes() == []
     assert search.status is SearchStatus.INFEASIBLE and search.status == "infeasible" and search.done
 
 

@@ -48,13 +48,13 @@ def test_plan_finds_the_host_count_the_step_model_alone_implies(cli, tmp_path):
     assert answer["answer_hosts"] == expected and answer["status"] == "found"
     assert f"answer (paper): {expected} hosts" in stdout
     memo = (out / "plan.md").read_text()
-    assert f"**Answer: {expected} hosts**" in memo
-    binding = answer["policies"]["paper"]["binding"]
+    assert f"**Answer: {8 * expected} GPUs ({expected} hosts)** with paper" in memo
+    binding = answer["deployments"]["paper"]["binding"]
     assert binding["hosts"] < expected and binding["violated"] == [f"tpot_ms_p99 <= {TPOT_SLO_MS:g}"]
     assert binding["resource"].startswith("compute")
     from simroute.study.report import write_report
     report = write_report(out, fmt="md")
-    assert f"| paper (the answer) | {expected} | found |" in report
+    assert f"| paper (the answer) | {expected} | {8 * expected} | found | - |" in report
     frontier = _tpot_at(out)
     assert frontier[expected] <= TPOT_SLO_MS < frontier[binding["hosts"]]
 

@@ -14,7 +14,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from simroute.compiled import compiled_modules
-from simroute.sim import slo as slos
+from simroute.sim.slo import attainment as slo_attainment
+from simroute.sim.slo import judge as judge_slo
+from simroute.sim.slo import parse as parse_slo
 from simroute.sim.engine.log import itl_stats
 from simroute.sim.vocab import DropReason, Primitive, Status
 
@@ -251,9 +253,9 @@ def summarise(rec: Recorder, *, config: dict[str, Any], inputs: dict[str, str], 
     done = rec.status == Status.COMPLETED
     dropped = rec.status == Status.DROPPED
     ttft, tpot = rec.ttft[done], rec.tpot[done]
-    slo = slos.parse(config["slo"])
+    slo = parse_slo(config["slo"])
     latencies = {"ttft_ms": rec.ttft[done] * 1e3, "tpot_ms": rec.tpot[done] * 1e3, "e2e_ms": rec.e2e[done] * 1e3}
-    attainment = slos.attainment(slo, latencies, rec.output_tokens[done])
+    attainment = slo_attainment(slo, latencies, rec.output_tokens[done])
     counts = rec.counts.sum(axis=0)
     reasons: dict[str, int] = {}
     for code in np.unique(rec.drop_reason[dropped]):
@@ -282,7 +284,7 @@ def summarise(rec: Recorder, *, config: dict[str, Any], inputs: dict[str, str], 
                      "python": platform.python_version(),
                      **_versions("numpy", "simpy", "pyarrow", "networkx")},
     }
-    summary["slo"].update(slos.judge(slo, summary))     # served, met, violated: the verdict studies and plans use
+    summary["slo"].update(judge_slo(slo, summary))     # served, met, violated: the verdict studies and plans use
     return summary
 
 

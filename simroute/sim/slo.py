@@ -55,7 +55,7 @@ METRICS: tuple[str, ...] = (
 )
 FRACTIONS = frozenset({"slo_attainment", "overloaded", "busiest_holder_work_share"})
 
-_RE = re.compile(r"^\s*(?:(mean|p50|p95|p99|max)\s+)?([a-z_]+)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
+_RE = re.compile(r"^\s*(?:(mean|p50|p95|p99|max)\s+)?([a-z][a-z0-9_]*)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
 
 
 @dataclass(frozen=True)

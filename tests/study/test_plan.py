@@ -46,6 +46,8 @@ def test_plan_finds_the_host_count_the_step_model_alone_implies(cli, tmp_path):
     assert code == 0, err
     answer = json.loads((out / "plan.json").read_text())
     assert answer["answer_hosts"] == expected and answer["status"] == "found"
+    for summary in (out / "runs").glob("*/summary.json"):        # every run judged by the plan's SLO, no default
+        assert json.loads(summary.read_text())["slo"]["text"] == f"p99 tpot_ms <= {TPOT_SLO_MS}"
     assert f"answer (paper): {expected} hosts" in stdout
     memo = (out / "plan.md").read_text()
     assert f"**Answer: {8 * expected} GPUs ({expected} hosts)** with paper" in memo

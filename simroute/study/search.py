@@ -95,7 +95,7 @@ class Refinement:
         self.seen[value] = feasible
 
     def _conclude(self) -> None:
-        feasible = [value for value, ok in self.seen.items() if ok]
+        feasible = [value for value, met in self.seen.items() if met]
         self.done = True
         if not feasible:
             self.answer, self.status = None, SearchStatus.INFEASIBLE

@@ -325,6 +325,34 @@ def frontier(agg: pd.DataFrame, axis: str, slo: list[str], searches: list[dict[s
     return _layout(fig, "SLO frontier at the study's SLO (filled: every seed meets every condition)")
 
 
+def plan_frontier(answer: dict[str, Any]) -> Any:
+    """A plan's every served probe as output tokens/s per GPU against TPOT p99, one colour per deployment (filled:
+    every seed meets the SLO), the frontier joined, the busiest resource and the host count on hover."""
+    go = _go()
+    deployments = answer.get("deployments") or {}
+    if not any(probe.get("served") and probe.get("tpot_ms_p99") is not None
+               for entry in deployments.values() for probe in entry.get("probes", [])):
+        return None
+    fig = go.Figure()
+    for index, (name, entry) in enumerate(deployments.items()):
+        probes = [probe for probe in entry.get("probes", [])
+                  if probe.get("served") and probe.get("tpot_ms_p99") is not None]
+        met = [probe["met"] == probe["seeds"] for probe in probes]
+        fig.add_trace(go.Scatter(
+            x=[probe["tpot_ms_p99"] for probe in probes], y=[probe["output_tokens_per_s_per_gpu"] for probe in probes],
+            mode="markers", name=name, marker=dict(size=10, color=PALETTE[index % len(PALETTE)],
+                                                   symbol=["circle" if ok else "circle-open" for ok in met]),
+            text=[f"{probe['hosts']} hosts ({probe.get('gpus')} GPUs), busiest {probe.get('busiest')}"
+                  for probe in probes],
+            hovertemplate="%{text}<br>TPOT p99 %{x:.4g} ms, %{y:.4g} tokens/s per GPU<extra></extra>"))
+    line = answer.get("frontier") or []
+    fig.add_trace(go.Scatter(x=[point["tpot_ms_p99"] for point in line],
+                             y=[point["output_tokens_per_s_per_gpu"] for point in line], mode="lines",
+                             name="frontier", line=dict(color="black", dash="dot")))
+    fig.update_layout(xaxis_title="TPOT p99 (ms)", yaxis_title="output tokens/s per GPU")
+    return _layout(fig, f"Throughput per GPU vs TPOT, every probe (filled: meets {' and '.join(answer['slo'])})")
+
+
 # ---- the page --------------------------------------------------------------------------------------------
 CSS = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1300px}table{border-collapse:collapse;"
        "font-size:13px;margin-bottom:1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"

@@ -120,6 +120,36 @@ def frontier(agg: pd.DataFrame, axis: str, slo: list[str], searches: list[dict[s
     return save_png(fig, out)
 
 
+def plan_frontier(answer: dict[str, Any], out: Path) -> Path | None:
+    """A plan's served probes: output tokens/s per GPU against TPOT p99 per deployment (filled: meets the SLO),
+    the frontier dotted, each point labelled with its host count."""
+    deployments = answer.get("deployments") or {}
+    served = {name: [probe for probe in entry.get("probes", [])
+                     if probe.get("served") and probe.get("tpot_ms_p99") is not None]
+              for name, entry in deployments.items()}
+    if not any(served.values()):
+        return None
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for index, (name, probes) in enumerate(served.items()):
+        colour = f"C{index % 10}"
+        for probe in probes:
+            met = probe["met"] == probe["seeds"]
+            ax.scatter(probe["tpot_ms_p99"], probe["output_tokens_per_s_per_gpu"], color=colour if met else "none",
+                       edgecolors=colour, zorder=3, label=name if probe is probes[0] else None)
+            ax.annotate(str(probe["hosts"]), (probe["tpot_ms_p99"], probe["output_tokens_per_s_per_gpu"]),
+                        fontsize=7, xytext=(3, 3), textcoords="offset points")
+    line = answer.get("frontier") or []
+    ax.plot([point["tpot_ms_p99"] for point in line], [point["output_tokens_per_s_per_gpu"] for point in line],
+            ":", color="black", label="frontier")
+    ax.set_xlabel("TPOT p99 (ms)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.set_title("Throughput per GPU vs TPOT (labels: hosts; filled: meets the SLO)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return save_png(fig, out)
+
+
 def bytes_per_primitive(agg: pd.DataFrame, label_col: str, out: Path, *, over_seeds: bool = True) -> Path | None:
     """Stacked bytes moved per primitive (route messages, fetch copies, PD transfers) per configuration."""
     cols = [("bytes_route", "route"), ("bytes_fetch", "fetch"), ("bytes_pd_transfer", "pd transfer")]

@@ -435,6 +435,9 @@ def _study(input_dir: Path, plan: dict[str, Any] | None = None) -> Report:
     if plan is not None or (input_dir / "plan.json").exists():
         answer = plan if plan is not None else load_json(input_dir / "plan.json")
         sections.insert(0, ("Capacity plan (plan.md)", _plan_table(answer, input_dir)))
+        figs.insert(0, Figure("Plan: throughput per GPU vs TPOT over every probe, the frontier dotted",
+                              lambda: figures.plan_frontier(answer),
+                              lambda out: plots.plan_frontier(answer, out / "plan_frontier.png")))
     if meta.get("description"):
         sections.insert(0, ("About", pd.DataFrame({"study": [meta["description"]],
                                                      "points": [len(frame)], "failed": [len(failed)]})))

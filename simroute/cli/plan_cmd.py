@@ -144,7 +144,9 @@ def plan(
               for p, v in answer["deployments"].items() if p != answer["deployment"]]
     c.print(f"answer ({answer['deployment']}): {verdict} ({own['status']})" + "".join(f"; {o}" for o in others))
     for edge in answer["nonmonotone"]:
-        c.print(f"non-monotone: {edge['deployment']} meets the SLO at {edge['meets']} hosts, not at {edge['fails']}")
+        hosts = f"{edge['meets']} host" + ("" if edge["meets"] == 1 else "s")
+        c.print(f"non-monotone: {edge['deployment']} meets the SLO at {hosts}, not at {edge['fails']} (more hosts, "
+                "worse)")
     if own.get("binding"):
         b = own["binding"]
         c.print(f"binding at {b['hosts']} hosts: {', '.join(b['violated']) or '-'}; {b['resource']}")

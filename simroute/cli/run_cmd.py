@@ -40,10 +40,11 @@ def run_options() -> list[tuple[str, inspect.Parameter]]:
         required = f.default is dataclasses.MISSING
         default = None if required else f.default
         annotation = typing.Optional[base] if (optional or required) else base
+        extra: dict[str, str] = {}
         if meta.get("joiner"):      # a repeatable option whose values are joined into the field's one text
-            default, annotation = None, typing.Optional[list[str]]
+            default, annotation, extra = None, typing.Optional[list[str]], {"metavar": "TEXT (repeatable)"}
         out.append((f.name, inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
-                                              default=typer.Option(default, flag, help=help_text))))
+                                              default=typer.Option(default, flag, help=help_text, **extra))))
     return out
 
 

@@ -48,8 +48,9 @@ def sweep(
                 f"in {run.wall_s:.1f} s -> {run.out_dir}" + ("; stopped at --max-points, rerun to continue"
                                                               if run.stopped else ""))
     for s in run.searches:
+        edges = "; ".join(f"meets at {good}, not at {bad}" for good, bad in s.get("nonmonotone") or [])
         c.print(f"  {s['goal']} {s['field']} with {' and '.join(s['slo'])} at {s['labels'] or 'base'}: "
-                f"{s['answer']} ({s['status']})")
+                f"{s['answer']} ({s['status']})" + (f"; non-monotone: {edges}" if edges else ""))
     if report and not run.discarded:
         from simroute.study.report import write_report
         c.print(f"report: {write_report(run.out_dir)}")

@@ -157,6 +157,9 @@ def load_study(path: str | Path, *, quick: bool = False, document: dict[str, Any
     if search is not None and search.field in axes:
         raise ConfigurationError(f"'{search.field}' is both searched and an axis", file=file, field="search.field")
     slo, search = _one_slo(base, _slo_list(raw.get("slo"), file, "slo"), search, file)
+    if "slo" in axes or any("slo" in overrides for case in cases.values() for overrides in case.values()):
+        raise ConfigurationError("a study has one SLO, every run judged by it: give it as the top-level 'slo', not "
+                                 "as an axis", file=file, field="axes.slo")
     keep = str(raw.get("keep", Keep.FULL))
     if keep not in {mode.value for mode in Keep}:
         raise ConfigurationError("must be 'full' or 'summary'", file=file, field="keep")

@@ -106,15 +106,20 @@ def test_a_studys_slo_reaches_every_run_and_its_attainment_column(tmp_path):
     assert f"SLO of this study: {SLO}" in write_report(tmp_path / "out", fmt="md")
 
 
-@pytest.mark.parametrize("edit, field", [(STUDY.replace("seeds: 1", "seeds: 1\nsearch: {field: hosts, goal: min, "
-                                                                      "lo: 1, hi: 2, slo: 'p99 ttft_ms <= 1'}"),
-                                          "search.slo"),
-                                         (STUDY.replace("  tp: 1", "  tp: 1\n  slo: 'p99 ttft_ms <= 1'"), "base.slo")])
-def test_a_study_has_one_slo(cli, tmp_path, edit, field):
-    edit = edit.replace("axes:\n  policy: [always-fetch, always-route]\n", "") if "search" in edit else edit
-    code, out, err = cli("sweep", write_study(tmp_path, edit), "-o", tmp_path / "out", "-j", 1)
+ONE_SLO_CASES = [
+    (STUDY.replace("axes:\n  policy: [always-fetch, always-route]\n", "").replace(
+        "seeds: 1", "seeds: 1\nsearch: {field: hosts, goal: min, lo: 1, hi: 2, slo: 'p99 ttft_ms <= 1'}"), "search.slo"),
+    (STUDY.replace("  tp: 1", "  tp: 1\n  slo: 'p99 ttft_ms <= 1'"), "base.slo"),
+    (STUDY.replace("  policy: [always-fetch, always-route]", "  slo: ['p99 ttft_ms <= 1', 'p99 ttft_ms <= 2']"),
+     "axes.slo")]
+
+
+@pytest.mark.parametrize("text, field", ONE_SLO_CASES)
+def test_a_study_has_one_slo(cli, tmp_path, text, field):
+    code, out, err = cli("sweep", write_study(tmp_path, text), "-o", tmp_path / "out", "-j", 1)
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert f"field '{field}'" in err and "a study has one SLO" in err
+    assert not (tmp_path / "out").exists()
 
 
 # ---- a plan over a constructed evaluator ---------------------------------------------------------------------

@@ -521,7 +521,7 @@ def cli_cases() -> list[Case]:
         _run("replicas-zero", "--replicas", "0", names="replicas"),
         _run("staging-zero", "--staging-streams", "0", names="staging"),
         _run("decode-steps-zero", "--decode-steps-per-event", "0", names="decode"),
-        _run("slo-nan", "--slo-ttft-ms", "nan", names="slo"),
+        _run("slo-nan", "--slo", "p99 ttft_ms <= nan", names="slo"),
         _run("policy-unknown", "--policy", "magic", names="magic"),
         _run("routing-unknown", "--routing", "teleport", names="teleport"),
         _run("model-unknown", "--model", "gpt-9", names="gpt-9"),

@@ -341,7 +341,7 @@ def plan_frontier(answer: dict[str, Any]) -> Any:
         fig.add_trace(go.Scatter(
             x=[probe["tpot_ms_p99"] for probe in probes], y=[probe["output_tokens_per_s_per_gpu"] for probe in probes],
             mode="markers", name=name, marker=dict(size=10, color=PALETTE[index % len(PALETTE)],
-                                                   symbol=["circle" if ok else "circle-open" for ok in met]),
+                                                   symbol=["circle" if every else "circle-open" for every in met]),
             text=[f"{probe['hosts']} hosts ({probe.get('gpus')} GPUs), busiest {probe.get('busiest')}"
                   for probe in probes],
             hovertemplate="%{text}<br>TPOT p99 %{x:.4g} ms, %{y:.4g} tokens/s per GPU<extra></extra>"))

@@ -11,8 +11,9 @@ Mapping (aiconfigurator file -> simroute kind: rows kept):
   DeepSeek-V3 checkpoints).
 - moe/moe_perf -> moe: every dtype and token distribution.
 - attention/context_attention_perf, generation_attention_perf -> attention_prefill / attention_decode: full
-  attention only (window_size 0), bf16 activations; FlashAttention-3 rows where both kernels were measured
-  (SGLang's default backend on Hopper); decode context = isl + step.
+  attention only (window_size 0), bf16 activations; where one shape was measured under several backends, the
+  framework's default one (`DEFAULT_KERNELS`: SGLang's FlashAttention-3 on Hopper, its TRT-LLM MHA kernels on
+  Blackwell), else the file's first; decode context = isl + step.
 - mla/context_mla_perf, generation_mla_perf -> mla_prefill / mla_decode: num_heads is the heads of one rank.
 - mla_bmm/mla_bmm_perf -> mla_bmm: stage pre (mla_gen_pre) and post (mla_gen_post).
 - sparse_attention/dsa_generation_module_perf -> dsa_decode: DSA's whole decode attention module (projections,
@@ -20,10 +21,12 @@ Mapping (aiconfigurator file -> simroute kind: rows kept):
   decode context = isl + step. The step model composes sparse attention from the other kinds and is checked
   against these rows (docs/STEP_TIME.md, "Sparse attention").
 - comm/<framework>/custom_allreduce_perf -> allreduce (mode graph / eager: the framework's custom all-reduce
-  replayed in a CUDA graph or launched eagerly); comm/nccl/<version>/nccl_perf all_reduce -> allreduce mode nccl.
-  message_elements counts bf16 values (the file's message_size; 33,554,432 elements = 64 MiB).
+  replayed in a CUDA graph or launched eagerly; TensorRT-LLM's file, without a `backend` column, is its AUTO
+  strategy timed under CUDA-graph capture: mode graph); comm/nccl/<version>/nccl_perf all_reduce -> allreduce mode
+  nccl. message_elements counts bf16 values (the file's message_size; 33,554,432 elements = 64 MiB).
 A kind the asked version lacks is taken from the newest version of the same framework that has it, and its
-manifest entry says which.
+manifest entry says which. Without --version, the version is the database's own `current` one for that system
+and framework (systems/query_versions.yaml), else the newest that holds GEMM rows.
 
 Expert parallelism (docs/STEP_TIME.md, "DP attention and expert parallelism"), read from every version folder of
 the framework, a shape measured in several taking the newest version's row (the database measured multi-host
@@ -41,6 +44,10 @@ DeepEP only once, under SGLang 0.5.0, shipped in its 0.5.6.post2 folder):
   timed as one module with FP8 attention; the newest version's rows.
 - comm/nccl/<the system's nccl_version>/nccl_perf -> collective: every NCCL op (all_gather, reduce_scatter,
   all_reduce, alltoall), message_elements the whole message (an all-gather's gathered output).
+
+GPU names: `--gpu` takes simroute's GPU entry names (`GPU_NAMES`; any other simroute-style name maps to the system
+of the same name with `_` for `-`, e.g. h100-pcie -> h100_pcie) or the database's system names; `available` lists
+every system with its frameworks and versions. `trim` drops the rows no shipped model reads (simroute.calib.trim).
 """
 
 from __future__ import annotations
@@ -55,8 +62,16 @@ from simroute.model.optables import LATENCY_COLUMN, OpKind
 
 PACKAGE = "aiconfigurator-core"
 LICENCE = "Apache-2.0 (aiconfigurator-core; the database files carry: Copyright (c) 2026 NVIDIA CORPORATION & AFFILIATES)"
-# simroute GPU entry -> aiconfigurator system name
-GPU_NAMES = {"h200-sxm": "h200_sxm", "h100-sxm": "h100_sxm", "a100-80gb": "a100_sxm", "rtxpro6000": "rtx_pro_6000_server"}
+# simroute GPU entry -> aiconfigurator system name (other names map by `_` for `-`: `system_name`)
+GPU_NAMES = {"h200-sxm": "h200_sxm", "h100-sxm": "h100_sxm", "a100-80gb": "a100_sxm",
+             "rtxpro6000": "rtx_pro_6000_server", "b200-sxm": "b200_sxm", "b300-sxm": "b300_sxm", "gb200": "gb200",
+             "gb300": "gb300"}
+# attention backends a framework runs by default, preferred where a shape was measured under several (SGLang
+# 0.5.14's server_args._get_default_attn_backend: fa3 on SM90, trtllm_mha on SM100/103)
+DEFAULT_KERNELS = ("fa3", "trtllm_mha")
+# the op kinds the step model reads, trimmed by `trim` (the others are small: all-reduce, MLA BMMs)
+TRIMMED_KINDS = (OpKind.GEMM, OpKind.MOE, OpKind.ATTENTION_PREFILL, OpKind.ATTENTION_DECODE, OpKind.MLA_PREFILL,
+                 OpKind.MLA_DECODE)
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
 
 # kind -> (op folder, file stem under the framework's version folder)
@@ -104,6 +119,86 @@ def _version_key(version: str) -> tuple:
     for piece in version.replace("rc", ".").replace("post", ".").split("."):
         parts.append(int(piece) if piece.isdigit() else -1)
     return tuple(parts)
+
+
+def system_name(gpu: str) -> str:
+    """The database's system for a simroute GPU name (or a system name, unchanged)."""
+    return GPU_NAMES.get(gpu, gpu.replace("-", "_"))
+
+
+def simroute_name(system: str) -> str:
+    """The simroute GPU name of a database system (the shipped entry's where one maps to it)."""
+    return next((name for name, mapped in GPU_NAMES.items() if mapped == system), system.replace("_", "-"))
+
+
+def _framework_versions(system: Path, framework: str) -> list[str]:
+    """The versions of `framework` that hold at least one table this importer reads, oldest first."""
+    folders = {folder for folder, _stem in _FILES.values()}
+    found = {path.parent.name for folder in folders
+             for path in system.glob(f"{folder}/{framework}/*/*.parquet")
+             if any(path.stem == stem for kind_folder, stem in _FILES.values() if kind_folder == folder)}
+    return sorted(found, key=_version_key)
+
+
+def _frameworks(system: Path) -> list[str]:
+    folders = {folder for folder, _stem in _FILES.values()}
+    return sorted({path.name for folder in folders for path in system.glob(f"{folder}/*")
+                   if path.is_dir() and path.name != "nccl" and _framework_versions(system, path.name)})
+
+
+def _current_version(root: Path, system: str, framework: str) -> str | None:
+    """The database's `current` version of (system, framework) (systems/query_versions.yaml), if it says."""
+    from simroute.ioutil import load_yaml
+
+    path = root.parent / "query_versions.yaml"
+    if not path.is_file():
+        return None
+    try:
+        doc = load_yaml(path) or {}
+    except Exception:       # a damaged version file only loses the default, never the import
+        return None
+    slot = ((doc.get("overrides") or {}).get(system) or {}).get(framework) or \
+        (doc.get("defaults") or {}).get(framework) or {}
+    current = slot.get("current") if isinstance(slot, dict) else None
+    return str(current) if current else None
+
+
+def default_version(root: Path, system: str, framework: str, versions: list[str]) -> str:
+    """The version an import reads without --version: the database's `current` one where it is measured here,
+    else the newest version holding GEMM rows, else the newest."""
+    current = _current_version(root, system, framework)
+    if current in versions:
+        return current  # type: ignore[return-value]
+    with_gemm = [v for v in versions if (root / system / "gemm" / framework / v / "gemm_perf.parquet").is_file()]
+    return (with_gemm or versions)[-1]
+
+
+def available(data_root: str | Path | None = None) -> list[dict[str, Any]]:
+    """Every system the database ships: its simroute name, frameworks, their measured versions and the
+    default (`current`) one."""
+    root, _version = _data_root(data_root)
+    out = []
+    for system in sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []:
+        frameworks = {}
+        for framework in _frameworks(system):
+            versions = _framework_versions(system, framework)
+            frameworks[framework] = {"versions": versions,
+                                     "default": default_version(root, system.name, framework, versions)}
+        if frameworks:
+            out.append({"system": system.name, "gpu": simroute_name(system.name), "frameworks": frameworks})
+    return out
+
+
+def _data_root(data_root: str | Path | None) -> tuple[Path, str]:
+    """The database's systems/data directory and the package version it comes from."""
+    if data_root is None:
+        return package_root()
+    root = Path(data_root)
+    if (root / "aiconfigurator_core" / "systems" / "data").is_dir():
+        root = root / "aiconfigurator_core" / "systems" / "data"
+    elif (root / "systems" / "data").is_dir():
+        root = root / "systems" / "data"
+    return root, _unpacked_version(root)
 
 
 def _pick_version(folder: Path, version: str, stem: str) -> Path | None:
@@ -170,7 +265,8 @@ def _convert(kind: OpKind, frame) -> dict[str, Any]:
                 "dtype": [_dtype(v) for v in frame["bmm_dtype"]], "tokens": frame["num_tokens"],
                 "heads": frame["num_heads"], LATENCY_COLUMN: lat}
     if kind is OpKind.ALLREDUCE:
-        return {"mode": [v.rsplit("_", 1)[-1] for v in frame["backend"]],
+        modes = (frame["backend"] if "backend" in frame else ["x_graph"] * len(frame))  # TRT-LLM: AUTO under graphs
+        return {"mode": [v.rsplit("_", 1)[-1] for v in modes],
                 "dtype": [_dtype(v) for v in frame["allreduce_dtype"]], "gpus": frame["num_gpus"],
                 "message_elements": frame["message_size"], LATENCY_COLUMN: lat}
     raise AssertionError(kind)
@@ -178,15 +274,19 @@ def _convert(kind: OpKind, frame) -> dict[str, Any]:
 
 def _filter(kind: OpKind, frame):
     """Keep the rows the step model reads (see the module docstring)."""
+    import pandas as pd
+
     if kind in (OpKind.ATTENTION_PREFILL, OpKind.ATTENTION_DECODE):
         if "window_size" in frame:
             frame = frame[frame["window_size"] == 0]
         if "attn_dtype" in frame:
             frame = frame[frame["attn_dtype"] == "bfloat16"]
         keys = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "step"]
-        source = frame["kernel_source"] if "kernel_source" in frame else ""
-        frame = frame.assign(_fa3=(source != "fa3")).sort_values("_fa3", kind="stable")
-        frame = frame.drop_duplicates(keys, keep="first").drop(columns="_fa3")
+        source = frame["kernel_source"] if "kernel_source" in frame else pd.Series("", index=frame.index)
+        order = {name: i for i, name in enumerate(DEFAULT_KERNELS)}
+        rank = source.map(lambda name: order.get(name, len(order)))
+        frame = frame.assign(_rank=rank).sort_values("_rank", kind="stable")
+        frame = frame.drop_duplicates(keys, keep="first").drop(columns="_rank")
     if kind is OpKind.DSA_DECODE:
         frame = frame[frame["op_name"] == "dsa_generation_module"]       # with the indexer, as the model runs it
     if kind is OpKind.MOE:
@@ -349,9 +449,10 @@ def _ep_tables(root: Path, system_name: str, framework: str) -> tuple[dict, dict
 
 
 def import_tables(gpu: str, framework: str, version: str | None, output: str | Path,
-                  data_root: str | Path | None = None) -> dict[str, Any]:
+                  data_root: str | Path | None = None, *, trim: bool = False) -> dict[str, Any]:
     """Write simroute tables for `gpu` (a simroute GPU entry name or an aiconfigurator system name) under
-    `framework` [`version`] to `output`; returns a summary (rows per kind, versions read, skipped kinds)."""
+    `framework` [`version`] to `output`; returns a summary (rows per kind, versions read, skipped kinds).
+    `trim`: drop the rows of the large kinds no shipped model reads (simroute.calib.trim; every read identical)."""
     import pandas as pd
 
     from simroute.calib.optables import columns_table, write_operator_tables
@@ -361,27 +462,23 @@ def import_tables(gpu: str, framework: str, version: str | None, output: str | P
     if version is not None:
         check_name(version, "--version", what="version")
 
-    if data_root is None:
-        root, pkg_version = package_root()
-    else:
-        root = Path(data_root)
-        if (root / "aiconfigurator_core" / "systems" / "data").is_dir():
-            root = root / "aiconfigurator_core" / "systems" / "data"
-        elif (root / "systems" / "data").is_dir():
-            root = root / "systems" / "data"
-        pkg_version = _unpacked_version(root)
-    system_name = GPU_NAMES.get(gpu, gpu)
-    system = root / system_name
+    root, pkg_version = _data_root(data_root)
+    system_id = system_name(gpu)
+    system = root / system_id
     if not system.is_dir():
-        known = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
-        raise ConfigurationError(f"no measurements for GPU '{gpu}' (known: {', '.join(known) or 'none'})",
+        known = [f"{simroute_name(p.name)} ({p.name})" if simroute_name(p.name) != p.name else p.name
+                 for p in sorted(root.iterdir()) if p.is_dir()] if root.is_dir() else []
+        raise ConfigurationError(f"no measurements for GPU '{gpu}' in {PACKAGE} {pkg_version} (known: "
+                                 f"{', '.join(known) or 'none'}; --list shows frameworks and versions)",
                                  file=root, field="--gpu")
-    versions = sorted({p.name for p in system.glob(f"*/{framework}/*") if p.is_dir()}, key=_version_key)
+    versions = _framework_versions(system, framework)
     if not versions:
-        raise ConfigurationError(f"no '{framework}' measurements for {system_name}", file=system, field="--framework")
-    version = version or versions[-1]
+        frameworks = _frameworks(system)
+        raise ConfigurationError(f"no '{framework}' measurements for {system_id} (measured: "
+                                 f"{', '.join(frameworks) or 'none'})", file=system, field="--framework")
+    version = version or default_version(root, system_id, framework, versions)
     if version not in versions:
-        raise ConfigurationError(f"version '{version}' not measured for {system_name} {framework} (measured: "
+        raise ConfigurationError(f"version '{version}' not measured for {system_id} {framework} (measured: "
                                  f"{', '.join(versions)})", file=system, field="--version")
     tables: dict[OpKind, dict[str, Any]] = {}
     entries: dict[OpKind, dict[str, Any]] = {}
@@ -396,6 +493,8 @@ def import_tables(gpu: str, framework: str, version: str | None, output: str | P
             if kind is OpKind.ALLREDUCE:
                 nccl, nccl_path = _nccl_allreduce(system)
                 if nccl is not None:
+                    if "backend" not in frame:
+                        frame = frame.assign(backend="x_graph")
                     frame = pd.concat([frame[["backend", "allreduce_dtype", "num_gpus", "message_size", "latency"]],
                                        nccl], ignore_index=True)
             if frame.empty:
@@ -411,21 +510,43 @@ def import_tables(gpu: str, framework: str, version: str | None, output: str | P
         rel = path.relative_to(root)
         entries[kind] = {"source_file": f"aiconfigurator_core/systems/data/{rel}",
                          "framework_version": path.parent.name, "device": str(frame["device"].iloc[0])
-                         if "device" in frame else system_name, "collection_meta": _meta(path)}
+                         if "device" in frame else system_id, "collection_meta": _meta(path)}
         if kind is OpKind.ALLREDUCE and nccl is not None:
             entries[kind]["nccl_file"] = f"aiconfigurator_core/systems/data/{nccl_path.relative_to(root)}"
     ep_tables, ep_entries = _ep_tables(root, system_name, framework)
     tables.update(ep_tables)
     entries.update(ep_entries)
     if not tables:
-        raise ConfigurationError(f"no operator tables the step model reads under {system_name} {framework} {version}",
+        raise ConfigurationError(f"no operator tables the step model reads under {system_id} {framework} {version}",
                                  file=system)
     provenance = {"kind": "measured", "package": PACKAGE, "package_version": pkg_version, "licence": LICENCE,
                   "ref": f"NVIDIA's measured operator database shipped in {PACKAGE} {pkg_version}, "
-                         f"systems/data/{system_name} ({framework} {version})"}
+                         f"systems/data/{system_id} ({framework} {version})"}
+    full_rows = {kind: int(np.asarray(columns[LATENCY_COLUMN]).size) for kind, columns in tables.items()}
+    if trim:
+        tables, trimmed = _trimmed(gpu, framework, version, tables)
+        for kind, (kept, of) in trimmed.items():
+            entries[kind]["rows_measured"] = of
+        provenance["trimmed"] = ("rows no shipped model reads were dropped (simroute.calib.trim: every model, TP "
+                                 "degree, weight and KV dtype and MLA layout reads the same rows); "
+                                 f"`simroute calib import aiconfigurator --gpu {gpu} --framework {framework} "
+                                 f"--version {version}` without --trim writes them all")
     write_operator_tables(output, gpu=gpu, framework=framework, version=version, provenance=provenance,
                           tables=tables, entries=entries)
-    return {"gpu": gpu, "framework": framework, "version": version, "output": str(output),
+    return {"gpu": gpu, "system": system_id, "framework": framework, "version": version, "output": str(output),
             "rows": {k.value: int(np.asarray(v[LATENCY_COLUMN]).size) for k, v in tables.items()},
-            "versions": {k.value: e.get("framework_version", "several") for k, e in entries.items()},
-            "skipped": skipped}
+            "rows_measured": {k.value: n for k, n in full_rows.items()}, "trimmed": trim,
+            "versions": {k.value: e.get("framework_version", "several") for k, e in entries.items()}, "skipped": skipped}
+
+
+def _trimmed(gpu: str, framework: str, version: str, tables: dict[OpKind, dict[str, Any]]
+             ) -> tuple[dict[OpKind, dict[str, Any]], dict[OpKind, tuple[int, int]]]:
+    """The converted tables less the rows no shipped model reads (simroute.calib.trim)."""
+    from simroute.calib.trim import columns_of, table_from_columns, trim_tables
+    from simroute.model.optables import OperatorTables
+
+    full = OperatorTables(gpu, framework, version, {kind: table_from_columns(kind, columns)
+                                                    for kind, columns in tables.items()})
+    kept, counts = trim_tables(full, TRIMMED_KINDS)
+    out = {kind: (columns_of(kept.tables[kind]) if kind in counts else columns) for kind, columns in tables.items()}
+    return out, counts

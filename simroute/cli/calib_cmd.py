@@ -203,29 +203,41 @@ def _diff_tables(a: str, b: str, gpu: str | None, json_out: bool) -> None:
 
 @import_app.command("aiconfigurator")
 def import_aiconfigurator(
-    gpu: str = typer.Option(..., "--gpu", help="simroute GPU entry (h200-sxm, h100-sxm, a100-80gb, rtxpro6000) or "
-                            "an aiconfigurator system name (h200_sxm)."),
-    framework: str = typer.Option("sglang", "--framework", help="Serving framework whose kernels were measured."),
-    version: str = typer.Option(None, "--version", help="Framework version (default: the newest measured)."),
+    gpu: str = typer.Option(None, "--gpu", help="simroute GPU entry (h200-sxm, b200-sxm, gb200, a100-80gb, ...) or "
+                            "an aiconfigurator system name (h200_sxm); --list shows them all."),
+    framework: str = typer.Option("sglang", "--framework", help="Serving framework whose kernels were measured "
+                                  "(sglang, trtllm, vllm)."),
+    version: str = typer.Option(None, "--version", help="Framework version (default: the database's current one "
+                                "for that GPU and framework)."),
     source: Path = typer.Option(None, "--from", help="Directory holding the package's systems/data (an unpacked "
                                 "wheel or a checkout); default: the installed aiconfigurator-core package."),
-    out: Path = typer.Option(..., "-o", "--out", help="Table directory to write (new, or one simroute wrote)."),
+    out: Path = typer.Option(None, "-o", "--out", help="Table directory to write (new, or one simroute wrote)."),
+    trim: bool = typer.Option(False, "--trim", help="Drop the rows no shipped model reads (every model, TP "
+                              "degree and dtype reads the same rows; what the shipped calib/ops sets hold)."),
+    list_systems: bool = typer.Option(False, "--list", help="List every GPU the database measured, its frameworks "
+                                      "and versions, and exit."),
     json_out: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Convert aiconfigurator-core's measured operator database (NVIDIA, Apache-2.0) into simroute operator
     tables: same rows, latencies in us, a tables.yaml manifest with the provenance of every table.
 
-    Example: simroute calib import aiconfigurator --gpu h200-sxm --framework sglang -o /tmp/ops/h200-sxm
+    Example: simroute calib import aiconfigurator --gpu b200-sxm --framework sglang -o /tmp/ops/b200-sxm/sglang-0.5.14
     """
-    from simroute.calib.aiconfigurator import import_tables
+    from simroute.calib.aiconfigurator import available, import_tables
     from simroute.calib.optables import load_operator_tables
     from simroute.errors import ConfigurationError
     from simroute.ioutil import claim_output
     if source is not None and not source.is_dir():
         raise ConfigurationError("not a directory (give the folder that holds systems/data)", file=source,
                                  field="--from")
+    if list_systems:
+        _list_aiconfigurator(available(source), json_out)
+        return
+    for flag, value in (("--gpu", gpu), ("--out", out)):
+        if value is None:
+            raise ConfigurationError("required (or --list to see what the database holds)", field=flag)
     with claim_output(out, directory=True, inputs=[source], flag="--out", what="operator tables"):
-        summary = import_tables(gpu, framework, version, out, data_root=source)
+        summary = import_tables(gpu, framework, version, out, data_root=source, trim=trim)
     written = load_operator_tables(out)
     summary["provenance"] = dict(written.provenance)
     summary["output"] = str(Path(out).resolve())
@@ -233,8 +245,10 @@ def import_aiconfigurator(
         from simroute.cli.common import echo_json
         echo_json(summary)
         return
-    table(f"{summary['gpu']} {framework} {summary['version']} -> {out}", ["kind", "rows", "read from version"],
-          [[k, n, summary["versions"].get(k, "")] for k, n in summary["rows"].items()])
+    table(f"{summary['gpu']} ({summary['system']}) {framework} {summary['version']} -> {out}",
+          ["kind", "rows", "measured rows", "read from version"],
+          [[k, n, summary["rows_measured"].get(k, ""), summary["versions"].get(k, "")]
+           for k, n in summary["rows"].items()])
     if summary["skipped"]:
         typer.echo(f"skipped (not measured for this GPU and framework): {', '.join(summary['skipped'])}")
     prov = summary["provenance"]
@@ -246,6 +260,21 @@ def import_aiconfigurator(
     typer.echo(f"  gpus:\n    {gpu}:\n      operator_tables: {{path: {summary['output']}, note: imported from "
                f"aiconfigurator-core}}")
     typer.echo(f"compare: simroute calib diff <other tables> {out} --tables")
+
+
+def _list_aiconfigurator(systems: list[dict], json_out: bool) -> None:
+    """`--list`: every system, its simroute name, frameworks and versions (the default one starred)."""
+    from simroute.calib.profile import shipped_dir
+    if json_out:
+        from simroute.cli.common import echo_json
+        echo_json({"systems": systems})
+        return
+    shipped = {path.stem for path in (shipped_dir() / "gpus").glob("*.yaml")}
+    table("GPUs the measured database holds (* the default version; --gpu takes either name)",
+          ["--gpu", "system", "GPU entry shipped", "frameworks: versions"],
+          [[entry["gpu"], entry["system"], "yes" if entry["gpu"] in shipped else "",
+            "; ".join(f"{name} " + ", ".join(v + ("*" if v == info["default"] else "") for v in info["versions"])
+                      for name, info in entry["frameworks"].items())] for entry in systems])
 
 
 def _ratio(a: str, b: str) -> str:

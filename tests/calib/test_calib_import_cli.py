@@ -308,3 +308,107 @@ def test_a_table_with_a_non_numeric_shape_column_is_one_line_exit_2(cli, tree: P
     code, text, err = cli("calib", "diff", str(out), str(out), "--tables")
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "gemm.parquet" in err and "field 'm'" in err and "must hold numbers" in err
+
+
+# ---- any system the database ships (issue 35): simroute names, the default version, --list, TRT-LLM files --------
+def _system_file(root: Path, system: str, op: str, framework: str, version: str, stem: str, rows: list[dict]) -> None:
+    folder = root / "systems" / "data" / system / op / framework / version
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_parquet(folder / f"{stem}.parquet")
+
+
+def _gemm_rows(scale: float = 1.0) -> list[dict]:
+    return [{"gemm_dtype": "bfloat16", "m": m, "n": 4096, "k": 4096, "latency": 0.01 * m * scale} for m in (1, 2)]
+
+
+def test_a_simroute_gpu_name_maps_to_its_system(cli, tmp_path: Path) -> None:
+    root = tmp_path / "aic"
+    _system_file(root, "b200_sxm", "gemm", "sglang", "0.5.14", "gemm_perf", _gemm_rows())
+    _system_file(root, "h100_pcie", "gemm", "vllm", "0.24.0", "gemm_perf", _gemm_rows())
+    # a shipped entry's name, another simroute-style name (- for _), and the system's own name
+    for gpu, system, framework in (("b200-sxm", "b200_sxm", "sglang"), ("h100-pcie", "h100_pcie", "vllm"),
+                                   ("b200_sxm", "b200_sxm", "sglang")):
+        out = tmp_path / gpu
+        code, text, err = cli("calib", "import", "aiconfigurator", "--gpu", gpu, "--framework", framework, "--from",
+                              str(root), "-o", str(out), "--json")
+        assert code == 0, err
+        assert json.loads(text)["system"] == system
+        tables = load_operator_tables(out)
+        assert tables.gpu == gpu and f"systems/data/{system}" in tables.provenance["ref"]
+
+
+def test_an_unknown_gpu_is_one_line_naming_what_the_database_holds(cli, tree: Path, tmp_path: Path) -> None:
+    _system_file(tree, "b200_sxm", "gemm", "sglang", "0.5.14", "gemm_perf", _gemm_rows())
+    code, text, err = cli("calib", "import", "aiconfigurator", "--gpu", "z100", "--from", str(tree), "-o",
+                          str(tmp_path / "o"))
+    assert code == 2 and text == "" and len(err.strip().splitlines()) == 1 and "field '--gpu'" in err
+    assert "no measurements for GPU 'z100'" in err and "b200-sxm (b200_sxm)" in err and "h200-sxm (h200_sxm)" in err
+    assert "--list" in err and not (tmp_path / "o").exists()
+    code, _, err = cli("calib", "import", "aiconfigurator", "--from", str(tree), "-o", str(tmp_path / "o"))
+    assert code == 2 and "field '--gpu'" in err and "required" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_default_version_is_the_databases_current_one_not_a_newer_unread_family(cli, tmp_path: Path) -> None:
+    root = tmp_path / "aic"
+    for version in ("0.5.9", "0.5.14"):
+        _system_file(root, "h200_sxm", "gemm", "sglang", version, "gemm_perf", _gemm_rows())
+    _system_file(root, "h200_sxm", "kda", "sglang", "0.5.16", "kda_perf", [{"x": 1}])   # a family never read
+    code, text, err = cli("calib", "import", "aiconfigurator", "--gpu", "h200-sxm", "--from", str(root), "-o",
+                          str(tmp_path / "a"), "--json")
+    assert code == 0, err
+    assert json.loads(text)["version"] == "0.5.14"          # newest holding the tables read, not kda's 0.5.16
+    (root / "systems" / "query_versions.yaml").write_text(
+        "defaults:\n  sglang: {current: '0.5.14'}\noverrides:\n  h200_sxm:\n    sglang: {current: '0.5.9'}\n")
+    code, text, err = cli("calib", "import", "aiconfigurator", "--gpu", "h200-sxm", "--from", str(root), "-o",
+                          str(tmp_path / "b"), "--json")
+    assert code == 0, err
+    assert json.loads(text)["version"] == "0.5.9"                         # the system's current one
+    code, _, err = cli("calib", "import", "aiconfigurator", "--gpu", "h200-sxm", "--version", "0.5.16", "--from",
+                       str(root), "-o", str(tmp_path / "c"))
+    assert code == 2 and "version '0.5.16' not measured" in err and "0.5.9, 0.5.14" in err
+
+
+def test_list_shows_every_system_its_frameworks_and_default_versions(cli, tmp_path: Path) -> None:
+    root = tmp_path / "aic"
+    _system_file(root, "gb200", "gemm", "trtllm", "1.3.0rc20", "gemm_perf", _gemm_rows())
+    _system_file(root, "gb200", "gemm", "trtllm", "1.3.0rc23", "gemm_perf", _gemm_rows())
+    _system_file(root, "gb200", "attention", "sglang", "0.5.14", "generation_attention_perf", [])
+    (root / "systems" / "query_versions.yaml").write_text("defaults:\n  trtllm: {current: '1.3.0rc20'}\n")
+    code, text, err = cli("calib", "import", "aiconfigurator", "--list", "--from", str(root), "--json")
+    assert code == 0, err
+    systems = {entry["system"]: entry for entry in json.loads(text)["systems"]}
+    assert systems["gb200"]["gpu"] == "gb200"
+    assert systems["gb200"]["frameworks"]["trtllm"] == {"versions": ["1.3.0rc20", "1.3.0rc23"], "default": "1.3.0rc20"}
+    assert set(systems["gb200"]["frameworks"]) == {"trtllm", "sglang"}
+    code, text, err = cli("calib", "import", "aiconfigurator", "--list", "--from", str(root))
+    assert code == 0 and "gb200" in text and "1.3.0rc20*" in text
+
+
+def test_tensorrt_llm_all_reduce_rows_without_a_backend_column_are_its_graph_mode(cli, tmp_path: Path) -> None:
+    """TensorRT-LLM's custom_allreduce_perf has no `backend` column: its AUTO strategy timed under CUDA-graph
+    capture, read as mode graph; NCCL's rows beside it as mode nccl."""
+    root = tmp_path / "aic"
+    _system_file(root, "h200_sxm", "gemm", "trtllm", "1.3.0rc20", "gemm_perf", _gemm_rows())
+    _system_file(root, "h200_sxm", "comm", "trtllm", "1.3.0rc20", "custom_allreduce_perf", [
+        {"allreduce_dtype": "bfloat16", "num_gpus": 8, "message_size": 1024, "latency": 0.005,
+         "implementation": "trtllm"}])
+    _system_file(root, "h200_sxm", "comm", "nccl", "2.29.2", "nccl_perf", [
+        {"op_name": "all_reduce", "nccl_dtype": "half", "num_gpus": 8, "message_size": 1024, "latency": 0.02}])
+    out = tmp_path / "o"
+    code, _, err = cli("calib", "import", "aiconfigurator", "--gpu", "h200-sxm", "--framework", "trtllm", "--from",
+                       str(root), "-o", str(out))
+    assert code == 0, err
+    ar = load_operator_tables(out).get(OpKind.ALLREDUCE)
+    assert sorted(zip(ar.categorical["mode"].tolist(), ar.latency_us.tolist())) == [
+        ("graph", pytest.approx(5.0)), ("nccl", pytest.approx(20.0))]
+
+
+def test_trim_says_so_in_the_manifest(cli, tree: Path, tmp_path: Path) -> None:
+    out = tmp_path / "trimmed"
+    code, text, err = _import(cli, tree, out, "--trim", "--json")
+    assert code == 0, err
+    summary = json.loads(text)
+    assert summary["trimmed"] and summary["rows_measured"]["gemm"] == 4 and summary["rows"]["gemm"] <= 4
+    manifest = yaml.safe_load((out / "tables.yaml").read_text())
+    assert "without --trim" in manifest["provenance"]["trimmed"]
+    assert manifest["tables"]["gemm"]["rows_measured"] == 4

@@ -1,7 +1,8 @@
 """simroute's step time side by side with NVIDIA's `aiconfigurator cli estimate` (same measured operator data).
 
 simroute composes an iteration from the operator tables it imported from aiconfigurator-core
-(calib/ops/<gpu>/sglang-0.5.14); aiconfigurator composes its own from the same database. This bench puts the two
+(calib/ops/<gpu>/sglang-0.5.14: H200, H100, and the Blackwell B200, GB200, B300, GB300 tables); aiconfigurator
+composes its own from the same database. This bench puts the two
 compositions side by side, one engine iteration at a time:
 - decode: `--estimate-mode static_gen --osl 2` is one decode step of `batch` sequences over isl + 1 tokens
   (TPOT); simroute: `batch` decodes, each attending isl + 1 tokens;
@@ -111,6 +112,22 @@ def _points() -> list[Point]:
             pts.append(Point(f"{name}-d{b}-4k", phase="decode", batch=b, isl=4096, **geo))
         for n in (1024, 4096):
             pts.append(Point(f"{name}-p{n // 1024}k", phase="prefill", batch=1, isl=n, **geo))
+    # Blackwell (issue 35): the same DeepSeek-V3 and Llama-3.1-70B shapes on the B200 tables, and one decode and one
+    # prefill point on each other Blackwell system the project ships tables for
+    b200 = dict(ds, gpu="b200-sxm", system="b200_sxm")
+    for b in (1, 8, 32, 128):
+        pts.append(Point(f"b200-dsv3-d{b}-4k", phase="decode", batch=b, isl=4096, **b200))
+    pts.append(Point("b200-dsv3-d8-32k", phase="decode", batch=8, isl=32768, **b200))
+    for n in (1024, 4096, 16384):
+        pts.append(Point(f"b200-dsv3-p{n // 1024}k", phase="prefill", batch=1, isl=n, **b200))
+    b200_l70 = dict(l70, gpu="b200-sxm", system="b200_sxm")
+    for b in (1, 64):
+        pts.append(Point(f"b200-l70-d{b}-4k", phase="decode", batch=b, isl=4096, **b200_l70))
+    pts.append(Point("b200-l70-p4k", phase="prefill", batch=1, isl=4096, **b200_l70))
+    for gpu, system in (("gb200", "gb200"), ("b300-sxm", "b300_sxm"), ("gb300", "gb300")):
+        geo = dict(ds, gpu=gpu, system=system)
+        pts.append(Point(f"{gpu.removesuffix('-sxm')}-dsv3-d32-4k", phase="decode", batch=32, isl=4096, **geo))
+        pts.append(Point(f"{gpu.removesuffix('-sxm')}-dsv3-p4k", phase="prefill", batch=1, isl=4096, **geo))
     return pts
 
 
@@ -167,8 +184,8 @@ def _step_model(p: Point):
     key = (p.model, p.gpu, p.tp, p.kv)
     if key not in _MODELS:
         prof, gpu_prof = _step_profile("paper-all", p.gpu)
-        fab = _allreduce_fabric(prof, p.gpu, None, p.tp)
-        _MODELS[key] = prof.step_model(p.model, tp=p.tp, intra_host_fabric=fab,
+        fab, fabric_prof = _allreduce_fabric(prof, p.gpu, None, p.tp)
+        _MODELS[key] = fabric_prof.step_model(p.model, tp=p.tp, intra_host_fabric=fab,
                                        gpu_spec=gpu_prof.gpu_spec(p.gpu, tables=True),
                                        cache_dtype="fp8" if p.kv == "fp8" else "bf16")
     return _MODELS[key]
@@ -383,7 +400,7 @@ def main() -> None:
         points = [p for p in points if p.label in keep]
     with ThreadPoolExecutor(max(1, args.jobs)) as pool:
         aic = list(pool.map(aic_estimate, points))
-    header = (f"{'point':14s} {'shape':26s} {'simroute':>9s} {'kernels':>9s} {'aiconf':>9s} {'kern/aic':>8s} "
+    header = (f"{'point':18s} {'shape':26s} {'simroute':>9s} {'kernels':>9s} {'aiconf':>9s} {'kern/aic':>8s} "
               f"{'iter/aic':>8s}")
     print(f"aiconfigurator {' / core '.join(version)}; backend {BACKEND} {BACKEND_VERSION}; ms per iteration")
     print(header)
@@ -401,17 +418,17 @@ def main() -> None:
                "agg": f"agg {p.batch} {p.isl}/{p.osl}"}[p.phase] + (f" mtp{p.nextn}" if p.nextn else "")
         if "error" in a:
             failures.append(p.label)
-            print(f"{p.label:14s} {shape:26s} {sr['iteration_ms']:9.3f} {kernels:9.3f}   {a['error']}")
+            print(f"{p.label:18s} {shape:26s} {sr['iteration_ms']:9.3f} {kernels:9.3f}   {a['error']}")
             continue
         r, ri = kernels / a["iteration_ms"], sr["iteration_ms"] / a["iteration_ms"]
         ratios[p.label] = r
         flag = "" if abs(r - 1) <= TARGET else "  <-- outside 15%"
         if p.kv == "fp8" and p.dp == 1:     # a DP point's fp8 KV reads the same WideEP module rows on both sides
             flag, by_design = "  (fp8 KV: differs by design)", by_design + [p.label]
-        print(f"{p.label:14s} {shape:26s} {sr['iteration_ms']:9.3f} {kernels:9.3f} {a['iteration_ms']:9.3f} "
+        print(f"{p.label:18s} {shape:26s} {sr['iteration_ms']:9.3f} {kernels:9.3f} {a['iteration_ms']:9.3f} "
               f"{r:8.3f} {ri:8.3f}{flag}")
         if p.phase == "agg":
-            print(f"{'':14s}   mix step {sr['mix_ms']:.2f} / {a['mix_ms']:.2f} ms ({sr['mix_ms'] / a['mix_ms']:.3f}), "
+            print(f"{'':18s}   mix step {sr['mix_ms']:.2f} / {a['mix_ms']:.2f} ms ({sr['mix_ms'] / a['mix_ms']:.3f}), "
                   f"gen-only step {sr['gen_ms']:.2f} / {a['gen_ms']:.2f} ms ({sr['gen_ms'] / a['gen_ms']:.3f}); "
                   f"{a['mix_steps']:g} mix (weight {a['mix_weight']:.2f}) + {a['gen_steps']:g} gen-only steps")
         if args.ops and p.phase != "agg" and p.dp == 1:   # an agg point is two steps: their ops are the others'

@@ -120,7 +120,10 @@ class Profile:
                                           else None),
                        allreduce_latency_s=(entry.allreduce_latency_us.value * 1e-6
                                             if entry.allreduce_latency_us is not None else None),
-                       operator_tables=self.operator_tables(name) if tables else None)
+                       operator_tables=self.operator_tables(name) if tables else None,
+                       nvlink_domain_gpus=(int(entry.nvlink_domain_gpus.value)  # type: ignore[arg-type]
+                                           if entry.nvlink_domain_gpus is not None else None),
+                       nvlink_Bps=entry.nvlink_GBps.value * 1e9 if entry.nvlink_GBps is not None else None)
 
     def operator_tables_dir(self, name: str) -> Path | None:
         """The directory of GPU entry `name`'s operator tables (relative to the file naming them), if any."""

@@ -129,8 +129,22 @@ class GpuFileSpec(BaseModel):
     allreduce_bus_GBps: Constant | None = None  # a switched board's all-reduce bus bandwidth (NVSwitch)
     allreduce_latency_us: Constant | None = None
     operator_tables: OperatorTablesRef | None = None   # measured operator tables (the step model's first source)
+    # the NVLink domain the GPU sits in: how many GPUs one NVLink / NVSwitch fabric connects all-to-all (8 on an
+    # HGX board, 72 in a GB200 / GB300 NVL72 rack) and the NVLink bandwidth of one GPU, one direction
+    nvlink_domain_gpus: Constant | None = None
+    nvlink_GBps: Constant | None = None
 
-    @field_validator("peak_bf16_TFLOPs", "peak_fp8_TFLOPs", "hbm_GBps", "hbm_GB", "allreduce_bus_GBps")
+    @field_validator("nvlink_domain_gpus")
+    @classmethod
+    def _whole_gpus(cls, constant: Constant | None) -> Constant | None:
+        if constant is None:
+            return None
+        if constant.value is None or constant.value < 1 or constant.value != int(constant.value):
+            raise ValueError("must be a whole number of GPUs >= 1 ('value')")
+        return constant
+
+    @field_validator("peak_bf16_TFLOPs", "peak_fp8_TFLOPs", "hbm_GBps", "hbm_GB", "allreduce_bus_GBps",
+                     "nvlink_GBps")
     @classmethod
     def _positive_value(cls, constant: Constant | None) -> Constant | None:
         if constant is None:

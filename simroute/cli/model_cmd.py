@@ -294,17 +294,33 @@ def _topology_fabrics(prof, gpu: str) -> list[str]:
     return out
 
 
-def _allreduce_fabric(prof, gpu: str, fabric: str | None, tp_size: int) -> str | None:
-    """The fabric the TP all-reduce runs over: the one given, else the fastest of the profile naming `gpu`."""
+def _shipped_fabric_profile(gpu: str):
+    """The shipped fabric file (calib/fabrics/*.yaml) whose fabric connects `gpu`'s hosts, loaded (it includes the GPU
+    entry), or None: HGX B200 hosts run `b200-nvlink5`, which no paper profile holds."""
+    from simroute.calib import load_profile, shipped_dir
+    for path in sorted((shipped_dir() / "fabrics").glob("*.yaml")):
+        fabric_prof = load_profile(path)
+        if any(spec.gpu == gpu for spec in fabric_prof.fabrics.values()):
+            return fabric_prof
+    return None
+
+
+def _allreduce_fabric(prof, gpu: str, fabric: str | None, tp_size: int):
+    """(fabric, profile holding it) of the TP all-reduce: the one given, else the fastest of the profile naming
+    `gpu`, else a shipped topology's intra-host fabric for `gpu`, else the shipped fabric file naming `gpu`."""
     if fabric is not None or tp_size == 1:
-        return fabric
+        return fabric, prof
     own = [name for name, fabric_spec in prof.fabrics.items() if fabric_spec.gpu == gpu] or _topology_fabrics(prof, gpu)
+    holder = prof
+    if not own:
+        holder = _shipped_fabric_profile(gpu)
+        own = [name for name, spec in holder.fabrics.items() if spec.gpu == gpu] if holder is not None else []
     if not own:
         from simroute.errors import ConfigurationError
         raise ConfigurationError(f"--tp {tp_size} needs --fabric for the all-reduce: no fabric of the profile names "
                                  "gpu "
                                  f"'{gpu}' (profile fabrics: {', '.join(prof.fabrics)})", field="--fabric")
-    return max(own, key=lambda name: prof.fabric(name).link_peak_GBps.value)
+    return max(own, key=lambda name: holder.fabric(name).link_peak_GBps.value), holder
 
 
 @model_app.command("step")
@@ -386,8 +402,8 @@ def model_step(
     check_mtp(get_model(model), Mtp(nextn, accept_rate=accept_rate, accepted_length=accept_length), fields)
     check_tp_splits_heads(get_model(model), tp_size, fields)
     prof, gpu_prof = _step_profile(calib, gpu)
-    fab = _allreduce_fabric(prof, gpu, fabric, tp_size)
-    step = prof.step_model(model, tp=tp_size, intra_host_fabric=fab,
+    fab, fabric_prof = _allreduce_fabric(prof, gpu, fabric, tp_size)
+    step = fabric_prof.step_model(model, tp=tp_size, intra_host_fabric=fab,
                            gpu_spec=gpu_prof.gpu_spec(gpu, tables=not roofline), weight_dtype=weights,
                            cache_dtype=kv_cache, kv_layout=kv_layout)
     # a shape that cannot exist on this instance (TP, FP8, weights, context window, KV in HBM) is refused here

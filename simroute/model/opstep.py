@@ -115,6 +115,7 @@ class MeasuredStep:
 
     def __init__(self, geometry: ModelGeometry, tp_size: int, tables: OperatorTables, *, cuda_graphs: bool,
                  kv_shards: int = 1, kernel_floor_s: float = 0.0, graph_max_batch: int | None = None,
+                 decode_floor_s_per_kv_token: float = 0.0,
                  elementwise_layers: Sequence[tuple[int, Sequence[ElementwiseKernel]]] = (),
                  roofline_elementwise: Callable[[ElementwiseKernel, float], float] | None = None,
                  roofline_linear: Callable[[float], float], roofline_attention: Callable[[float, float, float], float],
@@ -127,6 +128,10 @@ class MeasuredStep:
         # tpla (kv_shards = tp): a rank attends every head over 1/tp of the latent. No table measures that
         # kernel: it is the TP-1 kernel's time (all heads, whole latent) over tp, no less than one launch.
         self.kv_shards, self.kernel_floor_s = kv_shards, kernel_floor_s
+        # no decode kernel reads its KV faster than the HBM's datasheet peak: seconds per KV token of one sequence
+        # (a rank's heads, the whole latent before a tpla split) at that peak; a measured row faster than this
+        # cannot be a measurement of that work (docs/STEP_TIME.md, "The HBM floor of decode attention")
+        self.decode_floor_s_per_kv_token = decode_floor_s_per_kv_token
         self._roof_linear, self._roof_attention = roofline_linear, roofline_attention
         self._roof_allreduce, self._roof_lm_head = roofline_allreduce, roofline_lm_head
         self._elementwise_layers, self._roof_elementwise = tuple(elementwise_layers), roofline_elementwise
@@ -362,6 +367,19 @@ class MeasuredStep:
                     continue
                 if kind is OpKind.MLA_DECODE and kv_dtype != "bf16":
                     self._bound_by_bf16(table, fixed, kv_dtype)
+        if self._decode is not None and self.decode_floor_s_per_kv_token > 0:
+            points = below = 0
+            grid = self._decode.surface if isinstance(self._decode, NoSlowerThan) else self._decode
+            for log_batch, curve in zip(grid.log_rows, grid.curves):
+                for log_context in curve.log_x:
+                    points += 1
+                    batch, context = math.exp(log_batch), math.exp(log_context)
+                    floor = batch * context * self.decode_floor_s_per_kv_token
+                    below += self._decode.seconds(batch, context) < floor * (1.0 - 1e-9)
+            if below:
+                self._note(f"{below} of {points} {decode_kind.value} grid points at {fixed} in {self.tables.label} "
+                           "read the KV faster than the HBM datasheet peak: a decode there is raised to its KV bytes / "
+                           "peak")
         for name, surface in (("attention_decode", self._decode), ("attention_prefill", self._prefill)):
             self.sources[name] = TermSource(surface.table if surface else "roofline",
                                             surface.status if surface else Lookup.ROOFLINE)
@@ -454,7 +472,9 @@ class MeasuredStep:
         measured = roofline = 0.0
         if decode_seqs > 0 and decode_kv > 0:
             if self._decode is not None:
-                measured += self._decode.seconds(decode_seqs, decode_kv / decode_seqs)
+                seconds = self._decode.seconds(decode_seqs, decode_kv / decode_seqs)
+                floor = decode_kv * self.decode_floor_s_per_kv_token
+                measured += seconds if seconds >= floor else floor
             else:
                 roofline += self._roof_attention(decode_kv, decode_kv, 0.0)
         if prefill_seqs > 0 and prefill_pairs > 0:

@@ -79,6 +79,8 @@ class GpuSpec:
     allreduce_bus_Bps: float | None = None              # the board's all-reduce bus bandwidth (NVSwitch), if any
     allreduce_latency_s: float | None = None            # and its latency per all-reduce
     operator_tables: OperatorTables | None = field(default=None, compare=False, hash=False, repr=False)
+    nvlink_domain_gpus: int | None = None               # GPUs one NVLink domain connects (HGX 8, NVL72 72)
+    nvlink_Bps: float | None = None                     # NVLink bandwidth of one GPU, one direction
 
     @property
     def achievable_hbm_Bps(self) -> float:
@@ -451,6 +453,9 @@ class StepTimeModel:
                 geometry, tp_size, gpu.operator_tables, cuda_graphs=cuda_graphs, kv_shards=self.kv_shards,
                 graph_max_batch=host.graph_max_batch if host is not None else None,
                 kernel_floor_s=gpu.kernel_floor_s, elementwise_layers=self.elementwise_layers,
+                # the attention kernel's KV bytes (a sparse model's index keys are the indexer's read)
+                decode_floor_s_per_kv_token=((geometry.b_kv_per_gpu(tp_size) - geometry.index_key_bytes)
+                                             * geometry.token_fraction / gpu.hbm_Bps),
                 roofline_elementwise=self.elementwise_kernel_s,
                 roofline_linear=lambda tokens: self._linear(tokens)[0],
                 roofline_attention=lambda kv_tokens, pairs, pre: self._attention(kv_tokens, pairs, pre)[0],

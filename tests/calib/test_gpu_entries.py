@@ -15,8 +15,41 @@ from simroute.model.steptime import BatchShape
 GPU_FILES = sorted((shipped_dir() / "gpus").glob("*.yaml"))
 
 
-def test_five_gpus_shipped():
-    assert {p.stem for p in GPU_FILES} == {"h100-sxm", "h200-sxm", "a100-80gb", "a40", "rtxpro6000"}
+def test_nine_gpus_shipped():
+    assert {p.stem for p in GPU_FILES} == {"h100-sxm", "h200-sxm", "a100-80gb", "a40", "rtxpro6000",
+                                           "b200-sxm", "gb200", "b300-sxm", "gb300"}
+
+
+# GPUs per NVLink domain and NVLink GB/s per GPU each way, from the datasheets (HGX boards of 8; NVL72 racks)
+NVLINK = {"h100-sxm": (8, 450), "h200-sxm": (8, 450), "a100-80gb": (8, 300), "b200-sxm": (8, 900),
+          "b300-sxm": (8, 900), "gb200": (72, 900), "gb300": (72, 900)}
+
+
+@pytest.mark.parametrize("path", GPU_FILES, ids=lambda p: p.stem)
+def test_nvlink_domain_with_provenance(path):
+    """Every NVLink GPU says how many GPUs its NVLink domain connects and its NVLink rate, from a datasheet; the
+    PCIe GPUs (A40, RTX PRO 6000) say nothing (no NVLink domain)."""
+    entry = load_profile(path).gpu_entry(path.stem)
+    spec = load_profile(path).gpu_spec(path.stem, tables=False)
+    if path.stem not in NVLINK:
+        assert entry.nvlink_domain_gpus is None and spec.nvlink_domain_gpus is None
+        return
+    gpus, rate = NVLINK[path.stem]
+    assert (spec.nvlink_domain_gpus, spec.nvlink_Bps) == (gpus, rate * 1e9)
+    for key in ("nvlink_domain_gpus", "nvlink_GBps"):
+        prov = getattr(entry, key).provenance
+        assert prov.kind == "datasheet" and prov.ref.startswith("NVIDIA"), key
+        assert spec.sources[key].startswith("datasheet: NVIDIA"), key
+    assert str(gpus) in entry.nvlink_domain_gpus.provenance.ref
+
+
+@pytest.mark.parametrize("bad", [0, 7.5])
+def test_nvlink_domain_must_be_whole_gpus(tmp_path, bad):
+    entry = _entry(nvlink_domain_gpus={"value": bad, "provenance": {"kind": "datasheet", "ref": "x"}})
+    p = _write(tmp_path, {"schema": "simroute.calib/1", "name": "x", "gpus": {"g": entry}})
+    with pytest.raises(ConfigurationError) as err:
+        load_profile(p)
+    assert "gpus.g.nvlink_domain_gpus" in str(err.value) and "whole number of GPUs" in str(err.value)
 
 
 @pytest.mark.parametrize("path", GPU_FILES, ids=lambda p: p.stem)
@@ -31,9 +64,11 @@ def test_shipped_entry_loads_with_datasheet_peaks(path):
         assert prov.kind == "datasheet" and prov.ref.startswith("NVIDIA"), key
     for key in ("hbm_efficiency", "gemm_efficiency", "attention_efficiency", "iteration_overhead_us"):
         prov = getattr(entry, key).provenance
-        assert prov.kind in ("paper", "default") and prov.ref, key
+        assert prov.kind in ("paper", "default", "fitted") and prov.ref, key
         if prov.kind == "default":      # a default says what it stands in for
             assert "stands in" in prov.ref, key
+        if prov.kind == "fitted":       # fitted to this GPU's shipped measured rows, which it names
+            assert f"calib/ops/{path.stem}/" in prov.ref, key
 
 
 def _entry(**over) -> dict:

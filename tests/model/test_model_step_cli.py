@@ -137,12 +137,34 @@ def test_prefill_tokens_cost_more_than_decode(cli):
 @pytest.mark.parametrize("args", [
     ("--gpu", "nope", "--tokens", "4"), ("--model", "nope", "--tokens", "4"), ("--tokens", "0"),
     ("--tokens", "4", "--decode-seqs", "5"),
-    ("--calib", "h100-ibgda", "--gpu", "a100-80gb", "--tp", "8", "--tokens", "4"),   # no fabric for its all-reduce
     ("--model", "deepseek-v3", "--weights", "int4", "--tokens", "4"),
 ])
 def test_bad_input_one_line_exit_2(cli, args):
     code, out, err = cli("model", "step", *args)
     assert code == 2 and "Traceback" not in out + err and (err or out).strip()
+
+
+def test_a_gpu_no_fabric_connects_needs_fabric_for_tp(cli, tmp_path):
+    """A profile's own GPU entry that no fabric (the profile's, a shipped topology's or a shipped fabric file's)
+    connects: --tp > 1 has no all-reduce fabric, one line naming --fabric."""
+    import yaml
+
+    from simroute.calib import shipped_dir
+    doc = yaml.safe_load((shipped_dir() / "gpus" / "h100-sxm.yaml").read_text())
+    entry = doc["gpus"]["h100-sxm"]
+    entry["operator_tables"]["path"] = str((shipped_dir() / "ops" / "h100-sxm" / "sglang-0.5.14").resolve())
+    for key in ("allreduce_bus_GBps", "allreduce_latency_us"):
+        entry.pop(key)
+    profile = tmp_path / "lone.yaml"
+    profile.write_text(yaml.safe_dump({"schema": "simroute.calib/1", "name": "lone", "gpus": {"lone-gpu": entry}}))
+    code, out, err = cli("model", "step", "--calib", str(profile), "--gpu", "lone-gpu", "--model", "llama-3.1-8b",
+                         "--tp", "8", "--tokens", "4")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "field 'fabric'" in err
+    # a shipped GPU whose hosts a shipped fabric file connects (HGX B200: b200-nvlink5) needs no --fabric
+    code, out, err = cli("model", "step", "--model", "deepseek-v3", "--gpu", "b200-sxm", "--tp", "8", "--tokens", "4",
+                         "--json")
+    assert code == 0, err
+    assert json.loads(out)["inputs"]["allreduce_fabric"] == "b200-nvlink5"
 
 
 @pytest.mark.parametrize("args, field, words", [

@@ -184,6 +184,8 @@ def main() -> None:
     parser.add_argument("--iteration-overhead-us", action="append", default=[], type=float, metavar="US",
                         help="also run the tables with this per-iteration overhead (the shipped entries charge 300 "
                              "us); repeatable: one more run per use")
+    parser.add_argument("--only", default="", help="comma-separated deployment labels (default: both), e.g. "
+                                                   "llama2-7b-a100-tp1")
     parser.add_argument("--no-record", action="store_true")
     args = parser.parse_args()
     trace_csv = args.trace_csv or TRACES[args.trace]
@@ -201,7 +203,11 @@ def main() -> None:
         subprocess.run(["tar", "-x", "-C", str(old_code)], input=archive, check=True)
         figures: dict[str, float | int | str] = {"trace": f"azure_llm_2023_{args.trace}", "requests": args.requests,
                                                  "old": args.old}
-        for deployment in DEPLOYMENTS:
+        chosen = [d for d in DEPLOYMENTS if not args.only or d.label in args.only.split(",")]
+        if not chosen:
+            sys.exit(f"bench_peer_ratio: --only {args.only}: no such deployment "
+                     f"({', '.join(d.label for d in DEPLOYMENTS)})")
+        for deployment in chosen:
             topology = tmp / f"{deployment.label}-topology.yaml"
             topology.write_text(yaml.safe_dump(topology_yaml(deployment), sort_keys=False))
             profile = tmp / f"{deployment.label}-roofline.yaml"
@@ -248,7 +254,8 @@ def main() -> None:
             figures[f"{prefix}_tables_over_implied_peer_from_today_roofline"] = (tables["iter_ms"]
                                                                                  / implied_peer_today_ms)
             figures[f"{prefix}_completed"] = "/".join(str(result["completed"]) for result in runs.values())
-    figures["tables"] = "a100-80gb sglang-0.5.10 / h100-sxm sglang-0.5.14 (aiconfigurator-core 0.12.0)"
+    figures["tables"] = " / ".join(f"{d.gpu} {Path(shipped_entry(d.gpu)['operator_tables']['path']).name}"
+                                   for d in chosen) + " (aiconfigurator-core 0.12.0)"
     record(f"peer ratio (issue 20, indirect: Azure {args.trace} trace, old step model / roofline / tables)", figures,
            target="tables / implied peer mean iteration in [0.8, 1.25]")
 

@@ -17,11 +17,12 @@ from simroute.model.steptime import BatchShape, causal_pairs
 CHUNK = 512                      # the issue's Sarathi chunk
 REL = 1e-9
 # (model, gpu, tp, intra-host fabric, the tables' directory under calib/ops)
-# the pinned gap of the chunk, by hand from the rows (us): 7b 32 layers x (54.249603 measured - 11.494 roofline
-# attention) = 1.368179 ms; 70b 80 x (17.667200 - 2.49 floor + 2 x 61.396799 eager all-reduce - 2 x (3.32 +
+# the pinned gap of the chunk, by hand from the rows (us): 7b 32 layers x (55.125331 measured - 11.494 roofline
+# attention) = 1.396202 ms (TensorRT-LLM 1.0.0's A100 rows, the A100 default; SGLang 0.5.10's gave 54.249603,
+# 1.368179 ms); 70b 80 x (17.667200 - 2.49 floor + 2 x 61.396799 eager all-reduce - 2 x (3.32 +
 # 1.5 x 8 MiB / 365 GB/s)) = 4.990667 ms
-PINNED_GAP_S = {"llama-2-7b a100 tp1": 1.368179e-3, "llama-2-70b h100 tp4": 4.990667e-3}
-DEPLOYMENTS = {"llama-2-7b a100 tp1": ("llama-2-7b", "a100-80gb", 1, "a100-nvlink3", "a100-80gb/sglang-0.5.10"),
+PINNED_GAP_S = {"llama-2-7b a100 tp1": 1.396202e-3, "llama-2-70b h100 tp4": 4.990667e-3}
+DEPLOYMENTS = {"llama-2-7b a100 tp1": ("llama-2-7b", "a100-80gb", 1, "a100-nvlink3", "a100-80gb/trtllm-1.0.0"),
                "llama-2-70b h100 tp4": ("llama-2-70b", "h100-sxm", 4, "h100-nvlink4", "h100-sxm/sglang-0.5.14")}
 # a small Sarathi batch mix: a lone 512-token chunk, 128 decodes at 1k context, and a stall-free mix of 64
 # decodes at 2k with a 448-token chunk after 1k earlier tokens (512 tokens in all)
@@ -92,9 +93,11 @@ def test_the_chunk_gap_is_the_measured_rows_over_the_roofline(deployment):
         allreduce_gap_s = 2 * allreduce_row_s - allreduce_roofline_s
     pinned_gap_s = geometry.layers * (attention_row_s - attention_roofline_s + allreduce_gap_s)
     assert pinned_gap_s == pytest.approx(PINNED_GAP_S[deployment], rel=1e-6)
-    # the rest of the chunk (the GEMMs interpolated between the table's n and k, the LM head) takes back less
-    # than a fifth of the pinned part; the elementwise kernels and the overhead are the roofline's on both
+    # the rest of the chunk (the GEMMs interpolated between the table's n and k, the LM head) takes back part of
+    # the pinned gap: on the H100 less than a fifth; on the A100 most of it, since TensorRT-LLM 1.0.0's measured
+    # GEMMs at 512 tokens (0.894 ms a layer) run 4% under the roofline's A100 GEMM curve, a `default` no
+    # published sweep replaced (0.927 ms); the elementwise kernels and the overhead are the roofline's on both
     assert with_tables.elementwise_s_per_layer == pytest.approx(alone.elementwise_s_per_layer, rel=REL)
     assert with_tables.overhead_s == alone.overhead_s
     gap_s = with_tables.iteration_s - alone.iteration_s
-    assert gap_s > 0.8 * pinned_gap_s
+    assert gap_s > (0.8 if gpu == "h100-sxm" else 0.2) * pinned_gap_s

@@ -150,6 +150,12 @@ def test_device_names_match_their_gpu_entry() -> None:
     assert sc.match_gpu_entry("NVIDIA RTX PRO 6000 Blackwell Server Edition", entries) == "rtxpro6000"
     assert sc.match_gpu_entry("NVIDIA A40", entries) == "a40"
     assert sc.match_gpu_entry("Tesla V100-SXM2-16GB", entries) is None
+    # the Blackwell entries: a GB200's device name holds "b200" too, and the longer token wins
+    entries += ["b200-sxm", "gb200", "b300-sxm", "gb300"]
+    assert sc.match_gpu_entry("NVIDIA B200", entries) == "b200-sxm"
+    assert sc.match_gpu_entry("NVIDIA GB200", entries) == "gb200"
+    assert sc.match_gpu_entry("NVIDIA B300 SXM6 AC", entries) == "b300-sxm"
+    assert sc.match_gpu_entry("NVIDIA GB300", entries) == "gb300"
 
 
 RESULTS = {

@@ -25,6 +25,8 @@ def calib_list() -> None:
     from simroute.calib import load_profile, shipped_dir
     rows = []
     for path in sorted(shipped_dir().rglob("*.yaml")):
+        if path.relative_to(shipped_dir()).parts[0] == "ops":
+            continue                      # operator-table manifests (calib/ops/<gpu>/<set>/tables.yaml), not profiles
         name = str(path.relative_to(shipped_dir()).with_suffix(""))
         if name.startswith(("ops/", "engines/")):      # operator tables' manifests, engine presets: not profiles
             continue

@@ -412,3 +412,10 @@ def test_trim_says_so_in_the_manifest(cli, tree: Path, tmp_path: Path) -> None:
     manifest = yaml.safe_load((out / "tables.yaml").read_text())
     assert "without --trim" in manifest["provenance"]["trimmed"]
     assert manifest["tables"]["gemm"]["rows_measured"] == 4
+
+
+def test_calib_list_shows_profiles_not_operator_table_manifests(cli) -> None:
+    code, text, err = cli("calib", "list")
+    assert code == 0, err
+    assert "INVALID" not in text and "tables.yaml" not in text and "ops/" not in text
+    assert "gpus/b200-sxm" in text and "fabrics/gb200-nvlink5" in text

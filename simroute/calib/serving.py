@@ -26,10 +26,10 @@ from simroute.model.geometry import MODELS
 SERVING_TABLE = Path(__file__).resolve().parent.parent / "data" / "calib" / "serving" / "measured.csv"
 
 FRAMEWORKS = ("sglang", "trtllm", "vllm")               # the names `--engine` takes (issue 35 item 1)
-# GPU names as simroute's GPU entries (calib/gpus/NAME.yaml) spell them. b200-sxm has no entry yet (issue 35
-# item 6): its rows load, and a run of them waits for the entry.
+# GPU names as simroute's GPU entries (calib/gpus/NAME.yaml) spell them. A GPU named here with no entry yet goes
+# in PENDING_GPUS: its rows load, and a run of them waits for the entry (b200-sxm has one since issue 35 item 6).
 GPUS = ("a100-80gb", "b200-sxm", "h100-sxm", "h200-sxm")
-PENDING_GPUS = ("b200-sxm",)
+PENDING_GPUS: tuple[str, ...] = ()
 DEPLOYMENTS = ("baseline", "mtp", "dp-attention", "mtp+dp-attention")
 SPECULATIVE = ("none", "mtp")
 WEIGHT_DTYPES = ("bf16", "fp8")

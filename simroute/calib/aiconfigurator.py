@@ -524,9 +524,10 @@ def import_tables(gpu: str, framework: str, version: str | None, output: str | P
                          f"systems/data/{system_id} ({framework} {version})"}
     full_rows = {kind: int(np.asarray(columns[LATENCY_COLUMN]).size) for kind, columns in tables.items()}
     if trim:
-        tables, trimmed = _trimmed(gpu, framework, version, tables)
+        tables, trimmed, digest = _trimmed(gpu, framework, version, tables)
         for kind, (kept, of) in trimmed.items():
             entries[kind]["rows_measured"] = of
+        provenance["trimmed_for_reads"] = digest
         provenance["trimmed"] = ("rows no shipped model reads were dropped (simroute.calib.trim: every model, TP "
                                  "degree, weight and KV dtype and MLA layout reads the same rows); "
                                  f"`simroute calib import aiconfigurator --gpu {gpu} --framework {framework} "
@@ -540,13 +541,14 @@ def import_tables(gpu: str, framework: str, version: str | None, output: str | P
 
 
 def _trimmed(gpu: str, framework: str, version: str, tables: dict[OpKind, dict[str, Any]]
-             ) -> tuple[dict[OpKind, dict[str, Any]], dict[OpKind, tuple[int, int]]]:
+             ) -> tuple[dict[OpKind, dict[str, Any]], dict[OpKind, tuple[int, int]], str]:
     """The converted tables less the rows no shipped model reads (simroute.calib.trim)."""
-    from simroute.calib.trim import columns_of, table_from_columns, trim_tables
+    from simroute.calib.trim import columns_of, model_reads, reads_digest, table_from_columns, trim_tables
     from simroute.model.optables import OperatorTables
 
     full = OperatorTables(gpu, framework, version, {kind: table_from_columns(kind, columns)
                                                     for kind, columns in tables.items()})
-    kept, counts = trim_tables(full, TRIMMED_KINDS)
+    reads = model_reads(full)
+    kept, counts = trim_tables(full, TRIMMED_KINDS, reads=reads)
     out = {kind: (columns_of(kept.tables[kind]) if kind in counts else columns) for kind, columns in tables.items()}
-    return out, counts
+    return out, counts, reads_digest(reads)

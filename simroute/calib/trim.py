@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -105,6 +106,14 @@ def model_reads(tables: OperatorTables, models: Iterable[str] | None = None) -> 
     return reads
 
 
+def reads_digest(reads: Iterable[Read]) -> str:
+    """A fingerprint of a read set: a trimmed table set records the one it was trimmed for, and a test recomputes it
+    (a new model or composition that reads other rows makes the shipped sets stale until re-imported)."""
+    import hashlib
+    text = repr(sorted((read.kind.value, read.axis, read.fixed) for read in reads))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
 def _selections(table: OpTable) -> list[np.ndarray]:
     """A row mask per distinct combination of the table's categorical columns."""
     cats = list(table.categorical)
@@ -142,10 +151,10 @@ def trim_rows(table: OpTable, reads: Iterable[Read]) -> np.ndarray:
     return keep
 
 
-def trim_tables(tables: OperatorTables, kinds: Iterable[OpKind], models: Iterable[str] | None = None
-                ) -> tuple[OperatorTables, dict[OpKind, tuple[int, int]]]:
+def trim_tables(tables: OperatorTables, kinds: Iterable[OpKind], models: Iterable[str] | None = None,
+                reads: set[Read] | None = None) -> tuple[OperatorTables, dict[OpKind, tuple[int, int]]]:
     """`tables` with the rows of `kinds` no model reads dropped, and (kept, of) rows per trimmed kind."""
-    reads = model_reads(tables, models)
+    reads = model_reads(tables, models) if reads is None else reads
     out: dict[OpKind, OpTable] = dict(tables.tables)
     counts: dict[OpKind, tuple[int, int]] = {}
     for kind in kinds:
@@ -178,3 +187,38 @@ def columns_of(table: OpTable) -> dict[str, Any]:
                       for value in values.tolist()] for col, values in table.numeric.items()})
     out[LATENCY_COLUMN] = table.latency_us.tolist()
     return out
+
+
+def shipped_trimmed_sets() -> list[Path]:
+    """The shipped table directories written with --trim (their manifest's provenance says `trimmed`)."""
+    from simroute.calib.profile import shipped_dir
+    from simroute.ioutil import load_yaml
+    return [path.parent for path in sorted((shipped_dir() / "ops").glob("*/*/tables.yaml"))
+            if "trimmed" in ((load_yaml(path) or {}).get("provenance") or {})]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Re-import every shipped trimmed set from the installed aiconfigurator-core (or --from), trimmed for what the
+    step model reads now: `python -m simroute.calib.trim [--from DIR]`."""
+    import argparse
+    import shutil
+    import tempfile
+
+    from simroute.calib.aiconfigurator import import_tables
+    from simroute.calib.optables import load_operator_tables
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--from", dest="source", default=None, help="the package's systems/data (default: installed)")
+    args = parser.parse_args(argv)
+    for folder in shipped_trimmed_sets():
+        tables = load_operator_tables(folder)
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "tables"
+            import_tables(tables.gpu, tables.framework, tables.version, out, data_root=args.source, trim=True)
+            shutil.rmtree(folder)
+            # the shipped sets carry no output manifest (simroute.ioutil's record of files it wrote)
+            shutil.copytree(out, folder, ignore=shutil.ignore_patterns(".simroute-manifest.json"))
+        print(f"re-imported {folder}")
+
+
+if __name__ == "__main__":
+    main()

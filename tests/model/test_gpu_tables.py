@@ -38,7 +38,7 @@ def test_a_blackwell_deepseek_step_reads_measured_rows(cli, gpu):
     assert step["term_lookups"]["attention"] == "measured"
     if gpu == "gb200":
         assert step["term_lookups"]["allreduce"] == "extrapolated"
-    assert step["weights_fit"] and step["linear_fp8_rate"] and step["inputs"]["allreduce_fabric"].endswith("nvlink5")
+    assert step["kv_capacity_tokens"] > 0 and step["linear_fp8_rate"] and step["inputs"]["allreduce_fabric"].endswith("nvlink5")
 
 
 def test_every_shipped_table_set_follows_the_directory_convention():

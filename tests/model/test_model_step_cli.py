@@ -159,7 +159,7 @@ def test_a_gpu_no_fabric_connects_needs_fabric_for_tp(cli, tmp_path):
     profile.write_text(yaml.safe_dump({"schema": "simroute.calib/1", "name": "lone", "gpus": {"lone-gpu": entry}}))
     code, out, err = cli("model", "step", "--calib", str(profile), "--gpu", "lone-gpu", "--model", "llama-3.1-8b",
                          "--tp", "8", "--tokens", "4")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "field 'fabric'" in err
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "field '--fabric'" in err
     # a shipped GPU whose hosts a shipped fabric file connects (HGX B200: b200-nvlink5) needs no --fabric
     code, out, err = cli("model", "step", "--model", "deepseek-v3", "--gpu", "b200-sxm", "--tp", "8", "--tokens", "4",
                          "--json")

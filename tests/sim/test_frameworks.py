@@ -94,12 +94,21 @@ def test_none_is_the_engine_of_the_flags_and_the_gpu_entry_s_overhead():
     assert engine.host is None and engine.ingress_s == engine.egress_s == 0.0 and not engine.schedule_ahead
 
 
+def test_a_preset_reads_its_own_framework_s_tables_where_they_are_shipped():
+    """calib/ops/h200-sxm/vllm-0.24.0 and trtllm-1.3.0rc20 are shipped: the presets read them."""
+    for name, tables in (("vllm", ("vllm", "0.24.0")), ("trtllm", ("trtllm", "1.3.0rc20"))):
+        engine, spec = resolve_engine(_cfg(engine=name), _h200(), layers=61, kv_capacity_tokens=794_880)
+        assert (spec.operator_tables.framework, spec.operator_tables.version) == tables
+        assert not any("no calib/ops" in note for note in engine.notes)
+
+
 def test_a_preset_without_tables_for_the_gpu_reads_the_gpu_entry_s_own_and_says_so():
-    engine, spec = resolve_engine(_cfg(engine="vllm"), _h200(), layers=61, kv_capacity_tokens=794_880)
-    if (spec.operator_tables.framework, spec.operator_tables.version) == ("vllm", "0.24.0"):
-        pytest.skip("calib/ops/h200-sxm/vllm-0.24.0 is shipped: the preset reads its own tables")
-    assert engine.tables == "h200-sxm sglang 0.5.14"
-    assert any("no calib/ops/h200-sxm/vllm-0.24.0 tables" in note for note in engine.notes)
+    """RTX PRO 6000 ships SGLang 0.5.14 tables only: the vllm preset reads those, and says so."""
+    from simroute.calib import default_profile_path
+    rtx = load_profile(default_profile_path()).find_gpu_spec("rtxpro6000")
+    engine, spec = resolve_engine(_cfg(engine="vllm"), rtx, layers=32, kv_capacity_tokens=100_000)
+    assert (spec.operator_tables.framework, spec.operator_tables.version) == ("sglang", "0.5.14")
+    assert any("no calib/ops/rtxpro6000/vllm-0.24.0 tables" in note for note in engine.notes)
 
 
 def test_a_gpu_without_tables_takes_the_default_framework_and_says_so():

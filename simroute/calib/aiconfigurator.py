@@ -513,7 +513,7 @@ def import_tables(gpu: str, framework: str, version: str | None, output: str | P
                          if "device" in frame else system_id, "collection_meta": _meta(path)}
         if kind is OpKind.ALLREDUCE and nccl is not None:
             entries[kind]["nccl_file"] = f"aiconfigurator_core/systems/data/{nccl_path.relative_to(root)}"
-    ep_tables, ep_entries = _ep_tables(root, system_name, framework)
+    ep_tables, ep_entries = _ep_tables(root, system_id, framework)
     tables.update(ep_tables)
     entries.update(ep_entries)
     if not tables:

@@ -497,10 +497,10 @@ def _deployment_step(*, model: str, gpu: str, tp_size: int, tokens: int, decode_
     # the group's shape (simroute.model.limits, the one feasibility module) before any table is read
     check_parallel(geometry, deployment, mtp, fields)
     prof, gpu_prof = _step_profile(calib, gpu)
-    fab = _allreduce_fabric(prof, gpu, fabric, tp_size if hosts == 1 else GPUS_PER_HGX)
+    fab, fab_prof = _allreduce_fabric(prof, gpu, fabric, tp_size if hosts == 1 else GPUS_PER_HGX)
     intra = (float("inf"), 0.0)
     if fab is not None:
-        params = prof.fabric_params(fab)
+        params = fab_prof.fabric_params(fab)
         intra = (params.bulk_Bps, params.t_probe_s)
     inter = None
     if CROSS_HOST_FABRIC in prof.fabrics:

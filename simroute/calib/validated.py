@@ -129,7 +129,8 @@ def stale() -> list[str]:
 
 
 def main() -> None:
-    RECORD.write_text(json.dumps(build_record(), indent=1) + "\n")
+    from simroute.ioutil import write_text_atomic
+    write_text_atomic(RECORD, json.dumps(build_record(), indent=1) + "\n")
     print(f"wrote {RECORD}")
 
 

@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from simroute.ioutil import write_text_atomic
 from simroute.probes.framework import ProbeSkipped
 
 STEP_TOLERANCE = 0.10        # an exchange more than 10% above its Q = 1 time has left the context cache
@@ -111,8 +112,7 @@ def _pe_main(rank: int, nranks: int, uid_file: Path, out: Path, quick: bool, tim
                 cps.synchronize()
         if int(err.get()[0]):
             raise TimeoutError("a signal did not arrive within the spin-wait deadline (lost signal?)")
-        out.with_suffix(".tmp").write_text(json.dumps({"rank": rank, "exchange_s": results}))
-        os.replace(out.with_suffix(".tmp"), out)
+        write_text_atomic(out, json.dumps({"rank": rank, "exchange_s": results}))
     finally:
         for arr in (src, dst, sig):
             nvshmem.free_array(arr)

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from simroute.ioutil import atomic_path, write_text_atomic
 from simroute.probes.framework import MissingDependency, ProbeSkipped
 from simroute.probes.gpu_common import SPIN_WAIT_CUDA, Deadline, import_cupy
 
@@ -54,9 +55,8 @@ def _init(rank: int, nranks: int, uid_file: Path, deadline: Deadline) -> tuple[A
     dev.set_current()
     if rank == 0:
         uid = nvshmem.get_unique_id()
-        tmp = uid_file.with_suffix(".tmp")
-        tmp.write_bytes(pickle.dumps(uid))
-        os.replace(tmp, uid_file)
+        with atomic_path(uid_file) as tmp:
+            tmp.write_bytes(pickle.dumps(uid))
     else:
         while not uid_file.exists():
             deadline.check("waiting for PE 0's unique id")
@@ -136,8 +136,7 @@ def _pe_main(rank: int, nranks: int, uid_file: Path, out: Path, quick: bool, tim
                     seconds = ping.exchange(rank, peer, mq * q_bytes, mq * p_bytes, max(iters // (1 + mq // 256), 5))
                     samples.append({"series": "full_rt", "x": float(mq), "value": seconds, "unit": "s",
                                     "row_bytes": float(row)})
-        (out.with_suffix(".tmp")).write_text(json.dumps({"rank": rank, "samples": samples}))
-        os.replace(out.with_suffix(".tmp"), out)
+        write_text_atomic(out, json.dumps({"rank": rank, "samples": samples}))
     finally:
         ping.close()
         nvshmem.finalize()

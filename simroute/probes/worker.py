@@ -13,13 +13,12 @@ import sys
 import traceback
 from pathlib import Path
 
+from simroute.ioutil import write_text_atomic
 from simroute.probes.framework import MissingDependency, ProbeSkipped
 
 
 def _write(path: Path, obj: dict) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, default=float))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(obj, default=float))
 
 
 def main(argv: list[str]) -> int:

@@ -31,11 +31,11 @@ def test_a_full_disk_while_a_run_writes_is_one_line_and_keeps_the_previous_run(c
     code, _, err = cli("run", "--max-requests", "5", "-o", out)
     assert code == 0, err
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    import simroute.ioutil as ioutil
+    from simroute.ioutil import manifests
 
     def full(directory, *_kind):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory / ioutil.MANIFEST))
-    monkeypatch.setattr(ioutil, "_write_manifest", full)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory / manifests.MANIFEST))
+    monkeypatch.setattr(manifests, "_write_manifest", full)
     code, _, err = cli("run", "--max-requests", "5", "--seed", "4", "-o", out)
     line = one_line(err)
     assert code == 2 and "no space left" in line and str(tmp_path) in line, line
@@ -70,11 +70,11 @@ def test_a_full_disk_while_writing_figures_leaves_the_folder_as_it_was(cli, tmp_
 
 
 def test_a_read_only_file_system_is_one_line(cli, tmp_path, monkeypatch):
-    import simroute.ioutil as ioutil
+    from simroute.ioutil import temps
 
     def read_only(*_args, **kwargs):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), kwargs.get("dir"))
-    monkeypatch.setattr(ioutil.tempfile, "mkdtemp", read_only)
+    monkeypatch.setattr(temps.tempfile, "mkdtemp", read_only)
     code, _, err = cli("run", "--max-requests", "5", "-o", tmp_path / "run")
     line = one_line(err)
     assert code == 2 and "read-only" in line.lower() and "run" in line, line
@@ -82,7 +82,7 @@ def test_a_read_only_file_system_is_one_line(cli, tmp_path, monkeypatch):
 
 
 def test_a_read_only_file_system_at_the_rename_keeps_the_old_output(cli, tmp_path, monkeypatch):
-    import simroute.ioutil as ioutil
+    from simroute.ioutil import atomic
     (tmp_path / "figs").mkdir()
     code, _, err = cli("model", "bandwidth", "-o", tmp_path / "figs")
     assert code == 0, err
@@ -90,7 +90,7 @@ def test_a_read_only_file_system_at_the_rename_keeps_the_old_output(cli, tmp_pat
 
     def read_only(src, dst):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(dst))
-    monkeypatch.setattr(ioutil.os, "replace", read_only)
+    monkeypatch.setattr(atomic.os, "replace", read_only)
     code, _, err = cli("model", "bandwidth", "--mq", "64", "-o", tmp_path / "figs")
     assert code == 2 and "read-only" in one_line(err)
     assert {p.name: p.read_bytes() for p in (tmp_path / "figs").iterdir()} == before

@@ -1,17 +1,16 @@
 """The `simroute` console script.
 
 Each concern registers its commands from its own module (`simroute/cli/<name>_cmd.py`, a `register(app)`
-function), so the CLI stays thin and modules can be added without touching the others. Heavy imports
-(pandas, simpy, matplotlib, the simulator, the flow engine) happen inside the commands, and `run`'s options,
-read from RunConfig, are built on first use (`common.lazy_command`), keeping `--help` and `predict` fast;
-tests/test_light_commands.py checks what they import, bench/bench_cli.py times them.
+function, found by `simroute.registry`), so the CLI stays thin and modules can be added without touching the
+others. Heavy imports (pandas, simpy, matplotlib, the simulator, the flow engine) happen inside the commands,
+and `run`'s options, read from RunConfig, are built on first use (`common.lazy_command`), keeping `--help` and
+`predict` fast; tests/test_light_commands.py checks what they import, bench/bench_cli.py times them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import importlib
 import io
 import os
 import sys
@@ -23,6 +22,7 @@ from typer.core import TyperGroup
 from simroute import __version__
 from simroute.cli.common import PlainValuesMixin
 from simroute.errors import SimrouteError
+from simroute.registry import registry
 
 DEFAULT_COMMAND = "run"     # the product's main job: listed first by `simroute --help`
 
@@ -46,20 +46,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-# Modules under simroute/cli/ that define `register(app: typer.Typer) -> None`.
-COMMAND_MODULES: list[str] = [
-    "topo_cmd",
-    "model_cmd",
-    "calib_cmd",
-    "run_cmd",
-    "calibrate_cmd",
-    "trace_cmd",
-    "study_cmd",
-    "validate_cmd",
-    "report_cmd",
-    "flows_cmd",
-    "plan_cmd",
-]
+# The command groups: every module `simroute/cli/<name>_cmd.py`, discovered by the one registry of named
+# variants, which files its `register(app: typer.Typer) -> None` under <name> (a new group is one new module).
+COMMANDS = registry("command")
 
 
 def _version(value: bool) -> None:
@@ -74,8 +63,8 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """simroute: route the query or move the cache? Simulate it on your cluster."""
 
 
-for _name in COMMAND_MODULES:
-    importlib.import_module(f"simroute.cli.{_name}").register(app)
+for _register in COMMANDS.variants.values():
+    _register(app)
 
 
 def main(argv: list[str] | None = None) -> int:

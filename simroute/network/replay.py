@@ -39,6 +39,7 @@ from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.network.engine import FlowEngine
 from simroute.network.flows import EPS, SAME   # the solvers' "finish together", "rate unchanged"
 from simroute.network.kernels import compiled_available
+from simroute.registry import registry
 
 INF = math.inf
 
@@ -149,12 +150,12 @@ class ReplayBackend(ABC):
     def run(self, flows: FlowSet, capacity_Bps: np.ndarray, latency_s: np.ndarray) -> ReplayResult: ...
 
 
-REPLAY_BACKENDS: dict[str, type[ReplayBackend]] = {}
+REPLAY = registry("replay")      # the one registry of named variants; REPLAY_BACKENDS is its own dict
+REPLAY_BACKENDS: dict[str, type[ReplayBackend]] = REPLAY.classes
 
 
 def register_replay_backend(cls: type[ReplayBackend]) -> type[ReplayBackend]:
-    REPLAY_BACKENDS[cls.name] = cls
-    return cls
+    return REPLAY.register(cls.name)(cls)
 
 
 def replay(flows: FlowSet, capacity_Bps: Sequence[float] | np.ndarray, *,

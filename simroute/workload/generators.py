@@ -21,6 +21,7 @@ import yaml
 from simroute import __version__
 from simroute.checks import check_number
 from simroute.errors import ConfigurationError, UnknownNameError
+from simroute.registry import Registry, registry
 from simroute.workload.schema import MAX_CONCURRENCY_KEY
 from simroute.workload.writer import TraceWriter, open_trace_writer
 
@@ -37,27 +38,31 @@ class Generator:
     doc: str
 
 
-GENERATORS: dict[str, Generator] = {}
+# The one registry of named variants: the modules `simroute/workload/generators_*.py` are discovered on first
+# read (a new scenario is one new module), each filing its `Generator` records with `@register`.
+GENERATOR_REGISTRY: Registry[Generator] = registry("generator")
 
 
 def register(name: str, params: type, doc: str) -> Callable[[GeneratorFn], GeneratorFn]:
     def deco(fn: GeneratorFn) -> GeneratorFn:
-        GENERATORS[name] = Generator(name, params, fn, doc)
+        GENERATOR_REGISTRY.add(name, Generator(name, params, fn, doc))
         return fn
     return deco
 
 
-def _load_all() -> None:
-    # Import for the side effect of registering (kept out of module import to avoid cycles).
-    from simroute.workload import (generators_agents, generators_corpus, generators_disagg,  # noqa: F401
-                                   generators_serving)
+def _load_all() -> dict[str, Generator]:
+    """Every generator, by name (its modules imported on first call)."""
+    return GENERATOR_REGISTRY.variants
+
+
+def __getattr__(name: str) -> Any:
+    if name == "GENERATORS":        # name -> Generator, the generator modules loaded first (not at import: a cycle)
+        return _load_all()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get_generator(kind: str) -> Generator:
-    _load_all()
-    if kind not in GENERATORS:
-        raise UnknownNameError("trace generator", kind, list(GENERATORS))
-    return GENERATORS[kind]
+    return GENERATOR_REGISTRY.get(kind)
 
 
 MAX_PARAM_INT = 2**31 - 1

@@ -31,6 +31,7 @@ from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from simroute.errors import UnknownNameError
+from simroute.registry import registry
 
 if TYPE_CHECKING:
     from simroute.network.bulk import BulkState
@@ -121,17 +122,18 @@ class Solver(ABC):
             self.telemetry.spine_change(flow.spine, 1, now)
 
 
-# Solvers are keyed by an Enum member, not by a name a user types: the engine hands over between modes by
-# member, and a test may key a toy solver on an Enum of its own. So this one table is a dict by mode rather
-# than a `simroute.registry.Registry` (the mechanism for named variants).
-SOLVERS: dict[Enum, type[Solver]] = {}
+# Solvers are filed in the one registry of named variants (`registry("solver")`) under their mode, an Enum
+# member: the engine hands over between modes by member, a StrEnum member is also its word ("arrays"), and a
+# test may key a toy solver on an Enum of its own. SOLVERS is the registry's own dict.
+SOLVER_REGISTRY = registry("solver")
+SOLVERS: dict[Enum, type[Solver]] = SOLVER_REGISTRY.classes
 
 
 def register_solver(cls: type[Solver]) -> type[Solver]:
     """Class decorator: file a solver under its `mode`, refusing a second one for a mode."""
     if cls.mode in SOLVERS:
         raise ValueError(f"solver mode {cls.mode!r} registered twice")
-    SOLVERS[cls.mode] = cls
+    SOLVER_REGISTRY.add(cls.mode, cls)      # type: ignore[arg-type]   (the key is the mode member)
     return cls
 
 

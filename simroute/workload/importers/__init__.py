@@ -15,13 +15,13 @@ from simroute import __version__
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.checks import check_number
 from simroute.ioutil import check_output_path, sha256_file
-from simroute.workload.importers.common import IMPORTER_REGISTRY, ImporterFn, ImportOptions
+from simroute.workload.importers.common import IMPORTERS_BY_NAME, ImporterFn, ImportOptions
 from simroute.workload.writer import TraceWriter, open_trace_writer
 
 def _registry() -> dict[str, ImporterFn]:
-    """Every registered importer (the modules register themselves with `register_importer` on import)."""
-    from simroute.workload.importers import agent, csv_traces, mooncake  # noqa: F401  (register on import)
-    return IMPORTER_REGISTRY
+    """Every registered importer (the registry imports this package's modules on first read; each registers
+    itself with `register_importer`)."""
+    return IMPORTERS_BY_NAME.variants
 
 
 IMPORTERS = ("agent", "azure", "burstgpt", "mooncake")   # format names, importable without the importers

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, BinaryIO, Callable
 import numpy as np
 
 from simroute.errors import ConfigurationError
+from simroute.registry import Registry, registry
 
 if TYPE_CHECKING:
     from simroute.workload.writer import TraceWriter
@@ -121,15 +122,16 @@ def row_positions(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 ImporterFn = Callable[["TraceWriter", list[Path], "ImportOptions"], None]
-IMPORTER_REGISTRY: dict[str, ImporterFn] = {}
+IMPORTERS_BY_NAME: Registry[ImporterFn] = registry("importer")    # the one registry of named variants
+IMPORTER_REGISTRY: dict[str, ImporterFn] = IMPORTERS_BY_NAME.registered   # its dict, not loading it
 
 
 def register_importer(name: str) -> Callable[[ImporterFn], ImporterFn]:
-    """Register an importer under its format name: a new format is one module with one decorated function
-    (plus its import in `importers._load_all`, which keeps module import free of cycles)."""
+    """Register an importer under its format name: a new format is one module of `simroute/workload/importers/`
+    with one decorated function (the registry imports the package's modules on first read)."""
     def decorate(fn: ImporterFn) -> ImporterFn:
         if name in IMPORTER_REGISTRY:
             raise ValueError(f"importer '{name}' registered twice")
-        IMPORTER_REGISTRY[name] = fn
+        IMPORTERS_BY_NAME.add(name, fn)
         return fn
     return decorate

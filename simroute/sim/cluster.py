@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
-from simroute.calib.profile import Profile
 from simroute.errors import ConfigurationError
-from simroute.model.cost import CostParams, FabricParams
+from simroute.model.cost import FabricParams
 from simroute.model.staging import StagingParams
 from simroute.network import FlowEngine, Topology
+from simroute.sim.calibration import RunCalibration
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
 from simroute.sim.placements.base import ChunkTable, PlacementResult
@@ -122,15 +122,13 @@ class Cluster:
     simulated time.
     """
 
-    def __init__(self, env: simpy.Environment, topology: Topology, profile: Profile, params: CostParams,
+    def __init__(self, env: simpy.Environment, topology: Topology, calibration: RunCalibration,
                  config: RunConfig, compute: ComputeModel, chunks: ChunkStore,
-                 popularity: np.ndarray | None = None, *, chunk_capacity_bytes: float,
-                 staging: StagingParams | None = None) -> None:
-        self.topology, self.profile, self.params, self.config = topology, profile, params, config
+                 popularity: np.ndarray | None = None, *, chunk_capacity_bytes: float) -> None:
+        self.topology, self.calibration, self.params, self.config = topology, calibration, calibration.params, config
         self.chunk_capacity_bytes = chunk_capacity_bytes   # what placement may pin per instance (engine HBM)
-        # the holders' staging mechanisms (simroute.model.staging): the run's GPU's, else the profile's GPU's
-        staging = staging or profile.staging_params(config.staging_copy_GBps)
-        self.instances = self._build_instances(env, topology, config, compute, staging)
+        # the holders' staging mechanisms (simroute.model.staging), resolved for the run's GPU (sim/calibration.py)
+        self.instances = self._build_instances(env, topology, config, compute, calibration.staging)
         self.rank_flows = self._rank_flows()
         self.active = np.zeros(len(self.instances), dtype=np.int64)   # requests in flight per requester
         self._fabric_ids: dict[tuple[int, int], int] = {}
@@ -243,7 +241,7 @@ class Cluster:
             if name not in self.params.fabric_index:
                 raise ConfigurationError(
                     f"topology {self.config.topology} puts {a.gpu} -> {b.gpu} on fabric '{name}', which profile "
-                    f"'{self.profile.name}' lacks (it has: {', '.join(self.params.fabric_index)}); fix the "
+                    f"'{self.calibration.profile}' lacks (it has: {', '.join(self.params.fabric_index)}); fix the "
                     f"topology's fabric names or use a profile that calibrates '{name}'",
                     file=self.config.calib, field=f"fabrics.{name}")
             fabric = self._fabric_ids[key] = self.params.fabric_index[name]

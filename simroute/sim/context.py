@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 import simpy
 
-from simroute.calib.profile import Profile
 from simroute.model.cost import CostParams
 from simroute.model.scalar import ScalarModel
 from simroute.network import FlowEngine, Topology
+from simroute.sim.calibration import RunCalibration
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
 from simroute.sim.metrics import Recorder
@@ -32,7 +32,8 @@ class SimContext:
     """The run's shared state.
 
     - `env`, `network`, `topology`: the SimPy clock and the flow engine on the topology.
-    - `profile`, `params`, `compute`: the calibration, the cost parameters, the GPU-time formulas.
+    - `calibration`, `params`, `compute`: the profile resolved for this run (`sim/calibration.py`: GPU entry,
+      step model, staging pool, NIC constants, its files), its cost parameters, the GPU-time formulas.
     - `model` (decisions) and `floor_model` (the uncongested TTFT floor: no host overhead, which the
       simulator does not charge).
     - `cluster`: instances, chunks and placement.
@@ -48,7 +49,7 @@ class SimContext:
     env: simpy.Environment
     topology: Topology
     network: FlowEngine
-    profile: Profile
+    calibration: RunCalibration
     params: CostParams
     compute: ComputeModel
     model: ScalarModel

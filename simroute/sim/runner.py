@@ -18,29 +18,24 @@ from typing import Any, Callable
 import numpy as np
 import simpy
 
-from simroute.calib import load_profile
-from simroute.calib.profile import Profile
 from simroute.errors import ConfigurationError
 from simroute.ioutil import sha256_file
 from simroute.model.geometry import ModelGeometry
 from simroute.model.scalar import ScalarModel
-from simroute.model.steptime import StepTimeModel
 from simroute.network import FlowEngine, load_topology
-from simroute.network.messages import NIC_CONSTANTS, MessageModel, MessageModelParams
 from simroute.network.schema import flows_metadata
 from simroute.sim.arrivals import Arrivals, arrival_load, attendance_counts, over_window
+from simroute.sim.calibration import resolve_calibration
 from simroute.sim.cluster import ChunkStore, Cluster, Instance
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
 from simroute.sim.context import SimContext
-from simroute.sim.deployment import check_run_deployment
 from simroute.sim.engine import BLOCK_TOKENS, EngineOptions
 from simroute.sim.engine.build import EngineSet
 from simroute.sim.engine.serving import ChunkCopies
 from simroute.sim.launch import launch
 from simroute.sim.metrics import (Recorder, holder_summary, holder_table, overload, serving_summary, summarise,
                                   write_outputs)
-from simroute.sim.presets import ResolvedEngine, resolve_engine
 from simroute.sim.registry import registry, run_rng
 from simroute.sim.request import path_share_Bps
 from simroute.sim.schedulers.base import Scheduler
@@ -107,16 +102,12 @@ class Simulation:
         self.cfg = cfg
         self.progress = progress
         topology = load_topology(cfg.topology, hosts=cfg.hosts)
-        profile = load_profile(cfg.calib)
-        deployment = check_run_deployment(topology.spec, profile, model=cfg.model, tp=cfg.tp, gpu=cfg.gpu,
-                                          weights=cfg.weights, kv_layout=cfg.kv_layout, hbm_gb=cfg.hbm_gb,
-                                          cache_dtype=cfg.kv_cache)
-        self.gpu = deployment.gpu
-        params = profile.cost_params(cfg.model, route_exchanges=cfg.route_exchanges, prefill_us=cfg.prefill_us,
-                                     cache_dtype=cfg.kv_cache)
+        calibration = resolve_calibration(cfg, topology.spec)      # the profile, asked once (sim/calibration.py)
+        self.gpu = calibration.gpu
+        params = calibration.params
         env = simpy.Environment()
         network = FlowEngine(env, topology, routing=cfg.routing, seed=cfg.seed, record_series=cfg.link_series,
-                             keep_records=cfg.telemetry, message_model=nic_message_model(profile))
+                             keep_records=cfg.telemetry, message_model=calibration.messages)
         compute = ComputeModel(params)
         self.meta = read_trace_meta(cfg.trace)
         chunks, self._sorted_chunk_ids = read_chunk_store(cfg.trace, compute.kv_bytes_per_token)
@@ -124,21 +115,20 @@ class Simulation:
         popularity = attendance_counts(cfg.trace, chunks.ids) if needs_popularity else None
         gpus = topology.gpus[::cfg.tp]
         fabric_of = lambda a, b: cluster.fabric(cluster.instances[a], cluster.instances[b])
-        self.engine, step = engine_and_step(cfg, profile, topology.spec.intra.fabric, self.gpu, deployment.step)
+        self.engine = calibration.engine
         cfg = self.cfg = self.engine.applied(cfg)       # the settings that ran, as the summary records them
-        engines = EngineSet(env, profile, model=cfg.model, tp=cfg.tp, gpus=gpus,
+        engines = EngineSet(env, None, model=cfg.model, tp=cfg.tp, gpus=gpus,
                             intra_host_fabric=topology.spec.intra.fabric, network=network, fabric_of=fabric_of,
                             options=engine_options(cfg, self.engine.schedule_ahead),
                             exchanges_per_step=params.exchanges, merge_s=params.merge_s, hbm_gb=cfg.hbm_gb,
                             record=cfg.telemetry, host_gpu=self.gpu, weight_dtype=cfg.weights,
                             kv_layout=cfg.kv_layout, schedulers=scheduler_factory(cfg), cache_dtype=cfg.kv_cache,
-                            step=step, ingress_s=self.engine.ingress_s, egress_s=self.engine.egress_s)
+                            step=calibration.step, ingress_s=self.engine.ingress_s, egress_s=self.engine.egress_s)
         # Canonical chunks may pin `chunk_hbm_share` of what the weights leave (in the chunks' byte units).
         chunk_capacity = (engines[0].hbm.capacity_blocks * BLOCK_TOKENS * compute.kv_bytes_per_token
                           * cfg.chunk_hbm_share) if len(engines) else 0.0
-        cluster = Cluster(env, topology, profile, params, cfg, compute, chunks, popularity,
-                          chunk_capacity_bytes=chunk_capacity,
-                          staging=profile.staging_params(cfg.staging_copy_GBps, gpu_spec=engines.step.gpu))
+        cluster = Cluster(env, topology, calibration, cfg, compute, chunks, popularity,
+                          chunk_capacity_bytes=chunk_capacity)
         copies = ChunkCopies(engines, chunks.holders, chunks.pins_at, chunks.tokens)
         copies.pin_canonical(_chunks_per_instance(chunks.holders, len(cluster.instances)))
         n = int(self.meta["requests"])
@@ -149,7 +139,7 @@ class Simulation:
         self.concurrency = cfg.concurrency if cfg.concurrency is not None else self.meta.get(MAX_CONCURRENCY_KEY)
         self.arrivals: Arrivals | None = None
         self.ctx = SimContext(
-            config=cfg, env=env, topology=topology, network=network, profile=profile, params=params,
+            config=cfg, env=env, topology=topology, network=network, calibration=calibration, params=params,
             compute=compute, model=ScalarModel(params),
             floor_model=ScalarModel(replace(params, host_overhead=False)),   # the simulator charges no host overhead
             cluster=cluster,
@@ -198,14 +188,7 @@ class Simulation:
     def _result(self, wall: float) -> RunResult:
         cfg, ctx = self.cfg, self.ctx
         cluster, topology = ctx.cluster, ctx.topology
-        calib_files = list(ctx.profile.files)
-        gpu_file = ctx.profile.gpu_entry_file(self.gpu)    # the instances' GPU entry, when read from a file
-        if gpu_file is not None and str(gpu_file) not in map(str, calib_files):
-            calib_files.append(gpu_file)
-        if self.engine.preset_file is not None:      # the engine preset is an input too
-            from simroute.calib.engines import engines_dir
-            name = self.engine.preset_file
-            calib_files.append(engines_dir() / Path(name).name if name.startswith("calib/engines/") else Path(name))
+        calib_files = ctx.calibration.files      # the profile's, the GPU entry's and the engine preset's files
         calib = hashlib.sha256("".join(sha256_file(f) for f in calib_files).encode()).hexdigest()
         inputs = {"topology": sha256_file(cfg.topology), "trace": sha256_file(cfg.trace),
                   "calib": calib, "calib_files": [str(f) for f in calib_files]}
@@ -360,38 +343,12 @@ def scheduler_factory(cfg: RunConfig) -> Callable[[], Scheduler]:
     return lambda: schedulers.create(cfg.scheduler, cfg, rng)
 
 
-def engine_and_step(cfg: RunConfig, profile: Profile, intra_host_fabric: str | None, host_gpu: str | None,
-                    sized: StepTimeModel) -> tuple[ResolvedEngine, StepTimeModel]:
-    """The run's engine preset resolved for its deployment (simroute.sim.presets), and the step-time model of its
-    instances: the preset's kernel tables and CPU-side costs. `sized` is the deployment's checked step model
-    (`check_run_deployment`), read for its sizes (weights and KV bytes per GPU) only."""
-    from simroute.model.geometry import get_model
-    from simroute.sim.deployment import instance_gpu
-    source, spec, fabric = instance_gpu(profile, intra_host_fabric, host_gpu)
-    hbm_bytes = cfg.hbm_gb * 1e9 if cfg.hbm_gb is not None else None
-    kv_tokens = int(max((hbm_bytes if hbm_bytes is not None else spec.hbm_bytes) - sized.weight_bytes_per_gpu, 0.0)
-                    // sized.kv_bytes_per_token_per_gpu)
-    engine, spec = resolve_engine(cfg, spec, layers=get_model(cfg.model).layers, kv_capacity_tokens=kv_tokens,
-                                  hbm_bytes=hbm_bytes)
-    step = source.step_model(cfg.model, tp=cfg.tp, intra_host_fabric=fabric, gpu_spec=spec, weight_dtype=cfg.weights,
-                             kv_layout=cfg.kv_layout, cache_dtype=cfg.kv_cache, host=engine.host)
-    return engine, step
-
-
 def engine_options(cfg: RunConfig, schedule_ahead: bool = False) -> EngineOptions:
-    """The instance engines' options from the run configuration (its engine settings resolved: `engine_and_step`)."""
+    """The instance engines' options from the run configuration (its engine settings resolved: sim/calibration.py)."""
     return EngineOptions(scheduler=cfg.scheduler, max_running=cfg.max_running_seqs, token_budget=cfg.token_budget,
                          prefill_chunk=cfg.prefill_chunk, steps_per_event=cfg.decode_steps_per_event,
                          holder_mode=cfg.holder_mode, interference=cfg.holder_interference,
                          overlap=cfg.micro_batch_overlap, check_hbm=cfg.check_hbm, schedule_ahead=schedule_ahead)
-
-
-def nic_message_model(profile) -> MessageModel | None:
-    """A message model with the NIC constants a measured profile carries (the nic-qp-sweep probe's), else None:
-    the engine's default model."""
-    measured = {name: constant.value for name, constant in profile.constants.items()
-                if name in NIC_CONSTANTS and constant.value is not None}
-    return MessageModel(MessageModelParams.from_profile(measured)) if measured else None
 
 
 def simulate(cfg: RunConfig, out_dir: str | Path | None = None,

@@ -46,7 +46,7 @@ def test_measured_nic_constants_reach_the_message_model(tmp_path):
     from simroute.probes.assemble import gpu_constants
     from simroute.probes.framework import ProbeOutcome
     from simroute.probes.registry import PROBES
-    from simroute.sim.runner import nic_message_model
+    from simroute.sim.calibration import nic_message_model
 
     class Prov:
         def measured(self, ref):

@@ -25,15 +25,15 @@ class EngineSet:
     rank of the tensor-parallel group (an MLA latent is replicated on every rank; GQA heads are split).
     """
 
-    def __init__(self, env: simpy.Environment, profile: Profile, *, model: str, tp: int, gpus: Seq[str],
+    def __init__(self, env: simpy.Environment, profile: Profile | None, *, model: str, tp: int, gpus: Seq[str],
                  intra_host_fabric: str | None, network: Any, fabric_of: Callable[[int, int], Any],
                  options: EngineOptions, exchanges_per_step: int, merge_s: float, hbm_gb: float | None = None,
                  record: bool = True, host_gpu: str | None = None, weight_dtype: str | None = None,
                  kv_layout: str = "replicated", schedulers: Callable[[], Scheduler] | None = None,
                  cache_dtype: str | None = None, step: StepTimeModel | None = None, ingress_s: float = 0.0,
                  egress_s: float = 0.0) -> None:
-        # a run hands the step model its engine preset built (simroute.sim.presets); one built alone takes the GPU
-        # entry's tables and overhead
+        # a run hands the step model its engine preset built (simroute.sim.presets, resolved with the profile in
+        # sim/calibration.py); one built alone (a unit test) takes `profile`'s GPU entry tables and overhead
         from simroute.sim.deployment import step_model
         self.step: StepTimeModel = step if step is not None else step_model(
             profile, model, tp, intra_host_fabric, host_gpu, weight_dtype, kv_layout, cache_dtype)

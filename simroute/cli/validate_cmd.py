@@ -36,6 +36,10 @@ def validate(
     ark_duration: float = typer.Option(60.0, help="Simulated seconds per ARK sweep point."),
     seed: int = typer.Option(0, help="Seed of the ARK sweep traces."),
     strict: bool = typer.Option(False, "--strict", help="Exit 1 if any predicted row fails (for CI gates)."),
+    serving: bool = typer.Option(False, "--serving", help="Score simulated serving runs against the public measured "
+                                 "serving benchmarks of calib/serving/measured.csv instead of the papers' claims "
+                                 "(--only: substrings of row ids). Example: simroute validate --serving --only "
+                                 "h200-trtllm-1k1k -j 2"),
 ) -> None:
     """Score every claim simroute reproduces from the two papers: paper value, simulated value, band, verdict.
 
@@ -43,7 +47,14 @@ def validate(
     (an implementation check: the value is arithmetic of the constants it is compared with); only predicted
     rows count in the verdict. A failing predicted row is a finding, reported with its numbers; --strict turns
     any into exit code 1. Progress goes to stderr. Example: simroute validate -j 2 --json --only table1,ark
+
+    --serving: the serving scorecard (docs/VALIDATION.md "Serving"): per measured row and metric (median TTFT,
+    mean TPOT, output tokens/s per GPU) measured, simulated, ratio and verdict (pass inside 0.67-1.5x), a
+    summary per metric, and the fitted constants with the rows they were fitted to (those rows are not judged).
     """
+    if serving:
+        _serving(json_out=json_out, only=only, full=full, jobs=jobs, quiet=quiet, ark=ark, strict=strict)
+        return
     from simroute.scenarios.validate import (FULL_SECTIONS, SECTIONS, default_jobs, scorecard, section_names,
                                              select_sections, summary)
     # every flag is checked before any section runs (a bad value must not cost minutes of simulation first)
@@ -82,6 +93,67 @@ def validate(
         for r in rows:
             if r.note:
                 typer.echo(f"- {r.id} ({r.kind}, {r.verdict}): {r.note}")
+    if counts["failed"] and strict:
+        raise typer.Exit(1)
+
+
+def _serving(*, json_out: bool, only: str | None, full: bool, jobs: int | None, quiet: bool, ark: bool,
+             strict: bool) -> None:
+    """`validate --serving`: every flag checked first, then the replays, then the table (or JSON)."""
+    from simroute.scenarios import serving as sv
+    from simroute.scenarios.validate import default_jobs
+    if full or ark:
+        raise ConfigurationError("--serving runs the serving scorecard alone; leave --full and --ark out",
+                                 field="--full" if full else "--ark")
+    names = None
+    if only is not None:
+        names = [s.strip() for s in only.split(",") if s.strip()]
+        if not names:
+            raise ConfigurationError(f"{only!r} names no row; give comma-separated substrings of row ids of "
+                                     "calib/serving/measured.csv, or leave --only out", field="--only")
+    workers = default_jobs() if jobs is None else int(check_number(jobs, "--jobs", integer=True, minimum=1,
+                                                                    maximum=MAX_JOBS))
+    rows, skipped = sv.cases(only=names)
+    fitted = sv.fitted_constants(gpus=sorted({row.gpu for row in rows}))
+
+    def progress(what: str, done: int, total: int, cpu_s: float) -> None:
+        print(f"validate --serving [{done}/{total}] {what} ({cpu_s:.1f} CPU s)", file=sys.stderr, flush=True)
+
+    points = sv.scorecard(rows, jobs=workers, progress=None if quiet else progress, fitted=fitted)
+    counts = sv.summary(points)
+    reasons: dict[str, int] = {}
+    for _, reason in skipped:
+        reasons[reason] = reasons.get(reason, 0) + 1
+    if json_out:
+        echo_json({"points": [p.as_dict() for p in points], "summary": counts, "band": list(sv.BAND),
+                   "skipped": [{"id": row.id, "reason": reason} for row, reason in skipped],
+                   "fitted_constants": [{"file": c.file, "name": c.name, "ref": c.ref, "points": list(c.points),
+                                         "rows": list(c.rows)} for c in fitted]})
+    else:
+        table(f"measured serving benchmarks (calib/serving/measured.csv), simulated; band {sv.BAND[0]}-{sv.BAND[1]}x",
+              ["row", "metric", "version", "load", "holdout", "fitted_to", "measured", "simulated", "ratio",
+               "verdict"],
+              [[p.id, p.metric, p.version, p.workload, str(p.holdout).lower(), p.fitted_to or "-",
+                f"{_fmt(p.measured)} {p.unit}", f"{_fmt(p.simulated)} {p.unit}", f"{p.ratio:.2f}",
+                ("pass" if p.verdict == "pass" else "FAIL") if p.judged else "fitted"] for p in points])
+        groups = [[name, metric, str(g["n"]), f"{100 * g['median_abs_err']:.1f}%", str(g["outside_band"])]
+                  for name, group in counts.get("groups", {}).items() for metric, g in group.items()]
+        for metric, entry in counts["metrics"].items():
+            for label in ("all", "holdout", "not holdout"):
+                if label in entry:
+                    g = entry[label]
+                    groups.append([f"{label}", metric, str(g["n"]), f"{100 * g['median_abs_err']:.1f}%",
+                                   f"{g['outside_band']} ({g['min_ratio']:.2f}-{g['max_ratio']:.2f}x)"])
+        table("summary of judged points: median |simulated / measured - 1|", ["group", "metric", "n", "median |err|",
+                                                                             "outside band"], groups)
+        typer.echo(f"{counts['passed']} of {counts['judged']} judged points pass ({counts['failed']} fail) over "
+                   f"{counts['rows']} rows, frameworks {', '.join(counts['frameworks']) or '-'}, GPUs "
+                   f"{', '.join(counts['gpus']) or '-'}; {counts['fitted']} points on rows a constant was fitted to")
+        typer.echo("fitted constants (kind: fitted) the replays read, and the rows of the table they were fitted to:")
+        for c in fitted:
+            typer.echo(f"- {c.file} {c.name}: {', '.join(c.rows) or 'no row of the table'} ({c.ref[:100]})")
+        if reasons:
+            typer.echo(f"not replayed: {len(skipped)} rows: " + "; ".join(f"{n} {r}" for r, n in reasons.items()))
     if counts["failed"] and strict:
         raise typer.Exit(1)
 

@@ -45,34 +45,17 @@ def rows():
 
 
 def engine_values(engine: str, row) -> dict:
-    """The RunConfig fields of `engine` for `row` (see the module)."""
+    """The RunConfig fields of `engine` for `row` (see the module); `launched` is what `validate --serving` runs."""
+    from simroute.scenarios.serving import engine_values as launched
     if engine == "none":
-        return {"engine": "none"}
+        return {"engine": "none", "model": row.model}
     if engine == "preset":
-        return {"engine": "sglang"}
-    flags = {"engine": "sglang"}
-    if row.chunked_prefill_tokens is not None:
-        flags["prefill_chunk"] = row.chunked_prefill_tokens
-        flags["token_budget"] = row.chunked_prefill_tokens     # --max-prefill-tokens, set equal in every script
-    if row.max_running_requests is not None:
-        flags["max_running_seqs"] = row.max_running_requests
-    if row.cuda_graph_max_bs is not None:
-        flags["cuda_graph_max_batch"] = row.cuda_graph_max_bs
-    return flags
-
-
-def simulated(trace: Path, values: dict) -> dict:
-    from simroute.calib import default_profile_path
-    from simroute.network import default_topology_path
-    from simroute.sim import RunConfig, simulate
-    cfg = RunConfig(topology=str(default_topology_path()), trace=str(trace), calib=str(default_profile_path()),
-                    hosts=1, model="deepseek-r1", seed=0, **values)
-    serving = simulate(cfg).summary["serving"]
-    return {"ttft_median_ms": serving["ttft_ms"]["median"], "tpot_mean_ms": serving["tpot_ms"]["mean"],
-            "output_throughput_per_gpu_tok_s": serving["throughput_per_gpu"]["output_tokens_per_s"]}
+        return {"engine": "sglang", "model": row.model}
+    return launched(row)
 
 
 def main() -> None:
+    from simroute.scenarios.serving import replay, trace_params
     from simroute.workload import generate
     args = sys.argv[1:]
     engines = ENGINES
@@ -87,16 +70,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         traces: dict[tuple, Path] = {}
         for row in chosen:
-            load = (row.isl, row.osl, row.range_ratio, row.num_prompts, row.concurrency)
+            load = tuple(sorted(trace_params(row).items()))
             if load not in traces:
-                traces[load] = generate("serving", Path(tmp) / f"t{len(traces)}.parquet", seed=0, params={
-                    "input_tokens": row.isl, "output_tokens": row.osl, "range_ratio": row.range_ratio,
-                    "requests": row.num_prompts, "concurrency": row.concurrency})
+                traces[load] = generate("serving", Path(tmp) / f"t{len(traces)}.parquet", seed=0,
+                                        params=trace_params(row))
             for engine in engines:
                 values = engine_values(engine, row)
                 key = (load, tuple(sorted(values.items())))
                 if key not in cache:
-                    cache[key] = simulated(traces[load], values)
+                    cache[key] = replay(traces[load], values)
                 results[(row.id, engine)] = cache[key]
                 print(f"  {row.id} {engine}: " + ", ".join(f"{m}={cache[key][c]:.1f}" for m, c in METRICS),
                       file=sys.stderr, flush=True)

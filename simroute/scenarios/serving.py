@@ -177,18 +177,24 @@ def trace_params(row: ServingRow) -> dict:
     return params
 
 
-def simulate_row(row: ServingRow, directory: Path, seed: int = 0) -> dict[str, float]:
-    """Replay one row; returns the SCORED columns simulated."""
+def replay(trace: Path, values: dict, seed: int = 0) -> dict[str, float]:
+    """Run a serving trace on one host of the shipped fat-tree with the RunConfig fields `values`; returns the
+    SCORED columns as summary.json `serving` gives them (bench/bench_serving_engines.py runs this too)."""
     from simroute.calib import default_profile_path
     from simroute.network import default_topology_path
     from simroute.sim import RunConfig, simulate
-    from simroute.workload import generate
-    trace = generate("serving", directory / f"{row.id}.parquet", seed=seed, params=trace_params(row))
     cfg = RunConfig(topology=str(default_topology_path()), trace=str(trace), calib=str(default_profile_path()),
-                    hosts=1, seed=seed, **engine_values(row))
+                    hosts=1, seed=seed, **values)
     serving = simulate(cfg).summary["serving"]
     return {"ttft_median_ms": serving["ttft_ms"]["median"], "tpot_mean_ms": serving["tpot_ms"]["mean"],
             "output_throughput_per_gpu_tok_s": serving["throughput_per_gpu"]["output_tokens_per_s"]}
+
+
+def simulate_row(row: ServingRow, directory: Path, seed: int = 0) -> dict[str, float]:
+    """Replay one row as its benchmark ran (its workload, its framework's preset and launch flags)."""
+    from simroute.workload import generate
+    trace = generate("serving", directory / f"{row.id}.parquet", seed=seed, params=trace_params(row))
+    return replay(trace, engine_values(row), seed)
 
 
 def fitted_constants(table: Sequence[ServingRow] | None = None, gpus: Sequence[str] | None = None

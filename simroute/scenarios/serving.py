@@ -19,6 +19,7 @@ MTP / DP attention (labelled rows, not the baseline). Docs: docs/VALIDATION.md, 
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import tempfile
@@ -85,7 +86,9 @@ def verdict(ratio: float, band: tuple[float, float] = BAND) -> str:
     return "pass" if math.isfinite(ratio) and band[0] <= ratio <= band[1] else "fail"
 
 
+@functools.lru_cache(maxsize=None)
 def gpu_has_entry(gpu: str) -> bool:
+    """Whether the default profile or calib/gpus has an entry `gpu` (once per process)."""
     from simroute.calib import default_profile_path, load_profile
     return load_profile(default_profile_path()).gpu_entry_file(gpu) is not None
 

@@ -1,0 +1,145 @@
+"""`simroute validate --serving` (simroute.scenarios.serving): the row table, the verdict band, fitted rows kept out
+of the judged summary, --strict, bad flags, and two rows replayed end to end."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+
+from simroute.calib.serving import load_serving_table
+from simroute.scenarios import serving as sv
+
+TRT_C8 = "ix-2025-12-15-h200-trtllm-1k1k-tp8ep8-c8"
+SGL_C4 = "ix-2026-05-17-h200-sglang-1k1k-tp8ep1-c4"
+
+
+def row(row_id: str):
+    return next(r for r in load_serving_table() if r.id == row_id)
+
+
+@pytest.mark.parametrize("ratio, expected", [(0.67, "pass"), (1.5, "pass"), (1.0, "pass"), (0.6699, "fail"),
+                                             (1.5001, "fail"), (math.nan, "fail"), (math.inf, "fail")])
+def test_verdict_is_the_band_both_ends_included(ratio, expected):
+    assert sv.verdict(ratio) == expected
+
+
+def test_default_rows_are_replayable_baseline_closed_loops_over_two_frameworks():
+    run, skipped = sv.cases()
+    assert len(run) >= 20 and {r.framework for r in run} >= {"sglang", "trtllm"}
+    for r in run:
+        assert (r.deployment, r.dataset, r.closed_loop, r.tp, r.nodes) == ("baseline", "random", True, 8, 1)
+        assert sv.gpu_has_entry(r.gpu)
+    assert len(run) + len(skipped) == len(load_serving_table())
+    reasons = dict((r.id, why) for r, why in skipped)
+    assert reasons["gs-h200-vllm-random4k-burst500"].startswith("open loop")
+    assert all(reasons[r.id] == f"{r.deployment}: not the baseline engine" for r in load_serving_table()
+               if r.deployment != "baseline")
+    assert all(why.startswith("ShareGPT") for r, why in skipped if r.dataset == "sharegpt"
+               and r.deployment == "baseline" and r.nodes == 1)
+    b200 = [r for r in load_serving_table() if r.gpu == "b200-sxm" and r.deployment == "baseline"]
+    if not sv.gpu_has_entry("b200-sxm"):
+        assert all(reasons[r.id] == "no GPU entry b200-sxm (issue 35 item 6)" for r in b200)
+
+
+def test_only_takes_an_open_loop_by_id_and_refuses_what_cannot_run():
+    run, _ = sv.cases(only=["gs-h200-vllm-random4k-burst500"])
+    assert [r.id for r in run] == ["gs-h200-vllm-random4k-burst500"]
+    from simroute.errors import ConfigurationError
+    with pytest.raises(ConfigurationError, match="not replayed: ShareGPT"):
+        sv.cases(only=[next(r.id for r in load_serving_table() if r.dataset == "sharegpt")])
+
+
+def test_a_row_replays_its_workload_preset_and_launch_flags():
+    r = row(TRT_C8)         # InferenceX TensorRT-LLM 1.1.0rc2.post2: max_num_tokens 1152, CUDA graphs to 128, FP8 KV
+    assert sv.engine_values(r) == {"engine": "trtllm", "gpu": "h200-sxm", "tp": 8, "model": "deepseek-r1",
+                                   "kv_cache": "fp8", "token_budget": 1152, "cuda_graph_max_batch": 128}
+    assert sv.trace_params(r) == {"input_tokens": 1024, "output_tokens": 1024, "requests": 80, "range_ratio": 0.8,
+                                  "concurrency": 8}
+    s = row(SGL_C4)         # SGLang: --chunked-prefill-size = --max-prefill-tokens 32768, 512 running, graphs to 512
+    assert sv.engine_values(s) == {"engine": "sglang", "gpu": "h200-sxm", "tp": 8, "model": "deepseek-r1",
+                                   "prefill_chunk": 32768, "token_budget": 32768, "max_running_seqs": 512,
+                                   "cuda_graph_max_batch": 512}
+    assert sv.workload(r) == "1k/1k c8"
+
+
+def test_fitted_constants_name_the_table_rows_among_their_points():
+    shipped = {(c.file, c.name): c for c in sv.fitted_constants()}
+    vllm = {name for file, name in shipped if file == "calib/engines/vllm-0.24.0.yaml"}
+    assert vllm == {"host_us_per_sequence", "prefill_dispatch_us_per_layer"}
+    assert all(c.rows == () for c in shipped.values())          # nothing shipped is fitted to a row of the table
+    # a row whose id a fitted constant's points name is found (the vLLM issue its host cost was fitted to)
+    fake = dataclasses.replace(row(TRT_C8), id="vllm-project/vllm issue #10634")
+    found = {c.name: c.rows for c in sv.fitted_constants([fake])}
+    assert found["host_us_per_sequence"] == ("vllm-project/vllm issue #10634",)
+    assert found["prefill_dispatch_us_per_layer"] == ()
+
+
+def fake_sim(values):
+    return lambda r, directory, seed=0: dict(values)
+
+
+def test_points_of_fitted_rows_are_labelled_and_left_out_of_the_summary(monkeypatch):
+    r = row(TRT_C8)         # measured: median TTFT 105.536 ms, mean TPOT 16.348 ms, 58.882 tok/s per GPU
+    monkeypatch.setattr(sv, "simulate_row", fake_sim({"ttft_median_ms": 52.768, "tpot_mean_ms": 16.348,
+                                                      "output_throughput_per_gpu_tok_s": 88.323}))
+    points = sv.scorecard([r])
+    assert [(p.metric, round(p.ratio, 4), p.verdict) for p in points] == [
+        ("ttft", 0.5, "fail"), ("tpot", 1.0, "pass"), ("tok/s/GPU", 1.5, "pass")]
+    s = sv.summary(points)
+    assert (s["judged"], s["passed"], s["failed"], s["rows"]) == (3, 2, 1, 1)
+    assert s["metrics"]["ttft"]["all"] == {"n": 1, "median_abs_err": 0.5, "min_ratio": 0.5, "max_ratio": 0.5,
+                                           "outside_band": 1}
+    assert "holdout" not in s["metrics"]["ttft"]           # a holdout=false row
+    fitted = [sv.FittedConstant("calib/engines/x.yaml", "c", "ref", (TRT_C8,), (TRT_C8,))]
+    labelled = sv.scorecard([r], fitted=fitted)
+    assert all(p.fitted_to == "calib/engines/x.yaml:c" and not p.judged for p in labelled)
+    s = sv.summary(labelled)
+    assert (s["points"], s["judged"], s["fitted"], s["failed"], s["metrics"]) == (3, 0, 3, 0, {})
+
+
+def test_strict_exits_1_on_a_failing_point_and_0_without(cli, monkeypatch):
+    monkeypatch.setattr(sv, "simulate_row", fake_sim({"ttft_median_ms": 52.768, "tpot_mean_ms": 16.348,
+                                                      "output_throughput_per_gpu_tok_s": 58.882}))
+    code, out, _ = cli("validate", "--serving", "--strict", "-j", "1", "-q", "--only", TRT_C8)
+    assert code == 1 and "FAIL" in out and "2 of 3 judged points pass (1 fail)" in out
+    assert cli("validate", "--serving", "-j", "1", "-q", "--only", TRT_C8)[0] == 0
+    monkeypatch.setattr(sv, "simulate_row", fake_sim({"ttft_median_ms": 105.536, "tpot_mean_ms": 16.348,
+                                                      "output_throughput_per_gpu_tok_s": 58.882}))
+    assert cli("validate", "--serving", "--strict", "-j", "1", "-q", "--only", TRT_C8)[0] == 0
+
+
+@pytest.mark.parametrize("args, flag", [(("--only", "no-such-row"), "--only"), (("--only", " , "), "--only"),
+                                        (("--full",), "--full"), (("--ark",), "--ark"), (("-j", "0"), "--jobs")])
+def test_bad_flags_are_one_line_exit_2_before_any_replay(cli, monkeypatch, args, flag):
+    monkeypatch.setattr(sv, "simulate_row", lambda *a, **k: pytest.fail("replayed before the flags were checked"))
+    code, out, err = cli("validate", "--serving", *args)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and flag in err
+
+
+def test_two_rows_end_to_end(cli):
+    """Two closed loops replayed for real (TensorRT-LLM 8 clients, SGLang 4 clients, ~1 CPU s each)."""
+    code, out, _ = cli("validate", "--serving", "--json", "-q", "-j", "1", "--only", f"{TRT_C8},{SGL_C4}")
+    assert code == 0
+    doc = json.loads(out)
+    points = doc["points"]
+    assert [(p["id"], p["metric"]) for p in points] == [(SGL_C4, m) for m in ("ttft", "tpot", "tok/s/GPU")] + [
+        (TRT_C8, m) for m in ("ttft", "tpot", "tok/s/GPU")]        # the table's order
+    for p in points:
+        r = row(p["id"])
+        column = dict((m, c) for m, c, _, _ in sv.SCORED)[p["metric"]]
+        assert p["measured"] == r.metric(column)           # the table's figure, not a simulated one
+        assert p["ratio"] == pytest.approx(p["simulated"] / p["measured"])
+        assert p["verdict"] == sv.verdict(p["ratio"]) and p["judged"] and p["fitted_to"] == ""
+    for row_id in (TRT_C8, SGL_C4):
+        by = {p["metric"]: p["simulated"] for p in points if p["id"] == row_id}
+        r = row(row_id)
+        # N clients, each at most one token per TPOT: output tok/s per GPU <= N / (GPUs x TPOT), a few % of slack
+        # for TPOT's spread across requests (a mean of 1/TPOT exceeds 1 / mean TPOT)
+        assert 0 < by["tok/s/GPU"] <= 1.05 * r.concurrency / (r.gpus * by["tpot"] * 1e-3)
+        assert 0 < by["ttft"] < 1000 * r.osl * by["tpot"]
+    s = doc["summary"]
+    assert (s["rows"], s["judged"], s["frameworks"], s["gpus"]) == (2, 6, ["sglang", "trtllm"], ["h200-sxm"])
+    assert doc["band"] == [0.67, 1.5] and doc["fitted_constants"]

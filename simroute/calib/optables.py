@@ -131,11 +131,12 @@ def check_table(kind: OpKind, data: Any, file: Path) -> tuple[dict[str, np.ndarr
             raise _fail(f"row {int(bad[0])}: shape value {float(values[bad[0]])!r} must be finite and {least}", file,
                         column)
     categorical = {column: _labels(data.column(column)) for column in cats}
-    for column, labels in categorical.items():
-        if any(not label.strip() for label in set(labels.tolist())):
+    distinct = {column: _distinct_labels(data.column(column), labels) for column, labels in categorical.items()}
+    for column, labels in distinct.items():
+        if any(not label.strip() for label in labels):
             raise _fail("holds an empty label", file, column)
     if kind is OpKind.ELEMENTWISE:
-        unknown = sorted(set(categorical["kernel"].tolist()) - set(ELEMENTWISE_KERNEL_NAMES))
+        unknown = sorted(distinct["kernel"] - set(ELEMENTWISE_KERNEL_NAMES))
         if unknown:
             raise _fail(f"unknown elementwise kernel(s) {', '.join(unknown)} (known: "
                         f"{', '.join(ELEMENTWISE_KERNEL_NAMES)})", file, "kernel")
@@ -191,6 +192,19 @@ def _read_parquet(file: Path, labels: Sequence[str]) -> Any:
     present = set(pq.ParquetFile(file).schema_arrow.names)
     return pq.ParquetFile(file, read_dictionary=[column for column in labels if column in present]).read(
         use_threads=False)
+
+
+def _distinct_labels(column: Any, labels: np.ndarray) -> set[str]:
+    """The labels a column holds: a dictionary column's used dictionary entries (its indices' distinct values,
+    without a Python string per row), else the distinct values of `labels`."""
+    import pyarrow as pa
+    if column.null_count == 0 and pa.types.is_dictionary(column.type) and pa.types.is_string(column.type.value_type):
+        found: set[str] = set()
+        for chunk in column.chunks:
+            names = chunk.dictionary.to_pylist()
+            found.update(names[index] for index in np.unique(_numbers(chunk.indices).astype(np.int64)).tolist())
+        return found
+    return set(labels.tolist())
 
 
 def _labels(column: Any) -> np.ndarray:

@@ -141,7 +141,7 @@ class OpTable:
             arr = self.categorical.get(column, self.numeric.get(column))
             if arr is None:
                 raise KeyError(column)
-            self._memo[key] = tuple(sorted(set(arr.tolist())))
+            self._memo[key] = tuple(np.unique(arr).tolist())    # sorted distinct values (sorted(set()) of lists)
         return list(self._memo[key])
 
     def _mask(self, where: Mapping[str, str]) -> np.ndarray:
@@ -157,6 +157,32 @@ class OpTable:
             rows = np.flatnonzero(self._mask(where))
             rows.flags.writeable = False
             self._memo[key] = rows
+        return self._memo[key]
+
+    def _selected(self, selected: tuple, rows: np.ndarray, col: str) -> np.ndarray:
+        """A numeric column at the rows `selected` (a `where`, sorted) picks, memoized: the curves of one step model
+        read the same few columns of one dtype's rows (a GEMM table's 100k rows) again and again."""
+        key = ("column", selected, col)
+        if key not in self._memo:
+            values = self.numeric[col][rows]
+            values.flags.writeable = False
+            self._memo[key] = values
+        return self._memo[key]
+
+    def _grid(self, selected: tuple, values: np.ndarray, col: str) -> list[float]:
+        """The distinct values (sorted) of `_selected`'s column, memoized."""
+        key = ("grid", selected, col)
+        if key not in self._memo:
+            self._memo[key] = tuple(np.unique(values).tolist())
+        return list(self._memo[key])
+
+    def _equal(self, selected: tuple, values: np.ndarray, col: str, value: float) -> np.ndarray:
+        """Which of `_selected`'s rows hold `value` in `col`, memoized (curves at neighbouring shapes share corners)."""
+        key = ("equal", selected, col, value)
+        if key not in self._memo:
+            mask = values == value
+            mask.flags.writeable = False
+            self._memo[key] = mask
         return self._memo[key]
 
     def curve(self, axis: str, fixed: Mapping[str, float], where: Mapping[str, str] | None = None) -> "Curve":
@@ -181,11 +207,12 @@ class OpTable:
         rows = self._rows(where)
         if not rows.size:
             raise TableMiss(f"{self.kind.value}: no rows with {where}")
-        column = {col: self.numeric[col][rows] for col in (*fixed, axis)}
+        selected = tuple(sorted(where.items()))
+        column = {col: self._selected(selected, rows, col) for col in (*fixed, axis)}
         status = Lookup.MEASURED
         brackets: list[list[tuple[str, float, float]]] = []
         for col, target in fixed.items():
-            grid = np.unique(column[col]).tolist()
+            grid = self._grid(selected, column[col], col)
             corners, how = _bracket(grid, float(target))
             status = Lookup.worst(status, how)
             brackets.append([(col, value, weight) for value, weight in corners])
@@ -195,7 +222,7 @@ class OpTable:
             mask = np.ones(rows.size, dtype=bool)
             weight = 1.0
             for col, value, corner_weight in combo:
-                mask &= column[col] == value
+                mask &= self._equal(selected, column[col], col, value)
                 weight *= corner_weight
             if not mask.any():
                 corner = dict((col_name, grid_value) for col_name, grid_value, _ in combo)

@@ -15,18 +15,21 @@ With one NIC per GPU the NIC is folded into the GPU node (GPUDirect; its PCIe ho
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import networkx as nx
 import numpy as np
 
 from simroute.errors import UnknownNameError
 from simroute.network.kinds.base import KINDS, RankPlanes, TopologyKind
 from simroute.network.schema import TopologySpec, load_topology_spec
 from simroute.network.switches import Fabric, FatTreeFabric, LeafSpineFabric
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["TIERS", "EngineTopology", "Fabric", "FatTreeFabric", "LeafSpineFabric", "Link", "Topology",
            "load_topology"]
@@ -100,10 +103,17 @@ class Topology:
         self._middle: dict[tuple[int, int], list[tuple[tuple[int, ...], str | None]]] = {}
         nodes = sorted({link.src for link in self.links} | {link.dst for link in self.links})
         self._switch_ids = {node: i for i, node in enumerate(nodes)}
-        self.graph = nx.DiGraph()
+
+    @functools.cached_property
+    def graph(self) -> "nx.DiGraph":
+        """The links as a networkx graph, built on first use (drawing, analysis): a run never asks for it, and
+        importing networkx was a quarter of `simroute run`'s start-up."""
+        import networkx as nx
+        graph = nx.DiGraph()
         for link in self.links:
-            self.graph.add_edge(link.src, link.dst, id=link.id, capacity_Bps=link.capacity_Bps,
-                                latency_s=link.latency_s, tier=link.tier, fabric=link.fabric)
+            graph.add_edge(link.src, link.dst, id=link.id, capacity_Bps=link.capacity_Bps, latency_s=link.latency_s,
+                           tier=link.tier, fabric=link.fabric)
+        return graph
 
     # ---- construction (called by the kind while it builds) ------------------------------------------
     def add_link(self, a: str, b: str, cap: float, lat: float, tier: str, fabric: str, *, both: bool = True) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from simroute.arrow import filled, list_null_values, list_values, to_numpy
 from simroute.sim.cluster import ChunkStore
 from simroute.sim.context import SimContext
 from simroute.sim.request_spec import RequestSpec
@@ -31,7 +32,7 @@ def attendance_counts(trace: str, chunk_ids: np.ndarray) -> np.ndarray:
     counts = np.zeros(len(chunk_ids), dtype=np.int64)
     order = np.argsort(chunk_ids)
     for batch in iter_request_batches(trace, columns=["chunk_ids"]):
-        flat = batch.column(0).flatten().to_numpy()
+        flat = list_values(batch.column(0))
         pos = np.searchsorted(chunk_ids, flat, sorter=order)
         known = (pos < len(chunk_ids)) & (chunk_ids[order[np.minimum(pos, len(chunk_ids) - 1)]] == flat)
         np.add.at(counts, order[pos[known]], 1)
@@ -60,12 +61,11 @@ def sequence_tokens(trace: str, n_requests: int, chunks: ChunkStore) -> Iterator
             break
         take = min(len(batch), n_requests - seen)
         seen += take
-        ids, prompt, output = (batch.column(name).fill_null(0).to_numpy(zero_copy_only=False)[:take]
-                               for name in columns[:3])
+        ids, prompt, output = (filled(batch.column(name), 0)[:take] for name in columns[:3])
         listed = batch.column("chunk_ids")
-        offsets = listed.offsets.to_numpy()[:take + 1]
+        offsets = to_numpy(listed.offsets)[:take + 1]
         offsets = offsets - offsets[0]
-        flat = listed.flatten().fill_null(-1).to_numpy(zero_copy_only=False)
+        flat = filled(listed.flatten(), -1) if listed.null_count or list_null_values(listed) else list_values(listed)
         index, known = chunks.indices_of(flat.astype(np.int64))
         yield ids.astype(np.int64), input_tokens(prompt, offsets, index, known, chunks.tokens) + output.astype(np.int64)
 
@@ -146,8 +146,8 @@ def _arrival_load(trace: str, n_requests: int, *, qps: float | None, time_scale:
     count = seen = 0
     for batch in iter_request_batches(trace, columns=["arrival_s", "after_id"]):
         # nulls read as NaN (-1 for after_id) and are left out: the request checker names them when the run reads them
-        arrival = batch.column(0).to_numpy(zero_copy_only=False).astype(float)[: n_requests - seen]
-        after = batch.column(1).fill_null(-1).to_numpy(zero_copy_only=False)[: n_requests - seen]
+        arrival = to_numpy(batch.column(0)).astype(float)[: n_requests - seen]
+        after = filled(batch.column(1), -1)[: n_requests - seen]
         seen += len(arrival)
         open_loop = arrival[((after < 0) | (after >= n_requests)) & np.isfinite(arrival)]
         if open_loop.size:
@@ -255,15 +255,15 @@ class Arrivals:
         """(row, spec or None when it is out of range or dropped at arrival, arrival_s, after_id, think_s)."""
         ctx, n, until = self.ctx, self.n_requests, self.ctx.config.until_s
         column = {name: batch.column(name) for name in REQUEST_COLUMNS}
-        ids, arrival, after, think = (column[c].to_numpy() for c in ("request_id", "arrival_s", "after_id", "think_s"))
+        ids, arrival, after, think = (to_numpy(column[c]) for c in ("request_id", "arrival_s", "after_id", "think_s"))
         if self.time_scale != 1.0:
             arrival = arrival * self.time_scale
-        hint, prefill_hint = column["requester_hint"].to_numpy(), column["prefill_hint"].to_numpy()
-        prompt, output = column["prompt_tokens"].to_numpy(), column["output_tokens"].to_numpy()
-        topk, spanned = column["topk"].to_numpy(), column["holders_spanned"].to_numpy()
-        offsets = column["chunk_ids"].offsets.to_numpy()
-        flat_ids = column["chunk_ids"].flatten().to_numpy()
-        flat_cached = column["chunk_at_cached_offset"].flatten().to_numpy(zero_copy_only=False)
+        hint, prefill_hint = to_numpy(column["requester_hint"]), to_numpy(column["prefill_hint"])
+        prompt, output = to_numpy(column["prompt_tokens"]), to_numpy(column["output_tokens"])
+        topk, spanned = to_numpy(column["topk"]), to_numpy(column["holders_spanned"])
+        offsets = to_numpy(column["chunk_ids"].offsets)
+        flat_ids = list_values(column["chunk_ids"])
+        flat_cached = list_values(column["chunk_at_cached_offset"])
         store = ctx.cluster.chunks
         flat_index, known = store.indices_of(flat_ids)
         unknown_before = np.concatenate(([0], np.cumsum(~known)))    # a row's unknown chunks: a difference

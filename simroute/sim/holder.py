@@ -45,8 +45,14 @@ def holder_loads(ctx: SimContext, holders: list[int], requester: int = -1) -> li
     loads = []
     for holder in holders:
         engine = engines[holder]
-        loads.append(new(HolderLoad, (routing.get(holder, 0),
-                                      engine.partials.wait_s(kernel_s, now, engine.busy, engine.layer_s, requester),
+        partials = engine.partials
+        if partials.demand:     # somebody routes here: the M/D/1 wait at their utilisation
+            wait = partials.wait_s(kernel_s, now, engine.busy, engine.layer_s, requester)
+        elif engine.busy:       # nobody does (most holders): `wait_s` at utilisation 0, without its two calls
+            wait = partials.queue_wait_s(kernel_s, 0.0, True, engine.layer_s)
+        else:
+            wait = 0.0
+        loads.append(new(HolderLoad, (routing.get(holder, 0) if routing else 0, wait,
                                       len(engine.running) + len(engine.waiting))))
     return loads
 

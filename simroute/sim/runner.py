@@ -18,6 +18,7 @@ from typing import Any, Callable
 import numpy as np
 import simpy
 
+from simroute.arrow import to_numpy
 from simroute.errors import ConfigurationError
 from simroute.ioutil import sha256_file
 from simroute.model.geometry import ModelGeometry
@@ -56,7 +57,7 @@ def read_chunk_store(trace: str, kv_bytes_per_token: float) -> tuple[ChunkStore,
     """The trace's chunk table (validated) as a `ChunkStore`, and its sorted chunk ids (for request checks)."""
     table = read_chunks(trace)
     sorted_ids = check_chunks(trace, table)
-    column = lambda name: table.column(name).to_numpy(zero_copy_only=False)
+    column = lambda name: to_numpy(table.column(name))
     store = ChunkStore(column("chunk_id").astype(np.int64), column("tokens").astype(np.int64),
                        column("cached_offset").astype(np.int64), column("canonical").astype(bool),
                        column("holder_hint").astype(np.int64), kv_bytes_per_token)
@@ -306,7 +307,7 @@ class Simulation:
 def _why(requests, fell_back: int) -> dict[str, Any]:
     """What the primitive counts rest on: routes the policy chose vs fetches that did not fit in HBM, and the
     median decoded tokens of the requests that routed / fetched (the predicate's horizon)."""
-    cols = {k: requests.column(k).to_numpy() for k in ("n_route", "n_fetch", "output_tokens")}
+    cols = {k: to_numpy(requests.column(k)) for k in ("n_route", "n_fetch", "output_tokens")}
     median = lambda mask: float(np.median(cols["output_tokens"][mask])) if mask.any() else None
     routed = int(cols["n_route"].sum())
     return {"route_by_policy": routed - fell_back, "route_fetch_did_not_fit": fell_back,

@@ -12,7 +12,6 @@ from __future__ import annotations
 from simroute.workload.reader import iter_request_batches, read_chunks, read_requests, read_trace_meta
 from simroute.workload.schema import (CHUNK_COLUMNS, CHUNK_SCHEMA, REQUEST_COLUMNS, REQUEST_SCHEMA,
                                       SCHEMA_VERSION)
-from simroute.workload.writer import TraceWriter, open_trace_writer
 
 __all__ = [
     "CHUNK_COLUMNS", "CHUNK_SCHEMA", "REQUEST_COLUMNS", "REQUEST_SCHEMA", "SCHEMA_VERSION",
@@ -21,7 +20,10 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # lazy: keep `import simroute.workload` light
+def __getattr__(name: str):  # lazy: keep `import simroute.workload` light (a run reads traces, never writes one)
+    if name in ("TraceWriter", "open_trace_writer"):
+        from simroute.workload import writer
+        return getattr(writer, name)
     if name in ("generate", "make_params", "GENERATORS", "get_generator"):
         from simroute.workload import generators
         generators._load_all()

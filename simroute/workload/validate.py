@@ -9,12 +9,13 @@ hints outside the cluster. Each error names the file, the field and the row.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from simroute.arrow import list_lengths, list_null_values, list_values, to_numpy
 from simroute.errors import ConfigurationError
 from simroute.workload.schema import CHUNKS_FILE, REQUESTS_FILE
 
@@ -24,7 +25,7 @@ def _no_nulls(table: pa.Table | pa.RecordBatch, file: Path, row0: int = 0) -> No
         col = table.column(name)
         nulls = col.null_count
         if isinstance(col, (pa.ListArray, pa.ChunkedArray)) and pa.types.is_list(col.type):
-            nulls += pc.list_flatten(col).null_count
+            nulls += list_null_values(col)
         if nulls:
             mask = col.is_null()
             first = int(np.flatnonzero(mask.to_numpy(zero_copy_only=False))[0]) if col.null_count else 0
@@ -34,6 +35,7 @@ def _no_nulls(table: pa.Table | pa.RecordBatch, file: Path, row0: int = 0) -> No
 
 MAX_TIME_S = 1e9          # ~31 years: an arrival or think time past it is corrupted or in other units
 STRING_COLUMNS = ("tenant",)
+CONTROL = re.compile(r"[\x00-\x1f]")     # a NUL or another control character
 
 
 def control_characters(column: pa.Array | pa.ChunkedArray) -> int | None:
@@ -43,7 +45,12 @@ def control_characters(column: pa.Array | pa.ChunkedArray) -> int | None:
     values = column.dictionary if pa.types.is_dictionary(column.type) else column
     if not pa.types.is_string(values.type) and not pa.types.is_large_string(values.type):
         return None
-    hit = pc.match_substring_regex(values, r"[\x00-\x1f]").fill_null(False).to_numpy(zero_copy_only=False)
+    if pa.types.is_dictionary(column.type):    # a dictionary's few distinct labels, without loading pyarrow.compute
+        hit = np.array([value is not None and CONTROL.search(value) is not None for value in values.to_pylist()],
+                       dtype=bool)
+    else:
+        import pyarrow.compute as pc
+        hit = pc.match_substring_regex(values, CONTROL.pattern).fill_null(False).to_numpy(zero_copy_only=False)
     if not hit.any():
         return None
     if pa.types.is_dictionary(column.type):
@@ -62,16 +69,16 @@ def check_chunks(path: str | Path, table: pa.Table, instances: int | None = None
     """Validate the chunk table; returns its chunk ids sorted. `instances` bounds holder_hint when known."""
     file = Path(path) / CHUNKS_FILE
     _no_nulls(table, file)
-    ids = table.column("chunk_id").to_numpy()
+    ids = to_numpy(table.column("chunk_id"))
     for name, low in (("tokens", 1), ("cached_offset", 0)):
         if name in table.column_names:
-            v = table.column(name).to_numpy()
+            v = to_numpy(table.column(name))
             bad = np.flatnonzero(v < low)
             if bad.size:
                 raise ConfigurationError(f"row {int(bad[0])}: {name} = {v[bad[0]]} (must be >= {low})", file=file,
                                          field=name)
     if "holder_hint" in table.column_names:
-        v = table.column("holder_hint").to_numpy()
+        v = to_numpy(table.column("holder_hint"))
         bad = _hint_range(v, "holder_hint", instances)
         if bad.size:
             bound = f"-1 or below the {instances} instances" if instances is not None else ">= -1"
@@ -122,17 +129,17 @@ class RequestChecker:
         names = batch.schema.names
         _no_nulls(batch, self.file, self.row)
         if "arrival_s" in names:
-            self._arrivals(batch.column("arrival_s").to_numpy())
+            self._arrivals(to_numpy(batch.column("arrival_s")))
         if "think_s" in names:
-            t = batch.column("think_s").to_numpy()
+            t = to_numpy(batch.column("think_s"))
             if not np.all(np.isfinite(t)):
                 self._fail(np.flatnonzero(~np.isfinite(t))[0], "think_s", "think time is not finite")
             late = np.flatnonzero(t > MAX_TIME_S)
             if late.size:
                 self._fail(late[0], "think_s", f"think time {t[late[0]]:g} s is past {MAX_TIME_S:g} s")
         if "prompt_tokens" in names and "chunk_ids" in names:
-            prompt = batch.column("prompt_tokens").to_numpy()
-            counts = pc.list_value_length(batch.column("chunk_ids")).to_numpy(zero_copy_only=False)
+            prompt = to_numpy(batch.column("prompt_tokens"))
+            counts = list_lengths(batch.column("chunk_ids"))
             empty = np.flatnonzero((prompt == 0) & (counts == 0))
             if empty.size:
                 self._fail(empty[0], "prompt_tokens", "a request of zero tokens (no prompt and no chunks)")
@@ -143,13 +150,13 @@ class RequestChecker:
                     self._fail(bad, name, "holds a NUL or control character in a name")
         for name in self.NON_NEGATIVE:
             if name in names:
-                v = batch.column(name).to_numpy()
+                v = to_numpy(batch.column(name))
                 bad = np.flatnonzero(v < 0)
                 if bad.size:
                     self._fail(bad[0], name, f"{name} = {v[bad[0]]} (must be >= 0)")
         for name in self.HINTS:
             if name in names:
-                v = batch.column(name).to_numpy()
+                v = to_numpy(batch.column(name))
                 bad = _hint_range(v, name, self.instances)
                 if bad.size:
                     bound = (f"-1 or below the {self.instances} instances of this run (check --tp and the "
@@ -158,8 +165,8 @@ class RequestChecker:
         if "request_id" in names:
             self._references(batch, names)
         if "chunk_ids" in names and "chunk_at_cached_offset" in names:
-            a = pc.list_value_length(batch.column("chunk_ids")).to_numpy(zero_copy_only=False)
-            b = pc.list_value_length(batch.column("chunk_at_cached_offset")).to_numpy(zero_copy_only=False)
+            a = list_lengths(batch.column("chunk_ids"))
+            b = list_lengths(batch.column("chunk_at_cached_offset"))
             bad = np.flatnonzero(a != b)
             if bad.size:
                 self._fail(bad[0], "chunk_at_cached_offset", f"has {b[bad[0]]} entries but chunk_ids has {a[bad[0]]}")
@@ -182,20 +189,20 @@ class RequestChecker:
             self.last = float(a[-1])
 
     def _references(self, batch: pa.RecordBatch, names: list[str]) -> None:
-        rid = batch.column("request_id").to_numpy()
+        rid = to_numpy(batch.column("request_id"))
         expect = np.arange(self.row, self.row + len(rid))
         bad = np.flatnonzero(rid != expect)
         if bad.size:
             self._fail(bad[0], "request_id", f"request_id = {rid[bad[0]]} (must be the row number, {expect[bad[0]]})")
         for ref in ("after_id", "parent_id"):
             if ref in names:
-                v = batch.column(ref).to_numpy()
+                v = to_numpy(batch.column(ref))
                 bad = np.flatnonzero((v < -1) | (v >= rid))
                 if bad.size:
                     self._fail(bad[0], ref, f"{ref} = {v[bad[0]]} must be -1 or an earlier request")
 
     def _chunks(self, lists: pa.ListArray) -> None:
-        flat = pc.list_flatten(lists).to_numpy()
+        flat = list_values(lists)
         if not flat.size:
             return
         ids = self.ids

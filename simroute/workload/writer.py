@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from simroute.errors import ConfigurationError
@@ -48,6 +47,7 @@ def _column(field: pa.Field, value: Any, n: int) -> pa.Array:
         arr = arr.combine_chunks()
     if pa.types.is_dictionary(field.type):
         if not pa.types.is_dictionary(arr.type):
+            import pyarrow.compute as pc
             arr = pc.dictionary_encode(arr.cast(pa.string()))
         return arr.cast(field.type)
     return arr.cast(field.type)
@@ -98,6 +98,7 @@ def _empty_requests(cols: dict[str, Any], n: int) -> np.ndarray:
                                         else prompt), (n,))
     chunks = cols.get("chunk_ids")
     if isinstance(chunks, (pa.ListArray, pa.LargeListArray)):
+        import pyarrow.compute as pc
         counts = pc.list_value_length(chunks).fill_null(0).to_numpy(zero_copy_only=False)
     else:
         counts = np.zeros(n, dtype=np.int64)

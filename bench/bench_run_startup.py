@@ -1,0 +1,115 @@
+"""The default `simroute run`'s CPU time, split into start-up, events and the outputs (issue 39 item 7).
+
+Each run is a fresh interpreter running the README's first command's run (`simroute run`, every option at its
+default, in an empty directory) from the checkout under test, with a private bytecode cache warmed by one
+untimed run (what an installed user has; see bench_cli.py for why). A small wrapper (written to a temporary
+file, run as the interpreter's script) notes the process's CPU seconds (`time.process_time`, which counts the
+interpreter's own start-up) when the simulation's event loop starts (`simpy.Environment.run`: the first
+simulated event) and when it returns; the child's whole CPU time comes from getrusage. Reported, least of
+`--repeat` runs per figure:
+  startup_cpu_s   interpreter start to the first simulated event (imports, reading the inputs, building)
+  events_cpu_s    the event loop
+  outputs_cpu_s   after the loop: tables, summary, Parquet files, the terminal summary
+  total_cpu_s     the child's user + system CPU
+and which of pandas / networkx / pyarrow.compute were loaded at the first event.
+
+`--against DIR` runs a second checkout (e.g. `git archive BASE | tar -x -C DIR`) alternately with this one, run
+by run, in the same window, and records both sides (`base->head`); the box's load average is recorded too.
+Run: python bench/bench_run_startup.py [--repeat R] [--against DIR] [--no-record]
+Target (issue 39): total <= 1 s CPU, start-up <= 0.3 s.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from _common import record
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("pandas", "networkx", "pyarrow.compute")
+
+WRAPPER = '''
+import atexit, sys, time
+import simpy.core
+marks = {}
+_run = simpy.core.Environment.run
+def run(self, until=None):
+    if "first_event" not in marks:
+        marks["first_event"] = time.process_time()
+        marks["heavy"] = [name for name in %(heavy)r if name in sys.modules]
+    out = _run(self, until)
+    marks["events_done"] = time.process_time()
+    return out
+simpy.core.Environment.run = run
+atexit.register(lambda: open(%(marks)r, "w").write(repr(marks)))
+sys.argv = ["simroute", "run"]
+from simroute.cli.main import main
+sys.exit(main())
+'''
+
+
+def one_run(checkout: Path, cache: Path, work: Path) -> dict[str, float | str]:
+    """One fresh `simroute run` of `checkout` in `work`: its CPU split (seconds)."""
+    marks_file = work / "marks.txt"
+    script = work / "wrapper.py"
+    script.write_text(WRAPPER % {"heavy": HEAVY, "marks": str(marks_file)})
+    env = {**os.environ, "PYTHONPATH": str(checkout), "PYTHONPYCACHEPREFIX": str(cache)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    out = work / "results"
+    subprocess.run(["rm", "-rf", str(out)], check=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, str(script)], cwd=work, env=env, check=True, stdout=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    marks = eval(marks_file.read_text())    # our own wrapper's repr of a dict of floats and a list of names
+    return {"startup_cpu_s": marks["first_event"], "events_cpu_s": marks["events_done"] - marks["first_event"],
+            "outputs_cpu_s": total - marks["events_done"], "total_cpu_s": total,
+            "heavy_at_first_event": "+".join(marks["heavy"]) or "none"}
+
+
+def measure(sides: dict[str, Path], repeat: int) -> dict[str, dict[str, float | str]]:
+    """Least of `repeat` per figure and side, the sides alternating run by run (one untimed warm-up each)."""
+    runs: dict[str, list[dict[str, float | str]]] = {name: [] for name in sides}
+    with tempfile.TemporaryDirectory(prefix="simroute-startup-") as tmp:
+        dirs = {}
+        for name, checkout in sides.items():
+            cache, work = Path(tmp) / f"pyc-{name}", Path(tmp) / f"work-{name}"
+            work.mkdir()
+            dirs[name] = (checkout, cache, work)
+            one_run(checkout, cache, work)          # warms the bytecode cache and the page cache
+        for _ in range(repeat):
+            for name, (checkout, cache, work) in dirs.items():
+                runs[name].append(one_run(checkout, cache, work))
+    best = {}
+    for name, rows in runs.items():
+        best[name] = {key: min(float(row[key]) for row in rows) for key in rows[0] if key.endswith("_s")}
+        best[name]["heavy_at_first_event"] = rows[-1]["heavy_at_first_event"]
+    return best
+
+
+def main() -> None:
+    repeat = int(sys.argv[sys.argv.index("--repeat") + 1]) if "--repeat" in sys.argv else 5
+    base = Path(sys.argv[sys.argv.index("--against") + 1]).resolve() if "--against" in sys.argv else None
+    sides = {"head": ROOT} if base is None else {"base": base, "head": ROOT}
+    best = measure(sides, repeat)
+    figures: dict[str, float | int | str] = {"repeat": repeat}
+    for key in best["head"]:
+        if base is None:
+            figures[key] = best["head"][key]
+        elif key.endswith("_s"):
+            figures[key] = f"{best['base'][key]:.3f}->{best['head'][key]:.3f}"
+        else:
+            figures[key] = f"{best['base'][key]}->{best['head'][key]}"
+    figures["load"] = os.getloadavg()[0]
+    label = "default run CPU split" + ("" if base is None else f" (base {base.name} -> head, alternating, least of "
+                                                              f"{repeat})")
+    record(label, figures, target="total <= 1 s CPU, start-up (to the first event) <= 0.3 s")
+
+
+if __name__ == "__main__":
+    main()

@@ -7,8 +7,8 @@ batch cap 128), two replicas, round-robin, the requests past the model's 4,096-t
 process over the trace's first `--requests` requests (default: all of them); its CPU time (user + system,
 getrusage) covers the whole command: start-up, the run and its outputs. The peer itself cannot run on this box
 (its profiling data is not installable offline), so its figure is not re-measured here: the issue's ratio
-(~9.5x, measured side by side) moves with simroute's own figure, and `--against DIR` measures that move: the base checkout and this one
-alternate run by run in one window, least CPU of `--repeat` per side, `head / base` reported.
+(~9.5x, measured side by side) moves with simroute's own figure, and `--against DIR` measures that move: the
+base checkout and this one alternate run by run in one window, least CPU of `--repeat` per side, `head / base` reported.
 
 Run: python bench/bench_peer_speed.py [--requests N] [--repeat R] [--against DIR] [--no-record]
 """

@@ -46,14 +46,9 @@ class AffinityRouter(Router):
         """Per instance, the request's chunk tokens it already holds (canonical or copy)."""
         chunks = cluster.chunks
         score = np.zeros(len(cluster.instances))
-        holders_of, tokens_of = chunks.holders, chunks.token_list
-        summed: dict[int, int] = {}       # whole tokens summed in Python ints (exact), one array write at the end
         for ci in request.chunk_indices:
-            tokens = tokens_of[ci]
-            for holder in holders_of[ci]:
-                summed[holder] = summed.get(holder, 0) + tokens
-        if summed:
-            score[list(summed)] = list(summed.values())
+            for holder in chunks.holders[ci]:
+                score[holder] += chunks.tokens[ci]
         return score
 
     @staticmethod

@@ -92,3 +92,13 @@ def test_a_bug_is_one_line_with_the_log_path_not_a_traceback(cli, tmp_path, monk
 def test_usage_errors_are_one_line_naming_the_flag(cli):
     code, _, err = cli("trace", "info", "--lru-capacity", "lots", "x.parquet")
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--lru-capacity" in err
+
+
+@pytest.mark.parametrize("flag, value", [("--engine", "bogus"), ("--engine", "sglang@0.1"), ("--rank-flows", "x"),
+                                         ("--slo", "bogus"), ("--kv-cache", "fp3"), ("--qps", "-1"),
+                                         ("--policy", "magic")])
+def test_a_run_flag_s_bad_value_names_the_flag_not_the_config_field(cli, tmp_path, flag, value):
+    code, out, err = cli("run", flag, value, "-o", str(tmp_path / "o"))
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1 and f"field '{flag}'" in lines[0], lines
+    assert not (tmp_path / "o").exists()

@@ -48,6 +48,24 @@ def run_options() -> list[tuple[str, inspect.Parameter]]:
     return out
 
 
+def _config_naming_flags(config_type: typing.Any, values: dict[str, typing.Any]) -> typing.Any:
+    """`config_type(**values)`, its refusal of a flag's value naming the flag (`--kv-cache`), not the config field
+    (`kv_cache`) the flag fills: the field's name is what a study file would write, not what the user typed."""
+    from simroute.errors import ConfigurationError, UnknownNameError
+    flags = {f.name: "--" + (f.metadata.get("option") or f.name).replace("_", "-")
+             for f in dataclasses.fields(config_type)}
+    try:
+        return config_type(**values)
+    except UnknownNameError as exc:
+        if exc.kind not in flags:
+            raise
+        raise ConfigurationError(str(exc), field=flags[exc.kind]) from None
+    except ConfigurationError as exc:
+        if exc.file is not None or exc.field not in flags:
+            raise
+        raise ConfigurationError(exc.problem, field=flags[exc.field], line=exc.line) from None
+
+
 def _cli_only_options() -> list[inspect.Parameter]:
     kw = inspect.Parameter.KEYWORD_ONLY
     return [
@@ -94,7 +112,7 @@ def _run(**options: typing.Any) -> None:
     for name, default in shipped.items():       # unset: the shipped default; '' is refused by RunConfig
         values[name] = str(default() if values[name] is None else values[name])
     values["telemetry"] = values["telemetry"] or timeline is not None    # a timeline needs the telemetry
-    cfg = RunConfig(**values)
+    cfg = _config_naming_flags(RunConfig, values)
     from simroute.ioutil import atomic_files, check_new_file, claim_output   # checked, -o locked before simulating
     if timeline is not None:      # never over a user's file: new, or one simroute wrote there
         check_new_file(timeline, inputs=[out, cfg.trace, cfg.topology, cfg.calib], flag="--timeline")

@@ -102,3 +102,9 @@ def test_a_run_flag_s_bad_value_names_the_flag_not_the_config_field(cli, tmp_pat
     lines = err.strip().splitlines()
     assert code == 2 and out == "" and len(lines) == 1 and f"field '{flag}'" in lines[0], lines
     assert not (tmp_path / "o").exists()
+
+
+def test_plan_s_unknown_engine_names_the_flag(cli, tmp_path):
+    code, out, err = cli("plan", "--engine", "sglang,bogus", "-o", str(tmp_path / "p"))
+    assert code == 2 and out == "" and err.strip().startswith("error: field '--engine': unknown engine 'bogus'")
+    assert not (tmp_path / "p").exists()

@@ -107,9 +107,13 @@ def plan(
                                  field="--hosts-min")
     engines = tuple(_items(engine, "--engine")) if engine is not None else ()
     if engines:
+        from simroute.errors import ConfigurationError, UnknownNameError
         from simroute.sim.config import parse_engine
         for name in engines:
-            parse_engine(name)                   # a bad name is refused before anything is written
+            try:
+                parse_engine(name)               # a bad name is refused before anything is written
+            except UnknownNameError as exc:
+                raise ConfigurationError(str(exc), field="--engine") from None
     spec = ({"generate": workload, "params": _parse_sets(param)} if workload is not None
             else (trace if trace is not None else DEFAULT_TRACE))
     from simroute.sim import slo as slos

@@ -137,7 +137,7 @@ def test_bad_engine_settings_are_refused_naming_the_field(kw, error, match):
 ])
 def test_a_bad_engine_on_the_command_line_is_one_line_and_exit_2_before_any_output(cli, tmp_path, args, flag):
     code, out, err = cli(*args, "-o", str(tmp_path / "out"))
-    assert (code, out) == (2, "") and err.strip() == f"error: {flag}"
+    assert (code, out) == (2, "") and err.strip() == f"error: field '--engine': {flag}"
     assert not (tmp_path / "out").exists()
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 import numpy as np
 
 from simroute.sim.registry import Registry, registry
-from simroute.sim.vocab import DECODE
+from simroute.sim.vocab import DECODE, PREFILL
 
 if TYPE_CHECKING:
     from simroute.sim.config import RunConfig
@@ -106,3 +106,19 @@ def get_scheduler(name: str) -> Scheduler:
 def decoding(running: list[Sequence]) -> list[Sequence]:
     """The running sequences that are past their prefill."""
     return [s for s in running if s.phase == DECODE]
+
+
+def by_phase(running: list[Sequence]) -> tuple[list[Sequence], list[Sequence] | None]:
+    """(decoding sequences, sequences with prompt tokens left to prefill or None when there are none), in running
+    order: the split every chunked or whole-prompt scheduler starts its plan from."""
+    decode: list[Sequence] = []
+    prefilling: list[Sequence] | None = None
+    for seq in running:
+        phase = seq.phase
+        if phase == DECODE:
+            decode.append(seq)
+        elif phase == PREFILL:
+            if prefilling is None:
+                prefilling = []
+            prefilling.append(seq)
+    return decode, prefilling

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simroute.sim.schedulers.base import SCHEDULERS, EngineView, Plan, Scheduler, SchedulerOptions
+from simroute.sim.schedulers.base import SCHEDULERS, EngineView, Plan, Scheduler, SchedulerOptions, by_phase
 from simroute.sim.vocab import DECODE, PREFILL
 
 if TYPE_CHECKING:
@@ -52,16 +52,7 @@ class SarathiScheduler(Scheduler):
         return count
 
     def plan(self, running: list[Sequence], options: SchedulerOptions) -> Plan:
-        decode: list[Sequence] = []
-        partial: list[Sequence] | None = None       # running sequences with prompt tokens left to prefill
-        for seq in running:
-            phase = seq.phase
-            if phase == DECODE:
-                decode.append(seq)
-            elif phase == PREFILL:
-                if partial is None:
-                    partial = []
-                partial.append(seq)
+        decode, partial = by_phase(running)
         if partial is None:
             return Plan(decode=decode, macro=True)
         budget = options.token_budget - len(decode)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simroute.sim.schedulers.base import SCHEDULERS, EngineView, Plan, Scheduler, SchedulerOptions
+from simroute.sim.schedulers.base import SCHEDULERS, EngineView, Plan, Scheduler, SchedulerOptions, by_phase
 from simroute.sim.vocab import DECODE, PREFILL
 
 if TYPE_CHECKING:
@@ -47,16 +47,7 @@ class TrtllmScheduler(Scheduler):
         return float("inf")             # whole prompts
 
     def plan(self, running: list[Sequence], options: SchedulerOptions) -> Plan:
-        decode: list[Sequence] = []
-        waiting_prompts: list[Sequence] | None = None
-        for seq in running:
-            phase = seq.phase
-            if phase == DECODE:
-                decode.append(seq)
-            elif phase == PREFILL:
-                if waiting_prompts is None:
-                    waiting_prompts = []
-                waiting_prompts.append(seq)
+        decode, waiting_prompts = by_phase(running)
         if waiting_prompts is None:
             return Plan(decode=decode, macro=True)
         budget = options.token_budget - len(decode)

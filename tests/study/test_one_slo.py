@@ -66,8 +66,8 @@ def test_run_summary_is_judged_by_the_users_slo_not_a_default(cli, tmp_path):
     assert RunConfig(topology="t", trace="t", calib="c").slo == default
 
 
-@pytest.mark.parametrize("args, flag", [(("run", "--slo", "p99 ttfb_ms <= 5"), "'slo'"),
-                                        (("run", "--slo", "p99 ttft_ms <= 1 and"), "'slo'"),
+@pytest.mark.parametrize("args, flag", [(("run", "--slo", "p99 ttfb_ms <= 5"), "'--slo'"),
+                                        (("run", "--slo", "p99 ttft_ms <= 1 and"), "'--slo'"),
                                         (("plan", "--slo", "slo_attainment >= 0.9"), "'--slo'"),
                                         (("plan", "--slo", "p99 tpot_ms <= 5", "--slo", "p99 tpot_ms <= 5"),
                                          "'--slo'")])

@@ -1,17 +1,20 @@
 """Planted behavioural bugs: do the tests catch each one?
 
 Each bug is a one-line textual change to a copy of the repository (never to the checkout itself); a test
-subset runs on the copy and the bug counts as caught when a test fails. Two sets:
+subset runs on the copy and the bug counts as caught when a test fails. Three sets:
 - `engine` (BUGS): behaviours on a request's path in simroute/sim/ (and the step model's causal pairs), run
   against the fast component subset of tests/sim (FAST_TESTS);
 - `factors` (FACTOR_BUGS, issue 23): a wrong constant factor, rounding or threshold inside a number, in
   sim/, model/ and network/, each run against the tests of its own layer (LAYER_TESTS: tests/model for
-  simroute/model, tests/network for simroute/network, FAST_TESTS for simroute/sim).
+  simroute/model, tests/network for simroute/network, FAST_TESTS for simroute/sim);
+- `accounting` (ACCOUNTING_BUGS, issue 39): what a run reports and a study concludes (the summary's and the
+  `serving` block's aggregation, the SLO comparison, the plan's answer), copies' KV accounting, ECMP / ARK path
+  choice and the closed-loop arrivals, each against its layer's component subset (SUBSET_TESTS).
 Prints one line per bug and the total; exits 1 if any bug survives, 2 (before running any) if a bug's text
 is not in its file exactly once, a test file is missing or a subset fails on the unmutated code.
 Deterministic (no sampling); the engine set takes a few minutes on two cores, the factors set longer.
 
-    python3 bench/planted_bugs.py [--set engine|factors|all] [--only NAME ...] [--tests tests/sim/... ...]
+    python3 bench/planted_bugs.py [--set engine|factors|accounting|all] [--only NAME ...] [--tests tests/sim/... ...]
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ FAST_TESTS = ["tests/sim/test_servers.py", "tests/sim/test_cluster.py", "tests/s
               "tests/sim/test_policies.py",
               "tests/sim/test_semantics.py", "tests/sim/test_config.py", "tests/sim/engine/test_instance_engine.py",
               "tests/sim/engine/test_engine_closed_form.py", "tests/sim/test_sparse_engine.py",
-              "tests/sim/engine/test_engine_progress.py", "tests/sim/engine/test_scheduler.py"]
+              "tests/sim/engine/test_engine_progress.py", "tests/sim/engine/test_scheduler.py",
+              "tests/sim/test_serving_benchmark.py"]
 # the exact-value tests first: they fail in seconds where a bug would make an engine test hang
 FAST_TESTS = [name for name in ("tests/sim/test_exact_numbers.py",) if (ROOT / name).exists()] + FAST_TESTS
 FAST_TESTS += sorted(str(path.relative_to(ROOT)) for path in ROOT.glob("tests/sim/**/test_planted_*.py"))
@@ -166,8 +170,207 @@ FACTOR_BUGS = {
                                          "spec.hosts * spec.nics_per_host * spec.nic_Bps / 2]",
                                          "spec.hosts * spec.nics_per_host * spec.nic_Bps]"),
 }
-SETS = {"engine": BUGS, "factors": FACTOR_BUGS}
-ALL_BUGS = {**BUGS, **FACTOR_BUGS}
+# Issue 39: what a run reports and what a study concludes from it. The run summary's aggregation (summary.json's
+# percentiles, attainment, goodput, the `serving` block of benchmark figures, inter-token statistics, overload,
+# holders), the studies' SLO comparison (conditions, seeds, finished points, bisection, frontier, the plan's answer,
+# the stored columns), copies' KV accounting (a copy that already exists, re-prefilled duplicates, evictions,
+# pins), ECMP / ARK path choice (per-switch salts, the 5-tuple, reservations) and the closed-loop arrivals
+# (`ConcurrencyLimit`). Each runs against its layer's subset (SUBSET_TESTS).
+METRICS_PY, LOG_PY = "simroute/sim/metrics.py", "simroute/sim/engine/log.py"
+SEARCH, REPORT, PLAN, STORE = ("simroute/study/search.py", "simroute/study/report.py", "simroute/study/plan.py",
+                               "simroute/study/store.py")
+SERVING, REQUEST, ARRIVALS = "simroute/sim/engine/serving.py", "simroute/sim/request.py", "simroute/sim/arrivals.py"
+TOPOLOGY, PATHS = "simroute/network/topology.py", "simroute/network/paths.py"
+ROUTING, HASHING = "simroute/network/routing.py", "simroute/network/hashing.py"
+_ATTAIN = '"attainment": float(np.mean((ttft <= slo_t) & (tpot <= slo_p)))'
+_GOODPUT = '"goodput_requests_per_s": float(np.sum((ttft <= slo_t) & (tpot <= slo_p)) / sim_time_s)'
+_MEETS = "all(finished(row) and all(condition.holds(row) for condition in conds) for row in rows)"
+_SALT = "mix64(seed ^ self.topology.switch_id(switch))"
+_ADD_EXISTING = ("        if key in self.copies:\n            self.copies.move_to_end(key)\n            return True\n")
+_KV_TO_COPY = ("        self.kv_blocks -= blocks\n"
+               "        if key in self.copies:          # already there (another request made it): the new blocks "
+               "are freed\n            self.copies.move_to_end(key)\n            return\n")
+ACCOUNTING_BUGS = {
+    # the run summary (sim/metrics.py summarise, percentiles)
+    "summary-mean-is-median": (METRICS_PY, '{"mean": float(x.mean() * scale),',
+                               '{"mean": float(np.median(x) * scale),'),
+    "summary-p99-from-p95": (METRICS_PY, '"p99": float(q[2])', '"p99": float(q[1])'),
+    "summary-ttft-of-dropped": (METRICS_PY, '"ttft_ms": percentiles(ttft),', '"ttft_ms": percentiles(rec.ttft),'),
+    "summary-tpot-of-one-token-outputs": (METRICS_PY, '"tpot_ms": percentiles(tpot[rec.output_tokens[done] > 1]),',
+                                          '"tpot_ms": percentiles(tpot),'),
+    "summary-e2e-of-dropped": (METRICS_PY, '"e2e_ms": percentiles(rec.e2e[done]),', '"e2e_ms": percentiles(rec.e2e),'),
+    "summary-breakdown-over-every-request": (METRICS_PY, '_mean_ms(getattr(rec, f"ttft_{name}")[done])',
+                                             '_mean_ms(getattr(rec, f"ttft_{name}"))'),
+    "attainment-strict": (METRICS_PY, _ATTAIN, _ATTAIN.replace("<=", "<")),
+    "attainment-either-target": (METRICS_PY, _ATTAIN, _ATTAIN.replace(" & ", " | ")),
+    "attainment-over-every-request": (METRICS_PY, _ATTAIN,
+                                      '"attainment": float(np.sum((ttft <= slo_t) & (tpot <= slo_p)) / rec.n)'),
+    "goodput-either-target": (METRICS_PY, _GOODPUT, _GOODPUT.replace(" & ", " | ")),
+    "slo-ttft-target-in-seconds": (METRICS_PY, 'slo_t, slo_p = config["slo_ttft_ms"] * 1e-3,',
+                                   'slo_t, slo_p = config["slo_ttft_ms"],'),
+    "slo-tpot-against-ttft-target": (METRICS_PY, 'config["slo_ttft_ms"] * 1e-3, config["slo_tpot_ms"] * 1e-3',
+                                     'config["slo_ttft_ms"] * 1e-3, config["slo_ttft_ms"] * 1e-3'),
+    "throughput-counts-dropped-tokens": (METRICS_PY, "float(rec.output_tokens[done].sum() / sim_time_s)",
+                                         "float(rec.output_tokens.sum() / sim_time_s)"),
+    "fetch-bytes-include-fanout": (METRICS_PY, '"fetch": float(rec.bytes_fetch.sum()),',
+                                   '"fetch": float(rec.bytes_fetch.sum() + rec.bytes_fanout.sum()),'),
+    "incomplete-pending-counts-dropped": (METRICS_PY, 'pending = requests - completed - int(summary["dropped"])',
+                                          "pending = requests - completed"),
+    # the `serving` block (sim/metrics.py serving_summary, the runner's GPU count)
+    "serving-duration-from-first-completed-send": (METRICS_PY, "float(end.max() - rec.arrival[started].min())",
+                                                   "float(end.max() - rec.arrival[done].min())"),
+    "serving-duration-to-last-first-token": (METRICS_PY, "end = rec.arrival[done] + rec.e2e[done]",
+                                             "end = rec.arrival[done] + rec.ttft[done]"),
+    "serving-completed-counts-sent": (METRICS_PY, '"completed": int(done.sum())}', '"completed": int(started.sum())}'),
+    "serving-request-rate-counts-sent": (METRICS_PY, '"requests_per_s": rate(float(done.sum()))',
+                                         '"requests_per_s": rate(float(started.sum()))'),
+    "serving-input-tokens-of-every-request": (METRICS_PY, "inputs, outputs = int(rec.input_tokens[done].sum()),",
+                                              "inputs, outputs = int(rec.input_tokens.sum()),"),
+    "serving-total-tokens-without-input": (METRICS_PY, '"total_tokens_per_s": rate(float(inputs + outputs))',
+                                           '"total_tokens_per_s": rate(float(outputs))'),
+    "serving-per-gpu-over-instances": ("simroute/sim/runner.py", "gpus=len(instances) * cfg.tp,",
+                                       "gpus=len(instances),"),
+    "serving-std-with-ddof-1": (METRICS_PY, '"std": lambda: x.std()', '"std": lambda: x.std(ddof=1)'),
+    "serving-median-is-mean": (METRICS_PY, '"median": lambda: np.median(x)', '"median": lambda: x.mean()'),
+    "serving-p99-at-p95": (METRICS_PY, '"p99": lambda: np.percentile(x, 99)', '"p99": lambda: np.percentile(x, 95)'),
+    "serving-ttft-of-dropped": (METRICS_PY, '"ttft_ms": _client_stats(rec.ttft[done]),',
+                                '"ttft_ms": _client_stats(rec.ttft[started]),'),
+    "serving-tpot-of-one-token-outputs": (METRICS_PY, "_client_stats(rec.tpot[done & (rec.output_tokens > 1)])",
+                                          "_client_stats(rec.tpot[done])"),
+    "serving-in-flight-from-ttft": (METRICS_PY, "float(rec.e2e[done].sum() / duration)",
+                                    "float(rec.ttft[done].sum() / duration)"),
+    # inter-token latency (sim/engine/log.py)
+    "itl-mean-unweighted": (LOG_PY, "mean = float((gaps_s * tokens).sum() / total)", "mean = float(gaps_s.mean())"),
+    "itl-std-unweighted": (LOG_PY, "float(np.sqrt((tokens * (gaps_s - mean) ** 2).sum() / total))",
+                           "float(np.sqrt(((gaps_s - mean) ** 2).mean()))"),
+    "weighted-percentile-off-by-one": (LOG_PY, "position = (q / 100.0) * (int(ends[-1]) - 1)",
+                                       "position = (q / 100.0) * int(ends[-1])"),
+    "itl-summary-p50-is-mean": (LOG_PY, '"p50": stats["median"]', '"p50": stats["mean"]'),
+    "itl-max-is-p99": (LOG_PY, '"max": float(gaps_s.max()) * 1e3',
+                       '"max": weighted_percentile(gaps_s, tokens, 99.0) * 1e3'),
+    # overload and the holders' figures (sim/metrics.py)
+    "overload-either-condition": (METRICS_PY, "growth >= OVERLOAD_GROWTH and late >= OVERLOAD_MIN_TTFT_S",
+                                  "growth >= OVERLOAD_GROWTH or late >= OVERLOAD_MIN_TTFT_S"),
+    "overload-ignores-arrival-order": (METRICS_PY, 'order = np.argsort(arrival_s, kind="stable")',
+                                       "order = np.arange(len(arrival_s))"),
+    "overload-early-is-first-quarter": (METRICS_PY, "np.median(ttft[quarter:2 * quarter])",
+                                        "np.median(ttft[:quarter])"),
+    "holder-fan-in-unweighted": (METRICS_PY,
+                                 'float((cols["mean_fan_in"][answered] * cols["calls"][answered]).sum() / calls)',
+                                 'float(cols["mean_fan_in"][answered].mean())'),
+    "busiest-holder-by-calls": (METRICS_PY, 'i = int(np.argmax(cols["work_s"]))', 'i = int(np.argmax(cols["calls"]))'),
+    # the studies' SLO comparison (study/search.py)
+    "slo-le-is-lt": (SEARCH, '"<=": operator.le', '"<=": operator.lt'),
+    "slo-ge-is-gt": (SEARCH, '">=": operator.ge', '">=": operator.gt'),
+    "slo-missing-metric-meets": (SEARCH, "math.isnan(measured)):\n            return False",
+                                 "math.isnan(measured)):\n            return True"),
+    "slo-p99-reads-p95": (SEARCH, 'col = f"{metric}_{stat}" if stat else metric',
+                          'col = f"{metric}_{\'p95\' if stat == \'p99\' else stat}" if stat else metric'),
+    "slo-any-seed": (SEARCH, _MEETS, "any(" + _MEETS[4:]),
+    "slo-any-condition": (SEARCH, _MEETS, _MEETS.replace("and all(", "and any(")),
+    "slo-unfinished-can-meet": (SEARCH, _MEETS, _MEETS.replace("finished(row) and ", "")),
+    "finished-completion-strict": (SEARCH, "completed >= MIN_COMPLETION * requests",
+                                   "completed > MIN_COMPLETION * requests"),
+    "finished-ignores-overload": (SEARCH, ' and row.get("overloaded") != 1.0)', ")"),
+    "bisection-min-keeps-the-wrong-half": (SEARCH,
+                                           "self.lo, self.hi = (self.lo, value) if ok_side is not None else "
+                                           "(value, self.hi)",
+                                           "self.lo, self.hi = (value, self.hi) if ok_side is not None else "
+                                           "(self.lo, value)"),
+    # the report's aggregation over seeds and its frontier (study/report.py)
+    "aggregate-meets-on-first-seed": (REPORT, 'point["meets"] = meets(records, tuple(slo))',
+                                      'point["meets"] = meets(records[:1], tuple(slo))'),
+    "aggregate-ci-t-of-seeds": (REPORT, "T95.get(seeds - 1, 1.96)", "T95.get(seeds, 1.96)"),
+    "aggregate-ci-population-std": (REPORT, "float(group[col].std(ddof=1))", "float(group[col].std(ddof=0))"),
+    "aggregate-completion-of-best-seed": (REPORT, '(group["completed"] / group["requests"]).min()',
+                                          '(group["completed"] / group["requests"]).max()'),
+    "aggregate-counts-failed-seeds": (REPORT, 'succeeded = frame[frame["status"] == "ok"].copy()',
+                                      "succeeded = frame.copy()"),
+    "frontier-picks-the-wrong-end": (REPORT, "pick = values.idxmin() if goal == Goal.MIN else values.idxmax()",
+                                     "pick = values.idxmax() if goal == Goal.MIN else values.idxmin()"),
+    "frontier-dotted-resource-axis-is-load": (REPORT, 'return Goal.MIN if axis.split(".")[-1] in RESOURCE_AXES',
+                                              "return Goal.MIN if axis in RESOURCE_AXES"),
+    # the plan's answer (study/plan.py) and the stored columns (study/store.py)
+    "plan-band-from-largest-met": (PLAN, '"band": [min(any_met), hosts]', '"band": [max(any_met), hosts]'),
+    "plan-met-counts-unfinished-seeds": (PLAN, "meet = [row for row in done if",
+                                         "meet = [row for row in rows_at if"),
+    "plan-binding-at-smallest-failing": (PLAN, "below = failing[-1] if failing else None",
+                                         "below = failing[0] if failing else None"),
+    "plan-binding-includes-the-answer": (PLAN, 'probe["hosts"] < hosts]', 'probe["hosts"] <= hosts]'),
+    "plan-probe-means-over-unfinished": (PLAN, "_mean([row.get(cond.column) for row in done])",
+                                         "_mean([row.get(cond.column) for row in rows_at])"),
+    "store-itl-p50-not-the-median": (STORE, 'itl.get("median" if stat == "p50" else stat)', "itl.get(stat)"),
+    "store-per-gpu-is-the-total": (STORE, 'row[f"{key}_per_gpu"] = per_gpu.get(key)',
+                                   'row[f"{key}_per_gpu"] = rate.get(key)'),
+    "store-peak-spine-is-the-least": (STORE, 'row["peak_spine_flows"] = max(', 'row["peak_spine_flows"] = min('),
+    # copies' KV accounting (engine/hbm.py, engine/serving.py, request.py)
+    "existing-copy-re-reserved": (HBM, _ADD_EXISTING, _ADD_EXISTING.replace("if key in self.copies:", "if False:")),
+    "existing-copy-not-refreshed": (HBM, _ADD_EXISTING,
+                                    _ADD_EXISTING.replace("            self.copies.move_to_end(key)\n", "")),
+    "reprefilled-duplicate-kept-as-kv": (HBM, _KV_TO_COPY,
+                                         _KV_TO_COPY.replace("        self.kv_blocks -= blocks\n", "")
+                                         + "        self.kv_blocks -= blocks\n"),
+    "reprefilled-duplicate-counted-twice": (HBM, _KV_TO_COPY,
+                                            _KV_TO_COPY.replace("if key in self.copies:", "if False:")),
+    "reprefill-releases-all-its-kv": (SERVING, "eng.hbm.release_kv(left)", "eng.hbm.release_kv(seq.blocks)"),
+    "room-made-when-it-cannot-suffice": (HBM, "        if freed < blocks:\n            return False",
+                                         "        if freed < 0:\n            return False"),
+    "evictions-counted-once-per-call": (HBM, "self.evictions += len(victims)", "self.evictions += 1"),
+    "refused-copy-not-counted": (HBM, "            self.refused += 1\n            return False",
+                                 "            return False"),
+    "duplicate-arrival-adds-a-holder": (SERVING,
+                                        "            if ci not in held_here:\n                held_here.add(ci)",
+                                        "            if True:\n                held_here.add(ci)"),
+    "eviction-keeps-the-holder": (SERVING, "                holders[ci].remove(eid)", "                pass"),
+    "fits-counts-pinned-copies": (SERVING, "            if evictable(key):\n                room += blocks",
+                                  "            if True:\n                room += blocks"),
+    "fetch-reserve-ignores-own-kv": (SERVING, "self._blocks, blocks_for(keep_free_tokens)\n", "self._blocks, 0\n"),
+    "copy-in-flight-fetched-again": (REQUEST, "if chunk in held_here or chunk in pending_here:",
+                                     "if chunk in held_here:"),
+    "unpin-drops-every-reader": (REQUEST, "                if left:\n                    pins[chunk] = left",
+                                 "                if False:\n                    pins[chunk] = left"),
+    "fetch-bytes-per-rank": (REQUEST, "ctx.recorder.bytes_fetch[self.spec.request_id] += nbytes\n",
+                             "ctx.recorder.bytes_fetch[self.spec.request_id] += nbytes / ctx.config.tp\n"),
+    # ECMP and ARK (network/topology.py, paths.py, routing.py, hashing.py)
+    "ecmp-one-salt-for-every-switch": (TOPOLOGY, _SALT, "mix64(seed)"),
+    "ecmp-salt-ignores-the-seed": (TOPOLOGY, _SALT, "mix64(self.topology.switch_id(switch))"),
+    "fattree-core-hashed-at-the-leaf": (TOPOLOGY, "self.hash_at(self._agg_names[src_leaf // half][agg], flow_key",
+                                        "self.hash_at(self._leaf_names[src_leaf], flow_key"),
+    "flow-key-without-source-port": (HASHING, "((sport << 24) | (dport << 8) | proto)", "((dport << 8) | proto)"),
+    "flow-key-without-destination": (HASHING, "mix64(mix64((src << 32) | dst)", "mix64(mix64(src << 32)"),
+    "message-port-ignores-the-seed": (PATHS, "mix64(self.seed ^ (src_index << 20) ^ dst_index)",
+                                      "mix64((src_index << 20) ^ dst_index)"),
+    "ark-reservation-never-released": (PATHS, "            table[link] -= 1", "            pass"),
+    "ark-mice-reserve-too": (ROUTING, "if nbytes < ark.elephant_bytes:", "if False:"),
+    "ark-aims-at-the-busiest-path": (ROUTING, "best = min(scores)", "best = max(scores)"),
+    "ark-keeps-the-drawn-port": (ROUTING, "                sport = port\n                break",
+                                 "                break"),
+    "ark-controller-free": (ROUTING, "self.reserve(src_index, dst_index, choice), ark.delay_s)",
+                            "self.reserve(src_index, dst_index, choice), 0.0)"),
+    # the closed loop (sim/arrivals.py)
+    "limit-queue-is-lifo": (ARRIVALS, "self._launch(self.queue.popleft())", "self._launch(self.queue.pop())"),
+    "limit-one-over": (ARRIVALS, "if self.free > 0:", "if self.free >= 0:"),
+    "limit-slot-freed-and-handed-on": (ARRIVALS, "        else:\n            self.free += 1",
+                                       "        if True:\n            self.free += 1"),
+    "limit-peak-counts-the-queue": (ARRIVALS, "in_flight = self.limit - self.free",
+                                    "in_flight = self.limit - self.free + len(self.queue)"),
+    "child-of-dropped-parent-runs": (ARRIVALS, "if ctx.recorder.status[parent] == Status.DROPPED:", "if False:"),
+    "think-time-ignored": (ARRIVALS, "            yield ctx.env.timeout(think_s)",
+                           "            yield ctx.env.timeout(0.0)"),
+    "offered-rate-counts-requests-not-gaps": (ARRIVALS, "own = (count - 1) / (last - first)",
+                                              "own = count / (last - first)"),
+}
+STUDY_TESTS = ["tests/study/test_search.py", "tests/study/test_plan.py", "tests/study/test_spec.py",
+               "tests/study/test_concurrency_axis.py", "tests/study/test_modes.py", "tests/study/test_report.py"]
+STUDY_TESTS += sorted(str(path.relative_to(ROOT)) for path in ROOT.glob("tests/study/test_planted_*.py"))
+NETWORK_TESTS = ["tests/network/test_exact_values.py", "tests/network/test_routing.py",
+                 "tests/network/test_topology.py", "tests/network/test_api.py", "tests/network/test_engine.py"]
+NETWORK_TESTS += sorted(str(path.relative_to(ROOT)) for path in ROOT.glob("tests/network/test_planted_*.py"))
+# the accounting set's subsets, by the planted file's layer (the network's and the study's: their component files,
+# without the large-topology, solver-replay and worker-pool tests, which take most of those directories' time)
+SUBSET_TESTS = {"simroute/sim/": FAST_TESTS, "simroute/study/": STUDY_TESTS, "simroute/network/": NETWORK_TESTS}
+SETS = {"engine": BUGS, "factors": FACTOR_BUGS, "accounting": ACCOUNTING_BUGS}
+ALL_BUGS = {**BUGS, **FACTOR_BUGS, **ACCOUNTING_BUGS}
 LAYER_TESTS = {"simroute/model/": ["tests/model"], "simroute/network/": ["tests/network"],
                "simroute/sim/": FAST_TESTS}
 
@@ -178,6 +381,9 @@ def tests_for(name: str, override: list[str] | None) -> list[str]:
         return override
     if name in BUGS:
         return FAST_TESTS
+    if name in ACCOUNTING_BUGS:
+        path = ACCOUNTING_BUGS[name][0]
+        return next(tests for prefix, tests in SUBSET_TESTS.items() if path.startswith(prefix))
     path = FACTOR_BUGS[name][0]
     return next(tests for prefix, tests in LAYER_TESTS.items() if path.startswith(prefix))
 

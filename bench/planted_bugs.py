@@ -180,7 +180,7 @@ METRICS_PY, LOG_PY = "simroute/sim/metrics.py", "simroute/sim/engine/log.py"
 SEARCH, REPORT, PLAN, STORE = ("simroute/study/search.py", "simroute/study/report.py", "simroute/study/plan.py",
                                "simroute/study/store.py")
 SERVING, REQUEST, ARRIVALS = "simroute/sim/engine/serving.py", "simroute/sim/request.py", "simroute/sim/arrivals.py"
-TOPOLOGY, PATHS = "simroute/network/topology.py", "simroute/network/paths.py"
+SWITCHES, PATHS = "simroute/network/switches.py", "simroute/network/paths.py"
 ROUTING, HASHING = "simroute/network/routing.py", "simroute/network/hashing.py"
 _ATTAIN = '"attainment": float(np.mean((ttft <= slo_t) & (tpot <= slo_p)))'
 _GOODPUT = '"goodput_requests_per_s": float(np.sum((ttft <= slo_t) & (tpot <= slo_p)) / sim_time_s)'
@@ -331,10 +331,10 @@ ACCOUNTING_BUGS = {
                                  "                if False:\n                    pins[chunk] = left"),
     "fetch-bytes-per-rank": (REQUEST, "ctx.recorder.bytes_fetch[self.spec.request_id] += nbytes\n",
                              "ctx.recorder.bytes_fetch[self.spec.request_id] += nbytes / ctx.config.tp\n"),
-    # ECMP and ARK (network/topology.py, paths.py, routing.py, hashing.py)
-    "ecmp-one-salt-for-every-switch": (TOPOLOGY, _SALT, "mix64(seed)"),
-    "ecmp-salt-ignores-the-seed": (TOPOLOGY, _SALT, "mix64(self.topology.switch_id(switch))"),
-    "fattree-core-hashed-at-the-leaf": (TOPOLOGY, "self.hash_at(self._agg_names[src_leaf // half][agg], flow_key",
+    # ECMP and ARK (network/switches.py, paths.py, routing.py, hashing.py)
+    "ecmp-one-salt-for-every-switch": (SWITCHES, _SALT, "mix64(seed)"),
+    "ecmp-salt-ignores-the-seed": (SWITCHES, _SALT, "mix64(self.topology.switch_id(switch))"),
+    "fattree-core-hashed-at-the-leaf": (SWITCHES, "self.hash_at(self._agg_names[src_leaf // half][agg], flow_key",
                                         "self.hash_at(self._leaf_names[src_leaf], flow_key"),
     "flow-key-without-source-port": (HASHING, "((sport << 24) | (dport << 8) | proto)", "((dport << 8) | proto)"),
     "flow-key-without-destination": (HASHING, "mix64(mix64((src << 32) | dst)", "mix64(mix64(src << 32)"),

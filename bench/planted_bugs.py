@@ -359,6 +359,53 @@ ACCOUNTING_BUGS = {
                            "            yield ctx.env.timeout(0.0)"),
     "offered-rate-counts-requests-not-gaps": (ARRIVALS, "own = (count - 1) / (last - first)",
                                               "own = count / (last - first)"),
+    # second round (issue 39's list: a percentile over the wrong population, throughput per instance, unfinished
+    # requests counted as meeting the SLO, ECMP without the switch or the ports, a re-fetch counted twice in HBM)
+    "summary-nan-latency-counted-as-zero": (METRICS_PY, "    x = x[np.isfinite(x)]\n    if x.size == 0:",
+                                            "    x = np.nan_to_num(x)\n    if x.size == 0:"),
+    "summary-tpot-of-dropped-multi-token": (METRICS_PY, "percentiles(tpot[rec.output_tokens[done] > 1])",
+                                            "percentiles(rec.tpot[rec.output_tokens > 1])"),
+    "summary-max-is-p99": (METRICS_PY, '"max": float(x.max() * scale)}', '"max": float(q[2])}'),
+    "attainment-unfinished-count-as-met": (METRICS_PY, _ATTAIN,
+                                           '"attainment": float(np.mean(~((rec.ttft > slo_t) | (rec.tpot > slo_p))))'),
+    "goodput-unfinished-count-as-met": (METRICS_PY, _GOODPUT, '"goodput_requests_per_s": float(np.sum(~((rec.ttft > '
+                                        'slo_t) | (rec.tpot > slo_p))) / sim_time_s)'),
+    "attainment-nothing-completed-is-met": (METRICS_PY, _ATTAIN + " if done.any() else None}",
+                                            _ATTAIN + " if done.any() else 1.0}"),
+    "serving-per-gpu-per-tp-only": ("simroute/sim/runner.py", "gpus=len(instances) * cfg.tp,", "gpus=cfg.tp,"),
+    "serving-e2e-of-dropped": (METRICS_PY, '"e2e_ms": _client_stats(rec.e2e[done])',
+                               '"e2e_ms": _client_stats(rec.e2e[started])'),
+    "slo-lt-is-le": (SEARCH, '"<": operator.lt', '"<": operator.le'),
+    "slo-gt-is-ge": (SEARCH, '">": operator.gt', '">": operator.ge'),
+    "slo-no-seeds-meets": (SEARCH, "return bool(rows) and all(finished(row)", "return all(finished(row)"),
+    "store-p99-is-the-p95": (STORE, 'row[f"{metric}_{stat}"] = summary[metric].get(stat)',
+                             'row[f"{metric}_{stat}"] = summary[metric].get("p95" if stat == "p99" else stat)'),
+    "aggregate-finished-if-any-seed-finished": (REPORT, 'point["finished"] = all(finished(row) for row in records)',
+                                                'point["finished"] = any(finished(row) for row in records)'),
+    "aggregate-mean-is-the-first-seed": (REPORT, "point[col] = float(group[col].mean())",
+                                         "point[col] = float(group[col].iloc[0])"),
+    "frontier-compares-number-labels-as-text": (REPORT, "    if values.notna().all():", "    if False:"),
+    "resident-copy-fetched-again": (REQUEST, "if chunk in held_here or chunk in pending_here:",
+                                    "if chunk in pending_here:"),
+    "resident-copy-needs-room-again": (HBM, _ADD_EXISTING,
+                                       _ADD_EXISTING.replace("if key in self.copies:",
+                                                             "if key in self.copies and self._make_room(keep_free):")),
+    "evicted-copy-keeps-its-blocks": (HBM, "self.copy_blocks -= copies.pop(first)", "copies.pop(first)"),
+    "reprefill-kv-released-again": (SERVING, "                seq.blocks = 0\n", ""),
+    "reserver-ignores-own-kv": (SERVING, "return lambda ci: add_copy(ci, blocks[ci], keep_free)",
+                                "return lambda ci: add_copy(ci, blocks[ci])"),
+    "ecmp-hash-ignores-the-flow": (SWITCHES, "return mix64(flow_key ^ salt) % ports", "return mix64(salt) % ports"),
+    "ecmp-salts-shared-across-seeds": (SWITCHES, "salt = self._salts.get((switch, seed))\n        if salt is None:\n"
+                                       "            salt = self._salts[(switch, seed)] =",
+                                       "salt = self._salts.get(switch)\n        if salt is None:\n"
+                                       "            salt = self._salts[switch] ="),
+    "leafspine-hashed-at-the-destination-leaf": (SWITCHES, "self.hash_at(self._leaf_names[src_leaf], flow_key, seed, "
+                                                 "self.spec.spines)", "self.hash_at(self._leaf_names[dst_leaf], "
+                                                 "flow_key, seed, self.spec.spines)"),
+    "fattree-core-hashed-in-the-destination-pod": (SWITCHES, "self.hash_at(self._agg_names[src_leaf // half][agg]",
+                                                   "self.hash_at(self._agg_names[dst_leaf // half][agg]"),
+    "flow-key-without-destination-port": (HASHING, "((sport << 24) | (dport << 8) | proto)", "((sport << 24) | proto)"),
+    "flow-key-without-source": (HASHING, "mix64(mix64((src << 32) | dst)", "mix64(mix64(dst)"),
 }
 STUDY_TESTS = ["tests/study/test_search.py", "tests/study/test_plan.py", "tests/study/test_spec.py",
                "tests/study/test_concurrency_axis.py", "tests/study/test_modes.py", "tests/study/test_report.py"]

@@ -1,17 +1,17 @@
 """ECMP hashing switch by switch, and ARK's port search, counted over many flow keys (deterministic: SplitMix64).
 
-Hop-by-hop ECMP (docs/NETWORK.md): every upward switch hashes the flow's 5-tuple with its own salt (seeded by
-the run's seed and the switch's id) modulo its next hops. So two switches given the same key choose
-independently (they agree on a port about 1 time in `ports`, not always), a second seed redraws every choice, a
-fat-tree's aggregation switch picks its core independently of the leaf's choice of aggregation switch, and the
-key covers the destination and the source port. ARK's elephant keeps the source port its path hashes to."""
+Hop-by-hop ECMP (docs/NETWORK.md, "ECMP is hashed switch by switch"): every upward switch hashes the flow's
+5-tuple with its own salt (seeded by the run's seed and the switch's id) modulo its next hops. So two switches
+given the same key choose independently (they agree on a port about 1 time in `ports`, not always), a second seed
+redraws every choice, a fat-tree's aggregation switch picks its core independently of the leaf's choice of
+aggregation switch, and the key covers the whole 5-tuple. ARK's elephant keeps the source port its path hashes to."""
 
 from __future__ import annotations
 
 import pytest
 
 from simroute.network import load_topology, shipped_topology
-from simroute.network.hashing import SPORT_MAX, SPORT_MIN, flow_key
+from simroute.network.hashing import ROCE_DPORT, SPORT_MAX, SPORT_MIN, flow_key, mix64
 from simroute.network.paths import PathService
 from simroute.network.routing import ArkRouting, ArkSettings, EcmpRouting
 
@@ -68,11 +68,38 @@ def test_a_fat_tree_aggregation_switch_picks_its_core_independently_of_the_leafs
     assert set(choices) == set(range(64))
 
 
-def test_the_flow_key_covers_the_destination_and_the_source_port():
+def test_the_flow_key_covers_the_whole_5_tuple():
+    """Source, destination, source port and destination port each change the key (UDP, RoCEv2's port by default)."""
     to_b = [flow_key(0, 9, port) for port in PORTS]
     to_c = [flow_key(0, 17, port) for port in PORTS]
-    assert all(a != b for a, b in zip(to_b, to_c))
+    from_d = [flow_key(1, 9, port) for port in PORTS]
+    other_dport = [flow_key(0, 9, port, dport=ROCE_DPORT + 1) for port in PORTS]
+    assert to_b == [flow_key(0, 9, port, dport=ROCE_DPORT) for port in PORTS]
+    for other in (to_c, from_d, other_dport):
+        assert all(a != b for a, b in zip(to_b, other))
     assert len(set(to_b)) == KEYS
+
+
+def _switch_hash(topology, switch: str, key: int, seed: int, ports: int) -> int:
+    """One switch's ECMP hash as written out: the key mixed with the switch's salt, SplitMix64 of the seed XOR the
+    switch's id, modulo its next hops."""
+    return mix64(key ^ mix64(seed ^ topology.switch_id(switch))) % ports
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_each_switch_on_the_way_up_hashes_the_key_with_its_own_salt(leafspine, fat_tree, seed):
+    """Leaf-spine: the source leaf picks the spine (4 ports). Fat-tree across pods (leaf 0 in pod 0 to leaf 127 in
+    pod 15, 8 ports a switch): the source leaf picks aggregation switch a, then the source pod's aggregation switch
+    agg0.a picks core c: path a x 8 + c. Inside a pod (leaf 0 to leaf 1): the source leaf's pick alone."""
+    for port in range(SPORT_MIN, SPORT_MIN + 200):
+        key = flow_key(0, 16, port)
+        assert leafspine.ecmp_choice(0, 16, key, seed) == _switch_hash(leafspine, "leaf0", key, seed, 4)
+        key = flow_key(0, 1016, port)
+        agg = _switch_hash(fat_tree, "leaf0", key, seed, 8)
+        core = _switch_hash(fat_tree, f"agg0.{agg}", key, seed, 8)
+        assert fat_tree.ecmp_choice(0, 1016, key, seed) == agg * 8 + core
+        key = flow_key(0, 8, port)
+        assert fat_tree.ecmp_choice(0, 8, key, seed) == _switch_hash(fat_tree, "leaf0", key, seed, 8)
 
 
 def test_a_pairs_message_port_is_drawn_from_the_runs_seed(leafspine):

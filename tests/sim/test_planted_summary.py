@@ -24,7 +24,8 @@ import pyarrow as pa
 import pytest
 
 from simroute.sim.engine.log import IterationLog, itl_stats, weighted_percentile
-from simroute.sim.metrics import Recorder, holder_summary, incomplete_account, overload, serving_summary, summarise
+from simroute.sim.metrics import (Recorder, holder_summary, incomplete_account, overload, percentiles, serving_summary,
+                                  summarise)
 from simroute.sim.vocab import DropReason
 
 NAN = math.nan
@@ -91,6 +92,28 @@ def test_the_incomplete_account_counts_each_request_once(summary):
     assert line.startswith("completed 3 of 6 requests: 1 unfinished at --until") and "; 1 preempted too often" in line
     assert line.endswith("; 1 never arrived or never finished")
     assert incomplete_account({"requests": 3, "completed": 3, "dropped": 0}) is None
+
+
+def test_a_latency_a_request_lacks_is_left_out_not_counted_as_zero():
+    """100, (none), 300 ms: the two that exist. Mean 200, median 200, numpy's linear p95 and p99 at positions 0.95
+    and 0.99 between them: 290 and 298, max 300 (a missing value read as 0 would give mean 133.3, p50 100)."""
+    assert percentiles(np.array([0.1, NAN, 0.3])) == pytest.approx({"mean": 200.0, "p50": 200.0, "p95": 290.0,
+                                                                     "p99": 298.0, "max": 300.0})
+    assert percentiles(np.array([NAN])) == {"mean": None, "p50": None, "p95": None, "p99": None, "max": None}
+
+
+def test_a_run_that_completed_nothing_has_no_attainment_and_no_goodput():
+    """Two requests, both dropped before their first token: no latency, attainment unknown (None, not met, not
+    100%), goodput 0 over the 2 s run, no output tokens."""
+    rec = Recorder(2)
+    rec.arrival[:] = [0.0, 0.5]
+    rec.output_tokens[:] = [10, 10]
+    rec.drop(0, DropReason.UNFINISHED)
+    rec.drop(1, DropReason.UNFINISHED)
+    out = summarise(rec, config=CONFIG, inputs={}, sim_time_s=2.0, extra={})
+    assert (out["completed"], out["dropped"], out["slo"]["attainment"]) == (0, 2, None)
+    assert out["throughput"] == {"output_tokens_per_s": 0.0, "goodput_requests_per_s": 0.0}
+    assert out["ttft_ms"]["p99"] is None
 
 
 # ---- the serving benchmark clients' figures (summary.json `serving`) --------------------------------------------

@@ -122,6 +122,16 @@ def test_a_failed_seed_is_not_averaged_in_and_the_point_counts_its_succeeded_see
     assert point["seeds"] == 2 and point["ttft_ms_p99"] == pytest.approx(45.0) and point["meets"]
 
 
+def test_a_point_finished_only_when_every_seed_finished():
+    """Seed 0 completed all 100 requests, seed 1 only 50: the point did not finish (and cannot meet); the mean
+    completed count is 75, the worst completion 0.5."""
+    rows = [_row(**{"axis:hosts": 4, "seed": 0, "ttft_ms_p99": 10.0}),
+            _row(**{"axis:hosts": 4, "seed": 1, "ttft_ms_p99": 10.0, "completed": 50.0})]
+    point = aggregate(_frame(rows), "hosts", [], ["p99 ttft_ms <= 50"]).iloc[0]
+    assert not point["finished"] and not point["meets"]
+    assert point["completed"] == pytest.approx(75.0) and point["completion"] == pytest.approx(0.5)
+
+
 @pytest.mark.parametrize("axis, goal", [("hosts", Goal.MIN), ("trace.params.instances", Goal.MIN),
                                         ("token_budget", Goal.MIN), ("replicas", Goal.MIN),
                                         ("trace.params.qps", Goal.MAX), ("time_scale", Goal.MAX)])
@@ -129,6 +139,15 @@ def test_a_resource_axis_takes_its_smallest_value_meeting_the_slo_and_a_load_axi
     assert frontier_goal(axis) == goal
     points = pd.DataFrame({"x": [2, 4, 8, 16], "meets": [False, True, True, False]})
     assert frontier_value(points, "x", goal) == (4 if goal == Goal.MIN else 8)
+
+
+def test_the_frontier_compares_number_labels_as_numbers_in_any_order_and_other_labels_in_their_given_order():
+    """Labels '32', '8', '16' (all met) in that order: the smallest is '8' and the largest '32' (as numbers, not by
+    position or as text); 'small', 'large': the first and the last given."""
+    numbers = pd.DataFrame({"x": ["32", "8", "16"], "meets": [True, True, True]})
+    assert (frontier_value(numbers, "x", Goal.MIN), frontier_value(numbers, "x", Goal.MAX)) == ("8", "32")
+    words = pd.DataFrame({"x": ["small", "large"], "meets": [True, True]})
+    assert (frontier_value(words, "x", Goal.MIN), frontier_value(words, "x", Goal.MAX)) == ("small", "large")
 
 
 # ---- the plan's answer --------------------------------------------------------------------------------------------
@@ -174,6 +193,8 @@ def _summary() -> dict:
 
 def test_a_point_stores_the_itl_median_as_p50_the_per_gpu_rates_and_the_busiest_spine():
     row = flatten(_summary())
+    for metric in ("ttft_ms", "tpot_ms", "e2e_ms"):      # each statistic in its own column: 1, 2, 3, 4, 5
+        assert [row[f"{metric}_{stat}"] for stat in ("mean", "p50", "p95", "p99", "max")] == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert [row[f"itl_ms_{stat}"] for stat in ("mean", "p50", "p95", "p99", "max")] == [7.0, 6.0, 8.0, 9.0, 10.0]
     assert (row["request_throughput"], row["output_tokens_per_s"], row["total_tokens_per_s"]) == (2.0, 160.0, 960.0)
     assert (row["input_tokens_per_s_per_gpu"], row["output_tokens_per_s_per_gpu"],

@@ -104,7 +104,10 @@ def test_an_evicted_copy_stops_being_a_holder_and_a_pinned_one_is_never_room():
     assert holders == [[0, 1], [0], [0, 1]] and not copies.holds(1, 1) and copies.holds(2, 1)
     pins[1][2] = 1
     assert not copies.fits(1, 1) and not copies.reserve(1, 1)
-    assert engines[1].hbm.copies == {0: 2, 2: 2} and engines[1].hbm.refused == 1
+    hbm = engines[1].hbm
+    assert hbm.copies == {0: 2, 2: 2} and hbm.refused == 1 and hbm.evictions == 1
+    assert (hbm.copy_blocks, hbm.free_blocks) == (4, 0)       # the evicted copy's 2 blocks went to chunk 2's
+    hbm.check()
 
 
 def test_a_fetch_keeps_room_for_the_requests_own_kv():

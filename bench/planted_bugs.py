@@ -363,6 +363,8 @@ ACCOUNTING_BUGS = {
     # requests counted as meeting the SLO, ECMP without the switch or the ports, a re-fetch counted twice in HBM)
     "summary-nan-latency-counted-as-zero": (METRICS_PY, "    x = x[np.isfinite(x)]\n    if x.size == 0:",
                                             "    x = np.nan_to_num(x)\n    if x.size == 0:"),
+    "serving-nan-latency-counted-as-zero": (METRICS_PY, "    x = x[np.isfinite(x)]\n    if not x.size:",
+                                            "    x = np.nan_to_num(x)\n    if not x.size:"),
     "summary-tpot-of-dropped-multi-token": (METRICS_PY, "percentiles(tpot[rec.output_tokens[done] > 1])",
                                             "percentiles(rec.tpot[rec.output_tokens > 1])"),
     "summary-max-is-p99": (METRICS_PY, '"max": float(x.max() * scale)}', '"max": float(q[2])}'),

@@ -24,8 +24,8 @@ import pyarrow as pa
 import pytest
 
 from simroute.sim.engine.log import IterationLog, itl_stats, weighted_percentile
-from simroute.sim.metrics import (Recorder, holder_summary, incomplete_account, overload, percentiles, serving_summary,
-                                  summarise)
+from simroute.sim.metrics import (Recorder, _client_stats, holder_summary, incomplete_account, overload, percentiles,
+                                  serving_summary, summarise)
 from simroute.sim.vocab import DropReason
 
 NAN = math.nan
@@ -100,6 +100,9 @@ def test_a_latency_a_request_lacks_is_left_out_not_counted_as_zero():
     assert percentiles(np.array([0.1, NAN, 0.3])) == pytest.approx({"mean": 200.0, "p50": 200.0, "p95": 290.0,
                                                                      "p99": 298.0, "max": 300.0})
     assert percentiles(np.array([NAN])) == {"mean": None, "p50": None, "p95": None, "p99": None, "max": None}
+    # the serving clients' statistics likewise: std of 100 and 300 ms (ddof 0) is 100
+    assert _client_stats(np.array([0.1, NAN, 0.3])) == pytest.approx({"mean": 200.0, "median": 200.0, "std": 100.0,
+                                                                       "p99": 298.0})
 
 
 def test_a_run_that_completed_nothing_has_no_attainment_and_no_goodput():

@@ -10,6 +10,7 @@ import simpy
 
 from simroute.sim.engine import HbmBudget
 from simroute.sim.engine.serving import ChunkCopies
+from simroute.sim.vocab import Primitive
 
 
 def _budget(blocks: int) -> HbmBudget:
@@ -135,3 +136,52 @@ def test_a_re_prefill_hands_its_kv_to_the_copies_and_frees_the_rest_once(make_en
     assert hbm.copies == {0: 2, 1: 2} and (hbm.copy_blocks, hbm.kv_blocks, hbm.free_blocks) == (4, 0, 6)
     assert holders == [[1, 0], [1, 0]]
     hbm.check()
+
+
+# ---- a request's chunks: one already here is never fetched again -------------------------------------------------
+def _testbed(tmp_path):
+    """The paper testbed (instances 0-7) with one single-chunk request for requester 4; chunk 0's canonical copy
+    on instance 0."""
+    from simroute.calib import default_profile_path
+    from simroute.defaults import PAPER_DEPLOYMENT
+    from simroute.network import shipped_topology
+    from simroute.scenarios.traces import single_chunk_trace
+    from simroute.sim import RunConfig, Simulation
+    trace = single_chunk_trace(tmp_path / "t.parquet", requester=4, holder=0)
+    return Simulation(RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("paper-testbed")),
+                                trace=str(trace), calib=str(default_profile_path())))
+
+
+def _classify(sim):
+    from simroute.sim.request import DenseRequest
+    from simroute.sim.request_spec import RequestSpec
+    spec = RequestSpec(0, 4, -1, 16, 4, [0], [True], 0, 0)
+    request = DenseRequest(sim.ctx, spec, sim.instances[4], None)
+    return request, request.classify_chunks()
+
+
+def test_a_chunk_already_copied_to_the_requester_is_resident_not_fetched_again(tmp_path):
+    """Chunk 0 held by instance 0 (canonical) and by the requester, 4 (a copy another request fetched): the
+    request reads it where it is (resident, noted on instance 4), pins that copy once and asks no holder for it."""
+    sim = _testbed(tmp_path)
+    chunks, copies = sim.ctx.cluster.chunks, sim.ctx.copies
+    assert copies.reserve(0, 4)
+    copies.arrived(0, 4)
+    assert chunks.holders[0] == [0, 4]
+    request, plan = _classify(sim)
+    assert plan.remote.chunks == [] and plan.prefill_here == [] and plan.joining == []
+    chunk, holder, primitive = (list(column) for column in request.decided)
+    assert (chunk, holder) == ([0], [4]) and primitive[0] == int(Primitive.RESIDENT)
+    assert chunks.pins_at(4) == {0: 1} and request.resident_tokens == chunks.token_list[0]
+
+
+def test_a_chunk_being_copied_to_the_requester_is_waited_for_not_fetched_again(tmp_path):
+    """Chunk 0 held by instance 0 only, its copy to instance 4 on the way (pending): the request joins that copy
+    (resident once it lands) instead of fetching a second one."""
+    sim = _testbed(tmp_path)
+    chunks = sim.ctx.cluster.chunks
+    landed = sim.env.event()
+    chunks.pending_at(4)[0] = landed
+    request, plan = _classify(sim)
+    assert plan.remote.chunks == [] and plan.joining == [landed]
+    assert chunks.pins_at(4) == {0: 1}

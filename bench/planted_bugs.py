@@ -10,11 +10,14 @@ subset runs on the copy and the bug counts as caught when a test fails. Three se
 - `accounting` (ACCOUNTING_BUGS, issue 39): what a run reports and a study concludes (the summary's and the
   `serving` block's aggregation, the SLO comparison, the plan's answer), copies' KV accounting, ECMP / ARK path
   choice and the closed-loop arrivals, each against its layer's component subset (SUBSET_TESTS).
+`--planted` runs each bug against its layer's `test_planted_*.py` files alone (PLANTED_TESTS): a few seconds a
+bug, and a bug they catch is caught by the layer's subset too (which holds them and passes unmutated).
 Prints one line per bug and the total; exits 1 if any bug survives, 2 (before running any) if a bug's text
 is not in its file exactly once, a test file is missing or a subset fails on the unmutated code.
 Deterministic (no sampling); the engine set takes a few minutes on two cores, the factors set longer.
 
     python3 bench/planted_bugs.py [--set engine|factors|accounting|all] [--only NAME ...] [--tests tests/sim/... ...]
+                                  [--planted]
 """
 
 from __future__ import annotations
@@ -422,12 +425,22 @@ SETS = {"engine": BUGS, "factors": FACTOR_BUGS, "accounting": ACCOUNTING_BUGS}
 ALL_BUGS = {**BUGS, **FACTOR_BUGS, **ACCOUNTING_BUGS}
 LAYER_TESTS = {"simroute/model/": ["tests/model"], "simroute/network/": ["tests/network"],
                "simroute/sim/": FAST_TESTS}
+# each layer's planted-bug pins alone (--planted): the fast screen
+PLANTED_TESTS = {prefix: sorted(str(path.relative_to(ROOT))
+                                for path in ROOT.glob(f"tests/{layer}/**/test_planted_*.py"))
+                 for prefix, layer in (("simroute/sim/", "sim"), ("simroute/study/", "study"),
+                                       ("simroute/network/", "network"), ("simroute/model/", "model"))}
 
 
-def tests_for(name: str, override: list[str] | None) -> list[str]:
+def tests_for(name: str, override: list[str] | None, planted: bool = False) -> list[str]:
     """The subset a bug runs against: `--tests` if given; the engine set's FAST_TESTS; a factor bug's layer."""
     if override:
         return override
+    if planted:
+        path = ALL_BUGS[name][0]
+        pins = next((tests for prefix, tests in PLANTED_TESTS.items() if path.startswith(prefix)), [])
+        if pins:
+            return pins
     if name in BUGS:
         return FAST_TESTS
     if name in ACCOUNTING_BUGS:
@@ -464,11 +477,11 @@ def _pytest(copy: Path, tests: list[str], timeout_s: float | None = None) -> int
         return -1
 
 
-def run(bugs: list[str], override: list[str] | None = None) -> int:
+def run(bugs: list[str], override: list[str] | None = None, planted: bool = False) -> int:
     """0 if every bug is caught, 1 if one survives, 2 if the run cannot mean anything: a bug's text is gone (a
     stale bug would otherwise count as caught or silently drop out), a test file is missing, or a subset
     already fails on the unmutated code (every bug would look caught)."""
-    subsets = {name: tests_for(name, override) for name in bugs}
+    subsets = {name: tests_for(name, override, planted) for name in bugs}
     needed = sorted({t for tests in subsets.values() for t in tests})
     problems = stale(bugs) + [f"{t}: no such test file" for t in needed if not (ROOT / t).exists()]
     if problems:
@@ -505,9 +518,12 @@ def main() -> int:
     ap.add_argument("--set", choices=[*SETS, "all"], default="engine", help="which planted set (default: engine)")
     ap.add_argument("--only", nargs="*", choices=list(ALL_BUGS), help="bug names (default: the whole set)")
     ap.add_argument("--tests", nargs="*", help="one test subset for every bug (default: per set and layer)")
+    ap.add_argument("--planted", action="store_true",
+                    help="each bug against its layer's test_planted_*.py files alone (the fast screen), e.g. "
+                         "--set accounting --planted")
     a = ap.parse_args()
     chosen = ALL_BUGS if a.set == "all" else SETS[a.set]
-    return run(a.only or list(chosen), a.tests)
+    return run(a.only or list(chosen), a.tests, a.planted)
 
 
 if __name__ == "__main__":

@@ -140,22 +140,24 @@ def test_a_re_prefill_hands_its_kv_to_the_copies_and_frees_the_rest_once(make_en
 
 # ---- a request's chunks: one already here is never fetched again -------------------------------------------------
 def _testbed(tmp_path):
-    """The paper testbed (instances 0-7) with one single-chunk request for requester 4; chunk 0's canonical copy
-    on instance 0."""
+    """The paper testbed (instances 0-7) with two requests for requester 4 reading chunk 0 (2048 tokens), whose
+    canonical copy is on instance 0."""
     from simroute.calib import default_profile_path
     from simroute.defaults import PAPER_DEPLOYMENT
     from simroute.network import shipped_topology
-    from simroute.scenarios.traces import single_chunk_trace
+    from simroute.scenarios.traces import write_trace
     from simroute.sim import RunConfig, Simulation
-    trace = single_chunk_trace(tmp_path / "t.parquet", requester=4, holder=0)
+    chunk = {"chunk_id": 0, "tokens": 2048, "canonical": True, "holder_hint": 0, "cached_offset": 0}
+    reqs = [{"arrival_s": 0.0, "requester_hint": 4, "prompt_tokens": 16, "output_tokens": 1, "chunk_ids": [0]}] * 2
+    trace = write_trace(tmp_path / "t.parquet", reqs, [chunk])
     return Simulation(RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("paper-testbed")),
                                 trace=str(trace), calib=str(default_profile_path())))
 
 
-def _classify(sim):
+def _classify(sim, request_id: int = 0):
     from simroute.sim.request import DenseRequest
     from simroute.sim.request_spec import RequestSpec
-    spec = RequestSpec(0, 4, -1, 16, 4, [0], [True], 0, 0)
+    spec = RequestSpec(request_id, 4, -1, 16, 1, [0], [True], 0, 0)
     request = DenseRequest(sim.ctx, spec, sim.instances[4], None)
     return request, request.classify_chunks()
 
@@ -185,3 +187,18 @@ def test_a_chunk_being_copied_to_the_requester_is_waited_for_not_fetched_again(t
     request, plan = _classify(sim)
     assert plan.remote.chunks == [] and plan.joining == [landed]
     assert chunks.pins_at(4) == {0: 1}
+
+
+def test_a_copy_two_requests_read_stays_pinned_until_the_second_finishes(tmp_path):
+    """Requests 0 and 1 both read instance 4's copy of chunk 0: two pins. The first finishing leaves one (the copy
+    cannot be evicted under the second); the second finishing leaves none (evictable again)."""
+    sim = _testbed(tmp_path)
+    chunks, copies = sim.ctx.cluster.chunks, sim.ctx.copies
+    assert copies.reserve(0, 4)
+    copies.arrived(0, 4)
+    (first, _), (second, _) = _classify(sim, 0), _classify(sim, 1)
+    assert chunks.pins_at(4) == {0: 2}
+    first.finish()
+    assert chunks.pins_at(4) == {0: 1} and not copies.budget(4).evictable(0)
+    second.finish()
+    assert chunks.pins_at(4) == {} and copies.budget(4).evictable(0)

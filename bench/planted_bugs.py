@@ -396,7 +396,7 @@ ACCOUNTING_BUGS = {
                                        _ADD_EXISTING.replace("if key in self.copies:",
                                                              "if key in self.copies and self._make_room(keep_free):")),
     "evicted-copy-keeps-its-blocks": (HBM, "self.copy_blocks -= copies.pop(first)", "copies.pop(first)"),
-    "reprefill-kv-released-again": (SERVING, "                seq.blocks = 0\n", ""),
+    "reprefill-first-chunk-takes-every-block": (SERVING, "take = blocks if blocks < left else left", "take = left"),
     "reserver-ignores-own-kv": (SERVING, "return lambda ci: add_copy(ci, blocks[ci], keep_free)",
                                 "return lambda ci: add_copy(ci, blocks[ci])"),
     "ecmp-hash-ignores-the-flow": (SWITCHES, "return mix64(flow_key ^ salt) % ports", "return mix64(salt) % ports"),

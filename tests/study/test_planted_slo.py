@@ -13,7 +13,7 @@ import pytest
 from simroute.defaults import MIN_COMPLETION
 from simroute.study.plan import _policy_answer
 from simroute.study.report import aggregate, frontier_goal, frontier_value
-from simroute.study.search import Condition, Goal, finished, meets, parse_slo
+from simroute.study.search import Bisection, Condition, Goal, SearchStatus, finished, meets, parse_slo
 from simroute.study.store import flatten
 
 NAN = math.nan
@@ -83,6 +83,20 @@ def test_completion_exactly_at_the_minimum_is_finished():
     assert finished(at) and not finished({**at, "completed": MIN_COMPLETION * 100.0 - 1.0})
     assert not finished({**at, "overloaded": 1.0}) and finished({**at, "overloaded": NAN})
     assert not finished({**at, "requests": 0.0, "completed": 0.0})
+
+
+@pytest.mark.parametrize("goal, meets_at, probes, answer", [
+    (Goal.MIN, lambda hosts: hosts >= 6, [1, 16, 8, 4, 6, 5], 6),          # fewest hosts meeting the SLO
+    (Goal.MAX, lambda qps: qps <= 6, [1, 16, 8, 4, 6, 7], 6)])               # most load meeting it
+def test_the_search_keeps_the_half_where_the_slo_changes(goal, meets_at, probes, answer):
+    """Integer range 1-16, tolerance 1: both ends, then the middle of what is left (floor), down to neighbours."""
+    search = Bisection(goal=goal, lo=1, hi=16, integer=True, tolerance=1.0)
+    seen = []
+    while not search.done:
+        for value in search.probes():
+            seen.append(int(value))
+            search.observe(value, meets_at(value))
+    assert (seen, search.answer, search.status) == (probes, answer, SearchStatus.FOUND)
 
 
 # ---- the report's aggregation over seeds and its frontier --------------------------------------------------------

@@ -180,14 +180,24 @@ FACTOR_BUGS = {
 # pins), ECMP / ARK path choice (per-switch salts, the 5-tuple, reservations) and the closed-loop arrivals
 # (`ConcurrencyLimit`). Each runs against its layer's subset (SUBSET_TESTS).
 METRICS_PY, LOG_PY = "simroute/sim/metrics.py", "simroute/sim/engine/log.py"
+SLO_PY = "simroute/sim/slo.py"
 SEARCH, REPORT, PLAN, STORE = ("simroute/study/search.py", "simroute/study/report.py", "simroute/study/plan.py",
                                "simroute/study/store.py")
 SERVING, REQUEST, ARRIVALS = "simroute/sim/engine/serving.py", "simroute/sim/request.py", "simroute/sim/arrivals.py"
 SWITCHES, PATHS = "simroute/network/switches.py", "simroute/network/paths.py"
 ROUTING, HASHING = "simroute/network/routing.py", "simroute/network/hashing.py"
-_ATTAIN = '"attainment": float(np.mean((ttft <= slo_t) & (tpot <= slo_p)))'
-_GOODPUT = '"goodput_requests_per_s": float(np.sum((ttft <= slo_t) & (tpot <= slo_p)) / sim_time_s)'
-_MEETS = "all(finished(row) and all(condition.holds(row) for condition in conds) for row in rows)"
+# the SLO's per-request attainment, a run's verdict and a study point's (sim/slo.py since the one SLO module)
+_ATTAIN = "attainment = slo_attainment(slo, latencies, rec.output_tokens[done])"
+_GOODPUT = '"goodput_requests_per_s": float(attainment * done.sum() / sim_time_s)'
+_EVERY = ('{key: np.where(np.isnan(value), 0.0, value) for key, value in {"ttft_ms": rec.ttft * 1e3, '
+          '"tpot_ms": rec.tpot * 1e3, "e2e_ms": rec.e2e * 1e3}.items()}, rec.output_tokens')
+_PER_REQUEST = "good = OPS[condition.op](values, condition.value)"
+_ALL_MET = ("ok = np.ones(tokens.size, dtype=bool)\n    for metric, conditions in judged.items():\n"
+            "        values = np.asarray(latencies_ms[metric], dtype=float)\n        for condition in conditions:\n"
+            "            with np.errstate(invalid=\"ignore\"):\n                " + _PER_REQUEST + "\n"
+            "            if metric == \"tpot_ms\":\n                good |= tokens <= 1\n            ok &= good")
+_MET = "return served(row) and not self.violated(row)"
+_MEETS = "return bool(rows) and all(judged.met(row) for row in rows)"
 _SALT = "mix64(seed ^ self.topology.switch_id(switch))"
 _ADD_EXISTING = ("        if key in self.copies:\n            self.copies.move_to_end(key)\n            return True\n")
 _KV_TO_COPY = ("        self.kv_blocks -= blocks\n"
@@ -204,15 +214,21 @@ ACCOUNTING_BUGS = {
     "summary-e2e-of-dropped": (METRICS_PY, '"e2e_ms": percentiles(rec.e2e[done]),', '"e2e_ms": percentiles(rec.e2e),'),
     "summary-breakdown-over-every-request": (METRICS_PY, '_mean_ms(getattr(rec, f"ttft_{name}")[done])',
                                              '_mean_ms(getattr(rec, f"ttft_{name}"))'),
-    "attainment-strict": (METRICS_PY, _ATTAIN, _ATTAIN.replace("<=", "<")),
-    "attainment-either-target": (METRICS_PY, _ATTAIN, _ATTAIN.replace(" & ", " | ")),
-    "attainment-over-every-request": (METRICS_PY, _ATTAIN,
-                                      '"attainment": float(np.sum((ttft <= slo_t) & (tpot <= slo_p)) / rec.n)'),
-    "goodput-either-target": (METRICS_PY, _GOODPUT, _GOODPUT.replace(" & ", " | ")),
-    "slo-ttft-target-in-seconds": (METRICS_PY, 'slo_t, slo_p = config["slo_ttft_ms"] * 1e-3,',
-                                   'slo_t, slo_p = config["slo_ttft_ms"],'),
-    "slo-tpot-against-ttft-target": (METRICS_PY, 'config["slo_ttft_ms"] * 1e-3, config["slo_tpot_ms"] * 1e-3',
-                                     'config["slo_ttft_ms"] * 1e-3, config["slo_ttft_ms"] * 1e-3'),
+    "attainment-strict": (SLO_PY, _PER_REQUEST, _PER_REQUEST.replace("OPS[condition.op]",
+                                                                      'OPS[condition.op.rstrip("=")]')),
+    "attainment-either-target": (SLO_PY, _ALL_MET, _ALL_MET.replace("np.ones", "np.zeros").replace("&=", "|=")),
+    "attainment-over-every-request": (METRICS_PY, _ATTAIN, "attainment = (lambda share: None if share is None else "
+                                      "share * done.sum() / rec.n)(slo_attainment(slo, latencies, "
+                                      "rec.output_tokens[done]))"),
+    "goodput-either-target": (METRICS_PY, _GOODPUT, '"goodput_requests_per_s": float(np.sum(np.any([__import__('
+                              '"simroute.sim.slo", fromlist=["OPS"]).OPS[c.op](latencies[m], c.value) | ((m == '
+                              '"tpot_ms") & (rec.output_tokens[done] <= 1)) for m, cs in slo.per_request().items() '
+                              'for c in cs], axis=0)) / sim_time_s)'),
+    "slo-ttft-target-in-seconds": (SLO_PY, _PER_REQUEST, _PER_REQUEST.replace(
+        "condition.value)", 'condition.value * (1e-3 if metric == "ttft_ms" else 1.0))')),
+    "slo-tpot-against-ttft-target": (SLO_PY, _PER_REQUEST, _PER_REQUEST.replace(
+        "condition.value)", 'judged["ttft_ms"][0].value if metric == "tpot_ms" and "ttft_ms" in judged '
+        'else condition.value)')),
     "throughput-counts-dropped-tokens": (METRICS_PY, "float(rec.output_tokens[done].sum() / sim_time_s)",
                                          "float(rec.output_tokens.sum() / sim_time_s)"),
     "fetch-bytes-include-fanout": (METRICS_PY, '"fetch": float(rec.bytes_fetch.sum()),',
@@ -262,24 +278,22 @@ ACCOUNTING_BUGS = {
                                  'float((cols["mean_fan_in"][answered] * cols["calls"][answered]).sum() / calls)',
                                  'float(cols["mean_fan_in"][answered].mean())'),
     "busiest-holder-by-calls": (METRICS_PY, 'i = int(np.argmax(cols["work_s"]))', 'i = int(np.argmax(cols["calls"]))'),
-    # the studies' SLO comparison (study/search.py)
-    "slo-le-is-lt": (SEARCH, '"<=": operator.le', '"<=": operator.lt'),
-    "slo-ge-is-gt": (SEARCH, '">=": operator.ge', '">=": operator.gt'),
-    "slo-missing-metric-meets": (SEARCH, "math.isnan(measured)):\n            return False",
+    # the SLO comparison (sim/slo.py, the one SLO module; the seeds and the search: study/search.py)
+    "slo-le-is-lt": (SLO_PY, '"<=": operator.le', '"<=": operator.lt'),
+    "slo-ge-is-gt": (SLO_PY, '">=": operator.ge', '">=": operator.gt'),
+    "slo-missing-metric-meets": (SLO_PY, "math.isnan(measured)):\n            return False",
                                  "math.isnan(measured)):\n            return True"),
-    "slo-p99-reads-p95": (SEARCH, 'col = f"{metric}_{stat}" if stat else metric',
+    "slo-p99-reads-p95": (SLO_PY, 'col = f"{metric}_{stat}" if stat else metric',
                           'col = f"{metric}_{\'p95\' if stat == \'p99\' else stat}" if stat else metric'),
-    "slo-any-seed": (SEARCH, _MEETS, "any(" + _MEETS[4:]),
-    "slo-any-condition": (SEARCH, _MEETS, _MEETS.replace("and all(", "and any(")),
-    "slo-unfinished-can-meet": (SEARCH, _MEETS, _MEETS.replace("finished(row) and ", "")),
-    "finished-completion-strict": (SEARCH, "completed >= MIN_COMPLETION * requests",
+    "slo-any-seed": (SEARCH, _MEETS, _MEETS.replace("all(", "any(")),
+    "slo-any-condition": (SLO_PY, _MET, "return served(row) and len(self.violated(row)) < len(self.conditions)"),
+    "slo-unfinished-can-meet": (SLO_PY, _MET, "return not self.violated(row)"),
+    "finished-completion-strict": (SLO_PY, "completed >= MIN_COMPLETION * requests",
                                    "completed > MIN_COMPLETION * requests"),
-    "finished-ignores-overload": (SEARCH, ' and row.get("overloaded") != 1.0)', ")"),
-    "bisection-min-keeps-the-wrong-half": (SEARCH,
-                                           "self.lo, self.hi = (self.lo, value) if ok_side is not None else "
-                                           "(value, self.hi)",
-                                           "self.lo, self.hi = (value, self.hi) if ok_side is not None else "
-                                           "(self.lo, value)"),
+    "finished-ignores-overload": (SLO_PY, ' and row.get("overloaded") != 1.0)', ")"),
+    "bisection-min-keeps-the-wrong-half": (SEARCH, "self.answer = min(feasible) if self.goal == Goal.MIN else "
+                                           "max(feasible)", "self.answer = max(feasible) if self.goal == Goal.MIN "
+                                           "else min(feasible)"),
     # the report's aggregation over seeds and its frontier (study/report.py)
     "aggregate-meets-on-first-seed": (REPORT, 'point["meets"] = meets(records, tuple(slo))',
                                       'point["meets"] = meets(records[:1], tuple(slo))'),
@@ -302,10 +316,10 @@ ACCOUNTING_BUGS = {
     "plan-binding-includes-the-answer": (PLAN, 'probe["hosts"] < hosts]', 'probe["hosts"] <= hosts]'),
     "plan-probe-means-over-unfinished": (PLAN, "_mean([row.get(cond.column) for row in done])",
                                          "_mean([row.get(cond.column) for row in rows_at])"),
-    "store-itl-p50-not-the-median": (STORE, 'itl.get("median" if stat == "p50" else stat)', "itl.get(stat)"),
-    "store-per-gpu-is-the-total": (STORE, 'row[f"{key}_per_gpu"] = per_gpu.get(key)',
+    "store-itl-p50-not-the-median": (SLO_PY, 'itl.get("median" if stat == "p50" else stat)', "itl.get(stat)"),
+    "store-per-gpu-is-the-total": (SLO_PY, 'row[f"{key}_per_gpu"] = per_gpu.get(key)',
                                    'row[f"{key}_per_gpu"] = rate.get(key)'),
-    "store-peak-spine-is-the-least": (STORE, 'row["peak_spine_flows"] = max(', 'row["peak_spine_flows"] = min('),
+    "store-peak-spine-is-the-least": (SLO_PY, 'row["peak_spine_flows"] = max(', 'row["peak_spine_flows"] = min('),
     # copies' KV accounting (engine/hbm.py, engine/serving.py, request.py)
     "existing-copy-re-reserved": (HBM, _ADD_EXISTING, _ADD_EXISTING.replace("if key in self.copies:", "if False:")),
     "existing-copy-not-refreshed": (HBM, _ADD_EXISTING,
@@ -371,19 +385,19 @@ ACCOUNTING_BUGS = {
     "summary-tpot-of-dropped-multi-token": (METRICS_PY, "percentiles(tpot[rec.output_tokens[done] > 1])",
                                             "percentiles(rec.tpot[rec.output_tokens > 1])"),
     "summary-max-is-p99": (METRICS_PY, '"max": float(x.max() * scale)}', '"max": float(q[2])}'),
-    "attainment-unfinished-count-as-met": (METRICS_PY, _ATTAIN,
-                                           '"attainment": float(np.mean(~((rec.ttft > slo_t) | (rec.tpot > slo_p))))'),
-    "goodput-unfinished-count-as-met": (METRICS_PY, _GOODPUT, '"goodput_requests_per_s": float(np.sum(~((rec.ttft > '
-                                        'slo_t) | (rec.tpot > slo_p))) / sim_time_s)'),
-    "attainment-nothing-completed-is-met": (METRICS_PY, _ATTAIN + " if done.any() else None}",
-                                            _ATTAIN + " if done.any() else 1.0}"),
+    "attainment-unfinished-count-as-met": (METRICS_PY, _ATTAIN, "attainment = slo_attainment(slo, " + _EVERY + ")"),
+    "goodput-unfinished-count-as-met": (METRICS_PY, _GOODPUT, '"goodput_requests_per_s": float(slo_attainment(slo, '
+                                        + _EVERY + ') * rec.n / sim_time_s)'),
+    "attainment-nothing-completed-is-met": (SLO_PY, "    if not tokens.size or not judged:\n        return None",
+                                            "    if not judged:\n        return None\n    if not tokens.size:\n"
+                                            "        return 1.0"),
     "serving-per-gpu-per-tp-only": ("simroute/sim/runner.py", "gpus=len(instances) * cfg.tp,", "gpus=cfg.tp,"),
     "serving-e2e-of-dropped": (METRICS_PY, '"e2e_ms": _client_stats(rec.e2e[done])',
                                '"e2e_ms": _client_stats(rec.e2e[started])'),
-    "slo-lt-is-le": (SEARCH, '"<": operator.lt', '"<": operator.le'),
-    "slo-gt-is-ge": (SEARCH, '">": operator.gt', '">": operator.ge'),
-    "slo-no-seeds-meets": (SEARCH, "return bool(rows) and all(finished(row)", "return all(finished(row)"),
-    "store-p99-is-the-p95": (STORE, 'row[f"{metric}_{stat}"] = summary[metric].get(stat)',
+    "slo-lt-is-le": (SLO_PY, '"<": operator.lt', '"<": operator.le'),
+    "slo-gt-is-ge": (SLO_PY, '">": operator.gt', '">": operator.ge'),
+    "slo-no-seeds-meets": (SEARCH, _MEETS, _MEETS.replace("bool(rows) and ", "")),
+    "store-p99-is-the-p95": (SLO_PY, 'row[f"{metric}_{stat}"] = summary[metric].get(stat)',
                              'row[f"{metric}_{stat}"] = summary[metric].get("p95" if stat == "p99" else stat)'),
     "aggregate-finished-if-any-seed-finished": (REPORT, 'point["finished"] = all(finished(row) for row in records)',
                                                 'point["finished"] = any(finished(row) for row in records)'),
@@ -420,7 +434,9 @@ NETWORK_TESTS = ["tests/network/test_exact_values.py", "tests/network/test_routi
 NETWORK_TESTS += sorted(str(path.relative_to(ROOT)) for path in ROOT.glob("tests/network/test_planted_*.py"))
 # the accounting set's subsets, by the planted file's layer (the network's and the study's: their component files,
 # without the large-topology, solver-replay and worker-pool tests, which take most of those directories' time)
-SUBSET_TESTS = {"simroute/sim/": FAST_TESTS, "simroute/study/": STUDY_TESTS, "simroute/network/": NETWORK_TESTS}
+# the one SLO module (sim/slo.py) serves runs and studies alike: its bugs run against both layers' tests
+SUBSET_TESTS = {SLO_PY: FAST_TESTS + STUDY_TESTS, "simroute/sim/": FAST_TESTS, "simroute/study/": STUDY_TESTS,
+                "simroute/network/": NETWORK_TESTS}
 SETS = {"engine": BUGS, "factors": FACTOR_BUGS, "accounting": ACCOUNTING_BUGS}
 ALL_BUGS = {**BUGS, **FACTOR_BUGS, **ACCOUNTING_BUGS}
 LAYER_TESTS = {"simroute/model/": ["tests/model"], "simroute/network/": ["tests/network"],
@@ -430,6 +446,7 @@ PLANTED_TESTS = {prefix: sorted(str(path.relative_to(ROOT))
                                 for path in ROOT.glob(f"tests/{layer}/**/test_planted_*.py"))
                  for prefix, layer in (("simroute/sim/", "sim"), ("simroute/study/", "study"),
                                        ("simroute/network/", "network"), ("simroute/model/", "model"))}
+PLANTED_TESTS = {SLO_PY: PLANTED_TESTS["simroute/sim/"] + PLANTED_TESTS["simroute/study/"], **PLANTED_TESTS}
 
 
 def tests_for(name: str, override: list[str] | None, planted: bool = False) -> list[str]:

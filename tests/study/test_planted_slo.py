@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from simroute.defaults import MIN_COMPLETION
-from simroute.study.plan import _policy_answer
+from simroute.study.plan import _deployment_answer
 from simroute.study.report import aggregate, frontier_goal, frontier_value
-from simroute.study.search import Bisection, Condition, Goal, SearchStatus, finished, meets, parse_slo
+from simroute.study.search import Condition, Goal, Refinement, SearchStatus, finished, meets, parse, parse_slo
 from simroute.study.store import flatten
 
 NAN = math.nan
@@ -89,8 +89,9 @@ def test_completion_exactly_at_the_minimum_is_finished():
     (Goal.MIN, lambda hosts: hosts >= 6, [1, 16, 8, 4, 6, 5], 6),          # fewest hosts meeting the SLO
     (Goal.MAX, lambda qps: qps <= 6, [1, 16, 8, 4, 6, 7], 6)])               # most load meeting it
 def test_the_search_keeps_the_half_where_the_slo_changes(goal, meets_at, probes, answer):
-    """Integer range 1-16, tolerance 1: both ends, then the middle of what is left (floor), down to neighbours."""
-    search = Bisection(goal=goal, lo=1, hi=16, integer=True, tolerance=1.0)
+    """Integer range 1-16, tolerance 1, a coarse grid of its two ends: then the middle (floor) of the pair whose
+    verdicts differ, down to neighbours; the answer is the fewest (MIN) or most (MAX) probe meeting the SLO."""
+    search = Refinement(goal=goal, lo=1, hi=16, integer=True, tolerance=1.0)
     seen = []
     while not search.done:
         for value in search.probes():
@@ -178,9 +179,9 @@ def _plan_rows() -> pd.DataFrame:
 
 
 def test_the_plans_probes_band_and_binding_count(tmp_path):
-    answer = _policy_answer(tmp_path, {"answer": 6, "status": "found"}, _plan_rows(), [parse_slo("p99 ttft_ms <= 100")])
+    answer = _deployment_answer(tmp_path, {"answer": 6, "status": "found"}, _plan_rows(), parse("p99 ttft_ms <= 100"))
     probes = {probe["hosts"]: probe for probe in answer["probes"]}
-    assert [(probes[h]["seeds"], probes[h]["finished"], probes[h]["met"]) for h in (2, 4, 5, 6, 8)] == \
+    assert [(probes[h]["seeds"], probes[h]["served"], probes[h]["met"]) for h in (2, 4, 5, 6, 8)] == \
         [(2, 2, 0), (2, 2, 1), (2, 1, 0), (2, 2, 2), (2, 2, 2)]
     assert probes[5]["ttft_ms_p99"] == pytest.approx(120.0)      # the finished seed's alone
     assert probes[4]["ttft_ms_p99"] == pytest.approx(120.0)      # (90 + 150) / 2

@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -128,19 +126,9 @@ def probe_nic_qp_sweep(args: dict[str, Any]) -> dict:
     if os.environ.get("NVSHMEM_DISABLE_P2P") != "1":
         raise ProbeSkipped("needs NVSHMEM_DISABLE_P2P=1 (every put through the NICs), or PEs on different hosts")
     timeout = float(args.get("timeout_s", 300))
-    tmp = Path(tempfile.mkdtemp(prefix="nic-qp-sweep-"))
-    uid_file = tmp / "uid.pkl"
-    env = {**os.environ, "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": os.environ.get("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME",
-                                                                          "lo")}
-    procs = [subprocess.Popen([sys.executable, "-m", "simroute.probes.nic_probes", str(rank), str(pes),
-                               str(uid_file), str(tmp / f"pe{rank}.json"), "1" if args.get("quick") else "0",
-                               str(timeout)], env=env) for rank in range(pes)]
-    for proc in procs:
-        proc.wait(timeout=timeout)
-    if any(proc.returncode for proc in procs):
-        raise RuntimeError(f"PE exit codes {[proc.returncode for proc in procs]}")
-    exchange = {int(pairs): float(seconds) for pairs, seconds in
-                json.loads((tmp / "pe0.json").read_text())["exchange_s"].items()}
+    from simroute.probes.nvshmem_probes import launch_pes
+    result = launch_pes("simroute.probes.nic_probes", pes, args, timeout, "nic-qp-sweep-")
+    exchange = {int(pairs): float(seconds) for pairs, seconds in result["exchange_s"].items()}
     constants = qp_sweep_constants(exchange)
     samples = [{"series": "qp_sweep_exchange", "x": float(pairs), "value": seconds, "unit": "s"}
                for pairs, seconds in sorted(exchange.items())]

@@ -142,25 +142,30 @@ def _pe_main(rank: int, nranks: int, uid_file: Path, out: Path, quick: bool, tim
         nvshmem.finalize()
 
 
-def probe_pes(args: dict[str, Any]) -> dict:
-    """Launch one process per PE, collect PE 0's samples, fit (T_probe, BW) with the model's fit."""
-    pes = int(args.get("pes", 1))
-    if pes < 2:
-        raise ProbeSkipped("needs --pes N >= 2")
-    timeout = float(args.get("timeout_s", 420))
-    tmp = Path(tempfile.mkdtemp(prefix="nvshmem-pes-"))
+def launch_pes(module: str, pes: int, args: dict[str, Any], timeout: float, prefix: str) -> dict:
+    """Run `python -m module RANK PES UID_FILE OUT QUICK TIMEOUT` once per PE (bootstrapped over loopback unless
+    NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME says otherwise), wait for all, and return PE 0's JSON result."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
     uid_file = tmp / "uid.pkl"
     env = {**os.environ, "NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME": os.environ.get("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME",
                                                                           "lo")}
-    procs = [subprocess.Popen([sys.executable, "-m", "simroute.probes.nvshmem_probes", str(rank), str(pes),
-                               str(uid_file),
+    procs = [subprocess.Popen([sys.executable, "-m", module, str(rank), str(pes), str(uid_file),
                                str(tmp / f"pe{rank}.json"), "1" if args.get("quick") else "0", str(timeout)], env=env)
              for rank in range(pes)]
     for proc in procs:
         proc.wait(timeout=timeout)
     if any(proc.returncode for proc in procs):
         raise RuntimeError(f"PE exit codes {[proc.returncode for proc in procs]}")
-    samples = json.loads((tmp / "pe0.json").read_text())["samples"]
+    return json.loads((tmp / "pe0.json").read_text())
+
+
+def probe_pes(args: dict[str, Any]) -> dict:
+    """Launch one process per PE, collect PE 0's samples, fit (T_probe, BW) with the model's fit."""
+    pes = int(args.get("pes", 1))
+    if pes < 2:
+        raise ProbeSkipped("needs --pes N >= 2")
+    timeout = float(args.get("timeout_s", 420))
+    samples = launch_pes("simroute.probes.nvshmem_probes", pes, args, timeout, "nvshmem-pes-")["samples"]
     from simroute.model.fit import fit_affine
     sig = [sample["value"] for sample in samples if sample["series"] == "sig_rt"]
     real = [sample for sample in samples if sample["series"] == "full_rt" and sample["row_bytes"] == 2184]

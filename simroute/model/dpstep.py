@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 from simroute.model.geometry import WEIGHT_BYTES, LinearOp, ModelGeometry
 from simroute.model.limits import check_parallel
@@ -54,6 +54,18 @@ DEEPEP_MODES = {True: ("ll", "deepep_ll"), False: ("normal", "deepep_normal")}
 # the MTP module's own kernels besides its MoE layer: two RMSNorms (enorm, hnorm) on the embedding and the
 # hidden state, then eh_proj over their concatenation (DeepSeek-V3 Technical Report §2.2, Figure 3)
 MTP_NORMS = 2
+
+
+def _first_curve(table: Any, axis: str, fixed: dict[str, Any], variants: list[dict[str, Any]]
+                 ) -> tuple[Curve, dict[str, Any]] | None:
+    """The curve over `axis` of the first of `variants` (label selections, in order of preference) the table
+    has rows for at `fixed`, with that variant; None when it has none of them."""
+    for variant in variants:
+        try:
+            return table.curve(axis, fixed, variant), variant
+        except TableMiss:
+            continue
+    return None
 
 
 @dataclass(frozen=True)
@@ -282,12 +294,11 @@ class DeploymentStep:
         dtype = MOE_DTYPE.get(geometry.weight_dtype, "bf16")
         fixed = {"hidden": geometry.hidden, "inter": geometry.expert_intermediate, "topk": geometry.experts_per_token,
                  "experts": geometry.routed_experts, "moe_tp": deployment.moe_tp, "moe_ep": deployment.ep}
-        for distribution in (deployment.expert_distribution, "balanced"):
-            try:
-                curve = table.curve("tokens", fixed, {"dtype": dtype, "distribution": distribution})
-            except TableMiss:
-                continue
-            if distribution != deployment.expert_distribution:
+        found = _first_curve(table, "tokens", fixed, [{"dtype": dtype, "distribution": distribution}
+                                                      for distribution in (deployment.expert_distribution, "balanced")])
+        if found is not None:
+            curve, match = found
+            if match["distribution"] != deployment.expert_distribution:
                 self._note(f"no {deployment.expert_distribution} fused-MoE rows: the routed experts read the balanced "
                            "ones")
             return curve
@@ -303,11 +314,11 @@ class DeploymentStep:
             dtype = MOE_DTYPE.get(geometry.weight_dtype, "bf16")
             fixed = {"hidden": geometry.hidden, "inter": geometry.expert_intermediate,
                      "topk": geometry.experts_per_token, "experts": geometry.routed_experts, "ep": deployment.ep}
-            for distribution in (deployment.expert_distribution, "balanced"):
-                try:
-                    return table.curve("tokens", fixed, {"mode": mode, "dtype": dtype, "distribution": distribution})
-                except TableMiss:
-                    continue
+            found = _first_curve(table, "tokens", fixed, [{"mode": mode, "dtype": dtype, "distribution": distribution}
+                                                          for distribution in (deployment.expert_distribution,
+                                                                               "balanced")])
+            if found is not None:
+                return found[0]
         self._note(f"no DeepEP expert rows ({mode} mode) at ep {deployment.ep} for {geometry.name}: the routed "
                    "experts run on the roofline")
         return None
@@ -334,11 +345,10 @@ class DeploymentStep:
             sms = DEEPEP_NORMAL_SMS if backend == "deepep_normal" else 0
             fixed = {"hidden": geometry.hidden, "topk": geometry.experts_per_token,
                      "experts": geometry.routed_experts, "ep": deployment.ep, "nodes": deployment.hosts, "sms": sms}
-            for dtype in sorted(set(table.values("dtype"))):
-                try:
-                    return table.curve("tokens", fixed, {"backend": backend, "phase": phase, "dtype": dtype})
-                except TableMiss:
-                    continue
+            found = _first_curve(table, "tokens", fixed, [{"backend": backend, "phase": phase, "dtype": dtype}
+                                                          for dtype in sorted(set(table.values("dtype")))])
+            if found is not None:
+                return found[0]
         self._note(f"no {backend} {phase} rows at ep {deployment.ep} over {deployment.hosts} host(s): its bytes on "
                    "the roofline of NVLink and the cross-host fabric")
         return None

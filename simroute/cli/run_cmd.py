@@ -175,8 +175,9 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
     c = console()
     cfg = s["config"]
     eng = s["engine"]
+    width = cfg["tp"] // cfg.get("dp_attention", 1)      # GPUs per instance: a TP group or a DP attention rank
     c.print(f"[bold]simroute run[/bold]: {Path(cfg['trace']).name} on {Path(cfg['topology']).name} "
-            f"({s['instances']} instances of {cfg['tp']} x {eng['gpu']}), {eng['model']} "
+            f"({s['instances']} instances of {width} x {eng['gpu']}), {eng['model']} "
             f"({eng.get('weight_dtype', 'bf16')} weights), profile {Path(cfg['calib']).name}, policy {cfg['policy']}, "
             f"routing {cfg['routing']}, seed {s['seed']}")
     preset = eng.get("preset")
@@ -214,9 +215,11 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
           [[f"{b['route'] / 1e9:.3f} GB", f"{b['fetch'] / 1e9:.3f} GB", f"{b['pd_transfer'] / 1e9:.3f} GB"]
            + ([f"{fanout / 1e9:.3f} GB"] if fanout else [])
            + [f"{v / 1e9:.3f} GB" for v in s["network"].get("bytes_by_tier", {}).values()]])
-    if cfg["tp"] > 1 and s["network"].get("bytes_by_tier"):
-        typer.echo(f"link bytes: a byte counts on every link it crosses; each of the {cfg['tp']} TP ranks' NICs "
-                   f"carries 1/{cfg['tp']} of them (the per-GPU share, summary.json network.bytes_by_tier_per_gpu)")
+    if width > 1 and s["network"].get("bytes_by_tier"):
+        typer.echo(f"link bytes: a byte counts on every link it crosses; each of the {width} TP ranks' NICs "
+                   f"carries 1/{width} of them (the per-GPU share, summary.json network.bytes_by_tier_per_gpu)")
+    if eng.get("group"):
+        _print_group(eng["group"])
     if fanout:
         typer.echo(f"kv layout {eng.get('kv_layout')}: every rank holds the whole MLA latent, so each fetched copy "
                    "(1/tp per rank over the network) is all-gathered inside the host over NVLink")
@@ -227,6 +230,20 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
     c.print(f"simulated {s['sim_time_s']:.3f} s in {perf['wall_s']:.2f} s wall "
             f"({perf['sim_s_per_wall_s'] or 0:.1f}x real time, {perf['requests_per_wall_s'] or 0:,.0f} requests/s); "
             f"outputs in {out}/")
+
+
+def _print_group(g: dict) -> None:
+    """A DP group's deployment and its steps (summary.json engine.group)."""
+    a2a = g["a2a_bytes"]
+    line = (f"DP groups: {g['groups']} x (tp {g['tp']}, dp-attention {g['dp_attention']}, ep {g['ep']}, "
+            f"{g['a2a']}); each rank {g['kv_capacity_tokens_per_rank']:,} tokens of KV; {g['steps']:,} steps, "
+            f"collectives {g['table_collective_s']:.3f} s by the tables, all-to-all flows {g['a2a_flows']:,} "
+            f"({a2a['nvlink'] / 1e9:.3f} GB NVLink, {a2a['rdma'] / 1e9:.3f} GB RDMA) took {g['a2a_flow_s']:.3f} s, "
+            f"{g['a2a_flow_extra_s']:.3f} s past the tables")
+    if g["nextn"]:
+        line += (f"; MTP nextn {g['nextn']}: {g['emitted_tokens_per_decode_step']:.3f} tokens per decode step "
+                 f"(model mean {g['mtp_tokens_per_step']:.3f})")
+    typer.echo(line)
 
 
 def slo_line(slo: dict) -> str:

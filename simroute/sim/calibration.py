@@ -32,6 +32,7 @@ class RunCalibration:
     gpu: str | None                # the instances' GPU entry (None: the profile's instance GPU)
     engine: ResolvedEngine         # the run's engine preset resolved for its deployment (simroute.sim.presets)
     step: StepTimeModel            # the instances' step-time model: the deployment's (checked), the preset's tables
+    group: Any                     # a DP / EP / MTP group's `dpstep.DeploymentStep` (the preset's tables), else None
     params: CostParams             # route / fetch / local cost constants of the run's model
     staging: StagingParams         # each holder's staging pool (simroute.model.staging)
     messages: MessageModel | None  # the NIC constants the profile measured, else None (the engine's default)
@@ -59,7 +60,7 @@ def engine_and_step(cfg: RunConfig, profile: Profile, intra_host_fabric: str | N
                     // sized.kv_bytes_per_token_per_gpu)
     engine, spec = resolve_engine(cfg, spec, layers=get_model(cfg.model).layers, kv_capacity_tokens=kv_tokens,
                                   hbm_bytes=hbm_bytes)
-    step = source.step_model(cfg.model, tp=cfg.tp, intra_host_fabric=fabric, gpu_spec=spec, weight_dtype=cfg.weights,
+    step = source.step_model(cfg.model, tp=cfg.instance_gpus, intra_host_fabric=fabric, gpu_spec=spec, weight_dtype=cfg.weights,
                              kv_layout=cfg.kv_layout, cache_dtype=cfg.kv_cache, host=engine.host)
     return engine, step
 
@@ -70,11 +71,18 @@ def resolve_calibration(cfg: RunConfig, topology_spec: Any) -> RunCalibration:
     profile = load_profile(cfg.calib)
     deployment = check_run_deployment(topology_spec, profile, model=cfg.model, tp=cfg.tp, gpu=cfg.gpu,
                                       weights=cfg.weights, kv_layout=cfg.kv_layout, hbm_gb=cfg.hbm_gb,
-                                      cache_dtype=cfg.kv_cache)
+                                      cache_dtype=cfg.kv_cache,
+                                      group=cfg.parallel(topology_spec.gpus_per_host) if cfg.grouped else None)
     params = profile.cost_params(cfg.model, route_exchanges=cfg.route_exchanges, prefill_us=cfg.prefill_us,
                                  cache_dtype=cfg.kv_cache)
     messages = nic_message_model(profile)
-    engine, step = engine_and_step(cfg, profile, topology_spec.intra.fabric, deployment.gpu, deployment.step)
+    engine, step = engine_and_step(cfg, profile, topology_spec.intra.fabric, deployment.gpu,
+                                   deployment.group if deployment.group is not None else deployment.step)
+    group = None
+    if deployment.group is not None:            # the group's step on the preset's tables (the GPU spec it resolved)
+        from simroute.sim.deployment import group_step
+        group = group_step(step.geometry, step.gpu, deployment.group.deployment, deployment.group.mtp,
+                           topology_spec, profile)
     applied = engine.applied(cfg)                   # the settings that run (the preset's, where the run left them)
     files: list[str | Path] = list(profile.files)
     gpu_file = profile.gpu_entry_file(deployment.gpu) if deployment.gpu is not None else None
@@ -84,7 +92,8 @@ def resolve_calibration(cfg: RunConfig, topology_spec: Any) -> RunCalibration:
         from simroute.calib.engines import engines_dir
         name = engine.preset_file
         files.append(engines_dir() / Path(name).name if name.startswith("calib/engines/") else Path(name))
-    return RunCalibration(profile=profile.name, gpu=deployment.gpu, engine=engine, step=step, params=params,
+    return RunCalibration(profile=profile.name, gpu=deployment.gpu, engine=engine, step=step, group=group,
+                          params=params,
                           staging=profile.staging_params(applied.staging_copy_GBps, gpu_spec=step.gpu),
                           messages=messages,
                           files=tuple(files))

@@ -146,14 +146,15 @@ class Cluster:
         gpus = topology.gpus
         per_host = len(gpus) // max(1, len({topology.host_of(gpu) for gpu in gpus}))
         from simroute.model.limits import check_tp_fits_host
-        check_tp_fits_host(config.tp, per_host)
+        width = config.instance_gpus            # a TP group, or one DP attention rank (its group: sim/engine/group.py)
+        check_tp_fits_host(width, per_host)
         instances = []
-        for i, gpu in enumerate(gpus[::config.tp]):
+        for i, gpu in enumerate(gpus[::width]):
             instances.append(Instance(
                 id=i, gpu=gpu, host=topology.host_of(gpu),
                 staging=StagingPool(env, config.staging_streams, staging, layers=compute.params.geometry.layers,
                                     record=config.telemetry),
-                gpus=tuple(gpus[i * config.tp:(i + 1) * config.tp])))
+                gpus=tuple(gpus[i * width:(i + 1) * width])))
         return instances
 
     def _rank_flows(self) -> tuple[bool, bool]:
@@ -161,7 +162,7 @@ class Cluster:
         rank's flow. `auto` asks the topology's kind whether one rank pair's flow stands for all
         (`Topology.rank_planes`): where the ranks share links it does not, and the shortcut would understate the
         shared links' load up to tp-fold (issue 36, item 5; tests/network/test_rank_shortcut.py)."""
-        mode, tp = self.config.rank_flows, self.config.tp
+        mode, tp = self.config.rank_flows, self.config.instance_gpus     # a DP rank of one GPU: its own flow
         if tp == 1 or mode == "shortcut":
             return False, False
         if mode == "every":
@@ -179,7 +180,7 @@ class Cluster:
         """A transfer of `nbytes` between two instances: each of the tp rank pairs moves 1/tp of them on its own
         NIC (rank r to rank r). The event fires when the last rank's flow ends. Where one pair stands for all
         (`every_rank` false), only rank 0's flow is simulated and the summary scales its links' bytes by tp."""
-        share = nbytes / self.config.tp          # each rank pair's
+        share = nbytes / self.config.instance_gpus          # each rank pair's
         if not self.every_rank(src, dst):
             return network.transfer(src.gpu, dst.gpu, share, rate_cap_Bps=rate_cap_Bps, tag=tag)
         return network.env.all_of([network.transfer(a, b, share, rate_cap_Bps=rate_cap_Bps, tag=tag)
@@ -189,7 +190,7 @@ class Cluster:
         """Per link tier, how many rank pairs each simulated byte stands for: tp where that tier's transfers go
         as one rank pair's flow, 1 where every rank's flow is simulated. A tier both classes cross (none of the
         shipped kinds has one) takes the class that simulates every rank only if both do."""
-        tp, topo = self.config.tp, self.topology
+        tp, topo = self.config.instance_gpus, self.topology
         within, across = self.rank_flows
         first = self.instances[0]
         classes: list[tuple[bool, Instance]] = []

@@ -80,6 +80,7 @@ def engine_listing() -> str:
 
 
 MAX_DECODE_STEPS_PER_EVENT = 65_536    # past any output length a decode run could have in one event
+A2A_MODES = ("allgather", "deepep")          # simroute.model.parallel.A2A
 RANK_FLOWS = ("auto", "every", "shortcut")   # simroute.sim.cluster.Cluster.every_rank
 OVER_WINDOW_MODES = ("refuse", "drop")   # a request past the model's context window: exit 2, or dropped
 
@@ -112,6 +113,25 @@ class RunConfig:
                                   maximum=1)
     router: str = setting("affinity", "Requester choice per request.", choices=ROUTERS)
     tp: int = setting(DEFAULT_TP, "GPUs per instance (a tensor-parallel group inside a host).", minimum=1)
+    dp_attention: int = setting(1, "DP attention: the tp GPUs of a group serve as this many attention ranks, each its "
+                                   "own instance with its own latent KV, HBM budget and requests (route / fetch / "
+                                   "local asked between a host's GPUs too), the dense / MoE layers shared by the group "
+                                   "in lockstep steps (docs/STEP_TIME.md, DP attention in a run). 1: TP instances. "
+                                   "Example: --tp 8 --dp-attention 8 --ep 8.", minimum=1)
+    ep: int = setting(1, "Expert parallelism of the group's MoE layers: experts / ep whole experts per GPU; with "
+                         "--dp-attention each step's all-to-all goes on the fabric as flows (--ep-flows).", minimum=1)
+    a2a: str | None = setting(None, "How a DP group's MoE layer moves its tokens: allgather (NCCL all-gather + "
+                                    "reduce-scatter) or deepep (dispatch + combine); SGLang's choice if unset "
+                                    "(allgather within a host, deepep across hosts).", choices=A2A_MODES)
+    moe_load: str = setting("power_law_1.01", "Routed-expert load the expert kernels are read at: balanced or "
+                                              "power_law_<alpha> (the database's rows).")
+    ep_flows: bool = setting(True, "Put each DP group step's all-to-all on the links as flows (one per GPU pair per "
+                                   "step, NVLink within a host, RDMA across): the step's collectives take "
+                                   "max(the table's time, the flows' time).")
+    nextn: int = setting(0, "MTP draft tokens per step (DeepSeek's MTP module); 0: none. With --accept-rate or "
+                            "--accept-length. Example: --nextn 2 --accept-rate 0.7.", minimum=0)
+    accept_rate: float | None = setting(None, "MTP: per-draft acceptance rate in [0, 1].", minimum=0, maximum=1)
+    accept_length: float | None = setting(None, "MTP: mean tokens a step emits, in [1, nextn + 1].", minimum=1)
     weights: str | None = setting(None, "Weight dtype of the linear layers (default: the checkpoint's, e.g. fp8 "
                                         "for DeepSeek-V3).", choices=tuple(WEIGHT_DTYPE_BYTES))
     kv_cache: str | None = setting(None, "KV-cache dtype: the HBM room per token, the attention rows read and the "
@@ -223,10 +243,45 @@ class RunConfig:
                                              field=name)
         if self.qps is not None and self.time_scale is not None:
             raise ConfigurationError("set the load by --qps or by --time-scale, not both", field="qps")
+        self._check_parallel()
         try:
             object.__setattr__(self, "slo", JOINER.join(parse_slo(self.slo).texts))
         except ValueError as exc:
             raise ConfigurationError(str(exc), field="slo") from None
+
+    @property
+    def instance_gpus(self) -> int:
+        """GPUs of one instance: the TP group, or one DP attention rank's (tp / dp_attention)."""
+        return self.tp // self.dp_attention
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the instances step as DP groups (`simroute.sim.engine.group`): DP attention, EP or MTP."""
+        return self.dp_attention > 1 or self.ep > 1 or self.nextn > 0
+
+    def parallel(self, gpus_per_host: int) -> tuple[Any, Any]:
+        """(`parallel.Deployment`, `parallel.Mtp` or None) of one group on hosts of `gpus_per_host` GPUs."""
+        from simroute.model.parallel import Deployment, Mtp
+        deployment = Deployment(tp=self.tp, dp=self.dp_attention, ep=self.ep, gpus_per_host=gpus_per_host,
+                                a2a=None if self.a2a is None else self.a2a, distribution=self.moe_load)  # type: ignore
+        mtp = Mtp(self.nextn, self.accept_rate, self.accept_length) if self.nextn > 0 else None
+        return deployment, mtp
+
+    def _check_parallel(self) -> None:
+        """The group's shape as far as it is the model's (simroute.model.limits: DP ranks, EP degree, MTP); the
+        hosts' part is checked with the topology (sim/deployment.py)."""
+        from simroute.model.geometry import get_model
+        from simroute.model.limits import check_mtp, check_parallel
+        from simroute.model.parallel import Mtp
+        if not self.grouped and self.a2a is None and self.accept_rate is None and self.accept_length is None:
+            return
+        geometry = get_model(self.model)
+        check_mtp(geometry, Mtp(self.nextn, self.accept_rate, self.accept_length))
+        if self.kv_layout != "replicated" and self.dp_attention > 1:
+            raise ConfigurationError("tpla is a TP layout; with dp_attention each rank holds its own latent",
+                                     field="kv_layout")
+        deployment, mtp = self.parallel(max(self.tp, 1))
+        check_parallel(geometry, deployment, mtp)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -60,16 +60,69 @@ class Deployment:
 
     gpu: str | None
     step: StepTimeModel
+    group: Any = None         # a DP / EP / MTP group's `dpstep.DeploymentStep` (sizes: weights, KV per GPU), else None
 
 
 def check_run_deployment(topology_spec: Any, profile: Profile, *, model: str, tp: int, gpu: str | None = None,
                          weights: str | None = None, kv_layout: str = "replicated", hbm_gb: float | None = None,
-                         cache_dtype: str | None = None, fields: Fields = Fields()) -> Deployment:
+                         cache_dtype: str | None = None, fields: Fields = Fields(),
+                         group: tuple[Any, Any] | None = None) -> Deployment:
     """The instances of a run on `topology_spec` (a TopologySpec at the run's host count) serving `model` at
     `tp`: refused here, with the field that made them, when they cannot exist (a TP group larger than a host
-    or splitting no head, weights past HBM, block-FP8 weights without FP8 tensor cores)."""
+    or splitting no head, weights past HBM, block-FP8 weights without FP8 tensor cores). `group`: the run's
+    (`parallel.Deployment`, `parallel.Mtp` or None) when its instances step as DP groups (`RunConfig.parallel`)."""
+    if group is not None:
+        return _check_group(topology_spec, profile, model=model, gpu=gpu, weights=weights, hbm_gb=hbm_gb,
+                            cache_dtype=cache_dtype, group=group, fields=fields)
     check_tp_fits_host(tp, topology_spec.gpus_per_host, fields)
     entry = run_gpu(gpu, topology_spec.gpu, profile, fields)
     step = step_model(profile, model, tp, topology_spec.intra.fabric, entry, weights, kv_layout, cache_dtype)
     check_deployment(step, hbm_bytes=None if hbm_gb is None else hbm_gb * 1e9, fields=fields)
     return Deployment(entry, step)
+
+
+def group_step(geometry: Any, gpu: GpuSpec, deployment: Any, mtp: Any, topology_spec: Any, profile: Profile) -> Any:
+    """The step-time model of one DP / EP / MTP group (`dpstep.DeploymentStep`, CUDA-graph decode as SGLang runs
+    DP attention) on `gpu`, its collectives' roofline over the topology's NVLink and NIC fabrics where no table
+    holds them."""
+    from simroute.model.dpstep import DeploymentStep
+
+    def fabric(name: str | None) -> tuple[float, float] | None:
+        if name is None or name not in profile.fabrics:
+            return None
+        params = profile.fabric_params(name)
+        return params.bulk_Bps, params.t_probe_s
+
+    intra = fabric(topology_spec.intra.fabric) or (float("inf"), 0.0)
+    return DeploymentStep(geometry, gpu, deployment, mtp=mtp, cuda_graphs=True, intra=intra,
+                          inter=fabric(topology_spec.nic_fabric))
+
+
+def _check_group(topology_spec: Any, profile: Profile, *, model: str, gpu: str | None, weights: str | None,
+                 hbm_gb: float | None, cache_dtype: str | None, group: tuple[Any, Any], fields: Fields) -> Deployment:
+    """`check_run_deployment` of DP groups: the group tiles the hosts (inside one, or whole hosts), each GPU holds
+    its weights (`limits.check_group`); the instances' step model is one attention rank's (its partials, its
+    attention), the group's `DeploymentStep` times the steps and sizes HBM."""
+    from dataclasses import replace
+
+    from simroute.model.geometry import get_model
+    from simroute.model.limits import check_group, check_parallel
+    deployment, mtp = group
+    per_host = topology_spec.gpus_per_host
+    deployment = replace(deployment, gpus_per_host=per_host)
+    if deployment.tp <= per_host:
+        check_tp_fits_host(deployment.tp, per_host, fields)
+    check_parallel(get_model(model), deployment, mtp, fields)
+    if deployment.tp > per_host * topology_spec.hosts:
+        raise ConfigurationError(f"a group of {deployment.tp} GPUs spans {deployment.hosts} hosts; the topology has "
+                                 f"{topology_spec.hosts}", field=fields.hosts)
+    if deployment.tp > per_host and topology_spec.hosts % deployment.hosts:
+        raise ConfigurationError(f"{topology_spec.hosts} hosts do not split into groups of {deployment.hosts} hosts "
+                                 f"(tp {deployment.tp})", field=fields.hosts)
+    entry = run_gpu(gpu, topology_spec.gpu, profile, fields)
+    rank = step_model(profile, model, deployment.attn_tp, topology_spec.intra.fabric, entry, weights, "replicated",
+                      cache_dtype)
+    step = group_step(rank.geometry, rank.gpu, deployment, mtp, topology_spec, profile)
+    check_group(step, hbm_bytes=None if hbm_gb is None else hbm_gb * 1e9, fields=fields)
+    return Deployment(entry, rank, step)
+

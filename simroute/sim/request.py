@@ -288,7 +288,7 @@ class RequestProcess:
         ctx, spec, requester = self.ctx, self.spec, self.requester
         kv = spec.prompt_tokens * ctx.compute.kv_bytes_per_token
         fabric = ctx.cluster.fabric(prefill, requester)
-        tp = ctx.config.tp
+        tp = ctx.config.instance_gpus
         yield ctx.cluster.bulk_transfer(ctx.network, prefill, requester, kv, rate_cap_Bps=fabric.bulk_Bps, tag="pd")
         ctx.recorder.bytes_pd[spec.request_id] += kv
         self.floor_pd_s = kv / tp / fabric.bulk_Bps
@@ -464,7 +464,7 @@ class DenseRequest(RequestProcess):
         sequences' KV and pinned copies fill it) is routed instead. The floor: the cheapest primitive of the
         largest remote chunk per fabric, uncongested."""
         ctx, requester = self.ctx, self.requester
-        chunks, tp, copies = ctx.cluster.chunks, ctx.config.tp, ctx.copies
+        chunks, tp, copies = ctx.cluster.chunks, ctx.config.instance_gpus, ctx.copies
         own_kv = self.spec.prompt_tokens + self.spec.output_tokens
         decisions = RequestDecisions(ctx, requester, self._shape)
         tokens_of, pins_at, my_pins = chunks.token_list, chunks.pins_at, self.pins
@@ -551,7 +551,7 @@ class DenseRequest(RequestProcess):
 
     def _shape(self, fabric: int, tokens: float, cached: bool) -> RequestShape:
         return RequestShape(mq_first=self.mq_first, mq_step=self.heads, steps=self.decode_steps, tokens=tokens,
-                            fabric=fabric, cached=cached, tp=self.ctx.config.tp)
+                            fabric=fabric, cached=cached, tp=self.ctx.config.instance_gpus)
 
     def start_first_pass(self, plan: ChunkPlan) -> list[simpy.Event]:
         """The copies to make before the sequence starts: fetches (one process each), the re-prefills (one
@@ -603,7 +603,7 @@ class DenseRequest(RequestProcess):
         for chunk in chunk_list:          # added in order, as a sum over the numpy column did
             nbytes += bytes_of[chunk]
         try:
-            yield from holder.staging.stage(nbytes / ctx.config.tp)    # each rank stages its share, in parallel
+            yield from holder.staging.stage(nbytes / ctx.config.instance_gpus)    # each rank stages its share, in parallel
             fabric = ctx.cluster.fabric(requester, holder)
             # Tensor-parallel rank pairs each move 1/tp of the latent in parallel (on their own NICs); under the
             # replicated MLA layout every rank then needs the whole copy: the host all-gathers it over NVLink.

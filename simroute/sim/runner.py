@@ -114,17 +114,19 @@ class Simulation:
         chunks, self._sorted_chunk_ids = read_chunk_store(cfg.trace, compute.kv_bytes_per_token)
         needs_popularity = registry("placement").get(cfg.placement).needs_popularity
         popularity = attendance_counts(cfg.trace, chunks.ids) if needs_popularity else None
-        gpus = topology.gpus[::cfg.tp]
+        gpus = topology.gpus[::cfg.instance_gpus]      # one instance per TP group or DP attention rank
         fabric_of = lambda a, b: cluster.fabric(cluster.instances[a], cluster.instances[b])
         self.engine = calibration.engine
         cfg = self.cfg = self.engine.applied(cfg)       # the settings that ran, as the summary records them
-        engines = EngineSet(env, None, model=cfg.model, tp=cfg.tp, gpus=gpus,
+        engines = EngineSet(env, None, model=cfg.model, tp=cfg.instance_gpus, gpus=gpus,
                             intra_host_fabric=topology.spec.intra.fabric, network=network, fabric_of=fabric_of,
                             options=engine_options(cfg, self.engine.schedule_ahead),
                             exchanges_per_step=params.exchanges, merge_s=params.merge_s, hbm_gb=cfg.hbm_gb,
                             record=cfg.telemetry, host_gpu=self.gpu, weight_dtype=cfg.weights,
                             kv_layout=cfg.kv_layout, schedulers=scheduler_factory(cfg), cache_dtype=cfg.kv_cache,
-                            step=calibration.step, ingress_s=self.engine.ingress_s, egress_s=self.engine.egress_s)
+                            step=calibration.step, ingress_s=self.engine.ingress_s, egress_s=self.engine.egress_s,
+                            group=calibration.group, group_gpus=topology.gpus, seed=cfg.seed,
+                            ep_flows=cfg.ep_flows)
         # Canonical chunks may pin `chunk_hbm_share` of what the weights leave (in the chunks' byte units).
         chunk_capacity = (engines[0].hbm.capacity_blocks * BLOCK_TOKENS * compute.kv_bytes_per_token
                           * cfg.chunk_hbm_share) if len(engines) else 0.0
@@ -212,7 +214,7 @@ class Simulation:
                         "fetch_fell_back_to_route": int(ctx.copies.fell_back)},
             "engine": {**ctx.engines.summary(), "preset": self.engine.summary()},
             "serving": serving_summary(ctx.recorder, ctx.engines.log.itl_s, ctx.engines.log.itl_n,
-                                       gpus=len(instances) * cfg.tp, concurrency=self.concurrency,
+                                       gpus=len(instances) * cfg.instance_gpus, concurrency=self.concurrency,
                                        offered_qps=self.load.offered_qps),
             "model_limits": {key: value for key, value in self.limits.items() if not key.startswith("_")},
             "sparse_attention": {"index_topk": ctx.params.geometry.index_topk,
@@ -252,7 +254,7 @@ class Simulation:
         # one TP rank pair's share on the network (docs/MODEL.md, "Tensor parallelism"): the other ranks' NICs carry
         # the same on parallel links, so that traffic counts tp x; bulk flows simulated for every rank count once.
         planes = self.ctx.cluster.tier_planes()
-        tp = self.cfg.tp
+        tp = self.cfg.instance_gpus
         bulk = links["bulk_bytes"].groupby(links["tier"]).sum()
         messages = links["message_bytes"].groupby(links["tier"]).sum()
         s["bytes_by_tier"] = {str(k): float(bulk[k]) * planes.get(str(k), tp) + float(messages[k]) * tp

@@ -106,7 +106,7 @@ class SelectionRequest(DenseRequest):
         holders = [ctx.cluster.instances[h] for h in self.remote]
         shape = RequestShape(mq_first=self.mq_first, mq_step=self.heads, steps=self.decode_steps, tokens=tokens,
                              fabric=ctx.cluster.fabric_id(requester, holders[0]), cached=True, topk=spec.topk,
-                             holders=len(holders), tp=ctx.config.tp)
+                             holders=len(holders), tp=ctx.config.instance_gpus)
         copy_bytes = tokens * ctx.compute.kv_bytes_per_token     # what local's re-prefill would keep resident
         return ctx.policy.choose(build_decision_context(ctx, requester, holders, shape, copy_bytes,
                                                         ctx.engines[requester.id].hbm.free_bytes))
@@ -125,8 +125,8 @@ class SelectionRequest(DenseRequest):
         self.gather_blocks = blocks
         fabric = ctx.cluster.fabric_id(self.requester, ctx.cluster.instances[self.remote[0]])
         self.gather_s = ctx.floor_model.step(self.heads, 0.0, fabric, True, topk=int(round(entries)),
-                                             holders=len(self.remote), tp=ctx.config.tp).fetch_move
-        self.gather_bytes = share * ctx.compute.kv_bytes_per_token / ctx.config.tp
+                                             holders=len(self.remote), tp=ctx.config.instance_gpus).fetch_move
+        self.gather_bytes = share * ctx.compute.kv_bytes_per_token / ctx.config.instance_gpus
         return True
 
     def gather_wait(self, iterations: int) -> float:
@@ -150,14 +150,14 @@ class SelectionRequest(DenseRequest):
         if self.gather_blocks:
             gathers = self.prefill_gathers + self.decode_steps
             self.ctx.recorder.bytes_fetch[self.spec.request_id] += \
-                gathers * self.gather_bytes * self.ctx.config.tp * len(self.remote)
+                gathers * self.gather_bytes * self.ctx.config.instance_gpus * len(self.remote)
 
     def _floor(self, tokens: float) -> None:
         """The selection's share of the TTFT floor: the cheapest primitive's first pass, uncongested."""
         ctx = self.ctx
         fabric = ctx.cluster.fabric_id(self.requester, ctx.cluster.instances[self.remote[0]])
         step = ctx.floor_model.step(self.mq_first, 0.0, fabric, True, topk=self.spec.topk,
-                                    holders=len(self.remote), tp=ctx.config.tp,
+                                    holders=len(self.remote), tp=ctx.config.instance_gpus,
                                     query_tokens=self.mq_first / self.heads)
         self.floor_chunks_s = max(self.floor_chunks_s,
                                   min(step.route, step.fetch_move, self._prefill_alone_s(tokens)))

@@ -3,6 +3,7 @@ model and one iteration log."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence as Seq
 from typing import Any
 
@@ -12,7 +13,8 @@ from simroute.calib.profile import Profile
 from simroute.model.steptime import StepTimeModel
 from simroute.sim.engine.engine import EngineOptions, InstanceEngine
 from simroute.sim.engine.exchange import RouteExchange
-from simroute.sim.engine.hbm import HbmBudget
+from simroute.sim.engine.group import GroupEngine
+from simroute.sim.engine.hbm import BLOCK_TOKENS, HbmBudget
 from simroute.sim.engine.log import IterationLog
 from simroute.sim.schedulers.base import Scheduler
 
@@ -31,7 +33,8 @@ class EngineSet:
                  record: bool = True, host_gpu: str | None = None, weight_dtype: str | None = None,
                  kv_layout: str = "replicated", schedulers: Callable[[], Scheduler] | None = None,
                  cache_dtype: str | None = None, step: StepTimeModel | None = None, ingress_s: float = 0.0,
-                 egress_s: float = 0.0) -> None:
+                 egress_s: float = 0.0, group: Any = None, group_gpus: Seq[str] = (), seed: int = 0,
+                 ep_flows: bool = True) -> None:
         # a run hands the step model its engine preset built (simroute.sim.presets, resolved with the profile in
         # sim/calibration.py); one built alone (a unit test) takes `profile`'s GPU entry tables and overhead
         from simroute.sim.deployment import step_model
@@ -46,15 +49,32 @@ class EngineSet:
                                       exchanges_per_step=exchanges_per_step)
         hbm_bytes = hbm_gb * 1e9 if hbm_gb is not None else self.step.gpu.hbm_bytes
         self.hbm_bytes = hbm_bytes
-        weights = self.step.weight_bytes_per_gpu
-        from simroute.model.limits import check_deployment
-        check_deployment(self.step, hbm_bytes=hbm_bytes)      # a run checked it before building (sim/deployment.py)
+        # a DP group's GPU holds what `parallel.hbm_per_gpu` says (its experts, the attention every rank keeps, its
+        # own latent per token); a TP instance's GPU its rank's share
+        self.group_step = group
+        sized = group if group is not None else self.step
+        weights = sized.weight_bytes_per_gpu
+        from simroute.model.limits import check_deployment, check_group
+        if group is not None:
+            check_group(group, hbm_bytes=hbm_bytes)
+            options = dataclasses.replace(options, steps_per_event=1)    # an event is one lockstep step
+        else:
+            check_deployment(self.step, hbm_bytes=hbm_bytes)  # a run checked it before building (sim/deployment.py)
         self.engines = [
             InstanceEngine(env, i, gpu, self.step,
-                           HbmBudget(hbm_bytes, weights, self.step.kv_bytes_per_token_per_gpu), options,
+                           HbmBudget(hbm_bytes, weights, sized.kv_bytes_per_token_per_gpu), options,
                            layers=g.layers, heads=g.heads_q, exchange=self.exchange, log=self.log,
                            scheduler=schedulers() if schedulers is not None else None)
             for i, gpu in enumerate(gpus)]
+        self.groups: list[GroupEngine] = []
+        if group is not None:
+            from simroute.sim.registry import run_rng
+            dp, width = group.deployment.dp, group.deployment.tp
+            rng = run_rng(seed, "mtp")
+            for g in range(len(self.engines) // dp):
+                self.groups.append(GroupEngine(env, self.engines[g * dp:(g + 1) * dp], group,
+                                               gpus=group_gpus[g * width:(g + 1) * width],
+                                               network=network if ep_flows else None, rng=rng))
 
     def __getitem__(self, i: int) -> InstanceEngine:
         return self.engines[i]
@@ -80,7 +100,8 @@ class EngineSet:
             "max_preemptions_of_a_sequence": int(max((e.most_preempted for e in es), default=0)),
             "thrashed": int(sum(e.thrashed for e in es)),
             "left_over": left_over(es),
-            "hbm": {"capacity_gb_per_gpu": self.hbm_bytes / 1e9, "weights_gb_per_gpu": self.step.weight_bytes_per_gpu / 1e9,
+            "hbm": {"capacity_gb_per_gpu": self.hbm_bytes / 1e9,
+                    "weights_gb_per_gpu": es[0].hbm.weight_bytes / 1e9 if es else 0.0,
                     "kv_capacity_tokens": int(es[0].hbm.capacity_blocks * 64) if es else 0,
                     "evictions": int(sum(e.hbm.evictions for e in es)),
                     "copies_refused": int(sum(e.hbm.refused for e in es)),
@@ -97,7 +118,29 @@ class EngineSet:
                                       max(1e-300, float(sum(e.exchange_total_s for e in es))))
             if any(e.options.overlap for e in es) else 0.0,
             "itl_ms": log.itl_percentiles(),
+            **({"group": self.group_summary()} if self.group_step is not None else {}),
         }
+
+    def group_summary(self) -> dict[str, Any]:
+        """The DP groups' deployment and their steps' figures (summed over the groups)."""
+        step = self.group_step
+        dep = step.deployment
+        parts = [group.summary() for group in self.groups]
+        total = {key: sum(part[key] for part in parts) for key in ("steps", "step_s", "table_collective_s",
+                                                                    "a2a_flow_s", "a2a_flow_extra_s", "a2a_flows",
+                                                                    "decode_steps", "decode_tokens")}
+        return {"tp": dep.tp, "dp_attention": dep.dp, "ep": dep.ep, "attn_tp": dep.attn_tp, "moe_tp": dep.moe_tp,
+                "a2a": step.mode.value, "moe_load": dep.expert_distribution, "groups": len(self.groups),
+                "nextn": step.mtp.nextn if step.mtp is not None else 0,
+                "mtp_tokens_per_step": step.mtp.tokens_per_step if step.mtp is not None else 1.0,
+                "kv_bytes_per_token_per_gpu": step.kv_bytes_per_token_per_gpu,
+                "kv_capacity_tokens_per_rank": int(self.engines[0].hbm.capacity_blocks * BLOCK_TOKENS)
+                if self.engines else 0,
+                "weights_gb_by_part": {part: value / 1e9 for part, value in step.hbm.parts.items()},
+                **total,
+                "a2a_bytes": {link: sum(part["a2a_bytes"][link] for part in parts) for link in ("nvlink", "rdma")},
+                "emitted_tokens_per_decode_step": total["decode_tokens"] / total["decode_steps"]
+                if total["decode_steps"] else None}
 
 
 def left_over(engines: Seq[InstanceEngine], examples: int = 4) -> dict[str, Any]:

@@ -122,9 +122,13 @@ class InstanceEngine:
         self.layer_s = 0.0              # per-layer time of the current iteration (holder layer waits)
         self._timer: simpy.Event | None = None     # the timeout that ends the current event
         self._on_end_callback = self._on_end       # bound once: appended to every event's timeout
+        self.group: Any = None         # its DP group (simroute.sim.engine.group.GroupEngine), if it is a DP rank
+        self.draft_tokens = 0           # MTP drafts per step: a decode may grow by 1 + these tokens in one step
+        self.mtp_tokens = 0             # tokens its decodes emitted in MTP steps
         self._plan = _IDLE
         self._t0 = self._dt = self._pre = self._stretch = 0.0
         self._exch = self._hidden = 0.0     # per iteration of the current event: exchange time, of it hidden
+        self._wait = 0.0                    # of the exchange, holder waits
         self._legs: EventLegs = _NO_LEGS    # the current event's routed legs (settled when it ends)
         self._row = -1                      # its row in the iteration log
         self._in_step = False
@@ -160,14 +164,14 @@ class InstanceEngine:
         if self._in_step:
             return                          # the event being processed picks it up
         if not self.busy:
-            self._begin()
+            self._start()
         elif self._plan.k > 1:
             self._cut()
 
     def poke(self) -> None:
         """HBM was freed from outside (a copy unpinned or removed): an idle engine retries admission."""
         if not self.busy and not self._in_step and self.waiting:
-            self._begin()
+            self._start()
 
     def admit(self, seq: Sequence) -> bool:
         """Move the head of the waiting queue to the running set if the cap and its KV blocks allow."""
@@ -235,8 +239,26 @@ class InstanceEngine:
             plan = self._plan_past_the_head()
         return plan
 
-    # ---- one event -------------------------------------------------------------------------------------
+    # ---- one event: plan -> cost -> arm -> end --------------------------------------------------------------
+    def _start(self) -> None:
+        """The next event, planned now: this engine's own (`_begin`), or, for a DP rank, its group's step (it
+        plans every rank at once: `simroute.sim.engine.group`)."""
+        if self.group is not None:
+            self.group.wake()
+        else:
+            self._begin()
+
     def _begin(self) -> None:
+        """A TP instance's next event: plan it, cost it, arm its end."""
+        plan = self._plan_step()
+        if plan is None:
+            return
+        compute, groups, seq_wait, new_tokens = self._batch_cost(plan)
+        self._arm(self._log_event(plan, self._cost(plan, compute, groups, seq_wait), compute, new_tokens))
+
+    def _plan_step(self) -> Plan | None:
+        """Plan: the scheduler's batch (arrivals under `schedule_ahead` joining after it), kept as the current
+        plan; None (the engine goes idle) when there is nothing to run."""
         self._in_step = True
         plan = self._plan_grown()
         prefill, decode = plan.prefill, plan.decode
@@ -254,12 +276,17 @@ class InstanceEngine:
         if not prefill and not decode:
             self.busy = False
             self.layer_s = 0.0
-            return
-        now = self.env.now
+            return None
         if not self.busy:
-            self.partials.skip(now)             # partials it answered while idle cost its own work nothing
+            self.partials.skip(self.env.now)    # partials it answered while idle cost its own work nothing
         self.busy = True
-        compute, groups, seq_wait, new_tokens = self._batch_cost(plan)
+        return plan
+
+    def _cost(self, plan: Plan, compute: float, groups: dict | None, seq_wait: float) -> float:
+        """Cost: the event's duration from its compute per iteration, its routed exchanges (`RouteExchange`),
+        its sequences' own waits and the holder's partials charged to it; kept as the event's timing."""
+        now = self.env.now
+        prefill, decode = plan.prefill, plan.decode
         k = plan.k
         if groups and self.exchange is not None:      # (a routed batch without an exchange raised in _batch_cost)
             exch, wait, legs = self.exchange.iteration(self, groups, k, compute)
@@ -273,7 +300,7 @@ class InstanceEngine:
         if exch > 0 and self.options.overlap:
             dt = max(compute, compute / 2 + exch)       # per layer: max(c, c/2 + r), summed over layers
         hidden = compute + exch - dt
-        self._exch, self._hidden, self._legs = exch, hidden, legs
+        self._exch, self._hidden, self._legs, self._wait = exch, hidden, legs, wait
         dt += stretch
         self._t0, self._dt, self._pre, self._stretch = now, dt, pre, stretch
         self.layer_s = compute / self.layers    # GPU-busy time per layer (its own exchange waits leave it idle)
@@ -285,7 +312,13 @@ class InstanceEngine:
                 seq.holder_wait_s += wait
         if self.options.check_hbm:
             self.hbm.check()
-        duration = pre + k * dt
+        return pre + k * dt
+
+    def _log_event(self, plan: Plan, duration: float, compute: float, new_tokens: int) -> float:
+        """The event's row in the iteration log; returns `duration` (what `_arm` is given)."""
+        now, k, decode, prefill = self._t0, plan.k, plan.decode, plan.prefill
+        exch, hidden, pre, stretch = self._exch, self._hidden, self._pre, self._stretch
+        wait = self._wait
         log = self.log
         if log.enabled:
             h = self.hbm
@@ -296,7 +329,7 @@ class InstanceEngine:
                                  copies * b, (h.capacity_blocks - kv - pinned - copies) * b))
         else:
             self._row = log.count(k)
-        self._arm(duration)
+        return duration
 
     def _plan_past_the_head(self) -> Plan:
         """Nothing runs and the head of the queue does not fit: the blocks it waits for are copies that requests
@@ -313,9 +346,10 @@ class InstanceEngine:
         self.waiting.extendleft(reversed(blocked))
         return plan
 
-    def _batch_cost(self, plan: Plan) -> tuple[float, dict | None, float, int]:
-        """The step-time model's iteration time for the batch, its routed groups by holder, the slowest
-        of its sequences' own per-iteration waits (`Sequence.step_wait`) and its new tokens.
+    def _batch_shape(self, plan: Plan) -> tuple[tuple, dict | None, float, int]:
+        """The batch as the step-time model reads it (new tokens, sequences, KV read, attention pairs, prefill
+        pairs, decode-form sequences: `BatchShape`'s fields), its routed groups by holder, the slowest of its
+        sequences' own per-iteration waits (`Sequence.step_wait`) and its new tokens.
 
         A prefill chunk of more than one token attends in the prefill form (`prefill_pairs`: MLA's expanded,
         non-absorbed kernel, as vLLM's and SGLang's MLA backends run prefill); a one-token chunk (a fully
@@ -365,16 +399,20 @@ class InstanceEngine:
                 wait = seq.step_wait(1)
                 if wait > seq_wait:
                     seq_wait = wait
-        compute = self.step.iteration_s(new, len(decode) + len(plan.prefill), kv, pairs, prefill_pairs,
-                                        decode_form)
         if groups and self.exchange is None:
             raise RuntimeError("a routed sequence on an engine without a RouteExchange")
-        return compute, groups, seq_wait, new
+        return (new, len(decode) + len(prefill), kv, pairs, prefill_pairs, decode_form), groups, seq_wait, new
+
+    def _batch_cost(self, plan: Plan) -> tuple[float, dict | None, float, int]:
+        """The step-time model's iteration time for the batch (`_batch_shape`), its routed groups by holder, the
+        slowest of its sequences' own per-iteration waits and its new tokens."""
+        shape, groups, seq_wait, new = self._batch_shape(plan)
+        return self.step.iteration_s(*shape), groups, seq_wait, new
 
     def _grow(self, plan: Plan) -> bool:
         """Reserve the decode KV blocks of the next k tokens; if they do not fit (copies were already evicted
         by `reserve_kv`), preempt the latest admitted sequence (KV freed, recomputed later) and return False."""
-        k = plan.k
+        k = plan.k + self.draft_tokens
         block = BLOCK_TOKENS
         need = 0
         grown = None                    # (sequence, blocks) of those that cross a block boundary
@@ -385,6 +423,8 @@ class InstanceEngine:
                 if grown is None:
                     grown = []
                 grown.append((seq, want))
+        if need < 0:                    # fewer tokens than reserved were emitted (MTP's draws): blocks freed
+            self.hbm.release_kv(-need)
         if need <= 0 or self.hbm.reserve_kv(need):
             if grown is not None:
                 for seq, want in grown:
@@ -479,8 +519,15 @@ class InstanceEngine:
         self._arm(max(0.0, end - self.env.now))
 
     def _end(self) -> None:
+        """End: the event's iterations ran (`_advance`); then the next."""
+        self._advance()
+        self._plan = _IDLE
+        self._begin()
+
+    def _advance(self, emitted: list[int] | None = None) -> None:
         """The event's iterations ran: prefill chunks advance (a finished prompt yields its first token),
-        decodes generate k tokens each (inter-token gaps logged), finished sequences leave; then the next."""
+        decodes generate k tokens each (inter-token gaps logged), finished sequences leave. `emitted[i]`: the
+        tokens decode i emitted in a one-iteration step under MTP (its draws; capped at its output)."""
         self._in_step = True
         now = self.env.now
         self.busy_s += now - self._t0
@@ -514,7 +561,9 @@ class InstanceEngine:
                 else:
                     seq.phase = DECODE
         decode = plan.decode
-        if decode:
+        if decode and emitted is not None:
+            self._advance_emitted(decode, emitted, now)
+        elif decode:
             t0 = self._t0
             first_end = t0 + self._pre + dt
             continuing = 0                  # decoded in the previous event too: one gap entry for all of them
@@ -545,8 +594,30 @@ class InstanceEngine:
             if finished is not None:
                 for seq in finished:
                     self._finish(seq)
-        self._plan = _IDLE
-        self._begin()
+
+    def _advance_emitted(self, decode: list[Sequence], emitted: list[int], now: float) -> None:
+        """One step's decodes under MTP: decode i emits `emitted[i]` tokens (at most its output's rest), all at the
+        step's end; each of them logs the step over its tokens as its inter-token gap (its TPOT this step)."""
+        heads = self.heads
+        gap = self.log.gaps.append
+        finished = []
+        total = 0
+        for seq, count in zip(decode, emitted):
+            if seq.routes:
+                seq.routed_rows += heads * len(seq.routes)
+            count = min(count, seq.output - seq.generated)
+            if count <= 0:
+                continue
+            gap((now - seq.t_last_token) / count)
+            gap(count)
+            total += count
+            seq.generated += count
+            seq.t_last_token = now
+            if seq.generated >= seq.output:
+                finished.append(seq)
+        self.mtp_tokens += total
+        for seq in finished:
+            self._finish(seq)
 
     def _refuse(self, seq: Sequence, reason: int) -> None:
         """End a sequence unserved (`output` -1, `refused` says why); its request is dropped."""

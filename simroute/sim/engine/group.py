@@ -1,0 +1,201 @@
+"""A DP-attention group's lockstep step: its ranks' engines planned together, one step time for all of them.
+
+Under DP attention every GPU (or `attn_tp` GPUs) of a group is an attention instance with its own engine: its own
+waiting queue, running set, latent KV and HBM budget, routed exchanges and holder partials. The dense and MoE layers
+are the group's: every layer ends in a collective all ranks join, so the group steps in lockstep (SGLang's DP
+attention; an idle rank runs an empty batch and still joins). `GroupEngine` owns the step, in the engine's named
+steps (docs/ARCHITECTURE.md):
+- plan: each rank's scheduler plans its batch (`InstanceEngine._plan_step`, `_batch_shape`);
+- cost: `dpstep.group_iteration` once over every rank's batch gives the step (compute and collectives, MTP's
+  verify and drafts); each active rank adds its own routed exchanges and partials (`InstanceEngine._cost`); the
+  step lasts the slowest rank's;
+- arm: one timeout for the group; the step's all-to-all goes on the fabric as flows, one per GPU pair carrying
+  every layer's and pass's bytes (`A2aLoad`), so they share links with KV fetches and slow routed queries;
+- end: when the timeout and the flows are done (the step is compute + max(the table's collective time, the flows'
+  time): more load never makes it faster), every active rank's sequences advance (`InstanceEngine._advance`), under
+  MTP each decode emitting a seeded draw from `Mtp.length_probabilities()` tokens; then the next step.
+
+A rank engine's event is one step (`steps_per_event` 1): ranks' decodes end at different tokens, and a macro event
+would have to end at the earliest of them in every rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+from typing import Any
+
+import numpy as np
+import simpy
+
+from simroute.model.dpstep import DeploymentStep, GroupIteration, group_iteration
+from simroute.model.steptime import BatchShape
+from simroute.sim.engine.engine import _IDLE, InstanceEngine
+
+IDLE_BATCH = BatchShape(new_tokens=0.0, sequences=0.0, kv_read_tokens=0.0, attention_pairs=0.0)
+
+
+class GroupEngine:
+    """One DP group: `ranks[r]` is attention rank r's engine, `gpus` the group's GPUs in rank order (rank r's
+    `attn_tp` GPUs at r * attn_tp), `network` the fabric the all-to-all flows go on (None: the table's time only),
+    `rng` the group's MTP draws."""
+
+    def __init__(self, env: simpy.Environment, ranks: Seq[InstanceEngine], step: DeploymentStep, *,
+                 gpus: Seq[str], network: Any = None, rng: np.random.Generator | None = None) -> None:
+        self.env, self.ranks, self.step = env, list(ranks), step
+        self.gpus = tuple(gpus)
+        self.network = network
+        mtp = step.mtp
+        self._lengths = np.asarray(mtp.length_probabilities()) if mtp is not None else None
+        self._rng = rng if rng is not None else np.random.default_rng(0)
+        for rank in self.ranks:
+            rank.group = self
+            rank.draft_tokens = mtp.nextn if mtp is not None else 0
+        self.busy = False
+        self._planning = False
+        self._timer: simpy.Event | None = None
+        self._on_end_callback = self._on_end
+        self._active: list[tuple[InstanceEngine, Any]] = []
+        self._emitted: list[list[int] | None] = []
+        self._t0 = self._end_at = 0.0
+        self._collective_s = 0.0
+        self._flows_left = 0
+        # figures for the summary
+        self.steps = 0
+        self.step_s = 0.0                   # summed step durations
+        self.table_collective_s = 0.0       # summed collective seconds of the table (group_iteration)
+        self.flow_s = 0.0                   # summed time the all-to-all flows took (steps that put them on links)
+        self.flow_extra_s = 0.0             # summed time the flows added past the table's collective time
+        self.a2a_flows = 0
+        self.a2a_bytes = {"nvlink": 0.0, "rdma": 0.0}
+        self.decode_steps = 0               # decode-sequence steps, and the tokens they emitted (MTP's mean)
+        self.decode_tokens = 0
+
+    # ---- plan -----------------------------------------------------------------------------------------
+    def wake(self) -> None:
+        """A rank has work: an idle group plans its next step now; a busy one plans it when its step ends."""
+        if not self.busy and not self._planning:
+            self._begin()
+
+    def _begin(self) -> None:
+        self._planning = True
+        active: list[tuple[InstanceEngine, Any, dict | None, float, int]] = []
+        batches: list[BatchShape] = []
+        for rank in self.ranks:
+            plan = rank._plan_step()
+            if plan is None:
+                batches.append(IDLE_BATCH)
+                continue
+            shape, routed, seq_wait, new = rank._batch_shape(plan)
+            batches.append(BatchShape(*shape))
+            active.append((rank, plan, routed, seq_wait, new))
+        self._planning = False
+        if not active:
+            self.busy = False
+            self._active = []
+            return
+        self.busy = True
+        now = self.env.now
+        # ---- cost: the group's step, then each rank's exchanges and partials on top
+        it = group_iteration(self.step, batches, traffic=self.network is not None)
+        duration = it.seconds
+        for rank, plan, routed, seq_wait, _new in active:
+            duration = max(duration, rank._cost(plan, it.seconds, routed, seq_wait))
+        for rank, plan, _routed, _wait, new in active:
+            rank._dt = duration - rank._pre          # a rank waits for the group (one iteration per event)
+            rank._log_event(plan, duration, it.seconds, new)
+        self._active = [(rank, plan) for rank, plan, *_rest in active]
+        self._emitted = [self._draw(len(plan.decode)) for _rank, plan in self._active]
+        self._t0, self._end_at, self._collective_s = now, now + duration, it.collective_s
+        self.steps += 1
+        self.table_collective_s += it.collective_s
+        # ---- arm: the timeout, and the all-to-all on the links
+        self._flows_left = 0
+        if self.network is not None and it.a2a:
+            self._start_flows(it)
+        self._arm(duration)
+
+    def _draw(self, decodes: int) -> list[int] | None:
+        """Tokens each of `decodes` sequences emits this step under MTP (seeded), else None (one each)."""
+        if self._lengths is None or decodes == 0:
+            return None
+        draws = self._rng.choice(len(self._lengths), size=decodes, p=self._lengths) + 1
+        return draws.tolist()
+
+    # ---- the all-to-all as flows ------------------------------------------------------------------------
+    def pair_bytes(self, it: GroupIteration) -> dict[tuple[int, int], float]:
+        """Bytes between each pair of the group's GPUs over the step: every pass's dispatch and combine (or
+        all-gather and reduce-scatter) of one layer times the layers that move it, the GPU's own rows excluded."""
+        out: dict[tuple[int, int], float] = {}
+        for load in it.a2a:
+            traffic, layers = load.traffic, load.layers
+            for matrix in (traffic.dispatch, traffic.combine):
+                for src, row in enumerate(matrix):
+                    for dst, nbytes in enumerate(row):
+                        if src != dst and nbytes > 0:
+                            out[(src, dst)] = out.get((src, dst), 0.0) + nbytes * layers
+        return out
+
+    def _start_flows(self, it: GroupIteration) -> None:
+        """One flow per GPU pair carrying the step's bytes (NVLink within a host, RDMA across: the topology's
+        path), started with the step: the collectives' bytes at the links' fair share."""
+        network, gpus = self.network, self.gpus
+        hosts = it.a2a[0].traffic.hosts
+        done = self._flow_done
+        for (src, dst), nbytes in self.pair_bytes(it).items():
+            self.a2a_bytes["nvlink" if hosts[src] == hosts[dst] else "rdma"] += nbytes
+            event = network.transfer(gpus[src], gpus[dst], nbytes, tag="a2a")
+            event.callbacks.append(done)
+            self._flows_left += 1
+            self.a2a_flows += 1
+
+    def _flow_done(self, _event: simpy.Event) -> None:
+        self._flows_left -= 1
+        if self._flows_left:
+            return
+        now = self.env.now
+        took = now - self._t0
+        self.flow_s += took
+        extra = took - self._collective_s
+        if extra > 0:                   # the flows took longer than the table's collectives: the step waits
+            self.flow_extra_s += extra
+            self._end_at += extra
+            for rank, _plan in self._active:
+                rank.log.extend(rank._row, extra)
+        self._arm(max(0.0, self._end_at - now))
+
+    # ---- arm and end ----------------------------------------------------------------------------------
+    def _arm(self, delay: float) -> None:
+        timer = self.env.timeout(delay)
+        timer.callbacks.append(self._on_end_callback)
+        self._timer = timer
+
+    def _on_end(self, timer: simpy.Event) -> None:
+        if timer is not self._timer or self._flows_left:
+            return                      # superseded, or the flows are still moving (their end arms it again)
+        now = self.env.now
+        end = self._end_at
+        for rank, plan in self._active:     # a rank's event lengthened by partial work it absorbed meanwhile
+            rank_end = rank._t0 + rank._pre + plan.k * rank._dt
+            if rank_end > end:
+                end = rank_end
+        if end > now + 1e-12 * max(1.0, now):
+            self._arm(end - now)
+            return
+        self.step_s += now - self._t0
+        active, emitted = self._active, self._emitted
+        self._active, self._emitted = [], []
+        for (rank, plan), draws in zip(active, emitted):
+            rank._dt = now - rank._t0 - rank._pre       # its tokens come out when the group's step ends
+            before = rank.mtp_tokens
+            rank._advance(draws)
+            self.decode_steps += len(plan.decode)
+            self.decode_tokens += rank.mtp_tokens - before if draws is not None else len(plan.decode)
+            rank._plan = _IDLE
+        self._begin()
+
+    def summary(self) -> dict[str, Any]:
+        """The group's figures (summed over its steps)."""
+        return {"steps": self.steps, "step_s": self.step_s, "table_collective_s": self.table_collective_s,
+                "a2a_flow_s": self.flow_s, "a2a_flow_extra_s": self.flow_extra_s, "a2a_flows": self.a2a_flows,
+                "a2a_bytes": dict(self.a2a_bytes), "decode_steps": self.decode_steps,
+                "decode_tokens": self.decode_tokens}

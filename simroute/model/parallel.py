@@ -192,6 +192,9 @@ class LayerTraffic:
     combine: tuple[tuple[float, ...], ...]
     hosts: tuple[int, ...]                     # each rank's host
     relay: bool = False                        # DeepEP normal mode: cross-host bytes reach a host once, then NVLink
+    # with `relay`: the share of the end-to-end bytes from a GPU to a host's GPUs that crosses the fabric (a token
+    # goes once to the host, P(host hit) / the sum of its GPUs' P(GPU hit))
+    relay_share: float = 1.0
 
     def _split(self, matrix: tuple[tuple[float, ...], ...]) -> dict[str, float]:
         out = {"local": 0.0, "nvlink": 0.0, "rdma": 0.0}
@@ -205,6 +208,47 @@ class LayerTraffic:
         """{dispatch, combine} -> {local, nvlink, rdma} bytes over the whole group (the matrix's own accounting:
         with `relay`, the NVLink legs of cross-host traffic are in `relay_nvlink_bytes`)."""
         return {"dispatch": self._split(self.dispatch), "combine": self._split(self.combine)}
+
+    def legs(self) -> dict[tuple[int, int], float]:
+        """Bytes per directed GPU pair on the links, dispatch and combine together: the matrices' own pairs, but
+        with `relay` a cross-host token reaches the destination host once, on the source's rail peer there (the
+        GPU of the same local index, as DeepEP's normal mode sends it), which forwards it over NVLink to each GPU
+        it hits; combine reduces on the rail peer of the token's GPU and crosses the fabric once. What a
+        simulator puts on its links (`simroute.sim.engine.group`)."""
+        hosts = self.hosts
+        local: list[int] = []
+        members: dict[int, list[int]] = {}
+        for gpu, host in enumerate(hosts):
+            local.append(len(members.setdefault(host, [])))
+            members[host].append(gpu)
+
+        def peer(gpu: int, host: int) -> int:
+            ranks = members[host]
+            return ranks[local[gpu]] if local[gpu] < len(ranks) else ranks[0]
+
+        out: dict[tuple[int, int], float] = {}
+
+        def add(src: int, dst: int, nbytes: float) -> None:
+            if src != dst and nbytes > 0:
+                out[(src, dst)] = out.get((src, dst), 0.0) + nbytes
+
+        for src, row in enumerate(self.dispatch):
+            for dst, nbytes in enumerate(row):
+                if not self.relay or hosts[src] == hosts[dst]:
+                    add(src, dst, nbytes)
+                    continue
+                via = peer(src, hosts[dst])
+                add(src, via, nbytes * self.relay_share)
+                add(via, dst, nbytes)
+        for src, row in enumerate(self.combine):
+            for dst, nbytes in enumerate(row):
+                if not self.relay or hosts[src] == hosts[dst]:
+                    add(src, dst, nbytes)
+                    continue
+                via = peer(dst, hosts[src])
+                add(src, via, nbytes)
+                add(via, dst, nbytes * self.relay_share)
+        return out
 
 
 def a2a_layer_traffic(geometry: ModelGeometry, deployment: Deployment, rank_tokens: Sequence[float],
@@ -258,7 +302,14 @@ def a2a_layer_traffic(geometry: ModelGeometry, deployment: Deployment, rank_toke
         counts = [topk * share for share in shares]
     dispatch = tuple(tuple(per_gpu[src] * counts[dst] * out_row for dst in range(gpus)) for src in range(gpus))
     combine = tuple(tuple(per_gpu[dst] * counts[src] * back_row for dst in range(gpus)) for src in range(gpus))
-    return LayerTraffic(mode, dispatch, combine, hosts, relay=prefill and len(set(hosts)) > 1)
+    relay = prefill and len(set(hosts)) > 1
+    share = 1.0
+    if relay:       # a host of g GPUs: once per token that hits any of its g x e experts, not once per GPU hit
+        per_host = max(hosts.count(host) for host in set(hosts))
+        rank_slots = round(slots / ep_ranks)
+        one = sum(hit) / len(hit)
+        share = rank_hit_probability(slots, rank_slots * per_host, topk) / (per_host * one) if one > 0 else 1.0
+    return LayerTraffic(mode, dispatch, combine, hosts, relay=relay, relay_share=share)
 
 
 # ---- HBM -------------------------------------------------------------------------------------------------------

@@ -113,6 +113,8 @@ class EngineSet:
                                 "busiest_holder_work_s": float(max((h.work_s for h in hp), default=0.0)),
                                 "charged_to_own_iterations_s": float(sum(h.charged_s for h in hp))},
             "routed_messages": float(self.exchange.messages),
+            **({"routed_round_trip_network_us": self.exchange.network_s / self.exchange.round_trips * 1e6
+                if self.exchange.round_trips else None} if self.group_step is not None else {}),
             "exchange_s": float(sum(e.exchange_total_s for e in es)),
             "exchange_hidden_share": (float(sum(e.hidden_s for e in es)) /
                                       max(1e-300, float(sum(e.exchange_total_s for e in es))))

@@ -300,6 +300,8 @@ class RouteExchange:
         self.merge_s = merge_s
         self.exchanges = exchanges_per_step
         self.messages = 0.0             # routed messages (queries + partials, x exchanges)
+        self.round_trips = 0            # legs costed, and their query + partial messages' network seconds (the
+        self.network_s = 0.0            # sampled pair per leg): how much the links' other traffic slows a route
         self._fast = hasattr(net, "message_route") and hasattr(net, "send_message")
         # the message model's `send` called positionally (FlowEngine.send_message's own body, one call less per
         # message); a network without one goes through `message_delay`
@@ -437,10 +439,12 @@ class RouteExchange:
             kernel = kernel_of.get(sharing)
             if kernel is None:
                 kernel = kernel_of[sharing] = self._kernel(holder.step, sharing, rows, keys, premium) * premium
+            self.network_s += out + back
             rt = out + kernel + back + merge_s
             if rt > bare:
                 bare = rt
             legs.append((holder, partials, queries, kernel, sharing, rho, rt))
+        self.round_trips += len(legs)
         span = k * (compute_s + ex * bare)   # the event's duration: the rate its partial work is asked at
         worst, worst_wait = 0.0, 0.0
         settled = EventLegs()

@@ -21,7 +21,7 @@ would have to end at the earliest of them in every rank.
 
 from __future__ import annotations
 
-from collections.abc import Sequence as Seq
+from collections.abc import Callable, Sequence as Seq
 from typing import Any
 
 import numpy as np
@@ -40,8 +40,10 @@ class GroupEngine:
     `rng` the group's MTP draws."""
 
     def __init__(self, env: simpy.Environment, ranks: Seq[InstanceEngine], step: DeploymentStep, *,
-                 gpus: Seq[str], network: Any = None, rng: np.random.Generator | None = None) -> None:
+                 gpus: Seq[str], network: Any = None, rng: np.random.Generator | None = None,
+                 iterate: Callable[..., GroupIteration] = group_iteration) -> None:
         self.env, self.ranks, self.step = env, list(ranks), step
+        self._iterate = iterate             # the model's call (a test hands a GroupIteration of its own)
         self.gpus = tuple(gpus)
         self.network = network
         mtp = step.mtp
@@ -94,9 +96,21 @@ class GroupEngine:
             self._active = []
             return
         self.busy = True
+        it = self._iterate(self.step, batches, traffic=self.network is not None)
+        self._t0 = self.env.now
+        self._flows_left = 0
+        if self.network is not None and it.a2a:
+            # arm's flows first: the network rates them at this instant's flush, and the ranks' routed messages,
+            # costed just after it (a zero timeout queues behind the flush), see the links they share with them
+            self._start_flows(it)
+            self.env.timeout(0).callbacks.append(lambda _event: self._cost(active, it))
+        else:
+            self._cost(active, it)
+
+    def _cost(self, active: list, it: GroupIteration) -> None:
+        """The group's step (`it`), then each active rank's routed exchanges and partials on top: the step lasts
+        the slowest rank's; then its timeout."""
         now = self.env.now
-        # ---- cost: the group's step, then each rank's exchanges and partials on top
-        it = group_iteration(self.step, batches, traffic=self.network is not None)
         duration = it.seconds
         for rank, plan, routed, seq_wait, _new in active:
             duration = max(duration, rank._cost(plan, it.seconds, routed, seq_wait))
@@ -105,14 +119,11 @@ class GroupEngine:
             rank._log_event(plan, duration, it.seconds, new)
         self._active = [(rank, plan) for rank, plan, *_rest in active]
         self._emitted = [self._draw(len(plan.decode)) for _rank, plan in self._active]
-        self._t0, self._end_at, self._collective_s = now, now + duration, it.collective_s
+        self._end_at, self._collective_s = now + duration, it.collective_s
         self.steps += 1
         self.table_collective_s += it.collective_s
-        # ---- arm: the timeout, and the all-to-all on the links
-        self._flows_left = 0
-        if self.network is not None and it.a2a:
-            self._start_flows(it)
-        self._arm(duration)
+        if not self._flows_left:        # (flows still moving: their end arms it)
+            self._arm(duration)
 
     def _draw(self, decodes: int) -> list[int] | None:
         """Tokens each of `decodes` sequences emits this step under MTP (seeded), else None (one each)."""
@@ -124,15 +135,13 @@ class GroupEngine:
     # ---- the all-to-all as flows ------------------------------------------------------------------------
     def pair_bytes(self, it: GroupIteration) -> dict[tuple[int, int], float]:
         """Bytes between each pair of the group's GPUs over the step: every pass's dispatch and combine (or
-        all-gather and reduce-scatter) of one layer times the layers that move it, the GPU's own rows excluded."""
+        all-gather and reduce-scatter) legs of one layer (`LayerTraffic.legs`: DeepEP's normal mode reaches a host
+        once) times the layers that move it, the GPU's own rows excluded."""
         out: dict[tuple[int, int], float] = {}
         for load in it.a2a:
-            traffic, layers = load.traffic, load.layers
-            for matrix in (traffic.dispatch, traffic.combine):
-                for src, row in enumerate(matrix):
-                    for dst, nbytes in enumerate(row):
-                        if src != dst and nbytes > 0:
-                            out[(src, dst)] = out.get((src, dst), 0.0) + nbytes * layers
+            layers = load.layers
+            for pair, nbytes in load.traffic.legs().items():
+                out[pair] = out.get(pair, 0.0) + nbytes * layers
         return out
 
     def _start_flows(self, it: GroupIteration) -> None:

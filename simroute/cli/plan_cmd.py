@@ -20,6 +20,10 @@ def plan(
     model: str = typer.Option(DEFAULT_MODEL, help="Model geometry."),
     tp: str = typer.Option(str(DEFAULT_TP), "--tp", help="GPUs per instance: one, or several to search (comma "
                                                           "list). Example: --tp 4,8."),
+    parallel: str = typer.Option(None, "--parallel", help="Parallelism of each instance group to search instead "
+                                 "of --tp (comma list): tp<N> (TP instances), dp<N>ep<M> (DP attention over N GPUs, "
+                                 "each its own instance, with expert parallelism M), tp<N>dp<N>ep<M>. Example: "
+                                 "--parallel tp8,dp8ep8."),
     topology: str = typer.Option(DEFAULT_TOPOLOGY, help="Topology whose family is resized to each host count."),
     gpu: str = typer.Option(None, help="GPU entry of the instances (default: the topology's hosts.gpu)."),
     calib: str = typer.Option(DEFAULT_CALIB, help="Calibration profile."),
@@ -127,11 +131,14 @@ def plan(
                           hosts_min=hosts_min, hosts_max=hosts_max, policy=tuple(_items(policy, "--policy")),
                           compare=tuple(p.strip() for p in compare.split(",") if p.strip()), seeds=seeds,
                           max_requests=max_requests, coarse=coarse, engine=engines,
+                          parallel=tuple(_items(parallel, "--parallel")) if parallel is not None else (),
                           base={**({"over_window": over_window} if over_window != "refuse" else {})})
     c = console()
 
     def announce() -> None:
-        c.print(f"[bold]simroute plan[/bold]: {model} at TP {', '.join(map(str, tps))} on {topology}"
+        shape = (f"parallelism {', '.join(request.parallel)}" if request.parallel
+                 else f"TP {', '.join(map(str, tps))}")
+        c.print(f"[bold]simroute plan[/bold]: {model} at {shape} on {topology}"
                 + (f" ({gpu})" if gpu else "") + (f", {' | '.join(kv_caches)} KV cache" if kv_caches else "")
                 + (f", engine {' | '.join(engines)}" if engines else "")
                 + f", hosts {hosts_min}-{hosts_max} ({coarse} coarse, then refined), "

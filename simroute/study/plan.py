@@ -2,8 +2,8 @@
 
 A plan is a study the planner need not write: one search over `hosts` (the topology's family resized, a
 generated corpus sized with it) per deployment, a deployment being one combination of the searched choices
-(TP, KV-cache dtype, policy; more choices are more axes of the same study: DP attention + EP and engine presets
-once the simulator has them), repeated over seeds (a probe holds only when every seed meets every SLO). Each
+(TP or DP attention + EP: `--parallel tp8,dp8ep8`, KV-cache dtype, engine preset, policy; more choices are more
+axes of the same study), repeated over seeds (a probe holds only when every seed meets every SLO). Each
 search is a coarse grid over the whole host range, then refinement at every feasible / infeasible boundary
 (`search.Refinement`): it never assumes that more hosts help, and a host count that meets the SLO below one that
 does not is reported. The study lands in the plan's directory (`plan.yaml`, resumable with `simroute sweep
@@ -68,6 +68,7 @@ class PlanRequest:
     max_requests: int | None = None
     coarse: int = DEFAULT_COARSE
     base: dict[str, Any] = field(default_factory=dict)   # further RunConfig fields
+    parallel: tuple[str, ...] = ()                      # parallelism choices (`parse_parallel`: tp8, dp8ep8, ...)
 
     @property
     def tps(self) -> tuple[int, ...]:
@@ -82,8 +83,10 @@ class PlanRequest:
         """The study this plan runs (written as plan.yaml beside its results): one choice given once is a base
         field, a choice given several ways an axis; policy is always an axis."""
         tps, kvs, engines = self.tps, tuple(self.kv_cache), tuple(self.engine)
+        shapes = {label: parse_parallel(label) for label in self.parallel}
         base: dict[str, Any] = {"topology": self.topology, "calib": self.calib, "model": self.model,
-                                **({"tp": tps[0]} if len(tps) == 1 else {}),
+                                **({"tp": tps[0]} if len(tps) == 1 and not shapes else {}),
+                                **(next(iter(shapes.values())) if len(shapes) == 1 else {}),
                                 **({"kv_cache": kvs[0]} if len(kvs) == 1 else {}),
                                 **({"engine": engines[0]} if len(engines) == 1 else {}),
                                 "trace": self._trace(), **self.base}
@@ -101,6 +104,8 @@ class PlanRequest:
         axes: dict[str, list[Any]] = {}
         if len(tps) > 1:
             axes["tp"] = list(tps)
+        if len(shapes) > 1:
+            axes["parallel"] = shapes          # a case axis: each choice sets tp, dp_attention and ep together
         if len(kvs) > 1:
             axes["kv_cache"] = list(kvs)
         if len(engines) > 1:
@@ -132,6 +137,27 @@ class PlanRequest:
         return {**self.trace, "params": params}
 
 
+PARALLEL_PART = re.compile(r"(tp|dp|ep)(\d+)")
+
+
+def parse_parallel(label: str) -> dict[str, int]:
+    """A parallelism choice as the RunConfig fields it sets: `tp8` (TP 8 instances), `dp8ep8` (DP attention 8 over
+    8 GPUs with EP 8: tp defaults to dp), `tp16dp16ep16`; parts in any order, each once. Raises ValueError."""
+    text = label.strip().lower()
+    parts: dict[str, int] = {}
+    at = 0
+    for match in PARALLEL_PART.finditer(text):
+        if match.start() != at or match.group(1) in parts or int(match.group(2)) < 1:
+            break
+        parts[match.group(1)] = int(match.group(2))
+        at = match.end()
+    if not parts or at != len(text):
+        raise ValueError(f"'{label}' is not a parallelism choice (tp<N>, dp<N>ep<M>, tp<N>dp<N>ep<M>: e.g. tp8, "
+                         "dp8ep8)")
+    tp = parts.get("tp", parts.get("dp", 1))
+    return {"tp": tp, "dp_attention": parts.get("dp", 1), "ep": parts.get("ep", 1)}
+
+
 def study_name(out: Path) -> str:
     """The plan's study name: its directory's name, made a valid study name."""
     name = re.sub(r"[^A-Za-z0-9._-]", "-", out.resolve().name)[:100]
@@ -139,7 +165,8 @@ def study_name(out: Path) -> str:
 
 
 # A study field's head (in a study error) -> the plan flag that set it.
-PLAN_FLAGS = {"policy": "--policy / --compare", "model": "--model", "tp": "--tp", "kv_cache": "--kv-cache",
+PLAN_FLAGS = {"policy": "--policy / --compare", "model": "--model", "tp": "--tp / --parallel",
+              "dp_attention": "--parallel", "ep": "--parallel", "parallel": "--parallel", "kv_cache": "--kv-cache",
               "engine": "--engine",
               "topology": "--topology",
               "calib": "--calib", "gpu": "--gpu", "qps": "--qps", "time_scale": "--time-scale",
@@ -169,7 +196,16 @@ def check_request(request: PlanRequest) -> None:
     for flag, name in (*(("--policy", policy) for policy in request.policies),
                        *(("--compare", policy) for policy in request.compare), ("--model", request.model)):
         check_name(name, flag, what="name")
+    for label in request.parallel:
+        try:
+            parse_parallel(label)
+        except ValueError as exc:
+            raise ConfigurationError(str(exc), field="--parallel") from None
+    if request.parallel and (len(request.tps) > 1 or request.tps[0] != DEFAULT_TP):
+        raise ConfigurationError("give the parallelism by --parallel or by --tp, not both (--parallel tp4,dp8ep8 "
+                                 "searches TP 4 too)", field="--parallel")
     for flag, values in (("--policy", request.policies), ("--compare", request.compare), ("--tp", request.tps),
+                         ("--parallel", tuple(request.parallel)),
                          ("--kv-cache", tuple(request.kv_cache)), ("--engine", tuple(request.engine))):
         repeated = sorted({str(value) for value in values if values.count(value) > 1})
         if repeated:
@@ -304,7 +340,7 @@ def plan_answer(directory: str | Path) -> dict[str, Any]:
 
 def deployment_name(labels: dict[str, Any], varied: list[str]) -> str:
     """A deployment's name in the memo: the policy, after the other choices that vary ('tp 4, fp8 KV, paper')."""
-    words = {"tp": lambda value: f"tp {value}", "kv_cache": lambda value: f"{value} KV",
+    words = {"tp": lambda value: f"tp {value}", "kv_cache": lambda value: f"{value} KV", "parallel": str,
              "engine": lambda value: f"engine {value}"}
     parts = [words.get(axis, lambda value, axis=axis: f"{axis}={value}")(labels[axis])
              for axis in varied if axis != "policy" and axis in labels]
@@ -486,8 +522,11 @@ def plan_markdown(answer: dict[str, Any], request_doc: dict[str, Any]) -> str:
     gpu = f" ({base['gpu']} GPUs)" if base.get("gpu") else ""
     axes = request_doc.get("axes") or {}
     tps = axes.get("tp") or [base.get("tp")]
+    shape = (f"parallelism {', '.join(axes['parallel'])}" if isinstance(axes.get("parallel"), dict)
+             else f"TP {base.get('tp')}, DP attention {base['dp_attention']}, EP {base.get('ep', 1)}"
+             if base.get("dp_attention", 1) > 1 else f"TP {', '.join(map(str, tps))}")
     search = request_doc.get("search") or {}
-    lines = [f"# Capacity plan: {base.get('model')} at TP {', '.join(map(str, tps))} on "
+    lines = [f"# Capacity plan: {base.get('model')} at {shape} on "
              f"{Path(str(base.get('topology'))).stem}{gpu}",
              "", f"Workload: {workload}, {load}; SLO: {slo}, every one of {request_doc.get('seeds')} seeds. "
              f"Searched: {len(answer['deployments'])} deployment(s) ({', '.join(answer['deployments'])}), hosts "

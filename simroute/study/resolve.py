@@ -200,7 +200,8 @@ def check_point(cfg: dict[str, Any], study_file: str, where: str) -> None:
     from simroute.defaults import DEFAULT_MODEL, DEFAULT_TP
     from simroute.model.limits import Fields
     from simroute.sim.deployment import check_run_deployment
-    keys = ("topology", "hosts", "calib", "model", "tp", "gpu", "weights", "kv_layout", "hbm_gb", "kv_cache")
+    keys = ("topology", "hosts", "calib", "model", "tp", "gpu", "weights", "kv_layout", "hbm_gb", "kv_cache",
+            "dp_attention", "ep", "a2a", "moe_load", "nextn", "accept_rate", "accept_length")
     files = {}
     for name in ("topology", "calib"):          # a file by where it is and when it changed, not by its name
         loc = None if _is_gen(cfg[name]) else _locate(name, str(cfg[name]), study_file)
@@ -215,11 +216,13 @@ def check_point(cfg: dict[str, Any], study_file: str, where: str) -> None:
         from simroute.calib import load_profile
         profile = load_profile(path if path is not None else calib)
         named = {name: f"{where}: {name}" for name in ("tp", "gpu", "weights", "model")}
+        group = _group(cfg, spec.gpus_per_host)
         check_run_deployment(spec, profile, model=cfg.get("model", DEFAULT_MODEL), tp=int(cfg.get("tp", DEFAULT_TP)),
                              gpu=cfg.get("gpu"), weights=cfg.get("weights"),
                              kv_layout=cfg.get("kv_layout", "replicated"), hbm_gb=cfg.get("hbm_gb"),
-                             cache_dtype=cfg.get("kv_cache"), fields=Fields(**named, hbm=f"{where}: hbm_gb",
-                                                                             file=study_file))
+                             cache_dtype=cfg.get("kv_cache"), group=group,
+                             fields=Fields(**named, hbm=f"{where}: hbm_gb", dp=f"{where}: dp_attention",
+                                           ep=f"{where}: ep", hosts=f"{where}: hosts", file=study_file))
         _POINTS_CHECKED.add(key)
     if (cfg.get("qps") is not None or cfg.get("time_scale") is not None) and not _is_gen(cfg["trace"]):
         loc = _locate("trace", str(cfg["trace"]), study_file)
@@ -228,6 +231,19 @@ def check_point(cfg: dict[str, Any], study_file: str, where: str) -> None:
             from simroute.sim.arrivals import check_rescaled_arrivals
             check_rescaled_arrivals(str(path), cfg.get("max_requests"), qps=cfg.get("qps"),
                                     time_scale=cfg.get("time_scale"), file=study_file, where=where)
+
+
+def _group(cfg: dict[str, Any], gpus_per_host: int) -> tuple[Any, Any] | None:
+    """A point's DP / EP / MTP group (`RunConfig.parallel`), or None for TP instances."""
+    if int(cfg.get("dp_attention", 1)) == 1 and int(cfg.get("ep", 1)) == 1 and int(cfg.get("nextn", 0)) == 0:
+        return None
+    from simroute.model.parallel import Deployment, Mtp
+    from simroute.defaults import DEFAULT_TP
+    deployment = Deployment(tp=int(cfg.get("tp", DEFAULT_TP)), dp=int(cfg.get("dp_attention", 1)),
+                            ep=int(cfg.get("ep", 1)), gpus_per_host=gpus_per_host, a2a=cfg.get("a2a"),
+                            distribution=cfg.get("moe_load", "power_law_1.01"))
+    nextn = int(cfg.get("nextn", 0))
+    return deployment, (Mtp(nextn, cfg.get("accept_rate"), cfg.get("accept_length")) if nextn else None)
 
 
 _HASHES: dict[tuple[str, float], str] = {}

@@ -145,13 +145,13 @@ def parse_parallel(label: str) -> dict[str, int]:
     8 GPUs with EP 8: tp defaults to dp), `tp16dp16ep16`; parts in any order, each once. Raises ValueError."""
     text = label.strip().lower()
     parts: dict[str, int] = {}
-    at = 0
+    read = 0                        # characters read so far: the parts must tile the word
     for match in PARALLEL_PART.finditer(text):
-        if match.start() != at or match.group(1) in parts or int(match.group(2)) < 1:
+        if match.start() != read or match.group(1) in parts or int(match.group(2)) < 1:
             break
         parts[match.group(1)] = int(match.group(2))
-        at = match.end()
-    if not parts or at != len(text):
+        read = match.end()
+    if not parts or read != len(text):
         raise ValueError(f"'{label}' is not a parallelism choice (tp<N>, dp<N>ep<M>, tp<N>dp<N>ep<M>: e.g. tp8, "
                          "dp8ep8)")
     tp = parts.get("tp", parts.get("dp", 1))

@@ -235,7 +235,7 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
 def _print_group(g: dict) -> None:
     """A DP group's deployment and its steps (summary.json engine.group)."""
     a2a = g["a2a_bytes"]
-    line = (f"DP groups: {g['groups']} x (tp {g['tp']}, dp-attention {g['dp_attention']}, ep {g['ep']}, "
+    line = (f"groups: {g['groups']} x (tp {g['tp']}, dp-attention {g['dp_attention']}, ep {g['ep']}, "
             f"{g['a2a']}); each rank {g['kv_capacity_tokens_per_rank']:,} tokens of KV; {g['steps']:,} steps, "
             f"collectives {g['table_collective_s']:.3f} s by the tables, all-to-all flows {g['a2a_flows']:,} "
             f"({a2a['nvlink'] / 1e9:.3f} GB NVLink, {a2a['rdma'] / 1e9:.3f} GB RDMA) took {g['a2a_flow_s']:.3f} s, "

@@ -21,12 +21,15 @@ One SimPy event per engine event: while only decodes run, an event stands for `k
 Their context grows by one token per iteration; the event charges the mid-point context, which is exact
 while the attention term is linear in context.
 
-The loop, in named steps: `submit` queues a sequence (and starts an idle engine); `_begin` plans the next
-event (`_plan_next`: the scheduler's batch, then `_grow` reserves the decodes' blocks, preempting if they do
-not fit), costs it (`_batch_cost`, the routed exchanges, the holder's partials), logs its row and `_arm`s one
-timeout; `_on_end` (a timeout that is no longer the armed one is stale) calls `_end`, which advances the
-sequences (first-token and done events succeed), and `_begin` again. `_cut` ends a macro event early when
-a sequence arrives; `absorb` lengthens one by partial work a requester started meanwhile.
+The loop, in named steps, each with one owner: `submit` queues a sequence (and starts an idle engine: `_start`);
+`_begin` runs plan -> cost -> arm: `_plan_step` plans the next event (`_plan_next`: the scheduler's batch, then
+`_grow` reserves the decodes' blocks, preempting if they do not fit), `_batch_cost` (`_batch_shape` through the
+step-time model) and `_cost` (the routed exchanges, the holder's partials) cost it, `_log_event` logs its row and
+`_arm` arms one timeout; `_on_end` (a timeout that is no longer the armed one is stale) calls `_end`: `_advance`
+moves the sequences (first-token and done events succeed), then `_begin` again. `_cut` ends a macro event early
+when a sequence arrives; `absorb` lengthens one by partial work a requester started meanwhile. A DP attention
+rank (`group` set) hands the step to its group (`simroute.sim.engine.group.GroupEngine`), which calls the same
+steps on every rank with one step time for all and ends them together.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class GroupEngine:
             rank.group = self
             rank.draft_tokens = mtp.nextn if mtp is not None else 0
         self.busy = False
-        self._planning = False
+        self._planning = self._again = False
         self._timer: simpy.Event | None = None
         self._on_end_callback = self._on_end
         self._active: list[tuple[InstanceEngine, Any]] = []
@@ -75,11 +75,13 @@ class GroupEngine:
     # ---- plan -----------------------------------------------------------------------------------------
     def wake(self) -> None:
         """A rank has work: an idle group plans its next step now; a busy one plans it when its step ends."""
-        if not self.busy and not self._planning:
+        if self._planning:
+            self._again = True          # work reached a rank while the ranks were being planned
+        elif not self.busy:
             self._begin()
 
     def _begin(self) -> None:
-        self._planning = True
+        self._planning, self._again = True, False
         active: list[tuple[InstanceEngine, Any, dict | None, float, int]] = []
         batches: list[BatchShape] = []
         for rank in self.ranks:
@@ -94,6 +96,8 @@ class GroupEngine:
         if not active:
             self.busy = False
             self._active = []
+            if self._again:             # a rank planned before that work arrived: plan again
+                self._begin()
             return
         self.busy = True
         it = self._iterate(self.step, batches, traffic=self.network is not None)

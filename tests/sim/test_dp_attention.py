@@ -211,11 +211,17 @@ def test_mtp_a_sequence_of_ten_tokens_ends_in_the_expected_steps(tmp_path, rate,
     decode step emits 3 (9 / 3 = 3 steps), none accepted 1 (9 steps). TPOT is those steps over 9 tokens."""
     trace = _trace(tmp_path / "t.parquet", [_one(64, 10, 0)])
     cfg = _cfg(trace, model="deepseek-v3", gpu="h200-sxm", tp=8, nextn=2, accept_rate=rate)
-    summary = Simulation(cfg).run().summary
+    result = Simulation(cfg).run()
+    summary = result.summary
     group = summary["engine"]["group"]
     assert group["steps"] == 1 + decode_steps
     assert group["decode_tokens"] == 9 and group["decode_steps"] == decode_steps
     assert summary["completed"] == 1
+    steps = result.tables["iterations"].to_pandas()["duration_s"]
+    assert summary["tpot_ms"]["mean"] == pytest.approx(steps.iloc[1:].sum() / 9 * 1e3, rel=1e-9)
+    # the MTP module's weights sit in HBM beside the target's
+    plain = Simulation(_cfg(tmp_path / "t.parquet", model="deepseek-v3", gpu="h200-sxm", tp=8, ep=8))
+    assert summary["engine"]["hbm"]["weights_gb_per_gpu"] > plain.ctx.engines[0].hbm.weight_bytes / 1e9
 
 
 def test_impossible_groups_are_refused_naming_the_field(quiet):

@@ -252,13 +252,15 @@ class Simulation:
         links = tel.links_frame()
         # Routed messages, and bulk transfers where one rank pair stands for all (`Cluster.bulk_transfer`), carry
         # one TP rank pair's share on the network (docs/MODEL.md, "Tensor parallelism"): the other ranks' NICs carry
-        # the same on parallel links, so that traffic counts tp x; bulk flows simulated for every rank count once.
+        # the same on parallel links, so that traffic counts tp x; bulk flows simulated for every rank count once,
+        # and so do a DP group's all-to-all flows (one per GPU pair, `GroupEngine`) whatever the tier's planes.
         planes = self.ctx.cluster.tier_planes()
         tp = self.cfg.instance_gpus
         bulk = links["bulk_bytes"].groupby(links["tier"]).sum()
         messages = links["message_bytes"].groupby(links["tier"]).sum()
-        s["bytes_by_tier"] = {str(k): float(bulk[k]) * planes.get(str(k), tp) + float(messages[k]) * tp
-                              for k in bulk.index}
+        a2a = self.ctx.engines.a2a_tier_bytes()
+        s["bytes_by_tier"] = {str(k): (float(bulk[k]) - a2a.get(str(k), 0.0)) * planes.get(str(k), tp)
+                              + a2a.get(str(k), 0.0) + float(messages[k]) * tp for k in bulk.index}
         s["bytes_by_tier_per_gpu"] = {k: v / tp for k, v in s["bytes_by_tier"].items()}
         s["rank_flows"] = {"mode": self.cfg.rank_flows, "every_rank_within_domain": self.ctx.cluster.rank_flows[0],
                            "every_rank_across_domains": self.ctx.cluster.rank_flows[1]}

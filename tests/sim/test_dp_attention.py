@@ -165,6 +165,33 @@ def test_ep_flows_and_routed_queries_slow_each_other_on_the_links(tmp_path):
     assert steps[True] == pytest.approx(0.006 + 2 * 250e6 / 25e9, rel=1e-3)
 
 
+@pytest.mark.parametrize("rank_flows", ["shortcut", "every"])
+def test_all_to_all_bytes_count_once_where_an_attention_rank_is_two_gpus(tmp_path, rank_flows):
+    """DP 8 over TP 16 (attention ranks of 2 GPUs): a tier where one rank pair's KV flow stands for two counts
+    bulk bytes twice, but a group's all-to-all goes as every GPU pair's flow, so its bytes count once in
+    `bytes_by_tier`: 250 MB per step from host 0's GPU 0 to host 1's GPU 8 cross the nic-leaf tier twice (up,
+    down), whatever --rank-flows says."""
+    ark = str(shipped_topology("ark-leafspine"))
+    trace = _trace(tmp_path / "t.parquet", [_one(64, 1, 0)])
+    sim = Simulation(_cfg(trace, topology=ark, hosts=2, tp=16, dp_attention=8, ep=16, a2a="allgather",
+                          rank_flows=rank_flows))
+    assert sim.cfg.instance_gpus == 2
+    group = sim.ctx.engines.groups[0]
+    zeros = tuple(tuple(0.0 for _ in range(16)) for _ in range(16))
+    matrix = [[0.0] * 16 for _ in range(16)]
+    matrix[0][8] = 250e6
+    load = A2aLoad("target", LayerTraffic(A2A.DEEPEP, tuple(map(tuple, matrix)), zeros,
+                                          tuple([0] * 8 + [1] * 8)), 1)
+    group._iterate = lambda step, batches, traffic=True: GroupIteration(0.010, 0.004, 0, 1.0, (0.0,) * 8,
+                                                                        (load,), 0)
+    summary = sim.run().summary
+    steps = summary["engine"]["group"]["steps"]
+    assert steps >= 1
+    assert summary["engine"]["group"]["a2a_bytes"]["rdma"] == pytest.approx(steps * 250e6)
+    assert summary["engine"]["group"]["a2a_tier_bytes"]["nic-leaf"] == pytest.approx(steps * 2 * 250e6)
+    assert summary["network"]["bytes_by_tier"]["nic-leaf"] == pytest.approx(steps * 2 * 250e6, rel=1e-9)
+
+
 def test_deepep_normal_mode_reaches_a_host_once():
     """Prefill all-to-all across two hosts (EP 16 over 256 experts, 16 per GPU): a token crosses the fabric once
     per host it hits, P = 1 - C(128, 8) / C(256, 8), not once per GPU it hits (8 x (1 - C(240, 8) / C(256, 8)));

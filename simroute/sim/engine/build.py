@@ -123,6 +123,14 @@ class EngineSet:
             **({"group": self.group_summary()} if self.group_step is not None else {}),
         }
 
+    def a2a_tier_bytes(self) -> dict[str, float]:
+        """The all-to-all flows' bytes per link tier, summed over the groups (every rank's flow: count once)."""
+        out: dict[str, float] = {}
+        for group in self.groups:
+            for tier, nbytes in group.a2a_tier_bytes.items():
+                out[tier] = out.get(tier, 0.0) + nbytes
+        return out
+
     def group_summary(self) -> dict[str, Any]:
         """The DP groups' deployment and their steps' figures (summed over the groups)."""
         step = self.group_step
@@ -141,6 +149,7 @@ class EngineSet:
                 "weights_gb_by_part": {part: value / 1e9 for part, value in step.hbm.parts.items()},
                 **total,
                 "a2a_bytes": {link: sum(part["a2a_bytes"][link] for part in parts) for link in ("nvlink", "rdma")},
+                "a2a_tier_bytes": self.a2a_tier_bytes(),
                 "emitted_tokens_per_decode_step": total["decode_tokens"] / total["decode_steps"]
                 if total["decode_steps"] else None}
 

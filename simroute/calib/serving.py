@@ -80,6 +80,7 @@ class ServingRow:
     cuda_graph_max_bs: int | None
     mem_fraction: float | None
     stream_interval: int | None
+    scheduler_recv_interval: int | None     # SGLang --scheduler-recv-interval (iterations between input polls)
     server_flags: str
     client: str
     dataset: str
@@ -190,6 +191,7 @@ def _parse(row: _Row) -> ServingRow:
         cuda_graph_max_bs=row.integer("cuda_graph_max_bs", required=False),
         mem_fraction=row.number("mem_fraction", required=False),
         stream_interval=row.integer("stream_interval", required=False),
+        scheduler_recv_interval=row.integer("scheduler_recv_interval", required=False, minimum=1),
         server_flags=row.text("server_flags"), client=row.text("client"), dataset=row.choice("dataset", DATASETS),
         isl=row.integer("isl", required=False), osl=row.integer("osl", required=False), range_ratio=ratio,
         length_rule=row.choice("length_rule", LENGTH_RULES), ignore_eos=row.flag("ignore_eos"),

@@ -183,6 +183,10 @@ class RunConfig:
     overlap_scheduling: bool | None = setting(None, "Overlap scheduling: the CPU plans iteration n+1 while the GPU "
                                                     "runs iteration n (the preset's if unset). Not with --engine "
                                                     "none.")
+    scheduler_recv_interval: int | None = setting(None, "SGLang's --scheduler-recv-interval: the scheduler takes new "
+                                                        "requests once per this many decode iterations (after every "
+                                                        "prefill; e.g. 10). The sglang preset's (1) if unset; only "
+                                                        "with --engine sglang.", minimum=1)
     holder_mode: str = setting("inline", "Where a holder runs routed partial attention: inline (between / inside "
                                          "its own iterations) or stream (a concurrent stream).",
                                choices=HOLDER_MODES)
@@ -237,7 +241,7 @@ class RunConfig:
             raise ConfigurationError(f"{chunk} exceeds token_budget {budget}: no iteration could hold such a chunk "
                                      "(lower prefill_chunk or raise token_budget)", field="prefill_chunk")
         if self.engine == "none":
-            for name in ("cuda_graph_max_batch", "overlap_scheduling"):
+            for name in ("cuda_graph_max_batch", "overlap_scheduling", "scheduler_recv_interval"):
                 if getattr(self, name) is not None:
                     raise ConfigurationError("is a framework setting: name an engine preset (--engine) to set it",
                                              field=name)

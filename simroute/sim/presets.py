@@ -18,7 +18,7 @@ from typing import Any
 from simroute.errors import ConfigurationError
 from simroute.model.steptime import GpuSpec, HostCosts
 from simroute.sim.config import ENGINE_AUTO as AUTO, ENGINE_NONE as NONE, RunConfig, parse_engine
-from simroute.sim.frameworks.base import FLAG_SETTINGS, FRAMEWORKS, SETTINGS, Deployment, Setting
+from simroute.sim.frameworks.base import FLAG_SETTINGS, FRAMEWORKS, OPTIONAL_SETTINGS, SETTINGS, Deployment, Setting
 DEFAULT_FRAMEWORK = "sglang"        # the framework whose tables the shipped GPU entries read
 # the engine before presets (`--engine none`): RunConfig's former defaults
 LEGACY = {"scheduler": "sarathi", "token_budget": 2048, "prefill_chunk": 2048, "max_running_seqs": 256}
@@ -62,12 +62,19 @@ class ResolvedEngine:
         return float(self.value("request_egress_us")) * 1e-6 if self.preset else 0.0
 
     @property
+    def recv_interval(self) -> int:
+        """Iterations between the scheduler's polls of its input queue (SGLang's --scheduler-recv-interval; 1: a
+        framework without it takes new requests every iteration)."""
+        setting = self.settings.get("scheduler_recv_interval")
+        return int(setting.value) if setting is not None else 1
+
+    @property
     def schedule_ahead(self) -> bool:
         return self.preset and bool(self.value("overlap_scheduling"))
 
     def applied(self, cfg: RunConfig) -> RunConfig:
         """`cfg` with the resolved engine and flag settings written in (a summary's `config` then says what ran)."""
-        values = {key: self.value(key) for key in FLAG_SETTINGS if key in self.settings}
+        values = {key: self.value(key) for key in FLAG_SETTINGS + OPTIONAL_SETTINGS if key in self.settings}
         return dataclasses.replace(cfg, engine=self.engine, **values)
 
     def summary(self) -> dict[str, Any]:
@@ -81,7 +88,7 @@ def resolve_engine(cfg: RunConfig, spec: GpuSpec, *, layers: int, kv_capacity_to
                    hbm_bytes: float | None = None) -> tuple[ResolvedEngine, GpuSpec]:
     """The run's engine (see the module) and the GPU spec with the preset's tables. `hbm_bytes` is the run's HBM
     per GPU (`--hbm-gb`) where it overrides the GPU entry's."""
-    flags = {key: getattr(cfg, key) for key in FLAG_SETTINGS if getattr(cfg, key) is not None}
+    flags = {key: getattr(cfg, key) for key in FLAG_SETTINGS + OPTIONAL_SETTINGS if getattr(cfg, key) is not None}
     if cfg.engine == NONE:
         settings = {key: Setting(flags[key], f"flag (--{key.replace('_', '-')})") if key in flags
                     else Setting(value, "default (--engine none: the engine of the flags)")

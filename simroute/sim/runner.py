@@ -120,7 +120,7 @@ class Simulation:
         cfg = self.cfg = self.engine.applied(cfg)       # the settings that ran, as the summary records them
         engines = EngineSet(env, None, model=cfg.model, tp=cfg.instance_gpus, gpus=gpus,
                             intra_host_fabric=topology.spec.intra.fabric, network=network, fabric_of=fabric_of,
-                            options=engine_options(cfg, self.engine.schedule_ahead),
+                            options=engine_options(cfg, self.engine.schedule_ahead, self.engine.recv_interval),
                             exchanges_per_step=params.exchanges, merge_s=params.merge_s, hbm_gb=cfg.hbm_gb,
                             record=cfg.telemetry, host_gpu=self.gpu, weight_dtype=cfg.weights,
                             kv_layout=cfg.kv_layout, schedulers=scheduler_factory(cfg), cache_dtype=cfg.kv_cache,
@@ -348,12 +348,13 @@ def scheduler_factory(cfg: RunConfig) -> Callable[[], Scheduler]:
     return lambda: schedulers.create(cfg.scheduler, cfg, rng)
 
 
-def engine_options(cfg: RunConfig, schedule_ahead: bool = False) -> EngineOptions:
+def engine_options(cfg: RunConfig, schedule_ahead: bool = False, recv_interval: int = 1) -> EngineOptions:
     """The instance engines' options from the run configuration (its engine settings resolved: sim/calibration.py)."""
     return EngineOptions(scheduler=cfg.scheduler, max_running=cfg.max_running_seqs, token_budget=cfg.token_budget,
                          prefill_chunk=cfg.prefill_chunk, steps_per_event=cfg.decode_steps_per_event,
                          holder_mode=cfg.holder_mode, interference=cfg.holder_interference,
-                         overlap=cfg.micro_batch_overlap, check_hbm=cfg.check_hbm, schedule_ahead=schedule_ahead)
+                         overlap=cfg.micro_batch_overlap, check_hbm=cfg.check_hbm, schedule_ahead=schedule_ahead,
+                         recv_interval=recv_interval)
 
 
 def simulate(cfg: RunConfig, out_dir: str | Path | None = None,

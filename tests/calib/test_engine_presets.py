@@ -40,6 +40,10 @@ PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
         "eager_launch_us_per_layer": ("published", 262, (LAUNCH, "8.4 ms / 32 layers")),
         "request_ingress_us": ("published", 1550, (TOKENISE, "1.40 ms", IPC, "0.15 ms")),
         "request_egress_us": ("published", 300, (IPC, "2 x 0.15 ms")),
+        "scheduler_recv_interval": ("source", 1, (SGL + "server_args.py line 784: scheduler_recv_interval = 1",
+                                                  "managers/scheduler_recv_skipper.py SchedulerRecvSkipper.handle",
+                                                  "DEFAULT 1000, DECODE 1", "sglang 0.5.5 (managers/scheduler.py "
+                                                  "recv_requests")),
     },
     "vllm-0.24.0.yaml": {
         "scheduler": ("source", "sarathi", (VLLM + "v1/core/sched/scheduler.py", "(line 430)", "(line 625)",

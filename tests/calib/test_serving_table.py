@@ -184,3 +184,14 @@ def test_repeated_id_missing_column_and_short_line_are_refused(tmp_path):
         load_serving_table(path)
     with pytest.raises(ConfigurationError, match="no such file"):
         load_serving_table(tmp_path / "absent.csv")
+
+
+def test_the_scheduler_poll_interval_is_the_script_s_rule_where_the_flags_name_it():
+    """InferenceX's B200 SGLang scripts: SCHEDULER_RECV_INTERVAL 30 at TP 8 with 16 or more clients, else 10; no
+    other row's launch names --scheduler-recv-interval (SGLang's default polls every iteration)."""
+    for r in ROWS:
+        if "--scheduler-recv-interval" in r.server_flags:
+            assert r.framework == "sglang" and r.gpu == "b200-sxm"
+            assert r.scheduler_recv_interval == (30 if r.tp == 8 and r.concurrency >= 16 else 10), r.id
+        else:
+            assert r.scheduler_recv_interval is None, r.id

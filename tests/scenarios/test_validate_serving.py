@@ -63,6 +63,9 @@ def test_a_row_replays_its_workload_preset_and_launch_flags():
                                    "prefill_chunk": 32768, "token_budget": 32768, "max_running_seqs": 512,
                                    "cuda_graph_max_batch": 512}
     assert sv.workload(r) == "1k/1k c8"
+    b200 = row("ix-2025-12-31-b200-sglang-1k1k-tp8ep1-c16")    # InferenceX B200 SGLang: --scheduler-recv-interval 30
+    assert sv.engine_values(b200)["scheduler_recv_interval"] == 30
+    assert sv.engine_values(row("ix-2025-12-31-b200-sglang-1k1k-tp8ep1-c4"))["scheduler_recv_interval"] == 10
 
 
 def test_fitted_constants_name_the_table_rows_among_their_points():

@@ -194,3 +194,19 @@ def test_the_per_request_path_adds_to_ttft_and_e2e_by_hand(tmp_path):
     assert rec.tpot[0] == pytest.approx(decodes / 3, rel=1e-12)
     assert rec.arrival[1] == pytest.approx(rec.e2e[0], rel=1e-12)              # the child left after the last token
     assert rec.ttft[0] >= rec.ttft_floor[0] - 1e-12
+
+
+def test_the_scheduler_poll_interval_is_sglang_s_alone_and_a_flag_wins():
+    """SGLang's --scheduler-recv-interval: the preset's 1 (every iteration), a run's flag on top; TensorRT-LLM and
+    vLLM have no such option (their loops take new requests every iteration), so the flag is refused there."""
+    engine, _ = resolve_engine(_cfg(), _h200(), layers=61, kv_capacity_tokens=794_880)
+    assert engine.recv_interval == 1
+    assert engine.settings["scheduler_recv_interval"].source.startswith("preset sglang@0.5.14 scheduler_recv_interval")
+    flagged, _ = resolve_engine(_cfg(scheduler_recv_interval=30), _h200(), layers=61, kv_capacity_tokens=794_880)
+    assert flagged.recv_interval == 30 and flagged.applied(_cfg()).scheduler_recv_interval == 30
+    trt, _ = resolve_engine(_cfg(engine="trtllm"), _h200(), layers=61, kv_capacity_tokens=794_880)
+    assert trt.recv_interval == 1 and "scheduler_recv_interval" not in trt.settings
+    with pytest.raises(ConfigurationError, match="scheduler_recv_interval.*only of: sglang"):
+        resolve_engine(_cfg(engine="vllm", scheduler_recv_interval=10), _h200(), layers=61, kv_capacity_tokens=1000)
+    with pytest.raises(ConfigurationError, match="scheduler_recv_interval"):
+        _cfg(engine="none", scheduler_recv_interval=10)

@@ -53,6 +53,11 @@ from simroute.sim.schedulers.base import Plan, Scheduler
 from simroute.sim.vocab import HOLDER_MODES, HolderMode
 
 
+# SGLang's poll-counter weight of a batch with prefill (managers/scheduler_recv_skipper.py _DEFAULT_WEIGHT, env
+# SGLANG_SCHEDULER_RECV_SKIPPER_WEIGHT_DEFAULT = 1000 in sglang 0.5.5-0.5.14): any interval polls after a prefill
+RECV_WEIGHT_EXTEND = 1000
+
+
 class StepTime(Protocol):
     """What the engine asks of the step-time model (docs/STEP_TIME.md)."""
 
@@ -83,6 +88,8 @@ class EngineOptions:
     max_preemptions: int = 64       # preemptions of one sequence before it is refused (a thrash guard)
     schedule_ahead: bool = False    # overlap scheduling: the next iteration is planned while this one runs, so a
     #                                 sequence arriving meanwhile joins the iteration after it (docs/ENGINES.md)
+    recv_interval: int = 1          # SGLang's --scheduler-recv-interval: decode iterations between polls of the input
+    #                                 queue (`_poll`); 1: every iteration
 
     def __post_init__(self) -> None:
         if self.scheduler not in registry("scheduler"):
@@ -90,7 +97,7 @@ class EngineOptions:
         if self.holder_mode not in HOLDER_MODES:
             raise UnknownNameError("holder_mode", self.holder_mode, list(HOLDER_MODES))
         object.__setattr__(self, "holder_mode", HolderMode(self.holder_mode))     # a run's word becomes the mode
-        for name in ("max_running", "token_budget", "prefill_chunk", "steps_per_event"):
+        for name in ("max_running", "token_budget", "prefill_chunk", "steps_per_event", "recv_interval"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"must be >= 1, got {getattr(self, name)}", field=name)
         if self.max_preemptions < 0:
@@ -140,6 +147,9 @@ class InstanceEngine:
         # arrived while an event ran under `schedule_ahead`: the next iteration was planned without them, so they
         # reach the waiting queue once it is (`_begin`)
         self._arriving: list[Sequence] = []
+        # arrived while busy under a recv interval > 1: not seen by the scheduler before its next poll (`_poll`)
+        self._inbox: list[Sequence] = []
+        self._polls = 0                 # the poll counter after the current event's last iteration was launched
         # the routed groups of the last decode-only batch and its sequences: the next batch of the same sequences
         # routes the same groups (a sequence's routes and the rows of a decode are fixed), so it reuses them
         self._decode_groups: tuple[list[Sequence], dict | None] = ([], None)
@@ -159,6 +169,9 @@ class InstanceEngine:
         seq.phase = WAITING
         if blocks_for(seq.peak_tokens) > self.hbm.capacity_blocks - self.hbm.pinned_blocks:
             self._refuse(seq, NEVER_FITS)     # can never fit: refused rather than thrashing or waiting forever
+            return
+        if self.busy and self.options.recv_interval > 1:
+            self._inbox.append(seq)         # the scheduler sees it at its next poll; events end at polls (no cut)
             return
         if self.busy and not self._in_step and self.options.schedule_ahead:
             self._arriving.append(seq)      # the next iteration is planned already: it joins the one after
@@ -272,6 +285,16 @@ class InstanceEngine:
             if not prefill and not decode:      # nothing was planned: the CPU schedules them at once
                 plan = self._plan_grown()
                 prefill, decode = plan.prefill, plan.decode
+        if self.options.recv_interval > 1:
+            idle = not self.busy
+            if self._inbox and not prefill and not decode:      # idle: the scheduler's idle loop polls at once
+                self.waiting.extend(self._inbox)
+                self._inbox.clear()
+                plan = self._plan_grown()
+                prefill, decode = plan.prefill, plan.decode
+                idle = True
+            if prefill or decode:
+                self._poll(plan, idle)
         if self._held:
             self._held.clear()
         self._in_step = False
@@ -333,6 +356,29 @@ class InstanceEngine:
         else:
             self._row = log.count(k)
         return duration
+
+    def _poll(self, plan: Plan, idle: bool) -> None:
+        """SGLang's scheduler_recv_interval (managers/scheduler_recv_skipper.py): after launching a batch the
+        scheduler adds the batch's weight to a counter (a decode iteration 1, any batch with prefill 1000) and
+        polls its input queue only when the counter reaches the interval (then it restarts at 0); an idle
+        scheduler polls at once. Called as `plan`'s first iteration is launched (the previous event's later
+        iterations counted first; after idling the count starts at 0): a poll moves the inbox to the waiting
+        queue, and the plan stops after its first iteration so that they join the next; a decode event otherwise
+        stops at the iteration before the next poll, so none falls inside it."""
+        interval = self.options.recv_interval
+        count = 0 if idle else self._polls
+        count += RECV_WEIGHT_EXTEND if plan.prefill else 1
+        k = interval - count
+        if count >= interval:
+            count = 0
+            k = interval
+            if self._inbox:
+                self.waiting.extend(self._inbox)
+                self._inbox.clear()
+                k = 1
+        if plan.k > k:
+            plan.k = k
+        self._polls = count + plan.k - 1     # the passes after its later iterations (no arrival cuts it short)
 
     def _plan_past_the_head(self) -> Plan:
         """Nothing runs and the head of the queue does not fit: the blocks it waits for are copies that requests

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from simroute.errors import ConfigurationError
 from simroute.sim.registry import Registry, registry
 
 if TYPE_CHECKING:
@@ -21,6 +22,9 @@ FLAG_SETTINGS = ("scheduler", "token_budget", "prefill_chunk", "max_running_seqs
                  "overlap_scheduling")
 SETTINGS = FLAG_SETTINGS + ("host_us_per_sequence", "eager_launch_us_per_layer", "request_ingress_us",
                             "request_egress_us")
+# settings only some frameworks have (a RunConfig flag too): a framework lists those it has in `optional`; a flag
+# for one its framework lacks is refused
+OPTIONAL_SETTINGS = ("scheduler_recv_interval",)
 GIB = float(1 << 30)
 
 
@@ -56,10 +60,16 @@ class Framework:
     framework overrides `rule` where its source derives a setting from others."""
 
     name: ClassVar[str]
+    optional: ClassVar[tuple[str, ...]] = ()      # the OPTIONAL_SETTINGS this framework has
 
     def settings(self, preset: EnginePreset, deployment: Deployment, flags: dict[str, Any]) -> dict[str, Setting]:
         out: dict[str, Setting] = {}
-        for key in SETTINGS:
+        for key in OPTIONAL_SETTINGS:
+            if key in flags and key not in self.optional:
+                raise ConfigurationError(f"is not a setting of {preset.label} (only of: "
+                                         f"{', '.join(n for n, f in FRAMEWORKS.classes.items() if key in f.optional)})",
+                                         field=key)
+        for key in SETTINGS + self.optional:
             if key in flags:
                 out[key] = Setting(flags[key], f"flag (--{key.replace('_', '-')})")
             else:
@@ -81,6 +91,6 @@ class Framework:
         return Setting(value, f"preset {preset.label} {key}{where}: {constant.cite()}")
 
 
-_INTEGER = {"token_budget", "prefill_chunk", "max_running_seqs", "cuda_graph_max_batch"}
+_INTEGER = {"token_budget", "prefill_chunk", "max_running_seqs", "cuda_graph_max_batch", "scheduler_recv_interval"}
 
 FRAMEWORKS: Registry[type[Framework]] = registry("framework")

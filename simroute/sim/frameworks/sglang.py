@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 class Sglang(Framework):
     """prefill batches first, chunked by GPU memory (8192 tokens on an H100 / H200), overlap scheduling."""
 
+    optional = ("scheduler_recv_interval",)
+
     def rule(self, key: str, preset: EnginePreset, deployment: Deployment, resolved: dict[str, Setting]) -> Setting:
         if key == "max_running_seqs":
             # max_running_requests: the estimate is clamped to at least the constant, and never more than half the

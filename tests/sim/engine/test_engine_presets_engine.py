@@ -128,3 +128,59 @@ def test_past_the_graph_limit_the_measured_all_reduce_is_the_eager_rows():
     want_eager = 2 * measured._ar_curve(False, elements).seconds(elements)
     assert want_eager > want_graph
     assert graphed._token_terms(9, 9, 9)[1] == want_graph and eager._token_terms(9, 9, 9)[1] == want_eager
+
+
+# ---- SGLang's --scheduler-recv-interval (`EngineOptions.recv_interval`, the engine's `_poll`) ------------------
+def _arrival_under_polls(make_engine, interval: int, at: float = 0.05):
+    """A (a 100-token prompt) decodes alone from t = 0; B arrives `at` s in; SGLang's scheduler under overlap."""
+    env = simpy.Environment()
+    eng = make_engine(env, scheduler="sglang", schedule_ahead=True, recv_interval=interval, token_budget=4096,
+                      prefill_chunk=4096)
+    a, b = Sequence(0, 100, 200), Sequence(1, 100, 3)
+    eng.submit(a)
+
+    def late():
+        yield env.timeout(at)
+        eng.submit(b)
+    env.process(late())
+    env.run()
+    return eng, b
+
+
+def _decodes_before(eng, t: float) -> int:
+    """Decode iterations (A's alone) the log shows starting before `t`."""
+    cols = eng.log.cols
+    return int(sum(k for start, k, pre in zip(cols["t_start_s"], cols["iterations"], cols["prefill_seqs"])
+                   if start < t - 1e-12 and pre == 0))
+
+
+@pytest.mark.parametrize("interval", [10, 30])
+def test_an_arrival_waits_for_the_scheduler_s_poll_every_interval_decode_iterations(make_engine, interval):
+    """A's prefill batch resets the poll counter (weight 1000); each decode iteration then adds 1 and the poll
+    after launching the `interval`-th one takes B in, so B's prefill runs right after it: exactly `interval`
+    decode iterations of A come before B is scheduled, whenever in them B arrived (50 ms is the 5th)."""
+    eng, b = _arrival_under_polls(make_engine, interval)
+    assert _decodes_before(eng, b.t_scheduled) == interval
+    assert b.t_scheduled > 0.05 + _decode_s(100)                       # later than the next iteration boundary
+    _, plain = _arrival_under_polls(make_engine, 1)
+    assert _decodes_before(eng, plain.t_scheduled) < interval           # every iteration polls: the next one
+
+
+def test_an_idle_engine_polls_at_once_whatever_the_interval(make_engine):
+    env = simpy.Environment()
+    eng = make_engine(env, scheduler="sglang", schedule_ahead=True, recv_interval=30)
+    seq = Sequence(0, 100, 2)
+
+    def arrive():
+        yield env.timeout(0.01)
+        eng.submit(seq)
+    env.process(arrive())
+    env.run()
+    assert seq.t_scheduled == 0.01 and not eng._inbox
+
+
+def test_a_recv_interval_below_one_is_refused():
+    from simroute.errors import ConfigurationError
+    from simroute.sim.engine import EngineOptions
+    with pytest.raises(ConfigurationError, match="recv_interval"):
+        EngineOptions(recv_interval=0)

@@ -81,6 +81,7 @@ class ServingRow:
     mem_fraction: float | None
     stream_interval: int | None
     scheduler_recv_interval: int | None     # SGLang --scheduler-recv-interval (iterations between input polls)
+    prefill_graph_max_tokens: int | None    # SGLang's prefill CUDA graphs at the version's default (0: none)
     server_flags: str
     client: str
     dataset: str
@@ -192,6 +193,7 @@ def _parse(row: _Row) -> ServingRow:
         mem_fraction=row.number("mem_fraction", required=False),
         stream_interval=row.integer("stream_interval", required=False),
         scheduler_recv_interval=row.integer("scheduler_recv_interval", required=False, minimum=1),
+        prefill_graph_max_tokens=row.integer("prefill_graph_max_tokens", required=False, minimum=0),
         server_flags=row.text("server_flags"), client=row.text("client"), dataset=row.choice("dataset", DATASETS),
         isl=row.integer("isl", required=False), osl=row.integer("osl", required=False), range_ratio=ratio,
         length_rule=row.choice("length_rule", LENGTH_RULES), ignore_eos=row.flag("ignore_eos"),

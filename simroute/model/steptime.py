@@ -153,10 +153,14 @@ class HostCosts:
     host_s_per_sequence: float
     launch_s_per_layer: float
     graph_max_batch: int
+    prefill_graph_max_tokens: int = 0   # prefill batches of at most this many tokens replay piecewise graphs
 
-    def graphed(self, decode_only: bool, sequences: float) -> bool:
-        """Whether a batch replays a captured CUDA graph: decode-only and within the captured sizes."""
-        return decode_only and sequences <= self.graph_max_batch
+    def graphed(self, decode_only: bool, sequences: float, new_tokens: float = 0.0) -> bool:
+        """Whether a batch replays captured CUDA graphs: decode-only and within the captured batch sizes, or a
+        prefill batch within the piecewise graphs' captured token counts (SGLang's prefill CUDA graphs; 0: none)."""
+        if decode_only:
+            return sequences <= self.graph_max_batch
+        return new_tokens <= self.prefill_graph_max_tokens
 
     def period_s(self, kernels_s: float, sequences: float, layers: int, graphed: bool) -> float:
         """One iteration's time from its kernels' time (see the class)."""
@@ -785,12 +789,13 @@ class StepTimeModel:
         host = self.host
         if host is None:
             return kernels_s + self._overhead_s
-        return host.period_s(kernels_s, sequences, self._layers, host.graphed(new_tokens <= decode_seqs, sequences))
+        return host.period_s(kernels_s, sequences, self._layers,
+                             host.graphed(new_tokens <= decode_seqs, sequences, new_tokens))
 
     def _host_source(self, new_tokens: float, sequences: float, decode_seqs: float) -> str:
         host = self.host
         assert host is not None
-        graphed = host.graphed(new_tokens <= decode_seqs, sequences)
+        graphed = host.graphed(new_tokens <= decode_seqs, sequences, new_tokens)
         return (f"engine preset: {'CUDA graph' if graphed else 'eager launches'}, "
                 f"{'overlapped' if host.overlap else 'serial'} host work")
 

@@ -4,7 +4,8 @@ Each baseline row of calib/serving/measured.csv (simroute.calib.serving) that si
 benchmark ran: `trace gen serving` with the row's input / output length, range ratio and clients (a closed loop of
 N clients), on one host of the shipped fat-tree at the row's TP, GPU entry and KV-cache dtype, under the row's
 framework preset (`--engine sglang|trtllm|vllm`, docs/ENGINES.md) with the launch flags the row states on top
-(chunked prefill, token budget, running-request cap, CUDA-graph batch limit, SGLang's scheduler poll interval).
+(chunked prefill, token budget, running-request cap, CUDA-graph batch limit, SGLang's scheduler poll interval
+and its version's prefill CUDA graphs).
 Three metrics are scored, the ones every serving benchmark prints and the table carries: median TTFT, mean TPOT,
 output tokens/s per GPU. A point
 passes when simulated / measured lies in BAND (0.67-1.5x); a band is never widened to make a point pass.
@@ -156,6 +157,8 @@ def engine_values(row: ServingRow) -> dict:
         values["cuda_graph_max_batch"] = row.cuda_graph_max_bs
     if row.framework == "sglang" and row.scheduler_recv_interval is not None:
         values["scheduler_recv_interval"] = row.scheduler_recv_interval
+    if row.framework == "sglang" and row.prefill_graph_max_tokens is not None:
+        values["prefill_graph_max_tokens"] = row.prefill_graph_max_tokens
     return values
 
 

@@ -58,10 +58,11 @@ def engine_and_step(cfg: RunConfig, profile: Profile, intra_host_fabric: str | N
     hbm_bytes = cfg.hbm_gb * 1e9 if cfg.hbm_gb is not None else None
     kv_tokens = int(max((hbm_bytes if hbm_bytes is not None else spec.hbm_bytes) - sized.weight_bytes_per_gpu, 0.0)
                     // sized.kv_bytes_per_token_per_gpu)
-    engine, spec = resolve_engine(cfg, spec, layers=get_model(cfg.model).layers, kv_capacity_tokens=kv_tokens,
-                                  hbm_bytes=hbm_bytes)
-    step = source.step_model(cfg.model, tp=cfg.instance_gpus, intra_host_fabric=fabric, gpu_spec=spec, weight_dtype=cfg.weights,
-                             kv_layout=cfg.kv_layout, cache_dtype=cfg.kv_cache, host=engine.host)
+    model = get_model(cfg.model)
+    engine, spec = resolve_engine(cfg, spec, layers=model.layers, kv_capacity_tokens=kv_tokens,
+                                  hbm_bytes=hbm_bytes, mla=model.is_mla, moe=model.is_moe)
+    step = source.step_model(cfg.model, tp=cfg.instance_gpus, intra_host_fabric=fabric, gpu_spec=spec,
+                             weight_dtype=cfg.weights, kv_layout=cfg.kv_layout, cache_dtype=cfg.kv_cache, host=engine.host)
     return engine, step
 
 

@@ -187,6 +187,11 @@ class RunConfig:
                                                         "requests once per this many decode iterations (after every "
                                                         "prefill; e.g. 10). The sglang preset's (1) if unset; only "
                                                         "with --engine sglang.", minimum=1)
+    prefill_graph_max_tokens: int | None = setting(None, "SGLang's piecewise CUDA graphs of prefill: a prefill batch "
+                                                         "of at most this many tokens launches no kernels eagerly "
+                                                         "(0: every prefill is eager, as SGLang <= 0.5.9 by "
+                                                         "default). The sglang preset's (2048 with MLA, else the "
+                                                         "chunk) if unset; only with --engine sglang.", minimum=0)
     holder_mode: str = setting("inline", "Where a holder runs routed partial attention: inline (between / inside "
                                          "its own iterations) or stream (a concurrent stream).",
                                choices=HOLDER_MODES)
@@ -241,7 +246,8 @@ class RunConfig:
             raise ConfigurationError(f"{chunk} exceeds token_budget {budget}: no iteration could hold such a chunk "
                                      "(lower prefill_chunk or raise token_budget)", field="prefill_chunk")
         if self.engine == "none":
-            for name in ("cuda_graph_max_batch", "overlap_scheduling", "scheduler_recv_interval"):
+            for name in ("cuda_graph_max_batch", "overlap_scheduling", "scheduler_recv_interval",
+                         "prefill_graph_max_tokens"):
                 if getattr(self, name) is not None:
                     raise ConfigurationError("is a framework setting: name an engine preset (--engine) to set it",
                                              field=name)

@@ -46,10 +46,12 @@ class ResolvedEngine:
         """The framework's CPU side of an iteration (None: the GPU entry's constant overhead)."""
         if not self.preset:
             return None
+        prefill_graphs = self.settings.get("prefill_graph_max_tokens")
         return HostCosts(overlap=bool(self.value("overlap_scheduling")),
                          host_s_per_sequence=float(self.value("host_us_per_sequence")) * 1e-6,
                          launch_s_per_layer=float(self.value("eager_launch_us_per_layer")) * 1e-6,
-                         graph_max_batch=int(self.value("cuda_graph_max_batch")))
+                         graph_max_batch=int(self.value("cuda_graph_max_batch")),
+                         prefill_graph_max_tokens=int(prefill_graphs.value) if prefill_graphs is not None else 0)
 
     @property
     def ingress_s(self) -> float:
@@ -85,7 +87,8 @@ class ResolvedEngine:
 
 
 def resolve_engine(cfg: RunConfig, spec: GpuSpec, *, layers: int, kv_capacity_tokens: int,
-                   hbm_bytes: float | None = None) -> tuple[ResolvedEngine, GpuSpec]:
+                   hbm_bytes: float | None = None, mla: bool = False, moe: bool = False
+                   ) -> tuple[ResolvedEngine, GpuSpec]:
     """The run's engine (see the module) and the GPU spec with the preset's tables. `hbm_bytes` is the run's HBM
     per GPU (`--hbm-gb`) where it overrides the GPU entry's."""
     flags = {key: getattr(cfg, key) for key in FLAG_SETTINGS + OPTIONAL_SETTINGS if getattr(cfg, key) is not None}
@@ -115,7 +118,7 @@ def resolve_engine(cfg: RunConfig, spec: GpuSpec, *, layers: int, kv_capacity_to
                          f"{framework} preset is used")
     preset = load_engine_preset(framework, version)
     deployment = Deployment(gpu=spec.name, hbm_bytes=hbm_bytes if hbm_bytes is not None else spec.hbm_bytes,
-                            tp=cfg.tp, layers=layers, kv_capacity_tokens=kv_capacity_tokens)
+                            tp=cfg.tp, layers=layers, kv_capacity_tokens=kv_capacity_tokens, mla=mla, moe=moe)
     settings = FRAMEWORKS.get(framework)().settings(preset, deployment, flags)
     missing = [key for key in SETTINGS if key not in settings]
     if missing:

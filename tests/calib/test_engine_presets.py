@@ -44,6 +44,13 @@ PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
                                                   "managers/scheduler_recv_skipper.py SchedulerRecvSkipper.handle",
                                                   "DEFAULT 1000, DECODE 1", "sglang 0.5.5 (managers/scheduler.py "
                                                   "recv_requests")),
+        "prefill_graph_max_tokens_mla": ("source", 2048, (SGL + "model_executor/cuda_graph_config.py lines 90-91",
+                                                          "server_args.py lines 3239-3245", "2048 with an MLA",
+                                                          "enable_piecewise_cuda_graph = False",
+                                                          "0.5.12 disable_piecewise_cuda_graph = False")),
+        "eager_launch_us_per_layer_mla_moe": ("fitted", 1770, ("InferenceX's H200 SGLang 0.5.5 run (2025-12-15",
+                                                               "bench/fit_sglang_eager_prefill.py",
+                                                               "sgl-project/sglang PR #12996")),
     },
     "vllm-0.24.0.yaml": {
         "scheduler": ("source", "sarathi", (VLLM + "v1/core/sched/scheduler.py", "(line 430)", "(line 625)",
@@ -81,7 +88,9 @@ PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
     },
 }
 FITTED_POINTS = {("vllm-0.24.0.yaml", "host_us_per_sequence"): GAP,
-                 ("vllm-0.24.0.yaml", "prefill_dispatch_us_per_layer"): "aiconfigurator 0.12.0"}
+                 ("vllm-0.24.0.yaml", "prefill_dispatch_us_per_layer"): "aiconfigurator 0.12.0",
+                 ("sglang-0.5.14.yaml", "eager_launch_us_per_layer_mla_moe"):
+                     "ix-2025-12-15-h200-sglang-1k8k-tp8ep1-c64"}
 
 
 def pin_failures(name: str, raw: dict) -> list[str]:

@@ -195,3 +195,15 @@ def test_the_scheduler_poll_interval_is_the_script_s_rule_where_the_flags_name_i
             assert r.scheduler_recv_interval == (30 if r.tp == 8 and r.concurrency >= 16 else 10), r.id
         else:
             assert r.scheduler_recv_interval is None, r.id
+
+
+def test_sglang_rows_before_0_5_12_record_no_prefill_graphs():
+    """sglang <= 0.5.9 default enable_piecewise_cuda_graph = False (0.5.12 turns it on): their rows carry 0, the
+    0.5.12 rows nothing (the preset's), no other framework's rows anything."""
+    for r in ROWS:
+        digits = r.framework_version.split(".")[:3] if r.framework == "sglang" else []
+        version = tuple(int(x) for x in digits) if all(x.isdigit() for x in digits) else ()
+        if r.framework == "sglang" and version < (0, 5, 12):
+            assert r.prefill_graph_max_tokens == 0, r.id
+        else:
+            assert r.prefill_graph_max_tokens is None, r.id

@@ -20,8 +20,9 @@ GIB = float(1 << 30)
 
 
 def _settings(framework: str, gib: float, tp: int = 8, gpu: str = "h200-sxm", layers: int = 61, kv: int = 794_880,
-              **flags):
-    deployment = Deployment(gpu=gpu, hbm_bytes=gib * GIB, tp=tp, layers=layers, kv_capacity_tokens=kv)
+              mla: bool = False, moe: bool = False, **flags):
+    deployment = Deployment(gpu=gpu, hbm_bytes=gib * GIB, tp=tp, layers=layers, kv_capacity_tokens=kv, mla=mla,
+                            moe=moe)
     resolved = FRAMEWORKS.get(framework)().settings(load_engine_preset(framework), deployment, flags)
     return {key: setting.value for key, setting in resolved.items()}, resolved
 
@@ -210,3 +211,16 @@ def test_the_scheduler_poll_interval_is_sglang_s_alone_and_a_flag_wins():
         resolve_engine(_cfg(engine="vllm", scheduler_recv_interval=10), _h200(), layers=61, kv_capacity_tokens=1000)
     with pytest.raises(ConfigurationError, match="scheduler_recv_interval"):
         _cfg(engine="none", scheduler_recv_interval=10)
+
+
+def test_sglang_graphs_mla_prefills_to_2048_tokens_and_launches_a_deepseek_layer_at_its_fitted_cost():
+    """An MLA model's prefill batches replay piecewise CUDA graphs up to 2048 tokens (a dense model's up to the
+    chunk); an MLA + MoE layer launches eagerly at the fitted 1770 us, any other at the published 262 us."""
+    deepseek, resolved = _settings("sglang", 131.3, mla=True, moe=True)
+    assert (deepseek["prefill_graph_max_tokens"], deepseek["eager_launch_us_per_layer"]) == (2048, 1770)
+    assert resolved["eager_launch_us_per_layer"].source.startswith(
+        "preset sglang@0.5.14 eager_launch_us_per_layer_mla_moe: fitted")
+    dense, _ = _settings("sglang", 74.5, layers=32)
+    assert (dense["prefill_graph_max_tokens"], dense["eager_launch_us_per_layer"]) == (8192, 262)
+    flagged, _ = _settings("sglang", 131.3, mla=True, moe=True, prefill_graph_max_tokens=0)
+    assert flagged["prefill_graph_max_tokens"] == 0

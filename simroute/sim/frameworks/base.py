@@ -24,7 +24,7 @@ SETTINGS = FLAG_SETTINGS + ("host_us_per_sequence", "eager_launch_us_per_layer",
                             "request_egress_us")
 # settings only some frameworks have (a RunConfig flag too): a framework lists those it has in `optional`; a flag
 # for one its framework lacks is refused
-OPTIONAL_SETTINGS = ("scheduler_recv_interval",)
+OPTIONAL_SETTINGS = ("scheduler_recv_interval", "prefill_graph_max_tokens")
 GIB = float(1 << 30)
 
 
@@ -40,13 +40,16 @@ class Setting:
 @dataclass(frozen=True)
 class Deployment:
     """What a framework's rules read of the deployment: the GPU entry (its name and memory), the TP degree, the
-    model's layers and the KV room one GPU has beside the weights (tokens)."""
+    model's layers, the KV room one GPU has beside the weights (tokens) and whether its attention is MLA and its
+    FFN a mixture of experts (the DeepSeek-V3 family)."""
 
     gpu: str
     hbm_bytes: float
     tp: int
     layers: int
     kv_capacity_tokens: int
+    mla: bool = False
+    moe: bool = False
 
     @property
     def hbm_gib(self) -> float:
@@ -91,6 +94,7 @@ class Framework:
         return Setting(value, f"preset {preset.label} {key}{where}: {constant.cite()}")
 
 
-_INTEGER = {"token_budget", "prefill_chunk", "max_running_seqs", "cuda_graph_max_batch", "scheduler_recv_interval"}
+_INTEGER = {"token_budget", "prefill_chunk", "max_running_seqs", "cuda_graph_max_batch", "scheduler_recv_interval",
+            "prefill_graph_max_tokens"}
 
 FRAMEWORKS: Registry[type[Framework]] = registry("framework")

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 class Sglang(Framework):
     """prefill batches first, chunked by GPU memory (8192 tokens on an H100 / H200), overlap scheduling."""
 
-    optional = ("scheduler_recv_interval",)
+    optional = ("scheduler_recv_interval", "prefill_graph_max_tokens")
 
     def rule(self, key: str, preset: EnginePreset, deployment: Deployment, resolved: dict[str, Setting]) -> Setting:
         if key == "max_running_seqs":
@@ -26,4 +26,13 @@ class Sglang(Framework):
                 return Setting(max(half, 1), f"{floor.source}; at most half the KV room "
                                              f"({deployment.kv_capacity_tokens} tokens) // 2")
             return floor
+        if key == "prefill_graph_max_tokens":
+            # piecewise CUDA graphs of prefill batches: up to 2048 tokens with an MLA backend, else the chunk
+            if deployment.mla:
+                return self.constant(preset, "prefill_graph_max_tokens_mla", deployment, as_key=key)
+            chunk = resolved["prefill_chunk"]
+            return Setting(chunk.value, f"the prefill chunk (non-MLA: server_args.py prefill max_bs = "
+                                        f"chunked_prefill_size); {chunk.source}")
+        if key == "eager_launch_us_per_layer" and deployment.mla and deployment.moe:
+            return self.constant(preset, "eager_launch_us_per_layer_mla_moe", deployment, as_key=key)
         return super().rule(key, preset, deployment, resolved)

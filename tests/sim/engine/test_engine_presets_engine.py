@@ -184,3 +184,21 @@ def test_a_recv_interval_below_one_is_refused():
     from simroute.sim.engine import EngineOptions
     with pytest.raises(ConfigurationError, match="recv_interval"):
         EngineOptions(recv_interval=0)
+
+
+def test_a_prefill_within_the_piecewise_graphs_launches_nothing_eagerly():
+    """HostCosts with prefill graphs to 2048 tokens: a 1024-token prefill batch takes its kernels' time, a
+    4096-token one (past the captured sizes) no less than layers x the eager launch; with none captured (0, SGLang
+    <= 0.5.9's default) the 1024-token one is eager too."""
+    launch = 1.0                     # s per layer: far above any kernel time here, so the bound shows
+    graphs = HostCosts(overlap=True, host_s_per_sequence=0.0, launch_s_per_layer=launch, graph_max_batch=256,
+                       prefill_graph_max_tokens=2048)
+    none = HostCosts(overlap=True, host_s_per_sequence=0.0, launch_s_per_layer=launch, graph_max_batch=256)
+    model, eager = _roofline_model(graphs), _roofline_model(none)
+    layers = get_model("llama-3.1-8b").layers
+    short = (1024, 1, 1024, 1024 * 1025 / 2, 1024 * 1025 / 2, 0)
+    long_ = (4096, 1, 4096, 4096 * 4097 / 2, 4096 * 4097 / 2, 0)
+    assert model.iteration_s(*short) < 1.0
+    assert model.iteration_s(*long_) == pytest.approx(layers * launch)
+    assert eager.iteration_s(*short) == pytest.approx(layers * launch)
+    assert graphs.graphed(False, 1, 2048) and not graphs.graphed(False, 1, 2049) and graphs.graphed(True, 256, 256)

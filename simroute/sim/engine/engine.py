@@ -218,7 +218,8 @@ class InstanceEngine:
         """Where this engine stands (the run's account of work left over): queue lengths, free KV blocks and
         what the head of the waiting queue needs."""
         head = self.waiting[0] if self.waiting else None
-        return {"instance": self.eid, "busy": self.busy, "waiting": len(self.waiting), "running": len(self.running),
+        return {"instance": self.eid, "busy": self.busy, "waiting": len(self.waiting) + len(self._inbox),
+                "running": len(self.running),
                 "free_blocks": self.hbm.free_blocks, "capacity_blocks": self.hbm.capacity_blocks,
                 "head_blocks": blocks_for(head.recompute or head.prompt) if head is not None else 0,
                 "head_preemptions": head.preemptions if head is not None else 0}

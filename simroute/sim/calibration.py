@@ -62,7 +62,8 @@ def engine_and_step(cfg: RunConfig, profile: Profile, intra_host_fabric: str | N
     engine, spec = resolve_engine(cfg, spec, layers=model.layers, kv_capacity_tokens=kv_tokens,
                                   hbm_bytes=hbm_bytes, mla=model.is_mla, moe=model.is_moe)
     step = source.step_model(cfg.model, tp=cfg.instance_gpus, intra_host_fabric=fabric, gpu_spec=spec,
-                             weight_dtype=cfg.weights, kv_layout=cfg.kv_layout, cache_dtype=cfg.kv_cache, host=engine.host)
+                             weight_dtype=cfg.weights, kv_layout=cfg.kv_layout, cache_dtype=cfg.kv_cache,
+                             host=engine.host)
     return engine, step
 
 

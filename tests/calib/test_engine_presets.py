@@ -85,12 +85,18 @@ PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
         "eager_launch_us_per_layer": ("published", 262, (LAUNCH, "8.4 ms / 32 layers")),
         "request_ingress_us": ("published", 1550, (TOKENISE, "1.40 ms", IPC, "0.15 ms")),
         "request_egress_us": ("published", 150, (IPC, "0.15 ms")),
+        "eager_launch_us_per_layer_mla_moe": ("fitted", 1770, ("stands in: SGLang's fitted eager launch",
+                                                               "sglang-0.5.14.yaml eager_launch_us_per_layer_mla_moe",
+                                                               "no TensorRT-LLM row was used",
+                                                               "164 ms on B200, 119-123 ms on H200")),
     },
 }
 FITTED_POINTS = {("vllm-0.24.0.yaml", "host_us_per_sequence"): GAP,
                  ("vllm-0.24.0.yaml", "prefill_dispatch_us_per_layer"): "aiconfigurator 0.12.0",
                  ("sglang-0.5.14.yaml", "eager_launch_us_per_layer_mla_moe"):
-                     "ix-2025-12-15-h200-sglang-1k8k-tp8ep1-c64"}
+                     "ix-2025-12-15-h200-sglang-1k8k-tp8ep1-c64",
+                 ("trtllm-1.3.0rc20.yaml", "eager_launch_us_per_layer_mla_moe"):
+                     "ix-2025-12-15-h200-sglang-1k1k-tp8ep1-c4"}
 
 
 def pin_failures(name: str, raw: dict) -> list[str]:
@@ -168,3 +174,13 @@ def test_the_schema_takes_each_shipped_file_and_versions_order_as_releases():
         EnginePresetFile.model_validate(_raw(name))
     assert sorted(["0.5.14", "0.5.9", "1.3.0", "1.3.0rc20", "1.3.0rc5"], key=version_key) == \
         ["0.5.9", "0.5.14", "1.3.0rc5", "1.3.0rc20", "1.3.0"]
+
+
+def test_trtllm_takes_sglang_s_fitted_deepseek_launch_over_unchanged():
+    """TensorRT-LLM's eager launch of an MLA + MoE layer stands in with SGLang's fit: the same value and the same
+    fit points (so the validation labels those SGLang rows and judges the constant on every TensorRT-LLM row)."""
+    sglang = _raw("sglang-0.5.14.yaml")["constants"]["eager_launch_us_per_layer_mla_moe"]
+    trtllm = _raw("trtllm-1.3.0rc20.yaml")["constants"]["eager_launch_us_per_layer_mla_moe"]
+    assert trtllm["value"] == sglang["value"]
+    assert trtllm["provenance"]["points"] == sglang["provenance"]["points"]
+    assert not any("trtllm" in point for point in trtllm["provenance"]["points"])

@@ -68,17 +68,21 @@ def test_a_row_replays_its_workload_preset_and_launch_flags():
     assert sv.engine_values(row("ix-2025-12-31-b200-sglang-1k1k-tp8ep1-c4"))["scheduler_recv_interval"] == 10
     assert sv.engine_values(b200)["prefill_graph_max_tokens"] == 0      # SGLang 0.5.6: every prefill eager
     assert "prefill_graph_max_tokens" not in sv.engine_values(s)        # 0.5.12: the preset's prefill graphs
+    # ... but not with the flashinfer_trtllm MoE runner InferenceX's B200 launches name (0.5.12 disables them)
+    assert sv.engine_values(row("ix-2026-05-22-b200-sglang-1k1k-tp8ep1-c1"))["prefill_graph_max_tokens"] == 0
 
 
 def test_fitted_constants_name_the_table_rows_among_their_points():
     shipped = {(c.file, c.name): c for c in sv.fitted_constants()}
     vllm = {name for file, name in shipped if file == "calib/engines/vllm-0.24.0.yaml"}
     assert vllm == {"host_us_per_sequence", "prefill_dispatch_us_per_layer"}
-    # one constant is fitted to rows of the table: SGLang's eager launch of a DeepSeek layer, to one run's six
-    # ~1k-prompt TTFTs (bench/fit_sglang_eager_prefill.py); those rows are labelled, every other row judges it
-    fitted_rows = {name: c.rows for (file, name), c in shipped.items() if c.rows}
-    assert fitted_rows == {"eager_launch_us_per_layer_mla_moe": tuple(
-        f"ix-2025-12-15-h200-sglang-{w}-tp8ep1-c{c}" for w in ("1k1k", "1k8k") for c in (4, 16, 64))}
+    # one value is fitted to rows of the table: SGLang's eager launch of a DeepSeek layer, to one run's six
+    # ~1k-prompt TTFTs (bench/fit_sglang_eager_prefill.py), which TensorRT-LLM's preset takes over; those rows are
+    # labelled, every other row (every TensorRT-LLM row among them) judges it
+    fit = tuple(f"ix-2025-12-15-h200-sglang-{w}-tp8ep1-c{c}" for w in ("1k1k", "1k8k") for c in (4, 16, 64))
+    fitted_rows = {key: c.rows for key, c in shipped.items() if c.rows}
+    assert fitted_rows == {("calib/engines/sglang-0.5.14.yaml", "eager_launch_us_per_layer_mla_moe"): fit,
+                           ("calib/engines/trtllm-1.3.0rc20.yaml", "eager_launch_us_per_layer_mla_moe"): fit}
     # a row whose id a fitted constant's points name is found (the vLLM issue its host cost was fitted to)
     fake = dataclasses.replace(row(TRT_C8), id="vllm-project/vllm issue #10634")
     found = {c.name: c.rows for c in sv.fitted_constants([fake])}

@@ -224,3 +224,17 @@ def test_sglang_graphs_mla_prefills_to_2048_tokens_and_launches_a_deepseek_layer
     assert (dense["prefill_graph_max_tokens"], dense["eager_launch_us_per_layer"]) == (8192, 262)
     flagged, _ = _settings("sglang", 131.3, mla=True, moe=True, prefill_graph_max_tokens=0)
     assert flagged["prefill_graph_max_tokens"] == 0
+
+
+def test_trtllm_launches_a_deepseek_layer_eagerly_at_the_fitted_cost_and_a_dense_one_at_the_published():
+    """TensorRT-LLM runs context batches eagerly (CUDA graphs hold decode-only batches): an MLA + MoE layer at the
+    1770 us its preset takes over from SGLang's fit, a dense layer at the published 262 us; no prefill graphs."""
+    deepseek, resolved = _settings("trtllm", 131.3, mla=True, moe=True)
+    assert deepseek["eager_launch_us_per_layer"] == 1770 and "prefill_graph_max_tokens" not in deepseek
+    assert resolved["eager_launch_us_per_layer"].source.startswith(
+        "preset trtllm@1.3.0rc20 eager_launch_us_per_layer_mla_moe: fitted: stands in")
+    mla_only, _ = _settings("trtllm", 131.3, mla=True)
+    dense, _ = _settings("trtllm", 131.3, layers=32)
+    assert mla_only["eager_launch_us_per_layer"] == dense["eager_launch_us_per_layer"] == 262
+    vllm, _ = _settings("vllm", 131.3, mla=True, moe=True)        # no such constant in the vLLM preset
+    assert vllm["eager_launch_us_per_layer"] == 262

@@ -80,7 +80,12 @@ class Framework:
         return out
 
     def rule(self, key: str, preset: EnginePreset, deployment: Deployment, resolved: dict[str, Setting]) -> Setting:
-        """Setting `key` from the preset (`resolved` holds the settings before it in SETTINGS order)."""
+        """Setting `key` from the preset (`resolved` holds the settings before it in SETTINGS order). An MLA +
+        mixture-of-experts layer (the DeepSeek-V3 family) launches many more kernels than a dense one: a preset
+        that carries `eager_launch_us_per_layer_mla_moe` launches such a layer eagerly at that cost."""
+        if (key == "eager_launch_us_per_layer" and deployment.mla and deployment.moe
+                and "eager_launch_us_per_layer_mla_moe" in preset.constants):
+            return self.constant(preset, "eager_launch_us_per_layer_mla_moe", deployment, as_key=key)
         return self.constant(preset, key, deployment)
 
     @staticmethod

@@ -33,6 +33,4 @@ class Sglang(Framework):
             chunk = resolved["prefill_chunk"]
             return Setting(chunk.value, f"the prefill chunk (non-MLA: server_args.py prefill max_bs = "
                                         f"chunked_prefill_size); {chunk.source}")
-        if key == "eager_launch_us_per_layer" and deployment.mla and deployment.moe:
-            return self.constant(preset, "eager_launch_us_per_layer_mla_moe", deployment, as_key=key)
         return super().rule(key, preset, deployment, resolved)

@@ -198,8 +198,18 @@ class InstanceEngine:
         # vLLM's 1% watermark: admission leaves head-room for the growth of the sequences that decode next, the
         # blocks each may take in one event (else a small HBM livelocks: admit, preempt it to grow, admit again);
         # a sequence whose KV arrived prefilled decodes at once and counts itself
-        decoding = len(self.running) + (seq.to_prefill <= 0)
-        watermark = max(self.hbm.capacity_blocks // 100, decoding * self._growth_blocks) if decoding else 0
+        if self.scheduler.reserves_to_completion:
+            # TensorRT-LLM's GUARANTEED_NO_EVICT: room for this sequence to its last token beside what every running
+            # one still needs to reach its own (a decode then never preempts; only `need` is taken now)
+            watermark = blocks_for(seq.peak_tokens) - need
+            for other in self.running:
+                left = blocks_for(other.peak_tokens) - other.blocks
+                if left > 0:
+                    watermark += left
+            watermark = max(watermark, 0)
+        else:
+            decoding = len(self.running) + (seq.to_prefill <= 0)
+            watermark = max(self.hbm.capacity_blocks // 100, decoding * self._growth_blocks) if decoding else 0
         if self.hbm.reserve_kv(need + watermark):
             self.hbm.release_kv(watermark)
         else:

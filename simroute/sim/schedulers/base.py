@@ -79,6 +79,10 @@ class Scheduler(ABC):
     engine may go idle. Neither touches HBM nor calls back into the engine."""
 
     name: ClassVar[str]
+    # admission holds every running sequence's KV to its last token (prompt + output): a prompt is admitted only
+    # if its own whole length fits beside what the running ones still need, so decodes never preempt (TensorRT-LLM's
+    # GUARANTEED_NO_EVICT capacity scheduler); else the engine reserves a prompt's blocks and grows them
+    reserves_to_completion: ClassVar[bool] = False
 
     @classmethod
     def from_run(cls, config: RunConfig, rng: np.random.Generator) -> Scheduler:

@@ -19,7 +19,14 @@ class TrtllmScheduler(Scheduler):
     generation request adds one token, each context request its whole prompt, in order, and the first prompt
     that would take the batch past `max_num_tokens` (`token_budget`) stops the scan
     (microBatchScheduler.cpp). Prompts are never chunked (`prefill_chunk` is not read). A prompt longer than
-    the budget, which TensorRT-LLM refuses at admission, runs alone here, whole, when nothing else is batched."""
+    the budget, which TensorRT-LLM refuses at admission, runs alone here, whole, when nothing else is batched.
+
+    Admission is the capacity scheduler's GUARANTEED_NO_EVICT (trtllm-serve's default `capacity_scheduler_policy`,
+    tensorrt_llm/commands/serve.py): a context request is scheduled only if the blocks to complete it fit beside
+    the blocks every running request still needs to complete (capacityScheduler.cpp GuaranteedNoEvictScheduler,
+    NoEvictScheduledBlocksManager), so a request waits rather than one being evicted."""
+
+    reserves_to_completion = True
 
     def admissions(self, engine: EngineView) -> int:
         """The waiting prompts that fit, whole, beside the running decodes and admitted prompts (the first that

@@ -154,3 +154,24 @@ def test_admission_keeps_one_events_growth_of_every_sequence_that_decodes_next(m
             assert eng.hbm.free_blocks == room
             eng.running.remove(seq)
             eng.hbm.release_kv(seq.blocks)
+
+
+def test_trtllm_admission_holds_each_sequence_s_kv_to_its_last_token_so_nothing_is_preempted(make_engine):
+    """TensorRT-LLM's GUARANTEED_NO_EVICT: two 4000 + 800-token sequences in 140 blocks of 64 tokens (9000 tokens).
+    Each needs 75 blocks to its last token: the second (75 + the first's 12 still to grow > 140 - 63 free) waits
+    for the first to finish, and no decode preempts; the vLLM-style admission takes both and preempts one."""
+    runs = {}
+    for scheduler in ("trtllm", "sarathi"):
+        env = simpy.Environment()
+        eng = make_engine(env, hbm_tokens=9000, scheduler=scheduler, token_budget=8192, prefill_chunk=8192)
+        seqs = [Sequence(i, 4000, 800) for i in range(2)]
+        for seq in seqs:
+            eng.submit(seq)
+        env.run(until=10_000.0)
+        assert eng.hbm.capacity_blocks == 140 and all(seq.generated == 800 for seq in seqs)
+        runs[scheduler] = eng, seqs
+    eng, (first, second) = runs["trtllm"]
+    assert eng.preemptions == 0 and eng.hbm.peak_kv_blocks == 75         # one sequence at a time
+    assert second.t_scheduled == first.t_done > 0
+    eng, (first, second) = runs["sarathi"]
+    assert eng.preemptions == 1 and second.t_scheduled < first.t_done

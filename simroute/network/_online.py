@@ -479,6 +479,17 @@ class OnlineCore:
                 free.append(slot)
         return status, done, next_due, solved
 
+    def set_capacity(self, links: list[int], values: list[float]) -> None:
+        """New capacities for some links (a message charge moved); the groups on them re-solve at the next
+        `run` (seeds of its cascade). The caller integrated the links' telemetry up to now first."""
+        l_cap, member, deg = self.field("float", "l_cap"), self.field("int", "member"), self.field("int", "deg")
+        seed = self.field("byte", "g_seed")
+        for link, value in zip(links, values):
+            l_cap[link] = value
+            for g in member[link, :deg[link]].tolist():
+                if seed[g] == 0:
+                    seed[g] = 1
+
     def _stage(self, flows: list) -> None:
         """Write the starts into the pending field: slot, bytes, cap, links padded to the column width."""
         needed = len(flows)

@@ -6,11 +6,18 @@ message model reads it (`link_share`, `version`: a cache of link shares keys on 
 integrates `load`. `load` and `link_n` are rebound when the state changes representation (a list in object
 mode, an array with a sentinel slot in array mode, views of the online core's buffers): read them through
 this object, never keep them.
+
+Message charge (docs/NETWORK.md, "Messages share the links with bulk flows"): latency-bound messages are no flows,
+but their bytes hold the wire. Telemetry measures each link's message byte rate over its window and charges it
+here (`charge_messages`); the solvers fill `residual` (capacity less the charge), not `cap`, so bulk flows are
+exact max-min on what messages leave and a link never carries more than its capacity in total. Messages read
+`link_share` on the physical capacity: their own queueing behind each other is the message model's.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,6 +27,14 @@ if TYPE_CHECKING:
     from simroute.network.maxmin import Group
 
 INF = math.inf
+
+# A link's message charge moves only when the measured rate moves by more than this fraction of the link's
+# capacity (a re-rating of the bulk flows on it costs a solve): at most 0.1% of a link is over- or under-given
+# between two re-ratings. Chosen, not fitted (tests/network/test_message_charge.py pins the arithmetic).
+CHARGE_STEP = 1e-3
+# The charge is at most this fraction of a link: with a bulk flow on the link, max-min fairness between it and
+# the message stream gives the stream at most half (a window's burst may exceed the wire: it drains later).
+CHARGE_MAX = 0.5
 
 
 class BulkState:
@@ -33,7 +48,13 @@ class BulkState:
         self.link_groups: list[set[Group]] = [set() for _ in range(n_links)]
         self.groups: dict[tuple, Group] = {}                      # (links, cap) -> group (object and array mode)
         self.columns: GroupColumns | None = None                  # array mode's column store
-        self.capacity_padded = np.array(self.cap + [INF])         # + the sentinel link of padded link columns
+        self.charge: list[float] = [0.0] * n_links               # message bytes/s charged per link (B/s)
+        self.residual: list[float] = list(capacity)               # cap - charge: what the solvers fill
+        self.capacity_padded = np.array(self.residual + [INF])    # + the sentinel link of padded link columns
+        self.recapped: list[int] = []        # links whose residual moved since the solver's last step
+        self.charged: set[int] = set()       # links with a charge now
+        self.recharges = 0                   # charge changes applied (each re-rates the flows on the link)
+        self.on_recapacity: Callable[[], None] | None = None    # the engine's: a step at this instant
         # moves whenever bulk flows change (a start, a finish, a re-rating): a plain attribute, read per message
         self.version = 0
         self.n_active = 0
@@ -52,3 +73,29 @@ class BulkState:
         if not flows:
             return cap
         return max(cap - float(self.load[link]), cap / (flows + 1))
+
+    def charge_messages(self, rates: dict[int, float]) -> list[int]:
+        """Charge each link the message byte rate measured on it (links absent: no messages, charge 0); a link's
+        charge moves only by more than `CHARGE_STEP` of its capacity (or back to 0), at most `CHARGE_MAX` of it.
+        Returns the links whose residual moved (the solver in charge re-rates their flows at its next step)."""
+        charge, residual, cap, charged = self.charge, self.residual, self.cap, self.charged
+        moved: list[int] = []
+        for link in sorted(charged.union(rates)) if charged else sorted(rates):
+            old, full = charge[link], cap[link]
+            new = min(rates.get(link, 0.0), full * CHARGE_MAX)
+            if new == old or (new > 0 and abs(new - old) <= full * CHARGE_STEP):
+                continue
+            if new > 0:
+                charged.add(link)
+            else:
+                charged.discard(link)
+            charge[link] = new
+            residual[link] = full - new
+            self.capacity_padded[link] = full - new
+            moved.append(link)
+        if moved:
+            self.recharges += len(moved)
+            self.recapped.extend(moved)
+            if self.on_recapacity is not None:
+                self.on_recapacity()
+        return moved

@@ -129,6 +129,11 @@ class FlowEngine:
         self.settings = self._settings(mode, want_core, record_series)
         self.telemetry = Telemetry(self.bulk, env, topology, record_series=record_series, keep_records=keep_records,
                                    window_s=telemetry_window_s)
+        # message charges (docs/NETWORK.md, "Messages share the links with bulk flows"): a charge that moves
+        # outside a step asks for one at this instant; while messages ride beside bulk flows, a step at the end
+        # of each telemetry window charges it
+        self.bulk.on_recapacity = self._request_step
+        self.telemetry.on_boundary = self._boundary_wake
         self.messages = message_model or MessageModel()
         self.messages.attach(self)
         self._solvers: dict[Enum, Solver] = {}
@@ -237,6 +242,10 @@ class FlowEngine:
 
     def _enqueue(self, flow: ActiveFlow) -> None:
         self._pending.append(flow)
+        self._request_step()
+
+    def _request_step(self) -> None:
+        """A step at this instant (for the starts enqueued, or a message charge that moved)."""
         if not self._flush_queued and self._wake_at != self.env.now:
             # one flush event per instant, reused (see `_on_flush`); none where a wake-up queued for this
             # instant will take the start anyway
@@ -250,7 +259,7 @@ class FlowEngine:
         flush is one event object, rescheduled while it is not queued (SimPy pops it, then runs its
         callbacks: it is free again from then on), which saves a Timeout per instant."""
         self._flush_queued = False
-        if self._pending:
+        if self._pending or self.bulk.recapped:
             self._on_wake()
 
     def _on_wake_event(self, event: simpy.Event) -> None:
@@ -278,6 +287,13 @@ class FlowEngine:
             previous.leave(now)
             self.solver = self._solver(handover)
             self.solver.enter(now, previous)
+        bulk = self.bulk
+        if bulk.charged and bulk.n_active:        # a charge stands while bulk flows run: re-charge at the boundary
+            self.schedule_wake(self.telemetry.window_end, now)
+
+    def _boundary_wake(self, at: float) -> None:
+        """A step at `at` (a telemetry window's end: its message rate is charged then)."""
+        self.schedule_wake(at, self.env.now)
 
     def schedule_wake(self, next_t: float, now: float) -> None:
         """A wake-up at next_t unless one is queued before it. Wake-up events are reused from a pool (one

@@ -363,6 +363,8 @@ class MessageModel:
             route.sent_count += count
             if route.window != window:
                 route.window = window
+                if not telemetry.message_routes:
+                    telemetry.first_message()          # the window's message rate is charged at its end
                 telemetry.message_routes.append(route)
             route.window_bytes += total
 

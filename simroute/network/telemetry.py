@@ -7,12 +7,17 @@ bytes (bulk + messages) are kept per link, so utilisation has a stated time base
 windows are kept: beyond that adjacent pairs merge and the window doubles (memory stays bounded).
 Messages count where they are sent: a message's bytes go to every link of its path in the window it is
 sent in (window utilisation is clipped at 1 for the queue that drains into the next one). Time saturated
-counts bulk load at capacity (messages ride what bulk flows leave).
+counts bulk load at the capacity bulk flows are given (the link's, less the message charge).
+
+The message charge: at each close, every link's message bytes in the window over its duration is the message
+rate charged against the link's capacity for bulk flows (`BulkState.charge_messages`, applied at the instant the
+window is closed; the engine steps at the boundary while bulk flows run beside messages).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -53,7 +58,8 @@ class Telemetry:
         n_links = len(bulk.cap)
         self._cap = np.array(bulk.cap)
         self._cap_list = list(bulk.cap)
-        self._full_list = [cap * FULL_LOAD for cap in self._cap_list]     # saturated at or above (B/s)
+        self._sat_cap = np.array(bulk.residual)          # what bulk flows are given: saturated at that load
+        self._full_list = [cap * FULL_LOAD for cap in bulk.residual]     # saturated at or above (B/s)
         self.record_series = record_series
         self.keep_records = keep_records
         # Per-link clocks: Python lists while the engine is in object mode (scalar updates are cheaper),
@@ -80,6 +86,9 @@ class Telemetry:
         self._live: set[int] = set()
         self.joined: set[int] = set()
         self.message_routes: list[WindowedRoute] = []   # routes with message bytes in the current window
+        self._message_rates: dict[int, float] = {}      # message B/s per link in the last closed window
+        # the engine's: a step at this time (the open window's end, once messages ride beside bulk flows)
+        self.on_boundary: Callable[[float], None] | None = None
 
     # ---- recording (called by the engine and the message model) ------------------------------------
     @property
@@ -140,9 +149,9 @@ class Telemetry:
         elapsed = np.maximum(now - start, 0.0)
         load = (np.asarray(self._bulk.load) if load is None else load)[links]
         self._bytes[links] += load * elapsed
-        cap = self._cap[links]
-        self._saturated[links] += np.where(load >= cap * FULL_LOAD, elapsed, 0.0)
+        self._saturated[links] += np.where(load >= self._sat_cap[links] * FULL_LOAD, elapsed, 0.0)
         if self.record_series:
+            cap = self._cap[links]
             keep = (elapsed > 0) & (load > 0)
             self.series.extend(zip(links[keep].tolist(), start[keep].tolist(), [now] * int(keep.sum()),
                                    (load[keep] / cap[keep]).tolist()))
@@ -162,15 +171,41 @@ class Telemetry:
             self.touch_links(loaded, now, load)
 
     def advance_to(self, now: float) -> None:
-        """Close every window that ended at or before now."""
+        """Close every window that ended at or before now; charge the last one's message rates (`charge`)."""
+        if now < self.window_end:
+            return
         while now >= self.window_end:
             self._close_window(self.window_end)
+        if self._message_rates or self._bulk.charged:
+            self.charge(self._message_rates, now)
+
+    def charge(self, rates: dict[int, float], now: float) -> None:
+        """Charge message rates (B/s per link) against the links' capacity for bulk flows from `now` on: the
+        links whose charge moves are integrated up to now at their old threshold, which then follows."""
+        bulk = self._bulk
+        moved = bulk.charge_messages(rates)
+        if moved:
+            ids = np.array(moved, dtype=np.int64)
+            self.touch_links(ids, now)
+            residual, full = bulk.residual, self._full_list
+            for link in moved:
+                self._sat_cap[link] = residual[link]
+                full[link] = residual[link] * FULL_LOAD
+        if bulk.charged and bulk.n_active and self.on_boundary is not None:
+            self.on_boundary(self.window_end)
+
+    def first_message(self) -> None:
+        """The open window's first message (the message model's call): while bulk flows run, the engine steps at
+        the window's end to charge it."""
+        if self._bulk.n_active and self.on_boundary is not None:
+            self.on_boundary(self.window_end)
 
     def _close_window(self, end: float) -> None:
         if isinstance(self._bytes, list):
             if not self._live and not self.joined and not self.message_routes:
                 # object mode, nothing loaded, joined or sent since the last close (most windows of a
                 # latency-bound run): the window is idle, as the full close would find it
+                self._message_rates = {}
                 self._append_window(None, end)
                 return
             bulk = self._close_links(end)
@@ -210,9 +245,14 @@ class Telemetry:
         return bulk
 
     def _flush_messages(self) -> np.ndarray | None:
+        """The closing window's message bytes per link (None: none); its rates kept for `charge`."""
         if not self.message_routes:
+            self._message_rates = {}
             return None
-        out = self._open_window_messages()
+        per_link = self._message_link_sums()
+        duration = self.window_s
+        self._message_rates = {link: value / duration for link, value in per_link.items() if value > 0}
+        out = self._link_array(per_link)
         for route in self.message_routes:
             if route.spine is not None:
                 self.spine_message_bytes[route.spine] = self.spine_message_bytes.get(route.spine, 0.0) + \
@@ -248,13 +288,20 @@ class Telemetry:
 
     # ---- views --------------------------------------------------------------------------------
     def _open_window_messages(self) -> np.ndarray:
+        """Message bytes per link in the open window (`_message_link_sums`, as an array)."""
+        return self._link_array(self._message_link_sums())
+
+    def _message_link_sums(self) -> dict[int, float]:
         """Message bytes per link in the open window: summed per link in plain floats, in the routes' order
-        (the same sums as a numpy scalar `+=` per link, which cost 5x), then set in one go."""
+        (the same sums as a numpy scalar `+=` per link, which cost 5x)."""
         per_link: dict[int, float] = {}
         for route in self.message_routes:
             window_bytes = route.window_bytes
             for link in route.links:
                 per_link[link] = per_link.get(link, 0.0) + window_bytes
+        return per_link
+
+    def _link_array(self, per_link: dict[int, float]) -> np.ndarray:
         out = np.zeros(len(self._link_t))
         if per_link:
             out[list(per_link)] = list(per_link.values())

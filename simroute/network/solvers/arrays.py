@@ -42,6 +42,7 @@ class ArraySolver(GroupSolver):
             self.advance(group, now)
             columns.add(group)
         bulk.columns = columns
+        bulk.recapped.clear()                              # the full solve below reads the residual as it is
         bulk.load = np.array(list(bulk.load) + [0.0])      # + the sentinel's slot (never read)
         self.telemetry.set_array_mode(True)
         if groups:
@@ -68,7 +69,9 @@ class ArraySolver(GroupSolver):
         count = len(columns.groups)
         due = columns.due[:count]
         finishing = count > 0 and due.min() <= limit
-        if not finishing and not starts:          # a stale wake-up: nothing changed, nothing to solve
+        recapped = bool(bulk.recapped)
+        bulk.recapped.clear()                     # a charge moved: one full solve on the new residual
+        if not finishing and not starts and not recapped:          # a stale wake-up: nothing changed, nothing to solve
             if count:
                 self.host.schedule_wake(float(due.min()), now)
             return None
@@ -92,7 +95,7 @@ class ArraySolver(GroupSolver):
             seeds.append(group)
         if len(bulk.groups) < self.settings.arrays_off:
             return SolverMode.OBJECTS
-        if not self.cascade(now, seeds, dirty):
+        if recapped or not self.cascade(now, seeds, dirty):
             self.full_solve(now)
         count = len(columns.groups)
         if count:
@@ -181,7 +184,7 @@ class ArraySolver(GroupSolver):
         columns, telemetry = self.bulk.columns, self.telemetry
         touched, starts, loads = self.host.backend.commit_slots(
             now, slots, rate, bn, columns.links, columns.flows, columns.rate, columns.bn, columns.work,
-            columns.last_t, columns.next_work, columns.due, self.bulk.load, telemetry._cap, telemetry._bytes,
+            columns.last_t, columns.next_work, columns.due, self.bulk.load, telemetry._sat_cap, telemetry._bytes,
             telemetry._saturated, telemetry._link_t, same, FULL_LOAD)
         if telemetry.record_series and touched.size:
             telemetry.record_intervals(touched, starts, loads, now)

@@ -68,6 +68,12 @@ class ObjectSolver(GroupSolver):
             self.advance(group, now)
             self.join(group, flow, now)
             seeds.add(group)
+        if bulk.recapped:                             # message charges moved: those links' groups re-solve
+            link_groups = bulk.link_groups
+            for link in bulk.recapped:
+                dirty.add(link)
+                seeds.update(link_groups[link])
+            bulk.recapped.clear()
         settings, count = self.settings, len(bulk.groups)
         if settings.want_core and count >= settings.core_on:
             return SolverMode.ONLINE
@@ -100,7 +106,7 @@ class ObjectSolver(GroupSolver):
             group.mark = stamp
             group.tent_rate, group.tent_bn = group.rate, group.bn
             check.update(group.links)
-        cap, link_groups, slack = bulk.cap, bulk.link_groups, self.settings.slack
+        cap, link_groups, slack = bulk.residual, bulk.link_groups, self.settings.slack
         # Groups bottlenecked on a link a seed or a dropped group uses are the likeliest to move: solving them
         # in the first round saves a fill round most of the time (solving more groups is always exact).
         for link in check:

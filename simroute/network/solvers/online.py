@@ -48,7 +48,8 @@ class OnlineSolver(Solver):
         for members in bulk.link_groups:
             members.clear()
         settings = self.settings
-        self.core = OnlineCore(bulk.cap, cascade_limit=settings.cascade_limit, cascade_floor=settings.cascade_floor,
+        bulk.recapped.clear()             # the core starts from the residual as it is
+        self.core = OnlineCore(bulk.residual, cascade_limit=settings.cascade_limit, cascade_floor=settings.cascade_floor,
                                same=SAME, full=FULL_LOAD, on_relayout=self.views)
         self.views()
         if previous is not None:
@@ -68,11 +69,14 @@ class OnlineSolver(Solver):
 
     def step(self, now: float, starts: list[ActiveFlow]) -> Enum | None:
         """Starts of this instant and completions due, in one kernel call; a stale wake-up waits again."""
-        if not starts and self.due > now + 1e-12 * max(1.0, now):
+        bulk = self.bulk
+        if bulk.recapped:                 # message charges moved: their links' groups re-solve in this step
+            self.core.set_capacity(bulk.recapped, [bulk.residual[link] for link in bulk.recapped])
+            bulk.recapped.clear()
+        elif not starts and self.due > now + 1e-12 * max(1.0, now):
             if self.due < INF:
                 self.host.schedule_wake(self.due, now)
             return None
-        bulk = self.bulk
         bulk.steps += 1
         if starts:
             bulk.flow_events += len(starts)

@@ -1,0 +1,90 @@
+"""Messages share the links with bulk flows (docs/NETWORK.md, "Messages share the links with bulk flows"): each
+link's message byte rate over a telemetry window is charged against its capacity for bulk flows from the window's
+end, so a bulk flow's rate drops by the message rate, while a message still waits for the share bulk flows leave.
+Hand counts on one 10 GB/s link."""
+
+from __future__ import annotations
+
+import pytest
+import simpy
+
+from simroute.network import FlowEngine
+from simroute.network.bulk import CHARGE_MAX, CHARGE_STEP, BulkState
+
+from netstub import AlwaysFull, CoreFromFirst, ObjectMode, StubTopology
+
+CAP = 10e9                  # B/s, the one link a -> b
+MSG = 10e3                  # bytes a message
+GAP = 10e-6                 # a message every 10 us: 1 GB/s, a tenth of the link
+WINDOW = 1e-3               # the telemetry window (the engine's default)
+ENGINES = [ObjectMode, CoreFromFirst, AlwaysFull]
+
+
+def _run(engine_cls: type[FlowEngine], n_messages: int, flow_bytes: float = 1e9, gap: float = GAP):
+    """One bulk flow a -> b from t = 0 and `n_messages` messages a -> b, one every `gap` from gap / 2 on
+    (half-way between ticks: none falls on a window's edge). Returns (flow's end, message delays, engine)."""
+    env = simpy.Environment()
+    topo = StubTopology([CAP], {("a", "b"): (0,)})
+    eng = engine_cls(env, topo, telemetry_window_s=WINDOW)
+    done = eng.transfer("a", "b", flow_bytes)
+    delays: list[float] = []
+
+    def stream():
+        for i in range(n_messages):
+            yield env.timeout((i + 0.5) * gap - env.now)
+            delays.append(eng.message_delay("a", "b", MSG, t_probe_s=0.0, single_block_Bps=1e12))
+
+    env.process(stream())
+    env.run(until=done)
+    return done.value.end, delays, eng
+
+
+@pytest.mark.parametrize("engine_cls", ENGINES)
+def test_a_flow_drops_by_the_message_rate_and_the_messages_wait_as_before(engine_cls):
+    """Messages all run: the flow gets 10 GB/s in the first window (nothing measured yet), then 10 - 1 = 9 GB/s
+    (100 messages of 10 kB in each 1 ms window: 1 GB/s charged from each window's end). 10 MB by 1 ms, then
+    990 MB at 9 GB/s: ends at 1 ms + 110 ms. Every message waits as before the charge: 10 kB over the share a
+    new flow would get beside the one bulk flow, max(10 - 9, 10 / 2) = 5 GB/s: 2 us, nothing queued (10 us
+    apart)."""
+    end, delays, eng = _run(engine_cls, n_messages=200_000)
+    assert end == pytest.approx(1e-3 + 990e6 / 9e9, rel=1e-9)
+    assert delays and all(d == pytest.approx(MSG / (CAP / 2), rel=1e-12) for d in delays)
+    assert eng.bulk.charge[0] == pytest.approx(1e9, rel=1e-9)
+    assert eng.bulk.cap[0] == CAP                      # the physical capacity is untouched
+
+
+@pytest.mark.parametrize("engine_cls", ENGINES)
+def test_the_charge_stops_one_window_after_the_messages(engine_cls):
+    """Messages in [0, 5 ms) only: charged 1 GB/s from 1 ms (window 0's end) to 6 ms (window 5, empty, closes:
+    the engine steps at the boundary with no other event due). 10 MB + 5 ms x 9 GB/s = 55 MB by 6 ms, then
+    945 MB at 10 GB/s: ends at 6 ms + 94.5 ms."""
+    end, delays, eng = _run(engine_cls, n_messages=500)
+    assert len(delays) == 500
+    assert end == pytest.approx(6e-3 + 945e6 / 10e9, rel=1e-9)
+    assert not eng.bulk.charged and eng.bulk.residual[0] == CAP
+
+
+def test_more_messages_never_make_the_flow_faster_and_bytes_are_conserved():
+    """1, 2 and 4 GB/s of messages: the flow ends later each time; in every charged window flow + messages
+    carry the link's capacity, never more."""
+    ends = []
+    for gap in (GAP, GAP / 2, GAP / 4):
+        end, _delays, eng = _run(ObjectMode, n_messages=10**6, gap=gap)
+        rate = MSG / gap
+        assert end == pytest.approx(1e-3 + (1e9 - 10e6) / (CAP - rate), rel=1e-9)
+        assert eng.bulk.residual[0] + rate == pytest.approx(CAP, rel=1e-12)
+        ends.append(end)
+    assert ends == sorted(ends) and len(set(ends)) == 3
+
+
+def test_charge_arithmetic_by_hand():
+    """`charge_messages`: moves only by more than CHARGE_STEP of the link (or back to 0), at most CHARGE_MAX of
+    it, and returns the links it moved in link order."""
+    bulk = BulkState([100.0, 200.0])
+    assert bulk.charge_messages({1: 10.0, 0: 5.0}) == [0, 1]
+    assert bulk.residual == [95.0, 190.0] and list(bulk.capacity_padded[:2]) == [95.0, 190.0]
+    assert bulk.charge_messages({0: 5.0 + 100 * CHARGE_STEP, 1: 10.0}) == []      # within the step: kept
+    assert bulk.charge_messages({0: 1e6}) == [0, 1]          # capped at CHARGE_MAX; link 1 back to 0
+    assert bulk.charge == [100 * CHARGE_MAX, 0.0] and bulk.residual == [100 * (1 - CHARGE_MAX), 200.0]
+    assert bulk.charged == {0} and bulk.recapped == [0, 1, 0, 1]
+    assert bulk.link_share(0) == 100.0                       # messages see the physical link (no bulk flow)

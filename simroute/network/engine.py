@@ -81,6 +81,10 @@ class FlowEngine:
     # run does not pay ~0.5 s to load the kernels); the core is faster than object mode at every size
     # measured (bench_simgrid.py: 100 flows in flight ~2.5x).
     online_core = True
+    # Message bytes charged against the links' capacity for bulk flows (docs/NETWORK.md, "Messages share the
+    # links with bulk flows"). False: messages ride what bulk flows leave and never slow them (the engine
+    # before the charge; an ablation for benches and tests).
+    message_charge = True
     core_on = 64
     numpy_arrays_on = 4096
     numpy_arrays_off = 2048
@@ -132,8 +136,11 @@ class FlowEngine:
         # message charges (docs/NETWORK.md, "Messages share the links with bulk flows"): a charge that moves
         # outside a step asks for one at this instant; while messages ride beside bulk flows, a step at the end
         # of each telemetry window charges it
-        self.bulk.on_recapacity = self._request_step
-        self.telemetry.on_boundary = self._boundary_wake
+        if self.message_charge:
+            self.bulk.on_recapacity = self._request_step
+            self.telemetry.on_boundary = self._boundary_wake
+        else:
+            self.telemetry.charging = False
         self.messages = message_model or MessageModel()
         self.messages.attach(self)
         self._solvers: dict[Enum, Solver] = {}

@@ -89,6 +89,7 @@ class Telemetry:
         self._message_rates: dict[int, float] = {}      # message B/s per link in the last closed window
         # the engine's: a step at this time (the open window's end, once messages ride beside bulk flows)
         self.on_boundary: Callable[[float], None] | None = None
+        self.charging = True          # False: message rates are measured, never charged (`FlowEngine.message_charge`)
 
     # ---- recording (called by the engine and the message model) ------------------------------------
     @property
@@ -176,7 +177,7 @@ class Telemetry:
             return
         while now >= self.window_end:
             self._close_window(self.window_end)
-        if self._message_rates or self._bulk.charged:
+        if self.charging and (self._message_rates or self._bulk.charged):
             self.charge(self._message_rates, now)
 
     def charge(self, rates: dict[int, float], now: float) -> None:

@@ -88,3 +88,25 @@ def test_charge_arithmetic_by_hand():
     assert bulk.charge == [100 * CHARGE_MAX, 0.0] and bulk.residual == [100 * (1 - CHARGE_MAX), 200.0]
     assert bulk.charged == {0} and bulk.recapped == [0, 1, 0, 1]
     assert bulk.link_share(0) == 100.0                       # messages see the physical link (no bulk flow)
+
+
+@pytest.mark.parametrize("engine_cls", ENGINES)
+def test_a_capped_flow_keeps_its_rate_and_its_end_under_a_charge(engine_cls):
+    """A flow capped at 4 GB/s on the 10 GB/s link: a 1 GB/s charge leaves it 9 GB/s, more than its cap, so its
+    rate never moves and it ends at 1 GB / 4 GB/s = 250 ms whatever the re-ratings at each window's end (the
+    charge re-solves it; its completion stays where its bytes put it)."""
+    env = simpy.Environment()
+    eng = engine_cls(env, StubTopology([CAP], {("a", "b"): (0,)}), telemetry_window_s=WINDOW)
+    done = eng.transfer("a", "b", 1e9, rate_cap_Bps=4e9)
+
+    def stream():            # 1 GB/s in even windows, 0.5 GB/s in odd ones: the charge moves at every window's end
+        for window in range(300):
+            gap = GAP if window % 2 == 0 else 2 * GAP
+            for i in range(round(WINDOW / gap)):
+                yield env.timeout(window * WINDOW + (i + 0.5) * gap - env.now)
+                eng.message_delay("a", "b", MSG, t_probe_s=0.0, single_block_Bps=1e12)
+
+    env.process(stream())
+    env.run(until=done)
+    assert eng.bulk.recharges >= 249            # one at each window's end while the flow runs
+    assert done.value.end == pytest.approx(0.25, rel=1e-12)

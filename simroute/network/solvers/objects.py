@@ -69,10 +69,12 @@ class ObjectSolver(GroupSolver):
             self.join(group, flow, now)
             seeds.add(group)
         if bulk.recapped:                             # message charges moved: those links' groups re-solve
-            link_groups = bulk.link_groups
+            link_groups, advance = bulk.link_groups, self.advance
             for link in bulk.recapped:
                 dirty.add(link)
-                seeds.update(link_groups[link])
+                for group in link_groups[link]:
+                    advance(group, now)               # a seed's completion is re-queued from its work now
+                    seeds.add(group)
             bulk.recapped.clear()
         settings, count = self.settings, len(bulk.groups)
         if settings.want_core and count >= settings.core_on:

@@ -74,15 +74,16 @@ class BulkState:
             return cap
         return max(cap - float(self.load[link]), cap / (flows + 1))
 
-    def charge_messages(self, rates: dict[int, float]) -> list[int]:
-        """Charge each link the message byte rate measured on it (links absent: no messages, charge 0); a link's
-        charge moves only by more than `CHARGE_STEP` of its capacity (or back to 0), at most `CHARGE_MAX` of it.
-        Returns the links whose residual moved (the solver in charge re-rates their flows at its next step)."""
+    def charge_messages(self, window_bytes: dict[int, float], duration_s: float) -> list[int]:
+        """Charge each link the message bytes of a window over its duration (links absent: no messages, charge
+        0); a link's charge moves only by more than `CHARGE_STEP` of its capacity (or back to 0), at most
+        `CHARGE_MAX` of it. Returns the links whose residual moved (the solver in charge re-rates their flows at
+        its next step)."""
         charge, residual, cap, charged = self.charge, self.residual, self.cap, self.charged
         moved: list[int] = []
-        for link in sorted(charged.union(rates)) if charged else sorted(rates):
+        for link in sorted(charged.union(window_bytes)) if charged else sorted(window_bytes):
             old, full = charge[link], cap[link]
-            new = min(rates.get(link, 0.0), full * CHARGE_MAX)
+            new = min(window_bytes.get(link, 0.0) / duration_s, full * CHARGE_MAX)
             if new == old or (new > 0 and abs(new - old) <= full * CHARGE_STEP):
                 continue
             if new > 0:

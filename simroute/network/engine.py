@@ -288,6 +288,8 @@ class FlowEngine:
         starts = self._pending
         if starts:
             self._pending = []
+            if not self.bulk.n_active:            # the first flow after none: the waiting message charge applies
+                self.telemetry.charge_deferred(now)
         handover = self.solver.step(now, starts)
         if handover is not None:
             previous = self.solver

@@ -86,7 +86,9 @@ class Telemetry:
         self._live: set[int] = set()
         self.joined: set[int] = set()
         self.message_routes: list[WindowedRoute] = []   # routes with message bytes in the current window
-        self._message_rates: dict[int, float] = {}      # message B/s per link in the last closed window
+        self._message_bytes: dict[int, float] = {}      # message bytes per link in the last closed window
+        self._message_window_s = self.window_s             # and that window's duration
+        self._deferred: tuple[dict[int, float], float] | None = None    # a charge waiting for a bulk flow
         # the engine's: a step at this time (the open window's end, once messages ride beside bulk flows)
         self.on_boundary: Callable[[float], None] | None = None
         self.charging = True          # False: message rates are measured, never charged (`FlowEngine.message_charge`)
@@ -177,14 +179,20 @@ class Telemetry:
             return
         while now >= self.window_end:
             self._close_window(self.window_end)
-        if self.charging and (self._message_rates or self._bulk.charged):
-            self.charge(self._message_rates, now)
+        if self.charging and (self._message_bytes or self._bulk.charged or self._deferred is not None):
+            self.charge(self._message_bytes, self._message_window_s, now)
 
-    def charge(self, rates: dict[int, float], now: float) -> None:
-        """Charge message rates (B/s per link) against the links' capacity for bulk flows from `now` on: the
-        links whose charge moves are integrated up to now at their old threshold, which then follows."""
+    def charge(self, window_bytes: dict[int, float], duration_s: float, now: float, *, force: bool = False) -> None:
+        """Charge a window's message bytes per link over its duration against the links' capacity for bulk flows
+        from `now` on (`BulkState.charge_messages`); the links whose charge moves are integrated up to now at
+        their old saturation threshold, which then follows. With no bulk flow in flight the charge waits (O(1)
+        per window) for the next start (`charge_deferred`), unless `force`."""
         bulk = self._bulk
-        moved = bulk.charge_messages(rates)
+        if not bulk.n_active and not force:
+            self._deferred = (window_bytes, duration_s)
+            return
+        self._deferred = None
+        moved = bulk.charge_messages(window_bytes, duration_s)
         if moved:
             ids = np.array(moved, dtype=np.int64)
             self.touch_links(ids, now)
@@ -194,6 +202,11 @@ class Telemetry:
                 full[link] = residual[link] * FULL_LOAD
         if bulk.charged and bulk.n_active and self.on_boundary is not None:
             self.on_boundary(self.window_end)
+
+    def charge_deferred(self, now: float) -> None:
+        """Apply the charge kept while no bulk flow ran (the engine's, before the first start)."""
+        if self._deferred is not None and self.charging:
+            self.charge(*self._deferred, now, force=True)
 
     def first_message(self) -> None:
         """The open window's first message (the message model's call): while bulk flows run, the engine steps at
@@ -206,7 +219,7 @@ class Telemetry:
             if not self._live and not self.joined and not self.message_routes:
                 # object mode, nothing loaded, joined or sent since the last close (most windows of a
                 # latency-bound run): the window is idle, as the full close would find it
-                self._message_rates = {}
+                self._message_bytes = {}
                 self._append_window(None, end)
                 return
             bulk = self._close_links(end)
@@ -248,11 +261,10 @@ class Telemetry:
     def _flush_messages(self) -> np.ndarray | None:
         """The closing window's message bytes per link (None: none); its rates kept for `charge`."""
         if not self.message_routes:
-            self._message_rates = {}
+            self._message_bytes = {}
             return None
         per_link = self._message_link_sums()
-        duration = self.window_s
-        self._message_rates = {link: value / duration for link, value in per_link.items() if value > 0}
+        self._message_bytes, self._message_window_s = per_link, self.window_s
         out = self._link_array(per_link)
         for route in self.message_routes:
             if route.spine is not None:

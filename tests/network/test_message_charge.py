@@ -78,13 +78,13 @@ def test_more_messages_never_make_the_flow_faster_and_bytes_are_conserved():
 
 
 def test_charge_arithmetic_by_hand():
-    """`charge_messages`: moves only by more than CHARGE_STEP of the link (or back to 0), at most CHARGE_MAX of
-    it, and returns the links it moved in link order."""
+    """`charge_messages` (a window's bytes per link over its duration): moves only by more than CHARGE_STEP of the
+    link (or back to 0), at most CHARGE_MAX of it, and returns the links it moved in link order."""
     bulk = BulkState([100.0, 200.0])
-    assert bulk.charge_messages({1: 10.0, 0: 5.0}) == [0, 1]
+    assert bulk.charge_messages({1: 10.0, 0: 5.0}, 1.0) == [0, 1]
     assert bulk.residual == [95.0, 190.0] and list(bulk.capacity_padded[:2]) == [95.0, 190.0]
-    assert bulk.charge_messages({0: 5.0 + 100 * CHARGE_STEP, 1: 10.0}) == []      # within the step: kept
-    assert bulk.charge_messages({0: 1e6}) == [0, 1]          # capped at CHARGE_MAX; link 1 back to 0
+    assert bulk.charge_messages({0: 5.0 + 100 * CHARGE_STEP, 1: 10.0}, 1.0) == []      # within the step: kept
+    assert bulk.charge_messages({0: 2e6}, 2.0) == [0, 1]          # capped at CHARGE_MAX; link 1 back to 0
     assert bulk.charge == [100 * CHARGE_MAX, 0.0] and bulk.residual == [100 * (1 - CHARGE_MAX), 200.0]
     assert bulk.charged == {0} and bulk.recapped == [0, 1, 0, 1]
     assert bulk.link_share(0) == 100.0                       # messages see the physical link (no bulk flow)
@@ -110,3 +110,27 @@ def test_a_capped_flow_keeps_its_rate_and_its_end_under_a_charge(engine_cls):
     env.run(until=done)
     assert eng.bulk.recharges >= 249            # one at each window's end while the flow runs
     assert done.value.end == pytest.approx(0.25, rel=1e-12)
+
+
+@pytest.mark.parametrize("engine_cls", ENGINES)
+def test_a_flow_started_beside_running_messages_is_charged_from_its_start(engine_cls):
+    """Messages at 1 GB/s from t = 0, no bulk flow (the charge waits, nothing to re-rate); a 1 GB flow starts at
+    2.5 ms and gets 9 GB/s at once (the last closed window, [1, 2) ms, carried 1 GB/s): ends at 2.5 ms + 1/9 s."""
+    env = simpy.Environment()
+    eng = engine_cls(env, StubTopology([CAP], {("a", "b"): (0,)}), telemetry_window_s=WINDOW)
+    ends: list[float] = []
+
+    def stream():
+        for i in range(20_000):
+            yield env.timeout((i + 0.5) * GAP - env.now)
+            eng.message_delay("a", "b", MSG, t_probe_s=0.0, single_block_Bps=1e12)
+
+    def flow():
+        yield env.timeout(2.5e-3)
+        assert not eng.bulk.charged                 # nothing charged while no bulk flow ran
+        record = yield eng.transfer("a", "b", 1e9)
+        ends.append(record.end)
+
+    env.process(stream())
+    env.run(until=env.process(flow()))
+    assert ends[0] == pytest.approx(2.5e-3 + 1e9 / 9e9, rel=1e-9)

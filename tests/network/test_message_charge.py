@@ -5,10 +5,13 @@ Hand counts on one 10 GB/s link."""
 
 from __future__ import annotations
 
+import math
+import random
+
 import pytest
 import simpy
 
-from simroute.network import FlowEngine
+from simroute.network import FlowEngine, maxmin_rates
 from simroute.network.bulk import CHARGE_MAX, CHARGE_STEP, BulkState
 
 from netstub import AlwaysFull, CoreFromFirst, ObjectMode, StubTopology
@@ -134,3 +137,50 @@ def test_a_flow_started_beside_running_messages_is_charged_from_its_start(engine
     env.process(stream())
     env.run(until=env.process(flow()))
     assert ends[0] == pytest.approx(2.5e-3 + 1e9 / 9e9, rel=1e-9)
+
+
+@pytest.mark.parametrize("engine_cls", ENGINES)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rates_are_max_min_on_what_messages_leave(engine_cls, seed):
+    """Random flows (some capped) and message streams over 6 links of 10 GB/s, 8 endpoints with random 1-3-link
+    paths: at every check each flow's rate is the textbook max-min rate (`maxmin_rates`) over the links'
+    residual capacity (capacity less the charge), and every link carries at most its capacity in total."""
+    rng = random.Random(seed)
+    names = "abcdefgh"
+    routes = {(a, b): tuple(sorted(rng.sample(range(6), rng.randint(1, 3)))) for a in names for b in names if a != b}
+    env = simpy.Environment()
+    eng = engine_cls(env, StubTopology([CAP] * 6, routes), telemetry_window_s=WINDOW)
+    checked = []
+
+    def flows():
+        for _ in range(25):
+            yield env.timeout(rng.uniform(0, 2e-3))
+            a, b = rng.sample(names, 2)
+            eng.transfer(a, b, rng.uniform(1e6, 5e7), rate_cap_Bps=rng.choice([None, 3e9]))
+
+    def messages():
+        for _ in range(6000):
+            yield env.timeout(rng.uniform(0, 20e-6))
+            a, b = rng.sample(names, 2)
+            eng.message_delay(a, b, rng.uniform(1e3, 60e3), t_probe_s=0.0, single_block_Bps=1e12)
+
+    def check():
+        while True:
+            yield env.timeout(0.37e-3)
+            active = eng.active_flows()
+            if not active:
+                continue
+            want = maxmin_rates([links for _fid, links, _cap in active], eng.bulk.residual,
+                                [None if cap == math.inf else cap for *_rest, cap in active])
+            got = eng.flow_rates()
+            for (fid, _links, _cap), rate in zip(active, want):
+                assert got[fid] == pytest.approx(rate, rel=1e-9)
+            for link in range(6):
+                assert float(eng.bulk.load[link]) + eng.bulk.charge[link] <= CAP * (1 + 1e-9)
+            checked.append(bool(eng.bulk.charged))
+
+    env.process(flows())
+    env.process(messages())
+    env.process(check())
+    env.run(until=0.06)
+    assert eng.bulk.recharges > 10 and any(checked)

@@ -1,7 +1,9 @@
-"""Latency-bound messages (routed queries and partials): a delay per message, no re-rating, no event.
+"""Latency-bound messages (routed queries and partials): a delay per message, no event of their own.
 
 A message src -> dst costs: the wait for its links, the probe (a signal round trip, measured per fabric), its
-bytes over min(single-block dispatch rate, the share bulk flows leave each link) and the path's propagation.
+bytes over min(single-block dispatch rate, the share bulk flows leave each link) and the path's propagation. A
+message re-rates nothing when it is sent; its bytes are counted per link and window, and telemetry charges each
+window's message rate against the links' capacity for bulk flows at its end (`BulkState.charge_messages`).
 
 The wait (how a message queues behind others, "Move the Query, Not the Cache", section 8, Fig. 7). Each
 directed link keeps a work-conserving clock (when the bytes already sent on it drain at its capacity: a byte

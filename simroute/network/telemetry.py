@@ -16,8 +16,8 @@ window is closed; the engine steps at the boundary while bulk flows run beside m
 
 from __future__ import annotations
 
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np

@@ -71,7 +71,7 @@ class ArraySolver(GroupSolver):
         finishing = count > 0 and due.min() <= limit
         recapped = bool(bulk.recapped)
         bulk.recapped.clear()                     # a charge moved: one full solve on the new residual
-        if not finishing and not starts and not recapped:          # a stale wake-up: nothing changed, nothing to solve
+        if not finishing and not starts and not recapped:   # a stale wake-up: nothing changed, nothing to solve
             if count:
                 self.host.schedule_wake(float(due.min()), now)
             return None

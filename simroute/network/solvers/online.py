@@ -49,8 +49,9 @@ class OnlineSolver(Solver):
             members.clear()
         settings = self.settings
         bulk.recapped.clear()             # the core starts from the residual as it is
-        self.core = OnlineCore(bulk.residual, cascade_limit=settings.cascade_limit, cascade_floor=settings.cascade_floor,
-                               same=SAME, full=FULL_LOAD, on_relayout=self.views)
+        self.core = OnlineCore(bulk.residual, cascade_limit=settings.cascade_limit,
+                               cascade_floor=settings.cascade_floor, same=SAME, full=FULL_LOAD,
+                               on_relayout=self.views)
         self.views()
         if previous is not None:
             self.run(now, flows)

@@ -36,7 +36,8 @@ def test_calib_diff_shows_measured_against_datasheet(tmp_path: Path, cli) -> Non
     hbm = rows["gpus.h200-sxm.achievable_hbm_GBps"]
     assert float(hbm["B/A"]) == pytest.approx(HBM_EFF / base, rel=1e-2)
     eff = rows["gpus.h200-sxm.hbm_efficiency"]
-    shipped_kind = load_profile(shipped_dir() / "gpus" / "h200-sxm.yaml").gpu_entry("h200-sxm").hbm_efficiency.provenance.kind
+    shipped = load_profile(shipped_dir() / "gpus" / "h200-sxm.yaml")
+    shipped_kind = shipped.gpu_entry("h200-sxm").hbm_efficiency.provenance.kind
     assert eff["A provenance"].startswith(shipped_kind) and eff["B provenance"].startswith("measured")
     assert "gpus.h200-sxm.peak_bf16_TFLOPs" not in rows          # datasheet peaks are the same on both sides
     assert all(k.startswith("gpus.h200-sxm.") for k in rows)     # --gpu: that entry only

@@ -9,6 +9,9 @@ Suite order and parallel runs (CI runs `pytest -n 2`, pytest-xdist):
 - Test modules never import `conftest` (pytest keeps one module of that name at a time: tests/network and
   tests/sim/engine collected in one run would see each other's); shared helpers live in uniquely named modules
   (tests/test_suite_layout.py checks both).
+- In-process CLI calls (the `cli` fixture, `main([...])`: thousands across the suite, 811 in the bad-input corpus
+  alone) reuse the click command that typer builds from an app (`_memoised_typer_commands`): building it is ~15 ms
+  of CPU, more than half of what a refused command costs; a process of `simroute` builds it once too.
 - With `-n N` and no explicit `--dist`, each test file goes to one worker whole (a module-scoped fixture, such
   as the validate scorecard, is computed once, not once per worker), and tests/network/ is one unit: its files
   compile the same numba kernels, which on a clean clone's cold cache take ~50 s of CPU; two workers compiling
@@ -24,6 +27,35 @@ from hypothesis import HealthCheck, settings
 
 settings.register_profile("simroute", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("simroute")
+
+
+def _memoised_typer_commands() -> None:
+    """`typer.Typer.__call__` builds the whole click command tree from the app on every call (~15 ms of CPU for
+    simroute's); in-process calls reuse it while the app's registered commands, groups and callback are the
+    same objects (what a test registers on an app gives a fresh build). Click keeps no state of one
+    invocation on the command objects (each call parses into its own Context), as a `simroute` process calling
+    it once has none to keep."""
+    import typer.main
+
+    build = typer.main.get_command
+    if getattr(build, "memoised", False):
+        return
+    built: dict[int, tuple[tuple, object]] = {}
+
+    def get_command(typer_instance: typer.Typer):
+        # the objects themselves (held, so no id is reused), compared by identity (typer's infos define no __eq__)
+        shape = (typer_instance, typer_instance.registered_callback, *typer_instance.registered_commands, None,
+                 *typer_instance.registered_groups)
+        hit = built.get(id(typer_instance))
+        if hit is None or len(hit[0]) != len(shape) or any(a is not b for a, b in zip(hit[0], shape)):
+            hit = built[id(typer_instance)] = (shape, build(typer_instance))
+        return hit[1]
+
+    get_command.memoised = True
+    typer.main.get_command = get_command
+
+
+_memoised_typer_commands()
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_TRACES = ROOT.parent / "shared" / "traces"

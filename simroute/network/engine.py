@@ -146,7 +146,7 @@ class FlowEngine:
         self._solvers: dict[Enum, Solver] = {}
         self.solver = self._solver(SolverMode.OBJECTS if mode is None else mode)
         if mode is not None:
-            self.solver.enter(env.now, None)
+            self.solver.enter(float(env.now), None)
 
     def _settings(self, mode: Enum | str | None, want_core: bool, record_series: bool) -> SolverSettings:
         """The solvers' knobs; a pinned mode never hands over (and the online core only where it can run)."""
@@ -280,7 +280,7 @@ class FlowEngine:
     def _on_wake(self, _event: simpy.Event | None = None) -> None:
         """One engine step: the solver takes the completions due now and this instant's starts; it may hand
         over to the solver of another mode, which takes the flows in flight and solves them."""
-        now = self.env.now
+        now = float(self.env.now)      # SimPy's clock starts at int 0: one numba specialisation, not two
         if now >= self._wake_t * (1 - 1e-15):
             self._wake_t = INF
         if now >= self.telemetry.window_end:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,6 @@ from simroute.cli.calib_cmd import DIFF_TOKENS, derived_rates
 
 from tests.probes.test_measured_profile_step import GEMM_8192, HBM_EFF, _measured_profile
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_derived_rates_are_peak_times_fraction(tmp_path: Path) -> None:
@@ -29,18 +26,18 @@ def test_derived_rates_are_peak_times_fraction(tmp_path: Path) -> None:
     assert derived_rates(prof, "no-such-gpu") == {}
 
 
-def test_calib_diff_shows_measured_against_datasheet(tmp_path: Path) -> None:
+def test_calib_diff_shows_measured_against_datasheet(tmp_path: Path, cli) -> None:
     measured = _measured_profile(tmp_path)
-    r = subprocess.run([sys.executable, "-m", "simroute", "calib", "diff", str(shipped_dir() / "gpus" / "h200-sxm.yaml"),
-                        str(measured), "--gpu", "h200-sxm", "--json"], capture_output=True, text=True, timeout=120,
-                       cwd=ROOT)
-    assert r.returncode == 0, r.stderr
-    rows = {row["key"]: row for row in json.loads(r.stdout)}
+    code, out, err = cli("calib", "diff", shipped_dir() / "gpus" / "h200-sxm.yaml", measured, "--gpu", "h200-sxm",
+                         "--json")
+    assert code == 0, err
+    rows = {row["key"]: row for row in json.loads(out)}
     base = load_profile(shipped_dir() / "gpus" / "h200-sxm.yaml").gpu_spec("h200-sxm").hbm_efficiency
     hbm = rows["gpus.h200-sxm.achievable_hbm_GBps"]
     assert float(hbm["B/A"]) == pytest.approx(HBM_EFF / base, rel=1e-2)
     eff = rows["gpus.h200-sxm.hbm_efficiency"]
-    shipped_kind = load_profile(shipped_dir() / "gpus" / "h200-sxm.yaml").gpu_entry("h200-sxm").hbm_efficiency.provenance.kind
+    shipped = load_profile(shipped_dir() / "gpus" / "h200-sxm.yaml")
+    shipped_kind = shipped.gpu_entry("h200-sxm").hbm_efficiency.provenance.kind
     assert eff["A provenance"].startswith(shipped_kind) and eff["B provenance"].startswith("measured")
     assert "gpus.h200-sxm.peak_bf16_TFLOPs" not in rows          # datasheet peaks are the same on both sides
     assert all(k.startswith("gpus.h200-sxm.") for k in rows)     # --gpu: that entry only

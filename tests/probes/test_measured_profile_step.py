@@ -5,8 +5,6 @@ the measured constants say, against the shipped H200 entry."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,6 @@ from simroute.probes.capability import Capability
 from simroute.probes.framework import ProbeOutcome
 from simroute.probes.registry import PROBES
 
-ROOT = Path(__file__).resolve().parents[2]
 PEAK_TF, HBM = 989.0, 4800.0                                  # the shipped h200-sxm datasheet figures
 HBM_EFF, GEMM_8192, OVERHEAD_US = 0.5, 0.4, 1234.0
 
@@ -43,14 +40,12 @@ def _measured_profile(tmp_path: Path) -> Path:
     return out
 
 
-def _step(*args: str) -> dict:
+def _step(cli, *args: str) -> dict:
     """`simroute model step --roofline`: the roofline fractions alone (the shipped entry's operator tables, which
     the measured entry inherits when no probe wrote tables of its own, would answer the terms instead)."""
-    r = subprocess.run([sys.executable, "-m", "simroute", "model", "step", "--gpu", "h200-sxm", "--json", "--roofline",
-                        *args],
-                       capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-2000:]
-    return json.loads(r.stdout)
+    code, out, err = cli("model", "step", "--gpu", "h200-sxm", "--json", "--roofline", *args)
+    assert code == 0, err[-2000:]
+    return json.loads(out)
 
 
 def test_the_measured_gpu_entry_is_what_the_profile_hands_the_model(tmp_path: Path) -> None:
@@ -65,11 +60,11 @@ def test_the_measured_gpu_entry_is_what_the_profile_hands_the_model(tmp_path: Pa
     assert prof.gpus["h200-sxm"].iteration_overhead_graph_us.value == 80.0
 
 
-def test_model_step_output_follows_the_measured_profile(tmp_path: Path) -> None:
+def test_model_step_output_follows_the_measured_profile(tmp_path: Path, cli) -> None:
     path = str(_measured_profile(tmp_path))
     shipped = load_profile(shipped_dir() / "gpus" / "h200-sxm.yaml").gpu_spec("h200-sxm")
     decode = ("--tokens", "1", "--decode-seqs", "1", "--context", "32768")   # attention above the kernel floor
-    base, meas = _step(*decode), _step(*decode, "--calib", path)
+    base, meas = _step(cli, *decode), _step(cli, *decode, "--calib", path)
     assert meas["overhead_ms"] == pytest.approx(OVERHEAD_US / 1e3)
     assert base["overhead_ms"] == pytest.approx(shipped.iteration_overhead_s * 1e3)
     assert base["bounds"]["linear"] == meas["bounds"]["linear"] == "memory"
@@ -80,7 +75,7 @@ def test_model_step_output_follows_the_measured_profile(tmp_path: Path) -> None:
     assert any(src.startswith("measured") for src in meas["gpu_sources"].values())
     assert not any(src.startswith("measured") for src in base["gpu_sources"].values())
     prefill = ("--tokens", "8192", "--model", "llama-3.1-8b")    # dense: every GEMM sees the 8192 tokens
-    base, meas = _step(*prefill), _step(*prefill, "--calib", path)
+    base, meas = _step(cli, *prefill), _step(cli, *prefill, "--calib", path)
     assert base["bounds"]["linear"] == meas["bounds"]["linear"] == "compute"
     # compute-bound linear ops scale with 1 / gemm_efficiency at the iteration's token count (a MoE model's
     # routed experts run at their own, smaller count: tests/model/test_steptime.py)

@@ -198,7 +198,7 @@ def _dry_run(tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
 
 
 @pytest.mark.slow
-def test_dry_run_rehearses_the_whole_plan_and_reports_it_fits(tmp_path: Path) -> None:
+def test_dry_run_rehearses_the_whole_plan_and_reports_it_fits(tmp_path: Path, capsys) -> None:
     """Must show: the dry run of the one-shot script passes and reports a plan that fits 8 minutes; afterwards
     `--write-tables OUT_DIR` turns its results.json into the operator tables `simroute calibrate` writes."""
     script = _module()
@@ -227,22 +227,25 @@ def test_dry_run_rehearses_the_whole_plan_and_reports_it_fits(tmp_path: Path) ->
     prof.cost_params()
     assert prof.step_model("deepseek-v2-lite", gpu="h200-sxm").iteration_s(64, 64, 64 * 512, 64 * 512) > 0
     assert "--write-tables OUT_DIR" in completed.stdout.strip().splitlines()[-1]      # the last line says what is next
-    _write_tables_after_the_dry_run(out)
+    _write_tables_after_the_dry_run(script, out, capsys)
 
 
-def _write_tables_after_the_dry_run(out: Path) -> None:
+def _write_tables_after_the_dry_run(script, out: Path, capsys) -> None:
     """--write-tables on the dry run's OUT_DIR (as it comes back from the box): the tables, named in the
     profile, marked as a dry run; a second run replaces its own directory; no results.json: exit 2, one line."""
     from simroute.calib.optables import load_operator_tables
     results = json.loads((out / "results.json").read_text())
 
-    def write_tables(where: Path) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(SCRIPT), "--write-tables", str(where)], capture_output=True,
-                              text=True, timeout=1800, cwd=out.parent, env={**os.environ, "PYTHONPATH": ""})
+    def write_tables(where: Path) -> tuple[int, str, str]:
+        """In-process (the dry run above ran the script as a process from another directory): `main` is what
+        `python probes/run_single_gpu.py --write-tables OUT_DIR` runs."""
+        code = script.main(["--write-tables", str(where)])
+        written = capsys.readouterr()
+        return code, written.out, written.err
 
-    completed = write_tables(out)
-    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    assert "dry run" in completed.stdout and "wrote" in completed.stdout
+    code, said, err = write_tables(out)
+    assert code == 0, said[-3000:] + err[-3000:]
+    assert "dry run" in said and "wrote" in said
     dirs = list((out / "ops" / "h200-sxm").iterdir())
     assert len(dirs) == 1 and dirs[0].name.startswith("numpy-dry-run")
     timeouts = load_operator_tables(dirs[0])
@@ -261,14 +264,14 @@ def _write_tables_after_the_dry_run(out: Path) -> None:
     resolved = load_profile(out / "profile.yaml").operator_tables("h200-sxm")
     assert resolved is not None and resolved.provenance["dry_run"] == "true"
     # again: its own directory replaced, not a foreign one beside it; the profile the same but for nothing
-    again = write_tables(out)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    code, said, err = write_tables(out)
+    assert code == 0, said[-3000:] + err[-3000:]
     assert [probe.name for probe in (out / "ops" / "h200-sxm").iterdir()] == [dirs[0].name]
     raw2 = yaml.safe_load((out / "profile.yaml").read_text())
     assert raw2 == raw
     # bad input: one line, exit 2
     empty = out.parent / "empty"
     empty.mkdir()
-    bad = write_tables(empty)
-    assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.strip().splitlines()) == 1
-    assert "results.json" in bad.stderr and list(empty.iterdir()) == []
+    code, said, err = write_tables(empty)
+    assert code == 2 and said == "" and len(err.strip().splitlines()) == 1
+    assert "results.json" in err and list(empty.iterdir()) == []

@@ -50,6 +50,8 @@ def browser_plots(page: Path, screenshot: Path | None = None) -> int:
         pytest.skip(f"{CHROMIUM} not installed (Debian: apt-get install chromium): browser check skipped")
     flags = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
              "--virtual-time-budget=10000"]
+    if screenshot is not None:          # the same launch renders the page, dumps its DOM and saves the screenshot
+        flags += ["--window-size=1280,2400", f"--screenshot={screenshot.resolve()}"]
     res = subprocess.run(flags + ["--dump-dom", page.resolve().as_uri()], capture_output=True, text=True,
                          timeout=1800)                   # a hang guard (a loaded box slows Chromium tenfold)
     console = [line for line in res.stderr.splitlines() if ":CONSOLE" in line]
@@ -61,8 +63,7 @@ def browser_plots(page: Path, screenshot: Path | None = None) -> int:
         ys = [t for t in re.findall(r'class="y\d*title"[^>]*>(.*?)</text>', panel) if t.strip()]
         assert title and xs and ys, f"panel {title[:1]} lacks a labelled axis: x {xs[:1]}, y {ys[:1]}"
     if screenshot is not None:
-        subprocess.run(flags + ["--window-size=1280,2400", f"--screenshot={screenshot}", page.resolve().as_uri()],
-                       capture_output=True, timeout=1800, check=True)
+        assert res.returncode == 0, res.stderr[-2000:]
         assert screenshot.stat().st_size > 20_000       # a blank page is a few KB
     return len(rendered)
 

@@ -222,7 +222,8 @@ class Simulation:
             "engine": {**ctx.engines.summary(), "preset": self.engine.summary()},
             "pools": self._pools(),
             "serving": serving_summary(ctx.recorder, ctx.engines.log.itl_s, ctx.engines.log.itl_n,
-                                       gpus=sum(len(inst.gpus) or cfg.instance_gpus for inst in instances),
+                                       gpus=(len(instances) * cfg.instance_gpus if cluster.layout is None
+                                             else cluster.layout.total_gpus),    # --disagg: idle GPUs too
                                        concurrency=self.concurrency,
                                        offered_qps=self.load.offered_qps),
             "model_limits": {key: value for key, value in self.limits.items() if not key.startswith("_")},

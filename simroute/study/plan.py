@@ -506,6 +506,11 @@ def binding_resource(summary: dict[str, Any], violated: list[str]) -> str:
                 f"(max fan-in {holders.get('max_fan_in')})")
     parts = summary.get("ttft_breakdown_ms") or {}
     if any("tpot" in violation for violation in violated) and not any("ttft" in violation for violation in violated):
+        itl = engine.get("itl_ms") or {}
+        if (itl.get("p99") or 0.0) > 4 * (itl.get("p50") or math.inf):      # a few iterations far slower than most
+            return (f"compute: prefill interference (inter-token latency p99 {itl['p99']:.1f} ms vs p50 "
+                    f"{itl['p50']:.1f} ms: decode iterations that carried other requests' prefill chunks; "
+                    "a disaggregated decode pool runs none)")
         return "compute: the decode step time of the batch each instance runs (TPOT)"
     largest = max(((part, seconds) for part, seconds in parts.items() if seconds), key=lambda item: item[1],
                   default=(None, 0.0))

@@ -1,0 +1,50 @@
+"""`simroute plan --disagg`: aggregated vs disaggregated serving as one more axis of the same search, on a
+constructed case where disaggregation wins for a reason the step model alone states."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+PROMPT, OUTPUT, CONCURRENCY = 8192, 16, 4
+TPOT_SLO_MS = 30.0
+
+
+def _step_ms(cli, *args) -> float:
+    code, out, err = cli("model", "step", *args, "--json")
+    assert code == 0, err
+    return json.loads(out)["iteration_ms"]
+
+
+@pytest.mark.slow
+def test_a_decode_pool_meets_a_tpot_slo_that_prefill_interference_breaks(cli, tmp_path):
+    """A closed loop of 4 clients sending 8k-token prompts for 16 tokens each (DeepSeek-V3, TP 8, H200). By the
+    step model alone: a decode iteration of all 4 sequences takes under the 30 ms TPOT SLO, and one 8k-token
+    prefill iteration spread over a request's 15 decode steps adds more than the SLO's slack. Aggregated, every
+    instance that decodes a request also prefills the next ones that land there, so some request's TPOT takes a
+    prefill stall at every host count up to 4; a 1:1 pool on 2 hosts decodes in prefill-free batches and meets
+    it. The plan answers the disaggregated deployment at 2 hosts and names prefill interference for the other."""
+    decode_ms = _step_ms(cli, "--tokens", CONCURRENCY, "--decode-seqs", CONCURRENCY, "--context", PROMPT + OUTPUT)
+    prefill_ms = _step_ms(cli, "--tokens", PROMPT, "--decode-seqs", 0)
+    assert decode_ms < TPOT_SLO_MS < decode_ms + prefill_ms / (OUTPUT - 1)      # the case as constructed
+    trace = tmp_path / "long.parquet"
+    code, _, err = cli("trace", "gen", "serving", "-p", f"input_tokens={PROMPT}", "-p", f"output_tokens={OUTPUT}",
+                       "-p", f"concurrency={CONCURRENCY}", "-p", "requests=16", "-o", trace, "--seed", 1)
+    assert code == 0, err
+    out = tmp_path / "plan"
+    code, stdout, err = cli("plan", "--trace", trace, "--disagg", "none,1:1", "--slo", "p99 ttft_ms <= 2000",
+                            "--slo", f"p99 tpot_ms <= {TPOT_SLO_MS:g}", "--hosts-max", 4, "--seeds", 1,
+                            "--compare", "", "-j", 1, "-o", out)
+    assert code == 0, err
+    answer = json.loads((out / "plan.json").read_text())
+    deployments = answer["deployments"]
+    pooled, aggregated = deployments["P:D 1:1, paper"], deployments["aggregated, paper"]
+    assert answer["deployment"] == "P:D 1:1, paper" and pooled["hosts"] == 2 and pooled["gpus"] == 16
+    assert aggregated["hosts"] is None and aggregated["status"] == "infeasible"
+    at_two = next(probe for probe in pooled["probes"] if probe["hosts"] == 2)
+    assert at_two["tpot_ms_p99"] <= 1.1 * decode_ms          # decode-only batches of at most 4 sequences
+    assert all(probe["tpot_ms_p99"] > TPOT_SLO_MS for probe in aggregated["probes"] if probe["served"])
+    assert "prefill interference" in aggregated["binding"]["resource"]
+    one_host = next(probe for probe in pooled["probes"] if probe["hosts"] == 1)   # 1:1 at TP 8 needs 2 hosts
+    assert one_host["served"] == 0 and "needs 16 GPUs" in pooled["binding"]["resource"]

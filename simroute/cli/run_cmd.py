@@ -203,6 +203,7 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
                                                                                            "e2e_ms")]
           + ([["itl_ms", f(itl, "mean"), f(itl, "median"), f(itl, "p95"), f(itl, "p99")]] if itl.get("mean") else []))
     _print_serving(s.get("serving"))
+    _print_pools(s)
     pc = s["primitive_counts"]
     table("primitives per (chunk, request)", ["route", "fetch", "local", "resident", "first-touch"],
           [[pc["route"], pc["fetch"], pc["local"], pc["resident"], pc["first-touch"]]])
@@ -268,6 +269,20 @@ def _print_serving(serving: dict | None) -> None:
                     + (f" at concurrency {limit}" if limit else "")
                     + f"; {rate['requests_per_s'] or 0:.3f} requests/s; input / output / total tokens/s "
                     f"{tokens(rate)}, per GPU ({serving['gpus']}) {tokens(per_gpu)}")
+
+
+def _print_pools(s: dict) -> None:
+    """--disagg's pools (summary.json `pools`): their sizes, TP, GPUs and the PD transfers' flow time."""
+    pools = s.get("pools") or {}
+    if pools.get("mode") != "disaggregated":
+        return
+    prefill, decode = pools["prefill"], pools["decode"]
+    pd = (s.get("network") or {}).get("fct_ms_pd") or {}
+    console().print(f"pools P:D {pools['ratio']}: {prefill['instances']} prefill x TP {prefill['tp']} "
+                    f"({prefill['gpus']} GPUs, {prefill['router']}), {decode['instances']} decode x TP {decode['tp']} "
+                    f"({decode['gpus']} GPUs), {pools['idle_gpus']} idle"
+                    + (f"; PD transfers {pd['flows']:,} flows, {pd['mean']:.2f} / {pd['p95']:.2f} ms mean / p95"
+                       if pd else ""))
 
 
 def _print_why(s: dict) -> None:

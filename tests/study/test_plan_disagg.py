@@ -48,3 +48,14 @@ def test_a_decode_pool_meets_a_tpot_slo_that_prefill_interference_breaks(cli, tm
     assert "prefill interference" in aggregated["binding"]["resource"]
     one_host = next(probe for probe in pooled["probes"] if probe["hosts"] == 1)   # 1:1 at TP 8 needs 2 hosts
     assert one_host["served"] == 0 and "needs 16 GPUs" in pooled["binding"]["resource"]
+
+
+@pytest.mark.parametrize("args, field", [(("--disagg", "1:0"), "--disagg"), (("--disagg", "none,x"), "--disagg"),
+                                         (("--disagg", "1:1,1:1"), "--disagg"),
+                                         (("--prefill-tp", "4"), "--prefill-tp"),
+                                         (("--disagg", "none,1:1", "--prefill-tp", "3"), "--prefill-tp")])
+def test_plan_refuses_an_impossible_pool_naming_the_flag(cli, tmp_path, args, field):
+    code, out, err = cli("plan", *args, "--hosts-max", 2, "--seeds", 1, "-o", tmp_path / "p")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"'{field}'" in err and "Traceback" not in err
+    assert not (tmp_path / "p").exists()

@@ -113,6 +113,10 @@ def _run(**options: typing.Any) -> None:
         values[name] = str(default() if values[name] is None else values[name])
     values["telemetry"] = values["telemetry"] or timeline is not None    # a timeline needs the telemetry
     cfg = _config_naming_flags(RunConfig, values)
+    if cfg.prefill_tp is not None and cfg.disagg == "none":
+        from simroute.errors import ConfigurationError
+        raise ConfigurationError("sets the prefill pool's TP: name the pools with --disagg P:D too",
+                                 field="--prefill-tp")
     from simroute.ioutil import atomic_files, check_new_file, claim_output   # checked, -o locked before simulating
     if timeline is not None:      # never over a user's file: new, or one simroute wrote there
         check_new_file(timeline, inputs=[out, cfg.trace, cfg.topology, cfg.calib], flag="--timeline")

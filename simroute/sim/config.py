@@ -145,7 +145,8 @@ class RunConfig:
                                   "(--router) and decoded there; none: aggregated serving. Example: --disagg 1:3 "
                                   "--prefill-tp 4 (docs/MODEL.md, Disaggregated serving).", check=_check_disagg)
     prefill_tp: int | None = setting(None, "GPUs per prefill instance under --disagg (the decode pool's is --tp); "
-                                           "--tp if unset.", minimum=1)
+                                           "--tp if unset; not read by aggregated serving (a study's aggregated "
+                                           "points beside its P:D ones).", minimum=1)
     prefill_router: str = setting("least-tokens", "Prefill instance per request under --disagg.",
                                   choices=PREFILL_ROUTERS)
     weights: str | None = setting(None, "Weight dtype of the linear layers (default: the checkpoint's, e.g. fp8 "
@@ -267,9 +268,6 @@ class RunConfig:
                 if getattr(self, name) is not None:
                     raise ConfigurationError("is a framework setting: name an engine preset (--engine) to set it",
                                              field=name)
-        if self.prefill_tp is not None and self.disagg == "none":
-            raise ConfigurationError("sets the prefill pool's TP: name the pools with --disagg P:D too",
-                                     field="prefill_tp")
         if self.qps is not None and self.time_scale is not None:
             raise ConfigurationError("set the load by --qps or by --time-scale, not both", field="qps")
         self._check_parallel()

@@ -16,16 +16,15 @@ separately) becomes more fields of the same record, per pool.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from simroute.errors import ConfigurationError
+from simroute.sim.request_spec import RequestSpec
 
-if TYPE_CHECKING:
-    from simroute.sim.cluster import Instance
-    from simroute.sim.prefill_routers.base import PrefillRouter
-    from simroute.sim.request_spec import RequestSpec
+# A leaf of the simulator (the run config checks --disagg with it): it names no component module, so its
+# instances and router are typed `Any` (`Instance` of sim/cluster.py, `PrefillRouter` of sim/prefill_routers/).
 
 AGGREGATED = "none"
 
@@ -122,19 +121,19 @@ class PrefillPool:
     """The prefill pool of a run: its instances and the prompt tokens each has queued or is prefilling (added
     when a request is sent there, removed when its prefill is done), which the prefill router reads."""
 
-    def __init__(self, instances: list[Instance], router: PrefillRouter) -> None:
+    def __init__(self, instances: list[Any], router: Any) -> None:
         self.instances, self.router = instances, router
         self.queued = np.zeros(len(instances), dtype=np.float64)
         self._index = {inst.id: i for i, inst in enumerate(instances)}
         self.sent = np.zeros(len(instances), dtype=np.int64)     # requests each prefilled (the summary's)
 
-    def pick(self, spec: RequestSpec, requester: Instance) -> Instance:
+    def pick(self, spec: RequestSpec, requester: Any) -> Any:
         i = self.router.pick(spec, requester, self.instances, self.queued)
         self.queued[i] += spec.prompt_tokens
         self.sent[i] += 1
         return self.instances[i]
 
-    def done(self, instance: Instance, tokens: int) -> None:
+    def done(self, instance: Any, tokens: int) -> None:
         self.queued[self._index[instance.id]] -= tokens
 
     def summary(self) -> dict[str, Any]:

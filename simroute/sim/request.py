@@ -366,7 +366,11 @@ class DenseRequest(RequestProcess):
         self.step_wait: Callable[[int], float] | None = None   # per-iteration wait of its own (a selection's gather)
 
     def prefill_floor_s(self) -> float:
-        """One iteration of the whole prompt alone (chunking it or batching it only adds)."""
+        """One iteration of the whole prompt alone (chunking it or batching it only adds), on the engine that
+        prefills it (a prefill-pool instance has a step model of its own TP)."""
+        prefill = self.prefill_instance
+        if prefill is not None and prefill is not self.requester:
+            return engine_reprefill_s(self.ctx.engines[prefill.id].step, float("inf"), self.spec.prompt_tokens)
         return self._prefill_alone_s(self.spec.prompt_tokens)
 
     def own_prefill(self) -> Steps:

@@ -90,6 +90,7 @@ def test_a_prefill_pool_of_another_tp_maps_the_ranks_as_sglang(tmp_path, model, 
     assert all(record.nbytes == pytest.approx(each) for record in flows)
     assert sim.rec.bytes_pd[0] == pytest.approx(8 * each)
     assert ctx.engines[prefill.id].step.tp == 4 and ctx.engines[decode.id].step.tp == 8
+    assert sim.rec.ttft[0] >= sim.rec.ttft_floor[0] - 1e-12      # the floor prefills at the prefill pool's TP
 
 
 @pytest.mark.parametrize("args, field", [
@@ -101,3 +102,27 @@ def test_an_impossible_pool_is_refused_naming_the_flag(cli, tmp_path, args, fiel
     code, stdout, err = cli("run", *args, "-o", str(out))
     assert code == 2 and not stdout.strip() and not out.exists()
     assert len(err.strip().splitlines()) == 1 and f"'{field}'" in err and "Traceback" not in err
+
+
+def test_shared_chunks_live_on_the_decode_pool_and_every_prompt_is_prefilled_on_the_prefill_pool():
+    """The shipped agent trace at 1:3 on 8 hosts (2 prefill + 6 decode instances): requesters, holders, copies
+    and routed partials are the decode pool's; each request's PD bytes are its prompt's latent x 8 ranks."""
+    from simroute.sim.runner import simulate
+    from simroute.defaults import DEFAULT_TOPOLOGY, DEFAULT_TRACE
+    cfg = RunConfig(topology=DEFAULT_TOPOLOGY, trace=DEFAULT_TRACE, calib=str(default_profile_path()), disagg="1:3",
+                    max_requests=120, telemetry=False)
+    res = simulate(cfg)
+    import numpy as np
+    from simroute.arrow import to_numpy
+    requests = res.tables["requests"]
+    col = lambda name: to_numpy(requests.column(name))
+    done = col("status") == "completed"
+    assert done.sum() > 100
+    assert set(col("requester")[done].tolist()) <= set(range(6))
+    decisions = res.tables["decisions"]
+    assert set(to_numpy(decisions.column("holder")).tolist()) <= set(range(6))
+    kv = res.summary["engine"]["kv_bytes_per_token_per_gpu"]      # DeepSeek-V3's whole latent per GPU (replicated)
+    prompt = col("bytes_pd")[done] / (kv * 8)        # whole prompt tokens (input_tokens adds the attended chunks')
+    assert np.allclose(prompt, np.round(prompt)) and (prompt >= 1).all() and (prompt < col("input_tokens")[done]).all()
+    assert res.summary["pools"]["decode"] == {"instances": 6, "tp": 8, "gpus": 48}
+    assert res.summary["holders"]["queries"] > 0

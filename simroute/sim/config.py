@@ -143,10 +143,11 @@ class RunConfig:
                                   "then the prefill pool, the rest idle). Every request is prefilled on a prefill "
                                   "instance (--prefill-router), its prompt's KV shipped to its decode instance "
                                   "(--router) and decoded there; none: aggregated serving. Example: --disagg 1:3 "
-                                  "--prefill-tp 4 (docs/MODEL.md, Disaggregated serving).", check=_check_disagg)
+                                  "(docs/MODEL.md, Disaggregated serving).", check=_check_disagg)
     prefill_tp: int | None = setting(None, "GPUs per prefill instance under --disagg (the decode pool's is --tp); "
                                            "--tp if unset; not read by aggregated serving (a study's aggregated "
-                                           "points beside its P:D ones).", minimum=1)
+                                           "points beside its P:D ones). Example: --model llama-3.1-70b --tp 8 "
+                                           "--disagg 1:2 --prefill-tp 4.", minimum=1)
     prefill_router: str = setting("least-tokens", "Prefill instance per request under --disagg.",
                                   choices=PREFILL_ROUTERS)
     weights: str | None = setting(None, "Weight dtype of the linear layers (default: the checkpoint's, e.g. fp8 "

@@ -13,8 +13,9 @@ from simroute.sim.request_spec import RequestSpec
 
 @PREFILL_ROUTERS.register("least-tokens")
 class LeastTokens(PrefillRouter):
-    """Fewest prompt tokens queued or prefilling (ties rotate): a work-conserving choice, as Dynamo's shared
-    prefill queue that the first free worker pulls from."""
+    """Fewest prompt tokens queued or prefilling, ties rotating (the default).
+
+    A work-conserving choice, as Dynamo's shared prefill queue that the first free worker pulls from."""
 
     def pick(self, request: RequestSpec, requester: Any, pool: Sequence[Any], queued: np.ndarray) -> int:
         least = np.flatnonzero(queued == queued.min())

@@ -21,7 +21,7 @@ from simroute.model.steptime import StepTimeModel
 from simroute.network.messages import NIC_CONSTANTS, MessageModel, MessageModelParams
 from simroute.sim.config import RunConfig
 from simroute.sim.deployment import check_run_deployment
-from simroute.sim.pools import PoolLayout, parse_disagg, pool_layout
+from simroute.sim.pools import PoolLayout, parse_disagg, pool_layout, prefill_tp_of
 from simroute.sim.presets import ResolvedEngine, resolve_engine
 
 
@@ -77,7 +77,8 @@ def resolve_calibration(cfg: RunConfig, topology_spec: Any) -> RunCalibration:
     deployment = check_run_deployment(topology_spec, profile, model=cfg.model, tp=cfg.tp, gpu=cfg.gpu,
                                       weights=cfg.weights, kv_layout=cfg.kv_layout, hbm_gb=cfg.hbm_gb,
                                       cache_dtype=cfg.kv_cache,
-                                      group=cfg.parallel(topology_spec.gpus_per_host) if cfg.grouped else None)
+                                      group=cfg.parallel(topology_spec.gpus_per_host) if cfg.grouped else None,
+                                      pooled=cfg.disagg != "none")
     params = profile.cost_params(cfg.model, route_exchanges=cfg.route_exchanges, prefill_us=cfg.prefill_us,
                                  cache_dtype=cfg.kv_cache)
     messages = nic_message_model(profile)
@@ -107,15 +108,17 @@ def resolve_calibration(cfg: RunConfig, topology_spec: Any) -> RunCalibration:
 
 def disagg_pools(cfg: RunConfig, topology_spec: Any, profile: Profile) -> tuple[PoolLayout | None,
                                                                                   StepTimeModel | None]:
-    """--disagg's pools on the run's cluster and the prefill pool's step model (its TP, the run's engine preset):
-    refused, naming the flag, where the prefill TP cannot be a host's group or its weights do not fit, or the
-    cluster cannot hold one P:D group. (None, None) for aggregated serving."""
+    """--disagg's pools on the run's cluster and the prefill pool's step model (TP instances at its TP, the run's
+    engine preset; the decode pool's DP attention, EP and MTP are the decode groups'): refused, naming the flag,
+    where the prefill TP cannot be a host's group or its weights do not fit, or the cluster cannot hold one P:D
+    group. (None, None) for aggregated serving."""
     ratio = parse_disagg(cfg.disagg)
     if ratio is None:
         return None, None
     from simroute.model.limits import Fields
-    prefill_tp = cfg.prefill_tp if cfg.prefill_tp is not None else cfg.tp
-    pcfg = replace(cfg, tp=prefill_tp, disagg="none", prefill_tp=None)
+    prefill_tp = prefill_tp_of(cfg.prefill_tp, cfg.tp, topology_spec.gpus_per_host)
+    pcfg = replace(cfg, tp=prefill_tp, disagg="none", prefill_tp=None, dp_attention=1, ep=1, a2a=None, nextn=0,
+                   accept_rate=None, accept_length=None)
     fields = Fields(tp="prefill_tp")
     deployment = check_run_deployment(topology_spec, profile, model=cfg.model, tp=prefill_tp, gpu=cfg.gpu,
                                       weights=cfg.weights, kv_layout=cfg.kv_layout, hbm_gb=cfg.hbm_gb,
@@ -123,5 +126,5 @@ def disagg_pools(cfg: RunConfig, topology_spec: Any, profile: Profile) -> tuple[
     _engine, prefill_step = engine_and_step(pcfg, profile, topology_spec.intra.fabric, deployment.gpu,
                                             deployment.step)
     layout = pool_layout(ratio, total_gpus=topology_spec.hosts * topology_spec.gpus_per_host, tp=cfg.tp,
-                         prefill_tp=prefill_tp)
+                         prefill_tp=prefill_tp, dp=cfg.dp_attention, ep=cfg.ep)
     return layout, prefill_step

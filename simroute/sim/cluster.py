@@ -186,11 +186,13 @@ class Cluster:
     @staticmethod
     def _pool_instances(env: simpy.Environment, topology: Topology, config: RunConfig, compute: ComputeModel,
                         staging: StagingParams, layout: PoolLayout) -> list[Instance]:
-        """The decode pool's instances (ids 0..D-1), then the prefill pool's, on the GPUs `layout` gives them."""
+        """The decode pool's instances (ids 0..D-1: TP groups, or each group's DP attention ranks), then the
+        prefill pool's, on the GPUs `layout` gives them."""
         gpus, instances = topology.gpus, []
-        for first_gpus, tp, prefill in ((layout.decode, layout.decode_pool.tp, False),
-                                        (layout.prefill, layout.prefill_pool.tp, True)):
-            for first in first_gpus:
+        prefill_tp = layout.prefill_pool.tp
+        for places, prefill in ((layout.decode_instances, False),
+                                (tuple((first, prefill_tp) for first in layout.prefill), True)):
+            for first, tp in places:
                 gpu = gpus[first]
                 instances.append(Instance(
                     id=len(instances), gpu=gpu, host=topology.host_of(gpu),
@@ -240,9 +242,13 @@ class Cluster:
         decode rank holds the whole latent (`replicated`: MLA under TP attention) decode rank r receives all of it
         from prefill rank r x ptp // dtp; where the KV is split over ranks (GQA heads, the tpla layout) each of
         n = max(ptp, dtp) flows carries 1/n, flow i from prefill rank i x ptp // n to decode rank i x dtp // n.
-        Where one rank pair stands for all (`every_rank` false) only rank 0's flow is simulated, carrying the
-        per-decode-rank share the summary scales by tp. Returns (the event when the last flow ends, the bytes
-        on the fabric over all ranks, the largest flow's bytes: the transfer's uncongested floor)."""
+        A decode instance of one GPU (a DP attention rank) is `replicated` too under MLA: it receives the whole
+        latent from one prefill rank (SGLang's MLA path sends from `target_tp_ranks[0]` only, the other prefill
+        ranks' replies being dummies), and GQA's 1/ptp from each prefill rank.
+        Where one rank pair stands for all (`every_rank` false, instances of several GPUs) only rank 0's flow is
+        simulated, carrying the per-decode-rank share the summary scales by tp. Returns (the event when the last
+        flow ends, the bytes on the fabric over all ranks, the largest flow's bytes: the transfer's uncongested
+        floor)."""
         ptp, dtp = len(src.gpus) or 1, len(dst.gpus) or 1
         if replicated:
             pairs = [(src.gpus[rank * ptp // dtp], dst.gpus[rank]) for rank in range(dtp)]
@@ -252,7 +258,7 @@ class Cluster:
             pairs = [(src.gpus[i * ptp // n], dst.gpus[i * dtp // n]) for i in range(n)]
             share = nbytes / n
         wire = share * len(pairs)
-        if not self.every_rank(src, dst):
+        if len(pairs) == 1 or (self.config.instance_gpus > 1 and not self.every_rank(src, dst)):
             per_plane = wire / self.config.instance_gpus
             return (network.transfer(src.gpu, dst.gpu, per_plane, rate_cap_Bps=rate_cap_Bps, tag=tag), wire,
                     per_plane)

@@ -142,10 +142,13 @@ class RunConfig:
                                   "this ratio (as many P:D groups as the cluster holds; the decode pool first, "
                                   "then the prefill pool, the rest idle). Every request is prefilled on a prefill "
                                   "instance (--prefill-router), its prompt's KV shipped to its decode instance "
-                                  "(--router) and decoded there; none: aggregated serving. Example: --disagg 1:3 "
+                                  "(--router) and decoded there; none: aggregated serving. The decode pool "
+                                  "takes --tp / --dp-attention / --ep / --nextn (a DP group's ranks each a decode "
+                                  "instance), the prefill pool is TP instances (--prefill-tp). Example: --disagg 1:3 "
                                   "(docs/MODEL.md, Disaggregated serving).", check=_check_disagg)
     prefill_tp: int | None = setting(None, "GPUs per prefill instance under --disagg (the decode pool's is --tp); "
-                                           "--tp if unset; not read by aggregated serving (a study's aggregated "
+                                           "--tp if unset (a host's GPUs where a decode DP group spans hosts); not "
+                                           "read by aggregated serving (a study's aggregated "
                                            "points beside its P:D ones). Example: --model llama-3.1-70b --tp 8 "
                                            "--disagg 1:2 --prefill-tp 4.", minimum=1)
     prefill_router: str = setting("least-tokens", "Prefill instance per request under --disagg.",

@@ -9,8 +9,10 @@ runs prefill-only batches (and no CUDA graph, which a prefill batch never replay
 it has been sent; a decode server runs the batches of sequences whose KV arrived, the first token having come
 from the prefill server with the KV.
 
-A pool's parallelism is a `PoolSpec` (role, instances, TP); DP attention + EP (being wired into the engine
-separately) becomes more fields of the same record, per pool.
+A pool's parallelism is a `PoolSpec` (role, instances, TP, DP attention ranks, EP). The decode pool takes the run's
+parallelism (`--tp`, or `--tp N --dp-attention N --ep N`: each decode group of N GPUs is N attention instances,
+each receiving its own requests' KV from the prefill pool, the group stepping in lockstep as aggregated DP groups
+do, sim/engine/group.py); the prefill pool is TP instances (`--prefill-tp`).
 """
 
 from __future__ import annotations
@@ -46,14 +48,28 @@ def parse_disagg(value: str, field: str = "disagg") -> tuple[int, int] | None:
     return prefill, decode
 
 
+def prefill_tp_of(prefill_tp: int | None, tp: int, gpus_per_host: int) -> int:
+    """The prefill pool's TP: `--prefill-tp`, else the decode pool's `--tp` as far as one host holds it (a decode
+    DP group may span hosts; a prefill TP instance lives inside one)."""
+    return prefill_tp if prefill_tp is not None else min(tp, gpus_per_host)
+
+
 @dataclass(frozen=True)
 class PoolSpec:
-    """One pool's parallelism: its role, how many instances, and each instance's TP degree (the GPUs of one
-    instance, inside one host). DP attention and EP are to become fields of this record, per pool."""
+    """One pool's parallelism: its role, how many instances (TP groups), each one's TP degree (its GPUs), and
+    where its GPUs serve as DP attention ranks (`dp` > 1: each rank its own instance of tp / dp GPUs) its DP
+    degree and its MoE layers' EP degree."""
 
     role: str           # "prefill" | "decode"
     instances: int
     tp: int
+    dp: int = 1
+    ep: int = 1
+
+    @property
+    def ranks(self) -> int:
+        """The instances requests are served by: a TP group each, or each group's DP attention ranks."""
+        return self.instances * self.dp
 
     @property
     def gpus(self) -> int:
@@ -78,12 +94,21 @@ class PoolLayout:
     def idle_gpus(self) -> int:
         return self.total_gpus - self.decode_pool.gpus - self.prefill_pool.gpus
 
+    @property
+    def decode_instances(self) -> tuple[tuple[int, int], ...]:
+        """(first GPU, GPUs) of each decode-pool instance: a TP group, or each DP attention rank of a group."""
+        width = self.decode_pool.tp // self.decode_pool.dp
+        return tuple((first + rank * width, width) for first in self.decode for rank in range(self.decode_pool.dp))
+
     def summary(self, router: str) -> dict[str, Any]:
         return {"mode": "disaggregated", "ratio": f"{self.ratio[0]}:{self.ratio[1]}",
                 "prefill": {"instances": self.prefill_pool.instances, "tp": self.prefill_pool.tp,
                             "gpus": self.prefill_pool.gpus, "router": router},
                 "decode": {"instances": self.decode_pool.instances, "tp": self.decode_pool.tp,
-                           "gpus": self.decode_pool.gpus},
+                           "gpus": self.decode_pool.gpus,
+                           **({"dp_attention": self.decode_pool.dp, "ep": self.decode_pool.ep,
+                               "attention_instances": self.decode_pool.ranks}
+                              if self.decode_pool.dp > 1 or self.decode_pool.ep > 1 else {})},
                 "idle_gpus": self.idle_gpus}
 
 
@@ -101,9 +126,11 @@ def _pack(groups: int, ratio: tuple[int, int], tp: int, prefill_tp: int) -> tupl
     return decode, prefill, at
 
 
-def pool_layout(ratio: tuple[int, int], *, total_gpus: int, tp: int, prefill_tp: int) -> PoolLayout:
+def pool_layout(ratio: tuple[int, int], *, total_gpus: int, tp: int, prefill_tp: int, dp: int = 1,
+                ep: int = 1) -> PoolLayout:
     """The most P:D groups the cluster's `total_gpus` hold (the ratio kept exactly: k x P prefill and k x D decode
-    instances); refused, naming --disagg, where not even one group fits."""
+    instances of `tp` GPUs, a decode one `dp` attention ranks where `dp` > 1); refused, naming --disagg, where not
+    even one group fits."""
     per_group = ratio[0] * prefill_tp + ratio[1] * tp
     groups = total_gpus // per_group
     while groups > 0 and _pack(groups, ratio, tp, prefill_tp)[2] > total_gpus:
@@ -113,7 +140,8 @@ def pool_layout(ratio: tuple[int, int], *, total_gpus: int, tp: int, prefill_tp:
             f"{ratio[0]}:{ratio[1]} needs {per_group} GPUs ({ratio[0]} prefill x TP {prefill_tp} + {ratio[1]} "
             f"decode x TP {tp}); the cluster has {total_gpus} (more hosts, a smaller ratio or TP)", field="disagg")
     decode, prefill, _ = _pack(groups, ratio, tp, prefill_tp)
-    return PoolLayout(ratio, PoolSpec("decode", len(decode), tp), PoolSpec("prefill", len(prefill), prefill_tp),
+    return PoolLayout(ratio, PoolSpec("decode", len(decode), tp, dp, ep),
+                      PoolSpec("prefill", len(prefill), prefill_tp),
                       tuple(decode), tuple(prefill), total_gpus)
 
 

@@ -290,7 +290,7 @@ class RequestProcess:
         kv = spec.prompt_tokens * ctx.compute.kv_bytes_per_token
         fabric = ctx.cluster.fabric(prefill, requester)
         step = ctx.engines.step            # the decode side's: whether each of its ranks holds the whole latent
-        replicated = step.geometry.is_mla and step.kv_shards == 1 and len(requester.gpus) > 1
+        replicated = step.geometry.is_mla and step.kv_shards == 1
         done, wire, largest = ctx.cluster.pd_transfer(ctx.network, prefill, requester, kv, replicated=replicated,
                                                       rate_cap_Bps=fabric.bulk_Bps)
         yield done

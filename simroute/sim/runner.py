@@ -117,7 +117,7 @@ class Simulation:
         popularity = attendance_counts(cfg.trace, chunks.ids) if needs_popularity else None
         layout = calibration.layout          # --disagg's pools (sim/pools.py), else None
         gpus = (topology.gpus[::cfg.instance_gpus] if layout is None      # one instance per TP group or DP rank
-                else [topology.gpus[first] for first in layout.decode])
+                else [topology.gpus[first] for first, _width in layout.decode_instances])
         fabric_of = lambda a, b: cluster.fabric(cluster.instances[a], cluster.instances[b])
         self.engine = calibration.engine
         cfg = self.cfg = self.engine.applied(cfg)       # the settings that ran, as the summary records them

@@ -222,10 +222,14 @@ def check_point(cfg: dict[str, Any], study_file: str, where: str) -> None:
                              gpu=cfg.get("gpu"), weights=cfg.get("weights"),
                              kv_layout=cfg.get("kv_layout", "replicated"), hbm_gb=cfg.get("hbm_gb"),
                              cache_dtype=cfg.get("kv_cache"), group=group,
+                             pooled=cfg.get("disagg", "none") != "none",
                              fields=Fields(**named, hbm=f"{where}: hbm_gb", dp=f"{where}: dp_attention",
                                            ep=f"{where}: ep", hosts=f"{where}: hosts", file=study_file))
-        if cfg.get("prefill_tp") is not None and cfg.get("disagg", "none") != "none":   # the prefill pool's group
-            check_run_deployment(spec, profile, model=cfg.get("model", DEFAULT_MODEL), tp=int(cfg["prefill_tp"]),
+        if cfg.get("disagg", "none") != "none":   # the prefill pool's TP instances
+            from simroute.sim.pools import prefill_tp_of
+            prefill_tp = prefill_tp_of(None if cfg.get("prefill_tp") is None else int(cfg["prefill_tp"]),
+                                        int(cfg.get("tp", DEFAULT_TP)), spec.gpus_per_host)
+            check_run_deployment(spec, profile, model=cfg.get("model", DEFAULT_MODEL), tp=prefill_tp,
                                  gpu=cfg.get("gpu"), weights=cfg.get("weights"),
                                  kv_layout=cfg.get("kv_layout", "replicated"), hbm_gb=cfg.get("hbm_gb"),
                                  cache_dtype=cfg.get("kv_cache"),

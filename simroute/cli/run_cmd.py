@@ -282,8 +282,10 @@ def _print_pools(s: dict) -> None:
         return
     prefill, decode = pools["prefill"], pools["decode"]
     pd = (s.get("network") or {}).get("fct_ms_pd") or {}
+    shape = (f"TP {decode['tp']}" if "dp_attention" not in decode else
+             f"DP attention {decode['dp_attention']} + EP {decode['ep']}")
     console().print(f"pools P:D {pools['ratio']}: {prefill['instances']} prefill x TP {prefill['tp']} "
-                    f"({prefill['gpus']} GPUs, {prefill['router']}), {decode['instances']} decode x TP {decode['tp']} "
+                    f"({prefill['gpus']} GPUs, {prefill['router']}), {decode['instances']} decode x {shape} "
                     f"({decode['gpus']} GPUs), {pools['idle_gpus']} idle"
                     + (f"; PD transfers {pd['flows']:,} flows, {pd['mean']:.2f} / {pd['p95']:.2f} ms mean / p95"
                        if pd else ""))

@@ -138,7 +138,8 @@ def pool_layout(ratio: tuple[int, int], *, total_gpus: int, tp: int, prefill_tp:
     if groups < 1:
         raise ConfigurationError(
             f"{ratio[0]}:{ratio[1]} needs {per_group} GPUs ({ratio[0]} prefill x TP {prefill_tp} + {ratio[1]} "
-            f"decode x TP {tp}); the cluster has {total_gpus} (more hosts, a smaller ratio or TP)", field="disagg")
+            f"decode x {f'TP {tp}' if dp == 1 else f'{tp} GPUs of DP attention {dp}'}); the cluster has "
+            f"{total_gpus} (more hosts, a smaller ratio or TP)", field="disagg")
     decode, prefill, _ = _pack(groups, ratio, tp, prefill_tp)
     return PoolLayout(ratio, PoolSpec("decode", len(decode), tp, dp, ep),
                       PoolSpec("prefill", len(prefill), prefill_tp),

@@ -96,6 +96,7 @@ def test_a_prefill_pool_of_another_tp_maps_the_ranks_as_sglang(tmp_path, model, 
 @pytest.mark.parametrize("args, field", [
     (("--disagg", "1:0"), "--disagg"), (("--disagg", "1:1", "--hosts", "1"), "disagg"),
     (("--disagg", "1:1", "--hosts", "2", "--prefill-tp", "3"), "prefill_tp"), (("--prefill-tp", "4"), "--prefill-tp"),
+    (("--disagg", "1:1", "--hosts", "2", "--tp", "16", "--dp-attention", "16", "--ep", "16"), "disagg"),
 ])
 def test_an_impossible_pool_is_refused_naming_the_flag(cli, tmp_path, args, field):
     out = tmp_path / "o"
@@ -126,3 +127,69 @@ def test_shared_chunks_live_on_the_decode_pool_and_every_prompt_is_prefilled_on_
     assert np.allclose(prompt, np.round(prompt)) and (prompt >= 1).all() and (prompt < col("input_tokens")[done]).all()
     assert res.summary["pools"]["decode"] == {"instances": 6, "tp": 8, "gpus": 48}
     assert res.summary["holders"]["queries"] > 0
+
+
+def _dp_run(tmp_path, requests: list[tuple[float, int]], **kw) -> Simulation:
+    rows = [{"arrival_s": arrival, "requester_hint": rank, "prompt_tokens": PROMPT, "output_tokens": 4}
+            for arrival, rank in requests]
+    trace = write_trace(tmp_path / "dp.parquet", rows, [], name="dp")
+    cfg = RunConfig(topology=str(shipped_topology("fattree")), trace=str(trace), calib=str(default_profile_path()),
+                    **{"hosts": 2, "engine": "none", "disagg": "1:1", "model": "deepseek-v2-lite", "tp": 8, "ep": 8,
+                       **kw})
+    sim = Simulation(cfg)
+    sim.run()
+    return sim
+
+
+def test_a_dp_attention_decode_pool_receives_each_latent_once_on_its_rank_by_hand(tmp_path):
+    """Decode DP 8 + EP 8 on host 0 (8 attention instances of one GPU, one lockstep group), prefill TP 8 on host 1.
+    Requests on decode ranks 0 and 5, the second after the first is done. Each rank holds its own latent: SGLang's
+    MLA path (decode attn_tp 1 < prefill attn_tp 8) takes it whole from prefill rank (0 % 1) x 8 = 0, so each
+    request is one flow of prompt x KV bytes/token, prefill GPU 0 -> the rank's GPU (1/8 of TP 8 decode's bytes).
+    TTFT = the TP 8 prefill iteration + those bytes / bulk rate; the KV lands on that rank's HBM only."""
+    sim = _dp_run(tmp_path, [(0.0, 0), (1.0, 5)], dp_attention=8)
+    ctx = sim.ctx
+    *decode, prefill = ctx.cluster.instances
+    gpus = ctx.topology.gpus
+    assert [inst.gpus for inst in decode] == [(gpu,) for gpu in gpus[:8]] and prefill.gpus == tuple(gpus[8:16])
+    assert len(ctx.engines.groups) == 1 and [e.eid for e in ctx.engines.groups[0].ranks] == list(range(8))
+    kv = PROMPT * ctx.compute.kv_bytes_per_token
+    flows = sorted((r.src, r.dst, r.nbytes) for r in ctx.network.telemetry.records if r.tag == "pd")
+    assert flows == [(gpus[8], gpus[0], pytest.approx(kv)), (gpus[8], gpus[5], pytest.approx(kv))]
+    assert list(sim.rec.bytes_pd[:2]) == pytest.approx([kv, kv])
+    summary = sim._result(0.0).summary
+    assert summary["network"]["bytes_by_tier"]["nic-leaf"] == pytest.approx(2 * 2 * kv)   # each: up, down
+    assert summary["pools"]["decode"] == {"instances": 1, "tp": 8, "gpus": 8, "dp_attention": 8, "ep": 8,
+                                          "attention_instances": 8}
+    bulk = ctx.cluster.fabric(prefill, decode[0]).bulk_Bps
+    prefill_s = _prefill_s(ctx.engines[prefill.id].step, PROMPT)
+    assert ctx.engines[prefill.id].step.tp == 8
+    assert list(sim.rec.ttft[:2]) == pytest.approx([prefill_s + kv / bulk] * 2, rel=0.01)
+    assert (sim.rec.ttft[:2] >= sim.rec.ttft_floor[:2] - 1e-12).all()
+    peaks = [ctx.engines[inst.id].hbm.peak_kv_blocks for inst in decode]
+    assert peaks[0] >= blocks_for(PROMPT) and peaks[5] >= blocks_for(PROMPT)
+    assert [peak for rank, peak in enumerate(peaks) if rank not in (0, 5)] == [0] * 6
+    assert ctx.engines[prefill.id].hbm.kv_blocks == 0
+
+
+def test_dp_ranks_of_two_gpus_take_the_latent_from_the_prefill_ranks_sglang_maps(tmp_path):
+    """Decode DP 4 on TP 8 (attn_tp 2, every rank's flow): decode rank r of an attention instance receives the
+    whole latent from prefill rank r x (8 // 2), i.e. prefill GPUs 0 and 4: 2 x the prompt's KV per request."""
+    sim = _dp_run(tmp_path, [(0.0, 2)], dp_attention=4, rank_flows="every")
+    ctx = sim.ctx
+    decode, prefill = ctx.cluster.instances[2], ctx.cluster.instances[4]
+    assert len(decode.gpus) == 2 and prefill.prefill and len(prefill.gpus) == 8
+    kv = PROMPT * ctx.compute.kv_bytes_per_token
+    flows = sorted((r.src, r.dst, r.nbytes) for r in ctx.network.telemetry.records if r.tag == "pd")
+    assert flows == sorted([(prefill.gpus[0], decode.gpus[0], pytest.approx(kv)),
+                            (prefill.gpus[4], decode.gpus[1], pytest.approx(kv))])
+    assert sim.rec.bytes_pd[0] == pytest.approx(2 * kv)
+
+
+def test_a_dp_group_spanning_hosts_beside_a_prefill_host(tmp_path):
+    """DP 16 over hosts 0-1 and a prefill TP instance on host 2 (3 hosts: the decode group need not tile every
+    host); the prefill TP defaults to a host's 8 GPUs, --tp 16 being the decode group's."""
+    sim = _dp_run(tmp_path, [(0.0, 11)], dp_attention=16, **{"tp": 16, "ep": 16, "hosts": 3})
+    pools = sim._result(0.0).summary["pools"]
+    assert pools["prefill"]["tp"] == 8 and pools["decode"]["attention_instances"] == 16 and pools["idle_gpus"] == 0
+    assert sim.rec.bytes_pd[0] == pytest.approx(PROMPT * sim.ctx.compute.kv_bytes_per_token)

@@ -48,7 +48,8 @@ def test_every_variant_of_a_kind_keeps_its_contract(kind):
 
 
 RUN_FIELDS = {"router": "router", "policy": "policy", "placement": "placement", "scheduler": "scheduler",
-              "routing": "routing", "framework": "engine", "prefill-router": "prefill_router"}     # `engine` names a framework's preset
+              "routing": "routing", "framework": "engine",       # `engine` names a framework's preset
+              "prefill-router": "prefill_router"}
 NAMED_BY_FILES = {"topology"}       # a topology file names its kind (simroute/network/kinds/), not a run option
 NAMED_ELSEWHERE = {"solver", "replay", "generator", "importer", "command"}   # tests/test_registry_kinds.py
 

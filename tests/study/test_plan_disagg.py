@@ -59,3 +59,35 @@ def test_plan_refuses_an_impossible_pool_naming_the_flag(cli, tmp_path, args, fi
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert f"'{field}'" in err and "Traceback" not in err
     assert not (tmp_path / "p").exists()
+
+
+def test_parallel_and_disagg_are_two_axes_of_one_plan():
+    """--parallel tp8,dp8ep8 with --disagg none,1:1: four deployments, every choice of one with every choice of
+    the other (a P:D point takes the parallel choice as its decode pool's)."""
+    from simroute.study.plan import PlanRequest, deployment_name
+    doc = PlanRequest(parallel=("tp8", "dp8ep8"), disagg=("none", "1:1")).study_document()
+    assert doc["axes"]["disagg"] == ["none", "1:1"] and set(doc["axes"]["parallel"]) == {"tp8", "dp8ep8"}
+    labels = {"parallel": "dp8ep8", "disagg": "1:1", "policy": "paper"}
+    assert deployment_name(labels, ["parallel", "disagg", "policy"]) == "dp8ep8, P:D 1:1, paper"
+
+
+@pytest.mark.slow
+def test_a_plan_searches_dp_attention_decode_pools_beside_tp_and_aggregated(cli, tmp_path):
+    """A small plan (DeepSeek-V2-Lite, 16 requests of 2k tokens): each of the four deployments is searched; the
+    DP 8 + EP 8 decode pool at 1:1 is served at 2 hosts (16 GPUs) and refused at 1, naming --disagg's need."""
+    trace = tmp_path / "t.parquet"
+    code, _, err = cli("trace", "gen", "serving", "-p", "input_tokens=2048", "-p", "output_tokens=16", "-p",
+                       "concurrency=8", "-p", "requests=16", "-o", trace, "--seed", 1)
+    assert code == 0, err
+    out = tmp_path / "plan"
+    code, _, err = cli("plan", "--model", "deepseek-v2-lite", "--trace", trace, "--parallel", "tp8,dp8ep8",
+                       "--disagg", "none,1:1", "--hosts-max", 2, "--seeds", 1, "--compare", "", "-j", 1, "-o", out)
+    assert code == 0, err
+    deployments = json.loads((out / "plan.json").read_text())["deployments"]
+    assert set(deployments) == {"tp8, aggregated, paper", "tp8, P:D 1:1, paper", "dp8ep8, aggregated, paper",
+                                "dp8ep8, P:D 1:1, paper"}
+    pooled = deployments["dp8ep8, P:D 1:1, paper"]
+    at_two = next(probe for probe in pooled["probes"] if probe["hosts"] == 2)
+    assert at_two["served"] == 1 and at_two["gpus"] == 16
+    one = next(probe for probe in pooled["probes"] if probe["hosts"] == 1)
+    assert one["served"] == 0 and "needs 16 GPUs" in one["error"]

@@ -33,6 +33,7 @@ T = TypeVar("T")
 # kind -> the package whose modules hold its variants (imported by name on first read: no import edge).
 PACKAGES: dict[str, str] = {
     "router": "simroute.sim.routers",
+    "prefill-router": "simroute.sim.prefill_routers",
     "policy": "simroute.sim.policies",
     "placement": "simroute.sim.placements",
     "scheduler": "simroute.sim.schedulers",
@@ -48,6 +49,7 @@ PACKAGES: dict[str, str] = {
 
 # kind -> the words an error names it by, where they differ from the kind ("unknown trace generator 'x'")
 LABELS: dict[str, str] = {
+    "prefill-router": "prefill router",
     "solver": "solver mode",
     "replay": "replay backend",
     "generator": "trace generator",

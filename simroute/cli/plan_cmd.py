@@ -33,6 +33,11 @@ def plan(
     over_window: str = typer.Option("refuse", "--over-window", help="A trace request longer than the model's "
                                     "context window: refuse (exit 2, naming it) | drop (as the engine would, counted "
                                     "in each run's summary)."),
+    disagg: str = typer.Option(None, "--disagg", help="Aggregated (none) and / or disaggregated serving as P:D "
+                               "ratios of prefill to decode instances, comma list to search (as `simroute run "
+                               "--disagg`). Example: --disagg none,1:1,1:3."),
+    prefill_tp: int = typer.Option(None, "--prefill-tp", help="GPUs per prefill instance under a P:D ratio (--tp "
+                                   "if unset). Example: --prefill-tp 4."),
     engine: str = typer.Option(None, "--engine", help="Serving framework preset of every run, NAME or NAME@VERSION "
                                "(as `simroute run --engine`; default auto: the framework of the GPU's tables), or "
                                "several to search (comma list). Example: --engine sglang,trtllm."),
@@ -118,6 +123,14 @@ def plan(
                 parse_engine(name)               # a bad name is refused before anything is written
             except UnknownNameError as exc:
                 raise ConfigurationError(str(exc), field="--engine") from None
+    disaggs = tuple(_items(disagg, "--disagg")) if disagg is not None else ()
+    from simroute.sim.pools import parse_disagg
+    for ratio in disaggs:
+        parse_disagg(ratio, field="--disagg")     # a bad ratio is refused before anything is written
+    if prefill_tp is not None and not any(ratio != "none" for ratio in disaggs):
+        raise ConfigurationError("sets the prefill pool's TP: give a P:D ratio in --disagg too", field="--prefill-tp")
+    if prefill_tp is not None and prefill_tp < 1:
+        raise ConfigurationError(f"must be >= 1, got {prefill_tp}", field="--prefill-tp")
     spec = ({"generate": workload, "params": _parse_sets(param)} if workload is not None
             else (trace if trace is not None else DEFAULT_TRACE))
     from simroute.sim import slo as slos
@@ -132,6 +145,7 @@ def plan(
                           compare=tuple(p.strip() for p in compare.split(",") if p.strip()), seeds=seeds,
                           max_requests=max_requests, coarse=coarse, engine=engines,
                           parallel=tuple(_items(parallel, "--parallel")) if parallel is not None else (),
+                          disagg=disaggs, prefill_tp=prefill_tp,
                           base={**({"over_window": over_window} if over_window != "refuse" else {})})
     c = console()
 
@@ -141,6 +155,7 @@ def plan(
         c.print(f"[bold]simroute plan[/bold]: {model} at {shape} on {topology}"
                 + (f" ({gpu})" if gpu else "") + (f", {' | '.join(kv_caches)} KV cache" if kv_caches else "")
                 + (f", engine {' | '.join(engines)}" if engines else "")
+                + (f", serving {' | '.join(disaggs)}" if disaggs else "")
                 + f", hosts {hosts_min}-{hosts_max} ({coarse} coarse, then refined), "
                 f"policies {', '.join(request.policies)}"
                 + (f" (compared: {', '.join(request.compare)})" if request.compare else "")

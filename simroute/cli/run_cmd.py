@@ -113,6 +113,10 @@ def _run(**options: typing.Any) -> None:
         values[name] = str(default() if values[name] is None else values[name])
     values["telemetry"] = values["telemetry"] or timeline is not None    # a timeline needs the telemetry
     cfg = _config_naming_flags(RunConfig, values)
+    if cfg.prefill_tp is not None and cfg.disagg == "none":
+        from simroute.errors import ConfigurationError
+        raise ConfigurationError("sets the prefill pool's TP: name the pools with --disagg P:D too",
+                                 field="--prefill-tp")
     from simroute.ioutil import atomic_files, check_new_file, claim_output   # checked, -o locked before simulating
     if timeline is not None:      # never over a user's file: new, or one simroute wrote there
         check_new_file(timeline, inputs=[out, cfg.trace, cfg.topology, cfg.calib], flag="--timeline")
@@ -203,6 +207,7 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
                                                                                            "e2e_ms")]
           + ([["itl_ms", f(itl, "mean"), f(itl, "median"), f(itl, "p95"), f(itl, "p99")]] if itl.get("mean") else []))
     _print_serving(s.get("serving"))
+    _print_pools(s)
     pc = s["primitive_counts"]
     table("primitives per (chunk, request)", ["route", "fetch", "local", "resident", "first-touch"],
           [[pc["route"], pc["fetch"], pc["local"], pc["resident"], pc["first-touch"]]])
@@ -268,6 +273,22 @@ def _print_serving(serving: dict | None) -> None:
                     + (f" at concurrency {limit}" if limit else "")
                     + f"; {rate['requests_per_s'] or 0:.3f} requests/s; input / output / total tokens/s "
                     f"{tokens(rate)}, per GPU ({serving['gpus']}) {tokens(per_gpu)}")
+
+
+def _print_pools(s: dict) -> None:
+    """--disagg's pools (summary.json `pools`): their sizes, TP, GPUs and the PD transfers' flow time."""
+    pools = s.get("pools") or {}
+    if pools.get("mode") != "disaggregated":
+        return
+    prefill, decode = pools["prefill"], pools["decode"]
+    pd = (s.get("network") or {}).get("fct_ms_pd") or {}
+    shape = (f"TP {decode['tp']}" if "dp_attention" not in decode else
+             f"DP attention {decode['dp_attention']} + EP {decode['ep']}")
+    console().print(f"pools P:D {pools['ratio']}: {prefill['instances']} prefill x TP {prefill['tp']} "
+                    f"({prefill['gpus']} GPUs, {prefill['router']}), {decode['instances']} decode x {shape} "
+                    f"({decode['gpus']} GPUs), {pools['idle_gpus']} idle"
+                    + (f"; PD transfers {pd['flows']:,} flows, {pd['mean']:.2f} / {pd['p95']:.2f} ms mean / p95"
+                       if pd else ""))
 
 
 def _print_why(s: dict) -> None:

@@ -9,7 +9,7 @@ serve the run fails before any other work.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from simroute.model.steptime import StepTimeModel
 from simroute.network.messages import NIC_CONSTANTS, MessageModel, MessageModelParams
 from simroute.sim.config import RunConfig
 from simroute.sim.deployment import check_run_deployment
+from simroute.sim.pools import PoolLayout, parse_disagg, pool_layout, prefill_tp_of
 from simroute.sim.presets import ResolvedEngine, resolve_engine
 
 
@@ -37,6 +38,8 @@ class RunCalibration:
     staging: StagingParams         # each holder's staging pool (simroute.model.staging)
     messages: MessageModel | None  # the NIC constants the profile measured, else None (the engine's default)
     files: tuple[str | Path, ...]  # the files it was read from, the GPU entry's and the preset's included (inputs)
+    layout: PoolLayout | None = None          # --disagg: where the prefill and decode pools sit (sim/pools.py)
+    prefill_step: StepTimeModel | None = None  # --disagg: the prefill pool's step model (its TP, the same preset)
 
 
 def nic_message_model(profile: Profile) -> MessageModel | None:
@@ -74,7 +77,8 @@ def resolve_calibration(cfg: RunConfig, topology_spec: Any) -> RunCalibration:
     deployment = check_run_deployment(topology_spec, profile, model=cfg.model, tp=cfg.tp, gpu=cfg.gpu,
                                       weights=cfg.weights, kv_layout=cfg.kv_layout, hbm_gb=cfg.hbm_gb,
                                       cache_dtype=cfg.kv_cache,
-                                      group=cfg.parallel(topology_spec.gpus_per_host) if cfg.grouped else None)
+                                      group=cfg.parallel(topology_spec.gpus_per_host) if cfg.grouped else None,
+                                      pooled=cfg.disagg != "none")
     params = profile.cost_params(cfg.model, route_exchanges=cfg.route_exchanges, prefill_us=cfg.prefill_us,
                                  cache_dtype=cfg.kv_cache)
     messages = nic_message_model(profile)
@@ -85,6 +89,7 @@ def resolve_calibration(cfg: RunConfig, topology_spec: Any) -> RunCalibration:
         from simroute.sim.deployment import group_step
         group = group_step(step.geometry, step.gpu, deployment.group.deployment, deployment.group.mtp,
                            topology_spec, profile)
+    layout, prefill_step = disagg_pools(cfg, topology_spec, profile)
     applied = engine.applied(cfg)                   # the settings that run (the preset's, where the run left them)
     files: list[str | Path] = list(profile.files)
     gpu_file = profile.gpu_entry_file(deployment.gpu) if deployment.gpu is not None else None
@@ -98,4 +103,28 @@ def resolve_calibration(cfg: RunConfig, topology_spec: Any) -> RunCalibration:
                           params=params,
                           staging=profile.staging_params(applied.staging_copy_GBps, gpu_spec=step.gpu),
                           messages=messages,
-                          files=tuple(files))
+                          files=tuple(files), layout=layout, prefill_step=prefill_step)
+
+
+def disagg_pools(cfg: RunConfig, topology_spec: Any, profile: Profile) -> tuple[PoolLayout | None,
+                                                                                  StepTimeModel | None]:
+    """--disagg's pools on the run's cluster and the prefill pool's step model (TP instances at its TP, the run's
+    engine preset; the decode pool's DP attention, EP and MTP are the decode groups'): refused, naming the flag,
+    where the prefill TP cannot be a host's group or its weights do not fit, or the cluster cannot hold one P:D
+    group. (None, None) for aggregated serving."""
+    ratio = parse_disagg(cfg.disagg)
+    if ratio is None:
+        return None, None
+    from simroute.model.limits import Fields
+    prefill_tp = prefill_tp_of(cfg.prefill_tp, cfg.tp, topology_spec.gpus_per_host)
+    pcfg = replace(cfg, tp=prefill_tp, disagg="none", prefill_tp=None, dp_attention=1, ep=1, a2a=None, nextn=0,
+                   accept_rate=None, accept_length=None)
+    fields = Fields(tp="prefill_tp")
+    deployment = check_run_deployment(topology_spec, profile, model=cfg.model, tp=prefill_tp, gpu=cfg.gpu,
+                                      weights=cfg.weights, kv_layout=cfg.kv_layout, hbm_gb=cfg.hbm_gb,
+                                      cache_dtype=cfg.kv_cache, fields=fields)
+    _engine, prefill_step = engine_and_step(pcfg, profile, topology_spec.intra.fabric, deployment.gpu,
+                                            deployment.step)
+    layout = pool_layout(ratio, total_gpus=topology_spec.hosts * topology_spec.gpus_per_host, tp=cfg.tp,
+                         prefill_tp=prefill_tp, dp=cfg.dp_attention, ep=cfg.ep)
+    return layout, prefill_step

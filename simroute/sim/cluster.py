@@ -21,6 +21,7 @@ from simroute.sim.calibration import RunCalibration
 from simroute.sim.compute import ComputeModel
 from simroute.sim.config import RunConfig
 from simroute.sim.placements.base import ChunkTable, PlacementResult
+from simroute.sim.pools import PoolLayout
 from simroute.sim.registry import registry, run_rng
 from simroute.sim.staging import StagingPool
 
@@ -36,6 +37,7 @@ class Instance:
     host: int
     staging: StagingPool          # D2D staging of the chunks fetched from this instance
     gpus: tuple[str, ...] = ()    # every rank's GPU, rank order (rank r's flows go to rank r's)
+    prefill: bool = False         # a prefill-pool instance under --disagg (sim/pools.py): prefills, ships, holds none
 
 
 class ChunkStore:
@@ -114,6 +116,22 @@ class ChunkStore:
             del pins[chunk]
 
 
+class RequesterView:
+    """The serving instances as the run's router sees them (a `ClusterView`): under --disagg the decode pool only
+    (ids 0..D-1, so `active` is the front of the cluster's array, read live)."""
+
+    def __init__(self, cluster: "Cluster") -> None:
+        self.cluster, self.instances = cluster, cluster.requesters
+
+    @property
+    def active(self) -> np.ndarray:
+        return self.cluster.active[:len(self.instances)]
+
+    @property
+    def chunks(self) -> "ChunkStore":
+        return self.cluster.chunks
+
+
 class Cluster:
     """Instances, chunks, placement and the fabric lookup of one run.
 
@@ -124,11 +142,19 @@ class Cluster:
 
     def __init__(self, env: simpy.Environment, topology: Topology, calibration: RunCalibration,
                  config: RunConfig, compute: ComputeModel, chunks: ChunkStore,
-                 popularity: np.ndarray | None = None, *, chunk_capacity_bytes: float) -> None:
+                 popularity: np.ndarray | None = None, *, chunk_capacity_bytes: float,
+                 layout: PoolLayout | None = None) -> None:
         self.topology, self.calibration, self.params, self.config = topology, calibration, calibration.params, config
         self.chunk_capacity_bytes = chunk_capacity_bytes   # what placement may pin per instance (engine HBM)
+        self.layout = layout
         # the holders' staging mechanisms (simroute.model.staging), resolved for the run's GPU (sim/calibration.py)
-        self.instances = self._build_instances(env, topology, config, compute, calibration.staging)
+        if layout is None:
+            self.instances = self._build_instances(env, topology, config, compute, calibration.staging)
+        else:
+            self.instances = self._pool_instances(env, topology, config, compute, calibration.staging, layout)
+        # the instances that serve requests (requesters, holders): all of them, or the decode pool under --disagg
+        # (ids 0..n-1: the decode pool is built first)
+        self.requesters = [inst for inst in self.instances if not inst.prefill]
         self.rank_flows = self._rank_flows()
         self.active = np.zeros(len(self.instances), dtype=np.int64)   # requests in flight per requester
         self._fabric_ids: dict[tuple[int, int], int] = {}
@@ -137,7 +163,7 @@ class Cluster:
         self._check_fabrics()
         self.chunks = chunks
         from simroute.workload.validate import check_holder_hints      # before placement indexes by them
-        check_holder_hints(config.trace, chunks.holder_hint, len(self.instances))
+        check_holder_hints(config.trace, chunks.holder_hint, len(self.requesters))
         self.placement = self._place(popularity)
 
     @staticmethod
@@ -157,6 +183,24 @@ class Cluster:
                 gpus=tuple(gpus[i * width:(i + 1) * width])))
         return instances
 
+    @staticmethod
+    def _pool_instances(env: simpy.Environment, topology: Topology, config: RunConfig, compute: ComputeModel,
+                        staging: StagingParams, layout: PoolLayout) -> list[Instance]:
+        """The decode pool's instances (ids 0..D-1: TP groups, or each group's DP attention ranks), then the
+        prefill pool's, on the GPUs `layout` gives them."""
+        gpus, instances = topology.gpus, []
+        prefill_tp = layout.prefill_pool.tp
+        for places, prefill in ((layout.decode_instances, False),
+                                (tuple((first, prefill_tp) for first in layout.prefill), True)):
+            for first, tp in places:
+                gpu = gpus[first]
+                instances.append(Instance(
+                    id=len(instances), gpu=gpu, host=topology.host_of(gpu),
+                    staging=StagingPool(env, config.staging_streams, staging,
+                                        layers=compute.params.geometry.layers, record=config.telemetry),
+                    gpus=tuple(gpus[first:first + tp]), prefill=prefill))
+        return instances
+
     def _rank_flows(self) -> tuple[bool, bool]:
         """(within a domain, across domains): whether a bulk transfer of that class goes on the fabric as every
         rank's flow. `auto` asks the topology's kind whether one rank pair's flow stands for all
@@ -169,6 +213,11 @@ class Cluster:
             return True, True
         planes = self.topology.rank_planes(tp)
         return not planes.within_domain, not planes.across_domains
+
+    @property
+    def router_view(self) -> "Cluster | RequesterView":
+        """What the run's router picks a requester from: the cluster, or its decode pool under --disagg."""
+        return self if self.layout is None else RequesterView(self)
 
     def every_rank(self, a: Instance, b: Instance) -> bool:
         """Whether a bulk transfer between `a` and `b` goes on the fabric as every rank's flow."""
@@ -185,6 +234,36 @@ class Cluster:
             return network.transfer(src.gpu, dst.gpu, share, rate_cap_Bps=rate_cap_Bps, tag=tag)
         return network.env.all_of([network.transfer(a, b, share, rate_cap_Bps=rate_cap_Bps, tag=tag)
                                    for a, b in zip(src.gpus, dst.gpus)])
+
+    def pd_transfer(self, network: FlowEngine, src: Instance, dst: Instance, nbytes: float, *, replicated: bool,
+                    rate_cap_Bps: float, tag: str = "pd") -> tuple[simpy.Event, float, float]:
+        """A prompt's KV (`nbytes`) from its prefill instance to its decode instance, rank by rank as SGLang's
+        disaggregation maps them (mooncake `KVReceiver`: `target_tp_rank`, `required_dst_info_num`): where every
+        decode rank holds the whole latent (`replicated`: MLA under TP attention) decode rank r receives all of it
+        from prefill rank r x ptp // dtp; where the KV is split over ranks (GQA heads, the tpla layout) each of
+        n = max(ptp, dtp) flows carries 1/n, flow i from prefill rank i x ptp // n to decode rank i x dtp // n.
+        A decode instance of one GPU (a DP attention rank) is `replicated` too under MLA: it receives the whole
+        latent from one prefill rank (SGLang's MLA path sends from `target_tp_ranks[0]` only, the other prefill
+        ranks' replies being dummies), and GQA's 1/ptp from each prefill rank.
+        Where one rank pair stands for all (`every_rank` false, instances of several GPUs) only rank 0's flow is
+        simulated, carrying the per-decode-rank share the summary scales by tp. Returns (the event when the last
+        flow ends, the bytes on the fabric over all ranks, the largest flow's bytes: the transfer's uncongested
+        floor)."""
+        ptp, dtp = len(src.gpus) or 1, len(dst.gpus) or 1
+        if replicated:
+            pairs = [(src.gpus[rank * ptp // dtp], dst.gpus[rank]) for rank in range(dtp)]
+            share = nbytes
+        else:
+            n = max(ptp, dtp)
+            pairs = [(src.gpus[i * ptp // n], dst.gpus[i * dtp // n]) for i in range(n)]
+            share = nbytes / n
+        wire = share * len(pairs)
+        if len(pairs) == 1 or (self.config.instance_gpus > 1 and not self.every_rank(src, dst)):
+            per_plane = wire / self.config.instance_gpus
+            return (network.transfer(src.gpu, dst.gpu, per_plane, rate_cap_Bps=rate_cap_Bps, tag=tag), wire,
+                    per_plane)
+        return (network.env.all_of([network.transfer(a, b, share, rate_cap_Bps=rate_cap_Bps, tag=tag)
+                                    for a, b in pairs]), wire, share)
 
     def tier_planes(self) -> dict[str, int]:
         """Per link tier, how many rank pairs each simulated byte stands for: tp where that tier's transfers go
@@ -226,7 +305,7 @@ class Cluster:
     def _place(self, popularity: np.ndarray | None) -> PlacementResult:
         cfg = self.config
         placement = registry("placement").create(cfg.placement, cfg, run_rng(cfg.seed, "placement"))
-        result = placement.place(self.chunks.table(), len(self.instances), self.chunk_capacity_bytes,
+        result = placement.place(self.chunks.table(), len(self.requesters), self.chunk_capacity_bytes,
                                  popularity=popularity)
         for chunk, holders in enumerate(result.holders):
             self.chunks.holders[chunk] = list(holders)

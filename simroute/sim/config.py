@@ -29,6 +29,7 @@ from simroute.sim.vocab import HOLDER_MODES
 # this value object imports none of them (simroute/sim/registry.py).
 POLICIES, ROUTERS, PLACEMENTS = registry("policy"), registry("router"), registry("placement")
 SCHEDULERS, ROUTINGS, FRAMEWORKS = registry("scheduler"), registry("routing"), registry("framework")
+PREFILL_ROUTERS = registry("prefill-router")
 
 
 def default_trace_path() -> Path:
@@ -77,6 +78,11 @@ def engine_listing() -> str:
     from simroute.calib.engines import preset_versions
     lines = dict(item.split(": ", 1) for item in FRAMEWORKS.help().split("; "))
     return "; ".join(f"{name}@{'|'.join(preset_versions(name))}: {lines[name]}" for name in FRAMEWORKS)
+
+
+def _check_disagg(value: str) -> None:
+    from simroute.sim.pools import parse_disagg
+    parse_disagg(value)
 
 
 MAX_DECODE_STEPS_PER_EVENT = 65_536    # past any output length a decode run could have in one event
@@ -132,6 +138,21 @@ class RunConfig:
                             "--accept-length. Example: --nextn 2 --accept-rate 0.7.", minimum=0)
     accept_rate: float | None = setting(None, "MTP: per-draft acceptance rate in [0, 1].", minimum=0, maximum=1)
     accept_length: float | None = setting(None, "MTP: mean tokens a step emits, in [1, nextn + 1].", minimum=1)
+    disagg: str = setting("none", "Disaggregated serving: P:D, a prefill pool and a decode pool of instances in "
+                                  "this ratio (as many P:D groups as the cluster holds; the decode pool first, "
+                                  "then the prefill pool, the rest idle). Every request is prefilled on a prefill "
+                                  "instance (--prefill-router), its prompt's KV shipped to its decode instance "
+                                  "(--router) and decoded there; none: aggregated serving. The decode pool "
+                                  "takes --tp / --dp-attention / --ep / --nextn (a DP group's ranks each a decode "
+                                  "instance), the prefill pool is TP instances (--prefill-tp). Example: --disagg 1:3 "
+                                  "(docs/MODEL.md, Disaggregated serving).", check=_check_disagg)
+    prefill_tp: int | None = setting(None, "GPUs per prefill instance under --disagg (the decode pool's is --tp); "
+                                           "--tp if unset (a host's GPUs where a decode DP group spans hosts); not "
+                                           "read by aggregated serving (a study's aggregated "
+                                           "points beside its P:D ones). Example: --model llama-3.1-70b --tp 8 "
+                                           "--disagg 1:2 --prefill-tp 4.", minimum=1)
+    prefill_router: str = setting("least-tokens", "Prefill instance per request under --disagg.",
+                                  choices=PREFILL_ROUTERS)
     weights: str | None = setting(None, "Weight dtype of the linear layers (default: the checkpoint's, e.g. fp8 "
                                         "for DeepSeek-V3).", choices=tuple(WEIGHT_DTYPE_BYTES))
     kv_cache: str | None = setting(None, "KV-cache dtype: the HBM room per token, the attention rows read and the "

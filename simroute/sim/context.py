@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from simroute.sim.cluster import Cluster, Instance
     from simroute.sim.engine.build import EngineSet
     from simroute.sim.engine.serving import ChunkCopies
+    from simroute.sim.pools import PrefillPool
 
 
 @dataclass(eq=False)
@@ -41,6 +42,7 @@ class SimContext:
     - `recorder`: per-request columns and the decision log.
     - `engines`, `copies`: every instance's serving engine (iterations, HBM budget, holder partials) and the
       chunk copies kept in those budgets.
+    - `prefill_pool`: under --disagg, the prefill instances and their queued prompt tokens (sim/pools.py).
     - `routing`: per holder, the dense requests that route to it and have not finished (partials it will be
       asked for; the replica choice reads it).
     """
@@ -60,6 +62,7 @@ class SimContext:
     recorder: Recorder
     engines: EngineSet
     copies: ChunkCopies
+    prefill_pool: PrefillPool | None = None     # --disagg: the prefill pool (sim/pools.py); None: aggregated
     completed: int = 0
     routing: dict[int, int] = field(default_factory=dict)   # holder -> dense requests routing there, not done
     _done: dict[int, simpy.Event] = field(default_factory=dict)

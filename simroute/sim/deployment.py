@@ -66,14 +66,15 @@ class Deployment:
 def check_run_deployment(topology_spec: Any, profile: Profile, *, model: str, tp: int, gpu: str | None = None,
                          weights: str | None = None, kv_layout: str = "replicated", hbm_gb: float | None = None,
                          cache_dtype: str | None = None, fields: Fields = Fields(),
-                         group: tuple[Any, Any] | None = None) -> Deployment:
+                         group: tuple[Any, Any] | None = None, pooled: bool = False) -> Deployment:
     """The instances of a run on `topology_spec` (a TopologySpec at the run's host count) serving `model` at
     `tp`: refused here, with the field that made them, when they cannot exist (a TP group larger than a host
     or splitting no head, weights past HBM, block-FP8 weights without FP8 tensor cores). `group`: the run's
-    (`parallel.Deployment`, `parallel.Mtp` or None) when its instances step as DP groups (`RunConfig.parallel`)."""
+    (`parallel.Deployment`, `parallel.Mtp` or None) when its instances step as DP groups (`RunConfig.parallel`);
+    `pooled`: they are --disagg's decode pool, which need not tile every host (sim/pools.py lays them out)."""
     if group is not None:
         return _check_group(topology_spec, profile, model=model, gpu=gpu, weights=weights, hbm_gb=hbm_gb,
-                            cache_dtype=cache_dtype, group=group, fields=fields)
+                            cache_dtype=cache_dtype, group=group, fields=fields, pooled=pooled)
     check_tp_fits_host(tp, topology_spec.gpus_per_host, fields)
     entry = run_gpu(gpu, topology_spec.gpu, profile, fields)
     step = step_model(profile, model, tp, topology_spec.intra.fabric, entry, weights, kv_layout, cache_dtype)
@@ -99,7 +100,8 @@ def group_step(geometry: Any, gpu: GpuSpec, deployment: Any, mtp: Any, topology_
 
 
 def _check_group(topology_spec: Any, profile: Profile, *, model: str, gpu: str | None, weights: str | None,
-                 hbm_gb: float | None, cache_dtype: str | None, group: tuple[Any, Any], fields: Fields) -> Deployment:
+                 hbm_gb: float | None, cache_dtype: str | None, group: tuple[Any, Any], fields: Fields,
+                 pooled: bool = False) -> Deployment:
     """`check_run_deployment` of DP groups: the group tiles the hosts (inside one, or whole hosts), each GPU holds
     its weights (`limits.check_group`); the instances' step model is one attention rank's (its partials, its
     attention), the group's `DeploymentStep` times the steps and sizes HBM."""
@@ -116,7 +118,7 @@ def _check_group(topology_spec: Any, profile: Profile, *, model: str, gpu: str |
     if deployment.tp > per_host * topology_spec.hosts:
         raise ConfigurationError(f"a group of {deployment.tp} GPUs spans {deployment.hosts} hosts; the topology has "
                                  f"{topology_spec.hosts}", field=fields.hosts)
-    if deployment.tp > per_host and topology_spec.hosts % deployment.hosts:
+    if deployment.tp > per_host and topology_spec.hosts % deployment.hosts and not pooled:
         raise ConfigurationError(f"{topology_spec.hosts} hosts do not split into groups of {deployment.hosts} hosts "
                                  f"(tp {deployment.tp})", field=fields.hosts)
     entry = run_gpu(gpu, topology_spec.gpu, profile, fields)

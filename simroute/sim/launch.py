@@ -13,13 +13,18 @@ from simroute.sim.vocab import DropReason
 
 
 def launch(ctx: SimContext, spec: RequestSpec) -> None:
-    """Start one request: its requester from the router, its prefill instance from the trace's hint."""
-    requester = ctx.router.pick(spec, ctx.cluster)
+    """Start one request: its requester from the router, its prefill instance from the prefill pool (--disagg)
+    or the trace's hint."""
+    pool = ctx.prefill_pool
+    requester = ctx.router.pick(spec, ctx.cluster.router_view)
     instances = ctx.cluster.instances
-    if requester is None or spec.prefill_hint >= len(instances):
+    if requester is None or (pool is None and spec.prefill_hint >= len(instances)):
         ctx.recorder.drop(spec.request_id, DropReason.REQUESTER_OUT_OF_RANGE)
         ctx.done_event(spec.request_id).succeed()
         return
-    prefill = instances[spec.prefill_hint] if spec.prefill_hint >= 0 else None
+    if pool is not None:        # --disagg: the prefill pool prefills every request (the trace's hint is not read)
+        prefill = pool.pick(spec, requester)
+    else:
+        prefill = instances[spec.prefill_hint] if spec.prefill_hint >= 0 else None
     kind = SelectionRequest if spec.topk > 0 else DenseRequest
     ctx.env.process(kind(ctx, spec, requester, prefill).run())

@@ -284,14 +284,18 @@ class RequestProcess:
         raise NotImplementedError
 
     def ship_prompt_kv(self, prefill: Instance) -> Steps:
-        """PD disaggregation: the prompt's KV as a bulk flow from the prefill instance to the requester."""
+        """PD disaggregation: the prompt's KV from the prefill instance to the requester, every rank's flow as
+        the frameworks map the ranks (`Cluster.pd_transfer`); the bytes recorded are the fabric's, all ranks."""
         ctx, spec, requester = self.ctx, self.spec, self.requester
         kv = spec.prompt_tokens * ctx.compute.kv_bytes_per_token
         fabric = ctx.cluster.fabric(prefill, requester)
-        tp = ctx.config.instance_gpus
-        yield ctx.cluster.bulk_transfer(ctx.network, prefill, requester, kv, rate_cap_Bps=fabric.bulk_Bps, tag="pd")
-        ctx.recorder.bytes_pd[spec.request_id] += kv
-        self.floor_pd_s = kv / tp / fabric.bulk_Bps
+        step = ctx.engines.step            # the decode side's: whether each of its ranks holds the whole latent
+        replicated = step.geometry.is_mla and step.kv_shards == 1
+        done, wire, largest = ctx.cluster.pd_transfer(ctx.network, prefill, requester, kv, replicated=replicated,
+                                                      rate_cap_Bps=fabric.bulk_Bps)
+        yield done
+        ctx.recorder.bytes_pd[spec.request_id] += wire
+        self.floor_pd_s = largest / fabric.bulk_Bps
 
     def first_pass(self) -> Steps:
         raise NotImplementedError
@@ -362,7 +366,11 @@ class DenseRequest(RequestProcess):
         self.step_wait: Callable[[int], float] | None = None   # per-iteration wait of its own (a selection's gather)
 
     def prefill_floor_s(self) -> float:
-        """One iteration of the whole prompt alone (chunking it or batching it only adds)."""
+        """One iteration of the whole prompt alone (chunking it or batching it only adds), on the engine that
+        prefills it (a prefill-pool instance has a step model of its own TP)."""
+        prefill = self.prefill_instance
+        if prefill is not None and prefill is not self.requester:
+            return engine_reprefill_s(self.ctx.engines[prefill.id].step, float("inf"), self.spec.prompt_tokens)
         return self._prefill_alone_s(self.spec.prompt_tokens)
 
     def own_prefill(self) -> Steps:
@@ -371,10 +379,24 @@ class DenseRequest(RequestProcess):
         ctx, spec, requester, prefill = self.ctx, self.spec, self.requester, self.prefill_instance
         if prefill is None or prefill is requester:
             return
-        self.prefill_sequence, _, done = serve(ctx.engines, prefill.id, spec.request_id, prompt=spec.prompt_tokens,
-                                               output=1)
+        # the prefill instance keeps the prompt's KV until it has been sent (SGLang's prefill server frees a
+        # request's KV once its sender reports the transfer done)
+        sequence, _, done = serve(ctx.engines, prefill.id, spec.request_id, prompt=spec.prompt_tokens, output=1,
+                                  keep_kv=True)
+        self.prefill_sequence = sequence
         yield done
-        yield from self.ship_prompt_kv(prefill)
+        pool = ctx.prefill_pool
+        if pool is not None:
+            pool.done(prefill, spec.prompt_tokens)
+        if sequence.refused:            # its KV was released with the refusal; `finish` drops the request
+            return
+        try:
+            yield from self.ship_prompt_kv(prefill)
+        finally:
+            engine = ctx.engines[prefill.id]
+            engine.hbm.release_kv(sequence.blocks)
+            sequence.blocks = 0
+            engine.poke()
 
     def first_pass(self) -> Steps:
         ctx, spec = self.ctx, self.spec

@@ -35,6 +35,7 @@ from simroute.sim.engine import BLOCK_TOKENS, EngineOptions
 from simroute.sim.engine.build import EngineSet
 from simroute.sim.engine.serving import ChunkCopies
 from simroute.sim.launch import launch
+from simroute.sim.pools import PrefillPool
 from simroute.sim.metrics import (Recorder, holder_summary, holder_table, overload, serving_summary, summarise,
                                   write_outputs)
 from simroute.sim.registry import registry, run_rng
@@ -114,24 +115,30 @@ class Simulation:
         chunks, self._sorted_chunk_ids = read_chunk_store(cfg.trace, compute.kv_bytes_per_token)
         needs_popularity = registry("placement").get(cfg.placement).needs_popularity
         popularity = attendance_counts(cfg.trace, chunks.ids) if needs_popularity else None
-        gpus = topology.gpus[::cfg.instance_gpus]      # one instance per TP group or DP attention rank
+        layout = calibration.layout          # --disagg's pools (sim/pools.py), else None
+        gpus = (topology.gpus[::cfg.instance_gpus] if layout is None      # one instance per TP group or DP rank
+                else [topology.gpus[first] for first, _width in layout.decode_instances])
         fabric_of = lambda a, b: cluster.fabric(cluster.instances[a], cluster.instances[b])
         self.engine = calibration.engine
         cfg = self.cfg = self.engine.applied(cfg)       # the settings that ran, as the summary records them
+        schedulers = scheduler_factory(cfg)
         engines = EngineSet(env, None, model=cfg.model, tp=cfg.instance_gpus, gpus=gpus,
                             intra_host_fabric=topology.spec.intra.fabric, network=network, fabric_of=fabric_of,
                             options=engine_options(cfg, self.engine.schedule_ahead, self.engine.recv_interval),
                             exchanges_per_step=params.exchanges, merge_s=params.merge_s, hbm_gb=cfg.hbm_gb,
                             record=cfg.telemetry, host_gpu=self.gpu, weight_dtype=cfg.weights,
-                            kv_layout=cfg.kv_layout, schedulers=scheduler_factory(cfg), cache_dtype=cfg.kv_cache,
+                            kv_layout=cfg.kv_layout, schedulers=schedulers, cache_dtype=cfg.kv_cache,
                             step=calibration.step, ingress_s=self.engine.ingress_s, egress_s=self.engine.egress_s,
                             group=calibration.group, group_gpus=topology.gpus, seed=cfg.seed,
                             ep_flows=cfg.ep_flows)
+        if layout is not None and calibration.prefill_step is not None:     # the prefill pool's engines, after
+            engines.add_pool(env, [topology.gpus[first] for first in layout.prefill], calibration.prefill_step,
+                             engine_options(cfg, self.engine.schedule_ahead), schedulers)
         # Canonical chunks may pin `chunk_hbm_share` of what the weights leave (in the chunks' byte units).
         chunk_capacity = (engines[0].hbm.capacity_blocks * BLOCK_TOKENS * compute.kv_bytes_per_token
                           * cfg.chunk_hbm_share) if len(engines) else 0.0
         cluster = Cluster(env, topology, calibration, cfg, compute, chunks, popularity,
-                          chunk_capacity_bytes=chunk_capacity)
+                          chunk_capacity_bytes=chunk_capacity, layout=layout)
         copies = ChunkCopies(engines, chunks.holders, chunks.pins_at, chunks.tokens)
         copies.pin_canonical(_chunks_per_instance(chunks.holders, len(cluster.instances)))
         n = int(self.meta["requests"])
@@ -149,7 +156,7 @@ class Simulation:
             policy=registry("policy").create(cfg.policy, cfg, run_rng(cfg.seed, "policy")),
             router=registry("router").create(cfg.router, cfg, run_rng(cfg.seed, "router")),
             recorder=Recorder(self.n_requests, chunk_id_of=cluster.chunks.ids),
-            engines=engines, copies=copies)
+            engines=engines, copies=copies, prefill_pool=_prefill_pool(cfg, cluster))
 
     # ---- shortcuts for scenario code ---------------------------------------------------------------------
     @property
@@ -213,8 +220,11 @@ class Simulation:
                         "copies_refused": int(sum(engine.hbm.refused for engine in ctx.engines.engines)),
                         "fetch_fell_back_to_route": int(ctx.copies.fell_back)},
             "engine": {**ctx.engines.summary(), "preset": self.engine.summary()},
+            "pools": self._pools(),
             "serving": serving_summary(ctx.recorder, ctx.engines.log.itl_s, ctx.engines.log.itl_n,
-                                       gpus=len(instances) * cfg.instance_gpus, concurrency=self.concurrency,
+                                       gpus=(len(instances) * cfg.instance_gpus if cluster.layout is None
+                                             else cluster.layout.total_gpus),    # --disagg: idle GPUs too
+                                       concurrency=self.concurrency,
                                        offered_qps=self.load.offered_qps),
             "model_limits": {key: value for key, value in self.limits.items() if not key.startswith("_")},
             "sparse_attention": {"index_topk": ctx.params.geometry.index_topk,
@@ -237,6 +247,14 @@ class Simulation:
                   "iterations": ctx.engines.log.table() if cfg.telemetry else None}
         tables.update(self._network_tables())
         return RunResult(summary, perf, tables)
+
+    def _pools(self) -> dict[str, Any]:
+        """summary.json `pools`: aggregated, or --disagg's pools (sizes, TP, GPUs, idle GPUs, the prefill router
+        and how evenly it spread the requests)."""
+        layout, pool = self.ctx.calibration.layout, self.ctx.prefill_pool
+        if layout is None or pool is None:
+            return {"mode": "aggregated"}
+        return {**layout.summary(self.cfg.prefill_router), **pool.summary()}
 
     def _concurrency(self) -> dict[str, Any]:
         """The concurrency limit the run kept (summary.json `load`): its value, where it came from (`--concurrency`
@@ -339,6 +357,14 @@ def _chunks_per_instance(holders: list[list[int]], n: int) -> list[list[int]]:
         for inst in where:
             per_instance[inst].append(chunk)
     return per_instance
+
+
+def _prefill_pool(cfg: RunConfig, cluster: Cluster) -> PrefillPool | None:
+    """--disagg's prefill pool: the cluster's prefill instances and the run's prefill router."""
+    if cluster.layout is None:
+        return None
+    router = registry("prefill-router").create(cfg.prefill_router, cfg, run_rng(cfg.seed, "prefill-router"))
+    return PrefillPool([inst for inst in cluster.instances if inst.prefill], router)
 
 
 def scheduler_factory(cfg: RunConfig) -> Callable[[], Scheduler]:

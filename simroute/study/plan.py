@@ -13,9 +13,11 @@ frontier of output throughput per GPU against TPOT over every probe, each point 
 (network link, HBM, compute). Anchors: AIConfigurator's `default` / `recommend` (fewest GPUs meeting a target)
 and Vidur's capacity search; neither models the network or shared documents.
 
-Not searched (the simulator has no such deployment choice yet): aggregated vs disaggregated serving. PD
-disaggregation exists only per request in a trace (`prefill_hint`, the `disagg` generator), not as prefill and
-decode pools a plan could size.
+Aggregated vs disaggregated serving is one more axis (`--disagg none,1:1,1:3`: P:D ratios of prefill to decode
+instances, `--prefill-tp` the prefill pool's TP; sim/pools.py): a host count too small to hold one P:D group is
+a probe that fails (not served), so the coarse grid and refinement treat it as any host count that misses the SLO.
+Not searched: the prefill TP (one value per plan), DP attention + EP per pool (the pools' parallelism is a
+per-pool record ready to take them once the engine models DP attention), the prefill router.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class PlanRequest:
     tp: int | tuple[int, ...] = DEFAULT_TP
     kv_cache: tuple[str, ...] = ()                       # KV-cache dtypes (none: the framework's default)
     engine: tuple[str, ...] = ()                         # serving framework presets (none: the run's default)
+    disagg: tuple[str, ...] = ()                         # aggregated ('none') and / or P:D ratios (none: aggregated)
+    prefill_tp: int | None = None                        # the prefill pool's TP under a P:D ratio (None: tp)
     topology: str = DEFAULT_TOPOLOGY
     gpu: str | None = None                              # the instances' GPU entry (default: the topology's hosts.gpu)
     calib: str = DEFAULT_CALIB
@@ -90,6 +94,11 @@ class PlanRequest:
                                 **({"kv_cache": kvs[0]} if len(kvs) == 1 else {}),
                                 **({"engine": engines[0]} if len(engines) == 1 else {}),
                                 "trace": self._trace(), **self.base}
+        disaggs = tuple(self.disagg)
+        if len(disaggs) == 1:
+            base["disagg"] = disaggs[0]
+        if self.prefill_tp is not None:
+            base["prefill_tp"] = self.prefill_tp
         if self.max_requests is not None:
             base["max_requests"] = self.max_requests
         if self.gpu is not None:
@@ -110,6 +119,8 @@ class PlanRequest:
             axes["kv_cache"] = list(kvs)
         if len(engines) > 1:
             axes["engine"] = list(engines)
+        if len(disaggs) > 1:
+            axes["disagg"] = list(disaggs)
         axes["policy"] = policies
         return {"name": name, "description": f"simroute plan: fewest GPUs meeting {' and '.join(self.slo)}",
                 "base": base, "axes": axes, "seeds": self.seeds, "keep": Keep.SUMMARY.value,
@@ -167,7 +178,7 @@ def study_name(out: Path) -> str:
 # A study field's head (in a study error) -> the plan flag that set it.
 PLAN_FLAGS = {"policy": "--policy / --compare", "model": "--model", "tp": "--tp / --parallel",
               "dp_attention": "--parallel", "ep": "--parallel", "parallel": "--parallel", "kv_cache": "--kv-cache",
-              "engine": "--engine",
+              "engine": "--engine", "disagg": "--disagg", "prefill_tp": "--prefill-tp",
               "topology": "--topology",
               "calib": "--calib", "gpu": "--gpu", "qps": "--qps", "time_scale": "--time-scale",
               "concurrency": "--concurrency",
@@ -206,7 +217,8 @@ def check_request(request: PlanRequest) -> None:
                                  "searches TP 4 too)", field="--parallel")
     for flag, values in (("--policy", request.policies), ("--compare", request.compare), ("--tp", request.tps),
                          ("--parallel", tuple(request.parallel)),
-                         ("--kv-cache", tuple(request.kv_cache)), ("--engine", tuple(request.engine))):
+                         ("--kv-cache", tuple(request.kv_cache)), ("--engine", tuple(request.engine)),
+                         ("--disagg", tuple(request.disagg))):
         repeated = sorted({str(value) for value in values if values.count(value) > 1})
         if repeated:
             raise ConfigurationError(f"{', '.join(repeated)} given more than once", field=flag)
@@ -341,7 +353,8 @@ def plan_answer(directory: str | Path) -> dict[str, Any]:
 def deployment_name(labels: dict[str, Any], varied: list[str]) -> str:
     """A deployment's name in the memo: the policy, after the other choices that vary ('tp 4, fp8 KV, paper')."""
     words = {"tp": lambda value: f"tp {value}", "kv_cache": lambda value: f"{value} KV", "parallel": str,
-             "engine": lambda value: f"engine {value}"}
+             "engine": lambda value: f"engine {value}",
+             "disagg": lambda value: "aggregated" if value == "none" else f"P:D {value}"}
     parts = [words.get(axis, lambda value, axis=axis: f"{axis}={value}")(labels[axis])
              for axis in varied if axis != "policy" and axis in labels]
     return ", ".join([*parts, str(labels.get("policy", "paper"))])
@@ -373,7 +386,9 @@ def _deployment_answer(plan_dir: Path, search: dict[str, Any], rows: Any, slo: A
                        "n_local": _mean([row.get("n_local") for row in done]),
                        "n_resident": _mean([row.get("n_resident") for row in done]),
                        "resources": resource_use(summaries),
-                       "keys": [row["key"] for row in rows_at]})
+                       "keys": [row["key"] for row in rows_at],
+                       "error": next((str(row["error"]).strip().splitlines()[0] for row in rows_at
+                                      if isinstance(row.get("error"), str) and row["error"].strip()), None)})
     for probe in probes:
         probe["busiest"] = busiest(probe["resources"])
     answer = next((probe for probe in probes if probe["hosts"] == hosts), None)
@@ -463,8 +478,10 @@ def _binding(plan_dir: Path, probe: dict[str, Any], slo: Any) -> dict[str, Any]:
     """What failed at the largest host count that did not meet the SLOs, and the resource behind it."""
     summaries = [load_json(path) for key in probe["keys"]
                  if (path := plan_dir / "runs" / key / "summary.json").exists()]
-    if not summaries:
-        return {"hosts": probe["hosts"], "violated": [], "resource": "unknown (no run summary stored)"}
+    if not summaries:       # e.g. a P:D ratio whose pools this many hosts cannot hold: the run was refused
+        failed = probe.get("error")
+        return {"hosts": probe["hosts"], "violated": ["not served: the run was refused"] if failed else [],
+                "resource": f"refused: {failed}" if failed else "unknown (no run summary stored)"}
     summary = summaries[0]
     violated = [str(cond) for cond in slo.conditions
                 if probe.get(cond.column) is None or not cond.holds({cond.column: probe[cond.column]})]
@@ -489,6 +506,11 @@ def binding_resource(summary: dict[str, Any], violated: list[str]) -> str:
                 f"(max fan-in {holders.get('max_fan_in')})")
     parts = summary.get("ttft_breakdown_ms") or {}
     if any("tpot" in violation for violation in violated) and not any("ttft" in violation for violation in violated):
+        itl = engine.get("itl_ms") or {}
+        if (itl.get("p99") or 0.0) > 4 * (itl.get("p50") or math.inf):      # a few iterations far slower than most
+            return (f"compute: prefill interference (inter-token latency p99 {itl['p99']:.1f} ms vs p50 "
+                    f"{itl['p50']:.1f} ms: decode iterations that carried other requests' prefill chunks; "
+                    "a disaggregated decode pool runs none)")
         return "compute: the decode step time of the batch each instance runs (TPOT)"
     largest = max(((part, seconds) for part, seconds in parts.items() if seconds), key=lambda item: item[1],
                   default=(None, 0.0))

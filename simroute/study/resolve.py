@@ -201,7 +201,8 @@ def check_point(cfg: dict[str, Any], study_file: str, where: str) -> None:
     from simroute.model.limits import Fields
     from simroute.sim.deployment import check_run_deployment
     keys = ("topology", "hosts", "calib", "model", "tp", "gpu", "weights", "kv_layout", "hbm_gb", "kv_cache",
-            "dp_attention", "ep", "a2a", "moe_load", "nextn", "accept_rate", "accept_length")
+            "dp_attention", "ep", "a2a", "moe_load", "nextn", "accept_rate", "accept_length", "disagg",
+            "prefill_tp")
     files = {}
     for name in ("topology", "calib"):          # a file by where it is and when it changed, not by its name
         loc = None if _is_gen(cfg[name]) else _locate(name, str(cfg[name]), study_file)
@@ -221,8 +222,19 @@ def check_point(cfg: dict[str, Any], study_file: str, where: str) -> None:
                              gpu=cfg.get("gpu"), weights=cfg.get("weights"),
                              kv_layout=cfg.get("kv_layout", "replicated"), hbm_gb=cfg.get("hbm_gb"),
                              cache_dtype=cfg.get("kv_cache"), group=group,
+                             pooled=cfg.get("disagg", "none") != "none",
                              fields=Fields(**named, hbm=f"{where}: hbm_gb", dp=f"{where}: dp_attention",
                                            ep=f"{where}: ep", hosts=f"{where}: hosts", file=study_file))
+        if cfg.get("disagg", "none") != "none":   # the prefill pool's TP instances
+            from simroute.sim.pools import prefill_tp_of
+            prefill_tp = prefill_tp_of(None if cfg.get("prefill_tp") is None else int(cfg["prefill_tp"]),
+                                        int(cfg.get("tp", DEFAULT_TP)), spec.gpus_per_host)
+            check_run_deployment(spec, profile, model=cfg.get("model", DEFAULT_MODEL), tp=prefill_tp,
+                                 gpu=cfg.get("gpu"), weights=cfg.get("weights"),
+                                 kv_layout=cfg.get("kv_layout", "replicated"), hbm_gb=cfg.get("hbm_gb"),
+                                 cache_dtype=cfg.get("kv_cache"),
+                                 fields=Fields(**{**named, "tp": f"{where}: prefill_tp"}, hbm=f"{where}: hbm_gb",
+                                               file=study_file))
         _POINTS_CHECKED.add(key)
     if (cfg.get("qps") is not None or cfg.get("time_scale") is not None) and not _is_gen(cfg["trace"]):
         loc = _locate("trace", str(cfg["trace"]), study_file)

@@ -22,11 +22,13 @@ from simroute.sim.registry import PACKAGES, discover, registry, run_rng
 from simroute.sim.routers.base import Router
 from simroute.sim.frameworks.base import Framework
 from simroute.sim.schedulers.base import Scheduler
+from simroute.sim.prefill_routers.base import PrefillRouter
 
 EXAMPLE = Path(__file__).parent / "example"
-BASES = {"router": Router, "policy": Policy, "placement": Placement, "scheduler": Scheduler, "framework": Framework}
+BASES = {"router": Router, "policy": Policy, "placement": Placement, "scheduler": Scheduler, "framework": Framework,
+         "prefill-router": PrefillRouter}
 ENTRY_POINT = {"router": "pick", "policy": "choose", "placement": "candidates", "scheduler": "plan",
-               "framework": "settings"}
+               "framework": "settings", "prefill-router": "pick"}
 CONFIG = RunConfig(topology="-", trace="-", calib="-")
 
 
@@ -46,7 +48,8 @@ def test_every_variant_of_a_kind_keeps_its_contract(kind):
 
 
 RUN_FIELDS = {"router": "router", "policy": "policy", "placement": "placement", "scheduler": "scheduler",
-              "routing": "routing", "framework": "engine"}     # `engine` names a framework's preset
+              "routing": "routing", "framework": "engine",       # `engine` names a framework's preset
+              "prefill-router": "prefill_router"}
 NAMED_BY_FILES = {"topology"}       # a topology file names its kind (simroute/network/kinds/), not a run option
 NAMED_ELSEWHERE = {"solver", "replay", "generator", "importer", "command"}   # tests/test_registry_kinds.py
 

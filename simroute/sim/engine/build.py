@@ -76,6 +76,22 @@ class EngineSet:
                                                gpus=group_gpus[g * width:(g + 1) * width],
                                                network=network if ep_flows else None, rng=rng))
 
+    def add_pool(self, env: simpy.Environment, gpus: Seq[str], step: StepTimeModel, options: EngineOptions,
+                 schedulers: Callable[[], Scheduler] | None = None) -> list[InstanceEngine]:
+        """Engines of another pool (--disagg's prefill pool, `simroute/sim/pools.py`), numbered after these: a
+        step model and an HBM budget of their own (their TP's weights and KV per GPU); the run's exchange and
+        log. Returns them."""
+        from simroute.model.limits import check_deployment
+        check_deployment(step, hbm_bytes=self.hbm_bytes)
+        g = step.geometry
+        added = [InstanceEngine(env, len(self.engines) + i, gpu, step,
+                                HbmBudget(self.hbm_bytes, step.weight_bytes_per_gpu, step.kv_bytes_per_token_per_gpu),
+                                options, layers=g.layers, heads=g.heads_q, exchange=self.exchange, log=self.log,
+                                scheduler=schedulers() if schedulers is not None else None)
+                 for i, gpu in enumerate(gpus)]
+        self.engines.extend(added)
+        return added
+
     def __getitem__(self, i: int) -> InstanceEngine:
         return self.engines[i]
 

@@ -180,13 +180,15 @@ class ChunkCopies:
 
 def serve(engines: EngineSet, eid: int, rid: int, *, prompt: int, output: int, resident_tokens: float = 0.0,
           routes: dict[int, float] | None = None, prefilled: bool = False, route_premium: float = 1.0,
-          step_wait: Callable[[int], float] | None = None) -> tuple[Sequence, simpy.Event, simpy.Event]:
+          step_wait: Callable[[int], float] | None = None,
+          keep_kv: bool = False) -> tuple[Sequence, simpy.Event, simpy.Event]:
     """Submit a request's sequence to instance eid's engine; returns (sequence, first-token event, done event).
 
     `routes` maps holder instance -> key tokens attended there (one query per holder covers them all),
     answered by a kernel `route_premium` x a dense one's time (a sparse selection's); `prefilled` is PD's
     decode side: the prompt's KV arrived, the first token was produced elsewhere; `step_wait`: see
-    `Sequence`."""
+    `Sequence`; `keep_kv`: its KV blocks stay taken when it is done (PD's prefill side, until the KV is shipped:
+    the caller releases them)."""
     eng = engines[eid]
     env = eng.env
     first, done = env.event(), env.event()
@@ -194,7 +196,7 @@ def serve(engines: EngineSet, eid: int, rid: int, *, prompt: int, output: int, r
         prompt = max(prompt, 1)        # a fully cached prompt still runs its last token to sample the first
     shares = tuple(RouteShare(engines[h], keys, route_premium) for h, keys in sorted((routes or {}).items()))
     seq = Sequence(rid, prompt, output, resident_tokens=resident_tokens, routes=shares, step_wait=step_wait,
-                   first_token=first, done=done)
+                   first_token=first, done=done, keep_kv=keep_kv)
     if prefilled:
         seq.prefilled = prompt
         seq.generated = 1

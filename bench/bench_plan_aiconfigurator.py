@@ -495,7 +495,8 @@ def main() -> None:
             print(f"\n{outcome.workload.name}: one aiconfigurator replica at the rate it says it sustains, run by "
                   "simroute (open loop; means as aiconfigurator's, then simroute's p99)\n"
                   "| column | replica | req/s | aic concurrency | simroute mean in flight | aic TTFT ms | "
-                  "simroute TTFT mean / p99 ms | aic TPOT ms | simroute TPOT mean / p99 ms |\n|---|---|---|---|---|---|---|---|---|")
+                  "simroute TTFT mean / p99 ms | aic TPOT ms | simroute TPOT mean / p99 ms |\n"
+                  "|---|---|---|---|---|---|---|---|---|")
         for key, point in outcome.points.items():
             row = outcome.aic[key]
             if "error" in point:

@@ -83,6 +83,10 @@ COLUMNS = (Column("tp8", "TP 8 (attention and MoE), agg", "bf16"),
            Column("dep8", "DP 8 attention + EP 8, agg", "fp8"),
            Column("disagg", "disaggregated P:D pools of TP 8 instances", "bf16"))
 DISAGG_RATIOS = "1:1"                 # P:D of simroute's pools; aiconfigurator's disagg sweep gets 16 GPUs: 1P:1D
+# A DP 8 + EP 8 run simulates every rank as an instance and each step's all-to-all as flows: ~200 s wall for the
+# serving workload's 480 requests on one host (measured on this box at load 13, dp-sim branch 465c163), so its plan
+# probes at most 4 hosts (aiconfigurator's answer at 4 requests/s is 2).
+HOSTS_MAX = {"dep8": 4}
 
 
 def plan_flags(help_text: str, column: str) -> list[str] | None:
@@ -306,10 +310,10 @@ def run_flags(help_text: str, column: str) -> list[str] | None:
 
 
 # ---- simroute plan ------------------------------------------------------------------------------------------------
-def plan_args(workload: Workload, flags: list[str], out: Path) -> list[str]:
+def plan_args(workload: Workload, flags: list[str], out: Path, hosts_max: int) -> list[str]:
     params = [arg for key, value in workload.params.items() for arg in ("-p", f"{key}={value}")]
     return ["plan", "--workload", workload.generator, *params, "--qps", f"{workload.qps:g}", *flags,
-            "--hosts-max", str(workload.hosts_max), "--seeds", "1", "--compare", workload.compare,
+            "--hosts-max", str(hosts_max), "--seeds", "1", "--compare", workload.compare,
             "--no-progress", "-j", "1", "-o", str(out)]
 
 
@@ -331,7 +335,8 @@ def plan_result(answer: dict[str, Any]) -> dict[str, Any]:
 def simroute_column(workload: Workload, flags: list[str], work: Path, column: str) -> dict[str, Any]:
     out = work / f"plan-{workload.name}-{column}"
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "simroute", *plan_args(workload, flags, out)], cwd=ROOT,
+    hosts_max = min(workload.hosts_max, HOSTS_MAX.get(column, workload.hosts_max))
+    proc = subprocess.run([sys.executable, "-m", "simroute", *plan_args(workload, flags, out, hosts_max)], cwd=ROOT,
                           capture_output=True, text=True, timeout=1800)
     wall = time.perf_counter() - t0
     if proc.returncode != 0 or not (out / "plan.json").exists():
@@ -401,7 +406,7 @@ def _cells(workload: Workload, isl: int, osl: int, aic: dict[str, dict], sim: di
         note = f"busiest {result['busiest']}; fetch {_f(result['n_fetch'])}, route {_f(result['n_route'])}"
         if compared:
             note += f"; GPUs for {compared}"
-        gpus = str(result["gpus"] or f"none in 1-{workload.hosts_max} hosts")
+        gpus = str(result["gpus"] or f"none in 1-{min(workload.hosts_max, HOSTS_MAX.get(key, 99))} hosts")
         yield (key, "simroute plan", f"{key} at {rate:g} req/s", gpus,
                _f(result["measured_tok_s_gpu"]), _f(carried(rate, osl, result["gpus"])), _f(result["ttft"]),
                _f(result["tpot"], ".1f"), note)

@@ -461,6 +461,8 @@ def main() -> None:
             tasks.append((outcome.aic, "cli default", lambda w=w, o=outcome: aic_default(o.isl, o.osl, w.qps, 0, work)))
             if w.doc_tokens:
                 tasks.append((outcome.prefill, "at isl", lambda o=outcome: prefill_ms(o.isl)))
+                tasks.append((outcome.aic, f"cli default --prefix {w.doc_tokens}",
+                              lambda w=w, o=outcome: aic_default(o.isl, o.osl, w.qps, w.doc_tokens, work)))
             for column in COLUMNS:
                 tasks.append((outcome.aic, column.name,
                               lambda c=column.name, w=w, o=outcome: aic_column(c, o.isl, o.osl, w.qps, 0, work)))

@@ -85,8 +85,10 @@ COLUMNS = (Column("tp8", "TP 8 (attention and MoE), agg", "bf16"),
 DISAGG_RATIOS = "1:1"                 # P:D of simroute's pools; aiconfigurator's disagg sweep gets 16 GPUs: 1P:1D
 # A DP 8 + EP 8 run simulates every rank as an instance and each step's all-to-all as flows: ~200 s wall for the
 # serving workload's 480 requests on one host (measured on this box at load 13, dp-sim branch 465c163), so its plan
-# probes at most 4 hosts (aiconfigurator's answer at 4 requests/s is 2).
-HOSTS_MAX = {"dep8": 4}
+# probes at most 3 hosts (aiconfigurator's answer at 4 requests/s is 2) and replays the first 240 requests (60 s of
+# arrivals at 4 requests/s), and its operating-point run sends 240.
+HOSTS_MAX = {"dep8": 3}
+MAX_REQUESTS = {"dep8": 240}
 
 
 def plan_flags(help_text: str, column: str) -> list[str] | None:
@@ -336,15 +338,17 @@ def simroute_column(workload: Workload, flags: list[str], work: Path, column: st
     out = work / f"plan-{workload.name}-{column}"
     t0 = time.perf_counter()
     hosts_max = min(workload.hosts_max, HOSTS_MAX.get(column, workload.hosts_max))
-    proc = subprocess.run([sys.executable, "-m", "simroute", *plan_args(workload, flags, out, hosts_max)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=1800)
+    cap = ["--max-requests", str(MAX_REQUESTS[column])] if column in MAX_REQUESTS else []
+    proc = subprocess.run([sys.executable, "-m", "simroute", *plan_args(workload, [*flags, *cap], out, hosts_max)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=3600)
     wall = time.perf_counter() - t0
     if proc.returncode != 0 or not (out / "plan.json").exists():
         return {"error": (proc.stderr.strip().splitlines() or ["(no output)"])[-1][:200], "wall_s": wall}
     return {**plan_result(json.loads((out / "plan.json").read_text())), "wall_s": wall}
 
 
-def operating_point(row: dict[str, Any], isl: int, osl: int, flags: list[str], work: Path, name: str) -> dict[str, Any]:
+def operating_point(row: dict[str, Any], isl: int, osl: int, flags: list[str], work: Path, name: str,
+                    requests: int | None = None) -> dict[str, Any]:
     """simroute's run of one aiconfigurator replica at the request rate aiconfigurator says it sustains (its row's
     seq/s) as an open Poisson stream of fixed ISL / OSL, on the replica's hosts. By Little's law the requests in
     flight then settle at rate x latency, aiconfigurator's concurrency if both agree on the latency (a closed loop
@@ -356,7 +360,8 @@ def operating_point(row: dict[str, Any], isl: int, osl: int, flags: list[str], w
     out = work / f"point-{name}"
     base = [sys.executable, "-m", "simroute"]
     gen = subprocess.run([*base, "trace", "gen", "serving", "-p", f"input_tokens={isl}", "-p", f"output_tokens={osl}",
-                          "-p", "range_ratio=1", "-p", f"requests={max(240, int(150 * rate))}", "-p", f"qps={rate:g}",
+                          "-p", "range_ratio=1", "-p", f"requests={requests or max(240, int(150 * rate))}",
+                          "-p", f"qps={rate:g}",
                           "-o", str(trace), "--seed", str(PLAN_SEED)], cwd=ROOT, capture_output=True, text=True)
     run = subprocess.run([*base, "run", "--trace", str(trace), "--hosts", str(hosts), *flags, "--seed", str(PLAN_SEED),
                           "-o", str(out)], cwd=ROOT, capture_output=True, text=True) if gen.returncode == 0 else gen
@@ -480,7 +485,8 @@ def main() -> None:
             for target, key, future in futures:
                 target[key] = future.result()
             points = [(outcome.points, key, pool.submit(operating_point, outcome.aic[key], outcome.isl, outcome.osl,
-                                                        replica_flags[key], work, f"{outcome.workload.name}-{key}"))
+                                                        replica_flags[key], work, f"{outcome.workload.name}-{key}",
+                                                        MAX_REQUESTS.get(key)))
                       for outcome in outcomes if not outcome.workload.doc_tokens
                       for key in flags if replica_flags[key] and "error" not in outcome.aic.get(key, {"error": 1})]
             for target, key, future in points:

@@ -105,6 +105,16 @@ def plan_flags(help_text: str, column: str) -> list[str] | None:
     raise ValueError(f"unknown column {column!r}")
 
 
+SKIP_REASONS = {"dep8": "`simroute plan --help` offers no --parallel (DP attention + EP is not in this build)",
+                "disagg": "`simroute plan --help` offers no --disagg (disaggregated prefill / decode pools are not "
+                          "in this build)"}
+
+
+def skip_reason(column: str) -> str:
+    """Why simroute's side of a column is skipped, in one line (printed, and the table's note)."""
+    return f"{column} column: simroute side skipped: {SKIP_REASONS.get(column, NOT_AVAILABLE)}"
+
+
 # ---- the workloads --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Workload:
@@ -401,7 +411,7 @@ def _cells(workload: Workload, isl: int, osl: int, aic: dict[str, dict], sim: di
                f"at concurrency {int(result['concurrency'])}")
     for key, result in sim.items():
         if result.get("skipped"):
-            yield key, "simroute plan", NOT_AVAILABLE, "-", "-", "-", "-", "-", ""
+            yield key, "simroute plan", NOT_AVAILABLE, "-", "-", "-", "-", "-", result.get("reason", "")
             continue
         if "error" in result:
             yield key, "simroute plan", "-", "-", "-", "-", "-", "-", result["error"]
@@ -451,6 +461,9 @@ def main() -> None:
     run_help = subprocess.run([sys.executable, "-m", "simroute", "run", "--help"], cwd=ROOT, capture_output=True,
                               text=True, env={**os.environ, "COLUMNS": "200"}).stdout
     replica_flags = {column.name: run_flags(run_help, column.name) for column in COLUMNS}
+    for column in COLUMNS:
+        if flags[column.name] is None:
+            print(f"[plan_aiconfigurator] {skip_reason(column.name)}; aiconfigurator's side still runs")
     chosen = [w for w in workloads(args.serving_qps) if not args.only or w.name in args.only.split(",")]
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="simroute-bench-plan-aic-") as tmp:
@@ -476,7 +489,7 @@ def main() -> None:
                                   lambda c=column.name, w=w, o=outcome: aic_column(c, o.isl, o.osl, w.qps,
                                                                                    w.doc_tokens, work)))
                 if flags[column.name] is None:
-                    outcome.sim[column.name] = {"skipped": True}
+                    outcome.sim[column.name] = {"skipped": True, "reason": SKIP_REASONS.get(column.name, "")}
                 else:
                     tasks.append((outcome.sim, column.name,
                                   lambda c=column.name, w=w: simroute_column(w, flags[c], work, c)))

@@ -105,3 +105,11 @@ def test_equivalent_lengths_by_hand(bench, tmp_path):
 def test_carried_load(bench):
     assert bench.carried(4.0, 1024, 24) == pytest.approx(4 * 1024 / 24)
     assert bench.carried(4.0, 1024, None) is None and not math.isnan(bench.carried(1.0, 1, 1))
+
+
+def test_a_skipped_column_names_the_missing_flag(bench):
+    assert "--disagg" in bench.skip_reason("disagg") and "--parallel" in bench.skip_reason("dep8")
+    rows = bench.table_rows(bench.Workload("serving", "serving", {}, qps=4.0, hosts_max=1), 4096, 1024, {},
+                            {"disagg": {"skipped": True, "reason": bench.SKIP_REASONS["disagg"]}})
+    assert rows == [f"| serving | disagg | simroute plan | {bench.NOT_AVAILABLE} | - | - | - | - | - "
+                    f"| {bench.SKIP_REASONS['disagg']} |"]

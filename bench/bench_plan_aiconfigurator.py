@@ -38,10 +38,12 @@ carried at the answer (R x OSL / GPUs, both tools, like for like), and simroute'
 send to last completion: ramp-up and drain included, so below the carried load on short traces).
 
 aiconfigurator runs in its own venv, called as a subprocess (bench/bench_aiconfigurator.py says how to make it);
-the bench skips with a message when bench/.venv-aic is missing. Wall on the 2-core box: a few minutes (the
-aiconfigurator sweeps dominate; `--jobs 2` runs two tasks at once).
+the bench skips with a message when bench/.venv-aic is missing. Wall on the 2-core box: 14 to 17 minutes (840 s
+and 1,024 s at load averages of about 3 and 12; the DP 8 + EP 8 plans and operating point dominate, then
+aiconfigurator's sweeps; `--jobs 2` runs two tasks at once; `--columns` runs some columns only).
 
 Run: PYTHONPATH=. python3 bench/bench_plan_aiconfigurator.py [--no-record] [--jobs 2] [--only serving,agents]
+                                                             [--columns default,tp8,dep8,disagg]
                                                              [--serving-qps 4] [--keep DIR]
 """
 
@@ -447,8 +449,16 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated workloads (serving, agents; default both)")
     ap.add_argument("--jobs", type=int, default=2, help="tasks at once (aiconfigurator sweeps, simroute plans)")
     ap.add_argument("--serving-qps", type=float, default=4.0, help="the serving workload's load, requests/s")
+    ap.add_argument("--columns", default="", help="comma-separated columns (default, tp8, dep8, disagg; default "
+                    "all): 'default' is aiconfigurator's own unrestricted answer, e.g. --columns disagg")
     ap.add_argument("--keep", default="", help="keep every plan and aiconfigurator output under this directory")
     args, _ = ap.parse_known_args()
+    wanted = set(args.columns.split(",")) if args.columns else {"default", *(c.name for c in COLUMNS)}
+    unknown = wanted - {"default", *(c.name for c in COLUMNS)}
+    if unknown:
+        print(f"--columns: unknown column(s) {', '.join(sorted(unknown))} (default, tp8, dep8, disagg)")
+        sys.exit(2)
+    columns = [column for column in COLUMNS if column.name in wanted]
     if not AIC.exists():
         print(f"[plan_aiconfigurator] skipped: no aiconfigurator venv at {VENV.relative_to(ROOT)} (make it with "
               "`python3 -m venv bench/.venv-aic && bench/.venv-aic/bin/pip install aiconfigurator==0.12.0`)")
@@ -461,7 +471,7 @@ def main() -> None:
     run_help = subprocess.run([sys.executable, "-m", "simroute", "run", "--help"], cwd=ROOT, capture_output=True,
                               text=True, env={**os.environ, "COLUMNS": "200"}).stdout
     replica_flags = {column.name: run_flags(run_help, column.name) for column in COLUMNS}
-    for column in COLUMNS:
+    for column in columns:
         if flags[column.name] is None:
             print(f"[plan_aiconfigurator] {skip_reason(column.name)}; aiconfigurator's side still runs")
     chosen = [w for w in workloads(args.serving_qps) if not args.only or w.name in args.only.split(",")]
@@ -476,12 +486,15 @@ def main() -> None:
         tasks = []
         for outcome in outcomes:
             w = outcome.workload
-            tasks.append((outcome.aic, "cli default", lambda w=w, o=outcome: aic_default(o.isl, o.osl, w.qps, 0, work)))
-            if w.doc_tokens:
+            if "default" in wanted:
+                tasks.append((outcome.aic, "cli default",
+                              lambda w=w, o=outcome: aic_default(o.isl, o.osl, w.qps, 0, work)))
+            if w.doc_tokens and "tp8" in wanted:
                 tasks.append((outcome.prefill, "at isl", lambda o=outcome: prefill_ms(o.isl)))
+            if w.doc_tokens and "default" in wanted:
                 tasks.append((outcome.aic, f"cli default --prefix {w.doc_tokens}",
                               lambda w=w, o=outcome: aic_default(o.isl, o.osl, w.qps, w.doc_tokens, work)))
-            for column in COLUMNS:
+            for column in columns:
                 tasks.append((outcome.aic, column.name,
                               lambda c=column.name, w=w, o=outcome: aic_column(c, o.isl, o.osl, w.qps, 0, work)))
                 if column.name != "disagg" and w.doc_tokens:
@@ -501,7 +514,8 @@ def main() -> None:
                                                         replica_flags[key], work, f"{outcome.workload.name}-{key}",
                                                         MAX_REQUESTS.get(key)))
                       for outcome in outcomes if not outcome.workload.doc_tokens
-                      for key in flags if replica_flags[key] and "error" not in outcome.aic.get(key, {"error": 1})]
+                      for key in (c.name for c in columns)
+                      if replica_flags[key] and "error" not in outcome.aic.get(key, {"error": 1})]
             for target, key, future in points:
                 target[key] = future.result()
         wall = time.perf_counter() - t_start
@@ -540,6 +554,8 @@ def main() -> None:
                   f"{ttft:g} ms: without reuse every request pays it; with simroute's reuse only a document's first "
                   "touch on an instance does)")
     figures: dict[str, Any] = {"wall_s": round(wall, 1)}
+    if args.columns:
+        figures["columns"] = "+".join(sorted(wanted))
     for outcome in outcomes:
         for tool, results in (("aic", outcome.aic), ("sim", outcome.sim)):
             for key, result in results.items():

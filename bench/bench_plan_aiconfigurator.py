@@ -38,8 +38,8 @@ carried at the answer (R x OSL / GPUs, both tools, like for like), and simroute'
 send to last completion: ramp-up and drain included, so below the carried load on short traces).
 
 aiconfigurator runs in its own venv, called as a subprocess (bench/bench_aiconfigurator.py says how to make it);
-the bench skips with a message when bench/.venv-aic is missing. Wall on the 2-core box: 14 to 17 minutes (840 s
-and 1,024 s at load averages of about 3 and 12; the DP 8 + EP 8 plans and operating point dominate, then
+the bench skips with a message when bench/.venv-aic is missing. Wall on the 2-core box: 14 to 22 minutes (840 s
+at a load average of about 3, 1,316 s at about 17; the DP 8 + EP 8 plans and operating point dominate, then
 aiconfigurator's sweeps; `--jobs 2` runs two tasks at once; `--columns` runs some columns only).
 
 Run: PYTHONPATH=. python3 bench/bench_plan_aiconfigurator.py [--no-record] [--jobs 2] [--only serving,agents]

@@ -171,8 +171,10 @@ class InstanceEngine:
     # ---- interface -----------------------------------------------------------------------------------
     def submit(self, seq: Sequence) -> None:
         """Event *arrival* (the request flow calls it): the sequence waits (or, under `schedule_ahead` while an
-        iteration is planned, joins the plan after it); an idle engine plans at once (`_start`), a k-iteration
-        decode event is cut at its next iteration boundary (`_cut`); a sequence that can never fit is refused."""
+        iteration is planned, joins the plan after it; under SGLang's poll, `recv_interval` > 1, a busy engine's
+        arrival waits in `_inbox` for the next poll, `_poll`, with no cut); an idle engine plans at once
+        (`_start`), a k-iteration decode event is cut at its next iteration boundary (`_cut`); a sequence that
+        can never fit is refused."""
         seq.t_submit = self.env.now
         seq.phase = WAITING
         if blocks_for(seq.peak_tokens) > self.hbm.capacity_blocks - self.hbm.pinned_blocks:

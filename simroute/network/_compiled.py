@@ -26,6 +26,15 @@ except ImportError:
     njit_inline = njit
     HAVE_NUMBA = False
 
+from simroute.network import flows as _flows  # noqa: E402  (after numba's import, which SIMROUTE_NO_NUMBA gates)
+
+# the solvers' shared formulas (flows.py), compiled into the kernels that use them: scalars only, so inlining
+# them adds no reference counting (an inlined helper that takes arrays costs a count per array per call)
+instant_end = njit_inline(_flows.instant_end)
+finish_reached = njit_inline(_flows.finish_reached)
+completion_time = njit_inline(_flows.completion_time)
+rate_kept = njit_inline(_flows.rate_kept)
+
 
 @njit
 def sift(heap, heap_key, pos, i, size, key):
@@ -173,17 +182,17 @@ def mark_links(links, slot, n_links, seen, count):
 
 @njit_inline
 def commit_group(now, g, fresh, same, rate, work, last_t, next_work, due):
-    """The commit rule of one re-solved group (every commit kernel's): it keeps its rate while |fresh - old| <=
-    same x old (returns -1.0); otherwise its work clock is advanced at the old rate, the rate replaced and its
+    """The commit rule of one re-solved group (every commit kernel's): it keeps its rate while `rate_kept`
+    (returns -1.0); otherwise its work clock is advanced at the old rate, the rate replaced and its
     completion time recomputed, and the old rate is returned."""
     old = rate[g]
-    if abs(fresh - old) <= same * old:
+    if rate_kept(fresh, old, same):
         return -1.0
     if now > last_t[g]:
         work[g] += old * (now - last_t[g])
         last_t[g] = now
     rate[g] = fresh
-    due[g] = now + (next_work[g] - work[g]) / fresh if fresh > 0 else np.inf
+    due[g] = completion_time(now, next_work[g], work[g], fresh)
     return old
 
 
@@ -382,7 +391,8 @@ def cascade_into(seeds, dirty, links, n, gcap, rate, bn, cap, load, member, deg,
     A group whose status changes makes its links dirty, so the work follows the groups whose rate can
     change. Writes the slots, rates and bottlenecks of the groups re-solved (rate unchanged where only the
     bottleneck moved) into out / rates / bns (room for every group) and returns (ok, how many); ok is
-    False once more than `limit` groups left KEEP (the caller solves from scratch). Exact: everything skipped behaves as in the previous solution's progressive filling.
+    False once more than `limit` groups left KEEP (the caller solves from scratch). Exact: everything skipped
+    behaves as in the previous solution's progressive filling.
     Scratch arrays come from the caller (`cascade_scratch`) and are left as found: group_int (4, slots),
     group_flag (2, slots) int8 zeros, new_rate (slots), link_flag (3, n_ids) int8 zeros, heap_int (2, items)
     whose second row is -1, heap_key (items), stack (2 n_ids), items = 2 n_ids + slots; scratch_rate and
@@ -615,7 +625,7 @@ def commit_slots_numba(now, slots, new_rate, new_bn, links, flows, rate, bn, wor
     for i in range(slots.shape[0]):
         g = slots[i]
         bn[g] = new_bn[i]
-        if abs(new_rate[i] - rate[g]) <= same * rate[g]:
+        if rate_kept(new_rate[i], rate[g], same):
             continue
         moved[n_moved] = i
         n_moved += 1

@@ -22,8 +22,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from simroute.network._compiled import HAVE_NUMBA, cascade_into, commit_group, fill_groups_numba, members_add, \
-    members_remove, njit, njit_inline
+from simroute.network._compiled import HAVE_NUMBA, cascade_into, commit_group, completion_time, fill_groups_numba, \
+    finish_reached, instant_end, members_add, members_remove, njit, njit_inline
+from simroute.network.flows import EPS
 
 INF = math.inf
 
@@ -56,7 +57,6 @@ _INT = {name: i for i, (name, _length) in enumerate(INT_FIELDS)}
 _FLOAT = {name: i for i, (name, _length) in enumerate(FLOAT_FIELDS)}
 _BYTE = {name: i for i, (name, _length) in enumerate(BYTE_FIELDS)}
 
-DONE_EPS = 1e-9          # a flow is done when its finish work is within this relative distance (+1e-6 B)
 ST_GROW, ST_IDLE, ST_CASCADE, ST_ABORT = -1, 0, 1, 2     # core_step's status
 
 
@@ -111,9 +111,10 @@ def _same_key(links, g, pend, base, gcap, cap):
 def core_step(now, n_pend, fbuf, ibuf, bbuf):
     """One engine step at `now`: pending starts, completions due, re-solve, commit (see the module docstring).
 
-    `n_pend` starts are in the `pend` field. Returns (status, finished, next_due, solved, groups): status ST_GROW (nothing done: a link's membership row
-    could overflow; `solved` is then the width needed: widen and call again), ST_IDLE (no change), ST_CASCADE or ST_ABORT (a cascade past
-    its limit, then a full solve); `finished` flow slots are in the `out` field, in finish
+    `n_pend` starts are in the `pend` field. Returns (status, finished, next_due, solved, groups): status
+    ST_GROW (nothing done: a link's membership row could overflow; `solved` is then the width needed: widen
+    and call again), ST_IDLE (no change), ST_CASCADE or ST_ABORT (a cascade past its limit, then a full
+    solve); `finished` flow slots are in the `out` field, in finish
     order; next_due the earliest completion (inf with no group); solved the groups re-solved.
     One function on purpose: the stages share every view, and numba's calls would pass them all again.
     """
@@ -207,9 +208,9 @@ def core_step(now, n_pend, fbuf, ibuf, bbuf):
                 l_n[lid] += 1
         g_n[g] += 1.0
         g_seed[g] = 1
-        g_due[g] = now + (g_next[g] - g_work[g]) / rate if rate > 0 else np.inf
+        g_due[g] = completion_time(now, g_next[g], g_work[g], rate)
     # completions due: pop the flows whose finish work is reached (the earliest always)
-    limit = now + 1e-12 * max(1.0, now)
+    limit = instant_end(now)
     n_done = 0
     n_empty = 0
     for g in range(count):
@@ -228,7 +229,7 @@ def core_step(now, n_pend, fbuf, ibuf, bbuf):
         while f >= 0:
             after = f_next[f]
             fw = f_fw[f]
-            if fw == best or fw - work <= DONE_EPS * fw + 1e-6:
+            if fw == best or finish_reached(fw, work, EPS):
                 if prev < 0:
                     g_head[g] = after
                 else:
@@ -260,7 +261,7 @@ def core_step(now, n_pend, fbuf, ibuf, bbuf):
             g_due[g] = np.inf
         else:
             g_seed[g] = 1
-            g_due[g] = now + (rest - work) / rate if rate > 0 else np.inf
+            g_due[g] = completion_time(now, rest, work, rate)
     # emptied groups leave, last column into the freed slot (highest slot first, so `last` is never emptied)
     dirty = g_dirty
     n_dirty = 0
@@ -494,7 +495,8 @@ class OnlineCore:
         """Write the starts into the pending field: slot, bytes, cap, links padded to the column width."""
         needed = len(flows)
         widest = max([len(flow.links) for flow in flows]) if needed > 1 else len(flows[0].links)
-        if self._count + needed > self._slots or len(self._free) < needed or widest > self._width or needed > self._room:
+        if (self._count + needed > self._slots or len(self._free) < needed or widest > self._width
+                or needed > self._room):
             dims, count = self.dims, self._count
             grow_to = dims["S"]
             while count + needed > grow_to or dims["F"] - len(self._free) + needed > grow_to:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from simroute.network._compiled import (cascade_numba, commit_rates_numba, commit_slots_numba, fill_groups_numba,
-                                        members_add, members_remove, njit, sift)
+from simroute.network._compiled import (cascade_numba, commit_rates_numba, commit_slots_numba, completion_time,
+                                        fill_groups_numba, finish_reached, instant_end, members_add, members_remove,
+                                        njit, sift)
 
 
 @njit
@@ -174,8 +175,9 @@ def replay_loop(order, arrival, nbytes, path_latency, of_flow, link_ptr, links, 
 
     Kept as one loop over steps (what it does per step is in the helpers above). Returns
     [events, steps, solves, solved groups]; writes finish[flow] (last byte + path latency). The
-    same-instant window (1e-12 relative) and the finish-together test (eps relative + 1e-6 bytes) are the
-    engine's (`solvers.arrays.ArraySolver.step`, `solvers.groups.pop_done`), so both end the same flows at the same step.
+    same-instant window (`flows.instant_end`) and the finish-together test (`flows.finish_reached`) are the
+    engine's (`solvers.arrays.ArraySolver.step`, `solvers.groups.pop_done`), so both end the same flows at the same
+    step.
     The re-solve is the engine's: from `cascade_from` active groups on, its cascade (which gives up past
     max(cascade_floor, cascade_limit x active groups), and then every active group is solved from scratch);
     else the touched components from scratch
@@ -234,7 +236,7 @@ def replay_loop(order, arrival, nbytes, path_latency, of_flow, link_ptr, links, 
             break
         steps += 1
         stamp = steps
-        limit = now + 1e-12 * max(1.0, now)
+        limit = instant_end(now)
         n_comp = n_comp_links = n_due = 0
         for j in range(n_active):
             if due[active[j]] <= limit:
@@ -249,7 +251,7 @@ def replay_loop(order, arrival, nbytes, path_latency, of_flow, link_ptr, links, 
             done = 0
             while heap_size[group] > 0:
                 key = heap_key[base]
-                if done > 0 and key - work[group] > eps * key + 1e-6:
+                if done > 0 and not finish_reached(key, work[group], eps):
                     break
                 flow, heap_size[group] = _pop_flow(heap_items, heap_key, heap_pos, base, heap_size[group])
                 finish[flow] = now + path_latency[flow]
@@ -273,7 +275,7 @@ def replay_loop(order, arrival, nbytes, path_latency, of_flow, link_ptr, links, 
                         n_comp_links += 1
             else:
                 next_work[group] = heap_key[base]
-                due[group] = now + (next_work[group] - work[group]) / rate[group] if rate[group] > 0 else np.inf
+                due[group] = completion_time(now, next_work[group], work[group], rate[group])
                 group_stamp[group] = stamp
                 comp_groups[n_comp] = group
                 n_comp += 1
@@ -297,7 +299,7 @@ def replay_loop(order, arrival, nbytes, path_latency, of_flow, link_ptr, links, 
             flows[group] += 1
             events += 1
             next_work[group] = heap_key[flow_ptr[group]]
-            due[group] = now + (next_work[group] - work[group]) / rate[group] if rate[group] > 0 else np.inf
+            due[group] = completion_time(now, next_work[group], work[group], rate[group])
             if group_stamp[group] != stamp:
                 group_stamp[group] = stamp
                 comp_groups[n_comp] = group

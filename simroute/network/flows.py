@@ -17,6 +17,32 @@ if TYPE_CHECKING:
 INF = math.inf
 EPS = 1e-9      # relative float noise: flows of a group whose finish work is this close finish together
 SAME = 1e-12    # a full re-solve keeps a group's rate when it moved by less (summation-order noise)
+INSTANT = 1e-12     # relative: events due this close after `now` are taken at `now` (one step)
+
+
+# ---- the solvers' shared arithmetic --------------------------------------------------------------------------
+# One definition each for the Python solvers, the numba kernels (`_compiled` compiles these same functions,
+# inlined) and, where it works on arrays as well, the NumPy twins (`kernels`).
+def instant_end(now: float) -> float:
+    """The end of the instant `now`: what is due up to here is taken in the step at `now` (float noise)."""
+    return now + INSTANT * max(1.0, now)
+
+
+def finish_reached(finish_work: float, work: float, eps: float) -> bool:
+    """Whether a flow whose last byte is at `finish_work` on its group's work clock has finished at `work`:
+    within `eps` relative plus 1e-6 bytes (float noise: such flows finish together)."""
+    return finish_work - work <= eps * finish_work + 1e-6
+
+
+def completion_time(now: float, next_work: float, work: float, rate: float) -> float:
+    """When a group's next flow finishes: its work to go at the group's per-flow rate (inf at rate 0)."""
+    return now + (next_work - work) / rate if rate > 0 else INF
+
+
+def rate_kept(fresh: Any, old: Any, same: float) -> Any:
+    """The commit rule: a re-solved group keeps its committed rate `old` while the fresh one is within `same`
+    relative of it (summation-order noise, or the tolerance mode's bound). Scalars or NumPy arrays."""
+    return abs(fresh - old) <= same * old
 
 
 class FlowRecord(NamedTuple):

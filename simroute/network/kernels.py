@@ -32,6 +32,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from simroute.network.flows import rate_kept
 from simroute.network.maxmin import fill_arrays
 
 INF = math.inf
@@ -56,14 +57,14 @@ def commit_rates_numpy(now: float, new_rate: np.ndarray, new_bn: np.ndarray, lin
                        next_work: np.ndarray, due: np.ndarray, same: float, n_links: int) -> np.ndarray:
     """Reference commit over the first G = len(new_rate) groups; returns the sorted ids of links whose load moves.
 
-    A group keeps its rate when |new - old| <= same * old (summation-order noise for same = 1e-12, the
-    tolerance mode's bound for larger values); otherwise work += old * (now - last_t), rate = new, due =
+    A group keeps its rate while `flows.rate_kept` (|new - old| <= same * old: summation-order noise for same =
+    1e-12, the tolerance mode's bound for larger values); otherwise work += old * (now - last_t), rate = new, due =
     now + (next_work - work) / new. `links` is (K, G) padded with the sentinel id n_links.
     """
     groups = len(new_rate)
     old = rate[:groups]
     bn[:groups] = new_bn
-    moved = np.flatnonzero(~(np.abs(new_rate - old) <= same * old))
+    moved = np.flatnonzero(~rate_kept(new_rate, old, same))
     if moved.size == 0:
         return np.empty(0, dtype=np.int64)
     elapsed = now - last_t[moved]
@@ -90,7 +91,7 @@ def commit_slots_numpy(now: float, slots: np.ndarray, new_rate: np.ndarray, new_
     n_links = len(cap)
     bn[slots] = new_bn
     old = rate[slots]
-    keep = np.abs(new_rate - old) <= same * old
+    keep = rate_kept(new_rate, old, same)
     moved, fresh, old = slots[~keep], new_rate[~keep], old[~keep]
     empty = np.empty(0, dtype=np.int64)
     if moved.size == 0:
@@ -151,7 +152,7 @@ def solver_backend(name: str = "auto") -> SolverBackend:
     if backend is None:
         if name == "numba":
             from simroute.errors import ConfigurationError
-            raise ConfigurationError("backend 'numba' needs numba, a core dependency: reinstall simroute (pip install simroute)",
-                                     field="backend")
+            raise ConfigurationError("backend 'numba' needs numba, a core dependency: reinstall simroute "
+                                     "(pip install simroute)", field="backend")
         return NUMPY_BACKEND
     return backend

@@ -18,7 +18,7 @@ from enum import Enum
 import numpy as np
 
 from simroute.network.columns import GroupColumns
-from simroute.network.flows import INF, SAME, ActiveFlow
+from simroute.network.flows import SAME, ActiveFlow, completion_time, instant_end
 from simroute.network.maxmin import Group
 from simroute.network.solvers.base import Solver, SolverMode, register_solver
 from simroute.network.solvers.groups import GroupSolver
@@ -65,7 +65,7 @@ class ArraySolver(GroupSolver):
         bulk = self.bulk
         columns = bulk.columns
         assert columns is not None
-        limit = now + 1e-12 * max(1.0, now)
+        limit = instant_end(now)
         count = len(columns.groups)
         due = columns.due[:count]
         finishing = count > 0 and due.min() <= limit
@@ -114,8 +114,7 @@ class ArraySolver(GroupSolver):
         columns, slot = self.bulk.columns, group.slot
         columns.flows[slot] = group.n
         columns.next_work[slot] = next_work = group.flows[0][0]
-        rate = columns.rate[slot]
-        columns.due[slot] = now + (next_work - columns.work[slot]) / rate if rate > 0 else INF
+        columns.due[slot] = completion_time(now, next_work, columns.work[slot], columns.rate[slot])
 
     def finish_slot(self, group: Group, now: float) -> None:
         bulk = self.bulk

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import heapq
 
-from simroute.network.flows import EPS, ActiveFlow
+from simroute.network.flows import EPS, ActiveFlow, finish_reached
 from simroute.network.maxmin import Group
 from simroute.network.solvers.base import Solver
 
@@ -62,7 +62,7 @@ class GroupSolver(Solver):
         """Flows of the group whose finish work is reached (within float noise of the work clock)."""
         flows = group.flows
         done = [heapq.heappop(flows)[2]]
-        while flows and flows[0][0] - work <= EPS * flows[0][0] + 1e-6:
+        while flows and finish_reached(flows[0][0], work, EPS):
             done.append(heapq.heappop(flows)[2])
         self.bulk.flow_events += len(done)
         return done

@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 from enum import Enum
 
-from simroute.network.flows import ActiveFlow
+from simroute.network.flows import ActiveFlow, instant_end
 from simroute.network.maxmin import Group, fill
 from simroute.network.solvers.base import Solver, SolverHost, SolverMode, register_solver
 from simroute.network.solvers.groups import GroupSolver
@@ -45,7 +45,7 @@ class ObjectSolver(GroupSolver):
         """Handle every completion due now and every pending start, then re-rate once."""
         heap, seeds, dirty = self.heap, set(), set()
         bulk, complete = self.bulk, self.host.complete
-        limit = now + 1e-12 * max(1.0, now)
+        limit = instant_end(now)
         while heap and heap[0][0] <= limit:
             _t, version, _seq, group = heapq.heappop(heap)
             if version != group.version or group.n == 0:

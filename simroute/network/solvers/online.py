@@ -12,7 +12,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-from simroute.network.flows import INF, SAME, ActiveFlow
+from simroute.network.flows import INF, SAME, ActiveFlow, instant_end
 from simroute.network.solvers.base import Solver, SolverHost, SolverMode, register_solver
 from simroute.network.solvers.groups import GroupSolver
 from simroute.network.telemetry import FULL_LOAD
@@ -74,7 +74,7 @@ class OnlineSolver(Solver):
         if bulk.recapped:                 # message charges moved: their links' groups re-solve in this step
             self.core.set_capacity(bulk.recapped, [bulk.residual[link] for link in bulk.recapped])
             bulk.recapped.clear()
-        elif not starts and self.due > now + 1e-12 * max(1.0, now):
+        elif not starts and self.due > instant_end(now):
             if self.due < INF:
                 self.host.schedule_wake(self.due, now)
             return None

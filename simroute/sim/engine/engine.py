@@ -25,11 +25,16 @@ The loop, in named steps, each with one owner: `submit` queues a sequence (and s
 `_begin` runs plan -> cost -> arm: `_plan_step` plans the next event (`_plan_next`: the scheduler's batch, then
 `_grow` reserves the decodes' blocks, preempting if they do not fit), `_batch_cost` (`_batch_shape` through the
 step-time model) and `_cost` (the routed exchanges, the holder's partials) cost it, `_log_event` logs its row and
-`_arm` arms one timeout; `_on_end` (a timeout that is no longer the armed one is stale) calls `_end`: `_advance`
-moves the sequences (first-token and done events succeed), then `_begin` again. `_cut` ends a macro event early
-when a sequence arrives; `absorb` lengthens one by partial work a requester started meanwhile. A DP attention
-rank (`group` set) hands the step to its group (`simroute.sim.engine.group.GroupEngine`), which calls the same
-steps on every rank with one step time for all and ends them together.
+`_arm` arms one timeout; `_on_end` (a timeout that is no longer the armed one is stale) calls `_end`: `_close`
+(`_advance` moves the sequences: first-token and done events succeed), then `_begin` again. `_cut` ends a macro
+event early when a sequence arrives; `absorb` lengthens one by partial work a requester started meanwhile. A DP
+attention rank (`group` set) hands the step to its group (`simroute.sim.engine.group.GroupEngine`), which calls
+the same steps on every rank with one step time for all and ends them together.
+
+The lifecycle's events (arrival, HBM freed, iteration planned, cut by arrival, partial absorbed, a DP group's
+all-to-all done, iteration end, preempted, refused, request finished) each have one owner and one handler
+whose docstring, starting "Event *name*", is its contract; docs/ARCHITECTURE.md, "The engine's lifecycle", is
+the catalogue.
 """
 
 from __future__ import annotations
@@ -165,6 +170,11 @@ class InstanceEngine:
 
     # ---- interface -----------------------------------------------------------------------------------
     def submit(self, seq: Sequence) -> None:
+        """Event *arrival* (the request flow calls it): the sequence waits (or, under `schedule_ahead` while an
+        iteration is planned, joins the plan after it; under SGLang's poll, `recv_interval` > 1, a busy engine's
+        arrival waits in `_inbox` for the next poll, `_poll`, with no cut); an idle engine plans at once
+        (`_start`), a k-iteration decode event is cut at its next iteration boundary (`_cut`); a sequence that
+        can never fit is refused."""
         seq.t_submit = self.env.now
         seq.phase = WAITING
         if blocks_for(seq.peak_tokens) > self.hbm.capacity_blocks - self.hbm.pinned_blocks:
@@ -185,7 +195,7 @@ class InstanceEngine:
             self._cut()
 
     def poke(self) -> None:
-        """HBM was freed from outside (a copy unpinned or removed): an idle engine retries admission."""
+        """Event *HBM freed* (a copy unpinned or removed, from outside): an idle engine retries admission."""
         if not self.busy and not self._in_step and self.waiting:
             self._start()
 
@@ -276,7 +286,8 @@ class InstanceEngine:
             self._begin()
 
     def _begin(self) -> None:
-        """A TP instance's next event: plan it, cost it, arm its end."""
+        """Event *iteration planned* (a TP instance's; a DP group's is `GroupEngine._begin`): plan it, cost it,
+        log its row and arm its end, or go idle. After it exactly one timer is live (`_timer`)."""
         plan = self._plan_step()
         if plan is None:
             return
@@ -494,6 +505,9 @@ class InstanceEngine:
         return False
 
     def _preempt(self, seq: Sequence) -> None:
+        """Event *preempted* (`_grow`: the decodes' next blocks do not fit): the sequence's KV is freed, it will
+        recompute its prompt and generated tokens, and it waits at the head of the queue, not re-admitted in
+        the plan being made (`_held`); past `max_preemptions` it is refused (`THRASHED`)."""
         self.running.remove(seq)
         self.hbm.release_kv(seq.blocks)
         seq.blocks = 0
@@ -515,11 +529,15 @@ class InstanceEngine:
         by what the work asks of its busy GPU while both last (charge rate c x the event's busy share f, over
         the event's rest lengthened by it: cf (end - now) / (1 - cf), or cf (until - now) if the work ends
         first), prepaid against what the work accrues, so that it is not charged to the next event in one lump.
-        `now` is the clock, as the caller read it."""
+        `now` is the clock, as the caller read it.
+
+        Event *partial absorbed* (the exchange calls it on the holder): only the engine's own figures move (the
+        event's `_pre`, the partials' prepaid seconds, the log row); the armed timer is left as it is: it fires
+        at the planned end and `_on_end` re-arms for the rest."""
         plan = self._plan
         if not self.busy or self._in_step or not (plan.prefill or plan.decode):
             return
-        end = self._t0 + self._pre + plan.k * self._dt
+        end = self._t0 + self._pre + plan.k * self._dt          # `_event_end`, inlined (hot)
         partials = self.partials
         rate = entry.charge * partials.busy_fraction            # min(., MAX_UTILISATION), max and min spelt out (hot)
         if rate > MAX_UTILISATION:
@@ -547,42 +565,74 @@ class InstanceEngine:
         timer.callbacks.append(self._on_end_callback)
         self._timer = timer
 
+    def _event_end(self) -> float:
+        """When the event in flight ends: its start, the partial work charged before or absorbed into it
+        (`_pre`), then k iterations of `_dt` (spelt out where it runs per event: `absorb`, `_on_end`)."""
+        return self._t0 + self._pre + self._plan.k * self._dt
+
     def _on_end(self, timer: simpy.Event) -> None:
+        """Event *iteration end* (a TP instance's armed timer): a timer that is no longer `_timer` is stale (a cut
+        armed another) and ignored; an event lengthened by absorbed partials meanwhile is re-armed for the rest;
+        else `_end`."""
         if timer is not self._timer:
             return                                  # superseded by a cut
         now = self.env.now
-        end = self._t0 + self._pre + self._plan.k * self._dt
+        end = self._t0 + self._pre + self._plan.k * self._dt    # `_event_end`, inlined (hot)
         if end > now + 1e-12 * max(1.0, now):      # absorbed partial work lengthened the event meanwhile
             self._arm(end - now)
             return
         self._end()
 
     def _cut(self) -> None:
-        """A new arrival ends a k-iteration decode event at the next iteration boundary."""
+        """Event *cut by arrival* (`submit`, while a k-iteration decode event runs): it ends at the next iteration
+        boundary, `done` < k iterations in. Each component undoes its own share of the iterations not run,
+        through its own method: the engine's KV reservation (`_unreserve`), the holders' partials
+        (`RouteExchange.retract`), the stretch prepaid (`HolderPartials.unprepay`), the log row
+        (`IterationLog.revise`); then a new timer (the old one goes stale)."""
         plan, dt = self._plan, self._dt
-        done = math.ceil((self.env.now - self._t0 - self._pre) / dt - 1e-9) if dt > 0 else plan.k
+        k = plan.k
+        done = math.ceil((self.env.now - self._t0 - self._pre) / dt - 1e-9) if dt > 0 else k
         done = max(1, done)
-        if done >= plan.k:
+        if done >= k:
             return
-        for seq in plan.decode:          # hand back the blocks reserved for the iterations not run
-            keep = blocks_for(seq.prompt + seq.generated + done)
-            self.hbm.release_kv(seq.blocks - keep)
-            seq.blocks = keep
-        if self._legs and self.exchange is not None:     # nor did the holders' partials for them run
-            self.exchange.retract(self, self._legs, done, plan.k)
-        self.partials.unprepay(self._stretch * (plan.k - done))
-        self.log.revise(self._row, plan.k, done, self._pre + done * dt, self._pre + done * self._stretch,
+        self._unreserve(plan.decode, done)
+        if self._legs and self.exchange is not None:
+            self.exchange.retract(self, self._legs, done, k)
+        self.partials.unprepay(self._stretch * (k - done))
+        self.log.revise(self._row, k, done, self._pre + done * dt, self._pre + done * self._stretch,
                         self._hidden * done)
         self.cuts += 1
         plan.k = done
-        end = self._t0 + self._pre + done * dt
-        self._arm(max(0.0, end - self.env.now))
+        self._arm(max(0.0, self._event_end() - self.env.now))
+
+    def _unreserve(self, decode: list[Sequence], done: int) -> None:
+        """Hand back the KV blocks `_grow` reserved for decode iterations that will not run (a cut after `done`)."""
+        for seq in decode:
+            keep = blocks_for(seq.prompt + seq.generated + done)
+            self.hbm.release_kv(seq.blocks - keep)
+            seq.blocks = keep
 
     def _end(self) -> None:
-        """End: the event's iterations ran (`_advance`); then the next."""
-        self._advance()
+        """The TP instance's event ended (`_on_end`): its iterations ran (`_close`); then the next (`_begin`)."""
+        self._advance()                 # `_close`, inlined (hot)
         self._plan = _IDLE
         self._begin()
+
+    def _close(self, emitted: list[int] | None = None) -> None:
+        """The event in flight ran: its sequences advance (`_advance`) and the engine holds no plan until the next
+        is planned (its owner's: the DP group's step end; `_end` spells it out, per event)."""
+        self._advance(emitted)
+        self._plan = _IDLE
+
+    def _span(self, duration: float) -> None:
+        """A DP rank's one-iteration event lasts `duration` from its start: the rank waits for its group's step
+        (the group sets it when it costs the step and again when the step ends)."""
+        self._dt = duration - self._pre
+
+    def _waited(self, seconds: float) -> None:
+        """A DP rank's event waited `seconds` more than logged (its group's all-to-all flows outlasted the table's
+        collective time): its log row."""
+        self.log.extend(self._row, seconds)
 
     def _advance(self, emitted: list[int] | None = None) -> None:
         """The event's iterations ran: prefill chunks advance (a finished prompt yields its first token),
@@ -680,13 +730,17 @@ class InstanceEngine:
             self._finish(seq)
 
     def _refuse(self, seq: Sequence, reason: int) -> None:
-        """End a sequence unserved (`output` -1, `refused` says why); its request is dropped."""
+        """Event *refused* (it never fits, or was preempted too often): end a sequence unserved (`output` -1,
+        `refused` says why); its request is dropped."""
         seq.refused = reason
         self.rejected += 1
         self.thrashed += reason == THRASHED
         self._finish(seq, failed=True)
 
     def _finish(self, seq: Sequence, failed: bool = False) -> None:
+        """Event *request finished* (`_advance` at its last token, or `_refuse`): it leaves the running set, its KV
+        is released unless the request keeps it (`keep_kv`), and its `on_done`, `first_token` (if it never came)
+        and `done` fire, in that order."""
         if seq in self.running:
             self.running.remove(seq)
         if not seq.keep_kv or failed:

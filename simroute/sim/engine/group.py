@@ -29,7 +29,7 @@ import simpy
 
 from simroute.model.dpstep import DeploymentStep, GroupIteration, group_iteration
 from simroute.model.steptime import BatchShape
-from simroute.sim.engine.engine import _IDLE, InstanceEngine
+from simroute.sim.engine.engine import InstanceEngine
 
 IDLE_BATCH = BatchShape(new_tokens=0.0, sequences=0.0, kv_read_tokens=0.0, attention_pairs=0.0)
 
@@ -83,6 +83,9 @@ class GroupEngine:
             self._begin()
 
     def _begin(self) -> None:
+        """Event *iteration planned* (the group's step): every rank plans its batch (an idle rank runs an empty
+        one), the model gives the step once for all; its all-to-all flows start, then each active rank is
+        costed (`_cost`). No rank has work: the group goes idle (or plans again if work came meanwhile)."""
         self._planning, self._again = True, False
         active: list[tuple[InstanceEngine, Any, dict | None, float, int]] = []
         batches: list[BatchShape] = []
@@ -121,7 +124,7 @@ class GroupEngine:
         for rank, plan, routed, seq_wait, _new in active:
             duration = max(duration, rank._cost(plan, it.seconds, routed, seq_wait))
         for rank, plan, _routed, _wait, new in active:
-            rank._dt = duration - rank._pre          # a rank waits for the group (one iteration per event)
+            rank._span(duration)                     # a rank waits for the group (one iteration per event)
             rank._log_event(plan, duration, it.seconds, new)
         self._active = [(rank, plan) for rank, plan, *_rest in active]
         self._emitted = [self._draw(len(plan.decode)) for _rank, plan in self._active]
@@ -176,6 +179,9 @@ class GroupEngine:
         return tuple(topo.links[link].tier for link in links)
 
     def _flow_done(self, _event: simpy.Event) -> None:
+        """Event *all-to-all done* (each of the step's flows calls it; the last one acts): flows that took longer
+        than the table's collective time lengthen the step (each active rank's log row: `_waited`), and the
+        step's end is armed."""
         self._flows_left -= 1
         if self._flows_left:
             return
@@ -187,7 +193,7 @@ class GroupEngine:
             self.flow_extra_s += extra
             self._end_at += extra
             for rank, _plan in self._active:
-                rank.log.extend(rank._row, extra)
+                rank._waited(extra)
         self._arm(max(0.0, self._end_at - now))
 
     # ---- arm and end ----------------------------------------------------------------------------------
@@ -197,12 +203,16 @@ class GroupEngine:
         self._timer = timer
 
     def _on_end(self, timer: simpy.Event) -> None:
+        """Event *iteration end* (the group's step): a stale timer, or one that fires while the all-to-all flows
+        still move, is ignored; a rank whose event absorbed partial work meanwhile keeps the group waiting
+        (re-armed); else every active rank's event closes at once (`InstanceEngine._close`, MTP's draws) and
+        the next step is planned."""
         if timer is not self._timer or self._flows_left:
             return                      # superseded, or the flows are still moving (their end arms it again)
         now = self.env.now
         end = self._end_at
-        for rank, plan in self._active:     # a rank's event lengthened by partial work it absorbed meanwhile
-            rank_end = rank._t0 + rank._pre + plan.k * rank._dt
+        for rank, _plan in self._active:    # a rank's event lengthened by partial work it absorbed meanwhile
+            rank_end = rank._event_end()
             if rank_end > end:
                 end = rank_end
         if end > now + 1e-12 * max(1.0, now):
@@ -212,12 +222,11 @@ class GroupEngine:
         active, emitted = self._active, self._emitted
         self._active, self._emitted = [], []
         for (rank, plan), draws in zip(active, emitted):
-            rank._dt = now - rank._t0 - rank._pre       # its tokens come out when the group's step ends
+            rank._span(now - rank._t0)              # its tokens come out when the group's step ends
             before = rank.mtp_tokens
-            rank._advance(draws)
+            rank._close(draws)
             self.decode_steps += len(plan.decode)
             self.decode_tokens += rank.mtp_tokens - before if draws is not None else len(plan.decode)
-            rank._plan = _IDLE
         self._begin()
 
     def summary(self) -> dict[str, Any]:

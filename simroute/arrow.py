@@ -160,13 +160,14 @@ def _pandas_major() -> int | None:
         return None
 
 
-def _frame_column(values: Any) -> tuple[Any, str, str] | None:
+def _frame_column(values: Any, from_rows: bool = False) -> tuple[Any, str, str] | None:
     """One column as pandas >= 3 types it in a DataFrame and pyarrow's `from_pandas` converts it (NaN and None
     read as null): (Arrow array, pandas_type, numpy_type) for the kinds a simulation's tables hold (int64 and
-    float64 numbers, text with None, lists of int64), None for any other (the caller uses pandas)."""
+    float64 numbers, text with None, lists of int64, and no rows: an empty list is float64 in a DataFrame of
+    columns, of no type in one of rows), None for any other (the caller uses pandas)."""
     import pyarrow as pa
     if isinstance(values, np.ndarray):
-        if values.ndim != 1 or values.dtype not in (np.dtype(np.int64), np.dtype(np.float64)) or not len(values):
+        if values.ndim != 1 or values.dtype not in (np.dtype(np.int64), np.dtype(np.float64)):
             return None
         if values.dtype.kind == "f" and np.isnan(values).any():
             return None
@@ -174,7 +175,9 @@ def _frame_column(values: Any) -> tuple[Any, str, str] | None:
         return array(values), name, name
     values = list(values)
     if not values:
-        return None
+        if from_rows:
+            return pa.nulls(0), "empty", "object"
+        return array(np.zeros(0)), "float64", "float64"
     kinds = {type(value) for value in values}
     if kinds == {int}:
         if not all(-(1 << 63) <= value < (1 << 63) for value in values):
@@ -198,11 +201,12 @@ def _frame_column(values: Any) -> tuple[Any, str, str] | None:
     return None
 
 
-def frame_table(columns: dict[str, Any]) -> Any | None:
-    """`pa.Table.from_pandas(pd.DataFrame(columns), preserve_index=False)` built without pandas, its `pandas`
-    schema metadata included (so the Parquet files are byte for byte those pandas would give), where every
-    column is of a kind `_frame_column` covers, the table has rows and the installed pandas is 3 or later (whose
-    text dtype is Arrow's large_string); else None, and the caller goes through pandas."""
+def frame_table(columns: dict[str, Any], from_rows: bool = False) -> Any | None:
+    """`pa.Table.from_pandas(pd.DataFrame(columns), preserve_index=False)` (with `from_rows`, of
+    `pd.DataFrame(rows, columns=...)`, the rows the columns came from) built without pandas, its `pandas` schema
+    metadata included (so the Parquet files are byte for byte those pandas would give), where every column is
+    of a kind `_frame_column` covers and the installed pandas is 3 or later (whose text dtype is Arrow's
+    large_string); else None, and the caller goes through pandas."""
     import json
 
     import pyarrow as pa
@@ -210,7 +214,7 @@ def frame_table(columns: dict[str, Any]) -> Any | None:
         return None
     converted = {}
     for name, values in columns.items():
-        column = _frame_column(values)
+        column = _frame_column(values, from_rows)
         if column is None:
             return None
         converted[name] = column

@@ -118,7 +118,16 @@ def test_frame_table_is_what_pandas_and_from_pandas_give_or_none():
     theirs = pa.Table.from_pandas(pd.DataFrame(columns), preserve_index=False)
     assert mine.equals(theirs, check_metadata=True)
     assert _parquet_bytes(mine) == _parquet_bytes(theirs)
-    for odd in ({"x": []}, {"x": [None, None]}, {"x": [1.0, float("nan")]}, {"x": [[], []]}, {"x": [True, False]},
+    empty = {"fid": [], "links": [], "cap": np.zeros(0), "n": np.zeros(0, np.int64)}     # a run without flows
+    assert frame_table(empty).equals(pa.Table.from_pandas(pd.DataFrame(empty), preserve_index=False),
+                                     check_metadata=True)
+    no_rows = pa.Table.from_pandas(pd.DataFrame([], columns=["t_s", "spine"]), preserve_index=False)
+    assert frame_table({"t_s": [], "spine": []}, from_rows=True).equals(no_rows, check_metadata=True)
+    rows = [(0.0, "spine0", 0), (0.5, "spine1", 2)]
+    by_rows = pa.Table.from_pandas(pd.DataFrame(rows, columns=["t_s", "spine", "n"]), preserve_index=False)
+    assert frame_table({"t_s": [0.0, 0.5], "spine": ["spine0", "spine1"], "n": [0, 2]}, from_rows=True).equals(
+        by_rows, check_metadata=True)
+    for odd in ({"x": [None, None]}, {"x": [1.0, float("nan")]}, {"x": [[], []]}, {"x": [True, False]},
                 {"x": np.array([1.0, np.nan])}, {"x": [1, 2], "y": [1]}):
         assert frame_table(odd) is None, odd        # kinds it does not build: the caller goes through pandas
 

@@ -324,7 +324,7 @@ def _frame_table(columns: dict[str, Any], rows: list[tuple] | None = None):
     """The Arrow table pandas gives for `columns` (`pa.Table.from_pandas` of `pd.DataFrame(columns)`, or of
     `pd.DataFrame(rows, columns=...)` where the columns came from `rows`): built without pandas where
     `simroute.arrow.frame_table` covers the columns, else through pandas as before."""
-    built = frame_table(columns)
+    built = frame_table(columns, from_rows=rows is not None)
     if built is not None:
         return built
     import pandas as pd

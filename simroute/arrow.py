@@ -9,6 +9,7 @@ pyarrow's would be one, the same values and dtype.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -152,11 +153,21 @@ def table(columns: dict[str, Any]) -> Any:
     return pa.Table.from_arrays([array(values) for values in columns.values()], names=list(columns))
 
 
-def _pandas_major() -> int | None:
+@functools.lru_cache(maxsize=1)
+def _pandas_version() -> str | None:
+    """The installed pandas's version, read from its distribution (no import), None where it is not installed."""
     from importlib import metadata
     try:
-        return int(metadata.version("pandas").split(".")[0])
-    except (metadata.PackageNotFoundError, ValueError):
+        return metadata.version("pandas")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _pandas_major() -> int | None:
+    version = _pandas_version()
+    try:
+        return int(version.split(".")[0]) if version is not None else None
+    except ValueError:
         return None
 
 
@@ -210,7 +221,8 @@ def frame_table(columns: dict[str, Any], from_rows: bool = False) -> Any | None:
     import json
 
     import pyarrow as pa
-    if _pandas_major() is None or _pandas_major() < 3:   # type: ignore[operator]
+    major = _pandas_major()
+    if major is None or major < 3:
         return None
     converted = {}
     for name, values in columns.items():
@@ -221,11 +233,10 @@ def frame_table(columns: dict[str, Any], from_rows: bool = False) -> Any | None:
     lengths = {len(column[0]) for column in converted.values()}
     if len(lengths) != 1:
         return None
-    from importlib import metadata
     note = {"index_columns": [], "column_indexes": [],
             "columns": [{"name": name, "field_name": name, "pandas_type": pandas_type, "numpy_type": numpy_type,
                          "metadata": None} for name, (_, pandas_type, numpy_type) in converted.items()],
             "attributes": {}, "creator": {"library": "pyarrow", "version": pa.__version__},
-            "pandas_version": metadata.version("pandas")}
+            "pandas_version": _pandas_version()}
     arrays = pa.Table.from_arrays([column[0] for column in converted.values()], names=list(converted))
     return arrays.replace_schema_metadata({b"pandas": json.dumps(note).encode("utf8")})

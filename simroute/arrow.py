@@ -10,6 +10,7 @@ pyarrow's would be one, the same values and dtype.
 from __future__ import annotations
 
 import functools
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -118,12 +119,17 @@ def _validity(valid: np.ndarray) -> Any:
 def _text(values: Any, large: bool) -> Any:
     """A string (or large_string) Array of Python str values and None (null)."""
     import pyarrow as pa
-    valid = np.fromiter((value is not None for value in values), dtype=bool, count=len(values))
-    encoded = [b"" if value is None else value.encode() for value in values]
+    values = values if isinstance(values, list) else list(values)
+    validity = None
+    if values.count(None):      # (C loops where there is no null: a DP run's flow table has ~10^5-10^6 rows)
+        valid = np.fromiter((value is not None for value in values), dtype=bool, count=len(values))
+        validity = _validity(valid)
+        values = ["" if value is None else value for value in values]
+    encoded = list(map(str.encode, values))
     offsets = np.zeros(len(encoded) + 1, dtype=np.int64 if large else np.int32)
-    np.cumsum([len(item) for item in encoded], out=offsets[1:])
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
     return pa.Array.from_buffers(pa.large_string() if large else pa.string(), len(encoded),
-                                 [_validity(valid), _buffer(offsets), pa.py_buffer(b"".join(encoded))])
+                                 [validity, _buffer(offsets), pa.py_buffer(b"".join(encoded))])
 
 
 def array(values: Any) -> Any:
@@ -189,22 +195,24 @@ def _frame_column(values: Any, from_rows: bool = False) -> tuple[Any, str, str] 
         if from_rows:
             return pa.nulls(0), "empty", "object"
         return array(np.zeros(0)), "float64", "float64"
-    kinds = {type(value) for value in values}
+    kinds = set(map(type, values))
     if kinds == {int}:
-        if not all(-(1 << 63) <= value < (1 << 63) for value in values):
+        try:
+            ints = np.array(values, dtype=np.int64)
+        except OverflowError:       # outside int64: pandas makes it another dtype
             return None
-        return array(np.array(values, dtype=np.int64)), "int64", "int64"
+        return array(ints), "int64", "int64"
     if kinds <= {int, float} and float in kinds:
         floats = np.array(values, dtype=np.float64)
         return (array(floats), "float64", "float64") if not np.isnan(floats).any() else None
     if kinds <= {str, type(None)} and str in kinds:
         return _text(values, large=True), "object", "str"
     if kinds <= {list, tuple}:
-        items = [item for value in values for item in value]
-        if not items or {type(item) for item in items} != {int}:
+        items = list(chain.from_iterable(values))
+        if not items or set(map(type, items)) != {int}:
             return None
         offsets = np.zeros(len(values) + 1, dtype=np.int32)
-        np.cumsum([len(value) for value in values], out=offsets[1:])
+        np.cumsum(np.fromiter(map(len, values), dtype=np.int64, count=len(values)), out=offsets[1:])
         flat = _frame_column(items)
         if flat is None:
             return None

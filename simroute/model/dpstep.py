@@ -501,7 +501,8 @@ class DeploymentStep:
         return {"attention_gemms": gemms, "attention": attention, "elementwise": elementwise}, looks
 
     def layer(self, kind: str, batches: Sequence[BatchShape],
-              blocks: list[tuple[dict[str, float], dict[str, list]]] | None = None) -> tuple[LayerCost, dict[str, list]]:
+              blocks: list[tuple[dict[str, float], dict[str, list]]] | None = None
+              ) -> tuple[LayerCost, dict[str, list]]:
         """One layer of `kind` for the attention ranks' batches (one per DP rank): seconds per term, and what
         each term rests on. `blocks`: the ranks' attention blocks where the caller has them (they do not depend
         on the layer's kind: a step's layers share them)."""

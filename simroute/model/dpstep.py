@@ -615,7 +615,11 @@ class DeploymentStep:
                  layer_s: dict[str, dict[str, float]]) -> tuple[float, dict[str, float], int]:
         totals = {term: 0.0 for term in TERMS}
         busiest = 0
-        blocks = [self._attention_block(batch) for batch in batches]
+        distinct: dict[BatchShape, tuple[dict[str, float], dict[str, list]]] = {}    # idle ranks are alike
+        for batch in batches:
+            if batch not in distinct:
+                distinct[batch] = self._attention_block(batch)
+        blocks = [distinct[batch] for batch in batches]
         for kind, count in kinds.items():
             cost, found = self.layer(kind, batches, blocks)
             layer_s[kind] = cost.seconds

@@ -44,6 +44,7 @@ SCENARIOS = {   # name -> (trace name or None for the shipped one, extra `simrou
     "disagg": ("disagg", []),
     "corpus": ("corpus", []),
     "corpus-adaptive-tp2": ("corpus", ["--policy", "adaptive", "--model", "deepseek-v2-lite", "--tp", "2"]),
+    "dp8-ep8": (None, ["--dp-attention", "8", "--ep", "8"]),
 }
 
 DROPPED_SUMMARY_KEYS = ("versions",)

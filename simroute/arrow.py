@@ -9,6 +9,8 @@ pyarrow's would be one, the same values and dtype.
 
 from __future__ import annotations
 
+import functools
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -96,3 +98,153 @@ def filled(column: Any, value: Any) -> np.ndarray:
     """`to_numpy` of the column with its nulls (if any) read as `value` (pyarrow's `fill_null`, only where needed:
     it loads pyarrow.compute)."""
     return to_numpy(column if not column.null_count else column.fill_null(value))
+
+
+# ---- building tables without pandas -------------------------------------------------------------------------
+# `pa.array` / `pa.table` of NumPy arrays or lists import pandas on their first call as well (0.25-0.3 s of the
+# default run's CPU, all of it after the last event). The builders below assemble the same arrays from their
+# buffers; anything they do not cover goes through pyarrow's own conversion.
+
+
+def _buffer(values: np.ndarray) -> Any:
+    import pyarrow as pa
+    return pa.py_buffer(np.ascontiguousarray(values))
+
+
+def _validity(valid: np.ndarray) -> Any:
+    """A validity bitmap (None where every value is valid)."""
+    return None if valid.all() else _buffer(np.packbits(valid, bitorder="little"))
+
+
+def _text(values: Any, large: bool) -> Any:
+    """A string (or large_string) Array of Python str values and None (null)."""
+    import pyarrow as pa
+    values = values if isinstance(values, list) else list(values)
+    validity = None
+    if values.count(None):      # (C loops where there is no null: a DP run's flow table has ~10^5-10^6 rows)
+        valid = np.fromiter((value is not None for value in values), dtype=bool, count=len(values))
+        validity = _validity(valid)
+        values = ["" if value is None else value for value in values]
+    encoded = list(map(str.encode, values))
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64 if large else np.int32)
+    np.cumsum(np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded)), out=offsets[1:])
+    return pa.Array.from_buffers(pa.large_string() if large else pa.string(), len(encoded),
+                                 [validity, _buffer(offsets), pa.py_buffer(b"".join(encoded))])
+
+
+def array(values: Any) -> Any:
+    """`pa.array(values)` without pandas for a 1-D NumPy array of booleans, integers, floats or text, or a list of
+    Python str: the same type and values (NaN stays a value, as pyarrow keeps it); any other input through
+    `pa.array`."""
+    import pyarrow as pa
+    if isinstance(values, pa.Array):
+        return values
+    if isinstance(values, list) and values and all(type(value) is str for value in values):
+        return _text(values, large=False)
+    if not isinstance(values, np.ndarray) or values.ndim != 1 or not values.dtype.isnative:
+        return pa.array(values)
+    kind = values.dtype.kind
+    if kind == "b":
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, _buffer(np.packbits(values, bitorder="little"))])
+    if kind in "iuf" and values.dtype.itemsize in (1, 2, 4, 8) and not (kind == "f" and values.dtype.itemsize == 1):
+        return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values), [None, _buffer(values)])
+    if kind == "U":
+        return _text(values.tolist(), large=False)
+    return pa.array(values)
+
+
+def table(columns: dict[str, Any]) -> Any:
+    """`pa.table(columns)` with each column through `array` (no pandas for the columns it covers)."""
+    import pyarrow as pa
+    return pa.Table.from_arrays([array(values) for values in columns.values()], names=list(columns))
+
+
+@functools.lru_cache(maxsize=1)
+def _pandas_version() -> str | None:
+    """The installed pandas's version, read from its distribution (no import), None where it is not installed."""
+    from importlib import metadata
+    try:
+        return metadata.version("pandas")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _pandas_major() -> int | None:
+    version = _pandas_version()
+    try:
+        return int(version.split(".")[0]) if version is not None else None
+    except ValueError:
+        return None
+
+
+def _frame_column(values: Any, from_rows: bool = False) -> tuple[Any, str, str] | None:
+    """One column as pandas >= 3 types it in a DataFrame and pyarrow's `from_pandas` converts it (NaN and None
+    read as null): (Arrow array, pandas_type, numpy_type) for the kinds a simulation's tables hold (int64 and
+    float64 numbers, text with None, lists of int64, and no rows: an empty list is float64 in a DataFrame of
+    columns, of no type in one of rows), None for any other (the caller uses pandas)."""
+    import pyarrow as pa
+    if isinstance(values, np.ndarray):
+        if values.ndim != 1 or values.dtype not in (np.dtype(np.int64), np.dtype(np.float64)):
+            return None
+        if values.dtype.kind == "f" and np.isnan(values).any():
+            return None
+        name = str(values.dtype)
+        return array(values), name, name
+    values = list(values)
+    if not values:
+        if from_rows:
+            return pa.nulls(0), "empty", "object"
+        return array(np.zeros(0)), "float64", "float64"
+    kinds = set(map(type, values))
+    if kinds == {int}:
+        try:
+            ints = np.array(values, dtype=np.int64)
+        except OverflowError:       # outside int64: pandas makes it another dtype
+            return None
+        return array(ints), "int64", "int64"
+    if kinds <= {int, float} and float in kinds:
+        floats = np.array(values, dtype=np.float64)
+        return (array(floats), "float64", "float64") if not np.isnan(floats).any() else None
+    if kinds <= {str, type(None)} and str in kinds:
+        return _text(values, large=True), "object", "str"
+    if kinds <= {list, tuple}:
+        items = list(chain.from_iterable(values))
+        if not items or set(map(type, items)) != {int}:
+            return None
+        offsets = np.zeros(len(values) + 1, dtype=np.int32)
+        np.cumsum(np.fromiter(map(len, values), dtype=np.int64, count=len(values)), out=offsets[1:])
+        flat = _frame_column(items)
+        if flat is None:
+            return None
+        return pa.ListArray.from_arrays(array(offsets), flat[0]), "list[int64]", "object"
+    return None
+
+
+def frame_table(columns: dict[str, Any], from_rows: bool = False) -> Any | None:
+    """`pa.Table.from_pandas(pd.DataFrame(columns), preserve_index=False)` (with `from_rows`, of
+    `pd.DataFrame(rows, columns=...)`, the rows the columns came from) built without pandas, its `pandas` schema
+    metadata included (so the Parquet files are byte for byte those pandas would give), where every column is
+    of a kind `_frame_column` covers and the installed pandas is 3 or later (whose text dtype is Arrow's
+    large_string); else None, and the caller goes through pandas."""
+    import json
+
+    import pyarrow as pa
+    major = _pandas_major()
+    if major is None or major < 3:
+        return None
+    converted = {}
+    for name, values in columns.items():
+        column = _frame_column(values, from_rows)
+        if column is None:
+            return None
+        converted[name] = column
+    lengths = {len(column[0]) for column in converted.values()}
+    if len(lengths) != 1:
+        return None
+    note = {"index_columns": [], "column_indexes": [],
+            "columns": [{"name": name, "field_name": name, "pandas_type": pandas_type, "numpy_type": numpy_type,
+                         "metadata": None} for name, (_, pandas_type, numpy_type) in converted.items()],
+            "attributes": {}, "creator": {"library": "pyarrow", "version": pa.__version__},
+            "pandas_version": _pandas_version()}
+    arrays = pa.Table.from_arrays([column[0] for column in converted.values()], names=list(converted))
+    return arrays.replace_schema_metadata({b"pandas": json.dumps(note).encode("utf8")})

@@ -13,7 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from simroute.arrow import filled, list_lengths, list_null_values, list_offsets, list_values, to_numpy
+from simroute.arrow import (array, filled, frame_table, list_lengths, list_null_values, list_offsets, list_values,
+                            table, to_numpy)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,7 +74,7 @@ def first(self, until=None):
 simpy.core.Environment.run = first
 from simroute.cli.main import main
 code = main(["run", "--max-requests", "20", "--json", "-o", sys.argv[1]])
-print(json.dumps({"code": code, "loaded": seen.get("loaded")}))
+print(json.dumps({"code": code, "loaded": seen.get("loaded"), "pandas_at_end": "pandas" in sys.modules}))
 """
 
 
@@ -84,3 +85,63 @@ def test_the_default_run_reaches_its_first_event_without_pandas_networkx_or_pyar
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["code"] == 0
     assert report["loaded"] == []
+    assert report["pandas_at_end"] is False       # the outputs are written without pandas too (simroute.arrow)
+
+
+def _parquet_bytes(arrow_table) -> bytes:
+    import io
+
+    import pyarrow.parquet as pq
+    sink = io.BytesIO()
+    pq.write_table(arrow_table, sink, compression="zstd")
+    return sink.getvalue()
+
+
+def test_table_gives_the_parquet_bytes_of_pyarrows_own_conversion():
+    flags = np.array([True, False, True, True, False, False, True, True, True, False, True])
+    columns = {"i32": np.array([1, -2, 3], np.int32), "u8": np.array([3, 4, 255], np.uint8),
+               "f32": np.array([1.5, 2.0, -0.0], np.float32), "f64": np.array([1.5, np.nan, np.inf]),
+               "strided": np.arange(6.0)[::2], "flags": flags[3:6], "labels": np.array(["a", "bcd", ""]),
+               "text": ["x", "yy", "zzz"], "given": pa.array([7, 8, 9], pa.int16())}
+    assert _parquet_bytes(table(columns)) == _parquet_bytes(pa.table(columns))
+    assert table(columns).schema == pa.table(columns).schema
+    assert array(np.array([], np.int64)).type == pa.int64() and len(array(np.array([], np.int64))) == 0
+
+
+def test_frame_table_is_what_pandas_and_from_pandas_give_or_none():
+    pd = pytest.importorskip("pandas")
+    if int(pd.__version__.split(".")[0]) < 3:
+        pytest.skip("frame_table builds pandas >= 3's types only (it answers None under pandas 2)")
+    columns = {"fid": [1, 2, 3], "src": ["a", "b", "c"], "spine": ["s1", None, "s2"], "nbytes": [1.0, 2, 3.5],
+               "links": [[1, 2], [], [3]], "cap": np.array([1.0, 2.0, 3.0]), "n": np.array([4, 5, 6])}
+    mine = frame_table(columns)
+    theirs = pa.Table.from_pandas(pd.DataFrame(columns), preserve_index=False)
+    assert mine.equals(theirs, check_metadata=True)
+    assert _parquet_bytes(mine) == _parquet_bytes(theirs)
+    empty = {"fid": [], "links": [], "cap": np.zeros(0), "n": np.zeros(0, np.int64)}     # a run without flows
+    assert frame_table(empty).equals(pa.Table.from_pandas(pd.DataFrame(empty), preserve_index=False),
+                                     check_metadata=True)
+    no_rows = pa.Table.from_pandas(pd.DataFrame([], columns=["t_s", "spine"]), preserve_index=False)
+    assert frame_table({"t_s": [], "spine": []}, from_rows=True).equals(no_rows, check_metadata=True)
+    rows = [(0.0, "spine0", 0), (0.5, "spine1", 2)]
+    by_rows = pa.Table.from_pandas(pd.DataFrame(rows, columns=["t_s", "spine", "n"]), preserve_index=False)
+    assert frame_table({"t_s": [0.0, 0.5], "spine": ["spine0", "spine1"], "n": [0, 2]}, from_rows=True).equals(
+        by_rows, check_metadata=True)
+    for odd in ({"x": [None, None]}, {"x": [1.0, float("nan")]}, {"x": [[], []]}, {"x": [True, False]},
+                {"x": np.array([1.0, np.nan])}, {"x": [1, 2], "y": [1]}):
+        assert frame_table(odd) is None, odd        # kinds it does not build: the caller goes through pandas
+
+
+def test_group_sums_match_pandas_groupby_sum_to_the_last_bit():
+    pd = pytest.importorskip("pandas")
+    from simroute.sim.runner import group_sums
+    rng = np.random.default_rng(3)
+    values = rng.lognormal(20, 4, 500) * rng.choice([1.0, 1e-9, 1e9], 500)
+    values[[10, 20]] = [np.inf, np.nan]
+    keys = rng.choice(["nvlink", "leaf", "spine"], 500).tolist()
+    theirs = pd.Series(values).groupby(keys).sum()
+    mine = group_sums(keys, values)
+    assert list(mine) == list(theirs.index)
+    assert [float(theirs[k]).hex() for k in theirs.index] == [mine[k].hex() for k in mine]
+    plain = group_sums(["a", "b", "a"], np.array([1.0, 2.0, 3.0]))     # by hand: a = 1 + 3, b = 2
+    assert plain == {"a": 4.0, "b": 2.0}

@@ -71,10 +71,12 @@ def load_operator_tables(directory: str | Path) -> OperatorTables:
             raise
         except Exception as exc:  # pyarrow raises several types for damaged files
             raise _fail(f"not a readable Parquet file ({type(exc).__name__})", file) from None
-        categorical, numeric, latency = check_table(kind, data, file)
+        categorical, numeric, latency, distinct = _checked(kind, data, file)
         source = {"file": str(Path(manifest["gpu"]) / root.name / file.name), "kind": str(provenance["kind"]),
                   **{key: str(value) for key, value in entry.items() if isinstance(value, (str, int, float))}}
         tables[kind] = OpTable(kind, categorical, numeric, latency, source)
+        for column, labels in distinct.items():      # known from the dictionaries: not sorted again row by row
+            tables[kind].note_labels(column, labels)
     return OperatorTables(gpu=manifest["gpu"], framework=manifest["framework"], version=str(manifest["version"]),
                           tables=tables, provenance={key: str(value) for key, value in provenance.items()},
                           path=str(root))
@@ -95,6 +97,12 @@ def check_table(kind: OpKind, data: Any, file: Path) -> tuple[dict[str, np.ndarr
     `ZERO_SHAPES` column, read only at exact values), latencies within LATENCY_RANGE_US, elementwise kernels
     known. Returns (categorical, numeric, latency_us) arrays; raises the one-line error naming `file` and the
     column."""
+    return _checked(kind, data, file)[:3]
+
+
+def _checked(kind: OpKind, data: Any, file: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray,
+                                                             dict[str, set[str]]]:
+    """`check_table`, and each categorical column's distinct labels."""
     import pyarrow as pa
     cats, nums = SCHEMA[kind]
     missing = [column for column in (*cats, *nums, LATENCY_COLUMN) if column not in data.column_names]
@@ -140,7 +148,7 @@ def check_table(kind: OpKind, data: Any, file: Path) -> tuple[dict[str, np.ndarr
         if unknown:
             raise _fail(f"unknown elementwise kernel(s) {', '.join(unknown)} (known: "
                         f"{', '.join(ELEMENTWISE_KERNEL_NAMES)})", file, "kernel")
-    return categorical, numeric, latency
+    return categorical, numeric, latency, distinct
 
 
 def columns_table(kind: OpKind, columns: Mapping[str, Any], file: Path) -> Any:
@@ -202,7 +210,8 @@ def _distinct_labels(column: Any, labels: np.ndarray) -> set[str]:
         found: set[str] = set()
         for chunk in column.chunks:
             names = chunk.dictionary.to_pylist()
-            found.update(names[index] for index in np.unique(_numbers(chunk.indices).astype(np.int64)).tolist())
+            used = np.bincount(_numbers(chunk.indices).astype(np.int64), minlength=len(names))   # not np.unique:
+            found.update(names[index] for index in np.flatnonzero(used).tolist())               # no sort
         return found
     return set(labels.tolist())
 

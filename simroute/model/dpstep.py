@@ -181,6 +181,9 @@ class DeploymentStep:
         # True while `iteration` explains each term (lookups, tables); False on `iteration_s`, the hot path
         self._explain = True
         self._elementwise_cache: dict[tuple, tuple[float, list]] = {}
+        # one MoE layer's GPU-pair bytes per (tokens per rank, prefill): a pure function of them that decode steps
+        # ask again and again (`_pass_traffic`)
+        self._traffic_cache: dict[tuple, LayerTraffic] = {}
         self._notes: list[str] = []
         self._build()
         self.hbm: HbmPerGpu = hbm_per_gpu(geometry, deployment,
@@ -497,11 +500,15 @@ class DeploymentStep:
         looks["elementwise"] += found
         return {"attention_gemms": gemms, "attention": attention, "elementwise": elementwise}, looks
 
-    def layer(self, kind: str, batches: Sequence[BatchShape]) -> tuple[LayerCost, dict[str, list]]:
+    def layer(self, kind: str, batches: Sequence[BatchShape],
+              blocks: list[tuple[dict[str, float], dict[str, list]]] | None = None
+              ) -> tuple[LayerCost, dict[str, list]]:
         """One layer of `kind` for the attention ranks' batches (one per DP rank): seconds per term, and what
-        each term rests on."""
+        each term rests on. `blocks`: the ranks' attention blocks where the caller has them (they do not depend
+        on the layer's kind: a step's layers share them)."""
         deployment, geometry = self.deployment, self.geometry
-        blocks = [self._attention_block(batch) for batch in batches]
+        if blocks is None:
+            blocks = [self._attention_block(batch) for batch in batches]
         busiest = max(range(len(blocks)), key=lambda index: sum(blocks[index][0].values()))
         seconds = dict(blocks[busiest][0])
         looks: dict[str, list] = {term: list(found) for term, found in blocks[busiest][1].items()}
@@ -608,8 +615,13 @@ class DeploymentStep:
                  layer_s: dict[str, dict[str, float]]) -> tuple[float, dict[str, float], int]:
         totals = {term: 0.0 for term in TERMS}
         busiest = 0
+        distinct: dict[BatchShape, tuple[dict[str, float], dict[str, list]]] = {}    # idle ranks are alike
+        for batch in batches:
+            if batch not in distinct:
+                distinct[batch] = self._attention_block(batch)
+        blocks = [distinct[batch] for batch in batches]
         for kind, count in kinds.items():
-            cost, found = self.layer(kind, batches)
+            cost, found = self.layer(kind, batches, blocks)
             layer_s[kind] = cost.seconds
             busiest = cost.busiest_rank
             for term, seconds in cost.seconds.items():
@@ -761,7 +773,13 @@ def _pass_traffic(step: DeploymentStep, what: str, batches: Sequence[BatchShape]
         return None
     if step.mode is A2A.ALLGATHER and gathered_tokens(tokens, has_prefill) > sum(tokens):
         tokens = [max(tokens)] * len(tokens)              # MAX_LEN padding: every rank sends the busiest's rows
-    traffic = a2a_layer_traffic(step.geometry, deployment, tokens, mode=step.mode, prefill=has_prefill)
+    key = (tuple(tokens), has_prefill)
+    traffic = step._traffic_cache.get(key)
+    if traffic is None:
+        traffic = a2a_layer_traffic(step.geometry, deployment, tokens, mode=step.mode, prefill=has_prefill)
+        if len(step._traffic_cache) > 4096:
+            step._traffic_cache.clear()
+        step._traffic_cache[key] = traffic
     return A2aLoad(what, traffic, layers)
 
 

@@ -214,7 +214,14 @@ class LayerTraffic:
         with `relay` a cross-host token reaches the destination host once, on the source's rail peer there (the
         GPU of the same local index, as DeepEP's normal mode sends it), which forwards it over NVLink to each GPU
         it hits; combine reduces on the rail peer of the token's GPU and crosses the fabric once. What a
-        simulator puts on its links (`simroute.sim.engine.group`)."""
+        simulator puts on its links (`simroute.sim.engine.group`). Computed once per object (a copy returned)."""
+        cached = self.__dict__.get("_legs")
+        if cached is None:
+            cached = self._legs()
+            object.__setattr__(self, "_legs", cached)     # frozen: the pairs are a function of the fields
+        return dict(cached)
+
+    def _legs(self) -> dict[tuple[int, int], float]:
         hosts = self.hosts
         local: list[int] = []
         members: dict[int, list[int]] = {}

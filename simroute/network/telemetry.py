@@ -324,10 +324,10 @@ class Telemetry:
         """Message bytes per link so far (closed windows and the open one)."""
         return self.message_link_bytes + self._open_window_messages()
 
-    def flows_frame(self) -> "pd.DataFrame":
-        import pandas as pd
+    def flows_columns(self) -> dict[str, list[Any]]:
+        """One row per finished flow (`flows_frame`'s columns, as lists)."""
         records = self.records
-        return pd.DataFrame({
+        return {
             "fid": [rec.fid for rec in records], "src": [rec.src for rec in records],
             "dst": [rec.dst for rec in records], "nbytes": [rec.nbytes for rec in records],
             "start_s": [rec.start for rec in records], "end_s": [rec.end for rec in records],
@@ -336,21 +336,29 @@ class Telemetry:
             "tag": [None if rec.tag is None else str(rec.tag) for rec in records],
             # what `simroute flows replay` needs (network/schema.py FLOW_COLUMNS): the pinned path, cap, delay
             "links": [list(rec.links) for rec in records], "rate_cap_Bps": [rec.rate_cap_Bps for rec in records],
-            "delay_s": [rec.delay_s for rec in records]})
+            "delay_s": [rec.delay_s for rec in records]}
 
-    def links_frame(self) -> "pd.DataFrame":
-        """One row per directed link: bulk and message bytes, mean utilisation (both), time saturated."""
+    def flows_frame(self) -> "pd.DataFrame":
         import pandas as pd
+        return pd.DataFrame(self.flows_columns())
+
+    def links_columns(self) -> dict[str, Any]:
+        """One row per directed link: bulk and message bytes, mean utilisation (both), time saturated."""
         self.flush()
         links = self._topology.links
         span = max(self._env.now, 1e-300)
         messages = self.message_bytes_per_link()
-        return pd.DataFrame({
+        return {
             "link": [link.id for link in links], "src": [link.src for link in links],
             "dst": [link.dst for link in links], "tier": [link.tier for link in links],
             "capacity_Bps": self._cap, "bulk_bytes": self.link_bytes, "message_bytes": messages,
             "mean_utilisation": (self.link_bytes + messages) / (self._cap * span),
-            "saturated_s": self.saturated_s})
+            "saturated_s": self.saturated_s}
+
+    def links_frame(self) -> "pd.DataFrame":
+        """`links_columns` as a DataFrame."""
+        import pandas as pd
+        return pd.DataFrame(self.links_columns())
 
     def window_matrix(self, window_s: float | None = None) -> tuple[np.ndarray, np.ndarray, float]:
         """(bytes per window x link, window durations, window) up to now, windows of `window_s` (rounded to

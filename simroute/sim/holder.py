@@ -5,6 +5,7 @@ request uses (`ReplicaChoice`). A holder's routed partial attention runs on its 
 
 from __future__ import annotations
 
+from itertools import compress
 from typing import TYPE_CHECKING, NamedTuple
 
 from simroute.network.hashing import mix64
@@ -43,17 +44,18 @@ def holder_loads(ctx: SimContext, holders: list[int], requester: int = -1) -> li
     engines, routing, kernel_s, now = ctx.engines.engines, ctx.routing, ctx.query_kernel_s, ctx.env.now
     new = tuple.__new__         # a HolderLoad without its Python-level __new__ (a third of this loop's time)
     loads = []
+    append = loads.append
     for holder in holders:
         engine = engines[holder]
         partials = engine.partials
         if partials.demand:     # somebody routes here: the M/D/1 wait at their utilisation
             wait = partials.wait_s(kernel_s, now, engine.busy, engine.layer_s, requester)
-        elif engine.busy:       # nobody does (most holders): `wait_s` at utilisation 0, without its two calls
-            wait = partials.queue_wait_s(kernel_s, 0.0, True, engine.layer_s)
+        elif engine.busy and partials._waits_for_layer:   # nobody does (most holders): `queue_wait_s` at
+            wait = 0.0 + engine.layer_s / 2                 # utilisation 0, spelt out (no call per holder)
         else:
             wait = 0.0
-        loads.append(new(HolderLoad, (routing.get(holder, 0) if routing else 0, wait,
-                                      len(engine.running) + len(engine.waiting))))
+        append(new(HolderLoad, (routing.get(holder, 0) if routing else 0, wait,
+                                len(engine.running) + len(engine.waiting))))
     return loads
 
 
@@ -129,9 +131,9 @@ class ReplicaChoice:
         latency = list(map(row.__getitem__, holders))     # popular chunks have hundreds of holders: kept in C
         on = list(map(fabrics.__getitem__, holders))
         nearest_fabric = on[latency.index(min(latency))]
-        if on.count(nearest_fabric) < len(on):          # holders on other fabrics: the nearest one's only
-            kept = [index for index, fabric in enumerate(on) if fabric == nearest_fabric]
-            holders, latency = [holders[index] for index in kept], [latency[index] for index in kept]
+        if on.count(nearest_fabric) < len(on):          # holders on other fabrics: the nearest one's only (in C)
+            same = list(map(nearest_fabric.__eq__, on))
+            holders, latency = list(compress(holders, same)), list(compress(latency, same))
         if len(holders) == 1:
             return holders[0]
         routing = self.ctx.routing

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from simroute.arrow import table, to_numpy
 from simroute.compiled import compiled_modules
 from simroute.sim.slo import attainment as slo_attainment
 from simroute.sim.slo import judge as judge_slo
@@ -87,7 +88,6 @@ class Recorder:
         self.status[request] = Status.COMPLETED
 
     def requests_table(self):
-        import pyarrow as pa
         done = self.status == Status.COMPLETED
         cols = {
             "request_id": np.arange(self.n, dtype=np.int64), "requester": self.requester,
@@ -104,7 +104,7 @@ class Recorder:
                      "bytes_fetch_fanout": self.bytes_fanout})
         cols.update({f"ttft_{name}_s": getattr(self, f"ttft_{name}") for name in self.TTFT_PARTS})
         cols["preemptions"] = self.preemptions
-        return pa.table(cols)
+        return table(cols)
 
     def decided_chunk_ids(self) -> np.ndarray:
         """The log's chunks as chunk ids (int64), in the log's order."""
@@ -114,8 +114,7 @@ class Recorder:
         return np.asarray(self.chunk_id_of, dtype=np.int64)[logged]
 
     def decisions_table(self):
-        import pyarrow as pa
-        return pa.table({"request_id": _log_column(self.dec_req, np.int64),
+        return table({"request_id": _log_column(self.dec_req, np.int64),
                          "chunk_id": self.decided_chunk_ids(),
                          "holder": _log_column(self.dec_holder, np.int32),
                          "primitive": primitive_labels(_log_column(self.dec_prim, np.int8))})
@@ -127,12 +126,20 @@ def _log_column(column: array, dtype: type) -> np.ndarray:
 
 
 def primitive_labels(codes: np.ndarray):
-    """The labels of primitive codes as one arrow string column: taken in arrow (a numpy array of strings per
-    decision costs ~50x more), without the validity buffer `take` adds (no label is null), so its buffers are
-    those of the numpy array's conversion."""
+    """The labels of primitive codes as one arrow string column, assembled from its buffers in NumPy (a numpy array
+    of strings per decision costs ~50x more, and pyarrow's `take` loads pyarrow.compute and pandas): the
+    offsets and the labels' bytes, no validity buffer (no label is null)."""
     import pyarrow as pa
-    taken = pa.array([p.label for p in Primitive], pa.string()).take(pa.array(codes, pa.int8()))
-    return pa.Array.from_buffers(pa.string(), len(taken), [None, *taken.buffers()[1:]])
+    labels = [p.label.encode() for p in Primitive]
+    width = max(len(label) for label in labels)
+    padded = np.zeros((len(labels), width), dtype=np.uint8)
+    for row, label in enumerate(labels):
+        padded[row, :len(label)] = np.frombuffer(label, dtype=np.uint8)
+    lengths = np.array([len(label) for label in labels], dtype=np.int32)[codes]
+    offsets = np.zeros(len(codes) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    data = padded[codes][np.arange(width) < lengths[:, None]]
+    return pa.Array.from_buffers(pa.string(), len(codes), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
 # holders.parquet: one row per holder (instance), from its engine's counters. Calls are counted per requester
@@ -153,7 +160,6 @@ HOLDER_COLUMNS = {
 def holder_table(engines: list[Any], instances: list[Any], sim_time_s: float):
     """Per-holder load (HOLDER_COLUMNS) from the instance engines' counters (`InstanceEngine.busy_s`,
     `HolderPartials`): what a capacity planner reads when a holder nears the fan-in elbow of its curve."""
-    import pyarrow as pa
     parts = [engine.partials for engine in engines]
     col = lambda name: np.array([float(getattr(p, name)) for p in parts])
     calls, queries, work = col("calls"), col("queries"), col("work_s")
@@ -162,7 +168,7 @@ def holder_table(engines: list[Any], instances: list[Any], sim_time_s: float):
     span = sim_time_s if sim_time_s > 0 else np.nan
     with np.errstate(invalid="ignore", divide="ignore"):
         per_call = lambda x: np.where(calls > 0, x / calls, np.nan)
-        return pa.table({
+        return table({
             "holder": np.array([inst.id for inst in instances], dtype=np.int32),
             "gpu": [inst.gpu for inst in instances], "host": np.array([inst.host for inst in instances], np.int32),
             "queries": queries, "calls": calls, "queries_per_call": per_call(queries),
@@ -174,7 +180,7 @@ def holder_table(engines: list[Any], instances: list[Any], sim_time_s: float):
 def holder_summary(table) -> dict[str, Any]:
     """The run's holder figures (summary.json `holders`) from `holder_table`: totals, and the busiest holder
     (most partial-attention work) in its own figures; None where no holder answered a routed query."""
-    cols = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
+    cols = {name: to_numpy(table.column(name)) for name in table.column_names if name != "gpu"}   # the numbers
     calls = float(cols["calls"].sum())
     ratio = lambda name, scale=1.0: float(cols[name].sum() / calls * scale) if calls > 0 else None
     busiest = None

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 import simpy
 
-from simroute.arrow import to_numpy
+from simroute.arrow import frame_table, table, to_numpy
 from simroute.errors import ConfigurationError
 from simroute.ioutil import sha256_file
 from simroute.model.geometry import ModelGeometry
@@ -267,22 +267,22 @@ class Simulation:
     def _network_summary(self) -> dict[str, Any]:
         tel = self.ctx.network.telemetry
         s: dict[str, Any] = {"routing": self.cfg.routing, "flows": int(tel.n_done)}
-        links = tel.links_frame()
+        links = tel.links_columns()
         # Routed messages, and bulk transfers where one rank pair stands for all (`Cluster.bulk_transfer`), carry
         # one TP rank pair's share on the network (docs/MODEL.md, "Tensor parallelism"): the other ranks' NICs carry
         # the same on parallel links, so that traffic counts tp x; bulk flows simulated for every rank count once,
         # and so do a DP group's all-to-all flows (one per GPU pair, `GroupEngine`) whatever the tier's planes.
         planes = self.ctx.cluster.tier_planes()
         tp = self.cfg.instance_gpus
-        bulk = links["bulk_bytes"].groupby(links["tier"]).sum()
-        messages = links["message_bytes"].groupby(links["tier"]).sum()
+        bulk = group_sums(links["tier"], links["bulk_bytes"])
+        messages = group_sums(links["tier"], links["message_bytes"])
         a2a = self.ctx.engines.a2a_tier_bytes()
         s["bytes_by_tier"] = {str(k): (float(bulk[k]) - a2a.get(str(k), 0.0)) * planes.get(str(k), tp)
-                              + a2a.get(str(k), 0.0) + float(messages[k]) * tp for k in bulk.index}
+                              + a2a.get(str(k), 0.0) + float(messages[k]) * tp for k in bulk}
         s["bytes_by_tier_per_gpu"] = {k: v / tp for k, v in s["bytes_by_tier"].items()}
         s["rank_flows"] = {"mode": self.cfg.rank_flows, "every_rank_within_domain": self.ctx.cluster.rank_flows[0],
                            "every_rank_across_domains": self.ctx.cluster.rank_flows[1]}
-        s["max_link_utilisation"] = float(links["mean_utilisation"].max()) if len(links) else 0.0
+        s["max_link_utilisation"] = float(np.max(links["mean_utilisation"])) if len(links["link"]) else 0.0
         s["bottlenecks"] = tel.bottlenecks()      # per tier / hottest links: peak, p99, mean, saturated (net)
         peaks: dict[str, int] = {name: 0 for name in self._spine_names()}   # idle spines show as 0
         for _t, spine, c in tel.spine_series:
@@ -301,16 +301,15 @@ class Simulation:
     def _network_tables(self) -> dict[str, Any]:
         if not self.cfg.telemetry:
             return {}
-        import pandas as pd
-        import pyarrow as pa
         tel = self.ctx.network.telemetry
         # Every spine starts at 0 flows at t = 0, so idle ones appear in the series (and the ARK heatmap).
         series = [(0.0, name, 0) for name in self._spine_names()] + list(tel.spine_series)
-        frames = {"net_links": tel.links_frame(), "net_flows": tel.flows_frame(),
-                  "net_spines": pd.DataFrame(series, columns=["t_s", "spine", "active_flows"])}
+        frames: dict[str, tuple[dict[str, Any], list[tuple] | None]] = {
+            "net_links": (tel.links_columns(), None), "net_flows": (tel.flows_columns(), None),
+            "net_spines": (_rows_as_columns(series, SPINE_COLUMNS), series)}
         if tel.record_series:
-            frames["net_link_series"] = pd.DataFrame(tel.series, columns=["link", "t0_s", "t1_s", "utilisation"])
-        tables = {k: pa.Table.from_pandas(v, preserve_index=False) for k, v in frames.items()}
+            frames["net_link_series"] = (_rows_as_columns(tel.series, LINK_SERIES_COLUMNS), tel.series)
+        tables = {k: _frame_table(*v) for k, v in frames.items()}
         flows, topology = tables["net_flows"], self.ctx.topology    # stamped for `flows replay` to check
         stamp = flows_metadata(topology.name, topology.links, len(self.ctx.network.active_flows()))
         tables["net_flows"] = flows.replace_schema_metadata({**(flows.schema.metadata or {}), **stamp})
@@ -326,6 +325,52 @@ class Simulation:
                               (("time_s", np.float64), ("waiting", np.int32), ("copying", np.int32)))
 
 
+SPINE_COLUMNS = ("t_s", "spine", "active_flows")
+LINK_SERIES_COLUMNS = ("link", "t0_s", "t1_s", "utilisation")
+
+
+def _rows_as_columns(rows: list[tuple], names: tuple[str, ...]) -> dict[str, list]:
+    """Row tuples as named columns (what `pd.DataFrame(rows, columns=names)` holds)."""
+    columns: dict[str, list] = {name: [] for name in names}
+    for row in rows:
+        for name, value in zip(names, row):
+            columns[name].append(value)
+    return columns
+
+
+def _frame_table(columns: dict[str, Any], rows: list[tuple] | None = None):
+    """The Arrow table pandas gives for `columns` (`pa.Table.from_pandas` of `pd.DataFrame(columns)`, or of
+    `pd.DataFrame(rows, columns=...)` where the columns came from `rows`): built without pandas where
+    `simroute.arrow.frame_table` covers the columns, else through pandas as before."""
+    built = frame_table(columns, from_rows=rows is not None)
+    if built is not None:
+        return built
+    import pandas as pd
+    import pyarrow as pa
+    frame = pd.DataFrame(columns) if rows is None else pd.DataFrame(rows, columns=list(columns))
+    return pa.Table.from_pandas(frame, preserve_index=False)
+
+
+def group_sums(keys: list[Any], values: np.ndarray) -> dict[Any, float]:
+    """The sum of `values` per key, keys in sorted order: pandas' `Series.groupby(keys).sum()` without pandas,
+    summed as pandas sums a group (in row order, with Kahan's compensation; an infinite value resets it), so
+    the summary's figures are the same to the last bit."""
+    sums: dict[Any, float] = {}
+    compensation: dict[Any, float] = {}
+    for key, value in zip(keys, np.asarray(values, dtype=np.float64).tolist()):
+        if value != value:          # NaN: skipped, as pandas skips it
+            sums.setdefault(key, 0.0)
+            compensation.setdefault(key, 0.0)
+            continue
+        total, carry = sums.get(key, 0.0), compensation.get(key, 0.0)
+        y = value - carry
+        t = total + y
+        carry = t - total - y
+        compensation[key] = 0.0 if carry != carry else carry
+        sums[key] = t
+    return {key: sums[key] for key in sorted(sums)}
+
+
 def _why(requests, fell_back: int) -> dict[str, Any]:
     """What the primitive counts rest on: routes the policy chose vs fetches that did not fit in HBM, and the
     median decoded tokens of the requests that routed / fetched (the predicate's horizon)."""
@@ -339,7 +384,6 @@ def _why(requests, fell_back: int) -> dict[str, Any]:
 
 def _samples_table(instances: list[Instance], samples, columns: tuple[tuple[str, type], ...]):
     """One table from every instance's parallel sample arrays (array.array buffers), with a holder column."""
-    import pyarrow as pa
     parts: dict[str, list] = {"holder": [], **{name: [] for name, _ in columns}}
     for inst in instances:
         arrays = samples(inst)
@@ -348,7 +392,7 @@ def _samples_table(instances: list[Instance], samples, columns: tuple[tuple[str,
             for (name, dt), a in zip(columns, arrays):
                 parts[name].append(np.frombuffer(a, dtype=dt))
     types = {"holder": np.int32, **dict(columns)}
-    return pa.table({k: np.concatenate(v) if v else np.zeros(0, types[k]) for k, v in parts.items()})
+    return table({k: np.concatenate(v) if v else np.zeros(0, types[k]) for k, v in parts.items()})
 
 
 def _chunks_per_instance(holders: list[list[int]], n: int) -> list[list[int]]:

@@ -40,8 +40,10 @@ CONTROL = re.compile(r"[\x00-\x1f]")     # a NUL or another control character
 
 def control_characters(column: pa.Array | pa.ChunkedArray) -> int | None:
     """The first row of a string column holding a NUL or another control character, None if there is none."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
+    if not len(column):
+        return None
+    if isinstance(column, pa.ChunkedArray):     # one chunk (most files): itself (combining loads pandas)
+        column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     values = column.dictionary if pa.types.is_dictionary(column.type) else column
     if not pa.types.is_string(values.type) and not pa.types.is_large_string(values.type):
         return None

@@ -125,8 +125,8 @@ class IterationLog:
         return np.frombuffer(self.gaps, dtype=np.float64)[1::2].copy() if len(self.gaps) else np.zeros(0)
 
     def table(self):
-        import pyarrow as pa
-        return pa.table({name: self.column(name) for name in NAMES})
+        from simroute.arrow import table
+        return table({name: self.column(name) for name in NAMES})
 
     def itl_percentiles(self) -> dict[str, float | None]:
         """Token-weighted inter-token latency (ms) under the summary's names: `itl_stats`, the median as p50."""

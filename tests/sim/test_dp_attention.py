@@ -108,6 +108,17 @@ def test_a_dp_ranks_fetch_is_one_flow_of_all_its_bytes(tmp_path):
     assert summary["network"]["bytes_by_tier"]["nic-leaf"] == pytest.approx(2 * nbytes, rel=1e-9)
 
 
+def _stub_step(sim, nbytes: float, ranks: int) -> None:
+    """The group's step as a stub: 10 ms, 4 of them collectives, moving `nbytes` from GPU 0 (host 0) to GPU 8
+    (host 1) of a 16-GPU group of `ranks` attention ranks."""
+    matrix = [[0.0] * 16 for _ in range(16)]
+    matrix[0][8] = nbytes
+    zeros = tuple(tuple(0.0 for _ in range(16)) for _ in range(16))
+    load = A2aLoad("target", LayerTraffic(A2A.DEEPEP, tuple(map(tuple, matrix)), zeros, tuple([0] * 8 + [1] * 8)), 1)
+    sim.ctx.engines.groups[0]._iterate = lambda step, batches, traffic=True: GroupIteration(
+        0.010, 0.004, 0, 1.0, (0.0,) * ranks, (load,), 0)
+
+
 def test_the_step_waits_for_its_all_to_all_flows_never_less_than_the_table(tmp_path):
     """A stub step of 10 ms, 4 of them collectives, moving 250 MB between a GPU of host 0 and one of host 1 over
     25 GB/s NICs (ark-leafspine): the flow takes 10 ms, so the step is 6 + max(4, 10) = 16 ms. With 25 MB the
@@ -117,14 +128,7 @@ def test_the_step_waits_for_its_all_to_all_flows_never_less_than_the_table(tmp_p
     for megabytes in (250, 25):
         sim = Simulation(_cfg(trace, topology=str(shipped_topology("ark-leafspine")), hosts=2, tp=16,
                               dp_attention=16, ep=16, telemetry=False))
-        group = sim.ctx.engines.groups[0]
-        hosts = tuple([0] * 8 + [1] * 8)
-        matrix = [[0.0] * 16 for _ in range(16)]
-        matrix[0][8] = megabytes * 1e6
-        zeros = tuple(tuple(0.0 for _ in range(16)) for _ in range(16))
-        load = A2aLoad("target", LayerTraffic(A2A.DEEPEP, tuple(map(tuple, matrix)), zeros, hosts), 1)
-        group._iterate = lambda step, batches, traffic=True: GroupIteration(0.010, 0.004, 0, 1.0, (0.0,) * 16,
-                                                                            (load,), 0)
+        _stub_step(sim, megabytes * 1e6, 16)
         summary = sim.run().summary
         durations[megabytes] = summary["engine"]["group"]["step_s"]
         assert summary["engine"]["group"]["a2a_bytes"]["rdma"] == pytest.approx(megabytes * 1e6)
@@ -149,14 +153,7 @@ def test_ep_flows_and_routed_queries_slow_each_other_on_the_links(tmp_path):
     steps = {}
     for fetch in (False, True):
         sim = Simulation(_cfg(trace, topology=ark, hosts=2, tp=16, dp_attention=16, ep=16, telemetry=False))
-        group = sim.ctx.engines.groups[0]
-        zeros = tuple(tuple(0.0 for _ in range(16)) for _ in range(16))
-        matrix = [[0.0] * 16 for _ in range(16)]
-        matrix[0][8] = 250e6
-        load = A2aLoad("target", LayerTraffic(A2A.DEEPEP, tuple(map(tuple, matrix)), zeros,
-                                              tuple([0] * 8 + [1] * 8)), 1)
-        group._iterate = lambda step, batches, traffic=True: GroupIteration(0.010, 0.004, 0, 1.0, (0.0,) * 16,
-                                                                            (load,), 0)
+        _stub_step(sim, 250e6, 16)
         if fetch:
             sim.ctx.network.transfer(sim.ctx.topology.gpus[0], sim.ctx.topology.gpus[8], 1e9, tag="fetch")
         steps[fetch] = sim.run().summary["engine"]["group"]["step_s"]
@@ -176,14 +173,7 @@ def test_all_to_all_bytes_count_once_where_an_attention_rank_is_two_gpus(tmp_pat
     sim = Simulation(_cfg(trace, topology=ark, hosts=2, tp=16, dp_attention=8, ep=16, a2a="allgather",
                           rank_flows=rank_flows))
     assert sim.cfg.instance_gpus == 2
-    group = sim.ctx.engines.groups[0]
-    zeros = tuple(tuple(0.0 for _ in range(16)) for _ in range(16))
-    matrix = [[0.0] * 16 for _ in range(16)]
-    matrix[0][8] = 250e6
-    load = A2aLoad("target", LayerTraffic(A2A.DEEPEP, tuple(map(tuple, matrix)), zeros,
-                                          tuple([0] * 8 + [1] * 8)), 1)
-    group._iterate = lambda step, batches, traffic=True: GroupIteration(0.010, 0.004, 0, 1.0, (0.0,) * 8,
-                                                                        (load,), 0)
+    _stub_step(sim, 250e6, 8)
     summary = sim.run().summary
     steps = summary["engine"]["group"]["steps"]
     assert steps >= 1

@@ -58,9 +58,10 @@ def test_overlap_scheduling_lag_holds_across_a_cut_macro_event(make_engine):
     assert ahead.t_scheduled - plain.t_scheduled == pytest.approx(before.duration_s, rel=1e-12)
 
 
-def test_an_idle_engine_schedules_an_arrival_at_once_under_overlap(make_engine):
+def _one_arrival_at_10ms(make_engine, **kw):
+    """An idle engine and one 100-token sequence submitted at 10 ms, run to the end."""
     env = simpy.Environment()
-    eng = make_engine(env, schedule_ahead=True)
+    eng = make_engine(env, **kw)
     seq = Sequence(0, 100, 2)
 
     def arrive():
@@ -68,6 +69,11 @@ def test_an_idle_engine_schedules_an_arrival_at_once_under_overlap(make_engine):
         eng.submit(seq)
     env.process(arrive())
     env.run()
+    return eng, seq
+
+
+def test_an_idle_engine_schedules_an_arrival_at_once_under_overlap(make_engine):
+    eng, seq = _one_arrival_at_10ms(make_engine, schedule_ahead=True)
     assert seq.t_scheduled == 0.01 and not eng._arriving
 
 
@@ -167,15 +173,7 @@ def test_an_arrival_waits_for_the_scheduler_s_poll_every_interval_decode_iterati
 
 
 def test_an_idle_engine_polls_at_once_whatever_the_interval(make_engine):
-    env = simpy.Environment()
-    eng = make_engine(env, scheduler="sglang", schedule_ahead=True, recv_interval=30)
-    seq = Sequence(0, 100, 2)
-
-    def arrive():
-        yield env.timeout(0.01)
-        eng.submit(seq)
-    env.process(arrive())
-    env.run()
+    eng, seq = _one_arrival_at_10ms(make_engine, scheduler="sglang", schedule_ahead=True, recv_interval=30)
     assert seq.t_scheduled == 0.01 and not eng._inbox
 
 

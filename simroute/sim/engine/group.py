@@ -69,8 +69,7 @@ class GroupEngine:
         self.flow_extra_s = 0.0             # summed time the flows added past the table's collective time
         self.a2a_flows = 0
         self.a2a_bytes = {"nvlink": 0.0, "rdma": 0.0}
-        self.a2a_tier_bytes: dict[str, float] = {}      # per link tier crossed (every rank's flow: counted once)
-        self._pair_tiers: dict[tuple[int, int], tuple[str, ...]] = {}
+        self._pair_bytes: dict[tuple[int, int], float] = {}     # all-to-all bytes per GPU pair (`a2a_tier_bytes`)
         self.decode_steps = 0               # decode-sequence steps, and the tokens they emitted (MTP's mean)
         self.decode_tokens = 0
 
@@ -159,24 +158,30 @@ class GroupEngine:
         network, gpus = self.network, self.gpus
         hosts = it.a2a[0].traffic.hosts
         done = self._flow_done
-        tiers, pair_tiers = self.a2a_tier_bytes, self._pair_tiers
-        for (src, dst), nbytes in self.pair_bytes(it).items():
+        sent = self._pair_bytes
+        for pair, nbytes in self.pair_bytes(it).items():
+            src, dst = pair
             self.a2a_bytes["nvlink" if hosts[src] == hosts[dst] else "rdma"] += nbytes
-            crossed = pair_tiers.get((src, dst))
-            if crossed is None:
-                crossed = pair_tiers[(src, dst)] = self._tiers(gpus[src], gpus[dst])
-            for tier in crossed:
-                tiers[tier] = tiers.get(tier, 0.0) + nbytes
+            sent[pair] = sent.get(pair, 0.0) + nbytes
             event = network.transfer(gpus[src], gpus[dst], nbytes, tag="a2a")
             event.callbacks.append(done)
             self._flows_left += 1
             self.a2a_flows += 1
 
-    def _tiers(self, src: str, dst: str) -> tuple[str, ...]:
-        """The link tiers a flow src -> dst crosses (every equal-cost path crosses the same tiers)."""
-        topo = self.network.topology
-        links, _spine = topo.path_ids(topo.index(src), topo.index(dst), 0)
-        return tuple(topo.links[link].tier for link in links)
+    @property
+    def a2a_tier_bytes(self) -> dict[str, float]:
+        """The all-to-all flows' bytes per link tier crossed, each link once (every rank's flow: the summary
+        counts them once), from the bytes per GPU pair: every equal-cost path of a pair crosses the same tiers."""
+        out: dict[str, float] = {}
+        if not self._pair_bytes:
+            return out
+        topo, gpus = self.network.topology, self.gpus
+        for (src, dst), nbytes in self._pair_bytes.items():
+            links, _spine = topo.path_ids(topo.index(gpus[src]), topo.index(gpus[dst]), 0)
+            for link in links:
+                tier = topo.links[link].tier
+                out[tier] = out.get(tier, 0.0) + nbytes
+        return out
 
     def _flow_done(self, _event: simpy.Event) -> None:
         """Event *all-to-all done* (each of the step's flows calls it; the last one acts): flows that took longer
@@ -233,6 +238,6 @@ class GroupEngine:
         """The group's figures (summed over its steps)."""
         return {"steps": self.steps, "step_s": self.step_s, "table_collective_s": self.table_collective_s,
                 "a2a_flow_s": self.flow_s, "a2a_flow_extra_s": self.flow_extra_s, "a2a_flows": self.a2a_flows,
-                "a2a_bytes": dict(self.a2a_bytes), "a2a_tier_bytes": dict(self.a2a_tier_bytes),
+                "a2a_bytes": dict(self.a2a_bytes), "a2a_tier_bytes": self.a2a_tier_bytes,
                 "decode_steps": self.decode_steps,
                 "decode_tokens": self.decode_tokens}

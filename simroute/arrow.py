@@ -248,3 +248,45 @@ def frame_table(columns: dict[str, Any], from_rows: bool = False) -> Any | None:
             "pandas_version": _pandas_version()}
     arrays = pa.Table.from_arrays([column[0] for column in converted.values()], names=list(converted))
     return arrays.replace_schema_metadata({b"pandas": json.dumps(note).encode("utf8")})
+
+
+def rows_as_columns(rows: list[tuple], names: tuple[str, ...]) -> dict[str, list]:
+    """Row tuples as named columns (what `pd.DataFrame(rows, columns=names)` holds)."""
+    columns: dict[str, list] = {name: [] for name in names}
+    for row in rows:
+        for name, value in zip(names, row):
+            columns[name].append(value)
+    return columns
+
+
+def pandas_like_table(columns: dict[str, Any], rows: list[tuple] | None = None) -> Any:
+    """The Arrow table pandas gives for `columns` (`pa.Table.from_pandas` of `pd.DataFrame(columns)`, or of
+    `pd.DataFrame(rows, columns=...)` where the columns came from `rows`): built without pandas where
+    `frame_table` covers the columns, else through pandas as before."""
+    built = frame_table(columns, from_rows=rows is not None)
+    if built is not None:
+        return built
+    import pandas as pd
+    import pyarrow as pa
+    frame = pd.DataFrame(columns) if rows is None else pd.DataFrame(rows, columns=list(columns))
+    return pa.Table.from_pandas(frame, preserve_index=False)
+
+
+def group_sums(keys: list[Any], values: np.ndarray) -> dict[Any, float]:
+    """The sum of `values` per key, keys in sorted order: pandas' `Series.groupby(keys).sum()` without pandas,
+    summed as pandas sums a group (in row order, with Kahan's compensation; an infinite value resets it), so
+    the summary's figures are the same to the last bit."""
+    sums: dict[Any, float] = {}
+    compensation: dict[Any, float] = {}
+    for key, value in zip(keys, np.asarray(values, dtype=np.float64).tolist()):
+        if value != value:          # NaN: skipped, as pandas skips it
+            sums.setdefault(key, 0.0)
+            compensation.setdefault(key, 0.0)
+            continue
+        total, carry = sums.get(key, 0.0), compensation.get(key, 0.0)
+        y = value - carry
+        t = total + y
+        carry = t - total - y
+        compensation[key] = 0.0 if carry != carry else carry
+        sums[key] = t
+    return {key: sums[key] for key in sorted(sums)}

@@ -134,7 +134,7 @@ def test_frame_table_is_what_pandas_and_from_pandas_give_or_none():
 
 def test_group_sums_match_pandas_groupby_sum_to_the_last_bit():
     pd = pytest.importorskip("pandas")
-    from simroute.sim.runner import group_sums
+    from simroute.arrow import group_sums
     rng = np.random.default_rng(3)
     values = rng.lognormal(20, 4, 500) * rng.choice([1.0, 1e-9, 1e9], 500)
     values[[10, 20]] = [np.inf, np.nan]

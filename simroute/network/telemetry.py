@@ -46,6 +46,12 @@ class WindowedRoute(Protocol):
     window_bytes: float
 
 
+# The columns of the spine series and the link series tables (net_spines.parquet, net_link_series.parquet):
+# one place for the run that writes them and the report that reads them.
+SPINE_COLUMNS = ("t_s", "spine", "active_flows")
+LINK_SERIES_COLUMNS = ("link", "t0_s", "t1_s", "utilisation")
+
+
 class Telemetry:
     """Accumulates what the engine did; views (`links_frame`, `bottlenecks`, ...) flush up to `env.now`.
 

@@ -18,13 +18,14 @@ from typing import Any, Callable
 import numpy as np
 import simpy
 
-from simroute.arrow import frame_table, table, to_numpy
+from simroute.arrow import group_sums, pandas_like_table, rows_as_columns, table, to_numpy
 from simroute.errors import ConfigurationError
 from simroute.ioutil import sha256_file
 from simroute.model.geometry import ModelGeometry
 from simroute.model.scalar import ScalarModel
 from simroute.network import FlowEngine, load_topology
 from simroute.network.schema import flows_metadata
+from simroute.network.telemetry import LINK_SERIES_COLUMNS, SPINE_COLUMNS
 from simroute.sim.arrivals import Arrivals, arrival_load, attendance_counts, over_window
 from simroute.sim.calibration import resolve_calibration
 from simroute.sim.cluster import ChunkStore, Cluster, Instance
@@ -306,10 +307,10 @@ class Simulation:
         series = [(0.0, name, 0) for name in self._spine_names()] + list(tel.spine_series)
         frames: dict[str, tuple[dict[str, Any], list[tuple] | None]] = {
             "net_links": (tel.links_columns(), None), "net_flows": (tel.flows_columns(), None),
-            "net_spines": (_rows_as_columns(series, SPINE_COLUMNS), series)}
+            "net_spines": (rows_as_columns(series, SPINE_COLUMNS), series)}
         if tel.record_series:
-            frames["net_link_series"] = (_rows_as_columns(tel.series, LINK_SERIES_COLUMNS), tel.series)
-        tables = {k: _frame_table(*v) for k, v in frames.items()}
+            frames["net_link_series"] = (rows_as_columns(tel.series, LINK_SERIES_COLUMNS), tel.series)
+        tables = {k: pandas_like_table(*v) for k, v in frames.items()}
         flows, topology = tables["net_flows"], self.ctx.topology    # stamped for `flows replay` to check
         stamp = flows_metadata(topology.name, topology.links, len(self.ctx.network.active_flows()))
         tables["net_flows"] = flows.replace_schema_metadata({**(flows.schema.metadata or {}), **stamp})
@@ -323,52 +324,6 @@ class Simulation:
         """The holders' staging pools over time."""
         return _samples_table(self.ctx.cluster.instances, lambda inst: inst.staging.samples,
                               (("time_s", np.float64), ("waiting", np.int32), ("copying", np.int32)))
-
-
-SPINE_COLUMNS = ("t_s", "spine", "active_flows")
-LINK_SERIES_COLUMNS = ("link", "t0_s", "t1_s", "utilisation")
-
-
-def _rows_as_columns(rows: list[tuple], names: tuple[str, ...]) -> dict[str, list]:
-    """Row tuples as named columns (what `pd.DataFrame(rows, columns=names)` holds)."""
-    columns: dict[str, list] = {name: [] for name in names}
-    for row in rows:
-        for name, value in zip(names, row):
-            columns[name].append(value)
-    return columns
-
-
-def _frame_table(columns: dict[str, Any], rows: list[tuple] | None = None):
-    """The Arrow table pandas gives for `columns` (`pa.Table.from_pandas` of `pd.DataFrame(columns)`, or of
-    `pd.DataFrame(rows, columns=...)` where the columns came from `rows`): built without pandas where
-    `simroute.arrow.frame_table` covers the columns, else through pandas as before."""
-    built = frame_table(columns, from_rows=rows is not None)
-    if built is not None:
-        return built
-    import pandas as pd
-    import pyarrow as pa
-    frame = pd.DataFrame(columns) if rows is None else pd.DataFrame(rows, columns=list(columns))
-    return pa.Table.from_pandas(frame, preserve_index=False)
-
-
-def group_sums(keys: list[Any], values: np.ndarray) -> dict[Any, float]:
-    """The sum of `values` per key, keys in sorted order: pandas' `Series.groupby(keys).sum()` without pandas,
-    summed as pandas sums a group (in row order, with Kahan's compensation; an infinite value resets it), so
-    the summary's figures are the same to the last bit."""
-    sums: dict[Any, float] = {}
-    compensation: dict[Any, float] = {}
-    for key, value in zip(keys, np.asarray(values, dtype=np.float64).tolist()):
-        if value != value:          # NaN: skipped, as pandas skips it
-            sums.setdefault(key, 0.0)
-            compensation.setdefault(key, 0.0)
-            continue
-        total, carry = sums.get(key, 0.0), compensation.get(key, 0.0)
-        y = value - carry
-        t = total + y
-        carry = t - total - y
-        compensation[key] = 0.0 if carry != carry else carry
-        sums[key] = t
-    return {key: sums[key] for key in sorted(sums)}
 
 
 def _why(requests, fell_back: int) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from pyarrow import ArrowException
 
 from simroute.errors import ConfigurationError
 from simroute.ioutil import atomic_path, check_output_path, check_replaceable, load_json, manifest_kind
+from simroute.network.telemetry import SPINE_COLUMNS
 from simroute.study import figures, plots
 from simroute.study.search import Goal, finished, meets, parse_slo
 from simroute.study.store import Store
@@ -35,7 +36,6 @@ MEAN_COLS = CI_COLS + ["slo_attainment", "bytes_route", "bytes_fetch", "bytes_pd
 # every other column a table has must be numeric (a run writes them so; a damaged file is refused in one line)
 RUN_REQUEST_COLUMNS = ("status", "ttft_s", "tpot_s")
 LINK_COLUMNS = ("link", "src", "dst", "tier")
-SPINE_COLUMNS = ("t_s", "spine", "active_flows")
 TEXT_COLUMNS = {"requests.parquet": ("status", "drop_reason", "tenant"), "net_links.parquet": ("src", "dst", "tier"),
                 "net_spines.parquet": ("spine",), "holders.parquet": ("gpu",), "iterations.parquet": ()}
 FINITE_COLUMNS = ("ttft_s", "tpot_s", "e2e_s")      # NaN: not completed; never infinite

@@ -20,6 +20,7 @@ Vocabulary (SGLang's server arguments, which the measured tables were taken unde
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from enum import Enum
@@ -215,13 +216,11 @@ class LayerTraffic:
         GPU of the same local index, as DeepEP's normal mode sends it), which forwards it over NVLink to each GPU
         it hits; combine reduces on the rail peer of the token's GPU and crosses the fabric once. What a
         simulator puts on its links (`simroute.sim.engine.group`). Computed once per object (a copy returned)."""
-        cached = self.__dict__.get("_legs")
-        if cached is None:
-            cached = self._legs()
-            object.__setattr__(self, "_legs", cached)     # frozen: the pairs are a function of the fields
-        return dict(cached)
+        return dict(self._leg_bytes)
 
-    def _legs(self) -> dict[tuple[int, int], float]:
+    @functools.cached_property
+    def _leg_bytes(self) -> dict[tuple[int, int], float]:
+        """`legs`, kept on the (frozen) object: the pairs are a function of its fields."""
         hosts = self.hosts
         local: list[int] = []
         members: dict[int, list[int]] = {}

@@ -16,8 +16,9 @@ and Vidur's capacity search; neither models the network or shared documents.
 Aggregated vs disaggregated serving is one more axis (`--disagg none,1:1,1:3`: P:D ratios of prefill to decode
 instances, `--prefill-tp` the prefill pool's TP; sim/pools.py): a host count too small to hold one P:D group is
 a probe that fails (not served), so the coarse grid and refinement treat it as any host count that misses the SLO.
-Not searched: the prefill TP (one value per plan), DP attention + EP per pool (the pools' parallelism is a
-per-pool record ready to take them once the engine models DP attention), the prefill router.
+With `--parallel`, a P:D point's decode pool takes the parallel choice (TP, or DP attention + EP groups).
+Not searched: the prefill TP (one value per plan), DP attention + EP in the prefill pool (TP instances only),
+the prefill router.
 """
 
 from __future__ import annotations

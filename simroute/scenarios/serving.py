@@ -159,6 +159,8 @@ def engine_values(row: ServingRow) -> dict:
         values["scheduler_recv_interval"] = row.scheduler_recv_interval
     if row.framework == "sglang" and row.prefill_graph_max_tokens is not None:
         values["prefill_graph_max_tokens"] = row.prefill_graph_max_tokens
+    if row.framework in ("sglang", "trtllm") and row.mem_fraction is not None:
+        values["mem_fraction"] = row.mem_fraction     # --mem-fraction-static / free_gpu_memory_fraction
     return values
 
 

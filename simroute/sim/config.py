@@ -208,6 +208,11 @@ class RunConfig:
                                                         "requests once per this many decode iterations (after every "
                                                         "prefill; e.g. 10). The sglang preset's (1) if unset; only "
                                                         "with --engine sglang.", minimum=1)
+    mem_fraction: float | None = setting(None, "The framework's KV-pool fraction: SGLang's --mem-fraction-static, "
+                                               "TensorRT-LLM's free_gpu_memory_fraction; the pool is then sized as "
+                                               "the framework's source sizes it (docs/ENGINES.md). All HBM after "
+                                               "the weights if unset; only with --engine sglang or trtllm.",
+                                         minimum=0, exclusive_minimum=True, maximum=1)
     prefill_graph_max_tokens: int | None = setting(None, "SGLang's piecewise CUDA graphs of prefill: a prefill batch "
                                                          "of at most this many tokens launches no kernels eagerly "
                                                          "(0: every prefill is eager, as SGLang <= 0.5.9 by "
@@ -268,7 +273,7 @@ class RunConfig:
                                      "(lower prefill_chunk or raise token_budget)", field="prefill_chunk")
         if self.engine == "none":
             for name in ("cuda_graph_max_batch", "overlap_scheduling", "scheduler_recv_interval",
-                         "prefill_graph_max_tokens"):
+                         "prefill_graph_max_tokens", "mem_fraction"):
                 if getattr(self, name) is not None:
                     raise ConfigurationError("is a framework setting: name an engine preset (--engine) to set it",
                                              field=name)

@@ -70,6 +70,13 @@ class ResolvedEngine:
         setting = self.settings.get("scheduler_recv_interval")
         return int(setting.value) if setting is not None else 1
 
+    def kv_pool_bytes(self, weight_bytes: float) -> float | None:
+        """The KV pool of one GPU as the framework's source sizes it from the run's --mem-fraction (None: not
+        modelled, all HBM after the weights); `weight_bytes` the weights one GPU holds."""
+        if not self.preset:
+            return None
+        return FRAMEWORKS.get(self.engine.split("@")[0])().kv_pool_bytes(self.settings, weight_bytes)
+
     @property
     def schedule_ahead(self) -> bool:
         return self.preset and bool(self.value("overlap_scheduling"))
@@ -118,7 +125,8 @@ def resolve_engine(cfg: RunConfig, spec: GpuSpec, *, layers: int, kv_capacity_to
                          f"{framework} preset is used")
     preset = load_engine_preset(framework, version)
     deployment = Deployment(gpu=spec.name, hbm_bytes=hbm_bytes if hbm_bytes is not None else spec.hbm_bytes,
-                            tp=cfg.tp, layers=layers, kv_capacity_tokens=kv_capacity_tokens, mla=mla, moe=moe)
+                            tp=cfg.tp, layers=layers, kv_capacity_tokens=kv_capacity_tokens, mla=mla, moe=moe,
+                            hbm_override=hbm_bytes is not None)
     settings = FRAMEWORKS.get(framework)().settings(preset, deployment, flags)
     missing = [key for key in SETTINGS if key not in settings]
     if missing:

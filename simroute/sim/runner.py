@@ -131,7 +131,7 @@ class Simulation:
                             kv_layout=cfg.kv_layout, schedulers=schedulers, cache_dtype=cfg.kv_cache,
                             step=calibration.step, ingress_s=self.engine.ingress_s, egress_s=self.engine.egress_s,
                             group=calibration.group, group_gpus=topology.gpus, seed=cfg.seed,
-                            ep_flows=cfg.ep_flows)
+                            ep_flows=cfg.ep_flows, kv_pool=self.engine.kv_pool_bytes)
         if layout is not None and calibration.prefill_step is not None:     # the prefill pool's engines, after
             engines.add_pool(env, [topology.gpus[first] for first in layout.prefill], calibration.prefill_step,
                              engine_options(cfg, self.engine.schedule_ahead), schedulers)

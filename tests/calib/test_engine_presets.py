@@ -23,6 +23,9 @@ TOKENISE = "tenstorrent/tt-inference-server issue #2173"
 LAUNCH = "cloudai.pt/tag/cuda-graphs"
 GAP = "vllm-project/vllm issue #10634"
 
+# GiB free at start-up ("Load weight begin. avail mem"): none published below 100 GiB, H200 138.09, B200 175.34, none
+# above (GB200, B300)
+STARTUP = [[100, 0, None], [150, 138.09, None], [170, 175.34, None], [None, 0, None]]
 # file -> constant -> (kind, value or tiers, substrings its reference must hold: the file and version it cites)
 PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
     "sglang-0.5.14.yaml": {
@@ -51,6 +54,9 @@ PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
         "eager_launch_us_per_layer_mla_moe": ("fitted", 1770, ("InferenceX's H200 SGLang 0.5.5 run (2025-12-15",
                                                                "bench/fit_sglang_eager_prefill.py",
                                                                "sgl-project/sglang PR #12996")),
+        "startup_free_gib": ("published", STARTUP, ("github.com/sgl-project/sglang/issues/24607",
+                                                    "github.com/sgl-project/sglang/pull/9162", "avail mem=N GB",
+                                                    "143,771 MiB", "183,359 MiB")),
     },
     "vllm-0.24.0.yaml": {
         "scheduler": ("source", "sarathi", (VLLM + "v1/core/sched/scheduler.py", "(line 430)", "(line 625)",
@@ -89,6 +95,8 @@ PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
                                                                "sglang-0.5.14.yaml eager_launch_us_per_layer_mla_moe",
                                                                "no TensorRT-LLM row was used",
                                                                "164 ms on B200, 119-123 ms on H200")),
+        "startup_free_gib": ("default", STARTUP, ("stands in: SGLang's published start-up figures",
+                                                  "sglang-0.5.14.yaml startup_free_gib", "_util.py")),
     },
 }
 FITTED_POINTS = {("vllm-0.24.0.yaml", "host_us_per_sequence"): GAP,

@@ -238,3 +238,44 @@ def test_trtllm_launches_a_deepseek_layer_eagerly_at_the_fitted_cost_and_a_dense
     assert mla_only["eager_launch_us_per_layer"] == dense["eager_launch_us_per_layer"] == 262
     vllm, _ = _settings("vllm", 131.3, mla=True, moe=True)        # no such constant in the vLLM preset
     assert vllm["eager_launch_us_per_layer"] == 262
+
+
+# DeepSeek-R1 FP8 at TP 8: the weights one GPU holds (simroute's geometry) and the MLA latent per token (bf16: (512 +
+# 64) x 61 layers x 2 bytes; fp8 half of it)
+R1_WEIGHTS, R1_KV_BF16, R1_KV_FP8 = 85.1e9, 70_272, 35_136
+
+
+def _pool(framework: str, gib: float, weights: float, **flags) -> float | None:
+    _, resolved = _settings(framework, gib, **flags)
+    return FRAMEWORKS.get(framework)().kv_pool_bytes(resolved, weights)
+
+
+def test_sglang_sizes_its_kv_pool_from_mem_fraction_static_and_the_published_start_up_memory():
+    """profile_max_num_token: f x the memory free at start-up - the weights. On an H200 (the entry's 141 GB is
+    131.3 GiB) the published start-up figure is 138.09 GiB, so at --mem-fraction-static 0.82: 0.82 x 138.09 =
+    113.234 GiB, less 85.1e9 B (79.256 GiB) of weights = 33.978 GiB, 519,180 bf16 latents of 70,272 B."""
+    values, resolved = _settings("sglang", 131.3, mem_fraction=0.82)
+    assert values["startup_free_gib"] == 138.09 and "sglang/issues/24607" in resolved["startup_free_gib"].source
+    pool = _pool("sglang", 131.3, R1_WEIGHTS, mem_fraction=0.82)
+    assert pool == pytest.approx(0.82 * 138.09 * GIB - 85.1e9)
+    assert int(pool // R1_KV_BF16) == 519_180
+    assert _pool("sglang", 131.3, R1_WEIGHTS) is None                     # no --mem-fraction: not modelled
+    assert _pool("sglang", 74.5, R1_WEIGHTS, mem_fraction=0.82) is None   # no published start-up figure (H100)
+
+
+def test_trtllm_sizes_its_kv_pool_from_free_gpu_memory_fraction_of_what_the_weights_leave():
+    """_cal_max_memory: fraction x (device memory - the profiling peak), the peak here the weights and what is
+    held at start-up: on a B200 (180 GB = 167.6 GiB entry; 175.34 GiB free at start-up) at 0.8: 0.8 x (175.34 GiB -
+    85.1e9 B) = 0.8 x 96.084 GiB = 76.868 GiB, 2,349,041 fp8 latents of 35,136 B."""
+    pool = _pool("trtllm", 167.6, R1_WEIGHTS, gpu="b200-sxm", mem_fraction=0.8)
+    assert pool == pytest.approx(0.8 * (175.34 * GIB - 85.1e9))
+    assert int(pool // R1_KV_FP8) == 2_349_041
+
+
+def test_mem_fraction_is_refused_under_a_framework_without_one_and_with_engine_none():
+    with pytest.raises(ConfigurationError, match="mem_fraction"):
+        _settings("vllm", 131.3, mem_fraction=0.9)
+    with pytest.raises(ConfigurationError, match="mem_fraction"):
+        RunConfig(**BASE, engine="none", mem_fraction=0.8)
+    with pytest.raises(ConfigurationError, match="mem_fraction"):
+        RunConfig(**BASE, engine="sglang", mem_fraction=1.5)

@@ -34,7 +34,7 @@ class EngineSet:
                  kv_layout: str = "replicated", schedulers: Callable[[], Scheduler] | None = None,
                  cache_dtype: str | None = None, step: StepTimeModel | None = None, ingress_s: float = 0.0,
                  egress_s: float = 0.0, group: Any = None, group_gpus: Seq[str] = (), seed: int = 0,
-                 ep_flows: bool = True) -> None:
+                 ep_flows: bool = True, kv_pool: Callable[[float], float | None] | None = None) -> None:
         # a run hands the step model its engine preset built (simroute.sim.presets, resolved with the profile in
         # sim/calibration.py); one built alone (a unit test) takes `profile`'s GPU entry tables and overhead
         from simroute.sim.deployment import step_model
@@ -54,6 +54,8 @@ class EngineSet:
         self.group_step = group
         sized = group if group is not None else self.step
         weights = sized.weight_bytes_per_gpu
+        # the framework's KV pool (its memory fraction) where the preset models it, else all HBM after the weights
+        self.kv_pool_bytes = kv_pool(weights) if kv_pool is not None else None
         from simroute.model.limits import check_deployment, check_group
         if group is not None:
             check_group(group, hbm_bytes=hbm_bytes)
@@ -62,7 +64,8 @@ class EngineSet:
             check_deployment(self.step, hbm_bytes=hbm_bytes)  # a run checked it before building (sim/deployment.py)
         self.engines = [
             InstanceEngine(env, i, gpu, self.step,
-                           HbmBudget(hbm_bytes, weights, sized.kv_bytes_per_token_per_gpu), options,
+                           HbmBudget(hbm_bytes, weights, sized.kv_bytes_per_token_per_gpu, self.kv_pool_bytes),
+                           options,
                            layers=g.layers, heads=g.heads_q, exchange=self.exchange, log=self.log,
                            scheduler=schedulers() if schedulers is not None else None)
             for i, gpu in enumerate(gpus)]

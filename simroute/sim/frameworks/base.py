@@ -24,7 +24,7 @@ SETTINGS = FLAG_SETTINGS + ("host_us_per_sequence", "eager_launch_us_per_layer",
                             "request_egress_us")
 # settings only some frameworks have (a RunConfig flag too): a framework lists those it has in `optional`; a flag
 # for one its framework lacks is refused
-OPTIONAL_SETTINGS = ("scheduler_recv_interval", "prefill_graph_max_tokens")
+OPTIONAL_SETTINGS = ("scheduler_recv_interval", "prefill_graph_max_tokens", "mem_fraction")
 GIB = float(1 << 30)
 
 
@@ -50,6 +50,7 @@ class Deployment:
     kv_capacity_tokens: int
     mla: bool = False
     moe: bool = False
+    hbm_override: bool = False      # the run sets the GPU's memory (--hbm-gb)
 
     @property
     def hbm_gib(self) -> float:
@@ -79,14 +80,36 @@ class Framework:
                 out[key] = self.rule(key, preset, deployment, out)
         return out
 
+    def kv_pool_bytes(self, settings: dict[str, Setting], weight_bytes: float) -> float | None:
+        """The KV pool one GPU allocates, as the framework's source sizes it from its memory fraction (None: not
+        modelled, the pool is all HBM after the weights). The base models none."""
+        return None
+
     def rule(self, key: str, preset: EnginePreset, deployment: Deployment, resolved: dict[str, Setting]) -> Setting:
         """Setting `key` from the preset (`resolved` holds the settings before it in SETTINGS order). An MLA +
         mixture-of-experts layer (the DeepSeek-V3 family) launches many more kernels than a dense one: a preset
         that carries `eager_launch_us_per_layer_mla_moe` launches such a layer eagerly at that cost."""
+        if key == "mem_fraction":          # no preset default: unset, the pool is all HBM after the weights
+            return Setting(None, "unset: the KV pool is all HBM after the weights (--mem-fraction sizes it as the "
+                                 "framework does)")
+        if key == "startup_free_gib":
+            return self.startup_free(preset, deployment)
         if (key == "eager_launch_us_per_layer" and deployment.mla and deployment.moe
                 and "eager_launch_us_per_layer_mla_moe" in preset.constants):
             return self.constant(preset, "eager_launch_us_per_layer_mla_moe", deployment, as_key=key)
         return self.constant(preset, key, deployment)
+
+    def startup_free(self, preset: EnginePreset, deployment: Deployment) -> Setting:
+        """GiB free on one GPU when the framework starts loading its weights (the device's memory less the CUDA
+        context and the communicators), as published start-up logs print it for this GPU; None where the preset
+        has no figure for the GPU (a tier value of 0) or the run sets its own HBM (--hbm-gb)."""
+        if deployment.hbm_override:
+            return Setting(None, "not modelled: --hbm-gb sets the GPU's memory, the published start-up figure is "
+                                 "the real device's")
+        found = self.constant(preset, "startup_free_gib", deployment)
+        if not found.value:
+            return Setting(None, f"no published start-up figure for {deployment.gpu}: {found.source}")
+        return found
 
     @staticmethod
     def constant(preset: EnginePreset, key: str, deployment: Deployment, as_key: str | None = None) -> Setting:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simroute.sim.frameworks.base import FRAMEWORKS, Deployment, Framework, Setting
+from simroute.sim.frameworks.base import FRAMEWORKS, GIB, Deployment, Framework, Setting
 
 if TYPE_CHECKING:
     from simroute.calib.engines import EnginePreset
@@ -13,6 +13,18 @@ if TYPE_CHECKING:
 @FRAMEWORKS.register("trtllm")
 class Trtllm(Framework):
     """in-flight batching of decodes with whole prompts (8192 tokens), overlap scheduler, CUDA graphs to 128."""
+
+    optional = ("mem_fraction", "startup_free_gib")
+
+    def kv_pool_bytes(self, settings: dict[str, Setting], weight_bytes: float) -> float | None:
+        """`KvCacheCreator._cal_max_memory` (tensorrt_llm/_torch/pyexecutor/_util.py): free_gpu_memory_fraction x
+        (device memory - the peak of a profiling forward). The peak is taken as the weights plus what is held at
+        start-up; the activations of the profiling forward are not (no published figure for DeepSeek), so this
+        is the pool's upper bound."""
+        fraction, free = settings["mem_fraction"].value, settings["startup_free_gib"].value
+        if fraction is None or free is None:
+            return None
+        return max(float(fraction) * (float(free) * GIB - weight_bytes), 0.0)
 
     def rule(self, key: str, preset: EnginePreset, deployment: Deployment, resolved: dict[str, Setting]) -> Setting:
         if key == "prefill_chunk":       # chunked prefill is off: whole prompts (the trtllm scheduler reads none)

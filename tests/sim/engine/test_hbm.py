@@ -64,3 +64,11 @@ def test_pinned_chunks_reduce_free_blocks_and_the_invariant_catches_overcommit()
     hbm.kv_blocks = 5                              # what a bookkeeping bug would do
     with pytest.raises(AssertionError, match="over-committed"):
         hbm.check()
+
+
+def test_a_framework_s_kv_pool_bounds_the_blocks_never_above_what_the_weights_leave():
+    """The pool the framework allocates (its memory fraction) is the KV room: 10 blocks of 64 one-byte tokens in a
+    pool of 640 bytes + 63, beside 1 kB of weights in 1 kB + 6400 of HBM; a pool larger than that HBM leaves 100."""
+    assert HbmBudget(1000.0 + 6400, 1000.0, 1.0, pool_bytes=640.0 + 63).capacity_blocks == 10
+    assert HbmBudget(1000.0 + 6400, 1000.0, 1.0, pool_bytes=1e9).capacity_blocks == 100
+    assert HbmBudget(1000.0 + 6400, 1000.0, 1.0).capacity_blocks == 100

@@ -160,6 +160,10 @@ class InstanceEngine:
         self._decode_groups: tuple[list[Sequence], dict | None] = ([], None)
         # blocks one decoding sequence may add in one event (k <= steps_per_event tokens)
         self._growth_blocks = -(-options.steps_per_event // BLOCK_TOKENS)
+        # SGLang's new_token_ratio (`Scheduler.token_ratio`): the share of the running sequences' future tokens its
+        # admission holds back; falls per decode iteration, back to its start when the engine idles, reset by a
+        # retraction (`_preempt`)
+        self._ratio = self.scheduler.token_ratio[0]
         self.preemptions = 0
         self.rejected = 0               # refused: never fits (`NEVER_FITS`) or preempted too often (`THRASHED`)
         self.thrashed = 0
@@ -217,6 +221,10 @@ class InstanceEngine:
                 if left > 0:
                     watermark += left
             watermark = max(watermark, 0)
+        elif self.scheduler.completes_in_order:
+            if not self._completes_in_order(seq, need):
+                return False
+            watermark = 0
         else:
             decoding = len(self.running) + (seq.to_prefill <= 0)
             watermark = max(self.hbm.capacity_blocks // 100, decoding * self._growth_blocks) if decoding else 0
@@ -232,6 +240,38 @@ class InstanceEngine:
             seq.t_scheduled = self.env.now
         seq.phase = PREFILL if seq.to_prefill > 0 else DECODE
         self.running.append(seq)
+        return True
+
+    def _completes_in_order(self, seq: Sequence, need: int) -> bool:
+        """SGLang's admission of a request (`PrefillAdder.add_one_req_ignore_eos`, managers/schedule_policy.py,
+        sglang 0.5.9 lines 632-689): its prompt's blocks fit, and taking the running sequences and it in order of
+        tokens left, when the i-th (fewest left) ends every one of the n - i still running has grown by its tokens
+        left, beside what those ended before it freed, with a token to spare each (IGNORE_EOS_RESERVE_TOKENS).
+        Counted in tokens; copies, which a running sequence may evict, count as free."""
+        free = (self.hbm.free_blocks + self.hbm.copy_blocks - need) * BLOCK_TOKENS
+        if free < 0:
+            return False
+        # its prompt within what the running ones' estimated future tokens leave (`rem_total_tokens`): a sequence
+        # still in its prefill batch holds its whole output (`_update_prefill_budget`), a decoding one its tokens
+        # left x the new-token ratio, each clipped (CLIP_MAX_NEW_TOKENS)
+        clip, ratio, held = self.scheduler.token_ratio_clip, self._ratio, 0.0
+        for other in self.running:
+            left = min(other.output - other.generated, clip)
+            held += left if other.generated == 0 else left * ratio
+        if free < held:
+            return False
+        states = [(seq.output - seq.generated, need * BLOCK_TOKENS)]
+        for other in self.running:
+            left = other.output - other.generated
+            if left > 0:
+                states.append((left, other.blocks * BLOCK_TOKENS))
+        states.sort(key=lambda state: state[0])
+        freed, n = 0, len(states)
+        for i, (left, held) in enumerate(states):
+            alive = n - i
+            if free + freed - left * alive <= alive:
+                return False
+            freed += held
         return True
 
     def state(self) -> dict[str, Any]:
@@ -324,6 +364,7 @@ class InstanceEngine:
         if not prefill and not decode:
             self.busy = False
             self.layer_s = 0.0
+            self._ratio = self.scheduler.token_ratio[0]     # SGLang's self_check_during_idle
             return None
         if not self.busy:
             self.partials.skip(self.env.now)    # partials it answered while idle cost its own work nothing
@@ -516,6 +557,11 @@ class InstanceEngine:
         seq.phase = WAITING
         seq.preemptions += 1
         self.preemptions += 1
+        if self.scheduler.completes_in_order and self.running:
+            # SGLang's retract_decode (schedule_batch.py, sglang 0.5.9 lines 1894-1903): the new-token ratio is
+            # what the ones left decoded, plus SGLANG_RETRACT_DECODE_STEPS 20 each, over their outputs
+            decoded = sum(other.generated for other in self.running) + 20 * len(self.running)
+            self._ratio = min(1.0, decoded / (sum(other.output for other in self.running) + 1))
         if seq.preemptions > self.most_preempted:
             self.most_preempted = seq.preemptions
         if seq.preemptions > self.options.max_preemptions:
@@ -671,6 +717,9 @@ class InstanceEngine:
                 else:
                     seq.phase = DECODE
         decode = plan.decode
+        if decode and self.scheduler.completes_in_order:
+            _init, floor, decay = self.scheduler.token_ratio
+            self._ratio = max(self._ratio - k * decay, floor)
         if decode and emitted is not None:
             self._advance_emitted(decode, emitted, now)
         elif decode:

@@ -83,6 +83,14 @@ class Scheduler(ABC):
     # if its own whole length fits beside what the running ones still need, so decodes never preempt (TensorRT-LLM's
     # GUARANTEED_NO_EVICT capacity scheduler); else the engine reserves a prompt's blocks and grows them
     reserves_to_completion: ClassVar[bool] = False
+    # admission checks that every running sequence and the new one can reach their last token if they finish in
+    # order of tokens left, each freeing its KV as it ends (SGLang's PrefillAdder.add_one_req_ignore_eos): a prompt
+    # that would not leave that room waits in the queue; decodes preempt only on a real shortfall
+    completes_in_order: ClassVar[bool] = False
+    # with `completes_in_order`: the new-token ratio of the running sequences' future tokens that admission holds
+    # back (init, floor, decay per decode iteration; SGLang's new_token_ratio) and the clip of one's estimate
+    token_ratio: ClassVar[tuple[float, float, float]] = (1.0, 1.0, 0.0)
+    token_ratio_clip: ClassVar[int] = 1 << 30
 
     @classmethod
     def from_run(cls, config: RunConfig, rng: np.random.Generator) -> Scheduler:

@@ -22,6 +22,14 @@ class SglangScheduler(Scheduler):
     (`PrefillAdder`); otherwise every running sequence decodes one token. A sequence whose KV arrived prefilled
     (PD's decode side) takes no prefill tokens."""
 
+    completes_in_order = True
+    # new_token_ratio (managers/scheduler.py, sglang 0.5.9 lines 811-823; environ.py lines 225-229): starts at
+    # SGLANG_INIT_NEW_TOKEN_RATIO 0.7 x schedule_conservativeness 1.0, falls by (0.7 - 0.7 x 0.14) / 600 per decode
+    # iteration to 0.098, returns to 0.7 when the scheduler idles; a running request's future tokens are clipped at
+    # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION 4096 (schedule_policy.py line 54)
+    token_ratio = (0.7, 0.7 * 0.14, (0.7 - 0.7 * 0.14) / 600)
+    token_ratio_clip = 4096
+
     def prefill_chunk(self, options: SchedulerOptions) -> float:
         return float(min(options.prefill_chunk, options.token_budget))
 

@@ -175,3 +175,27 @@ def test_trtllm_admission_holds_each_sequence_s_kv_to_its_last_token_so_nothing_
     assert second.t_scheduled == first.t_done > 0
     eng, (first, second) = runs["sarathi"]
     assert eng.preemptions == 1 and second.t_scheduled < first.t_done
+
+
+def test_sglang_admission_queues_a_request_the_pool_cannot_carry_to_completion_rather_than_preempting(make_engine):
+    """SGLang's PrefillAdder (add_one_req_ignore_eos): two 4000 + 800-token sequences in 140 blocks (8960 tokens).
+    Beside the first (63 blocks), the second's prompt fits but both could not reach their last token: it waits in the
+    queue until the first has few enough tokens left (896 - g free > 2 x (800 - g) + 2: g > 706), is admitted before
+    the first ends, and no decode is preempted (peak 75 + 64 blocks); the vLLM-style admission takes both at once
+    and preempts one."""
+    runs = {}
+    for scheduler in ("sglang", "sarathi"):
+        env = simpy.Environment()
+        eng = make_engine(env, hbm_tokens=9000, scheduler=scheduler, token_budget=8192, prefill_chunk=8192)
+        seqs = [Sequence(i, 4000, 800) for i in range(2)]
+        for seq in seqs:
+            eng.submit(seq)
+        env.run(until=10_000.0)
+        assert eng.hbm.capacity_blocks == 140 and all(seq.generated == 800 for seq in seqs)
+        runs[scheduler] = eng, seqs
+    eng, (first, second) = runs["sglang"]
+    assert eng.preemptions == 0 and eng.hbm.peak_kv_blocks <= 140
+    assert first.t_scheduled < second.t_scheduled < first.t_done
+    assert second.t_scheduled > first.t_first_token     # it waited while the first decoded
+    eng, (first, second) = runs["sarathi"]
+    assert eng.preemptions == 1 and second.t_scheduled <= first.t_first_token   # admitted with the first

@@ -180,14 +180,22 @@ def test_trtllm_admission_holds_each_sequence_s_kv_to_its_last_token_so_nothing_
 def test_sglang_admission_queues_a_request_the_pool_cannot_carry_to_completion_rather_than_preempting(make_engine):
     """SGLang's PrefillAdder (add_one_req_ignore_eos): two 4000 + 800-token sequences in 140 blocks (8960 tokens).
     Beside the first (63 blocks), the second's prompt fits but both could not reach their last token: it waits in the
-    queue until the first has few enough tokens left (896 - g free > 2 x (800 - g) + 2: g > 706), is admitted before
-    the first ends, and no decode is preempted (peak 75 + 64 blocks); the vLLM-style admission takes both at once
-    and preempts one."""
-    runs = {}
+    queue until the first has few enough tokens left (896 - g free > 2 x (800 - g) + 2: g > 706; the new-token
+    ratio's estimate, 0.7 falling to 0.098, holds less), is admitted before the first ends, and no decode is
+    preempted (peak 75 + 64 blocks); the vLLM-style admission takes both at once and preempts one."""
+    runs, out_at_admission = {}, {}
     for scheduler in ("sglang", "sarathi"):
         env = simpy.Environment()
         eng = make_engine(env, hbm_tokens=9000, scheduler=scheduler, token_budget=8192, prefill_chunk=8192)
         seqs = [Sequence(i, 4000, 800) for i in range(2)]
+        admit = eng.admit
+
+        def watched(seq, admit=admit, scheduler=scheduler, first=seqs[0]):
+            taken = admit(seq)
+            if taken and seq is not first:
+                out_at_admission[scheduler] = first.generated
+            return taken
+        eng.admit = watched
         for seq in seqs:
             eng.submit(seq)
         env.run(until=10_000.0)
@@ -196,6 +204,6 @@ def test_sglang_admission_queues_a_request_the_pool_cannot_carry_to_completion_r
     eng, (first, second) = runs["sglang"]
     assert eng.preemptions == 0 and eng.hbm.peak_kv_blocks <= 140
     assert first.t_scheduled < second.t_scheduled < first.t_done
-    assert second.t_scheduled > first.t_first_token     # it waited while the first decoded
+    assert 706 < out_at_admission["sglang"] <= 706 + 16     # at the first event boundary past 706 tokens out
     eng, (first, second) = runs["sarathi"]
     assert eng.preemptions == 1 and second.t_scheduled <= first.t_first_token   # admitted with the first

@@ -240,9 +240,9 @@ def test_trtllm_launches_a_deepseek_layer_eagerly_at_the_fitted_cost_and_a_dense
     assert vllm["eager_launch_us_per_layer"] == 262
 
 
-# DeepSeek-R1 FP8 at TP 8: the weights one GPU holds (simroute's geometry) and the MLA latent per token (bf16: (512 +
-# 64) x 61 layers x 2 bytes; fp8 half of it)
-R1_WEIGHTS, R1_KV_BF16, R1_KV_FP8 = 85.1e9, 70_272, 35_136
+# DeepSeek-R1 FP8 at TP 8: the weights one GPU holds (simroute's geometry: 79.29 GiB) and the MLA latent per token
+# (bf16: (512 + 64) x 61 layers x 2 bytes; fp8 half of it)
+R1_WEIGHTS, R1_KV_BF16, R1_KV_FP8 = 85_138_051_440, 70_272, 35_136
 
 
 def _pool(framework: str, gib: float, weights: float, **flags) -> float | None:
@@ -253,23 +253,23 @@ def _pool(framework: str, gib: float, weights: float, **flags) -> float | None:
 def test_sglang_sizes_its_kv_pool_from_mem_fraction_static_and_the_published_start_up_memory():
     """profile_max_num_token: f x the memory free at start-up - the weights. On an H200 (the entry's 141 GB is
     131.3 GiB) the published start-up figure is 138.09 GiB, so at --mem-fraction-static 0.82: 0.82 x 138.09 =
-    113.234 GiB, less 85.1e9 B (79.256 GiB) of weights = 33.978 GiB, 519,180 bf16 latents of 70,272 B."""
+    113.234 GiB, less 79.291 GiB of weights = 33.943 GiB, 518,639 bf16 latents of 70,272 B."""
     values, resolved = _settings("sglang", 131.3, mem_fraction=0.82)
     assert values["startup_free_gib"] == 138.09 and "sglang/issues/24607" in resolved["startup_free_gib"].source
     pool = _pool("sglang", 131.3, R1_WEIGHTS, mem_fraction=0.82)
-    assert pool == pytest.approx(0.82 * 138.09 * GIB - 85.1e9)
-    assert int(pool // R1_KV_BF16) == 519_180
+    assert pool == pytest.approx(0.82 * 138.09 * GIB - R1_WEIGHTS)
+    assert int(pool // R1_KV_BF16) == 518_639
     assert _pool("sglang", 131.3, R1_WEIGHTS) is None                     # no --mem-fraction: not modelled
     assert _pool("sglang", 74.5, R1_WEIGHTS, mem_fraction=0.82) is None   # no published start-up figure (H100)
 
 
 def test_trtllm_sizes_its_kv_pool_from_free_gpu_memory_fraction_of_what_the_weights_leave():
     """_cal_max_memory: fraction x (device memory - the profiling peak), the peak here the weights and what is
-    held at start-up: on a B200 (180 GB = 167.6 GiB entry; 175.34 GiB free at start-up) at 0.8: 0.8 x (175.34 GiB -
-    85.1e9 B) = 0.8 x 96.084 GiB = 76.868 GiB, 2,349,041 fp8 latents of 35,136 B."""
+    held at start-up: on a B200 (180 GB = 167.6 GiB entry; 175.34 GiB free at start-up) at 0.8: 0.8 x (175.34 -
+    79.291 GiB) = 0.8 x 96.049 GiB = 76.839 GiB, 2,348,174 fp8 latents of 35,136 B."""
     pool = _pool("trtllm", 167.6, R1_WEIGHTS, gpu="b200-sxm", mem_fraction=0.8)
-    assert pool == pytest.approx(0.8 * (175.34 * GIB - 85.1e9))
-    assert int(pool // R1_KV_FP8) == 2_349_041
+    assert pool == pytest.approx(0.8 * (175.34 * GIB - R1_WEIGHTS))
+    assert int(pool // R1_KV_FP8) == 2_348_174
 
 
 def test_mem_fraction_is_refused_under_a_framework_without_one_and_with_engine_none():
@@ -279,3 +279,27 @@ def test_mem_fraction_is_refused_under_a_framework_without_one_and_with_engine_n
         RunConfig(**BASE, engine="none", mem_fraction=0.8)
     with pytest.raises(ConfigurationError, match="mem_fraction"):
         RunConfig(**BASE, engine="sglang", mem_fraction=1.5)
+
+
+def test_a_run_s_kv_room_is_the_framework_s_pool(tmp_path):
+    """End to end (RunConfig -> preset -> EngineSet -> HbmBudget): DeepSeek-R1 at TP 8 on one H200 host under
+    --engine sglang --mem-fraction 0.82 holds the 518,639 latents above in whole blocks of 64: 8,103 x 64 = 518,592
+    tokens (all HBM after the weights would be 794,880)."""
+    from simroute.sim import simulate
+    from simroute.workload import generate
+    trace = generate("serving", tmp_path / "s.parquet", seed=0,
+                     params={"requests": 1, "input_tokens": 64, "output_tokens": 2, "concurrency": 1})
+    summary = simulate(RunConfig(topology="fattree", calib="h100-ibgda", trace=str(trace), hosts=1, telemetry=False,
+                                 engine="sglang", gpu="h200-sxm", tp=8, model="deepseek-r1",
+                                 mem_fraction=0.82)).summary
+    assert summary["engine"]["hbm"]["kv_capacity_tokens"] == 518_592
+    assert summary["engine"]["preset"]["settings"]["startup_free_gib"]["value"] == 138.09
+
+
+def test_hbm_gb_leaves_the_pool_unmodelled_the_published_start_up_figure_being_the_real_device_s():
+    _, resolved = _settings("sglang", 131.3, mem_fraction=0.82)
+    deployment = Deployment(gpu="h200-sxm", hbm_bytes=131.3 * GIB, tp=8, layers=61, kv_capacity_tokens=794_880,
+                            hbm_override=True)
+    overridden = FRAMEWORKS.get("sglang")().settings(load_engine_preset("sglang"), deployment, {"mem_fraction": 0.82})
+    assert resolved["startup_free_gib"].value == 138.09 and overridden["startup_free_gib"].value is None
+    assert FRAMEWORKS.get("sglang")().kv_pool_bytes(overridden, R1_WEIGHTS) is None

@@ -82,6 +82,8 @@ class ServingRow:
     stream_interval: int | None
     scheduler_recv_interval: int | None     # SGLang --scheduler-recv-interval (iterations between input polls)
     prefill_graph_max_tokens: int | None    # SGLang's prefill CUDA graphs at the version's default (0: none)
+    batch_wait_timeout_iters: int | None    # TensorRT-LLM's batch waiting: iterations context requests may wait
+    batch_wait_max_tokens_ratio: float | None   # ... until the batch holds this share of max_num_tokens
     server_flags: str
     client: str
     dataset: str
@@ -194,6 +196,8 @@ def _parse(row: _Row) -> ServingRow:
         stream_interval=row.integer("stream_interval", required=False),
         scheduler_recv_interval=row.integer("scheduler_recv_interval", required=False, minimum=1),
         prefill_graph_max_tokens=row.integer("prefill_graph_max_tokens", required=False, minimum=0),
+        batch_wait_timeout_iters=row.integer("batch_wait_timeout_iters", required=False),
+        batch_wait_max_tokens_ratio=row.number("batch_wait_max_tokens_ratio", required=False),
         server_flags=row.text("server_flags"), client=row.text("client"), dataset=row.choice("dataset", DATASETS),
         isl=row.integer("isl", required=False), osl=row.integer("osl", required=False), range_ratio=ratio,
         length_rule=row.choice("length_rule", LENGTH_RULES), ignore_eos=row.flag("ignore_eos"),
@@ -248,6 +252,11 @@ def _check_consistency(row: _Row, parsed: ServingRow) -> None:
             expected = parsed.metrics[total] / parsed.gpus
             if abs(parsed.metrics[per_gpu] - expected) > 0.01 * expected:
                 raise row.fail(per_gpu, f"{parsed.metrics[per_gpu]} is not {total} / gpus = {expected:.3f}")
+    ratio = parsed.batch_wait_max_tokens_ratio
+    if ratio is not None and ratio > 1:
+        raise row.fail("batch_wait_max_tokens_ratio", f"{ratio} is not a share of max_num_tokens in (0, 1]")
+    if (ratio is not None or parsed.batch_wait_timeout_iters is not None) and parsed.framework != "trtllm":
+        raise row.fail("batch_wait_timeout_iters", "batch waiting is TensorRT-LLM's (empty for other frameworks)")
     e2e, ttft = parsed.metrics.get("e2e_mean_s"), parsed.metrics.get("ttft_mean_ms")
     if e2e is not None and ttft is not None and e2e * 1e3 < ttft:
         raise row.fail("e2e_mean_s", f"mean E2E {e2e} s is shorter than mean TTFT {ttft} ms (a unit slip?)")

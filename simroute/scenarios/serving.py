@@ -161,6 +161,10 @@ def engine_values(row: ServingRow) -> dict:
         values["prefill_graph_max_tokens"] = row.prefill_graph_max_tokens
     if row.framework in ("sglang", "trtllm") and row.mem_fraction is not None:
         values["mem_fraction"] = row.mem_fraction     # --mem-fraction-static / free_gpu_memory_fraction
+    if row.framework == "trtllm" and row.batch_wait_timeout_iters is not None:
+        values["batch_wait_timeout_iters"] = row.batch_wait_timeout_iters
+    if row.framework == "trtllm" and row.batch_wait_max_tokens_ratio is not None:
+        values["batch_wait_max_tokens_ratio"] = row.batch_wait_max_tokens_ratio
     return values
 
 

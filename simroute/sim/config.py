@@ -218,6 +218,16 @@ class RunConfig:
                                                          "(0: every prefill is eager, as SGLang <= 0.5.9 by "
                                                          "default). The sglang preset's (2048 with MLA, else the "
                                                          "chunk) if unset; only with --engine sglang.", minimum=0)
+    batch_wait_timeout_iters: int | None = setting(None, "TensorRT-LLM's batch waiting: while decodes run, context "
+                                                         "requests wait up to this many iterations for the batch to "
+                                                         "fill (see --batch-wait-max-tokens-ratio). The trtllm "
+                                                         "preset's (0: off) if unset; only with --engine trtllm.",
+                                                   minimum=0)
+    batch_wait_max_tokens_ratio: float | None = setting(None, "TensorRT-LLM's batch waiting: context requests stop "
+                                                              "waiting once the batch holds this share of the token "
+                                                              "budget (max_num_tokens). The trtllm preset's (0: off) "
+                                                              "if unset; only with --engine trtllm.", minimum=0,
+                                                        maximum=1)
     holder_mode: str = setting("inline", "Where a holder runs routed partial attention: inline (between / inside "
                                          "its own iterations) or stream (a concurrent stream).",
                                choices=HOLDER_MODES)
@@ -273,7 +283,8 @@ class RunConfig:
                                      "(lower prefill_chunk or raise token_budget)", field="prefill_chunk")
         if self.engine == "none":
             for name in ("cuda_graph_max_batch", "overlap_scheduling", "scheduler_recv_interval",
-                         "prefill_graph_max_tokens", "mem_fraction"):
+                         "prefill_graph_max_tokens", "mem_fraction", "batch_wait_timeout_iters",
+                         "batch_wait_max_tokens_ratio"):
                 if getattr(self, name) is not None:
                     raise ConfigurationError("is a framework setting: name an engine preset (--engine) to set it",
                                              field=name)

@@ -78,6 +78,14 @@ class ResolvedEngine:
         return FRAMEWORKS.get(self.engine.split("@")[0])().kv_pool_bytes(self.settings, weight_bytes)
 
     @property
+    def batch_wait(self) -> tuple[int, float]:
+        """TensorRT-LLM's batch waiting: (iterations context requests may wait, share of the token budget that ends
+        the wait); (0, 0.0): off, as a framework without it."""
+        iters = self.settings.get("batch_wait_timeout_iters")
+        ratio = self.settings.get("batch_wait_max_tokens_ratio")
+        return (int(iters.value) if iters is not None else 0, float(ratio.value) if ratio is not None else 0.0)
+
+    @property
     def schedule_ahead(self) -> bool:
         return self.preset and bool(self.value("overlap_scheduling"))
 

@@ -125,7 +125,8 @@ class Simulation:
         schedulers = scheduler_factory(cfg)
         engines = EngineSet(env, None, model=cfg.model, tp=cfg.instance_gpus, gpus=gpus,
                             intra_host_fabric=topology.spec.intra.fabric, network=network, fabric_of=fabric_of,
-                            options=engine_options(cfg, self.engine.schedule_ahead, self.engine.recv_interval),
+                            options=engine_options(cfg, self.engine.schedule_ahead, self.engine.recv_interval,
+                                                   self.engine.batch_wait),
                             exchanges_per_step=params.exchanges, merge_s=params.merge_s, hbm_gb=cfg.hbm_gb,
                             record=cfg.telemetry, host_gpu=self.gpu, weight_dtype=cfg.weights,
                             kv_layout=cfg.kv_layout, schedulers=schedulers, cache_dtype=cfg.kv_cache,
@@ -134,7 +135,8 @@ class Simulation:
                             ep_flows=cfg.ep_flows, kv_pool=self.engine.kv_pool_bytes)
         if layout is not None and calibration.prefill_step is not None:     # the prefill pool's engines, after
             engines.add_pool(env, [topology.gpus[first] for first in layout.prefill], calibration.prefill_step,
-                             engine_options(cfg, self.engine.schedule_ahead), schedulers)
+                             engine_options(cfg, self.engine.schedule_ahead, batch_wait=self.engine.batch_wait),
+                             schedulers)
         # Canonical chunks may pin `chunk_hbm_share` of what the weights leave (in the chunks' byte units).
         chunk_capacity = (engines[0].hbm.capacity_blocks * BLOCK_TOKENS * compute.kv_bytes_per_token
                           * cfg.chunk_hbm_share) if len(engines) else 0.0
@@ -373,13 +375,15 @@ def scheduler_factory(cfg: RunConfig) -> Callable[[], Scheduler]:
     return lambda: schedulers.create(cfg.scheduler, cfg, rng)
 
 
-def engine_options(cfg: RunConfig, schedule_ahead: bool = False, recv_interval: int = 1) -> EngineOptions:
+def engine_options(cfg: RunConfig, schedule_ahead: bool = False, recv_interval: int = 1,
+                   batch_wait: tuple[int, float] = (0, 0.0)) -> EngineOptions:
     """The instance engines' options from the run configuration (its engine settings resolved: sim/calibration.py)."""
     return EngineOptions(scheduler=cfg.scheduler, max_running=cfg.max_running_seqs, token_budget=cfg.token_budget,
                          prefill_chunk=cfg.prefill_chunk, steps_per_event=cfg.decode_steps_per_event,
                          holder_mode=cfg.holder_mode, interference=cfg.holder_interference,
                          overlap=cfg.micro_batch_overlap, check_hbm=cfg.check_hbm, schedule_ahead=schedule_ahead,
-                         recv_interval=recv_interval)
+                         recv_interval=recv_interval, batch_wait_iters=batch_wait[0],
+                         batch_wait_ratio=batch_wait[1])
 
 
 def simulate(cfg: RunConfig, out_dir: str | Path | None = None,

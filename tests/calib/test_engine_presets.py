@@ -97,6 +97,15 @@ PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
                                                                "164 ms on B200, 119-123 ms on H200")),
         "startup_free_gib": ("default", STARTUP, ("stands in: SGLang's published start-up figures",
                                                   "sglang-0.5.14.yaml startup_free_gib", "_util.py")),
+        "batch_wait_timeout_iters": ("source", 0, (TRT + "tensorrt_llm/llmapi/llm_args.py",
+                                                   "batch_wait_timeout_iters Field(default=0",
+                                                   "enable_batch_waiting = batch_wait_timeout_iters > 0 or "
+                                                   "batch_wait_max_tokens_ratio > 0",
+                                                   "only without attention DP")),
+        "batch_wait_max_tokens_ratio": ("source", 0, (TRT + "tensorrt_llm/llmapi/llm_args.py",
+                                                      "batch_wait_max_tokens_ratio Field(default=0",
+                                                      "waited iterations >= batch_wait_timeout_iters or scheduled "
+                                                      "tokens >= ratio x max_num_tokens")),
     },
 }
 FITTED_POINTS = {("vllm-0.24.0.yaml", "host_us_per_sequence"): GAP,

@@ -197,6 +197,33 @@ def test_the_scheduler_poll_interval_is_the_script_s_rule_where_the_flags_name_i
             assert r.scheduler_recv_interval is None, r.id
 
 
+def test_batch_waiting_is_recorded_where_the_trtllm_launch_sets_it():
+    """InferenceX's B200 TensorRT-LLM scripts from 2026-01 set batch_wait_timeout_iters 40 and
+    batch_wait_max_tokens_ratio 0.8 for 1k/1k at 64 or more clients (DELAY_BATCHING); the row records both and its
+    server_flags say so; no other row carries either (0: off, the preset's)."""
+    waiting = [r for r in ROWS if r.batch_wait_timeout_iters is not None or r.batch_wait_max_tokens_ratio is not None]
+    assert [r.id for r in waiting] == ["ix-2026-01-29-b200-trtllm-1k1k-tp8ep1-c128"]
+    for r in ROWS:
+        names = "batch_wait_timeout_iters 40; batch_wait_max_tokens_ratio 0.8" in r.server_flags
+        assert names == (r in waiting), r.id
+        if names:
+            assert (r.framework, r.isl, r.osl, r.batch_wait_timeout_iters, r.batch_wait_max_tokens_ratio) == \
+                ("trtllm", 1024, 1024, 40, 0.8) and r.concurrency >= 64
+
+
+@pytest.mark.parametrize("framework,iters,ratio,problem", [
+    ("trtllm", "40", "1.5", "not a share of max_num_tokens"),
+    ("trtllm", "40", "0", "positive finite"),
+    ("sglang", "40", "0.8", "batch waiting is TensorRT-LLM's"),
+    ("trtllm", "-1", "0.8", "not an integer"),
+])
+def test_a_bad_batch_wait_field_is_refused(tmp_path, framework, iters, ratio, problem):
+    bad = {**_good_row(), "framework": framework, "batch_wait_timeout_iters": iters,
+           "batch_wait_max_tokens_ratio": ratio}
+    with pytest.raises(ConfigurationError, match=problem):
+        load_serving_table(_write(tmp_path, [bad]))
+
+
 def test_sglang_rows_before_0_5_12_record_no_prefill_graphs():
     """sglang <= 0.5.9 default enable_piecewise_cuda_graph = False (0.5.12 turns it on, but disables it for the
     flashinfer_trtllm MoE runner the B200 launches name): those rows carry 0, the other 0.5.12 rows nothing (the

@@ -71,6 +71,10 @@ def test_a_row_replays_its_workload_preset_and_launch_flags():
     assert "prefill_graph_max_tokens" not in sv.engine_values(s)        # 0.5.12: the preset's prefill graphs
     # ... but not with the flashinfer_trtllm MoE runner InferenceX's B200 launches name (0.5.12 disables them)
     assert sv.engine_values(row("ix-2026-05-22-b200-sglang-1k1k-tp8ep1-c1"))["prefill_graph_max_tokens"] == 0
+    # TensorRT-LLM's batch waiting where the launch sets it (InferenceX's B200 scripts: 1k/1k at 64+ clients)
+    waits = sv.engine_values(row("ix-2026-01-29-b200-trtllm-1k1k-tp8ep1-c128"))
+    assert (waits["batch_wait_timeout_iters"], waits["batch_wait_max_tokens_ratio"]) == (40, 0.8)
+    assert "batch_wait_timeout_iters" not in sv.engine_values(row("ix-2026-01-29-b200-trtllm-1k1k-tp8ep1-c4"))
 
 
 def test_fitted_constants_name_the_table_rows_among_their_points():

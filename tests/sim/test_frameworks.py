@@ -14,6 +14,7 @@ from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.sim import RunConfig
 from simroute.sim.frameworks import FRAMEWORKS, Deployment
 from simroute.sim.presets import resolve_engine
+from simroute.sim.runner import engine_options
 
 BASE = dict(topology="t.yaml", trace="t.parquet", calib="c.yaml")
 GIB = float(1 << 30)
@@ -211,6 +212,27 @@ def test_the_scheduler_poll_interval_is_sglang_s_alone_and_a_flag_wins():
         resolve_engine(_cfg(engine="vllm", scheduler_recv_interval=10), _h200(), layers=61, kv_capacity_tokens=1000)
     with pytest.raises(ConfigurationError, match="scheduler_recv_interval"):
         _cfg(engine="none", scheduler_recv_interval=10)
+
+
+def test_batch_waiting_is_trtllm_s_alone_off_by_default_and_a_flag_wins():
+    """TensorRT-LLM's batch_wait_timeout_iters / batch_wait_max_tokens_ratio: the preset's 0 / 0 (off), a run's
+    flags on top (and into the engine options); SGLang and vLLM have no such option, so the flags are refused."""
+    trt, _ = resolve_engine(_cfg(engine="trtllm"), _h200(), layers=61, kv_capacity_tokens=794_880)
+    assert trt.batch_wait == (0, 0.0)
+    assert trt.settings["batch_wait_timeout_iters"].source.startswith("preset trtllm@1.3.0rc20 batch_wait_timeout")
+    cfg = _cfg(engine="trtllm", batch_wait_timeout_iters=40, batch_wait_max_tokens_ratio=0.8)
+    flagged, _ = resolve_engine(cfg, _h200(), layers=61, kv_capacity_tokens=794_880)
+    assert flagged.batch_wait == (40, 0.8)
+    options = engine_options(flagged.applied(cfg), batch_wait=flagged.batch_wait)
+    assert (options.batch_wait_iters, options.batch_wait_ratio) == (40, 0.8)
+    sgl, _ = resolve_engine(_cfg(), _h200(), layers=61, kv_capacity_tokens=794_880)
+    assert sgl.batch_wait == (0, 0.0) and "batch_wait_timeout_iters" not in sgl.settings
+    with pytest.raises(ConfigurationError, match="batch_wait_timeout_iters.*only of: trtllm"):
+        resolve_engine(_cfg(batch_wait_timeout_iters=40), _h200(), layers=61, kv_capacity_tokens=1000)
+    with pytest.raises(ConfigurationError, match="batch_wait_max_tokens_ratio"):
+        _cfg(engine="trtllm", batch_wait_max_tokens_ratio=1.5)
+    with pytest.raises(ConfigurationError, match="batch_wait_timeout_iters"):
+        _cfg(engine="none", batch_wait_timeout_iters=40)
 
 
 def test_sglang_graphs_mla_prefills_to_2048_tokens_and_launches_a_deepseek_layer_at_its_fitted_cost():

@@ -95,6 +95,8 @@ class EngineOptions:
     #                                 sequence arriving meanwhile joins the iteration after it (docs/ENGINES.md)
     recv_interval: int = 1          # SGLang's --scheduler-recv-interval: decode iterations between polls of the input
     #                                 queue (`_poll`); 1: every iteration
+    batch_wait_iters: int = 0       # TensorRT-LLM's batch waiting (`_batch_wait`): iterations a step's prompts may wait
+    batch_wait_ratio: float = 0.0   # ... for the step to hold this share of token_budget; both 0: off
 
     def __post_init__(self) -> None:
         if self.scheduler not in registry("scheduler"):
@@ -107,6 +109,10 @@ class EngineOptions:
                 raise ConfigurationError(f"must be >= 1, got {getattr(self, name)}", field=name)
         if self.max_preemptions < 0:
             raise ConfigurationError(f"must be >= 0, got {self.max_preemptions}", field="max_preemptions")
+        if self.batch_wait_iters < 0:
+            raise ConfigurationError(f"must be >= 0, got {self.batch_wait_iters}", field="batch_wait_iters")
+        if not 0 <= self.batch_wait_ratio <= 1:
+            raise ConfigurationError(f"must be within [0, 1], got {self.batch_wait_ratio}", field="batch_wait_ratio")
         if not 0 <= self.interference <= 1:
             raise ConfigurationError("must be within [0, 1]", field="interference")
 
@@ -155,6 +161,10 @@ class InstanceEngine:
         # arrived while busy under a recv interval > 1: not seen by the scheduler before its next poll (`_poll`)
         self._inbox: list[Sequence] = []
         self._polls = 0                 # the poll counter after the current event's last iteration was launched
+        # TensorRT-LLM's batch waiting: iterations the prompts have waited so far (`_batch_wait`), and the held
+        # decode-only plan whose iterations (as many as ran: a cut shortens it) count once it ends
+        self._batch_waited = 0
+        self._batch_hold: Plan | None = None
         # the routed groups of the last decode-only batch and its sequences: the next batch of the same sequences
         # routes the same groups (a sequence's routes and the rows of a decode are fixed), so it reuses them
         self._decode_groups: tuple[list[Sequence], dict | None] = ([], None)
@@ -289,11 +299,16 @@ class InstanceEngine:
         decode-only plan stands for k identical iterations: up to steps_per_event, never past the first
         completion (`Sequence.remaining_decode`, inlined)."""
         scheduler, waiting = self.scheduler, self.waiting
+        self._batch_hold = None         # this plan's own (`_batch_wait`); the last event's was counted already
         if waiting:
             for _ in range(scheduler.admissions(self)):
                 if not self.admit(waiting[0]):
                     break
         plan = scheduler.plan(self.running, self.options)
+        options = self.options
+        if plan.prefill and plan.decode and self.group is None and (options.batch_wait_iters > 0
+                                                                     or options.batch_wait_ratio > 0):
+            plan = self._batch_wait(plan)
         if plan.macro and plan.decode:
             least = self.options.steps_per_event
             for seq in plan.decode:
@@ -304,7 +319,29 @@ class InstanceEngine:
             plan.k = least if least > 1 else 1
             if self._arriving:
                 plan.k = 1                  # sequences that arrived meanwhile join the iteration after this one
+            if plan is self._batch_hold:    # the prompts wait no longer than the timeout (`_batch_wait`)
+                wait_left = self.options.batch_wait_iters - self._batch_waited
+                if plan.k > wait_left:
+                    plan.k = max(wait_left, 1)
         return plan
+
+    def _batch_wait(self, plan: Plan) -> Plan:
+        """TensorRT-LLM's batch waiting (py_executor.py `_schedule` / `_waiting_requests`; TP only, and only for a
+        step with both context and generation requests): the step's prompts run once they have waited
+        `batch_wait_iters` iterations or the step holds `batch_wait_ratio` x token_budget tokens (the prompts'
+        tokens and one per decode); else the step runs its decodes alone, the prompts stay admitted and wait, and
+        the iterations so held count toward the timeout (`_plan_step`, when the next step is planned). Pure: the
+        count changes only in `_plan_step`, so a re-plan after a preemption decides the same."""
+        options = self.options
+        tokens = len(plan.decode)
+        for _seq, chunk in plan.prefill:
+            tokens += chunk
+        if self._batch_waited >= options.batch_wait_iters or tokens >= options.batch_wait_ratio * options.token_budget:
+            self._batch_hold = None
+            return plan
+        hold = Plan(decode=plan.decode, macro=True)
+        self._batch_hold = hold
+        return hold
 
     def _plan_grown(self) -> Plan:
         """The next event's plan with its decodes' blocks reserved (a preemption plans again), or, when nothing runs
@@ -338,6 +375,10 @@ class InstanceEngine:
         """Plan: the scheduler's batch (arrivals under `schedule_ahead` joining after it), kept as the current
         plan; None (the engine goes idle) when there is nothing to run."""
         self._in_step = True
+        hold = self._batch_hold
+        if hold is not None:            # the last event held the prompts: its iterations (a cut's fewer) count
+            self._batch_waited += hold.k
+            self._batch_hold = None
         plan = self._plan_grown()
         prefill, decode = plan.prefill, plan.decode
         arriving = self._arriving
@@ -359,6 +400,8 @@ class InstanceEngine:
                 self._poll(plan, idle)
         if self._held:
             self._held.clear()
+        if prefill and decode:
+            self._batch_waited = 0      # the prompts run with decodes: the wait restarts (`_waiting_requests`)
         self._in_step = False
         self._plan = plan
         if not prefill and not decode:

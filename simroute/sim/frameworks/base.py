@@ -24,7 +24,8 @@ SETTINGS = FLAG_SETTINGS + ("host_us_per_sequence", "eager_launch_us_per_layer",
                             "request_egress_us")
 # settings only some frameworks have (a RunConfig flag too): a framework lists those it has in `optional`; a flag
 # for one its framework lacks is refused
-OPTIONAL_SETTINGS = ("scheduler_recv_interval", "prefill_graph_max_tokens", "mem_fraction")
+OPTIONAL_SETTINGS = ("scheduler_recv_interval", "prefill_graph_max_tokens", "mem_fraction", "batch_wait_timeout_iters",
+                     "batch_wait_max_tokens_ratio")
 GIB = float(1 << 30)
 
 
@@ -123,6 +124,6 @@ class Framework:
 
 
 _INTEGER = {"token_budget", "prefill_chunk", "max_running_seqs", "cuda_graph_max_batch", "scheduler_recv_interval",
-            "prefill_graph_max_tokens"}
+            "prefill_graph_max_tokens", "batch_wait_timeout_iters"}
 
 FRAMEWORKS: Registry[type[Framework]] = registry("framework")

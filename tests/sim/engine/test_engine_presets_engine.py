@@ -200,3 +200,95 @@ def test_a_prefill_within_the_piecewise_graphs_launches_nothing_eagerly():
     assert model.iteration_s(*long_) == pytest.approx(layers * launch)
     assert eager.iteration_s(*short) == pytest.approx(layers * launch)
     assert graphs.graphed(False, 1, 2048) and not graphs.graphed(False, 1, 2049) and graphs.graphed(True, 256, 256)
+
+
+# ---- TensorRT-LLM's batch waiting (`EngineOptions.batch_wait_iters` / `batch_wait_ratio`, the engine's `_batch_wait`)
+def _arrivals_while_decoding(make_engine, arrivals: tuple[float, ...] = (0.05,), **options):
+    """A (a 100-token prompt, 300 tokens out) decodes alone from t = 0; a 100-token prompt (3 tokens out) arrives at
+    each of `arrivals` (s); the trtllm scheduler, no overlap (an arrival joins the next iteration)."""
+    env = simpy.Environment()
+    eng = make_engine(env, scheduler="trtllm", token_budget=options.pop("token_budget", 8192), **options)
+    a = Sequence(0, 100, 300)
+    late = [Sequence(i + 1, 100, 3) for i in range(len(arrivals))]
+    eng.submit(a)
+
+    def arrive(at, seq):
+        yield env.timeout(at)
+        eng.submit(seq)
+    for at, seq in zip(arrivals, late):
+        env.process(arrive(at, seq))
+    env.run()
+    return eng, late
+
+
+def _first_prefill_after(eng, t: float) -> float:
+    cols = eng.log.cols
+    return min(start for start, pre in zip(cols["t_start_s"], cols["prefill_seqs"]) if pre > 0 and start > t)
+
+
+def _decodes_between(eng, t0: float, t1: float) -> int:
+    """Decode-only iterations the log shows starting in [t0, t1)."""
+    cols = eng.log.cols
+    return int(sum(k for start, k, pre in zip(cols["t_start_s"], cols["iterations"], cols["prefill_seqs"])
+                   if t0 - 1e-12 <= start < t1 - 1e-12 and pre == 0))
+
+
+@pytest.mark.parametrize("iters", [10, 40])
+def test_a_prompt_waits_batch_wait_timeout_iters_decode_iterations(make_engine, iters):
+    """B's 100 tokens + A's decode (101) stay under 0.8 x 8192: B waits exactly `iters` decode iterations of A
+    (counted from the first step that could have taken it, the one after its arrival) and then prefills; without
+    batch waiting it prefills in that first step."""
+    eng, (b,) = _arrivals_while_decoding(make_engine, batch_wait_iters=iters, batch_wait_ratio=0.8,
+                                         steps_per_event=8)
+    plain, (b0,) = _arrivals_while_decoding(make_engine, steps_per_event=8)
+    first_chance = _first_prefill_after(plain, 0.05)        # the boundary after B's arrival: plain B's prefill
+    prefill = _first_prefill_after(eng, 0.05)
+    assert _decodes_between(eng, first_chance, prefill) == iters
+    assert _decodes_between(plain, 0.05, first_chance) == 0
+    assert b.t_first_token > b0.t_first_token + iters * _decode_s(100)
+
+
+def test_a_cut_during_the_wait_counts_only_the_iterations_that_ran(make_engine):
+    """C arrives 5 iterations into B's wait and cuts the 8-iteration decode event there; B and C (201 tokens with
+    A's decode, still under the threshold) prefill together after 10 held iterations in all, not 5 + 8 + ..."""
+    eng, (b, c) = _arrivals_while_decoding(make_engine, arrivals=(0.05, 0.05 + 5.5 * _decode_s(150)),
+                                           batch_wait_iters=10, batch_wait_ratio=0.8, steps_per_event=8)
+    plain, _ = _arrivals_while_decoding(make_engine, steps_per_event=8)
+    first_chance = _first_prefill_after(plain, 0.05)
+    prefill = _first_prefill_after(eng, 0.05)
+    assert eng.cuts >= 1
+    assert _decodes_between(eng, first_chance, prefill) == 10
+    assert b.t_first_token == pytest.approx(c.t_first_token, abs=1e-12)     # one prefill batch took both
+
+
+def test_a_batch_at_the_token_threshold_does_not_wait(make_engine):
+    """A token budget of 120: B's 100 tokens + 1 decode reach 0.8 x 120 = 96, so B prefills at the first chance."""
+    eng, (b,) = _arrivals_while_decoding(make_engine, batch_wait_iters=40, batch_wait_ratio=0.8, token_budget=120)
+    plain, (b0,) = _arrivals_while_decoding(make_engine, token_budget=120)
+    assert b.t_first_token == pytest.approx(b0.t_first_token, rel=1e-12)
+
+
+@pytest.mark.parametrize("iters, ratio", [(0, 0.8), (40, 0.0)])
+def test_batch_waiting_needs_both_a_timeout_and_a_ratio(make_engine, iters, ratio):
+    """TensorRT-LLM stops waiting when waited >= timeout_iters or tokens >= ratio x max_num_tokens: with either at
+    0 the condition holds at once, so nothing waits."""
+    eng, (b,) = _arrivals_while_decoding(make_engine, batch_wait_iters=iters, batch_wait_ratio=ratio)
+    plain, (b0,) = _arrivals_while_decoding(make_engine)
+    assert b.t_first_token == pytest.approx(b0.t_first_token, rel=1e-12)
+
+
+def test_no_prompt_waits_without_decodes(make_engine):
+    """An idle engine (no generation requests) prefills an arrival at once, batch waiting or not."""
+    eng, seq = _one_arrival_at_10ms(make_engine, scheduler="trtllm", token_budget=8192, batch_wait_iters=40,
+                                    batch_wait_ratio=0.8)
+    log = eng.log.cols
+    assert seq.t_scheduled == 0.01 and log["t_start_s"][0] == 0.01 and log["prefill_seqs"][0] == 1
+
+
+@pytest.mark.parametrize("field, value", [("batch_wait_iters", -1), ("batch_wait_ratio", 1.5),
+                                          ("batch_wait_ratio", -0.1)])
+def test_batch_wait_options_out_of_range_are_refused(field, value):
+    from simroute.errors import ConfigurationError
+    from simroute.sim.engine import EngineOptions
+    with pytest.raises(ConfigurationError, match=field):
+        EngineOptions(**{field: value})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence as Seq
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import simpy
 
@@ -13,10 +13,12 @@ from simroute.calib.profile import Profile
 from simroute.model.steptime import StepTimeModel
 from simroute.sim.engine.engine import EngineOptions, InstanceEngine
 from simroute.sim.engine.exchange import RouteExchange
-from simroute.sim.engine.group import GroupEngine
 from simroute.sim.engine.hbm import BLOCK_TOKENS, HbmBudget
 from simroute.sim.engine.log import IterationLog
 from simroute.sim.schedulers.base import Scheduler
+
+if TYPE_CHECKING:       # a DP group's engine (and its step model, model/dpstep.py): imported by the runs with one
+    from simroute.sim.engine.group import GroupEngine
 
 
 class EngineSet:
@@ -71,6 +73,7 @@ class EngineSet:
             for i, gpu in enumerate(gpus)]
         self.groups: list[GroupEngine] = []
         if group is not None:
+            from simroute.sim.engine.group import GroupEngine
             from simroute.sim.registry import run_rng
             dp, width = group.deployment.dp, group.deployment.tp
             rng = run_rng(seed, "mtp")

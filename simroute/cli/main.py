@@ -20,7 +20,7 @@ import typer
 from typer.core import TyperGroup
 
 from simroute import __version__
-from simroute.cli.common import PlainValuesMixin
+from simroute.cli.common import PlainValuesMixin, leave_heap_to_exit, process_ends_with_command
 from simroute.errors import SimrouteError
 from simroute.registry import registry
 
@@ -73,8 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     Any exception that is not a `SimrouteError` or a usage error is a bug in simroute, whatever input caused
     it: its traceback goes to a log file (`internal_error_log`) and the user sees where, never a bare dump.
     `argv` None is the process's own command line (the console script, `python -m simroute`): the process
-    ends when this returns, so its heap is left to the exit (`_leave_heap_to_exit`).
+    ends when this returns, which spares the cyclic collector work (`common.loading_modules`,
+    `common.leave_heap_to_exit`).
     """
+    if argv is None:
+        process_ends_with_command()
     saved = sys.stdout, sys.stderr
     _guard_standard_streams()
     try:
@@ -90,17 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout = saved[0]
         if saved[1] is not None:
             sys.stderr = saved[1]
-        if argv is None:
-            _leave_heap_to_exit()
-
-
-def _leave_heap_to_exit() -> None:
-    """Every object alive now is moved out of the cyclic collector's reach (`gc.freeze`): the interpreter's
-    teardown then skips its full collections over the whole heap (0.1 of the default run's ~1 CPU s,
-    bench/bench_run_startup.py), and the memory goes back to the system with the process. Only where the
-    process ends next: an embedding program's heap stays collected."""
-    import gc
-    gc.freeze()
+        leave_heap_to_exit()
 
 
 def _main(argv: list[str] | None) -> int:

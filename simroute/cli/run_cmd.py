@@ -11,7 +11,7 @@ from typing import Callable
 
 import typer
 
-from simroute.cli.common import checked, console, echo_json, lazy_command, table
+from simroute.cli.common import checked, console, echo_json, lazy_command, loading_modules, table
 from simroute.defaults import MIN_COMPLETION
 
 
@@ -94,10 +94,11 @@ def _run(**options: typing.Any) -> None:
     A serving benchmark (ISL 1024 / OSL 1024, 64 clients, one host): simroute trace gen serving -p requests=640
     -p concurrency=64 -p range_ratio=0.8 -o serving.parquet; simroute run --trace serving.parquet --hosts 1
     """
-    from simroute.calib import default_profile_path
-    from simroute.network import default_topology_path
-    from simroute.sim import RunConfig, simulate
-    from simroute.sim.config import default_trace_path
+    with loading_modules():
+        from simroute.calib import default_profile_path
+        from simroute.network import default_topology_path
+        from simroute.sim import RunConfig, simulate
+        from simroute.sim.config import default_trace_path
 
     out, timeline = options.pop("out"), options.pop("timeline")
     json_out, progress = options.pop("json_out"), options.pop("progress")

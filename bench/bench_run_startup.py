@@ -11,7 +11,11 @@ simulated event) and when it returns; the child's whole CPU time comes from getr
   events_cpu_s    the event loop
   outputs_cpu_s   after the loop: tables, summary, Parquet files, the terminal summary
   total_cpu_s     the child's user + system CPU
-and which of pandas / networkx / pyarrow.compute were loaded at the first event.
+and which of pandas / networkx / pyarrow.compute were loaded at the first event. The floor under start-up, in the
+same window: `interpreter_cpu_s` (a bare `python -c pass`) and `libraries_cpu_s` (a fresh interpreter importing
+only the third-party modules the head's run had loaded at its first event: numpy, pyarrow, pydantic, typer, ...),
+least of `--repeat` each; no change to simroute's own code goes below it while those libraries load before the
+first event.
 
 `--against DIR` runs a second checkout (e.g. `git archive BASE | tar -x -C DIR`) alternately with this one, run
 by run, in the same window, and records both sides (`base->head`); the box's load average is recorded too.
@@ -42,6 +46,9 @@ def run(self, until=None):
     if "first_event" not in marks:
         marks["first_event"] = time.process_time()
         marks["heavy"] = [name for name in %(heavy)r if name in sys.modules]
+        marks["libraries"] = sorted(name for name, module in list(sys.modules.items())
+                                    if "site-packages" in (getattr(module, "__file__", None) or "")
+                                    and name.split(".")[0] != "simroute")
     out = _run(self, until)
     marks["events_done"] = time.process_time()
     return out
@@ -69,7 +76,27 @@ def one_run(checkout: Path, cache: Path, work: Path) -> dict[str, float | str]:
     marks = eval(marks_file.read_text())    # our own wrapper's repr of a dict of floats and a list of names
     return {"startup_cpu_s": marks["first_event"], "events_cpu_s": marks["events_done"] - marks["first_event"],
             "outputs_cpu_s": total - marks["events_done"], "total_cpu_s": total,
-            "heavy_at_first_event": "+".join(marks["heavy"]) or "none"}
+            "heavy_at_first_event": "+".join(marks["heavy"]) or "none", "libraries": marks["libraries"]}
+
+
+FLOOR = '''
+import importlib, sys
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except Exception:   # a module that only loads as its package's side effect: the package brought it
+        pass
+'''
+
+
+def floor_cpu(modules: list[str], cache: Path) -> float:
+    """CPU s of a fresh interpreter importing `modules` (none: the bare interpreter)."""
+    env = {**os.environ, "PYTHONPYCACHEPREFIX": str(cache)}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run([sys.executable, "-c", FLOOR, *modules], env=env, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def measure(sides: dict[str, Path], repeat: int) -> dict[str, dict[str, float | str]]:
@@ -81,14 +108,21 @@ def measure(sides: dict[str, Path], repeat: int) -> dict[str, dict[str, float | 
             cache, work = Path(tmp) / f"pyc-{name}", Path(tmp) / f"work-{name}"
             work.mkdir()
             dirs[name] = (checkout, cache, work)
-            one_run(checkout, cache, work)          # warms the bytecode cache and the page cache
+            libraries = one_run(checkout, cache, work)["libraries"]   # warms the bytecode and page caches
+        floor_cache = Path(tmp) / "pyc-floor"
+        floor_cpu(libraries, floor_cache)
+        floors: dict[str, list[float]] = {"interpreter_cpu_s": [], "libraries_cpu_s": []}
         for _ in range(repeat):
             for name, (checkout, cache, work) in dirs.items():
                 runs[name].append(one_run(checkout, cache, work))
+            floors["interpreter_cpu_s"].append(floor_cpu([], floor_cache))
+            floors["libraries_cpu_s"].append(floor_cpu(libraries, floor_cache))
     best = {}
     for name, rows in runs.items():
         best[name] = {key: min(float(row[key]) for row in rows) for key in rows[0] if key.endswith("_s")}
         best[name]["heavy_at_first_event"] = rows[-1]["heavy_at_first_event"]
+    best["floor"] = {key: min(values) for key, values in floors.items()}
+    best["floor"]["libraries"] = len(libraries)
     return best
 
 
@@ -98,6 +132,7 @@ def main() -> None:
     sides = {"head": ROOT} if base is None else {"base": base, "head": ROOT}
     best = measure(sides, repeat)
     figures: dict[str, float | int | str] = {"repeat": repeat}
+    floor = best.pop("floor")
     for key in best["head"]:
         if base is None:
             figures[key] = best["head"][key]
@@ -105,7 +140,8 @@ def main() -> None:
             figures[key] = f"{best['base'][key]:.3f}->{best['head'][key]:.3f}"
         else:
             figures[key] = f"{best['base'][key]}->{best['head'][key]}"
-    figures["load"] = os.getloadavg()[0]
+    figures |= {"interpreter_cpu_s": floor["interpreter_cpu_s"], "libraries_cpu_s": floor["libraries_cpu_s"],
+                "library_modules": floor["libraries"], "load": os.getloadavg()[0]}
     label = "default run CPU split" + ("" if base is None else f" (base {base.name} -> head, alternating, least of "
                                                               f"{repeat})")
     record(label, figures, target="total <= 1 s CPU, start-up (to the first event) <= 0.3 s")

@@ -22,3 +22,29 @@ def test_the_process_command_leaves_its_heap_frozen_and_its_collector_on() -> No
             "print(rc, before, gc.get_freeze_count() > before, gc.isenabled())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().splitlines()[-1].split() == ["0", "0", "True", "True"]
+
+
+def _commands(group, path=()):
+    for name, command in group.commands.items():
+        yield (*path, name), command
+        if hasattr(command, "commands"):
+            yield from _commands(command, (*path, name))
+
+
+def test_every_lazy_command_is_the_one_typer_builds() -> None:
+    """Each command built on first use (`common.built_on_first_use`, `lazy_command`) has the attributes of the
+    command typer builds from the same registration (name, help, settings), and that command's options."""
+    import typer
+
+    from simroute.cli.main import app
+    lazy = [(path, command) for path, command in _commands(typer.main.get_command(app)) if hasattr(command, "_real")]
+    assert len(lazy) > 20
+    for path, command in lazy:
+        real = command._real()
+        assert type(real).__name__ != "LazyCommand", path
+        assert command.params is real.params and command.callback is real.callback, path
+        # (`_help_option`: a cache of the --help option, set once the command has printed its help)
+        ours = {key: value for key, value in vars(command).items() if key not in ("params", "callback", "_help_option")}
+        theirs = {key: value for key, value in vars(real).items() if key not in ("params", "callback", "_help_option")}
+        assert ours == theirs, path
+        assert real.params or path[-1] in ("list",), path       # the real options, not the stub's none

@@ -58,17 +58,54 @@ def lazy_command(build: Callable[[], Callable[..., None]], name: str):
     arguments or printing its own help), not when the CLI is built. `simroute run`'s options are read from
     RunConfig, which imports the simulator's registries; every other command and `--help` need not wait for
     that. The stub's docstring is what `simroute --help` lists."""
-    from typer.core import TyperCommand
+    def make() -> Any:
+        single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+        with loading_modules():
+            single.command(name)(build())
+        return typer.main.get_command(single)   # one command: a command, not a group
+    return _lazy(make)
+
+
+def built_on_first_use(app: typer.Typer) -> None:
+    """Every command of `app` and of its groups that names no class of its own gets its options and callback
+    when first used, as `lazy_command` gives `run` its own: the CLI builds (from each function's signature) only
+    the command it runs, not the others' (~0.015 CPU s of `simroute run`, bench/bench_run_startup.py). The
+    command is the one typer builds from the same registration (tests/test_cli_collector.py compares every
+    command's help with the eager build's)."""
+    import copy
+    for info in app.registered_commands:
+        if info.cls not in (None, TyperCommand) or info.callback is None:
+            continue
+        real = copy.copy(info)
+
+        def make(real: Any = real) -> Any:
+            single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+            single.registered_commands.append(real)
+            return typer.main.get_command(single)
+        info.callback = _stub(real.callback)
+        info.cls = _lazy(make)
+    for group in app.registered_groups:
+        if group.typer_instance is not None:
+            built_on_first_use(group.typer_instance)
+
+
+def _stub(callback: Callable[..., Any]) -> Callable[[], None]:
+    """A function of no options with `callback`'s name and docstring: the command's name and help, unbuilt."""
+    def stub() -> None:
+        raise AssertionError("unreachable: the lazy command calls the real command's callback")
+    stub.__name__, stub.__qualname__, stub.__doc__ = callback.__name__, callback.__qualname__, callback.__doc__
+    return stub
+
+
+def _lazy(make: Callable[[], Any]) -> type:
+    """A command class whose options and callback are those of `make()`'s command, built on first use."""
 
     class LazyCommand(TyperCommand):
         _built: Any = None
 
         def _real(self) -> Any:
             if self._built is None:
-                single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-                with loading_modules():
-                    single.command(name)(build())
-                type(self)._built = typer.main.get_command(single)   # one command: a command, not a group
+                type(self)._built = make()
             return self._built
 
         @property

@@ -20,7 +20,7 @@ import typer
 from typer.core import TyperGroup
 
 from simroute import __version__
-from simroute.cli.common import PlainValuesMixin, leave_heap_to_exit, process_ends_with_command
+from simroute.cli.common import PlainValuesMixin, built_on_first_use, leave_heap_to_exit, process_ends_with_command
 from simroute.errors import SimrouteError
 from simroute.registry import registry
 
@@ -65,6 +65,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 for _register in COMMANDS.variants.values():
     _register(app)
+built_on_first_use(app)     # each command's options built when it runs or shows its help, not all of them
 
 
 def main(argv: list[str] | None = None) -> int:

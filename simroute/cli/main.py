@@ -3,8 +3,9 @@
 Each concern registers its commands from its own module (`simroute/cli/<name>_cmd.py`, a `register(app)`
 function, found by `simroute.registry`), so the CLI stays thin and modules can be added without touching the
 others. Heavy imports (pandas, simpy, matplotlib, the simulator, the flow engine) happen inside the commands,
-and `run`'s options, read from RunConfig, are built on first use (`common.lazy_command`), keeping `--help` and
-`predict` fast; tests/test_light_commands.py checks what they import, bench/bench_cli.py times them.
+and each command's options are built when it runs or prints its help (`common.built_on_first_use`; `run`'s,
+read from RunConfig, by `common.lazy_command`), keeping `--help`, `predict` and `run`'s start-up short;
+tests/test_light_commands.py checks what they import, bench/bench_cli.py and bench/bench_run_startup.py time them.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from simroute.model.optables import Curve, Lookup, OpKind, Surface, TableMiss
 from simroute.model.parallel import (A2A, ATTENTION_OPS, DEEPEP_NORMAL_SMS, MTP_MODULES, Deployment, HbmPerGpu,
                                      LayerTraffic, Mtp, a2a_layer_traffic, combine_row_bytes, gathered_tokens,
                                      hbm_per_gpu)
-from simroute.model.steptime import NONE, BatchShape, ElementwiseKernel, GpuSpec, StepTimeModel
+from simroute.model.steptime import NONE, BatchShape, ElementwiseKernel, GpuSpec, HostCosts, StepTimeModel
 
 ATTENTION_ROLES = frozenset({"input norm", "post-attention norm", "rope (q and k heads)",
                              "mla latent norms (q_a, kv_a)"})
@@ -162,7 +162,8 @@ class DeploymentStep:
 
     def __init__(self, geometry: ModelGeometry, gpu: GpuSpec, deployment: Deployment, *, mtp: Mtp | None = None,
                  cuda_graphs: bool = False, intra: tuple[float, float] = (float("inf"), 0.0),
-                 inter: tuple[float, float] | None = None, mla_backend: str = MLA_MODULE_BACKEND) -> None:
+                 inter: tuple[float, float] | None = None, mla_backend: str = MLA_MODULE_BACKEND,
+                 host: HostCosts | None = None) -> None:
         check_parallel(geometry, deployment, mtp)
         if mtp is not None and mtp.nextn == 0:
             mtp = None
@@ -172,10 +173,14 @@ class DeploymentStep:
         bus = gpu.allreduce_bus_Bps
         self.intra = (bus, gpu.allreduce_latency_s or 0.0) if bus is not None else intra
         self.inter = inter
+        # the framework's CPU side (an engine preset's `HostCosts`): charged over the ranks' batches as a TP
+        # instance charges it over its own (`HostCosts.step_s`), in place of the GPU entry's constant overhead
+        self.host = host
         self.attn = StepTimeModel(geometry, gpu, deployment.attn_tp, cuda_graphs=cuda_graphs,
-                                  allreduce_Bps=intra[0], allreduce_latency_s=intra[1])
+                                  allreduce_Bps=intra[0], allreduce_latency_s=intra[1], host=host)
         self.mlp = self.attn if self.mlp_tp == deployment.attn_tp else StepTimeModel(
-            geometry, gpu, self.mlp_tp, cuda_graphs=cuda_graphs, allreduce_Bps=intra[0], allreduce_latency_s=intra[1])
+            geometry, gpu, self.mlp_tp, cuda_graphs=cuda_graphs, allreduce_Bps=intra[0], allreduce_latency_s=intra[1],
+            host=host)
         self.tables = gpu.operator_tables
         self.mla_backend = mla_backend
         # True while `iteration` explains each term (lookups, tables); False on `iteration_s`, the hot path
@@ -680,8 +685,16 @@ class DeploymentStep:
             totals["mtp_draft"] = draft
             tokens_per_step = mtp.tokens_per_step
             mtp_terms["verify"] = body + totals["lm_head"]
-        total = body + totals["lm_head"] + totals["overhead"] + totals.get("mtp_draft", 0.0)
+        kernels = body + totals["lm_head"] + totals["overhead"] + totals.get("mtp_draft", 0.0)
+        total = kernels
+        host = self.host
+        if host is not None:        # every rank's scheduler and launches, at its requests (not MTP's verify rows)
+            launched = [(batch.new_tokens, batch.sequences, _decodes(batch)) for batch in ranks]
+            total = host.step_s(kernels, self.geometry.layers, launched)
+            totals["overhead"] = total - kernels
         sources, lookups = self._summarise(looks) if self._explain else ({}, {})
+        if host is not None and self._explain:
+            sources["overhead"] = host.source(launched)
         return GroupStep(iteration_s=total, layer_s=layer_s, terms_s=totals, sources=sources, lookups=lookups,
                          notes=tuple(self._notes) + tuple(self.attn.notes), busiest_rank=busiest,
                          tokens_per_step=tokens_per_step, mtp=mtp_terms, collective_s=collective)

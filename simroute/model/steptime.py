@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Sequence, Union
+from typing import Iterable, Sequence, Union
 
 from simroute.model.cost import HOLDER_CT_REF, HOLDER_HEADS_REF, holder_curve_s, holder_work
 from simroute.model.curves import interp_clamped
@@ -147,7 +147,8 @@ class HostCosts:
     (`launch_s_per_layer`), and the GPU cannot finish before the last launch. With `overlap` (SGLang's overlap
     scheduler, vLLM's async scheduling, TensorRT-LLM's overlap scheduler) the host work of iteration n + 1 runs
     while the GPU runs iteration n: an iteration takes max(kernels, host + launch); without it the host work
-    comes after the kernels: host + max(kernels, launch)."""
+    comes after the kernels: host + max(kernels, launch). A TP instance and a DP-attention / expert-parallel
+    group's step are charged by the same formula (`step_s`, over the ranks that launch the step)."""
 
     overlap: bool
     host_s_per_sequence: float
@@ -170,6 +171,35 @@ class HostCosts:
             cpu = host + launch
             return kernels_s if kernels_s >= cpu else cpu
         return host + (kernels_s if kernels_s >= launch else launch)
+
+    def lockstep(self, ranks: Iterable[tuple[float, float, float]]) -> tuple[float, bool]:
+        """(sequences, graphed) of a step that `ranks` launch together, each rank's batch given as (new tokens,
+        sequences, decode-form sequences): a TP instance is one rank; a DP-attention / expert-parallel group's
+        ranks each run their own scheduler over their own batch. Every rank's CPU works beside the others', so the
+        step waits for the rank with the most sequences; the step replays its CUDA graph only when every rank's
+        batch is within the captured ones (SGLang gathers `can_cuda_graph` over the DP ranks and takes the min:
+        managers/scheduler.py `prepare_mlp_sync_batch`, sglang 0.5.x), else every rank launches eagerly. An idle
+        rank (an empty batch) is graphed and has no sequences."""
+        most = 0.0
+        graphed = True
+        for new_tokens, sequences, decodes in ranks:
+            if sequences > most:
+                most = sequences
+            if graphed and not self.graphed(new_tokens <= decodes, sequences, new_tokens):
+                graphed = False
+        return most, graphed
+
+    def step_s(self, kernels_s: float, layers: int, ranks: Iterable[tuple[float, float, float]]) -> float:
+        """The step's time from its kernels' for the ranks that launch it (`lockstep`): the one formula a TP
+        instance and a DP / EP group both charge (`period_s`)."""
+        sequences, graphed = self.lockstep(ranks)
+        return self.period_s(kernels_s, sequences, layers, graphed)
+
+    def source(self, ranks: Iterable[tuple[float, float, float]]) -> str:
+        """What the step's overhead term rests on, in words (a step's `sources["overhead"]`)."""
+        graphed = self.lockstep(ranks)[1]
+        return (f"engine preset: {'CUDA graph' if graphed else 'eager launches'}, "
+                f"{'overlapped' if self.overlap else 'serial'} host work")
 
 
 @dataclass(frozen=True)
@@ -789,15 +819,12 @@ class StepTimeModel:
         host = self.host
         if host is None:
             return kernels_s + self._overhead_s
-        return host.period_s(kernels_s, sequences, self._layers,
-                             host.graphed(new_tokens <= decode_seqs, sequences, new_tokens))
+        return host.step_s(kernels_s, self._layers, ((new_tokens, sequences, decode_seqs),))
 
     def _host_source(self, new_tokens: float, sequences: float, decode_seqs: float) -> str:
         host = self.host
         assert host is not None
-        graphed = host.graphed(new_tokens <= decode_seqs, sequences, new_tokens)
-        return (f"engine preset: {'CUDA graph' if graphed else 'eager launches'}, "
-                f"{'overlapped' if host.overlap else 'serial'} host work")
+        return host.source(((new_tokens, sequences, decode_seqs),))
 
     def attention_s(self, kv_read_tokens: float, attention_pairs: float, layers: int | None = None,
                     prefill_pairs: float = 0.0) -> float:

@@ -4,8 +4,8 @@ Each baseline row of calib/serving/measured.csv (simroute.calib.serving) that si
 benchmark ran: `trace gen serving` with the row's input / output length, range ratio and clients (a closed loop of
 N clients), on one host of the shipped fat-tree at the row's TP, GPU entry and KV-cache dtype, under the row's
 framework preset (`--engine sglang|trtllm|vllm`, docs/ENGINES.md) with the launch flags the row states on top
-(chunked prefill, token budget, running-request cap, CUDA-graph batch limit, SGLang's scheduler poll interval
-and its version's prefill CUDA graphs).
+(expert parallelism, chunked prefill, token budget, running-request cap, CUDA-graph batch limit, SGLang's
+scheduler poll interval and its version's prefill CUDA graphs).
 Three metrics are scored, the ones every serving benchmark prints and the table carries: median TTFT, mean TPOT,
 output tokens/s per GPU. A point
 passes when simulated / measured lies in BAND (0.67-1.5x); a band is never widened to make a point pass.
@@ -144,6 +144,8 @@ def cases(table: Sequence[ServingRow] | None = None, only: Sequence[str] | None 
 def engine_values(row: ServingRow) -> dict:
     """The RunConfig fields of a row: its framework's preset, then the launch flags the row states."""
     values: dict = {"engine": row.framework, "gpu": row.gpu, "tp": row.tp, "model": row.model}
+    if row.ep > 1:      # TP attention, the experts spread over `ep` of the TP GPUs (a group of one rank)
+        values["ep"] = row.ep
     if row.kv_cache_dtype in ("fp8", "bf16"):
         values["kv_cache"] = row.kv_cache_dtype
     if row.framework == "sglang" and row.chunked_prefill_tokens is not None:

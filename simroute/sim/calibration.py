@@ -86,9 +86,9 @@ def resolve_calibration(cfg: RunConfig, topology_spec: Any) -> RunCalibration:
                                    deployment.group if deployment.group is not None else deployment.step)
     group = None
     if deployment.group is not None:            # the group's step on the preset's tables (the GPU spec it resolved)
-        from simroute.sim.deployment import group_step
+        from simroute.sim.deployment import group_step   # and its CPU side, charged as the TP step charges it
         group = group_step(step.geometry, step.gpu, deployment.group.deployment, deployment.group.mtp,
-                           topology_spec, profile)
+                           topology_spec, profile, host=engine.host)
     layout, prefill_step = disagg_pools(cfg, topology_spec, profile)
     applied = engine.applied(cfg)                   # the settings that run (the preset's, where the run left them)
     files: list[str | Path] = list(profile.files)

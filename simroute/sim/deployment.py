@@ -82,10 +82,12 @@ def check_run_deployment(topology_spec: Any, profile: Profile, *, model: str, tp
     return Deployment(entry, step)
 
 
-def group_step(geometry: Any, gpu: GpuSpec, deployment: Any, mtp: Any, topology_spec: Any, profile: Profile) -> Any:
+def group_step(geometry: Any, gpu: GpuSpec, deployment: Any, mtp: Any, topology_spec: Any, profile: Profile,
+               host: Any = None) -> Any:
     """The step-time model of one DP / EP / MTP group (`dpstep.DeploymentStep`, CUDA-graph decode as SGLang runs
     DP attention) on `gpu`, its collectives' roofline over the topology's NVLink and NIC fabrics where no table
-    holds them."""
+    holds them; `host` the engine preset's CPU side (`HostCosts`, charged as a TP instance's: None, the GPU
+    entry's constant overhead)."""
     from simroute.model.dpstep import DeploymentStep
 
     def fabric(name: str | None) -> tuple[float, float] | None:
@@ -96,7 +98,7 @@ def group_step(geometry: Any, gpu: GpuSpec, deployment: Any, mtp: Any, topology_
 
     intra = fabric(topology_spec.intra.fabric) or (float("inf"), 0.0)
     return DeploymentStep(geometry, gpu, deployment, mtp=mtp, cuda_graphs=True, intra=intra,
-                          inter=fabric(topology_spec.nic_fabric))
+                          inter=fabric(topology_spec.nic_fabric), host=host)
 
 
 def _check_group(topology_spec: Any, profile: Profile, *, model: str, gpu: str | None, weights: str | None,

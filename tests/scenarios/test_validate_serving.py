@@ -53,13 +53,13 @@ def test_only_takes_an_open_loop_by_id_and_refuses_what_cannot_run():
 
 
 def test_a_row_replays_its_workload_preset_and_launch_flags():
-    r = row(TRT_C8)         # InferenceX TensorRT-LLM 1.1.0rc2.post2: max_num_tokens 1152, CUDA graphs to 128, FP8 KV
-    assert sv.engine_values(r) == {"engine": "trtllm", "gpu": "h200-sxm", "tp": 8, "model": "deepseek-r1",
+    r = row(TRT_C8)         # InferenceX TensorRT-LLM 1.1.0rc2.post2: EP 8, max_num_tokens 1152, CUDA graphs to 128, FP8 KV
+    assert sv.engine_values(r) == {"engine": "trtllm", "gpu": "h200-sxm", "tp": 8, "ep": 8, "model": "deepseek-r1",
                                    "kv_cache": "fp8", "token_budget": 1152, "cuda_graph_max_batch": 128,
                                    "mem_fraction": 0.75}     # free_gpu_memory_fraction: the KV pool as it sizes it
     assert sv.trace_params(r) == {"input_tokens": 1024, "output_tokens": 1024, "requests": 80, "range_ratio": 0.8,
                                   "concurrency": 8}
-    s = row(SGL_C4)         # SGLang: --chunked-prefill-size = --max-prefill-tokens 32768, 512 running, graphs to 512
+    s = row(SGL_C4)         # SGLang, EP 1: --chunked-prefill-size = --max-prefill-tokens 32768, 512 running, graphs to 512
     assert sv.engine_values(s) == {"engine": "sglang", "gpu": "h200-sxm", "tp": 8, "model": "deepseek-r1",
                                    "prefill_chunk": 32768, "token_budget": 32768, "max_running_seqs": 512,
                                    "cuda_graph_max_batch": 512, "mem_fraction": 0.82}     # --mem-fraction-static

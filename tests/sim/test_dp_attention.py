@@ -252,3 +252,29 @@ def test_impossible_groups_are_refused_naming_the_field(quiet):
     with pytest.raises(ConfigurationError) as err:
         _cfg(quiet, tp=8, nextn=2)                       # an acceptance is needed, and v2-lite has no MTP module
     assert err.value.field == "nextn"
+
+
+@pytest.mark.parametrize("parallel", [dict(ep=8), dict(dp_attention=8, ep=8)], ids=["tp8-ep8", "dp8-ep8"])
+def test_an_engine_presets_launch_floor_holds_in_a_group_as_on_a_tp_instance(tmp_path, parallel):
+    """TensorRT-LLM's preset on H200, DeepSeek-V3: a 1000-token prompt's context batch runs eagerly (its CUDA
+    graphs hold decode-only batches), so it lasts no less than 61 layers x the preset's MLA + MoE launch, plus one
+    sequence's host work (overlapped): on a TP 8 instance, and in a TP 8 + EP 8 or DP 8 + EP 8 group the same
+    (their kernels are shorter than the launches); its decodes replay graphs and take their kernels' time."""
+    trace = _trace(tmp_path / "t.parquet", [_one(1000, 3, 0)])
+    runs = {}
+    for label, extra in (("tp", {}), ("group", parallel)):
+        sim = Simulation(_cfg(trace, model="deepseek-v3", gpu="h200-sxm", engine="trtllm", tp=8, ep_flows=False,
+                              **extra))
+        runs[label] = (sim, sim.run().tables["iterations"].to_pandas())
+    sim, rows = runs["group"]
+    host = sim.ctx.engines.group_step.host
+    assert host is not None and host == runs["tp"][0].ctx.engines.step.host        # the preset's, both ways
+    floor = 61 * host.launch_s_per_layer + host.host_s_per_sequence
+    planned = group_iteration(sim.ctx.engines.group_step,
+                           [BatchShape(1000, 1, 1000, causal_pairs(1000, 0), causal_pairs(1000, 0), 0)]
+                           + [BatchShape(0.0, 0.0, 0.0, 0.0)] * (sim.ctx.engines.group_step.deployment.dp - 1),
+                           traffic=False)
+    first = rows[rows["instance"] == 0]["duration_s"]
+    assert first.iloc[0] == pytest.approx(floor, rel=1e-12) == planned.seconds
+    assert runs["tp"][1]["duration_s"].iloc[0] == pytest.approx(floor, rel=1e-12)
+    assert 0 < first.iloc[1] < floor / 4                                 # a decode of one: a graph replay

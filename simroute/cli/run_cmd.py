@@ -240,6 +240,11 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
 
 def _print_group(g: dict) -> None:
     """A DP group's deployment and its steps (summary.json engine.group)."""
+    if not g["lockstep"]:
+        typer.echo(f"groups: {g['groups']} x (tp {g['tp']}, ep {g['ep']}, moe tp {g['moe_tp']}): one attention rank "
+                   f"each, stepping alone as a TP instance on the group's step; {g['kv_capacity_tokens_per_rank']:,} "
+                   "tokens of KV each")
+        return
     a2a = g["a2a_bytes"]
     line = (f"groups: {g['groups']} x (tp {g['tp']}, dp-attention {g['dp_attention']}, ep {g['ep']}, "
             f"{g['a2a']}); each rank {g['kv_capacity_tokens_per_rank']:,} tokens of KV; {g['steps']:,} steps, "

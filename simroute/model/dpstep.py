@@ -11,7 +11,8 @@ A step of a DP group is lockstep: every layer ends in a collective every rank ta
 - the collectives that move the tokens: NCCL all-gather before and reduce-scatter after the MLP, or DeepEP's
   dispatch and combine (low-latency rows for a decode-only batch, normal-mode rows otherwise), or, without DP
   attention, the TP model's two all-reduces;
-plus the busiest rank's LM head on its own sequences, and the iteration overhead. With MTP a step is the target
+plus the busiest rank's LM head on its own sequences, and the iteration overhead (under an engine preset, the
+framework's CPU side: `HostCosts.step_s` over the ranks' batches, the TP step's formula). With MTP a step is the target
 model's verify of nextn + 1 tokens per decoding sequence plus the MTP module's draft passes, and emits
 `Mtp.tokens_per_step` tokens.
 

@@ -278,3 +278,26 @@ def test_an_engine_presets_launch_floor_holds_in_a_group_as_on_a_tp_instance(tmp
     assert first.iloc[0] == pytest.approx(floor, rel=1e-12) == planned.seconds
     assert runs["tp"][1]["duration_s"].iloc[0] == pytest.approx(floor, rel=1e-12)
     assert 0 < first.iloc[1] < floor / 4                                 # a decode of one: a graph replay
+
+
+def test_a_group_of_one_rank_steps_alone_as_a_tp_instance_on_the_groups_step(tmp_path):
+    """TP 8 + EP 8 (one attention rank, no MTP): nothing to keep in lockstep, so the instance runs as a TP instance
+    does: after its 1000-token prefill, one event stands for 8 identical decode iterations (of its 9 left) and
+    lasts 8 x the group's step at their mid-point context (1000 + 1 + 3.5 tokens); no lockstep figures."""
+    trace = _trace(tmp_path / "t.parquet", [_one(1000, 10, 0)])
+    sim = Simulation(_cfg(trace, tp=8, ep=8))
+    result = sim.run()
+    step = sim.ctx.engines.group_step
+    assert step.deployment.ep == 8 and step.deployment.dp == 1 and not sim.ctx.engines.groups
+    rows = result.tables["iterations"].to_pandas()
+    prefill = BatchShape(1000, 1, 1000, causal_pairs(1000, 0), causal_pairs(1000, 0), 0)
+    assert rows["duration_s"].iloc[0] == pytest.approx(group_iteration(step, [prefill], traffic=False).seconds,
+                                                       rel=1e-12)
+    assert rows["iterations"].iloc[1] == 8
+    mid = 1000 + 1 + 3.5
+    decode = BatchShape(new_tokens=1, sequences=1, kv_read_tokens=mid, attention_pairs=mid, decode_sequences=1)
+    assert rows["duration_s"].iloc[1] == pytest.approx(8 * group_iteration(step, [decode], traffic=False).seconds,
+                                                       rel=1e-12)
+    group = result.summary["engine"]["group"]
+    assert (group["ep"], group["dp_attention"], group["lockstep"], group["groups"]) == (8, 1, False, 1)
+    assert "steps" not in group

@@ -59,20 +59,29 @@ class EngineSet:
         # the framework's KV pool (its memory fraction) where the preset models it, else all HBM after the weights
         self.kv_pool_bytes = kv_pool(weights) if kv_pool is not None else None
         from simroute.model.limits import check_deployment, check_group
+        # a group of one rank without MTP steps alone (`OneRankStep`): a TP instance's engine on the group's step
+        self.alone = False
+        step_of: Any = self.step
         if group is not None:
+            from simroute.sim.engine.group import OneRankStep, steps_alone
             check_group(group, hbm_bytes=hbm_bytes)
-            options = dataclasses.replace(options, steps_per_event=1)    # an event is one lockstep step
+            self.alone = steps_alone(group)
+            if self.alone:
+                step_of = OneRankStep(self.step, group)
+            else:
+                options = dataclasses.replace(options, steps_per_event=1)    # an event is one lockstep step
         else:
             check_deployment(self.step, hbm_bytes=hbm_bytes)  # a run checked it before building (sim/deployment.py)
         self.engines = [
-            InstanceEngine(env, i, gpu, self.step,
+            InstanceEngine(env, i, gpu, step_of,
                            HbmBudget(hbm_bytes, weights, sized.kv_bytes_per_token_per_gpu, self.kv_pool_bytes),
                            options,
                            layers=g.layers, heads=g.heads_q, exchange=self.exchange, log=self.log,
                            scheduler=schedulers() if schedulers is not None else None)
             for i, gpu in enumerate(gpus)]
+        self.alone_instances = len(self.engines) if self.alone else 0
         self.groups: list[GroupEngine] = []
-        if group is not None:
+        if group is not None and not self.alone:
             from simroute.sim.engine.group import GroupEngine
             from simroute.sim.registry import run_rng
             dp, width = group.deployment.dp, group.deployment.tp
@@ -154,22 +163,27 @@ class EngineSet:
         return out
 
     def group_summary(self) -> dict[str, Any]:
-        """The DP groups' deployment and their steps' figures (summed over the groups)."""
+        """The DP groups' deployment and their lockstep steps' figures (summed over the groups). A group of one rank
+        steps alone (`lockstep` false, `OneRankStep`): no lockstep figures; its steps are its instance's iterations
+        (the engine summary's `iterations`, `itl_ms`)."""
         step = self.group_step
         dep = step.deployment
+        out = {"tp": dep.tp, "dp_attention": dep.dp, "ep": dep.ep, "attn_tp": dep.attn_tp, "moe_tp": dep.moe_tp,
+               "a2a": step.mode.value, "moe_load": dep.expert_distribution,
+               "groups": self.alone_instances if self.alone else len(self.groups), "lockstep": not self.alone,
+               "nextn": step.mtp.nextn if step.mtp is not None else 0,
+               "mtp_tokens_per_step": step.mtp.tokens_per_step if step.mtp is not None else 1.0,
+               "kv_bytes_per_token_per_gpu": step.kv_bytes_per_token_per_gpu,
+               "kv_capacity_tokens_per_rank": int(self.engines[0].hbm.capacity_blocks * BLOCK_TOKENS)
+               if self.engines else 0,
+               "weights_gb_by_part": {part: value / 1e9 for part, value in step.hbm.parts.items()}}
+        if self.alone:
+            return out
         parts = [group.summary() for group in self.groups]
         total = {key: sum(part[key] for part in parts) for key in ("steps", "step_s", "table_collective_s",
                                                                     "a2a_flow_s", "a2a_flow_extra_s", "a2a_flows",
                                                                     "decode_steps", "decode_tokens")}
-        return {"tp": dep.tp, "dp_attention": dep.dp, "ep": dep.ep, "attn_tp": dep.attn_tp, "moe_tp": dep.moe_tp,
-                "a2a": step.mode.value, "moe_load": dep.expert_distribution, "groups": len(self.groups),
-                "nextn": step.mtp.nextn if step.mtp is not None else 0,
-                "mtp_tokens_per_step": step.mtp.tokens_per_step if step.mtp is not None else 1.0,
-                "kv_bytes_per_token_per_gpu": step.kv_bytes_per_token_per_gpu,
-                "kv_capacity_tokens_per_rank": int(self.engines[0].hbm.capacity_blocks * BLOCK_TOKENS)
-                if self.engines else 0,
-                "weights_gb_by_part": {part: value / 1e9 for part, value in step.hbm.parts.items()},
-                **total,
+        return {**out, **total,
                 "a2a_bytes": {link: sum(part["a2a_bytes"][link] for part in parts) for link in ("nvlink", "rdma")},
                 "a2a_tier_bytes": self.a2a_tier_bytes(),
                 "emitted_tokens_per_decode_step": total["decode_tokens"] / total["decode_steps"]

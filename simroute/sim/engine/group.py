@@ -16,7 +16,9 @@ steps (docs/ARCHITECTURE.md):
   MTP each decode emitting a seeded draw from `Mtp.length_probabilities()` tokens; then the next step.
 
 A rank engine's event is one step (`steps_per_event` 1): ranks' decodes end at different tokens, and a macro event
-would have to end at the earliest of them in every rank.
+would have to end at the earliest of them in every rank. A group of one rank without MTP (`--ep` on TP
+attention) has no lockstep to keep: its instance steps alone, as a TP instance, on the group's step
+(`OneRankStep`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,42 @@ from simroute.model.steptime import BatchShape
 from simroute.sim.engine.engine import InstanceEngine
 
 IDLE_BATCH = BatchShape(new_tokens=0.0, sequences=0.0, kv_read_tokens=0.0, attention_pairs=0.0)
+
+
+class OneRankStep:
+    """The step of a group of one attention rank without MTP (TP attention, an expert-parallel MoE: `--ep` alone),
+    as an instance engine asks it (`engine.StepTime`). One scheduler plans one batch and nothing steps in lockstep
+    with it, so the instance runs as a TP instance does (macro events of identical decode iterations, arrivals
+    cutting them), its iterations timed by the group's step (`group_iteration`: the experts at (moe_tp, ep), the
+    engine preset's host costs charged as a TP step's), its holder partials by its rank's model (`rank`, whose
+    other attributes it answers with). Each exact shape's seconds are kept: a pure function of the shape."""
+
+    def __init__(self, rank: Any, group: DeploymentStep) -> None:
+        if group.deployment.dp != 1 or group.mtp is not None:
+            raise ValueError("a group of one rank without MTP steps alone; DP ranks and MTP step in a GroupEngine")
+        self.rank, self.group = rank, group
+        self._seconds: dict[tuple, float] = {}
+
+    def iteration_s(self, new_tokens: float, sequences: float, kv_read_tokens: float, attention_pairs: float,
+                    prefill_pairs: float = 0.0, decode_sequences: float | None = None) -> float:
+        key = (new_tokens, sequences, kv_read_tokens, attention_pairs, prefill_pairs, decode_sequences)
+        hit = self._seconds.get(key)
+        if hit is None:
+            if len(self._seconds) >= 131072:        # bounded, as the TP model's shape cache
+                self._seconds.clear()
+            hit = self._seconds[key] = group_iteration(self.group, [BatchShape(*key)], traffic=False).seconds
+        return hit
+
+    def holder_partial_s(self, *args: Any, **kwargs: Any) -> float:
+        return self.rank.holder_partial_s(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.rank, name)
+
+
+def steps_alone(step: DeploymentStep) -> bool:
+    """Whether a group's instance steps alone (`OneRankStep`): one attention rank and no MTP draws."""
+    return step.deployment.dp == 1 and step.mtp is None
 
 
 class GroupEngine:

@@ -118,7 +118,9 @@ def _is_attention(gemm: LinearOp) -> bool:
     return all(part in ATTENTION_OPS for part in gemm.name.split("+"))
 
 
-def _decodes(batch: BatchShape) -> float:
+def decode_rows(batch: BatchShape) -> float:
+    """The sequences of a batch attending in the decode form (one query token each): `decode_sequences`, else every
+    sequence but one prefill chunk."""
     if batch.decode_sequences is not None:
         return batch.decode_sequences
     return batch.sequences - (1.0 if batch.prefill_pairs > 0 else 0.0)
@@ -128,7 +130,7 @@ def verify_batch(batch: BatchShape, nextn: int) -> BatchShape:
     """The target model's verify pass of a rank's batch: every decoding sequence computes nextn + 1 tokens over its
     context and samples each (its attention read as nextn + 1 decode rows over the same context, as the
     database's composition reads it: an upper bound, the latent is read once per row)."""
-    decodes = _decodes(batch)
+    decodes = decode_rows(batch)
     if decodes <= 0 or nextn <= 0:
         return batch
     context = max(batch.attention_pairs - batch.prefill_pairs, 0.0) / decodes
@@ -143,7 +145,7 @@ def draft_batch(batch: BatchShape, rows: int, *, with_prefill: bool = True) -> B
     """One MTP draft pass of a rank's batch: `rows` tokens per decoding sequence over its context (1: a draft
     decode step; nextn + 1: the draft extend after verification) and, `with_prefill`, the prefill chunk's tokens
     (the draft extend that follows a prefill; the draft decode steps run the decoding sequences alone)."""
-    decodes = _decodes(batch)
+    decodes = decode_rows(batch)
     context = max(batch.attention_pairs - batch.prefill_pairs, 0.0) / decodes if decodes > 0 else 0.0
     rows_total = decodes * rows
     if not with_prefill or batch.new_tokens <= decodes:
@@ -419,7 +421,7 @@ class DeploymentStep:
     # ---- one layer ----------------------------------------------------------------------------------------
     def _attention_block(self, batch: BatchShape) -> tuple[dict[str, float], dict[str, list]]:
         """One rank's attention block per layer: projections, kernel, its norms and RoPE."""
-        decodes = _decodes(batch)
+        decodes = decode_rows(batch)
         prefill_tokens = max(batch.new_tokens - decodes, 0.0)
         looks: dict[str, list] = {"attention_gemms": [], "attention": [], "elementwise": []}
         if self._module:
@@ -520,7 +522,7 @@ class DeploymentStep:
         looks: dict[str, list] = {term: list(found) for term, found in blocks[busiest][1].items()}
         looks.update({"mlp_gemms": [], "experts": [], "collective": []})
         rank_tokens = [batch.new_tokens for batch in batches]
-        has_prefill = any(batch.new_tokens > _decodes(batch) for batch in batches)
+        has_prefill = any(batch.new_tokens > decode_rows(batch) for batch in batches)
         decode_only = not has_prefill
         dp_attention = deployment.dp_attention
         if not dp_attention:
@@ -690,7 +692,7 @@ class DeploymentStep:
         total = kernels
         host = self.host
         if host is not None:        # every rank's scheduler and launches, at its requests (not MTP's verify rows)
-            launched = [(batch.new_tokens, batch.sequences, _decodes(batch)) for batch in ranks]
+            launched = [(batch.new_tokens, batch.sequences, decode_rows(batch)) for batch in ranks]
             total = host.step_s(kernels, self.geometry.layers, launched)
             totals["overhead"] = total - kernels
         sources, lookups = self._summarise(looks) if self._explain else ({}, {})
@@ -782,7 +784,7 @@ def _pass_traffic(step: DeploymentStep, what: str, batches: Sequence[BatchShape]
     """One pass's collective bytes (`A2aLoad`), or None where its layers move none between GPUs."""
     deployment = step.deployment
     tokens = [batch.new_tokens for batch in batches]
-    has_prefill = any(batch.new_tokens > _decodes(batch) for batch in batches)
+    has_prefill = any(batch.new_tokens > decode_rows(batch) for batch in batches)
     if layers <= 0 or sum(tokens) <= 0:
         return None
     if step.mode is A2A.ALLGATHER and gathered_tokens(tokens, has_prefill) > sum(tokens):
@@ -811,7 +813,7 @@ def group_iteration(step: DeploymentStep, ranks: Sequence[BatchShape], *, traffi
         raise ValueError(f"need one batch per DP rank ({deployment.dp}), got {len(batches)}")
     mtp = step.mtp
     per_decode = mtp.tokens_per_step if mtp is not None else 1.0
-    decodes = tuple(_decodes(batch) if batch.new_tokens > 0 else 0.0 for batch in batches)
+    decodes = tuple(decode_rows(batch) if batch.new_tokens > 0 else 0.0 for batch in batches)
     emitted = tuple(count * per_decode for count in decodes)
     capacity = step.kv_capacity_tokens()
     if all(batch.new_tokens <= 0 for batch in batches):

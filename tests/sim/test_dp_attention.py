@@ -301,3 +301,34 @@ def test_a_group_of_one_rank_steps_alone_as_a_tp_instance_on_the_groups_step(tmp
     group = result.summary["engine"]["group"]
     assert (group["ep"], group["dp_attention"], group["lockstep"], group["groups"]) == (8, 1, False, 1)
     assert "steps" not in group
+
+
+@pytest.mark.parametrize("preset", [True, False], ids=["host-costs", "gpu-constant"])
+def test_a_one_rank_instances_step_is_group_iterations_for_any_batch(preset):
+    """`OneRankStep` keeps the token-count terms and reads the attention per batch: the same seconds as
+    `group_iteration` over 200 seeded batches of decodes (some past the CUDA-graph limit) and prefill chunks,
+    DeepSeek-V3 at TP 8 + EP 8 on the H200 tables, with a preset's host costs and without."""
+    from simroute.calib import load_profile, shipped_dir
+    from simroute.model.dpstep import DeploymentStep
+    from simroute.model.geometry import get_model
+    from simroute.model.parallel import Deployment
+    from simroute.model.steptime import HostCosts, StepTimeModel
+    from simroute.sim.engine.group import OneRankStep
+    gpu = load_profile(shipped_dir() / "gpus" / "h200-sxm.yaml").gpu_spec("h200-sxm")
+    host = HostCosts(overlap=True, host_s_per_sequence=2e-5, launch_s_per_layer=1.77e-3, graph_max_batch=64,
+                     prefill_graph_max_tokens=512) if preset else None
+    geometry = get_model("deepseek-v3")
+    group = DeploymentStep(geometry, gpu, Deployment(tp=8, ep=8), cuda_graphs=True, host=host)
+    step = OneRankStep(StepTimeModel(geometry, gpu, 8, host=host), group)
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        decodes = int(rng.choice([0, 1, 4, 64, 65, 200]))
+        context = float(rng.integers(1, 9000))
+        chunk = int(rng.choice([0, 0, 300, 512, 513, 4096]))
+        if decodes == 0 and chunk == 0:
+            continue
+        pairs = causal_pairs(chunk, 100.0) if chunk else 0.0
+        shape = (decodes + chunk, decodes + (1 if chunk else 0), decodes * context + (100 + chunk if chunk else 0),
+                 decodes * context + pairs, pairs, decodes)
+        assert step.iteration_s(*shape) == pytest.approx(
+            group_iteration(group, [BatchShape(*shape)], traffic=False).seconds, rel=1e-12)

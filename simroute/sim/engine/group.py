@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import simpy
 
-from simroute.model.dpstep import DeploymentStep, GroupIteration, group_iteration
+from simroute.model.dpstep import DeploymentStep, GroupIteration, decode_rows, group_iteration
 from simroute.model.steptime import BatchShape
 from simroute.sim.engine.engine import InstanceEngine
 
@@ -42,23 +42,38 @@ class OneRankStep:
     with it, so the instance runs as a TP instance does (macro events of identical decode iterations, arrivals
     cutting them), its iterations timed by the group's step (`group_iteration`: the experts at (moe_tp, ep), the
     engine preset's host costs charged as a TP step's), its holder partials by its rank's model (`rank`, whose
-    other attributes it answers with). Each exact shape's seconds are kept: a pure function of the shape."""
+    other attributes it answers with).
+
+    With one rank the step's kernels are the attention kernel (every layer's, over the batch's context) plus terms
+    of its token counts alone (projections, MLP, experts, collectives, norms, LM head): the second are kept per
+    (new tokens, sequences, decodes), as the TP model keeps its token terms, and the attention read per batch; the
+    host costs then go on top (`HostCosts.step_s`). The same seconds as `group_iteration` (a test checks)."""
 
     def __init__(self, rank: Any, group: DeploymentStep) -> None:
-        if group.deployment.dp != 1 or group.mtp is not None:
+        if not steps_alone(group):
             raise ValueError("a group of one rank without MTP steps alone; DP ranks and MTP step in a GroupEngine")
         self.rank, self.group = rank, group
-        self._seconds: dict[tuple, float] = {}
+        self._layers = group.geometry.layers
+        self._token_terms: dict[tuple[float, float, float], float] = {}
 
     def iteration_s(self, new_tokens: float, sequences: float, kv_read_tokens: float, attention_pairs: float,
                     prefill_pairs: float = 0.0, decode_sequences: float | None = None) -> float:
-        key = (new_tokens, sequences, kv_read_tokens, attention_pairs, prefill_pairs, decode_sequences)
-        hit = self._seconds.get(key)
-        if hit is None:
-            if len(self._seconds) >= 131072:        # bounded, as the TP model's shape cache
-                self._seconds.clear()
-            hit = self._seconds[key] = group_iteration(self.group, [BatchShape(*key)], traffic=False).seconds
-        return hit
+        if new_tokens <= 0:
+            return 0.0
+        batch = BatchShape(new_tokens, sequences, kv_read_tokens, attention_pairs, prefill_pairs, decode_sequences)
+        decodes = decode_rows(batch)
+        group, host = self.group, self.group.host
+        attention = self._layers * group.attn.attention_layer_s(batch)
+        key = (new_tokens, sequences, decodes)
+        rest = self._token_terms.get(key)
+        if rest is None:
+            step = group.iteration_s(batch)
+            kernels = step.iteration_s - step.terms_s["overhead"] if host is not None else step.iteration_s
+            if len(self._token_terms) >= 65536:     # bounded, as the TP model's token cache
+                self._token_terms.clear()
+            rest = self._token_terms[key] = kernels - attention
+        kernels = rest + attention
+        return kernels if host is None else host.step_s(kernels, self._layers, ((new_tokens, sequences, decodes),))
 
     def holder_partial_s(self, *args: Any, **kwargs: Any) -> float:
         return self.rank.holder_partial_s(*args, **kwargs)

@@ -405,7 +405,6 @@ class Telemetry:
         total_bytes = link_bytes + messages
         mean = total_bytes / (cap * max(span, 1e-300))
         peak = util.max(0)
-        p99 = np.percentile(util, 99, axis=0) if len(util) else np.zeros_like(peak)
         links = self._topology.links
         tiers: dict[str, dict[str, float]] = {}
         tier_names = np.array([link.tier for link in links])
@@ -419,6 +418,9 @@ class Telemetry:
                 "saturated_link_s": float(saturated[mask].sum()),
                 "bulk_bytes": float(link_bytes[mask].sum()), "message_bytes": float(messages[mask].sum())}
         order = np.lexsort((-mean, -peak))[:top]
+        # the p99 of the listed links only (a column's percentile is its own: the same as over every link)
+        p99 = dict(zip(order.tolist(), np.percentile(util[:, order], 99, axis=0).tolist() if len(util)
+                       else [0.0] * len(order)))
         hottest = [{"link": int(i), "tier": links[i].tier, "src": links[i].src, "dst": links[i].dst,
                     "peak_utilisation": float(peak[i]), "p99_utilisation": float(p99[i]),
                     "mean_utilisation": float(mean[i]), "saturated_s": float(saturated[i]),

@@ -159,6 +159,7 @@ class Cluster:
         self.active = np.zeros(len(self.instances), dtype=np.int64)   # requests in flight per requester
         self._fabric_ids: dict[tuple[int, int], int] = {}
         self._fabric_rows: dict[int, list[int]] = {}           # `fabric_row`'s rows, per requester
+        self._near_views: dict[int, tuple[list[int], int, float]] = {}   # `near_view`, per requester
         self._domains: dict[int, list[Instance]] | None = None  # NVLink domain -> its instances
         self._check_fabrics()
         self.chunks = chunks
@@ -341,6 +342,22 @@ class Cluster:
                     row[inst.id] = self.fabric_id(src, inst)
             self._fabric_rows[src.id] = row
         return row
+
+    def near_view(self, src: Instance, latency: list[float]) -> tuple[list[int], int, float]:
+        """What the replica choice needs to settle a chunk's nearest fabric from `src`'s own domain (kept per
+        requester): the other instances of its NVLink domain (ids, in id order), the fabric across domains
+        (`fabric_row`'s entry outside the domain; -1 when there is no other domain) and the least of `latency`
+        (`src`'s latency row) outside the domain (inf when there is none)."""
+        view = self._near_views.get(src.id)
+        if view is None:
+            domain = self._domain_of(src)
+            members = self._in_domain(domain)
+            inside = {inst.id for inst in members}
+            outside = [lat for i, lat in enumerate(latency) if i not in inside]
+            peers = [inst.id for inst in members if inst is not src]
+            fabric = next((self.fabric_row(src)[i] for i in range(len(self.instances)) if i not in inside), -1)
+            view = self._near_views[src.id] = (peers, fabric, min(outside, default=float("inf")))
+        return view
 
     def _domain_of(self, inst: Instance) -> int:
         return self.topology.domain_of(inst.gpu)

@@ -88,7 +88,7 @@ class ReplicaChoice:
     it does not already use); `pick` notes the answer.
     """
 
-    __slots__ = ("ctx", "requester", "loads", "picked", "_latency", "_fabrics", "_held_at", "_holders")
+    __slots__ = ("ctx", "requester", "loads", "picked", "_latency", "_fabrics", "_near", "_held_at", "_holders")
 
     def __init__(self, ctx: SimContext, requester: Instance) -> None:
         self.ctx, self.requester = ctx, requester
@@ -128,12 +128,29 @@ class ReplicaChoice:
         if row is None:
             row = self._latency = self.ctx.latency_row(self.requester)
             fabrics = self._fabrics = self.ctx.cluster.fabric_row(self.requester)
-        latency = list(map(row.__getitem__, holders))     # popular chunks have hundreds of holders: kept in C
-        on = list(map(fabrics.__getitem__, holders))
-        nearest_fabric = on[latency.index(min(latency))]
-        if on.count(nearest_fabric) < len(on):          # holders on other fabrics: the nearest one's only (in C)
-            same = list(map(nearest_fabric.__eq__, on))
-            holders, latency = list(compress(holders, same)), list(compress(latency, same))
+            self._near = self.ctx.cluster.near_view(self.requester, row)
+        peers, far_fabric, far_latency = self._near
+        near = None
+        if len(peers) < len(holders) and chunk not in self._held_at[self.requester.id]:
+            # The nearest fabric from the requester's own domain (a few instances) rather than the whole holder
+            # list: no holder there, and every holder is on the one fabric across domains; one there nearer than
+            # any instance outside, and its fabric's holders are all in the domain. Else the general rule below.
+            held_at = self._held_at
+            near = [peer for peer in peers if chunk in held_at[peer]]
+            if near:
+                nearest = min(map(row.__getitem__, near))
+                fabric = {fabrics[peer] for peer in near if row[peer] == nearest}
+                if nearest < far_latency and len(fabric) == 1 and far_fabric not in fabric:
+                    nearest_fabric = fabric.pop()
+                    holders = [peer for peer in near if fabrics[peer] == nearest_fabric]
+                else:
+                    near = None
+        if near is None:
+            latency = list(map(row.__getitem__, holders))     # popular chunks have hundreds of holders: in C
+            on = list(map(fabrics.__getitem__, holders))
+            nearest_fabric = on[latency.index(min(latency))]
+            if on.count(nearest_fabric) < len(on):          # holders on other fabrics: the nearest one's only
+                holders = list(compress(holders, map(nearest_fabric.__eq__, on)))
         if len(holders) == 1:
             return holders[0]
         routing = self.ctx.routing
@@ -141,15 +158,15 @@ class ReplicaChoice:
             counts = [routing.get(h, 0) for h in holders]
             fewest = min(counts)
             if counts.count(fewest) < len(counts):
-                kept = [index for index, count in enumerate(counts) if count == fewest]
-                holders, latency = [holders[index] for index in kept], [latency[index] for index in kept]
+                holders = [holder for holder, count in zip(holders, counts) if count == fewest]
                 if len(holders) == 1:
                     return holders[0]
         loads = self._loads(holders)
         least = min(loads)
         if loads.count(least) == 1:
             return holders[loads.index(least)]
-        tied = [(lat, h) for h, lat, load in zip(holders, latency, loads) if load == least]
+        # the tie-breaks below see the tied set, not its order (ids are distinct; mix64 is a bijection)
+        tied = [(row[h], h) for h, load in zip(holders, loads) if load == least]
         nearest = min(tied)[0]
         tied = [h for lat, h in tied if lat == nearest]
         if len(tied) == 1:

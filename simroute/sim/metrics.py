@@ -51,11 +51,17 @@ class Recorder:
         self.input_tokens = np.zeros(n, dtype=np.int64)     # whole prompt: own tokens + attended chunks' tokens
         self.status = np.full(n, Status.PENDING, dtype=np.int8)
         self.drop_reason = np.full(n, DropReason.NONE, dtype=np.int8)
-        self.counts = np.zeros((n, len(Primitive)), dtype=np.int32)  # decisions per primitive code
         self.dec_req, self.dec_chunk, self.dec_holder, self.dec_prim = array("q"), array("q"), array("i"), array("b")
 
+    @property
+    def counts(self) -> np.ndarray:
+        """Decisions per request and primitive code (n x primitives, int32), counted from the log when read (the
+        tables and the summary): one bincount for the run, not a numpy update per request."""
+        kinds = len(Primitive)
+        codes = _log_column(self.dec_req, np.int64) * kinds + _log_column(self.dec_prim, np.int8)
+        return np.bincount(codes, minlength=self.n * kinds).astype(np.int32).reshape(self.n, kinds)
+
     def decision(self, request: int, chunk_id: int, holder: int, primitive: Primitive) -> None:
-        self.counts[request, primitive] += 1
         self.dec_req.append(request)
         self.dec_chunk.append(chunk_id)
         self.dec_holder.append(holder)
@@ -69,7 +75,6 @@ class Recorder:
         if not n:
             return
         codes = primitives if isinstance(primitives, array) else array("b", primitives)
-        self.counts[request] += np.bincount(np.frombuffer(codes, dtype=np.int8), minlength=len(Primitive))
         self.dec_req.extend(array("q", [request]) * n)
         self.dec_chunk.extend(chunk_ids)
         self.dec_holder.extend(holders)

@@ -270,6 +270,12 @@ class Arrivals:
         inputs = input_tokens(prompt, offsets, flat_index, known, store.tokens)
         recorder = ctx.recorder
         model_topk = self.model_topk
+        # the per-request columns as Python lists, once per batch (at most `batch_rows`): a numpy scalar read per
+        # field of every row cost more than the rest of the loop; the chunk columns stay arrays, sliced per row
+        ids, arrival, after, think, hint, prefill_hint, prompt, output, topk, spanned, inputs, offsets = (
+            column.tolist() for column in (ids, arrival, after, think, hint, prefill_hint, prompt, output, topk,
+                                           spanned, inputs, offsets))
+        unknown_before = unknown_before.tolist()
         for j in range(len(ids)):
             request = int(ids[j])
             spec = None

@@ -45,6 +45,7 @@ def holder_loads(ctx: SimContext, holders: list[int], requester: int = -1) -> li
     new = tuple.__new__         # a HolderLoad without its Python-level __new__ (a third of this loop's time)
     loads = []
     append = loads.append
+    routed = routing.get if routing else None     # nobody routes anywhere (most runs' choices): 0 for all
     for holder in holders:
         engine = engines[holder]
         partials = engine.partials
@@ -54,7 +55,7 @@ def holder_loads(ctx: SimContext, holders: list[int], requester: int = -1) -> li
             wait = 0.0 + engine.layer_s / 2                 # utilisation 0, spelt out (no call per holder)
         else:
             wait = 0.0
-        append(new(HolderLoad, (routing.get(holder, 0) if routing else 0, wait,
+        append(new(HolderLoad, (0 if routed is None else routed(holder, 0), wait,
                                 len(engine.running) + len(engine.waiting))))
     return loads
 

@@ -52,6 +52,7 @@ class Recorder:
         self.status = np.full(n, Status.PENDING, dtype=np.int8)
         self.drop_reason = np.full(n, DropReason.NONE, dtype=np.int8)
         self.dec_req, self.dec_chunk, self.dec_holder, self.dec_prim = array("q"), array("q"), array("i"), array("b")
+        self._ttft_part_columns = tuple(getattr(self, f"ttft_{name}") for name in self.TTFT_PARTS)   # per request
 
     @property
     def counts(self) -> np.ndarray:
@@ -82,8 +83,8 @@ class Recorder:
 
     def ttft_parts(self, request: int, parts: Any) -> None:
         """Where a request's TTFT went (`simroute.sim.engine.serving.TtftParts`, in TTFT_PARTS order)."""
-        for name, value in zip(self.TTFT_PARTS, parts):
-            getattr(self, f"ttft_{name}")[request] = value
+        for column, value in zip(self._ttft_part_columns, parts):
+            column[request] = value
 
     def drop(self, request: int, reason: DropReason) -> None:
         self.status[request] = Status.DROPPED

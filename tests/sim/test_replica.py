@@ -188,16 +188,24 @@ def _reference_pick(ctx, requester, holders: list[int]) -> int:
     return min((h for h in tied if latency[h] == nearest), key=lambda h: mix64(h * 1_000_003 + requester.id))
 
 
-def test_the_choice_equals_the_documented_rule_on_random_holder_sets(tmp_path):
+@pytest.mark.parametrize("busy", [0, 24])
+def test_the_choice_equals_the_documented_rule_on_random_holder_sets(tmp_path, busy):
     """The nearest holder's fabric, then least HolderLoad, then nearest, then the hash: on random holder sets (2
-    to all 64 instances of the fat-tree, same-host ones among them) and random routing counts, the choice is the
-    rule's with every holder's fabric, distance and load read."""
+    to all 64 instances of the fat-tree, same-host ones among them: the choice settles those from the
+    requester's host alone), random routing counts and `busy` engines mid-batch with their own sequences, the
+    choice is the rule's with every holder's fabric, distance and load read."""
     import random
     trace = single_chunk_trace(tmp_path / "t.parquet", requester=0, holder=8)
     sim = Simulation(RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("fattree")), trace=str(trace),
                                calib=str(default_profile_path())))
-    ctx, rng = sim.ctx, random.Random(7)
+    ctx, rng = sim.ctx, random.Random(7 + busy)
     n = len(sim.instances)
+    for engine in rng.sample(range(n), busy):
+        for rid in range(rng.randrange(1, 4)):
+            serve(ctx.engines, engine, 1000 * engine + rid, prompt=2048, output=64)
+    if busy:
+        sim.env.run(until=1e-4)
+        assert sum(ctx.engines[e].busy for e in range(n)) == busy
     for _ in range(300):
         holders = rng.sample(range(n), rng.choice([2, 3, 8, 20, 40, 60, n]))
         _hold(ctx, 0, holders)
@@ -249,3 +257,41 @@ def test_classify_notes_every_holder_its_chunks_use_so_later_chunks_stay_there(s
     spec = RequestSpec(0, 4, -1, 16, 4, [0, 1, 2], [True, True, True], 0, 0)
     plan = DenseRequest(sim.ctx, spec, sim.instances[4], None).classify_chunks()
     assert plan.remote.chunks == [0, 1, 2] and plan.remote.holders == [0, other, other]
+
+
+def test_the_choice_equals_the_rule_when_a_host_peer_is_not_the_nearest_or_its_fabrics_differ(tmp_path, monkeypatch):
+    """The choice settles a chunk from the requester's own host only when a holder there is nearer than any
+    instance off it and the nearest there are on one fabric that is not the one across hosts. Distances and
+    fabrics drawn at random (same-host peers farther than remote instances, on several fabrics, on the NIC
+    fabric's id), half the engines busy, must give the rule's answer too."""
+    import random
+    trace = single_chunk_trace(tmp_path / "t.parquet", requester=0, holder=8)
+    sim = Simulation(RunConfig(**PAPER_DEPLOYMENT, topology=str(shipped_topology("fattree")), trace=str(trace),
+                               calib=str(default_profile_path())))
+    ctx, cluster, rng = sim.ctx, sim.ctx.cluster, random.Random(3)
+    n = len(sim.instances)
+    for engine in rng.sample(range(n), n // 2):       # half the engines mid-batch: loads differ
+        for rid in range(rng.randrange(1, 4)):
+            serve(ctx.engines, engine, 1000 * engine + rid, prompt=2048, output=64)
+    sim.env.run(until=1e-4)
+    rows: dict[int, list[float]] = {}
+    fabric_rows: dict[int, list[int]] = {}
+    for inst in sim.instances:
+        far = cluster.fabric_row(inst)[next(i for i in range(n) if sim.instances[i].host != inst.host)]
+        same = [sim.instances[i].host == inst.host for i in range(n)]
+        rows[inst.id] = [rng.choice([1e-6, 2e-6]) if same[i] else rng.choice([2e-6, 3e-6]) for i in range(n)]
+        if rng.random() < 0.3:                      # a remote instance as near as the nearest peers can be
+            rows[inst.id][rng.choice([i for i in range(n) if not same[i]])] = 1e-6
+        fabric_rows[inst.id] = [far if sim.instances[i].host != inst.host else rng.choice([far, 0, 1, 2])
+                                for i in range(n)]
+    monkeypatch.setattr(type(ctx), "latency_row", lambda self, src: rows[src.id])
+    monkeypatch.setattr(type(cluster), "fabric_row", lambda self, src: fabric_rows[src.id])
+    monkeypatch.setattr(type(cluster), "fabric_id", lambda self, a, b: fabric_rows[a.id][b.id])
+    cluster._near_views.clear()
+    for _ in range(1500):
+        holders = rng.sample(range(n), rng.choice([2, 3, 8, 20, 40, n]))
+        _hold(ctx, 0, holders)
+        requester = sim.instances[rng.randrange(n)]
+        if requester.id in holders:
+            continue
+        assert ReplicaChoice(ctx, requester).pick(0) == _reference_pick(ctx, requester, holders)

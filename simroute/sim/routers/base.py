@@ -80,9 +80,11 @@ class Router(ABC):
     def least_loaded(self, cluster: ClusterView) -> InstanceRef:
         """The instance with the fewest requests in flight; ties rotate so an idle cluster still spreads."""
         active = cluster.active
-        least = np.flatnonzero(active == active.min())
+        least = (active == _least(active)).nonzero()[0]     # flatnonzero(a == a.min()) without numpy's wrappers
         self.rotation += 1
         return cluster.instances[int(least[self.rotation % len(least)])]
 
+
+_least = np.minimum.reduce      # `ndarray.min` without its Python-level wrapper (one call per request)
 
 ROUTERS: Registry[type[Router]] = registry("router")

@@ -156,20 +156,26 @@ def test_admission_keeps_one_events_growth_of_every_sequence_that_decodes_next(m
             eng.hbm.release_kv(seq.blocks)
 
 
+def _two_long_sequences(make_engine, scheduler, before_submit=None):
+    """Two 4000 + 800-token sequences on an engine of 140 blocks (9000 tokens) under `scheduler`, run to the end;
+    `before_submit(engine, seqs, scheduler)` may wrap the engine first."""
+    env = simpy.Environment()
+    eng = make_engine(env, hbm_tokens=9000, scheduler=scheduler, token_budget=8192, prefill_chunk=8192)
+    seqs = [Sequence(i, 4000, 800) for i in range(2)]
+    if before_submit is not None:
+        before_submit(eng, seqs, scheduler)
+    for seq in seqs:
+        eng.submit(seq)
+    env.run(until=10_000.0)
+    assert eng.hbm.capacity_blocks == 140 and all(seq.generated == 800 for seq in seqs)
+    return eng, seqs
+
+
 def test_trtllm_admission_holds_each_sequence_s_kv_to_its_last_token_so_nothing_is_preempted(make_engine):
     """TensorRT-LLM's GUARANTEED_NO_EVICT: two 4000 + 800-token sequences in 140 blocks of 64 tokens (9000 tokens).
     Each needs 75 blocks to its last token: the second (75 + the first's 12 still to grow > 140 - 63 free) waits
     for the first to finish, and no decode preempts; the vLLM-style admission takes both and preempts one."""
-    runs = {}
-    for scheduler in ("trtllm", "sarathi"):
-        env = simpy.Environment()
-        eng = make_engine(env, hbm_tokens=9000, scheduler=scheduler, token_budget=8192, prefill_chunk=8192)
-        seqs = [Sequence(i, 4000, 800) for i in range(2)]
-        for seq in seqs:
-            eng.submit(seq)
-        env.run(until=10_000.0)
-        assert eng.hbm.capacity_blocks == 140 and all(seq.generated == 800 for seq in seqs)
-        runs[scheduler] = eng, seqs
+    runs = {scheduler: _two_long_sequences(make_engine, scheduler) for scheduler in ("trtllm", "sarathi")}
     eng, (first, second) = runs["trtllm"]
     assert eng.preemptions == 0 and eng.hbm.peak_kv_blocks == 75         # one sequence at a time
     assert second.t_scheduled == first.t_done > 0
@@ -183,24 +189,18 @@ def test_sglang_admission_queues_a_request_the_pool_cannot_carry_to_completion_r
     queue until the first has few enough tokens left (896 - g free > 2 x (800 - g) + 2: g > 706; the new-token
     ratio's estimate, 0.7 falling to 0.098, holds less), is admitted before the first ends, and no decode is
     preempted (peak 75 + 64 blocks); the vLLM-style admission takes both at once and preempts one."""
-    runs, out_at_admission = {}, {}
-    for scheduler in ("sglang", "sarathi"):
-        env = simpy.Environment()
-        eng = make_engine(env, hbm_tokens=9000, scheduler=scheduler, token_budget=8192, prefill_chunk=8192)
-        seqs = [Sequence(i, 4000, 800) for i in range(2)]
+    out_at_admission = {}
+
+    def watch(eng, seqs, scheduler):
         admit = eng.admit
 
-        def watched(seq, admit=admit, scheduler=scheduler, first=seqs[0]):
+        def watched(seq, first=seqs[0]):
             taken = admit(seq)
             if taken and seq is not first:
                 out_at_admission[scheduler] = first.generated
             return taken
         eng.admit = watched
-        for seq in seqs:
-            eng.submit(seq)
-        env.run(until=10_000.0)
-        assert eng.hbm.capacity_blocks == 140 and all(seq.generated == 800 for seq in seqs)
-        runs[scheduler] = eng, seqs
+    runs = {scheduler: _two_long_sequences(make_engine, scheduler, watch) for scheduler in ("sglang", "sarathi")}
     eng, (first, second) = runs["sglang"]
     assert eng.preemptions == 0 and eng.hbm.peak_kv_blocks <= 140
     assert first.t_scheduled < second.t_scheduled < first.t_done

@@ -277,11 +277,11 @@ class InstanceEngine:
                 states.append((left, other.blocks * BLOCK_TOKENS))
         states.sort(key=lambda state: state[0])
         freed, n = 0, len(states)
-        for i, (left, held) in enumerate(states):
+        for i, (left, kv_tokens) in enumerate(states):
             alive = n - i
             if free + freed - left * alive <= alive:
                 return False
-            freed += held
+            freed += kv_tokens
         return True
 
     def state(self) -> dict[str, Any]:
@@ -306,9 +306,10 @@ class InstanceEngine:
                     break
         plan = scheduler.plan(self.running, self.options)
         options = self.options
+        held = False
         if plan.prefill and plan.decode and self.group is None and (options.batch_wait_iters > 0
                                                                      or options.batch_wait_ratio > 0):
-            plan = self._batch_wait(plan)
+            plan, held = self._batch_wait(plan)
         if plan.macro and plan.decode:
             least = self.options.steps_per_event
             for seq in plan.decode:
@@ -319,13 +320,13 @@ class InstanceEngine:
             plan.k = least if least > 1 else 1
             if self._arriving:
                 plan.k = 1                  # sequences that arrived meanwhile join the iteration after this one
-            if plan is self._batch_hold:    # the prompts wait no longer than the timeout (`_batch_wait`)
+            if held:                        # the prompts wait no longer than the timeout (`_batch_wait`)
                 wait_left = self.options.batch_wait_iters - self._batch_waited
                 if plan.k > wait_left:
                     plan.k = max(wait_left, 1)
         return plan
 
-    def _batch_wait(self, plan: Plan) -> Plan:
+    def _batch_wait(self, plan: Plan) -> tuple[Plan, bool]:
         """TensorRT-LLM's batch waiting (py_executor.py `_schedule` / `_waiting_requests`; TP only, and only for a
         step with both context and generation requests): the step's prompts run once they have waited
         `batch_wait_iters` iterations or the step holds `batch_wait_ratio` x token_budget tokens (the prompts'
@@ -338,10 +339,10 @@ class InstanceEngine:
             tokens += chunk
         if self._batch_waited >= options.batch_wait_iters or tokens >= options.batch_wait_ratio * options.token_budget:
             self._batch_hold = None
-            return plan
+            return plan, False
         hold = Plan(decode=plan.decode, macro=True)
         self._batch_hold = hold
-        return hold
+        return hold, True
 
     def _plan_grown(self) -> Plan:
         """The next event's plan with its decodes' blocks reserved (a preemption plans again), or, when nothing runs

@@ -156,19 +156,22 @@ def test_admission_keeps_one_events_growth_of_every_sequence_that_decodes_next(m
             eng.hbm.release_kv(seq.blocks)
 
 
-def _two_long_sequences(make_engine, scheduler, before_submit=None):
-    """Two 4000 + 800-token sequences on an engine of 140 blocks (9000 tokens) under `scheduler`, run to the end;
-    `before_submit(engine, seqs, scheduler)` may wrap the engine first."""
+def _two_long_sequences(make_engine, scheduler):
+    """Two 4000 + 800-token sequences on an engine of 140 blocks (9000 tokens) under `scheduler`, run to the end:
+    (engine, sequences, tokens the first had out when the second was first seen running)."""
     env = simpy.Environment()
     eng = make_engine(env, hbm_tokens=9000, scheduler=scheduler, token_budget=8192, prefill_chunk=8192)
-    seqs = [Sequence(i, 4000, 800) for i in range(2)]
-    if before_submit is not None:
-        before_submit(eng, seqs, scheduler)
+    first, second = seqs = [Sequence(i, 4000, 800) for i in range(2)]
     for seq in seqs:
         eng.submit(seq)
+    out_at_admission = None
+    while out_at_admission is None and env.peek() < 10_000.0:
+        env.step()
+        if second in eng.running:
+            out_at_admission = first.generated
     env.run(until=10_000.0)
     assert eng.hbm.capacity_blocks == 140 and all(seq.generated == 800 for seq in seqs)
-    return eng, seqs
+    return eng, seqs, out_at_admission
 
 
 def test_trtllm_admission_holds_each_sequence_s_kv_to_its_last_token_so_nothing_is_preempted(make_engine):
@@ -176,10 +179,10 @@ def test_trtllm_admission_holds_each_sequence_s_kv_to_its_last_token_so_nothing_
     Each needs 75 blocks to its last token: the second (75 + the first's 12 still to grow > 140 - 63 free) waits
     for the first to finish, and no decode preempts; the vLLM-style admission takes both and preempts one."""
     runs = {scheduler: _two_long_sequences(make_engine, scheduler) for scheduler in ("trtllm", "sarathi")}
-    eng, (first, second) = runs["trtllm"]
+    eng, (first, second), _ = runs["trtllm"]
     assert eng.preemptions == 0 and eng.hbm.peak_kv_blocks == 75         # one sequence at a time
     assert second.t_scheduled == first.t_done > 0
-    eng, (first, second) = runs["sarathi"]
+    eng, (first, second), _ = runs["sarathi"]
     assert eng.preemptions == 1 and second.t_scheduled < first.t_done
 
 
@@ -189,21 +192,10 @@ def test_sglang_admission_queues_a_request_the_pool_cannot_carry_to_completion_r
     queue until the first has few enough tokens left (896 - g free > 2 x (800 - g) + 2: g > 706; the new-token
     ratio's estimate, 0.7 falling to 0.098, holds less), is admitted before the first ends, and no decode is
     preempted (peak 75 + 64 blocks); the vLLM-style admission takes both at once and preempts one."""
-    out_at_admission = {}
-
-    def watch(eng, seqs, scheduler):
-        admit = eng.admit
-
-        def watched(seq, first=seqs[0]):
-            taken = admit(seq)
-            if taken and seq is not first:
-                out_at_admission[scheduler] = first.generated
-            return taken
-        eng.admit = watched
-    runs = {scheduler: _two_long_sequences(make_engine, scheduler, watch) for scheduler in ("sglang", "sarathi")}
-    eng, (first, second) = runs["sglang"]
+    runs = {scheduler: _two_long_sequences(make_engine, scheduler) for scheduler in ("sglang", "sarathi")}
+    eng, (first, second), out_at_admission = runs["sglang"]
     assert eng.preemptions == 0 and eng.hbm.peak_kv_blocks <= 140
     assert first.t_scheduled < second.t_scheduled < first.t_done
-    assert 706 < out_at_admission["sglang"] <= 706 + 16     # at the first event boundary past 706 tokens out
-    eng, (first, second) = runs["sarathi"]
+    assert 706 < out_at_admission <= 706 + 16       # at the first event boundary past 706 tokens out
+    eng, (first, second), _ = runs["sarathi"]
     assert eng.preemptions == 1 and second.t_scheduled <= first.t_first_token   # admitted with the first

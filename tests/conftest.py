@@ -16,14 +16,10 @@ Suite order and parallel runs (CI runs `pytest -n 2`, pytest-xdist):
   as the validate scorecard, is computed once, not once per worker), and tests/network/ is one unit: its files
   compile the same numba kernels, which on a clean clone's cold cache take ~50 s of CPU; two workers compiling
   them at once would pay that twice. An explicit `--dist` other than `load` keeps xdist's own scheduler.
-- .ci/run compiles those kernels into the checkout's numba cache beside the compiled build's install
-  (.ci/warm_kernels.py); while it runs it holds the lock named by SIMROUTE_KERNEL_WARM_LOCK, and each pytest
-  process waits for it before its first test (collection goes on meanwhile), so no test compiles a kernel twice.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -85,16 +81,6 @@ def cli(capsys):
         return code, out.out, out.err
 
     return run
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtestloop(session: pytest.Session) -> None:
-    """Before the first test: wait for .ci/run's kernel warm-up to finish, if one is running (see above)."""
-    lock = os.environ.get("SIMROUTE_KERNEL_WARM_LOCK")
-    if lock and os.path.exists(lock):
-        import fcntl
-        with open(lock) as held:
-            fcntl.flock(held, fcntl.LOCK_SH)          # blocks while the warm-up holds it exclusively
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

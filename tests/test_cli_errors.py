@@ -104,6 +104,18 @@ def test_a_run_flag_s_bad_value_names_the_flag_not_the_config_field(cli, tmp_pat
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("args, flag", [(("--batch-wait-timeout-iters", "4"), "--batch-wait-timeout-iters"),
+                                        (("--engine", "vllm", "--mem-fraction", "0.8"), "--mem-fraction"),
+                                        (("--engine", "trtllm", "--scheduler-recv-interval", "4"),
+                                         "--scheduler-recv-interval")])
+def test_a_run_flag_its_engine_lacks_names_the_flag(cli, tmp_path, args, flag):
+    """Refused when the run resolves its engine preset (after the config's own checks), still naming the flag."""
+    code, out, err = cli("run", *args, "-o", str(tmp_path / "o"))
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1 and f"field '{flag}'" in lines[0], lines
+    assert "is not a setting of" in lines[0] and not (tmp_path / "o").exists()
+
+
 def test_plan_s_unknown_engine_names_the_flag(cli, tmp_path):
     code, out, err = cli("plan", "--engine", "sglang,bogus", "-o", str(tmp_path / "p"))
     assert code == 2 and out == "" and err.strip().startswith("error: field '--engine': unknown engine 'bogus'")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import sys
@@ -49,13 +50,21 @@ def run_options() -> list[tuple[str, inspect.Parameter]]:
 
 
 def _config_naming_flags(config_type: typing.Any, values: dict[str, typing.Any]) -> typing.Any:
-    """`config_type(**values)`, its refusal of a flag's value naming the flag (`--kv-cache`), not the config field
-    (`kv_cache`) the flag fills: the field's name is what a study file would write, not what the user typed."""
+    """`config_type(**values)`, its refusal of a flag's value naming the flag (`naming_flags`)."""
+    with naming_flags(config_type):
+        return config_type(**values)
+
+
+@contextlib.contextmanager
+def naming_flags(config_type: typing.Any) -> typing.Iterator[None]:
+    """A refusal of a flag's value raised inside names the flag (`--kv-cache`), not the config field (`kv_cache`)
+    the flag fills: the field's name is what a study file would write, not what the user typed. Covers the config's
+    own checks and those made when the run resolves it (an engine preset refusing a setting it lacks)."""
     from simroute.errors import ConfigurationError, UnknownNameError
     flags = {f.name: "--" + (f.metadata.get("option") or f.name).replace("_", "-")
              for f in dataclasses.fields(config_type)}
     try:
-        return config_type(**values)
+        yield
     except UnknownNameError as exc:
         if exc.kind not in flags:
             raise
@@ -121,7 +130,8 @@ def _run(**options: typing.Any) -> None:
     from simroute.ioutil import atomic_files, check_new_file, claim_output   # checked, -o locked before simulating
     if timeline is not None:      # never over a user's file: new, or one simroute wrote there
         check_new_file(timeline, inputs=[out, cfg.trace, cfg.topology, cfg.calib], flag="--timeline")
-    with claim_output(out, inputs=[cfg.trace, cfg.topology, timeline], flag="--out", what="simroute run"):
+    with naming_flags(RunConfig), claim_output(out, inputs=[cfg.trace, cfg.topology, timeline], flag="--out",
+                                               what="simroute run"):
         res = simulate(cfg, out, progress=_progress_bar(progress))
     if timeline is not None:
         from simroute.scenarios.timeline import write_timeline

@@ -311,12 +311,12 @@ def load_cases() -> list[Case]:
     run = lambda tag, names, *args: Case(f"load-run-{tag}", ("run", *args, "--max-requests", "5", "-o", "{d}/out"),
                                          names)
     return [
-        run("time-scale-1e308", "time_scale", "--time-scale", "1e308"),
-        run("time-scale-1e12", "time_scale", "--time-scale", "1e12"),
+        run("time-scale-1e308", "--time-scale", "--time-scale", "1e308"),
+        run("time-scale-1e12", "--time-scale", "--time-scale", "1e12"),
         run("qps-denormal", "qps", "--qps", "5e-324"),
         run("qps-1e-12", "qps", "--qps", "1e-12"),
         Case("load-run-trace-time-scale-1e308", ("run", "--trace", "{trace}", "--time-scale", "1e308", "-o",
-                                                 "{d}/out"), "time_scale", needs_trace=True),
+                                                 "{d}/out"), "--time-scale", needs_trace=True),
         Case("load-plan-time-scale-1e308", ("plan", "--time-scale", "1e308", "-o", "{d}/out"), "--time-scale"),
         Case("load-plan-qps-denormal", ("plan", "--qps", "5e-324", "-o", "{d}/out"), "--qps"),
         Case("load-plan-trace-time-scale", ("plan", "--trace", "{trace}", "--time-scale", "1e300", "-o", "{d}/out"),

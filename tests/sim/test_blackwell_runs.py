@@ -51,7 +51,7 @@ def test_a_gb200_tp_group_stays_inside_a_tray(cli, tmp_path):
     NVLink domain is not modelled (docs/STEP_TIME.md, "GPU entries"), and is refused naming --tp."""
     code, out, err = cli("run", "--topology", "gb200-nvl72", "--calib", "gb200-nvl72", "--max-requests", 3,
                          "-o", tmp_path / "run")
-    assert code == 2 and out == "" and "field 'tp'" in err and not (tmp_path / "run").exists()
+    assert code == 2 and out == "" and "field '--tp'" in err and not (tmp_path / "run").exists()
 
 
 def test_shipped_topologies_agree_with_their_gpu_entries_nvlink_domain():

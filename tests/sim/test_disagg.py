@@ -94,9 +94,9 @@ def test_a_prefill_pool_of_another_tp_maps_the_ranks_as_sglang(tmp_path, model, 
 
 
 @pytest.mark.parametrize("args, field", [
-    (("--disagg", "1:0"), "--disagg"), (("--disagg", "1:1", "--hosts", "1"), "disagg"),
-    (("--disagg", "1:1", "--hosts", "2", "--prefill-tp", "3"), "prefill_tp"), (("--prefill-tp", "4"), "--prefill-tp"),
-    (("--disagg", "1:1", "--hosts", "2", "--tp", "16", "--dp-attention", "16", "--ep", "16"), "disagg"),
+    (("--disagg", "1:0"), "--disagg"), (("--disagg", "1:1", "--hosts", "1"), "--disagg"),
+    (("--disagg", "1:1", "--hosts", "2", "--prefill-tp", "3"), "--prefill-tp"), (("--prefill-tp", "4"), "--prefill-tp"),
+    (("--disagg", "1:1", "--hosts", "2", "--tp", "16", "--dp-attention", "16", "--ep", "16"), "--disagg"),
 ])
 def test_an_impossible_pool_is_refused_naming_the_flag(cli, tmp_path, args, field):
     out = tmp_path / "o"

@@ -157,16 +157,15 @@ def engine_values(row: ServingRow) -> dict:
         values["max_running_seqs"] = row.max_running_requests
     if row.cuda_graph_max_bs is not None:
         values["cuda_graph_max_batch"] = row.cuda_graph_max_bs
-    if row.framework == "sglang" and row.scheduler_recv_interval is not None:
-        values["scheduler_recv_interval"] = row.scheduler_recv_interval
-    if row.framework == "sglang" and row.prefill_graph_max_tokens is not None:
-        values["prefill_graph_max_tokens"] = row.prefill_graph_max_tokens
-    if row.framework in ("sglang", "trtllm") and row.mem_fraction is not None:
-        values["mem_fraction"] = row.mem_fraction     # --mem-fraction-static / free_gpu_memory_fraction
-    if row.framework == "trtllm" and row.batch_wait_timeout_iters is not None:
-        values["batch_wait_timeout_iters"] = row.batch_wait_timeout_iters
-    if row.framework == "trtllm" and row.batch_wait_max_tokens_ratio is not None:
-        values["batch_wait_max_tokens_ratio"] = row.batch_wait_max_tokens_ratio
+    # the settings only some frameworks have (the poll interval, prefill graphs, the memory fraction, batch
+    # waiting): each a column of the table under the setting's name, passed where the row's framework has it
+    from simroute.sim.frameworks import FRAMEWORKS
+    from simroute.sim.frameworks.base import OPTIONAL_SETTINGS
+    has = FRAMEWORKS.get(row.framework).optional
+    for name in OPTIONAL_SETTINGS:
+        value = getattr(row, name)
+        if value is not None and name in has:
+            values[name] = value
     return values
 
 

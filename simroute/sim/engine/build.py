@@ -79,7 +79,6 @@ class EngineSet:
                            layers=g.layers, heads=g.heads_q, exchange=self.exchange, log=self.log,
                            scheduler=schedulers() if schedulers is not None else None)
             for i, gpu in enumerate(gpus)]
-        self.alone_instances = len(self.engines) if self.alone else 0
         self.groups: list[GroupEngine] = []
         if group is not None and not self.alone:
             from simroute.sim.engine.group import GroupEngine
@@ -170,7 +169,7 @@ class EngineSet:
         dep = step.deployment
         out = {"tp": dep.tp, "dp_attention": dep.dp, "ep": dep.ep, "attn_tp": dep.attn_tp, "moe_tp": dep.moe_tp,
                "a2a": step.mode.value, "moe_load": dep.expert_distribution,
-               "groups": self.alone_instances if self.alone else len(self.groups), "lockstep": not self.alone,
+               "groups": len(self.engines) if self.alone else len(self.groups), "lockstep": not self.alone,
                "nextn": step.mtp.nextn if step.mtp is not None else 0,
                "mtp_tokens_per_step": step.mtp.tokens_per_step if step.mtp is not None else 1.0,
                "kv_bytes_per_token_per_gpu": step.kv_bytes_per_token_per_gpu,

@@ -83,7 +83,15 @@ class Framework:
 
     def kv_pool_bytes(self, settings: dict[str, Setting], weight_bytes: float) -> float | None:
         """The KV pool one GPU allocates, as the framework's source sizes it from its memory fraction (None: not
-        modelled, the pool is all HBM after the weights). The base models none."""
+        modelled, the pool is all HBM after the weights: no fraction set, no published start-up figure, or a
+        framework without `pool_bytes`)."""
+        fraction, free = settings.get("mem_fraction"), settings.get("startup_free_gib")
+        if fraction is None or free is None or fraction.value is None or free.value is None:
+            return None
+        return self.pool_bytes(float(fraction.value), float(free.value) * GIB, weight_bytes)
+
+    def pool_bytes(self, fraction: float, free_bytes: float, weight_bytes: float) -> float | None:
+        """The pool from the memory fraction, the bytes free at start-up and the weights' (None: not modelled)."""
         return None
 
     def rule(self, key: str, preset: EnginePreset, deployment: Deployment, resolved: dict[str, Setting]) -> Setting:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simroute.sim.frameworks.base import FRAMEWORKS, GIB, Deployment, Framework, Setting
+from simroute.sim.frameworks.base import FRAMEWORKS, Deployment, Framework, Setting
 
 if TYPE_CHECKING:
     from simroute.calib.engines import EnginePreset
@@ -16,14 +16,11 @@ class Sglang(Framework):
 
     optional = ("scheduler_recv_interval", "prefill_graph_max_tokens", "mem_fraction", "startup_free_gib")
 
-    def kv_pool_bytes(self, settings: dict[str, Setting], weight_bytes: float) -> float | None:
+    def pool_bytes(self, fraction: float, free_bytes: float, weight_bytes: float) -> float | None:
         """`profile_max_num_token` (model_runner_kv_cache_mixin.py, sglang 0.5.9 lines 116-149): the memory free
         after the weights less (1 - mem_fraction_static) x the memory free at start-up, i.e. f x start-up free -
         weights (GiB of 2^30 bytes, as its logs print them)."""
-        fraction, free = settings["mem_fraction"].value, settings["startup_free_gib"].value
-        if fraction is None or free is None:
-            return None
-        return max(float(fraction) * float(free) * GIB - weight_bytes, 0.0)
+        return max(fraction * free_bytes - weight_bytes, 0.0)
 
     def rule(self, key: str, preset: EnginePreset, deployment: Deployment, resolved: dict[str, Setting]) -> Setting:
         if key == "max_running_seqs":

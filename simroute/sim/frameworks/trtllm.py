@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simroute.sim.frameworks.base import FRAMEWORKS, GIB, Deployment, Framework, Setting
+from simroute.sim.frameworks.base import FRAMEWORKS, Deployment, Framework, Setting
 
 if TYPE_CHECKING:
     from simroute.calib.engines import EnginePreset
@@ -16,15 +16,12 @@ class Trtllm(Framework):
 
     optional = ("mem_fraction", "startup_free_gib", "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio")
 
-    def kv_pool_bytes(self, settings: dict[str, Setting], weight_bytes: float) -> float | None:
+    def pool_bytes(self, fraction: float, free_bytes: float, weight_bytes: float) -> float | None:
         """`KvCacheCreator._cal_max_memory` (tensorrt_llm/_torch/pyexecutor/_util.py): free_gpu_memory_fraction x
         (device memory - the peak of a profiling forward). The peak is taken as the weights plus what is held at
         start-up; the activations of the profiling forward are not (no published figure for DeepSeek), so this
         is the pool's upper bound."""
-        fraction, free = settings["mem_fraction"].value, settings["startup_free_gib"].value
-        if fraction is None or free is None:
-            return None
-        return max(float(fraction) * (float(free) * GIB - weight_bytes), 0.0)
+        return max(fraction * (free_bytes - weight_bytes), 0.0)
 
     def rule(self, key: str, preset: EnginePreset, deployment: Deployment, resolved: dict[str, Setting]) -> Setting:
         if key == "prefill_chunk":       # chunked prefill is off: whole prompts (the trtllm scheduler reads none)

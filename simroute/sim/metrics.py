@@ -104,8 +104,9 @@ class Recorder:
             "drop_reason": np.array([DROP_REASONS[int(x)] for x in self.drop_reason]) if self.n < 2_000_000
             else self.drop_reason,
         }
+        counts = self.counts            # counted from the log on each read: once here
         for code, name in PRIMITIVE_NAMES.items():
-            cols[f"n_{name.replace('-', '_')}"] = self.counts[:, code]
+            cols[f"n_{name.replace('-', '_')}"] = counts[:, code]
         cols.update({"bytes_route": self.bytes_route, "bytes_fetch": self.bytes_fetch, "bytes_pd": self.bytes_pd,
                      "bytes_fetch_fanout": self.bytes_fanout})
         cols.update({f"ttft_{name}_s": getattr(self, f"ttft_{name}") for name in self.TTFT_PARTS})

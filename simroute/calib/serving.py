@@ -94,6 +94,7 @@ class ServingRow:
     ignore_eos: bool
     num_prompts: int
     warmups: int | None
+    client_seed: int | None         # the client's --seed where simroute reproduces its length draws (SGLang's)
     concurrency: int | None         # closed loop of this many clients; None: open loop at request_rate_req_s
     request_rate_req_s: float       # inf: every request as soon as the loop (or nothing) allows
     metrics: dict[str, float] = field(default_factory=dict)    # METRICS present in the row
@@ -202,6 +203,7 @@ def _parse(row: _Row) -> ServingRow:
         isl=row.integer("isl", required=False), osl=row.integer("osl", required=False), range_ratio=ratio,
         length_rule=row.choice("length_rule", LENGTH_RULES), ignore_eos=row.flag("ignore_eos"),
         num_prompts=row.integer("num_prompts"), warmups=row.integer("warmups", required=False, minimum=0),
+        client_seed=row.integer("client_seed", required=False, minimum=0),
         concurrency=row.integer("concurrency", required=False),
         request_rate_req_s=row.number("request_rate_req_s", allow_inf=True),
         metrics={k: v for k, v in metrics.items() if v is not None}, derived=_derived(row, metrics),
@@ -247,6 +249,9 @@ def _check_consistency(row: _Row, parsed: ServingRow) -> None:
             raise row.fail("length_rule", "a random-dataset row draws lengths by a rule, not from ShareGPT")
     elif parsed.length_rule != "sharegpt":
         raise row.fail("length_rule", "a ShareGPT row takes its lengths from the dataset: 'sharegpt'")
+    if parsed.client_seed is not None and parsed.length_rule != "uniform[max(1,r*L),L]":
+        raise row.fail("client_seed", "simroute reproduces the draws of SGLang's bench_serving only (length_rule "
+                                      "'uniform[max(1,r*L),L]'); empty otherwise")
     for per_gpu, total in PER_GPU.items():
         if per_gpu in parsed.metrics and total in parsed.metrics:
             expected = parsed.metrics[total] / parsed.gpus

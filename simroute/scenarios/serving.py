@@ -186,6 +186,8 @@ def trace_params(row: ServingRow) -> dict:
     params = {"input_tokens": row.isl, "output_tokens": row.osl, "requests": requests(row)}
     if row.range_ratio is not None:
         params["range_ratio"] = row.range_ratio if row.length_rule != "fixed" else 1.0
+    if row.client_seed is not None:     # the client's own draws: a 10-request run replays its ten lengths
+        params["client_seed"] = row.client_seed
     if row.closed_loop:
         params["concurrency"] = row.concurrency
     elif math.isfinite(row.request_rate_req_s):

@@ -36,6 +36,23 @@ def length_bounds(length: int, ratio: float, mode: str) -> tuple[int, int]:
     return max(int(length * ratio), 1), length
 
 
+CLIENT_DRAWS_MAX = 10_000_000   # client_seed draws all lengths up front (two int64 arrays)
+
+
+def client_lengths(p: "ServingParams") -> tuple[np.ndarray, np.ndarray]:
+    """The (input, output) lengths SGLang's `bench_serving` draws for its random dataset with `--seed` s: numpy's
+    global generator seeded with s (`np.random.seed(args.seed)`), then every input length, then every output
+    length (`sample_random_requests`: `randint(max(int(L_in r), 1), L_in + 1, n)`, `randint(int(L_out r), L_out + 1,
+    n)`; sglang 0.5.6.post1 `bench_serving.py`, seed default 1). A published run's lengths are then the ones its
+    requests had, not another draw of the same rule: it matters when a run has few requests. An output the client
+    draws as 0 tokens (its low end is int(L r), 0 at r = 0) is served as 1."""
+    rs = np.random.RandomState(p.client_seed)
+    in_lo, in_hi = length_bounds(p.input_tokens, p.range_ratio, "sglang")
+    prompt = rs.randint(in_lo, in_hi + 1, size=p.requests)
+    output = rs.randint(int(p.output_tokens * p.range_ratio), p.output_tokens + 1, size=p.requests)
+    return prompt.astype(np.int32), np.maximum(output, 1).astype(np.int32)
+
+
 @dataclasses.dataclass(frozen=True)
 class ServingParams:
     requests: int = 1_000               # --num-prompts (both clients' default)
@@ -47,6 +64,7 @@ class ServingParams:
     qps: float | None = None            # --request-rate (requests/s); unset: inf, every request at t = 0
     burstiness: float = 1.0             # vLLM's --burstiness: gamma shape of the gaps (1: Poisson)
     prefix_tokens: int = 0              # vLLM's --random-prefix-len: one shared prefix before every prompt
+    client_seed: int | None = None      # SGLang bench_serving's --seed: its own length draws (client_lengths)
 
     def __post_init__(self) -> None:
         for name in ("requests", "input_tokens", "output_tokens"):
@@ -57,6 +75,11 @@ class ServingParams:
         else:
             check(0 <= self.range_ratio <= 1, "range_ratio must be within [0, 1] under range_mode sglang")
         check(self.concurrency is None or self.concurrency >= 1, "concurrency must be >= 1 or unset (no limit)")
+        if self.client_seed is not None:
+            check(0 <= self.client_seed < 2**32, "client_seed must be within [0, 2^32) (numpy's seed)")
+            check(self.range_mode == "sglang", "client_seed draws as SGLang's bench_serving does: range_mode sglang only")
+            check(self.requests <= CLIENT_DRAWS_MAX, f"client_seed draws every length at once: at most "
+                                                     f"{CLIENT_DRAWS_MAX:,} requests")
         check(self.qps is None or 0 < self.qps < 1e9, "qps must be a rate > 0 (requests/s) or unset (inf)")
         check(0 < self.burstiness < 1e6, "burstiness must be > 0 (1: Poisson)")
         if self.qps is not None:      # gamma gaps of shape b: the sum's spread grows as 1 / b (a burst, then long gaps)
@@ -74,11 +97,15 @@ class ServingParams:
 def gen_serving(writer: TraceWriter, p: ServingParams, rng: np.random.Generator) -> None:
     in_lo, in_hi = length_bounds(p.input_tokens, p.range_ratio, p.range_mode)
     out_lo, out_hi = length_bounds(p.output_tokens, p.range_ratio, p.range_mode)
+    drawn = client_lengths(p) if p.client_seed is not None else None
     t = 0.0
     for start in range(0, p.requests, GEN_BATCH):
         n = min(GEN_BATCH, p.requests - start)
-        prompt = rng.integers(in_lo, in_hi + 1, size=n).astype(np.int32)
-        output = rng.integers(out_lo, out_hi + 1, size=n).astype(np.int32)
+        if drawn is None:
+            prompt = rng.integers(in_lo, in_hi + 1, size=n).astype(np.int32)
+            output = rng.integers(out_lo, out_hi + 1, size=n).astype(np.int32)
+        else:
+            prompt, output = drawn[0][start:start + n], drawn[1][start:start + n]
         if p.qps is None:
             arrival = np.zeros(n)
         else:           # the first request at t = 0, each next one a gap later (SGLang's get_request)

@@ -159,6 +159,8 @@ def _write(tmp_path: Path, rows: list[dict[str, str]], header: tuple[str, ...] =
     ("deployment", "mtp", "disagrees with speculative"),
     ("e2e_mean_s", "0.001", "shorter than mean TTFT"),
     ("holdout", "yes", "is not one of"),
+    ("client_seed", "1", "bench_serving only"),     # the first row is InferenceX's: its client's rule is another
+    ("client_seed", "-1", "is not an integer >= 0"),
 ])
 def test_bad_field_names_file_line_and_field(tmp_path, column, value, problem):
     row = _good_row()
@@ -260,9 +262,9 @@ def test_sglang_cookbook_rows_obey_the_identities_with_the_client_s_own_draws():
     throughput is that mean (request throughput printed to 0.01 req/s)."""
     np = pytest.importorskip("numpy")
     rows = [r for r in ROWS if r.source == "sglang-cookbook-dsr1-b200"]
-    assert len(rows) == 9
+    assert len(rows) == 9 and all(r.client_seed == 1 for r in rows)     # bench_serving's default --seed
     for row in rows:
-        np.random.seed(1)
+        np.random.seed(row.client_seed)
         np.random.randint(max(int(row.isl * row.range_ratio), 1), row.isl + 1, size=row.num_prompts)
         mean_out = float(np.random.randint(int(row.osl * row.range_ratio), row.osl + 1, size=row.num_prompts).mean())
         m = row.metrics

@@ -100,6 +100,8 @@ def test_a_shared_prefix_is_one_chunk_every_request_attends(tmp_path):
     ({"input_tokens": 0}, "input_tokens"),
     ({"burstiness": -1.0}, "burstiness"),
     ({"range_mode": "trtllm"}, "must be one of sglang, vllm"),
+    ({"client_seed": 1, "range_mode": "vllm", "range_ratio": 0.5}, "range_mode sglang only"),
+    ({"client_seed": -1}, "client_seed"),
 ])
 def test_bad_parameters_are_refused(tmp_path, params, words):
     with pytest.raises(ConfigurationError, match=words):
@@ -116,3 +118,30 @@ def test_a_bad_concurrency_in_the_metadata_names_the_key(tmp_path, value):
     with pytest.raises(ConfigurationError, match="max_concurrency") as err:
         read_trace_meta(tmp_path / "t.parquet")
     assert "requests.parquet" in str(err.value)
+
+
+@pytest.mark.parametrize("seed, length_in, length_out, ratio, n", [
+    (1, 8000, 1000, 0.0, 10), (1, 1000, 8000, 0.0, 320), (7, 1024, 1024, 0.8, 40), (0, 300, 50, 0.5, 70_000)])
+def test_client_seed_draws_what_sglang_bench_serving_draws(tmp_path, seed, length_in, length_out, ratio, n):
+    """`client_seed` s: the lengths of SGLang's `sample_random_requests` after `np.random.seed(s)` (every input
+    length, then every output length, numpy's global generator), an output drawn as 0 served as 1; in order, so
+    request i of the trace is the client's i-th prompt (a GEN_BATCH boundary does not reset it)."""
+    req = read_requests(generate("serving", tmp_path / "t.parquet", seed=99, params={
+        "requests": n, "input_tokens": length_in, "output_tokens": length_out, "range_ratio": ratio,
+        "client_seed": seed}))
+    np.random.seed(seed)
+    prompts = np.random.randint(max(int(length_in * ratio), 1), length_in + 1, size=n)
+    outputs = np.random.randint(int(length_out * ratio), length_out + 1, size=n)
+    assert np.array_equal(req["prompt_tokens"].to_numpy(), prompts)
+    assert np.array_equal(req["output_tokens"].to_numpy(), np.maximum(outputs, 1))
+
+
+@pytest.mark.parametrize("n, input_total, output_total", [(10, 41_941, 4_210), (80, 300_020, 41_589),
+                                                          (320, 1_273_893, 169_680)])
+def test_client_seed_1_gives_the_totals_sglang_s_cookbook_printed(tmp_path, n, input_total, output_total):
+    """The SGLang cookbook's B200 DeepSeek-R1 runs (random 8000 / 1000, range ratio 0, --seed 1 by default; its
+    8k/1k blocks print 'Total input tokens' and 'Total generated tokens' of these sizes): the same lengths."""
+    req = read_requests(generate("serving", tmp_path / "t.parquet", params={
+        "requests": n, "input_tokens": 8000, "output_tokens": 1000, "client_seed": 1}))
+    assert int(req["prompt_tokens"].to_numpy().sum()) == input_total
+    assert int(req["output_tokens"].to_numpy().sum()) == output_total

@@ -26,6 +26,9 @@ GAP = "vllm-project/vllm issue #10634"
 # GiB free at start-up ("Load weight begin. avail mem"): none published below 100 GiB, H200 138.09, B200 175.34, none
 # above (GB200, B300)
 STARTUP = [[100, 0, None], [150, 138.09, None], [170, 175.34, None], [None, 0, None]]
+# nvidia-smi memory.total (MiB), the capacity SGLang's default --mem-fraction-static is a share of: H200 143,771, B200
+# 183,359, none published for the others
+DEVICE_MIB = [[100, 0, None], [150, 143771, None], [170, 183359, None], [None, 0, None]]
 # file -> constant -> (kind, value or tiers, substrings its reference must hold: the file and version it cites)
 PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
     "sglang-0.5.14.yaml": {
@@ -57,6 +60,10 @@ PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
         "startup_free_gib": ("published", STARTUP, ("github.com/sgl-project/sglang/issues/24607",
                                                     "github.com/sgl-project/sglang/pull/9162", "avail mem=N GB",
                                                     "143,771 MiB", "183,359 MiB")),
+        "device_memory_mib": ("published", DEVICE_MIB, ("github.com/sgl-project/sglang/issues/3196",
+                                                        "github.com/sgl-project/sglang/pull/9162", "143,771 MiB",
+                                                        "183,359 MiB", SGL + "utils/common.py "
+                                                        "get_nvgpu_memory_capacity", "(line 2524)")),
     },
     "vllm-0.24.0.yaml": {
         "scheduler": ("source", "sarathi", (VLLM + "v1/core/sched/scheduler.py", "(line 430)", "(line 625)",
@@ -95,6 +102,9 @@ PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
                                                                "sglang-0.5.14.yaml eager_launch_us_per_layer_mla_moe",
                                                                "no TensorRT-LLM row was used",
                                                                "164 ms on B200, 119-123 ms on H200")),
+        "mem_fraction": ("source", 0.9, (TRT + "tensorrt_llm/commands/serve.py (stored copy, commit 00209af1)",
+                                         "--kv_cache_free_gpu_memory_fraction default=0.9",
+                                         "KvCacheConfig(free_gpu_memory_fraction=...)")),
         "startup_free_gib": ("default", STARTUP, ("stands in: SGLang's published start-up figures",
                                                   "sglang-0.5.14.yaml startup_free_gib", "_util.py")),
         "batch_wait_timeout_iters": ("source", 0, (TRT + "tensorrt_llm/llmapi/llm_args.py",

@@ -281,8 +281,61 @@ def test_sglang_sizes_its_kv_pool_from_mem_fraction_static_and_the_published_sta
     pool = _pool("sglang", 131.3, R1_WEIGHTS, mem_fraction=0.82)
     assert pool == pytest.approx(0.82 * 138.09 * GIB - R1_WEIGHTS)
     assert int(pool // R1_KV_BF16) == 518_639
-    assert _pool("sglang", 131.3, R1_WEIGHTS) is None                     # no --mem-fraction: not modelled
+    assert resolved["mem_fraction"].source == "flag (--mem-fraction)"     # the flag wins over SGLang's default
     assert _pool("sglang", 74.5, R1_WEIGHTS, mem_fraction=0.82) is None   # no published start-up figure (H100)
+
+
+def test_sglang_s_default_mem_fraction_static_by_hand_for_deepseek_r1_fp8_at_tp_8_on_an_h200():
+    """_handle_gpu_memory_settings (sglang 0.5.14) without --mem-fraction-static: nvidia-smi's 143,771 MiB less
+    512 (attention metadata) + 1.5 x 8192 (the chunk's activations) + 2 x 512 (decode graph slots) + 8 / 8 x 1024
+    (TP) + 1536 (MLA piecewise prefill graphs) = 16,384 MiB reserved; (143,771 - 16,384) / 143,771 = 0.88604 ->
+    0.886. The pool: 0.886 x 138.09 = 122.348 GiB free at start-up, less 79.291 GiB of weights = 43.057 GiB,
+    657,898 bf16 latents of 70,272 B (all HBM after the weights: 794,880)."""
+    values, resolved = _settings("sglang", 131.3, mla=True, moe=True)
+    assert values["device_memory_mib"] == 143_771 and "sglang/issues/3196" in resolved["device_memory_mib"].source
+    assert values["mem_fraction"] == 0.886
+    assert "server_args.py _handle_gpu_memory_settings" in resolved["mem_fraction"].source
+    assert "16384 MiB reserved" in resolved["mem_fraction"].source
+    pool = _pool("sglang", 131.3, R1_WEIGHTS, mla=True, moe=True)
+    assert pool == pytest.approx(0.886 * 138.09 * GIB - R1_WEIGHTS)
+    assert int(pool // R1_KV_BF16) == 657_898
+
+
+@pytest.mark.parametrize("gib,gpu,tp,mla,dp,fraction", [
+    # non-MLA (a dense model): the piecewise prefill graphs cost 8 MiB per captured size, 58 sizes to the 8192-token
+    # chunk (8 of 4-32, 14 of 48-256, 8 of 288-512, 8 of 576-1024, 12 of 1280-4096, 8 of 4608-8192): 464 MiB; 15,312
+    # reserved; 128,459 / 143,771 = 0.8935
+    (131.3, "h200-sxm", 8, False, 1, 0.893),
+    # B200 (183,359 MiB, 16384-token chunk): 512 + 24,576 + 1024 + 1024 + 1536 = 28,672; 154,687 / 183,359 = 0.8436
+    (167.6, "b200-sxm", 8, True, 1, 0.844),
+    # DP attention over 8 ranks: + 3 x 512 x 8 + 1.5 x 512 x 8 (over 300 slots), no prefill graphs: 33,280 reserved;
+    # 110,491 / 143,771 = 0.7685
+    (131.3, "h200-sxm", 8, True, 8, 0.769),
+    # TP 1: 512 + 12,288 + 2 x 256 + 128 + 1536 = 14,976 reserved; 128,795 / 143,771 = 0.8958
+    (131.3, "h200-sxm", 1, True, 1, 0.896),
+    # no published nvidia-smi figure (H100): the GPU entry's 80 GB = 76,294 MiB; 59,910 / 76,294 = 0.7853
+    (74.5, "h100-sxm", 8, True, 1, 0.785),
+])
+def test_sglang_s_default_fraction_reads_the_gpu_s_memory_chunk_graphs_tp_and_dp_attention(gib, gpu, tp, mla, dp,
+                                                                                         fraction):
+    deployment = Deployment(gpu=gpu, hbm_bytes=80e9 if gpu == "h100-sxm" else gib * GIB, tp=tp, layers=61,
+                            kv_capacity_tokens=794_880, mla=mla, moe=mla, dp_attention=dp)
+    resolved = FRAMEWORKS.get("sglang")().settings(load_engine_preset("sglang"), deployment, {})
+    assert resolved["mem_fraction"].value == fraction
+
+
+def test_prefill_graph_sizes_are_sglang_s_capture_list():
+    from simroute.sim.frameworks.sglang import prefill_graph_sizes
+    assert len(prefill_graph_sizes(8192)) == 58 and prefill_graph_sizes(8192)[-1] == 8192
+    assert prefill_graph_sizes(32) == [4, 8, 12, 16, 20, 24, 28, 32]
+    assert len(prefill_graph_sizes(16384)) == 58 + 16
+
+
+def test_a_flagged_chunk_moves_sglang_s_default_fraction_as_its_launch_flag_would():
+    """--chunked-prefill-size feeds the rule: a 16,384-token chunk reserves 1.5 x 16,384 = 24,576 MiB instead of
+    12,288: 28,672 reserved, 115,099 / 143,771 = 0.8006 -> 0.801."""
+    values, _ = _settings("sglang", 131.3, mla=True, moe=True, prefill_chunk=16384)
+    assert values["mem_fraction"] == 0.801
 
 
 def test_trtllm_sizes_its_kv_pool_from_free_gpu_memory_fraction_of_what_the_weights_leave():
@@ -316,6 +369,37 @@ def test_a_run_s_kv_room_is_the_framework_s_pool(tmp_path):
                                  mem_fraction=0.82)).summary
     assert summary["engine"]["hbm"]["kv_capacity_tokens"] == 518_592
     assert summary["engine"]["preset"]["settings"]["startup_free_gib"]["value"] == 138.09
+
+
+def test_the_default_run_s_kv_room_is_sglang_s_default_pool(tmp_path):
+    """The default deployment (DeepSeek-V3 FP8 at TP 8 on H200 under the sglang preset) with no --mem-fraction: the
+    657,898 latents of SGLang's default 0.886 (above) in whole blocks of 64: 10,279 x 64 = 657,856 tokens."""
+    from simroute.sim import simulate
+    from simroute.workload import generate
+    trace = generate("serving", tmp_path / "s.parquet", seed=0,
+                     params={"requests": 1, "input_tokens": 64, "output_tokens": 2, "concurrency": 1})
+    summary = simulate(RunConfig(topology="fattree", calib="h100-ibgda", trace=str(trace), hosts=1,
+                                 telemetry=False)).summary
+    settings = summary["engine"]["preset"]["settings"]
+    assert settings["mem_fraction"]["value"] == 0.886 and summary["config"]["mem_fraction"] == 0.886
+    assert summary["engine"]["hbm"]["kv_capacity_tokens"] == 657_856
+
+
+def test_trtllm_s_default_free_gpu_memory_fraction_is_0_9_and_a_flag_wins():
+    """trtllm-serve's --kv_cache_free_gpu_memory_fraction default 0.9: on a B200, 0.9 x (175.34 - 79.291 GiB) =
+    86.444 GiB, 2,641,696 fp8 latents; --mem-fraction 0.8 gives the 0.8 pool above."""
+    values, resolved = _settings("trtllm", 167.6, gpu="b200-sxm")
+    assert values["mem_fraction"] == 0.9 and "serve.py" in resolved["mem_fraction"].source
+    pool = _pool("trtllm", 167.6, R1_WEIGHTS, gpu="b200-sxm")
+    assert pool == pytest.approx(0.9 * (175.34 * GIB - R1_WEIGHTS))
+    assert int(pool // R1_KV_FP8) == 2_641_696
+    assert _pool("trtllm", 167.6, R1_WEIGHTS, gpu="b200-sxm", mem_fraction=0.8) == pytest.approx(
+        0.8 * (175.34 * GIB - R1_WEIGHTS))
+
+
+def test_vllm_keeps_all_hbm_after_the_weights():
+    values, _ = _settings("vllm", 131.3)
+    assert "mem_fraction" not in values
 
 
 def test_hbm_gb_leaves_the_pool_unmodelled_the_published_start_up_figure_being_the_real_device_s():

@@ -52,6 +52,7 @@ class Deployment:
     mla: bool = False
     moe: bool = False
     hbm_override: bool = False      # the run sets the GPU's memory (--hbm-gb)
+    dp_attention: int = 1           # attention ranks of the TP group (--dp-attention; SGLang's dp_size)
 
     @property
     def hbm_gib(self) -> float:
@@ -98,7 +99,9 @@ class Framework:
         """Setting `key` from the preset (`resolved` holds the settings before it in SETTINGS order). An MLA +
         mixture-of-experts layer (the DeepSeek-V3 family) launches many more kernels than a dense one: a preset
         that carries `eager_launch_us_per_layer_mla_moe` launches such a layer eagerly at that cost."""
-        if key == "mem_fraction":          # no preset default: unset, the pool is all HBM after the weights
+        if key == "mem_fraction":          # the preset's default fraction, else unset: all HBM after the weights
+            if "mem_fraction" in preset.constants:
+                return self.constant(preset, key, deployment)
             return Setting(None, "unset: the KV pool is all HBM after the weights (--mem-fraction sizes it as the "
                                  "framework does)")
         if key == "startup_free_gib":

@@ -324,8 +324,10 @@ def _print_why(s: dict) -> None:
                 f"{fmt(med['routing_requests'])} tokens, those that fetch {fmt(med['fetching_requests'])} "
                 "(a routed chunk pays its round trips every decode step, a fetched one once)")
     peak = hbm.get("at_peak")
-    line = (f"HBM per GPU {hbm['capacity_gb_per_gpu']:.0f} GB: weights {hbm['weights_gb_per_gpu']:.1f} GB, "
-            f"KV room {hbm['kv_capacity_tokens']:,} tokens")
+    line = f"HBM per GPU {hbm['capacity_gb_per_gpu']:.0f} GB: weights {hbm['weights_gb_per_gpu']:.1f} GB, "
+    if hbm.get("outside_pool_gb_per_gpu"):
+        line += f"outside the KV pool {hbm['outside_pool_gb_per_gpu']:.1f} GB (the framework's memory fraction), "
+    line += f"KV room {hbm['kv_capacity_tokens']:,} tokens"
     if peak:
         line += (f"; at the busiest moment (instance {peak['instance']}, t = {peak['t_s']:.2f} s) running KV "
                  f"{peak['running_kv_gb']:.1f} GB, pinned chunks {peak['pinned_chunks_gb']:.1f} GB, copies "

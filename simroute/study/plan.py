@@ -430,7 +430,8 @@ def resource_use(summaries: list[dict[str, Any]]) -> dict[str, Any]:
         tiers.append(((net.get("bottlenecks") or {}).get("most_saturated_tier")))
         memory = engine.get("hbm") or {}
         peak = memory.get("at_peak") or {}
-        room = (memory.get("capacity_gb_per_gpu") or 0.0) - (memory.get("weights_gb_per_gpu") or 0.0)
+        room = ((memory.get("capacity_gb_per_gpu") or 0.0) - (memory.get("weights_gb_per_gpu") or 0.0)
+                - (memory.get("outside_pool_gb_per_gpu") or 0.0))         # the KV pool
         used = sum(peak.get(key) or 0.0 for key in ("running_kv_gb", "pinned_chunks_gb", "copies_gb"))
         squeezed = (engine.get("preemptions") or memory.get("copies_refused")
                     or (summary.get("dropped_by_reason") or {}).get("KV never fits in HBM"))

@@ -35,7 +35,8 @@ def _cfg(trace, **kw):
 
 def test_fp8_kv_arithmetic_by_hand(tmp_path):
     """DeepSeek-V3 at TP 8 on H200: the MLA latent is replicated on every rank, 61 x 576 x 2 B = 70,272 B per token
-    per GPU in bf16 and 35,136 in fp8; the HBM the FP8 weights leave holds twice the tokens."""
+    per GPU in bf16 and 35,136 in fp8; the KV pool (SGLang's default: 0.886 x 138.09 GiB free at start-up less the
+    weights, tests/sim/test_frameworks.py) holds twice the tokens."""
     trace = _trace(tmp_path / "t.parquet")
     sims = {dtype: Simulation(_cfg(trace, kv_cache=dtype)) for dtype in ("bf16", "fp8")}
     for dtype, width in (("bf16", 2), ("fp8", 1)):
@@ -44,9 +45,10 @@ def test_fp8_kv_arithmetic_by_hand(tmp_path):
         assert step.kv_bytes_per_token_per_gpu == per_token and step.geometry.cache_dtype == dtype
         free = 141e9 - step.weight_bytes_per_gpu                 # the H200 entry's 141 GB less 85.1 GB of weights
         assert step.weight_bytes_per_gpu == pytest.approx(85.14e9, rel=1e-3)
+        pool = 0.886 * 138.09 * 2**30 - step.weight_bytes_per_gpu
         hbm = sims[dtype].ctx.engines[0].hbm
-        assert hbm.capacity_blocks == int(free // (per_token * BLOCK_TOKENS))      # 64-token blocks
-        assert step.kv_capacity_tokens() == int(free // per_token)
+        assert hbm.capacity_blocks == int(pool // (per_token * BLOCK_TOKENS))      # 64-token blocks
+        assert step.kv_capacity_tokens() == int(free // per_token)   # the step model's room: all after the weights
         # a chunk's bytes (the store, fetches, copies) in the cache's dtype: 2,048 tokens x 61 x 576 x width
         chunks = sims[dtype].ctx.cluster.chunks
         assert chunks.bytes[0] == 2048 * per_token

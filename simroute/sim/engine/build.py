@@ -132,6 +132,9 @@ class EngineSet:
             "left_over": left_over(es),
             "hbm": {"capacity_gb_per_gpu": self.hbm_bytes / 1e9,
                     "weights_gb_per_gpu": es[0].hbm.weight_bytes / 1e9 if es else 0.0,
+                    # the framework's reserve beside its KV pool (activations, CUDA graphs, context; 0: the pool
+                    # is all HBM after the weights)
+                    "outside_pool_gb_per_gpu": es[0].hbm.outside_pool_bytes / 1e9 if es else 0.0,
                     "kv_capacity_tokens": int(es[0].hbm.capacity_blocks * 64) if es else 0,
                     "evictions": int(sum(e.hbm.evictions for e in es)),
                     "copies_refused": int(sum(e.hbm.refused for e in es)),

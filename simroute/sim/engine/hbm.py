@@ -28,16 +28,18 @@ class HbmBudget:
     (the request flow pins copies in use); `on_evict(key)` tells the owner of the copy that it went.
     """
 
-    __slots__ = ("block_bytes", "capacity_blocks", "weight_bytes", "kv_blocks", "pinned_blocks", "copy_blocks",
+    __slots__ = ("block_bytes", "capacity_blocks", "weight_bytes", "outside_pool_bytes", "kv_blocks", "pinned_blocks", "copy_blocks",
                  "copies", "evictable", "on_evict", "evictions", "refused", "peak_kv_blocks")
 
     def __init__(self, hbm_bytes: float, weight_bytes: float, kv_bytes_per_token: float,
                  pool_bytes: float | None = None) -> None:
         """`pool_bytes`: the KV pool the framework allocates (its memory fraction, docs/ENGINES.md), where it is
-        modelled; the pool never exceeds the HBM the weights leave."""
+        modelled; the pool never exceeds the HBM the weights leave. What the pool leaves of that HBM
+        (`outside_pool_bytes`: the framework's activations, CUDA graphs and context) holds no KV."""
         self.block_bytes = kv_bytes_per_token * BLOCK_TOKENS
         self.weight_bytes = weight_bytes
         room = hbm_bytes - weight_bytes if pool_bytes is None else min(hbm_bytes - weight_bytes, pool_bytes)
+        self.outside_pool_bytes = max(hbm_bytes - weight_bytes - max(room, 0.0), 0.0)
         self.capacity_blocks = max(0, int(room // self.block_bytes)) if self.block_bytes > 0 else 0
         self.kv_blocks = 0
         self.pinned_blocks = 0

@@ -209,9 +209,11 @@ class RunConfig:
                                                         "prefill; e.g. 10). The sglang preset's (1) if unset; only "
                                                         "with --engine sglang.", minimum=1)
     mem_fraction: float | None = setting(None, "The framework's KV-pool fraction: SGLang's --mem-fraction-static, "
-                                               "TensorRT-LLM's free_gpu_memory_fraction; the pool is then sized as "
-                                               "the framework's source sizes it (docs/ENGINES.md). All HBM after "
-                                               "the weights if unset; only with --engine sglang or trtllm.",
+                                               "TensorRT-LLM's free_gpu_memory_fraction; the pool is sized as the "
+                                               "framework's source sizes it (docs/ENGINES.md). If unset, the "
+                                               "framework's own default (SGLang computes it from the GPU's memory, "
+                                               "chunk, CUDA graphs and TP; TensorRT-LLM 0.9); only with --engine "
+                                               "sglang or trtllm.",
                                          minimum=0, exclusive_minimum=True, maximum=1)
     prefill_graph_max_tokens: int | None = setting(None, "SGLang's piecewise CUDA graphs of prefill: a prefill batch "
                                                          "of at most this many tokens launches no kernels eagerly "

@@ -112,7 +112,8 @@ def test_deterministic_and_the_printout_says_why(default_run, cli):
     code, out, _ = cli("run", "-o", str(default_run / "printed"))
     assert code == 0
     for words in ("deepseek-v3 (fp8 weights)", "8 x h200-sxm", "why: route", "chosen by the policy",
-                  "fetches that did not fit", "HBM per GPU 141 GB", "pinned chunks", "copies evicted"):
+                  "fetches that did not fit", "HBM per GPU 141 GB", "pinned chunks", "copies evicted",
+                  "memory fraction 0.886", "outside the KV pool 9.6 GB"):
         assert words in " ".join(out.split()), words
 
 

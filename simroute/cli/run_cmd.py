@@ -206,6 +206,8 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
             line += (f", CUDA graphs to {values['cuda_graph_max_batch']}, overlap "
                      f"{'on' if values['overlap_scheduling'] else 'off'}, request path "
                      f"{(values['request_ingress_us'] + values['request_egress_us']) / 1e3:.2f} ms")
+        if values.get("mem_fraction") is not None:
+            line += f", memory fraction {values['mem_fraction']:g}"
         c.print(line + (f"; flags: {', '.join(flagged)}" if flagged else "")
                 + "".join(f"; {note}" for note in preset["notes"]))
     f = lambda d, k: "-" if d.get(k) is None else f"{d[k]:.3f}"

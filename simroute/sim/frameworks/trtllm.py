@@ -18,9 +18,11 @@ class Trtllm(Framework):
 
     def pool_bytes(self, fraction: float, free_bytes: float, weight_bytes: float) -> float | None:
         """`KvCacheCreator._cal_max_memory` (tensorrt_llm/_torch/pyexecutor/_util.py): free_gpu_memory_fraction x
-        (device memory - the peak of a profiling forward). The peak is taken as the weights plus what is held at
-        start-up; the activations of the profiling forward are not (no published figure for DeepSeek), so this
-        is the pool's upper bound."""
+        (device memory - the peak of a profiling forward). TensorRT-LLM's peak is the estimation executor's: the
+        weights, the CUDA context and communicators, the activations of dummy context requests of max_num_tokens
+        tokens in all, and the CUDA graphs its warmup captured (released before the real pool is built,
+        py_executor_creator.py). The peak is taken here as the weights plus what is held at start-up; the rest
+        has no published figure for DeepSeek, so this is the pool's upper bound."""
         return max(fraction * (free_bytes - weight_bytes), 0.0)
 
     def rule(self, key: str, preset: EnginePreset, deployment: Deployment, resolved: dict[str, Setting]) -> Setting:

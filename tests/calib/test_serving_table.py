@@ -225,6 +225,7 @@ def test_batch_waiting_is_recorded_where_the_trtllm_launch_sets_it():
             assert (r.framework, r.isl, r.osl, r.batch_wait_timeout_iters, r.batch_wait_max_tokens_ratio) == \
                 ("trtllm", 1024, 1024, 40, 0.8) and r.concurrency >= 64
 
+
 def test_early_h200_trtllm_rows_follow_the_script_s_attention_dp_rule():
     """InferenceX's dsr1_fp8_h200_trt_slurm.sh at e06929c701a0 (the 2025-11-02 runs) chose attention DP itself,
     and the API of that time recorded none: DP_ATTENTION=true for 8k/1k above 32 clients and for 1k/1k and 1k/8k
@@ -239,7 +240,6 @@ def test_early_h200_trtllm_rows_follow_the_script_s_attention_dp_rule():
         assert (f"enable_attention_dp {'true' if dp else 'false'}" in r.server_flags), r.id
         assert ("enable_balance true timeout_iters 60" in r.server_flags) is dp, r.id
     assert [r.id for r in rows if r.dp_attention] == ["ix-2025-11-02-h200-trtllm-8k1k-tp8ep8-dpa-c64"]
-
 
 
 @pytest.mark.parametrize("framework,iters,ratio,problem", [

@@ -20,8 +20,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from simroute.errors import ConfigurationError
-from simroute.model.optables import (ELEMENTWISE_KERNEL_NAMES, LATENCY_COLUMN, SCHEMA, ZERO_SHAPES, OperatorTables,
-                                     OpKind, OpTable, repeats_merged)
+from simroute.model.optables import (ELEMENTWISE_KERNEL_NAMES, LATENCY_COLUMN, SCHEMA, ZERO_SHAPES, LabelColumns,
+                                     OperatorTables, OpKind, OpTable, repeats_merged)
 
 MANIFEST = "tables.yaml"
 SCHEMA_TAG = "simroute.optables/1"
@@ -97,7 +97,8 @@ def check_table(kind: OpKind, data: Any, file: Path) -> tuple[dict[str, np.ndarr
     `ZERO_SHAPES` column, read only at exact values), latencies within LATENCY_RANGE_US, elementwise kernels
     known. Returns (categorical, numeric, latency_us) arrays; raises the one-line error naming `file` and the
     column."""
-    return _checked(kind, data, file)[:3]
+    categorical, numeric, latency, _distinct = _checked(kind, data, file)
+    return {column: categorical[column] for column in categorical}, numeric, latency
 
 
 def _checked(kind: OpKind, data: Any, file: Path) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray,
@@ -138,8 +139,9 @@ def _checked(kind: OpKind, data: Any, file: Path) -> tuple[dict[str, np.ndarray]
         if bad.size:
             raise _fail(f"row {int(bad[0])}: shape value {float(values[bad[0]])!r} must be finite and {least}", file,
                         column)
-    categorical = {column: _labels(data.column(column)) for column in cats}
-    distinct = {column: _distinct_labels(data.column(column), labels) for column, labels in categorical.items()}
+    coded = {column: _coded(data.column(column)) for column in cats}
+    distinct = {column: _used_labels(*found) if found is not None else set(_labels(data.column(column)).tolist())
+                for column, found in coded.items()}
     for column, labels in distinct.items():
         if any(not label.strip() for label in labels):
             raise _fail("holds an empty label", file, column)
@@ -148,6 +150,11 @@ def _checked(kind: OpKind, data: Any, file: Path) -> tuple[dict[str, np.ndarray]
         if unknown:
             raise _fail(f"unknown elementwise kernel(s) {', '.join(unknown)} (known: "
                         f"{', '.join(ELEMENTWISE_KERNEL_NAMES)})", file, "kernel")
+    categorical: Mapping[str, np.ndarray]
+    if all(found is not None for found in coded.values()):   # the str arrays built when read (LabelColumns)
+        categorical = LabelColumns({column: found for column, found in coded.items() if found is not None})
+    else:
+        categorical = {column: _labels(data.column(column)) for column in cats}
     return categorical, numeric, latency, distinct
 
 
@@ -189,7 +196,7 @@ def _numbers(column: Any) -> np.ndarray:
         dtype = np.dtype(kind.to_pandas_dtype())
         parts = [np.frombuffer(chunk.buffers()[1], dtype=dtype, count=len(chunk), offset=chunk.offset * dtype.itemsize)
                  for chunk in getattr(column, "chunks", [column])]
-        return np.concatenate(parts).astype(float) if parts else np.empty(0)
+        return (parts[0] if len(parts) == 1 else np.concatenate(parts)).astype(float) if parts else np.empty(0)
     return np.asarray(column.to_numpy(zero_copy_only=False), dtype=float)
 
 
@@ -197,32 +204,47 @@ def _read_parquet(file: Path, labels: Sequence[str]) -> Any:
     """A table file, its `labels` (categorical) columns read as dictionaries. Not `read_table`, whose dataset
     layer imports pandas (0.3 s of `simroute predict`); one thread, since a few MB gain nothing from more."""
     import pyarrow.parquet as pq
-    present = set(pq.ParquetFile(file).schema_arrow.names)
-    return pq.ParquetFile(file, read_dictionary=[column for column in labels if column in present]).read(
-        use_threads=False)
+    try:
+        reader = pq.ParquetFile(file, read_dictionary=list(labels))
+    except KeyError:        # a labels column missing (refused by the checks): the file opened again without it
+        present = set(pq.ParquetFile(file).schema_arrow.names)
+        reader = pq.ParquetFile(file, read_dictionary=[column for column in labels if column in present])
+    return reader.read(use_threads=False)
 
 
-def _distinct_labels(column: Any, labels: np.ndarray) -> set[str]:
-    """The labels a column holds: a dictionary column's used dictionary entries (its indices' distinct values,
-    without a Python string per row), else the distinct values of `labels`."""
+def _coded(column: Any) -> tuple[list[str], np.ndarray] | None:
+    """A dictionary column of text (how the tables store their labels) as (labels, a code per row into them);
+    None for any other column. The codes come from the index buffers, for `_numbers`'s reason; a column of
+    several chunks gets one list of labels, each chunk's codes shifted past the chunks before it."""
     import pyarrow as pa
-    if column.null_count == 0 and pa.types.is_dictionary(column.type) and pa.types.is_string(column.type.value_type):
-        found: set[str] = set()
-        for chunk in column.chunks:
-            names = chunk.dictionary.to_pylist()
-            used = np.bincount(_numbers(chunk.indices).astype(np.int64), minlength=len(names))   # not np.unique:
-            found.update(names[index] for index in np.flatnonzero(used).tolist())               # no sort
-        return found
-    return set(labels.tolist())
+    if not (column.null_count == 0 and pa.types.is_dictionary(column.type)
+            and pa.types.is_string(column.type.value_type)):
+        return None
+    labels: list[str] = []
+    parts = []
+    for chunk in getattr(column, "chunks", [column]):
+        indices = chunk.indices
+        dtype = np.dtype(indices.type.to_pandas_dtype())
+        codes = np.frombuffer(indices.buffers()[1], dtype=dtype, count=len(indices),
+                              offset=indices.offset * dtype.itemsize)       # read-only, as the tables are
+        parts.append(codes.astype(np.int64) + len(labels) if labels else codes)
+        labels.extend(chunk.dictionary.to_pylist())
+    return labels, (parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, np.int32))
+
+
+def _used_labels(labels: list[str], codes: np.ndarray) -> set[str]:
+    """The labels the rows use (the codes' distinct values, without a Python string per row; not np.unique:
+    no sort)."""
+    used = np.bincount(codes, minlength=len(labels))
+    return {labels[index] for index in np.flatnonzero(used).tolist()}
 
 
 def _labels(column: Any) -> np.ndarray:
     """An Arrow column as a str array; a dictionary column through its dictionary, for `_numbers`'s reason."""
-    import pyarrow as pa
-    if column.null_count == 0 and pa.types.is_dictionary(column.type) and pa.types.is_string(column.type.value_type):
-        parts = [np.asarray(chunk.dictionary.to_pylist(), dtype=str)[_numbers(chunk.indices).astype(np.int64)]
-                 for chunk in column.chunks]
-        return parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.empty(0, dtype=str)
+    found = _coded(column)
+    if found is not None:
+        labels, codes = found
+        return np.asarray(labels, dtype=str)[codes] if labels else np.empty(0, dtype=str)
     return np.asarray(column.to_numpy(zero_copy_only=False)).astype(str)
 
 

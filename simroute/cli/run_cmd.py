@@ -19,14 +19,14 @@ from simroute.defaults import MIN_COMPLETION
 def run_options() -> list[tuple[str, inspect.Parameter]]:
     """(RunConfig field, CLI parameter) per field: names, defaults, help and value lists from the field
     metadata (simroute/sim/config.py), so an option can never drift from the config it fills."""
-    from simroute.sim.config import RunConfig, field_types
+    from simroute.sim.config import RunConfig, field_hints, field_types
     from simroute.sim.registry import Registry
-    hints = typing.get_type_hints(RunConfig)
+    hints = field_hints(RunConfig)
     out = []
     for f in dataclasses.fields(RunConfig):
         base, optional = field_types(hints[f.name])
         meta = f.metadata
-        name = meta["option"] or f.name
+        name = option_name(f)
         flag = "--" + name.replace("_", "-")
         if base is bool:
             flag = f"{flag}/--no-{name.replace('_', '-')}"
@@ -47,6 +47,11 @@ def run_options() -> list[tuple[str, inspect.Parameter]]:
         out.append((f.name, inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation,
                                               default=typer.Option(default, flag, help=help_text, **extra))))
     return out
+
+
+def option_name(config_field: dataclasses.Field) -> str:
+    """The `simroute run` parameter (and, dashed, the flag) a RunConfig field is set by."""
+    return config_field.metadata["option"] or config_field.name
 
 
 def _config_naming_flags(config_type: typing.Any, values: dict[str, typing.Any]) -> typing.Any:
@@ -112,7 +117,7 @@ def _run(**options: typing.Any) -> None:
     out, timeline = options.pop("out"), options.pop("timeline")
     json_out, progress = options.pop("json_out"), options.pop("progress")
     min_completion, strict = options.pop("min_completion"), options.pop("strict")
-    values = {field: options[param.name] for field, param in run_options()}
+    values = {field.name: options[option_name(field)] for field in dataclasses.fields(RunConfig)}
     for config_field in dataclasses.fields(RunConfig):   # a repeated option: its values joined, unset: the default
         joiner = config_field.metadata.get("joiner")
         if joiner:

@@ -8,6 +8,7 @@ adds its option, its help and its check.
 
 from __future__ import annotations
 
+import functools
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -274,7 +275,7 @@ class RunConfig:
         from simroute.shipped import resolve_input
         for kind in ("topology", "trace", "calib"):   # a shipped name stands for its file
             object.__setattr__(self, kind, resolve_input(kind, getattr(self, kind)))
-        hints = typing.get_type_hints(type(self))
+        hints = field_hints(type(self))
         for f in fields(self):
             value = _checked(f.name, getattr(self, f.name), hints[f.name], f.metadata)
             if value is not getattr(self, f.name):
@@ -337,6 +338,14 @@ class RunConfig:
         for k in ("topology", "trace", "calib"):
             d[k] = str(Path(d[k]))
         return d
+
+
+@functools.cache
+def field_hints(config_type: type) -> dict[str, Any]:
+    """`typing.get_type_hints(config_type)`, once per class and process: a run builds its RunConfig more than once
+    (the CLI's options, the config, the settings that ran), each time evaluating ~60 string annotations. The
+    dict is shared: read it, never change it."""
+    return typing.get_type_hints(config_type)
 
 
 def field_types(hint: Any) -> tuple[type, bool]:

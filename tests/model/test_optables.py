@@ -210,3 +210,39 @@ def test_a_prefill_table_of_one_batch_size_scales_with_the_sequences_and_says_so
     assert surface.lookup(2, 1024) == (pytest.approx(200e-6), Lookup.EXTRAPOLATED)
     assert surface.lookup(8, 1024) == (pytest.approx(800e-6), Lookup.EXTRAPOLATED)
     assert surface.lookup(3, 4096)[1] is Lookup.EXTRAPOLATED
+
+
+@pytest.mark.parametrize("directory", [H200, OPS / "a100-80gb" / "vllm-0.14.0"], ids=["h200-sglang", "a100-vllm"])
+def test_label_columns_read_as_codes_answer_as_the_str_arrays_do(directory):
+    """A loaded table keeps its labels as Parquet's codes (LabelColumns): loading builds no str array, and the
+    str array built on first use, and every row selection by label, equal what the file's values give read
+    row by row (a label the table lacks selects nothing)."""
+    import pyarrow.parquet as pq
+    from simroute.model.optables import LabelColumns
+    tables = load_operator_tables(directory)
+    for kind, table in tables.tables.items():
+        assert isinstance(table.categorical, LabelColumns) and not table.categorical._built, kind
+        file = pq.ParquetFile(directory / f"{kind.value}.parquet").read()
+        for column in SCHEMA[kind][0]:
+            expected = np.asarray(file.column(column).to_pylist(), dtype=str)
+            for label in sorted(set(expected.tolist())) + ["no-such-label"]:
+                assert np.array_equal(table.categorical.equal(column, label), expected == label), (kind, column)
+            assert table.categorical[column].dtype == expected.dtype
+            assert np.array_equal(table.categorical[column], expected), (kind, column)
+
+
+def test_label_columns_of_several_chunks_and_repeated_dictionary_entries():
+    """A column of several chunks (each its own dictionary, narrow int8 indices) gets one list of labels; a
+    label two chunks both hold selects its rows in both."""
+    import pyarrow as pa
+    from simroute.calib.optables import _coded, _labels, _used_labels
+    from simroute.model.optables import LabelColumns
+    kind = pa.dictionary(pa.int8(), pa.string())
+    column = pa.chunked_array([pa.array(["a", "b", "a"]).dictionary_encode().cast(kind),
+                               pa.array(["c", "a"]).dictionary_encode().cast(kind)])
+    labels, codes = _coded(column)
+    coded = LabelColumns({"x": (labels, codes)})
+    assert coded["x"].tolist() == _labels(column).tolist() == ["a", "b", "a", "c", "a"]
+    assert coded.equal("x", "a").tolist() == [True, False, True, False, True]
+    assert _used_labels(labels, codes) == {"a", "b", "c"}
+    assert _coded(pa.chunked_array([pa.array(["a"])])) is None      # plain text: read as it is

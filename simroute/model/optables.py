@@ -116,7 +116,7 @@ class LabelColumns(Mapping[str, np.ndarray]):
     """A table's categorical columns as Parquet holds them: each column's labels and a code per row. A column's
     str array (what `columns[name]` answers) is built on first use; a row selection compares codes (`equal`).
     The step model selects its rows by a few labels, so a run's start-up never builds the str arrays of the
-    ~300k rows it reads (~0.01-0.02 CPU s of the default run, bench/bench_run_startup.py)."""
+    ~270k rows it reads (16 MB: with their page faults, most of the ~0.05 CPU s its start-up lost, bench/RESULTS.md)."""
 
     def __init__(self, columns: Mapping[str, tuple[Sequence[str], np.ndarray]]) -> None:
         self._coded = dict(columns)

@@ -12,6 +12,9 @@ then sample and check:
     python3 bench/mutation_sample.py --dir /tmp/mut --n 40 --seed 1 \
         --runner "python3 -m pytest -x -q -p no:cacheprovider tests/sim/test_servers.py ..."
 
+`--commits SHA,...` (with `--repo`, the checkout the copy was archived from) samples only the mutants on lines that
+`git blame` at HEAD attributes to those commits: a score for what a change added, not for the whole file.
+
 Prints each sampled mutant (file:line, status, the mutated line) and the score = killed / (killed +
 survived), timeouts counted as killed (as mutmut does). Docs/MUTATION.md records the runs.
 """
@@ -30,6 +33,23 @@ def mutants(cache: Path) -> list[tuple[int, str, int, str]]:
     with sqlite3.connect(cache) as db:
         return db.execute('SELECT m.id, f.filename, l.line_number, l.line FROM Mutant m JOIN Line l ON m.line = '
                           'l.id JOIN SourceFile f ON l.sourcefile = f.id ORDER BY m.id').fetchall()
+
+
+def blamed_lines(repo: Path, filenames: set[str], commits: list[str]) -> set[tuple[str, int]]:
+    """(file, 0-based line) of every line that `git blame` at HEAD in `repo` attributes to one of `commits`
+    (abbreviated or full hashes). The copy is `git archive HEAD` of `repo`, so its line numbers are these."""
+    full = {subprocess.run(["git", "-C", str(repo), "rev-parse", c], capture_output=True, text=True,
+                           check=True).stdout.strip() for c in commits}
+    lines = set()
+    for filename in filenames:
+        out = subprocess.run(["git", "-C", str(repo), "blame", "--porcelain", "HEAD", "--", filename],
+                             capture_output=True, text=True, check=True).stdout
+        for row in out.splitlines():
+            head = row.split(" ")
+            # a header line: <40-hex commit> <original line> <final line> [<group size>]
+            if len(head) >= 3 and len(head[0]) == 40 and head[0] in full and head[2].isdigit():
+                lines.add((filename, int(head[2]) - 1))
+    return lines
 
 
 def set_baseline(cache: Path, seconds: float) -> None:
@@ -57,10 +77,16 @@ def main() -> int:
     ap.add_argument("--runner", required=True)
     ap.add_argument("--baseline-s", type=float, default=20.0, help="the runner's time on unmutated code")
     ap.add_argument("--paths-to-mutate", default="simroute/sim", help="as given to the preparing `mutmut run`")
+    ap.add_argument("--commits", default="", help="comma-separated: sample only mutants on lines these commits wrote")
+    ap.add_argument("--repo", type=Path, default=Path(__file__).resolve().parent.parent,
+                    help="the checkout whose HEAD the copy was archived from (for --commits)")
     a = ap.parse_args()
     cache = a.dir / ".mutmut-cache"
     set_baseline(cache, a.baseline_s)
     population = mutants(cache)
+    if a.commits:
+        keep = blamed_lines(a.repo, {m[1] for m in population}, a.commits.split(","))
+        population = [m for m in population if (m[1], m[2]) in keep]
     sample = random.Random(a.seed).sample(population, min(a.n, len(population)))   # random order: a cut-short run is still a sample
     killed = survived = 0
     for mutant, filename, line, source in sample:

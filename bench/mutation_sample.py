@@ -77,6 +77,8 @@ def main() -> int:
     ap.add_argument("--runner", required=True)
     ap.add_argument("--baseline-s", type=float, default=20.0, help="the runner's time on unmutated code")
     ap.add_argument("--paths-to-mutate", default="simroute/sim", help="as given to the preparing `mutmut run`")
+    ap.add_argument("--ids", default="", help="comma-separated mutant ids to check instead of a sample (e.g. a "
+                    "sample's survivors, against a runner with the tests added for them)")
     ap.add_argument("--commits", default="", help="comma-separated: sample only mutants on lines these commits wrote")
     ap.add_argument("--repo", type=Path, default=Path(__file__).resolve().parent.parent,
                     help="the checkout whose HEAD the copy was archived from (for --commits)")
@@ -87,7 +89,12 @@ def main() -> int:
     if a.commits:
         keep = blamed_lines(a.repo, {m[1] for m in population}, a.commits.split(","))
         population = [m for m in population if (m[1], m[2]) in keep]
-    sample = random.Random(a.seed).sample(population, min(a.n, len(population)))   # random order: a cut-short run is still a sample
+    if a.ids:
+        wanted = {int(i) for i in a.ids.split(",")}
+        sample = [m for m in population if m[0] in wanted]
+    else:
+        # random order: a cut-short run is still a sample
+        sample = random.Random(a.seed).sample(population, min(a.n, len(population)))
     killed = survived = 0
     for mutant, filename, line, source in sample:
         reset(cache, mutant)

@@ -86,6 +86,17 @@ def test_two_hosts_deepep_with_mtp_by_hand(h200):
     assert full.tpot_s == pytest.approx(out.seconds / 1.96)
 
 
+def test_each_rank_emits_one_token_per_decoding_sequence_down_to_one(h200):
+    """DP 8 + EP 8: a rank decoding a single sequence emits its one token, as a rank of two emits two and a rank that
+    prefills a 1000-token chunk beside 3 decodes emits 3 (the chunk's first token is the engine's, not a decode
+    row); idle ranks emit none."""
+    step = _step(h200, 8)
+    mixed = BatchShape.uniform(3, 2048, prefill_tokens=1000)
+    out = group_iteration(step, [BatchShape.uniform(1, 4096), BatchShape.uniform(2, 4096), mixed] + [IDLE] * 5,
+                          traffic=False)
+    assert out.emitted == (1.0, 2.0, 3.0) + (0.0,) * 5
+
+
 def test_an_idle_group_takes_no_time_and_more_work_never_less(h200):
     step = _step(h200, 16)
     assert group_iteration(step, [IDLE] * 16).seconds == 0.0 and group_iteration(step, [IDLE] * 16).a2a == ()

@@ -301,6 +301,8 @@ def test_a_group_of_one_rank_steps_alone_as_a_tp_instance_on_the_groups_step(tmp
     group = result.summary["engine"]["group"]
     assert (group["ep"], group["dp_attention"], group["lockstep"], group["groups"]) == (8, 1, False, 1)
     assert "steps" not in group
+    # the embedding and LM head split over the attention rank's 8 GPUs in bf16: 2 x (102,400 / 8) x 2048 x 2 B, in GB
+    assert group["weights_gb_by_part"]["embedding_and_head"] == pytest.approx(2 * 12_800 * 2048 * 2 / 1e9, rel=1e-12)
 
 
 @pytest.mark.parametrize("preset", [True, False], ids=["host-costs", "gpu-constant"])
@@ -332,3 +334,29 @@ def test_a_one_rank_instances_step_is_group_iterations_for_any_batch(preset):
                  decodes * context + pairs, pairs, decodes)
         assert step.iteration_s(*shape) == pytest.approx(
             group_iteration(group, [BatchShape(*shape)], traffic=False).seconds, rel=1e-12)
+
+
+@pytest.mark.parametrize("preset", [True, False], ids=["host-costs", "gpu-constant"])
+def test_a_one_rank_instances_step_tells_a_one_token_chunk_from_a_decode(preset):
+    """Two batches of 5 new tokens and 5 sequences: 4 decodes beside the last token of a prompt (a one-token prefill
+    chunk), and 5 decodes. They share the token counts but not the decode rows, so `OneRankStep` keeps their token
+    terms apart: read one after the other, in either order, each is `group_iteration`'s seconds for that batch."""
+    from simroute.calib import load_profile, shipped_dir
+    from simroute.model.dpstep import DeploymentStep
+    from simroute.model.geometry import get_model
+    from simroute.model.parallel import Deployment
+    from simroute.model.steptime import HostCosts, StepTimeModel
+    from simroute.sim.engine.group import OneRankStep
+    gpu = load_profile(shipped_dir() / "gpus" / "h200-sxm.yaml").gpu_spec("h200-sxm")
+    host = HostCosts(overlap=True, host_s_per_sequence=2e-5, launch_s_per_layer=1.77e-3, graph_max_batch=64,
+                     prefill_graph_max_tokens=512) if preset else None
+    geometry = get_model("deepseek-v3")
+    group = DeploymentStep(geometry, gpu, Deployment(tp=8, ep=8), cuda_graphs=True, host=host)
+    pairs = causal_pairs(1, 100.0)
+    chunk_and_decodes = (5, 5, 4 * 2000.0 + 101, 4 * 2000.0 + pairs, pairs, 4)
+    decodes = (5, 5, 5 * 2000.0, 5 * 2000.0, 0.0, 5)
+    for first, second in ((chunk_and_decodes, decodes), (decodes, chunk_and_decodes)):
+        step = OneRankStep(StepTimeModel(geometry, gpu, 8, host=host), group)
+        for shape in (first, second):
+            assert step.iteration_s(*shape) == pytest.approx(
+                group_iteration(group, [BatchShape(*shape)], traffic=False).seconds, rel=1e-12)

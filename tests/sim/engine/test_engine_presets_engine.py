@@ -268,6 +268,50 @@ def test_a_batch_at_the_token_threshold_does_not_wait(make_engine):
     assert b.t_first_token == pytest.approx(b0.t_first_token, rel=1e-12)
 
 
+@pytest.mark.parametrize("budget, waits", [(202, False), (204, True)])
+def test_the_token_threshold_counts_the_prompts_and_one_token_per_decode_and_is_met_at_equality(make_engine, budget,
+                                                                                               waits):
+    """B's 100 tokens + A's one decode token = 101 against 0.5 x the token budget: at a budget of 202 the step holds
+    exactly the threshold (101 >= 101) and B prefills at the first chance; at 204 (threshold 102) B waits its 40
+    iterations. Counting B's tokens alone (100) or stopping only past the threshold (>) would make B wait at 202."""
+    eng, (b,) = _arrivals_while_decoding(make_engine, batch_wait_iters=40, batch_wait_ratio=0.5, token_budget=budget,
+                                         steps_per_event=8)
+    plain, (b0,) = _arrivals_while_decoding(make_engine, token_budget=budget, steps_per_event=8)
+    first_chance = _first_prefill_after(plain, 0.05)
+    assert _decodes_between(eng, first_chance, _first_prefill_after(eng, 0.05)) == (40 if waits else 0)
+    if not waits:
+        assert b.t_first_token == pytest.approx(b0.t_first_token, rel=1e-12)
+
+
+def test_a_dp_attention_rank_does_not_batch_wait(make_engine):
+    """Batch waiting is TensorRT-LLM's TP scheduling only (`_batch_wait`): a DP group's rank with the same settings
+    (40 iterations, 0.8) prefills B in the first group step after its arrival. The group's step is a stub of 10 ms;
+    B arrives at 55 ms, the step starting at 60 ms takes it and gives its first token at 70 ms (waiting would put it
+    40 steps later)."""
+    from types import SimpleNamespace
+
+    from simroute.model.dpstep import GroupIteration
+    from simroute.sim.engine.group import GroupEngine
+
+    env = simpy.Environment()
+    ranks = [make_engine(env, eid=i, scheduler="trtllm", token_budget=8192, steps_per_event=1, batch_wait_iters=40,
+                         batch_wait_ratio=0.8) for i in range(2)]
+
+    def stub(_step, batches, traffic=True):
+        return GroupIteration(0.01, 0.0, 0, 1.0, tuple(0.0 for _ in batches), (), 1 << 20)
+    GroupEngine(env, ranks, SimpleNamespace(mtp=None), gpus=("g0", "g1"), iterate=stub)
+    a, b = Sequence(0, 100, 300), Sequence(1, 100, 3)
+    ranks[0].submit(a)
+
+    def arrive():
+        yield env.timeout(0.055)
+        ranks[0].submit(b)
+    env.process(arrive())
+    env.run()
+    assert a.t_first_token == pytest.approx(0.01, abs=1e-12)
+    assert b.t_first_token == pytest.approx(0.07, abs=1e-12) and b.generated == 3
+
+
 @pytest.mark.parametrize("iters, ratio", [(0, 0.8), (40, 0.0)])
 def test_batch_waiting_needs_both_a_timeout_and_a_ratio(make_engine, iters, ratio):
     """TensorRT-LLM stops waiting when waited >= timeout_iters or tokens >= ratio x max_num_tokens: with either at

@@ -1,7 +1,7 @@
 """Planted behavioural bugs: do the tests catch each one?
 
 Each bug is a one-line textual change to a copy of the repository (never to the checkout itself); a test
-subset runs on the copy and the bug counts as caught when a test fails. Three sets:
+subset runs on the copy and the bug counts as caught when a test fails. Four sets:
 - `engine` (BUGS): behaviours on a request's path in simroute/sim/ (and the step model's causal pairs), run
   against the fast component subset of tests/sim (FAST_TESTS);
 - `factors` (FACTOR_BUGS, issue 23): a wrong constant factor, rounding or threshold inside a number, in
@@ -9,15 +9,18 @@ subset runs on the copy and the bug counts as caught when a test fails. Three se
   simroute/model, tests/network for simroute/network, FAST_TESTS for simroute/sim);
 - `accounting` (ACCOUNTING_BUGS, issue 39): what a run reports and a study concludes (the summary's and the
   `serving` block's aggregation, the SLO comparison, the plan's answer), copies' KV accounting, ECMP / ARK path
-  choice and the closed-loop arrivals, each against its layer's component subset (SUBSET_TESTS).
+  choice and the closed-loop arrivals, each against its layer's component subset (SUBSET_TESTS);
+- `admission` (ADMISSION_BUGS, issue 39): SGLang's admission and new-token ratio, TensorRT-LLM's batch waiting, the
+  framework's KV pool, the host costs of group steps and one-rank groups, the replay's per-row settings, against
+  the files that pin them (ADMISSION_TESTS).
 `--planted` runs each bug against its layer's `test_planted_*.py` files alone (PLANTED_TESTS): a few seconds a
 bug, and a bug they catch is caught by the layer's subset too (which holds them and passes unmutated).
 Prints one line per bug and the total; exits 1 if any bug survives, 2 (before running any) if a bug's text
 is not in its file exactly once, a test file is missing or a subset fails on the unmutated code.
 Deterministic (no sampling); the engine set takes a few minutes on two cores, the factors set longer.
 
-    python3 bench/planted_bugs.py [--set engine|factors|accounting|all] [--only NAME ...] [--tests tests/sim/... ...]
-                                  [--planted]
+    python3 bench/planted_bugs.py [--set engine|factors|accounting|admission|all] [--only NAME ...]
+                                  [--tests tests/sim/... ...] [--planted]
 """
 
 from __future__ import annotations
@@ -430,6 +433,82 @@ ACCOUNTING_BUGS = {
     "flow-key-without-destination-port": (HASHING, "((sport << 24) | (dport << 8) | proto)", "((sport << 24) | proto)"),
     "flow-key-without-source": (HASHING, "mix64(mix64((src << 32) | dst)", "mix64(mix64(dst)"),
 }
+# Issue 39's last additions (2026-12-07): SGLang's admission (PrefillAdder's ignore-EOS path: the new-token ratio's
+# decay, its resets, the future tokens held back, the completion-order check), TensorRT-LLM's batch waiting, the
+# framework's KV pool (--mem-fraction, the start-up free memory), the host costs a DP / EP group's step and a
+# one-rank group (`OneRankStep`) charge, and the replay's per-row settings (EP, the framework-only columns). Each
+# runs against ADMISSION_TESTS (the files that pin them, ~15 s on an idle box).
+SGLANG_SCHED, FRAMEWORK_BASE = "simroute/sim/schedulers/sglang.py", "simroute/sim/frameworks/base.py"
+STEPTIME, DPSTEP, GROUP = "simroute/model/steptime.py", "simroute/model/dpstep.py", "simroute/sim/engine/group.py"
+REPLAY = "simroute/scenarios/serving.py"
+ADMISSION_BUGS = {
+    # the new-token ratio: decays k x decay per event of k decode iterations, floored, reset idle and on retraction
+    "ratio-decay-one-iteration-short": (ENGINE, "self._ratio = max(self._ratio - k * decay, floor)",
+                                        "self._ratio = max(self._ratio - (k - 1) * decay, floor)"),
+    "ratio-decays-once-per-event": (ENGINE, "self._ratio = max(self._ratio - k * decay, floor)",
+                                    "self._ratio = max(self._ratio - decay, floor)"),
+    "ratio-floor-ignored": (ENGINE, "self._ratio = max(self._ratio - k * decay, floor)",
+                            "self._ratio = max(self._ratio - k * decay, 0.0)"),
+    "ratio-decay-over-60-iterations": (SGLANG_SCHED, "(0.7 - 0.7 * 0.14) / 600)", "(0.7 - 0.7 * 0.14) / 60)"),
+    "ratio-not-reset-when-idle": (ENGINE, "self._ratio = self.scheduler.token_ratio[0]     # SGLang's "
+                                  "self_check_during_idle", "pass"),
+    "ratio-not-reset-on-retraction": (ENGINE, "if self.scheduler.completes_in_order and self.running:",
+                                      "if False:"),
+    "retraction-ratio-without-reserve-steps": (ENGINE, "+ 20 * len(self.running)", ""),
+    # the future tokens held back and the completion-order check
+    "held-ignores-the-ratio": (ENGINE, "held += left if other.generated == 0 else left * ratio", "held += left"),
+    "prefilling-sequence-held-at-the-ratio": (ENGINE, "held += left if other.generated == 0 else left * ratio",
+                                              "held += left * ratio"),
+    "future-tokens-not-clipped": (ENGINE, "left = min(other.output - other.generated, clip)",
+                                  "left = other.output - other.generated"),
+    "completion-order-unsorted": (ENGINE, "states.sort(key=lambda state: state[0])", "pass"),
+    "completion-order-no-token-to-spare": (ENGINE, "if free + freed - left * alive <= alive:",
+                                           "if free + freed - left * alive < 0:"),
+    "completion-order-frees-only-the-last": (ENGINE, "freed += kv_tokens", "freed = kv_tokens"),
+    "completion-order-copies-not-free": (ENGINE, "free = (self.hbm.free_blocks + self.hbm.copy_blocks - need)",
+                                         "free = (self.hbm.free_blocks - need)"),
+    # TensorRT-LLM's batch waiting
+    "batch-wait-timeout-strict": (ENGINE, "if self._batch_waited >= options.batch_wait_iters or",
+                                  "if self._batch_waited > options.batch_wait_iters or"),
+    "batch-wait-ratio-strict": (ENGINE, "or tokens >= options.batch_wait_ratio * options.token_budget:",
+                                "or tokens > options.batch_wait_ratio * options.token_budget:"),
+    "batch-wait-tokens-without-decodes": (ENGINE, "tokens = len(plan.decode)\n", "tokens = 0\n"),
+    "batch-wait-not-restarted": (ENGINE, "self._batch_waited = 0      # the prompts run with decodes", "pass"),
+    "batch-wait-counts-events": (ENGINE, "self._batch_waited += hold.k", "self._batch_waited += 1"),
+    "batch-wait-past-the-timeout": (ENGINE, "plan.k = max(wait_left, 1)", "pass"),
+    "batch-wait-in-dp-groups": (ENGINE, "if plan.prefill and plan.decode and self.group is None and",
+                                "if plan.prefill and plan.decode and"),
+    # the KV pool as the framework sizes it
+    "pool-from-capacity-not-startup-free": (FRAMEWORK_BASE, "        return found\n",
+                                            "        return Setting(deployment.hbm_gib, found.source)\n"),
+    "sglang-pool-fraction-of-what-weights-leave": ("simroute/sim/frameworks/sglang.py",
+                                                   "return max(fraction * free_bytes - weight_bytes, 0.0)",
+                                                   "return max(fraction * (free_bytes - weight_bytes), 0.0)"),
+    "trtllm-pool-fraction-of-startup-free": ("simroute/sim/frameworks/trtllm.py",
+                                             "return max(fraction * (free_bytes - weight_bytes), 0.0)",
+                                             "return max(fraction * free_bytes - weight_bytes, 0.0)"),
+    "pool-past-what-weights-leave": (HBM, "min(hbm_bytes - weight_bytes, pool_bytes)", "pool_bytes"),
+    "hbm-override-keeps-startup-figure": (FRAMEWORK_BASE, "if deployment.hbm_override:", "if False:"),
+    # host costs: the TP step's formula over a group's ranks; a one-rank group's instance
+    "lockstep-host-of-the-last-rank": (STEPTIME, "if sequences > most:\n                most = sequences",
+                                       "if True:\n                most = sequences"),
+    "lockstep-graphed-if-any-rank-is": (STEPTIME, "if graphed and not self.graphed(new_tokens <= decodes, sequences, "
+                                        "new_tokens):\n                graphed = False",
+                                        "if self.graphed(new_tokens <= decodes, sequences, new_tokens):\n"
+                                        "                graphed = True\n            else:\n"
+                                        "                graphed = False"),
+    "group-step-without-host-costs": (DPSTEP, "total = host.step_s(kernels, self.geometry.layers, launched)",
+                                      "total = kernels"),
+    "one-rank-step-charges-overhead-twice": (GROUP, 'kernels = step.iteration_s - step.terms_s["overhead"] if host '
+                                             'is not None else step.iteration_s', "kernels = step.iteration_s"),
+    "one-rank-step-without-host-costs": (GROUP, "return kernels if host is None else host.step_s(kernels, "
+                                         "self._layers, ((new_tokens, sequences, decodes),))", "return kernels"),
+    "one-rank-step-terms-keyed-without-decodes": (GROUP, "key = (new_tokens, sequences, decodes)",
+                                                  "key = (new_tokens, sequences, 0.0)"),
+    # the replay's per-row settings
+    "replay-drops-the-ep": (REPLAY, 'values["ep"] = row.ep', "pass"),
+    "replay-drops-framework-only-settings": (REPLAY, "if value is not None and name in has:", "if False:"),
+}
 STUDY_TESTS = ["tests/study/test_search.py", "tests/study/test_plan.py", "tests/study/test_spec.py",
                "tests/study/test_concurrency_axis.py", "tests/study/test_modes.py", "tests/study/test_report.py"]
 STUDY_TESTS += sorted(str(path.relative_to(ROOT)) for path in ROOT.glob("tests/study/test_planted_*.py"))
@@ -441,8 +520,13 @@ NETWORK_TESTS += sorted(str(path.relative_to(ROOT)) for path in ROOT.glob("tests
 # the one SLO module (sim/slo.py) serves runs and studies alike: its bugs run against both layers' tests
 SUBSET_TESTS = {SLO_PY: FAST_TESTS + STUDY_TESTS, "simroute/sim/": FAST_TESTS, "simroute/study/": STUDY_TESTS,
                 "simroute/network/": NETWORK_TESTS}
-SETS = {"engine": BUGS, "factors": FACTOR_BUGS, "accounting": ACCOUNTING_BUGS}
-ALL_BUGS = {**BUGS, **FACTOR_BUGS, **ACCOUNTING_BUGS}
+ADMISSION_TESTS = ["tests/sim/engine/test_engine_progress.py", "tests/sim/engine/test_engine_presets_engine.py",
+                   "tests/sim/engine/test_hbm.py", "tests/sim/test_frameworks.py",
+                   "tests/model/test_group_host_costs.py", "tests/sim/test_dp_attention.py",
+                   "tests/scenarios/test_validate_serving.py", "tests/calib/test_engine_presets.py",
+                   "tests/sim/engine/test_planted_admission.py", "tests/model/test_group_iteration.py"]
+SETS = {"engine": BUGS, "factors": FACTOR_BUGS, "accounting": ACCOUNTING_BUGS, "admission": ADMISSION_BUGS}
+ALL_BUGS = {**BUGS, **FACTOR_BUGS, **ACCOUNTING_BUGS, **ADMISSION_BUGS}
 LAYER_TESTS = {"simroute/model/": ["tests/model"], "simroute/network/": ["tests/network"],
                "simroute/sim/": FAST_TESTS}
 # each layer's planted-bug pins alone (--planted): the fast screen
@@ -464,6 +548,8 @@ def tests_for(name: str, override: list[str] | None, planted: bool = False) -> l
             return pins
     if name in BUGS:
         return FAST_TESTS
+    if name in ADMISSION_BUGS:
+        return ADMISSION_TESTS
     if name in ACCOUNTING_BUGS:
         path = ACCOUNTING_BUGS[name][0]
         return next(tests for prefix, tests in SUBSET_TESTS.items() if path.startswith(prefix))
@@ -527,7 +613,8 @@ def run(bugs: list[str], override: list[str] | None = None, planted: bool = Fals
                 path.write_text(original)
             caught = status != 0
             survived += not caught
-            label = "the fast sim subset" if subsets[name] == FAST_TESTS else " ".join(subsets[name])
+            label = "the fast sim subset" if subsets[name] == FAST_TESTS else \
+                "the admission subset" if subsets[name] == ADMISSION_TESTS else " ".join(subsets[name])
             verdict = "caught (hung: stopped)" if status == -1 else "caught" if caught else "SURVIVED"
             print(f"{name:36s} {verdict}  ({label})", flush=True)
     print(f"{len(bugs) - survived} of {len(bugs)} planted bugs caught")

@@ -103,3 +103,21 @@ def test_serial_host_work_is_the_busiest_ranks_not_the_groups_sum(h200):
     ranks = [BatchShape.uniform(decode_seqs=n, context=1024) for n in range(1, 9)]
     assert group.iteration(ranks).iteration_s == pytest.approx(bare.iteration(ranks).iteration_s + 8 * per_sequence,
                                                                rel=1e-12)
+
+
+def test_without_a_preset_a_group_of_one_rank_at_ep_1_adds_the_gpu_entry_s_constant_as_the_tp_instance(h200):
+    """No engine preset (`host` None): the group's step is its kernels plus the GPU entry's constant overhead (the
+    H200 entry's 300 us `iteration_overhead_us`; it has no CUDA-graph figure), the TP instance's figure for the same
+    batch."""
+    group = _group(h200, Deployment(tp=8), None)
+    tp = StepTimeModel(V3, h200, 8, cuda_graphs=True)
+    assert h200.iteration_overhead_graph_s is None
+    constant = h200.iteration_overhead_s
+    assert constant == pytest.approx(300e-6, rel=1e-12)
+    for batch in (BatchShape.uniform(decode_seqs=16, context=2048), BatchShape.uniform(prefill_tokens=1024)):
+        step = group.iteration(batch)
+        assert step.terms_s["overhead"] == pytest.approx(constant, rel=1e-12)
+        assert step.iteration_s == pytest.approx(tp.iteration_s(batch.new_tokens, batch.sequences,
+                                                                batch.kv_read_tokens, batch.attention_pairs,
+                                                                batch.prefill_pairs, batch.decode_sequences),
+                                                 rel=1e-12)

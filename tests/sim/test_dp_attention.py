@@ -300,6 +300,7 @@ def test_a_group_of_one_rank_steps_alone_as_a_tp_instance_on_the_groups_step(tmp
                                                        rel=1e-12)
     group = result.summary["engine"]["group"]
     assert (group["ep"], group["dp_attention"], group["lockstep"], group["groups"]) == (8, 1, False, 1)
+    assert (group["nextn"], group["mtp_tokens_per_step"]) == (0, 1.0)       # no MTP
     assert "steps" not in group
     # the embedding and LM head split over the attention rank's 8 GPUs in bf16: 2 x (102,400 / 8) x 2048 x 2 B, in GB
     assert group["weights_gb_by_part"]["embedding_and_head"] == pytest.approx(2 * 12_800 * 2048 * 2 / 1e9, rel=1e-12)

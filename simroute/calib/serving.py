@@ -84,6 +84,9 @@ class ServingRow:
     prefill_graph_max_tokens: int | None    # SGLang's prefill CUDA graphs at the version's default (0: none)
     batch_wait_timeout_iters: int | None    # TensorRT-LLM's batch waiting: iterations context requests may wait
     batch_wait_max_tokens_ratio: float | None   # ... until the batch holds this share of max_num_tokens
+    adp_balance: bool | None                # TensorRT-LLM's attention-DP balancing (attention_dp_config) where the
+    adp_timeout_iters: int | None           # launch sets it: enable_balance, timeout_iters, batching_wait_iters;
+    adp_batching_wait_iters: int | None     # empty: the framework's default (off)
     server_flags: str
     client: str
     dataset: str
@@ -199,6 +202,9 @@ def _parse(row: _Row) -> ServingRow:
         prefill_graph_max_tokens=row.integer("prefill_graph_max_tokens", required=False, minimum=0),
         batch_wait_timeout_iters=row.integer("batch_wait_timeout_iters", required=False),
         batch_wait_max_tokens_ratio=row.number("batch_wait_max_tokens_ratio", required=False),
+        adp_balance=row.flag("adp_balance") if row.text("adp_balance", required=False) else None,
+        adp_timeout_iters=row.integer("adp_timeout_iters", required=False, minimum=0),
+        adp_batching_wait_iters=row.integer("adp_batching_wait_iters", required=False, minimum=0),
         server_flags=row.text("server_flags"), client=row.text("client"), dataset=row.choice("dataset", DATASETS),
         isl=row.integer("isl", required=False), osl=row.integer("osl", required=False), range_ratio=ratio,
         length_rule=row.choice("length_rule", LENGTH_RULES), ignore_eos=row.flag("ignore_eos"),
@@ -262,6 +268,14 @@ def _check_consistency(row: _Row, parsed: ServingRow) -> None:
         raise row.fail("batch_wait_max_tokens_ratio", f"{ratio} is not a share of max_num_tokens in (0, 1]")
     if (ratio is not None or parsed.batch_wait_timeout_iters is not None) and parsed.framework != "trtllm":
         raise row.fail("batch_wait_timeout_iters", "batch waiting is TensorRT-LLM's (empty for other frameworks)")
+    adp = (parsed.adp_balance, parsed.adp_timeout_iters, parsed.adp_batching_wait_iters)
+    if any(v is not None for v in adp):
+        if not (parsed.framework == "trtllm" and parsed.dp_attention):
+            raise row.fail("adp_balance", "attention-DP balancing is TensorRT-LLM's with DP attention (empty "
+                                          "otherwise)")
+        if any(v is None for v in adp):
+            raise row.fail("adp_balance", "attention_dp_config's enable_balance, timeout_iters and "
+                                          "batching_wait_iters come together (all empty: the framework's default)")
     e2e, ttft = parsed.metrics.get("e2e_mean_s"), parsed.metrics.get("ttft_mean_ms")
     if e2e is not None and ttft is not None and e2e * 1e3 < ttft:
         raise row.fail("e2e_mean_s", f"mean E2E {e2e} s is shorter than mean TTFT {ttft} ms (a unit slip?)")

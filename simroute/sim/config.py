@@ -231,6 +231,19 @@ class RunConfig:
                                                               "budget (max_num_tokens). The trtllm preset's (0: off) "
                                                               "if unset; only with --engine trtllm.", minimum=0,
                                                         maximum=1)
+    adp_balance: bool | None = setting(None, "TensorRT-LLM's attention-DP balancing (attention_dp_config "
+                                             "enable_balance): a DP-attention group holds every rank's context "
+                                             "requests until each rank has one, or --adp-timeout-iters iterations "
+                                             "(docs/ENGINES.md). The trtllm preset's (off) if unset; only with "
+                                             "--engine trtllm.")
+    adp_timeout_iters: int | None = setting(None, "TensorRT-LLM's attention_dp_config timeout_iters: iterations "
+                                                  "context requests wait while some rank has none (--adp-balance). "
+                                                  "The trtllm preset's (50) if unset; only with --engine trtllm.",
+                                            minimum=0)
+    adp_batching_wait_iters: int | None = setting(None, "TensorRT-LLM's attention_dp_config batching_wait_iters: "
+                                                        "iterations context requests wait once every rank has one "
+                                                        "(--adp-balance). The trtllm preset's (10) if unset; only "
+                                                        "with --engine trtllm.", minimum=0)
     holder_mode: str = setting("inline", "Where a holder runs routed partial attention: inline (between / inside "
                                          "its own iterations) or stream (a concurrent stream).",
                                choices=HOLDER_MODES)
@@ -287,7 +300,8 @@ class RunConfig:
         if self.engine == "none":
             for name in ("cuda_graph_max_batch", "overlap_scheduling", "scheduler_recv_interval",
                          "prefill_graph_max_tokens", "mem_fraction", "batch_wait_timeout_iters",
-                         "batch_wait_max_tokens_ratio"):
+                         "batch_wait_max_tokens_ratio", "adp_balance", "adp_timeout_iters",
+                         "adp_batching_wait_iters"):
                 if getattr(self, name) is not None:
                     raise ConfigurationError("is a framework setting: name an engine preset (--engine) to set it",
                                              field=name)

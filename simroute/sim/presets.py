@@ -86,6 +86,15 @@ class ResolvedEngine:
         return (int(iters.value) if iters is not None else 0, float(ratio.value) if ratio is not None else 0.0)
 
     @property
+    def adp_balance(self) -> tuple[bool, int, int]:
+        """TensorRT-LLM's attention-DP balancing: (on, timeout_iters, batching_wait_iters); (False, 0, 0): off, as
+        a framework without it."""
+        on = self.settings.get("adp_balance")
+        if on is None or not on.value:
+            return (False, 0, 0)
+        return (True, int(self.settings["adp_timeout_iters"].value), int(self.settings["adp_batching_wait_iters"].value))
+
+    @property
     def schedule_ahead(self) -> bool:
         return self.preset and bool(self.value("overlap_scheduling"))
 

@@ -126,7 +126,7 @@ class Simulation:
         engines = EngineSet(env, None, model=cfg.model, tp=cfg.instance_gpus, gpus=gpus,
                             intra_host_fabric=topology.spec.intra.fabric, network=network, fabric_of=fabric_of,
                             options=engine_options(cfg, self.engine.schedule_ahead, self.engine.recv_interval,
-                                                   self.engine.batch_wait),
+                                                   self.engine.batch_wait, self.engine.adp_balance),
                             exchanges_per_step=params.exchanges, merge_s=params.merge_s, hbm_gb=cfg.hbm_gb,
                             record=cfg.telemetry, host_gpu=self.gpu, weight_dtype=cfg.weights,
                             kv_layout=cfg.kv_layout, schedulers=schedulers, cache_dtype=cfg.kv_cache,
@@ -376,14 +376,16 @@ def scheduler_factory(cfg: RunConfig) -> Callable[[], Scheduler]:
 
 
 def engine_options(cfg: RunConfig, schedule_ahead: bool = False, recv_interval: int = 1,
-                   batch_wait: tuple[int, float] = (0, 0.0)) -> EngineOptions:
+                   batch_wait: tuple[int, float] = (0, 0.0),
+                   adp_balance: tuple[bool, int, int] = (False, 0, 0)) -> EngineOptions:
     """The instance engines' options from the run configuration (its engine settings resolved: sim/calibration.py)."""
     return EngineOptions(scheduler=cfg.scheduler, max_running=cfg.max_running_seqs, token_budget=cfg.token_budget,
                          prefill_chunk=cfg.prefill_chunk, steps_per_event=cfg.decode_steps_per_event,
                          holder_mode=cfg.holder_mode, interference=cfg.holder_interference,
                          overlap=cfg.micro_batch_overlap, check_hbm=cfg.check_hbm, schedule_ahead=schedule_ahead,
                          recv_interval=recv_interval, batch_wait_iters=batch_wait[0],
-                         batch_wait_ratio=batch_wait[1])
+                         batch_wait_ratio=batch_wait[1], adp_balance=adp_balance[0],
+                         adp_timeout_iters=adp_balance[1], adp_batching_wait_iters=adp_balance[2])
 
 
 def simulate(cfg: RunConfig, out_dir: str | Path | None = None,

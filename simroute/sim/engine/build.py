@@ -185,6 +185,9 @@ class EngineSet:
         total = {key: sum(part[key] for part in parts) for key in ("steps", "step_s", "table_collective_s",
                                                                     "a2a_flow_s", "a2a_flow_extra_s", "a2a_flows",
                                                                     "decode_steps", "decode_tokens")}
+        held = [part["adp_held_steps"] for part in parts if "adp_held_steps" in part]
+        if held:                    # TensorRT-LLM's attention-DP balancing is on: the steps that held prompts
+            total["adp_held_steps"] = sum(held)
         return {**out, **total,
                 "a2a_bytes": {link: sum(part["a2a_bytes"][link] for part in parts) for link in ("nvlink", "rdma")},
                 "a2a_tier_bytes": self.a2a_tier_bytes(),

@@ -97,6 +97,9 @@ class EngineOptions:
     #                                 queue (`_poll`); 1: every iteration
     batch_wait_iters: int = 0       # TensorRT-LLM's batch waiting (`_batch_wait`): iterations a step's prompts may wait
     batch_wait_ratio: float = 0.0   # ... for the step to hold this share of token_budget; both 0: off
+    adp_balance: bool = False       # TensorRT-LLM's attention-DP balancing of a DP group's prompts (`GroupEngine`)
+    adp_timeout_iters: int = 0      # ... its timeout_iters (iterations prompts wait while some rank has none)
+    adp_batching_wait_iters: int = 0    # ... and batching_wait_iters (iterations they wait once every rank has one)
 
     def __post_init__(self) -> None:
         if self.scheduler not in registry("scheduler"):
@@ -111,6 +114,9 @@ class EngineOptions:
             raise ConfigurationError(f"must be >= 0, got {self.max_preemptions}", field="max_preemptions")
         if self.batch_wait_iters < 0:
             raise ConfigurationError(f"must be >= 0, got {self.batch_wait_iters}", field="batch_wait_iters")
+        for name in ("adp_timeout_iters", "adp_batching_wait_iters"):
+            if getattr(self, name) < 0:
+                raise ConfigurationError(f"must be >= 0, got {getattr(self, name)}", field=name)
         if not 0 <= self.batch_wait_ratio <= 1:
             raise ConfigurationError(f"must be within [0, 1], got {self.batch_wait_ratio}", field="batch_wait_ratio")
         if not 0 <= self.interference <= 1:

@@ -32,6 +32,7 @@ import simpy
 from simroute.model.dpstep import DeploymentStep, GroupIteration, decode_rows, group_iteration
 from simroute.model.steptime import BatchShape
 from simroute.sim.engine.engine import InstanceEngine
+from simroute.sim.schedulers.base import Plan
 
 IDLE_BATCH = BatchShape(new_tokens=0.0, sequences=0.0, kv_read_tokens=0.0, attention_pairs=0.0)
 
@@ -123,6 +124,12 @@ class GroupEngine:
         self.a2a_flows = 0
         self.a2a_bytes = {"nvlink": 0.0, "rdma": 0.0}
         self._pair_bytes: dict[tuple[int, int], float] = {}     # all-to-all bytes per GPU pair (`a2a_tier_bytes`)
+        # TensorRT-LLM's attention-DP balancing (`_adp_hold`): (timeout_iters, batching_wait_iters, max batch) or
+        # None (off), its two counters as py_executor.py keeps them, and the steps that held prompts
+        options = self.ranks[0].options if self.ranks else None
+        self._adp = ((options.adp_timeout_iters, options.adp_batching_wait_iters, options.max_running)
+                     if options is not None and options.adp_balance else None)
+        self.adp_waited = self.adp_batched = self.adp_held = 0
         self.decode_steps = 0               # decode-sequence steps, and the tokens they emitted (MTP's mean)
         self.decode_tokens = 0
 
@@ -141,8 +148,12 @@ class GroupEngine:
         self._planning, self._again = True, False
         active: list[tuple[InstanceEngine, Any, dict | None, float, int]] = []
         batches: list[BatchShape] = []
-        for rank in self.ranks:
-            plan = rank._plan_step()
+        plans = [rank._plan_step() for rank in self.ranks]
+        if self._adp is not None and any(plans) and self._adp_hold(plans):
+            for r, plan in enumerate(plans):
+                if plan is not None and plan.prefill:   # held: its decodes run alone (never empty: `_adp_hold`)
+                    plans[r] = self.ranks[r]._plan = Plan(decode=plan.decode, k=plan.k, macro=True)
+        for rank, plan in zip(self.ranks, plans):
             if plan is None:
                 batches.append(IDLE_BATCH)
                 continue
@@ -167,6 +178,46 @@ class GroupEngine:
             self.env.timeout(0).callbacks.append(lambda _event: self._cost(active, it))
         else:
             self._cost(active, it)
+
+    def _adp_hold(self, plans: Seq[Any]) -> bool:
+        """TensorRT-LLM's attention-DP balancing (`attention_dp_config` enable_balance; py_executor.py
+        `_balance_adp_requests`, which every rank runs on the all-gathered counts, so one decision for the group):
+        whether this iteration holds every rank's context requests (each rank's prompts stay admitted; its decodes
+        run). Counts per rank are the plan's prompts and decodes; a rank with no request at all runs TensorRT-LLM's
+        dummy generation request (`_pad_attention_dp_dummy_request`), so it counts one generation and no context.
+        - every rank has a free slot (decodes < max_running) and a context: the timeout counter restarts; with
+          every rank generating, the contexts wait `batching_wait_iters` iterations (the batching counter), else go;
+        - otherwise the timeout counter grows and the contexts wait until it reaches `timeout_iters` (it restarts)
+          or some rank has no generation request (it restarts).
+        Called once per group step that runs (an idle group iterates nothing, as the executor waits)."""
+        timeout, batching_wait, max_running = self._adp
+        ctx = all_ctx = all_gen = free = True
+        for rank, plan in zip(self.ranks, plans):
+            if plan is None:
+                ctx = False
+                gen = 0 if (rank.running or rank.waiting or rank._inbox) else 1
+            else:
+                ctx = bool(plan.prefill)
+                gen = len(plan.decode)
+            all_ctx = all_ctx and ctx
+            all_gen = all_gen and gen > 0
+            free = free and gen < max_running
+        if free and all_ctx:
+            self.adp_waited = 0
+            if all_gen:
+                if self.adp_batched < batching_wait:
+                    self.adp_batched += 1
+                    self.adp_held += 1
+                    return True
+                self.adp_batched = 0
+            return False
+        self.adp_waited += 1
+        if self.adp_waited >= timeout or not all_gen:
+            self.adp_waited = 0
+            return False
+        if any(plan is not None and plan.prefill for plan in plans):
+            self.adp_held += 1          # a step that held prompts (the figure the summary gives)
+        return True
 
     def _cost(self, active: list, it: GroupIteration) -> None:
         """The group's step (`it`), then each active rank's routed exchanges and partials on top: the step lasts
@@ -293,4 +344,5 @@ class GroupEngine:
                 "a2a_flow_s": self.flow_s, "a2a_flow_extra_s": self.flow_extra_s, "a2a_flows": self.a2a_flows,
                 "a2a_bytes": dict(self.a2a_bytes), "a2a_tier_bytes": self.a2a_tier_bytes,
                 "decode_steps": self.decode_steps,
-                "decode_tokens": self.decode_tokens}
+                "decode_tokens": self.decode_tokens,
+                **({"adp_held_steps": self.adp_held} if self._adp is not None else {})}

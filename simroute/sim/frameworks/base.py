@@ -25,7 +25,7 @@ SETTINGS = FLAG_SETTINGS + ("host_us_per_sequence", "eager_launch_us_per_layer",
 # settings only some frameworks have (a RunConfig flag too): a framework lists those it has in `optional`; a flag
 # for one its framework lacks is refused
 OPTIONAL_SETTINGS = ("scheduler_recv_interval", "prefill_graph_max_tokens", "mem_fraction", "batch_wait_timeout_iters",
-                     "batch_wait_max_tokens_ratio")
+                     "batch_wait_max_tokens_ratio", "adp_balance", "adp_timeout_iters", "adp_batching_wait_iters")
 GIB = float(1 << 30)
 
 
@@ -135,6 +135,6 @@ class Framework:
 
 
 _INTEGER = {"token_budget", "prefill_chunk", "max_running_seqs", "cuda_graph_max_batch", "scheduler_recv_interval",
-            "prefill_graph_max_tokens", "batch_wait_timeout_iters"}
+            "prefill_graph_max_tokens", "batch_wait_timeout_iters", "adp_timeout_iters", "adp_batching_wait_iters"}
 
 FRAMEWORKS: Registry[type[Framework]] = registry("framework")

@@ -14,7 +14,8 @@ if TYPE_CHECKING:
 class Trtllm(Framework):
     """in-flight batching of decodes with whole prompts (8192 tokens), overlap scheduler, CUDA graphs to 128."""
 
-    optional = ("mem_fraction", "startup_free_gib", "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio")
+    optional = ("mem_fraction", "startup_free_gib", "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio",
+                "adp_balance", "adp_timeout_iters", "adp_batching_wait_iters")
 
     def pool_bytes(self, fraction: float, free_bytes: float, weight_bytes: float) -> float | None:
         """`KvCacheCreator._cal_max_memory` (tensorrt_llm/_torch/pyexecutor/_util.py): free_gpu_memory_fraction x

@@ -105,6 +105,8 @@ def test_a_run_flag_s_bad_value_names_the_flag_not_the_config_field(cli, tmp_pat
 
 
 @pytest.mark.parametrize("args, flag", [(("--batch-wait-timeout-iters", "4"), "--batch-wait-timeout-iters"),
+                                        (("--adp-timeout-iters", "60"), "--adp-timeout-iters"),
+                                        (("--engine", "vllm", "--adp-balance"), "--adp-balance"),
                                         (("--engine", "vllm", "--mem-fraction", "0.8"), "--mem-fraction"),
                                         (("--engine", "trtllm", "--scheduler-recv-interval", "4"),
                                          "--scheduler-recv-interval")])

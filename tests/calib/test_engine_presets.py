@@ -116,6 +116,17 @@ PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
                                                       "batch_wait_max_tokens_ratio Field(default=0",
                                                       "waited iterations >= batch_wait_timeout_iters or scheduled "
                                                       "tokens >= ratio x max_num_tokens")),
+        "adp_balance": ("source", False, (TRT + "tensorrt_llm/llmapi/llm_args.py",
+                                          "AttentionDpConfig enable_balance Field(default=False)",
+                                          "_balance_adp_requests only if enable_attention_dp and "
+                                          "attention_dp_enable_balance")),
+        "adp_timeout_iters": ("source", 50, (TRT + "tensorrt_llm/llmapi/llm_args.py",
+                                             "AttentionDpConfig timeout_iters Field(default=50",
+                                             "timeout_reached = count >= attention_dp_time_out_iters")),
+        "adp_batching_wait_iters": ("source", 10, (TRT + "tensorrt_llm/llmapi/llm_args.py",
+                                                   "AttentionDpConfig batching_wait_iters Field(default=10",
+                                                   "if adp_ctx_batching_wait_iters_count < "
+                                                   "attention_dp_batching_wait_iters")),
     },
 }
 FITTED_POINTS = {("vllm-0.24.0.yaml", "host_us_per_sequence"): GAP,

@@ -242,6 +242,37 @@ def test_early_h200_trtllm_rows_follow_the_script_s_attention_dp_rule():
     assert [r.id for r in rows if r.dp_attention] == ["ix-2025-11-02-h200-trtllm-8k1k-tp8ep8-dpa-c64"]
 
 
+def test_attention_dp_balancing_is_recorded_on_every_trtllm_dp_attention_row():
+    """InferenceX's TensorRT-LLM scripts write attention_dp_config {batching_wait_iters 0, enable_balance true,
+    timeout_iters 60} whenever DP attention is on (every dsr1_fp8_*_trt*.sh found); each such row carries it (the
+    launches spelled out in server_flags name it), no other row any part of it."""
+    for r in ROWS:
+        adp = (r.adp_balance, r.adp_timeout_iters, r.adp_batching_wait_iters)
+        if r.framework == "trtllm" and r.dp_attention:
+            assert adp == (True, 60, 0), r.id
+            if "enable_attention_dp true" in r.server_flags:
+                assert "attention_dp_config batching_wait_iters 0 enable_balance true timeout_iters 60" \
+                    in r.server_flags, r.id
+        else:
+            assert adp == (None, None, None), r.id
+    assert sum(r.adp_balance is True for r in ROWS) == 12
+
+
+@pytest.mark.parametrize("framework,dp,values,problem", [
+    ("sglang", "true", ("true", "60", "0"), "TensorRT-LLM's with DP attention"),
+    ("trtllm", "false", ("true", "60", "0"), "TensorRT-LLM's with DP attention"),
+    ("trtllm", "true", ("true", "60", ""), "come together"),
+    ("trtllm", "true", ("yes", "60", "0"), "not one of"),
+    ("trtllm", "true", ("true", "-1", "0"), "not an integer"),
+])
+def test_a_bad_adp_field_is_refused(tmp_path, framework, dp, values, problem):
+    bad = {**_good_row(), "framework": framework, "dp_attention": dp,
+           "deployment": "dp-attention" if dp == "true" else "baseline",
+           **dict(zip(("adp_balance", "adp_timeout_iters", "adp_batching_wait_iters"), values))}
+    with pytest.raises(ConfigurationError, match=problem):
+        load_serving_table(_write(tmp_path, [bad]))
+
+
 @pytest.mark.parametrize("framework,iters,ratio,problem", [
     ("trtllm", "40", "1.5", "not a share of max_num_tokens"),
     ("trtllm", "40", "0", "positive finite"),

@@ -5,7 +5,8 @@ request uses (`ReplicaChoice`). A holder's routed partial attention runs on its 
 
 from __future__ import annotations
 
-from itertools import compress
+from itertools import compress, filterfalse, repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING, NamedTuple
 
 from simroute.network.hashing import mix64
@@ -27,6 +28,9 @@ class HolderLoad(NamedTuple):
     sequences: int       # the engine's own running and waiting sequences
 
 
+_new_load = tuple.__new__          # a HolderLoad without its Python-level __new__ (most of a C loop's time)
+
+
 def holder_wait_s(ctx: SimContext, holder: Instance, requester: int = -1) -> float:
     """Expected wait of one routed query on `holder` now, `requester`'s own demand left out (-1: nobody's)."""
     engine = ctx.engines[holder.id]
@@ -38,9 +42,26 @@ def holder_load(ctx: SimContext, holder: Instance, requester: int = -1) -> Holde
     return holder_loads(ctx, [holder.id], requester)[0]
 
 
+_DEMAND = attrgetter("demand")
+
+
 def holder_loads(ctx: SimContext, holders: list[int], requester: int = -1) -> list[HolderLoad]:
-    """`holder_load` of each holder (instance ids), in one loop: the replica choice reads every candidate of a
-    chunk on one fabric, often hundreds on a corpus."""
+    """`holder_load` of each holder (instance ids): the replica choice reads every candidate of a chunk on one
+    fabric, often hundreds on a corpus. Read from the run's `LoadBoard` (flat lists the engines keep current, in
+    C loops) unless one of them has requesters routing to it, whose wait is read from its engine
+    (`read_holder_loads`, the same values)."""
+    board = ctx.engines.board
+    if board is None or any(map(_DEMAND, map(board.partials.__getitem__, holders))):
+        return read_holder_loads(ctx, holders, requester)
+    routing = ctx.routing
+    return list(map(_new_load, repeat(HolderLoad),
+                    zip(map(routing.get, holders, repeat(0)) if routing else repeat(0),
+                        map(board.layer_wait_s.__getitem__, holders), map(board.sequences.__getitem__, holders))))
+
+
+def read_holder_loads(ctx: SimContext, holders: list[int], requester: int = -1) -> list[HolderLoad]:
+    """`holder_loads` read from each holder's engine, one by one (a run without a board: DP groups; a holder
+    that requesters route to: its M/D/1 wait at their demand, less `requester`'s)."""
     engines, routing, kernel_s, now = ctx.engines.engines, ctx.routing, ctx.query_kernel_s, ctx.env.now
     new = tuple.__new__         # a HolderLoad without its Python-level __new__ (a third of this loop's time)
     loads = []
@@ -84,21 +105,24 @@ class ReplicaChoice:
     nearest-only, 2 replicas of the agent-replicas study raised TTFT p99 by 3.9% over 1 replica; with this
     rule by 0.5%, docs/REVIEW.md finding P8).
 
-    One per request: it classifies its chunks at one simulated instant, so each holder's load is read once.
+    One per request: it classifies its chunks at one simulated instant, reading the holders' loads off the run's
+    `LoadBoard` (a holder that requesters route to: from its engine, once per request).
     Extending: a subclass overrides `choose` (the request calls it once per chunk with more than one holder
     it does not already use); `pick` notes the answer.
     """
 
-    __slots__ = ("ctx", "requester", "loads", "picked", "_latency", "_fabrics", "_near", "_held_at", "_holders")
+    __slots__ = ("ctx", "requester", "loads", "picked", "_latency", "_fabrics", "_near", "_held_at", "_holders",
+                 "_board")
 
     def __init__(self, ctx: SimContext, requester: Instance) -> None:
         self.ctx, self.requester = ctx, requester
-        self.loads: dict[int, HolderLoad] = {}
+        self.loads: dict[int, HolderLoad] = {}     # holders' loads read one by one (`_loads`), once each
         self.picked: set[int] = set()               # holders this request's earlier chunks use
         self._latency: list[float] | None = None     # the requester's latency row, read on the first pick
         self._fabrics: list[int] | None = None       # and its fabric row (`Cluster.fabric_row`)
         self._held_at = ctx.copies.held_at          # per instance, the chunks it holds now (read per chunk: bound once)
         self._holders = ctx.cluster.chunks.holders
+        self._board = ctx.engines.board
 
     def pick(self, chunk: int) -> int | None:
         """The holder to use for `chunk`; None when nobody holds it."""
@@ -162,23 +186,44 @@ class ReplicaChoice:
                 holders = [holder for holder, count in zip(holders, counts) if count == fewest]
                 if len(holders) == 1:
                     return holders[0]
-        loads = self._loads(holders)
-        least = min(loads)
-        if loads.count(least) == 1:
-            return holders[loads.index(least)]
+        tied = self._least_loaded(holders)
+        if len(tied) == 1:
+            return tied[0]
         # the tie-breaks below see the tied set, not its order (ids are distinct; mix64 is a bijection)
-        tied = [(row[h], h) for h, load in zip(holders, loads) if load == least]
-        nearest = min(tied)[0]
-        tied = [h for lat, h in tied if lat == nearest]
+        nearest = min(map(row.__getitem__, tied))
+        tied = list(compress(tied, map(nearest.__eq__, map(row.__getitem__, tied))))
         if len(tied) == 1:
             return tied[0]
         here = self.requester.id            # equally loaded and near too: the hash spreads requesters over them
         return min(tied, key=lambda h: mix64(h * 1_000_003 + here))
 
+    def _least_loaded(self, holders: list[int]) -> list[int]:
+        """The holders of least `HolderLoad`, in the holders' order. Their routing counts are equal (`choose`
+        kept the fewest): from the run's `LoadBoard`, the least wait, then the fewest sequences, compared in C
+        loops without a load per holder, unless one of them has requesters routing to it (`_loads`)."""
+        board = self._board
+        if board is None or any(map(_DEMAND, map(board.partials.__getitem__, holders))):
+            loads = self._loads(holders)
+            least = min(loads)
+            if loads.count(least) == 1:
+                return [holders[loads.index(least)]]
+            return list(compress(holders, map(least.__eq__, loads)))
+        waits = list(map(board.layer_wait_s.__getitem__, holders))
+        wait = min(waits)
+        if waits.count(wait) < len(waits):
+            holders = list(compress(holders, map(wait.__eq__, waits)))
+            if len(holders) == 1:
+                return holders
+        sequences = list(map(board.sequences.__getitem__, holders))
+        fewest = min(sequences)
+        if sequences.count(fewest) < len(sequences):
+            holders = list(compress(holders, map(fewest.__eq__, sequences)))
+        return holders
+
     def _loads(self, holders: list[int]) -> list[HolderLoad]:
         """The holders' loads, each read once per request (`loads`)."""
         known = self.loads
-        unread = [h for h in holders if h not in known]
+        unread = list(filterfalse(known.__contains__, holders))
         if unread:
             known.update(zip(unread, holder_loads(self.ctx, unread, self.requester.id)))
         return list(map(known.__getitem__, holders))

@@ -88,10 +88,14 @@ def test_without_a_requester_nobodys_demand_is_left_out(sim):
 
 
 def test_each_holder_load_is_read_once_per_request(sim, monkeypatch):
+    """Holders that requesters route to are read from their engines (their wait at the others' demand): once
+    per request. Without demand the choice reads the run's `LoadBoard` and no holder's engine."""
     import simroute.sim.holder as holder
     reads = []
     real = holder.holder_loads
     monkeypatch.setattr(holder, "holder_loads", lambda ctx, hs, r=-1: reads.extend(hs) or real(ctx, hs, r))
+    assert len({ReplicaChoice(sim.ctx, sim.instances[4]).pick(0) for _ in range(3)}) == 1 and reads == []
+    sim.ctx.engines[5].partials.add(1e-4, 5000.0, 1.0, sim.env.now, 1.0, False, requester=1)
     choice = ReplicaChoice(sim.ctx, sim.instances[4])
     assert len({choice.pick(0) for _ in range(5)}) == 1
     assert sorted(reads) == [5, 6]

@@ -11,7 +11,7 @@ import simpy
 
 from simroute.calib.profile import Profile
 from simroute.model.steptime import StepTimeModel
-from simroute.sim.engine.engine import EngineOptions, InstanceEngine
+from simroute.sim.engine.engine import EngineOptions, InstanceEngine, LoadBoard
 from simroute.sim.engine.exchange import RouteExchange
 from simroute.sim.engine.hbm import BLOCK_TOKENS, HbmBudget
 from simroute.sim.engine.log import IterationLog
@@ -89,6 +89,12 @@ class EngineSet:
                 self.groups.append(GroupEngine(env, self.engines[g * dp:(g + 1) * dp], group,
                                                gpus=group_gpus[g * width:(g + 1) * width],
                                                network=network if ep_flows else None, rng=rng))
+        # the holders' loads as the replica choice reads them (`holder_loads`); DP ranks, planned by their group,
+        # do not publish theirs: the choice reads their engines
+        self.board: LoadBoard | None = None if self.groups else LoadBoard()
+        if self.board is not None:
+            for engine in self.engines:
+                self.board.join(engine)
 
     def add_pool(self, env: simpy.Environment, gpus: Seq[str], step: StepTimeModel, options: EngineOptions,
                  schedulers: Callable[[], Scheduler] | None = None) -> list[InstanceEngine]:
@@ -104,6 +110,9 @@ class EngineSet:
                                 scheduler=schedulers() if schedulers is not None else None)
                  for i, gpu in enumerate(gpus)]
         self.engines.extend(added)
+        if self.board is not None:
+            for engine in added:
+                self.board.join(engine)
         return added
 
     def __getitem__(self, i: int) -> InstanceEngine:

@@ -123,6 +123,29 @@ class EngineOptions:
             raise ConfigurationError("must be within [0, 1]", field="interference")
 
 
+class LoadBoard:
+    """Each engine's load as a holder (`simroute.sim.holder.holder_loads`), kept by instance id in flat lists that
+    the engines update as each of their events and calls from outside ends (`InstanceEngine._publish`): a replica
+    choice compares up to hundreds of candidate holders per request, and reading each one's engine objects was
+    the Zipf run's largest single function (issue 39). A DP group's ranks are planned by their group and do not
+    publish: a run with groups has no board."""
+
+    def __init__(self) -> None:
+        self.sequences: list[int] = []          # running + waiting
+        self.layer_wait_s: list[float] = []     # a routed query's wait for the current layer (nobody routing)
+        self.partials: list[HolderPartials] = []    # whose `demand`, when not empty, needs the full reading
+
+    def join(self, engine: InstanceEngine) -> None:
+        """`engine` (the next instance id) publishes here from now on."""
+        if engine.eid != len(self.sequences):
+            raise ValueError(f"engine {engine.eid} joins a load board of {len(self.sequences)} engines")
+        self.sequences.append(0)
+        self.layer_wait_s.append(0.0)
+        self.partials.append(engine.partials)
+        engine.board = self
+        engine._publish()
+
+
 class InstanceEngine:
     """One instance's serving engine. `submit(seq)` queues a sequence; its `first_token` and `done` events
     succeed when its first token is out and when it is done. Also a holder: `partials` is the work it does
@@ -187,6 +210,7 @@ class InstanceEngine:
         self.cuts = 0                   # macro events an arrival cut short
         self.hidden_s = self.exchange_total_s = 0.0
         self.busy_s = 0.0               # summed event durations (own iterations, exchanges, partials run inline)
+        self.board: LoadBoard | None = None    # the run's board, where it publishes its load as a holder
 
     # ---- interface -----------------------------------------------------------------------------------
     def submit(self, seq: Sequence) -> None:
@@ -195,29 +219,43 @@ class InstanceEngine:
         arrival waits in `_inbox` for the next poll, `_poll`, with no cut); an idle engine plans at once
         (`_start`), a k-iteration decode event is cut at its next iteration boundary (`_cut`); a sequence that
         can never fit is refused."""
-        seq.t_submit = self.env.now
-        seq.phase = WAITING
-        if blocks_for(seq.peak_tokens) > self.hbm.capacity_blocks - self.hbm.pinned_blocks:
-            self._refuse(seq, NEVER_FITS)     # can never fit: refused rather than thrashing or waiting forever
-            return
-        if self.busy and self.options.recv_interval > 1:
-            self._inbox.append(seq)         # the scheduler sees it at its next poll; events end at polls (no cut)
-            return
-        if self.busy and not self._in_step and self.options.schedule_ahead:
-            self._arriving.append(seq)      # the next iteration is planned already: it joins the one after
-        else:
-            self.waiting.append(seq)
-        if self._in_step:
-            return                          # the event being processed picks it up
-        if not self.busy:
-            self._start()
-        elif self._plan.k > 1:
-            self._cut()
+        try:
+            seq.t_submit = self.env.now
+            seq.phase = WAITING
+            if blocks_for(seq.peak_tokens) > self.hbm.capacity_blocks - self.hbm.pinned_blocks:
+                self._refuse(seq, NEVER_FITS)     # can never fit: refused rather than thrashing or waiting forever
+                return
+            if self.busy and self.options.recv_interval > 1:
+                self._inbox.append(seq)         # the scheduler sees it at its next poll; events end at polls (no cut)
+                return
+            if self.busy and not self._in_step and self.options.schedule_ahead:
+                self._arriving.append(seq)      # the next iteration is planned already: it joins the one after
+            else:
+                self.waiting.append(seq)
+            if self._in_step:
+                return                          # the event being processed picks it up
+            if not self.busy:
+                self._start()
+            elif self._plan.k > 1:
+                self._cut()
+        finally:
+            self._publish()     # its queue changed (or not): the board shows it
 
     def poke(self) -> None:
         """Event *HBM freed* (a copy unpinned or removed, from outside): an idle engine retries admission."""
         if not self.busy and not self._in_step and self.waiting:
             self._start()
+            self._publish()
+
+    def _publish(self) -> None:
+        """Its load as a holder now, on the run's `LoadBoard` (called where each of its events and calls from
+        outside ends, so that the board is current whenever no engine code runs)."""
+        board = self.board
+        if board is not None:
+            eid = self.eid
+            board.sequences[eid] = len(self.running) + len(self.waiting)
+            # `holder_loads`' wait when nobody routes here: half the current layer, inline, on a busy engine
+            board.layer_wait_s[eid] = 0.0 + self.layer_s / 2 if self.busy and self.partials._waits_for_layer else 0.0
 
     def admit(self, seq: Sequence) -> bool:
         """Move the head of the waiting queue to the running set if the cap and its KV blocks allow."""
@@ -678,6 +716,7 @@ class InstanceEngine:
             self._arm(end - now)
             return
         self._end()
+        self._publish()
 
     def _cut(self) -> None:
         """Event *cut by arrival* (`submit`, while a k-iteration decode event runs): it ends at the next iteration

@@ -13,6 +13,7 @@ from simroute.network.hashing import mix64
 
 if TYPE_CHECKING:
     from simroute.sim.cluster import Instance
+    from simroute.sim.engine.engine import LoadBoard
     from simroute.sim.context import SimContext
 
 
@@ -79,6 +80,17 @@ def read_holder_loads(ctx: SimContext, holders: list[int], requester: int = -1) 
         append(new(HolderLoad, (0 if routed is None else routed(holder, 0), wait,
                                 len(engine.running) + len(engine.waiting))))
     return loads
+
+
+def _demand(board: LoadBoard, holders: list[int]) -> bool:
+    """Whether requesters route to one of `holders` (its partials' `demand` is not empty), reading only the ones
+    flagged on the board; a flagged holder whose demand is empty is lowered (only `add` raises it again)."""
+    asked, partials = board.asked, board.partials
+    for holder in list(compress(holders, map(asked.__getitem__, holders))):
+        if partials[holder].demand:
+            return True
+        asked[holder] = False
+    return False
 
 
 class ReplicaChoice:
@@ -202,7 +214,7 @@ class ReplicaChoice:
         kept the fewest): from the run's `LoadBoard`, the least wait, then the fewest sequences, compared in C
         loops without a load per holder, unless one of them has requesters routing to it (`_loads`)."""
         board = self._board
-        if board is None or any(map(_DEMAND, map(board.partials.__getitem__, holders))):
+        if board is None or (any(map(board.asked.__getitem__, holders)) and _demand(board, holders)):
             loads = self._loads(holders)
             least = min(loads)
             if loads.count(least) == 1:

@@ -37,6 +37,7 @@ def _checked_run(monkeypatch, cfg: RunConfig) -> list[int]:
             assert board.sequences[engine.eid] == len(engine.running) + len(engine.waiting), engine.eid
             inline = engine.busy and engine.partials._waits_for_layer
             assert board.layer_wait_s[engine.eid] == (engine.layer_s / 2 if inline else 0.0), engine.eid
+            assert board.asked[engine.eid] or not engine.partials.demand, engine.eid    # demand is flagged
         least = real(self, holders)
         loads = holder.read_holder_loads(ctx, holders, self.requester.id)
         assert least == [h for h, load in zip(holders, loads) if load == min(loads)]

@@ -133,7 +133,10 @@ class LoadBoard:
     def __init__(self) -> None:
         self.sequences: list[int] = []          # running + waiting
         self.layer_wait_s: list[float] = []     # a routed query's wait for the current layer (nobody routing)
-        self.partials: list[HolderPartials] = []    # whose `demand`, when not empty, needs the full reading
+        self.partials: list[HolderPartials] = []
+        # raised when demand is added to a holder's partials (`HolderPartials.add`), lowered by the reader that finds
+        # its demand empty (`ReplicaChoice._least_loaded`): a holder not flagged has no demand
+        self.asked: list[bool] = []
 
     def join(self, engine: InstanceEngine) -> None:
         """`engine` (the next instance id) publishes here from now on."""
@@ -142,6 +145,8 @@ class LoadBoard:
         self.sequences.append(0)
         self.layer_wait_s.append(0.0)
         self.partials.append(engine.partials)
+        self.asked.append(bool(engine.partials.demand))
+        engine.partials.asked, engine.partials.slot = self.asked, engine.eid
         engine.board = self
         engine._publish()
 

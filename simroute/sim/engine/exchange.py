@@ -65,7 +65,7 @@ class HolderPartials:
     # `_waits_for_layer`, not `_inline`: mypyc names a C struct field after it, and `__inline` is a C keyword
     __slots__ = ("_mode", "_interference", "_waits_for_layer", "_busy_charge", "demand", "tail", "expiry", "calls",
                  "queries", "work_s", "charged_s", "kernel_s", "last_take", "prepaid", "busy_fraction", "queued_s",
-                 "fan_in_calls", "max_fan_in")
+                 "fan_in_calls", "max_fan_in", "asked", "slot")
 
     def __init__(self, mode: HolderMode = HolderMode.INLINE, interference: float = 0.3) -> None:
         self._mode, self._interference = mode, interference
@@ -84,6 +84,10 @@ class HolderPartials:
         self.queued_s = 0.0             # summed expected wait of the calls that ran (x exchanges)
         self.fan_in_calls = 0.0         # summed requesters sharing each call that ran (x exchanges)
         self.max_fan_in = 0             # most requesters that shared one call
+        # its flag on the run's load board (`LoadBoard.asked`), raised as demand is added: the replica choice reads
+        # the demand of flagged holders only
+        self.asked: list[bool] | None = None
+        self.slot = 0
 
     @property
     def mode(self) -> HolderMode:
@@ -188,6 +192,9 @@ class HolderPartials:
         charge = self._busy_charge if holder_busy else 0.0
         entry = DemandEntry(now, now + span_s, work / span_s, requester, charge * work / span_s)
         self.demand.append(entry)
+        asked = self.asked
+        if asked is not None:
+            asked[self.slot] = True
         if entry.until < self.expiry:
             self.expiry = entry.until
         return entry

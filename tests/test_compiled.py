@@ -124,13 +124,13 @@ def test_the_compiled_build_runs_what_its_sources_run(installed_compiled, tmp_pa
 
 
 ENGINE_TESTS = ["test_partials.py", "test_holder_counters.py", "test_exchange_legs.py", "test_engine_runs.py",
-                "test_hbm.py", "test_instance_engine.py", "test_engine_progress.py"]
+                "test_hbm.py", "test_instance_engine.py", "test_engine_progress.py", "test_planted_admission.py"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tests", [
     ["network/test_messages.py"],
-    [f"sim/engine/{name}" for name in ENGINE_TESTS],
+    [*(f"sim/engine/{name}" for name in ENGINE_TESTS), "sim/test_load_board.py"],
     # a Python subclass of the compiled MessageModel (`allow_interpreted_subclasses`)
     ["sim/test_sparse_engine.py::test_fanout_over_four_cross_host_holders_is_flat_at_the_nic_capacity"],
 ], ids=["messages", "engine", "message-model-subclass"])

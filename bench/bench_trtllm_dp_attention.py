@@ -1,14 +1,16 @@
 """TensorRT-LLM's DP-attention rows of calib/serving/measured.csv replayed through simroute's DP-attention group,
-outside the scorecard (docs/VALIDATION.md, "The two TensorRT-LLM queueing rows").
+with and without attention-DP balancing (docs/VALIDATION.md, "TensorRT-LLM's attention-DP balancing").
 
-`validate --serving` skips every DP-attention row (not the baseline engine; a group steps once per engine event,
-so each row costs 15-150 CPU s). This replays the TensorRT-LLM ones with a closed loop of random prompts and no
-MTP as they launched: the scorecard's flags for the row (`engine_values`: preset, `max_num_tokens`, CUDA-graph
-limit, memory fraction, `ep`) plus `--dp-attention` = the row's TP, on one host of the shipped fat-tree, the
-workload as `trace gen serving` writes it (seed 0). Every one of these launches (InferenceX's TensorRT-LLM
+The default `validate --serving` skips every DP-attention row (a group steps once per engine event, so each row
+costs ~42 CPU s); `validate --serving --dp-attention` replays them as launched. This takes the same rows (the
+scorecard's `cases(dp_attention=True)`: the TensorRT-LLM ones, closed loops of random prompts without MTP) and
+the scorecard's replay: the row's flags (`engine_values`: preset, `max_num_tokens`, CUDA-graph limit, memory
+fraction, `ep`, `dp_attention` = the row's TP), on one host of the shipped fat-tree, the workload as
+`trace gen serving` writes it (seed 0). Every one of these launches (InferenceX's TensorRT-LLM
 scripts) sets `attention_dp_config: {enable_balance: true, timeout_iters: 60, batching_wait_iters: 0}` (the table's
 `adp_*` columns): each row is replayed without it (`before`: balancing off, TensorRT-LLM's default) and with it
-(`after`: the group holds every rank's prompts by `_balance_adp_requests`' rule, docs/ENGINES.md). Nothing is
+(`after`: the group holds every rank's prompts by `_balance_adp_requests`' rule, docs/ENGINES.md; the
+scorecard's figures). Nothing is
 fitted. Prints one line per row and run, and appends one row per run to bench/RESULTS.md (`--no-record`: print
 only).
 
@@ -34,10 +36,10 @@ METRICS = (("ttft", "ttft_median_ms"), ("tpot", "tpot_mean_ms"), ("tok/s/GPU", "
 
 
 def rows():
-    """TensorRT-LLM DP-attention rows without MTP: closed loops of random prompts on one host, in table order."""
-    from simroute.calib.serving import load_serving_table
-    return [r for r in load_serving_table() if r.framework == "trtllm" and r.deployment == "dp-attention"
-            and r.dataset == "random" and r.concurrency is not None and r.nodes == 1 and r.gpus == r.tp == 8]
+    """The DP-attention rows `validate --serving --dp-attention` replays (TensorRT-LLM's, without MTP), in table
+    order."""
+    from simroute.scenarios.serving import cases
+    return [r for r in cases(dp_attention=True)[0] if r.dp_attention]
 
 
 def main() -> None:
@@ -53,7 +55,7 @@ def main() -> None:
         for i, row in enumerate(chosen):
             trace = generate("serving", Path(tmp) / f"t{i}.parquet", seed=0, params=trace_params(row))
             for run in RUNS:
-                values = {**engine_values(row), "dp_attention": row.tp}
+                values = engine_values(row)
                 if run == "before":
                     for name in ADP:
                         values.pop(name, None)

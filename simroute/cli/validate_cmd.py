@@ -40,6 +40,10 @@ def validate(
                                  "serving benchmarks of calib/serving/measured.csv instead of the papers' claims "
                                  "(--only: substrings of row ids). Example: simroute validate --serving --only "
                                  "h200-trtllm-1k1k -j 2"),
+    dp_attention: bool = typer.Option(False, "--dp-attention", help="With --serving: also replay the DP-attention "
+                                      "rows without MTP (~42 CPU s each, so not in the default set), scored as "
+                                      "their own set beside the default one. Example: simroute validate --serving "
+                                      "--dp-attention -j 2"),
 ) -> None:
     """Score every claim simroute reproduces from the two papers: paper value, simulated value, band, verdict.
 
@@ -51,10 +55,15 @@ def validate(
     --serving: the serving scorecard (docs/VALIDATION.md "Serving"): per measured row and metric (median TTFT,
     mean TPOT, output tokens/s per GPU) measured, simulated, ratio and verdict (pass inside 0.67-1.5x), a
     summary per metric, and the fitted constants with the rows they were fitted to (those rows are not judged).
+    --dp-attention adds the DP-attention rows without MTP, with their own points and summary (JSON `dp_attention`).
     """
     if serving:
-        _serving(json_out=json_out, only=only, full=full, jobs=jobs, quiet=quiet, ark=ark, strict=strict)
+        _serving(json_out=json_out, only=only, full=full, jobs=jobs, quiet=quiet, ark=ark, strict=strict,
+                 dp_attention=dp_attention)
         return
+    if dp_attention:
+        raise ConfigurationError("--dp-attention adds rows to the serving scorecard; give it with --serving",
+                                 field="--dp-attention")
     from simroute.scenarios.validate import (FULL_SECTIONS, SECTIONS, default_jobs, scorecard, section_names,
                                              select_sections, summary)
     # every flag is checked before any section runs (a bad value must not cost minutes of simulation first)
@@ -98,8 +107,10 @@ def validate(
 
 
 def _serving(*, json_out: bool, only: str | None, full: bool, jobs: int | None, quiet: bool, ark: bool,
-             strict: bool) -> None:
-    """`validate --serving`: every flag checked first, then the replays, then the table (or JSON)."""
+             strict: bool, dp_attention: bool = False) -> None:
+    """`validate --serving`: every flag checked first, then the replays, then the table (or JSON). The
+    DP-attention rows (--dp-attention) are replayed with the others but scored apart: the default set's points and
+    summary stay those of the default set."""
     from simroute.scenarios import serving as sv
     from simroute.scenarios.validate import default_jobs
     if full or ark:
@@ -113,49 +124,64 @@ def _serving(*, json_out: bool, only: str | None, full: bool, jobs: int | None, 
                                      "calib/serving/measured.csv, or leave --only out", field="--only")
     workers = default_jobs() if jobs is None else int(check_number(jobs, "--jobs", integer=True, minimum=1,
                                                                     maximum=MAX_JOBS))
-    rows, skipped = sv.cases(only=names)
+    rows, skipped = sv.cases(only=names, dp_attention=dp_attention)
     fitted = sv.fitted_constants(gpus=sorted({row.gpu for row in rows}))
 
     def progress(what: str, done: int, total: int, cpu_s: float) -> None:
         print(f"validate --serving [{done}/{total}] {what} ({cpu_s:.1f} CPU s)", file=sys.stderr, flush=True)
 
-    points = sv.scorecard(rows, jobs=workers, progress=None if quiet else progress, fitted=fitted)
+    every = sv.scorecard(rows, jobs=workers, progress=None if quiet else progress, fitted=fitted)
+    dp_ids = {row.id for row in rows if row.dp_attention}
+    points = [p for p in every if p.id not in dp_ids]
+    dp_points = [p for p in every if p.id in dp_ids]
     counts = sv.summary(points)
+    dp_counts = sv.summary(dp_points)
     reasons: dict[str, int] = {}
     for _, reason in skipped:
         reasons[reason] = reasons.get(reason, 0) + 1
     if json_out:
-        echo_json({"points": [p.as_dict() for p in points], "summary": counts, "band": list(sv.BAND),
-                   "skipped": [{"id": row.id, "reason": reason} for row, reason in skipped],
-                   "fitted_constants": [{"file": c.file, "name": c.name, "ref": c.ref, "points": list(c.points),
-                                         "rows": list(c.rows)} for c in fitted]})
+        doc = {"points": [p.as_dict() for p in points], "summary": counts, "band": list(sv.BAND),
+               "skipped": [{"id": row.id, "reason": reason} for row, reason in skipped],
+               "fitted_constants": [{"file": c.file, "name": c.name, "ref": c.ref, "points": list(c.points),
+                                     "rows": list(c.rows)} for c in fitted]}
+        if dp_attention:
+            doc["dp_attention"] = {"points": [p.as_dict() for p in dp_points], "summary": dp_counts}
+        echo_json(doc)
     else:
-        table(f"measured serving benchmarks (calib/serving/measured.csv), simulated; band {sv.BAND[0]}-{sv.BAND[1]}x",
-              ["row", "metric", "version", "load", "holdout", "fitted_to", "measured", "simulated", "ratio",
-               "verdict"],
-              [[p.id, p.metric, p.version, p.workload, str(p.holdout).lower(), p.fitted_to or "-",
-                f"{_fmt(p.measured)} {p.unit}", f"{_fmt(p.simulated)} {p.unit}", f"{p.ratio:.2f}",
-                ("pass" if p.verdict == "pass" else "FAIL") if p.judged else "fitted"] for p in points])
-        groups = [[name, metric, str(g["n"]), f"{100 * g['median_abs_err']:.1f}%", str(g["outside_band"])]
-                  for name, group in counts.get("groups", {}).items() for metric, g in group.items()]
-        for metric, entry in counts["metrics"].items():
-            for label in ("all", "holdout", "not holdout"):
-                if label in entry:
-                    g = entry[label]
-                    groups.append([f"{label}", metric, str(g["n"]), f"{100 * g['median_abs_err']:.1f}%",
-                                   f"{g['outside_band']} ({g['min_ratio']:.2f}-{g['max_ratio']:.2f}x)"])
-        table("summary of judged points: median |simulated / measured - 1|", ["group", "metric", "n", "median |err|",
-                                                                             "outside band"], groups)
-        typer.echo(f"{counts['passed']} of {counts['judged']} judged points pass ({counts['failed']} fail) over "
-                   f"{counts['rows']} rows, frameworks {', '.join(counts['frameworks']) or '-'}, GPUs "
-                   f"{', '.join(counts['gpus']) or '-'}; {counts['fitted']} points on rows a constant was fitted to")
+        _serving_tables("measured serving benchmarks (calib/serving/measured.csv), simulated", points, counts)
+        if dp_attention:
+            _serving_tables("DP-attention rows (--dp-attention), simulated; scored apart from the rows above",
+                            dp_points, dp_counts)
         typer.echo("fitted constants (kind: fitted) the replays read, and the rows of the table they were fitted to:")
         for c in fitted:
             typer.echo(f"- {c.file} {c.name}: {', '.join(c.rows) or 'no row of the table'} ({c.ref[:100]})")
         if reasons:
             typer.echo(f"not replayed: {len(skipped)} rows: " + "; ".join(f"{n} {r}" for r, n in reasons.items()))
-    if counts["failed"] and strict:
+    if (counts["failed"] or dp_counts["failed"]) and strict:
         raise typer.Exit(1)
+
+
+def _serving_tables(title: str, points: list, counts: dict) -> None:
+    """One set of serving points: the points, the summary of the judged ones, the closing count."""
+    from simroute.scenarios import serving as sv
+    table(f"{title}; band {sv.BAND[0]}-{sv.BAND[1]}x",
+          ["row", "metric", "version", "load", "holdout", "fitted_to", "measured", "simulated", "ratio", "verdict"],
+          [[p.id, p.metric, p.version, p.workload, str(p.holdout).lower(), p.fitted_to or "-",
+            f"{_fmt(p.measured)} {p.unit}", f"{_fmt(p.simulated)} {p.unit}", f"{p.ratio:.2f}",
+            ("pass" if p.verdict == "pass" else "FAIL") if p.judged else "fitted"] for p in points])
+    groups = [[name, metric, str(g["n"]), f"{100 * g['median_abs_err']:.1f}%", str(g["outside_band"])]
+              for name, group in counts.get("groups", {}).items() for metric, g in group.items()]
+    for metric, entry in counts["metrics"].items():
+        for label in ("all", "holdout", "not holdout"):
+            if label in entry:
+                g = entry[label]
+                groups.append([f"{label}", metric, str(g["n"]), f"{100 * g['median_abs_err']:.1f}%",
+                               f"{g['outside_band']} ({g['min_ratio']:.2f}-{g['max_ratio']:.2f}x)"])
+    table("summary of judged points: median |simulated / measured - 1|", ["group", "metric", "n", "median |err|",
+                                                                         "outside band"], groups)
+    typer.echo(f"{counts['passed']} of {counts['judged']} judged points pass ({counts['failed']} fail) over "
+               f"{counts['rows']} rows, frameworks {', '.join(counts['frameworks']) or '-'}, GPUs "
+               f"{', '.join(counts['gpus']) or '-'}; {counts['fitted']} points on rows a constant was fitted to")
 
 
 MAX_ARK_DURATION_S = 86_400.0     # a simulated day per point: past it, the sweep would not end in a session

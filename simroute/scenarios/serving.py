@@ -16,7 +16,9 @@ listed (`fitted_constants`) with what it was fitted to; a row named among a fitt
 
 A row is skipped (with the reason) where simroute cannot replay it: a GPU without an entry (B200 waits for
 issue 35 item 6), ShareGPT prompts (not shipped), open loops (not in the default set: `--only` takes them by id),
-MTP / DP attention (labelled rows, not the baseline). Docs: docs/VALIDATION.md, section "Serving".
+MTP / DP attention (labelled rows, not the baseline). `dp_attention=True` (`validate --serving --dp-attention`)
+also replays the DP-attention rows without MTP through the DP-attention group (~42 CPU s each: outside the default
+set, scored apart from it). Docs: docs/VALIDATION.md, section "Serving".
 """
 
 from __future__ import annotations
@@ -95,10 +97,11 @@ def gpu_has_entry(gpu: str) -> bool:
     return load_profile(default_profile_path()).gpu_entry_file(gpu) is not None
 
 
-def skip_reason(row: ServingRow, *, open_loops: bool = False) -> str | None:
-    """Why `row` is not replayed (None: it is)."""
+def skip_reason(row: ServingRow, *, open_loops: bool = False, dp_attention: bool = False) -> str | None:
+    """Why `row` is not replayed (None: it is). `dp_attention`: a DP-attention row without MTP is replayed too
+    (through the DP-attention group, `engine_values`); MTP is not modelled, so MTP rows stay skipped."""
     from simroute.calib.engines import preset_versions
-    if row.deployment != "baseline":
+    if row.deployment != "baseline" and not (dp_attention and row.deployment == "dp-attention"):
         return f"{row.deployment}: not the baseline engine"
     if row.dataset != "random":
         return "ShareGPT prompts: the dataset is not shipped"
@@ -117,16 +120,17 @@ def skip_reason(row: ServingRow, *, open_loops: bool = False) -> str | None:
     return None
 
 
-def cases(table: Sequence[ServingRow] | None = None, only: Sequence[str] | None = None
-          ) -> tuple[list[ServingRow], list[tuple[ServingRow, str]]]:
+def cases(table: Sequence[ServingRow] | None = None, only: Sequence[str] | None = None, *,
+          dp_attention: bool = False) -> tuple[list[ServingRow], list[tuple[ServingRow, str]]]:
     """(rows replayed, [(row, why skipped)]). `only`: substrings of row ids; a row matching one runs even if it
-    is an open loop. A substring matching no replayable row is refused naming --only."""
+    is an open loop. `dp_attention`: the DP-attention rows without MTP run too (`row.dp_attention` tells them
+    apart). A substring matching no replayable row is refused naming --only."""
     table = load_serving_table() if table is None else table
     run: list[ServingRow] = []
     skipped: list[tuple[ServingRow, str]] = []
     for row in table:
         picked = only is None or any(s in row.id for s in only)
-        reason = skip_reason(row, open_loops=only is not None)
+        reason = skip_reason(row, open_loops=only is not None, dp_attention=dp_attention)
         if picked and reason is None:
             run.append(row)
         elif picked:
@@ -144,8 +148,10 @@ def cases(table: Sequence[ServingRow] | None = None, only: Sequence[str] | None 
 def engine_values(row: ServingRow) -> dict:
     """The RunConfig fields of a row: its framework's preset, then the launch flags the row states."""
     values: dict = {"engine": row.framework, "gpu": row.gpu, "tp": row.tp, "model": row.model}
-    if row.ep > 1:      # TP attention, the experts spread over `ep` of the TP GPUs (a group of one rank)
+    if row.ep > 1:      # the experts spread over `ep` of the TP GPUs (TP attention: a group of one rank)
         values["ep"] = row.ep
+    if row.dp_attention:    # attention DP over the TP GPUs (TensorRT-LLM's enable_attention_dp: DP size = TP size)
+        values["dp_attention"] = row.tp
     if row.kv_cache_dtype in ("fp8", "bf16"):
         values["kv_cache"] = row.kv_cache_dtype
     if row.framework == "sglang" and row.chunked_prefill_tokens is not None:
@@ -270,7 +276,9 @@ def scorecard(rows: Sequence[ServingRow], *, jobs: int = 1, progress: Progress |
               fitted: Sequence[FittedConstant] = ()) -> list[Point]:
     """Replay `rows` (in `jobs` processes when > 1; the points are the same) and score each printed metric."""
     sims: dict[str, dict[str, float]] = {}
-    order = sorted(rows, key=lambda r: -(requests(r) * ((r.osl or 1) + (r.isl or 1) / 8)))     # longest first
+    # longest first (a DP-attention group steps once per rank's event: about DP times a row's work)
+    order = sorted(rows, key=lambda r: -(requests(r) * ((r.osl or 1) + (r.isl or 1) / 8)
+                                         * (r.tp if r.dp_attention else 1)))
     total = len(order)
 
     def tell(row_id: str, cpu_s: float) -> None:

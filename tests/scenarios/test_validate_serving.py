@@ -161,3 +161,57 @@ def test_two_rows_end_to_end(cli):
     s = doc["summary"]
     assert (s["rows"], s["judged"], s["frameworks"], s["gpus"]) == (2, 6, ["sglang", "trtllm"], ["h200-sxm"])
     assert doc["band"] == [0.67, 1.5] and doc["fitted_constants"]
+
+
+DPA = "ix-2025-11-02-h200-trtllm-8k1k-tp8ep8-dpa-c64"       # TensorRT-LLM 8k/1k, 64 clients, DP attention over TP 8
+
+
+def test_dp_attention_adds_the_dp_rows_without_mtp_and_nothing_else():
+    run, skipped = sv.cases()
+    with_dp, skipped_dp = sv.cases(dp_attention=True)
+    added = [r for r in with_dp if r not in run]
+    assert [r for r in with_dp if r in run] == run                  # the default set, in its order, unchanged
+    assert not any(r.dp_attention for r in run)
+    assert DPA in {r.id for r in added} and len(added) >= 4
+    for r in added:
+        assert (r.deployment, r.speculative, r.dataset, r.closed_loop, r.tp, r.nodes) == (
+            "dp-attention", "none", "random", True, 8, 1)
+        assert sv.engine_values(r)["dp_attention"] == r.tp and sv.gpu_has_entry(r.gpu)
+    assert len(with_dp) + len(skipped_dp) == len(load_serving_table())
+    reasons = dict((r.id, why) for r, why in skipped_dp)
+    mtp_dp = [r for r in load_serving_table() if r.deployment == "mtp+dp-attention"]
+    assert mtp_dp and all(reasons[r.id] == "mtp+dp-attention: not the baseline engine" for r in mtp_dp)
+    # a DP-attention row the flag admits still meets every other rule (ShareGPT prompts, open loops)
+    assert all(not why.endswith("not the baseline engine") for r, why in skipped_dp if r.deployment == "dp-attention")
+    assert "dp_attention" not in sv.engine_values(row(TRT_C8))
+
+
+def test_dp_attention_rows_are_scored_apart_only_with_the_flag(cli, monkeypatch):
+    monkeypatch.setattr(sv, "simulate_row", fake_sim({"ttft_median_ms": 52.768, "tpot_mean_ms": 16.348,
+                                                      "output_throughput_per_gpu_tok_s": 58.882}))
+    code, out, err = cli("validate", "--serving", "--json", "-j", "1", "--only", f"{TRT_C8},{DPA}")
+    assert code == 2 and out == "" and "not the baseline engine" in err      # without the flag: not replayed
+    code, out, _ = cli("validate", "--serving", "--json", "-q", "-j", "1", "--only", TRT_C8)
+    assert code == 0 and "dp_attention" not in json.loads(out)
+    code, out, err = cli("validate", "--serving", "--dp-attention", "--json", "-j", "1", "--only", f"{TRT_C8},{DPA}")
+    assert code == 0 and f"] {DPA} (" in err and f"] {TRT_C8} (" in err      # progress lines for both sets
+    doc = json.loads(out)
+    assert {p["id"] for p in doc["points"]} == {TRT_C8}
+    dp = doc["dp_attention"]
+    assert {p["id"] for p in dp["points"]} == {DPA} and all(p["judged"] for p in dp["points"])
+    measured = row(DPA).metrics
+    assert [(p["metric"], p["verdict"]) for p in dp["points"]] == [
+        (m, sv.verdict(fake / measured[c])) for (m, c, _, _), fake in zip(sv.SCORED, (52.768, 16.348, 58.882))
+        if measured.get(c) is not None]
+    assert (doc["summary"]["rows"], dp["summary"]["rows"]) == (1, 1)
+    assert dp["summary"]["judged"] == len(dp["points"]) and DPA not in {s["id"] for s in doc["skipped"]}
+    code, out, _ = cli("validate", "--serving", "--dp-attention", "-q", "-j", "1", "--only", DPA)
+    assert code == 0 and "DP-attention rows (--dp-attention)" in out
+    assert cli("validate", "--serving", "--dp-attention", "--strict", "-q", "-j", "1", "--only", DPA)[0] == 1
+
+
+def test_dp_attention_without_serving_is_refused_and_in_the_help(cli):
+    code, out, err = cli("validate", "--dp-attention", "--only", "table1")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--dp-attention" in err
+    code, out, _ = cli("validate", "--help")
+    assert code == 0 and "--dp-attention" in out

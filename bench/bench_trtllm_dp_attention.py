@@ -1,8 +1,8 @@
 """TensorRT-LLM's DP-attention rows of calib/serving/measured.csv replayed through simroute's DP-attention group,
 with and without attention-DP balancing (docs/VALIDATION.md, "TensorRT-LLM's attention-DP balancing").
 
-The default `validate --serving` skips every DP-attention row (a group steps once per engine event, so each row
-costs ~42 CPU s); `validate --serving --dp-attention` replays them as launched. This takes the same rows (the
+The default `validate --serving` skips every DP-attention row (a group steps once per engine event, so the four
+cost ~160 CPU s); `validate --serving --dp-attention` replays them as launched. This takes the same rows (the
 scorecard's `cases(dp_attention=True)`: the TensorRT-LLM ones, closed loops of random prompts without MTP) and
 the scorecard's replay: the row's flags (`engine_values`: preset, `max_num_tokens`, CUDA-graph limit, memory
 fraction, `ep`, `dp_attention` = the row's TP), on one host of the shipped fat-tree, the workload as

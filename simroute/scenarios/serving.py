@@ -17,8 +17,8 @@ listed (`fitted_constants`) with what it was fitted to; a row named among a fitt
 A row is skipped (with the reason) where simroute cannot replay it: a GPU without an entry (B200 waits for
 issue 35 item 6), ShareGPT prompts (not shipped), open loops (not in the default set: `--only` takes them by id),
 MTP / DP attention (labelled rows, not the baseline). `dp_attention=True` (`validate --serving --dp-attention`)
-also replays the DP-attention rows without MTP through the DP-attention group (~42 CPU s each: outside the default
-set, scored apart from it). Docs: docs/VALIDATION.md, section "Serving".
+also replays the DP-attention rows without MTP through the DP-attention group (~160 CPU s for the four: outside
+the default set, scored apart from it). Docs: docs/VALIDATION.md, section "Serving".
 """
 
 from __future__ import annotations

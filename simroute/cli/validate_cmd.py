@@ -41,9 +41,9 @@ def validate(
                                  "(--only: substrings of row ids). Example: simroute validate --serving --only "
                                  "h200-trtllm-1k1k -j 2"),
     dp_attention: bool = typer.Option(False, "--dp-attention", help="With --serving: also replay the DP-attention "
-                                      "rows without MTP (~160 CPU s for the four, so not in the default set), scored as "
-                                      "their own set beside the default one. Example: simroute validate --serving "
-                                      "--dp-attention -j 2"),
+                                      "rows without MTP (~160 CPU s for the four, so not in the default set), "
+                                      "scored as their own set beside the default one. Example: simroute validate "
+                                      "--serving --dp-attention -j 2"),
 ) -> None:
     """Score every claim simroute reproduces from the two papers: paper value, simulated value, band, verdict.
 

@@ -127,6 +127,13 @@ def measure(sides: dict[str, Path], repeat: int) -> dict[str, dict[str, float | 
 
 
 def main() -> None:
+    if "-h" in sys.argv or "--help" in sys.argv:
+        print(__doc__)
+        sys.exit(0)
+    unknown = [a for i, a in enumerate(sys.argv[1:], 1)
+               if a not in ("--repeat", "--against", "--no-record") and sys.argv[i - 1] not in ("--repeat", "--against")]
+    if unknown:
+        sys.exit(f"bench_run_startup.py: unknown argument {unknown[0]!r} (--repeat R, --against DIR, --no-record)")
     repeat = int(sys.argv[sys.argv.index("--repeat") + 1]) if "--repeat" in sys.argv else 5
     base = Path(sys.argv[sys.argv.index("--against") + 1]).resolve() if "--against" in sys.argv else None
     sides = {"head": ROOT} if base is None else {"base": base, "head": ROOT}

@@ -64,7 +64,7 @@ def read_holder_loads(ctx: SimContext, holders: list[int], requester: int = -1) 
     """`holder_loads` read from each holder's engine, one by one (a run without a board: DP groups; a holder
     that requesters route to: its M/D/1 wait at their demand, less `requester`'s)."""
     engines, routing, kernel_s, now = ctx.engines.engines, ctx.routing, ctx.query_kernel_s, ctx.env.now
-    new = tuple.__new__         # a HolderLoad without its Python-level __new__ (a third of this loop's time)
+    new = _new_load             # bound locally: read once per loop iteration
     loads = []
     append = loads.append
     routed = routing.get if routing else None     # nobody routes anywhere (most runs' choices): 0 for all

@@ -215,3 +215,48 @@ def test_dp_attention_without_serving_is_refused_and_in_the_help(cli):
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--dp-attention" in err
     code, out, _ = cli("validate", "--help")
     assert code == 0 and "--dp-attention" in out
+
+
+COOKBOOK_C1 = "sgc-2025-12-14-b200-sglang-1k1k-tp8ep1-c1"   # SGLang's cookbook: 0.5.6.post1, `--tp 8` alone, 8 x B200
+# What sglang 0.5.6.post1 runs with DeepSeek-R1-0528 on 8 x B200 when told only `--tp 8`, read in its PyPI wheel
+# (sglang-0.5.6.post1-py3-none-any.whl, python/sglang/srt/...). The cookbook rows set none of these, so the replay
+# takes them from the shipped 0.5.14 preset's rules: each must come out as the row's own version ran it.
+SGLANG_0_5_6_POST1_B200_DEFAULTS = {
+    # server_args.py _handle_gpu_memory_settings lines 803-809: at 160 GiB and above ("B200, MI300")
+    # chunked_prefill_size 16384 and cuda_graph_max_bs 512
+    "prefill_chunk": 16384,
+    "cuda_graph_max_batch": 512,
+    "token_budget": 16384,              # server_args.py line 275: max_prefill_tokens = 16384
+    "overlap_scheduling": True,         # line 505: disable_overlap_schedule = False, no DeepSeek-on-SM100 rule sets it
+    "scheduler_recv_interval": 1,       # line 538: scheduler_recv_interval = 1
+    "prefill_graph_max_tokens": 0,      # line 513: enable_piecewise_cuda_graph = False (every prefill eager)
+}
+
+
+def test_cookbook_rows_replay_sglang_0_5_6_post1_s_b200_defaults(tmp_path):
+    """The cookbook's B200 rows state no server setting (`--tp 8` alone): the replay must run what sglang
+    0.5.6.post1 picks by default there, settings and KV-cache dtype: `--kv-cache-dtype auto` keeps the model's
+    bf16 (model_executor/model_runner.py init_memory_pool lines 1624-1635: FP8 only when the quant config's
+    kv_cache_quant_algo is "FP8"; the checkpoint's Fp8Config, layers/quantization/fp8.py, has none), which the
+    TRT-LLM MLA backend it defaults to on SM100 accepts (server_args.py lines 1040-1048, 1415-1431)."""
+    from simroute.calib import default_profile_path
+    from simroute.network import default_topology_path
+    from simroute.sim import RunConfig, simulate
+    from simroute.workload import generate
+
+    cookbook = [r for r in load_serving_table() if r.source == "sglang-cookbook-dsr1-b200"]
+    assert len(cookbook) == 9
+    for r in cookbook:      # nothing the launch did not set, so every row resolves as the one replayed below
+        assert (r.kv_cache_dtype, r.chunked_prefill_tokens, r.max_running_requests, r.cuda_graph_max_bs,
+                r.scheduler_recv_interval, r.mem_fraction, r.server_flags) == (
+            "unstated", None, None, None, None, None, "--model-path deepseek-ai/DeepSeek-R1-0528; --tp 8"), r.id
+        assert sv.engine_values(r) == sv.engine_values(cookbook[0])
+    r = row(COOKBOOK_C1)
+    trace = generate("serving", tmp_path / "t.parquet", seed=0, params=sv.trace_params(r))
+    cfg = RunConfig(topology=str(default_topology_path()), trace=str(trace), calib=str(default_profile_path()),
+                    hosts=1, seed=0, **sv.engine_values(r))
+    engine = simulate(cfg).summary["engine"]
+    settings = {key: engine["preset"]["settings"][key]["value"] for key in SGLANG_0_5_6_POST1_B200_DEFAULTS}
+    assert settings == SGLANG_0_5_6_POST1_B200_DEFAULTS
+    assert engine["kv_cache"] == "bf16"
+    assert engine["preset"]["tables"] == "b200-sxm sglang 0.5.14"

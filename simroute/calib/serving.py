@@ -87,6 +87,9 @@ class ServingRow:
     adp_balance: bool | None                # TensorRT-LLM's attention-DP balancing (attention_dp_config) where the
     adp_timeout_iters: int | None           # launch sets it: enable_balance, timeout_iters, batching_wait_iters;
     adp_batching_wait_iters: int | None     # empty: the framework's default (off)
+    mtp_draft_tokens: int | None            # MTP rows: draft tokens per step the launch sets (simroute's --nextn)
+    mtp_accept_length: float | None         # MTP rows: mean tokens a step emits, as the source printed it; empty:
+                                            # the source records none (then the row cannot be replayed)
     server_flags: str
     client: str
     dataset: str
@@ -205,6 +208,8 @@ def _parse(row: _Row) -> ServingRow:
         adp_balance=row.flag("adp_balance") if row.text("adp_balance", required=False) else None,
         adp_timeout_iters=row.integer("adp_timeout_iters", required=False, minimum=0),
         adp_batching_wait_iters=row.integer("adp_batching_wait_iters", required=False, minimum=0),
+        mtp_draft_tokens=row.integer("mtp_draft_tokens", required=False),
+        mtp_accept_length=row.number("mtp_accept_length", required=False),
         server_flags=row.text("server_flags"), client=row.text("client"), dataset=row.choice("dataset", DATASETS),
         isl=row.integer("isl", required=False), osl=row.integer("osl", required=False), range_ratio=ratio,
         length_rule=row.choice("length_rule", LENGTH_RULES), ignore_eos=row.flag("ignore_eos"),
@@ -276,6 +281,15 @@ def _check_consistency(row: _Row, parsed: ServingRow) -> None:
         if any(v is None for v in adp):
             raise row.fail("adp_balance", "attention_dp_config's enable_balance, timeout_iters and "
                                           "batching_wait_iters come together (all empty: the framework's default)")
+    drafts, accepted = parsed.mtp_draft_tokens, parsed.mtp_accept_length
+    if (parsed.speculative == "mtp") != (drafts is not None):
+        raise row.fail("mtp_draft_tokens", "an MTP row states the draft tokens per step its launch sets; empty "
+                                           "for other rows")
+    if accepted is not None and drafts is not None and not 1.0 <= accepted <= drafts + 1:
+        raise row.fail("mtp_accept_length", f"{accepted} is not a mean accepted length in [1, mtp_draft_tokens + "
+                                            f"1 = {drafts + 1}]")
+    if accepted is not None and drafts is None:
+        raise row.fail("mtp_accept_length", "an acceptance length needs an MTP row (mtp_draft_tokens)")
     e2e, ttft = parsed.metrics.get("e2e_mean_s"), parsed.metrics.get("ttft_mean_ms")
     if e2e is not None and ttft is not None and e2e * 1e3 < ttft:
         raise row.fail("e2e_mean_s", f"mean E2E {e2e} s is shorter than mean TTFT {ttft} ms (a unit slip?)")

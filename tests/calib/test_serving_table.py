@@ -341,3 +341,67 @@ def test_start_up_stalls_are_b200_sglang_runs_without_warm_up():
     assert old in stalled and new.warmups > 0
     for column in ("ttft_median_ms", "tpot_median_ms", "e2e_median_s"):
         assert old.metric(column) == pytest.approx(new.metric(column), rel=0.15), column
+
+
+# The speculative settings of each MTP launch, as its script (the commit in source_ref) or page sets them: SGLang's
+# EAGLE on the checkpoint's MTP module (--speculative-num-steps 2, --speculative-num-draft-tokens 3, top-k 1: a chain
+# of 2 draft tokens, 3 verified), TensorRT-LLM's num_nextn_predict_layers (MTP=3, or MTP=1 where DP_ATTENTION=true),
+# GPUStack's SGLang launch (--speculative-num-steps 1 --speculative-eagle-topk 1 --speculative-num-draft-tokens 2).
+MTP_SCRIPTS = {
+    "InferenceX/blob/12ba0ae07289/benchmarks/single_node/dsr1_fp8_b200_mtp.sh": (2, 2),
+    "InferenceX/blob/d4948f993748/benchmarks/single_node/dsr1_fp8_b200_mtp.sh": (2, 2),
+    "InferenceX/blob/70bf3a25b6b1/benchmarks/single_node/dsr1_fp8_h200_mtp.sh": (2, 2),
+    "InferenceX/blob/008b91a9dd78/benchmarks/dsr1_fp8_h200_trt_mtp_slurm.sh": (3, 1),
+    "InferenceX/blob/d7dbd045b234/benchmarks/dsr1_fp8_b200_trt_mtp.sh": (3, 1),
+    "InferenceX/blob/f3dbc40c99a6/benchmarks/single_node/dsr1_fp8_b200_trt_mtp.sh": (3, 1),
+    "InferenceX/blob/f3dbc40c99a6/benchmarks/single_node/dsr1_fp8_h200_trt_mtp.sh": (3, 1),
+    "gpustack/gpustack@47277d79 docs/performance-lab/deepseek-r1/h200.md": (None, 1),
+}
+
+
+def test_every_mtp_row_records_its_launch_s_draft_tokens_per_step():
+    """(draft tokens without DP attention, with it) per script; the launch flags spelled out name the setting."""
+    mtp = [r for r in ROWS if r.speculative == "mtp"]
+    assert len(mtp) == 43
+    for r in ROWS:
+        if r.speculative != "mtp":
+            assert r.mtp_draft_tokens is None and r.mtp_accept_length is None, r.id
+            continue
+        script = [s for s in MTP_SCRIPTS if s in r.source_ref]
+        assert len(script) == 1, r.id
+        assert r.mtp_draft_tokens == MTP_SCRIPTS[script[0]][r.dp_attention], r.id
+        if r.framework == "sglang":
+            flags = r.server_flags.replace(";", "")
+            assert f"--speculative-num-steps {r.mtp_draft_tokens}" in flags, r.id
+            assert f"--speculative-num-draft-tokens {r.mtp_draft_tokens + 1}" in flags, r.id   # the chain + root
+            assert "--speculative-eagle-topk 1" in flags, r.id     # a chain, as simroute's MTP step models it
+        else:
+            assert f"num_nextn_predict_layers {r.mtp_draft_tokens}" in r.server_flags, r.id
+    assert {r.mtp_draft_tokens for r in mtp} == {1, 2, 3}
+
+
+def test_no_inferencex_mtp_row_carries_an_acceptance_length():
+    """InferenceX's client (utils/bench_serving/benchmark_serving.py, or kimbochen/bench_serving before 2026-01-21)
+    prints no acceptance, utils/process_result.py keeps only the client's figures, and the API records none: the
+    runs' acceptance lived in the server log alone. A figure on an InferenceX row would have come from elsewhere."""
+    inferencex = [r for r in ROWS if r.source == "inferencex" and r.speculative == "mtp"]
+    assert len(inferencex) == 42
+    assert all(r.mtp_accept_length is None for r in inferencex)
+    for r in inferencex:
+        assert "--use-chat-template" in r.server_flags, r.id    # random token ids wrapped in the chat template
+
+
+@pytest.mark.parametrize("changes,column,problem", [
+    ({"mtp_draft_tokens": "2"}, "mtp_draft_tokens", "empty for other rows"),
+    ({"speculative": "mtp", "deployment": "mtp"}, "mtp_draft_tokens", "states the draft tokens"),
+    ({"speculative": "mtp", "deployment": "mtp", "mtp_draft_tokens": "2", "mtp_accept_length": "3.5"},
+     "mtp_accept_length", "in [1, mtp_draft_tokens + 1 = 3]"),
+    ({"speculative": "mtp", "deployment": "mtp", "mtp_draft_tokens": "0"}, "mtp_draft_tokens", "integer >= 1"),
+    ({"mtp_accept_length": "1.5"}, "mtp_accept_length", "needs an MTP row"),
+])
+def test_a_bad_mtp_field_is_refused(tmp_path, changes, column, problem):
+    path = _write(tmp_path, [_good_row() | changes])
+    with pytest.raises(ConfigurationError) as err:
+        load_serving_table(path)
+    message = str(err.value)
+    assert f"{path}:2" in message and f"field '{column}'" in message and problem in message, message

@@ -16,7 +16,8 @@ listed (`fitted_constants`) with what it was fitted to; a row named among a fitt
 
 A row is skipped (with the reason) where simroute cannot replay it: a GPU without an entry (B200 waits for
 issue 35 item 6), ShareGPT prompts (not shipped), open loops (not in the default set: `--only` takes them by id),
-MTP / DP attention (labelled rows, not the baseline). `dp_attention=True` (`validate --serving --dp-attention`)
+MTP / DP attention (labelled rows, not the baseline; an MTP row also lacks the acceptance its run had: no source
+records it). `dp_attention=True` (`validate --serving --dp-attention`)
 also replays the DP-attention rows without MTP through the DP-attention group (~160 CPU s for the four: outside
 the default set, scored apart from it). Docs: docs/VALIDATION.md, section "Serving".
 """
@@ -99,8 +100,12 @@ def gpu_has_entry(gpu: str) -> bool:
 
 def skip_reason(row: ServingRow, *, open_loops: bool = False, dp_attention: bool = False) -> str | None:
     """Why `row` is not replayed (None: it is). `dp_attention`: a DP-attention row without MTP is replayed too
-    (through the DP-attention group, `engine_values`); MTP is not modelled, so MTP rows stay skipped."""
+    (through the DP-attention group, `engine_values`). An MTP row replays only with the acceptance its run had
+    (`--nextn` and `--accept-length`): no source of the table records one (docs/VALIDATION.md, "The MTP rows"),
+    and none is fitted or assumed, so every MTP row stays skipped, saying so."""
     from simroute.calib.engines import preset_versions
+    if row.speculative == "mtp" and row.mtp_accept_length is None:
+        return f"{row.deployment}: the source records no MTP acceptance length, and none is assumed"
     if row.deployment != "baseline" and not (dp_attention and row.deployment == "dp-attention"):
         return f"{row.deployment}: not the baseline engine"
     if row.dataset != "random":

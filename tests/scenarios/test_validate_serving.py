@@ -14,6 +14,7 @@ from simroute.scenarios import serving as sv
 
 TRT_C8 = "ix-2025-12-15-h200-trtllm-1k1k-tp8ep8-c8"
 SGL_C4 = "ix-2026-05-17-h200-sglang-1k1k-tp8ep1-c4"
+NO_ACCEPTANCE = "the source records no MTP acceptance length, and none is assumed"
 
 
 def row(row_id: str):
@@ -36,7 +37,9 @@ def test_default_rows_are_replayable_baseline_closed_loops_over_two_frameworks()
     reasons = dict((r.id, why) for r, why in skipped)
     assert reasons["gs-h200-vllm-random4k-burst500"].startswith("open loop")
     assert all(reasons[r.id] == f"{r.deployment}: not the baseline engine" for r in load_serving_table()
-               if r.deployment != "baseline")
+               if r.deployment == "dp-attention")
+    assert all(reasons[r.id] == f"{r.deployment}: {NO_ACCEPTANCE}" for r in load_serving_table()
+               if r.speculative == "mtp")
     assert all(why.startswith("ShareGPT") for r, why in skipped if r.dataset == "sharegpt"
                and r.deployment == "baseline" and r.nodes == 1)
     b200 = [r for r in load_serving_table() if r.gpu == "b200-sxm" and r.deployment == "baseline"]
@@ -180,7 +183,7 @@ def test_dp_attention_adds_the_dp_rows_without_mtp_and_nothing_else():
     assert len(with_dp) + len(skipped_dp) == len(load_serving_table())
     reasons = dict((r.id, why) for r, why in skipped_dp)
     mtp_dp = [r for r in load_serving_table() if r.deployment == "mtp+dp-attention"]
-    assert mtp_dp and all(reasons[r.id] == "mtp+dp-attention: not the baseline engine" for r in mtp_dp)
+    assert mtp_dp and all(reasons[r.id] == f"mtp+dp-attention: {NO_ACCEPTANCE}" for r in mtp_dp)
     # a DP-attention row the flag admits still meets every other rule (ShareGPT prompts, open loops)
     assert all(not why.endswith("not the baseline engine") for r, why in skipped_dp if r.deployment == "dp-attention")
     assert "dp_attention" not in sv.engine_values(row(TRT_C8))
@@ -260,3 +263,32 @@ def test_cookbook_rows_replay_sglang_0_5_6_post1_s_b200_defaults(tmp_path):
     assert settings == SGLANG_0_5_6_POST1_B200_DEFAULTS
     assert engine["kv_cache"] == "bf16"
     assert engine["preset"]["tables"] == "b200-sxm sglang 0.5.14"
+
+
+MTP_H200_SGL = "ix-2026-05-20-h200-sglang-1k1k-tp8ep1-mtp-c16"     # EAGLE, 2 draft tokens per step, 16 clients
+
+
+def test_mtp_rows_are_skipped_for_want_of_their_acceptance_with_either_flag():
+    """No source of the table records the acceptance length of an MTP run (docs/VALIDATION.md, "The MTP rows"),
+    and simroute replays MTP only with one (--accept-length or --accept-rate): every MTP row, with DP attention
+    or not, is skipped naming that, with --dp-attention too, and --only names the reason."""
+    from simroute.errors import ConfigurationError
+    table = load_serving_table()
+    mtp = [r for r in table if r.speculative == "mtp"]
+    assert len(mtp) == 43 and all(r.mtp_accept_length is None for r in mtp)
+    for dp in (False, True):
+        run, skipped = sv.cases(dp_attention=dp)
+        assert not any(r.speculative == "mtp" for r in run)
+        reasons = dict((r.id, why) for r, why in skipped)
+        assert all(reasons[r.id] == f"{r.deployment}: {NO_ACCEPTANCE}" for r in mtp)
+    with pytest.raises(ConfigurationError, match=f"not replayed: mtp: {NO_ACCEPTANCE}"):
+        sv.cases(only=[MTP_H200_SGL])
+
+
+def test_an_mtp_row_with_an_acceptance_length_is_still_not_the_baseline_engine():
+    """The reason is the missing acceptance, not a blanket refusal: a row that carried one (none does today) would
+    meet the next rule, the baseline engine's (no MTP replay is in the scorecard yet)."""
+    given = dataclasses.replace(row(MTP_H200_SGL), mtp_accept_length=2.0)
+    assert sv.skip_reason(given) == "mtp: not the baseline engine"
+    assert sv.skip_reason(given, dp_attention=True) == "mtp: not the baseline engine"
+    assert sv.skip_reason(row(MTP_H200_SGL)) == f"mtp: {NO_ACCEPTANCE}"

@@ -405,3 +405,36 @@ def test_a_bad_mtp_field_is_refused(tmp_path, changes, column, problem):
         load_serving_table(path)
     message = str(err.value)
     assert f"{path}:2" in message and f"field '{column}'" in message and problem in message, message
+
+
+def test_mtp_rows_record_the_rest_of_their_script_s_launch():
+    """The other launch settings of each InferenceX MTP row, as its script sets them (so a replay would need only
+    the acceptance): SGLang B200 (dsr1_fp8_b200_mtp.sh): chunked prefill 16384, 512 running requests and CUDA-graph
+    batch, memory fraction 0.82, stream interval 30, the poll interval 30 from 16 clients (else 10), no prefill
+    graphs (0.5.9's default; 0.5.12 with the flashinfer_trtllm MoE runner); SGLang H200 (dsr1_fp8_h200_mtp.sh):
+    32768, 512 running for 1k/1k (else 256), 0.82, interval 10. TensorRT-LLM: max_num_tokens = ((MTP + 1) x
+    max_batch_size + ISL + 64 + 63) / 64 x 64, max_batch_size the clients (with DP attention the per-rank share:
+    CONC / TP on H200, CONC / 8 from 8 clients on B200); H200 CUDA graphs to 128 and fraction 0.75, B200 CUDA graphs
+    to max_batch_size and fraction 0.8 (0.7 with DP attention); stream interval 10."""
+    rows = [r for r in ROWS if r.speculative == "mtp" and r.source == "inferencex"]
+    assert len(rows) == 42
+    for r in rows:
+        got = (r.chunked_prefill_tokens, r.max_num_tokens, r.max_running_requests, r.cuda_graph_max_bs,
+               r.mem_fraction, r.stream_interval, r.scheduler_recv_interval, r.prefill_graph_max_tokens)
+        if r.framework == "sglang" and r.gpu == "b200-sxm":
+            want = (16384, None, 512, 512, 0.82, 30, 30 if r.concurrency >= 16 else 10, 0)
+        elif r.framework == "sglang":
+            cap = 512 if (r.isl, r.osl) == (1024, 1024) else 256
+            want = (32768, None, cap, cap, 0.82, 10, None, None)
+        else:
+            if not r.dp_attention:
+                batch = r.concurrency
+            elif r.gpu == "h200-sxm":
+                batch = max(1, r.concurrency // r.tp)
+            else:
+                batch = r.concurrency if r.concurrency < 8 else r.concurrency // 8
+            tokens = ((r.mtp_draft_tokens + 1) * batch + r.isl + 64 + 63) // 64 * 64
+            graphs, fraction = (128, 0.75) if r.gpu == "h200-sxm" else (batch, 0.7 if r.dp_attention else 0.8)
+            want = (None, tokens, None, graphs, fraction, 10, None, None)
+            assert f"max_batch_size {batch};" in r.server_flags and f"max_num_tokens {tokens} " in r.server_flags
+        assert got == want, (r.id, got, want)

@@ -143,7 +143,8 @@ def resolve_engine(cfg: RunConfig, spec: GpuSpec, *, layers: int, kv_capacity_to
     preset = load_engine_preset(framework, version)
     deployment = Deployment(gpu=spec.name, hbm_bytes=hbm_bytes if hbm_bytes is not None else spec.hbm_bytes,
                             tp=cfg.tp, layers=layers, kv_capacity_tokens=kv_capacity_tokens, mla=mla, moe=moe,
-                            hbm_override=hbm_bytes is not None, dp_attention=cfg.dp_attention)
+                            hbm_override=hbm_bytes is not None, dp_attention=cfg.dp_attention,
+                            ep=cfg.ep)
     settings = FRAMEWORKS.get(framework)().settings(preset, deployment, flags)
     missing = [key for key in SETTINGS if key not in settings]
     if missing:

@@ -29,6 +29,11 @@ STARTUP = [[100, 0, None], [150, 138.09, None], [170, 175.34, None], [None, 0, N
 # nvidia-smi memory.total (MiB), the capacity SGLang's default --mem-fraction-static is a share of: H200 143,771, B200
 # 183,359, none published for the others
 DEVICE_MIB = [[100, 0, None], [150, 143771, None], [170, 183359, None], [None, 0, None]]
+# TensorRT-LLM's pool bracket after start-up profiling (device - peak + temporary KV), published by one server's
+# start-up log: DeepSeek-R1 FP8 at TP 8 on B200 (the 150-170 GiB tier), none for the other GPUs
+PROFILED = [[150, 0, None], [170, 81.5965, None], [None, 0, None]]
+PROFILE_LOG = ("github.com/zufayu/ClaudeSkillsE2EPerf/blob/159fe9b99e8cff4fdab3064058571bcdfd044ba5/results/"
+               "b200_dsr_fp8/b200_dsr_fp8_mtp0_ep1_tp8_post3/server_fp8_throughput_summarize_ep1_c256.trimmed.log")
 # file -> constant -> (kind, value or tiers, substrings its reference must hold: the file and version it cites)
 PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
     "sglang-0.5.14.yaml": {
@@ -107,6 +112,15 @@ PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
                                          "KvCacheConfig(free_gpu_memory_fraction=...)")),
         "startup_free_gib": ("default", STARTUP, ("stands in: SGLang's published start-up figures",
                                                   "sglang-0.5.14.yaml startup_free_gib", "_util.py")),
+        "profiled_free_gib_mla_moe": ("published", PROFILED, (PROFILE_LOG, "release:1.2.0rc6.post3",
+                                                              "max_tokens=1994844", "max_gpu_total_bytes=70090869555",
+                                                              "70,090,869,555 B / 0.8 = 81.5965 GiB",
+                                                              "Peak memory during memory usage profiling",
+                                                              "97.03 GiB", "1.2.0rc6.post2")),
+        "profiled_launch_tp": ("published", 8, (PROFILE_LOG, "tp_size 8")),
+        "profiled_launch_ep": ("published", 1, (PROFILE_LOG, "ep_size 1", "enable_attention_dp false")),
+        "profiled_launch_max_num_tokens": ("published", 8512, (PROFILE_LOG, "--max_num_tokens=8512")),
+        "profiled_launch_cuda_graph_max_batch": ("published", 256, (PROFILE_LOG, "max_batch_size 256")),
         "batch_wait_timeout_iters": ("source", 0, (TRT + "tensorrt_llm/llmapi/llm_args.py",
                                                    "batch_wait_timeout_iters Field(default=0",
                                                    "enable_batch_waiting = batch_wait_timeout_iters > 0 or "

@@ -339,12 +339,98 @@ def test_a_flagged_chunk_moves_sglang_s_default_fraction_as_its_launch_flag_woul
 
 
 def test_trtllm_sizes_its_kv_pool_from_free_gpu_memory_fraction_of_what_the_weights_leave():
-    """_cal_max_memory: fraction x (device memory - the profiling peak), the peak here the weights and what is
-    held at start-up: on a B200 (180 GB = 167.6 GiB entry; 175.34 GiB free at start-up) at 0.8: 0.8 x (175.34 -
+    """_cal_max_memory: fraction x (device memory - the profiling peak), the peak here (a launch whose profiling
+    is not published: trtllm-serve's default max_num_tokens and CUDA graphs) the weights and what is held at
+    start-up: on a B200 (180 GB = 167.6 GiB entry; 175.34 GiB free at start-up) at 0.8: 0.8 x (175.34 -
     79.291 GiB) = 0.8 x 96.049 GiB = 76.839 GiB, 2,348,174 fp8 latents of 35,136 B."""
     pool = _pool("trtllm", 167.6, R1_WEIGHTS, gpu="b200-sxm", mem_fraction=0.8)
     assert pool == pytest.approx(0.8 * (175.34 * GIB - R1_WEIGHTS))
     assert int(pool // R1_KV_FP8) == 2_348_174
+
+
+# TensorRT-LLM's published start-up profiling (calib/engines/trtllm-1.3.0rc20.yaml profiled_free_gib_mla_moe): the
+# launch InferenceX's dsr1_fp8_b200_trt.sh makes for 8k/1k at 256 clients, logged by a real 1.2.0rc6.post3 server
+PROFILED_LAUNCH = {"token_budget": 8512, "cuda_graph_max_batch": 256}
+
+
+def test_trtllm_s_profiled_pool_bracket_is_its_start_up_log_s_figures():
+    """The datum is the log's own arithmetic (KvCacheCreator._cal_max_tokens: (device - peak + temporary KV) x
+    fraction): max_gpu_total_bytes 70,090,869,555 B at fraction 0.8 is a bracket of 81.5965 GiB, and 0.8 of it is
+    the log's max_tokens, 1,994,844 fp8 latents of 35,136 B. The log's other lines give the same bracket to their
+    rounding: the device 106.3609619 / 0.5963572823 = 178.351 GiB ("Setting PyTorch memory fraction", mem_total =
+    mem_torch_max / fraction), the peak 97.03 GiB, the temporary pool of the one 8512-token dummy request (+2
+    tokens: the generated one and the overlap scheduler's) in 32-token blocks, 267 x 32 = 8,544 tokens."""
+    values, resolved = _settings("trtllm", 167.6, gpu="b200-sxm", mla=True, moe=True, **PROFILED_LAUNCH)
+    bracket = values["profiled_free_gib"]
+    source = resolved["profiled_free_gib"].source
+    assert "published" in source and "zufayu/ClaudeSkillsE2EPerf" in source and "summarize_ep1_c256" in source
+    assert bracket == round(70_090_869_555 / 0.8 / GIB, 4) == 81.5965
+    assert int(0.8 * bracket * GIB // R1_KV_FP8) == 1_994_844
+    device = 106.3609619140625 / 0.5963572822870097
+    temporary = -(-(8512 + 2) // 32) * 32 * R1_KV_FP8 / GIB
+    assert device == pytest.approx(178.351, abs=5e-4) and temporary == pytest.approx(0.2796, abs=1e-4)
+    assert abs(device - 97.03 + temporary - bracket) < 0.005 / 0.8 + 0.005        # the log's 0.01 GiB rounding
+
+
+def test_trtllm_s_pool_at_the_published_launch_by_hand():
+    """DeepSeek-R1 FP8 at TP 8 on a B200, max_num_tokens 8512, CUDA graphs to 256 (the B200 8k/1k row at 256
+    clients): at --mem-fraction 0.8 the pool is 0.8 x 81.5965 GiB = 65.277 GiB, 1,994,844 latents, where the upper
+    bound of the start-up figure was 0.8 x (175.34 GiB - 79.291 GiB of weights) = 76.839 GiB, 2,348,174: a peak
+    11.56 / 0.8 = 14.45 GiB above the weights and the start-up context. At trtllm-serve's default 0.9: 0.9 x
+    81.5965 = 73.437 GiB, 2,244,200 latents."""
+    pool = _pool("trtllm", 167.6, R1_WEIGHTS, gpu="b200-sxm", mla=True, moe=True, mem_fraction=0.8,
+                 **PROFILED_LAUNCH)
+    assert pool == pytest.approx(0.8 * 81.5965 * GIB) and int(pool // R1_KV_FP8) == 1_994_844
+    bound = _pool("trtllm", 167.6, R1_WEIGHTS, gpu="b200-sxm", mla=True, moe=True, mem_fraction=0.8)
+    assert int(bound // R1_KV_FP8) == 2_348_174
+    assert (bound - pool) / 0.8 / GIB == pytest.approx(14.45, abs=0.01)
+    default = _pool("trtllm", 167.6, R1_WEIGHTS, gpu="b200-sxm", mla=True, moe=True, **PROFILED_LAUNCH)
+    assert int(default // R1_KV_FP8) == 2_244_200
+
+
+@pytest.mark.parametrize("change,why", [
+    ({"token_budget": 8320}, "token_budget 8320, the published launch's 8512"),
+    ({"cuda_graph_max_batch": 128}, "cuda_graph_max_batch 128, the published launch's 256"),
+    ({"tp": 4}, "tp 4, the published launch's 8"),
+    ({"ep": 8}, "ep 8, the published launch's 1"),
+    ({"dp_attention": 8}, "DP attention"),
+    ({"mla": False, "moe": False}, "no published profiling for this model"),
+    ({"gib": 131.3, "gpu": "h200-sxm"}, "no published profiling for h200-sxm"),
+    ({"hbm_override": True}, "--hbm-gb"),
+])
+def test_trtllm_s_published_profiling_holds_only_at_its_launch(change, why):
+    """The profiling peak moves with the model, the GPU, TP, EP, DP attention, max_num_tokens (the dummy requests'
+    activations, the piecewise graphs) and the CUDA-graph batch (the graphs' memory), and no source says by how
+    much: any other deployment keeps the upper bound (the published logs of other launches of the same server peak
+    0.3-5.3 GiB lower: docs/VALIDATION.md)."""
+    args = {"gib": 167.6, "gpu": "b200-sxm", "tp": 8, "ep": 1, "dp_attention": 1, "mla": True, "moe": True,
+            "hbm_override": False, **PROFILED_LAUNCH, **change}
+    deployment = Deployment(gpu=args["gpu"], hbm_bytes=args["gib"] * GIB, tp=args["tp"], layers=61,
+                            kv_capacity_tokens=794_880, mla=args["mla"], moe=args["moe"], ep=args["ep"],
+                            dp_attention=args["dp_attention"], hbm_override=args["hbm_override"])
+    flags = {"mem_fraction": 0.8, "token_budget": args["token_budget"],
+             "cuda_graph_max_batch": args["cuda_graph_max_batch"]}
+    framework = FRAMEWORKS.get("trtllm")()
+    resolved = framework.settings(load_engine_preset("trtllm"), deployment, flags)
+    assert resolved["profiled_free_gib"].value is None and why in resolved["profiled_free_gib"].source
+    startup = resolved["startup_free_gib"].value
+    expected = None if startup is None else 0.8 * (startup * GIB - R1_WEIGHTS)
+    assert framework.kv_pool_bytes(resolved, R1_WEIGHTS) == (None if expected is None else pytest.approx(expected))
+
+
+def test_a_trtllm_run_at_the_published_launch_holds_the_logged_pool(tmp_path):
+    """End to end (RunConfig -> preset -> EngineSet -> HbmBudget): DeepSeek-R1 FP8 at TP 8 on one B200 host under
+    --engine trtllm at the published launch holds the log's 1,994,844 latents in whole blocks of 64: 31,169 x 64 =
+    1,994,816 tokens."""
+    from simroute.sim import simulate
+    from simroute.workload import generate
+    trace = generate("serving", tmp_path / "s.parquet", seed=0,
+                     params={"requests": 1, "input_tokens": 64, "output_tokens": 2, "concurrency": 1})
+    summary = simulate(RunConfig(topology="fattree", calib="h100-ibgda", trace=str(trace), hosts=1, telemetry=False,
+                                 engine="trtllm", gpu="b200-sxm", tp=8, model="deepseek-r1", kv_cache="fp8",
+                                 mem_fraction=0.8, **PROFILED_LAUNCH)).summary
+    assert summary["engine"]["hbm"]["kv_capacity_tokens"] == 1_994_816
+    assert summary["engine"]["preset"]["settings"]["profiled_free_gib"]["value"] == 81.5965
 
 
 def test_mem_fraction_is_refused_under_a_framework_without_one_and_with_engine_none():

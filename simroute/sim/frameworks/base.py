@@ -41,8 +41,8 @@ class Setting:
 @dataclass(frozen=True)
 class Deployment:
     """What a framework's rules read of the deployment: the GPU entry (its name and memory), the TP degree, the
-    model's layers, the KV room one GPU has beside the weights (tokens) and whether its attention is MLA and its
-    FFN a mixture of experts (the DeepSeek-V3 family)."""
+    model's layers, the KV room one GPU has beside the weights (tokens), whether its attention is MLA and its
+    FFN a mixture of experts (the DeepSeek-V3 family), and its DP-attention and expert-parallel degrees."""
 
     gpu: str
     hbm_bytes: float
@@ -53,6 +53,7 @@ class Deployment:
     moe: bool = False
     hbm_override: bool = False      # the run sets the GPU's memory (--hbm-gb)
     dp_attention: int = 1           # attention ranks of the TP group (--dp-attention; SGLang's dp_size)
+    ep: int = 1                     # expert parallelism of the group's MoE layers (--ep)
 
     @property
     def hbm_gib(self) -> float:

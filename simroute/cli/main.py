@@ -21,7 +21,8 @@ import typer
 from typer.core import TyperGroup
 
 from simroute import __version__
-from simroute.cli.common import PlainValuesMixin, built_on_first_use, leave_heap_to_exit, process_ends_with_command
+from simroute.cli.common import (PlainValuesMixin, built_on_first_use, leave_heap_to_exit, one_blas_thread,
+                                 process_ends_with_command)
 from simroute.errors import SimrouteError
 from simroute.registry import registry
 
@@ -76,10 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     it: its traceback goes to a log file (`internal_error_log`) and the user sees where, never a bare dump.
     `argv` None is the process's own command line (the console script, `python -m simroute`): the process
     ends when this returns, which spares the cyclic collector work (`common.loading_modules`,
-    `common.leave_heap_to_exit`).
+    `common.leave_heap_to_exit`), and asks OpenBLAS for one thread (`common.one_blas_thread`).
     """
     if argv is None:
         process_ends_with_command()
+        one_blas_thread()
     saved = sys.stdout, sys.stderr
     _guard_standard_streams()
     try:

@@ -14,8 +14,11 @@ simulated event) and when it returns; the child's whole CPU time comes from getr
 and which of pandas / networkx / pyarrow.compute were loaded at the first event. The floor under start-up, in the
 same window: `interpreter_cpu_s` (a bare `python -c pass`) and `libraries_cpu_s` (a fresh interpreter importing
 only the third-party modules the head's run had loaded at its first event: numpy, pyarrow, pydantic, typer, ...),
-least of `--repeat` each; no change to simroute's own code goes below it while those libraries load before the
-first event.
+least of `--repeat` each, with OpenBLAS on one thread as the run asks for it (`simroute.cli.common.one_blas_thread`);
+no change to simroute's own code goes below it while those libraries load before the first event.
+`libraries_split_s` shares it out (median of `--repeat`): pydantic (with pydantic_core, annotated_types), typer
+(with its click), simpy (with importlib.metadata, which its __init__ reads its version through), numpy, pyarrow
+(with pyarrow.parquet), yaml, other; each is what importing its group adds to those before it.
 
 `--against DIR` runs a second checkout (e.g. `git archive BASE | tar -x -C DIR`) alternately with this one, run
 by run, in the same window, and records both sides (`base->head`); the box's load average is recorded too.
@@ -27,12 +30,16 @@ from __future__ import annotations
 
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from _common import record
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from simroute.cli.common import BLAS_THREADS_ENV  # noqa: E402 - the checkout's own, not an installed copy's
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("pandas", "networkx", "pyarrow.compute")
@@ -90,13 +97,34 @@ for name in sys.argv[1:]:
 
 
 def floor_cpu(modules: list[str], cache: Path) -> float:
-    """CPU s of a fresh interpreter importing `modules` (none: the bare interpreter)."""
+    """CPU s of a fresh interpreter importing `modules` (none: the bare interpreter), numpy's BLAS as the head's
+    run sets it (`one_blas_thread`), so that the floor stays under what the run itself pays."""
     env = {**os.environ, "PYTHONPYCACHEPREFIX": str(cache)}
+    env.setdefault(BLAS_THREADS_ENV, "1")
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run([sys.executable, "-c", FLOOR, *modules], env=env, check=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+# The floor's libraries in groups, each with what it brings along (a group's share is what importing it adds to
+# the groups before it): what start-up cannot go below while it loads them. pydantic comes first, as typer's
+# option conversion (typer._adapters) and simroute's file validation both use it.
+GROUPS = {"pydantic": ("pydantic", "pydantic_core", "annotated_types", "typing_inspection", "typing_extensions"),
+          "typer": ("typer", "shellingham", "annotated_doc"), "simpy": ("simpy",), "numpy": ("numpy",),
+          "pyarrow": ("pyarrow",), "yaml": ("yaml",)}
+
+
+def floor_split(libraries: list[str], cache: Path) -> dict[str, float]:
+    """Each group's share of the libraries' floor (CPU s): the floor of the groups up to it less that before it;
+    `other` is what no group names."""
+    shares, before, loaded = {}, floor_cpu([], cache), []
+    for group, tops in [*GROUPS.items(), ("other", None)]:
+        loaded += [name for name in libraries if (name.split(".")[0] in tops if tops is not None else name not in loaded)]
+        now = floor_cpu(loaded, cache)
+        shares[group], before = now - before, now
+    return shares
 
 
 def measure(sides: dict[str, Path], repeat: int) -> dict[str, dict[str, float | str]]:
@@ -112,17 +140,21 @@ def measure(sides: dict[str, Path], repeat: int) -> dict[str, dict[str, float | 
         floor_cache = Path(tmp) / "pyc-floor"
         floor_cpu(libraries, floor_cache)
         floors: dict[str, list[float]] = {"interpreter_cpu_s": [], "libraries_cpu_s": []}
+        splits: list[dict[str, float]] = []
         for _ in range(repeat):
             for name, (checkout, cache, work) in dirs.items():
                 runs[name].append(one_run(checkout, cache, work))
             floors["interpreter_cpu_s"].append(floor_cpu([], floor_cache))
             floors["libraries_cpu_s"].append(floor_cpu(libraries, floor_cache))
+            splits.append(floor_split(libraries, floor_cache))
     best = {}
     for name, rows in runs.items():
         best[name] = {key: min(float(row[key]) for row in rows) for key in rows[0] if key.endswith("_s")}
         best[name]["heavy_at_first_event"] = rows[-1]["heavy_at_first_event"]
     best["floor"] = {key: min(values) for key, values in floors.items()}
     best["floor"]["libraries"] = len(libraries)
+    best["floor"]["split"] = " + ".join(f"{group} {statistics.median(split[group] for split in splits):.3f}"
+                                        for group in splits[0])
     return best
 
 
@@ -148,7 +180,7 @@ def main() -> None:
         else:
             figures[key] = f"{best['base'][key]}->{best['head'][key]}"
     figures |= {"interpreter_cpu_s": floor["interpreter_cpu_s"], "libraries_cpu_s": floor["libraries_cpu_s"],
-                "library_modules": floor["libraries"], "load": os.getloadavg()[0]}
+                "library_modules": floor["libraries"], "libraries_split_s": floor["split"], "load": os.getloadavg()[0]}
     label = "default run CPU split" + ("" if base is None else f" (base {base.name} -> head, alternating, least of "
                                                               f"{repeat})")
     record(label, figures, target="total <= 1 s CPU, start-up (to the first event) <= 0.3 s")

@@ -113,7 +113,8 @@ def _load_checked(loader_class: Any, text: str, path: Path) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        _expanded_size(node, path)
+        if "*" in text:     # an alias is written `*name`: a document without one holds each node once
+            _expanded_size(node, path)
         return loader.construct_document(node)
     finally:
         loader.dispose()

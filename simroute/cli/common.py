@@ -31,7 +31,7 @@ BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
 def one_blas_thread() -> None:
     """Called by `main()` for the process's own command line, before anything loads numpy: OpenBLAS (numpy's
     BLAS) is asked for one thread unless the user set `OPENBLAS_NUM_THREADS`. At import OpenBLAS starts a thread
-    per core that spins waiting for work: CPU time the process pays (0.03-0.04 s of the default run's start-up,
+    per core that spins waiting for work: CPU time the process pays (0.04 s of the default run's start-up,
     bench/bench_run_startup.py). The simulator runs on one thread and its numpy work is elementwise, sorting and
     searching, none of it BLAS; the probes' numpy backend serves dry runs and correctness references, never a
     timing. Child processes (a study's workers) inherit the setting, so they do not oversubscribe the cores."""

@@ -16,9 +16,9 @@ same window: `interpreter_cpu_s` (a bare `python -c pass`) and `libraries_cpu_s`
 only the third-party modules the head's run had loaded at its first event: numpy, pyarrow, pydantic, typer, ...),
 least of `--repeat` each, with OpenBLAS on one thread as the run asks for it (`simroute.cli.common.one_blas_thread`);
 no change to simroute's own code goes below it while those libraries load before the first event.
-`libraries_split_s` shares it out (median of `--repeat`): pydantic (with pydantic_core, annotated_types), typer
-(with its click), simpy (with importlib.metadata, which its __init__ reads its version through), numpy, pyarrow
-(with pyarrow.parquet), yaml, other; each is what importing its group adds to those before it.
+`libraries_split_s` shares it out (median of `--repeat`): pydantic (with pydantic_core, annotated_types and
+importlib.metadata, which its plugin loader and simpy's version both read), typer (with its click), simpy, numpy,
+pyarrow (with pyarrow.parquet), yaml, other; each is what importing its group adds to those before it.
 
 `--against DIR` runs a second checkout (e.g. `git archive BASE | tar -x -C DIR`) alternately with this one, run
 by run, in the same window, and records both sides (`base->head`); the box's load average is recorded too.
@@ -121,7 +121,8 @@ def floor_split(libraries: list[str], cache: Path) -> dict[str, float]:
     `other` is what no group names."""
     shares, before, loaded = {}, floor_cpu([], cache), []
     for group, tops in [*GROUPS.items(), ("other", None)]:
-        loaded += [name for name in libraries if (name.split(".")[0] in tops if tops is not None else name not in loaded)]
+        loaded += [name for name in libraries
+                   if (name.split(".")[0] in tops if tops is not None else name not in loaded)]
         now = floor_cpu(loaded, cache)
         shares[group], before = now - before, now
     return shares

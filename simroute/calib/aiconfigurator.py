@@ -9,11 +9,13 @@ manifest entry per table naming the package, its version, the source file and it
 Mapping (aiconfigurator file -> simroute kind: rows kept):
 - gemm/gemm_perf -> gemm: every dtype (bfloat16 -> bf16; fp8 per-tensor; fp8_block, the 128x128 block scaling of
   DeepSeek-V3 checkpoints).
-- moe/moe_perf -> moe: every dtype and token distribution.
+- moe/moe_perf -> moe: every dtype and token distribution; where one shape was timed under several kernels, the
+  framework's default one (`DEFAULT_KERNELS`), never the fastest of them; a kernel timed twice keeps its faster row.
 - attention/context_attention_perf, generation_attention_perf -> attention_prefill / attention_decode: full
   attention only (window_size 0), bf16 activations; where one shape was measured under several backends, the
-  framework's default one (`DEFAULT_KERNELS`: SGLang's FlashAttention-3 on Hopper, its TRT-LLM MHA kernels on
-  Blackwell), else the file's first; decode context = isl + step.
+  framework's default one (`DEFAULT_KERNELS`); decode context = isl + step.
+Where a framework's default among a shape's kernels is not established (`DEFAULT_KERNELS` names neither), the
+kernel the file lists first is kept (the collector's order), and the manifest says which kernels were kept.
 - mla/context_mla_perf, generation_mla_perf -> mla_prefill / mla_decode: num_heads is the heads of one rank.
 - mla_bmm/mla_bmm_perf -> mla_bmm: stage pre (mla_gen_pre) and post (mla_gen_post).
 - sparse_attention/dsa_generation_module_perf -> dsa_decode: DSA's whole decode attention module (projections,
@@ -52,8 +54,9 @@ every system with its frameworks and versions. `trim` drops the rows no shipped 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -66,9 +69,56 @@ LICENCE = "Apache-2.0 (aiconfigurator-core; the database files carry: Copyright 
 GPU_NAMES = {"h200-sxm": "h200_sxm", "h100-sxm": "h100_sxm", "a100-80gb": "a100_sxm",
              "rtxpro6000": "rtx_pro_6000_server", "b200-sxm": "b200_sxm", "b300-sxm": "b300_sxm", "gb200": "gb200",
              "gb300": "gb300"}
-# attention backends a framework runs by default, preferred where a shape was measured under several (SGLang
-# 0.5.14's server_args._get_default_attn_backend: fa3 on SM90, trtllm_mha on SM100/103)
-DEFAULT_KERNELS = ("fa3", "trtllm_mha")
+
+
+@dataclass(frozen=True)
+class KernelDefault:
+    """The kernels (the database's `kernel_source`) a framework runs by default for one op family, by the GPU's
+    compute-capability major (the system's `sm_version` // 10), kept where the database timed one shape under
+    several; a kernel named nowhere ranks after the defaults, an opt-in one last."""
+
+    by_major: Mapping[int, tuple[str, ...]]     # compute-capability major -> the defaults there, best first
+    other: tuple[str, ...] = ()                 # on any other GPU, or one whose architecture the database omits
+    opt_in: tuple[str, ...] = ()                # kernels the framework runs only when asked: kept only where alone
+    source: str = ""                            # where the default was read (file, function, version)
+
+    def defaults(self, sm_version: int | None) -> tuple[str, ...]:
+        return self.by_major.get(sm_version // 10, self.other) if sm_version else self.other
+
+    def rank(self, kernel: str, sm_version: int | None) -> int:
+        defaults = self.defaults(sm_version)
+        if kernel in defaults:
+            return defaults.index(kernel)
+        if kernel in self.opt_in:
+            return len(defaults) + 1 + self.opt_in.index(kernel)
+        return len(defaults)
+
+
+# (framework, op family) -> the framework's default kernels; a pair not named keeps the file's first kernel
+DEFAULT_KERNELS: dict[tuple[str, str], KernelDefault] = {
+    ("sglang", "attention"): KernelDefault(
+        by_major={9: ("fa3",), 10: ("trtllm_mha",)}, other=("flashinfer",),
+        source="published: sglang 0.5.14 python/sglang/srt/server_args.py, ServerArgs._get_default_attn_backend "
+               "(MHA models): fa3 on Hopper (is_hopper_with_cuda_12_3: major 9), trtllm_mha on SM100/SM103 "
+               "(is_sm100_supported: major 10), else flashinfer (SM120 included; triton only for a model with "
+               "attention sinks, which the database's rows do not name)"),
+    ("sglang", "moe"): KernelDefault(
+        by_major={10: ("sglang_flashinfer_trtllm_moe", "sglang_mxfp4_flashinfer_trtllm_moe")},
+        other=("sglang_fused_moe_triton",),
+        source="published: sglang 0.5.14 python/sglang/srt/server_args.py, moe_runner_backend default 'auto', set to "
+               "flashinfer_trtllm on SM100 (is_sm100_supported) for DeepseekV3ForCausalLM and the other listed "
+               "architectures (fp8, modelopt or unquantized experts, no --moe-a2a-backend) in "
+               "_handle_model_specific_adjustments; elsewhere 'auto' runs the Triton fused MoE "
+               "(layers/quantization/fp8.py: DeepGEMM only under DeepEP, Mooncake or NIXL). aiconfigurator-core "
+               "0.12.0 times one kernel per SGLang shape: no choice is made on its tables"),
+    ("trtllm", "moe"): KernelDefault(
+        by_major={}, opt_in=("moe_torch_flow_min_latency",),
+        source="published: TensorRT-LLM tensorrt_llm/llmapi/llm_args.py, enable_min_latency default False "
+               "('Currently only used for Llama4'; read in the repository's llm_args.py, 1.3.0rc20 itself is not "
+               "on PyPI); aiconfigurator-core 0.12.0 sdk/operations/moe.py keeps the moe_torch_flow_min_latency "
+               "rows in a separate low-latency table, not the MoE table it composes"),
+}
+
 # the op kinds the step model reads, trimmed by `trim` (the others are small: all-reduce, MLA BMMs)
 TRIMMED_KINDS = (OpKind.GEMM, OpKind.MOE, OpKind.ATTENTION_PREFILL, OpKind.ATTENTION_DECODE, OpKind.MLA_PREFILL,
                  OpKind.MLA_DECODE)
@@ -272,28 +322,56 @@ def _convert(kind: OpKind, frame) -> dict[str, Any]:
     raise AssertionError(kind)
 
 
-def _filter(kind: OpKind, frame):
-    """Keep the rows the step model reads (see the module docstring)."""
-    import pandas as pd
+def _default_kernel_rows(frame, keys: list[str], framework: str, family: str, sm_version: int | None, *,
+                         faster_repeat: bool) -> tuple[Any, dict[str, Any] | None]:
+    """One row per shape: the framework's default kernel's (`DEFAULT_KERNELS`), else the kernel the file lists
+    first; of one kernel's repeated rows the first, or with `faster_repeat` the faster. Returns the rows and, where
+    some shape had several kernels, what was kept and why (for the manifest), else None."""
+    if "kernel_source" not in frame or frame.empty:
+        order = ["latency"] if faster_repeat else []
+        return (frame.sort_values(order, kind="stable") if order else frame).drop_duplicates(keys, keep="first"), None
+    choice = DEFAULT_KERNELS.get((framework, family))
+    sources = frame["kernel_source"].astype(str)
+    first_seen = {name: i for i, name in enumerate(dict.fromkeys(sources))}
+    ranked = frame.assign(_rank=sources.map(lambda name: choice.rank(name, sm_version) if choice else 0),
+                          _first=sources.map(first_seen))
+    order = ["_rank", "_first", "latency"] if faster_repeat else ["_rank", "_first"]
+    kept = ranked.sort_values(order, kind="stable").drop_duplicates(keys, keep="first")
+    # the rows in the order the earlier importer wrote them (MoE: faster first; attention: the defaults' rows first,
+    # then the file's order), so that an import without a choice to make writes the same bytes
+    kept = kept.sort_index().sort_values("latency" if faster_repeat else "_rank", kind="stable")
+    kept = kept.drop(columns=["_rank", "_first"])
+    several = ranked.groupby(keys, sort=False)["kernel_source"].nunique()
+    if not (several > 1).any():
+        return kept, None
+    counts = kept["kernel_source"].value_counts()
+    note = {"kernels_kept": {str(name): int(n) for name, n in counts.items()},
+            "shapes_with_several_kernels": int((several > 1).sum()), "sm_version": sm_version,
+            "defaults": list(choice.defaults(sm_version)) if choice else [],
+            "rule": choice.source if choice else
+            f"no {framework} default established for {family}: the kernel the file lists first"}
+    return kept, note
 
+
+def _filter(kind: OpKind, frame, framework: str = "", sm_version: int | None = None
+            ) -> tuple[Any, dict[str, Any] | None]:
+    """Keep the rows the step model reads (see the module docstring); with the kernel choice made, if any."""
+    note = None
     if kind in (OpKind.ATTENTION_PREFILL, OpKind.ATTENTION_DECODE):
         if "window_size" in frame:
             frame = frame[frame["window_size"] == 0]
         if "attn_dtype" in frame:
             frame = frame[frame["attn_dtype"] == "bfloat16"]
         keys = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "step"]
-        source = frame["kernel_source"] if "kernel_source" in frame else pd.Series("", index=frame.index)
-        order = {name: i for i, name in enumerate(DEFAULT_KERNELS)}
-        rank = source.map(lambda name: order.get(name, len(order)))
-        frame = frame.assign(_rank=rank).sort_values("_rank", kind="stable")
-        frame = frame.drop_duplicates(keys, keep="first").drop(columns="_rank")
+        frame, note = _default_kernel_rows(frame, keys, framework, "attention", sm_version,
+                                           faster_repeat=False)
     if kind is OpKind.DSA_DECODE:
         frame = frame[frame["op_name"] == "dsa_generation_module"]       # with the indexer, as the model runs it
     if kind is OpKind.MOE:
         keys = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
                 "moe_ep_size", "distribution"]
-        frame = frame.sort_values("latency", kind="stable").drop_duplicates(keys, keep="first")
-    return frame
+        frame, note = _default_kernel_rows(frame, keys, framework, "moe", sm_version, faster_repeat=True)
+    return frame, note
 
 
 def _nccl_allreduce(system: Path):
@@ -332,6 +410,17 @@ def _gpus_per_node(root: Path, system_name: str) -> int:
         return int(node.get("num_gpus_per_node") or 8)
     except (OSError, ValueError, TypeError, yaml.YAMLError):
         return 8
+
+
+def _sm_version(root: Path, system_name: str) -> int | None:
+    """The system's compute capability as the database states it (`gpu.sm_version`, e.g. 90, 100, 120), or None."""
+    import yaml
+
+    try:
+        gpu = (yaml.safe_load((root.parent / f"{system_name}.yaml").read_text()) or {}).get("gpu") or {}
+        return int(gpu["sm_version"]) if gpu.get("sm_version") is not None else None
+    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):
+        return None
 
 
 def _nccl_version(root: Path, system_name: str) -> str:
@@ -483,13 +572,14 @@ def import_tables(gpu: str, framework: str, version: str | None, output: str | P
     tables: dict[OpKind, dict[str, Any]] = {}
     entries: dict[OpKind, dict[str, Any]] = {}
     skipped: list[str] = []
+    sm_version = _sm_version(root, system_id)
     for kind, (folder, stem) in _FILES.items():
         path = _pick_version(system / folder / framework, version, stem)
         if path is None:
             skipped.append(kind.value)
             continue
         try:
-            frame = _filter(kind, _read(path))
+            frame, kernel_choice = _filter(kind, _read(path), framework, sm_version)
             if kind is OpKind.ALLREDUCE:
                 nccl, nccl_path = _nccl_allreduce(system)
                 if nccl is not None:
@@ -511,6 +601,8 @@ def import_tables(gpu: str, framework: str, version: str | None, output: str | P
         entries[kind] = {"source_file": f"aiconfigurator_core/systems/data/{rel}",
                          "framework_version": path.parent.name, "device": str(frame["device"].iloc[0])
                          if "device" in frame else system_id, "collection_meta": _meta(path)}
+        if kernel_choice is not None:
+            entries[kind]["kernel_choice"] = kernel_choice
         if kind is OpKind.ALLREDUCE and nccl is not None:
             entries[kind]["nccl_file"] = f"aiconfigurator_core/systems/data/{nccl_path.relative_to(root)}"
     ep_tables, ep_entries = _ep_tables(root, system_id, framework)

@@ -67,6 +67,7 @@ def fake_tree(root: Path, scale: float = 1.0) -> Path:
          "latency": 0.05}])                                      # without the indexer: not how the model runs
     (root / "systems" / "data" / SYSTEM / "gemm" / "sglang" / v / "collection_meta.yaml").write_text(
         "framework: sglang\nversion: 0.5.14\n")
+    (root / "systems" / f"{SYSTEM}.yaml").write_text("gpu:\n  sm_version: 90\n")    # Hopper: SGLang runs fa3
     return root
 
 
@@ -419,3 +420,104 @@ def test_calib_list_shows_profiles_not_operator_table_manifests(cli) -> None:
     assert code == 0, err
     assert "INVALID" not in text and "tables.yaml" not in text and "ops/" not in text
     assert "gpus/b200-sxm" in text and "fabrics/gb200-nvlink5" in text
+
+
+_MOE_SHAPE = {"moe_dtype": "nvfp4", "hidden_size": 7168, "inter_size": 2048, "topk": 8, "num_experts": 256,
+              "moe_tp_size": 1, "moe_ep_size": 8, "distribution": "power_law_1.01"}
+
+
+_SM_VERSIONS = {"h200_sxm": 90, "b200_sxm": 100, "b300_sxm": 103, "rtx_pro_6000_server": 120}
+
+
+def _import_system(cli, root: Path, system: str, framework: str, version: str, out: Path) -> dict:
+    """Import one system's tables, its architecture stated as the database states it (systems/<system>.yaml)."""
+    _system_file(root, system, "gemm", framework, version, "gemm_perf", _gemm_rows())
+    (root / "systems" / f"{system}.yaml").write_text(f"gpu:\n  sm_version: {_SM_VERSIONS[system]}\n")
+    code, _, err = cli("calib", "import", "aiconfigurator", "--gpu", system, "--framework", framework, "--from",
+                       str(root), "-o", str(out))
+    assert code == 0, err
+    return yaml.safe_load((out / "tables.yaml").read_text())
+
+
+@pytest.mark.parametrize(("system", "framework", "version", "default", "faster"), [
+    # TensorRT-LLM runs min-latency MoE only under enable_min_latency (default False): the CUTLASS rows
+    ("b200_sxm", "trtllm", "1.3.0rc20", "moe_torch_flow_cutlass", "moe_torch_flow_min_latency"),
+    # SGLang's 'auto' MoE runner off SM100 runs the Triton fused MoE, not FlashInfer's CUTLASS kernels
+    ("h200_sxm", "sglang", "0.5.14", "sglang_fused_moe_triton", "sglang_flashinfer_cutlass_moe"),
+    # on SM100 (B300's SM103 too) it runs flashinfer_trtllm for DeepSeek-V3-architecture experts, not Triton's
+    ("b200_sxm", "sglang", "0.5.14", "sglang_flashinfer_trtllm_moe", "sglang_fused_moe_triton"),
+    ("b300_sxm", "sglang", "0.5.14", "sglang_flashinfer_trtllm_moe", "sglang_fused_moe_triton"),
+    # and on Hopper the Triton kernel even where the flashinfer_trtllm one was timed
+    ("h200_sxm", "sglang", "0.5.14", "sglang_fused_moe_triton", "sglang_flashinfer_trtllm_moe")])
+def test_moe_reads_the_frameworks_default_kernel_not_the_fastest(cli, tmp_path: Path, system: str, framework: str,
+                                                                 version: str, default: str, faster: str) -> None:
+    """A shape timed under two kernels, the framework's default the slower (listed second, so neither the file's
+    order nor the latency picks it): the default's row is read, and the manifest says which kernels it kept."""
+    root = tmp_path / "aic"
+    _system_file(root, system, "moe", framework, version, "moe_perf", [
+        {**_MOE_SHAPE, "num_tokens": 8, "kernel_source": faster, "latency": 0.05},
+        {**_MOE_SHAPE, "num_tokens": 8, "kernel_source": default, "latency": 0.09},
+        {**_MOE_SHAPE, "num_tokens": 8, "kernel_source": default, "latency": 0.08},   # timed twice: the faster
+        {**_MOE_SHAPE, "num_tokens": 16, "kernel_source": faster, "latency": 0.06}])  # the faster kernel alone
+    manifest = _import_system(cli, root, system, framework, version, tmp_path / "o")
+    moe = load_operator_tables(tmp_path / "o").get(OpKind.MOE)
+    assert sorted(zip(moe.numeric["tokens"].tolist(), moe.latency_us.tolist())) == [
+        (8.0, pytest.approx(80.0)), (16.0, pytest.approx(60.0))]
+    choice = manifest["tables"]["moe"]["kernel_choice"]
+    assert choice["kernels_kept"] == {default: 1, faster: 1} and choice["shapes_with_several_kernels"] == 1
+    assert f"{framework if framework != 'trtllm' else 'TensorRT-LLM'}" in choice["rule"]
+
+
+def test_a_framework_without_an_established_default_keeps_the_files_first_kernel_and_says_so(
+        cli, tmp_path: Path) -> None:
+    root = tmp_path / "aic"
+    _system_file(root, "h200_sxm", "moe", "vllm", "0.24.0", "moe_perf", [
+        {**_MOE_SHAPE, "num_tokens": 8, "kernel_source": "vllm_b", "latency": 0.09},
+        {**_MOE_SHAPE, "num_tokens": 8, "kernel_source": "vllm_a", "latency": 0.05}])
+    manifest = _import_system(cli, root, "h200_sxm", "vllm", "0.24.0", tmp_path / "o")
+    assert load_operator_tables(tmp_path / "o").get(OpKind.MOE).latency_us.tolist() == [pytest.approx(90.0)]
+    assert manifest["tables"]["moe"]["kernel_choice"]["rule"] == \
+        "no vllm default established for moe: the kernel the file lists first"
+
+
+@pytest.mark.parametrize(("system", "default", "other"), [
+    ("h200_sxm", "fa3", "triton"), ("h200_sxm", "fa3", "trtllm_mha"), ("b200_sxm", "trtllm_mha", "flashinfer"),
+    ("b300_sxm", "trtllm_mha", "fa3"), ("rtx_pro_6000_server", "flashinfer", "triton"),
+    ("rtx_pro_6000_server", "flashinfer", "trtllm_mha")])
+def test_attention_reads_sglangs_default_backend_on_each_architecture(cli, tmp_path: Path, system: str, default: str,
+                                                                      other: str) -> None:
+    """SGLang 0.5.14's _get_default_attn_backend for an MHA model: fa3 on Hopper, trtllm_mha on SM100/103,
+    flashinfer on SM120 (RTX PRO 6000, where trtllm_mha does not run); the other backend listed first."""
+    root = tmp_path / "aic"
+    att = {"batch_size": 4, "isl": 1024, "num_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+           "kv_cache_dtype": "bfloat16", "attn_dtype": "bfloat16", "window_size": 0, "step": 0}
+    _system_file(root, system, "attention", "sglang", "0.5.14", "context_attention_perf", [
+        {**att, "kernel_source": other, "latency": 0.02}, {**att, "kernel_source": default, "latency": 0.04}])
+    manifest = _import_system(cli, root, system, "sglang", "0.5.14", tmp_path / "o")
+    assert load_operator_tables(tmp_path / "o").get(OpKind.ATTENTION_PREFILL).latency_us.tolist() == [
+        pytest.approx(40.0)]
+    choice = manifest["tables"]["attention_prefill"]["kernel_choice"]
+    assert choice["kernels_kept"] == {default: 1} and choice["defaults"] == [default]
+    assert choice["sm_version"] == _SM_VERSIONS[system]
+
+
+def test_the_framework_defaults_are_pinned_to_their_sources() -> None:
+    """Each default names the source it was read from; changing one is a deliberate edit of both."""
+    from simroute.calib.aiconfigurator import DEFAULT_KERNELS
+    assert set(DEFAULT_KERNELS) == {("sglang", "attention"), ("sglang", "moe"), ("trtllm", "moe")}
+    attention, moe, trt = (DEFAULT_KERNELS[key] for key in sorted(DEFAULT_KERNELS))
+    # sglang 0.5.14 server_args._get_default_attn_backend, by compute-capability major
+    assert [attention.defaults(sm) for sm in (90, 100, 103, 120, 80, None)] == [
+        ("fa3",), ("trtllm_mha",), ("trtllm_mha",), ("flashinfer",), ("flashinfer",), ("flashinfer",)]
+    assert "sglang 0.5.14" in attention.source and "_get_default_attn_backend" in attention.source
+    # its moe_runner_backend 'auto': flashinfer_trtllm on SM100, the Triton fused MoE elsewhere
+    assert moe.defaults(100)[0] == moe.defaults(103)[0] == "sglang_flashinfer_trtllm_moe"
+    assert moe.defaults(90) == moe.defaults(120) == ("sglang_fused_moe_triton",)
+    assert "server_args.py" in moe.source and "moe_runner_backend" in moe.source
+    # TensorRT-LLM: min-latency MoE only under enable_min_latency (default False), on every GPU
+    assert trt.defaults(100) == () and trt.opt_in == ("moe_torch_flow_min_latency",)
+    assert "enable_min_latency default False" in trt.source
+    assert trt.rank("moe_torch_flow_cutlass", 100) < trt.rank("moe_torch_flow_min_latency", 100)
+    assert attention.rank("flashinfer", 120) < attention.rank("triton", 120)
+    for entry in DEFAULT_KERNELS.values():
+        assert entry.source.startswith("published: ")

@@ -5,7 +5,9 @@ legitimately differ between code versions removed (`versions`, which holds the s
 prints one JSON object {scenario: {file: sha256}}. With `--compare BEFORE.json` it reports every scenario
 whose fingerprints differ, and the headline figures of both runs, then exits 1 if any differ.
 `--ignore config.extra` leaves a summary key out on both sides (for a field removed on purpose: the saved
-file keeps every summary, so the summary hash is recomputed without it).
+file keeps every summary, so the summary hash is recomputed without it). Several keys may follow one `--ignore`
+or several `--ignore`s. Two checkouts in different folders record different absolute paths: compare them with
+`--ignore config.trace config.calib config.topology inputs`.
 
     python3 bench/output_hashes.py --save /tmp/before.json           # on the old code
     python3 bench/output_hashes.py --compare /tmp/before.json        # on the new code
@@ -111,7 +113,7 @@ def main() -> int:
     ap.add_argument("--save", type=Path, help="write {fingerprints, headlines} here")
     ap.add_argument("--compare", type=Path, help="compare against a file written by --save")
     ap.add_argument("--only", nargs="*", help="scenario names (default: all)")
-    ap.add_argument("--ignore", nargs="*", default=[], help="summary keys (dotted) left out on both sides")
+    ap.add_argument("--ignore", nargs="*", action="extend", default=[], help="summary keys (dotted) left out on both sides")
     a = ap.parse_args()
     prints, heads, summaries = run_all(a.work, a.only)
     if a.save:

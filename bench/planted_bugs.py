@@ -12,14 +12,17 @@ subset runs on the copy and the bug counts as caught when a test fails. Four set
   choice and the closed-loop arrivals, each against its layer's component subset (SUBSET_TESTS);
 - `admission` (ADMISSION_BUGS, issue 39): SGLang's admission and new-token ratio, TensorRT-LLM's batch waiting, the
   framework's KV pool, the host costs of group steps and one-rank groups, the replay's per-row settings, against
-  the files that pin them (ADMISSION_TESTS).
+  the files that pin them (ADMISSION_TESTS);
+- `serving` (SERVING_BUGS, issue 39): SGLang's default memory fraction, the reserve outside the KV pool, TensorRT-LLM's
+  attention-DP balancing, `validate --serving --dp-attention`'s rows and the scorecard's summaries, the clients'
+  length draws (`client_seed`) and gaps, the engines' load board, against SERVING_TESTS.
 `--planted` runs each bug against its layer's `test_planted_*.py` files alone (PLANTED_TESTS): a few seconds a
 bug, and a bug they catch is caught by the layer's subset too (which holds them and passes unmutated).
 Prints one line per bug and the total; exits 1 if any bug survives, 2 (before running any) if a bug's text
 is not in its file exactly once, a test file is missing or a subset fails on the unmutated code.
 Deterministic (no sampling); the engine set takes a few minutes on two cores, the factors set longer.
 
-    python3 bench/planted_bugs.py [--set engine|factors|accounting|admission|all] [--only NAME ...]
+    python3 bench/planted_bugs.py [--set engine|factors|accounting|admission|serving|all] [--only NAME ...]
                                   [--tests tests/sim/... ...] [--planted]
 """
 
@@ -509,6 +512,113 @@ ADMISSION_BUGS = {
     "replay-drops-the-ep": (REPLAY, 'values["ep"] = row.ep', "pass"),
     "replay-drops-framework-only-settings": (REPLAY, "if value is not None and name in has:", "if False:"),
 }
+# The code of 2026-12-07's later sessions (issue 39 "Mutation: held-back planted bugs of this kind will be run again"):
+# SGLang's default --mem-fraction-static (`default_mem_fraction`, the port of sglang 0.5.14's
+# _handle_gpu_memory_settings), TensorRT-LLM's preset fraction 0.9, the reserve outside the KV pool
+# (`outside_pool_gb_per_gpu`), TensorRT-LLM's attention-DP balancing (`GroupEngine._adp_hold`, the `--adp-*` settings),
+# `validate --serving --dp-attention`'s row selection, its summaries and the scorecard's fitted / judged split and
+# verdicts, `trace gen serving -p client_seed=S`, the engines' `LoadBoard` and the replica choice reading it, the
+# serving clients' lengths and gaps. Each runs against SERVING_TESTS (~25 s on an idle box).
+SGLANG_FW, SCORECARD = "simroute/sim/frameworks/sglang.py", "simroute/scenarios/serving.py"
+VALIDATE_CMD, SERVING_GEN = "simroute/cli/validate_cmd.py", "simroute/workload/generators_serving.py"
+# the per framework / GPU group's band count (the per-metric one above it reads the same)
+_GROUP_BAND = ('"median_abs_err": statistics.median(abs(r - 1) for r in ratios),\n' + " " * 37
+               + '"outside_band": sum(not (BAND[0] <= r <= BAND[1])')
+SERVING_BUGS = {
+    # SGLang's default memory fraction: (capacity - reserved) / capacity, rounded to 3 places
+    "sglang-fraction-chunk-floor-dropped": (SGLANG_FW, "max(chunk, 2048) * 1.5)", "chunk * 1.5)"),
+    "sglang-fraction-graph-slots-at-1-mib": (SGLANG_FW, "graph_max_bs * 2.0)", "graph_max_bs * 1.0)"),
+    "sglang-fraction-tp-term-floored": (SGLANG_FW, "tp / 8 * 1024)", "tp // 8 * 1024)"),
+    "sglang-fraction-dp-extra-from-300": (SGLANG_FW, "if graph_max_bs > 300:", "if graph_max_bs >= 300:"),
+    "sglang-fraction-floor-on-small-gpus": (SGLANG_FW, "if gpu_mib > 60 * 1024 and reserved < 10 * 1024:",
+                                            "if gpu_mib < 60 * 1024 and reserved < 10 * 1024:"),
+    "sglang-fraction-rounded-to-2-places": (SGLANG_FW, "/ gpu_mib, 3), terms", "/ gpu_mib, 2), terms"),
+    "sglang-fraction-prefill-graphs-under-dp": (SGLANG_FW, "    elif prefill_graph_tokens > 0:",
+                                                "    if prefill_graph_tokens > 0:"),
+    "sglang-fraction-of-the-gpu-entry-memory": (SGLANG_FW,
+                                                'deployment)\n        if found.value:\n            return found',
+                                                'deployment)\n        if False:\n            return found'),
+    "trtllm-preset-fraction-ignored": (FRAMEWORK_BASE, 'if "mem_fraction" in preset.constants:', "if False:"),
+    # the reserve outside the KV pool
+    "outside-pool-counts-the-weights": (HBM, "max(hbm_bytes - weight_bytes - max(room, 0.0), 0.0)",
+                                        "max(hbm_bytes - max(room, 0.0), 0.0)"),
+    "outside-pool-in-gib": ("simroute/sim/engine/build.py", "es[0].hbm.outside_pool_bytes / 1e9",
+                            "es[0].hbm.outside_pool_bytes / 2**30"),
+    "plan-hbm-share-over-all-after-weights": ("simroute/study/plan.py",
+                                              '- (memory.get("outside_pool_gb_per_gpu") or 0.0))', "- 0.0)"),
+    # TensorRT-LLM's attention-DP balancing
+    "adp-full-rank-has-a-free-slot": (GROUP, "free = free and gen < max_running", "free = free and gen <= max_running"),
+    "adp-empty-rank-counts-no-dummy": (GROUP, "gen = 0 if (rank.running or rank.waiting or rank._inbox) else 1",
+                                       "gen = 0"),
+    "adp-timeout-one-late": (GROUP, "if self.adp_waited >= timeout or not all_gen:",
+                             "if self.adp_waited > timeout or not all_gen:"),
+    "adp-batching-wait-one-more": (GROUP, "if self.adp_batched < batching_wait:",
+                                   "if self.adp_batched <= batching_wait:"),
+    "adp-batching-counter-not-reset": (GROUP, "                self.adp_batched = 0\n            return False",
+                                       "                pass\n            return False"),
+    "adp-timeout-not-restarted-when-balanced": (GROUP, "if free and all_ctx:\n            self.adp_waited = 0",
+                                                "if free and all_ctx:\n            pass"),
+    "adp-prefilling-rank-counts-as-generating": (GROUP, "all_gen = all_gen and gen > 0",
+                                                 "all_gen = all_gen and gen >= 0"),
+    "adp-settings-swapped": ("simroute/sim/presets.py", 'int(self.settings["adp_timeout_iters"].value), '
+                             'int(self.settings["adp_batching_wait_iters"].value))',
+                             'int(self.settings["adp_batching_wait_iters"].value), '
+                             'int(self.settings["adp_timeout_iters"].value))'),
+    # validate --serving: the DP-attention rows, the scorecard's split, ratios and summaries
+    "validate-dp-flag-admits-mtp-dp-rows": (SCORECARD, 'not (dp_attention and row.deployment == "dp-attention")',
+                                            'not (dp_attention and row.deployment.endswith("dp-attention"))'),
+    "validate-dp-rows-in-the-default-summary": (VALIDATE_CMD, "points = [p for p in every if p.id not in dp_ids]",
+                                                "points = every"),
+    "validate-strict-ignores-dp-rows": (VALIDATE_CMD, 'if (counts["failed"] or dp_counts["failed"]) and strict:',
+                                        'if counts["failed"] and strict:'),
+    "scorecard-ratio-inverted": (SCORECARD, "ratio = simulated / measured if measured > 0",
+                                 "ratio = measured / simulated if measured > 0"),
+    "scorecard-fitted-rows-judged": (SCORECARD, '", ".join(fitted_by_row.get(row.id, []))', '""'),
+    "summary-holdout-counts-fitted-points": (SCORECARD, '("holdout", [p for p in judged if p.holdout])',
+                                             '("holdout", [p for p in points if p.holdout])'),
+    "summary-groups-count-fitted-points": (SCORECARD, "ratios = [p.ratio for p in judged if (p.framework, p.gpu",
+                                           "ratios = [p.ratio for p in points if (p.framework, p.gpu"),
+    "summary-median-error-is-the-mean": (SCORECARD, 'statistics.median(abs(r - 1) for r in ratios),\n'
+                                         '                "min_ratio"', 'statistics.mean(abs(r - 1) for r in ratios),\n'
+                                         '                "min_ratio"'),
+    "summary-groups-band-ends-outside": (SCORECARD, _GROUP_BAND, _GROUP_BAND.replace("BAND[0] <= r <= BAND[1]",
+                                                                                     "BAND[0] < r < BAND[1]")),
+    # trace gen serving -p client_seed=S: the lengths SGLang's bench_serving draws
+    "client-seed-output-high-exclusive": (SERVING_GEN, "p.output_tokens + 1, size=p.requests)",
+                                          "p.output_tokens, size=p.requests)"),
+    "client-seed-zero-token-output-kept": (SERVING_GEN, "np.maximum(output, 1).astype(np.int32)",
+                                           "output.astype(np.int32)"),
+    "client-seed-each-batch-from-the-start": (SERVING_GEN, "drawn[0][start:start + n], drawn[1][start:start + n]",
+                                              "drawn[0][:n], drawn[1][:n]"),
+    "replay-drops-the-client-seed": (SCORECARD, 'params["client_seed"] = row.client_seed', "pass"),
+    # the serving clients' lengths and gaps
+    "vllm-length-high-floored": (SERVING_GEN, "math.ceil(length * (1.0 + ratio))",
+                                 "math.floor(length * (1.0 + ratio))"),
+    "serving-gaps-ignore-burstiness": (SERVING_GEN, "rng.gamma(p.burstiness, 1.0 / (p.qps * p.burstiness), size=n)",
+                                       "rng.gamma(p.burstiness, 1.0 / p.qps, size=n)"),
+    "serving-first-request-after-a-gap": (SERVING_GEN, "np.concatenate(([0.0], np.cumsum(gaps[:-1])))",
+                                          "np.cumsum(gaps)"),
+    # the LoadBoard and the replica choice reading it
+    "board-sequences-without-the-waiting": (ENGINE, "board.sequences[eid] = len(self.running) + len(self.waiting)",
+                                            "board.sequences[eid] = len(self.running)"),
+    "board-layer-wait-a-whole-layer": (ENGINE, "board.layer_wait_s[eid] = 0.0 + self.layer_s / 2 if",
+                                       "board.layer_wait_s[eid] = 0.0 + self.layer_s if"),
+    "board-not-published-after-a-submit": (ENGINE, "self._publish()     # its queue changed (or not)",
+                                           "pass     # its queue changed (or not)"),
+    "board-demand-never-flagged": (EXCHANGE, "asked[self.slot] = True", "asked[self.slot] = False"),
+    "board-least-wait-is-the-most": ("simroute/sim/holder.py", "wait = min(waits)", "wait = max(waits)"),
+    "board-loads-ignore-routed-demand": ("simroute/sim/holder.py",
+                                         "if board is None or any(map(_DEMAND, map(board.partials.__getitem__, "
+                                         "holders))):", "if board is None:"),
+}
+SERVING_TESTS = ["tests/sim/test_frameworks.py", "tests/calib/test_engine_presets.py", "tests/sim/test_adp_balance.py",
+                 "tests/sim/engine/test_hbm.py", "tests/test_default_run.py", "tests/sim/test_kv_cache_dtype.py",
+                 "tests/study/test_plan.py", "tests/sim/test_dp_attention.py",
+                 "tests/scenarios/test_validate_serving.py",
+                 "tests/calib/test_serving_table.py", "tests/workload/test_serving_generator.py",
+                 "tests/sim/test_load_board.py", "tests/sim/test_replica.py", "tests/sim/test_holder_load.py",
+                 "tests/sim/test_planted_serving.py", "tests/study/test_planted_resources.py",
+                 "tests/scenarios/test_planted_scorecard.py", "tests/workload/test_planted_serving_clients.py"]
 STUDY_TESTS = ["tests/study/test_search.py", "tests/study/test_plan.py", "tests/study/test_spec.py",
                "tests/study/test_concurrency_axis.py", "tests/study/test_modes.py", "tests/study/test_report.py"]
 STUDY_TESTS += sorted(str(path.relative_to(ROOT)) for path in ROOT.glob("tests/study/test_planted_*.py"))
@@ -525,8 +635,9 @@ ADMISSION_TESTS = ["tests/sim/engine/test_engine_progress.py", "tests/sim/engine
                    "tests/model/test_group_host_costs.py", "tests/sim/test_dp_attention.py",
                    "tests/scenarios/test_validate_serving.py", "tests/calib/test_engine_presets.py",
                    "tests/sim/engine/test_planted_admission.py", "tests/model/test_group_iteration.py"]
-SETS = {"engine": BUGS, "factors": FACTOR_BUGS, "accounting": ACCOUNTING_BUGS, "admission": ADMISSION_BUGS}
-ALL_BUGS = {**BUGS, **FACTOR_BUGS, **ACCOUNTING_BUGS, **ADMISSION_BUGS}
+SETS = {"engine": BUGS, "factors": FACTOR_BUGS, "accounting": ACCOUNTING_BUGS, "admission": ADMISSION_BUGS,
+        "serving": SERVING_BUGS}
+ALL_BUGS = {**BUGS, **FACTOR_BUGS, **ACCOUNTING_BUGS, **ADMISSION_BUGS, **SERVING_BUGS}
 LAYER_TESTS = {"simroute/model/": ["tests/model"], "simroute/network/": ["tests/network"],
                "simroute/sim/": FAST_TESTS}
 # each layer's planted-bug pins alone (--planted): the fast screen
@@ -550,6 +661,8 @@ def tests_for(name: str, override: list[str] | None, planted: bool = False) -> l
         return FAST_TESTS
     if name in ADMISSION_BUGS:
         return ADMISSION_TESTS
+    if name in SERVING_BUGS:
+        return SERVING_TESTS
     if name in ACCOUNTING_BUGS:
         path = ACCOUNTING_BUGS[name][0]
         return next(tests for prefix, tests in SUBSET_TESTS.items() if path.startswith(prefix))
@@ -614,7 +727,8 @@ def run(bugs: list[str], override: list[str] | None = None, planted: bool = Fals
             caught = status != 0
             survived += not caught
             label = "the fast sim subset" if subsets[name] == FAST_TESTS else \
-                "the admission subset" if subsets[name] == ADMISSION_TESTS else " ".join(subsets[name])
+                "the admission subset" if subsets[name] == ADMISSION_TESTS else \
+                "the serving subset" if subsets[name] == SERVING_TESTS else " ".join(subsets[name])
             verdict = "caught (hung: stopped)" if status == -1 else "caught" if caught else "SURVIVED"
             print(f"{name:36s} {verdict}  ({label})", flush=True)
     print(f"{len(bugs) - survived} of {len(bugs)} planted bugs caught")

@@ -1,9 +1,10 @@
-"""Pins for the planted `serving` set (bench/planted_bugs.py --set serving) that the existing tests let through: the
-edges of SGLang's default memory fraction, each counted by hand from sglang's own rule (0.5.14
-python/sglang/srt/server_args.py `_handle_gpu_memory_settings`: reserved MiB = 512 + 1.5 x max(chunked_prefill_size,
-2048) + 2 x cuda_graph_max_bs + tp x pp / 8 x 1024, with DP attention + 3 x cuda_graph_max_bs x dp_size and, when
-cuda_graph_max_bs > 300, + 1.5 x cuda_graph_max_bs x dp_size; on a GPU of more than 60 x 1024 MiB at least 10 x 1024
-reserved; the fraction round((capacity - reserved) / capacity, 3))."""
+"""Pins for what the planted `serving` set (bench/planted_bugs.py --set serving) and its mutation sample found the
+tests let through (docs/MUTATION.md): a DP group woken after it went idle, and the edges of SGLang's default memory
+fraction, each counted by hand from sglang's own rule (0.5.14 python/sglang/srt/server_args.py
+`_handle_gpu_memory_settings`: reserved MiB = 512 + 1.5 x max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs +
+tp x pp / 8 x 1024, with DP attention + 3 x cuda_graph_max_bs x dp_size and, when cuda_graph_max_bs > 300, + 1.5 x
+cuda_graph_max_bs x dp_size; on a GPU of more than 60 x 1024 MiB at least 10 x 1024 reserved; the fraction
+round((capacity - reserved) / capacity, 3))."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from simroute.calib.engines import load_engine_preset
 from simroute.sim.frameworks import FRAMEWORKS, Deployment
 from simroute.sim.frameworks.sglang import default_mem_fraction
+from simroute.sim.runner import Simulation
+from tests.sim.test_dp_attention import _cfg, _one, _trace
 
 GIB = float(1 << 30)
 
@@ -67,8 +70,6 @@ def test_a_dp_group_that_went_idle_starts_a_later_request_as_it_started_the_firs
     """DP attention over 8 ranks + EP 8: one request at t = 0 on rank 0, another at t = 5 s on rank 3, long after the
     first finished and the group went idle. The second is planned the moment it arrives (an idle group plans at
     once) and, the same prompt and output on an idle group, takes the same time to its first token and to its end."""
-    from simroute.sim.runner import Simulation
-    from tests.sim.test_dp_attention import _cfg, _one, _trace
     trace = _trace(tmp_path / "t.parquet", [_one(64, 2, 0), _one(64, 2, 3, arrival=5.0)])
     result = Simulation(_cfg(trace, tp=8, dp_attention=8, ep=8)).run()
     assert result.summary["completed"] == 2

@@ -538,6 +538,9 @@ SERVING_BUGS = {
     "sglang-fraction-of-the-gpu-entry-memory": (SGLANG_FW,
                                                 'deployment)\n        if found.value:\n            return found',
                                                 'deployment)\n        if False:\n            return found'),
+    "sglang-fraction-without-dp-attention": ("simroute/sim/presets.py",
+                                             "hbm_override=hbm_bytes is not None, dp_attention=cfg.dp_attention,",
+                                             "hbm_override=hbm_bytes is not None,"),
     "trtllm-preset-fraction-ignored": (FRAMEWORK_BASE, 'if "mem_fraction" in preset.constants:', "if False:"),
     # the reserve outside the KV pool
     "outside-pool-counts-the-weights": (HBM, "max(hbm_bytes - weight_bytes - max(room, 0.0), 0.0)",
@@ -605,6 +608,8 @@ SERVING_BUGS = {
                                        "board.layer_wait_s[eid] = 0.0 + self.layer_s if"),
     "board-not-published-after-a-submit": (ENGINE, "self._publish()     # its queue changed (or not)",
                                            "pass     # its queue changed (or not)"),
+    "board-not-published-after-a-poke": (ENGINE, "            self._start()\n            self._publish()",
+                                         "            self._start()"),
     "board-demand-never-flagged": (EXCHANGE, "asked[self.slot] = True", "asked[self.slot] = False"),
     "board-least-wait-is-the-most": ("simroute/sim/holder.py", "wait = min(waits)", "wait = max(waits)"),
     "board-loads-ignore-routed-demand": ("simroute/sim/holder.py",
@@ -618,7 +623,8 @@ SERVING_TESTS = ["tests/sim/test_frameworks.py", "tests/calib/test_engine_preset
                  "tests/calib/test_serving_table.py", "tests/workload/test_serving_generator.py",
                  "tests/sim/test_load_board.py", "tests/sim/test_replica.py", "tests/sim/test_holder_load.py",
                  "tests/sim/test_planted_serving.py", "tests/study/test_planted_resources.py",
-                 "tests/scenarios/test_planted_scorecard.py", "tests/workload/test_planted_serving_clients.py"]
+                 "tests/scenarios/test_planted_scorecard.py", "tests/workload/test_planted_serving_clients.py",
+                 "tests/sim/engine/test_planted_board.py"]
 STUDY_TESTS = ["tests/study/test_search.py", "tests/study/test_plan.py", "tests/study/test_spec.py",
                "tests/study/test_concurrency_axis.py", "tests/study/test_modes.py", "tests/study/test_report.py"]
 STUDY_TESTS += sorted(str(path.relative_to(ROOT)) for path in ROOT.glob("tests/study/test_planted_*.py"))

@@ -76,3 +76,21 @@ def test_a_dp_group_that_went_idle_starts_a_later_request_as_it_started_the_firs
     requests = result.tables["requests"].to_pandas()
     assert requests["ttft_s"].iloc[1] == pytest.approx(requests["ttft_s"].iloc[0], rel=1e-9)
     assert requests["e2e_s"].iloc[1] == pytest.approx(requests["e2e_s"].iloc[0], rel=1e-9)
+
+
+def test_a_run_with_dp_attention_takes_sglang_s_dp_reserve_in_its_default_fraction():
+    """`--dp-attention 8` on the run reaches the rule: DeepSeek-R1 at TP 8 on an H200 under the sglang preset
+    (8,192-token chunk, 512 graph slots, DP attention disabling the piecewise prefill graphs): 512 + 12,288 + 1,024 +
+    1,024 + 3 x 512 x 8 + 1.5 x 512 x 8 = 33,280 MiB reserved; 110,491 / 143,771 = 0.76852 -> 0.769 (without DP
+    attention 0.886)."""
+    from simroute.calib import default_profile_path, load_profile
+    from simroute.sim import RunConfig
+    from simroute.sim.presets import resolve_engine
+    spec = load_profile(default_profile_path()).find_gpu_spec("h200-sxm")
+    base = dict(topology="t.yaml", trace="t.parquet", calib="c.yaml", engine="sglang", tp=8, model="deepseek-r1",
+                gpu="h200-sxm")
+    fractions = [resolve_engine(RunConfig(**base, **parallel), spec, layers=61, kv_capacity_tokens=794_880,
+                                mla=True, moe=True)[0].settings["mem_fraction"]
+                 for parallel in ({}, {"dp_attention": 8, "ep": 8})]
+    assert [setting.value for setting in fractions] == [0.886, 0.769]
+    assert "33280 MiB reserved" in fractions[1].source

@@ -572,6 +572,7 @@ SERVING_BUGS = {
                                             'not (dp_attention and row.deployment.endswith("dp-attention"))'),
     "validate-dp-rows-in-the-default-summary": (VALIDATE_CMD, "points = [p for p in every if p.id not in dp_ids]",
                                                 "points = every"),
+    "validate-dp-summary-of-the-default-set": (VALIDATE_CMD, '"summary": dp_counts}', '"summary": counts}'),
     "validate-strict-ignores-dp-rows": (VALIDATE_CMD, 'if (counts["failed"] or dp_counts["failed"]) and strict:',
                                         'if counts["failed"] and strict:'),
     "scorecard-ratio-inverted": (SCORECARD, "ratio = simulated / measured if measured > 0",

@@ -4,6 +4,8 @@ stay out of every figure (the totals, the holdout split, the per framework / GPU
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from simroute.scenarios import serving as sv
@@ -81,3 +83,24 @@ def test_validate_s_closing_line_counts_the_rows_it_printed(cli, monkeypatch):
     code, out, _ = cli("validate", "-q", "-j", "1", "--only", "table1")
     assert code == 0
     assert "1 of 2 predicted rows pass (1 findings); 2 of 3 implementation checks pass" in out
+
+
+def test_each_set_s_json_summary_counts_its_own_points(cli, monkeypatch):
+    """`validate --serving --dp-attention --json`: the default set's summary is of its points and the DP-attention
+    set's of its own (fake replays: the InferenceX TensorRT-LLM 8-client row fails its TTFT at 0.5x; the DP row
+    scores whatever these figures give against its own measurements): passed / failed and each metric's smallest
+    ratio as counted from the points listed beside each summary."""
+    monkeypatch.setattr(sv, "simulate_row", lambda r, directory, seed=0: {
+        "ttft_median_ms": 52.768, "tpot_mean_ms": 16.348, "output_throughput_per_gpu_tok_s": 58.882})
+    code, out, _ = cli("validate", "--serving", "--dp-attention", "--json", "-q", "-j", "1", "--only",
+                       "ix-2025-12-15-h200-trtllm-1k1k-tp8ep8-c8,ix-2025-11-02-h200-trtllm-8k1k-tp8ep8-dpa-c64")
+    assert code == 0
+    doc = json.loads(out)
+    for points, summary in ((doc["points"], doc["summary"]),
+                            (doc["dp_attention"]["points"], doc["dp_attention"]["summary"])):
+        assert summary["passed"] == sum(p["verdict"] == "pass" for p in points)
+        assert summary["failed"] == sum(p["verdict"] != "pass" for p in points)
+        for metric, entry in summary["metrics"].items():
+            assert entry["all"]["min_ratio"] == min(p["ratio"] for p in points if p["metric"] == metric)
+    ratios = {p["metric"]: p["ratio"] for p in doc["dp_attention"]["points"]}
+    assert ratios != {p["metric"]: p["ratio"] for p in doc["points"]}     # the two sets' points differ

@@ -538,6 +538,8 @@ SERVING_BUGS = {
     "sglang-fraction-of-the-gpu-entry-memory": (SGLANG_FW,
                                                 'deployment)\n        if found.value:\n            return found',
                                                 'deployment)\n        if False:\n            return found'),
+    "sglang-fraction-of-hbm-gb-in-mb": (SGLANG_FW, 'return Setting(deployment.hbm_bytes / MIB, "the run',
+                                        'return Setting(deployment.hbm_bytes / 1e6, "the run'),
     "sglang-fraction-without-dp-attention": ("simroute/sim/presets.py",
                                              "hbm_override=hbm_bytes is not None, dp_attention=cfg.dp_attention,",
                                              "hbm_override=hbm_bytes is not None,"),

@@ -4,6 +4,7 @@ stay out of every figure (the totals, the holdout split, the per framework / GPU
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -104,3 +105,16 @@ def test_each_set_s_json_summary_counts_its_own_points(cli, monkeypatch):
             assert entry["all"]["min_ratio"] == min(p["ratio"] for p in points if p["metric"] == metric)
     ratios = {p["metric"]: p["ratio"] for p in doc["dp_attention"]["points"]}
     assert ratios != {p["metric"]: p["ratio"] for p in doc["points"]}     # the two sets' points differ
+
+
+def test_the_dp_flag_admits_dp_attention_without_mtp_only():
+    """`--dp-attention` adds the DP-attention rows without MTP; an MTP + DP-attention row stays out even once its
+    acceptance were recorded (MTP rows replay under no flag of this scorecard), and so does a plain MTP row."""
+    table = sv.load_serving_table()
+    mtp_dp = next(r for r in table if r.deployment == "mtp+dp-attention")
+    mtp = next(r for r in table if r.deployment == "mtp")
+    for r in (mtp_dp, mtp):
+        known = dataclasses.replace(r, mtp_accept_length=2.5)
+        assert sv.skip_reason(known, dp_attention=True) == f"{r.deployment}: not the baseline engine"
+    dp = next(r for r in table if r.id == "ix-2025-11-02-h200-trtllm-8k1k-tp8ep8-dpa-c64")
+    assert sv.skip_reason(dp) == "dp-attention: not the baseline engine" and sv.skip_reason(dp, dp_attention=True) is None

@@ -94,3 +94,14 @@ def test_a_run_with_dp_attention_takes_sglang_s_dp_reserve_in_its_default_fracti
                  for parallel in ({}, {"dp_attention": 8, "ep": 8})]
     assert [setting.value for setting in fractions] == [0.886, 0.769]
     assert "33280 MiB reserved" in fractions[1].source
+
+
+def test_hbm_gb_is_the_memory_sglang_s_default_fraction_is_a_share_of_in_mib():
+    """--hbm-gb sets what nvidia-smi would read: 100 GiB is 102,400 MiB. DeepSeek at TP 8 (8,192-token chunk, 512
+    graph slots, MLA prefill graphs): 512 + 12,288 + 1,024 + 1,024 + 1,536 = 16,384 MiB reserved; 86,016 / 102,400 =
+    0.84 (the pool itself is not modelled: no published start-up figure for that memory)."""
+    deployment = Deployment(gpu="h200-sxm", hbm_bytes=100 * GIB, tp=8, layers=61, kv_capacity_tokens=794_880, mla=True,
+                            moe=True, hbm_override=True)
+    resolved = FRAMEWORKS.get("sglang")().settings(load_engine_preset("sglang"), deployment, {})
+    assert resolved["device_memory_mib"].value == 102_400
+    assert resolved["mem_fraction"].value == 0.84 and resolved["startup_free_gib"].value is None

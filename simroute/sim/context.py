@@ -69,6 +69,9 @@ class SimContext:
     _latency_rows: dict[int, list[float]] = field(default_factory=dict)
     _instance_gpus: list[int] | None = None          # each instance's GPU index (the rows' targets)
     _query_kernel_s: float | None = None
+    _prefill_alone: dict[float, float] = field(default_factory=dict)          # tokens -> s (`prefill_alone_s`)
+    _chunk_floor: dict[tuple[float, float, int], float] = field(default_factory=dict)   # (`chunk_floor_s`)
+    _prices: dict[int, tuple] = field(default_factory=dict)     # requester -> its decision prices
 
     @property
     def query_kernel_s(self) -> float:
@@ -77,6 +80,28 @@ class SimContext:
         if self._query_kernel_s is None:
             self._query_kernel_s = self.compute.batch_s(1.0)
         return self._query_kernel_s
+
+    def prefill_alone_s(self, tokens: float) -> float:
+        """One engine iteration over `tokens` of prompt alone (no chunking, no batch: a TTFT floor), kept per
+        token count: a pure function of the run's step model, asked for by every request (prompt lengths repeat
+        across a trace, so most requests find theirs)."""
+        seconds = self._prefill_alone.get(tokens)
+        if seconds is None:
+            from simroute.sim.policies.base import engine_reprefill_s
+            seconds = self._prefill_alone[tokens] = engine_reprefill_s(self.engines.step, float("inf"), tokens)
+        return seconds
+
+    def chunk_floor_s(self, mq_first: float, heads: int, tokens: float, fabric: int) -> float:
+        """The uncongested TTFT floor of attending a remote chunk of `tokens` over `fabric` in a first pass of
+        `mq_first` query rows: the cheapest of route, fetch's move and prefilling it alone (the floor model's
+        step, pure for the run), kept per (rows, tokens, fabric) as `prefill_alone_s` is."""
+        key = (mq_first, tokens, fabric)
+        seconds = self._chunk_floor.get(key)
+        if seconds is None:
+            route, _, move, _, _ = self.floor_model.step(mq_first, tokens, fabric, True, tp=self.config.instance_gpus,
+                                                         query_tokens=mq_first / heads)
+            seconds = self._chunk_floor[key] = min(route, move, self.prefill_alone_s(tokens))
+        return seconds
 
     def latency_row(self, src: Instance) -> list[float]:
         """Path latency from `src` to every instance, indexed by instance id: the summed link latency of the

@@ -58,6 +58,16 @@ def fanout_price(ctx: SimContext) -> Callable[[float], float] | None:
     return lambda tokens: step.fanout_s(tokens * kv_per_token)
 
 
+def decision_prices(ctx: SimContext, requester: Instance) -> tuple[Callable[[float], float],
+                                                                   Callable[[float], float] | None]:
+    """`reprefill_price` and `fanout_price` for `requester`, made once per requester and kept on the context
+    (both read only the run's fixed engine settings; every request would otherwise build them again)."""
+    prices = ctx._prices.get(requester.id)
+    if prices is None:
+        prices = ctx._prices[requester.id] = (reprefill_price(ctx, requester), fanout_price(ctx))
+    return prices
+
+
 def build_decision_context(ctx: SimContext, requester: Instance, holders: Sequence[Instance], shape: RequestShape,
                            copy_bytes: float, free_bytes: float) -> DecisionContext:
     """The one place a `DecisionContext` is made (dense chunks and sparse selections alike). Live state is
@@ -68,8 +78,9 @@ def build_decision_context(ctx: SimContext, requester: Instance, holders: Sequen
         live = LiveState(holder_wait_s=max(holder_wait_s(ctx, h) for h in holders),
                          path_share_Bps=min(path_share_Bps(ctx, h, requester) for h in holders),
                          hbm_free=free_bytes > copy_bytes)
+    reprefill_s, fanout_s = decision_prices(ctx, requester)
     return DecisionContext(shape=shape, live=live, params=ctx.params, model=ctx.model,
-                           reprefill_s=reprefill_price(ctx, requester), fanout_s=fanout_price(ctx))
+                           reprefill_s=reprefill_s, fanout_s=fanout_s)
 
 
 class RequestDecisions:
@@ -91,8 +102,7 @@ class RequestDecisions:
                  shape_of: Callable[[int, float, bool], RequestShape]) -> None:
         self.ctx, self.requester, self.shape_of = ctx, requester, shape_of
         self.live = ctx.policy.needs_live_state
-        self.reprefill_s = reprefill_price(ctx, requester)
-        self.fanout_s = fanout_price(ctx)
+        self.reprefill_s, self.fanout_s = decision_prices(ctx, requester)
         self.holders: dict[int, tuple[float, float]] = {}      # holder -> (wait per query, path share)
         self.chosen: dict[tuple, Primitive] = {}
 
@@ -277,7 +287,7 @@ class RequestProcess:
         recorder = self.ctx.recorder
         recorder.arrival[self.spec.request_id] = now
         recorder.requester[self.spec.request_id] = self.requester.id
-        self.ctx.cluster.active[self.requester.id] += 1
+        self.ctx.cluster.request_began(self.requester.id)
 
     def own_prefill(self) -> Steps:
         """The prompt's own tokens: prefilled here, or on the prefill instance and its KV shipped here."""
@@ -318,7 +328,7 @@ class RequestProcess:
                 else:
                     del pins[chunk]
         ctx.recorder.complete(self.spec.request_id)
-        ctx.cluster.active[self.requester.id] -= 1
+        ctx.cluster.request_ended(self.requester.id)
         ctx.completed += 1
         done = ctx.done_event(self.spec.request_id)
         if egress_s > 0:
@@ -478,7 +488,7 @@ class DenseRequest(RequestProcess):
 
     def _prefill_alone_s(self, tokens: float) -> float:
         """One iteration over the whole prompt, alone (a floor: no chunking, no batch)."""
-        return engine_reprefill_s(self.ctx.engines.step, float("inf"), tokens)
+        return self.ctx.prefill_alone_s(tokens)
 
     def decide(self, remote: RemoteChunks) -> None:
         """The policy's choice per holder block (`holder_blocks`), priced on the block's summed tokens. A fetch
@@ -486,7 +496,7 @@ class DenseRequest(RequestProcess):
         sequences' KV and pinned copies fill it) is routed instead. The floor: the cheapest primitive of the
         largest remote chunk per fabric, uncongested."""
         ctx, requester = self.ctx, self.requester
-        chunks, tp, copies = ctx.cluster.chunks, ctx.config.instance_gpus, ctx.copies
+        chunks, copies = ctx.cluster.chunks, ctx.copies
         own_kv = self.spec.prompt_tokens + self.spec.output_tokens
         decisions = RequestDecisions(ctx, requester, self._shape)
         tokens_of, pins_at, my_pins = chunks.token_list, chunks.pins_at, self.pins
@@ -567,9 +577,7 @@ class DenseRequest(RequestProcess):
         noted_holders.extend(remote_holders)
         noted.extend(primitives)
         for fabric, tokens in largest.items():
-            route, _, move, _, _ = ctx.floor_model.step(self.mq_first, tokens, fabric, True, tp=tp,
-                                                        query_tokens=self.mq_first / self.heads)
-            self.floor_chunks_s = max(self.floor_chunks_s, min(route, move, self._prefill_alone_s(tokens)))
+            self.floor_chunks_s = max(self.floor_chunks_s, ctx.chunk_floor_s(self.mq_first, self.heads, tokens, fabric))
 
     def _shape(self, fabric: int, tokens: float, cached: bool) -> RequestShape:
         return RequestShape(mq_first=self.mq_first, mq_step=self.heads, steps=self.decode_steps, tokens=tokens,

@@ -192,3 +192,37 @@ def test_instances_on_two_trays_of_one_nvlink_domain_are_on_nvlink(tmp_path):
     row = cluster.fabric_row(by_gpu["h0.g0"])
     assert [row[by_gpu[gpu].id] for gpu in ("h0.g1", "h1.g0", "h1.g1", "h2.g0", "h3.g1")] == [nvlink] * 3 + [nic] * 2
     assert (by_gpu["h1.g0"].host, by_gpu["h2.g0"].host) == (1, 2)      # hosts stay the trays
+
+
+def test_least_active_index_equals_the_counts_least_at_every_step():
+    """`LeastActive` (the least-loaded router's index) names exactly flatnonzero(active == active.min()), in
+    order, after every begin and end of a random sequence of requests."""
+    from simroute.sim.cluster import LeastActive
+    rng = np.random.default_rng(3)
+    n, index = 9, LeastActive(9)
+    active = np.zeros(n, dtype=np.int64)
+    for _ in range(2000):
+        busy = np.flatnonzero(active)
+        if busy.size and rng.random() < 0.45:
+            i = int(rng.choice(busy))
+            active[i] -= 1
+            index.ended(i)
+        else:
+            i = int(rng.integers(n))
+            active[i] += 1
+            index.began(i)
+        assert index.ids() == np.flatnonzero(active == active.min()).tolist()
+        assert index.counts == active.tolist()
+
+
+def test_least_loaded_router_reads_the_index_as_it_reads_the_counts():
+    """The router's answer from a run cluster's index equals its answer from the counts alone (same rotation)."""
+    from simroute.sim.cluster import LeastActive
+    indexed, plain = _Cluster(5), _Cluster(5)
+    indexed.least_active = LeastActive(5)
+    a, b = ROUTERS.get("least-loaded")(), ROUTERS.get("least-loaded")()
+    for i in [0, 2, 2, 4, 1, 3, 0]:
+        indexed.active[i] += 1
+        plain.active[i] += 1
+        indexed.least_active.began(i)
+        assert a.pick(_spec(), indexed).id == b.pick(_spec(), plain).id

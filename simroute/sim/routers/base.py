@@ -79,9 +79,13 @@ class Router(ABC):
 
     def least_loaded(self, cluster: ClusterView) -> InstanceRef:
         """The instance with the fewest requests in flight; ties rotate so an idle cluster still spreads."""
+        self.rotation += 1
+        index = getattr(cluster, "least_active", None)      # the run's cluster keeps them (`LeastActive`)
+        if index is not None and len(index.counts) == len(cluster.instances):
+            least = index.ids()
+            return cluster.instances[least[self.rotation % len(least)]]
         active = cluster.active
         least = (active == _least(active)).nonzero()[0]     # flatnonzero(a == a.min()) without numpy's wrappers
-        self.rotation += 1
         return cluster.instances[int(least[self.rotation % len(least)])]
 
 

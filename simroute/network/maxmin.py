@@ -58,10 +58,11 @@ class Group:
 
     __slots__ = ("key", "links", "cap", "n", "rate", "work", "last_t", "flows", "version", "bn",
                  "new_rate", "new_bn", "mark", "seq", "slot",
-                 "tent_rate", "tent_bn")
+                 "tent_rate", "tent_bn", "_hash")
 
     def __init__(self, key: tuple, links: tuple[int, ...], cap: float) -> None:
         self.key, self.links, self.cap = key, links, cap
+        self._hash = hash(key)         # a tuple does not keep its hash: sets ask for it at every add and discard
         self.n = 0
         self.rate = 0.0
         self.work = 0.0
@@ -80,7 +81,7 @@ class Group:
     def __hash__(self) -> int:
         # Deterministic (the key holds ints and a float, whose hashes are not salted), so sets of groups
         # iterate in the same order on every run: ties between equal completion times break the same way.
-        return hash(self.key)
+        return self._hash
 
     def __eq__(self, other: object) -> bool:
         return self is other

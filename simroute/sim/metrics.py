@@ -232,11 +232,13 @@ def _client_stats(x: np.ndarray, stats: tuple[str, ...] = ("mean", "median", "st
 
 
 def serving_summary(rec: Recorder, gaps_s: np.ndarray, gap_tokens: np.ndarray, *, gpus: int,
-                    concurrency: int | None, offered_qps: float | None) -> dict[str, Any]:
+                    concurrency: int | None, offered_qps: float | None,
+                    itl: dict[str, float | None] | None = None) -> dict[str, Any]:
     """The figures the serving benchmark clients print (SGLang `bench_serving`, `vllm bench serve`), computed as
     they compute them: over the completed requests, the duration from the first request's send to the last
     completion, TPOT = (E2E - TTFT) / (output - 1) over requests of more than one output token, the input and
-    output tokens of the completed requests; per GPU: divided by the GPUs that serve (instances x TP)."""
+    output tokens of the completed requests; per GPU: divided by the GPUs that serve (instances x TP).
+    `itl`: `itl_stats(gaps_s, gap_tokens)` where the caller has it already (`IterationLog.itl`)."""
     done = rec.status == Status.COMPLETED
     started = np.isfinite(rec.arrival)
     out: dict[str, Any] = {"concurrency_limit": concurrency, "request_rate": offered_qps, "gpus": int(gpus),
@@ -254,7 +256,7 @@ def serving_summary(rec: Recorder, gaps_s: np.ndarray, gap_tokens: np.ndarray, *
             "throughput": throughput, "throughput_per_gpu": {key: per_gpu(value) for key, value in throughput.items()},
             "ttft_ms": _client_stats(rec.ttft[done]),
             "tpot_ms": _client_stats(rec.tpot[done & (rec.output_tokens > 1)]),
-            "itl_ms": itl_stats(gaps_s, gap_tokens), "e2e_ms": _client_stats(rec.e2e[done]),
+            "itl_ms": itl_stats(gaps_s, gap_tokens) if itl is None else itl, "e2e_ms": _client_stats(rec.e2e[done]),
             # SGLang's "Concurrency": the mean number of requests in flight over the duration
             "mean_in_flight": float(rec.e2e[done].sum() / duration) if duration > 0 else None}
 

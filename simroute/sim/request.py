@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from itertools import groupby, repeat
 
@@ -216,13 +215,17 @@ class SpliceBatch:
         return self.done
 
 
-@dataclass
 class ChunkPlan:
-    """What `classify_chunks` found and `decide` settled, in the chunks' order."""
+    """What `classify_chunks` found and `decide` settled, in the chunks' order (one per request: a plain class
+    made with its columns, not a dataclass that builds empty defaults first)."""
 
-    prefill_here: list[int] = field(default_factory=list)   # first touch: nobody holds it, prefilled here
-    remote: RemoteChunks = field(default_factory=RemoteChunks)
-    joining: list[simpy.Event] = field(default_factory=list)   # copies being made here that the request waits for
+    __slots__ = ("prefill_here", "remote", "joining")
+
+    def __init__(self, prefill_here: list[int] | None = None, remote: RemoteChunks | None = None,
+                 joining: list[simpy.Event] | None = None) -> None:
+        self.prefill_here: list[int] = [] if prefill_here is None else prefill_here   # first touch: prefilled here
+        self.remote: RemoteChunks = RemoteChunks() if remote is None else remote
+        self.joining: list[simpy.Event] = [] if joining is None else joining   # copies being made here, waited for
 
 
 def _decision_columns() -> tuple[array, array, array]:
@@ -436,7 +439,8 @@ class DenseRequest(RequestProcess):
         """Resident (or being copied here: wait for it), first touch (nobody holds it: prefill here), or remote."""
         ctx, requester, spec = self.ctx, self.requester, self.spec
         chunks, copies = ctx.cluster.chunks, ctx.copies
-        plan = ChunkPlan()
+        prefill_here: list[int] = []
+        joining: list[simpy.Event] = []
         here = requester.id
         replicas = ReplicaChoice(ctx, requester)
         # per chunk of every request (hot): `pin`, `record`, `ChunkCopies.holds` and a lone holder's
@@ -459,15 +463,15 @@ class DenseRequest(RequestProcess):
                 pinned_here.append(chunk)
                 resident_tokens += float(tokens_of[chunk])
                 noted_chunk(chunk), noted_holder(here), noted(resident)
-                if pending is not None and pending not in plan.joining:
-                    plan.joining.append(pending)
+                if pending is not None and pending not in joining:
+                    joining.append(pending)
                 continue
             holders = holders_of[chunk]
             holder = holders[0] if len(holders) == 1 else choose(chunk)
             if holder is None:
                 pins_here[chunk] = pins_here.get(chunk, 0) + 1
                 pinned_here.append(chunk)
-                plan.prefill_here.append(chunk)
+                prefill_here.append(chunk)
                 resident_tokens += float(tokens_of[chunk])
                 noted_chunk(chunk), noted_holder(here), noted(first_touch)
                 continue
@@ -477,7 +481,8 @@ class DenseRequest(RequestProcess):
             remote_chunks.append(chunk)
             remote_holders.append(holder)
             remote_cached.append(cached)
-        plan.remote = RemoteChunks.from_columns(remote_chunks, remote_holders, remote_cached)
+        plan = ChunkPlan(prefill_here, RemoteChunks.from_columns(remote_chunks, remote_holders, remote_cached),
+                         joining)
         if pinned_here:
             self.pins.setdefault(here, []).extend(pinned_here)
         self.resident_tokens = resident_tokens

@@ -228,7 +228,7 @@ class Simulation:
                                        gpus=(len(instances) * cfg.instance_gpus if cluster.layout is None
                                              else cluster.layout.total_gpus),    # --disagg: idle GPUs too
                                        concurrency=self.concurrency,
-                                       offered_qps=self.load.offered_qps),
+                                       offered_qps=self.load.offered_qps, itl=ctx.engines.log.itl()),
             "model_limits": {key: value for key, value in self.limits.items() if not key.startswith("_")},
             "sparse_attention": {"index_topk": ctx.params.geometry.index_topk,
                                  "selections_at_model_topk": self.selections["model"],

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from simroute.sim.engine.log import IterationLog, itl_stats, weighted_percentile
+from simroute.sim.engine.log import IterationLog, itl_stats, weighted_percentile, weighted_percentiles
 from simroute.sim.metrics import (Recorder, _client_stats, holder_summary, incomplete_account, overload, percentiles,
                                   serving_summary, summarise)
 from simroute.sim.vocab import DropReason
@@ -177,6 +177,29 @@ def test_the_iteration_logs_itl_summary_names_the_median_p50():
         log.gap(float(gap), float(tokens))
     assert log.itl_percentiles() == pytest.approx({"mean": 1850 / 101, "p50": 20.0, "p95": 30.0, "p99": 30.0,
                                                    "max": 50.0})
+
+
+def test_the_iteration_logs_itl_is_kept_until_more_gaps_are_logged():
+    """`IterationLog.itl` (shared by the engine and serving summaries) is `itl_stats` of the gaps logged so far:
+    a gap logged after a first call moves it, and a caller changing the dict it got changes nothing kept."""
+    log = IterationLog()
+    for gap, tokens in zip(GAPS_S, GAP_TOKENS):
+        log.gap(float(gap), float(tokens))
+    first = log.itl()
+    assert first == pytest.approx(itl_stats(GAPS_S, GAP_TOKENS))
+    first["max"] = -1.0
+    assert log.itl()["max"] == pytest.approx(50.0)
+    log.gap(0.5, 3.0)
+    assert log.itl()["max"] == pytest.approx(500.0)
+    assert log.itl() == pytest.approx(itl_stats(np.append(GAPS_S, 0.5), np.append(GAP_TOKENS, 3.0)))
+
+
+def test_weighted_percentiles_sorted_once_equal_each_percentile_alone():
+    values, weights = np.array([4.0, 1.0, 3.0, 2.0, 3.0]), np.array([1, 2, 1, 3, 2])
+    qs = (0.0, 12.5, 50.0, 95.0, 99.0, 100.0)
+    assert weighted_percentiles(values, weights, qs) == [weighted_percentile(values, weights, q) for q in qs]
+    assert weighted_percentiles(values, weights, qs) == pytest.approx(
+        [float(np.percentile(np.repeat(values, weights), q)) for q in qs])
 
 
 def test_a_weighted_percentile_by_hand():

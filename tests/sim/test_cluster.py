@@ -226,3 +226,22 @@ def test_least_loaded_router_reads_the_index_as_it_reads_the_counts():
         plain.active[i] += 1
         indexed.least_active.began(i)
         assert a.pick(_spec(), indexed).id == b.pick(_spec(), plain).id
+
+
+def test_a_run_clusters_least_loaded_answer_follows_active_through_begins_and_ends(tmp_path):
+    """A run's cluster keeps its least-loaded index beside `active`: the router's pick from it equals its pick
+    from `active` alone after begins and ends, and after an end without its begin (a test driving `finish`),
+    where the index is dropped and `active` answers."""
+    trace = single_chunk_trace(tmp_path / "t.parquet", requester=0, holder=1)
+    cluster = Simulation(_testbed_cfg(trace)).ctx.cluster
+    plain = _Cluster(len(cluster.instances))
+    assert cluster.least_active is not None
+    a, b = ROUTERS.get("least-loaded")(), ROUTERS.get("least-loaded")()
+    for instance, began in [(0, True), (3, True), (0, True), (3, False), (1, True), (0, False), (5, False)]:
+        if began:
+            cluster.request_began(instance)
+        else:
+            cluster.request_ended(instance)
+        plain.active[:] = cluster.active
+        assert a.pick(_spec(), cluster.router_view).id == b.pick(_spec(), plain).id
+    assert cluster.least_active is None and cluster.active[5] == -1     # the unmatched end at 5

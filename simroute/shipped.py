@@ -11,6 +11,11 @@ KINDS = {"topology": ("topologies", ".yaml"), "trace": ("traces", ".parquet"), "
          "study": ("studies", ".yaml"), "sample": ("samples", ".jsonl")}
 
 
+def shipped_folder(kind: str) -> Path:
+    """The folder the package ships `kind`'s files in (`calib`: the profiles, with the engine presets below)."""
+    return DATA / KINDS[kind][0]
+
+
 def shipped_names(kind: str) -> list[str]:
     folder, suffix = KINDS[kind]
     return sorted(p.name.removesuffix(suffix) for p in (DATA / folder).glob(f"*{suffix}"))

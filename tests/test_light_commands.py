@@ -118,3 +118,36 @@ def test_plain_values_convert_as_typer_does(cli):
     plain = cli("predict", "--json", "--mq", "256", "--prefill-us", "0.25", "--offset", "cached")
     typer_own = cli("predict", "--json", "--mq", "+256", "--prefill-us", "2.5e-1", "--offset", "cached")
     assert plain[0] == 0 and plain == typer_own
+
+
+def test_run_help_imports_no_pydantic():
+    """`simroute run --help` lists the shipped engine presets from their file names (calib/engine_files.py) and
+    converts its values plainly: no preset schema, no typer converter, so no pydantic."""
+    done = subprocess.run([sys.executable, "-c", FIRST_LOOK, json.dumps(["pydantic"]), "run", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    code, loaded, out = json.loads(done.stdout)
+    assert code == 0 and "--engine" in out and "sglang@" in out and loaded == []
+
+
+def test_the_run_commands_defaults_convert_as_typer_converts_them():
+    """Every `simroute run` option's default (ints, floats, names, None, an unset repeatable option, the output
+    path) comes out of the plain conversion exactly as out of typer's own converter, type included."""
+    from typer._coercion import build_runtime_param
+    from simroute.cli.common import _PlainValue
+    from simroute.cli.run_cmd import run_command
+    import typer.main
+    single = typer.Typer()
+    single.command("run")(run_command())
+    command = typer.main.get_command(single)
+    ctx = command.make_context("run", [], resilient_parsing=True)
+    kinds = set()
+    for param in command.params:
+        if not hasattr(param, "type_descriptor"):
+            continue
+        default = param.get_default(ctx)
+        plain = _PlainValue(param.type_descriptor).coerce(default, param=param, ctx=ctx)
+        own = build_runtime_param(param.type_descriptor).coerce(default, param=param, ctx=ctx)
+        assert (type(plain), plain) == (type(own), own), param.name
+        kinds.add(type(own).__name__)
+    assert {"int", "float", "str", "NoneType", "tuple", "PosixPath"} <= kinds    # each path was taken

@@ -74,3 +74,33 @@ def test_main_called_by_a_program_leaves_its_environment_alone(monkeypatch, caps
     assert main(["--version"]) == 0
     assert "simroute" in capsys.readouterr().out
     assert BLAS_THREADS_ENV not in os.environ
+
+
+# The run's options as typer would convert them: which options got typer's own (pydantic TypeAdapter) converter
+# before the first event. A default run's values are all plain (cli/common.plain_values).
+CONVERTERS = """
+import json, os, sys
+import typer.core
+built = []
+own = typer.core._TyperParameter.get_runtime_param
+def noted(self):
+    if self._runtime_param is None:
+        built.append(self.name)
+    return own(self)
+typer.core._TyperParameter.get_runtime_param = noted
+import simpy.core
+def first(self, until=None):
+    print(json.dumps(built), flush=True)
+    os._exit(0)
+simpy.core.Environment.run = first
+sys.argv = ["simroute", "run", "--max-requests", "20", "-o", sys.argv[1]]
+from simroute.cli.main import main
+sys.exit(main())
+"""
+
+
+def test_a_default_runs_options_need_no_typer_converter(tmp_path):
+    done = subprocess.run([sys.executable, "-c", CONVERTERS, str(tmp_path / "out")], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["out"]     # `-o` given as text: typer's own

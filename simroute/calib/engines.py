@@ -16,7 +16,6 @@ Validated by pydantic at the file boundary, as the profiles are.
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -24,10 +23,11 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Strict, Tag, ValidationError, field_validator,
                       model_validator)
 
-from simroute.errors import ConfigurationError, UnknownNameError
+# the file-name side lives apart, free of pydantic; re-exported for the callers that load presets too
+from simroute.calib.engine_files import FRAMEWORKS, engines_dir, preset_path, preset_versions, version_key  # noqa: F401
+from simroute.errors import ConfigurationError
 
 SCHEMA_TAG = "simroute.engine/1"
-FRAMEWORKS = ("sglang", "vllm", "trtllm")
 STRICT = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 PresetKind = Literal["source", "published", "fitted", "default"]
 Number = Annotated[float, Strict()]
@@ -175,42 +175,6 @@ class EnginePreset:
         except KeyError:
             raise ConfigurationError(f"preset {self.label} lacks constant '{name}'", file=self.file,
                                      field=f"constants.{name}") from None
-
-
-def engines_dir() -> Path:
-    """The shipped presets (calib/engines/ of the repository)."""
-    from simroute.calib.profile import shipped_dir
-    return shipped_dir() / "engines"
-
-
-def version_key(version: str) -> tuple:
-    """Release order: 0.5.9 < 0.5.14, 1.3.0rc20 < 1.3.0 (a release candidate before its release)."""
-    match = re.fullmatch(r"([0-9.]+?)(?:rc([0-9]+))?(?:\.?post([0-9]+))?", version)
-    if match is None:
-        return ((), 0, 0, version)
-    release = tuple(int(part) for part in match.group(1).strip(".").split(".") if part)
-    candidate = int(match.group(2)) if match.group(2) else 10 ** 9
-    return (release, candidate, int(match.group(3) or 0), version)
-
-
-def preset_versions(framework: str, directory: Path | None = None) -> list[str]:
-    """The shipped versions of `framework`'s preset, oldest first (file names only: no YAML read)."""
-    folder = directory or engines_dir()
-    prefix = f"{framework}-"
-    found = [path.stem[len(prefix):] for path in folder.glob(f"{prefix}*.yaml")]
-    return sorted(found, key=version_key)
-
-
-def preset_path(framework: str, version: str | None = None, directory: Path | None = None) -> Path:
-    """The file of `framework`'s preset at `version` (the newest shipped when None)."""
-    versions = preset_versions(framework, directory)
-    if not versions:
-        raise UnknownNameError("engine", framework, list(FRAMEWORKS))
-    if version is None:
-        version = versions[-1]
-    if version not in versions:
-        raise UnknownNameError(f"{framework} preset version", version, versions)
-    return (directory or engines_dir()) / f"{framework}-{version}.yaml"
 
 
 @functools.lru_cache(maxsize=None)

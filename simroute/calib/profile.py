@@ -37,7 +37,8 @@ REQUIRED_CONSTANTS: dict[str, str] = {
 
 def shipped_dir() -> Path:
     """The calibration profiles shipped with the package (`calib/` of the repository)."""
-    return Path(__file__).resolve().parent.parent / "data" / "calib"
+    from simroute.shipped import shipped_folder
+    return shipped_folder("calib")
 
 
 def default_profile_path() -> Path:

@@ -112,15 +112,23 @@ def _stub(callback: Callable[..., Any]) -> Callable[[], None]:
 
 
 def _lazy(make: Callable[[], Any]) -> type:
-    """A command class whose options and callback are those of `make()`'s command, built on first use."""
+    """A command class whose options and callback are those of `make()`'s command, built on first use; their
+    plain values converted by `plain_values`, as a `PlainValues` command's are."""
 
     class LazyCommand(TyperCommand):
         _built: Any = None
 
         def _real(self) -> Any:
             if self._built is None:
-                type(self)._built = make()
+                built = make()
+                plain_values(built.params)
+                type(self)._built = built
             return self._built
+
+        def get_help_option(self, ctx: Any) -> Any:
+            option = super().get_help_option(ctx)
+            plain_values([option] if option is not None else [])
+            return option
 
         @property
         def params(self) -> list:
@@ -181,15 +189,31 @@ class _PlainValue:
 
     def __init__(self, descriptor: Any) -> None:
         self.annotation, self.info = descriptor.annotation, descriptor.parameter_info
+        self.path = getattr(descriptor, "is_path", False)
 
     def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
-        if value is None and not (param.multiple or param.nargs == -1):
-            return None
-        plain = self._plain(value)
+        if value is None:       # as typer's RuntimeParam.coerce: an absent value is converted by no adapter
+            return () if (param.multiple or param.nargs == -1) else None
+        plain = self._path(value, param, ctx) if self.path else self._plain(value)
         if plain is not _NOT_PLAIN:
             return plain
         param._runtime_param = None     # typer builds its own (pydantic) converter: its checks, its messages
         return param.get_runtime_param().coerce(value, param=param, ctx=ctx)
+
+    def _path(self, value: Any, param: Any, ctx: Any) -> Any:
+        """A path option's value that is a path already (its default): typer's own path check (exists, file or
+        directory, ...), which needs pydantic only to turn a text into a path."""
+        from pathlib import Path, PurePath
+        try:
+            from typer._param_types import coerce_cli_path
+        except ImportError:
+            return _NOT_PLAIN
+        path_type = self.info.path_type
+        if path_type is None and isinstance(self.annotation, type) and issubclass(self.annotation, Path):
+            path_type = self.annotation
+        if not isinstance(value, PurePath) or not (path_type in (None, str, bytes) or isinstance(value, path_type)):
+            return _NOT_PLAIN
+        return coerce_cli_path(value, self.info, path_type=path_type, param=param, ctx=ctx)
 
     def _plain(self, value: Any) -> Any:
         import re

@@ -103,7 +103,7 @@ def skip_reason(row: ServingRow, *, open_loops: bool = False, dp_attention: bool
     (through the DP-attention group, `engine_values`). An MTP row replays only with the acceptance its run had
     (`--nextn` and `--accept-length`): no source of the table records one (docs/VALIDATION.md, "The MTP rows"),
     and none is fitted or assumed, so every MTP row stays skipped, saying so."""
-    from simroute.calib.engines import preset_versions
+    from simroute.calib.engine_files import preset_versions
     if row.speculative == "mtp" and row.mtp_accept_length is None:
         return f"{row.deployment}: the source records no MTP acceptance length, and none is assumed"
     if row.deployment != "baseline" and not (dp_attention and row.deployment == "dp-attention"):

@@ -96,7 +96,7 @@ def resolve_calibration(cfg: RunConfig, topology_spec: Any) -> RunCalibration:
     if gpu_file is not None and str(gpu_file) not in map(str, files):
         files.append(gpu_file)
     if engine.preset_file is not None:              # the engine preset is an input too
-        from simroute.calib.engines import engines_dir
+        from simroute.calib.engine_files import engines_dir
         name = engine.preset_file
         files.append(engines_dir() / Path(name).name if name.startswith("calib/engines/") else Path(name))
     return RunCalibration(profile=profile.name, gpu=deployment.gpu, engine=engine, step=step, group=group,

@@ -57,7 +57,7 @@ ENGINE_AUTO, ENGINE_NONE = "auto", "none"
 def parse_engine(value: str) -> tuple[str, str | None]:
     """(framework or 'auto' / 'none', version or None) of an `--engine` value; raises on a framework no plug-in
     registers or a version no preset ships (calib/engines/)."""
-    from simroute.calib.engines import preset_versions
+    from simroute.calib.engine_files import preset_versions
     if value in (ENGINE_AUTO, ENGINE_NONE):
         return value, None
     name, at, version = value.partition("@")
@@ -76,7 +76,7 @@ def _check_engine(value: str) -> None:
 
 def engine_listing() -> str:
     """Each framework with its shipped preset versions and its one-line description (`simroute run --help`)."""
-    from simroute.calib.engines import preset_versions
+    from simroute.calib.engine_files import preset_versions
     lines = dict(item.split(": ", 1) for item in FRAMEWORKS.help().split("; "))
     return "; ".join(f"{name}@{'|'.join(preset_versions(name))}: {lines[name]}" for name in FRAMEWORKS)
 

@@ -131,7 +131,7 @@ def resolve_engine(cfg: RunConfig, spec: GpuSpec, *, layers: int, kv_capacity_to
     if framework == AUTO:
         if own is not None and own.framework in FRAMEWORKS:
             framework = own.framework
-            from simroute.calib.engines import preset_versions
+            from simroute.calib.engine_files import preset_versions
             version = own.version if own.version in preset_versions(framework) else None
             if version is None:
                 notes.append(f"{spec.name}'s tables are {own.framework} {own.version}, for which no preset ships: "
@@ -157,7 +157,7 @@ def resolve_engine(cfg: RunConfig, spec: GpuSpec, *, layers: int, kv_capacity_to
 def _shipped_name(path: Path) -> str:
     """A preset file as the run records it: `calib/engines/NAME.yaml` when shipped (outputs name no checkout's
     absolute path), else its path."""
-    from simroute.calib.engines import engines_dir
+    from simroute.calib.engine_files import engines_dir
     try:
         return f"calib/engines/{path.resolve().relative_to(engines_dir().resolve()).as_posix()}"
     except ValueError:

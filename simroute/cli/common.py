@@ -151,10 +151,12 @@ def _lazy(make: Callable[[], Any]) -> type:
 
 def plain_values(params: list[Any]) -> None:
     """Option values of plain types (str, int, float, an Enum) given plainly (`--mq 256`, `--offset cached`) are
-    converted by `_PlainValue`, in range, as typer would; anything else (a range violated, `1e3`, a path) goes
-    to typer's own conversion and its messages. Typer converts every value through a pydantic TypeAdapter,
-    and importing pydantic is most of what `simroute --help` and `predict` would otherwise wait for
-    (bench/bench_cli.py). A typer without that converter (no `_runtime_param`) is left as it is."""
+    converted by `_PlainValue`, in range, as typer would, and so are an absent value and a path option's default
+    (typer's own path check); anything else (a range violated, `1e3`, a path given as text) goes to typer's own
+    conversion and its messages. Typer converts every value through a pydantic TypeAdapter, and importing
+    pydantic is most of what `simroute --help` and `predict` would otherwise wait for (bench/bench_cli.py); a
+    default `simroute run` would build ~40 of them (bench/bench_run_startup.py). A typer without that converter
+    (no `_runtime_param`) is left as it is."""
     for param in params:
         if getattr(param, "_runtime_param", 0) is None and hasattr(param, "type_descriptor"):
             param._runtime_param = _PlainValue(param.type_descriptor)

@@ -151,3 +151,20 @@ def test_the_run_commands_defaults_convert_as_typer_converts_them():
         assert (type(plain), plain) == (type(own), own), param.name
         kinds.add(type(own).__name__)
     assert {"int", "float", "str", "NoneType", "tuple", "PosixPath"} <= kinds    # each path was taken
+
+
+def test_an_option_with_its_own_parser_keeps_it():
+    """A plain-typed option that names a parser is converted by typer (the parser runs), not the plain path."""
+    import typer
+    from typer.testing import CliRunner
+    from simroute.cli.common import PlainValues
+    app = typer.Typer()
+
+    @app.command("shout", cls=PlainValues)
+    def shout(word: str = typer.Option("hi", parser=str.upper)) -> None:
+        print(word)
+
+    @app.command("other")
+    def other() -> None:
+        pass
+    assert CliRunner().invoke(app, ["shout", "--word", "abc"]).output.strip() == "ABC"

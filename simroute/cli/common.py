@@ -196,7 +196,10 @@ class _PlainValue:
     def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
         if value is None:       # as typer's RuntimeParam.coerce: an absent value is converted by no adapter
             return () if (param.multiple or param.nargs == -1) else None
-        plain = self._path(value, param, ctx) if self.path else self._plain(value)
+        if getattr(self.info, "parser", None) is not None or getattr(self.info, "click_type", None) is not None:
+            plain = _NOT_PLAIN      # an option's own parser or click type: typer runs it
+        else:
+            plain = self._path(value, param, ctx) if self.path else self._plain(value)
         if plain is not _NOT_PLAIN:
             return plain
         param._runtime_param = None     # typer builds its own (pydantic) converter: its checks, its messages

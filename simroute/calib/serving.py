@@ -87,6 +87,7 @@ class ServingRow:
     adp_balance: bool | None                # TensorRT-LLM's attention-DP balancing (attention_dp_config) where the
     adp_timeout_iters: int | None           # launch sets it: enable_balance, timeout_iters, batching_wait_iters;
     adp_batching_wait_iters: int | None     # empty: the framework's default (off)
+    moe_backend: str | None                 # TensorRT-LLM's moe_config backend where the launch sets it
     mtp_draft_tokens: int | None            # MTP rows: draft tokens per step the launch sets (simroute's --nextn)
     mtp_accept_length: float | None         # MTP rows: mean tokens a step emits, as the source printed it; empty:
                                             # the source records none (then the row cannot be replayed)
@@ -118,6 +119,10 @@ class ServingRow:
             raise KeyError(name)
         return self.metrics.get(name)
 
+
+# TensorRT-LLM's moe_config.backend names (tensorrt_llm/llmapi/llm_args.py MoeConfig.backend, stored copies of the
+# 1.1-1.3 era; AUTO from later copies)
+TRTLLM_MOE_BACKENDS = ("AUTO", "CUTLASS", "CUTEDSL", "WIDEEP", "TRTLLM", "DEEPGEMM", "VANILLA", "TRITON")
 
 _SCALARS = [f.name for f in fields(ServingRow) if f.name not in ("metrics", "derived")]
 COLUMNS = tuple(_SCALARS[:_SCALARS.index("request_rate_req_s") + 1]) + METRICS + ("derived", "holdout", "notes")
@@ -208,6 +213,7 @@ def _parse(row: _Row) -> ServingRow:
         adp_balance=row.flag("adp_balance") if row.text("adp_balance", required=False) else None,
         adp_timeout_iters=row.integer("adp_timeout_iters", required=False, minimum=0),
         adp_batching_wait_iters=row.integer("adp_batching_wait_iters", required=False, minimum=0),
+        moe_backend=row.text("moe_backend", required=False) or None,
         mtp_draft_tokens=row.integer("mtp_draft_tokens", required=False),
         mtp_accept_length=row.number("mtp_accept_length", required=False),
         server_flags=row.text("server_flags"), client=row.text("client"), dataset=row.choice("dataset", DATASETS),
@@ -281,6 +287,12 @@ def _check_consistency(row: _Row, parsed: ServingRow) -> None:
         if any(v is None for v in adp):
             raise row.fail("adp_balance", "attention_dp_config's enable_balance, timeout_iters and "
                                           "batching_wait_iters come together (all empty: the framework's default)")
+    if parsed.moe_backend is not None:
+        if parsed.framework != "trtllm":
+            raise row.fail("moe_backend", "the MoE backend column is TensorRT-LLM's moe_config backend (empty for "
+                                          "other frameworks)")
+        if parsed.moe_backend not in TRTLLM_MOE_BACKENDS:
+            raise row.fail("moe_backend", f"'{parsed.moe_backend}' is not one of {', '.join(TRTLLM_MOE_BACKENDS)}")
     drafts, accepted = parsed.mtp_draft_tokens, parsed.mtp_accept_length
     if (parsed.speculative == "mtp") != (drafts is not None):
         raise row.fail("mtp_draft_tokens", "an MTP row states the draft tokens per step its launch sets; empty "

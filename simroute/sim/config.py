@@ -24,7 +24,7 @@ from simroute.model.steptime import KV_LAYOUTS
 from simroute.sim.registry import Registry, registry
 from simroute.sim.slo import DEFAULT_SLO, JOINER
 from simroute.sim.slo import parse as parse_slo
-from simroute.sim.vocab import HOLDER_MODES
+from simroute.sim.vocab import HOLDER_MODES, MOE_BACKENDS
 
 # Names are checked against the registries of their kinds: each loads its plug-in package on first read, so
 # this value object imports none of them (simroute/sim/registry.py).
@@ -244,6 +244,12 @@ class RunConfig:
                                                         "iterations context requests wait once every rank has one "
                                                         "(--adp-balance). The trtllm preset's (10) if unset; only "
                                                         "with --engine trtllm.", minimum=0)
+    moe_backend: str | None = setting(None, "TensorRT-LLM's moe_config backend where it names a kernel other than "
+                                            "the preset's MoE rows: TRTLLM (the TRT-LLM-gen fused MoE, Blackwell "
+                                            "only) reads the routed experts from the table set that times it "
+                                            "(docs/ENGINES.md). Unset: the preset's own MoE rows (DeepGEMM on "
+                                            "B200, CUTLASS on H100 / H200); only with --engine trtllm.",
+                                      choices=MOE_BACKENDS)
     holder_mode: str = setting("inline", "Where a holder runs routed partial attention: inline (between / inside "
                                          "its own iterations) or stream (a concurrent stream).",
                                choices=HOLDER_MODES)
@@ -301,7 +307,7 @@ class RunConfig:
             for name in ("cuda_graph_max_batch", "overlap_scheduling", "scheduler_recv_interval",
                          "prefill_graph_max_tokens", "mem_fraction", "batch_wait_timeout_iters",
                          "batch_wait_max_tokens_ratio", "adp_balance", "adp_timeout_iters",
-                         "adp_batching_wait_iters"):
+                         "adp_batching_wait_iters", "moe_backend"):
                 if getattr(self, name) is not None:
                     raise ConfigurationError("is a framework setting: name an engine preset (--engine) to set it",
                                              field=name)

@@ -145,12 +145,16 @@ def resolve_engine(cfg: RunConfig, spec: GpuSpec, *, layers: int, kv_capacity_to
                             tp=cfg.tp, layers=layers, kv_capacity_tokens=kv_capacity_tokens, mla=mla, moe=moe,
                             hbm_override=hbm_bytes is not None, dp_attention=cfg.dp_attention,
                             ep=cfg.ep)
-    settings = FRAMEWORKS.get(framework)().settings(preset, deployment, flags)
+    rules = FRAMEWORKS.get(framework)()
+    settings = rules.settings(preset, deployment, flags)
     missing = [key for key in SETTINGS if key not in settings]
     if missing:
         raise ConfigurationError(f"the {framework} framework resolved no {', '.join(missing)}", file=preset.file)
     settings = _check_chunk(settings)
     spec, tables = _preset_tables(spec, preset.tables, notes)
+    moe_tables = rules.moe_tables(preset, deployment, settings)
+    if moe_tables is not None:
+        spec, tables = _moe_tables(spec, moe_tables, tables, notes)
     return ResolvedEngine(preset.label, settings, tables, tuple(notes), _shipped_name(preset.file)), spec
 
 
@@ -178,6 +182,25 @@ def _check_chunk(settings: dict[str, Setting]) -> dict[str, Setting]:
                                  field="prefill_chunk")
     return {**settings, "prefill_chunk": Setting(budget.value, f"cut to the token budget; was {chunk.value} "
                                                                f"({chunk.source})")}
+
+
+def _moe_tables(spec: GpuSpec, name: str, label: str, notes: list[str]) -> tuple[GpuSpec, str]:
+    """`spec` whose tables take their MoE rows from calib/ops/<gpu>/<name>/ (the kernel a launch's MoE backend
+    runs, `Framework.moe_tables`); refused, naming the setting, where that table set has none."""
+    from simroute.calib.optables import load_operator_tables_cached
+    from simroute.calib.profile import shipped_dir
+    from simroute.model.optables import OpKind
+    directory = shipped_dir() / "ops" / spec.name / name
+    own = spec.operator_tables
+    other = load_operator_tables_cached(str(directory.resolve())) if directory.is_dir() else None
+    moe = other.get(OpKind.MOE) if other is not None else None
+    if own is None or moe is None:
+        raise ConfigurationError(f"needs the MoE rows of calib/ops/{spec.name}/{name}, which do not ship",
+                                 field="moe_backend")
+    tables = dataclasses.replace(own, tables={**own.tables, OpKind.MOE: moe})
+    notes.append(f"moe_backend: the routed experts read {other.label}'s MoE rows (the kernel the launch's MoE "
+                 "backend runs)")
+    return dataclasses.replace(spec, operator_tables=tables), f"{label}; moe: {other.label}"
 
 
 def _preset_tables(spec: GpuSpec, name: str, notes: list[str]) -> tuple[GpuSpec, str]:

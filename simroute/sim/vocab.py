@@ -99,3 +99,8 @@ class HolderMode(StrEnum):
 
 
 HOLDER_MODES = tuple(mode.value for mode in HolderMode)
+
+# TensorRT-LLM `moe_config.backend` values a run may name (`RunConfig.moe_backend`): those whose kernel the
+# preset's own MoE rows do not time. TRTLLM is the TRT-LLM-gen fused MoE (`TRTLLMGenFusedMoE`, Blackwell only);
+# the launches' other backends (DEEPGEMM on B200, CUTLASS on H100 / H200) are the preset's rows themselves.
+MOE_BACKENDS = ("TRTLLM",)

@@ -141,6 +141,13 @@ PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
                                                    "AttentionDpConfig batching_wait_iters Field(default=10",
                                                    "if adp_ctx_batching_wait_iters_count < "
                                                    "attention_dp_batching_wait_iters")),
+        "trtllm_gen_moe_tables": ("source", "sglang-0.5.14", (
+            "create_moe.py get_moe_cls", "backend TRTLLM with FP8 block scales returns TRTLLMGenFusedMoE",
+            "fp8_block_scale_moe_runner", "namespace tensorrt_llm::kernels::trtllmgen_moe",
+            "include/flashinfer/trtllm/fused_moe/runner.h", "trtllm_fp8_block_scale_moe",
+            "kernel_source sglang_flashinfer_trtllm_moe", "vllm_fp8moe_flashinfer_trtllm_trtllmfp8expertsmonolithic")),
+        "trtllm_gen_moe_gpus": ("source", "b200-sxm", ("fused_moe_trtllm_gen.py", "SM 100 only",
+                                                       "sglang_flashinfer_trtllm_moe")),
     },
 }
 FITTED_POINTS = {("vllm-0.24.0.yaml", "host_us_per_sequence"): GAP,

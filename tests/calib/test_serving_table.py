@@ -438,3 +438,57 @@ def test_mtp_rows_record_the_rest_of_their_script_s_launch():
             want = (None, tokens, None, graphs, fraction, 10, None, None)
             assert f"max_batch_size {batch};" in r.server_flags and f"max_num_tokens {tokens} " in r.server_flags
         assert got == want, (r.id, got, want)
+
+
+# The MoE backend each InferenceX TensorRT-LLM script writes into moe_config (MOE_BACKEND), at the rows' commits:
+# the B200 1.1.0rc2.post2 slurm script DEEPGEMM always; the B200 dsr1_fp8_b200_trt.sh of 2026-01-29 (dcc0f53a889d)
+# TRTLLM, DEEPGEMM for 1k/8k at 256 or more clients; its single_node successor (f3dbc40c99a6) TRTLLM; the B200 MTP
+# scripts TRTLLM, DEEPGEMM with DP attention; every H200 script CUTLASS.
+def _script_moe_backend(row) -> str:
+    ref = row.source_ref
+    if "dsr1_fp8_h200_trt" in ref:
+        return "CUTLASS"
+    if "dsr1_fp8_b200_trt_slurm.sh" in ref:
+        return "DEEPGEMM"
+    if "dsr1_fp8_b200_trt_mtp.sh" in ref:
+        return "DEEPGEMM" if row.dp_attention else "TRTLLM"
+    if "dsr1_fp8_b200_trt.sh" in ref:
+        late_1k8k = "dcc0f53a889d" in ref and (row.isl, row.osl) == (1024, 8192) and row.concurrency >= 256
+        return "DEEPGEMM" if late_1k8k else "TRTLLM"
+    raise AssertionError(f"no MOE_BACKEND rule for {row.id}")
+
+
+def test_every_inferencex_trtllm_row_records_its_script_s_moe_backend():
+    """moe_backend is the script's MOE_BACKEND (above) on every InferenceX TensorRT-LLM row, and server_flags name
+    it; the one non-InferenceX TensorRT-LLM row (a launch that names none) and every other framework's row carry
+    none. The 1k/8k DP-attention run at 256 clients of 2026-01-29 also carries the rest of that rule (CUDA graphs
+    to CONC / 8, free_gpu_memory_fraction 0.7)."""
+    for r in ROWS:
+        if r.framework == "trtllm" and r.source == "inferencex":
+            assert r.moe_backend == _script_moe_backend(r), r.id
+            assert f"moe backend {r.moe_backend};" in r.server_flags, r.id
+        else:
+            assert r.moe_backend is None, r.id
+    late = next(r for r in ROWS if r.id == "ix-2026-01-29-b200-trtllm-1k8k-tp8ep8-dpa-c256")
+    assert (late.moe_backend, late.cuda_graph_max_bs, late.mem_fraction) == ("DEEPGEMM", 32, 0.7)
+
+
+def test_replayed_trtllm_rows_name_trtllm_or_the_backend_the_preset_s_rows_time():
+    """The trtllm preset's own MoE rows (aiconfigurator-core 0.12.0, TensorRT-LLM 1.3.0rc20, FP8 block scales at
+    DeepSeek's shape) were timed with DeepGEMM on B200 and CUTLASS on H200 (their kernel_source column): a row
+    whose launch names that backend reads them as they are; a row naming TRTLLM (the TRT-LLM-gen fused MoE) reads
+    the preset's trtllm_gen_moe_tables (docs/ENGINES.md); no other backend is launched by a row."""
+    own = {"b200-sxm": "DEEPGEMM", "h200-sxm": "CUTLASS"}
+    backends = {(r.gpu, r.moe_backend) for r in ROWS if r.framework == "trtllm" and r.moe_backend is not None}
+    assert backends == {("b200-sxm", "DEEPGEMM"), ("b200-sxm", "TRTLLM"), ("h200-sxm", "CUTLASS")}
+    assert all(backend in (own[gpu], "TRTLLM") for gpu, backend in backends)
+
+
+@pytest.mark.parametrize("framework,value,problem", [
+    ("sglang", "TRTLLM", "TensorRT-LLM's moe_config backend"),
+    ("trtllm", "FLASHINFER", "not one of"),
+])
+def test_a_bad_moe_backend_is_refused(tmp_path, framework, value, problem):
+    bad = {**_good_row(), "framework": framework, "moe_backend": value}
+    with pytest.raises(ConfigurationError, match=problem):
+        load_serving_table(_write(tmp_path, [bad]))

@@ -78,6 +78,11 @@ def test_a_row_replays_its_workload_preset_and_launch_flags():
     waits = sv.engine_values(row("ix-2026-01-29-b200-trtllm-1k1k-tp8ep1-c128"))
     assert (waits["batch_wait_timeout_iters"], waits["batch_wait_max_tokens_ratio"]) == (40, 0.8)
     assert "batch_wait_timeout_iters" not in sv.engine_values(row("ix-2026-01-29-b200-trtllm-1k1k-tp8ep1-c4"))
+    # TensorRT-LLM's MoE backend: TRTLLM (the TRT-LLM-gen kernel) is passed on; DEEPGEMM on B200 and CUTLASS on
+    # H200 are the kernels the preset's own MoE rows time, so nothing is passed
+    assert sv.engine_values(row("ix-2026-05-18-b200-trtllm-1k1k-tp8ep1-c4"))["moe_backend"] == "TRTLLM"
+    assert "moe_backend" not in sv.engine_values(row("ix-2025-12-15-b200-trtllm-1k1k-tp8ep8-c4"))
+    assert "moe_backend" not in sv.engine_values(r) and r.moe_backend == "CUTLASS"
 
 
 def test_fitted_constants_name_the_table_rows_among_their_points():

@@ -495,3 +495,68 @@ def test_hbm_gb_leaves_the_pool_unmodelled_the_published_start_up_figure_being_t
     overridden = FRAMEWORKS.get("sglang")().settings(load_engine_preset("sglang"), deployment, {"mem_fraction": 0.82})
     assert resolved["startup_free_gib"].value == 138.09 and overridden["startup_free_gib"].value is None
     assert FRAMEWORKS.get("sglang")().kv_pool_bytes(overridden, R1_WEIGHTS) is None
+
+
+def _b200():
+    from simroute.calib import default_profile_path
+    return load_profile(default_profile_path()).find_gpu_spec("b200-sxm")
+
+
+def _moe_us(spec, tokens: int, tp: int = 8) -> float:
+    """DeepSeek-R1's routed experts (FP8 block scales, skewed routing) at `tokens` and moe TP `tp` in `spec`'s
+    tables, us."""
+    from simroute.model.optables import OpKind
+    curve = spec.operator_tables.get(OpKind.MOE).curve(
+        "tokens", {"hidden": 7168, "inter": 2048, "topk": 8, "experts": 256, "moe_tp": tp, "moe_ep": 1},
+        {"dtype": "fp8_block", "distribution": "power_law_1.01"})
+    return curve.seconds(tokens) * 1e6
+
+
+def test_moe_backend_trtllm_reads_the_trtllm_gen_rows_on_b200_and_only_there():
+    """--moe-backend TRTLLM (TensorRT-LLM's TRT-LLM-gen fused MoE): the routed experts read the preset's
+    trtllm_gen_moe_tables (calib/ops/b200-sxm/sglang-0.5.14: flashinfer's trtllm_fp8_block_scale_moe), every other
+    kernel the preset's own tables; unset, the preset's own MoE rows (DeepGEMM on B200). Refused where no table
+    times that kernel (H200), for another framework, and without a preset."""
+    from simroute.calib.optables import load_operator_tables_cached
+    from simroute.calib.profile import shipped_dir
+    from simroute.model.optables import OpKind
+    ops = shipped_dir() / "ops" / "b200-sxm"
+    own = load_operator_tables_cached(str((ops / "trtllm-1.3.0rc20").resolve()))
+    gen = load_operator_tables_cached(str((ops / "sglang-0.5.14").resolve()))
+    plain, plain_spec = resolve_engine(_cfg(engine="trtllm"), _b200(), layers=61, kv_capacity_tokens=2_000_000)
+    assert plain.settings["moe_backend"].value is None and plain.tables == "b200-sxm trtllm 1.3.0rc20"
+    assert plain_spec.operator_tables.get(OpKind.MOE) is own.get(OpKind.MOE)
+    engine, spec = resolve_engine(_cfg(engine="trtllm", moe_backend="TRTLLM"), _b200(), layers=61,
+                                  kv_capacity_tokens=2_000_000)
+    assert engine.settings["moe_backend"].source == "flag (--moe-backend)"
+    assert engine.tables == "b200-sxm trtllm 1.3.0rc20; moe: b200-sxm sglang 0.5.14"
+    tables = spec.operator_tables
+    assert tables.get(OpKind.MOE) is gen.get(OpKind.MOE)
+    assert all(tables.get(kind) is own.get(kind) for kind in own.tables if kind is not OpKind.MOE)
+    # at a decode batch of 4 the TRT-LLM-gen kernel is ~2.7x faster than DeepGEMM at TP 8 (aiconfigurator's rows)
+    assert _moe_us(spec, 4) == pytest.approx(49.7, abs=0.1) and _moe_us(plain_spec, 4) == pytest.approx(133.5, abs=0.1)
+    with pytest.raises(ConfigurationError, match="moe_backend.*Blackwell only.*h200-sxm"):
+        resolve_engine(_cfg(engine="trtllm", moe_backend="TRTLLM"), _h200(), layers=61, kv_capacity_tokens=794_880)
+    with pytest.raises(ConfigurationError, match="moe_backend.*only of: trtllm"):
+        resolve_engine(_cfg(moe_backend="TRTLLM"), _b200(), layers=61, kv_capacity_tokens=2_000_000)
+    with pytest.raises(ConfigurationError, match="moe_backend"):
+        _cfg(engine="none", moe_backend="TRTLLM")
+    with pytest.raises(UnknownNameError, match="moe_backend 'CUTLASS'"):     # the preset's own rows: unset
+        _cfg(engine="trtllm", moe_backend="CUTLASS")
+
+
+def test_two_collections_of_the_trtllm_gen_moe_kernel_agree():
+    """The trtllm preset's trtllm_gen_moe_tables cites two independent timings of flashinfer's TRT-LLM-gen FP8
+    block-scale MoE on B200 (aiconfigurator's SGLang 0.5.14 and vLLM 0.24.0 collectors): at TP 8 they agree within
+    10% from 1 to 8192 tokens, while the preset's own DeepGEMM rows are 1.9-2.8x slower at decode batches (up to
+    64 tokens) and no faster beyond."""
+    from simroute.calib.optables import load_operator_tables_cached
+    from simroute.calib.profile import shipped_dir
+    ops = shipped_dir() / "ops" / "b200-sxm"
+    spec = _b200()
+    sets = {name: dataclasses.replace(spec, operator_tables=load_operator_tables_cached(str((ops / name).resolve())))
+            for name in ("sglang-0.5.14", "vllm-0.24.0", "trtllm-1.3.0rc20")}
+    for tokens in (1, 4, 16, 64, 256, 1024, 8192):
+        sgl, vllm, deepgemm = (_moe_us(sets[name], tokens) for name in sets)
+        assert abs(sgl / vllm - 1) < 0.10, tokens
+        assert (1.9 < deepgemm / sgl < 2.8) if tokens <= 64 else deepgemm >= sgl, tokens

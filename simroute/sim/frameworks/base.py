@@ -25,7 +25,8 @@ SETTINGS = FLAG_SETTINGS + ("host_us_per_sequence", "eager_launch_us_per_layer",
 # settings only some frameworks have (a RunConfig flag too): a framework lists those it has in `optional`; a flag
 # for one its framework lacks is refused
 OPTIONAL_SETTINGS = ("scheduler_recv_interval", "prefill_graph_max_tokens", "mem_fraction", "batch_wait_timeout_iters",
-                     "batch_wait_max_tokens_ratio", "adp_balance", "adp_timeout_iters", "adp_batching_wait_iters")
+                     "batch_wait_max_tokens_ratio", "adp_balance", "adp_timeout_iters", "adp_batching_wait_iters",
+                     "moe_backend")
 GIB = float(1 << 30)
 
 
@@ -111,6 +112,11 @@ class Framework:
                 and "eager_launch_us_per_layer_mla_moe" in preset.constants):
             return self.constant(preset, "eager_launch_us_per_layer_mla_moe", deployment, as_key=key)
         return self.constant(preset, key, deployment)
+
+    def moe_tables(self, preset: EnginePreset, deployment: Deployment, settings: dict[str, Setting]) -> str | None:
+        """The table set (calib/ops/<gpu>/<name>/) whose MoE rows the routed experts read instead of the preset's
+        own, where the settings name another kernel (None: the preset's own)."""
+        return None
 
     def startup_free(self, preset: EnginePreset, deployment: Deployment) -> Setting:
         """GiB free on one GPU when the framework starts loading its weights (the device's memory less the CUDA

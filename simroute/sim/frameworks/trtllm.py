@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simroute.errors import ConfigurationError
 from simroute.sim.frameworks.base import FRAMEWORKS, GIB, Deployment, Framework, Setting
 
 if TYPE_CHECKING:
@@ -21,7 +22,8 @@ class Trtllm(Framework):
     """in-flight batching of decodes with whole prompts (8192 tokens), overlap scheduler, CUDA graphs to 128."""
 
     optional = ("mem_fraction", "startup_free_gib", "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio",
-                "adp_balance", "adp_timeout_iters", "adp_batching_wait_iters", "profiled_free_gib")
+                "adp_balance", "adp_timeout_iters", "adp_batching_wait_iters", "profiled_free_gib",
+                "moe_backend")
 
     def kv_pool_bytes(self, settings: dict[str, Setting], weight_bytes: float) -> float | None:
         """`KvCacheCreator._cal_max_tokens` (tensorrt_llm/_torch/pyexecutor/_util.py): free_gpu_memory_fraction x
@@ -42,7 +44,26 @@ class Trtllm(Framework):
         py_executor_creator.py); the published B200 launch's peak is 14 GiB above this bound's."""
         return max(fraction * (free_bytes - weight_bytes), 0.0)
 
+    def moe_tables(self, preset: EnginePreset, deployment: Deployment, settings: dict[str, Setting]) -> str | None:
+        """`moe_config.backend: TRTLLM` runs the TRT-LLM-gen fused MoE (`create_moe.py` get_moe_cls: TRTLLM with FP8
+        block scales -> TRTLLMGenFusedMoE -> `fp8_block_scale_moe_runner`), which the preset's own rows do not time
+        (aiconfigurator's TensorRT-LLM collector: DeepGEMM on B200): its routed experts read the preset's
+        `trtllm_gen_moe_tables`, on the GPUs whose rows there time that kernel (`trtllm_gen_moe_gpus`)."""
+        backend = settings.get("moe_backend")
+        if backend is None or backend.value is None:
+            return None
+        gpus = str(preset.constant("trtllm_gen_moe_gpus").value).split()
+        if deployment.gpu not in gpus:
+            raise ConfigurationError(f"{backend.value} (the TRT-LLM-gen fused MoE) runs on Blackwell only: no table "
+                                     f"times it on {deployment.gpu} (it does on {', '.join(gpus)})",
+                                     field="moe_backend")
+        return str(preset.constant("trtllm_gen_moe_tables").value)
+
     def rule(self, key: str, preset: EnginePreset, deployment: Deployment, resolved: dict[str, Setting]) -> Setting:
+        if key == "moe_backend":        # unset: the preset's own MoE rows, the kernel its tables timed
+            return Setting(None, "unset: the routed experts read the preset's own MoE rows (aiconfigurator "
+                                 "0.12.0's TensorRT-LLM 1.3.0rc20 collector: DeepGEMM on B200, CUTLASS on H100 / "
+                                 "H200, for FP8 block scales)")
         if key == "prefill_chunk":       # chunked prefill is off: whole prompts (the trtllm scheduler reads none)
             return Setting(resolved["token_budget"].value, "not read: chunked prefill is off, prompts run whole "
                                                            "(tensorrt_llm/commands/serve.py enable_chunked_prefill "

@@ -157,6 +157,14 @@ def engine_values(row: ServingRow) -> dict:
         values["ep"] = row.ep
     if row.dp_attention:    # attention DP over the TP GPUs (TensorRT-LLM's enable_attention_dp: DP size = TP size)
         values["dp_attention"] = row.tp
+        if row.framework == "trtllm":
+            # one server: its requests go to the attention-DP rank with the fewest active requests. TensorRT-LLM's
+            # ADP router (tensorrt_llm/_torch/pyexecutor `_schedule_attention_dp_requests` and
+            # `balance_requests_across_ranks`) fills the ranks below max(ceil(active + new) / DP, the fullest
+            # rank), fewest tokens first; the run's default router (affinity) spreads by two hashed choices and
+            # lets a rank pass the even share, and past the launch's CUDA-graph batch (CONC / 8 at 256 clients)
+            # its steps run eagerly. Ties: by tokens there, rotating here.
+            values["router"] = "least-loaded"
     if row.kv_cache_dtype in ("fp8", "bf16"):
         values["kv_cache"] = row.kv_cache_dtype
     if row.framework == "sglang" and row.chunked_prefill_tokens is not None:

@@ -297,3 +297,40 @@ def test_an_mtp_row_with_an_acceptance_length_is_still_not_the_baseline_engine()
     assert sv.skip_reason(given) == "mtp: not the baseline engine"
     assert sv.skip_reason(given, dp_attention=True) == "mtp: not the baseline engine"
     assert sv.skip_reason(row(MTP_H200_SGL)) == f"mtp: {NO_ACCEPTANCE}"
+
+
+def _trtllm_adp_pick(active: list[int], tokens: list[int]) -> int:
+    """One new request under TensorRT-LLM's ADP router (`_schedule_attention_dp_requests` and
+    `balance_requests_across_ranks`, transcribed for a single request without a target rank): the ranks below
+    max(ceil((active + 1) / DP), the fullest rank), the one with the fewest active tokens first."""
+    dp = len(active)
+    expected = max((sum(active) + 1 + dp - 1) // dp, max(active))
+    open_ranks = [(tokens[r], active[r], r) for r in range(dp) if active[r] < expected]
+    return min(open_ranks)[2]
+
+
+def test_trtllm_dp_rows_spread_requests_as_its_adp_router_does():
+    """The TensorRT-LLM DP-attention rows replay with the least-loaded router: in a closed loop (one request in
+    as one ends) TensorRT-LLM's ADP router always picks a rank with the fewest active requests, so no rank passes
+    the even share (the 256-client launch's CUDA-graph batch is CONC / 8: every rank graphed)."""
+    import random
+    rng = random.Random(1)
+    dp, clients = 8, 256
+    active, tokens = [0] * dp, [0] * dp
+    for _ in range(clients):                    # the cold burst, one by one
+        r = _trtllm_adp_pick(active, tokens)
+        active[r] += 1
+        tokens[r] += rng.randint(819, 1024)
+    assert active == [clients // dp] * dp
+    for _ in range(2000):                       # one ends, the client's next arrives
+        done = rng.randrange(dp)
+        if active[done] == 0:
+            continue
+        active[done] -= 1
+        r = _trtllm_adp_pick(active, tokens)
+        assert active[r] == min(active)         # the least-loaded router's set of choices
+        active[r] += 1
+        assert max(active) <= clients // dp
+    trt = [r for r in load_serving_table() if r.dp_attention and r.framework == "trtllm"]
+    assert trt and all(sv.engine_values(r)["router"] == "least-loaded" for r in trt)
+    assert "router" not in sv.engine_values(row(TRT_C8))       # a row without DP attention keeps the run's default

@@ -17,8 +17,8 @@ def shipped_folder(kind: str) -> Path:
 
 
 def shipped_names(kind: str) -> list[str]:
-    folder, suffix = KINDS[kind]
-    return sorted(p.name.removesuffix(suffix) for p in (DATA / folder).glob(f"*{suffix}"))
+    suffix = KINDS[kind][1]
+    return sorted(p.name.removesuffix(suffix) for p in shipped_folder(kind).glob(f"*{suffix}"))
 
 
 def resolve_input(kind: str, value: str | Path, *, strict: bool = False) -> str:
@@ -31,8 +31,8 @@ def resolve_input(kind: str, value: str | Path, *, strict: bool = False) -> str:
     p = Path(value)
     if p.exists() or len(p.parts) != 1:
         return str(value)
-    folder, suffix = KINDS[kind]
-    cand = DATA / folder / f"{p.name.removesuffix(suffix)}{suffix}"
+    suffix = KINDS[kind][1]
+    cand = shipped_folder(kind) / f"{p.name.removesuffix(suffix)}{suffix}"
     if cand.exists():
         return str(cand)
     if strict and not p.suffix:

@@ -334,3 +334,34 @@ def test_trtllm_dp_rows_spread_requests_as_its_adp_router_does():
     trt = [r for r in load_serving_table() if r.dp_attention and r.framework == "trtllm"]
     assert trt and all(sv.engine_values(r)["router"] == "least-loaded" for r in trt)
     assert "router" not in sv.engine_values(row(TRT_C8))       # a row without DP attention keeps the run's default
+
+
+def _context_step_ms(row_id: str, prompt: int) -> tuple[float, float, dict[str, float]]:
+    """(step, kernels, kernel terms) in ms of one context step of `prompt` tokens, nothing else batched, under the
+    step model a replay of the row builds (its preset, launch flags, TP 8 + EP 8 group)."""
+    from simroute.calib import default_profile_path
+    from simroute.model.steptime import BatchShape
+    from simroute.network import default_topology_path, load_topology
+    from simroute.sim import RunConfig
+    from simroute.sim.calibration import resolve_calibration
+    cfg = RunConfig(topology=str(default_topology_path()), trace="unused.parquet", calib=str(default_profile_path()),
+                    hosts=1, seed=0, **sv.engine_values(row(row_id)))
+    calibration = resolve_calibration(cfg, load_topology(cfg.topology, hosts=cfg.hosts).spec)
+    result = calibration.group.iteration(BatchShape.uniform(0, 0, prefill_tokens=prompt))
+    terms = result.as_ms()["terms_ms"]
+    return result.iteration_s * 1e3, result.iteration_s * 1e3 - terms["overhead"], terms
+
+
+def test_trtllm_h200_context_step_is_the_launch_floor_at_1k_and_the_kernels_at_8k():
+    """The decomposition docs/VALIDATION.md ("TensorRT-LLM on H200: the ~1k and ~8k TTFT") rests on: at the
+    InferenceX TensorRT-LLM H200 launch (TP 8, EP 8, FP8 KV) the median ~1k prompt (922 tokens) runs in the eager
+    launch floor, 61 layers x 1770 us (+ 21.5 us of host work for its one sequence), its kernels (~58 ms) hidden
+    under it, so no kernel term moves its TTFT; the
+    median ~8k prompt (7373 tokens) runs in its kernels (~279 ms, the routed experts the largest term), the floor
+    hidden, so no per-layer host constant moves its TTFT."""
+    floor = 61 * 1.770 + 0.0215
+    step, kernels, _ = _context_step_ms("ix-2025-12-15-h200-trtllm-1k1k-tp8ep8-c8", 922)
+    assert step == pytest.approx(floor, rel=1e-9) and 40.0 < kernels < floor
+    step, kernels, terms = _context_step_ms("ix-2025-12-15-h200-trtllm-8k1k-tp8ep8-c8", 7373)
+    assert step == pytest.approx(kernels, rel=1e-9) and kernels > 2 * floor
+    assert max((name for name in terms if name != "overhead"), key=terms.get) == "experts"

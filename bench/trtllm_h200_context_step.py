@@ -11,7 +11,12 @@ and output tok/s per GPU. With `--what-if`, part 2 also replays each row with ev
 + kernels (the launch not hidden behind the step's kernels): a reading of what the rows say, not the model (no
 TensorRT-LLM source shows a host synchronisation inside a context step, docs/VALIDATION.md). Nothing is fitted.
 
+With `--eager-scan US[,US...]` it replays instead every TensorRT-LLM ~1k row of the default scorecard (H200 and
+B200) with the preset's eager launch of an MLA + MoE layer set to each value (the rule patched in this process, as
+bench/fit_sglang_eager_prefill.py does SGLang's) and prints the TTFT ratios by GPU and version.
+
     python bench/trtllm_h200_context_step.py [--what-if]
+    python bench/trtllm_h200_context_step.py --eager-scan 1500,1770,2500
 """
 
 from __future__ import annotations
@@ -84,7 +89,36 @@ class _Serial:
 METRICS = (("ttft", "ttft_median_ms"), ("tpot", "tpot_mean_ms"), ("tok/s/GPU", "output_throughput_per_gpu_tok_s"))
 
 
+def eager_scan(values: list[float]) -> None:
+    """TTFT ratio ranges of the TensorRT-LLM ~1k rows (both GPUs) with the eager launch of an MLA + MoE layer at each
+    value (us)."""
+    from simroute.scenarios.serving import cases, simulate_row
+    from simroute.sim.frameworks.base import Setting
+    from simroute.sim.frameworks.trtllm import Trtllm
+    rows = [row for row in cases()[0] if row.framework == "trtllm" and row.isl == 1024]
+    rule = Trtllm.rule
+    for us in values:
+        def patched(self, key, preset, deployment, resolved, us=us):
+            if key == "eager_launch_us_per_layer" and deployment.mla and deployment.moe:
+                return Setting(us, "candidate")
+            return rule(self, key, preset, deployment, resolved)
+        Trtllm.rule = patched
+        groups: dict[tuple[str, str], list[float]] = {}
+        try:
+            with tempfile.TemporaryDirectory() as scratch:
+                for row in rows:
+                    ratio = simulate_row(row, Path(scratch))["ttft_median_ms"] / row.metric("ttft_median_ms")
+                    groups.setdefault((row.gpu, row.framework_version), []).append(ratio)
+        finally:
+            Trtllm.rule = rule
+        print(f"{us:g} us per layer: " + "; ".join(f"{gpu} {version} ({len(r)}) {min(r):.2f}-{max(r):.2f}"
+                                                   for (gpu, version), r in sorted(groups.items())))
+
+
 def main() -> None:
+    if "--eager-scan" in sys.argv[1:]:
+        eager_scan([float(v) for v in sys.argv[sys.argv.index("--eager-scan") + 1].split(",")])
+        return
     what_if = "--what-if" in sys.argv[1:]
     rows = trtllm_h200_rows()
     print("part 1: one context step of the median prompt, trtllm preset, the rows' launch (H200, TP 8, EP 8, FP8 KV)")

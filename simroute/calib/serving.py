@@ -88,6 +88,8 @@ class ServingRow:
     adp_timeout_iters: int | None           # launch sets it: enable_balance, timeout_iters, batching_wait_iters;
     adp_batching_wait_iters: int | None     # empty: the framework's default (off)
     moe_backend: str | None                 # TensorRT-LLM's moe_config backend where the launch sets it
+    fp8_gemm_backend: str | None            # SGLang's FP8 block-scaled GEMM backend where the launch picks one
+                                            # other than the default (--fp8-gemm-backend, or the env it reads)
     mtp_draft_tokens: int | None            # MTP rows: draft tokens per step the launch sets (simroute's --nextn)
     mtp_accept_length: float | None         # MTP rows: mean tokens a step emits, as the source printed it; empty:
                                             # the source records none (then the row cannot be replayed)
@@ -122,6 +124,10 @@ class ServingRow:
 
 # TensorRT-LLM's moe_config.backend names (tensorrt_llm/llmapi/llm_args.py MoeConfig.backend, stored copies of the
 # 1.1-1.3 era; AUTO from later copies)
+# SGLang's --fp8-gemm-backend values (sglang 0.5.12 python/sglang/srt/layers/quantization/fp8_utils.py
+# Fp8GemmRunnerBackend); a row names the one its launch runs where that is not the default (DeepGEMM on B200)
+SGLANG_FP8_GEMM_BACKENDS = ("auto", "flashinfer_trtllm", "flashinfer_cutlass", "flashinfer_deepgemm", "cutlass",
+                            "deep_gemm", "triton", "aiter")
 TRTLLM_MOE_BACKENDS = ("AUTO", "CUTLASS", "CUTEDSL", "WIDEEP", "TRTLLM", "DEEPGEMM", "VANILLA", "TRITON")
 
 _SCALARS = [f.name for f in fields(ServingRow) if f.name not in ("metrics", "derived")]
@@ -214,6 +220,7 @@ def _parse(row: _Row) -> ServingRow:
         adp_timeout_iters=row.integer("adp_timeout_iters", required=False, minimum=0),
         adp_batching_wait_iters=row.integer("adp_batching_wait_iters", required=False, minimum=0),
         moe_backend=row.text("moe_backend", required=False) or None,
+        fp8_gemm_backend=row.text("fp8_gemm_backend", required=False) or None,
         mtp_draft_tokens=row.integer("mtp_draft_tokens", required=False),
         mtp_accept_length=row.number("mtp_accept_length", required=False),
         server_flags=row.text("server_flags"), client=row.text("client"), dataset=row.choice("dataset", DATASETS),
@@ -293,6 +300,13 @@ def _check_consistency(row: _Row, parsed: ServingRow) -> None:
                                           "other frameworks)")
         if parsed.moe_backend not in TRTLLM_MOE_BACKENDS:
             raise row.fail("moe_backend", f"'{parsed.moe_backend}' is not one of {', '.join(TRTLLM_MOE_BACKENDS)}")
+    if parsed.fp8_gemm_backend is not None:
+        if parsed.framework != "sglang":
+            raise row.fail("fp8_gemm_backend", "the FP8 GEMM backend column is SGLang's --fp8-gemm-backend (empty for "
+                                               "other frameworks)")
+        if parsed.fp8_gemm_backend not in SGLANG_FP8_GEMM_BACKENDS:
+            raise row.fail("fp8_gemm_backend", f"'{parsed.fp8_gemm_backend}' is not one of "
+                                               f"{', '.join(SGLANG_FP8_GEMM_BACKENDS)}")
     drafts, accepted = parsed.mtp_draft_tokens, parsed.mtp_accept_length
     if (parsed.speculative == "mtp") != (drafts is not None):
         raise row.fail("mtp_draft_tokens", "an MTP row states the draft tokens per step its launch sets; empty "

@@ -301,6 +301,23 @@ class OpTable:
         return Curve.from_points(grid_x, [math.exp(log_value) for log_value in log_y], status=status, table=self.label)
 
 
+def gemm_rows_no_faster_than(table: OpTable, dtype: str, flops_per_s: float, why: str) -> OpTable:
+    """`table` (a GEMM table) with each `dtype` row no faster than `flops_per_s` (2 m n k FLOPs): the rows of a
+    kernel that a launch replaces by one whose measured throughput never exceeds that rate, where no table times
+    the launched kernel shape by shape (docs/STEP_TIME.md, "FlashInfer's TRT-LLM FP8 GEMM"). Other rows are kept."""
+    if table.kind is not OpKind.GEMM:
+        raise ValueError(f"{table.kind.value} is not a GEMM table")
+    if not flops_per_s > 0:
+        raise ValueError(f"the FLOP rate must be positive, got {flops_per_s}")
+    m, n, k = (np.asarray(table.numeric[axis], dtype=float) for axis in ("m", "n", "k"))
+    bound_us = 2.0 * m * n * k / flops_per_s * 1e6
+    rows = np.asarray(table._mask({"dtype": dtype}))
+    latency = np.where(rows, np.maximum(table.latency_us, bound_us), table.latency_us)
+    return OpTable(table.kind, table.categorical, table.numeric, latency,
+                   {**table.source, "file": f"{table.source.get('file', 'in memory')}; {dtype} rows no faster "
+                                            f"than {flops_per_s / 1e12:.0f} TFLOP/s ({why})"})
+
+
 def repeats_merged(keys: Sequence, latencies_us: Sequence[float]) -> dict:
     """key -> latency, a shape measured more than once taking the geometric mean of its measurements (the H100
     MLA tables hold every shape twice, 1-2% apart)."""

@@ -181,12 +181,14 @@ def engine_values(row: ServingRow) -> dict:
     from simroute.sim.frameworks import FRAMEWORKS
     from simroute.sim.frameworks.base import OPTIONAL_SETTINGS
     has = FRAMEWORKS.get(row.framework).optional
-    from simroute.sim.vocab import MOE_BACKENDS
+    from simroute.sim.vocab import FP8_GEMM_BACKENDS, MOE_BACKENDS
     for name in OPTIONAL_SETTINGS:
         value = getattr(row, name)
         if name == "moe_backend" and value not in MOE_BACKENDS:
             continue    # the preset's own MoE rows time this backend on the row's GPU (DeepGEMM on B200, CUTLASS
             # on H200: aiconfigurator's kernel_source; tests/calib/test_serving_table.py holds the rows to it)
+        if name == "fp8_gemm_backend" and value not in FP8_GEMM_BACKENDS:
+            continue    # no column value but flashinfer_trtllm changes the GEMM rows (tests/calib/test_serving_table.py)
         if value is not None and name in has:
             values[name] = value
     return values

@@ -24,7 +24,7 @@ from simroute.model.steptime import KV_LAYOUTS
 from simroute.sim.registry import Registry, registry
 from simroute.sim.slo import DEFAULT_SLO, JOINER
 from simroute.sim.slo import parse as parse_slo
-from simroute.sim.vocab import HOLDER_MODES, MOE_BACKENDS
+from simroute.sim.vocab import FP8_GEMM_BACKENDS, HOLDER_MODES, MOE_BACKENDS
 
 # Names are checked against the registries of their kinds: each loads its plug-in package on first read, so
 # this value object imports none of them (simroute/sim/registry.py).
@@ -250,6 +250,12 @@ class RunConfig:
                                             "(docs/ENGINES.md). Unset: the preset's own MoE rows (DeepGEMM on "
                                             "B200, CUTLASS on H100 / H200); only with --engine trtllm.",
                                       choices=MOE_BACKENDS)
+    fp8_gemm_backend: str | None = setting(None, "SGLang's FP8 block-scaled GEMM backend where it names a kernel "
+                                                 "other than the preset's GEMM rows: flashinfer_trtllm (FlashInfer's "
+                                                 "TRT-LLM-gen GEMM, Blackwell only) runs each fp8_block GEMM no "
+                                                 "faster than that kernel's published throughput (docs/ENGINES.md). "
+                                                 "Unset: the preset's own rows (DeepGEMM); only with --engine "
+                                                 "sglang.", choices=FP8_GEMM_BACKENDS)
     holder_mode: str = setting("inline", "Where a holder runs routed partial attention: inline (between / inside "
                                          "its own iterations) or stream (a concurrent stream).",
                                choices=HOLDER_MODES)
@@ -307,7 +313,7 @@ class RunConfig:
             for name in ("cuda_graph_max_batch", "overlap_scheduling", "scheduler_recv_interval",
                          "prefill_graph_max_tokens", "mem_fraction", "batch_wait_timeout_iters",
                          "batch_wait_max_tokens_ratio", "adp_balance", "adp_timeout_iters",
-                         "adp_batching_wait_iters", "moe_backend"):
+                         "adp_batching_wait_iters", "moe_backend", "fp8_gemm_backend"):
                 if getattr(self, name) is not None:
                     raise ConfigurationError("is a framework setting: name an engine preset (--engine) to set it",
                                              field=name)

@@ -155,6 +155,9 @@ def resolve_engine(cfg: RunConfig, spec: GpuSpec, *, layers: int, kv_capacity_to
     moe_tables = rules.moe_tables(preset, deployment, settings)
     if moe_tables is not None:
         spec, tables = _moe_tables(spec, moe_tables, tables, notes)
+    bound = rules.gemm_bound(preset, deployment, settings)
+    if bound is not None:
+        spec, tables = _gemm_bound(spec, bound, tables, notes)
     return ResolvedEngine(preset.label, settings, tables, tuple(notes), _shipped_name(preset.file)), spec
 
 
@@ -201,6 +204,29 @@ def _moe_tables(spec: GpuSpec, name: str, label: str, notes: list[str]) -> tuple
     notes.append(f"moe_backend: the routed experts read {other.label}'s MoE rows (the kernel the launch's MoE "
                  "backend runs)")
     return dataclasses.replace(spec, operator_tables=tables), f"{label}; moe: {other.label}"
+
+
+_BOUNDED: dict[tuple, tuple] = {}
+
+
+def _gemm_bound(spec: GpuSpec, bound: tuple[str, float, str], label: str, notes: list[str]) -> tuple[GpuSpec, str]:
+    """`spec` whose GEMM rows of one dtype run no faster than a FLOP rate (`Framework.gemm_bound`: a launch's GEMM
+    kernel that no table times, bounded by its published throughput); refused, naming the setting, without such
+    rows."""
+    from simroute.model.optables import OpKind, gemm_rows_no_faster_than
+    dtype, flops_per_s, why = bound
+    own = spec.operator_tables
+    gemm = own.get(OpKind.GEMM) if own is not None else None
+    if gemm is None or dtype not in gemm.values("dtype"):
+        raise ConfigurationError(f"needs {dtype} GEMM rows to bound, which {label} lacks", field="fp8_gemm_backend")
+    key = (id(gemm), dtype, flops_per_s, why)
+    hit = _BOUNDED.get(key)
+    if hit is None or hit[0] is not gemm:     # one bounded table per loaded one: its curves stay memoized
+        hit = _BOUNDED[key] = (gemm, gemm_rows_no_faster_than(gemm, dtype, flops_per_s, why))
+    tables = dataclasses.replace(own, tables={**own.tables, OpKind.GEMM: hit[1]})
+    notes.append(f"fp8_gemm_backend: {dtype} GEMMs no faster than {flops_per_s / 1e12:.1f} TFLOP/s ({why})")
+    return dataclasses.replace(spec, operator_tables=tables), f"{label}; {dtype} GEMMs <= {flops_per_s / 1e12:.1f} " \
+                                                               "TFLOP/s"
 
 
 def _preset_tables(spec: GpuSpec, name: str, notes: list[str]) -> tuple[GpuSpec, str]:

@@ -104,3 +104,8 @@ HOLDER_MODES = tuple(mode.value for mode in HolderMode)
 # preset's own MoE rows do not time. TRTLLM is the TRT-LLM-gen fused MoE (`TRTLLMGenFusedMoE`, Blackwell only);
 # the launches' other backends (DEEPGEMM on B200, CUTLASS on H100 / H200) are the preset's rows themselves.
 MOE_BACKENDS = ("TRTLLM",)
+# SGLang `--fp8-gemm-backend` values a run may name (`RunConfig.fp8_gemm_backend`): those whose kernel the preset's
+# own fp8_block GEMM rows do not time. flashinfer_trtllm is FlashInfer's TRT-LLM-gen block-scaled FP8 GEMM
+# (`gemm_fp8_nt_groupwise(backend="trtllm")`, Blackwell only); SGLang's default on B200 (DeepGEMM) is the rows
+# themselves.
+FP8_GEMM_BACKENDS = ("flashinfer_trtllm",)

@@ -22,6 +22,12 @@ IPC = "uw-syfi/vibesys PR #421"
 TOKENISE = "tenstorrent/tt-inference-server issue #2173"
 LAUNCH = "cloudai.pt/tag/cuda-graphs"
 GAP = "vllm-project/vllm issue #10634"
+FI_GEMM = "sgl-project/sglang pull request #13528"
+# The rows of that PR's B200 table read here (`--tp-size 4`, provider Flashinfer =
+# gemm_fp8_nt_groupwise(backend="trtllm"), us): (m, n, k) -> (DeepGEMM, Flashinfer)
+FI_GEMM_ROWS = {(1024, 576, 7168): (60.543999, 28.704001), (2048, 576, 7168): (61.439998, 41.216001),
+                (4096, 576, 7168): (62.208001, 63.487999), (256, 24576, 7168): (71.039997, 223.519996),
+                (1024, 24576, 7168): (146.031998, 826.191992), (2048, 24576, 7168): (260.383993, 1632.544041)}
 
 # GiB free at start-up ("Load weight begin. avail mem"): none published below 100 GiB, H200 138.09, B200 175.34, none
 # above (GB200, B300)
@@ -69,6 +75,10 @@ PINS: dict[str, dict[str, tuple[str, object, tuple[str, ...]]]] = {
                                                         "github.com/sgl-project/sglang/pull/9162", "143,771 MiB",
                                                         "183,359 MiB", SGL + "utils/common.py "
                                                         "get_nvgpu_memory_capacity", "(line 2524)")),
+        "flashinfer_trtllm_fp8_gemm_tflops": ("published", 532.7, (
+            FI_GEMM, "benchmark_deepgemm_fp8_gemm_blackwell.py --tp-size 4", 'backend="trtllm"')),
+        "flashinfer_trtllm_fp8_gemm_gpus": ("published", "b200-sxm", (FI_GEMM, "_dispatch_explicit_backend",
+                                                                     "SM100 / SM103")),
     },
     "vllm-0.24.0.yaml": {
         "scheduler": ("source", "sarathi", (VLLM + "v1/core/sched/scheduler.py", "(line 430)", "(line 625)",
@@ -243,3 +253,19 @@ def test_trtllm_takes_sglang_s_fitted_deepseek_launch_over_unchanged():
     assert trtllm["value"] == sglang["value"]
     assert trtllm["provenance"]["points"] == sglang["provenance"]["points"]
     assert not any("trtllm" in point for point in trtllm["provenance"]["points"])
+
+
+def test_the_flashinfer_gemm_bound_is_the_fastest_published_rate_of_that_kernel():
+    """flashinfer_trtllm_fp8_gemm_tflops is the fastest 2 m n k / time of the published B200 rows of FlashInfer's
+    TRT-LLM-gen FP8 GEMM at prefill sizes (m >= 256; FI_GEMM_ROWS, transcribed from the PR): the n 576 row at m 4096.
+    On the widest shape the kernel saturates near 440 TFLOP/s where DeepGEMM reaches 2.8 PFLOP/s (5.7-6.3x
+    faster at m 1024-2048): a decode-sized tile, not a launch cost."""
+    rate = {shape: 2 * shape[0] * shape[1] * shape[2] / (flashinfer * 1e-6) / 1e12
+            for shape, (_, flashinfer) in FI_GEMM_ROWS.items()}
+    fastest = max(rate, key=rate.get)
+    assert fastest == (4096, 576, 7168)
+    assert _raw("sglang-0.5.14.yaml")["constants"]["flashinfer_trtllm_fp8_gemm_tflops"]["value"] == \
+        pytest.approx(rate[fastest], abs=0.05)
+    assert [round(rate[(m, 24576, 7168)]) for m in (256, 1024, 2048)] == [404, 437, 442]
+    assert [round(FI_GEMM_ROWS[(m, 24576, 7168)][1] / FI_GEMM_ROWS[(m, 24576, 7168)][0], 2) for m in (1024, 2048)] \
+        == [5.66, 6.27]

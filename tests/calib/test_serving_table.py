@@ -492,3 +492,70 @@ def test_a_bad_moe_backend_is_refused(tmp_path, framework, value, problem):
     bad = {**_good_row(), "framework": framework, "moe_backend": value}
     with pytest.raises(ConfigurationError, match=problem):
         load_serving_table(_write(tmp_path, [bad]))
+
+
+# Every InferenceX B200 SGLang script of the table exports SGL_ENABLE_JIT_DEEPGEMM=false (SGLANG_ENABLE_JIT_DEEPGEMM
+# in the MTP scripts) and SGLANG_ENABLE_FLASHINFER_GEMM=true, or (MTP) passes --fp8-gemm-backend=flashinfer_trtllm:
+# dsr1_fp8_b200_docker.sh at 189ae51cc64d lines 18-19, dsr1_fp8_b200_slurm.sh at d27433dffb7b lines 19-20,
+# single_node/dsr1_fp8_b200.sh at 12ba0ae07289 and d4948f993748 lines 23-24, single_node/dsr1_fp8_b200_mtp.sh at
+# both lines 23 and 78 / 83. The SGLang cookbook's runs launch `--tp 8` alone (DeepGEMM, the default).
+B200_SGLANG_SCRIPTS = ("189ae51cc64d/benchmarks/dsr1_fp8_b200_docker.sh", "d27433dffb7b/benchmarks/dsr1_fp8_b200_slurm.sh",
+                       "12ba0ae07289/benchmarks/single_node/dsr1_fp8_b200.sh",
+                       "12ba0ae07289/benchmarks/single_node/dsr1_fp8_b200_mtp.sh",
+                       "d4948f993748/benchmarks/single_node/dsr1_fp8_b200.sh",
+                       "d4948f993748/benchmarks/single_node/dsr1_fp8_b200_mtp.sh")
+
+
+def test_every_inferencex_b200_sglang_row_records_the_flashinfer_fp8_gemm_its_script_runs():
+    """fp8_gemm_backend is flashinfer_trtllm on every InferenceX B200 SGLang row (each from one of the scripts
+    above, whose environment or flag its server_flags name) and empty on every other row."""
+    flagged = [r for r in ROWS if r.fp8_gemm_backend is not None]
+    assert {r.fp8_gemm_backend for r in flagged} == {"flashinfer_trtllm"}
+    for r in ROWS:
+        mine = r.framework == "sglang" and r.gpu == "b200-sxm" and r.source == "inferencex"
+        assert (r.fp8_gemm_backend is not None) == mine, r.id
+        if mine:
+            assert any(script in r.source_ref for script in B200_SGLANG_SCRIPTS), r.id
+            assert "JIT_DEEPGEMM=false" in r.server_flags, r.id
+            assert ("SGLANG_ENABLE_FLASHINFER_GEMM=true" in r.server_flags
+                    or "--fp8-gemm-backend flashinfer_trtllm" in r.server_flags), r.id
+    assert len(flagged) == 34
+
+
+@pytest.mark.parametrize("framework,value,problem", [
+    ("trtllm", "flashinfer_trtllm", "SGLang's --fp8-gemm-backend"),
+    ("sglang", "deepgemm", "not one of"),
+])
+def test_a_bad_fp8_gemm_backend_is_refused(tmp_path, framework, value, problem):
+    bad = {**_good_row(), "framework": framework, "fp8_gemm_backend": value}
+    with pytest.raises(ConfigurationError, match=problem):
+        load_serving_table(_write(tmp_path, [bad]))
+
+
+def _row(row_id: str):
+    return next(r for r in ROWS if r.id == row_id)
+
+
+def test_the_b200_sglang_8k_ttft_inversion_is_in_the_data():
+    """The table facts docs/VALIDATION.md ("FlashInfer's FP8 GEMM on InferenceX's B200") rests on. (1) InferenceX's
+    B200 SGLang servers take longer for a ~8k prompt at 4 clients (393-609 ms) than its H200 SGLang servers
+    (312-343 ms), though a B200 prefills faster; at ~1k prompts and 4 clients the two are close (147-178 ms
+    against 85-157). (2) On B200 alone, a ~8k prompt at one client takes 314 ms under InferenceX's launch
+    (0.5.12) where the SGLang cookbook's default launch (0.5.6.post1) takes 241 ms at its p99 (its two ~7.9k
+    prompts): the launches differ in the FP8 GEMM kernel among others."""
+    def ttft(gpu: str, isl: int, clients: int) -> list[float]:
+        return sorted(r.metrics["ttft_median_ms"] for r in ROWS
+                      if r.source == "inferencex" and r.framework == "sglang" and r.gpu == gpu and r.tp == 8
+                      and r.isl == isl and r.concurrency == clients and r.speculative == "none"
+                      and not r.dp_attention)
+    b200_8k, h200_8k = ttft("b200-sxm", 8192, 4), ttft("h200-sxm", 8192, 4)
+    assert [round(v) for v in b200_8k] == [393, 408, 609] and [round(v) for v in h200_8k] == [312, 317, 320, 327,
+                                                                                              343]
+    assert min(b200_8k) > max(h200_8k)
+    b200_1k, h200_1k = ttft("b200-sxm", 1024, 4), ttft("h200-sxm", 1024, 4)
+    assert (round(min(b200_1k)), round(max(b200_1k))) == (147, 178)
+    assert (round(min(h200_1k)), round(max(h200_1k))) == (85, 157)
+    inferencex = _row("ix-2026-05-22-b200-sglang-8k1k-tp8ep1-c1")
+    cookbook = _row("sgc-2025-12-14-b200-sglang-8k1k-tp8ep1-c1")
+    assert inferencex.fp8_gemm_backend == "flashinfer_trtllm" and cookbook.fp8_gemm_backend is None
+    assert (round(inferencex.metrics["ttft_median_ms"]), round(cookbook.metrics["ttft_p99_ms"])) == (314, 241)

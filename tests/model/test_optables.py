@@ -16,7 +16,8 @@ import pytest
 
 from simroute.calib import load_profile, shipped_dir
 from simroute.calib.optables import load_operator_tables
-from simroute.model.optables import SCHEMA, Curve, Lookup, OpKind, OpTable, Surface, TableMiss, isotonic
+from simroute.model.optables import (SCHEMA, Curve, Lookup, OpKind, OpTable, Surface, TableMiss,
+                                     gemm_rows_no_faster_than, isotonic)
 from simroute.model.steptime import BatchShape
 
 OPS = shipped_dir() / "ops"
@@ -246,3 +247,20 @@ def test_label_columns_of_several_chunks_and_repeated_dictionary_entries():
     assert coded.equal("x", "a").tolist() == [True, False, True, False, True]
     assert _used_labels(labels, codes) == {"a", "b", "c"}
     assert _coded(pa.chunked_array([pa.array(["a"])])) is None      # plain text: read as it is
+
+
+def test_gemm_rows_no_faster_than_a_flop_rate_by_hand():
+    """Each row of the named dtype takes at least 2 m n k / rate; rows already slower and rows of other dtypes keep
+    their latency; the result says what bounded it. 2 x 4096 x 1024 x 1024 FLOPs at 1 PFLOP/s = 8.589934592 us."""
+    table = OpTable(OpKind.GEMM, {"dtype": np.array(["fp8_block", "fp8_block", "bf16", "fp8_block"])},
+                    {"m": np.array([4096.0, 8.0, 4096.0, 4096.0]), "n": np.array([1024.0, 1024.0, 1024.0, 1024.0]),
+                     "k": np.array([1024.0, 1024.0, 1024.0, 1024.0])},
+                    np.array([5.0, 3.0, 5.0, 20.0]), {"file": "toy.parquet"})
+    bounded = gemm_rows_no_faster_than(table, "fp8_block", 1e15, "a published rate")
+    assert bounded.latency_us.tolist() == pytest.approx([8.589934592, 3.0, 5.0, 20.0])
+    assert table.latency_us.tolist() == [5.0, 3.0, 5.0, 20.0]              # the loaded table is not touched
+    assert "fp8_block rows no faster than 1000 TFLOP/s (a published rate)" in bounded.label
+    with pytest.raises(ValueError, match="positive"):
+        gemm_rows_no_faster_than(table, "fp8_block", 0.0, "none")
+    with pytest.raises(ValueError, match="not a GEMM table"):
+        gemm_rows_no_faster_than(_toy({1.0: 1.0, 2.0: 2.0}), "bf16", 1e15, "none")

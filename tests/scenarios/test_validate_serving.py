@@ -83,6 +83,12 @@ def test_a_row_replays_its_workload_preset_and_launch_flags():
     assert sv.engine_values(row("ix-2026-05-18-b200-trtllm-1k1k-tp8ep1-c4"))["moe_backend"] == "TRTLLM"
     assert "moe_backend" not in sv.engine_values(row("ix-2025-12-15-b200-trtllm-1k1k-tp8ep8-c4"))
     assert "moe_backend" not in sv.engine_values(r) and r.moe_backend == "CUTLASS"
+    # SGLang's FP8 GEMM backend: InferenceX's B200 launches run FlashInfer's TRT-LLM-gen GEMM, passed on; the
+    # cookbook's default launch (DeepGEMM, the preset's own rows) and every H200 row pass nothing
+    assert b200.fp8_gemm_backend == "flashinfer_trtllm"
+    assert sv.engine_values(b200)["fp8_gemm_backend"] == "flashinfer_trtllm"
+    assert "fp8_gemm_backend" not in sv.engine_values(s) and s.fp8_gemm_backend is None
+    assert "fp8_gemm_backend" not in sv.engine_values(row("sgc-2025-12-14-b200-sglang-8k1k-tp8ep1-c1"))
 
 
 def test_fitted_constants_name_the_table_rows_among_their_points():

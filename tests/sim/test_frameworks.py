@@ -560,3 +560,41 @@ def test_two_collections_of_the_trtllm_gen_moe_kernel_agree():
         sgl, vllm, deepgemm = (_moe_us(sets[name], tokens) for name in sets)
         assert abs(sgl / vllm - 1) < 0.10, tokens
         assert (1.9 < deepgemm / sgl < 2.8) if tokens <= 64 else deepgemm >= sgl, tokens
+
+
+def _gemm_us(spec, m: int, n: int, k: int, dtype: str = "fp8_block") -> float:
+    from simroute.model.optables import OpKind
+    return spec.operator_tables.get(OpKind.GEMM).curve("m", {"n": n, "k": k}, {"dtype": dtype}).seconds(m) * 1e6
+
+
+def test_fp8_gemm_backend_flashinfer_trtllm_bounds_the_fp8_block_gemms_on_b200_and_only_there():
+    """--fp8-gemm-backend flashinfer_trtllm (InferenceX's B200 SGLang launches): each fp8_block GEMM row runs no
+    faster than the preset's flashinfer_trtllm_fp8_gemm_tflops (532.7 TFLOP/s, sglang PR #13528's B200 rows); a
+    prefill-sized GEMM is slowed to that rate, a decode-sized one keeps its DeepGEMM row, the bf16 rows and every
+    other table are the preset's. Unset, the preset's own rows. Refused on a GPU without a published timing,
+    for another framework, without a preset, and for a backend whose rows the preset already times."""
+    from simroute.model.optables import OpKind
+    plain, plain_spec = resolve_engine(_cfg(), _b200(), layers=61, kv_capacity_tokens=2_000_000)
+    assert plain.settings["fp8_gemm_backend"].value is None and plain.tables == "b200-sxm sglang 0.5.14"
+    engine, spec = resolve_engine(_cfg(fp8_gemm_backend="flashinfer_trtllm"), _b200(), layers=61,
+                                  kv_capacity_tokens=2_000_000)
+    assert engine.settings["fp8_gemm_backend"].source == "flag (--fp8-gemm-backend)"
+    assert engine.tables == "b200-sxm sglang 0.5.14; fp8_block GEMMs <= 532.7 TFLOP/s"
+    own, tables = plain_spec.operator_tables, spec.operator_tables
+    assert all(tables.get(kind) is own.get(kind) for kind in own.tables if kind is not OpKind.GEMM)
+    # o_proj at TP 8 (n 7168, k 2048) over an ~8k prefill: DeepGEMM's row 93.6 us; 2 x 8192 x 7168 x 2048 FLOPs at
+    # 532.7 TFLOP/s = 451.4 us
+    assert _gemm_us(plain_spec, 8192, 7168, 2048) == pytest.approx(93.6, abs=0.1)
+    assert _gemm_us(spec, 8192, 7168, 2048) == pytest.approx(2 * 8192 * 7168 * 2048 / 532.7e12 * 1e6, rel=1e-6)
+    for m in (1, 8, 64):                                        # decode batches: the DeepGEMM rows, unchanged
+        assert _gemm_us(spec, m, 7168, 2048) == _gemm_us(plain_spec, m, 7168, 2048)
+    assert _gemm_us(spec, 8192, 7168, 2048, "bf16") == _gemm_us(plain_spec, 8192, 7168, 2048, "bf16")
+    with pytest.raises(ConfigurationError, match="fp8_gemm_backend.*no published timing on h200-sxm"):
+        resolve_engine(_cfg(fp8_gemm_backend="flashinfer_trtllm"), _h200(), layers=61, kv_capacity_tokens=794_880)
+    with pytest.raises(ConfigurationError, match="fp8_gemm_backend.*only of: sglang"):
+        resolve_engine(_cfg(engine="trtllm", fp8_gemm_backend="flashinfer_trtllm"), _b200(), layers=61,
+                       kv_capacity_tokens=2_000_000)
+    with pytest.raises(ConfigurationError, match="fp8_gemm_backend"):
+        _cfg(engine="none", fp8_gemm_backend="flashinfer_trtllm")
+    with pytest.raises(UnknownNameError, match="fp8_gemm_backend 'deep_gemm'"):    # the preset's own rows: unset
+        _cfg(fp8_gemm_backend="deep_gemm")

@@ -26,7 +26,7 @@ SETTINGS = FLAG_SETTINGS + ("host_us_per_sequence", "eager_launch_us_per_layer",
 # for one its framework lacks is refused
 OPTIONAL_SETTINGS = ("scheduler_recv_interval", "prefill_graph_max_tokens", "mem_fraction", "batch_wait_timeout_iters",
                      "batch_wait_max_tokens_ratio", "adp_balance", "adp_timeout_iters", "adp_batching_wait_iters",
-                     "moe_backend")
+                     "moe_backend", "fp8_gemm_backend")
 GIB = float(1 << 30)
 
 
@@ -116,6 +116,13 @@ class Framework:
     def moe_tables(self, preset: EnginePreset, deployment: Deployment, settings: dict[str, Setting]) -> str | None:
         """The table set (calib/ops/<gpu>/<name>/) whose MoE rows the routed experts read instead of the preset's
         own, where the settings name another kernel (None: the preset's own)."""
+        return None
+
+    def gemm_bound(self, preset: EnginePreset, deployment: Deployment,
+                   settings: dict[str, Setting]) -> tuple[str, float, str] | None:
+        """(GEMM dtype, FLOP/s, why) where the settings name a GEMM kernel the preset's rows do not time and no
+        table does, but a published measurement bounds its throughput: that dtype's rows run no faster than the
+        rate (`optables.gemm_rows_no_faster_than`). None: the preset's own rows."""
         return None
 
     def startup_free(self, preset: EnginePreset, deployment: Deployment) -> Setting:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from simroute.errors import ConfigurationError
 from simroute.sim.frameworks.base import FRAMEWORKS, Deployment, Framework, Setting
 
 if TYPE_CHECKING:
@@ -58,7 +59,7 @@ class Sglang(Framework):
     """prefill batches first, chunked by GPU memory (8192 tokens on an H100 / H200), overlap scheduling."""
 
     optional = ("scheduler_recv_interval", "prefill_graph_max_tokens", "device_memory_mib", "mem_fraction",
-                "startup_free_gib")
+                "startup_free_gib", "fp8_gemm_backend")
 
     def pool_bytes(self, fraction: float, free_bytes: float, weight_bytes: float) -> float | None:
         """`profile_max_num_token` (model_runner_kv_cache_mixin.py, sglang 0.5.9 lines 116-149; in 0.5.14
@@ -92,7 +93,30 @@ class Sglang(Framework):
                                  f"lines 3276-3315): round(({gpu_mib:.0f} MiB - {reserved:.0f} MiB reserved) / "
                                  f"{gpu_mib:.0f} MiB, 3); reserved = {terms_text}")
 
+    def gemm_bound(self, preset: EnginePreset, deployment: Deployment,
+                   settings: dict[str, Setting]) -> tuple[str, float, str] | None:
+        """`--fp8-gemm-backend flashinfer_trtllm` (or, before sglang 0.5.9, SGLANG_ENABLE_FLASHINFER_GEMM=true; with
+        DeepGEMM off, `auto` on Blackwell) runs every FP8 block-scaled linear through FlashInfer's
+        `gemm_fp8_nt_groupwise(backend="trtllm")` (fp8_utils.py `flashinfer_gemm_w8a8_block_fp8_linear_with_fallback`,
+        sglang 0.5.12): decode-sized tiles of 8-32 tokens (docs/STEP_TIME.md, "FlashInfer's TRT-LLM FP8 GEMM").
+        No table times it shape by shape; its published B200 timings never exceed the preset's
+        `flashinfer_trtllm_fp8_gemm_tflops`, so the preset's fp8_block rows (DeepGEMM) run no faster than that on
+        the GPUs it was measured on (`flashinfer_trtllm_fp8_gemm_gpus`); refused elsewhere."""
+        backend = settings.get("fp8_gemm_backend")
+        if backend is None or backend.value is None:
+            return None
+        gpus = str(preset.constant("flashinfer_trtllm_fp8_gemm_gpus").value).split()
+        if deployment.gpu not in gpus:
+            raise ConfigurationError(f"{backend.value} (FlashInfer's TRT-LLM-gen FP8 GEMM) has no published timing "
+                                     f"on {deployment.gpu} (it has on {', '.join(gpus)})", field="fp8_gemm_backend")
+        rate = self.constant(preset, "flashinfer_trtllm_fp8_gemm_tflops", deployment)
+        return "fp8_block", float(rate.value) * 1e12, f"preset {preset.label} flashinfer_trtllm_fp8_gemm_tflops"
+
     def rule(self, key: str, preset: EnginePreset, deployment: Deployment, resolved: dict[str, Setting]) -> Setting:
+        if key == "fp8_gemm_backend":   # unset: the preset's own fp8_block rows, the kernel its tables timed
+            return Setting(None, "unset: FP8 block-scaled GEMMs read the preset's own rows (aiconfigurator-core "
+                                 "0.12.0's SGLang 0.5.14 collector: DeepGEMM, kernel_source "
+                                 "sglang_deepgemm_gemm_nt_f8f8bf16; SGLang's default where DeepGEMM is on)")
         if key == "max_running_seqs":
             # max_running_requests: the estimate is clamped to at least the constant, and never more than half the
             # KV pool's tokens (model_runner_kv_cache_mixin.py _resolve_max_num_reqs)

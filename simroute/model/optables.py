@@ -309,8 +309,8 @@ def gemm_rows_no_faster_than(table: OpTable, dtype: str, flops_per_s: float, why
         raise ValueError(f"{table.kind.value} is not a GEMM table")
     if not flops_per_s > 0:
         raise ValueError(f"the FLOP rate must be positive, got {flops_per_s}")
-    m, n, k = (np.asarray(table.numeric[axis], dtype=float) for axis in ("m", "n", "k"))
-    bound_us = 2.0 * m * n * k / flops_per_s * 1e6
+    tokens, width, depth = (np.asarray(table.numeric[axis], dtype=float) for axis in ("m", "n", "k"))
+    bound_us = 2.0 * tokens * width * depth / flops_per_s * 1e6
     rows = np.asarray(table._mask({"dtype": dtype}))
     latency = np.where(rows, np.maximum(table.latency_us, bound_us), table.latency_us)
     return OpTable(table.kind, table.categorical, table.numeric, latency,

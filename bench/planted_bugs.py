@@ -1,7 +1,7 @@
 """Planted behavioural bugs: do the tests catch each one?
 
 Each bug is a one-line textual change to a copy of the repository (never to the checkout itself); a test
-subset runs on the copy and the bug counts as caught when a test fails. Four sets:
+subset runs on the copy and the bug counts as caught when a test fails. The sets:
 - `engine` (BUGS): behaviours on a request's path in simroute/sim/ (and the step model's causal pairs), run
   against the fast component subset of tests/sim (FAST_TESTS);
 - `factors` (FACTOR_BUGS, issue 23): a wrong constant factor, rounding or threshold inside a number, in
@@ -16,13 +16,16 @@ subset runs on the copy and the bug counts as caught when a test fails. Four set
 - `serving` (SERVING_BUGS, issue 39): SGLang's default memory fraction, the reserve outside the KV pool, TensorRT-LLM's
   attention-DP balancing, `validate --serving --dp-attention`'s rows and the scorecard's summaries, the clients'
   length draws (`client_seed`) and gaps, the engines' load board, against SERVING_TESTS.
+- `network` (NETWORK_BUGS, issue 39): where a GPU sits on each topology kind and the paths built from it, ECMP's
+  per-switch hash, ARK, the max-min solvers, message delays, telemetry, the run summary's network block and the
+  studies' sweep aggregation and plan, against NETWORK_SET_SUBSETS.
 `--planted` runs each bug against its layer's `test_planted_*.py` files alone (PLANTED_TESTS): a few seconds a
 bug, and a bug they catch is caught by the layer's subset too (which holds them and passes unmutated).
 Prints one line per bug and the total; exits 1 if any bug survives, 2 (before running any) if a bug's text
 is not in its file exactly once, a test file is missing or a subset fails on the unmutated code.
 Deterministic (no sampling); the engine set takes a few minutes on two cores, the factors set longer.
 
-    python3 bench/planted_bugs.py [--set engine|factors|accounting|admission|serving|all] [--only NAME ...]
+    python3 bench/planted_bugs.py [--set engine|factors|accounting|admission|serving|network|all] [--only NAME ...]
                                   [--tests tests/sim/... ...] [--planted]
 """
 
@@ -619,6 +622,119 @@ SERVING_BUGS = {
                                          "if board is None or any(map(_DEMAND, map(board.partials.__getitem__, "
                                          "holders))):", "if board is None:"),
 }
+# Issue 39, held-back kinds again (2026-12-07): the network and topology layer and what the studies conclude from
+# runs. Where a GPU sits on each topology kind (fat-tree, rail-optimised, NVLink domains larger than a host), the
+# paths and cuts built from it, ECMP's per-switch hash and the message queue pair's port, ARK / least-loaded
+# scores, the max-min solvers (progressive filling's residual capacity and flow counts, the array solver's ties,
+# the object solver's completions and load), message delays (round-robin wait, slowest link, wire time, queue
+# pairs and the NIC context cache), telemetry (link clocks, utilisation, window merging, the tier p99), the run
+# summary's network block and the studies' sweep aggregation and plan. Each runs against NETWORK_SET_SUBSETS.
+BASE_KIND, RAIL_KIND = "simroute/network/kinds/base.py", "simroute/network/kinds/rail_optimized.py"
+NVL_KIND, TOPOLOGY = "simroute/network/kinds/nvlink_domain.py", "simroute/network/topology.py"
+MAXMIN, OBJECTS = "simroute/network/maxmin.py", "simroute/network/solvers/objects.py"
+GROUPS, BULK = "simroute/network/solvers/groups.py", "simroute/network/bulk.py"
+MESSAGES, TELEMETRY = "simroute/network/messages.py", "simroute/network/telemetry.py"
+RUNNER = "simroute/sim/runner.py"
+_SCORES = "(max(table[link] for link in links), sum(table[link] for link in links))"
+NETWORK_BUGS = {
+    # where a GPU sits, per kind (network/kinds/), and the paths and cuts built from it (network/topology.py)
+    "fattree-partial-leaf-dropped": (BASE_KIND, "return -(-self.spec.hosts // self.spec.hosts_per_leaf)",
+                                     "return self.spec.hosts // self.spec.hosts_per_leaf"),
+    "oversubscription-inverted": (BASE_KIND, "down / (n_up * over)", "down * over / n_up"),
+    "pcie-socket-by-modulo": (BASE_KIND,
+                              "same_socket = (src % per_host) // per_socket == (dst % per_host) // per_socket",
+                              "same_socket = (src % per_host) // per_socket == (dst % per_host) % per_socket"),
+    "rail-leaf-ignores-the-group": (RAIL_KIND, "// self.spec.hosts_per_leaf * self.rails + self.rail_of(gpu)",
+                                    "// self.spec.hosts_per_leaf + self.rail_of(gpu)"),
+    "rail-leaf-down-counts-every-nic": (RAIL_KIND, "return self.spec.hosts_per_leaf * self.spec.nic_Bps",
+                                        "return self.spec.hosts_per_leaf * self.spec.nics_per_host * "
+                                        "self.spec.nic_Bps"),
+    "nvl-domain-of-the-gpu-index": (NVL_KIND, "return self.host_of(gpu) // self.hosts_per_domain",
+                                    "return gpu // self.hosts_per_domain"),
+    "nvl-domains-rounded-down": (NVL_KIND, "return -(-self.spec.hosts // self.hosts_per_domain)",
+                                 "return self.spec.hosts // self.hosts_per_domain"),
+    "nvl-path-leaves-by-the-downlink": (NVL_KIND, "(ids[(gpus[src], switch)], ids[(switch, gpus[dst])])",
+                                        "(ids[(switch, gpus[src])], ids[(switch, gpus[dst])])"),
+    "nvl-fabric-by-host": (NVL_KIND, "same = self.topology.domain_index(src) == self.topology.domain_index(dst)",
+                           "same = self.topology.host_of(src) == self.topology.host_of(dst)"),
+    "nvl-rail-group-one-host": (NVL_KIND, '{**data, "hosts_per_leaf": data["hosts_per_domain"]}',
+                                '{**data, "hosts_per_leaf": 1}'),
+    "path-down-from-the-source": (TOPOLOGY, "return self._up[ia] + middle + self._down[ib], spine",
+                                  "return self._up[ia] + middle + self._down[ia], spine"),
+    "fattree-path-agg-and-core-swapped": (SWITCHES, "agg, core = divmod(choice, half)",
+                                          "core, agg = divmod(choice, half)"),
+    # ECMP's per-switch hash, the message queue pair's port, ARK and least-loaded scores
+    "ecmp-salt-after-the-mix": (SWITCHES, "return mix64(flow_key ^ salt) % ports",
+                                "return (mix64(flow_key) ^ salt) % ports"),
+    # (replaces `message-port-ignores-the-destination`, equivalent: docs/MUTATION.md)
+    "message-route-takes-the-first-path": (PATHS, "return self.path(src_index, dst_index, choice)[0]",
+                                           "return self.path(src_index, dst_index, 0)[0]"),
+    "ark-scores-sum-before-max": (PATHS, _SCORES, "(sum(table[link] for link in links), max(table[link] for link "
+                                  "in links))"),
+    "ark-port-search-one-try": (ROUTING, "for step in range(1, ark.port_search):", "for step in range(1, 2):"),
+    "least-loaded-picks-the-busiest": (ROUTING, "choice = scores.index(min(scores))",
+                                       "choice = scores.index(max(scores))"),
+    # max-min fair rates: progressive filling (maxmin.fill), the array solver, the object solver
+    "fill-own-share-not-given-back": (MAXMIN, "rem[l] = cap[l] - load[l] + own", "rem[l] = cap[l] - load[l]"),
+    "fill-residual-per-group-not-per-flow": (MAXMIN, "moved = share * g.n", "moved = share"),
+    "fill-count-per-group-not-per-flow": (MAXMIN, "cnt[l] -= g.n", "cnt[l] -= 1"),
+    "arrays-tied-links-not-ready": (MAXMIN, "ready = lm >= s", "ready = lm > s"),
+    "arrays-residual-per-group-not-per-flow": (MAXMIN, "np.subtract.at(rem, lfr, np.tile(mf * nf, K))",
+                                               "np.subtract.at(rem, lfr, np.tile(mf, K))"),
+    "objects-finish-ignores-work-done": (OBJECTS,
+                                         "heapq.heappush(heap, (now + (group.flows[0][0] - group.work) / fresh,",
+                                         "heapq.heappush(heap, (now + group.flows[0][0] / fresh,"),
+    "objects-load-moves-one-flow": (OBJECTS, "delta = (fresh - group.rate) * group.n", "delta = fresh - group.rate"),
+    "objects-completion-without-latency": (OBJECTS, "complete(flow, now + flow.latency)", "complete(flow, now)"),
+    "join-finish-from-zero-work": (GROUPS, "flow.finish_work = group.work + flow.nbytes",
+                                   "flow.finish_work = flow.nbytes"),
+    "link-share-ignores-the-new-flow": (BULK, "cap / (flows + 1))", "cap / flows)"),
+    # message delays and routes (network/messages.py)
+    "message-wait-fifo-not-round-robin": (MESSAGES, "waited += left if left < mine else mine", "waited += left"),
+    "message-waits-summed-over-links": (MESSAGES,
+                                        "                if waited > wait:\n                    wait = waited",
+                                        "                wait += waited"),
+    "message-wire-at-link-capacity": (MESSAGES, "wire.append((link, occupancy / share))",
+                                      "wire.append((link, occupancy / bulk.cap[link]))"),
+    "message-queue-pair-per-direction": (MESSAGES, "pair = (src, dst) if src <= dst else (dst, src)",
+                                         "pair = (src, dst)"),
+    "context-cache-misses-when-just-full": (MESSAGES, "if len(pairs) > slots and times[0] >= horizon:",
+                                            "if len(pairs) >= slots and times[0] >= horizon:"),
+    # telemetry (network/telemetry.py)
+    "telemetry-link-clock-not-advanced": (TELEMETRY, "                        self.series.append((link, float(start), "
+                                          "now, float(load / self._cap_list[link])))\n"
+                                          "                link_t[link] = now",
+                                          "                        self.series.append((link, float(start), now, "
+                                          "float(load / self._cap_list[link])))"),
+    "mean-utilisation-without-messages": (TELEMETRY, '"mean_utilisation": (self.link_bytes + messages) / '
+                                          '(self._cap * span),', '"mean_utilisation": self.link_bytes / '
+                                          '(self._cap * span),'),
+    "tier-p99-at-p95": (TELEMETRY, '"p99_utilisation": float(np.percentile(tier_util, 99)),',
+                        '"p99_utilisation": float(np.percentile(tier_util, 95)),'),
+    "window-merge-drops-the-first": (TELEMETRY, "[a if b is None else b if a is None else a + b for a, b in pairs]",
+                                     "[a if b is None else b for a, b in pairs]"),
+    # the run summary's network block (sim/runner.py)
+    "summary-fct-p95-at-p90": (RUNNER, '"p95": float(np.percentile(a, 95) * 1e3)}',
+                               '"p95": float(np.percentile(a, 90) * 1e3)}'),
+    "summary-spine-peak-is-the-last": (RUNNER, "peaks[spine] = max(peaks.get(spine, 0), c)", "peaks[spine] = c"),
+    "summary-message-bytes-of-one-rank": (RUNNER, "+ float(messages[k]) * tp for k in bulk}",
+                                          "+ float(messages[k]) for k in bulk}"),
+    # the studies: the sweep's aggregation over seeds, its order, the plan and the search
+    "aggregate-ci-over-root-n-minus-one": (REPORT, "/ np.sqrt(seeds)", "/ np.sqrt(seeds - 1)"),
+    "aggregate-overload-needs-every-seed": (REPORT, 'float(group["overloaded"].fillna(0).max())',
+                                            'float(group["overloaded"].fillna(0).min())'),
+    "aggregate-drops-the-sweep-axis": (REPORT, 'for name in series + ([axis] if axis else []) if',
+                                       "for name in series if"),
+    "aggregate-orders-numbers-as-text": (REPORT, 'num if num.notna().all() else agg[axis].astype(str)',
+                                         "agg[axis].astype(str)"),
+    "plan-frontier-keeps-ties": (PLAN, 'if not out or point["output_tokens_per_s_per_gpu"] > out[-1]',
+                                 'if not out or point["output_tokens_per_s_per_gpu"] >= out[-1]'),
+    "plan-mean-counts-missing-as-zero": (PLAN, "return sum(clean) / len(clean) if clean else None",
+                                         "return sum(clean) / len(values) if clean else None"),
+    "search-bound-at-the-good-end": (SEARCH, "bad_end = self.value(self.lo) if self.goal == Goal.MIN else "
+                                     "self.value(self.hi)", "bad_end = self.value(self.hi) if self.goal == Goal.MIN "
+                                     "else self.value(self.lo)"),
+}
 SERVING_TESTS = ["tests/sim/test_frameworks.py", "tests/calib/test_engine_presets.py", "tests/sim/test_adp_balance.py",
                  "tests/sim/engine/test_hbm.py", "tests/test_default_run.py", "tests/sim/test_kv_cache_dtype.py",
                  "tests/study/test_plan.py", "tests/sim/test_dp_attention.py",
@@ -644,9 +760,20 @@ ADMISSION_TESTS = ["tests/sim/engine/test_engine_progress.py", "tests/sim/engine
                    "tests/model/test_group_host_costs.py", "tests/sim/test_dp_attention.py",
                    "tests/scenarios/test_validate_serving.py", "tests/calib/test_engine_presets.py",
                    "tests/sim/engine/test_planted_admission.py", "tests/model/test_group_iteration.py"]
+# the network set's subsets: the network's component files (without the large-topology, CLI, cascade and replay
+# files, which run whole scenarios: about a minute in all on an idle box), the study's, and for the run summary's
+# network block the sim files that run small scenarios end to end
+NETWORK_SET_TESTS = NETWORK_TESTS + [name for name in (
+    "tests/network/test_kinds.py", "tests/network/test_maxmin.py", "tests/network/test_messages.py",
+    "tests/network/test_telemetry.py", "tests/network/test_solvers.py", "tests/network/test_message_charge.py",
+    "tests/network/test_rank_shortcut.py", "tests/network/test_online.py") if name not in NETWORK_TESTS]
+RUN_NETWORK_TESTS = ["tests/sim/test_run_invariants.py", "tests/sim/test_rank_flows.py", "tests/sim/test_load_axes.py"]
+RUN_NETWORK_TESTS += sorted(str(path.relative_to(ROOT)) for path in ROOT.glob("tests/sim/**/test_planted_*.py"))
+NETWORK_SET_SUBSETS = {RUNNER: RUN_NETWORK_TESTS, "simroute/study/": STUDY_TESTS,
+                       "simroute/network/": NETWORK_SET_TESTS}
 SETS = {"engine": BUGS, "factors": FACTOR_BUGS, "accounting": ACCOUNTING_BUGS, "admission": ADMISSION_BUGS,
-        "serving": SERVING_BUGS}
-ALL_BUGS = {**BUGS, **FACTOR_BUGS, **ACCOUNTING_BUGS, **ADMISSION_BUGS, **SERVING_BUGS}
+        "serving": SERVING_BUGS, "network": NETWORK_BUGS}
+ALL_BUGS = {**BUGS, **FACTOR_BUGS, **ACCOUNTING_BUGS, **ADMISSION_BUGS, **SERVING_BUGS, **NETWORK_BUGS}
 LAYER_TESTS = {"simroute/model/": ["tests/model"], "simroute/network/": ["tests/network"],
                "simroute/sim/": FAST_TESTS}
 # each layer's planted-bug pins alone (--planted): the fast screen
@@ -672,6 +799,9 @@ def tests_for(name: str, override: list[str] | None, planted: bool = False) -> l
         return ADMISSION_TESTS
     if name in SERVING_BUGS:
         return SERVING_TESTS
+    if name in NETWORK_BUGS:
+        path = NETWORK_BUGS[name][0]
+        return next(tests for prefix, tests in NETWORK_SET_SUBSETS.items() if path.startswith(prefix))
     if name in ACCOUNTING_BUGS:
         path = ACCOUNTING_BUGS[name][0]
         return next(tests for prefix, tests in SUBSET_TESTS.items() if path.startswith(prefix))

@@ -80,6 +80,19 @@ def naming_flags(config_type: typing.Any) -> typing.Iterator[None]:
         raise ConfigurationError(exc.problem, field=flags[exc.field], line=exc.line) from None
 
 
+def resolve_named_input(kind: str, value: str) -> str:
+    """`value` as `resolve_input` resolves it; a bare name that is neither a file nor shipped is refused naming the
+    flag and listing the shipped names (`--topology fatree`), before anything is read or written."""
+    from simroute.errors import ConfigurationError
+    from simroute.shipped import resolve_input
+    try:
+        return resolve_input(kind, value, strict=True)
+    except ConfigurationError as exc:
+        if exc.field is not None:
+            raise
+        raise ConfigurationError(exc.problem, file=exc.file, field=f"--{kind}") from None
+
+
 def _cli_only_options() -> list[inspect.Parameter]:
     kw = inspect.Parameter.KEYWORD_ONLY
     return [
@@ -102,8 +115,8 @@ def _cli_only_options() -> list[inspect.Parameter]:
 def _run(**options: typing.Any) -> None:
     """Replay a trace on a topology with the route/fetch/local predicate, holders and congestion.
 
-    Example: simroute run --topology topologies/fattree.yaml --trace agents.parquet --calib calib/h100-ibgda.yaml
-    --policy paper --routing ecmp --seed 1 -o results/
+    Example: simroute run --topology fattree --trace agents-default --calib h100-ibgda --policy paper --routing ecmp
+    --seed 1 -o results/run
 
     A serving benchmark (ISL 1024 / OSL 1024, 64 clients, one host): simroute trace gen serving -p requests=640
     -p concurrency=64 -p range_ratio=0.8 -o serving.parquet; simroute run --trace serving.parquet --hosts 1
@@ -126,6 +139,8 @@ def _run(**options: typing.Any) -> None:
     shipped = {"topology": default_topology_path, "trace": default_trace_path, "calib": default_profile_path}
     for name, default in shipped.items():       # unset: the shipped default; '' is refused by RunConfig
         values[name] = str(default() if values[name] is None else values[name])
+    for name in ("topology", "trace"):          # a mistyped name lists the shipped ones (the profile's loader does)
+        values[name] = resolve_named_input(name, values[name])
     values["telemetry"] = values["telemetry"] or timeline is not None    # a timeline needs the telemetry
     cfg = _config_naming_flags(RunConfig, values)
     if cfg.prefill_tp is not None and cfg.disagg == "none":

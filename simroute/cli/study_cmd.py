@@ -25,14 +25,14 @@ def sweep(
 ) -> None:
     """Run a study (grid or SLO search) resumably: finished points are stored and skipped on rerun.
 
-    Example: simroute sweep studies/ark-ecmp-vs-ark.yaml --quick -o results/ark && simroute report results/ark
+    Example: simroute sweep ark-ecmp-vs-ark --quick -o results/ark && simroute report results/ark
 
     Any run field is a base value or an axis of the study file, the serving framework's preset too (docs/ENGINES.md):
     `base: {engine: sglang@0.5.14}` or `axes: {engine: [sglang, vllm, trtllm, none]}`.
     """
     from simroute.shipped import resolve_input
     from simroute.study import load_study, run_study
-    study = load_study(Path(resolve_input("study", study_file)), quick=quick)
+    study = load_study(Path(resolve_input("study", study_file, strict=True)), quick=quick)
     out = out or Path("results") / "studies" / (study.name + ("-quick" if quick else ""))
     def before_writing() -> None:       # --report: its directory checked before the study runs, not after
         if report and Path(out).is_dir():

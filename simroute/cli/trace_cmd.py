@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from simroute.cli.common import checked
-from simroute.errors import ConfigurationError
+from simroute.errors import ConfigurationError, UnknownNameError
 
 trace_app = typer.Typer(help="Workload traces: generate scenarios, import public traces, summarise.",
                         no_args_is_help=True)
@@ -76,13 +76,22 @@ def gen(
         if seed is None and "seed" in preset:
             seed = check_number(preset["seed"], "seed", file=config, integer=True, minimum=0, maximum=2**63 - 1)
     from_file = dict(params)
-    params.update(_parse_sets(param))
+    given = _parse_sets(param)
+    param_keys = set(given)
+    params.update(given)
     try:
         p = make_params(kind, params)
     except ConfigurationError as exc:
-        if config is None or not from_file:
-            raise
+        if config is None or not from_file:     # only -p's values are in play: name the flag
+            raise ConfigurationError(f"{exc.field}: {exc.problem}" if exc.field else exc.problem,
+                                     field="--param") from None
         raise ConfigurationError(f"params: {exc}", file=config) from None     # the preset's values are in play
+    except UnknownNameError as exc:      # a mistyped parameter: -p's (named as typed) or the preset's
+        if not exc.kind.endswith(" parameter"):
+            raise
+        if config is None or exc.name in {key.replace("-", "_") for key in param_keys}:
+            raise ConfigurationError(str(exc), field="--param") from None
+        raise ConfigurationError(f"params: {exc}", file=config) from None
     if show_params:
         for key, value in dataclasses.asdict(p).items():
             typer.echo(f"{key} = {value}")
@@ -115,7 +124,7 @@ def import_(
     from simroute.shipped import resolve_input
     from simroute.workload.importers import import_trace
 
-    files = [Path(resolve_input("sample", f)) for f in files]
+    files = [Path(resolve_input("sample", f, strict=True)) for f in files]
     path = import_trace(fmt, files, output, time_scale=time_scale, load_scale=load_scale, strict=strict,
                         block_tokens=block_tokens, warn=_warn)
     typer.echo(f"wrote {path}")

@@ -81,7 +81,10 @@ def check_input(name: str, value: Any, file: str, where: str) -> None:
                                  field=fld)
     loc = _locate(name, value, file)
     if loc is None:
-        raise ConfigurationError(f"'{value}' is neither a file (relative to the study) nor a shipped {name}",
+        from simroute.shipped import KINDS, shipped_names
+        where = " (relative to the study)" if file is not None else ""
+        listed = f" (shipped: {', '.join(shipped_names(name))})" if name in KINDS else ""
+        raise ConfigurationError(f"'{value}' is neither a file{where} nor a shipped {name}{listed}",
                                  file=file, field=fld)
     if loc["kind"] == "path":
         _check_input_file(name, Path(loc["path"]))

@@ -119,7 +119,7 @@ def make_params(kind: str, overrides: dict[str, Any] | None = None) -> Any:
     for key, value in (overrides or {}).items():
         key = key.replace("-", "_")
         if key not in fields:
-            raise UnknownNameError(f"parameter of generator '{kind}'", key, list(fields))
+            raise UnknownNameError(f"'{kind}' parameter", key, list(fields))
         values[key] = _coerce(value, fields[key], key, kind)
         if key.endswith("_sigma"):        # every generator's log-normal spread: 0 (none) up to a wide 10
             check_number(values[key], key, minimum=0, maximum=MAX_SIGMA)

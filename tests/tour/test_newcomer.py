@@ -94,3 +94,77 @@ def test_every_repository_path_the_readme_and_docs_name_exists():
     missing = sorted((doc, path) for doc, path in named
                      if not (ROOT / path).exists() and path not in CREATED)
     assert not missing, missing
+
+
+# ---- --help examples run from any directory --------------------------------------------------------------------------
+def _leaf_helps() -> list[tuple[str, str]]:
+    import typer.main
+
+    from simroute.cli.main import app
+
+    def walk(cmd, path):
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                yield from walk(sub, path + [name])
+        else:
+            yield " ".join(path), cmd.help or ""
+    return list(walk(typer.main.get_command(app), []))
+
+
+def test_no_help_example_names_a_shipped_input_by_its_repository_path():
+    """`simroute run --topology topologies/fattree.yaml` fails outside a checkout; `--topology fattree` works
+    anywhere (README, "A short tour")."""
+    helps = _leaf_helps()
+    assert len(helps) > 15
+    shipped = [f"{folder}/{name}{suffix}" for folder, kind, suffix in
+               (("topologies", "topology", ".yaml"), ("studies", "study", ".yaml"), ("calib", "calib", ".yaml"))
+               for name in shipped_names(kind)]
+    assert "topologies/fattree.yaml" in shipped
+    found = [(cmd, path) for cmd, text in helps for path in shipped if path in text]
+    assert not found, found
+
+
+# ---- a newcomer's first mistakes -------------------------------------------------------------------------------------
+MISTAKES = [
+    # (argv, words the one line must hold: the flag or file, the problem, what exists)
+    (("run", "--topology", "fatree", "-o", "out"), ("fatree", "field '--topology'", "neither a file", "fattree-1024")),
+    (("run", "--trace", "agents-defualt", "-o", "out"), ("agents-defualt", "field '--trace'", "agents-default")),
+    (("run", "--gpu", "h300", "-o", "out"), ("field '--gpu'", "unknown gpu 'h300'", "h200-sxm")),
+    (("run", "--engine", "sglang@9.9", "-o", "out"), ("field '--engine'", "sglang@9.9", "sglang@0.5.14")),
+    (("plan", "--topology", "fatree", "--qps", "4", "-o", "out"), ("field '--topology'", "'fatree'", "fattree-1024")),
+    (("sweep", "ark-ecmp-vs-ar", "--quick", "-o", "out"), ("ark-ecmp-vs-ar", "shipped study", "ark-ecmp-vs-ark")),
+    (("trace", "import", "mooncake", "mooncak-sample", "-o", "m.parquet"), ("mooncak-sample", "mooncake-sample")),
+    (("trace", "gen", "agents", "-p", "document=1", "-o", "a.parquet"),
+     ("field '--param'", "unknown 'agents' parameter 'document'", "documents")),
+    (("trace", "gen", "agents", "-p", "documents=abc", "-o", "a.parquet"),
+     ("field '--param'", "agents.documents", "must be an integer")),
+    (("plan", "--workload", "agents", "-p", "subagent=3", "--qps", "4", "-o", "out"),
+     ("-p", "unknown 'agents' parameter 'subagent'", "subagents")),
+]
+
+
+@pytest.mark.parametrize("argv, words", MISTAKES, ids=[" ".join(argv[:4]) for argv, _ in MISTAKES])
+def test_a_newcomers_mistake_gets_one_line_naming_it_and_nothing_written(cli, tmp_path, monkeypatch, argv, words):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(*argv)
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1 and "Traceback" not in err, (code, out, err)
+    assert all(word in lines[0] for word in words), (lines[0], words)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unknown_generator_is_not_blamed_on_param(cli, tmp_path, monkeypatch):
+    """`trace gen agent -p documents=1`: the generator's name is the positional argument, not a `-p`."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli("trace", "gen", "agent", "-p", "documents=1", "-o", "a.parquet")
+    assert code == 2 and "unknown trace generator 'agent'" in err and "--param" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_mistyped_preset_parameter_names_the_preset_file(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c.yaml").write_text("kind: agents\nparams: {document: 1}\n")
+    code, _, err = cli("trace", "gen", "agents", "--config", "c.yaml", "-p", "subagents=4", "-o", "a.parquet")
+    assert code == 2 and err.startswith("error: c.yaml") and "'document'" in err and "--param" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]

@@ -168,3 +168,26 @@ def test_a_mistyped_preset_parameter_names_the_preset_file(cli, tmp_path, monkey
     code, _, err = cli("trace", "gen", "agents", "--config", "c.yaml", "-p", "subagents=4", "-o", "a.parquet")
     assert code == 2 and err.startswith("error: c.yaml") and "'document'" in err and "--param" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
+
+
+# ---- plan: what binds where the mean over seeds meets the SLO and a seed does not ------------------------------------
+def _summary(ttft_p99: float) -> dict:
+    stats = {"mean": 1.0, "p50": 2.0, "p95": 3.0, "p99": ttft_p99, "max": ttft_p99}
+    return {"requests": 10, "completed": 10, "dropped": 0, "ttft_ms": stats, "tpot_ms": dict(stats, p99=5.0),
+            "e2e_ms": stats, "slo": {"attainment": 0.9}, "bytes": {}, "primitive_counts": {},
+            "ttft_breakdown_ms": {"queueing": 1.0, "prefill_compute": 40.0 if ttft_p99 > 100 else 2.0}}
+
+
+def test_plan_binding_names_the_seed_that_missed_when_the_mean_meets(tmp_path):
+    """Two seeds at 90 and 106 ms p99 TTFT against `p99 ttft_ms <= 100`: the mean (98) holds, one seed misses;
+    the binding says so and reads the missing seed's run (plan.md printed "-; compute ..." before)."""
+    from simroute.study.plan import _binding
+    from simroute.study.search import parse
+    for key, ttft in (("s0", 90.0), ("s1", 106.0)):
+        (tmp_path / "runs" / key).mkdir(parents=True)
+        (tmp_path / "runs" / key / "summary.json").write_text(json.dumps(_summary(ttft)))
+    probe = {"hosts": 21, "keys": ["s0", "s1"], "seeds": 2, "served": 2, "met": 1, "ttft_ms_p99": 98.0,
+             "tpot_ms_p99": 5.0}
+    binding = _binding(tmp_path, probe, parse("p99 ttft_ms <= 100 and p99 tpot_ms <= 50"))
+    assert binding["violated"] == ["1 of 2 seeds missed ttft_ms_p99 <= 100 (the mean over seeds meets it)"]
+    assert binding["resource"] == "compute: TTFT is mostly prefill compute (40 ms mean)"     # seed s1's, not s0's

@@ -69,6 +69,19 @@ def test_every_doc_the_readme_and_docs_name_exists():
     assert not missing, missing
 
 
+# the project's own records (a review, mutation runs), not a user's reading
+RECORDS = {"MUTATION.md", "REVIEW.md"}
+
+
+def test_the_readmes_read_next_table_lists_every_users_doc():
+    """A planner finds every guide from the README (docs/EXTENDING.md, the how-to for a model, a GPU, a topology
+    kind, was reachable only through other docs)."""
+    table = (ROOT / "README.md").read_text().split("## Read next", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| docs/([A-Z_]+\.md) \|", table, re.M))
+    users = {path.name for path in (ROOT / "docs").glob("*.md")} - RECORDS
+    assert "EXTENDING.md" in users and users <= listed, sorted(users - listed)
+
+
 def test_every_section_the_readme_and_docs_cite_is_a_heading_or_a_bold_lead_there():
     """`docs/STEP_TIME.md, "DP attention in a run"`: the file exists and the quoted words begin one of its headings
     or bold paragraph leads (or, for bench/RESULTS.md's dated headings, stand inside one)."""

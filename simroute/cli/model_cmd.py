@@ -21,9 +21,29 @@ class Exchanges(str, Enum):
     once = "once"
 
 
+def _check_model(model: str) -> None:
+    """An unknown --model is refused naming the flag (as `run` and `plan` do), before anything is written."""
+    from simroute.errors import ConfigurationError, UnknownNameError
+    from simroute.model.geometry import get_model
+    try:
+        get_model(model)
+    except UnknownNameError as exc:
+        raise ConfigurationError(str(exc), field="--model") from None
+
+
+def _fabric_id(params, fabric: str) -> int:
+    """The profile's index of --fabric; an unknown one is refused naming the flag and listing the profile's."""
+    from simroute.errors import ConfigurationError, UnknownNameError
+    try:
+        return params.fabric_id(fabric)
+    except UnknownNameError as exc:
+        raise ConfigurationError(str(exc), field="--fabric") from None
+
+
 def _params(calib: str, model: str, exchanges: Exchanges, prefill_us: float | None, host: bool = False,
             collapsed: bool = False, amortise: bool = False, batching: bool = False, cache_dtype: str = "bf16"):
     from simroute.calib.validated import cost_params     # a shipped profile's record: no YAML, pydantic or numpy
+    _check_model(model)
     return cost_params(calib, model, route_exchanges=exchanges.value, prefill_us=prefill_us, cache_dtype=cache_dtype,
                        host_overhead=host, collapsed_response=collapsed, holder_amortisation=amortise,
                        dispatcher_batching=batching)
@@ -64,7 +84,7 @@ def predict(
 
     params = _params(calib, model, route_exchanges, prefill_us, host_overhead, collapsed_response,
                 holder_amortisation, dispatcher_batching, cache_dtype)
-    shape = Shape(mq=query_rows, ct=chunk_tokens, fabric=params.fabric_id(fabric), holders=holders, topk=topk,
+    shape = Shape(mq=query_rows, ct=chunk_tokens, fabric=_fabric_id(params, fabric), holders=holders, topk=topk,
                   reuse=reuse, cached=offset is Offset.cached, tp=tp_size)
     costs = costs_scalar(shape, params)
     choice = PRIMITIVES[decide_scalar(shape, params)[0]]
@@ -187,7 +207,7 @@ def model_chunk(
     said: list[str] = []
     with atomic_files(out, ("chunk.csv", "chunk.png"), flag="--out") as tmp:
         params = _params(calib, model, route_exchanges, None)
-        fabric_id = params.fabric_id(fabric)
+        fabric_id = _fabric_id(params, fabric)
         chunk_tokens = np.unique(np.round(2.0 ** np.linspace(4, 13, 64)))
         series = cost_vs_chunk(params, chunk_tokens, mq=query_rows, fabric=fabric_id, bw_Bps=bw_gbps * 1e9)
         write_csv(series, tmp["chunk.csv"])
@@ -236,7 +256,7 @@ def model_bandwidth(
     with atomic_files(out, ("bandwidth.csv", "bandwidth.png"), flag="--out") as tmp:
         params = _params(calib, model, route_exchanges, None)
         bandwidths = 10.0 ** np.linspace(-1, 3, 41) * 1e9
-        series = cost_vs_bandwidth(params, bandwidths, mq=query_rows, ct=chunk_tokens, fabric=params.fabric_id(fabric))
+        series = cost_vs_bandwidth(params, bandwidths, mq=query_rows, ct=chunk_tokens, fabric=_fabric_id(params, fabric))
         write_csv(series, tmp["bandwidth.csv"])
         plt = pyplot()
         fig, axes = plt.subplots(figsize=(6, 4.5))
@@ -380,6 +400,7 @@ def model_step(
     from simroute.model.limits import Fields, check_mtp, check_shape, check_tp_splits_heads
     from simroute.model.parallel import Mtp
     from simroute.model.steptime import KV_LAYOUTS, BatchShape
+    _check_model(model)
     if decode_seqs > tokens:
         raise ConfigurationError(f"--decode-seqs {decode_seqs} exceeds --tokens {tokens}", field="--decode-seqs")
     for flag, value in (("--tokens", tokens), ("--context", context), ("--prefill-context", prefill_context)):

@@ -154,6 +154,11 @@ MISTAKES = [
      ("field '--param'", "agents.documents", "must be an integer")),
     (("plan", "--workload", "agents", "-p", "subagent=3", "--qps", "4", "-o", "out"),
      ("-p", "unknown 'agents' parameter 'subagent'", "subagents")),
+    (("predict", "--model", "deepseek-v4"), ("field '--model'", "unknown model 'deepseek-v4'", "deepseek-v4-pro")),
+    (("predict", "--fabric", "nvlink"), ("field '--fabric'", "unknown fabric 'nvlink'", "h100-nvlink4")),
+    (("model", "crossover", "--model", "deepseek-v4", "-o", "figs"), ("field '--model'", "deepseek-v4-flash")),
+    (("model", "chunk", "--fabric", "nvlink", "-o", "figs"), ("field '--fabric'", "h100-ibgda")),
+    (("model", "step", "--model", "deepseek-v4", "--tokens", "8"), ("field '--model'", "deepseek-v3")),
 ]
 
 

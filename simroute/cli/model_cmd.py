@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from simroute.cli.common import CALIB_HELP, PlainValues, checked, echo_json, fmt_bytes, fmt_us, table
 from simroute.defaults import DEFAULT_GPU, DEFAULT_MODEL, DEFAULT_TP
+
+if TYPE_CHECKING:
+    from simroute.model.cost import CostParams
 
 
 class Offset(str, Enum):
@@ -31,7 +35,7 @@ def _check_model(model: str) -> None:
         raise ConfigurationError(str(exc), field="--model") from None
 
 
-def _fabric_id(params, fabric: str) -> int:
+def _fabric_id(params: CostParams, fabric: str) -> int:
     """The profile's index of --fabric; an unknown one is refused naming the flag and listing the profile's."""
     from simroute.errors import ConfigurationError, UnknownNameError
     try:
@@ -256,7 +260,8 @@ def model_bandwidth(
     with atomic_files(out, ("bandwidth.csv", "bandwidth.png"), flag="--out") as tmp:
         params = _params(calib, model, route_exchanges, None)
         bandwidths = 10.0 ** np.linspace(-1, 3, 41) * 1e9
-        series = cost_vs_bandwidth(params, bandwidths, mq=query_rows, ct=chunk_tokens, fabric=_fabric_id(params, fabric))
+        series = cost_vs_bandwidth(params, bandwidths, mq=query_rows, ct=chunk_tokens,
+                                   fabric=_fabric_id(params, fabric))
         write_csv(series, tmp["bandwidth.csv"])
         plt = pyplot()
         fig, axes = plt.subplots(figsize=(6, 4.5))

@@ -82,9 +82,9 @@ def check_input(name: str, value: Any, file: str, where: str) -> None:
     loc = _locate(name, value, file)
     if loc is None:
         from simroute.shipped import KINDS, shipped_names
-        where = " (relative to the study)" if file is not None else ""
+        relative = " (relative to the study)" if file is not None else ""
         listed = f" (shipped: {', '.join(shipped_names(name))})" if name in KINDS else ""
-        raise ConfigurationError(f"'{value}' is neither a file{where} nor a shipped {name}{listed}",
+        raise ConfigurationError(f"'{value}' is neither a file{relative} nor a shipped {name}{listed}",
                                  file=file, field=fld)
     if loc["kind"] == "path":
         _check_input_file(name, Path(loc["path"]))

@@ -16,7 +16,9 @@ from simroute.workload.schema import CHUNKS_FILE, REQUESTS_FILE, trace_concurren
 def _open(path: str | Path, name: str, table: str) -> tuple[pq.ParquetFile, dict[str, Any]]:
     path = Path(path)
     if not path.exists():
-        raise ConfigurationError("trace not found", file=path)
+        from simroute.shipped import shipped_names
+        raise ConfigurationError(f"trace not found (write one with `simroute trace gen` or `simroute trace import`, "
+                                 f"or name a shipped trace: {', '.join(shipped_names('trace'))})", file=path)
     if not path.is_dir():
         raise ConfigurationError(f"a trace is a directory holding {REQUESTS_FILE} and {CHUNKS_FILE}",
                                  file=path)

@@ -143,6 +143,8 @@ MISTAKES = [
     # (argv, words the one line must hold: the flag or file, the problem, what exists)
     (("run", "--topology", "fatree", "-o", "out"), ("fatree", "field '--topology'", "neither a file", "fattree-1024")),
     (("run", "--trace", "agents-defualt", "-o", "out"), ("agents-defualt", "field '--trace'", "agents-default")),
+    (("run", "--trace", "agents.parquet", "-o", "out"), ("agents.parquet", "trace not found", "simroute trace gen",
+                                                        "agents-default")),
     (("run", "--gpu", "h300", "-o", "out"), ("field '--gpu'", "unknown gpu 'h300'", "h200-sxm")),
     (("run", "--engine", "sglang@9.9", "-o", "out"), ("field '--engine'", "sglang@9.9", "sglang@0.5.14")),
     (("plan", "--topology", "fatree", "--qps", "4", "-o", "out"), ("field '--topology'", "'fatree'", "fattree-1024")),

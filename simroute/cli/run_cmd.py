@@ -212,7 +212,7 @@ def print_summary(s: dict, perf: dict, out: Path) -> None:
     eng = s["engine"]
     width = cfg["tp"] // cfg.get("dp_attention", 1)      # GPUs per instance: a TP group or a DP attention rank
     c.print(f"[bold]simroute run[/bold]: {Path(cfg['trace']).name} on {Path(cfg['topology']).name} "
-            f"({s['instances']} instances of {width} x {eng['gpu']}), {eng['model']} "
+            f"({s['instances']} instance{'' if s['instances'] == 1 else 's'} of {width} x {eng['gpu']}), {eng['model']} "
             f"({eng.get('weight_dtype', 'bf16')} weights), profile {Path(cfg['calib']).name}, policy {cfg['policy']}, "
             f"routing {cfg['routing']}, seed {s['seed']}")
     preset = eng.get("preset")

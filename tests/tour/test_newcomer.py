@@ -190,6 +190,14 @@ def test_a_mistyped_preset_parameter_names_the_preset_file(cli, tmp_path, monkey
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.yaml"]
 
 
+def test_a_one_host_run_says_one_instance(cli, tmp_path):
+    """The tour's serving run on `--hosts 1` printed "(1 instances of 8 x h200-sxm)"."""
+    code, out, err = cli("run", "--hosts", "1", "--max-requests", "3", "-o", tmp_path / "run")
+    assert code == 0, err
+    header = " ".join(out.split())
+    assert "(1 instance of 8 x h200-sxm)" in header, header[:300]
+
+
 # ---- plan: what binds where the mean over seeds meets the SLO and a seed does not ------------------------------------
 def _summary(ttft_p99: float) -> dict:
     stats = {"mean": 1.0, "p50": 2.0, "p95": 3.0, "p99": ttft_p99, "max": ttft_p99}

@@ -119,7 +119,8 @@ def parse_condition(text: str) -> Condition:
     col = f"{metric}_{stat}" if stat else metric
     if col not in METRICS:
         latency = [f"{stat_name} {metric_name}" for metric_name in LATENCIES for stat_name in STATS]
-        raise ValueError(f"unknown SLO metric '{col}'; valid: {', '.join(latency)} or a column such as "
+        typed = f"{stat} {metric}" if stat else metric       # as the user wrote it, not the column it would read
+        raise ValueError(f"unknown SLO metric '{typed}'; valid: {', '.join(latency)} or a column such as "
                          "slo_attainment, completed, bytes_fetch, output_tokens_per_s_per_gpu")
     try:
         bound = float(value)

@@ -147,6 +147,8 @@ MISTAKES = [
                                                         "agents-default")),
     (("run", "--gpu", "h300", "-o", "out"), ("field '--gpu'", "unknown gpu 'h300'", "h200-sxm")),
     (("run", "--engine", "sglang@9.9", "-o", "out"), ("field '--engine'", "sglang@9.9", "sglang@0.5.14")),
+    (("run", "--slo", "p99 ttft <= 2000", "-o", "out"), ("field '--slo'", "unknown SLO metric 'p99 ttft'",
+                                                          "p99 ttft_ms")),
     (("plan", "--topology", "fatree", "--qps", "4", "-o", "out"), ("field '--topology'", "'fatree'", "fattree-1024")),
     (("sweep", "ark-ecmp-vs-ar", "--quick", "-o", "out"), ("ark-ecmp-vs-ar", "shipped study", "ark-ecmp-vs-ark")),
     (("trace", "import", "mooncake", "mooncak-sample", "-o", "m.parquet"), ("mooncak-sample", "mooncake-sample")),

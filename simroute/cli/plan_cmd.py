@@ -93,7 +93,7 @@ def plan(
     """
     from simroute.errors import ConfigurationError
     from simroute.sim.slo import DEFAULT_SLO
-    from simroute.study.plan import PlanRequest, run_plan
+    from simroute.study.plan import PlanRequest, hosts_words, run_plan
     if trace is not None and workload is not None:
         raise ConfigurationError("give --trace or --workload, not both", field="--workload")
     if param and workload is None:
@@ -163,19 +163,19 @@ def plan(
     run, answer, memo = run_plan(request, out, jobs=jobs, progress=progress, announce=announce, report=True)
     page = out / "report" / "report.html"
     own = answer["deployments"][answer["deployment"]]
-    verdict = (f"{own['hosts']} host{'s' if own['hosts'] != 1 else ''}"
+    verdict = (hosts_words(own["hosts"])
                + (f" ({own['gpus']} GPUs)" if own.get("gpus") else "") if own["hosts"] is not None else
                f"no host count in {hosts_min}-{hosts_max} meets the SLO")
     others = [f"{p}: {v['hosts'] if v['hosts'] is not None else 'none'}"
               for p, v in answer["deployments"].items() if p != answer["deployment"]]
     c.print(f"answer ({answer['deployment']}): {verdict} ({own['status']})" + "".join(f"; {o}" for o in others))
     for edge in answer["nonmonotone"]:
-        hosts = f"{edge['meets']} host" + ("" if edge["meets"] == 1 else "s")
-        c.print(f"non-monotone: {edge['deployment']} meets the SLO at {hosts}, not at {edge['fails']} (more hosts, "
+        c.print(f"non-monotone: {edge['deployment']} meets the SLO at {hosts_words(edge['meets'])}, not at "
+                f"{hosts_words(edge['fails'])} (more hosts, "
                 "worse)")
     if own.get("binding"):
         b = own["binding"]
-        c.print(f"binding at {b['hosts']} hosts: {', '.join(b['violated']) or '-'}; {b['resource']}")
+        c.print(f"binding at {hosts_words(b['hosts'])}: {', '.join(b['violated']) or '-'}; {b['resource']}")
     c.print(f"{run.executed} runs ({run.failed} failed), {run.skipped} stored, {run.wall_s:.1f} s; memo {memo}, "
             f"report {page}")
     if own["hosts"] is None:

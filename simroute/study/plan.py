@@ -572,7 +572,7 @@ def plan_markdown(answer: dict[str, Any], request_doc: dict[str, Any]) -> str:
     else:
         band = own["band"]
         lines.append(f"**Answer: {_gpus_words(own)}** with {name} ({own['status']}; some seed meets the SLO from "
-                     f"{_hosts(band[0])})." if band else f"**Answer: {_gpus_words(own)}** with {name}.")
+                     f"{hosts_words(band[0])})." if band else f"**Answer: {_gpus_words(own)}** with {name}.")
         at_answer = own["at_answer"] or {}
         if at_answer:
             lines.append(f"At the answer: route {_fmt(at_answer.get('n_route'))}, "
@@ -582,12 +582,13 @@ def plan_markdown(answer: dict[str, Any], request_doc: dict[str, Any]) -> str:
                          f"busiest resource {at_answer.get('busiest', '-')}.")
     if own["binding"]:
         binding = own["binding"]
-        lines.append(f"Binding below the answer (at {binding['hosts']} hosts): "
+        lines.append(f"Binding below the answer (at {hosts_words(binding['hosts'])}): "
                      f"{', '.join(binding['violated']) or '-'}; {binding['resource']}.")
     if answer["nonmonotone"]:
         lines += ["", "**Non-monotone:** more hosts did worse here (every seed met the SLO at the smaller count, "
-                  "not at the larger): " + "; ".join(f"{edge['deployment']}: meets at {_hosts(edge['meets'])}, "
-                                                     f"fails at {edge['fails']}" for edge in answer["nonmonotone"])
+                  "not at the larger): "
+                  + "; ".join(f"{edge['deployment']}: meets at {hosts_words(edge['meets'])}, fails at "
+                              f"{hosts_words(edge['fails'])}" for edge in answer["nonmonotone"])
                   + ". The fewest hosts is the smallest count that meets; a larger count is no safe margin."]
     lines += ["", "| deployment | fewest hosts | GPUs | status | non-monotone | binding below it |",
               "|---|---|---|---|---|---|"]
@@ -623,11 +624,12 @@ def plan_markdown(answer: dict[str, Any], request_doc: dict[str, Any]) -> str:
 
 
 def _gpus_words(entry: dict[str, Any]) -> str:
-    hosts = _hosts(entry["hosts"])
+    hosts = hosts_words(entry["hosts"])
     return f"{entry['gpus']} GPUs ({hosts})" if entry.get("gpus") else hosts
 
 
-def _hosts(count: int) -> str:
+def hosts_words(count: int) -> str:
+    """"1 host", "2 hosts": the count as plan.md and `plan` print it."""
     return f"{count} host" + ("" if count == 1 else "s")
 
 

@@ -268,7 +268,9 @@ def run_plan(request: PlanRequest, out: str | Path, *, jobs: int | None = None, 
         study = load_study(plan_file, document=doc)
     except ConfigurationError as exc:
         own = exc.file is None or Path(exc.file) == plan_file
-        raise ConfigurationError(exc.problem, file=None if own else exc.file,
+        from simroute.study.resolve import RELATIVE_TO_STUDY
+        raise ConfigurationError(exc.problem.replace(RELATIVE_TO_STUDY, "") if own else exc.problem,
+                                 file=None if own else exc.file,
                                  field=_plan_flag(exc.field, request) if own else exc.field) from None
     base = doc["base"]
     if isinstance(base["trace"], str):       # an imported trace: every request within the model's window

@@ -50,6 +50,11 @@ def _shipped(name: str, value: str) -> Path | None:
         return None
 
 
+# how an input not found is said to have been looked for beside a study file (`plan` takes it out: its study file
+# is its own, and its paths are the command line's)
+RELATIVE_TO_STUDY = " (relative to the study)"
+
+
 def check_input(name: str, value: Any, file: str, where: str) -> None:
     """Load-time validation of one input (a name, a path or a generator spec)."""
     fld = f"{where}: {name}"
@@ -82,7 +87,7 @@ def check_input(name: str, value: Any, file: str, where: str) -> None:
     loc = _locate(name, value, file)
     if loc is None:
         from simroute.shipped import KINDS, shipped_names
-        relative = " (relative to the study)" if file is not None else ""
+        relative = RELATIVE_TO_STUDY if file is not None else ""
         listed = f" (shipped: {', '.join(shipped_names(name))})" if name in KINDS else ""
         raise ConfigurationError(f"'{value}' is neither a file{relative} nor a shipped {name}{listed}",
                                  file=file, field=fld)

@@ -176,6 +176,14 @@ def test_a_newcomers_mistake_gets_one_line_naming_it_and_nothing_written(cli, tm
     assert list(tmp_path.iterdir()) == []
 
 
+def test_plan_does_not_speak_of_a_study_the_user_never_wrote(cli, tmp_path, monkeypatch):
+    """`plan` builds its study file itself: a name it cannot find is not "a file (relative to the study)"."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli("plan", "--topology", "fatree", "--qps", "4", "-o", "out")
+    assert code == 2 and "is neither a file nor a shipped topology" in err and "study" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_unknown_generator_is_not_blamed_on_param(cli, tmp_path, monkeypatch):
     """`trace gen agent -p documents=1`: the generator's name is the positional argument, not a `-p`."""
     monkeypatch.chdir(tmp_path)

@@ -104,3 +104,40 @@ def test_a_default_runs_options_need_no_typer_converter(tmp_path):
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == ["out"]     # `-o` given as text: typer's own
+
+
+# The whole default run, to its outputs: the shipped profile, engine preset and topology it reads hash as recorded
+# (simroute/records.py), so it reads them by the field table and never imports pydantic.
+WHOLE_RUN = """
+import atexit, json, sys
+atexit.register(lambda: print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("pydantic",
+                                                                                           "pydantic_core"))),
+                              flush=True))
+sys.argv = ["simroute", "run", "--max-requests", "20", *json.loads(sys.argv[1])]
+from simroute.cli.main import main
+sys.exit(main())
+"""
+
+
+def _pydantic_loaded(tmp_path: Path, *options: str) -> list[str]:
+    """The pydantic modules loaded by a run with `options`, in an empty directory (its outputs in results/run/, as
+    a default run writes them: `-o` as text takes typer's own converter, which is pydantic's)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", WHOLE_RUN, json.dumps(list(options))], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "results" / "run" / "summary.json").is_file()        # it did run to its outputs
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_default_run_imports_no_pydantic(tmp_path):
+    assert _pydantic_loaded(tmp_path) == []
+
+
+def test_a_users_topology_file_is_validated_by_pydantic(tmp_path):
+    """The check above can fail: a file of the user's (a copy of the shipped one, elsewhere) goes through the
+    models, which import pydantic."""
+    copy = tmp_path / "mine" / "fattree.yaml"
+    copy.parent.mkdir()
+    copy.write_text((ROOT / "topologies" / "fattree.yaml").read_text())
+    assert "pydantic" in _pydantic_loaded(tmp_path, "--topology", str(copy))

@@ -1,4 +1,9 @@
-"""Loading, composing and writing calibration profiles; turning them into the model's CostParams."""
+"""Loading, composing and writing calibration profiles; turning them into the model's CostParams.
+
+A profile file is validated by the pydantic models of simroute.calib.schema, or, shipped and hashing as recorded,
+read by their field table without pydantic (simroute/records.py); either way its entries are records of those
+models (`Constant`, `FabricSpec`, `GpuFileSpec`, ...), equal whichever way they were read.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,10 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-from pydantic import ValidationError
-
+from simroute import records
 from simroute.calib.optables import load_operator_tables_cached, resolve_fill
-from simroute.calib.schema import Constant, FabricSpec, GpuFileSpec, ProfileFile
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.ioutil import load_yaml, write_text_atomic
 from simroute.model.cost import ROUTE_EXCHANGES, CostParams, FabricParams, RouteExchanges
@@ -20,6 +22,12 @@ from simroute.model.geometry import get_model
 from simroute.model.staging import CUDA_DEFAULT_CONNECTIONS, StagingParams
 from simroute.model.optables import OperatorTables
 from simroute.model.steptime import GpuSpec, HostCosts, StepTimeModel
+
+if TYPE_CHECKING:   # records of these models at run time (simroute/records.py)
+    from simroute.calib.schema import Constant, FabricSpec, GpuFileSpec, ProfileFile
+
+MODEL = "simroute.calib.schema:ProfileFile"
+CONSTANT = "simroute.calib.schema:Constant"
 
 # Constants the cost model cannot do without, with the unit each must be given in.
 REQUIRED_CONSTANTS: dict[str, str] = {
@@ -107,8 +115,8 @@ class Profile:
         gemm = entry.gemm_efficiency
         eff = gemm.value if gemm.value is not None else (tuple(point_x for point_x, _ in gemm.points or []),
                                                           tuple(point_y for _, point_y in gemm.points or []))
-        sources = {field_name: _prov_text(getattr(entry, field_name)) for field_name in type(entry).model_fields
-                   if isinstance(getattr(entry, field_name), Constant)}
+        sources = {field_name: _prov_text(getattr(entry, field_name)) for field_name in records.fields_of(entry)
+                   if records.is_record(getattr(entry, field_name), CONSTANT)}
         return GpuSpec(name=name, peak_flops=entry.peak_bf16_TFLOPs.value * 1e12, hbm_Bps=entry.hbm_GBps.value * 1e9,
                        hbm_bytes=entry.hbm_GB.value * 1e9, hbm_efficiency=entry.hbm_efficiency.value,
                        gemm_efficiency=eff, attention_efficiency=entry.attention_efficiency.value,
@@ -377,11 +385,19 @@ def _loc(err: dict) -> str:
 
 
 def _parse(path: Path) -> ProfileFile:
+    """The file's contents as records: by the field table when shipped and hashing as recorded, else
+    validated."""
     raw = load_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigurationError("a profile must be a YAML mapping", file=path)
+    plain = records.read_shipped(path, MODEL, raw)
+    if plain is not None:
+        return plain                            # type: ignore[return-value]
+    from pydantic import ValidationError
+
+    from simroute.calib.schema import ProfileFile
     try:
-        return ProfileFile.model_validate(raw)
+        return records.to_record(ProfileFile.model_validate(raw))
     except ValidationError as exc:
         err = exc.errors()[0]
         msg = err["msg"].removeprefix("Value error, ")
@@ -400,13 +416,13 @@ def _check_units(profile_file: ProfileFile, path: Path) -> None:
     """A constant's name carries its unit (`t_probe_us`); a `unit:` that says otherwise is an error, not a
     silent factor of 1000."""
     items = [(f"fabrics.{name}.{field_name}", field_name, getattr(fabric, field_name))
-             for name, fabric in profile_file.fabrics.items() for field_name in type(fabric).model_fields
-             if isinstance(getattr(fabric, field_name), Constant)]
+             for name, fabric in profile_file.fabrics.items() for field_name in records.fields_of(fabric)
+             if records.is_record(getattr(fabric, field_name), CONSTANT)]
     items += [(f"constants.{field_name}", field_name, constant)
               for field_name, constant in profile_file.constants.items()]
     items += [(f"gpus.{name}.{field_name}", field_name, getattr(gpu_file_entry, field_name))
-              for name, gpu_file_entry in profile_file.gpus.items() for field_name in type(gpu_file_entry).model_fields
-              if isinstance(getattr(gpu_file_entry, field_name), Constant)]
+              for name, gpu_file_entry in profile_file.gpus.items() for field_name in records.fields_of(gpu_file_entry)
+              if records.is_record(getattr(gpu_file_entry, field_name), CONSTANT)]
     for where, key, constant in items:
         want = next((unit for suf, unit in UNIT_OF_SUFFIX.items() if key.endswith(suf) or f"{suf}_" in key), None)
         if constant.unit is not None and want is not None and constant.unit != want:
@@ -472,6 +488,10 @@ def _check_gpu_names(gpu: str | None, fabrics: dict[str, FabricSpec], gpus: dict
 
 def write_profile(data: dict[str, Any], path: str | Path) -> Path:
     """Validate a profile dict and write it as YAML atomically (the calibrate pipeline's writer)."""
+    import yaml
+    from pydantic import ValidationError
+
+    from simroute.calib.schema import ProfileFile
     path = Path(path)
     try:
         ProfileFile.model_validate(data)
@@ -509,8 +529,8 @@ def flatten(profile: Profile) -> dict[str, tuple[str, str]]:
     for cname, constant in profile.constants.items():
         out[f"constants.{cname}"] = fmt(constant)
     for gname, gpu_file_entry in profile.gpus.items():
-        for key in type(gpu_file_entry).model_fields:
+        for key in records.fields_of(gpu_file_entry):
             constant = getattr(gpu_file_entry, key)
-            if isinstance(constant, Constant):
+            if records.is_record(constant, CONSTANT):
                 out[f"gpus.{gname}.{key}"] = fmt(constant)
     return out

@@ -1,4 +1,7 @@
-"""Topology file schema: pydantic at the file boundary, frozen dataclasses inside.
+"""Topology files: validated at the file boundary (the pydantic models of simroute.network.schema_models), frozen
+dataclasses inside. A shipped file that hashes as recorded is read by the models' field table instead
+(simroute/records.py), without importing pydantic; either way the kind's `network:` section is a record of its
+model.
 
 Units in the YAML are the human ones (GB/s as `_GBps`, microseconds as `_us`); the dataclasses
 hold bytes/second and seconds, as everywhere else in the code.
@@ -8,98 +11,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from typing import Any
 
 from simroute.errors import ConfigurationError
 from simroute.ioutil import load_yaml
+# the bounds and defaults both readers share, re-exported where they were defined before
+from simroute.network.file_limits import DEFAULT_KIND, MAX_GPUS, MAX_HOSTS, MAX_K, MAX_SWITCHES  # noqa: F401
 
 GB = 1e9
 US = 1e-6
-
-
-MAX_HOSTS = 16_384          # bounds on what sizes memory and work: a typo of 1e8 hosts must not hang
-MAX_GPUS = 131_072
-MAX_SWITCHES = 1_024        # spines, hosts per leaf
-MAX_K = 128
-DEFAULT_KIND = "fattree"    # a file without `kind:` is a fat-tree (2 or 3 tiers), as every file was before kinds
-
-
-class _Strict(BaseModel):
-    """No bool for a number, no numeric strings, no NaN or inf, no unknown keys."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-class IntraModel(_Strict):
-    kind: Literal["nvlink-mesh", "nvswitch", "pcie"]
-    link_GBps: float = Field(gt=0, description="per GPU pair (mesh) or per GPU port (nvswitch, pcie), per direction")
-    latency_us: float = Field(default=0.5, ge=0)
-    fabric: str = Field(min_length=1)
-    sockets: int = Field(default=1, ge=1, le=8)
-    xsocket_GBps: float | None = Field(default=None, gt=0)
-    xsocket_latency_us: float = Field(default=1.0, ge=0)
-    xsocket_fabric: str | None = None
-
-    @model_validator(mode="after")
-    def _sockets(self) -> "IntraModel":
-        if self.sockets > 1:
-            if self.kind != "pcie":
-                raise ValueError("sockets > 1 needs kind: pcie")
-            if self.xsocket_GBps is None:
-                raise ValueError("xsocket_GBps is required when sockets > 1")
-        return self
-
-
-class HostsModel(_Strict):
-    count: int = Field(ge=1, le=MAX_HOSTS)
-    gpus_per_host: int = Field(ge=1, le=64)
-    gpu: str = "h100"
-    intra: IntraModel
-
-    @model_validator(mode="after")
-    def _even_sockets(self) -> "HostsModel":
-        if self.count * self.gpus_per_host > MAX_GPUS:
-            raise ValueError(f"{self.count} hosts x {self.gpus_per_host} GPUs is more than {MAX_GPUS:,} GPUs")
-        if self.gpus_per_host % self.intra.sockets:
-            raise ValueError(f"gpus_per_host ({self.gpus_per_host}) must divide evenly over "
-                             f"{self.intra.sockets} sockets")
-        return self
-
-
-class NicModel(_Strict):
-    per: Literal["gpu", "host"]
-    rate_GBps: float = Field(gt=0)
-    latency_us: float = Field(default=1.0, ge=0)
-    fabric: str = Field(min_length=1)
-    pcie_GBps: float = Field(default=64.0, gt=0, description="GPU<->host NIC PCIe link (per: host)")
-
-
-class SwitchNetwork(_Strict):
-    """What every topology kind's `network:` section holds: the leaves the NICs join and the switch links
-    above them. A kind's own model (its class's `Network`, simroute/network/kinds/) adds its fields."""
-
-    hosts_per_leaf: int = Field(ge=1, le=MAX_SWITCHES)
-    uplink_GBps: float | None = Field(default=None, gt=0)
-    oversubscription: float | None = Field(default=None, gt=0)
-    latency_us: float = Field(default=0.6, ge=0)
-
-    @model_validator(mode="after")
-    def _uplink_or_ratio(self) -> "SwitchNetwork":
-        if self.uplink_GBps is not None and self.oversubscription is not None:
-            raise ValueError("give either uplink_GBps or oversubscription, not both")
-        return self
-
-
-class TopologyModel(_Strict):
-    name: str = Field(min_length=1)
-    description: str = ""
-    kind: str = Field(default=DEFAULT_KIND, min_length=1,
-                      description="the topology kind (simroute/network/kinds/): fattree, rail-optimized, nvlink-domain")
-    hosts: HostsModel
-    nic: NicModel
-    network: dict[str, Any] | None = None     # validated by the kind's own `Network` model
 
 
 @dataclass(frozen=True)
@@ -138,7 +58,7 @@ class TopologySpec:
     switch_latency_s: float
     source: str = ""
     kind: str = DEFAULT_KIND
-    network: SwitchNetwork | None = None       # the kind's validated `network:` section (its own fields)
+    network: Any = None         # the kind's validated `network:` section: a record of its model (simroute/records.py)
 
     @property
     def nics_per_host(self) -> int:
@@ -149,23 +69,49 @@ def _field_of(err: dict, prefix: str = "") -> str:
     return ".".join([prefix] * bool(prefix) + [str(p) for p in err.get("loc", ())])
 
 
-def _invalid(exc: ValidationError, file: str | Path, prefix: str = "") -> ConfigurationError:
+MODEL = "simroute.network.schema_models:TopologyModel"
+# the models, for code that validates by them (imported with pydantic on first use)
+_MODELS = ("IntraModel", "HostsModel", "NicModel", "SwitchNetwork", "TopologyModel")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODELS:
+        from simroute.network import schema_models
+        return getattr(schema_models, name)
+    raise AttributeError(f"module 'simroute.network.schema' has no attribute {name!r}")
+
+
+def _invalid(exc: Any, file: str | Path, prefix: str = "") -> ConfigurationError:
     err = exc.errors()[0]
     got = f", got {err['input']!r}"[:80] if "input" in err and not isinstance(err["input"], dict) else ""
     return ConfigurationError(err["msg"] + got, file=file, field=_field_of(err, prefix) or None)
 
 
-def parse_topology(raw: object, *, file: str | Path = "<topology>") -> TopologySpec:
+def _validated(model: Any, raw: object, file: str | Path, prefix: str = "") -> Any:
+    """`raw` validated by pydantic model `model`, as records; a ConfigurationError naming the file and field."""
+    from pydantic import ValidationError
+
+    from simroute.records import to_record
+    try:
+        return to_record(model.model_validate(raw))
+    except ValidationError as exc:
+        raise _invalid(exc, file, prefix) from None
+
+
+def parse_topology(raw: object, *, file: str | Path = "<topology>", shipped: bool = False) -> TopologySpec:
     """Validate a parsed YAML document; raise ConfigurationError naming the file and field.
 
     The `network:` section is validated by the model of the file's `kind` (a registered class,
-    simroute/network/kinds/), which then checks what joins sections (`TopologyKind.check`)."""
+    simroute/network/kinds/), which then checks what joins sections (`TopologyKind.check`). `shipped`: `raw` is
+    file's own content, read by the field table where the file is shipped and hashes as recorded."""
     if not isinstance(raw, dict):
         raise ConfigurationError("a topology file must be a mapping", file=file)
-    try:
-        m = TopologyModel.model_validate(raw)
-    except ValidationError as exc:
-        raise _invalid(exc, file) from None
+    from simroute import records
+    m = records.read_shipped(file, MODEL, raw) if shipped else None
+    plain = m is not None                   # a shipped file as recorded: its network section too
+    if m is None:
+        from simroute.network.schema_models import TopologyModel
+        m = _validated(TopologyModel, raw, file)
     from simroute.registry import registry
     kinds = registry("topology")
     if m.kind not in kinds:
@@ -177,10 +123,9 @@ def parse_topology(raw: object, *, file: str | Path = "<topology>") -> TopologyS
         if h.count > 1:
             raise ConfigurationError("more than one host needs a 'network' section", file=file, field="network")
         raw_net = kind.single_host_network
-    try:
-        net = kind.Network.model_validate(raw_net)
-    except ValidationError as exc:
-        raise _invalid(exc, file, "network") from None
+    net = records.read_plain(kind.network_key(), kind.network_input(raw_net)) if plain else None
+    if net is None:
+        net = _validated(kind.Network, raw_net, file, "network")
     i = h.intra
     intra = IntraSpec(kind=i.kind, link_Bps=i.link_GBps * GB, latency_s=i.latency_us * US, fabric=i.fabric,
                       sockets=i.sockets, xsocket_Bps=None if i.xsocket_GBps is None else i.xsocket_GBps * GB,
@@ -203,7 +148,7 @@ def load_topology_spec(path: str | Path, *, hosts: int | None = None) -> Topolog
     raw = load_yaml(path)
     if hosts is not None and isinstance(raw, dict) and isinstance(raw.get("hosts"), dict):
         raw = {**raw, "hosts": {**raw["hosts"], "count": hosts}}
-    return parse_topology(raw, file=path)
+    return parse_topology(raw, file=path, shipped=hosts is None)
 
 
 # ---- flow tables -------------------------------------------------------------------------------------------

@@ -189,7 +189,7 @@ def _unmeasured_defaults(shared, measured: dict[str, Any], by_name: dict[str, Pr
         outcome = by_name.get(probe) if probe else None
         why = (NO_PROBE if probe is None else f"probe {probe} not run" if outcome is None
                else f"probe {probe}: {outcome.status}: {outcome.message}")
-        entry_data = constant.model_dump(exclude_none=True)
+        entry_data = constant.as_dict(exclude_none=True)
         orig = constant.provenance
         entry_data["provenance"] = {"kind": "default", "ref": f"not measured on {host} ({why[:160]}); stands in: "
                            f"{orig.kind} {orig.ref or ''}".strip()}

@@ -94,7 +94,7 @@ def gpu_entry(base: Profile, entry: str, outcomes: list[ProbeOutcome], measured:
     results = {outcome.probe.name: outcome.results for outcome in outcomes
                if outcome.ok and outcome.probe.name in STEP_PROBES}
     shipped = base.gpu_entry(entry)
-    data = shipped.model_dump(exclude_none=True)
+    data = shipped.as_dict(exclude_none=True)
     for constant in data.values():
         if isinstance(constant, dict) and "points" in constant:
             constant["points"] = [list(point) for point in constant["points"]]

@@ -231,7 +231,7 @@ def test_holder_kernel_rows_are_the_measured_decode_table_not_the_papers_curve(t
     assert all(card_row.kind == v.PREDICTED and "mla_decode" in card_row.basis for card_row in rows.values())
     holder = ctx.profile.constants["holder_compute_dense_us"]
     monkeypatch.setitem(ctx.profile.constants, "holder_compute_dense_us",
-                        holder.model_copy(update={"points": [[n, 2 * us] for n, us in holder.points]}))
+                        holder.replace(points=[(n, 2 * us) for n, us in holder.points]))
     assert ctx.profile.step_model(ctx.model).holder_curve[1][0] == pytest.approx(2 * holder.points[0][1] * 1e-6)
     again = {card_row.id: card_row.simulated for card_row in v.holder_kernel_rows(ctx)}
     assert again == {rid: card_row.simulated for rid, card_row in rows.items()}

@@ -20,11 +20,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from simroute.network.schema import SwitchNetwork, TopologySpec
+from simroute.network.schema import TopologySpec
 from simroute.network.switches import Fabric, LeafSpineFabric, SwitchHost
 from simroute.registry import registry
 
 KINDS = registry("topology")
+
+
+class LazyModel:
+    """A kind's `Network` model named by "module:name" and imported on first use: the shipped kinds' models live
+    in simroute.network.schema_models, so discovering the kinds imports no pydantic (a shipped topology file is
+    read by the field table, simroute/records.py). A kind of one's own may set `Network` to its model itself."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __get__(self, instance: object, owner: type) -> Any:
+        import importlib
+        module, _, name = self.key.partition(":")
+        return getattr(importlib.import_module(module), name)
 
 
 class KindHost(SwitchHost, Protocol):
@@ -73,8 +87,23 @@ class TopologyKind(ABC):
     k-ary fat-tree (`k`) joins the leaves. A kind overrides what differs; every method takes GPU indices."""
 
     name: ClassVar[str]
-    Network: ClassVar[type[SwitchNetwork]] = SwitchNetwork
+    Network: ClassVar[Any] = LazyModel("simroute.network.schema_models:SwitchNetwork")   # the `network:` model
     single_host_network: ClassVar[dict[str, Any]] = {"hosts_per_leaf": 1}   # a one-host file may omit `network`
+
+    @classmethod
+    def network_key(cls) -> str:
+        """The key of the kind's `Network` model (simroute/records.py), without importing it where it is lazy."""
+        for klass in cls.__mro__:
+            if "Network" in vars(klass):
+                attr = vars(klass)["Network"]
+                return attr.key if isinstance(attr, LazyModel) else f"{attr.__module__}:{attr.__qualname__}"
+        raise AttributeError(f"{cls.__name__} has no Network model")
+
+    @classmethod
+    def network_input(cls, data: Any) -> Any:
+        """The `network:` section as the model reads it: a kind whose fields default from others fills them here
+        (both readers apply it: the validating one through the model, the plain one directly)."""
+        return data
 
     def __init__(self, topology: KindHost) -> None:
         self.topology = topology
@@ -83,7 +112,7 @@ class TopologyKind(ABC):
 
     # ---- the file: what the schema cannot check alone -----------------------------------------------------
     @classmethod
-    def switch_tiers(cls, network: SwitchNetwork) -> int:
+    def switch_tiers(cls, network: Any) -> int:
         """Switch tiers above the NICs (`TopologySpec.tiers`, the summary's `tiers`)."""
         return 2
 

@@ -3,42 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar, Literal
-
-from pydantic import Field, model_validator
+from typing import Any, ClassVar
 
 from simroute.errors import ConfigurationError
-from simroute.network.kinds.base import KINDS, TopologyKind
-from simroute.network.schema import MAX_K, MAX_SWITCHES, SwitchNetwork, TopologySpec
+from simroute.network.kinds.base import KINDS, LazyModel, TopologyKind
+from simroute.network.schema import TopologySpec
 from simroute.network.switches import Fabric, FatTreeFabric, LeafSpineFabric
-
-
-class FatTreeNetwork(SwitchNetwork):
-    tiers: Literal[2, 3] = 2
-    spines: int | None = Field(default=None, ge=1, le=MAX_SWITCHES)
-    k: int | None = Field(default=None, ge=2, le=MAX_K)
-
-    @model_validator(mode="after")
-    def _shape(self) -> "FatTreeNetwork":
-        if self.tiers == 2 and self.spines is None:
-            raise ValueError("a 2-tier leaf-spine needs 'spines'")
-        if self.tiers == 3:
-            if self.k is None or self.k % 2:
-                raise ValueError("a 3-tier fat-tree needs an even 'k'")
-            if self.spines is not None:
-                raise ValueError("'spines' is for tiers: 2; a 3-tier fat-tree derives them from k")
-        return self
 
 
 @KINDS.register("fattree")
 class FatTree(TopologyKind):
     """Hosts on leaves (hosts_per_leaf each), a 2-tier leaf-spine (spines) or a 3-tier k-ary fat-tree (k)."""
 
-    Network = FatTreeNetwork
+    Network = LazyModel("simroute.network.schema_models:FatTreeNetwork")
     single_host_network: ClassVar[dict[str, Any]] = {"tiers": 2, "hosts_per_leaf": 1, "spines": 1}
 
     @classmethod
-    def switch_tiers(cls, network: FatTreeNetwork) -> int:     # type: ignore[override]
+    def switch_tiers(cls, network: Any) -> int:
         return network.tiers
 
     @classmethod

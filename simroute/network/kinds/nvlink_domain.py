@@ -6,36 +6,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field, model_validator
-
 from simroute.errors import ConfigurationError
-from simroute.network.kinds.base import KINDS
-from simroute.network.kinds.rail_optimized import RailNetwork, RailOptimized
-from simroute.network.schema import MAX_HOSTS, TopologySpec
-
-
-class DomainNetwork(RailNetwork):
-    """`hosts_per_domain`: hosts (compute trays) per NVLink domain; `hosts_per_leaf` (hosts per rail group)
-    defaults to it: one rail group per domain, as a rack's NICs join that rack's rail leaves."""
-
-    hosts_per_domain: int = Field(ge=1, le=MAX_HOSTS)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _rail_group_is_the_domain(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "hosts_per_leaf" not in data:
-            if "hosts_per_domain" not in data:
-                raise ValueError("an NVLink domain needs 'hosts_per_domain' (hosts per NVLink domain)")
-            return {**data, "hosts_per_leaf": data["hosts_per_domain"]}
-        return data
+from simroute.network.kinds.base import KINDS, LazyModel
+from simroute.network.kinds.rail_optimized import RailOptimized
+from simroute.network.file_limits import rail_group_is_the_domain
+from simroute.network.schema import TopologySpec
 
 
 @KINDS.register("nvlink-domain")
 class NvlinkDomain(RailOptimized):
     """NVLink domains of hosts_per_domain hosts (GB200 NVL72: 18 trays of 4 GPUs); rail-optimised RDMA across."""
 
-    Network = DomainNetwork
+    Network = LazyModel("simroute.network.schema_models:DomainNetwork")
     single_host_network: ClassVar[dict[str, Any]] = {"hosts_per_domain": 1, "spines": 1}
+
+    @classmethod
+    def network_input(cls, data: Any) -> Any:
+        return rail_group_is_the_domain(data)
 
     @classmethod
     def check(cls, spec: TopologySpec, *, file: str | Path) -> None:
@@ -46,9 +33,7 @@ class NvlinkDomain(RailOptimized):
 
     @property
     def hosts_per_domain(self) -> int:
-        network = self.spec.network
-        assert isinstance(network, DomainNetwork)
-        return network.hosts_per_domain
+        return self.spec.network.hosts_per_domain     # type: ignore[union-attr]
 
     @property
     def n_domains(self) -> int:

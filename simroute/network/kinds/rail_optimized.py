@@ -6,24 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import Field
-
 from simroute.errors import ConfigurationError
-from simroute.network.kinds.base import KINDS, TopologyKind
-from simroute.network.schema import MAX_SWITCHES, SwitchNetwork, TopologySpec
-
-
-class RailNetwork(SwitchNetwork):
-    """`hosts_per_leaf`: hosts per rail group (a scalable unit): each of its rail leaves takes one NIC of each."""
-
-    spines: int = Field(ge=1, le=MAX_SWITCHES)
+from simroute.network.kinds.base import KINDS, LazyModel, TopologyKind
+from simroute.network.schema import TopologySpec
 
 
 @KINDS.register("rail-optimized")
 class RailOptimized(TopologyKind):
     """Rail-optimised: NIC r of each host of a group (hosts_per_leaf hosts) on the group's rail-r leaf; leaf-spine."""
 
-    Network = RailNetwork
+    Network = LazyModel("simroute.network.schema_models:RailNetwork")
     single_host_network: ClassVar[dict[str, Any]] = {"hosts_per_leaf": 1, "spines": 1}
 
     @classmethod

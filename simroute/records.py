@@ -223,7 +223,8 @@ def model_table(models: Iterable[type]) -> dict[str, Any]:
     return {key: table[key] for key in sorted(table)}
 
 
-def _import(key: str) -> type:
+def import_model(key: str) -> type:
+    """The pydantic model of `key` ("module:qualname"), imported."""
     import importlib
     module, _, name = key.partition(":")
     return getattr(importlib.import_module(module), name)
@@ -238,14 +239,14 @@ def build_record() -> dict[str, Any]:
     from simroute.ioutil import load_yaml
     files: dict[str, Any] = {}
     for root, patterns in SHIPPED.items():
-        model = _import(root)
+        model = import_model(root)
         for pattern in patterns:
             for path in sorted(DATA.glob(pattern)):
                 model.model_validate(load_yaml(path))        # a shipped file that does not validate fails here
                 files[path.relative_to(DATA).as_posix()] = {"model": root, "sha256": file_hash(path)}
     return {"about": f"field tables of the shipped files' models and the files' hashes; regenerate with "
                      f"`{REGENERATE}` (simroute/records.py)",
-            "models": model_table([_import(key) for key in [*SHIPPED, *EXTRA_MODELS]]), "files": files}
+            "models": model_table([import_model(key) for key in [*SHIPPED, *EXTRA_MODELS]]), "files": files}
 
 
 def stale() -> list[str]:

@@ -16,13 +16,14 @@ from simroute.calib import engines
 from simroute.calib.profile import load_profile
 from simroute.errors import ConfigurationError
 from simroute.ioutil import load_yaml
+from simroute.network.kinds import KINDS
 from simroute.network.schema import load_topology_spec, parse_topology
 
 SHIPPED = sorted(json.loads(records.RECORD.read_text())["files"].items())
 
 
 def _validated(model: str, raw: object) -> records.Record:
-    return records.to_record(records._import(model).model_validate(raw))
+    return records.to_record(records.import_model(model).model_validate(raw))
 
 
 def test_the_record_is_current_with_the_models_and_the_shipped_files():
@@ -57,7 +58,7 @@ def test_a_shipped_topology_reads_alike_either_way(key, monkeypatch):
     raw = load_yaml(path)
     plain = parse_topology(raw, file=path, shipped=True)
     assert plain == parse_topology(raw, file=path) and repr(plain) == repr(parse_topology(raw, file=path))
-    assert records.is_record(plain.network, type(plain.network)._model) and plain.network is not None
+    assert records.is_record(plain.network, KINDS.get(plain.kind).network_key())
 
 
 @pytest.mark.parametrize("key", [key for key, entry in SHIPPED if entry["model"].endswith(":ProfileFile")])

@@ -135,3 +135,16 @@ def test_records_are_frozen_picklable_and_keep_their_model():
     assert constant.as_dict(exclude_none=True)["provenance"] == constant.provenance.as_dict(exclude_none=True)
     assert records.is_record(constant, "simroute.calib.schema:Constant")
     assert not records.is_record(profile.fabric(next(iter(profile.fabrics))), "simroute.calib.schema:Constant")
+
+
+def test_the_record_refuses_a_shipped_topology_whose_network_section_its_kind_refuses(shipped_copy):
+    """The root model holds `network:` as a mapping; the kind's model checks it when the record is made, since
+    the plain reader takes a recorded file's section as it is."""
+    topology = shipped_copy / "topologies" / "fattree.yaml"
+    text = topology.read_text()
+    assert "  tiers: 2\n" in text
+    topology.write_text(text.replace("  tiers: 2\n", "  tiers: 3\n", 1))      # 3 tiers and no k: refused
+    assert records.read_plain(KINDS.get("fattree").network_key(), load_yaml(topology)["network"]) is not None
+    with pytest.raises(ConfigurationError) as error:
+        records.build_record()
+    assert error.value.field == "network" and "needs an even 'k'" in str(error.value)

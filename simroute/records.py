@@ -37,6 +37,10 @@ SHIPPED: dict[str, tuple[str, ...]] = {
     "simroute.calib.engine_models:EnginePresetFile": ("calib/engines/*.yaml",),
     "simroute.network.schema_models:TopologyModel": ("topologies/*.yaml",),
 }
+# what validates more of a file than its root model: a topology's `network:` section, by its kind's model (the
+# plain reader takes a recorded file's section as it is). Named as strings, as the models are, so that this base
+# module imports no layer (simroute/registry.py does the same).
+WHOLE_FILE_CHECKS = {"simroute.network.schema_models:TopologyModel": "simroute.network.schema:parse_topology"}
 # the kinds' `network:` models, not reached from a root model's fields (the kind picks one at load)
 EXTRA_MODELS = ("simroute.network.schema_models:FatTreeNetwork", "simroute.network.schema_models:RailNetwork",
                 "simroute.network.schema_models:DomainNetwork")
@@ -223,8 +227,8 @@ def model_table(models: Iterable[type]) -> dict[str, Any]:
     return {key: table[key] for key in sorted(table)}
 
 
-def import_model(key: str) -> type:
-    """The pydantic model of `key` ("module:qualname"), imported."""
+def import_model(key: str) -> Any:
+    """The pydantic model (or the function) named by `key` ("module:qualname"), imported."""
     import importlib
     module, _, name = key.partition(":")
     return getattr(importlib.import_module(module), name)
@@ -244,9 +248,8 @@ def build_record() -> dict[str, Any]:
             for path in sorted(DATA.glob(pattern)):
                 raw = load_yaml(path)
                 model.model_validate(raw)                    # a shipped file that does not validate fails here
-                if root.endswith(":TopologyModel"):          # and a topology's `network:` by its kind's model
-                    from simroute.network.schema import parse_topology
-                    parse_topology(raw, file=path)
+                if root in WHOLE_FILE_CHECKS:
+                    import_model(WHOLE_FILE_CHECKS[root])(raw, file=path)
                 files[path.relative_to(DATA).as_posix()] = {"model": root, "sha256": file_hash(path)}
     return {"about": f"field tables of the shipped files' models and the files' hashes; regenerate with "
                      f"`{REGENERATE}` (simroute/records.py)",

@@ -631,6 +631,7 @@ SERVING_BUGS = {
 # summary's network block and the studies' sweep aggregation and plan. Each runs against NETWORK_SET_SUBSETS.
 BASE_KIND, RAIL_KIND = "simroute/network/kinds/base.py", "simroute/network/kinds/rail_optimized.py"
 NVL_KIND, TOPOLOGY = "simroute/network/kinds/nvlink_domain.py", "simroute/network/topology.py"
+FILE_LIMITS = "simroute/network/file_limits.py"     # the NVLink domain's rail group default, read by both readers
 MAXMIN, OBJECTS = "simroute/network/maxmin.py", "simroute/network/solvers/objects.py"
 GROUPS, BULK = "simroute/network/solvers/groups.py", "simroute/network/bulk.py"
 MESSAGES, TELEMETRY = "simroute/network/messages.py", "simroute/network/telemetry.py"
@@ -657,7 +658,7 @@ NETWORK_BUGS = {
                                         "(ids[(switch, gpus[src])], ids[(switch, gpus[dst])])"),
     "nvl-fabric-by-host": (NVL_KIND, "same = self.topology.domain_index(src) == self.topology.domain_index(dst)",
                            "same = self.topology.host_of(src) == self.topology.host_of(dst)"),
-    "nvl-rail-group-one-host": (NVL_KIND, '{**data, "hosts_per_leaf": data["hosts_per_domain"]}',
+    "nvl-rail-group-one-host": (FILE_LIMITS, '{**data, "hosts_per_leaf": data["hosts_per_domain"]}',
                                 '{**data, "hosts_per_leaf": 1}'),
     "path-down-from-the-source": (TOPOLOGY, "return self._up[ia] + middle + self._down[ib], spine",
                                   "return self._up[ia] + middle + self._down[ia], spine"),

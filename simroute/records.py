@@ -403,7 +403,17 @@ def _read_model(model: str, value: Any) -> Record:
     return record_class(model, (row[0] for row in rows))(**values)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """`python -m simroute.records [--check]`: write the record (every shipped file validated first), or with
+    --check say whether it is current and exit 1 if not, writing nothing."""
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m simroute.records", description=main.__doc__)
+    parser.add_argument("--check", action="store_true", help="compare with the stored record; write nothing")
+    args = parser.parse_args(argv)
+    if args.check:
+        current = RECORD.exists() and json.loads(RECORD.read_text()) == build_record()
+        print(f"{RECORD}: {'current' if current else 'stale: run ' + REGENERATE}")
+        raise SystemExit(0 if current else 1)
     from simroute.ioutil import write_text_atomic
     write_text_atomic(RECORD, json.dumps(build_record(), indent=1) + "\n")
     print(f"wrote {RECORD}")

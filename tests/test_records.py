@@ -148,3 +148,14 @@ def test_the_record_refuses_a_shipped_topology_whose_network_section_its_kind_re
     with pytest.raises(ConfigurationError) as error:
         records.build_record()
     assert error.value.field == "network" and "needs an even 'k'" in str(error.value)
+
+
+def test_the_regenerate_command_checks_and_helps_without_writing(capsys):
+    """`python -m simroute.records --check` / `--help` write nothing (the bare command rewrites the record)."""
+    before = records.RECORD.stat().st_mtime_ns
+    with pytest.raises(SystemExit) as exit_help:
+        records.main(["--help"])
+    with pytest.raises(SystemExit) as exit_check:
+        records.main(["--check"])
+    assert exit_help.value.code == 0 and exit_check.value.code == 0
+    assert "current" in capsys.readouterr().out and records.RECORD.stat().st_mtime_ns == before

@@ -33,6 +33,15 @@ COMPILED_MODULES = {
     "simroute.sim.engine.engine": "simroute/sim/engine/engine.py",
     "simroute.sim.engine.log": "simroute/sim/engine/log.py",
     "simroute.sim.engine.hbm": "simroute/sim/engine/hbm.py",
+    # the flow engine's object-mode solver: group re-rating (maxmin.fill, the cascade) and group membership, their
+    # link ids kept as Python ints (`maxmin.LinkId`). Not network/flows.py (numba compiles its functions into the
+    # array-mode kernels, network/_compiled.py); not network/telemetry.py (its per-link clocks are lists or arrays,
+    # read as objects: compiled, Zipf 2k ran the same instructions, docs/ARCHITECTURE.md); not network/engine.py
+    # (tests and benches set its class attributes, which a native class does not take).
+    "simroute.network.maxmin": "simroute/network/maxmin.py",
+    "simroute.network.solvers.base": "simroute/network/solvers/base.py",
+    "simroute.network.solvers.groups": "simroute/network/solvers/groups.py",
+    "simroute.network.solvers.objects": "simroute/network/solvers/objects.py",
 }
 PURE_PYTHON_ENV = "SIMROUTE_PURE_PYTHON"
 COMPILE_ENV = "SIMROUTE_COMPILE"            # at install time: build the compiled modules (setup.py)

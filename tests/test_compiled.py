@@ -76,8 +76,8 @@ def _installed(tmp_path: Path, code: str, *, pure: bool = False) -> str:
 def installed_compiled(tmp_path_factory) -> Path:
     """A working directory from which `import simroute` finds the installed compiled build (skip otherwise)."""
     where = tmp_path_factory.mktemp("installed")
-    code = "import json, simroute.network.messages, simroute.sim.engine.exchange, simroute.compiled as c; " \
-           "print(json.dumps(c.compiled_modules()))"
+    code = "import importlib, json, simroute.compiled as c; " \
+           "[importlib.import_module(m) for m in c.COMPILED_MODULES]; print(json.dumps(c.compiled_modules()))"
     found = json.loads(_installed(where, code).strip().splitlines()[-1])
     if found != list(compiled.COMPILED_MODULES):
         why = f"the installed simroute runs {found or 'no'} compiled modules"
@@ -109,10 +109,11 @@ print(json.dumps({"compiled": versions.get("compiled"), "prints": prints}))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", ["always-route", "paper"])
+@pytest.mark.parametrize("policy", ["always-route", "paper", "always-fetch"])
 def test_the_compiled_build_runs_what_its_sources_run(installed_compiled, tmp_path, policy):
     """The embedded default run, compiled and as Python: every table and the summary equal to the byte (a
-    compiled float operation is the interpreter's: no contraction, the same order)."""
+    compiled float operation is the interpreter's: no contraction, the same order). always-fetch moves every
+    remote chunk as a bulk flow: the compiled flow solver's rates and the link telemetry's tables."""
     sides = {}
     for pure in (False, True):
         out = tmp_path / ("pure" if pure else "compiled")
@@ -123,6 +124,8 @@ def test_the_compiled_build_runs_what_its_sources_run(installed_compiled, tmp_pa
     assert len(sides[False]["prints"]) > 3
 
 
+NETWORK_TESTS = ["test_maxmin.py", "test_solvers.py", "test_telemetry.py", "test_engine.py", "test_message_charge.py",
+                 "test_api.py"]
 ENGINE_TESTS = ["test_partials.py", "test_holder_counters.py", "test_exchange_legs.py", "test_engine_runs.py",
                 "test_hbm.py", "test_instance_engine.py", "test_engine_progress.py", "test_planted_admission.py"]
 
@@ -130,17 +133,19 @@ ENGINE_TESTS = ["test_partials.py", "test_holder_counters.py", "test_exchange_le
 @pytest.mark.slow
 @pytest.mark.parametrize("tests", [
     ["network/test_messages.py"],
+    [f"network/{name}" for name in NETWORK_TESTS],
     [*(f"sim/engine/{name}" for name in ENGINE_TESTS), "sim/test_load_board.py"],
     # a Python subclass of the compiled MessageModel (`allow_interpreted_subclasses`)
     ["sim/test_sparse_engine.py::test_fanout_over_four_cross_host_holders_is_flat_at_the_nic_capacity"],
-], ids=["messages", "engine", "message-model-subclass"])
+], ids=["messages", "flow-solver", "engine", "message-model-subclass"])
 def test_the_compiled_components_pass_their_own_tests(installed_compiled, tests):
     """The compiled modules' own tests, importing the installed compiled build. The planted-bug tests
     (test_planted_engine.py) patch an engine's methods, which a compiled class does not allow: they run on the
     sources only."""
     paths = [str(ROOT / "tests" / test) for test in tests]
-    code = ("import sys, pytest, simroute.compiled as c; import simroute.network.messages, "
-            "simroute.sim.engine.engine; assert len(c.compiled_modules()) == len(c.COMPILED_MODULES); "
+    code = ("import importlib, sys, pytest, simroute.compiled as c; "
+            "[importlib.import_module(m) for m in c.COMPILED_MODULES]; "
+            "assert len(c.compiled_modules()) == len(c.COMPILED_MODULES); "
             f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-p', 'no:xdist', *{paths!r}]))")
     out = _installed(installed_compiled, code)
     assert " passed" in out           # and none failed: pytest exited 0 (`_installed`)

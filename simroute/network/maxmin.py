@@ -12,10 +12,15 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 INF = math.inf
+# A link id as the compiled solver keeps it (simroute.compiled): a Python int it never unboxes. Typed `int`, mypyc
+# would unbox each id read from a path and box it again at every dict or list access (an allocation per id
+# above 256); as `Any` the id object itself is passed on, as the interpreter does.
+LinkId = Any
 
 
 def maxmin_rates(paths: Sequence[Sequence[int]], capacity: Sequence[float],
@@ -42,6 +47,7 @@ def maxmin_rates(paths: Sequence[Sequence[int]], capacity: Sequence[float],
             if not fixed[i] and c is not None and c < best:
                 best, who = c, [i]
         best = max(best, 0.0)
+        assert who is not None      # some link or cap fixes a flow while one is left
         for i in who:
             rate[i], fixed[i] = best, True
             for l in paths[i]:
@@ -61,7 +67,8 @@ class Group:
                  "tent_rate", "tent_bn", "_hash")
 
     def __init__(self, key: tuple, links: tuple[int, ...], cap: float) -> None:
-        self.key, self.links, self.cap = key, links, cap
+        self.key, self.cap = key, cap
+        self.links: tuple[LinkId, ...] = links
         self._hash = hash(key)         # a tuple does not keep its hash: sets ask for it at every add and discard
         self.n = 0
         self.rate = 0.0
@@ -87,17 +94,17 @@ class Group:
         return self is other
 
 
-def fill(groups: Sequence[Group], cap: Sequence[float], load: Sequence[float]) -> dict[int, float]:
+def fill(groups: list[Group], cap: Sequence[float], load: Sequence[float]) -> dict[LinkId, float]:
     """Progressive filling of `groups` over what the others leave; sets g.new_rate / g.new_bn.
 
     `load[l]` is the committed load of every group on link l (rate x flows); the groups' own committed
     share is added back. Returns each bottleneck link's level (the rate its bottlenecked groups got).
     One loop kept whole: it is the object-mode engine's innermost solver and runs per event.
     """
-    rem: dict[int, float] = {}
-    cnt: dict[int, int] = {}
-    on: dict[int, list[Group]] = {}
-    heap: list[tuple[float, int]] = []
+    rem: dict[LinkId, float] = {}
+    cnt: dict[LinkId, int] = {}
+    on: dict[LinkId, list[Group]] = {}
+    heap: list[tuple[float, LinkId]] = []
     capped: list[Group] = []
     for g in groups:
         g.new_bn = -2
@@ -117,7 +124,7 @@ def fill(groups: Sequence[Group], cap: Sequence[float], load: Sequence[float]) -
     for l, c in cnt.items():
         heap.append((rem[l] / c, l))
     heapq.heapify(heap)
-    level: dict[int, float] = {}
+    level: dict[LinkId, float] = {}
     left = len(groups)
     pop, push = heapq.heappop, heapq.heappush
     while heap and left:

@@ -18,9 +18,10 @@ It keeps `host.bulk` up to date (per-link `load` and `link_n`, `version` moved a
 counters), since the message model and telemetry read it. It imports nothing of the engine: it sees it as a
 `SolverHost`.
 
-To add one: a module in this package with a `Solver` subclass decorated `@register_solver` and a member added
-to `SolverMode`; `FlowEngine(mode=...)` and tests/network/test_solvers.py pick it up (every registered mode
-must give the textbook max-min rates there).
+To add one: a module in this package with a `Solver` subclass decorated `@register_solver` (a module that mypyc
+compiles, simroute.compiled, calls `register_solver(cls)` after the class instead: a decorated class is no native
+class) and a member added to `SolverMode`; `FlowEngine(mode=...)` and tests/network/test_solvers.py pick it up
+(every registered mode must give the textbook max-min rates there).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, ClassVar, Protocol
+
+from mypy_extensions import mypyc_attr
 
 from simroute.errors import UnknownNameError
 from simroute.registry import registry
@@ -86,6 +89,7 @@ class SolverHost(Protocol):
         """Forget the queued wake-up time (the solver dropped what it was for)."""
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)     # compiled (simroute.compiled); solvers in Python subclass it
 class Solver(ABC):
     """One way of keeping the bulk flows' rates max-min fair (see module docstring)."""
 
@@ -133,7 +137,7 @@ def register_solver(cls: type[Solver]) -> type[Solver]:
     """Class decorator: file a solver under its `mode`, refusing a second one for a mode."""
     if cls.mode in SOLVERS:
         raise ValueError(f"solver mode {cls.mode!r} registered twice")
-    SOLVER_REGISTRY.add(cls.mode, cls)      # type: ignore[arg-type]   (the key is the mode member)
+    SOLVER_REGISTRY.add(cls.mode, cls)      # type: ignore[arg-type]  # the key is the mode member
     return cls
 
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import heapq
 
+from mypy_extensions import mypyc_attr
+
 from simroute.network.flows import EPS, ActiveFlow, finish_reached
-from simroute.network.maxmin import Group
+from simroute.network.maxmin import Group, LinkId
 from simroute.network.solvers.base import Solver
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)     # compiled (simroute.compiled); array mode subclasses it
 class GroupSolver(Solver):
     """A solver whose groups live in `bulk.groups` (object and array mode; not registered itself)."""
 
@@ -34,7 +37,7 @@ class GroupSolver(Solver):
                 bulk.columns.add(group)
         return group
 
-    def links_change(self, links: tuple[int, ...], flows: int, rate: float, now: float) -> None:
+    def links_change(self, links: tuple[LinkId, ...], flows: int, rate: float, now: float) -> None:
         """`flows` flows at `rate` join (or leave, when negative) these links."""
         telemetry = self.telemetry
         telemetry.touch_path(links, now)

@@ -12,12 +12,11 @@ import heapq
 from enum import Enum
 
 from simroute.network.flows import ActiveFlow, instant_end
-from simroute.network.maxmin import Group, fill
+from simroute.network.maxmin import Group, LinkId, fill
 from simroute.network.solvers.base import Solver, SolverHost, SolverMode, register_solver
 from simroute.network.solvers.groups import GroupSolver
 
 
-@register_solver
 class ObjectSolver(GroupSolver):
     """Incremental progressive filling over group objects; hands over to array mode or the online core as the
     group count grows (`SolverSettings`)."""
@@ -43,7 +42,9 @@ class ObjectSolver(GroupSolver):
 
     def step(self, now: float, starts: list[ActiveFlow]) -> Enum | None:
         """Handle every completion due now and every pending start, then re-rate once."""
-        heap, seeds, dirty = self.heap, set(), set()
+        heap = self.heap
+        seeds: set[Group] = set()
+        dirty: set[LinkId] = set()
         bulk, complete = self.bulk, self.host.complete
         limit = instant_end(now)
         while heap and heap[0][0] <= limit:
@@ -92,7 +93,7 @@ class ObjectSolver(GroupSolver):
             self.host.schedule_wake(heap[0][0], now)
         return None
 
-    def rerate(self, seeds: set[Group], dirty: set[int], now: float) -> None:
+    def rerate(self, seeds: set[Group], dirty: set[LinkId], now: float) -> None:
         """Re-solve the changed groups; grow the set while an untouched group loses its bottleneck.
 
         One loop (solve, then check the links whose share moved) kept together: splitting it would pass
@@ -103,12 +104,15 @@ class ObjectSolver(GroupSolver):
         bulk = self.bulk
         bulk.version += 1
         solving = [group for group in seeds if group.n > 0]
-        check = set(dirty)
+        check: set[LinkId] = set(dirty)
         for group in solving:
             group.mark = stamp
             group.tent_rate, group.tent_bn = group.rate, group.bn
             check.update(group.links)
-        cap, link_groups, slack = bulk.residual, bulk.link_groups, self.settings.slack
+        # typed locals: the compiled build (simroute.compiled) reads the groups' fields and the capacities natively
+        cap: list[float] = bulk.residual
+        link_groups: list[set[Group]] = bulk.link_groups
+        slack = self.settings.slack
         # Groups bottlenecked on a link a seed or a dropped group uses are the likeliest to move: solving them
         # in the first round saves a fill round most of the time (solving more groups is always exact).
         for link in check:
@@ -185,3 +189,7 @@ class ObjectSolver(GroupSolver):
         self.host.reset_wake()
         if heap:
             self.host.schedule_wake(heap[0][0], now)
+
+
+# filed by a call, not the decorator: a decorated class is no native class for mypyc (simroute.compiled)
+register_solver(ObjectSolver)

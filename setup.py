@@ -2,7 +2,7 @@
 
 Everything else about the package is in pyproject.toml. `pip install .` installs plain Python: no compiler, a few
 seconds. `SIMROUTE_COMPILE=1 pip install .` compiles the routed exchange's hot modules with mypyc (routed runs
-~25% faster, outputs identical; the compiled wheel takes ~30 CPU-seconds to build, the plain one ~4); the build
+~25% faster, outputs identical; the compiled wheel takes ~35 CPU-seconds to build, the plain one ~4); the build
 backend (build_backend.py) then puts mypy in the isolated build environment. Asked for, the compiled build fails
 loudly: a mypyc type error, a missing C compiler or an editable install stops the install instead of falling
 back to Python, so that CI, which asks for it, goes red when the compiled build breaks.

@@ -6,7 +6,7 @@ engine's per-event work: Python object operations, which the interpreter's dispa
 over the same sources, untyped, saved 7%). mypyc compiles the same type-annotated sources into native classes
 (attributes in C structs, typed methods called directly): one source, no second implementation to keep equal;
 always-route on the agent trace went 12.14 -> 8.85 us per iteration with identical outputs. `pip install .`
-installs plain Python; `SIMROUTE_COMPILE=1 pip install .` compiles them (setup.py: ~30 CPU-seconds more, and
+installs plain Python; `SIMROUTE_COMPILE=1 pip install .` compiles them (setup.py: ~35 CPU-seconds more, and
 an error, not a Python install, when mypyc or the C compiler fails); an editable install (`pip install -e .`) is
 never compiled, so that an edited source is what runs.
 docs/ARCHITECTURE.md ("Where a routed run's CPU goes") has the measurements and what was left out and why.

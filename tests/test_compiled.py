@@ -124,8 +124,8 @@ def test_the_compiled_build_runs_what_its_sources_run(installed_compiled, tmp_pa
     assert len(sides[False]["prints"]) > 3
 
 
-NETWORK_TESTS = ["test_maxmin.py", "test_solvers.py", "test_telemetry.py", "test_engine.py", "test_message_charge.py",
-                 "test_api.py"]
+NETWORK_TESTS = ["test_maxmin.py", "test_planted_maxmin.py", "test_solvers.py", "test_telemetry.py", "test_engine.py",
+                 "test_message_charge.py", "test_api.py"]
 ENGINE_TESTS = ["test_partials.py", "test_holder_counters.py", "test_exchange_legs.py", "test_engine_runs.py",
                 "test_hbm.py", "test_instance_engine.py", "test_engine_progress.py", "test_planted_admission.py"]
 

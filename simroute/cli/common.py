@@ -206,8 +206,10 @@ class _PlainValue:
         return param.get_runtime_param().coerce(value, param=param, ctx=ctx)
 
     def _path(self, value: Any, param: Any, ctx: Any) -> Any:
-        """A path option's value that is a path already (its default): typer's own path check (exists, file or
-        directory, ...), which needs pydantic only to turn a text into a path."""
+        """A path option's value, a path already (its default) or a text (`-o out`) made the option's path type as
+        pydantic's lax validation makes it: typer's own path check (exists, file or directory, ...), which needs
+        pydantic only to turn a text into a path. An empty text or one holding NUL goes to typer's own converter,
+        for its message."""
         from pathlib import Path, PurePath
         try:
             from typer._param_types import coerce_cli_path
@@ -216,6 +218,9 @@ class _PlainValue:
         path_type = self.info.path_type
         if path_type is None and isinstance(self.annotation, type) and issubclass(self.annotation, Path):
             path_type = self.annotation
+        if isinstance(value, str) and value and "\x00" not in value and isinstance(path_type, type) \
+                and issubclass(path_type, Path):
+            value = path_type(value)    # what pydantic's lax path validation does with a text (`-o out`)
         if not isinstance(value, PurePath) or not (path_type in (None, str, bytes) or isinstance(value, path_type)):
             return _NOT_PLAIN
         return coerce_cli_path(value, self.info, path_type=path_type, param=param, ctx=ctx)

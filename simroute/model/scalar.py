@@ -39,6 +39,7 @@ class ScalarModel:
         self.single = [fabric.single_block_Bps for fabric in params.fabrics]
         self.bulk = [fabric.bulk_Bps for fabric in params.fabrics]
         self.div = params.dispatch_batch if params.dispatcher_batching else 1
+        self._decode_steps: dict[tuple, StepCosts] = {}     # `decode_step`'s, per shape
 
     def compute(self, rows: float, ct: float, topk: float = 0) -> float:
         """Holder (or local) partial attention of `rows` query rows, one exchange."""
@@ -58,6 +59,19 @@ class ScalarModel:
             route += host_route
             move += host_fetch
         return StepCosts(route, no_compute, move, exch * parts.attend, parts.prefill)
+
+    def decode_step(self, mq: float, ct: float, fabric: int, topk: int = 0, holders: int = 1,
+                    tp: int = 1) -> StepCosts:
+        """`step` of one decode step (served at its cached offset, one query token), kept per shape: a pure
+        function of the shape for the run's parameters, and every decision's horizon asks it with the same rows
+        (the heads) for units of few sizes, where its first pass (the prompt's rows) differs per request."""
+        key = (mq, ct, fabric, topk, holders, tp)
+        costs = self._decode_steps.get(key)
+        if costs is None:
+            if len(self._decode_steps) >= 65536:    # bounded; a run has far fewer shapes
+                self._decode_steps.clear()
+            costs = self._decode_steps[key] = self.step(mq, ct, fabric, True, topk, holders, tp)
+        return costs
 
 
 def totals_scalar(shape: Shape, params: CostParams) -> tuple[float, float, float]:

@@ -448,7 +448,8 @@ class DenseRequest(RequestProcess):
         pending_here, held_here = chunks.pending_at(here), copies.held_at[here]
         holders_of, tokens_of = chunks.holders, chunks.token_list
         pins_here, pinned_here = chunks.pins_at(here), []     # pinned here: added to `self.pins` after the loop
-        noted_chunk, noted_holder, noted = (column.append for column in self.decided)
+        decided = self.decided
+        noted_chunk, noted_holder, noted = decided[0].append, decided[1].append, decided[2].append
         picked, choose = replicas.picked, replicas.choose
         remote_chunks, remote_holders, remote_cached = [], [], []      # the RemoteChunks columns
         last_picked = None

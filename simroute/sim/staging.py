@@ -80,8 +80,10 @@ class StagingPool:
         return seconds
 
     def stage(self, nbytes: float):
-        """A SimPy sub-process: wait for the pool, stage the chunk's per-layer copies, release."""
-        yield from self.server.hold(self.stage_s(nbytes))
+        """A SimPy sub-process (`yield from` it): wait for the pool, stage the chunk's per-layer copies, release.
+        The server's own generator, returned as is (a generator of its own around it cost one more frame on
+        every step of every fetch)."""
+        return self.server.hold(self.stage_s(nbytes))
 
     def _sample(self) -> None:
         t, q, b = self.samples

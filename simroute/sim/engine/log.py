@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from array import array
+from struct import Struct
 
 import numpy as np
 
@@ -16,6 +17,9 @@ NAMES = tuple(name for name, _ in COLUMNS)
 WIDTH = len(COLUMNS)
 ITERATIONS, DURATION, HOLDER_WORK, HIDDEN = (NAMES.index(name) for name in ("iterations", "duration_s",
                                                                            "holder_work_s", "hidden_s"))
+# one row as WIDTH native doubles, the bytes `array("d")` stores: packed in one C call and appended with
+# `frombytes` (`array.extend` over a tuple converts and appends value by value, ~4x slower on every engine event)
+_ROW = Struct(f"{WIDTH}d")
 
 
 def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
@@ -82,7 +86,7 @@ class IterationLog:
         self.events += 1
         self.iterations += row[3]
         if self.enabled:
-            self.rows.extend(row)
+            self.rows.frombytes(_ROW.pack(*row))
         return self.events - 1
 
     def count(self, iterations: int) -> int:

@@ -194,7 +194,8 @@ def serve(engines: EngineSet, eid: int, rid: int, *, prompt: int, output: int, r
     first, done = env.event(), env.event()
     if not prefilled and output > 0:
         prompt = max(prompt, 1)        # a fully cached prompt still runs its last token to sample the first
-    shares = tuple(RouteShare(engines[h], keys, route_premium) for h, keys in sorted((routes or {}).items()))
+    shares = (tuple(RouteShare(engines[h], keys, route_premium) for h, keys in sorted(routes.items())) if routes
+              else ())
     seq = Sequence(rid, prompt, output, resident_tokens=resident_tokens, routes=shares, step_wait=step_wait,
                    first_token=first, done=done, keep_kv=keep_kv)
     if prefilled:

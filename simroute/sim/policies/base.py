@@ -146,7 +146,7 @@ def horizon_costs_scalar(m: ScalarModel, *, mq_first: float, mq_step: float, ste
                                                                mq_first / mq_step)   # the prompt's tokens
     if reprefill_s is not None:
         prefill = reprefill_s
-    step_route, _, step_move, step_attend, _ = m.step(mq_step, ct, fabric, True, topk, holders, tp)
+    step_route, _, step_move, step_attend, _ = m.decode_step(mq_step, ct, fabric, topk, holders, tp)
     route = first_route + steps * step_route
     fetch = first_move + first_attend + steps * ((step_move + step_attend) if topk > 0 else step_attend)
     if topk <= 0:

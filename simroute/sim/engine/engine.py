@@ -25,7 +25,7 @@ The loop, in named steps, each with one owner: `submit` queues a sequence (and s
 `_begin` runs plan -> cost -> arm: `_plan_step` plans the next event (`_plan_next`: the scheduler's batch, then
 `_grow` reserves the decodes' blocks, preempting if they do not fit), `_batch_cost` (`_batch_shape` through the
 step-time model) and `_cost` (the routed exchanges, the holder's partials) cost it, `_log_event` logs its row and
-`_arm` arms one timeout; `_on_end` (a timeout that is no longer the armed one is stale) calls `_end`: `_close`
+`_arm` arms one timer; `_on_end` (a timer that is no longer the armed one is stale) calls `_end`: `_close`
 (`_advance` moves the sequences: first-token and done events succeed), then `_begin` again. `_cut` ends a macro
 event early when a sequence arrives; `absorb` lengthens one by partial work a requester started meanwhile. A DP
 attention rank (`group` set) hands the step to its group (`simroute.sim.engine.group.GroupEngine`), which calls
@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import simpy
+from simpy.events import NORMAL
 
 from simroute.errors import ConfigurationError, UnknownNameError
 from simroute.model.steptime import causal_pairs
@@ -176,7 +177,8 @@ class InstanceEngine:
         self.busy = False
         self.layer_s = 0.0              # per-layer time of the current iteration (holder layer waits)
         self._timer: simpy.Event | None = None     # the timeout that ends the current event
-        self._on_end_callback = self._on_end       # bound once: appended to every event's timeout
+        self._on_end_callback = self._on_end       # bound once: the callback of every event's timer
+        self._spare_timers: list[simpy.Event] = []  # timers that fired, armed again (`_arm`)
         self.group: Any = None         # its DP group (simroute.sim.engine.group.GroupEngine), if it is a DP rank
         self.draft_tokens = 0           # MTP drafts per step: a decode may grow by 1 + these tokens in one step
         self.mtp_tokens = 0             # tokens its decodes emitted in MTP steps
@@ -698,10 +700,17 @@ class InstanceEngine:
         self.log.extend(self._row, extra)           # the scheduled end fires early and waits the rest (_end)
 
     def _arm(self, delay: float) -> None:
-        """The current event ends `delay` from now: one timeout calls `_on_end`. A cut or a lengthened event
-        arms a new one; a timeout that is no longer `_timer` is stale and ignored."""
-        timer = self.env.timeout(delay)
-        timer.callbacks.append(self._on_end_callback)
+        """The current event ends `delay` from now: one timer calls `_on_end`. A cut or a lengthened event
+        arms a new one; a timer that is no longer `_timer` is stale and ignored. A timer is queued as a
+        `simpy.Timeout` queues itself (triggered now, scheduled `delay` ahead), from the timers that already
+        fired (`_on_end` hands each back) rather than a new object per engine event."""
+        if delay < 0:
+            raise ValueError(f"negative delay {delay}")
+        spare = self._spare_timers
+        timer = spare.pop() if spare else simpy.Event(self.env)
+        timer._ok, timer._value = True, None
+        timer.callbacks = [self._on_end_callback]
+        self.env.schedule(timer, NORMAL, delay)
         self._timer = timer
 
     def _event_end(self) -> float:
@@ -713,6 +722,7 @@ class InstanceEngine:
         """Event *iteration end* (a TP instance's armed timer): a timer that is no longer `_timer` is stale (a cut
         armed another) and ignored; an event lengthened by absorbed partials meanwhile is re-armed for the rest;
         else `_end`."""
+        self._spare_timers.append(timer)            # fired: free to arm again
         if timer is not self._timer:
             return                                  # superseded by a cut
         now = self.env.now

@@ -48,3 +48,34 @@ def test_every_lazy_command_is_the_one_typer_builds() -> None:
         theirs = {key: value for key, value in vars(real).items() if key not in ("params", "callback", "_help_option")}
         assert ours == theirs, path
         assert real.params or path[-1] in ("list",), path       # the real options, not the stub's none
+
+
+def test_a_run_freezes_its_set_up_and_hands_it_back() -> None:
+    """While a run's events run, the set-up is frozen and young collections are rarer; after it, the collector is
+    as it was (nothing frozen, its thresholds)."""
+    from simroute.sim.runner import YOUNG_COLLECTION_EVERY, _collector_for_a_run
+    if gc.get_freeze_count():
+        gc.unfreeze()       # (this process froze something before: the case the next test covers)
+    thresholds = gc.get_threshold()
+    with _collector_for_a_run():
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold()[0] == max(thresholds[0], YOUNG_COLLECTION_EVERY)
+    assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == thresholds
+
+
+def test_a_run_leaves_what_was_frozen_frozen() -> None:
+    """The command line freezes its modules as they load: a run inside it must not hand them back to the
+    collector (`gc.unfreeze` would hand back every frozen object)."""
+    from simroute.sim.runner import _collector_for_a_run
+    kept = [[object()] for _ in range(100)]
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        assert frozen >= len(kept)
+        with _collector_for_a_run():
+            garbage = [[object()] for _ in range(1000)]
+            del garbage
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

@@ -402,24 +402,30 @@ def simulate(cfg: RunConfig, out_dir: str | Path | None = None,
 
 
 YOUNG_COLLECTION_EVERY = 50_000   # allocations between youngest-generation collections while a run's events run
-#                                   (CPython's default is 700; 10,000 measured best of 700 / 10,000 / 50,000 on the
-#                                   agent-real bench, this 2-core box, 2026-12-05; with the set-up frozen, 50,000 spent
-#                                   2.5 s less in the collector than 10,000 on the Zipf 100k bench, 2026-12-07, issue 39)
+#   (CPython's default is 700). measured on this 2-core box: 10,000 was the best of 700 / 10,000 / 50,000 on the
+#   agent-real bench without freezing (2026-12-05); with the set-up frozen (below), the Zipf 100k bench's collector
+#   took 2.5 CPU s at 50,000 against 4.7 at 10,000 unfrozen (`gc.callbacks`, load ~8-11, 2026-12-07), and an
+#   agent-real always-route run's 0.03 s at either (issue 39)
 
 
 @contextmanager
 def _collector_for_a_run():
     """The cyclic collector collects less often while events run and their outputs are built (no effect on any
     output): each engine event allocates short-lived tuples and lists, and a collection every 700 allocations
-    spent about 10% of the agent-real bench's CPU time; the outputs build a list per flow and per column (a
-    Zipf 30k run's spent 0.35 of 1.23 CPU s collecting at 700). The set-up's objects (topology, chunk store, engines: a few 10^5, alive for the
-    whole run) are frozen out of the collector's generations meanwhile (`gc.freeze`), so that its full
-    collections walk only what the events made; they are handed back when the run ends (`gc.unfreeze`)."""
+    spent about 10% of the agent-real bench's CPU time; the outputs build a list per flow and per column (a Zipf
+    30k run's outputs spent 0.35 of their 1.23 CPU s collecting at 700). The set-up's objects (topology, chunk
+    store, engines: a few 10^5, alive for the whole run) are frozen out of the collector's generations meanwhile
+    (`gc.freeze`), so that its full collections walk only what the events made, and handed back when the run
+    ends (`gc.unfreeze`), only where nothing was frozen before: `unfreeze` hands back every frozen object, and
+    the command line's modules, frozen as they load (`cli.common.loading_modules`), stay frozen."""
     before = gc.get_threshold()
-    gc.freeze()
+    freeze = gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
     gc.set_threshold(max(before[0], YOUNG_COLLECTION_EVERY), *before[1:])
     try:
         yield
     finally:
         gc.set_threshold(*before)
-        gc.unfreeze()
+        if freeze:
+            gc.unfreeze()

@@ -76,6 +76,8 @@ def test_a_run_leaves_what_was_frozen_frozen() -> None:
         with _collector_for_a_run():
             garbage = [[object()] for _ in range(1000)]
             del garbage
-        assert gc.get_freeze_count() == frozen
+        # still frozen: the kept lists at least (an unconditional unfreeze leaves 0); not `== frozen`, as frozen
+        # objects that other code frees meanwhile leave the count (seen under xdist: 2 fewer)
+        assert gc.get_freeze_count() >= len(kept)
     finally:
         gc.unfreeze()

@@ -81,3 +81,32 @@ def test_a_run_leaves_what_was_frozen_frozen() -> None:
         assert gc.get_freeze_count() >= len(kept)
     finally:
         gc.unfreeze()
+
+
+def test_a_run_the_process_ends_after_leaves_its_set_up_frozen() -> None:
+    """`leave_frozen` (the process's own command line): the set-up is frozen whatever was frozen before, and left
+    so (the command freezes its whole heap at exit anyway); the thresholds are restored."""
+    from simroute.sim.runner import _collector_for_a_run
+    if gc.get_freeze_count():
+        gc.unfreeze()
+    thresholds = gc.get_threshold()
+    kept = [[object()] for _ in range(100)]
+    try:
+        with _collector_for_a_run(leave_frozen=True):
+            assert gc.get_freeze_count() >= len(kept)
+        assert gc.get_freeze_count() >= len(kept)          # not handed back
+        assert gc.get_threshold() == thresholds
+    finally:
+        gc.unfreeze()
+
+
+def test_the_process_command_runs_with_its_set_up_left_frozen(tmp_path) -> None:
+    """`simroute run` as the process's own command asks the run to leave its set-up frozen; a caller's `main`
+    does not (its collector is left as it was: the first test)."""
+    code = ("import sys\nfrom simroute.sim import runner\nseen = []\nown = runner._collector_for_a_run\n"
+            "def noted(leave_frozen=False):\n    seen.append(leave_frozen)\n    return own(leave_frozen)\n"
+            "runner._collector_for_a_run = noted\n"
+            f"sys.argv = ['simroute', 'run', '--max-requests', '5', '-o', {str(tmp_path / 'out')!r}]\n"
+            "from simroute.cli.main import main\nrc = main()\nprint(rc, seen)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "0 [True]"

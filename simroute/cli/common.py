@@ -25,6 +25,11 @@ def process_ends_with_command() -> None:
     _PROCESS_ENDS_WITH_COMMAND = True
 
 
+def ends_with_command() -> bool:
+    """Whether the process ends with this command (`process_ends_with_command` was called)."""
+    return _PROCESS_ENDS_WITH_COMMAND
+
+
 BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
 
 

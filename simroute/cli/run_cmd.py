@@ -12,7 +12,7 @@ from typing import Callable
 
 import typer
 
-from simroute.cli.common import checked, console, echo_json, lazy_command, loading_modules, table
+from simroute.cli.common import checked, console, echo_json, ends_with_command, lazy_command, loading_modules, table
 from simroute.defaults import MIN_COMPLETION
 
 
@@ -152,7 +152,7 @@ def _run(**options: typing.Any) -> None:
         check_new_file(timeline, inputs=[out, cfg.trace, cfg.topology, cfg.calib], flag="--timeline")
     with naming_flags(RunConfig), claim_output(out, inputs=[cfg.trace, cfg.topology, timeline], flag="--out",
                                                what="simroute run"):
-        res = simulate(cfg, out, progress=_progress_bar(progress))
+        res = simulate(cfg, out, progress=_progress_bar(progress), leave_frozen=ends_with_command())
     if timeline is not None:
         from simroute.scenarios.timeline import write_timeline
         with atomic_files(timeline.parent, [timeline.name], flag="--timeline") as tmp:

@@ -178,7 +178,9 @@ class Simulation:
         return path_share_Bps(self.ctx, src, dst)
 
     # ---- run and outputs ---------------------------------------------------------------------------
-    def run(self) -> RunResult:
+    def run(self, leave_frozen: bool = False) -> RunResult:
+        """Replay the trace to its end (or `--until`); `leave_frozen`: the process ends after this run (its own
+        command line), so the set-up frozen for the events stays frozen (`_collector_for_a_run`)."""
         ctx = self.ctx
         t0 = time.perf_counter()
         arrivals = self.arrivals = Arrivals(ctx, self.n_requests, self._sorted_chunk_ids,
@@ -187,7 +189,7 @@ class Simulation:
                                             over_window=self.limits.pop("_drop"))
         ctx.env.process(arrivals.feed())
         self.selections = arrivals.selections
-        with _collector_for_a_run():        # the events, then the outputs made of what they recorded
+        with _collector_for_a_run(leave_frozen):    # the events, then the outputs made of what they recorded
             ctx.env.run(until=self.cfg.until_s)
             wall = time.perf_counter() - t0
             rec = ctx.recorder
@@ -389,13 +391,14 @@ def engine_options(cfg: RunConfig, schedule_ahead: bool = False, recv_interval: 
 
 
 def simulate(cfg: RunConfig, out_dir: str | Path | None = None,
-             progress: Callable[[int, int], None] | None = None) -> RunResult:
-    """Run one configuration; write its outputs atomically if `out_dir` is given."""
+             progress: Callable[[int, int], None] | None = None, *, leave_frozen: bool = False) -> RunResult:
+    """Run one configuration; write its outputs atomically if `out_dir` is given. `leave_frozen`: the process
+    ends after it (`Simulation.run`)."""
     if out_dir is not None:   # fail before simulating, not after
         from simroute.ioutil import check_replaceable
         check_replaceable(out_dir, ("summary.json",), "simroute run")
     sim = Simulation(cfg, progress=progress)
-    res = sim.run()
+    res = sim.run(leave_frozen)
     if out_dir is not None:
         write_outputs(Path(out_dir), res.summary, res.tables, res.perf)
     return res
@@ -409,7 +412,7 @@ YOUNG_COLLECTION_EVERY = 50_000   # allocations between youngest-generation coll
 
 
 @contextmanager
-def _collector_for_a_run():
+def _collector_for_a_run(leave_frozen: bool = False):
     """The cyclic collector collects less often while events run and their outputs are built (no effect on any
     output): each engine event allocates short-lived tuples and lists, and a collection every 700 allocations
     spent about 10% of the agent-real bench's CPU time; the outputs build a list per flow and per column (a Zipf
@@ -417,9 +420,12 @@ def _collector_for_a_run():
     store, engines: a few 10^5, alive for the whole run) are frozen out of the collector's generations meanwhile
     (`gc.freeze`), so that its full collections walk only what the events made, and handed back when the run
     ends (`gc.unfreeze`), only where nothing was frozen before: `unfreeze` hands back every frozen object, and
-    the command line's modules, frozen as they load (`cli.common.loading_modules`), stay frozen."""
+    the command line's modules, frozen as they load (`cli.common.loading_modules`), stay frozen. Where the
+    process ends after the run (`leave_frozen`: its own command line, which freezes the whole heap at exit anyway)
+    the set-up is frozen whatever was before and left so: no count of the frozen objects (`gc.get_freeze_count`
+    walks them all, ~3 ms of the default run's start-up), no unfreezing."""
     before = gc.get_threshold()
-    freeze = gc.get_freeze_count() == 0
+    freeze = leave_frozen or gc.get_freeze_count() == 0
     if freeze:
         gc.freeze()
     gc.set_threshold(max(before[0], YOUNG_COLLECTION_EVERY), *before[1:])
@@ -427,5 +433,5 @@ def _collector_for_a_run():
         yield
     finally:
         gc.set_threshold(*before)
-        if freeze:
+        if freeze and not leave_frozen:
             gc.unfreeze()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 
@@ -53,7 +55,8 @@ def test_calibrate_out_directory_is_rejected_before_probing(cli, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def _leaf_commands():
+def leaf_commands() -> list[tuple[list[str], Any]]:
+    """(path, click command) of every command that takes no subcommand."""
     import typer.main
     from simroute.cli.main import app
     root = typer.main.get_command(app)
@@ -64,8 +67,12 @@ def _leaf_commands():
             for name, sub in subs.items():
                 yield from walk(sub, path + [name])
         else:
-            yield path
+            yield path, cmd
     return list(walk(root, []))
+
+
+def _leaf_commands() -> list[list[str]]:
+    return [path for path, _ in leaf_commands()]
 
 
 @pytest.mark.parametrize("path", _leaf_commands(), ids=lambda p: " ".join(p))

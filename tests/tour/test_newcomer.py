@@ -111,18 +111,8 @@ def test_every_repository_path_the_readme_and_docs_name_exists():
 
 # ---- --help examples run from any directory --------------------------------------------------------------------------
 def _leaf_helps() -> list[tuple[str, str]]:
-    import typer.main
-
-    from simroute.cli.main import app
-
-    def walk(cmd, path):
-        subs = getattr(cmd, "commands", None)
-        if subs:
-            for name, sub in subs.items():
-                yield from walk(sub, path + [name])
-        else:
-            yield " ".join(path), cmd.help or ""
-    return list(walk(typer.main.get_command(app), []))
+    from tests.test_cli_errors import leaf_commands
+    return [(" ".join(path), cmd.help or "") for path, cmd in leaf_commands()]
 
 
 def test_no_help_example_names_a_shipped_input_by_its_repository_path():

@@ -118,6 +118,20 @@ class Framework:
         own, where the settings name another kernel (None: the preset's own)."""
         return None
 
+    @staticmethod
+    def kernel_named(settings: dict[str, Setting], name: str, preset: EnginePreset, deployment: Deployment,
+                     gpus_key: str, kernel: str) -> Setting | None:
+        """The setting `name` where it names a kernel (None where unset), refused on a GPU the preset's `gpus_key`
+        (a space-separated list) does not name: no published timing of that kernel there."""
+        setting = settings.get(name)
+        if setting is None or setting.value is None:
+            return None
+        gpus = str(preset.constant(gpus_key).value).split()
+        if deployment.gpu not in gpus:
+            raise ConfigurationError(f"{setting.value} ({kernel}) has no published timing on {deployment.gpu} "
+                                     f"(it has on {', '.join(gpus)})", field=name)
+        return setting
+
     def gemm_bound(self, preset: EnginePreset, deployment: Deployment,
                    settings: dict[str, Setting]) -> tuple[str, float, str] | None:
         """(GEMM dtype, FLOP/s, why) where the settings name a GEMM kernel the preset's rows do not time and no

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simroute.errors import ConfigurationError
 from simroute.sim.frameworks.base import FRAMEWORKS, Deployment, Framework, Setting
 
 if TYPE_CHECKING:
@@ -102,13 +101,9 @@ class Sglang(Framework):
         No table times it shape by shape; its published B200 timings never exceed the preset's
         `flashinfer_trtllm_fp8_gemm_tflops`, so the preset's fp8_block rows (DeepGEMM) run no faster than that on
         the GPUs it was measured on (`flashinfer_trtllm_fp8_gemm_gpus`); refused elsewhere."""
-        backend = settings.get("fp8_gemm_backend")
-        if backend is None or backend.value is None:
+        if self.kernel_named(settings, "fp8_gemm_backend", preset, deployment, "flashinfer_trtllm_fp8_gemm_gpus",
+                             "FlashInfer's TRT-LLM-gen FP8 GEMM") is None:
             return None
-        gpus = str(preset.constant("flashinfer_trtllm_fp8_gemm_gpus").value).split()
-        if deployment.gpu not in gpus:
-            raise ConfigurationError(f"{backend.value} (FlashInfer's TRT-LLM-gen FP8 GEMM) has no published timing "
-                                     f"on {deployment.gpu} (it has on {', '.join(gpus)})", field="fp8_gemm_backend")
         rate = self.constant(preset, "flashinfer_trtllm_fp8_gemm_tflops", deployment)
         return "fp8_block", float(rate.value) * 1e12, f"preset {preset.label} flashinfer_trtllm_fp8_gemm_tflops"
 

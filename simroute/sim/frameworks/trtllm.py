@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from simroute.errors import ConfigurationError
 from simroute.sim.frameworks.base import FRAMEWORKS, GIB, Deployment, Framework, Setting
 
 if TYPE_CHECKING:
@@ -49,14 +48,9 @@ class Trtllm(Framework):
         block scales -> TRTLLMGenFusedMoE -> `fp8_block_scale_moe_runner`), which the preset's own rows do not time
         (aiconfigurator's TensorRT-LLM collector: DeepGEMM on B200): its routed experts read the preset's
         `trtllm_gen_moe_tables`, on the GPUs whose rows there time that kernel (`trtllm_gen_moe_gpus`)."""
-        backend = settings.get("moe_backend")
-        if backend is None or backend.value is None:
+        if self.kernel_named(settings, "moe_backend", preset, deployment, "trtllm_gen_moe_gpus",
+                             "the TRT-LLM-gen fused MoE, Blackwell only") is None:
             return None
-        gpus = str(preset.constant("trtllm_gen_moe_gpus").value).split()
-        if deployment.gpu not in gpus:
-            raise ConfigurationError(f"{backend.value} (the TRT-LLM-gen fused MoE) runs on Blackwell only: no table "
-                                     f"times it on {deployment.gpu} (it does on {', '.join(gpus)})",
-                                     field="moe_backend")
         return str(preset.constant("trtllm_gen_moe_tables").value)
 
     def rule(self, key: str, preset: EnginePreset, deployment: Deployment, resolved: dict[str, Setting]) -> Setting:
